@@ -1,0 +1,84 @@
+// Tensor: a shape, an element type, a device and a view into reference-counted, 64-byte aligned
+// storage. Tensors are always contiguous (row-major); views are reshapes and ranges along the
+// first dimension, which is all the explicit forward/backward code needs and keeps kernels simple.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/dtype.h"
+
+namespace tessera {
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_str(const Shape& shape);  // "[2, 3, 4]"
+int64_t shape_numel(const Shape& shape);
+
+class Storage {
+ public:
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int64_t ndim() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t dim(int64_t i) const;  // negative i counts from the end
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
+
+  void* raw() const;
+  // Typed pointers check the element type, so a bf16 tensor is never read as fp32 by mistake.
+  float* f32() const;
+  uint16_t* bf16() const;
+  int32_t* i32() const;
+  int64_t* i64() const;
+
+  // Same elements, new shape (numel must match).
+  Tensor view(const Shape& shape) const;
+  // Rows [start, start + length) along dimension 0.
+  Tensor narrow(int64_t start, int64_t length) const;
+  // Elements [start, start + length) of the flattened tensor, as a 1-D view.
+  Tensor flat_range(int64_t start, int64_t length) const;
+
+  void zero_() const;
+  void fill_(float value) const;  // fp32 only
+  void copy_from(const Tensor& src) const;  // same shape and dtype
+  Tensor clone() const;
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t offset_bytes_ = 0;
+  Shape shape_;
+  DType dtype_ = DType::F32;
+};
+
+// Throws "<what>: shape mismatch, <a> vs <b>" unless the shapes are equal.
+void check_same_shape(const Tensor& a, const Tensor& b, const char* what);
+void check_shape(const Tensor& t, const Shape& expected, const char* what);
+
+}  // namespace tessera

@@ -1,0 +1,20 @@
+// AdamW (Loshchilov & Hutter) with decoupled weight decay, as Megatron's fused Adam in adam_w_mode:
+//   p <- p - lr * wd * p;  m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g^2;
+//   p <- p - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::kernels {
+
+struct AdamWHyper {
+  float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0;
+  int64_t step = 1;  // 1-based step count used for bias correction
+};
+
+void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWHyper& h);
+
+// Sum of squares of x in double (deterministic whatever the thread count), for the global grad norm.
+double sum_of_squares(const float* x, int64_t n);
+
+}  // namespace tessera::kernels

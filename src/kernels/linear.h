@@ -1,0 +1,17 @@
+// Linear layer y = x W^T + b (weights stored [out, in] as in Megatron and PyTorch), on top of the GEMM
+// interface. Rows of x are tokens.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::kernels {
+
+// x [rows, in], w [out, in], b [out] or null -> y [rows, out] (overwritten).
+void linear_forward(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t in,
+                    int64_t out);
+// dy [rows, out]. dx [rows, in] is overwritten (or accumulated into when accumulate_dx), dw [out, in]
+// and db [out] are accumulated into (gradient accumulation over micro-batches). Any of dx/dw/db may be null.
+void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
+                     int64_t rows, int64_t in, int64_t out, bool accumulate_dx = false);
+
+}  // namespace tessera::kernels
