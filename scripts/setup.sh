@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what Tessera needs to build, test and benchmark, from Debian's packages, only if missing.
+# Idempotent: a second run installs nothing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libdnnl-dev            # oneDNN: CPU matrix products
+  libcli11-dev           # command-line flags
+  nlohmann-json3-dev     # checkpoint index, safetensors headers, JSON logs
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
+  python3-torch          # the PyTorch peer of the benchmarks (/usr/bin/python3)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

@@ -1,0 +1,108 @@
+// GELU (tanh form) and SwiGLU, fp32.
+//
+// Both are written in terms of the logistic sigmoid, using 0.5 (1 + tanh(u)) = sigmoid(2u), and the
+// sigmoid in terms of an exp that the compiler can vectorise (libm's expf/tanhf are scalar calls
+// unless the build uses -ffast-math, which we don't).
+#include "kernels/activations.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+
+namespace tessera::kernels {
+namespace {
+
+// exp(x) = 2^n * exp(r) with n = round(x / ln2) and |r| <= ln2 / 2; exp(r) is Cephes' expf polynomial.
+// Accurate to a couple of ulp for |x| <= 87; beyond that x is clamped to +-87 (so 2^n stays a normal
+// float), which is all a sigmoid needs. The clamp works on the bits as integers: a float compare would
+// keep GCC from vectorising the loop without -fno-trapping-math. It maps NaN to +-87 too, so NaN is
+// not propagated here; the callers' formulas multiply by x itself, which carries it through.
+inline float exp_approx(float x) {
+  uint32_t bits = std::bit_cast<uint32_t>(x);
+  uint32_t mag = std::min(bits & 0x7fffffffu, std::bit_cast<uint32_t>(87.0f));
+  x = std::bit_cast<float>((bits & 0x80000000u) | mag);
+  // Adding 1.5 * 2^23 rounds x / ln2 to the nearest integer n and leaves n in the low mantissa bits.
+  constexpr float kShift = 12582912.0f;
+  float t = x * 1.44269504088896341f + kShift;
+  float n = t - kShift;
+  // r = x - n ln2, with ln2 split into a part exact in float and a small correction (Cody-Waite).
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  // 2^n: put n + 127 in the exponent field.
+  uint32_t n_bits = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kShift);
+  return p * std::bit_cast<float>((n_bits + 127u) << 23);
+}
+
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluC = 0.044715f;
+
+}  // namespace
+
+// gelu(x) = x * s with s = sigmoid(2u), u = k (x + c x^3).
+void gelu_forward(const float* x, float* y, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float xi = x[i];
+    float u = kGeluK * (xi + kGeluC * xi * xi * xi);
+    y[i] = xi / (1.0f + exp_approx(-2.0f * u));
+  }
+}
+
+// gelu'(x) = s + 2 x s (1 - s) k (1 + 3 c x^2). 1 - s is computed as e * s (e = exp(-2u)) rather than
+// by subtraction, which would lose all its digits where s is close to 1.
+// `omp simd` also tells the compiler the loop is safe when dx == dy (each lane reads before it writes).
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float xi = x[i];
+    float u = kGeluK * (xi + kGeluC * xi * xi * xi);
+    float e = exp_approx(-2.0f * u);
+    float s = 1.0f / (1.0f + e);
+    float du = kGeluK * (1.0f + 3.0f * kGeluC * xi * xi);
+    dx[i] = dy[i] * (s + 2.0f * xi * s * (e * s) * du);
+  }
+}
+
+// y = silu(g) * up = g * sigmoid(g) * up.
+void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gate = x + r * 2 * width;
+    const float* up = gate + width;
+    float* yr = y + r * width;
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) {
+      float g = gate[c];
+      yr[c] = g / (1.0f + exp_approx(-g)) * up[c];
+    }
+  }
+}
+
+// d gate = dy * up * sigmoid(g) (1 + g (1 - sigmoid(g))),  d up = dy * silu(g).
+void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t width) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gate = x + r * 2 * width;
+    const float* up = gate + width;
+    const float* dyr = dy + r * width;
+    float* dgate = dx + r * 2 * width;
+    float* dup = dgate + width;
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) {
+      float g = gate[c];
+      float e = exp_approx(-g);
+      float s = 1.0f / (1.0f + e);
+      dgate[c] = dyr[c] * up[c] * s * (1.0f + g * (e * s));
+      dup[c] = dyr[c] * g * s;
+    }
+  }
+}
+
+}  // namespace tessera::kernels

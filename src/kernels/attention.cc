@@ -1,0 +1,326 @@
+// Causal self-attention, fp32, as tiled online softmax (FlashAttention-2, Dao 2023) on the CPU.
+//
+// Forward: each work item is one (batch, head, query tile). It walks the key tiles up to the diagonal
+// and keeps, per query row, the running max m, the running sum l of exp(s - m) and an unnormalised
+// output accumulator, rescaling both by exp(m_old - m_new) whenever the max grows. Only the row's
+// log-sum-exp m + log(l) is saved. Backward recomputes P = exp(s - lse) tile by tile from it.
+//
+// Every tile product is the same loop nest, `accumulate` below: out[0, w) += sum_t c[t] * row_t[0, w).
+// The score row q_i . K^T is written that way too, against a transposed copy of the key tile, so all
+// inner loops run over contiguous floats (head_dim or the tile width) and vectorise.
+//
+// Dropout on the probabilities (as torch applies it to the softmax output) uses a Philox mask keyed
+// by global coordinates (see attention.h), regenerated in backward rather than stored.
+#include "kernels/attention.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+#include "core/philox.h"
+
+namespace tessera::kernels {
+namespace {
+
+// Query rows and key columns per tile. 64 keys = 8 AVX2 registers for a score row; a transposed
+// 64-key tile of head_dim 64 is 16 KiB and stays in L1 while the query rows stream past it.
+constexpr int64_t kTile = 64;
+
+// exp(x) in a form the compiler vectorises (libm's expf is a scalar call without -ffast-math):
+// x = n ln2 + r with |r| <= ln2/2, Cephes' polynomial for exp(r), 2^n through the exponent bits.
+// Relative error < 1e-7. |x| is clamped to 88 on the bit pattern (GCC vectorises an integer min but
+// not a float one under the default -ftrapping-math); x = -88 gives n = -127, an exponent field of 0
+// and so exactly 0: masked scores (-inf) and the first rescale exp(-inf - m) vanish. NaN stays NaN.
+inline float exp_approx(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x), mag = bits & 0x7fffffffu;
+  const uint32_t clamped = mag > 0x7f800000u ? mag : std::min(mag, std::bit_cast<uint32_t>(88.0f));
+  x = std::bit_cast<float>((bits & 0x80000000u) | clamped);
+  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
+  const float t = x * 1.44269504088896341f + kShift;
+  const float n = t - kShift;
+  float r = x - n * 0.693359375f;  // ln2 split in an exact part and a correction (Cody-Waite)
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const uint32_t n_bits = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kShift);
+  return p * std::bit_cast<float>((n_bits + 127u) << 23);
+}
+
+// out[0, W) += sum_{t < n} coef[t * cs] * src[t * ss + (0, W)]. With W fixed and `out` not aliased,
+// the compiler keeps the chunk of `out` in registers for the whole t loop (W = 64 is 8 AVX2 registers,
+// 8 independent FMA chains, enough to hide the FMA latency).
+template <int W>
+inline void accumulate_chunk(float* __restrict out, const float* __restrict coef, int64_t cs,
+                             const float* __restrict src, int64_t ss, int64_t n) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float c = coef[t * cs];
+    const float* row = src + t * ss;
+    for (int u = 0; u < W; ++u) out[u] += c * row[u];
+  }
+}
+
+// The general width, in chunks: 64 | 16 | 8 | 1 covers head_dim 8, 16, 32, 64, 80, 96, 128, ...
+inline void accumulate(float* __restrict out, int64_t width, const float* __restrict coef, int64_t cs,
+                       const float* __restrict src, int64_t ss, int64_t n) {
+  int64_t x = 0;
+  for (; x + 64 <= width; x += 64) accumulate_chunk<64>(out + x, coef, cs, src + x, ss, n);
+  for (; x + 16 <= width; x += 16) accumulate_chunk<16>(out + x, coef, cs, src + x, ss, n);
+  for (; x + 8 <= width; x += 8) accumulate_chunk<8>(out + x, coef, cs, src + x, ss, n);
+  for (; x < width; ++x) accumulate_chunk<1>(out + x, coef, cs, src + x, ss, n);
+}
+
+// Copies n rows of one head (row t at src + t * stride, d floats) into dst as a [d, kTile] matrix,
+// times `scale`, zero in the columns past n: a kTile-wide accumulate against it is then contiguous.
+void transpose_tile(const float* src, int64_t stride, int64_t n, int64_t d, float scale, float* dst) {
+  std::fill(dst, dst + d * kTile, 0.0f);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t x = 0; x < d; ++x) dst[x * kTile + t] = src[t * stride + x] * scale;
+}
+
+// The dropout mask of one query row: factor[t] = 1/(1-p) where Philox element start + t is kept,
+// 0 where dropped, 0 for t in [n, kTile). One Philox block gives four consecutive elements.
+void dropout_factors(const PhiloxStream& rng, uint64_t start, int64_t n, float p, float keep_scale,
+                     float* factor) {
+  int64_t t = 0;
+  while (t < n) {
+    const uint64_t idx = start + static_cast<uint64_t>(t);
+    const Philox4x32::Block blk = rng.block(idx >> 2);
+    for (unsigned lane = idx & 3; lane < 4 && t < n; ++lane, ++t)
+      factor[t] = PhiloxStream::uniform_from_bits(blk.v[lane]) >= p ? keep_scale : 0.0f;
+  }
+  std::fill(factor + n, factor + kTile, 0.0f);
+}
+
+// Geometry shared by forward and backward.
+struct Plan {
+  int64_t seq, batch, heads, kv_heads, d, group;
+  int64_t q_stride, kv_stride;  // floats between consecutive positions of one (batch, head)
+  int64_t tiles;
+  bool dropout;
+  float p, keep_scale;
+
+  Plan(const AttentionShape& s, const AttentionDropout& drop)
+      : seq(s.seq), batch(s.batch), heads(s.heads), kv_heads(s.kv_heads), d(s.head_dim) {
+    TESSERA_CHECK(seq >= 0 && batch >= 0, "attention: negative seq ", seq, " or batch ", batch);
+    TESSERA_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, "attention: heads ", heads,
+                  " must be a positive multiple of kv_heads ", kv_heads);
+    TESSERA_CHECK(d > 0, "attention: head_dim must be positive, got ", d);
+    TESSERA_CHECK(drop.p >= 0.0f && drop.p < 1.0f, "attention: dropout p must be in [0, 1), got ", drop.p);
+    group = heads / kv_heads;
+    q_stride = batch * heads * d;
+    kv_stride = batch * kv_heads * d;
+    tiles = (seq + kTile - 1) / kTile;
+    dropout = drop.p > 0.0f;
+    p = drop.p;
+    keep_scale = dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
+    if (dropout)
+      TESSERA_CHECK(drop.head_offset >= 0 && drop.sample_offset >= 0 && drop.head_offset + heads <= drop.total_heads,
+                    "attention: dropout heads [", drop.head_offset, ", ", drop.head_offset + heads,
+                    ") do not fit in total_heads ", drop.total_heads);
+  }
+
+  // Philox element of probability (b, h, i, 0); (b, h, i, j) is this + j.
+  static uint64_t mask_row(const AttentionDropout& drop, int64_t seq, int64_t b, int64_t h, int64_t i) {
+    const uint64_t bh = static_cast<uint64_t>((drop.sample_offset + b) * drop.total_heads + drop.head_offset + h);
+    return (bh * static_cast<uint64_t>(seq) + static_cast<uint64_t>(i)) * static_cast<uint64_t>(seq);
+  }
+};
+
+}  // namespace
+
+void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                       const AttentionShape& shape, float softmax_scale, const AttentionDropout& dropout) {
+  const Plan plan(shape, dropout);
+  const int64_t d = plan.d;
+  const PhiloxStream rng(dropout.seed, dropout.stream);
+  const int64_t items = plan.batch * plan.heads * plan.tiles;
+
+#pragma omp parallel
+  {
+    // Per-thread scratch, allocated once per call rather than per tile. The scores are kept transposed,
+    // st[j * kTile + r] for key j and query row r, so that the softmax statistics of the 64 query rows
+    // (max, sum, rescale) are element-wise vector operations down the key axis, with no horizontal
+    // reductions; the query tile is transposed once per work item for that.
+    std::vector<float> qt(d * kTile), st(kTile * kTile), acc(kTile * d), factor(kTile);
+    std::vector<float> m(kTile), l(kTile), m_new(kTile), alpha(kTile);
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      // Causal tiles near the end of the sequence see the most keys: hand those out first.
+      const int64_t tile = plan.tiles - 1 - item % plan.tiles, bh = item / plan.tiles;
+      const int64_t b = bh / plan.heads, h = bh % plan.heads, kvh = h / plan.group;
+      const int64_t i0 = tile * kTile, rows = std::min(kTile, plan.seq - i0);
+      const float* kh = k + (b * plan.kv_heads + kvh) * d;  // position j of this kv head at kh + j * kv_stride
+      const float* vh = v + (b * plan.kv_heads + kvh) * d;
+
+      transpose_tile(q + i0 * plan.q_stride + (b * plan.heads + h) * d, plan.q_stride, rows, d, softmax_scale,
+                     qt.data());
+      std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+      std::fill(l.begin(), l.end(), 0.0f);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+
+      // Key tiles up to the diagonal. Tiles are aligned (j0, i0 multiples of kTile), so the last one is
+      // the diagonal tile j0 == i0 and every query row sees at least its first key in every tile.
+      for (int64_t j0 = 0; j0 <= i0; j0 += kTile) {
+        const int64_t cols = std::min(kTile, plan.seq - j0);
+        float* s = st.data();
+        for (int64_t j = 0; j < cols; ++j) {  // st[j] = scale * k_j . Q^T
+          float* sj = s + j * kTile;
+          std::fill(sj, sj + kTile, 0.0f);
+          accumulate(sj, kTile, kh + (j0 + j) * plan.kv_stride, 1, qt.data(), kTile, d);
+          if (j0 == i0) std::fill(sj, sj + j, -std::numeric_limits<float>::infinity());  // causal: rows r < j
+        }
+        // Online softmax: raise each row's running max and rescale what was summed under the old one.
+        std::copy(m.begin(), m.end(), m_new.begin());
+        for (int64_t j = 0; j < cols; ++j)
+          for (int64_t r = 0; r < kTile; ++r) m_new[r] = std::max(m_new[r], s[j * kTile + r]);
+        for (int64_t r = 0; r < kTile; ++r) {
+          alpha[r] = exp_approx(m[r] - m_new[r]);  // 0 on the first tile (m = -inf)
+          l[r] *= alpha[r];
+          m[r] = m_new[r];
+        }
+        for (int64_t j = 0; j < cols; ++j)
+          for (int64_t r = 0; r < kTile; ++r) {
+            s[j * kTile + r] = exp_approx(s[j * kTile + r] - m[r]);
+            l[r] += s[j * kTile + r];  // the normaliser sums the undropped weights ...
+          }
+        if (plan.dropout)  // ... while the output sums the dropped ones
+          for (int64_t r = 0; r < rows; ++r) {
+            dropout_factors(rng, Plan::mask_row(dropout, plan.seq, b, h, i0 + r) + j0, cols, plan.p,
+                            plan.keep_scale, factor.data());
+            for (int64_t j = 0; j < cols; ++j) s[j * kTile + r] *= factor[j];
+          }
+        for (int64_t r = 0; r < rows; ++r) {
+          float* a = acc.data() + r * d;
+          for (int64_t x = 0; x < d; ++x) a[x] *= alpha[r];
+          const int64_t visible = j0 == i0 ? r + 1 : cols;  // skip the masked zeros on the diagonal
+          accumulate(a, d, s + r, kTile, vh + j0 * plan.kv_stride, plan.kv_stride, visible);
+        }
+      }
+
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r;
+        const float inv_l = 1.0f / l[r];
+        float* o = out + i * plan.q_stride + (b * plan.heads + h) * d;
+        for (int64_t x = 0; x < d; ++x) o[x] = acc[r * d + x] * inv_l;
+        lse[(b * plan.heads + h) * plan.seq + i] = m[r] + std::log(l[r]);
+      }
+    }
+  }
+}
+
+// FlashAttention-2 backward, with P = exp(s - lse), Z = mask / (1 - p) (1 without dropout):
+//   dV = (P o Z)^T dO,  dP = (dO V^T) o Z,  dS = P o (dP - D),  dQ = scale dS K,  dK = scale dS^T Q,
+// where D_i = dO_i . O_i = sum_j P_ij dP_ij (O already carries the dropout, so this holds with it too).
+//
+// A work item is one (batch, kv head): it alone writes that kv head's dK, dV and the dQ of the query
+// heads in its group, and it sums over key tiles, heads and query tiles in a fixed order, so the
+// result is bitwise the same whatever the thread count, with no atomics and no partial buffers.
+void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                        const float* dout, float* dq, float* dk, float* dv, const AttentionShape& shape,
+                        float softmax_scale, const AttentionDropout& dropout) {
+  const Plan plan(shape, dropout);
+  const int64_t d = plan.d;
+  const PhiloxStream rng(dropout.seed, dropout.stream);
+  const int64_t items = plan.batch * plan.kv_heads;
+
+#pragma omp parallel
+  {
+    std::vector<float> kt(d * kTile), vt(d * kTile), dk_acc(kTile * d), dv_acc(kTile * d);
+    std::vector<float> pz(kTile * kTile), ds(kTile * kTile), dp(kTile), factor(kTile), D(plan.group * plan.seq);
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t b = item / plan.kv_heads, kvh = item % plan.kv_heads;
+      const int64_t kv_off = (b * plan.kv_heads + kvh) * d;
+      const float* kh = k + kv_off;
+      const float* vh = v + kv_off;
+
+      // dQ rows are accumulated over key tiles, so start them at zero; D once per query row.
+      for (int64_t g = 0; g < plan.group; ++g) {
+        const int64_t off = (b * plan.heads + kvh * plan.group + g) * d;
+        for (int64_t i = 0; i < plan.seq; ++i) {
+          const float* o = out + i * plan.q_stride + off;
+          const float* go = dout + i * plan.q_stride + off;
+          float sum = 0.0f;
+          for (int64_t x = 0; x < d; ++x) sum += go[x] * o[x];
+          D[g * plan.seq + i] = sum;
+          std::fill(dq + i * plan.q_stride + off, dq + i * plan.q_stride + off + d, 0.0f);
+        }
+      }
+
+      for (int64_t j0 = 0; j0 < plan.seq; j0 += kTile) {
+        const int64_t cols = std::min(kTile, plan.seq - j0);
+        // Transposed key (pre-scaled) and value tiles, built once and reused by every query tile and head.
+        transpose_tile(kh + j0 * plan.kv_stride, plan.kv_stride, cols, d, softmax_scale, kt.data());
+        transpose_tile(vh + j0 * plan.kv_stride, plan.kv_stride, cols, d, 1.0f, vt.data());
+        std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
+        std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
+
+        for (int64_t g = 0; g < plan.group; ++g) {
+          const int64_t h = kvh * plan.group + g, off = (b * plan.heads + h) * d;
+          const float* qh = q + off;
+          const float* goh = dout + off;
+          const float* lse_h = lse + (b * plan.heads + h) * plan.seq;
+          const float* D_h = D.data() + g * plan.seq;
+
+          for (int64_t i0 = j0; i0 < plan.seq; i0 += kTile) {  // query tiles on or below the diagonal
+            const int64_t rows = std::min(kTile, plan.seq - i0);
+            for (int64_t r = 0; r < rows; ++r) {
+              const int64_t i = i0 + r;
+              const int64_t valid = std::min(cols, i + 1 - j0);  // keys j <= i; >= 1 since i >= j0
+              float* pz_r = pz.data() + r * kTile;
+              float* ds_r = ds.data() + r * kTile;
+              // Recompute the scaled scores s_i and dP_i = dO_i . V^T for this tile.
+              std::fill(pz_r, pz_r + kTile, 0.0f);
+              std::fill(dp.begin(), dp.end(), 0.0f);
+              accumulate(pz_r, kTile, qh + i * plan.q_stride, 1, kt.data(), kTile, d);
+              accumulate(dp.data(), kTile, goh + i * plan.q_stride, 1, vt.data(), kTile, d);
+              if (plan.dropout) {
+                dropout_factors(rng, Plan::mask_row(dropout, plan.seq, b, h, i) + j0, valid, plan.p,
+                                plan.keep_scale, factor.data());
+              } else {  // the factor doubles as the causal mask
+                std::fill(factor.begin(), factor.begin() + valid, 1.0f);
+                std::fill(factor.begin() + valid, factor.end(), 0.0f);
+              }
+              const float lse_i = lse_h[i], D_i = D_h[i];
+              for (int64_t j = 0; j < kTile; ++j) {
+                const float prob = exp_approx(pz_r[j] - lse_i);
+                pz_r[j] = prob * factor[j];                                  // P o Z, for dV
+                ds_r[j] = softmax_scale * prob * (dp[j] * factor[j] - D_i);  // scale folded in for dQ, dK
+              }
+              std::fill(ds_r + valid, ds_r + kTile, 0.0f);  // masked: P = 0 (and Z = 0 above)
+              accumulate(dq + i * plan.q_stride + off, d, ds_r, 1, kh + j0 * plan.kv_stride, plan.kv_stride, valid);
+            }
+            // dV_j += sum_i PZ_ij dO_i and dK_j += sum_i dS_ij Q_i, over the rows i >= j that reach key j.
+            for (int64_t j = 0; j < cols; ++j) {
+              const int64_t r0 = std::max<int64_t>(0, j0 + j - i0);
+              if (r0 >= rows) continue;
+              accumulate(dv_acc.data() + j * d, d, pz.data() + r0 * kTile + j, kTile,
+                         goh + (i0 + r0) * plan.q_stride, plan.q_stride, rows - r0);
+              accumulate(dk_acc.data() + j * d, d, ds.data() + r0 * kTile + j, kTile,
+                         qh + (i0 + r0) * plan.q_stride, plan.q_stride, rows - r0);
+            }
+          }
+        }
+
+        for (int64_t j = 0; j < cols; ++j) {
+          std::memcpy(dk + (j0 + j) * plan.kv_stride + kv_off, dk_acc.data() + j * d, d * sizeof(float));
+          std::memcpy(dv + (j0 + j) * plan.kv_stride + kv_off, dv_acc.data() + j * d, d * sizeof(float));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tessera::kernels

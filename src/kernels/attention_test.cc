@@ -1,0 +1,290 @@
+#include "kernels/attention.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/philox.h"
+#include "core/testing.h"
+#include "core/timer.h"
+
+namespace tessera::kernels {
+namespace {
+
+using testing::max_scaled_error;
+using testing::random_vector;
+using testing::to_double;
+
+// Element (s, b, h, x) of a [seq, batch, heads, d] activation.
+int64_t at(const AttentionShape& s, int64_t heads, int64_t pos, int64_t b, int64_t h, int64_t x) {
+  return ((pos * s.batch + b) * heads + h) * s.head_dim + x;
+}
+
+// Dropout factor of probability (b, h, i, j), straight from the definition in attention.h.
+double reference_factor(const AttentionDropout& drop, const AttentionShape& s, int64_t b, int64_t h, int64_t i,
+                        int64_t j) {
+  if (drop.p == 0.0f) return 1.0;
+  const uint64_t idx = static_cast<uint64_t>(((drop.sample_offset + b) * drop.total_heads + drop.head_offset + h) *
+                                                 s.seq * s.seq +
+                                             i * s.seq + j);
+  return PhiloxStream(drop.seed, drop.stream).uniform(idx) >= drop.p ? 1.0 / (1.0 - drop.p) : 0.0;
+}
+
+// Naive float64 attention: the full causal softmax per row, materialised.
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+Reference reference_forward(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                            const AttentionShape& s, double scale, const AttentionDropout& drop) {
+  Reference ref;
+  ref.out.assign(q.size(), 0.0);
+  ref.lse.assign(s.batch * s.heads * s.seq, 0.0);
+  const int64_t group = s.heads / s.kv_heads;
+  std::vector<double> p(s.seq);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t i = 0; i < s.seq; ++i) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t x = 0; x < s.head_dim; ++x)
+            dot += q[at(s, s.heads, i, b, h, x)] * k[at(s, s.kv_heads, j, b, h / group, x)];
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        ref.lse[(b * s.heads + h) * s.seq + i] = mx + std::log(sum);
+        for (int64_t j = 0; j <= i; ++j) {
+          const double w = p[j] / sum * reference_factor(drop, s, b, h, i, j);
+          for (int64_t x = 0; x < s.head_dim; ++x)
+            ref.out[at(s, s.heads, i, b, h, x)] += w * v[at(s, s.kv_heads, j, b, h / group, x)];
+        }
+      }
+  return ref;
+}
+
+// The analytic backward of reference_forward, also naive: P, dP and dS as full rows.
+void reference_backward(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                        const std::vector<double>& dout, const AttentionShape& s, double scale,
+                        const AttentionDropout& drop, Reference& ref) {
+  ref.dq.assign(q.size(), 0.0);
+  ref.dk.assign(k.size(), 0.0);
+  ref.dv.assign(v.size(), 0.0);
+  const int64_t group = s.heads / s.kv_heads;
+  std::vector<double> p(s.seq), dp(s.seq);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t i = 0; i < s.seq; ++i) {
+        const int64_t kh = h / group;
+        const double lse = ref.lse[(b * s.heads + h) * s.seq + i];
+        double D = 0;  // sum_j P_ij dP_ij
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0, gdot = 0;
+          for (int64_t x = 0; x < s.head_dim; ++x) {
+            dot += q[at(s, s.heads, i, b, h, x)] * k[at(s, s.kv_heads, j, b, kh, x)];
+            gdot += dout[at(s, s.heads, i, b, h, x)] * v[at(s, s.kv_heads, j, b, kh, x)];
+          }
+          const double z = reference_factor(drop, s, b, h, i, j);
+          p[j] = std::exp(dot * scale - lse);
+          dp[j] = gdot * z;
+          D += p[j] * dp[j];
+          for (int64_t x = 0; x < s.head_dim; ++x)
+            ref.dv[at(s, s.kv_heads, j, b, kh, x)] += p[j] * z * dout[at(s, s.heads, i, b, h, x)];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double dscore = p[j] * (dp[j] - D) * scale;
+          for (int64_t x = 0; x < s.head_dim; ++x) {
+            ref.dq[at(s, s.heads, i, b, h, x)] += dscore * k[at(s, s.kv_heads, j, b, kh, x)];
+            ref.dk[at(s, s.kv_heads, j, b, kh, x)] += dscore * q[at(s, s.heads, i, b, h, x)];
+          }
+        }
+      }
+}
+
+// Inputs and the kernel's results for one problem.
+struct Problem {
+  AttentionShape shape;
+  AttentionDropout drop;
+  float scale;
+  std::vector<float> q, k, v, dout;
+  std::vector<float> out, lse, dq, dk, dv;
+
+  Problem(AttentionShape s, float p, uint64_t seed) : shape(s) {
+    drop.p = p;
+    drop.seed = 1234;
+    drop.stream = 77;
+    drop.total_heads = s.heads;
+    scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+    const size_t nq = s.seq * s.batch * s.heads * s.head_dim, nkv = s.seq * s.batch * s.kv_heads * s.head_dim;
+    q = random_vector(nq, seed, -2.0f, 2.0f);  // wide enough that the softmax is far from uniform
+    k = random_vector(nkv, seed + 1, -2.0f, 2.0f);
+    v = random_vector(nkv, seed + 2);
+    dout = random_vector(nq, seed + 3);
+  }
+
+  void run() {
+    // NaN first: the kernel must overwrite every output element.
+    out.assign(q.size(), NAN);
+    lse.assign(shape.batch * shape.heads * shape.seq, NAN);
+    dq.assign(q.size(), NAN);
+    dk.assign(k.size(), NAN);
+    dv.assign(v.size(), NAN);
+    attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), shape, scale, drop);
+    attention_backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                       dv.data(), shape, scale, drop);
+  }
+};
+
+TEST(Attention, MatchesFloat64Reference) {
+  const int64_t seqs[] = {1, 7, 67, 130};    // around and across the 64-row tile
+  const int64_t kv_heads[] = {4, 2, 1};      // MHA, GQA, MQA
+  const int64_t dims[] = {8, 16, 64};
+  for (int si = 0; si < 4; ++si)
+    for (int ki = 0; ki < 3; ++ki)
+      for (float p : {0.0f, 0.1f}) {
+        AttentionShape s{.seq = seqs[si], .batch = 2, .heads = 4, .kv_heads = kv_heads[ki],
+                         .head_dim = dims[(si + ki) % 3]};
+        SCOPED_TRACE(::testing::Message() << "seq " << s.seq << " kv_heads " << s.kv_heads << " d " << s.head_dim
+                                        << " p " << p);
+        Problem pr(s, p, 100 * si + 10 * ki + (p > 0));
+        pr.run();
+        Reference ref = reference_forward(to_double(pr.q), to_double(pr.k), to_double(pr.v), s, pr.scale, pr.drop);
+        reference_backward(to_double(pr.q), to_double(pr.k), to_double(pr.v), to_double(pr.dout), s, pr.scale,
+                           pr.drop, ref);
+        EXPECT_LE(max_scaled_error(pr.out, ref.out, 1e-5, 1e-5), 1.0);
+        EXPECT_LE(max_scaled_error(pr.lse, ref.lse, 1e-5, 1e-5), 1.0);
+        EXPECT_LE(max_scaled_error(pr.dq, ref.dq, 1e-5, 1e-5), 1.0);
+        EXPECT_LE(max_scaled_error(pr.dk, ref.dk, 1e-5, 1e-5), 1.0);
+        EXPECT_LE(max_scaled_error(pr.dv, ref.dv, 1e-5, 1e-5), 1.0);
+      }
+}
+
+// The reference backward is itself checked against finite differences of L = sum(out * R).
+TEST(Attention, ReferenceBackwardMatchesNumericGradient) {
+  for (float p : {0.0f, 0.3f}) {
+    for (int64_t kv : {2, 1}) {
+      AttentionShape s{.seq = 5, .batch = 2, .heads = 2, .kv_heads = kv, .head_dim = 3};
+      SCOPED_TRACE(::testing::Message() << "p " << p << " kv_heads " << kv);
+      Problem pr(s, p, 7 + kv);
+      const auto q = to_double(pr.q), k = to_double(pr.k), v = to_double(pr.v), r = to_double(pr.dout);
+      auto loss = [&](const std::vector<double>& qq, const std::vector<double>& kk, const std::vector<double>& vv) {
+        Reference f = reference_forward(qq, kk, vv, s, pr.scale, pr.drop);
+        double sum = 0;
+        for (size_t i = 0; i < f.out.size(); ++i) sum += f.out[i] * r[i];
+        return sum;
+      };
+      Reference ref = reference_forward(q, k, v, s, pr.scale, pr.drop);
+      reference_backward(q, k, v, r, s, pr.scale, pr.drop, ref);
+      auto gq = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(x, k, v); }, q);
+      auto gk = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(q, x, v); }, k);
+      auto gv = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(q, k, x); }, v);
+      EXPECT_LE(max_scaled_error(ref.dq, gq, 1e-7, 1e-6), 1.0);
+      EXPECT_LE(max_scaled_error(ref.dk, gk, 1e-7, 1e-6), 1.0);
+      EXPECT_LE(max_scaled_error(ref.dv, gv, 1e-7, 1e-6), 1.0);
+    }
+  }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(Attention, BitwiseIdenticalAcrossThreadCounts) {
+  AttentionShape s{.seq = 130, .batch = 2, .heads = 4, .kv_heads = 2, .head_dim = 16};
+  Problem one(s, 0.1f, 5), two(s, 0.1f, 5);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  one.run();
+  omp_set_num_threads(2);
+  two.run();
+  omp_set_num_threads(saved);
+  EXPECT_TRUE(same_bits(one.out, two.out));
+  EXPECT_TRUE(same_bits(one.lse, two.lse));
+  EXPECT_TRUE(same_bits(one.dq, two.dq));
+  EXPECT_TRUE(same_bits(one.dk, two.dk));
+  EXPECT_TRUE(same_bits(one.dv, two.dv));
+}
+
+// Copies heads [h0, h0 + nh) of samples [b0, b0 + nb) out of a [seq, batch, heads, d] tensor.
+std::vector<float> slice(const std::vector<float>& x, const AttentionShape& s, int64_t heads, int64_t b0, int64_t nb,
+                         int64_t h0, int64_t nh) {
+  std::vector<float> y;
+  for (int64_t pos = 0; pos < s.seq; ++pos)
+    for (int64_t b = b0; b < b0 + nb; ++b)
+      for (int64_t h = h0; h < h0 + nh; ++h)
+        for (int64_t x_ = 0; x_ < s.head_dim; ++x_) y.push_back(x[at(s, heads, pos, b, h, x_)]);
+  return y;
+}
+
+// Tensor parallelism hands each rank a slice of the heads, data parallelism a slice of the samples:
+// with the offsets set, the slice must compute exactly what the full problem computes for it.
+TEST(Attention, DropoutMaskIsLayoutIndependent) {
+  AttentionShape full_shape{.seq = 70, .batch = 2, .heads = 4, .kv_heads = 2, .head_dim = 8};
+  Problem full(full_shape, 0.2f, 11);
+  full.run();
+
+  // Heads [2, 4) of sample 1 share kv head 1.
+  AttentionShape part_shape{.seq = 70, .batch = 1, .heads = 2, .kv_heads = 1, .head_dim = 8};
+  Problem part(part_shape, 0.2f, 0);
+  part.q = slice(full.q, full_shape, 4, 1, 1, 2, 2);
+  part.dout = slice(full.dout, full_shape, 4, 1, 1, 2, 2);
+  part.k = slice(full.k, full_shape, 2, 1, 1, 1, 1);
+  part.v = slice(full.v, full_shape, 2, 1, 1, 1, 1);
+  part.drop.total_heads = 4;
+  part.drop.head_offset = 2;
+  part.drop.sample_offset = 1;
+  part.run();
+
+  EXPECT_TRUE(same_bits(part.out, slice(full.out, full_shape, 4, 1, 1, 2, 2)));
+  EXPECT_TRUE(same_bits(part.dq, slice(full.dq, full_shape, 4, 1, 1, 2, 2)));
+  EXPECT_TRUE(same_bits(part.dk, slice(full.dk, full_shape, 2, 1, 1, 1, 1)));
+  EXPECT_TRUE(same_bits(part.dv, slice(full.dv, full_shape, 2, 1, 1, 1, 1)));
+  std::vector<float> lse_full(full.lse.begin() + (1 * 4 + 2) * 70, full.lse.begin() + (1 * 4 + 4) * 70);
+  EXPECT_TRUE(same_bits(part.lse, lse_full));
+
+  // And the mask does depend on the offsets (a wrong head_offset gives a different output).
+  Problem wrong = part;
+  wrong.drop.head_offset = 0;
+  wrong.run();
+  EXPECT_FALSE(same_bits(wrong.out, part.out));
+}
+
+TEST(Attention, RejectsBadShapes) {
+  AttentionShape s{.seq = 4, .batch = 1, .heads = 3, .kv_heads = 2, .head_dim = 8};
+  std::vector<float> buf(4 * 3 * 8), lse(12);
+  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), lse.data(), s, 1.0f, {}),
+               std::exception);
+  s.kv_heads = 3;
+  AttentionDropout drop;
+  drop.p = 0.1f;  // total_heads left at 0
+  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), lse.data(), s, 1.0f, drop),
+               std::exception);
+}
+
+// GPT-2 small's shape; prints the time, asserts nothing about it.
+TEST(Attention, Timing) {
+  AttentionShape s{.seq = 1024, .batch = 1, .heads = 12, .kv_heads = 12, .head_dim = 64};
+  for (float p : {0.0f, 0.1f}) {
+    Problem pr(s, p, 3);
+    pr.run();  // warm up
+    Timer fwd;
+    attention_forward(pr.q.data(), pr.k.data(), pr.v.data(), pr.out.data(), pr.lse.data(), s, pr.scale, pr.drop);
+    const double t_fwd = fwd.seconds();
+    Timer bwd;
+    attention_backward(pr.q.data(), pr.k.data(), pr.v.data(), pr.out.data(), pr.lse.data(), pr.dout.data(),
+                       pr.dq.data(), pr.dk.data(), pr.dv.data(), s, pr.scale, pr.drop);
+    const double t_bwd = bwd.seconds();
+    std::printf("attention seq 1024 x 12 heads x d 64, dropout %.1f, %d threads: forward %.1f ms, backward %.1f ms\n",
+                p, omp_get_max_threads(), 1e3 * t_fwd, 1e3 * t_bwd);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::kernels

@@ -1,0 +1,53 @@
+#include "kernels/linear.h"
+
+#include "kernels/gemm.h"
+
+namespace tessera::kernels {
+
+void linear_forward(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t in,
+                    int64_t out) {
+  GemmArgs g;
+  g.trans_b = Trans::T;  // y = x w^T
+  g.m = rows, g.n = out, g.k = in;
+  g.a = x, g.lda = in;
+  g.b = w, g.ldb = in;
+  g.c = y, g.ldc = out;
+  g.bias = b;
+  gemm(g);
+}
+
+void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
+                     int64_t rows, int64_t in, int64_t out, bool accumulate_dx) {
+  if (dx) {  // dx = dy w
+    GemmArgs g;
+    g.m = rows, g.n = in, g.k = out;
+    g.a = dy, g.lda = out;
+    g.b = w, g.ldb = in;
+    g.c = dx, g.ldc = in;
+    g.beta = accumulate_dx ? 1.0f : 0.0f;
+    gemm(g);
+  }
+  if (dw) {  // dw += dy^T x
+    GemmArgs g;
+    g.trans_a = Trans::T;
+    g.m = out, g.n = in, g.k = rows;
+    g.a = dy, g.lda = out;
+    g.b = x, g.ldb = in;
+    g.c = dw, g.ldc = in;
+    g.beta = 1.0f;
+    gemm(g);
+  }
+  if (db) {  // db += column sums of dy: blocks of columns in parallel, rows in order (deterministic)
+    constexpr int64_t kBlock = 64;
+#pragma omp parallel for schedule(static)
+    for (int64_t j0 = 0; j0 < out; j0 += kBlock) {
+      int64_t j1 = j0 + kBlock < out ? j0 + kBlock : out;
+      float sum[kBlock] = {};
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = j0; j < j1; ++j) sum[j - j0] += dy[r * out + j];
+      for (int64_t j = j0; j < j1; ++j) db[j] += sum[j - j0];
+    }
+  }
+}
+
+}  // namespace tessera::kernels

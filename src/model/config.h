@@ -1,0 +1,49 @@
+// The model's hyper-parameters, named as Megatron-LM's flags (--num-layers, --hidden-size, ...).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::model {
+
+enum class PositionEmbedding { LearnedAbsolute, Rope };
+enum class Normalization { LayerNorm, RMSNorm };
+
+struct GptConfig {
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_query_groups = 0;  // == num_attention_heads unless grouped-query attention
+  int64_t kv_channels = 0;       // head dimension
+  int64_t ffn_hidden_size = 0;
+  int64_t seq_length = 0;
+  int64_t max_position_embeddings = 0;
+  int64_t vocab_size = 0;         // the tokenizer's
+  int64_t padded_vocab_size = 0;  // rounded up to --make-vocab-size-divisible-by
+  PositionEmbedding position_embedding = PositionEmbedding::LearnedAbsolute;
+  float rotary_base = 10000.0f;
+  float rotary_percent = 1.0f;
+  Normalization normalization = Normalization::LayerNorm;
+  float norm_epsilon = 1e-5f;
+  bool swiglu = false;
+  bool untie_embeddings_and_output_weights = false;
+  bool add_bias_linear = true;
+  float hidden_dropout = 0.1f;
+  float attention_dropout = 0.1f;
+  float init_method_std = 0.02f;
+
+  int64_t query_heads_per_group() const { return num_attention_heads / num_query_groups; }
+  int64_t qkv_size() const { return (num_attention_heads + 2 * num_query_groups) * kv_channels; }
+  int64_t rotary_dim() const {
+    return static_cast<int64_t>(static_cast<double>(kv_channels) * rotary_percent) / 2 * 2;
+  }
+  int64_t parameter_count() const;
+};
+
+// Megatron's vocabulary padding: the smallest multiple of divisible_by * tensor_parallel >= vocab.
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tensor_parallel);
+
+// Megatron's num_floating_point_operations for one iteration (forward + backward) of `batch` samples.
+double model_flops_per_iteration(const GptConfig& c, int64_t batch);
+
+}  // namespace tessera::model

@@ -1,0 +1,59 @@
+// GPT: token (+ learned position) embedding, a stack of pre-LN transformer layers, a final norm and an
+// output layer tied to the word embedding unless --untie-embeddings-and-output-weights, trained with
+// next-token cross-entropy.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/transformer_layer.h"
+
+namespace tessera::model {
+
+// A micro-batch as the data pipeline produces it: sample-major [batch, seq].
+struct MicroBatch {
+  Tensor tokens;     // int32 [batch, seq]
+  Tensor labels;     // int32 [batch, seq]: the next tokens
+  Tensor loss_mask;  // fp32 [batch, seq]: 1 where the token counts in the loss
+  int64_t sample_offset = 0;  // global index of the first sample (keys dropout)
+};
+
+// Everything backward needs from forward for one micro-batch.
+struct GptActivations {
+  Tensor tokens, labels, loss_mask, positions;  // [seq, batch] layout (row t = s * batch + b)
+  Tensor embedded;
+  std::vector<LayerActivations> layers;
+  Tensor final_input, final_ln, final_mean, final_rstd;
+  Tensor logits, lse;  // logits [T, padded vocab]
+};
+
+class GptModel {
+ public:
+  // Declares the parameters in `params` (allocate them before the first forward).
+  GptModel(const GptConfig& config, ParameterSet& params);
+
+  const GptConfig& config() const { return config_; }
+
+  // Returns the sum over tokens of loss * loss_mask; fills `rec` for backward.
+  double forward(const MicroBatch& batch, const ForwardContext& ctx, GptActivations& rec) const;
+  // Accumulates gradients of (grad_scale * sum of masked per-token losses) into the parameters' grads.
+  // Consumes `rec` (its logits become dlogits).
+  void backward(GptActivations& rec, const ForwardContext& ctx, float grad_scale) const;
+
+  // Logits of the last position of each sample, for generation: [batch, padded vocab].
+  Tensor forward_logits(const Tensor& tokens) const;
+
+ private:
+  Tensor embed(GptActivations& rec, const ForwardContext& ctx) const;
+  const float* output_weight() const;
+  float* output_weight_grad() const;
+
+  GptConfig config_;
+  Parameter* word_embeddings_;
+  Parameter* position_embeddings_ = nullptr;
+  std::vector<std::unique_ptr<TransformerLayer>> layers_;
+  std::unique_ptr<Norm> final_norm_;
+  Parameter* output_layer_ = nullptr;  // null when tied to the word embeddings
+};
+
+}  // namespace tessera::model

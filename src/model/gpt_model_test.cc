@@ -1,0 +1,178 @@
+#include "model/gpt_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/philox.h"
+
+namespace tessera::model {
+namespace {
+
+GptConfig tiny_config(bool llama_style) {
+  GptConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 16;
+  c.num_attention_heads = 4;
+  c.num_query_groups = llama_style ? 2 : 4;
+  c.kv_channels = 4;
+  c.ffn_hidden_size = llama_style ? 24 : 64;
+  c.seq_length = 6;
+  c.max_position_embeddings = 8;
+  c.vocab_size = 13;
+  c.padded_vocab_size = 16;
+  c.position_embedding = llama_style ? PositionEmbedding::Rope : PositionEmbedding::LearnedAbsolute;
+  c.normalization = llama_style ? Normalization::RMSNorm : Normalization::LayerNorm;
+  c.swiglu = llama_style;
+  c.untie_embeddings_and_output_weights = llama_style;
+  c.add_bias_linear = !llama_style;
+  c.hidden_dropout = 0.1f;
+  c.attention_dropout = 0.1f;
+  c.init_method_std = 0.2f;  // large enough that every path carries gradient
+  return c;
+}
+
+MicroBatch random_batch(const GptConfig& c, int64_t batch, uint64_t seed) {
+  MicroBatch mb;
+  mb.tokens = Tensor::empty({batch, c.seq_length}, DType::I32);
+  mb.labels = Tensor::empty({batch, c.seq_length}, DType::I32);
+  mb.loss_mask = Tensor::empty({batch, c.seq_length});
+  PhiloxStream s(seed, 1);
+  for (int64_t i = 0; i < mb.tokens.numel(); ++i) {
+    mb.tokens.i32()[i] = static_cast<int32_t>(s.bits(2 * i) % c.vocab_size);
+    mb.labels.i32()[i] = static_cast<int32_t>(s.bits(2 * i + 1) % c.vocab_size);
+    mb.loss_mask.f32()[i] = (i % 5 == 3) ? 0.0f : 1.0f;  // some masked tokens
+  }
+  return mb;
+}
+
+ForwardContext context(const GptConfig& c, int64_t batch, bool training) {
+  ForwardContext ctx;
+  ctx.seed = 7;
+  ctx.iteration = 3;
+  ctx.sample_offset = 10;
+  ctx.training = training;
+  ctx.seq = c.seq_length;
+  ctx.batch = batch;
+  return ctx;
+}
+
+// Every gradient of the whole model against central differences of its loss (dropout on: masks are a
+// function of the element's coordinates, so the perturbed forwards see the same masks).
+void check_gradients(bool llama_style) {
+  GptConfig c = tiny_config(llama_style);
+  ParameterSet params;
+  GptModel model(c, params);
+  params.allocate(42);
+  const int64_t batch = 2;
+  MicroBatch mb = random_batch(c, batch, 5);
+  ForwardContext ctx = context(c, batch, true);
+  const float scale = 1.0f / static_cast<float>(batch * c.seq_length);
+
+  GptActivations rec;
+  model.forward(mb, ctx, rec);
+  model.backward(rec, ctx, scale);
+  std::vector<float> analytic(params.grads().f32(), params.grads().f32() + params.numel());
+
+  auto loss = [&]() {
+    GptActivations r;
+    return model.forward(mb, ctx, r) * scale;
+  };
+  float* w = params.values().f32();
+  PhiloxStream pick(9, 9);
+  int checked = 0;
+  for (const Parameter& p : params.params()) {
+    // A few elements of every parameter tensor (all of small ones).
+    int64_t n = p.value.numel();
+    for (int trial = 0; trial < std::min<int64_t>(n, 6); ++trial) {
+      int64_t i = p.offset + static_cast<int64_t>(pick.bits(checked) % n);
+      const float h = 1e-2f;
+      float saved = w[i];
+      w[i] = saved + h;
+      double up = loss();
+      w[i] = saved - h;
+      double down = loss();
+      w[i] = saved;
+      double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(analytic[i], numeric, 2e-4 + 2e-2 * std::abs(numeric))
+          << p.spec.name << " element " << i - p.offset;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
+}
+
+TEST(GptModel, GradientsMatchFiniteDifferencesGpt2Style) { check_gradients(false); }
+TEST(GptModel, GradientsMatchFiniteDifferencesLlamaStyle) { check_gradients(true); }
+
+TEST(GptModel, InitialisationDoesNotDependOnDeclarationOrder) {
+  ParameterSet forward_order, reverse_order;
+  std::vector<ParameterSpec> specs = {{"a.weight", {3, 5}, Init::Normal, 0.02f, true},
+                                      {"b.weight", {7}, Init::Normal, 1.0f, true},
+                                      {"c.bias", {4}, Init::Zeros, 0.0f, false}};
+  for (const auto& s : specs) forward_order.add(s);
+  for (auto it = specs.rbegin(); it != specs.rend(); ++it) reverse_order.add(*it);
+  forward_order.allocate(1234);
+  reverse_order.allocate(1234);
+  for (const auto& s : specs) {
+    const Tensor& a = forward_order.get(s.name).value;
+    const Tensor& b = reverse_order.get(s.name).value;
+    for (int64_t i = 0; i < a.numel(); ++i) EXPECT_EQ(a.f32()[i], b.f32()[i]) << s.name;
+  }
+  // A different seed gives different weights; std scales them.
+  ParameterSet other;
+  for (const auto& s : specs) other.add(s);
+  other.allocate(1235);
+  EXPECT_NE(other.get("a.weight").value.f32()[0], forward_order.get("a.weight").value.f32()[0]);
+  double sq = 0;
+  for (int64_t i = 0; i < 15; ++i) sq += std::pow(forward_order.get("a.weight").value.f32()[i], 2);
+  EXPECT_LT(std::sqrt(sq / 15), 0.05);
+}
+
+TEST(GptModel, DropoutIsKeyedByIterationAndOffInEvaluation) {
+  GptConfig c = tiny_config(false);
+  ParameterSet params;
+  GptModel model(c, params);
+  params.allocate(1);
+  MicroBatch mb = random_batch(c, 2, 3);
+  GptActivations r;
+  ForwardContext ctx = context(c, 2, true);
+  double a = model.forward(mb, ctx, r);
+  double b = model.forward(mb, ctx, r);
+  EXPECT_EQ(a, b);
+  ctx.iteration += 1;
+  EXPECT_NE(model.forward(mb, ctx, r), a);
+  ForwardContext eval = context(c, 2, false);
+  double e1 = model.forward(mb, eval, r);
+  eval.iteration += 5;
+  EXPECT_EQ(model.forward(mb, eval, r), e1);
+}
+
+TEST(GptModel, ParameterCountMatchesTheDeclaredParameters) {
+  for (bool llama : {false, true}) {
+    GptConfig c = tiny_config(llama);
+    ParameterSet params;
+    GptModel model(c, params);
+    EXPECT_EQ(params.numel(), c.parameter_count());
+  }
+}
+
+TEST(GptModel, MegatronFlopsFormula) {
+  // GPT-2 124M at seq 1024: 12 * b * s * l * h^2 * (1 + 1 + s/h + 4 + V/(2 l h)).
+  GptConfig c;
+  c.num_layers = 12;
+  c.hidden_size = 768;
+  c.num_attention_heads = 12;
+  c.num_query_groups = 12;
+  c.kv_channels = 64;
+  c.ffn_hidden_size = 3072;
+  c.seq_length = 1024;
+  c.padded_vocab_size = 50304;
+  double expected = 12.0 * 1024 * 12 * 768.0 * 768 * (2 + 1024.0 / 768 + 4 + 50304.0 / (2 * 12 * 768));
+  EXPECT_NEAR(model_flops_per_iteration(c, 1), expected, expected * 1e-12);
+  EXPECT_EQ(padded_vocab_size(50257, 128, 1), 50304);
+  EXPECT_EQ(padded_vocab_size(50257, 128, 8), 51200);
+}
+
+}  // namespace
+}  // namespace tessera::model

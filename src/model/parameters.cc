@@ -1,0 +1,50 @@
+#include "model/parameters.h"
+
+#include "core/philox.h"
+
+namespace tessera::model {
+
+Parameter* ParameterSet::add(ParameterSpec spec) {
+  TESSERA_CHECK(!allocated(), "parameter ", spec.name, " declared after the buffers were allocated");
+  for (const Parameter& p : params_) TESSERA_CHECK(p.spec.name != spec.name, "duplicate parameter ", spec.name);
+  Parameter& p = params_.emplace_back();
+  p.offset = numel_;
+  numel_ += shape_numel(spec.shape);
+  p.spec = std::move(spec);
+  return &p;
+}
+
+void ParameterSet::allocate(uint64_t seed) {
+  values_ = Tensor::empty({numel_});
+  grads_ = Tensor::zeros({numel_});
+  for (Parameter& p : params_) {
+    int64_t n = shape_numel(p.spec.shape);
+    p.value = values_.flat_range(p.offset, n).view(p.spec.shape);
+    p.grad = grads_.flat_range(p.offset, n).view(p.spec.shape);
+    initialize_parameter(p.spec, seed, p.value);
+  }
+}
+
+Parameter& ParameterSet::get(const std::string& name) {
+  for (Parameter& p : params_)
+    if (p.spec.name == name) return p;
+  throw Error(str_cat("no parameter named ", name));
+}
+
+void initialize_parameter(const ParameterSpec& spec, uint64_t seed, const Tensor& out) {
+  check_shape(out, spec.shape, spec.name.c_str());
+  switch (spec.init) {
+    case Init::Zeros: out.fill_(0.0f); return;
+    case Init::Ones: out.fill_(1.0f); return;
+    case Init::Normal: {
+      PhiloxStream stream(seed, hash_name(spec.name));
+      float* p = out.f32();
+      int64_t n = out.numel();
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) p[i] = spec.std * stream.normal(static_cast<uint64_t>(i));
+      return;
+    }
+  }
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,57 @@
+// Parameters and their gradients live in two flat fp32 buffers; each parameter is a named view into
+// them. Flat buffers are what data-parallel buckets, the distributed optimizer and checkpoints slice.
+// Initial values are a pure function of (seed, parameter name, element index), so they do not depend on
+// the order in which parameters are created (or, later, on how a parameter is sharded).
+#pragma once
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tessera::model {
+
+enum class Init { Normal, Zeros, Ones };
+
+struct ParameterSpec {
+  std::string name;  // Megatron-core naming, e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
+  Shape shape;
+  Init init = Init::Normal;
+  float std = 0.0f;           // for Init::Normal
+  bool weight_decay = true;   // false for biases and norm weights, as Megatron
+};
+
+struct Parameter {
+  ParameterSpec spec;
+  int64_t offset = 0;  // element offset in the flat buffers
+  Tensor value;
+  Tensor grad;
+};
+
+class ParameterSet {
+ public:
+  // Declares a parameter; its tensors exist after allocate(). The returned pointer stays valid.
+  Parameter* add(ParameterSpec spec);
+  // Creates the flat buffers in declaration order and initialises every parameter from (seed, name).
+  void allocate(uint64_t seed);
+
+  bool allocated() const { return values_.defined(); }
+  int64_t numel() const { return numel_; }
+  const Tensor& values() const { return values_; }
+  const Tensor& grads() const { return grads_; }
+  std::deque<Parameter>& params() { return params_; }
+  const std::deque<Parameter>& params() const { return params_; }
+  Parameter& get(const std::string& name);
+  void zero_grad() const { grads_.zero_(); }
+
+ private:
+  std::deque<Parameter> params_;
+  int64_t numel_ = 0;
+  Tensor values_, grads_;
+};
+
+// Fills `out` with the initial value of parameter `spec` for the given seed.
+void initialize_parameter(const ParameterSpec& spec, uint64_t seed, const Tensor& out);
+
+}  // namespace tessera::model

@@ -1,0 +1,193 @@
+#include "model/transformer_layer.h"
+
+#include <cmath>
+
+#include "kernels/activations.h"
+#include "kernels/attention.h"
+#include "kernels/dropout.h"
+#include "kernels/rotary.h"
+
+namespace tessera::model {
+namespace {
+
+std::string layer_prefix(int64_t layer_number) {
+  return str_cat("decoder.layers.", layer_number - 1, ".");
+}
+
+// The fused QKV projection's rows are grouped as Megatron lays them out: for each query group, its
+// query heads, then its key head, then its value head. Splitting the weight by groups is then a
+// contiguous split, which is what tensor parallelism needs.
+void split_qkv(const float* qkv, float* q, float* k, float* v, int64_t rows, int64_t groups, int64_t per_group,
+               int64_t d) {
+  int64_t row_width = groups * (per_group + 2) * d;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* src = qkv + t * row_width;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* group = src + g * (per_group + 2) * d;
+      for (int64_t j = 0; j < per_group * d; ++j) q[(t * groups * per_group + g * per_group) * d + j] = group[j];
+      for (int64_t j = 0; j < d; ++j) k[(t * groups + g) * d + j] = group[per_group * d + j];
+      for (int64_t j = 0; j < d; ++j) v[(t * groups + g) * d + j] = group[(per_group + 1) * d + j];
+    }
+  }
+}
+
+void merge_qkv(const float* q, const float* k, const float* v, float* qkv, int64_t rows, int64_t groups,
+               int64_t per_group, int64_t d) {
+  int64_t row_width = groups * (per_group + 2) * d;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < rows; ++t) {
+    float* dst = qkv + t * row_width;
+    for (int64_t g = 0; g < groups; ++g) {
+      float* group = dst + g * (per_group + 2) * d;
+      for (int64_t j = 0; j < per_group * d; ++j) group[j] = q[(t * groups * per_group + g * per_group) * d + j];
+      for (int64_t j = 0; j < d; ++j) group[per_group * d + j] = k[(t * groups + g) * d + j];
+      for (int64_t j = 0; j < d; ++j) group[(per_group + 1) * d + j] = v[(t * groups + g) * d + j];
+    }
+  }
+}
+
+void add_into(const Tensor& dst, const Tensor& src) {
+  float* a = dst.f32();
+  const float* b = src.f32();
+  int64_t n = dst.numel();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+}
+
+}  // namespace
+
+TransformerLayer::TransformerLayer(const GptConfig& config, int64_t layer_number, ParameterSet& params)
+    : config_(config),
+      layer_number_(layer_number),
+      input_norm_(params, layer_prefix(layer_number) + "input_layernorm", config),
+      pre_mlp_norm_(params, layer_prefix(layer_number) + "pre_mlp_layernorm", config),
+      qkv_(params, layer_prefix(layer_number) + "self_attention.linear_qkv", config.hidden_size, config.qkv_size(),
+           config.add_bias_linear, config.init_method_std),
+      // Output projections start smaller, std / sqrt(2 * layers), as Megatron's scaled_init_method_normal.
+      proj_(params, layer_prefix(layer_number) + "self_attention.linear_proj",
+            config.num_attention_heads * config.kv_channels, config.hidden_size, config.add_bias_linear,
+            config.init_method_std / std::sqrt(2.0f * static_cast<float>(config.num_layers))),
+      fc1_(params, layer_prefix(layer_number) + "mlp.linear_fc1", config.hidden_size,
+           config.swiglu ? 2 * config.ffn_hidden_size : config.ffn_hidden_size, config.add_bias_linear,
+           config.init_method_std),
+      fc2_(params, layer_prefix(layer_number) + "mlp.linear_fc2", config.ffn_hidden_size, config.hidden_size,
+           config.add_bias_linear, config.init_method_std / std::sqrt(2.0f * static_cast<float>(config.num_layers))) {}
+
+void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx, int site, bool backward) const {
+  if (!ctx.training || config_.hidden_dropout == 0.0f) return;
+  kernels::DropoutRegion region{ctx.seq, ctx.batch, config_.hidden_size, 0, ctx.seq, ctx.sample_offset};
+  uint64_t stream = dropout_stream(ctx.iteration, layer_number_, site);
+  if (backward)
+    kernels::dropout_backward(x.f32(), x.f32(), config_.hidden_dropout, ctx.seed, stream, region);
+  else
+    kernels::dropout_forward(x.f32(), x.f32(), config_.hidden_dropout, ctx.seed, stream, region);
+}
+
+namespace {
+kernels::AttentionShape attention_shape(const GptConfig& c, const ForwardContext& ctx) {
+  return {ctx.seq, ctx.batch, c.num_attention_heads, c.num_query_groups, c.kv_channels};
+}
+kernels::AttentionDropout attention_dropout(const GptConfig& c, const ForwardContext& ctx, int64_t layer_number,
+                                            int site) {
+  kernels::AttentionDropout d;
+  d.p = ctx.training ? c.attention_dropout : 0.0f;
+  d.seed = ctx.seed;
+  d.stream = dropout_stream(ctx.iteration, layer_number, site);
+  d.sample_offset = ctx.sample_offset;
+  d.head_offset = 0;
+  d.total_heads = c.num_attention_heads;
+  return d;
+}
+}  // namespace
+
+Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, const ForwardContext& ctx,
+                                 LayerActivations& rec) const {
+  const GptConfig& c = config_;
+  const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;
+  rec.input = x;
+
+  // Attention block.
+  input_norm_.forward(x, rec.ln1, rec.ln1_mean, rec.ln1_rstd);
+  Tensor qkv = qkv_.forward(rec.ln1);
+  rec.q = Tensor::empty({rows, c.num_attention_heads, d});
+  rec.k = Tensor::empty({rows, c.num_query_groups, d});
+  rec.v = Tensor::empty({rows, c.num_query_groups, d});
+  split_qkv(qkv.f32(), rec.q.f32(), rec.k.f32(), rec.v.f32(), rows, c.num_query_groups, c.query_heads_per_group(), d);
+  qkv = Tensor();
+  if (c.position_embedding == PositionEmbedding::Rope) {
+    kernels::rope_forward(rec.q.f32(), positions, rows, c.num_attention_heads, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(rec.k.f32(), positions, rows, c.num_query_groups, d, c.rotary_dim(), c.rotary_base);
+  }
+  rec.attn = Tensor::empty({rows, c.num_attention_heads * d});
+  rec.lse = Tensor::empty({ctx.batch, c.num_attention_heads, ctx.seq});
+  kernels::attention_forward(rec.q.f32(), rec.k.f32(), rec.v.f32(), rec.attn.f32(), rec.lse.f32(),
+                             attention_shape(c, ctx), 1.0f / std::sqrt(static_cast<float>(d)),
+                             attention_dropout(c, ctx, layer_number_, kAttentionProbs));
+  Tensor h = proj_.forward(rec.attn);
+  hidden_dropout(h, ctx, kAttentionOutput, false);
+  add_into(h, x);
+  rec.residual = h;
+
+  // MLP block.
+  pre_mlp_norm_.forward(h, rec.ln2, rec.ln2_mean, rec.ln2_rstd);
+  rec.fc1 = fc1_.forward(rec.ln2);
+  rec.act = Tensor::empty({rows, c.ffn_hidden_size});
+  if (c.swiglu)
+    kernels::swiglu_forward(rec.fc1.f32(), rec.act.f32(), rows, c.ffn_hidden_size);
+  else
+    kernels::gelu_forward(rec.fc1.f32(), rec.act.f32(), rec.act.numel());
+  Tensor y = fc2_.forward(rec.act);
+  hidden_dropout(y, ctx, kMlpOutput, false);
+  add_into(y, h);
+  return y;
+}
+
+Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, const ForwardContext& ctx,
+                                  const LayerActivations& rec) const {
+  const GptConfig& c = config_;
+  const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;
+
+  // MLP block: dh starts as the residual path's gradient dy.
+  Tensor dh = dy.clone();
+  Tensor dfc2 = dy.clone();
+  hidden_dropout(dfc2, ctx, kMlpOutput, true);
+  Tensor dact = fc2_.backward(dfc2, rec.act);
+  dfc2 = Tensor();
+  Tensor dfc1 = Tensor::empty(rec.fc1.shape());
+  if (c.swiglu)
+    kernels::swiglu_backward(rec.fc1.f32(), dact.f32(), dfc1.f32(), rows, c.ffn_hidden_size);
+  else
+    kernels::gelu_backward(rec.fc1.f32(), dact.f32(), dfc1.f32(), dfc1.numel());
+  dact = Tensor();
+  Tensor dln2 = fc1_.backward(dfc1, rec.ln2);
+  dfc1 = Tensor();
+  pre_mlp_norm_.backward(dln2, rec.residual, rec.ln2_mean, rec.ln2_rstd, dh);
+  dln2 = Tensor();
+
+  // Attention block: dx starts as the residual path's gradient dh.
+  Tensor dproj = dh.clone();
+  hidden_dropout(dproj, ctx, kAttentionOutput, true);
+  Tensor dattn = proj_.backward(dproj, rec.attn);
+  dproj = Tensor();
+  Tensor dq = Tensor::empty(rec.q.shape()), dk = Tensor::empty(rec.k.shape()), dv = Tensor::empty(rec.v.shape());
+  kernels::attention_backward(rec.q.f32(), rec.k.f32(), rec.v.f32(), rec.attn.f32(), rec.lse.f32(), dattn.f32(),
+                              dq.f32(), dk.f32(), dv.f32(), attention_shape(c, ctx),
+                              1.0f / std::sqrt(static_cast<float>(d)),
+                              attention_dropout(c, ctx, layer_number_, kAttentionProbs));
+  dattn = Tensor();
+  if (c.position_embedding == PositionEmbedding::Rope) {
+    kernels::rope_backward(dq.f32(), positions, rows, c.num_attention_heads, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_backward(dk.f32(), positions, rows, c.num_query_groups, d, c.rotary_dim(), c.rotary_base);
+  }
+  Tensor dqkv = Tensor::empty({rows, c.qkv_size()});
+  merge_qkv(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), rows, c.num_query_groups, c.query_heads_per_group(), d);
+  dq = dk = dv = Tensor();
+  Tensor dln1 = qkv_.backward(dqkv, rec.ln1);
+  dqkv = Tensor();
+  Tensor dx = dh;
+  input_norm_.backward(dln1, rec.input, rec.ln1_mean, rec.ln1_rstd, dx);
+  return dx;
+}
+
+}  // namespace tessera::model

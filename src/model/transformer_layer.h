@@ -1,0 +1,45 @@
+// One pre-LN transformer layer (Megatron's ParallelTransformerLayer on one rank):
+//   h = x + dropout(proj(attention(rope(qkv(norm1(x))))))
+//   y = h + dropout(fc2(act(fc1(norm2(h)))))
+// Activations are [seq, batch, hidden] (Megatron's [s, b, h]); row t of a 2-D view is (s, b) = (t / B, t % B).
+#pragma once
+
+#include <memory>
+
+#include "model/modules.h"
+
+namespace tessera::model {
+
+// What the backward of one layer needs from its forward, for one micro-batch.
+struct LayerActivations {
+  Tensor input;
+  Tensor ln1, ln1_mean, ln1_rstd;
+  Tensor q, k, v;  // after rotary embedding: [T, heads, d], [T, groups, d], [T, groups, d]
+  Tensor attn, lse;
+  Tensor residual;  // h
+  Tensor ln2, ln2_mean, ln2_rstd;
+  Tensor fc1, act;
+};
+
+class TransformerLayer {
+ public:
+  // layer_number is 1-based and global (across pipeline stages), as in Megatron.
+  TransformerLayer(const GptConfig& config, int64_t layer_number, ParameterSet& params);
+
+  // x [T, hidden] -> y [T, hidden]; positions [T] for rotary embeddings.
+  Tensor forward(const Tensor& x, const int32_t* positions, const ForwardContext& ctx, LayerActivations& rec) const;
+  // dy [T, hidden] -> dx [T, hidden]; accumulates parameter gradients.
+  Tensor backward(const Tensor& dy, const int32_t* positions, const ForwardContext& ctx,
+                  const LayerActivations& rec) const;
+
+ private:
+  enum DropoutSite { kAttentionProbs = 1, kAttentionOutput = 2, kMlpOutput = 3 };
+  void hidden_dropout(const Tensor& x, const ForwardContext& ctx, int site, bool backward) const;
+
+  const GptConfig& config_;
+  int64_t layer_number_;
+  Norm input_norm_, pre_mlp_norm_;
+  Linear qkv_, proj_, fc1_, fc2_;
+};
+
+}  // namespace tessera::model

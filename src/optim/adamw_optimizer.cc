@@ -1,0 +1,44 @@
+#include "optim/adamw_optimizer.h"
+
+#include <cmath>
+
+#include "kernels/adamw.h"
+
+namespace tessera::optim {
+
+AdamWOptimizer::AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& config)
+    : params_(params), config_(config) {
+  TESSERA_CHECK(params.allocated(), "AdamWOptimizer: parameters are not allocated");
+  exp_avg_ = Tensor::zeros({params.numel()});
+  exp_avg_sq_ = Tensor::zeros({params.numel()});
+}
+
+StepResult AdamWOptimizer::step(float lr) {
+  StepResult result;
+  const Tensor& grads = params_.grads();
+  result.grad_norm = std::sqrt(kernels::sum_of_squares(grads.f32(), grads.numel()));
+  if (!std::isfinite(result.grad_norm)) {
+    result.skipped = true;
+    return result;
+  }
+  if (config_.clip_grad > 0) {
+    double coeff = config_.clip_grad / (result.grad_norm + 1e-6);
+    if (coeff < 1.0) {
+      float c = static_cast<float>(coeff);
+      float* g = grads.f32();
+      int64_t n = grads.numel();
+#pragma omp parallel for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) g[i] *= c;
+    }
+  }
+  ++steps_;
+  for (model::Parameter& p : params_.params()) {
+    kernels::AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps,
+                          p.spec.weight_decay ? config_.weight_decay : 0.0f, steps_};
+    kernels::adamw_step(p.value.f32(), p.grad.f32(), exp_avg_.f32() + p.offset, exp_avg_sq_.f32() + p.offset,
+                        p.value.numel(), h);
+  }
+  return result;
+}
+
+}  // namespace tessera::optim

@@ -1,0 +1,218 @@
+#include "train/arguments.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+
+namespace tessera::train {
+namespace {
+
+// The rule helpers name the flag, its value and the rule.
+template <typename T>
+void require(bool ok, const char* flag, T value, const std::string& rule) {
+  TESSERA_CHECK(ok, flag, "=", value, ": ", rule);
+}
+
+template <typename T>
+void require_positive(const char* flag, T value) {
+  require(value > 0, flag, value, "must be positive");
+}
+
+}  // namespace
+
+TrainArguments parse_train_arguments(const std::vector<std::string>& args) {
+  TrainArguments a;
+  CLI::App app{"tessera train: train a GPT model with Megatron-LM's flags", "tessera train"};
+  app.option_defaults()->always_capture_default();
+  // As with argparse in Megatron, a flag given twice takes its last value, so scripts can append overrides.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  auto* m = app.add_option_group("model");
+  m->add_option("--num-layers", a.num_layers, "Number of transformer layers")->required();
+  m->add_option("--hidden-size", a.hidden_size, "Transformer hidden size")->required();
+  m->add_option("--num-attention-heads", a.num_attention_heads, "Number of attention heads")->required();
+  m->add_option("--ffn-hidden-size", a.ffn_hidden_size, "MLP hidden size (default 4h, or 8h/3 rounded to 64 with SwiGLU)");
+  m->add_option("--kv-channels", a.kv_channels, "Head dimension (default hidden / heads)");
+  m->add_flag("--group-query-attention", a.group_query_attention, "Use grouped-query attention");
+  m->add_option("--num-query-groups", a.num_query_groups, "Key/value heads with --group-query-attention");
+  m->add_option("--seq-length", a.seq_length, "Sequence length")->required();
+  m->add_option("--max-position-embeddings", a.max_position_embeddings, "Positions of the learned embedding (default seq length)");
+  m->add_option("--position-embedding-type", a.position_embedding_type, "learned_absolute or rope");
+  m->add_option("--rotary-base", a.rotary_base, "Base of the rotary frequencies");
+  m->add_option("--rotary-percent", a.rotary_percent, "Fraction of each head rotated by RoPE");
+  m->add_option("--normalization", a.normalization, "LayerNorm or RMSNorm");
+  m->add_option("--norm-epsilon", a.norm_epsilon, "Epsilon of the norms");
+  m->add_flag("--swiglu", a.swiglu, "SwiGLU MLP instead of GELU");
+  m->add_flag("--untie-embeddings-and-output-weights", a.untie_embeddings_and_output_weights,
+              "Separate output layer instead of the word embedding");
+  m->add_flag("--disable-bias-linear", a.disable_bias_linear, "No biases in linear layers");
+  m->add_option("--hidden-dropout", a.hidden_dropout, "Dropout after attention and MLP");
+  m->add_option("--attention-dropout", a.attention_dropout, "Dropout of attention probabilities");
+  m->add_option("--init-method-std", a.init_method_std, "Std of the normal initialisation");
+  m->add_option("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by, "Pad the vocabulary to a multiple of this");
+  m->add_option("--tensor-model-parallel-size", a.tensor_model_parallel_size, "Tensor-parallel size");
+  m->add_option("--pipeline-model-parallel-size", a.pipeline_model_parallel_size, "Pipeline-parallel size");
+
+  auto* d = app.add_option_group("data");
+  d->add_flag("--mock-data", a.mock_data, "Train on a synthetic, learnable token stream");
+  d->add_option("--tokenizer-type", a.tokenizer_type, "NullTokenizer (with --mock-data)");
+  d->add_option("--vocab-size", a.vocab_size, "Vocabulary size of the NullTokenizer");
+
+  auto* t = app.add_option_group("training");
+  t->add_option("--micro-batch-size", a.micro_batch_size, "Samples per micro-batch");
+  t->add_option("--global-batch-size", a.global_batch_size, "Samples per iteration (default: micro batch size)");
+  t->add_option("--train-iters", a.train_iters, "Iterations to train")->required();
+  t->add_option("--lr", a.lr, "Peak learning rate")->required();
+  t->add_option("--min-lr", a.min_lr, "Learning rate at the end of the decay");
+  t->add_option("--weight-decay", a.weight_decay, "AdamW weight decay");
+  t->add_option("--adam-beta1", a.adam_beta1, "AdamW beta1");
+  t->add_option("--adam-beta2", a.adam_beta2, "AdamW beta2");
+  t->add_option("--adam-eps", a.adam_eps, "AdamW epsilon");
+  t->add_option("--lr-decay-style", a.lr_decay_style, "constant, linear or cosine");
+  t->add_option("--lr-warmup-iters", a.lr_warmup_iters, "Warm-up iterations");
+  t->add_option("--lr-warmup-fraction", a.lr_warmup_fraction, "Warm-up as a fraction of the decay iterations");
+  t->add_option("--lr-decay-iters", a.lr_decay_iters, "Decay iterations (default: train iters)");
+  t->add_option("--clip-grad", a.clip_grad, "Clip gradients to this global norm (0: off)");
+  t->add_option("--seed", a.seed, "Random seed");
+  t->add_option("--eval-interval", a.eval_interval, "Iterations between evaluations");
+  t->add_option("--eval-iters", a.eval_iters, "Iterations per evaluation (0: none)");
+  t->add_option("--log-interval", a.log_interval, "Iterations between log lines");
+
+  auto* l = app.add_option_group("logging and checkpoints");
+  l->add_option("--log-dir", a.log_dir, "Write metrics as JSON lines to DIR/metrics.jsonl");
+  l->add_option("--tensorboard-dir", a.tensorboard_dir, "Write TensorBoard event files here");
+  l->add_option("--save", a.save, "Checkpoint directory to save to");
+  l->add_option("--save-interval", a.save_interval, "Iterations between checkpoints");
+  l->add_option("--load", a.load, "Checkpoint directory to resume from");
+  l->add_flag("--no-load-optim", a.no_load_optim, "Do not load the optimizer state");
+  l->add_flag("--no-load-rng", a.no_load_rng, "Do not load the random state");
+  l->add_flag("--finetune", a.finetune, "Load only the model weights and start at iteration 0");
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    throw HelpRequested{app.help()};
+  } catch (const CLI::ParseError& e) {
+    throw Error(str_cat(e.what(), " (tessera train --help lists the flags)"));
+  }
+  finalize(a);
+  return a;
+}
+
+void finalize(TrainArguments& a) {
+  require_positive("--num-layers", a.num_layers);
+  require_positive("--hidden-size", a.hidden_size);
+  require_positive("--num-attention-heads", a.num_attention_heads);
+  require_positive("--seq-length", a.seq_length);
+  require(a.tensor_model_parallel_size == 1, "--tensor-model-parallel-size", a.tensor_model_parallel_size,
+          "tensor parallelism is not implemented yet; use 1");
+  require(a.pipeline_model_parallel_size == 1, "--pipeline-model-parallel-size", a.pipeline_model_parallel_size,
+          "pipeline parallelism is not implemented yet; use 1");
+  if (a.kv_channels == 0) {
+    require(a.hidden_size % a.num_attention_heads == 0, "--hidden-size", a.hidden_size,
+            str_cat("must be divisible by --num-attention-heads=", a.num_attention_heads,
+                    " (or set --kv-channels)"));
+    a.kv_channels = a.hidden_size / a.num_attention_heads;
+  }
+  require_positive("--kv-channels", a.kv_channels);
+  if (a.group_query_attention) {
+    require_positive("--num-query-groups", a.num_query_groups);
+    require(a.num_attention_heads % a.num_query_groups == 0, "--num-query-groups", a.num_query_groups,
+            str_cat("must divide --num-attention-heads=", a.num_attention_heads));
+  } else {
+    a.num_query_groups = a.num_attention_heads;
+  }
+  if (a.ffn_hidden_size == 0)
+    a.ffn_hidden_size = a.swiglu ? static_cast<int64_t>(4.0 * static_cast<double>(a.hidden_size) * 2 / 3 / 64) * 64
+                                 : 4 * a.hidden_size;
+  require_positive("--ffn-hidden-size", a.ffn_hidden_size);
+
+  require(a.position_embedding_type == "learned_absolute" || a.position_embedding_type == "rope",
+          "--position-embedding-type", a.position_embedding_type, "must be learned_absolute or rope");
+  bool rope = a.position_embedding_type == "rope";
+  if (a.max_position_embeddings == 0) a.max_position_embeddings = a.seq_length;
+  if (!rope)
+    require(a.max_position_embeddings >= a.seq_length, "--max-position-embeddings", a.max_position_embeddings,
+            str_cat("must be >= --seq-length=", a.seq_length, " with learned absolute positions"));
+  require(a.rotary_percent > 0 && a.rotary_percent <= 1, "--rotary-percent", a.rotary_percent, "must be in (0, 1]");
+  require(!rope || static_cast<int64_t>(static_cast<double>(a.kv_channels) * a.rotary_percent) >= 2,
+          "--rotary-percent", a.rotary_percent, "rotates fewer than 2 dimensions of each head");
+  require(a.rotary_base > 0, "--rotary-base", a.rotary_base, "must be positive");
+  require(a.normalization == "LayerNorm" || a.normalization == "RMSNorm", "--normalization", a.normalization,
+          "must be LayerNorm or RMSNorm");
+  require(a.norm_epsilon > 0, "--norm-epsilon", a.norm_epsilon, "must be positive");
+  require(a.hidden_dropout >= 0 && a.hidden_dropout < 1, "--hidden-dropout", a.hidden_dropout, "must be in [0, 1)");
+  require(a.attention_dropout >= 0 && a.attention_dropout < 1, "--attention-dropout", a.attention_dropout,
+          "must be in [0, 1)");
+  require(a.init_method_std > 0, "--init-method-std", a.init_method_std, "must be positive");
+  require_positive("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by);
+
+  // Data.
+  require(a.mock_data, "--mock-data", "false",
+          "this build trains on --mock-data only (the indexed-dataset pipeline is a later issue)");
+  require(a.tokenizer_type == "NullTokenizer", "--tokenizer-type", a.tokenizer_type,
+          "--mock-data needs --tokenizer-type NullTokenizer");
+  require(a.vocab_size >= 2, "--vocab-size", a.vocab_size, "the NullTokenizer needs a vocabulary of at least 2");
+
+  // Batches and schedule.
+  require_positive("--micro-batch-size", a.micro_batch_size);
+  if (a.global_batch_size == 0) a.global_batch_size = a.micro_batch_size;
+  require_positive("--global-batch-size", a.global_batch_size);
+  require(a.global_batch_size % a.micro_batch_size == 0, "--global-batch-size", a.global_batch_size,
+          str_cat("must be divisible by --micro-batch-size=", a.micro_batch_size,
+                  " x data-parallel size=1"));
+  require_positive("--train-iters", a.train_iters);
+  require(a.lr > 0, "--lr", a.lr, "must be positive");
+  require(a.min_lr >= 0 && a.min_lr <= a.lr, "--min-lr", a.min_lr, str_cat("must be in [0, --lr=", a.lr, "]"));
+  require(a.weight_decay >= 0, "--weight-decay", a.weight_decay, "must be >= 0");
+  require(a.adam_beta1 >= 0 && a.adam_beta1 < 1, "--adam-beta1", a.adam_beta1, "must be in [0, 1)");
+  require(a.adam_beta2 >= 0 && a.adam_beta2 < 1, "--adam-beta2", a.adam_beta2, "must be in [0, 1)");
+  require(a.adam_eps > 0, "--adam-eps", a.adam_eps, "must be positive");
+  require(a.clip_grad >= 0, "--clip-grad", a.clip_grad, "must be >= 0");
+  if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
+  require_positive("--lr-decay-iters", a.lr_decay_iters);
+  require(a.lr_warmup_iters >= 0, "--lr-warmup-iters", a.lr_warmup_iters, "must be >= 0");
+  if (a.lr_warmup_fraction >= 0) {
+    require(a.lr_warmup_iters == 0, "--lr-warmup-fraction", a.lr_warmup_fraction,
+            "cannot be combined with --lr-warmup-iters");
+    require(a.lr_warmup_fraction <= 1, "--lr-warmup-fraction", a.lr_warmup_fraction, "must be in [0, 1]");
+    a.lr_warmup_iters = static_cast<int64_t>(a.lr_warmup_fraction * static_cast<double>(a.lr_decay_iters));
+  }
+  require(a.lr_warmup_iters < a.lr_decay_iters || a.lr_decay_style == "constant", "--lr-warmup-iters",
+          a.lr_warmup_iters, str_cat("must be less than --lr-decay-iters=", a.lr_decay_iters));
+  require_positive("--eval-interval", a.eval_interval);
+  require(a.eval_iters >= 0, "--eval-iters", a.eval_iters, "must be >= 0");
+  require_positive("--log-interval", a.log_interval);
+  require(a.save_interval >= 0, "--save-interval", a.save_interval, "must be >= 0");
+  require(a.save_interval == 0 || !a.save.empty(), "--save-interval", a.save_interval, "needs --save DIR");
+
+  model::GptConfig& c = a.model;
+  c.num_layers = a.num_layers;
+  c.hidden_size = a.hidden_size;
+  c.num_attention_heads = a.num_attention_heads;
+  c.num_query_groups = a.num_query_groups;
+  c.kv_channels = a.kv_channels;
+  c.ffn_hidden_size = a.ffn_hidden_size;
+  c.seq_length = a.seq_length;
+  c.max_position_embeddings = a.max_position_embeddings;
+  c.vocab_size = a.vocab_size + 1;  // Megatron's NullTokenizer adds an end-of-document id
+  c.padded_vocab_size = model::padded_vocab_size(c.vocab_size, a.make_vocab_size_divisible_by,
+                                                 a.tensor_model_parallel_size);
+  c.position_embedding = rope ? model::PositionEmbedding::Rope : model::PositionEmbedding::LearnedAbsolute;
+  c.rotary_base = a.rotary_base;
+  c.rotary_percent = a.rotary_percent;
+  c.normalization = a.normalization == "RMSNorm" ? model::Normalization::RMSNorm : model::Normalization::LayerNorm;
+  c.norm_epsilon = a.norm_epsilon;
+  c.swiglu = a.swiglu;
+  c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
+  c.add_bias_linear = !a.disable_bias_linear;
+  c.hidden_dropout = a.hidden_dropout;
+  c.attention_dropout = a.attention_dropout;
+  c.init_method_std = a.init_method_std;
+
+  a.lr_schedule = {a.lr, a.min_lr, a.lr_warmup_iters, a.lr_decay_iters, optim::parse_lr_decay_style(a.lr_decay_style)};
+  a.adam = {a.weight_decay, a.adam_beta1, a.adam_beta2, a.adam_eps, a.clip_grad};
+  a.num_micro_batches = a.global_batch_size / a.micro_batch_size;
+}
+
+}  // namespace tessera::train

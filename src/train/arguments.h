@@ -1,0 +1,69 @@
+// `tessera train` flags, spelled as Megatron-LM's, and the rules between them. Everything is checked
+// before any memory is allocated; a violated rule names the flag, the value and the rule.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "optim/adamw_optimizer.h"
+#include "optim/lr_scheduler.h"
+
+namespace tessera::train {
+
+struct TrainArguments {
+  // Model.
+  int64_t num_layers = 0, hidden_size = 0, num_attention_heads = 0;
+  int64_t ffn_hidden_size = 0, kv_channels = 0;  // 0: Megatron's defaults (4h or 8h/3 for SwiGLU; h/heads)
+  bool group_query_attention = false;
+  int64_t num_query_groups = 1;
+  int64_t seq_length = 0, max_position_embeddings = 0;
+  std::string position_embedding_type = "learned_absolute";
+  float rotary_base = 10000.0f, rotary_percent = 1.0f;
+  std::string normalization = "LayerNorm";
+  float norm_epsilon = 1e-5f;
+  bool swiglu = false, untie_embeddings_and_output_weights = false, disable_bias_linear = false;
+  float hidden_dropout = 0.1f, attention_dropout = 0.1f, init_method_std = 0.02f;
+  int64_t make_vocab_size_divisible_by = 128;
+  int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
+
+  // Data.
+  bool mock_data = false;
+  std::string tokenizer_type;
+  int64_t vocab_size = 0;
+
+  // Training.
+  int64_t micro_batch_size = 1, global_batch_size = 0, train_iters = 0;
+  float lr = 0, min_lr = 0, weight_decay = 0.01f, adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_eps = 1e-8f;
+  std::string lr_decay_style = "linear";
+  int64_t lr_warmup_iters = 0, lr_decay_iters = 0;
+  float lr_warmup_fraction = -1;  // unset
+  float clip_grad = 1.0f;
+  uint64_t seed = 1234;
+  int64_t eval_interval = 1000, eval_iters = 100, log_interval = 100;
+
+  // Logging and checkpoints.
+  std::string log_dir, tensorboard_dir, save, load;
+  int64_t save_interval = 0;
+  bool no_load_optim = false, no_load_rng = false, finetune = false;
+
+  // Derived by finalize().
+  model::GptConfig model;
+  optim::LrSchedule lr_schedule;
+  optim::AdamWConfig adam;
+  int64_t num_micro_batches = 0;
+};
+
+// Parses `args` (without the subcommand). Unknown flags and violated rules throw tessera::Error;
+// --help prints usage and throws HelpRequested.
+TrainArguments parse_train_arguments(const std::vector<std::string>& args);
+
+struct HelpRequested {
+  std::string text;
+};
+
+// Checks every rule and fills the derived fields. Called by parse_train_arguments.
+void finalize(TrainArguments& a);
+
+}  // namespace tessera::train

@@ -1,0 +1,125 @@
+#include "train/training_log.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+
+namespace tessera::train {
+namespace {
+
+std::string printf_string(const char* fmt, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
+
+std::string timestamp() {
+  std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  return buf;
+}
+
+std::string format_duration(double seconds) {
+  auto s = static_cast<long long>(seconds + 0.5);
+  if (s >= 3600) return printf_string("%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  return printf_string("%02lld:%02lld", s / 60, s % 60);
+}
+
+}  // namespace
+
+std::string format_iteration_line(const IterationStats& s) {
+  std::string line = " [" + timestamp() + "]";
+  line += printf_string(" iteration %8lld/%8lld |", static_cast<long long>(s.iteration),
+                        static_cast<long long>(s.train_iters));
+  line += printf_string(" consumed samples: %12lld |", static_cast<long long>(s.consumed_samples));
+  line += printf_string(" elapsed time per iteration (ms): %.1f |", s.elapsed_ms_per_iteration);
+  line += printf_string(" throughput per GPU (TFLOP/s/GPU): %.1f |", s.tflops_per_device);
+  line += printf_string(" learning rate: %.6E |", s.learning_rate);
+  line += printf_string(" global batch size: %5lld |", static_cast<long long>(s.global_batch_size));
+  line += printf_string(" lm loss: %.6E |", s.lm_loss);
+  line += printf_string(" loss scale: %.1f |", s.loss_scale);
+  line += printf_string(" grad norm: %.3f |", s.grad_norm);
+  line += printf_string(" number of skipped iterations: %3lld |", static_cast<long long>(s.skipped_iterations));
+  line += printf_string(" number of nan iterations: %3lld |", static_cast<long long>(s.nan_iterations));
+  return line;
+}
+
+std::string format_validation_line(int64_t iteration, double loss) {
+  return printf_string(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E | ",
+                       static_cast<long long>(iteration), loss, std::exp(std::min(loss, 20.0)));
+}
+
+TrainingLog::TrainingLog(const std::string& log_dir, const std::string& tensorboard_dir)
+    : terminal_(::isatty(STDOUT_FILENO) == 1) {
+  if (!log_dir.empty()) {
+    std::filesystem::create_directories(log_dir);
+    std::string path = (std::filesystem::path(log_dir) / "metrics.jsonl").string();
+    jsonl_ = std::make_unique<std::ofstream>(path, std::ios::app);
+    TESSERA_CHECK(jsonl_->good(), "--log-dir: cannot write ", path);
+  }
+  if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
+}
+
+void TrainingLog::print(const std::string& line) {
+  if (bar_shown_) std::cout << "\r\033[K";
+  bar_shown_ = false;
+  std::cout << line << std::endl;
+}
+
+void TrainingLog::iteration(const IterationStats& s) {
+  print(format_iteration_line(s));
+  if (jsonl_) {
+    nlohmann::json j = {{"iteration", s.iteration},
+                        {"consumed_samples", s.consumed_samples},
+                        {"lm_loss", s.lm_loss},
+                        {"learning_rate", s.learning_rate},
+                        {"grad_norm", s.grad_norm},
+                        {"elapsed_ms_per_iteration", s.elapsed_ms_per_iteration},
+                        {"tflops_per_device", s.tflops_per_device},
+                        {"tokens_per_second", s.tokens_per_second},
+                        {"skipped_iterations", s.skipped_iterations},
+                        {"nan_iterations", s.nan_iterations}};
+    *jsonl_ << j.dump() << std::endl;
+  }
+  if (tensorboard_) {
+    tensorboard_->add_scalar("lm loss", static_cast<float>(s.lm_loss), s.iteration);
+    tensorboard_->add_scalar("learning-rate", static_cast<float>(s.learning_rate), s.iteration);
+    tensorboard_->add_scalar("grad-norm", static_cast<float>(s.grad_norm), s.iteration);
+    tensorboard_->flush();
+  }
+}
+
+void TrainingLog::validation(int64_t iteration, double loss) {
+  std::string line = format_validation_line(iteration, loss);
+  std::string rule(line.size() + 1, '-');
+  print(rule);
+  print(line);
+  print(rule);
+  if (jsonl_) *jsonl_ << nlohmann::json{{"iteration", iteration}, {"validation_lm_loss", loss}}.dump() << std::endl;
+  if (tensorboard_) {
+    tensorboard_->add_scalar("lm loss validation", static_cast<float>(loss), iteration);
+    tensorboard_->add_scalar("lm loss validation ppl", static_cast<float>(std::exp(std::min(loss, 20.0))), iteration);
+    tensorboard_->flush();
+  }
+}
+
+void TrainingLog::progress(int64_t iteration, int64_t total, double seconds_per_iteration) {
+  if (!terminal_) return;
+  constexpr int kWidth = 30;
+  int filled = static_cast<int>(kWidth * iteration / std::max<int64_t>(total, 1));
+  std::string bar(filled, '#');
+  bar.resize(kWidth, '.');
+  std::cout << "\r\033[K [" << bar << "] " << iteration << "/" << total << "  "
+            << format_duration(seconds_per_iteration * static_cast<double>(total - iteration)) << " left"
+            << std::flush;
+  bar_shown_ = true;
+}
+
+}  // namespace tessera::train

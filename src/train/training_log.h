@@ -1,0 +1,46 @@
+// What a training run tells its user: Megatron's iteration and validation lines on stdout, a progress
+// bar with the time left when stdout is a terminal, metrics as JSON lines (--log-dir) and TensorBoard
+// scalars (--tensorboard-dir).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "train/tensorboard_writer.h"
+
+namespace tessera::train {
+
+struct IterationStats {
+  int64_t iteration = 0, train_iters = 0, consumed_samples = 0, global_batch_size = 0;
+  double elapsed_ms_per_iteration = 0, tflops_per_device = 0, tokens_per_second = 0;
+  double learning_rate = 0, lm_loss = 0, loss_scale = 1, grad_norm = 0;
+  int64_t skipped_iterations = 0, nan_iterations = 0;
+};
+
+// Megatron's log line, e.g.
+// " [2026-11-29 21:00:00] iteration       10/     200 | consumed samples:          160 | ... |"
+std::string format_iteration_line(const IterationStats& s);
+// Megatron's validation line: " validation loss at iteration 10 | lm loss value: ... | lm loss PPL: ... | "
+std::string format_validation_line(int64_t iteration, double loss);
+
+class TrainingLog {
+ public:
+  TrainingLog(const std::string& log_dir, const std::string& tensorboard_dir);
+
+  void iteration(const IterationStats& s);
+  void validation(int64_t iteration, double loss);
+  // Redraws the progress bar (terminal only): iteration of total, seconds per iteration so far.
+  void progress(int64_t iteration, int64_t total, double seconds_per_iteration);
+  // Prints a line, clearing the progress bar first.
+  void print(const std::string& line);
+
+ private:
+  bool terminal_;
+  bool bar_shown_ = false;
+  std::unique_ptr<std::ofstream> jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+};
+
+}  // namespace tessera::train

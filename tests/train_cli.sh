@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# End-to-end checks of `tessera train` as a user runs it: flag validation before any work, Megatron's
+# log line, the JSON-lines and TensorBoard outputs, and clear errors for a damaged checkpoint.
+set -uo pipefail
+tessera=${1:?usage: train_cli.sh path/to/tessera}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+passed=0
+
+model="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data
+       --tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3"
+
+check() {  # check NAME CONDITION-RESULT
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
+}
+
+# expect_error "flags" "text the message must contain"
+expect_error() {
+  local out rc
+  out=$("$tessera" train $1 2>&1)
+  rc=$?
+  [ $rc -ne 0 ] && grep -qF -- "$2" <<<"$out"
+  check "tessera train $1 -> expected a non-zero exit and '$2', got rc=$rc: $out" $?
+}
+
+expect_error "$model --train-iters 1 --num-attention-heads 5" "--hidden-size=32: must be divisible by --num-attention-heads=5"
+expect_error "$model --train-iters 1 --group-query-attention --num-query-groups 3" "--num-query-groups=3: must divide --num-attention-heads=4"
+expect_error "$model --train-iters 1 --global-batch-size 5" "--global-batch-size=5: must be divisible by --micro-batch-size=2"
+expect_error "$model --train-iters 1 --max-position-embeddings 8" "--max-position-embeddings=8: must be >= --seq-length=16"
+expect_error "$model --train-iters 1 --position-embedding-type alibi" "--position-embedding-type=alibi"
+expect_error "$model --train-iters 1 --normalization BatchNorm" "--normalization=BatchNorm"
+expect_error "$model --train-iters 1 --hidden-dropout 1.5" "--hidden-dropout=1.5: must be in [0, 1)"
+expect_error "$model --train-iters 1 --lr-decay-style exponential" "--lr-decay-style"
+expect_error "$model --train-iters 1 --no-such-flag 3" "--no-such-flag"
+expect_error "$model --train-iters 0" "--train-iters=0: must be positive"
+expect_error "$model --train-iters 1 --tensor-model-parallel-size 2" "--tensor-model-parallel-size=2"
+expect_error "$model" "--train-iters"
+
+# A short run: Megatron's log line, validation line, metrics and TensorBoard events, checkpoint.
+out=$("$tessera" train $model --train-iters 4 --log-interval 2 --eval-interval 4 --eval-iters 1 \
+      --log-dir "$work/logs" --tensorboard-dir "$work/tb" --save "$work/ckpt" --save-interval 2 2>&1)
+check "short run exits 0: $out" $?
+for field in "iteration        2/       4 |" "consumed samples:            8 |" "elapsed time per iteration (ms):" \
+             "throughput per GPU (TFLOP/s/GPU):" "learning rate:" "global batch size:     4 |" "lm loss:" \
+             "loss scale: 1.0 |" "grad norm:" "number of skipped iterations:   0 |" "number of nan iterations:   0 |" \
+             "validation loss at iteration 4 | lm loss value:" "lm loss PPL:"; do
+  grep -qF -- "$field" <<<"$out"
+  check "log output lacks '$field'" $?
+done
+[ "$(grep -c '"lm_loss"' "$work/logs/metrics.jsonl")" -eq 2 ]
+check "metrics.jsonl should have 2 iteration records" $?
+ls "$work"/tb/events.out.tfevents.* >/dev/null 2>&1
+check "no TensorBoard event file" $?
+[ "$(cat "$work/ckpt/latest_checkpointed_iteration.txt")" = "4" ] && [ -f "$work/ckpt/iter_0000002/index.json" ]
+check "checkpoints at iterations 2 and 4" $?
+
+# A damaged checkpoint is reported with its path, and nothing runs.
+cp -r "$work/ckpt" "$work/bad"
+truncate -s 100 "$work/bad/iter_0000004/model.tp00.pp00.safetensors"
+expect_error "$model --train-iters 6 --load $work/bad" "iter_0000004/model.tp00.pp00.safetensors"
+echo "garbage" > "$work/bad/latest_checkpointed_iteration.txt"
+expect_error "$model --train-iters 6 --load $work/bad" "latest_checkpointed_iteration.txt"
+echo "3" > "$work/bad/latest_checkpointed_iteration.txt"
+expect_error "$model --train-iters 6 --load $work/bad" "iter_0000003/index.json"
+
+# Resuming the good checkpoint continues from iteration 4.
+out=$("$tessera" train $model --train-iters 6 --log-interval 1 --eval-iters 0 --load "$work/ckpt" 2>&1)
+check "resume exits 0: $out" $?
+grep -qF "iteration        5/       6 |" <<<"$out" && ! grep -qF "iteration        1/" <<<"$out"
+check "resume should start at iteration 5: $out" $?
+
+echo "$passed passed, $failures failed"
+[ "$failures" -eq 0 ]
