@@ -194,16 +194,15 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
             s[j * kTile + r] = exp_approx(s[j * kTile + r] - m[r]);
             l[r] += s[j * kTile + r];  // the normaliser sums the undropped weights ...
           }
-        if (plan.dropout)  // ... while the output sums the dropped ones
-          for (int64_t r = 0; r < rows; ++r) {
-            dropout_factors(rng, Plan::mask_row(dropout, plan.seq, b, h, i0 + r) + j0, cols, plan.p,
-                            plan.keep_scale, factor.data());
-            for (int64_t j = 0; j < cols; ++j) s[j * kTile + r] *= factor[j];
-          }
         for (int64_t r = 0; r < rows; ++r) {
+          const int64_t visible = j0 == i0 ? r + 1 : cols;  // skip the masked zeros on the diagonal
+          if (plan.dropout) {  // ... while the output sums the dropped ones
+            dropout_factors(rng, Plan::mask_row(dropout, plan.seq, b, h, i0 + r) + j0, visible, plan.p,
+                            plan.keep_scale, factor.data());
+            for (int64_t j = 0; j < visible; ++j) s[j * kTile + r] *= factor[j];
+          }
           float* a = acc.data() + r * d;
           for (int64_t x = 0; x < d; ++x) a[x] *= alpha[r];
-          const int64_t visible = j0 == i0 ? r + 1 : cols;  // skip the masked zeros on the diagonal
           accumulate(a, d, s + r, kTile, vh + j0 * plan.kv_stride, plan.kv_stride, visible);
         }
       }
