@@ -4,6 +4,7 @@
 // sigmoid in terms of an exp that the compiler can vectorise (libm's expf/tanhf are scalar calls
 // unless the build uses -ffast-math, which we don't).
 #include "kernels/activations.h"
+#include "kernels/vector_math.h"
 
 #include <algorithm>
 #include <bit>
@@ -11,34 +12,6 @@
 
 namespace tessera::kernels {
 namespace {
-
-// exp(x) = 2^n * exp(r) with n = round(x / ln2) and |r| <= ln2 / 2; exp(r) is Cephes' expf polynomial.
-// Accurate to a couple of ulp for |x| <= 87; beyond that x is clamped to +-87 (so 2^n stays a normal
-// float), which is all a sigmoid needs. The clamp works on the bits as integers: a float compare would
-// keep GCC from vectorising the loop without -fno-trapping-math. It maps NaN to +-87 too, so NaN is
-// not propagated here; the callers' formulas multiply by x itself, which carries it through.
-inline float exp_approx(float x) {
-  uint32_t bits = std::bit_cast<uint32_t>(x);
-  uint32_t mag = std::min(bits & 0x7fffffffu, std::bit_cast<uint32_t>(87.0f));
-  x = std::bit_cast<float>((bits & 0x80000000u) | mag);
-  // Adding 1.5 * 2^23 rounds x / ln2 to the nearest integer n and leaves n in the low mantissa bits.
-  constexpr float kShift = 12582912.0f;
-  float t = x * 1.44269504088896341f + kShift;
-  float n = t - kShift;
-  // r = x - n ln2, with ln2 split into a part exact in float and a small correction (Cody-Waite).
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  // 2^n: put n + 127 in the exponent field.
-  uint32_t n_bits = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kShift);
-  return p * std::bit_cast<float>((n_bits + 127u) << 23);
-}
 
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluC = 0.044715f;

@@ -5,13 +5,15 @@
 // output accumulator, rescaling both by exp(m_old - m_new) whenever the max grows. Only the row's
 // log-sum-exp m + log(l) is saved. Backward recomputes P = exp(s - lse) tile by tile from it.
 //
-// Every tile product is the same loop nest, `accumulate` below: out[0, w) += sum_t c[t] * row_t[0, w).
-// The score row q_i . K^T is written that way too, against a transposed copy of the key tile, so all
-// inner loops run over contiguous floats (head_dim or the tile width) and vectorise.
+// Every tile product is the same loop nest, `accumulate` below: out[0, w) += sum_t c[t] * row_t[0, w),
+// with w the tile width or head_dim, so every inner loop runs over contiguous floats and vectorises.
+// Score tiles are formed against a transposed copy of one operand (the query tile in forward, the key
+// and value tiles in backward), transposed once and reused across a whole row or column of tiles.
 //
 // Dropout on the probabilities (as torch applies it to the softmax output) uses a Philox mask keyed
 // by global coordinates (see attention.h), regenerated in backward rather than stored.
 #include "kernels/attention.h"
+#include "kernels/vector_math.h"
 
 #include <algorithm>
 #include <bit>
@@ -27,34 +29,9 @@
 namespace tessera::kernels {
 namespace {
 
-// Query rows and key columns per tile. 64 keys = 8 AVX2 registers for a score row; a transposed
-// 64-key tile of head_dim 64 is 16 KiB and stays in L1 while the query rows stream past it.
+// Query rows and key columns per tile: a 64-float row of a score tile is 8 AVX2 registers, and a
+// transposed 64-row tile of head_dim 64 is 16 KiB, which stays in L1 while the other operand streams.
 constexpr int64_t kTile = 64;
-
-// exp(x) in a form the compiler vectorises (libm's expf is a scalar call without -ffast-math):
-// x = n ln2 + r with |r| <= ln2/2, Cephes' polynomial for exp(r), 2^n through the exponent bits.
-// Relative error < 1e-7. |x| is clamped to 88 on the bit pattern (GCC vectorises an integer min but
-// not a float one under the default -ftrapping-math); x = -88 gives n = -127, an exponent field of 0
-// and so exactly 0: masked scores (-inf) and the first rescale exp(-inf - m) vanish. NaN stays NaN.
-inline float exp_approx(float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x), mag = bits & 0x7fffffffu;
-  const uint32_t clamped = mag > 0x7f800000u ? mag : std::min(mag, std::bit_cast<uint32_t>(88.0f));
-  x = std::bit_cast<float>((bits & 0x80000000u) | clamped);
-  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
-  const float t = x * 1.44269504088896341f + kShift;
-  const float n = t - kShift;
-  float r = x - n * 0.693359375f;  // ln2 split in an exact part and a correction (Cody-Waite)
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const uint32_t n_bits = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kShift);
-  return p * std::bit_cast<float>((n_bits + 127u) << 23);
-}
 
 // out[0, W) += sum_{t < n} coef[t * cs] * src[t * ss + (0, W)]. With W fixed and `out` not aliased,
 // the compiler keeps the chunk of `out` in registers for the whole t loop (W = 64 is 8 AVX2 registers,
@@ -88,16 +65,20 @@ void transpose_tile(const float* src, int64_t stride, int64_t n, int64_t d, floa
 }
 
 // The dropout mask of one query row: factor[t] = 1/(1-p) where Philox element start + t is kept,
-// 0 where dropped, 0 for t in [n, kTile). One Philox block gives four consecutive elements.
+// 0 where dropped, 0 for t in [n, kTile); n <= kTile. One Philox block gives four consecutive
+// elements, so whole blocks are generated and the window is copied out; the keep test is written as a
+// multiply rather than a branch, which would mispredict on every random drop.
 void dropout_factors(const PhiloxStream& rng, uint64_t start, int64_t n, float p, float keep_scale,
                      float* factor) {
-  int64_t t = 0;
-  while (t < n) {
-    const uint64_t idx = start + static_cast<uint64_t>(t);
-    const Philox4x32::Block blk = rng.block(idx >> 2);
-    for (unsigned lane = idx & 3; lane < 4 && t < n; ++lane, ++t)
-      factor[t] = PhiloxStream::uniform_from_bits(blk.v[lane]) >= p ? keep_scale : 0.0f;
+  float buf[kTile + 8];
+  const uint64_t first = start >> 2;
+  const int64_t skip = static_cast<int64_t>(start & 3), blocks = (skip + n + 3) / 4;
+  for (int64_t k = 0; k < blocks; ++k) {
+    const Philox4x32::Block blk = rng.block(first + static_cast<uint64_t>(k));
+    for (int w = 0; w < 4; ++w)
+      buf[4 * k + w] = keep_scale * static_cast<float>(PhiloxStream::uniform_from_bits(blk.v[w]) >= p);
   }
+  std::copy(buf + skip, buf + skip + n, factor);
   std::fill(factor + n, factor + kTile, 0.0f);
 }
 
