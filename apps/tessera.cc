@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/mpi_process_group.h"
 #include "core/check.h"
 #include "train/arguments.h"
 #include "train/trainer.h"
@@ -19,16 +20,31 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train    train a GPT model (Megatron-LM flags; tessera train --help lists them)\n";
 
+// Every rank parses and validates the same flags, so a bad flag fails identically everywhere: rank 0
+// reports it and all ranks exit 1 without having communicated. A failure after that (one rank's
+// checkpoint file, say) may leave other ranks inside a collective, so it aborts the whole job.
 int run_train(const std::vector<std::string>& args) {
+  tessera::comm::MpiRuntime mpi;
+  std::unique_ptr<tessera::comm::ProcessGroup> world = tessera::comm::make_mpi_world_group();
+  const bool reporter = world->rank() == 0;
   tessera::train::TrainArguments parsed;
   try {
-    parsed = tessera::train::parse_train_arguments(args);
+    parsed = tessera::train::parse_train_arguments(args, world->size());
   } catch (const tessera::train::HelpRequested& help) {
-    std::cout << help.text;
+    if (reporter) std::cout << help.text;
     return 0;
+  } catch (const tessera::Error& e) {
+    if (reporter) std::cerr << "error: " << e.what() << std::endl;
+    return 1;
   }
-  tessera::train::Trainer trainer(std::move(parsed));
-  trainer.train();
+  tessera::comm::set_collective_timeout(std::chrono::minutes(parsed.distributed_timeout_minutes));
+  try {
+    tessera::train::Trainer trainer(std::move(parsed), world.get());
+    trainer.train();
+  } catch (const std::exception& e) {
+    if (world->size() == 1) throw;
+    tessera::comm::abort_all(std::string("error: ") + e.what());
+  }
   return 0;
 }
 

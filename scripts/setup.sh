@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev     # checkpoint index, safetensors headers, JSON logs
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  libpcre2-dev           # GPT-2 pre-tokenisation regex (Unicode classes)
   python3-torch          # the PyTorch peer of the benchmarks (/usr/bin/python3)
 )
 

@@ -1,9 +1,9 @@
 #include "model/gpt_model.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cross_entropy.h"
-#include "kernels/dropout.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 
@@ -24,21 +24,40 @@ Tensor to_seq_major(const Tensor& t) {
   return out;
 }
 
+// A [vocab, hidden] weight split by vocabulary rows over the tensor group.
+ParameterSpec vocab_parallel_spec(const std::string& name, const GptConfig& c,
+                                  const parallel::TensorParallelContext& tp) {
+  int64_t local = c.padded_vocab_size / tp.size();
+  ParameterSpec spec{name, {local, c.hidden_size}, Init::Normal, c.init_method_std, true};
+  if (tp.size() > 1) {
+    Shape full{c.padded_vocab_size, c.hidden_size};
+    spec.sharding = {full, full, 0, tp.rank() * local, local};
+  }
+  return spec;
+}
+
 }  // namespace
 
-GptModel::GptModel(const GptConfig& config, ParameterSet& params) : config_(config) {
+GptModel::GptModel(const GptConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp)
+    : config_(config), tp_(tp) {
   const GptConfig& c = config_;
-  word_embeddings_ = params.add({"embedding.word_embeddings.weight", {c.padded_vocab_size, c.hidden_size},
-                                 Init::Normal, c.init_method_std, true});
+  TESSERA_CHECK(c.padded_vocab_size % tp.size() == 0, "padded vocabulary ", c.padded_vocab_size,
+                " does not split over ", tp.size(), " tensor-parallel ranks");
+  vocab_local_ = c.padded_vocab_size / tp.size();
+  vocab_begin_ = tp.rank() * vocab_local_;
+  word_embeddings_ = params.add(vocab_parallel_spec("embedding.word_embeddings.weight", c, tp));
   if (c.position_embedding == PositionEmbedding::LearnedAbsolute)
     position_embeddings_ = params.add({"embedding.position_embeddings.weight",
                                        {c.max_position_embeddings, c.hidden_size}, Init::Normal, c.init_method_std,
                                        true});
-  for (int64_t l = 1; l <= c.num_layers; ++l) layers_.push_back(std::make_unique<TransformerLayer>(config_, l, params));
-  final_norm_ = std::make_unique<Norm>(params, "decoder.final_layernorm", config_);
+  for (int64_t l = 1; l <= c.num_layers; ++l) {
+    layer_offsets_.push_back(params.numel());
+    layers_.push_back(std::make_unique<TransformerLayer>(config_, l, params, tp));
+  }
+  final_norm_offset_ = params.numel();
+  final_norm_ = std::make_unique<Norm>(params, "decoder.final_layernorm", config_, tp.sequence_parallel);
   if (c.untie_embeddings_and_output_weights)
-    output_layer_ = params.add({"output_layer.weight", {c.padded_vocab_size, c.hidden_size}, Init::Normal,
-                                c.init_method_std, true});
+    output_layer_ = params.add(vocab_parallel_spec("output_layer.weight", c, tp));
 }
 
 const float* GptModel::output_weight() const {
@@ -46,20 +65,23 @@ const float* GptModel::output_weight() const {
 }
 float* GptModel::output_weight_grad() const { return (output_layer_ ? output_layer_ : word_embeddings_)->grad.f32(); }
 
+// Vocab-parallel embedding: each rank looks up the ids of its vocabulary shard (zeros elsewhere), the
+// rank-0 shard adds the position embedding, and the sum over the tensor group is the embedding (or
+// its sequence shard, reduce-scattered, under sequence parallelism).
 Tensor GptModel::embed(GptActivations& rec, const ForwardContext& ctx) const {
   const GptConfig& c = config_;
   int64_t rows = ctx.seq * ctx.batch;
   rec.positions = Tensor::empty({ctx.seq, ctx.batch}, DType::I32);
   for (int64_t t = 0; t < rows; ++t) rec.positions.i32()[t] = static_cast<int32_t>(t / ctx.batch);
-  Tensor x = Tensor::empty({rows, c.hidden_size});
-  kernels::embedding_forward(rec.tokens.i32(), rec.positions.i32(), word_embeddings_->value.f32(),
-                             position_embeddings_ ? position_embeddings_->value.f32() : nullptr, x.f32(), rows,
-                             c.hidden_size, 0, c.padded_vocab_size);
-  if (ctx.training && c.hidden_dropout > 0.0f) {
-    kernels::DropoutRegion region{ctx.seq, ctx.batch, c.hidden_size, 0, ctx.seq, ctx.sample_offset};
+  Tensor partial = Tensor::empty({rows, c.hidden_size});
+  const float* wpe = position_embeddings_ && tp_.rank() == 0 ? position_embeddings_->value.f32() : nullptr;
+  kernels::embedding_forward(rec.tokens.i32(), rec.positions.i32(), word_embeddings_->value.f32(), wpe,
+                             partial.f32(), rows, c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
+  Tensor x = parallel::reduce_to_input(partial, tp_);
+  if (ctx.training && c.hidden_dropout > 0.0f)
     kernels::dropout_forward(x.f32(), x.f32(), c.hidden_dropout, ctx.seed,
-                             dropout_stream(ctx.iteration, 0, kEmbeddingDropoutSite), region);
-  }
+                             dropout_stream(ctx.iteration, 0, kEmbeddingDropoutSite),
+                             residual_region(ctx, c.hidden_size, tp_));
   return x;
 }
 
@@ -84,81 +106,94 @@ double GptModel::forward(const MicroBatch& batch, const ForwardContext& ctx, Gpt
 
   rec.final_input = x;
   final_norm_->forward(x, rec.final_ln, rec.final_mean, rec.final_rstd);
-  rec.logits = Tensor::empty({rows, c.padded_vocab_size});
+  // Output layer: this rank's vocabulary shard of the logits from the full final activation.
+  Tensor full = parallel::gather_to_tensor_parallel(rec.final_ln, tp_);
+  rec.logits = Tensor::empty({rows, vocab_local_});
   kernels::GemmArgs g;
   g.trans_b = kernels::Trans::T;
-  g.m = rows, g.n = c.padded_vocab_size, g.k = c.hidden_size;
-  g.a = rec.final_ln.f32(), g.lda = c.hidden_size;
+  g.m = rows, g.n = vocab_local_, g.k = c.hidden_size;
+  g.a = full.f32(), g.lda = c.hidden_size;
   g.b = output_weight(), g.ldb = c.hidden_size;
-  g.c = rec.logits.f32(), g.ldc = c.padded_vocab_size;
+  g.c = rec.logits.f32(), g.ldc = vocab_local_;
   kernels::gemm(g);
 
-  Tensor losses = Tensor::empty({rows});
+  // Vocab-parallel cross-entropy: no rank holds all logits; the max, the sum of exponentials and the
+  // target logit are reduced over the tensor group.
+  Tensor max = Tensor::empty({rows}), sumexp = Tensor::empty({rows}), target = Tensor::empty({rows});
+  kernels::cross_entropy_shard_stats(rec.logits.f32(), rec.labels.i32(), max.f32(), sumexp.f32(), target.f32(),
+                                     rows, vocab_local_, vocab_begin_);
+  if (tp_.size() > 1) {
+    Tensor global_max = max.clone();
+    tp_.group->all_reduce(global_max, comm::ReduceOp::Max);
+    for (int64_t t = 0; t < rows; ++t) sumexp.f32()[t] *= std::exp(max.f32()[t] - global_max.f32()[t]);
+    tp_.group->all_reduce(sumexp);
+    tp_.group->all_reduce(target);
+    max = global_max;
+  }
   rec.lse = Tensor::empty({rows});
-  kernels::cross_entropy_forward(rec.logits.f32(), rec.labels.i32(), losses.f32(), rec.lse.f32(), rows,
-                                 c.padded_vocab_size);
   double total = 0;
-  for (int64_t t = 0; t < rows; ++t) total += static_cast<double>(losses.f32()[t]) * rec.loss_mask.f32()[t];
+  for (int64_t t = 0; t < rows; ++t) {
+    float lse = max.f32()[t] + std::log(sumexp.f32()[t]);
+    rec.lse.f32()[t] = lse;
+    total += static_cast<double>(lse - target.f32()[t]) * rec.loss_mask.f32()[t];
+  }
   return total;
 }
 
-void GptModel::backward(GptActivations& rec, const ForwardContext& ctx, float grad_scale) const {
+void GptModel::backward(GptActivations& rec, const ForwardContext& ctx, float grad_scale,
+                        const std::function<void(int64_t)>& grads_final_from) const {
+  auto final_from = [&](int64_t offset) {
+    if (grads_final_from) grads_final_from(offset);
+  };
   const GptConfig& c = config_;
   const int64_t rows = ctx.seq * ctx.batch;
   Tensor dloss = Tensor::empty({rows});
   for (int64_t t = 0; t < rows; ++t) dloss.f32()[t] = grad_scale * rec.loss_mask.f32()[t];
-  kernels::cross_entropy_backward(rec.logits.f32(), rec.labels.i32(), rec.lse.f32(), dloss.f32(), rows,
-                                  c.padded_vocab_size, 0);
+  kernels::cross_entropy_backward(rec.logits.f32(), rec.labels.i32(), rec.lse.f32(), dloss.f32(), rows, vocab_local_,
+                                  vocab_begin_);
   const float* dlogits = rec.logits.f32();
 
-  // d final_ln = dlogits W;  dW += dlogits^T final_ln.
+  // d final_ln = dlogits W (a partial sum over vocabulary shards); dW += dlogits^T final_ln.
+  Tensor full = parallel::gather_to_tensor_parallel(rec.final_ln, tp_);
   Tensor dfinal = Tensor::empty({rows, c.hidden_size});
   kernels::GemmArgs g;
-  g.m = rows, g.n = c.hidden_size, g.k = c.padded_vocab_size;
-  g.a = dlogits, g.lda = c.padded_vocab_size;
+  g.m = rows, g.n = c.hidden_size, g.k = vocab_local_;
+  g.a = dlogits, g.lda = vocab_local_;
   g.b = output_weight(), g.ldb = c.hidden_size;
   g.c = dfinal.f32(), g.ldc = c.hidden_size;
   kernels::gemm(g);
   kernels::GemmArgs gw;
   gw.trans_a = kernels::Trans::T;
-  gw.m = c.padded_vocab_size, gw.n = c.hidden_size, gw.k = rows;
-  gw.a = dlogits, gw.lda = c.padded_vocab_size;
-  gw.b = rec.final_ln.f32(), gw.ldb = c.hidden_size;
+  gw.m = vocab_local_, gw.n = c.hidden_size, gw.k = rows;
+  gw.a = dlogits, gw.lda = vocab_local_;
+  gw.b = full.f32(), gw.ldb = c.hidden_size;
   gw.c = output_weight_grad(), gw.ldc = c.hidden_size;
   gw.beta = 1.0f;
   kernels::gemm(gw);
   rec.logits = Tensor();
+  full = Tensor();
+  dfinal = parallel::reduce_to_input(dfinal, tp_);
 
-  Tensor dx = Tensor::zeros({rows, c.hidden_size});
+  Tensor dx = Tensor::zeros(rec.final_input.shape());
   final_norm_->backward(dfinal, rec.final_input, rec.final_mean, rec.final_rstd, dx);
+  final_from(final_norm_offset_);  // and the untied output layer above it
   for (size_t l = layers_.size(); l-- > 0;) {
     dx = layers_[l]->backward(dx, rec.positions.i32(), ctx, rec.layers[l]);
     rec.layers[l] = LayerActivations();  // free as we go
+    final_from(layer_offsets_[l]);
   }
 
-  if (ctx.training && c.hidden_dropout > 0.0f) {
-    kernels::DropoutRegion region{ctx.seq, ctx.batch, c.hidden_size, 0, ctx.seq, ctx.sample_offset};
+  if (ctx.training && c.hidden_dropout > 0.0f)
     kernels::dropout_backward(dx.f32(), dx.f32(), c.hidden_dropout, ctx.seed,
-                              dropout_stream(ctx.iteration, 0, kEmbeddingDropoutSite), region);
-  }
-  kernels::embedding_backward(rec.tokens.i32(), rec.positions.i32(), dx.f32(), word_embeddings_->grad.f32(),
+                              dropout_stream(ctx.iteration, 0, kEmbeddingDropoutSite),
+                              residual_region(ctx, c.hidden_size, tp_));
+  // The embedding's forward ended in a reduction over the tensor group; its backward needs the full
+  // gradient on every rank (all-gathered from sequence shards under sequence parallelism).
+  Tensor dfull = parallel::gather_to_tensor_parallel(dx, tp_);
+  kernels::embedding_backward(rec.tokens.i32(), rec.positions.i32(), dfull.f32(), word_embeddings_->grad.f32(),
                               position_embeddings_ ? position_embeddings_->grad.f32() : nullptr, rows,
-                              c.hidden_size, 0, c.padded_vocab_size);
-}
-
-Tensor GptModel::forward_logits(const Tensor& tokens) const {
-  GptActivations rec;
-  ForwardContext ctx;
-  ctx.training = false;
-  ctx.batch = tokens.dim(0);
-  ctx.seq = tokens.dim(1);
-  MicroBatch mb{tokens, tokens, Tensor::zeros(tokens.shape()), 0};
-  forward(mb, ctx, rec);
-  int64_t v = config_.padded_vocab_size;
-  Tensor out = Tensor::empty({ctx.batch, v});
-  for (int64_t b = 0; b < ctx.batch; ++b)
-    std::memcpy(out.f32() + b * v, rec.logits.f32() + ((ctx.seq - 1) * ctx.batch + b) * v, v * sizeof(float));
-  return out;
+                              c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
+  final_from(0);
 }
 
 }  // namespace tessera::model

@@ -3,6 +3,7 @@
 // next-token cross-entropy.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,24 +25,27 @@ struct GptActivations {
   Tensor embedded;
   std::vector<LayerActivations> layers;
   Tensor final_input, final_ln, final_mean, final_rstd;
-  Tensor logits, lse;  // logits [T, padded vocab]
+  Tensor logits, lse;  // logits [T, padded vocab / tp] of this rank's vocabulary shard
 };
 
 class GptModel {
  public:
-  // Declares the parameters in `params` (allocate them before the first forward).
-  GptModel(const GptConfig& config, ParameterSet& params);
+  // Declares the parameters in `params` (allocate them before the first forward). With a tensor group
+  // of several ranks, this rank's model holds its shard of every split layer (Megatron's tensor
+  // parallelism) and the vocabulary is split too (vocab-parallel embedding and cross-entropy).
+  GptModel(const GptConfig& config, ParameterSet& params,
+           const parallel::TensorParallelContext& tp = parallel::TensorParallelContext::single_process());
 
   const GptConfig& config() const { return config_; }
 
   // Returns the sum over tokens of loss * loss_mask; fills `rec` for backward.
   double forward(const MicroBatch& batch, const ForwardContext& ctx, GptActivations& rec) const;
   // Accumulates gradients of (grad_scale * sum of masked per-token losses) into the parameters' grads.
-  // Consumes `rec` (its logits become dlogits).
-  void backward(GptActivations& rec, const ForwardContext& ctx, float grad_scale) const;
-
-  // Logits of the last position of each sample, for generation: [batch, padded vocab].
-  Tensor forward_logits(const Tensor& tokens) const;
+  // Consumes `rec` (its logits become dlogits). grads_final_from(offset), when given, is called as the
+  // backward goes, each time every gradient at flat offset >= offset has received its last contribution
+  // from this micro-batch (so data-parallel buckets can start reducing while backward continues).
+  void backward(GptActivations& rec, const ForwardContext& ctx, float grad_scale,
+                const std::function<void(int64_t)>& grads_final_from = {}) const;
 
  private:
   Tensor embed(GptActivations& rec, const ForwardContext& ctx) const;
@@ -49,9 +53,13 @@ class GptModel {
   float* output_weight_grad() const;
 
   GptConfig config_;
+  const parallel::TensorParallelContext& tp_;
+  int64_t vocab_begin_, vocab_local_;  // this rank's vocabulary shard
   Parameter* word_embeddings_;
   Parameter* position_embeddings_ = nullptr;
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
+  std::vector<int64_t> layer_offsets_;  // flat offset of each layer's first parameter
+  int64_t final_norm_offset_ = 0;
   std::unique_ptr<Norm> final_norm_;
   Parameter* output_layer_ = nullptr;  // null when tied to the word embeddings
 };

@@ -11,33 +11,110 @@ uint64_t dropout_stream(int64_t iteration, int64_t layer_number, int site) {
                     static_cast<uint64_t>(site));
 }
 
-Linear::Linear(ParameterSet& params, const std::string& prefix, int64_t in, int64_t out, bool bias,
-               float init_std)
-    : in_(in), out_(out) {
-  weight_ = params.add({prefix + ".weight", {out, in}, Init::Normal, init_std, true});
-  if (bias) bias_ = params.add({prefix + ".bias", {out}, Init::Zeros, 0.0f, false});
+namespace {
+
+// The spec of a weight (or bias) of shape view + [in] split along view[split_dim] over the tensor group.
+ParameterSpec split_spec(const std::string& name, Shape view, int split_dim, int64_t in, Init init, float std,
+                         bool decay, const parallel::TensorParallelContext& tp) {
+  TESSERA_CHECK(view[split_dim] % tp.size() == 0, name, ": dimension ", view[split_dim], " does not split over ",
+                tp.size(), " tensor-parallel ranks");
+  int64_t full_rows = shape_numel(view);
+  int64_t length = view[split_dim] / tp.size();
+  if (in > 0) view.push_back(in);
+  ParameterSpec spec{name, {}, init, std, decay};
+  spec.sharding = {in > 0 ? Shape{full_rows, in} : Shape{full_rows}, view, split_dim, tp.rank() * length, length};
+  int64_t local_rows = full_rows / tp.size();
+  spec.shape = in > 0 ? Shape{local_rows, in} : Shape{local_rows};
+  if (tp.size() == 1) spec.sharding = {};
+  return spec;
 }
 
-Tensor Linear::forward(const Tensor& x) const {
-  int64_t rows = x.numel() / in_;
-  Tensor y = Tensor::empty({rows, out_});
-  kernels::linear_forward(x.f32(), weight_->value.f32(), bias_ ? bias_->value.f32() : nullptr, y.f32(), rows,
-                          in_, out_);
+}  // namespace
+
+ColumnParallelLinear::ColumnParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in,
+                                           const Shape& out_view, int split_dim, bool bias, float init_std,
+                                           const parallel::TensorParallelContext& tp)
+    : tp_(tp), in_(in), out_local_(shape_numel(out_view) / tp.size()) {
+  weight_ = params.add(split_spec(prefix + ".weight", out_view, split_dim, in, Init::Normal, init_std, true, tp));
+  if (bias) bias_ = params.add(split_spec(prefix + ".bias", out_view, split_dim, 0, Init::Zeros, 0.0f, false, tp));
+}
+
+kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden,
+                                       const parallel::TensorParallelContext& tp) {
+  if (!tp.sequence_parallel) return {ctx.seq, ctx.batch, hidden, 0, ctx.seq, ctx.sample_offset};
+  int64_t local = ctx.seq / tp.size();
+  return {local, ctx.batch, hidden, tp.rank() * local, ctx.seq, ctx.sample_offset};
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) const {
+  Tensor full = parallel::gather_to_tensor_parallel(x, tp_);
+  int64_t rows = full.numel() / in_;
+  Tensor y = Tensor::empty({rows, out_local_});
+  kernels::linear_forward(full.f32(), weight_->value.f32(), bias_ ? bias_->value.f32() : nullptr, y.f32(), rows,
+                          in_, out_local_);
   return y;
 }
 
-Tensor Linear::backward(const Tensor& dy, const Tensor& x, bool want_dx) const {
-  int64_t rows = x.numel() / in_;
-  Tensor dx = want_dx ? Tensor::empty({rows, in_}) : Tensor();
-  kernels::linear_backward(dy.f32(), x.f32(), weight_->value.f32(), want_dx ? dx.f32() : nullptr,
-                           weight_->grad.f32(), bias_ ? bias_->grad.f32() : nullptr, rows, in_, out_);
+Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x) const {
+  // Under sequence parallelism the gathered input is not kept from forward (that would undo the memory
+  // saving); it is gathered again, as Megatron does.
+  Tensor full = parallel::gather_to_tensor_parallel(x, tp_);
+  int64_t rows = full.numel() / in_;
+  Tensor dx = Tensor::empty({rows, in_});
+  kernels::linear_backward(dy.f32(), full.f32(), weight_->value.f32(), dx.f32(), weight_->grad.f32(),
+                           bias_ ? bias_->grad.f32() : nullptr, rows, in_, out_local_);
+  return parallel::reduce_to_input(dx, tp_);
+}
+
+RowParallelLinear::RowParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, int64_t out,
+                                     bool bias, float init_std, const parallel::TensorParallelContext& tp)
+    : tp_(tp), out_(out) {
+  TESSERA_CHECK(in % tp.size() == 0, prefix, ": ", in, " input features do not split over ", tp.size(),
+                " tensor-parallel ranks");
+  in_local_ = in / tp.size();
+  ParameterSpec w{prefix + ".weight", {out, in_local_}, Init::Normal, init_std, true};
+  if (tp.size() > 1) w.sharding = {{out, in}, {out, in}, 1, tp.rank() * in_local_, in_local_};
+  weight_ = params.add(w);
+  if (bias) bias_ = params.add({prefix + ".bias", {out}, Init::Zeros, 0.0f, false});
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x) const {
+  int64_t rows = x.numel() / in_local_;
+  Tensor partial = Tensor::empty({rows, out_});
+  kernels::linear_forward(x.f32(), weight_->value.f32(), nullptr, partial.f32(), rows, in_local_, out_);
+  Tensor y = tp_.sequence_parallel ? parallel::reduce_scatter_rows(partial, *tp_.group) : partial;
+  if (!tp_.sequence_parallel) parallel::all_reduce_sum(y, *tp_.group);
+  if (bias_) {
+    const float* b = bias_->value.f32();
+    float* out = y.f32();
+    int64_t n = y.dim(0);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < out_; ++j) out[r * out_ + j] += b[j];
+  }
+  return y;
+}
+
+Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x) const {
+  // The bias gradient comes from the gathered (full) dy, so it is complete on every rank.
+  Tensor full = parallel::gather_to_tensor_parallel(dy, tp_);
+  int64_t rows = x.numel() / in_local_;
+  Tensor dx = Tensor::empty({rows, in_local_});
+  kernels::linear_backward(full.f32(), x.f32(), weight_->value.f32(), dx.f32(), weight_->grad.f32(),
+                           bias_ ? bias_->grad.f32() : nullptr, rows, in_local_, out_);
   return dx;
 }
 
-Norm::Norm(ParameterSet& params, const std::string& prefix, const GptConfig& config)
+Norm::Norm(ParameterSet& params, const std::string& prefix, const GptConfig& config, bool sequence_parallel)
     : kind_(config.normalization), eps_(config.norm_epsilon), hidden_(config.hidden_size) {
-  weight_ = params.add({prefix + ".weight", {hidden_}, Init::Ones, 0.0f, false});
-  if (kind_ == Normalization::LayerNorm) bias_ = params.add({prefix + ".bias", {hidden_}, Init::Zeros, 0.0f, false});
+  ParameterSpec w{prefix + ".weight", {hidden_}, Init::Ones, 0.0f, false};
+  w.sequence_parallel_grad = sequence_parallel;
+  weight_ = params.add(w);
+  if (kind_ == Normalization::LayerNorm) {
+    ParameterSpec b{prefix + ".bias", {hidden_}, Init::Zeros, 0.0f, false};
+    b.sequence_parallel_grad = sequence_parallel;
+    bias_ = params.add(b);
+  }
 }
 
 void Norm::forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd) const {

@@ -1,12 +1,14 @@
-// The building blocks a transformer is made of: a linear layer and a norm, each owning its parameters
-// in the ParameterSet and running explicit forward and backward through the kernels.
+// The building blocks a transformer is made of: tensor-parallel linear layers and a norm, each owning
+// its parameters in the ParameterSet and running explicit forward and backward through the kernels.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "kernels/dropout.h"
 #include "model/config.h"
 #include "model/parameters.h"
+#include "parallel/tensor_parallel.h"
 
 namespace tessera::model {
 
@@ -19,28 +21,59 @@ struct ForwardContext {
   int64_t seq = 0, batch = 0;
 };
 
+// The part of the [seq, batch, hidden] residual stream this rank holds: all of it, or its sequence
+// shard under sequence parallelism (dropout masks are keyed by global coordinates).
+kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden,
+                                       const parallel::TensorParallelContext& tp);
+
 // Dropout stream of one site (embedding, attention probabilities, attention output, MLP output) of one
 // layer at one iteration.
 uint64_t dropout_stream(int64_t iteration, int64_t layer_number, int site);
 
-class Linear {
+// A linear layer whose output features are split over the tensor group (Megatron's
+// ColumnParallelLinear). The full weight [out, in] is seen as out_view + [in] (e.g. [2, F, in] for
+// SwiGLU's fc1, [groups, per_group_rows, in] for the fused QKV) and split along out_view[split_dim], so
+// that each rank's rows are whole gates / whole query groups.
+class ColumnParallelLinear {
  public:
-  Linear(ParameterSet& params, const std::string& prefix, int64_t in, int64_t out, bool bias, float init_std);
-  // x [rows, in] -> y [rows, out] (allocated here).
+  ColumnParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, const Shape& out_view,
+                       int split_dim, bool bias, float init_std, const parallel::TensorParallelContext& tp);
+  // x [tokens (/tp when sequence parallel), in] -> y [tokens, out / tp].
   Tensor forward(const Tensor& x) const;
-  // Accumulates weight/bias gradients; returns dx [rows, in] unless want_dx is false.
-  Tensor backward(const Tensor& dy, const Tensor& x, bool want_dx = true) const;
-  const Parameter& weight() const { return *weight_; }
+  // Accumulates weight/bias gradients; returns dx shaped like x (summed over the tensor group).
+  Tensor backward(const Tensor& dy, const Tensor& x) const;
 
  private:
+  const parallel::TensorParallelContext& tp_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
-  int64_t in_, out_;
+  int64_t in_, out_local_;
+};
+
+// A linear layer whose input features are split over the tensor group (Megatron's RowParallelLinear):
+// each rank multiplies its slice, the partial outputs are all-reduced (or reduce-scattered to sequence
+// shards) and the replicated bias is added after the reduction.
+class RowParallelLinear {
+ public:
+  RowParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, int64_t out, bool bias,
+                    float init_std, const parallel::TensorParallelContext& tp);
+  // x [tokens, in / tp] -> y [tokens (/tp when sequence parallel), out].
+  Tensor forward(const Tensor& x) const;
+  // dy shaped like y -> dx [tokens, in / tp]; accumulates weight/bias gradients.
+  Tensor backward(const Tensor& dy, const Tensor& x) const;
+
+ private:
+  const parallel::TensorParallelContext& tp_;
+  Parameter* weight_;
+  Parameter* bias_ = nullptr;
+  int64_t in_local_, out_;
 };
 
 class Norm {
  public:
-  Norm(ParameterSet& params, const std::string& prefix, const GptConfig& config);
+  // Under sequence parallelism each rank normalises its own rows, so the weight gradients are partial
+  // sums over the tensor group (ParameterSpec::sequence_parallel_grad).
+  Norm(ParameterSet& params, const std::string& prefix, const GptConfig& config, bool sequence_parallel);
   // y, mean (LayerNorm only) and rstd are allocated here.
   void forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd) const;
   // Adds the input gradient into dx.

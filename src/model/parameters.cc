@@ -31,6 +31,24 @@ Parameter& ParameterSet::get(const std::string& name) {
   throw Error(str_cat("no parameter named ", name));
 }
 
+int64_t Sharding::global_index(int64_t local_index) const {
+  if (!sharded()) return local_index;
+  // Unravel in the shard's view (global_view with `length` along dim), shift along dim, ravel globally.
+  int64_t global = 0, stride = 1, rest = local_index;
+  for (int d = static_cast<int>(global_view.size()) - 1; d >= 0; --d) {
+    int64_t local_extent = d == dim ? length : global_view[d];
+    int64_t coord = rest % local_extent + (d == dim ? offset : 0);
+    rest /= local_extent;
+    global += coord * stride;
+    stride *= global_view[d];
+  }
+  return global;
+}
+
+Shape ParameterSpec::global_shape() const {
+  return sharding.sharded() ? sharding.full_shape : shape;
+}
+
 void initialize_parameter(const ParameterSpec& spec, uint64_t seed, const Tensor& out) {
   check_shape(out, spec.shape, spec.name.c_str());
   switch (spec.init) {
@@ -41,7 +59,8 @@ void initialize_parameter(const ParameterSpec& spec, uint64_t seed, const Tensor
       float* p = out.f32();
       int64_t n = out.numel();
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i) p[i] = spec.std * stream.normal(static_cast<uint64_t>(i));
+      for (int64_t i = 0; i < n; ++i)
+        p[i] = spec.std * stream.normal(static_cast<uint64_t>(spec.sharding.global_index(i)));
       return;
     }
   }

@@ -14,12 +14,32 @@ namespace tessera::model {
 
 enum class Init { Normal, Zeros, Ones };
 
+// Which part of the full parameter this rank holds. The full tensor is seen as `global_view` (for
+// example [2, F, H] for a SwiGLU fc1 weight of [2F, H], so that a shard of both halves is one range)
+// and the rank holds [offset, offset + length) along dimension `dim`. dim < 0: the whole tensor.
+struct Sharding {
+  Shape full_shape;   // the full tensor's shape
+  Shape global_view;  // the full tensor seen in the shape the split is a range of
+  int dim = -1;
+  int64_t offset = 0, length = 0;
+
+  bool sharded() const { return dim >= 0; }
+  // The flat index in the full tensor of element `local_index` of the shard.
+  int64_t global_index(int64_t local_index) const;
+};
+
 struct ParameterSpec {
   std::string name;  // Megatron-core naming, e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
-  Shape shape;
+  Shape shape;       // of the tensor this rank holds
   Init init = Init::Normal;
   float std = 0.0f;           // for Init::Normal
   bool weight_decay = true;   // false for biases and norm weights, as Megatron
+  Sharding sharding;          // tensor-parallel slice (whole tensor when not sharded)
+  // Replicated across the tensor group but computed on sequence-parallel shards, so each rank's gradient
+  // is a partial sum that must be all-reduced over the tensor group (norms, row-parallel biases).
+  bool sequence_parallel_grad = false;
+
+  Shape global_shape() const;  // the full tensor's shape
 };
 
 struct Parameter {

@@ -57,26 +57,39 @@ void add_into(const Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
-TransformerLayer::TransformerLayer(const GptConfig& config, int64_t layer_number, ParameterSet& params)
+namespace {
+// Output projections start smaller, std / sqrt(2 * layers), as Megatron's scaled_init_method_normal.
+float output_init_std(const GptConfig& c) {
+  return c.init_method_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
+}
+}  // namespace
+
+TransformerLayer::TransformerLayer(const GptConfig& config, int64_t layer_number, ParameterSet& params,
+                                   const parallel::TensorParallelContext& tp)
     : config_(config),
       layer_number_(layer_number),
-      input_norm_(params, layer_prefix(layer_number) + "input_layernorm", config),
-      pre_mlp_norm_(params, layer_prefix(layer_number) + "pre_mlp_layernorm", config),
-      qkv_(params, layer_prefix(layer_number) + "self_attention.linear_qkv", config.hidden_size, config.qkv_size(),
-           config.add_bias_linear, config.init_method_std),
-      // Output projections start smaller, std / sqrt(2 * layers), as Megatron's scaled_init_method_normal.
+      tp_(tp),
+      heads_(config.num_attention_heads / tp.size()),
+      groups_(config.num_query_groups / tp.size()),
+      input_norm_(params, layer_prefix(layer_number) + "input_layernorm", config, tp.sequence_parallel),
+      pre_mlp_norm_(params, layer_prefix(layer_number) + "pre_mlp_layernorm", config, tp.sequence_parallel),
+      // Split by query groups: each rank holds whole groups (their query heads, key and value).
+      qkv_(params, layer_prefix(layer_number) + "self_attention.linear_qkv", config.hidden_size,
+           {config.num_query_groups, (config.query_heads_per_group() + 2) * config.kv_channels}, 0,
+           config.add_bias_linear, config.init_method_std, tp),
       proj_(params, layer_prefix(layer_number) + "self_attention.linear_proj",
             config.num_attention_heads * config.kv_channels, config.hidden_size, config.add_bias_linear,
-            config.init_method_std / std::sqrt(2.0f * static_cast<float>(config.num_layers))),
+            output_init_std(config), tp),
+      // SwiGLU's fc1 is [gate; up]: each rank takes the same columns of both halves.
       fc1_(params, layer_prefix(layer_number) + "mlp.linear_fc1", config.hidden_size,
-           config.swiglu ? 2 * config.ffn_hidden_size : config.ffn_hidden_size, config.add_bias_linear,
-           config.init_method_std),
+           config.swiglu ? Shape{2, config.ffn_hidden_size} : Shape{config.ffn_hidden_size}, config.swiglu ? 1 : 0,
+           config.add_bias_linear, config.init_method_std, tp),
       fc2_(params, layer_prefix(layer_number) + "mlp.linear_fc2", config.ffn_hidden_size, config.hidden_size,
-           config.add_bias_linear, config.init_method_std / std::sqrt(2.0f * static_cast<float>(config.num_layers))) {}
+           config.add_bias_linear, output_init_std(config), tp) {}
 
 void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx, int site, bool backward) const {
   if (!ctx.training || config_.hidden_dropout == 0.0f) return;
-  kernels::DropoutRegion region{ctx.seq, ctx.batch, config_.hidden_size, 0, ctx.seq, ctx.sample_offset};
+  kernels::DropoutRegion region = residual_region(ctx, config_.hidden_size, tp_);
   uint64_t stream = dropout_stream(ctx.iteration, layer_number_, site);
   if (backward)
     kernels::dropout_backward(x.f32(), x.f32(), config_.hidden_dropout, ctx.seed, stream, region);
@@ -85,17 +98,18 @@ void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx
 }
 
 namespace {
-kernels::AttentionShape attention_shape(const GptConfig& c, const ForwardContext& ctx) {
-  return {ctx.seq, ctx.batch, c.num_attention_heads, c.num_query_groups, c.kv_channels};
+kernels::AttentionShape attention_shape(const ForwardContext& ctx, int64_t heads, int64_t groups, int64_t d) {
+  return {ctx.seq, ctx.batch, heads, groups, d};
 }
+// Keyed by global head index, so a rank's heads draw the masks they would in a single process.
 kernels::AttentionDropout attention_dropout(const GptConfig& c, const ForwardContext& ctx, int64_t layer_number,
-                                            int site) {
+                                            int site, int64_t head_offset) {
   kernels::AttentionDropout d;
   d.p = ctx.training ? c.attention_dropout : 0.0f;
   d.seed = ctx.seed;
   d.stream = dropout_stream(ctx.iteration, layer_number, site);
   d.sample_offset = ctx.sample_offset;
-  d.head_offset = 0;
+  d.head_offset = head_offset;
   d.total_heads = c.num_attention_heads;
   return d;
 }
@@ -104,26 +118,26 @@ kernels::AttentionDropout attention_dropout(const GptConfig& c, const ForwardCon
 Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, const ForwardContext& ctx,
                                  LayerActivations& rec) const {
   const GptConfig& c = config_;
-  const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;
+  const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;  // attention sees every token
   rec.input = x;
 
   // Attention block.
   input_norm_.forward(x, rec.ln1, rec.ln1_mean, rec.ln1_rstd);
   Tensor qkv = qkv_.forward(rec.ln1);
-  rec.q = Tensor::empty({rows, c.num_attention_heads, d});
-  rec.k = Tensor::empty({rows, c.num_query_groups, d});
-  rec.v = Tensor::empty({rows, c.num_query_groups, d});
-  split_qkv(qkv.f32(), rec.q.f32(), rec.k.f32(), rec.v.f32(), rows, c.num_query_groups, c.query_heads_per_group(), d);
+  rec.q = Tensor::empty({rows, heads_, d});
+  rec.k = Tensor::empty({rows, groups_, d});
+  rec.v = Tensor::empty({rows, groups_, d});
+  split_qkv(qkv.f32(), rec.q.f32(), rec.k.f32(), rec.v.f32(), rows, groups_, c.query_heads_per_group(), d);
   qkv = Tensor();
   if (c.position_embedding == PositionEmbedding::Rope) {
-    kernels::rope_forward(rec.q.f32(), positions, rows, c.num_attention_heads, d, c.rotary_dim(), c.rotary_base);
-    kernels::rope_forward(rec.k.f32(), positions, rows, c.num_query_groups, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(rec.q.f32(), positions, rows, heads_, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(rec.k.f32(), positions, rows, groups_, d, c.rotary_dim(), c.rotary_base);
   }
-  rec.attn = Tensor::empty({rows, c.num_attention_heads * d});
-  rec.lse = Tensor::empty({ctx.batch, c.num_attention_heads, ctx.seq});
+  rec.attn = Tensor::empty({rows, heads_ * d});
+  rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
   kernels::attention_forward(rec.q.f32(), rec.k.f32(), rec.v.f32(), rec.attn.f32(), rec.lse.f32(),
-                             attention_shape(c, ctx), 1.0f / std::sqrt(static_cast<float>(d)),
-                             attention_dropout(c, ctx, layer_number_, kAttentionProbs));
+                             attention_shape(ctx, heads_, groups_, d), 1.0f / std::sqrt(static_cast<float>(d)),
+                             attention_dropout(c, ctx, layer_number_, kAttentionProbs, tp_.rank() * heads_));
   Tensor h = proj_.forward(rec.attn);
   hidden_dropout(h, ctx, kAttentionOutput, false);
   add_into(h, x);
@@ -132,9 +146,10 @@ Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, cons
   // MLP block.
   pre_mlp_norm_.forward(h, rec.ln2, rec.ln2_mean, rec.ln2_rstd);
   rec.fc1 = fc1_.forward(rec.ln2);
-  rec.act = Tensor::empty({rows, c.ffn_hidden_size});
+  const int64_t ffn = c.ffn_hidden_size / tp_.size();
+  rec.act = Tensor::empty({rows, ffn});
   if (c.swiglu)
-    kernels::swiglu_forward(rec.fc1.f32(), rec.act.f32(), rows, c.ffn_hidden_size);
+    kernels::swiglu_forward(rec.fc1.f32(), rec.act.f32(), rows, ffn);
   else
     kernels::gelu_forward(rec.fc1.f32(), rec.act.f32(), rec.act.numel());
   Tensor y = fc2_.forward(rec.act);
@@ -156,7 +171,7 @@ Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, co
   dfc2 = Tensor();
   Tensor dfc1 = Tensor::empty(rec.fc1.shape());
   if (c.swiglu)
-    kernels::swiglu_backward(rec.fc1.f32(), dact.f32(), dfc1.f32(), rows, c.ffn_hidden_size);
+    kernels::swiglu_backward(rec.fc1.f32(), dact.f32(), dfc1.f32(), rows, c.ffn_hidden_size / tp_.size());
   else
     kernels::gelu_backward(rec.fc1.f32(), dact.f32(), dfc1.f32(), dfc1.numel());
   dact = Tensor();
@@ -172,16 +187,16 @@ Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, co
   dproj = Tensor();
   Tensor dq = Tensor::empty(rec.q.shape()), dk = Tensor::empty(rec.k.shape()), dv = Tensor::empty(rec.v.shape());
   kernels::attention_backward(rec.q.f32(), rec.k.f32(), rec.v.f32(), rec.attn.f32(), rec.lse.f32(), dattn.f32(),
-                              dq.f32(), dk.f32(), dv.f32(), attention_shape(c, ctx),
+                              dq.f32(), dk.f32(), dv.f32(), attention_shape(ctx, heads_, groups_, d),
                               1.0f / std::sqrt(static_cast<float>(d)),
-                              attention_dropout(c, ctx, layer_number_, kAttentionProbs));
+                              attention_dropout(c, ctx, layer_number_, kAttentionProbs, tp_.rank() * heads_));
   dattn = Tensor();
   if (c.position_embedding == PositionEmbedding::Rope) {
-    kernels::rope_backward(dq.f32(), positions, rows, c.num_attention_heads, d, c.rotary_dim(), c.rotary_base);
-    kernels::rope_backward(dk.f32(), positions, rows, c.num_query_groups, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_backward(dq.f32(), positions, rows, heads_, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_backward(dk.f32(), positions, rows, groups_, d, c.rotary_dim(), c.rotary_base);
   }
-  Tensor dqkv = Tensor::empty({rows, c.qkv_size()});
-  merge_qkv(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), rows, c.num_query_groups, c.query_heads_per_group(), d);
+  Tensor dqkv = Tensor::empty({rows, c.qkv_size() / tp_.size()});
+  merge_qkv(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), rows, groups_, c.query_heads_per_group(), d);
   dq = dk = dv = Tensor();
   Tensor dln1 = qkv_.backward(dqkv, rec.ln1);
   dqkv = Tensor();

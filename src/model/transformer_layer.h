@@ -24,9 +24,12 @@ struct LayerActivations {
 class TransformerLayer {
  public:
   // layer_number is 1-based and global (across pipeline stages), as in Megatron.
-  TransformerLayer(const GptConfig& config, int64_t layer_number, ParameterSet& params);
+  // Attention heads, query groups and MLP columns are split over tp's group (Megatron's tensor
+  // parallelism); with tp.sequence_parallel the residual stream is [seq/tp, batch, hidden] per rank.
+  TransformerLayer(const GptConfig& config, int64_t layer_number, ParameterSet& params,
+                   const parallel::TensorParallelContext& tp);
 
-  // x [T, hidden] -> y [T, hidden]; positions [T] for rotary embeddings.
+  // x [T (/tp when sequence parallel), hidden] -> y shaped like x; positions [T] for rotary embeddings.
   Tensor forward(const Tensor& x, const int32_t* positions, const ForwardContext& ctx, LayerActivations& rec) const;
   // dy [T, hidden] -> dx [T, hidden]; accumulates parameter gradients.
   Tensor backward(const Tensor& dy, const int32_t* positions, const ForwardContext& ctx,
@@ -38,8 +41,13 @@ class TransformerLayer {
 
   const GptConfig& config_;
   int64_t layer_number_;
+  const parallel::TensorParallelContext& tp_;
+  int64_t heads_, groups_;  // on this rank
   Norm input_norm_, pre_mlp_norm_;
-  Linear qkv_, proj_, fc1_, fc2_;
+  ColumnParallelLinear qkv_;
+  RowParallelLinear proj_;
+  ColumnParallelLinear fc1_;
+  RowParallelLinear fc2_;
 };
 
 }  // namespace tessera::model

@@ -6,17 +6,31 @@
 
 namespace tessera::optim {
 
-AdamWOptimizer::AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& config)
-    : params_(params), config_(config) {
+AdamWOptimizer::AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& config,
+                               comm::ProcessGroup* model_parallel_group)
+    : params_(params), config_(config), model_parallel_group_(model_parallel_group) {
   TESSERA_CHECK(params.allocated(), "AdamWOptimizer: parameters are not allocated");
   exp_avg_ = Tensor::zeros({params.numel()});
   exp_avg_sq_ = Tensor::zeros({params.numel()});
 }
 
+double AdamWOptimizer::grad_norm() const {
+  bool single = model_parallel_group_ == nullptr || model_parallel_group_->size() == 1;
+  if (single) return std::sqrt(kernels::sum_of_squares(params_.grads().f32(), params_.numel()));
+  double sum = 0;
+  for (const model::Parameter& p : params_.params())
+    if (p.spec.sharding.sharded() || model_parallel_group_->rank() == 0)
+      sum += kernels::sum_of_squares(p.grad.f32(), p.grad.numel());
+  Tensor total = Tensor::empty({1});
+  total.f32()[0] = static_cast<float>(sum);
+  model_parallel_group_->all_reduce(total);
+  return std::sqrt(static_cast<double>(total.f32()[0]));
+}
+
 StepResult AdamWOptimizer::step(float lr) {
   StepResult result;
   const Tensor& grads = params_.grads();
-  result.grad_norm = std::sqrt(kernels::sum_of_squares(grads.f32(), grads.numel()));
+  result.grad_norm = grad_norm();
   if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;
     return result;

@@ -2,6 +2,7 @@
 // Biases and norm weights are not decayed (ParameterSpec::weight_decay), as in Megatron.
 #pragma once
 
+#include "comm/process_group.h"
 #include "model/parameters.h"
 
 namespace tessera::optim {
@@ -18,7 +19,14 @@ struct StepResult {
 
 class AdamWOptimizer {
  public:
-  AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& config);
+  // model_parallel_group: the ranks that hold the other shards of this model replica (the tensor group
+  // today); the gradient norm is taken over all of them, counting replicated parameters once (on
+  // group rank 0). Null for a single process.
+  AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& config,
+                 comm::ProcessGroup* model_parallel_group = nullptr);
+
+  // The global L2 norm of the gradients over every shard of the model.
+  double grad_norm() const;
 
   // Clips the gradients by their global norm and applies one AdamW step with learning rate lr.
   StepResult step(float lr);
@@ -31,6 +39,7 @@ class AdamWOptimizer {
  private:
   model::ParameterSet& params_;
   AdamWConfig config_;
+  comm::ProcessGroup* model_parallel_group_;
   Tensor exp_avg_, exp_avg_sq_;  // same flat layout as the parameters
   int64_t steps_ = 0;
 };

@@ -20,8 +20,9 @@ void require_positive(const char* flag, T value) {
 
 }  // namespace
 
-TrainArguments parse_train_arguments(const std::vector<std::string>& args) {
+TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size) {
   TrainArguments a;
+  a.world_size = world_size;
   CLI::App app{"tessera train: train a GPT model with Megatron-LM's flags", "tessera train"};
   app.option_defaults()->always_capture_default();
   // As with argparse in Megatron, a flag given twice takes its last value, so scripts can append overrides.
@@ -51,6 +52,12 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args) {
   m->add_option("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by, "Pad the vocabulary to a multiple of this");
   m->add_option("--tensor-model-parallel-size", a.tensor_model_parallel_size, "Tensor-parallel size");
   m->add_option("--pipeline-model-parallel-size", a.pipeline_model_parallel_size, "Pipeline-parallel size");
+  m->add_flag("--sequence-parallel", a.sequence_parallel, "Shard norms, dropout and residuals along the sequence");
+  m->add_option("--ddp-bucket-size", a.ddp_bucket_size, "Elements per data-parallel gradient bucket");
+  m->add_flag("--overlap-grad-reduce", a.overlap_grad_reduce,
+              "Start each bucket's all-reduce during the last micro-batch's backward");
+  m->add_option("--distributed-timeout-minutes", a.distributed_timeout_minutes,
+                "Abort the job when a collective takes longer than this");
 
   auto* d = app.add_option_group("data");
   d->add_flag("--mock-data", a.mock_data, "Train on a synthetic, learnable token stream");
@@ -104,10 +111,20 @@ void finalize(TrainArguments& a) {
   require_positive("--hidden-size", a.hidden_size);
   require_positive("--num-attention-heads", a.num_attention_heads);
   require_positive("--seq-length", a.seq_length);
-  require(a.tensor_model_parallel_size == 1, "--tensor-model-parallel-size", a.tensor_model_parallel_size,
-          "tensor parallelism is not implemented yet; use 1");
+  // Layout.
+  const int64_t tp = a.tensor_model_parallel_size;
+  require_positive("--tensor-model-parallel-size", tp);
   require(a.pipeline_model_parallel_size == 1, "--pipeline-model-parallel-size", a.pipeline_model_parallel_size,
           "pipeline parallelism is not implemented yet; use 1");
+  require(a.world_size % (tp * a.pipeline_model_parallel_size) == 0, "--tensor-model-parallel-size", tp,
+          str_cat("x --pipeline-model-parallel-size=", a.pipeline_model_parallel_size,
+                  " must divide the number of ranks (", a.world_size, ")"));
+  require(a.num_attention_heads % tp == 0, "--num-attention-heads", a.num_attention_heads,
+          str_cat("must be divisible by --tensor-model-parallel-size=", tp));
+  require(!a.sequence_parallel || a.seq_length % tp == 0, "--seq-length", a.seq_length,
+          str_cat("must be divisible by --tensor-model-parallel-size=", tp, " with --sequence-parallel"));
+  require_positive("--ddp-bucket-size", a.ddp_bucket_size);
+  require_positive("--distributed-timeout-minutes", a.distributed_timeout_minutes);
   if (a.kv_channels == 0) {
     require(a.hidden_size % a.num_attention_heads == 0, "--hidden-size", a.hidden_size,
             str_cat("must be divisible by --num-attention-heads=", a.num_attention_heads,
@@ -119,6 +136,8 @@ void finalize(TrainArguments& a) {
     require_positive("--num-query-groups", a.num_query_groups);
     require(a.num_attention_heads % a.num_query_groups == 0, "--num-query-groups", a.num_query_groups,
             str_cat("must divide --num-attention-heads=", a.num_attention_heads));
+    require(a.num_query_groups % tp == 0, "--num-query-groups", a.num_query_groups,
+            str_cat("must be divisible by --tensor-model-parallel-size=", tp));
   } else {
     a.num_query_groups = a.num_attention_heads;
   }
@@ -126,6 +145,8 @@ void finalize(TrainArguments& a) {
     a.ffn_hidden_size = a.swiglu ? static_cast<int64_t>(4.0 * static_cast<double>(a.hidden_size) * 2 / 3 / 64) * 64
                                  : 4 * a.hidden_size;
   require_positive("--ffn-hidden-size", a.ffn_hidden_size);
+  require(a.ffn_hidden_size % tp == 0, "--ffn-hidden-size", a.ffn_hidden_size,
+          str_cat("must be divisible by --tensor-model-parallel-size=", tp));
 
   require(a.position_embedding_type == "learned_absolute" || a.position_embedding_type == "rope",
           "--position-embedding-type", a.position_embedding_type, "must be learned_absolute or rope");
@@ -158,9 +179,10 @@ void finalize(TrainArguments& a) {
   require_positive("--micro-batch-size", a.micro_batch_size);
   if (a.global_batch_size == 0) a.global_batch_size = a.micro_batch_size;
   require_positive("--global-batch-size", a.global_batch_size);
-  require(a.global_batch_size % a.micro_batch_size == 0, "--global-batch-size", a.global_batch_size,
-          str_cat("must be divisible by --micro-batch-size=", a.micro_batch_size,
-                  " x data-parallel size=1"));
+  require(a.global_batch_size % (a.micro_batch_size * a.data_parallel_size()) == 0, "--global-batch-size",
+          a.global_batch_size,
+          str_cat("must be divisible by --micro-batch-size=", a.micro_batch_size, " x data-parallel size=",
+                  a.data_parallel_size()));
   require_positive("--train-iters", a.train_iters);
   require(a.lr > 0, "--lr", a.lr, "must be positive");
   require(a.min_lr >= 0 && a.min_lr <= a.lr, "--min-lr", a.min_lr, str_cat("must be in [0, --lr=", a.lr, "]"));
@@ -212,7 +234,7 @@ void finalize(TrainArguments& a) {
 
   a.lr_schedule = {a.lr, a.min_lr, a.lr_warmup_iters, a.lr_decay_iters, optim::parse_lr_decay_style(a.lr_decay_style)};
   a.adam = {a.weight_decay, a.adam_beta1, a.adam_beta2, a.adam_eps, a.clip_grad};
-  a.num_micro_batches = a.global_batch_size / a.micro_batch_size;
+  a.num_micro_batches = a.global_batch_size / (a.micro_batch_size * a.data_parallel_size());
 }
 
 }  // namespace tessera::train

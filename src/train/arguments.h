@@ -27,6 +27,10 @@ struct TrainArguments {
   float hidden_dropout = 0.1f, attention_dropout = 0.1f, init_method_std = 0.02f;
   int64_t make_vocab_size_divisible_by = 128;
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
+  bool sequence_parallel = false;
+  int64_t ddp_bucket_size = 40000000;  // elements, as Megatron's default
+  bool overlap_grad_reduce = false;
+  int64_t distributed_timeout_minutes = 10;
 
   // Data.
   bool mock_data = false;
@@ -52,12 +56,15 @@ struct TrainArguments {
   model::GptConfig model;
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adam;
-  int64_t num_micro_batches = 0;
+  int64_t num_micro_batches = 0;   // per data-parallel rank
+  int64_t world_size = 1;
+  int64_t data_parallel_size() const { return world_size / (tensor_model_parallel_size * pipeline_model_parallel_size); }
 };
 
 // Parses `args` (without the subcommand). Unknown flags and violated rules throw tessera::Error;
 // --help prints usage and throws HelpRequested.
-TrainArguments parse_train_arguments(const std::vector<std::string>& args);
+// world_size is the number of processes (ranks) of the job: layout rules are checked against it.
+TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size = 1);
 
 struct HelpRequested {
   std::string text;

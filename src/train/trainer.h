@@ -5,7 +5,9 @@
 #include <memory>
 #include <vector>
 
+#include "comm/parallel_state.h"
 #include "model/gpt_model.h"
+#include "parallel/grad_buckets.h"
 #include "optim/adamw_optimizer.h"
 #include "train/arguments.h"
 #include "train/mock_data.h"
@@ -15,8 +17,12 @@ namespace tessera::train {
 
 class Trainer {
  public:
-  // Builds the model and optimizer and resumes from --load when it holds a checkpoint.
-  explicit Trainer(TrainArguments args);
+  // Builds this rank's part of the model (its tensor-parallel shard, its data-parallel share of each
+  // batch) and the optimizer, and resumes from --load when it holds a checkpoint. Collective over
+  // `world`; a null world is a single process.
+  explicit Trainer(TrainArguments args, comm::ProcessGroup* world = nullptr);
+  Trainer(const Trainer&) = delete;  // the model keeps references into the trainer
+  Trainer& operator=(const Trainer&) = delete;
 
   // Trains from the current iteration to --train-iters.
   void train();
@@ -32,13 +38,24 @@ class Trainer {
   // One forward/backward/step over a global batch; returns the mean per-token loss.
   double train_step(float lr, optim::StepResult& step);
   void save();
-
+  // Completes the data-parallel reduction and sums sequence-parallel partial gradients.
+  void finalize_gradients();
+  void say(const std::string& line);
+  // This rank's micro-batch m of the global batch starting at sample `first` (Megatron's sampler:
+  // each step of mbs x dp samples is split over the data-parallel ranks).
+  model::MicroBatch micro_batch(const MockGptDataset& data, int64_t first, int64_t m) const;
+  // Sums over the data-parallel group (in place).
+  void data_parallel_sum(std::vector<float>& values) const;
   TrainArguments args_;
+  std::unique_ptr<comm::ProcessGroup> single_world_;
+  std::unique_ptr<comm::ParallelState> state_;
+  parallel::TensorParallelContext tp_;
   model::ParameterSet params_;
   std::unique_ptr<model::GptModel> model_;
   std::unique_ptr<optim::AdamWOptimizer> optimizer_;
   MockGptDataset train_data_, valid_data_;
-  TrainingLog log_;
+  std::unique_ptr<TrainingLog> log_;  // on world rank 0 only
+  std::unique_ptr<parallel::GradBuckets> buckets_;
   int64_t iteration_ = 0, consumed_samples_ = 0, skipped_iterations_ = 0, nan_iterations_ = 0;
   std::vector<double> losses_;
 };

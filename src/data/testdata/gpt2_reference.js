@@ -1,0 +1,36 @@
+// Encodes documents with a reference GPT-2 encoder, for gpt2_bpe_tokenizer_test.cc.
+//   node gpt2_reference.js gpt-3-encoder|tiktoken NODE_MODULES_DIR IN OUT
+// IN:  documents, each a little-endian uint32 byte length and the bytes.
+// OUT: per document, a little-endian uint32 token count and the ids as int32 (-1 where the encoder
+//      gave no id).
+// The encoders take strings: bytes become one with WHATWG's UTF-8 decoder (each maximal ill-formed
+// subpart becomes U+FFFD), keeping a leading byte-order mark as text (ignoreBOM).
+'use strict';
+const fs = require('fs');
+const path = require('path');
+
+const [impl, nodeModules, inPath, outPath] = process.argv.slice(2);
+let encode;
+if (impl === 'gpt-3-encoder') {
+  encode = require(path.join(nodeModules, 'gpt-3-encoder')).encode;
+} else if (impl === 'tiktoken') {
+  const enc = require(path.join(nodeModules, 'tiktoken')).get_encoding('gpt2');
+  encode = (text) => Array.from(enc.encode_ordinary(text));  // special tokens are plain text
+} else {
+  throw new Error(`unknown encoder ${impl}`);
+}
+
+const decoder = new TextDecoder('utf-8', { ignoreBOM: true });
+const input = fs.readFileSync(inPath);
+const chunks = [];
+for (let pos = 0; pos < input.length;) {
+  const len = input.readUInt32LE(pos);
+  pos += 4;
+  const ids = encode(decoder.decode(input.subarray(pos, pos + len)));
+  pos += len;
+  const out = Buffer.alloc(4 + 4 * ids.length);
+  out.writeUInt32LE(ids.length, 0);
+  ids.forEach((id, i) => out.writeInt32LE(Number.isInteger(id) ? id : -1, 4 + 4 * i));
+  chunks.push(out);
+}
+fs.writeFileSync(outPath, Buffer.concat(chunks));
