@@ -15,8 +15,12 @@ namespace {
 
 constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
 constexpr const char* kIndex = "index.json";
-constexpr const char* kModelFile = "model.tp00.pp00.safetensors";
-constexpr const char* kOptimFile = "optim.tp00.pp00.dp000.safetensors";
+
+std::string model_file(int tensor_rank) { return str_cat("model.tp", tensor_rank < 10 ? "0" : "", tensor_rank, ".pp00.safetensors"); }
+std::string optim_file(int tensor_rank) {
+  return str_cat("optim.tp", tensor_rank < 10 ? "0" : "", tensor_rank, ".pp00.dp000.safetensors");
+}
+std::string fragment_file(int tensor_rank) { return str_cat("index.tp", tensor_rank, ".json"); }
 
 // Writes a small text file atomically: temporary file, fsync, rename.
 void write_file_atomically(const fs::path& path, const std::string& contents) {
@@ -34,10 +38,20 @@ void write_file_atomically(const fs::path& path, const std::string& contents) {
   fs::rename(tmp, path);
 }
 
-json tensor_entry(const std::string& file, const std::string& key, const Shape& shape) {
-  // One file holds the whole tensor today; a shard would record its own offsets and local shape.
-  return {{"file", file}, {"key", key}, {"global_shape", shape}, {"offset", Shape(shape.size(), 0)},
-          {"shape", shape}, {"dtype", "fp32"}};
+// Which part of a tensor a file holds: the parameter's sharding (dim -1: all of it).
+json slice_entry(const std::string& file, const std::string& key, const model::ParameterSpec& spec) {
+  const model::Sharding& s = spec.sharding;
+  return {{"file", file},   {"key", key},       {"shape", spec.shape},       {"dtype", "fp32"},
+          {"view", s.sharded() ? s.global_view : spec.shape}, {"dim", s.dim}, {"offset", s.offset},
+          {"length", s.length}};
+}
+
+bool same_slice(const json& e, const model::ParameterSpec& spec) {
+  const model::Sharding& s = spec.sharding;
+  if (e.at("dim").get<int>() != s.dim) return false;
+  if (!s.sharded()) return true;
+  return e.at("view").get<Shape>() == s.global_view && e.at("offset").get<int64_t>() == s.offset &&
+         e.at("length").get<int64_t>() == s.length;
 }
 
 json read_json_file(const fs::path& path) {
@@ -59,59 +73,85 @@ std::string iteration_dir_name(int64_t iteration) {
 }
 
 void save_checkpoint(const std::string& save_dir, const TrainingState& state, const model::ParameterSet& params,
-                     const optim::AdamWOptimizer* optimizer) {
+                     const optim::AdamWOptimizer* optimizer, const ShardPlacement& placement) {
   fs::path root(save_dir);
-  fs::create_directories(root);
   fs::path final_dir = root / iteration_dir_name(state.iteration);
   fs::path tmp_dir = root / (iteration_dir_name(state.iteration) + ".tmp");
-  fs::remove_all(tmp_dir);
-  fs::create_directories(tmp_dir);
-
-  json tensors = json::object();
-  std::vector<std::pair<std::string, Tensor>> model_tensors;
-  for (const model::Parameter& p : params.params()) {
-    model_tensors.emplace_back(p.spec.name, p.value);
-    tensors[p.spec.name] = tensor_entry(kModelFile, p.spec.name, p.spec.shape);
+  const bool leader = placement.world == nullptr || placement.world->rank() == 0;
+  auto barrier = [&] {
+    if (placement.world) placement.world->barrier();
+  };
+  if (leader) {
+    fs::create_directories(root);
+    fs::remove_all(tmp_dir);
+    fs::create_directories(tmp_dir);
   }
-  write_safetensors((tmp_dir / kModelFile).string(), model_tensors);
-  json files = {{kModelFile, {{"bytes", fs::file_size(tmp_dir / kModelFile)}}}};
+  barrier();
 
-  if (optimizer) {
-    std::vector<std::pair<std::string, Tensor>> optim_tensors;
+  // Every tensor rank of data-parallel rank 0 writes its shards and an index fragment describing them.
+  if (placement.data_rank == 0) {
+    const std::string mfile = model_file(placement.tensor_rank), ofile = optim_file(placement.tensor_rank);
+    json tensors = json::object();
+    std::vector<std::pair<std::string, Tensor>> model_tensors, optim_tensors;
     for (const model::Parameter& p : params.params()) {
+      model_tensors.emplace_back(p.spec.name, p.value);
+      tensors[p.spec.name] = {{"global_shape", p.spec.global_shape()}, {"slice", slice_entry(mfile, p.spec.name, p.spec)}};
+      if (!optimizer) continue;
       int64_t n = p.value.numel();
-      for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
-        const Tensor& flat = std::string(moment) == "exp_avg" ? optimizer->exp_avg() : optimizer->exp_avg_sq();
+      for (const auto& [moment, flat] : {std::pair{"exp_avg", &optimizer->exp_avg()},
+                                         std::pair{"exp_avg_sq", &optimizer->exp_avg_sq()}}) {
         std::string key = str_cat("optimizer.", moment, ".", p.spec.name);
-        optim_tensors.emplace_back(key, flat.flat_range(p.offset, n).view(p.spec.shape));
-        tensors[key] = tensor_entry(kOptimFile, key, p.spec.shape);
+        optim_tensors.emplace_back(key, flat->flat_range(p.offset, n).view(p.spec.shape));
+        tensors[key] = {{"global_shape", p.spec.global_shape()}, {"slice", slice_entry(ofile, key, p.spec)}};
       }
     }
-    write_safetensors((tmp_dir / kOptimFile).string(), optim_tensors);
-    files[kOptimFile] = {{"bytes", fs::file_size(tmp_dir / kOptimFile)}};
+    write_safetensors((tmp_dir / mfile).string(), model_tensors);
+    json files = {{mfile, {{"bytes", fs::file_size(tmp_dir / mfile)}}}};
+    if (optimizer) {
+      write_safetensors((tmp_dir / ofile).string(), optim_tensors);
+      files[ofile] = {{"bytes", fs::file_size(tmp_dir / ofile)}};
+    }
+    write_file_atomically(tmp_dir / fragment_file(placement.tensor_rank),
+                          json{{"files", files}, {"tensors", tensors}}.dump());
   }
+  barrier();
 
-  json index = {{"format", "tessera-checkpoint"},
-                {"version", 1},
-                {"iteration", state.iteration},
-                {"consumed_train_samples", state.consumed_train_samples},
-                {"skipped_iterations", state.skipped_iterations},
-                {"seed", state.seed},
-                {"optimizer_steps", optimizer ? optimizer->steps() : 0},
-                {"has_optimizer", optimizer != nullptr},
-                {"args", state.args},
-                {"files", files},
-                {"tensors", tensors}};
-  // The index is written last: a directory without it is incomplete.
-  write_file_atomically(tmp_dir / kIndex, index.dump(1));
+  if (leader) {
+    // Merge the fragments: one entry per tensor with the slices of every file that holds part of it.
+    json files = json::object(), tensors = json::object();
+    for (int tp = 0; fs::exists(tmp_dir / fragment_file(tp)); ++tp) {
+      json fragment = read_json_file(tmp_dir / fragment_file(tp));
+      fs::remove(tmp_dir / fragment_file(tp));
+      files.update(fragment.at("files"));
+      for (auto& [name, entry] : fragment.at("tensors").items()) {
+        json& merged = tensors[name];
+        merged["global_shape"] = entry.at("global_shape");
+        merged["slices"].push_back(entry.at("slice"));
+      }
+    }
+    json index = {{"format", "tessera-checkpoint"},
+                  {"version", 1},
+                  {"iteration", state.iteration},
+                  {"consumed_train_samples", state.consumed_train_samples},
+                  {"skipped_iterations", state.skipped_iterations},
+                  {"seed", state.seed},
+                  {"optimizer_steps", optimizer ? optimizer->steps() : 0},
+                  {"has_optimizer", optimizer != nullptr},
+                  {"args", state.args},
+                  {"files", files},
+                  {"tensors", tensors}};
+    // The index is written last: a directory without it is incomplete.
+    write_file_atomically(tmp_dir / kIndex, index.dump(1));
 
-  // Swap the complete directory into place, then point the tracker at it.
-  fs::path old_dir = root / (iteration_dir_name(state.iteration) + ".old");
-  fs::remove_all(old_dir);
-  if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
-  fs::rename(tmp_dir, final_dir);
-  fs::remove_all(old_dir);
-  write_file_atomically(root / kTracker, std::to_string(state.iteration) + "\n");
+    // Swap the complete directory into place, then point the tracker at it.
+    fs::path old_dir = root / (iteration_dir_name(state.iteration) + ".old");
+    fs::remove_all(old_dir);
+    if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
+    fs::rename(tmp_dir, final_dir);
+    fs::remove_all(old_dir);
+    write_file_atomically(root / kTracker, std::to_string(state.iteration) + "\n");
+  }
+  barrier();
 }
 
 int64_t latest_checkpointed_iteration(const std::string& load_dir) {
@@ -162,26 +202,38 @@ TrainingState load_checkpoint(const std::string& load_dir, model::ParameterSet& 
                 state.iteration, ", the tracker says ", iteration);
 
   std::map<std::string, SafetensorsFile> open_files;
-  auto load_tensor = [&](const std::string& key, const Tensor& dst) {
+  auto load_tensor = [&](const std::string& key, const model::ParameterSpec& spec, const Tensor& dst) {
     TESSERA_CHECK(tensors.contains(key), "checkpoint ", index_path.string(), " has no tensor ", key);
-    const json& e = tensors[key];
-    Shape global = e.at("global_shape").get<Shape>();
-    TESSERA_CHECK(global == dst.shape(), "checkpoint tensor ", key, " in ", index_path.string(), " has shape ",
-                  shape_str(global), ", the model expects ", shape_str(dst.shape()));
-    std::string file = e.at("file").get<std::string>();
-    auto it = open_files.find(file);
-    if (it == open_files.end()) it = open_files.emplace(file, SafetensorsFile::open((dir / file).string())).first;
-    it->second.read_into(e.at("key").get<std::string>(), dst);
+    try {
+      const json& e = tensors[key];
+      Shape global = e.at("global_shape").get<Shape>();
+      TESSERA_CHECK(global == spec.global_shape(), "checkpoint tensor ", key, " in ", index_path.string(),
+                    " has shape ", shape_str(global), ", the model expects ", shape_str(spec.global_shape()));
+      for (const json& slice : e.at("slices")) {
+        if (!same_slice(slice, spec)) continue;
+        std::string file = slice.at("file").get<std::string>();
+        auto it = open_files.find(file);
+        if (it == open_files.end()) it = open_files.emplace(file, SafetensorsFile::open((dir / file).string())).first;
+        it->second.read_into(slice.at("key").get<std::string>(), dst);
+        return;
+      }
+    } catch (const json::exception& ex) {
+      throw Error(str_cat("checkpoint index ", index_path.string(), ": entry of ", key, " is malformed: ", ex.what()));
+    }
+    throw Error(str_cat("checkpoint ", index_path.string(), " holds no slice of ", key,
+                        " split as this run splits it (it was saved with another tensor-parallel size; loading "
+                        "into a different layout is not supported yet)"));
   };
 
-  for (model::Parameter& p : params.params()) load_tensor(p.spec.name, p.value);
+  for (model::Parameter& p : params.params()) load_tensor(p.spec.name, p.spec, p.value);
   if (optimizer) {
     TESSERA_CHECK(index.value("has_optimizer", false), "checkpoint ", dir.string(),
                   " holds no optimizer state (use --no-load-optim or --finetune)");
     for (model::Parameter& p : params.params()) {
       int64_t n = p.value.numel();
-      load_tensor("optimizer.exp_avg." + p.spec.name, optimizer->exp_avg().flat_range(p.offset, n).view(p.spec.shape));
-      load_tensor("optimizer.exp_avg_sq." + p.spec.name,
+      load_tensor("optimizer.exp_avg." + p.spec.name, p.spec,
+                  optimizer->exp_avg().flat_range(p.offset, n).view(p.spec.shape));
+      load_tensor("optimizer.exp_avg_sq." + p.spec.name, p.spec,
                   optimizer->exp_avg_sq().flat_range(p.offset, n).view(p.spec.shape));
     }
     optimizer->set_steps(index.at("optimizer_steps").get<int64_t>());

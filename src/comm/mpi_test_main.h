@@ -14,7 +14,7 @@
 
 #include "comm/mpi_process_group.h"
 
-namespace tessera::comm::testing {
+namespace tessera::comm::mpi_test {
 
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:
@@ -38,7 +38,7 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
   std::string test_;
 };
 
-}  // namespace tessera::comm::testing
+}  // namespace tessera::comm::mpi_test
 
 int main(int argc, char** argv) {
   tessera::comm::MpiRuntime mpi(&argc, &argv);
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   if (rank != 0) {
     ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new tessera::comm::testing::RankFailurePrinter(rank));
+    listeners.Append(new tessera::comm::mpi_test::RankFailurePrinter(rank));
   }
   // A test that fails on one rank can leave the others waiting in a collective for ever; end the job
   // with the forensics instead. Generous: ranks share few cores in CI.

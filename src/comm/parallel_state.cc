@@ -1,5 +1,8 @@
 #include "comm/parallel_state.h"
 
+#include <iterator>
+#include <vector>
+
 namespace tessera::comm {
 
 void validate_layout(const ParallelLayout& layout) {

@@ -46,6 +46,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                 "checked for ", args_.world_size);
   comm::ParallelLayout layout{world->size(), static_cast<int>(args_.tensor_model_parallel_size),
                               static_cast<int>(args_.pipeline_model_parallel_size)};
+  world_ = world;
   state_ = std::make_unique<comm::ParallelState>(*world, layout);
   tp_ = {&state_->tensor_group(), args_.sequence_parallel};
   if (state_->world_rank() == 0) {
@@ -156,7 +157,8 @@ double Trainer::evaluate() {
 void Trainer::save() {
   ckpt::TrainingState state{iteration_, consumed_samples_, skipped_iterations_, args_.seed, arguments_json(args_)};
   Timer t;
-  ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get());
+  comm::RankCoordinates rc = state_->coordinates();
+  ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(), {rc.tp, rc.dp, world_});
   say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
                      static_cast<int>(t.seconds() * 1000), " ms)"));
 }

@@ -48,6 +48,7 @@ class Trainer {
   void data_parallel_sum(std::vector<float>& values) const;
   TrainArguments args_;
   std::unique_ptr<comm::ProcessGroup> single_world_;
+  comm::ProcessGroup* world_ = nullptr;
   std::unique_ptr<comm::ParallelState> state_;
   parallel::TensorParallelContext tp_;
   model::ParameterSet params_;

@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "data/gpt2_bpe_tokenizer.h"
+TEST(Gpt2, Placeholder) {}
