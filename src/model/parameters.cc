@@ -49,6 +49,20 @@ Shape ParameterSpec::global_shape() const {
   return sharding.sharded() ? sharding.full_shape : shape;
 }
 
+Tensor gather_full_tensor(const ParameterSpec& spec, const Tensor& local, comm::ProcessGroup& group) {
+  if (!spec.sharding.sharded()) return local.clone();
+  const int64_t n = local.numel();
+  Tensor all = Tensor::empty({group.size() * n});
+  group.all_gather(local.view({n}), all);
+  Tensor full = Tensor::empty(spec.global_shape());
+  for (int r = 0; r < group.size(); ++r) {
+    Sharding s = spec.sharding;
+    s.offset = r * s.length;
+    for (int64_t i = 0; i < n; ++i) full.f32()[s.global_index(i)] = all.f32()[r * n + i];
+  }
+  return full;
+}
+
 void initialize_parameter(const ParameterSpec& spec, uint64_t seed, const Tensor& out) {
   check_shape(out, spec.shape, spec.name.c_str());
   switch (spec.init) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/process_group.h"
 #include "core/tensor.h"
 
 namespace tessera::model {
@@ -70,6 +71,11 @@ class ParameterSet {
   int64_t numel_ = 0;
   Tensor values_, grads_;
 };
+
+// The full tensor of a parameter split over `group` (every rank holding the slice its spec describes,
+// at offset rank * length): gathers the slices and puts each element in its global place.
+// Collective over group; for an unsplit parameter it returns a copy of `local`.
+Tensor gather_full_tensor(const ParameterSpec& spec, const Tensor& local, comm::ProcessGroup& group);
 
 // Fills `out` with the initial value of parameter `spec` for the given seed.
 void initialize_parameter(const ParameterSpec& spec, uint64_t seed, const Tensor& out);
