@@ -9,8 +9,13 @@ scripts/build.sh release
 out=${OUT_DIR:-out/run}
 rm -rf "$out"
 mkdir -p "$out"
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
-build/release/tessera train \
+# Two MPI ranks splitting the model with tensor and sequence parallelism, one thread each (this machine
+# has 2 cores; on a larger one raise RANKS and OMP_NUM_THREADS).
+ranks=${RANKS:-2}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / ranks > 0 ? $(nproc) / ranks : 1 ))}
+export OMPI_MCA_mpi_yield_when_idle=1
+mpirun --oversubscribe --allow-run-as-root -np "$ranks" build/release/tessera train \
+  --tensor-model-parallel-size "$ranks" --sequence-parallel \
   --num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 64 \
   --mock-data --tokenizer-type NullTokenizer --vocab-size 255 \
   --micro-batch-size 8 --global-batch-size 16 --train-iters 200 \

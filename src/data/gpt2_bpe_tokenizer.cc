@@ -24,6 +24,8 @@ constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
 // Pre-tokens whose BPE result is kept. Natural text repeats a few tens of thousands of words; when the
 // map is full it is cleared, which is simpler than LRU and costs only re-merging the common words.
 constexpr size_t kWordCacheCapacity = 1 << 16;
+// Longer pre-tokens (runs of spaces or symbols, blobs) rarely repeat; not caching them bounds the memory.
+constexpr size_t kMaxCachedPieceBytes = 128;
 constexpr int32_t kNoMerge = INT32_MAX;
 
 // Letters and numbers of Unicode 15.0-17.0 that PCRE2 10.42's tables (Debian 13) lack. The reference
@@ -57,7 +59,7 @@ constexpr const char* kCommonWhitespace =
 std::string gpt2_pattern(Gpt2Flavor flavor) {
   const std::string ws = std::string(kCommonWhitespace) +
                          (flavor == Gpt2Flavor::kOpenAi ? "\\x{85}" /* White_Space */ : "\\x{FEFF}" /* JS */);
-  const std::string letters = std::string("\\p{L}") + kLettersSincePcre2Tables;
+  const std::string letters = std::string("\\p{L}");
   const std::string numbers = std::string("\\p{N}") + kNumbersSincePcre2Tables;
   return "'s|'t|'re|'ve|'m|'ll|'d| ?[" + letters + "]+| ?[" + numbers + "]+| ?[^" + ws + letters + numbers +
          "]+|[" + ws + "]+(?![^" + ws + "])|[" + ws + "]+";
@@ -389,6 +391,10 @@ void Gpt2BpeTokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& o
 void Gpt2BpeTokenizer::Impl::append_word(std::string_view piece, std::vector<int32_t>& ids) const {
   if (piece.size() == 1) {
     ids.push_back(byte_id[static_cast<unsigned char>(piece[0])]);
+    return;
+  }
+  if (piece.size() > kMaxCachedPieceBytes) {
+    bpe(piece, ids);
     return;
   }
   {
