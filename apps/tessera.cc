@@ -1,5 +1,5 @@
-// The `tessera` command: one binary, one subcommand per job (train today; preprocess, generate, serve,
-// eval, convert and plan as they land).
+// The `tessera` command: one binary, one subcommand per job (train, generate and tokenize today;
+// preprocess, serve, eval, convert and plan as they land).
 #include <malloc.h>
 
 #include <cstdio>
@@ -7,10 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/mpi_process_group.h"
+#include "apps/commands.h"
 #include "core/check.h"
-#include "train/arguments.h"
-#include "train/trainer.h"
 
 namespace {
 
@@ -18,35 +16,10 @@ constexpr const char* kUsage =
     "usage: tessera <command> [flags]\n"
     "\n"
     "commands:\n"
-    "  train    train a GPT model (Megatron-LM flags; tessera train --help lists them)\n";
-
-// Every rank parses and validates the same flags, so a bad flag fails identically everywhere: rank 0
-// reports it and all ranks exit 1 without having communicated. A failure after that (one rank's
-// checkpoint file, say) may leave other ranks inside a collective, so it aborts the whole job.
-int run_train(const std::vector<std::string>& args) {
-  tessera::comm::MpiRuntime mpi;
-  std::unique_ptr<tessera::comm::ProcessGroup> world = tessera::comm::make_mpi_world_group();
-  const bool reporter = world->rank() == 0;
-  tessera::train::TrainArguments parsed;
-  try {
-    parsed = tessera::train::parse_train_arguments(args, world->size());
-  } catch (const tessera::train::HelpRequested& help) {
-    if (reporter) std::cout << help.text;
-    return 0;
-  } catch (const tessera::Error& e) {
-    if (reporter) std::cerr << "error: " << e.what() << std::endl;
-    return 1;
-  }
-  tessera::comm::set_collective_timeout(std::chrono::minutes(parsed.distributed_timeout_minutes));
-  try {
-    tessera::train::Trainer trainer(std::move(parsed), world.get());
-    trainer.train();
-  } catch (const std::exception& e) {
-    if (world->size() == 1) throw;
-    tessera::comm::abort_all(std::string("error: ") + e.what());
-  }
-  return 0;
-}
+    "  train      train a GPT model (Megatron-LM flags; tessera train --help lists them)\n"
+    "  generate   continue prompts with a trained checkpoint (key/value cache; greedy, top-k, top-p)\n"
+    "  tokenize   text on stdin to token ids on stdout (--decode: the reverse)\n"
+    "  tokenizer  tokenizer train: train a SentencePiece BPE or unigram model on text files\n";
 
 }  // namespace
 
@@ -64,7 +37,10 @@ int main(int argc, char** argv) {
   std::string command = args[0];
   args.erase(args.begin());
   try {
-    if (command == "train") return run_train(args);
+    if (command == "train") return tessera::apps::train_command(args);
+    if (command == "generate") return tessera::apps::generate_command(args);
+    if (command == "tokenize") return tessera::apps::tokenize_command(args);
+    if (command == "tokenizer") return tessera::apps::tokenizer_command(args);
     std::cerr << "tessera: unknown command '" << command << "'\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

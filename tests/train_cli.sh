@@ -70,5 +70,39 @@ check "resume exits 0: $out" $?
 grep -qF "iteration        5/       6 |" <<<"$out" && ! grep -qF "iteration        1/" <<<"$out"
 check "resume should start at iteration 5: $out" $?
 
+# Generation from the checkpoint: the prompt, then the requested number of ids, streamed.
+out=$("$tessera" generate --load "$work/ckpt" --prompt "3 5 7" --tokens-to-generate 6 --temperature 0 2>/dev/null)
+check "generate exits 0: $out" $?
+[[ "$out" =~ ^"3 5 7"( [0-9]+){1,6}$ ]]
+check "generate should print the prompt and up to 6 ids, got '$out'" $?
+out=$("$tessera" generate --load "$work/ckpt" --prompt "3 5" --top-p 2 2>&1)
+[ $? -ne 0 ] && grep -qF -- "--top-p=2: must be in [0, 1]" <<<"$out"
+check "generate --top-p 2 must fail naming the flag: $out" $?
+out=$("$tessera" generate --load "$work/nothing" --prompt "3" 2>&1)
+[ $? -ne 0 ] && grep -qF "latest_checkpointed_iteration.txt is missing" <<<"$out"
+check "generate from a missing checkpoint must fail naming the file: $out" $?
+
+# tokenize: ids in, the same ids out (NullTokenizer), and a bad id is an error.
+out=$(printf '1 2 3\n40\n' | "$tessera" tokenize --tokenizer-type NullTokenizer --vocab-size 40)
+[ "$out" = "$(printf '1 2 3\n40')" ]
+check "tokenize round trip, got '$out'" $?
+printf '41\n' | "$tessera" tokenize --tokenizer-type NullTokenizer --vocab-size 40 >/dev/null 2>&1
+[ $? -ne 0 ]
+check "tokenize must reject id 41 of a 40-id NullTokenizer" $?
+
+# tokenizer train + tokenize with SentencePiece: text -> ids -> the same text.
+head -c 200000 "$(dirname "$0")/../../shared/data/eval/wiki.valid.tokens" > "$work/corpus.txt"
+"$tessera" tokenizer train --input "$work/corpus.txt" --model-prefix "$work/spm" --vocab-size 400 \
+  --model-type unigram >/dev/null
+check "tokenizer train exits 0" $?
+text="The history of the city"
+out=$(echo "$text" | "$tessera" tokenize --tokenizer-type SentencePieceTokenizer --tokenizer-model "$work/spm.model" |
+      "$tessera" tokenize --decode --tokenizer-type SentencePieceTokenizer --tokenizer-model "$work/spm.model")
+[ "$out" = "$text" ]
+check "SentencePiece round trip through tessera tokenize, got '$out'" $?
+out=$("$tessera" tokenizer train --input "$work/corpus.txt" --model-prefix "$work/x" --model-type wordpiece 2>&1)
+[ $? -ne 0 ] && grep -qF -- "--model-type" <<<"$out"
+check "tokenizer train --model-type wordpiece must fail naming the flag: $out" $?
+
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -170,6 +170,16 @@ int64_t latest_checkpointed_iteration(const std::string& load_dir) {
   }
 }
 
+nlohmann::json latest_checkpoint_args(const std::string& load_dir) {
+  int64_t iteration = latest_checkpointed_iteration(load_dir);
+  TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
+  fs::path index_path = fs::path(load_dir) / iteration_dir_name(iteration) / kIndex;
+  json index = read_json_file(index_path);
+  TESSERA_CHECK(index.contains("args") && index["args"].is_object(), "checkpoint index ", index_path.string(),
+                " has no args record");
+  return index["args"];
+}
+
 TrainingState load_checkpoint(const std::string& load_dir, model::ParameterSet& params,
                               optim::AdamWOptimizer* optimizer) {
   int64_t iteration = latest_checkpointed_iteration(load_dir);

@@ -49,6 +49,9 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
 // The iteration named by `load_dir`/latest_checkpointed_iteration.txt, or -1 when there is none.
 int64_t latest_checkpointed_iteration(const std::string& load_dir);
 
+// The "args" record of the latest checkpoint of `load_dir` (the model configuration among them).
+nlohmann::json latest_checkpoint_args(const std::string& load_dir);
+
 // Loads the latest checkpoint of `load_dir` into params (and the optimizer's moments and step count
 // unless optimizer is null): each parameter reads the slice matching its own sharding. Every problem
 // names the file and the tensor.

@@ -4,7 +4,7 @@
 #include <pcre2.h>
 
 #include <cerrno>
-#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -21,9 +21,11 @@ namespace {
 
 constexpr std::string_view kEndOfText = "<|endoftext|>";
 constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
-// Pre-tokens whose BPE result is kept. Natural text repeats a few tens of thousands of words; when the
-// map is full it is cleared, which is simpler than LRU and costs only re-merging the common words.
-constexpr size_t kWordCacheCapacity = 1 << 16;
+// Pre-tokens whose BPE result is kept. Natural text repeats a few tens of thousands of words; when a
+// shard is full it is cleared, which is simpler than LRU and costs only re-merging the common words.
+// Threads share the cache; each shard has its own lock so that they seldom wait for one another.
+constexpr size_t kWordCacheShards = 16;
+constexpr size_t kWordCacheCapacity = 1 << 16;  // over all shards
 // Longer pre-tokens (runs of spaces or symbols, blobs) rarely repeat; not caching them bounds the memory.
 constexpr size_t kMaxCachedPieceBytes = 128;
 constexpr int32_t kNoMerge = INT32_MAX;
@@ -59,7 +61,7 @@ constexpr const char* kCommonWhitespace =
 std::string gpt2_pattern(Gpt2Flavor flavor) {
   const std::string ws = std::string(kCommonWhitespace) +
                          (flavor == Gpt2Flavor::kOpenAi ? "\\x{85}" /* White_Space */ : "\\x{FEFF}" /* JS */);
-  const std::string letters = std::string("\\p{L}");
+  const std::string letters = std::string("\\p{L}") + kLettersSincePcre2Tables;
   const std::string numbers = std::string("\\p{N}") + kNumbersSincePcre2Tables;
   return "'s|'t|'re|'ve|'m|'ll|'d| ?[" + letters + "]+| ?[" + numbers + "]+| ?[^" + ws + letters + numbers +
          "]+|[" + ws + "]+(?![^" + ws + "])|[" + ws + "]+";
@@ -208,8 +210,11 @@ struct Gpt2BpeTokenizer::Impl {
   pcre2_code* regex = nullptr;
   bool jit = false;
 
-  mutable std::mutex cache_mutex;
-  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> word_cache;
+  struct CacheShard {
+    std::mutex mutex;
+    std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> words;
+  };
+  mutable std::array<CacheShard, kWordCacheShards> word_cache;
 
   ~Impl() { pcre2_code_free(regex); }
 
@@ -397,10 +402,12 @@ void Gpt2BpeTokenizer::Impl::append_word(std::string_view piece, std::vector<int
     bpe(piece, ids);
     return;
   }
+  // The top bits pick the shard; the map's buckets use the hash modulo a prime, so they stay spread.
+  CacheShard& shard = word_cache[(StringHash{}(piece) >> 32) % kWordCacheShards];
   {
-    std::lock_guard lock(cache_mutex);
-    const auto it = word_cache.find(piece);
-    if (it != word_cache.end()) {
+    std::lock_guard lock(shard.mutex);
+    const auto it = shard.words.find(piece);
+    if (it != shard.words.end()) {
       ids.insert(ids.end(), it->second.begin(), it->second.end());
       return;
     }
@@ -408,9 +415,9 @@ void Gpt2BpeTokenizer::Impl::append_word(std::string_view piece, std::vector<int
   std::vector<int32_t> word;
   bpe(piece, word);
   ids.insert(ids.end(), word.begin(), word.end());
-  std::lock_guard lock(cache_mutex);
-  if (word_cache.size() >= kWordCacheCapacity) word_cache.clear();
-  word_cache.emplace(piece, std::move(word));
+  std::lock_guard lock(shard.mutex);
+  if (shard.words.size() >= kWordCacheCapacity / kWordCacheShards) shard.words.clear();
+  shard.words.emplace(piece, std::move(word));
 }
 
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path, const std::string& merges_path,
@@ -421,6 +428,8 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const std::string& vocab_json_path, const std
   impl_->load_vocab(vocab_json_path, ids_by_text);
   impl_->load_merges(merges_path, ids_by_text);
   impl_->compile_regex();
+  // Never rehashes: clear() keeps the buckets.
+  for (auto& shard : impl_->word_cache) shard.words.reserve(kWordCacheCapacity / kWordCacheShards);
 }
 
 Gpt2BpeTokenizer::~Gpt2BpeTokenizer() = default;

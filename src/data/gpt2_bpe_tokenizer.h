@@ -13,7 +13,8 @@
 //     by the letters and numbers it lacks); \s is the flavor's whitespace set (below).
 //  3. Each pre-token's bytes map to GPT-2's printable stand-ins (gpt2_bytes_to_unicode) and BPE merges
 //     them: repeatedly, the adjacent pair of lowest rank is merged wherever it occurs, left to right.
-//     Results are cached per pre-token (a bounded map, cleared when full).
+//     Results are cached per pre-token (those up to 128 bytes, in a bounded map cleared when full; the
+//     map is sharded behind locks, so threads may share one tokenizer).
 // "<|endoftext|>" in the text is ordinary text, as in the references; eod() is its vocabulary id.
 // decode(ids) concatenates the tokens' bytes exactly, even where they cut a UTF-8 sequence.
 #pragma once

@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include "core/check.h"
+
 namespace tessera::model {
 
 int64_t GptConfig::parameter_count() const {
@@ -13,6 +15,61 @@ int64_t GptConfig::parameter_count() const {
   if (position_embedding == PositionEmbedding::LearnedAbsolute) n += max_position_embeddings * h;
   if (untie_embeddings_and_output_weights) n += padded_vocab_size * h;
   return n;
+}
+
+nlohmann::json to_json(const GptConfig& c) {
+  return {{"num_layers", c.num_layers},
+          {"hidden_size", c.hidden_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_query_groups", c.num_query_groups},
+          {"kv_channels", c.kv_channels},
+          {"ffn_hidden_size", c.ffn_hidden_size},
+          {"seq_length", c.seq_length},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"vocab_size", c.vocab_size},
+          {"padded_vocab_size", c.padded_vocab_size},
+          {"position_embedding_type", c.position_embedding == PositionEmbedding::Rope ? "rope" : "learned_absolute"},
+          {"rotary_base", c.rotary_base},
+          {"rotary_percent", c.rotary_percent},
+          {"normalization", c.normalization == Normalization::RMSNorm ? "RMSNorm" : "LayerNorm"},
+          {"norm_epsilon", c.norm_epsilon},
+          {"swiglu", c.swiglu},
+          {"untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights},
+          {"add_bias_linear", c.add_bias_linear},
+          {"hidden_dropout", c.hidden_dropout},
+          {"attention_dropout", c.attention_dropout},
+          {"init_method_std", c.init_method_std}};
+}
+
+GptConfig config_from_json(const nlohmann::json& j) {
+  GptConfig c;
+  try {
+    c.num_layers = j.at("num_layers").get<int64_t>();
+    c.hidden_size = j.at("hidden_size").get<int64_t>();
+    c.num_attention_heads = j.at("num_attention_heads").get<int64_t>();
+    c.num_query_groups = j.at("num_query_groups").get<int64_t>();
+    c.kv_channels = j.at("kv_channels").get<int64_t>();
+    c.ffn_hidden_size = j.at("ffn_hidden_size").get<int64_t>();
+    c.seq_length = j.at("seq_length").get<int64_t>();
+    c.max_position_embeddings = j.at("max_position_embeddings").get<int64_t>();
+    c.vocab_size = j.at("vocab_size").get<int64_t>();
+    c.padded_vocab_size = j.at("padded_vocab_size").get<int64_t>();
+    c.position_embedding =
+        j.at("position_embedding_type") == "rope" ? PositionEmbedding::Rope : PositionEmbedding::LearnedAbsolute;
+    c.rotary_base = j.at("rotary_base").get<float>();
+    c.rotary_percent = j.at("rotary_percent").get<float>();
+    c.normalization = j.at("normalization") == "RMSNorm" ? Normalization::RMSNorm : Normalization::LayerNorm;
+    c.norm_epsilon = j.at("norm_epsilon").get<float>();
+    c.swiglu = j.at("swiglu").get<bool>();
+    c.untie_embeddings_and_output_weights = j.at("untie_embeddings_and_output_weights").get<bool>();
+    c.add_bias_linear = j.at("add_bias_linear").get<bool>();
+    c.hidden_dropout = j.at("hidden_dropout").get<float>();
+    c.attention_dropout = j.at("attention_dropout").get<float>();
+    c.init_method_std = j.at("init_method_std").get<float>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat("model configuration: ", e.what()));
+  }
+  return c;
 }
 
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tensor_parallel) {

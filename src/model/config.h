@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace tessera::model {
@@ -39,6 +40,11 @@ struct GptConfig {
   }
   int64_t parameter_count() const;
 };
+
+// The configuration as JSON (recorded in checkpoints, so a checkpoint says which model it holds).
+nlohmann::json to_json(const GptConfig& c);
+// Throws an Error naming the missing or malformed field.
+GptConfig config_from_json(const nlohmann::json& j);
 
 // Megatron's vocabulary padding: the smallest multiple of divisible_by * tensor_parallel >= vocab.
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tensor_parallel);

@@ -6,6 +6,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/linear.h"
 
 namespace tessera::model {
 namespace {
@@ -194,6 +195,41 @@ void GptModel::backward(GptActivations& rec, const ForwardContext& ctx, float gr
                               position_embeddings_ ? position_embeddings_->grad.f32() : nullptr, rows,
                               c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
   final_from(0);
+}
+
+DecodeState GptModel::start_decoding(int64_t capacity) const {
+  DecodeState state;
+  for (const auto& layer : layers_) state.layers.push_back(layer->make_kv_cache(capacity));
+  return state;
+}
+
+Tensor GptModel::next_token_logits(const std::vector<int32_t>& tokens, DecodeState& state) const {
+  const GptConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  TESSERA_CHECK(n > 0, "next_token_logits: no tokens");
+  std::vector<int32_t> positions(n);
+  for (int64_t i = 0; i < n; ++i) {
+    TESSERA_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id ", tokens[i],
+                  " is outside the vocabulary [0, ", c.vocab_size, ")");
+    positions[i] = static_cast<int32_t>(state.length + i);
+  }
+  TESSERA_CHECK(position_embeddings_ == nullptr || state.length + n <= c.max_position_embeddings, "sequence of ",
+                state.length + n, " tokens is longer than --max-position-embeddings=", c.max_position_embeddings);
+  Tensor x = Tensor::empty({n, c.hidden_size});
+  const float* wpe = position_embeddings_ && tp_.rank() == 0 ? position_embeddings_->value.f32() : nullptr;
+  kernels::embedding_forward(tokens.data(), positions.data(), word_embeddings_->value.f32(), wpe, x.f32(), n,
+                             c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
+  parallel::all_reduce_sum(x, *tp_.group);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    x = layers_[l]->forward_incremental(x, positions.data(), state.length, state.layers[l]);
+  state.length += n;
+
+  // Only the last position's logits are needed.
+  Tensor last = x.narrow(n - 1, 1), ln, mean, rstd;
+  final_norm_->forward(last, ln, mean, rstd);
+  Tensor local = Tensor::empty({1, vocab_local_});
+  kernels::linear_forward(ln.f32(), output_weight(), nullptr, local.f32(), 1, c.hidden_size, vocab_local_);
+  return parallel::gather_rows(local, *tp_.group).view({c.padded_vocab_size});
 }
 
 }  // namespace tessera::model

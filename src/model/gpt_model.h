@@ -28,6 +28,12 @@ struct GptActivations {
   Tensor logits, lse;  // logits [T, padded vocab / tp] of this rank's vocabulary shard
 };
 
+// The key/value caches of every layer for incrementally decoding one sequence.
+struct DecodeState {
+  std::vector<KvCache> layers;
+  int64_t length = 0;  // tokens fed so far
+};
+
 class GptModel {
  public:
   // Declares the parameters in `params` (allocate them before the first forward). With a tensor group
@@ -46,6 +52,11 @@ class GptModel {
   // from this micro-batch (so data-parallel buckets can start reducing while backward continues).
   void backward(GptActivations& rec, const ForwardContext& ctx, float grad_scale,
                 const std::function<void(int64_t)>& grads_final_from = {}) const;
+
+  // Incremental decoding (inference, no sequence parallelism): an empty state for up to `capacity`
+  // tokens, and the logits over the (padded) vocabulary after feeding the next tokens of the sequence.
+  DecodeState start_decoding(int64_t capacity) const;
+  Tensor next_token_logits(const std::vector<int32_t>& tokens, DecodeState& state) const;
 
  private:
   Tensor embed(GptActivations& rec, const ForwardContext& ctx) const;

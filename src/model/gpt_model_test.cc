@@ -148,6 +148,33 @@ TEST(GptModel, DropoutIsKeyedByIterationAndOffInEvaluation) {
   EXPECT_EQ(model.forward(mb, eval, r), e1);
 }
 
+// Feeding a sequence piece by piece through the key/value cache gives the logits of the full forward.
+TEST(GptModel, IncrementalDecodingMatchesTheFullForward) {
+  for (bool llama : {false, true}) {
+    GptConfig c = tiny_config(llama);
+    ParameterSet params;
+    GptModel model(c, params);
+    params.allocate(3);
+    MicroBatch mb = random_batch(c, 1, 11);
+    GptActivations rec;
+    model.forward(mb, context(c, 1, false), rec);
+    DecodeState state = model.start_decoding(c.seq_length);
+    std::vector<int32_t> tokens(mb.tokens.i32(), mb.tokens.i32() + c.seq_length);
+    int64_t fed = 0;
+    for (int64_t piece : {3, 1, 2}) {  // a prompt, then one token at a time
+      std::vector<int32_t> next(tokens.begin() + fed, tokens.begin() + fed + piece);
+      fed += piece;
+      Tensor logits = model.next_token_logits(next, state);
+      ASSERT_EQ(logits.numel(), c.padded_vocab_size);
+      const float* expected = rec.logits.f32() + (fed - 1) * c.padded_vocab_size;
+      for (int64_t v = 0; v < c.padded_vocab_size; ++v)
+        EXPECT_NEAR(logits.f32()[v], expected[v], 1e-5f * (1 + std::abs(expected[v])))
+            << (llama ? "llama" : "gpt2") << " position " << fed - 1 << " id " << v;
+    }
+    EXPECT_EQ(state.length, c.seq_length);
+  }
+}
+
 TEST(GptModel, ParameterCountMatchesTheDeclaredParameters) {
   for (bool llama : {false, true}) {
     GptConfig c = tiny_config(llama);

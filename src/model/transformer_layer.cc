@@ -4,6 +4,7 @@
 
 #include "kernels/activations.h"
 #include "kernels/attention.h"
+#include "kernels/decode_attention.h"
 #include "kernels/dropout.h"
 #include "kernels/rotary.h"
 
@@ -203,6 +204,45 @@ Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, co
   Tensor dx = dh;
   input_norm_.backward(dln1, rec.input, rec.ln1_mean, rec.ln1_rstd, dx);
   return dx;
+}
+
+KvCache TransformerLayer::make_kv_cache(int64_t capacity) const {
+  return {Tensor::empty({capacity, groups_, config_.kv_channels}), Tensor::empty({capacity, groups_, config_.kv_channels})};
+}
+
+Tensor TransformerLayer::forward_incremental(const Tensor& x, const int32_t* positions, int64_t past,
+                                             KvCache& cache) const {
+  const GptConfig& c = config_;
+  const int64_t n = x.dim(0), d = c.kv_channels;
+  TESSERA_CHECK(!tp_.sequence_parallel, "incremental decoding needs a model built without sequence parallelism");
+  TESSERA_CHECK(past + n <= cache.k.dim(0), "key/value cache of ", cache.k.dim(0), " positions cannot hold ",
+                past + n);
+  Tensor ln, mean, rstd;
+  input_norm_.forward(x, ln, mean, rstd);
+  Tensor qkv = qkv_.forward(ln);
+  Tensor q = Tensor::empty({n, heads_, d});
+  Tensor k = cache.k.narrow(past, n), v = cache.v.narrow(past, n);
+  split_qkv(qkv.f32(), q.f32(), k.f32(), v.f32(), n, groups_, c.query_heads_per_group(), d);
+  if (c.position_embedding == PositionEmbedding::Rope) {
+    kernels::rope_forward(q.f32(), positions, n, heads_, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(k.f32(), positions, n, groups_, d, c.rotary_dim(), c.rotary_base);
+  }
+  Tensor attn = Tensor::empty({n, heads_ * d});
+  kernels::attention_decode(q.f32(), cache.k.f32(), cache.v.f32(), attn.f32(), n, past, heads_, groups_, d,
+                            1.0f / std::sqrt(static_cast<float>(d)));
+  Tensor h = proj_.forward(attn);
+  add_into(h, x);
+  pre_mlp_norm_.forward(h, ln, mean, rstd);
+  Tensor fc1 = fc1_.forward(ln);
+  const int64_t ffn = c.ffn_hidden_size / tp_.size();
+  Tensor act = Tensor::empty({n, ffn});
+  if (c.swiglu)
+    kernels::swiglu_forward(fc1.f32(), act.f32(), n, ffn);
+  else
+    kernels::gelu_forward(fc1.f32(), act.f32(), act.numel());
+  Tensor y = fc2_.forward(act);
+  add_into(y, h);
+  return y;
 }
 
 }  // namespace tessera::model

@@ -21,6 +21,12 @@ struct LayerActivations {
   Tensor fc1, act;
 };
 
+// One layer's keys and values for incremental decoding of one sequence: [capacity, query groups on this
+// rank, head dim], positions 0 .. (tokens fed so far) - 1 filled.
+struct KvCache {
+  Tensor k, v;
+};
+
 class TransformerLayer {
  public:
   // layer_number is 1-based and global (across pipeline stages), as in Megatron.
@@ -34,6 +40,12 @@ class TransformerLayer {
   // dy [T, hidden] -> dx [T, hidden]; accumulates parameter gradients.
   Tensor backward(const Tensor& dy, const int32_t* positions, const ForwardContext& ctx,
                   const LayerActivations& rec) const;
+
+  // Inference on the next n tokens of one sequence (x [n, hidden], no dropout, no record): appends their
+  // keys and values at rows [past, past + n) of the cache and attends over everything cached.
+  // Needs a model built without sequence parallelism.
+  Tensor forward_incremental(const Tensor& x, const int32_t* positions, int64_t past, KvCache& cache) const;
+  KvCache make_kv_cache(int64_t capacity) const;
 
  private:
   enum DropoutSite { kAttentionProbs = 1, kAttentionOutput = 2, kMlpOutput = 3 };

@@ -9,22 +9,12 @@
 namespace tessera::train {
 namespace {
 
+// What a checkpoint records about the run: the model (enough to rebuild it for generation) and the
+// data and training settings.
 nlohmann::json arguments_json(const TrainArguments& a) {
-  const model::GptConfig& c = a.model;
-  return {{"num_layers", c.num_layers},
-          {"hidden_size", c.hidden_size},
-          {"num_attention_heads", c.num_attention_heads},
-          {"num_query_groups", c.num_query_groups},
-          {"kv_channels", c.kv_channels},
-          {"ffn_hidden_size", c.ffn_hidden_size},
-          {"seq_length", c.seq_length},
-          {"max_position_embeddings", c.max_position_embeddings},
-          {"padded_vocab_size", c.padded_vocab_size},
-          {"position_embedding_type", a.position_embedding_type},
-          {"normalization", a.normalization},
-          {"swiglu", c.swiglu},
-          {"untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights},
-          {"add_bias_linear", c.add_bias_linear},
+  return {{"model", model::to_json(a.model)},
+          {"tokenizer_type", a.tokenizer_type},
+          {"tensor_model_parallel_size", a.tensor_model_parallel_size},
           {"micro_batch_size", a.micro_batch_size},
           {"global_batch_size", a.global_batch_size},
           {"train_iters", a.train_iters},

@@ -1,0 +1,15 @@
+// The subcommands of the `tessera` binary; each takes its arguments without the subcommand name and
+// returns the process exit status.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessera::apps {
+
+int train_command(const std::vector<std::string>& args);
+int generate_command(const std::vector<std::string>& args);
+int tokenize_command(const std::vector<std::string>& args);
+int tokenizer_command(const std::vector<std::string>& args);  // `tokenizer train ...`
+
+}  // namespace tessera::apps

@@ -1,0 +1,47 @@
+// `tessera tokenize`: text on stdin to token ids on stdout, one line of space-separated ids per input
+// line; `--decode` turns such lines back into text. For scripting and for checking a tokenizer.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "apps/commands.h"
+#include "core/check.h"
+#include "data/null_tokenizer.h"
+#include "data/tokenizer_factory.h"
+
+namespace tessera::apps {
+
+int tokenize_command(const std::vector<std::string>& args) {
+  data::TokenizerOptions tok;
+  bool decode = false;
+  CLI::App app{"tessera tokenize: text on stdin to token ids on stdout", "tessera tokenize"};
+  app.add_option("--tokenizer-type", tok.type, "GPT2BPETokenizer, SentencePieceTokenizer, NullTokenizer, ...")->required();
+  app.add_option("--vocab-file", tok.vocab_file, "GPT-2 vocabulary (encoder.json)");
+  app.add_option("--merge-file", tok.merge_file, "GPT-2 merges (vocab.bpe)");
+  app.add_option("--tokenizer-model", tok.tokenizer_model, "SentencePiece model");
+  app.add_option("--vocab-size", tok.vocab_size, "Vocabulary size of the NullTokenizer");
+  app.add_flag("--decode", decode, "Read lines of ids, write the text they stand for");
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    throw Error(str_cat(e.what(), " (tessera tokenize --help lists the flags)"));
+  }
+  std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(tok);
+  // Ids on a line are read the way the NullTokenizer reads its text.
+  data::NullTokenizer id_reader(tokenizer->vocab_size() - 1);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (decode) {
+      std::cout << tokenizer->decode(id_reader.encode(line)) << '\n';
+    } else {
+      std::cout << id_reader.decode(tokenizer->encode(line)) << '\n';
+    }
+  }
+  return 0;
+}
+
+}  // namespace tessera::apps
