@@ -10,6 +10,8 @@ namespace tessera::apps {
 int train_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
 int tokenize_command(const std::vector<std::string>& args);
+int preprocess_command(const std::vector<std::string>& args);
+int merge_datasets_command(const std::vector<std::string>& args);
 int tokenizer_command(const std::vector<std::string>& args);  // `tokenizer train ...`
 
 }  // namespace tessera::apps

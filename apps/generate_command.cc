@@ -45,7 +45,12 @@ int generate_command(const std::vector<std::string>& args) {
   nlohmann::json run = ckpt::latest_checkpoint_args(load);
   TESSERA_CHECK(run.contains("model"), "checkpoint in ", load, " does not record its model configuration");
   model::GptConfig config = model::config_from_json(run["model"]);
-  if (tok.type.empty()) tok.type = run.value("tokenizer_type", "");
+  if (tok.type.empty()) {  // the tokenizer the model was trained with
+    tok.type = run.value("tokenizer_type", "");
+    if (tok.vocab_file.empty()) tok.vocab_file = run.value("vocab_file", "");
+    if (tok.merge_file.empty()) tok.merge_file = run.value("merge_file", "");
+    if (tok.tokenizer_model.empty()) tok.tokenizer_model = run.value("tokenizer_model", "");
+  }
   if (tok.type == "NullTokenizer" && tok.vocab_size == 0) tok.vocab_size = config.vocab_size - 1;
   std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(tok);
   TESSERA_CHECK(tokenizer->vocab_size() == config.vocab_size, "the ", tokenizer->name(), " has ",

@@ -16,10 +16,12 @@ constexpr const char* kUsage =
     "usage: tessera <command> [flags]\n"
     "\n"
     "commands:\n"
-    "  train      train a GPT model (Megatron-LM flags; tessera train --help lists them)\n"
-    "  generate   continue prompts with a trained checkpoint (key/value cache; greedy, top-k, top-p)\n"
-    "  tokenize   text on stdin to token ids on stdout (--decode: the reverse)\n"
-    "  tokenizer  tokenizer train: train a SentencePiece BPE or unigram model on text files\n";
+    "  train             train a GPT model (Megatron-LM flags; tessera train --help lists them)\n"
+    "  generate          continue prompts with a trained checkpoint (key/value cache; greedy, top-k, top-p)\n"
+    "  tokenize          text on stdin to token ids on stdout (--decode: the reverse)\n"
+    "  tokenizer train   train a SentencePiece BPE or unigram model on text files\n"
+    "  preprocess        jsonl or plain text to Megatron .bin/.idx datasets\n"
+    "  merge-datasets    concatenate .bin/.idx datasets\n";
 
 }  // namespace
 
@@ -41,6 +43,8 @@ int main(int argc, char** argv) {
     if (command == "generate") return tessera::apps::generate_command(args);
     if (command == "tokenize") return tessera::apps::tokenize_command(args);
     if (command == "tokenizer") return tessera::apps::tokenizer_command(args);
+    if (command == "preprocess") return tessera::apps::preprocess_command(args);
+    if (command == "merge-datasets") return tessera::apps::merge_datasets_command(args);
     std::cerr << "tessera: unknown command '" << command << "'\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

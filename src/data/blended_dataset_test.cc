@@ -122,7 +122,9 @@ TEST(BlendedDataset, ShortPartIsAClearError) {
                                                             std::make_shared<Labelled>(1, 100)};
   const std::vector<double> w = {1, 1};
   BlendedDataset blend(parts, w, 10);
-  EXPECT_NE(error_of([&] { blend.get(9); }).find("which has only 2"), std::string::npos);
+  EXPECT_EQ(blend.indices().dataset_index[4], 0);
+  EXPECT_EQ(blend.indices().dataset_sample_index[4], 2);  // the third sample of a 2-sample dataset
+  EXPECT_NE(error_of([&] { blend.get(4); }).find("which has only 2"), std::string::npos);
 }
 
 TEST(MegatronNumSamples, FollowsTraining) {

@@ -248,7 +248,7 @@ void IndexedDatasetBuilder::end_document() {
 }
 
 void IndexedDatasetBuilder::add_document(std::span<const int32_t> tokens) {
-  add_item(tokens);
+  if (!tokens.empty()) add_item(tokens);
   end_document();
 }
 

@@ -85,7 +85,8 @@ class IndexedDatasetBuilder {
   void add_item(std::span<const int32_t> tokens);
   // Closes the current document (Megatron's end_document).
   void end_document();
-  // A whole document as one sequence (preprocess without --split-sentences).
+  // A whole document as one sequence, as preprocess_data.py writes it without --split-sentences:
+  // Megatron drops empty sentences, so an empty document is a document of no sequences.
   void add_document(std::span<const int32_t> tokens);
   // A whole document made of sequences of the given lengths (Megatron's add_document).
   void add_document(std::span<const int32_t> tokens, std::span<const int64_t> lengths);

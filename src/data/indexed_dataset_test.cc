@@ -68,7 +68,7 @@ Packed pack(const std::vector<Document>& docs, TokenDType dtype) {
 void build(const std::string& prefix, const std::vector<Document>& docs, TokenDType dtype) {
   IndexedDatasetBuilder builder(prefix, dtype);
   for (const Document& doc : docs) {
-    if (doc.size() == 1) {
+    if (doc.size() == 1 && !doc[0].empty()) {
       builder.add_document(doc[0]);
     } else {
       for (const auto& seq : doc) builder.add_item(seq);
@@ -197,6 +197,21 @@ TEST(IndexedDataset, RoundTripIncludingADocumentLargerThanTheWriteBuffer) {
   EXPECT_EQ(ds.get(2), (std::vector<int32_t>{9}));
   EXPECT_EQ(ds.get(3), (std::vector<int32_t>{8, 7, 6}));
   EXPECT_EQ(ds.document_indices(), (std::vector<int64_t>{0, 1, 2, 4}));
+}
+
+TEST(IndexedDataset, EmptyDocumentHasNoSequencesAsInPreprocess) {
+  ScratchDir dir;
+  {
+    IndexedDatasetBuilder b(dir / "d", TokenDType::kUInt16);
+    std::vector<int32_t> one = {5}, none;
+    b.add_document(one);
+    b.add_document(none);
+    b.finalize();
+  }
+  EXPECT_EQ(read_file_bytes(dir / "d.idx"), pack({{{5}}, {}}, TokenDType::kUInt16).idx);
+  IndexedDataset ds(dir / "d");
+  EXPECT_EQ(ds.num_sequences(), 1);
+  EXPECT_EQ(ds.num_documents(), 2);
 }
 
 TEST(IndexedDataset, EmptyDatasetIsValid) {

@@ -72,8 +72,6 @@ float* GptModel::output_weight_grad() const { return (output_layer_ ? output_lay
 Tensor GptModel::embed(GptActivations& rec, const ForwardContext& ctx) const {
   const GptConfig& c = config_;
   int64_t rows = ctx.seq * ctx.batch;
-  rec.positions = Tensor::empty({ctx.seq, ctx.batch}, DType::I32);
-  for (int64_t t = 0; t < rows; ++t) rec.positions.i32()[t] = static_cast<int32_t>(t / ctx.batch);
   Tensor partial = Tensor::empty({rows, c.hidden_size});
   const float* wpe = position_embeddings_ && tp_.rank() == 0 ? position_embeddings_->value.f32() : nullptr;
   kernels::embedding_forward(rec.tokens.i32(), rec.positions.i32(), word_embeddings_->value.f32(), wpe,
@@ -94,6 +92,12 @@ double GptModel::forward(const MicroBatch& batch, const ForwardContext& ctx, Gpt
   rec.tokens = to_seq_major(batch.tokens);
   rec.labels = to_seq_major(batch.labels);
   rec.loss_mask = to_seq_major(batch.loss_mask);
+  if (batch.positions.defined()) {
+    rec.positions = to_seq_major(batch.positions);
+  } else {
+    rec.positions = Tensor::empty({ctx.seq, ctx.batch}, DType::I32);
+    for (int64_t t = 0; t < rows; ++t) rec.positions.i32()[t] = static_cast<int32_t>(t / ctx.batch);
+  }
   for (int64_t t = 0; t < rows; ++t) {
     int32_t tok = rec.tokens.i32()[t], label = rec.labels.i32()[t];
     TESSERA_CHECK(tok >= 0 && tok < c.vocab_size && label >= 0 && label < c.vocab_size, "token id ",

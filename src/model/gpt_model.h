@@ -16,6 +16,7 @@ struct MicroBatch {
   Tensor tokens;     // int32 [batch, seq]
   Tensor labels;     // int32 [batch, seq]: the next tokens
   Tensor loss_mask;  // fp32 [batch, seq]: 1 where the token counts in the loss
+  Tensor positions;  // int32 [batch, seq], optional (default 0..seq-1; --reset-position-ids restarts them)
   int64_t sample_offset = 0;  // global index of the first sample (keys dropout)
 };
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "data/tokenizer_factory.h"
+
 namespace tessera::train {
 namespace {
 
@@ -61,8 +63,18 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
 
   auto* d = app.add_option_group("data");
   d->add_flag("--mock-data", a.mock_data, "Train on a synthetic, learnable token stream");
-  d->add_option("--tokenizer-type", a.tokenizer_type, "NullTokenizer (with --mock-data)");
+  d->add_option("--data-path", a.data_path, "Dataset prefix, or weights and prefixes: w1 p1 w2 p2 ...");
+  d->add_option("--split", a.split, "Train, validation and test shares of the documents, e.g. 949,50,1");
+  d->add_option("--data-cache-path", a.data_cache_path, "Where built sample indices are cached");
+  d->add_option("--tokenizer-type", a.tokenizer_type,
+                "GPT2BPETokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, NullTokenizer");
+  d->add_option("--vocab-file", a.vocab_file, "GPT-2 vocabulary (encoder.json)");
+  d->add_option("--merge-file", a.merge_file, "GPT-2 merges (vocab.bpe)");
+  d->add_option("--tokenizer-model", a.tokenizer_model, "SentencePiece model");
   d->add_option("--vocab-size", a.vocab_size, "Vocabulary size of the NullTokenizer");
+  d->add_flag("--eod-mask-loss", a.eod_mask_loss, "Do not count positions whose input is end-of-document");
+  d->add_flag("--reset-position-ids", a.reset_position_ids, "Restart positions after each end-of-document");
+  d->add_flag("--reset-attention-mask", a.reset_attention_mask, "Attend only within each document");
 
   auto* t = app.add_option_group("training");
   t->add_option("--micro-batch-size", a.micro_batch_size, "Samples per micro-batch");
@@ -168,12 +180,21 @@ void finalize(TrainArguments& a) {
   require(a.init_method_std > 0, "--init-method-std", a.init_method_std, "must be positive");
   require_positive("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by);
 
-  // Data.
-  require(a.mock_data, "--mock-data", "false",
-          "this build trains on --mock-data only (the indexed-dataset pipeline is a later issue)");
-  require(a.tokenizer_type == "NullTokenizer", "--tokenizer-type", a.tokenizer_type,
-          "--mock-data needs --tokenizer-type NullTokenizer");
-  require(a.vocab_size >= 2, "--vocab-size", a.vocab_size, "the NullTokenizer needs a vocabulary of at least 2");
+  // Data: the tokenizer's files are loaded here, so a bad path is reported before anything else.
+  require(a.mock_data != !a.data_path.empty(), "--data-path", a.data_path.empty() ? "(none)" : a.data_path[0],
+          "give exactly one of --mock-data and --data-path");
+  if (a.mock_data)
+    require(a.tokenizer_type == "NullTokenizer", "--tokenizer-type", a.tokenizer_type,
+            "--mock-data needs --tokenizer-type NullTokenizer");
+  if (a.tokenizer_type == "NullTokenizer")
+    require(a.vocab_size >= 2, "--vocab-size", a.vocab_size, "the NullTokenizer needs a vocabulary of at least 2");
+  require(!a.reset_attention_mask, "--reset-attention-mask", "true",
+          "not supported yet (the attention kernel has no document mask); use --reset-position-ids");
+  {
+    auto tokenizer = data::build_tokenizer({a.tokenizer_type, a.vocab_file, a.merge_file, a.tokenizer_model, a.vocab_size});
+    a.tokenizer_vocab_size = tokenizer->vocab_size();
+    a.eod = tokenizer->eod();
+  }
 
   // Batches and schedule.
   require_positive("--micro-batch-size", a.micro_batch_size);
@@ -217,7 +238,7 @@ void finalize(TrainArguments& a) {
   c.ffn_hidden_size = a.ffn_hidden_size;
   c.seq_length = a.seq_length;
   c.max_position_embeddings = a.max_position_embeddings;
-  c.vocab_size = a.vocab_size + 1;  // Megatron's NullTokenizer adds an end-of-document id
+  c.vocab_size = a.tokenizer_vocab_size;
   c.padded_vocab_size = model::padded_vocab_size(c.vocab_size, a.make_vocab_size_divisible_by,
                                                  a.tensor_model_parallel_size);
   c.position_embedding = rope ? model::PositionEmbedding::Rope : model::PositionEmbedding::LearnedAbsolute;

@@ -34,8 +34,12 @@ struct TrainArguments {
 
   // Data.
   bool mock_data = false;
-  std::string tokenizer_type;
+  std::vector<std::string> data_path;  // "prefix" or "w1 prefix1 w2 prefix2 ..."
+  std::string split = "969, 30, 1";
+  std::string data_cache_path;
+  std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;
   int64_t vocab_size = 0;
+  bool eod_mask_loss = false, reset_position_ids = false, reset_attention_mask = false;
 
   // Training.
   int64_t micro_batch_size = 1, global_batch_size = 0, train_iters = 0;
@@ -53,6 +57,8 @@ struct TrainArguments {
   bool no_load_optim = false, no_load_rng = false, finetune = false;
 
   // Derived by finalize().
+  int64_t tokenizer_vocab_size = 0;  // ids the tokenizer produces (end-of-document id included)
+  int32_t eod = -1;
   model::GptConfig model;
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adam;

@@ -6,26 +6,26 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
-#include "model/gpt_model.h"
+#include "data/gpt_dataset.h"
 
 namespace tessera::train {
 
-enum class Split : uint64_t { Train = 0, Validation = 1 };
-
-class MockGptDataset {
+class MockGptDataset final : public data::TokenDataset {
  public:
-  MockGptDataset(int64_t vocab, int64_t seq_length, uint64_t seed, Split split);
+  // split: 0 train, 1 validation, 2 test (different samples).
+  MockGptDataset(int64_t vocab, int64_t seq_length, uint64_t seed, int split);
 
-  // seq_length + 1 tokens of sample `index`.
-  void sample(int64_t index, int32_t* tokens) const;
-  // Samples [first, first + batch) as inputs, next-token labels and an all-ones loss mask.
-  model::MicroBatch micro_batch(int64_t first, int64_t batch) const;
+  int64_t size() const override { return std::numeric_limits<int64_t>::max() / 2; }
+  int64_t seq_length() const override { return seq_length_; }
+  void get(int64_t index, std::span<int32_t> tokens) const override;
+  using data::TokenDataset::get;
 
  private:
   int64_t vocab_, seq_length_;
   uint64_t seed_;
-  Split split_;
+  int split_;
 };
 
 }  // namespace tessera::train

@@ -14,6 +14,11 @@ namespace {
 nlohmann::json arguments_json(const TrainArguments& a) {
   return {{"model", model::to_json(a.model)},
           {"tokenizer_type", a.tokenizer_type},
+          {"vocab_file", a.vocab_file},
+          {"merge_file", a.merge_file},
+          {"tokenizer_model", a.tokenizer_model},
+          {"data_path", a.data_path},
+          {"split", a.split},
           {"tensor_model_parallel_size", a.tensor_model_parallel_size},
           {"micro_batch_size", a.micro_batch_size},
           {"global_batch_size", a.global_batch_size},
@@ -25,9 +30,7 @@ nlohmann::json arguments_json(const TrainArguments& a) {
 }  // namespace
 
 Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
-    : args_(std::move(args)),
-      train_data_(args_.vocab_size, args_.seq_length, args_.seed, Split::Train),
-      valid_data_(args_.vocab_size, args_.seq_length, args_.seed, Split::Validation) {
+    : args_(std::move(args)) {
   if (world == nullptr) {
     single_world_ = comm::make_single_process_group("world");
     world = single_world_.get();
@@ -44,6 +47,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     if (world->size() > 1) say(state_->describe());
   }
 
+  build_datasets();
   model_ = std::make_unique<model::GptModel>(args_.model, params_, tp_);
   params_.allocate(args_.seed);
   optimizer_ = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam, &state_->model_parallel_group());
@@ -68,13 +72,45 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   }
 }
 
+void Trainer::build_datasets() {
+  batch_options_ = {args_.eod, args_.eod_mask_loss, args_.reset_position_ids};
+  if (args_.mock_data) {
+    train_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.seq_length, args_.seed, 0);
+    valid_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.seq_length, args_.seed, 1);
+    return;
+  }
+  data::GptDataConfig config;
+  config.data_path = args_.data_path;
+  config.split = args_.split;
+  config.seq_length = args_.seq_length;
+  config.seed = static_cast<uint32_t>(args_.seed);
+  config.cache_path = args_.data_cache_path;
+  auto sizes = data::megatron_num_samples(args_.train_iters, args_.global_batch_size, args_.eval_interval,
+                                          args_.eval_iters);
+  sizes[2] = 0;  // the test split is not used by training
+  std::array<std::shared_ptr<const data::TokenDataset>, 3> sets;
+  for (int turn = 0; turn < 2; ++turn) {  // rank 0 builds and caches; then the others load the cache
+    if ((state_->world_rank() == 0) == (turn == 0)) sets = data::build_gpt_datasets(config, sizes);
+    world_->barrier();
+  }
+  train_data_ = sets[0];
+  valid_data_ = sets[1];
+  TESSERA_CHECK(train_data_ != nullptr, "--split=", args_.split, ": gives the training split no documents");
+  if (!valid_data_ && args_.eval_iters > 0) {
+    say(str_cat(" WARNING: --split=", args_.split, " leaves no validation documents; evaluation is off"));
+    args_.eval_iters = 0;
+  }
+  say(str_cat(" > datasets: ", train_data_->size(), " training samples", valid_data_ ? str_cat(", ", valid_data_->size(), " validation samples") : ""));
+}
+
 void Trainer::say(const std::string& line) {
   if (log_) log_->print(line);
 }
 
-model::MicroBatch Trainer::micro_batch(const MockGptDataset& data, int64_t first, int64_t m) const {
+model::MicroBatch Trainer::micro_batch(const data::TokenDataset& data, int64_t first, int64_t m) const {
   const int64_t mbs = args_.micro_batch_size;
-  return data.micro_batch(first + (m * args_.data_parallel_size() + state_->coordinates().dp) * mbs, mbs);
+  return make_micro_batch(data, first + (m * args_.data_parallel_size() + state_->coordinates().dp) * mbs, mbs,
+                          batch_options_);
 }
 
 void Trainer::data_parallel_sum(std::vector<float>& values) const {
@@ -91,7 +127,7 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   std::vector<model::MicroBatch> batches;
   std::vector<float> tokens_and_loss(2, 0.0f);
   for (int64_t m = 0; m < args_.num_micro_batches; ++m) {
-    batches.push_back(micro_batch(train_data_, consumed_samples_, m));
+    batches.push_back(micro_batch(*train_data_, consumed_samples_, m));
     const Tensor& mask = batches.back().loss_mask;
     for (int64_t i = 0; i < mask.numel(); ++i) tokens_and_loss[0] += mask.f32()[i];
   }
@@ -134,7 +170,7 @@ double Trainer::evaluate() {
   std::vector<float> loss_and_tokens(2, 0.0f);
   // The same validation samples every time, so evaluations are comparable along a run.
   for (int64_t m = 0; m < args_.eval_iters * args_.num_micro_batches; ++m) {
-    model::MicroBatch mb = micro_batch(valid_data_, 0, m);
+    model::MicroBatch mb = micro_batch(*valid_data_, 0, m);
     model::ForwardContext ctx{args_.seed, iteration_, mb.sample_offset, false, seq, mbs};
     model::GptActivations rec;
     loss_and_tokens[0] += static_cast<float>(model_->forward(mb, ctx, rec));

@@ -10,6 +10,8 @@
 #include "parallel/grad_buckets.h"
 #include "optim/adamw_optimizer.h"
 #include "train/arguments.h"
+#include "data/blended_dataset.h"
+#include "train/batching.h"
 #include "train/mock_data.h"
 #include "train/training_log.h"
 
@@ -43,7 +45,10 @@ class Trainer {
   void say(const std::string& line);
   // This rank's micro-batch m of the global batch starting at sample `first` (Megatron's sampler:
   // each step of mbs x dp samples is split over the data-parallel ranks).
-  model::MicroBatch micro_batch(const MockGptDataset& data, int64_t first, int64_t m) const;
+  model::MicroBatch micro_batch(const data::TokenDataset& data, int64_t first, int64_t m) const;
+  // --mock-data, or Megatron's GPT datasets over --data-path (built on rank 0 first, which caches the
+  // sample indices, then loaded by the other ranks).
+  void build_datasets();
   // Sums over the data-parallel group (in place).
   void data_parallel_sum(std::vector<float>& values) const;
   TrainArguments args_;
@@ -54,7 +59,8 @@ class Trainer {
   model::ParameterSet params_;
   std::unique_ptr<model::GptModel> model_;
   std::unique_ptr<optim::AdamWOptimizer> optimizer_;
-  MockGptDataset train_data_, valid_data_;
+  std::shared_ptr<const data::TokenDataset> train_data_, valid_data_;
+  BatchOptions batch_options_;
   std::unique_ptr<TrainingLog> log_;  // on world rank 0 only
   std::unique_ptr<parallel::GradBuckets> buckets_;
   int64_t iteration_ = 0, consumed_samples_ = 0, skipped_iterations_ = 0, nan_iterations_ = 0;

@@ -1,0 +1,96 @@
+// `tessera preprocess` (Megatron's tools/preprocess_data.py) and `tessera merge-datasets`
+// (tools/merge_datasets.py).
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+
+#include <iostream>
+
+#include "apps/commands.h"
+#include "core/check.h"
+#include "data/indexed_dataset.h"
+#include "data/preprocess.h"
+#include "data/tokenizer_factory.h"
+
+namespace tessera::apps {
+namespace {
+
+void parse_or_throw(CLI::App& app, const std::vector<std::string>& args, const char* command) {
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    throw Error(str_cat(e.what(), " (tessera ", command, " --help lists the flags)"));
+  }
+}
+
+// "12,345 documents, 2.1M tokens | 850 docs/s, 3.2 MB/s | 40% | 00:12 left"
+std::string progress_line(const data::PreprocessProgress& p) {
+  double mb = static_cast<double>(p.bytes_read) / 1e6, secs = std::max(p.seconds, 1e-9);
+  double fraction = p.bytes_total > 0 ? static_cast<double>(p.bytes_read) / static_cast<double>(p.bytes_total) : 1;
+  double left = fraction > 0 ? p.seconds * (1 - fraction) / fraction : 0;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%lld documents, %lld tokens | %.0f docs/s, %.2f MB/s | %3.0f%% | %02d:%02d left",
+                static_cast<long long>(p.documents), static_cast<long long>(p.tokens),
+                static_cast<double>(p.documents) / secs, mb / secs, 100 * fraction, static_cast<int>(left) / 60,
+                static_cast<int>(left) % 60);
+  return buf;
+}
+
+}  // namespace
+
+int preprocess_command(const std::vector<std::string>& args) {
+  data::PreprocessOptions o;
+  data::TokenizerOptions tok;
+  std::string format = "jsonl";
+  CLI::App app{"tessera preprocess: text to Megatron .bin/.idx datasets", "tessera preprocess"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--input", o.inputs, "Input files (jsonl, or plain text with --input-format)")->required();
+  app.add_option("--input-format", format, "jsonl, text (one document per file) or paragraphs (blank-line separated)");
+  app.add_option("--json-keys", o.json_keys, "Keys of the jsonl objects to extract");
+  app.add_option("--output-prefix", o.output_prefix, "Writes PREFIX_KEY_document.bin/.idx")->required();
+  app.add_flag("--append-eod", o.append_eod, "Append the end-of-document id to every document");
+  app.add_option("--workers", o.workers, "Tokenizing threads");
+  app.add_flag("--skip-malformed", o.skip_malformed, "Skip and count malformed lines instead of stopping");
+  app.add_option("--tokenizer-type", tok.type, "GPT2BPETokenizer, SentencePieceTokenizer, NullTokenizer, ...")
+      ->required();
+  app.add_option("--vocab-file", tok.vocab_file, "GPT-2 vocabulary (encoder.json)");
+  app.add_option("--merge-file", tok.merge_file, "GPT-2 merges (vocab.bpe)");
+  app.add_option("--tokenizer-model", tok.tokenizer_model, "SentencePiece model");
+  app.add_option("--vocab-size", tok.vocab_size, "Vocabulary size of the NullTokenizer");
+  parse_or_throw(app, args, "preprocess");
+  o.format = data::parse_input_format(format);
+  std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(tok);
+
+  const bool terminal = ::isatty(STDERR_FILENO) == 1;
+  data::PreprocessProgress done = data::preprocess(o, *tokenizer, [&](const data::PreprocessProgress& p) {
+    std::cerr << (terminal ? "\r\033[K" : "") << progress_line(p) << (terminal ? "" : "\n") << std::flush;
+  });
+  if (terminal) std::cerr << "\n";
+  for (const std::string& key : o.json_keys)
+    std::cout << "wrote " << data::output_dataset_prefix(o.output_prefix, key) << ".bin/.idx" << std::endl;
+  std::cout << done.documents << " documents, " << done.tokens << " tokens in " << done.seconds << " s";
+  if (done.skipped_empty) std::cout << "; skipped " << done.skipped_empty << " empty documents";
+  if (done.skipped_malformed) std::cout << "; skipped " << done.skipped_malformed << " malformed lines";
+  std::cout << std::endl;
+  return 0;
+}
+
+int merge_datasets_command(const std::vector<std::string>& args) {
+  std::string input, output_prefix;
+  CLI::App app{"tessera merge-datasets: concatenate the .bin/.idx datasets of a directory",
+               "tessera merge-datasets"};
+  app.add_option("--input", input, "Directory holding the datasets to merge (sorted by name)")->required();
+  app.add_option("--output-prefix", output_prefix, "Writes PREFIX.bin/.idx")->required();
+  parse_or_throw(app, args, "merge-datasets");
+  std::vector<std::string> prefixes = data::find_dataset_prefixes(input);
+  TESSERA_CHECK(!prefixes.empty(), "--input: no .bin/.idx datasets in ", input);
+  data::merge_datasets(prefixes, output_prefix);
+  std::cout << "merged " << prefixes.size() << " datasets into " << output_prefix << ".bin/.idx" << std::endl;
+  return 0;
+}
+
+}  // namespace tessera::apps

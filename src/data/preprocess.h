@@ -1,0 +1,51 @@
+// `tessera preprocess`: Megatron's tools/preprocess_data.py. Reads documents (jsonl lines, whole text
+// files, or blank-line-separated paragraphs), tokenizes them on several threads and writes one
+// indexed dataset per JSON key, {output_prefix}_{key}_document.bin/.idx, in Megatron's format.
+// It streams: documents are read, tokenized and written a chunk at a time, so memory does not grow
+// with the corpus (beyond Megatron's per-document index entries).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace tessera::data {
+
+enum class InputFormat {
+  Jsonl,       // one JSON object per line; the text of each --json-keys key is a document
+  TextFiles,   // each input file is one document
+  Paragraphs,  // documents separated by one or more blank lines
+};
+
+InputFormat parse_input_format(const std::string& name);  // "jsonl", "text", "paragraphs"
+
+struct PreprocessOptions {
+  std::vector<std::string> inputs;            // --input (several files for the plain-text formats)
+  InputFormat format = InputFormat::Jsonl;    // --input-format
+  std::vector<std::string> json_keys{"text"};  // --json-keys
+  std::string output_prefix;                  // --output-prefix
+  bool append_eod = false;                    // --append-eod
+  int workers = 1;                            // --workers: tokenizing threads
+  bool skip_malformed = false;                // --skip-malformed: count bad lines instead of stopping
+  int64_t chunk_documents = 2048;             // documents read and tokenized at a time
+};
+
+struct PreprocessProgress {
+  int64_t documents = 0, tokens = 0;
+  int64_t bytes_read = 0, bytes_total = 0;  // of the input files
+  int64_t skipped_malformed = 0, skipped_empty = 0;
+  double seconds = 0;
+};
+
+// The output paths of one key: {prefix}_{key}_document.
+std::string output_dataset_prefix(const std::string& output_prefix, const std::string& key);
+
+// Runs the whole job; `progress` is called now and then and at the end. A malformed line (bad JSON,
+// a missing key, a non-string value) is an Error naming the file and line, unless skip_malformed.
+// Empty documents are skipped and counted (Megatron writes nothing for them either).
+PreprocessProgress preprocess(const PreprocessOptions& options, const Tokenizer& tokenizer,
+                              const std::function<void(const PreprocessProgress&)>& progress = {});
+
+}  // namespace tessera::data
