@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# End-to-end checks of the data path as a user runs it: preprocess (jsonl and plain text, errors by
+# file and line), merge-datasets, and training on the result (resuming at the same samples).
+set -uo pipefail
+tessera=${1:?usage: data_cli.sh path/to/tessera}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+passed=0
+check() {  # check DESCRIPTION STATUS
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
+}
+null_tok=(--tokenizer-type NullTokenizer --vocab-size 60)
+
+# Documents of arithmetic sequences written as NullTokenizer text (ids separated by spaces).
+for part in a b; do
+  for d in $(seq 1 40); do
+    start=$(( (d * 7 + ${#part}) % 50 )); stride=$(( d % 5 + 1 )); n=$(( 20 + d % 30 ))
+    ids=$(for i in $(seq 0 $n); do printf '%d ' $(( (start + i * stride) % 59 )); done)
+    printf '{"text": "%s", "id": %d}\n' "$ids" "$d"
+  done > "$work/$part.jsonl"
+done
+cat "$work/a.jsonl" "$work/b.jsonl" > "$work/all.jsonl"
+
+out=$("$tessera" preprocess --input "$work/all.jsonl" --output-prefix "$work/all" --append-eod --workers 2 \
+      "${null_tok[@]}" 2>&1)
+check "preprocess exits 0: $out" $?
+grep -qF "80 documents" <<<"$out"
+check "preprocess should report 80 documents: $out" $?
+
+# Megatron's merge: preprocessing the halves and merging them gives the same bytes as the whole.
+mkdir -p "$work/parts"
+for part in a b; do
+  "$tessera" preprocess --input "$work/$part.jsonl" --output-prefix "$work/parts/$part" --append-eod \
+    "${null_tok[@]}" >/dev/null 2>&1
+done
+"$tessera" merge-datasets --input "$work/parts" --output-prefix "$work/merged" >/dev/null
+check "merge-datasets exits 0" $?
+cmp -s "$work/merged.bin" "$work/all_text_document.bin" && cmp -s "$work/merged.idx" "$work/all_text_document.idx"
+check "merged dataset must equal the dataset of the concatenated input byte for byte" $?
+
+# Malformed input names the file and line; --skip-malformed counts instead; empty documents are skipped.
+printf '{"text": "1 2 3"}\n{"text": 5}\n{"txt": "1"}\nnot json\n{"text": ""}\n' > "$work/bad.jsonl"
+out=$("$tessera" preprocess --input "$work/bad.jsonl" --output-prefix "$work/bad" "${null_tok[@]}" 2>&1)
+[ $? -ne 0 ] && grep -qF "bad.jsonl:2: a non-string value for key \"text\"" <<<"$out"
+check "a non-string value must fail with file:line: $out" $?
+out=$("$tessera" preprocess --input "$work/bad.jsonl" --output-prefix "$work/bad" --skip-malformed "${null_tok[@]}" 2>&1)
+[ $? -eq 0 ] && grep -qF "skipped 1 empty documents; skipped 3 malformed lines" <<<"$out"
+check "--skip-malformed should count 3 malformed lines and 1 empty document: $out" $?
+out=$("$tessera" preprocess --input "$work/missing.jsonl" --output-prefix "$work/x" "${null_tok[@]}" 2>&1)
+[ $? -ne 0 ] && grep -qF "missing.jsonl is not a readable file" <<<"$out"
+check "a missing input must be named: $out" $?
+
+# Plain text: blank-line separated paragraphs become documents.
+printf '1 2 3\n4 5\n\n\n6 7 8\n\n9\n' > "$work/paragraphs.txt"
+out=$("$tessera" preprocess --input "$work/paragraphs.txt" --input-format paragraphs --output-prefix "$work/para" \
+      "${null_tok[@]}" 2>&1)
+grep -qF "3 documents, 9 tokens" <<<"$out"
+check "paragraphs: 3 documents of 9 tokens: $out" $?
+
+# A truncated index is reported with its path before training starts.
+cp "$work/all_text_document.bin" "$work/trunc_text_document.bin"
+head -c 40 "$work/all_text_document.idx" > "$work/trunc_text_document.idx"
+model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "${null_tok[@]}"
+       --micro-batch-size 2 --global-batch-size 4 --lr 3e-3 --log-interval 1 --eval-iters 1 --eval-interval 4
+       --split 90,10,0 --data-cache-path "$work/cache")
+out=$("$tessera" train "${model[@]}" --data-path "$work/trunc_text_document" --train-iters 2 2>&1)
+[ $? -ne 0 ] && grep -qF "trunc_text_document.idx" <<<"$out"
+check "a truncated .idx must be named: $out" $?
+
+# Training on the dataset, and resuming at the same samples: the resumed run's losses equal the full run's.
+full=$("$tessera" train "${model[@]}" --data-path "$work/all_text_document" --train-iters 6 --eod-mask-loss 2>&1)
+check "training on --data-path exits 0: $full" $?
+"$tessera" train "${model[@]}" --data-path "$work/all_text_document" --train-iters 3 --lr-decay-iters 6 \
+  --eod-mask-loss --save "$work/ckpt" >/dev/null 2>&1
+resumed=$("$tessera" train "${model[@]}" --data-path "$work/all_text_document" --train-iters 6 --eod-mask-loss \
+          --load "$work/ckpt" 2>&1)
+for it in 4 5 6; do
+  a=$(grep -o "iteration        $it/.*lm loss: [0-9.E+-]*" <<<"$full" | grep -o "lm loss: [0-9.E+-]*")
+  b=$(grep -o "iteration        $it/.*lm loss: [0-9.E+-]*" <<<"$resumed" | grep -o "lm loss: [0-9.E+-]*")
+  [ -n "$a" ] && [ "$a" = "$b" ]
+  check "iteration $it: resumed '$b' vs uninterrupted '$a'" $?
+done
+ls "$work/cache"/*.npy >/dev/null 2>&1 || ls "$work/cache"/* >/dev/null 2>&1
+check "sample indices should be cached under --data-cache-path" $?
+
+echo "$passed passed, $failures failed"
+[ "$failures" -eq 0 ]
