@@ -1,10 +1,9 @@
 // `tessera generate --load CKPT --prompt TEXT ...`: continues prompts with a trained model, streaming
 // the text as it is produced. The model's configuration is read from the checkpoint; the tokenizer is
 // the one it was trained with unless the flags name another.
-#include <CLI/CLI.hpp>
-
 #include <iostream>
 
+#include "apps/command_line.h"
 #include "apps/commands.h"
 #include "ckpt/checkpoint.h"
 #include "core/timer.h"
@@ -31,15 +30,7 @@ int generate_command(const std::vector<std::string>& args) {
   app.add_option("--vocab-file", tok.vocab_file, "GPT-2 vocabulary (encoder.json)");
   app.add_option("--merge-file", tok.merge_file, "GPT-2 merges (vocab.bpe)");
   app.add_option("--tokenizer-model", tok.tokenizer_model, "SentencePiece model");
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    throw Error(str_cat(e.what(), " (tessera generate --help lists the flags)"));
-  }
+  if (!parse_command_line(app, args, "generate")) return 0;
   infer::validate(sampling);
 
   nlohmann::json run = ckpt::latest_checkpoint_args(load);

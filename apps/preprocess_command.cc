@@ -1,11 +1,10 @@
 // `tessera preprocess` (Megatron's tools/preprocess_data.py) and `tessera merge-datasets`
 // (tools/merge_datasets.py).
-#include <CLI/CLI.hpp>
-
 #include <unistd.h>
 
 #include <iostream>
 
+#include "apps/command_line.h"
 #include "apps/commands.h"
 #include "core/check.h"
 #include "data/indexed_dataset.h"
@@ -14,18 +13,6 @@
 
 namespace tessera::apps {
 namespace {
-
-void parse_or_throw(CLI::App& app, const std::vector<std::string>& args, const char* command) {
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    std::exit(0);
-  } catch (const CLI::ParseError& e) {
-    throw Error(str_cat(e.what(), " (tessera ", command, " --help lists the flags)"));
-  }
-}
 
 // "12,345 documents, 2.1M tokens | 850 docs/s, 3.2 MB/s | 40% | 00:12 left"
 std::string progress_line(const data::PreprocessProgress& p) {
@@ -61,7 +48,7 @@ int preprocess_command(const std::vector<std::string>& args) {
   app.add_option("--merge-file", tok.merge_file, "GPT-2 merges (vocab.bpe)");
   app.add_option("--tokenizer-model", tok.tokenizer_model, "SentencePiece model");
   app.add_option("--vocab-size", tok.vocab_size, "Vocabulary size of the NullTokenizer");
-  parse_or_throw(app, args, "preprocess");
+  if (!parse_command_line(app, args, "preprocess")) return 0;
   o.format = data::parse_input_format(format);
   std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(tok);
 
@@ -85,7 +72,7 @@ int merge_datasets_command(const std::vector<std::string>& args) {
                "tessera merge-datasets"};
   app.add_option("--input", input, "Directory holding the datasets to merge (sorted by name)")->required();
   app.add_option("--output-prefix", output_prefix, "Writes PREFIX.bin/.idx")->required();
-  parse_or_throw(app, args, "merge-datasets");
+  if (!parse_command_line(app, args, "merge-datasets")) return 0;
   std::vector<std::string> prefixes = data::find_dataset_prefixes(input);
   TESSERA_CHECK(!prefixes.empty(), "--input: no .bin/.idx datasets in ", input);
   data::merge_datasets(prefixes, output_prefix);

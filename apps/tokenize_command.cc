@@ -1,9 +1,8 @@
 // `tessera tokenize`: text on stdin to token ids on stdout, one line of space-separated ids per input
 // line; `--decode` turns such lines back into text. For scripting and for checking a tokenizer.
-#include <CLI/CLI.hpp>
-
 #include <iostream>
 
+#include "apps/command_line.h"
 #include "apps/commands.h"
 #include "core/check.h"
 #include "data/null_tokenizer.h"
@@ -21,15 +20,7 @@ int tokenize_command(const std::vector<std::string>& args) {
   app.add_option("--tokenizer-model", tok.tokenizer_model, "SentencePiece model");
   app.add_option("--vocab-size", tok.vocab_size, "Vocabulary size of the NullTokenizer");
   app.add_flag("--decode", decode, "Read lines of ids, write the text they stand for");
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    throw Error(str_cat(e.what(), " (tessera tokenize --help lists the flags)"));
-  }
+  if (!parse_command_line(app, args, "tokenize")) return 0;
   std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(tok);
   // Ids on a line are read the way the NullTokenizer reads its text.
   data::NullTokenizer id_reader(tokenizer->vocab_size() - 1);

@@ -1,8 +1,7 @@
 // `tessera tokenizer train`: trains a SentencePiece BPE or unigram model on the user's text files.
-#include <CLI/CLI.hpp>
-
 #include <iostream>
 
+#include "apps/command_line.h"
 #include "apps/commands.h"
 #include "core/check.h"
 #include "data/sentencepiece_tokenizer.h"
@@ -27,15 +26,7 @@ int tokenizer_command(const std::vector<std::string>& args) {
   app.add_option("--user-defined-symbols", o.user_defined_symbols, "Pieces that are never split");
   app.add_option("--normalization-rule-name", o.normalization_rule_name, "nmt_nfkc, nfkc, identity, ...");
   app.add_flag("--verbose", o.verbose, "SentencePiece's progress log");
-  std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    throw Error(str_cat(e.what(), " (tessera tokenizer train --help lists the flags)"));
-  }
+  if (!parse_command_line(app, {args.begin() + 1, args.end()}, "tokenizer train")) return 0;
   data::SentencePieceTrainResult result = data::train_sentencepiece(o);
   std::cout << "wrote " << result.model_path << " and " << result.vocab_path << std::endl;
   return 0;
