@@ -81,6 +81,9 @@ for it in 4 5 6; do
   [ -n "$a" ] && [ "$a" = "$b" ]
   check "iteration $it: resumed '$b' vs uninterrupted '$a'" $?
 done
+out=$("$tessera" train "${model[@]}" --data-path "$work/all_text_document" --train-iters 2 --reset-position-ids \
+      --reset-attention-mask 2>&1)
+check "training with --reset-position-ids --reset-attention-mask exits 0: $out" $?
 ls "$work/cache"/*.npy >/dev/null 2>&1 || ls "$work/cache"/* >/dev/null 2>&1
 check "sample indices should be cached under --data-cache-path" $?
 

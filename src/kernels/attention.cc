@@ -12,6 +12,11 @@
 //
 // Dropout on the probabilities (as torch applies it to the softmax output) uses a Philox mask keyed
 // by global coordinates (see attention.h), regenerated in backward rather than stored.
+//
+// The document mask (doc_start) narrows row i to keys [doc_start_i, i]. Since doc_start is
+// non-decreasing, a query tile needs no key tile below its first row's doc_start, and a key tile is
+// needed by a prefix of the query tiles at or below the diagonal; in the tiles that straddle a
+// document boundary the scores left of doc_start_i are masked with -inf like those above the diagonal.
 #include "kernels/attention.h"
 #include "kernels/vector_math.h"
 
@@ -89,6 +94,7 @@ struct Plan {
   int64_t tiles;
   bool dropout;
   float p, keep_scale;
+  const int32_t* doc;  // doc_start or nullptr
 
   Plan(const AttentionShape& s, const AttentionDropout& drop)
       : seq(s.seq), batch(s.batch), heads(s.heads), kv_heads(s.kv_heads), d(s.head_dim) {
@@ -104,11 +110,23 @@ struct Plan {
     dropout = drop.p > 0.0f;
     p = drop.p;
     keep_scale = dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
+    doc = s.doc_start;
+    if (doc != nullptr)  // O(batch * seq), negligible next to the attention itself
+      for (int64_t b = 0; b < batch; ++b) {
+        const int32_t* ds = doc + b * seq;
+        for (int64_t i = 0; i < seq; ++i)
+          TESSERA_CHECK(ds[i] >= (i == 0 ? 0 : ds[i - 1]) && ds[i] <= i, "attention: doc_start of sample ", b,
+                        " position ", i, " is ", ds[i], "; it must lie in [", i == 0 ? 0 : ds[i - 1], ", ", i,
+                        "] (at most i, never below the previous position's, never negative)");
+      }
     if (dropout)
       TESSERA_CHECK(drop.head_offset >= 0 && drop.sample_offset >= 0 && drop.head_offset + heads <= drop.total_heads,
                     "attention: dropout heads [", drop.head_offset, ", ", drop.head_offset + heads,
                     ") do not fit in total_heads ", drop.total_heads);
   }
+
+  // First key that query i of sample b may see.
+  int64_t doc_start(int64_t b, int64_t i) const { return doc == nullptr ? 0 : doc[b * seq + i]; }
 
   // Philox element of probability (b, h, i, 0); (b, h, i, j) is this + j.
   static uint64_t mask_row(const AttentionDropout& drop, int64_t seq, int64_t b, int64_t h, int64_t i) {
@@ -150,9 +168,12 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
       std::fill(l.begin(), l.end(), 0.0f);
       std::fill(acc.begin(), acc.end(), 0.0f);
 
-      // Key tiles up to the diagonal. Tiles are aligned (j0, i0 multiples of kTile), so the last one is
-      // the diagonal tile j0 == i0 and every query row sees at least its first key in every tile.
-      for (int64_t j0 = 0; j0 <= i0; j0 += kTile) {
+      // Key tiles from the one holding the first row's doc_start (the smallest in the tile, 0 without a
+      // document mask) up to the diagonal. Tiles are aligned (j0, i0 multiples of kTile), so the last one
+      // is the diagonal tile j0 == i0. Without a document mask every query row sees at least its first
+      // key in every tile; with one, a row whose document starts past this tile sees none of it.
+      const int64_t doc_first = plan.doc_start(b, i0), doc_last = plan.doc_start(b, i0 + rows - 1);
+      for (int64_t j0 = doc_first / kTile * kTile; j0 <= i0; j0 += kTile) {
         const int64_t cols = std::min(kTile, plan.seq - j0);
         float* s = st.data();
         for (int64_t j = 0; j < cols; ++j) {  // st[j] = scale * k_j . Q^T
@@ -161,30 +182,51 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
           accumulate(sj, kTile, kh + (j0 + j) * plan.kv_stride, 1, qt.data(), kTile, d);
           if (j0 == i0) std::fill(sj, sj + j, -std::numeric_limits<float>::infinity());  // causal: rows r < j
         }
+        const bool straddles = doc_last > j0;  // some row's document starts inside or past this tile
+        if (straddles)
+          for (int64_t r = 0; r < rows; ++r) {  // document: keys j < doc_start of row r
+            const int64_t masked = std::min(cols, plan.doc_start(b, i0 + r) - j0);
+            for (int64_t j = 0; j < masked; ++j) s[j * kTile + r] = -std::numeric_limits<float>::infinity();
+          }
         // Online softmax: raise each row's running max and rescale what was summed under the old one.
         std::copy(m.begin(), m.end(), m_new.begin());
         for (int64_t j = 0; j < cols; ++j)
           for (int64_t r = 0; r < kTile; ++r) m_new[r] = std::max(m_new[r], s[j * kTile + r]);
-        for (int64_t r = 0; r < kTile; ++r) {
-          alpha[r] = exp_approx(m[r] - m_new[r]);  // 0 on the first tile (m = -inf)
-          l[r] *= alpha[r];
-          m[r] = m_new[r];
+        if (!straddles) {
+          for (int64_t r = 0; r < kTile; ++r) {
+            alpha[r] = exp_approx(m[r] - m_new[r]);  // 0 on the first tile (m = -inf)
+            l[r] *= alpha[r];
+            m[r] = m_new[r];
+          }
+        } else {  // a row that has seen no key yet keeps m = -inf; shift it by 0 so exp gives 0, not NaN
+          for (int64_t r = 0; r < kTile; ++r) {
+            const float shift = m_new[r] == -std::numeric_limits<float>::infinity() ? 0.0f : m_new[r];
+            alpha[r] = exp_approx(m[r] - shift);
+            l[r] *= alpha[r];
+            m[r] = m_new[r];
+            m_new[r] = shift;
+          }
         }
+        const float* shift = straddles ? m_new.data() : m.data();
         for (int64_t j = 0; j < cols; ++j)
           for (int64_t r = 0; r < kTile; ++r) {
-            s[j * kTile + r] = exp_approx(s[j * kTile + r] - m[r]);
+            s[j * kTile + r] = exp_approx(s[j * kTile + r] - shift[r]);
             l[r] += s[j * kTile + r];  // the normaliser sums the undropped weights ...
           }
         for (int64_t r = 0; r < rows; ++r) {
-          const int64_t visible = j0 == i0 ? r + 1 : cols;  // skip the masked zeros on the diagonal
+          // Keys [first, visible) of the tile: skip the masked zeros before doc_start and past the diagonal.
+          const int64_t visible = j0 == i0 ? r + 1 : cols;
+          const int64_t first = straddles ? std::max<int64_t>(0, plan.doc_start(b, i0 + r) - j0) : 0;
+          if (first >= visible) continue;  // nothing seen yet: acc and l are still 0
           if (plan.dropout) {  // ... while the output sums the dropped ones
             dropout_factors(rng, Plan::mask_row(dropout, plan.seq, b, h, i0 + r) + j0, visible, plan.p,
                             plan.keep_scale, factor.data());
-            for (int64_t j = 0; j < visible; ++j) s[j * kTile + r] *= factor[j];
+            for (int64_t j = first; j < visible; ++j) s[j * kTile + r] *= factor[j];
           }
           float* a = acc.data() + r * d;
           for (int64_t x = 0; x < d; ++x) a[x] *= alpha[r];
-          accumulate(a, d, s + r, kTile, vh + j0 * plan.kv_stride, plan.kv_stride, visible);
+          accumulate(a, d, s + first * kTile + r, kTile, vh + (j0 + first) * plan.kv_stride, plan.kv_stride,
+                     visible - first);
         }
       }
 
@@ -254,11 +296,20 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
           const float* lse_h = lse + (b * plan.heads + h) * plan.seq;
           const float* D_h = D.data() + g * plan.seq;
 
-          for (int64_t i0 = j0; i0 < plan.seq; i0 += kTile) {  // query tiles on or below the diagonal
+          // Query tiles on or below the diagonal, up to the first whose documents all start past this key
+          // tile (doc_start is non-decreasing, so all later ones do too).
+          for (int64_t i0 = j0; i0 < plan.seq && plan.doc_start(b, i0) < j0 + cols; i0 += kTile) {
             const int64_t rows = std::min(kTile, plan.seq - i0);
-            for (int64_t r = 0; r < rows; ++r) {
+            // Rows [0, live) see some key of this tile; the rest (a suffix) see none and are skipped.
+            int64_t live = rows;
+            if (plan.doc != nullptr)
+              live = std::lower_bound(plan.doc + b * plan.seq + i0, plan.doc + b * plan.seq + i0 + rows, j0 + cols) -
+                     (plan.doc + b * plan.seq + i0);
+            for (int64_t r = 0; r < live; ++r) {
               const int64_t i = i0 + r;
               const int64_t valid = std::min(cols, i + 1 - j0);  // keys j <= i; >= 1 since i >= j0
+              // Keys j < first precede the document of row i; first < cols since r < live, and first <= i - j0.
+              const int64_t first = std::max<int64_t>(0, plan.doc_start(b, i) - j0);
               float* pz_r = pz.data() + r * kTile;
               float* ds_r = ds.data() + r * kTile;
               // Recompute the scaled scores s_i and dP_i = dO_i . V^T for this tile.
@@ -266,6 +317,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
               std::fill(dp.begin(), dp.end(), 0.0f);
               accumulate(pz_r, kTile, qh + i * plan.q_stride, 1, kt.data(), kTile, d);
               accumulate(dp.data(), kTile, goh + i * plan.q_stride, 1, vt.data(), kTile, d);
+              std::fill(pz_r, pz_r + first, -std::numeric_limits<float>::infinity());  // document: P = 0
               if (plan.dropout) {
                 dropout_factors(rng, Plan::mask_row(dropout, plan.seq, b, h, i) + j0, valid, plan.p,
                                 plan.keep_scale, factor.data());
@@ -280,16 +332,22 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
                 ds_r[j] = softmax_scale * prob * (dp[j] * factor[j] - D_i);  // scale folded in for dQ, dK
               }
               std::fill(ds_r + valid, ds_r + kTile, 0.0f);  // masked: P = 0 (and Z = 0 above)
-              accumulate(dq + i * plan.q_stride + off, d, ds_r, 1, kh + j0 * plan.kv_stride, plan.kv_stride, valid);
+              accumulate(dq + i * plan.q_stride + off, d, ds_r + first, 1, kh + (j0 + first) * plan.kv_stride,
+                         plan.kv_stride, valid - first);
             }
-            // dV_j += sum_i PZ_ij dO_i and dK_j += sum_i dS_ij Q_i, over the rows i >= j that reach key j.
+            // dV_j += sum_i PZ_ij dO_i and dK_j += sum_i dS_ij Q_i, over the rows i >= j that reach key j:
+            // rows [r0, r1), r1 the first whose document starts past key j (all rows without a mask).
             for (int64_t j = 0; j < cols; ++j) {
               const int64_t r0 = std::max<int64_t>(0, j0 + j - i0);
-              if (r0 >= rows) continue;
+              int64_t r1 = live;
+              if (plan.doc != nullptr)
+                r1 = std::upper_bound(plan.doc + b * plan.seq + i0, plan.doc + b * plan.seq + i0 + live, j0 + j) -
+                     (plan.doc + b * plan.seq + i0);
+              if (r0 >= r1) continue;
               accumulate(dv_acc.data() + j * d, d, pz.data() + r0 * kTile + j, kTile,
-                         goh + (i0 + r0) * plan.q_stride, plan.q_stride, rows - r0);
+                         goh + (i0 + r0) * plan.q_stride, plan.q_stride, r1 - r0);
               accumulate(dk_acc.data() + j * d, d, ds.data() + r0 * kTile + j, kTile,
-                         qh + (i0 + r0) * plan.q_stride, plan.q_stride, rows - r0);
+                         qh + (i0 + r0) * plan.q_stride, plan.q_stride, r1 - r0);
             }
           }
         }

@@ -2,6 +2,7 @@
 // seq x seq score matrix (it keeps a running max and sum per query row, tile by tile, and saves only
 // the log-sum-exp per row); backward recomputes the probabilities tile by tile from that statistic.
 // Grouped-query attention: query head h reads key/value head h / (heads / kv_heads).
+// Optionally document-causal (Megatron's --reset-attention-mask): see AttentionShape::doc_start.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,11 @@ namespace tessera::kernels {
 struct AttentionShape {
   int64_t seq = 0, batch = 0;      // activations are [seq, batch, heads, head_dim] (Megatron's [s, b, h])
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  // Document-causal mask, as Megatron's --reset-attention-mask builds it: a token attends only to the
+  // earlier tokens of its own document. Sample-major, unlike q/k/v. Entries must satisfy
+  // 0 <= doc_start[b * seq + i] <= i and be non-decreasing in i within a sample (checked); nullptr is
+  // plain causal attention, and all zeros gives bitwise the same result as nullptr.
+  const int32_t* doc_start = nullptr;  // optional [batch, seq]: query i of sample b attends to keys [doc_start[b*seq+i], i]
 };
 
 // Attention-probability dropout, keyed by global coordinates so it is layout-independent:

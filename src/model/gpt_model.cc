@@ -84,8 +84,11 @@ Tensor GptModel::embed(GptActivations& rec, const ForwardContext& ctx) const {
   return x;
 }
 
-double GptModel::forward(const MicroBatch& batch, const ForwardContext& ctx, GptActivations& rec) const {
+double GptModel::forward(const MicroBatch& batch, const ForwardContext& context, GptActivations& rec) const {
   const GptConfig& c = config_;
+  rec.doc_start = batch.doc_start;
+  ForwardContext ctx = context;
+  ctx.doc_start = rec.doc_start.defined() ? rec.doc_start.i32() : nullptr;
   TESSERA_CHECK(batch.tokens.dim(0) == ctx.batch && batch.tokens.dim(1) == ctx.seq, "GptModel::forward: tokens ",
                 shape_str(batch.tokens.shape()), " do not match [batch, seq] = [", ctx.batch, ", ", ctx.seq, "]");
   const int64_t rows = ctx.seq * ctx.batch;
@@ -145,8 +148,10 @@ double GptModel::forward(const MicroBatch& batch, const ForwardContext& ctx, Gpt
   return total;
 }
 
-void GptModel::backward(GptActivations& rec, const ForwardContext& ctx, float grad_scale,
+void GptModel::backward(GptActivations& rec, const ForwardContext& context, float grad_scale,
                         const std::function<void(int64_t)>& grads_final_from) const {
+  ForwardContext ctx = context;
+  ctx.doc_start = rec.doc_start.defined() ? rec.doc_start.i32() : nullptr;
   auto final_from = [&](int64_t offset) {
     if (grads_final_from) grads_final_from(offset);
   };

@@ -17,12 +17,15 @@ struct MicroBatch {
   Tensor labels;     // int32 [batch, seq]: the next tokens
   Tensor loss_mask;  // fp32 [batch, seq]: 1 where the token counts in the loss
   Tensor positions;  // int32 [batch, seq], optional (default 0..seq-1; --reset-position-ids restarts them)
+  Tensor doc_start;  // int32 [batch, seq], optional: each position attends only from here on
+                     // (--reset-attention-mask: the first position of its document)
   int64_t sample_offset = 0;  // global index of the first sample (keys dropout)
 };
 
 // Everything backward needs from forward for one micro-batch.
 struct GptActivations {
   Tensor tokens, labels, loss_mask, positions;  // [seq, batch] layout (row t = s * batch + b)
+  Tensor doc_start;                             // [batch, seq] as given, or undefined
   Tensor embedded;
   std::vector<LayerActivations> layers;
   Tensor final_input, final_ln, final_mean, final_rstd;

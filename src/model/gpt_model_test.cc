@@ -175,6 +175,43 @@ TEST(GptModel, IncrementalDecodingMatchesTheFullForward) {
   }
 }
 
+// With document-causal attention and positions restarting per document, the second document of a
+// packed sample is computed exactly as if it were a sample of its own.
+TEST(GptModel, PackedDocumentsWithResetMasksEqualSeparateSamples) {
+  for (bool llama : {false, true}) {
+    GptConfig c = tiny_config(llama);
+    ParameterSet params;
+    GptModel model(c, params);
+    params.allocate(4);
+    MicroBatch packed = random_batch(c, 1, 21);
+    const int64_t split = 2;  // the second document starts at position 2
+    packed.positions = Tensor::empty({1, c.seq_length}, DType::I32);
+    packed.doc_start = Tensor::empty({1, c.seq_length}, DType::I32);
+    for (int64_t j = 0; j < c.seq_length; ++j) {
+      packed.positions.i32()[j] = static_cast<int32_t>(j < split ? j : j - split);
+      packed.doc_start.i32()[j] = static_cast<int32_t>(j < split ? 0 : split);
+    }
+    GptActivations rec;
+    model.forward(packed, context(c, 1, false), rec);
+
+    GptConfig alone_config = c;
+    alone_config.seq_length = c.seq_length - split;
+    MicroBatch alone;
+    alone.tokens = Tensor::empty({1, alone_config.seq_length}, DType::I32);
+    alone.labels = alone.tokens;
+    alone.loss_mask = Tensor::zeros({1, alone_config.seq_length});
+    for (int64_t j = 0; j < alone_config.seq_length; ++j) alone.tokens.i32()[j] = packed.tokens.i32()[split + j];
+    GptActivations rec_alone;
+    model.forward(alone, context(alone_config, 1, false), rec_alone);
+    for (int64_t j = 0; j < alone_config.seq_length; ++j)
+      for (int64_t v = 0; v < c.padded_vocab_size; ++v) {
+        float expected = rec_alone.logits.f32()[j * c.padded_vocab_size + v];
+        ASSERT_NEAR(rec.logits.f32()[(split + j) * c.padded_vocab_size + v], expected, 1e-5f * (1 + std::abs(expected)))
+            << (llama ? "llama" : "gpt2") << " position " << j;
+      }
+  }
+}
+
 TEST(GptModel, ParameterCountMatchesTheDeclaredParameters) {
   for (bool llama : {false, true}) {
     GptConfig c = tiny_config(llama);

@@ -19,6 +19,7 @@ struct ForwardContext {
   int64_t sample_offset = 0;  // global index of the micro-batch's first sample (keys dropout)
   bool training = true;
   int64_t seq = 0, batch = 0;
+  const int32_t* doc_start = nullptr;  // [batch, seq] document-causal attention (set by GptModel)
 };
 
 // The part of the [seq, batch, hidden] residual stream this rank holds: all of it, or its sequence

@@ -100,7 +100,7 @@ void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx
 
 namespace {
 kernels::AttentionShape attention_shape(const ForwardContext& ctx, int64_t heads, int64_t groups, int64_t d) {
-  return {ctx.seq, ctx.batch, heads, groups, d};
+  return {ctx.seq, ctx.batch, heads, groups, d, ctx.doc_start};
 }
 // Keyed by global head index, so a rank's heads draw the masks they would in a single process.
 kernels::AttentionDropout attention_dropout(const GptConfig& c, const ForwardContext& ctx, int64_t layer_number,

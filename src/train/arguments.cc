@@ -188,8 +188,6 @@ void finalize(TrainArguments& a) {
             "--mock-data needs --tokenizer-type NullTokenizer");
   if (a.tokenizer_type == "NullTokenizer")
     require(a.vocab_size >= 2, "--vocab-size", a.vocab_size, "the NullTokenizer needs a vocabulary of at least 2");
-  require(!a.reset_attention_mask, "--reset-attention-mask", "true",
-          "not supported yet (the attention kernel has no document mask); use --reset-position-ids");
   {
     auto tokenizer = data::build_tokenizer({a.tokenizer_type, a.vocab_file, a.merge_file, a.tokenizer_model, a.vocab_size});
     a.tokenizer_vocab_size = tokenizer->vocab_size();

@@ -12,6 +12,7 @@ model::MicroBatch make_micro_batch(const data::TokenDataset& data, int64_t first
   mb.labels = Tensor::empty({batch, seq}, DType::I32);
   mb.loss_mask = Tensor::empty({batch, seq});
   if (o.reset_position_ids) mb.positions = Tensor::empty({batch, seq}, DType::I32);
+  if (o.reset_attention_mask) mb.doc_start = Tensor::empty({batch, seq}, DType::I32);
   mb.sample_offset = first;
   std::vector<int32_t> sample(seq + 1);
   for (int64_t b = 0; b < batch; ++b) {
@@ -19,14 +20,16 @@ model::MicroBatch make_micro_batch(const data::TokenDataset& data, int64_t first
     int32_t* tokens = mb.tokens.i32() + b * seq;
     int32_t* labels = mb.labels.i32() + b * seq;
     float* mask = mb.loss_mask.f32() + b * seq;
-    int32_t position = 0;
+    int32_t position = 0, document_start = 0;
     for (int64_t j = 0; j < seq; ++j) {
       tokens[j] = sample[j];
       labels[j] = sample[j + 1];
       mask[j] = o.eod_mask_loss && sample[j] == o.eod ? 0.0f : 1.0f;
-      if (o.reset_position_ids) {
-        mb.positions.i32()[b * seq + j] = position++;
-        if (sample[j] == o.eod) position = 0;  // the next token starts a document
+      if (o.reset_position_ids) mb.positions.i32()[b * seq + j] = position++;
+      if (o.reset_attention_mask) mb.doc_start.i32()[b * seq + j] = document_start;
+      if (sample[j] == o.eod) {  // the next token starts a document
+        position = 0;
+        document_start = static_cast<int32_t>(j + 1);
       }
     }
   }

@@ -73,7 +73,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
 }
 
 void Trainer::build_datasets() {
-  batch_options_ = {args_.eod, args_.eod_mask_loss, args_.reset_position_ids};
+  batch_options_ = {args_.eod, args_.eod_mask_loss, args_.reset_position_ids, args_.reset_attention_mask};
   if (args_.mock_data) {
     train_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.seq_length, args_.seed, 0);
     valid_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.seq_length, args_.seed, 1);
