@@ -383,24 +383,6 @@ std::vector<int64_t> build_shuffle_index(int64_t num_samples, int64_t total_size
   return index;
 }
 
-LtorMasks ltor_masks_and_position_ids(std::span<const int32_t> tokens, int32_t eod, bool reset_position_ids,
-                                      bool reset_attention_mask, bool eod_mask_loss) {
-  const size_t n = tokens.size();
-  LtorMasks m{std::vector<float>(n, 1.0f), std::vector<int64_t>(n), std::vector<int32_t>(n, 0)};
-  int64_t position = 0;
-  int32_t document = 0;
-  for (size_t i = 0; i < n; ++i) {
-    m.position_ids[i] = reset_position_ids ? position++ : static_cast<int64_t>(i);
-    m.document_ids[i] = reset_attention_mask ? document : 0;
-    if (tokens[i] == eod) {
-      if (eod_mask_loss) m.loss_mask[i] = 0.0f;
-      position = 0;  // the token after an EOD starts a new document
-      ++document;
-    }
-  }
-  return m;
-}
-
 // ---- GptDataset ----
 
 GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, Split split, DocumentRange documents,

@@ -123,20 +123,6 @@ std::vector<int64_t> build_sample_index(std::span<const int32_t> sizes, std::spa
 // _build_shuffle_index: [0, num_samples) shuffled, then [num_samples, total_size) shuffled.
 std::vector<int64_t> build_shuffle_index(int64_t num_samples, int64_t total_size, NumpyRandomState& rng);
 
-// Megatron's get_ltor_masks_and_position_ids for one sample, from its L input tokens (the first L
-// of the seq_length + 1), in the per-EOD form of Megatron's training code:
-//  - loss_mask[i] = 0 where input token i is the EOD, with --eod-mask-loss;
-//  - position_ids restart at 0 after each EOD, with --reset-position-ids;
-//  - document_ids, with --reset-attention-mask: position j attends to k <= j only when
-//    document_ids[j] == document_ids[k] (an EOD is the last token of its document); else all 0.
-struct LtorMasks {
-  std::vector<float> loss_mask;
-  std::vector<int64_t> position_ids;
-  std::vector<int32_t> document_ids;
-};
-LtorMasks ltor_masks_and_position_ids(std::span<const int32_t> tokens, int32_t eod, bool reset_position_ids,
-                                      bool reset_attention_mask, bool eod_mask_loss);
-
 // ---- datasets ----
 
 // What the trainer samples from: a fixed number of samples of seq_length + 1 tokens

@@ -248,19 +248,6 @@ TEST(GptIndices, SampleIndexSpansDocumentsAndSharesOneToken) {
   EXPECT_EQ(idx, (std::vector<int64_t>{0, 0, 0, 4, 2, 0}));
 }
 
-TEST(GptIndices, MasksAndPositionIdsAroundEod) {
-  const int32_t E = 50256;
-  const std::vector<int32_t> tokens = {5, E, 7, 8, E, 9};
-  LtorMasks plain = ltor_masks_and_position_ids(tokens, E, false, false, false);
-  EXPECT_EQ(plain.loss_mask, std::vector<float>(6, 1.0f));
-  EXPECT_EQ(plain.position_ids, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
-  EXPECT_EQ(plain.document_ids, std::vector<int32_t>(6, 0));
-  LtorMasks reset = ltor_masks_and_position_ids(tokens, E, true, true, true);
-  EXPECT_EQ(reset.loss_mask, (std::vector<float>{1, 0, 1, 1, 0, 1}));
-  EXPECT_EQ(reset.position_ids, (std::vector<int64_t>{0, 1, 0, 1, 2, 0}));
-  EXPECT_EQ(reset.document_ids, (std::vector<int32_t>{0, 0, 1, 1, 1, 2}));
-}
-
 // ---- against the Python transcription of Megatron ----
 
 TEST(GptDataset, MatchesMegatronSingleDataset) {
