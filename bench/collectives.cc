@@ -7,7 +7,8 @@
 //              MPI and PG may be the algorithm, not the wrapper: PG/MPI_I* isolates the wrapper
 //   PG         ProcessGroup's blocking form, with no collective timeout (the default: a plain MPI_Wait)
 //   PG+timeout the same with set_collective_timeout(): wait() then polls MPI_Test and, after 64 polls,
-//              sleeps between them (50..200 us) so that oversubscribed ranks leave the CPU to peers
+//              sleeps between them (50..200 us) so that oversubscribed ranks leave the CPU to peers;
+//              this is what `tessera train` runs with (--distributed-timeout-minutes is always set)
 //
 // Sizes follow NCCL-tests: the all-reduce / broadcast / all-to-all buffer, the all-gather output and
 // the reduce-scatter input. algbw = size / time; busbw = algbw * 2(n-1)/n for all-reduce, (n-1)/n for
@@ -15,7 +16,7 @@
 // batch of calls; the table shows the median over --reps batches, run interleaved (one batch of each
 // column in turn) so that other load on the machine falls on all columns alike.
 //
-// Usage: mpirun -np 2 bench_collectives [--reps N] [--min-bytes B] [--max-bytes B]
+// Usage: mpirun -np 2 bench_collectives [--op all_reduce] [--reps N] [--min-bytes B] [--max-bytes B]
 #include <mpi.h>
 
 #include <algorithm>
@@ -144,9 +145,9 @@ std::string human(int64_t bytes) {
   return std::to_string(bytes >> 10) + " KiB";
 }
 
-int64_t arg(int argc, char** argv, const char* name, int64_t fallback) {
+const char* arg(int argc, char** argv, const char* name, const char* fallback) {
   for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
   return fallback;
 }
 
@@ -154,9 +155,10 @@ int64_t arg(int argc, char** argv, const char* name, int64_t fallback) {
 
 int main(int argc, char** argv) {
   tessera::comm::MpiRuntime mpi(&argc, &argv);
-  const int reps = static_cast<int>(arg(argc, argv, "--reps", 7));
-  const int64_t min_bytes = arg(argc, argv, "--min-bytes", 4 << 10);
-  const int64_t max_bytes = arg(argc, argv, "--max-bytes", 64 << 20);
+  const int reps = std::atoi(arg(argc, argv, "--reps", "7"));
+  const int64_t min_bytes = std::atoll(arg(argc, argv, "--min-bytes", "4096"));
+  const int64_t max_bytes = std::atoll(arg(argc, argv, "--max-bytes", "67108864"));
+  const std::string only = arg(argc, argv, "--op", "");  // one collective, by name; all by default
 
   auto pg = tessera::comm::make_mpi_world_group();
   MPI_Comm comm;
@@ -172,6 +174,7 @@ int main(int argc, char** argv) {
 
   using tessera::comm::set_collective_timeout;
   for (Op op : kOps) {
+    if (!only.empty() && only != op_name(op)) continue;
     if (root) {
       std::printf("\n### %s (n=%d)\n\n", op_name(op), n);
       std::printf("| size | MPI | MPI_I* | PG | PG+timeout | busbw MPI | busbw PG | PG/MPI | PG/MPI_I* | PG+timeout/PG |\n");

@@ -16,6 +16,7 @@ void check_tensor(const ProcessGroup& g, const char* op, const char* which, cons
 // Both tensors of a two-buffer collective have the same dtype.
 void check_same_dtype(const ProcessGroup& g, const char* op, const Tensor& in, const Tensor& out);
 // t has `expected` elements; `rule` says where the number comes from ("size() * in.numel() = 2 * 4").
+// Call sites test the condition first so that a passing check does not format `rule`.
 void check_numel(const ProcessGroup& g, const char* op, const char* which, const Tensor& t, int64_t expected,
                  const std::string& rule);
 // peer is a valid rank of g; for send and recv it must also not be this rank (a blocking send to
