@@ -23,6 +23,7 @@ mkdir -p "$out"
 ranks=${RANKS:-2}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / ranks > 0 ? $(nproc) / ranks : 1 ))}
 export OMPI_MCA_mpi_yield_when_idle=1
+export OMPI_MCA_coll_libnbc_iallreduce_algorithm=${OMPI_MCA_coll_libnbc_iallreduce_algorithm:-1}  # ring
 mpirun --oversubscribe --allow-run-as-root -np "$ranks" "$tessera" train \
   --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 \
   --data-path "$cache/brown/brown_text_document" --split 98,2,0 "${tokenizer[@]}" \
