@@ -181,4 +181,5 @@ for name, ms in (("Tessera", tess_ms), ("PyTorch", torch_ms)):
 print(f"\nTessera/PyTorch throughput ratio: {torch_ms / tess_ms:.2f}")
 EOF
 echo "CPU used by other processes during each phase: ${others_log%, } (uptime now:$(uptime))"
+rm -f "$OUT_DIR/.times"
 echo "logs: $OUT_DIR"

@@ -14,6 +14,7 @@ packages=(
   libsentencepiece-dev   # --tokenizer-type SentencePieceTokenizer, tessera tokenizer train
   python3-numpy          # reference for Megatron's dataset shuffles in the tests
   python3-torch          # the PyTorch peer of the benchmarks (/usr/bin/python3)
+  libopenblas0-openmp    # a real BLAS for that peer (without it torch falls back to the reference BLAS)
 )
 
 missing=()
