@@ -14,6 +14,8 @@
 #include <set>
 #include <tuple>
 
+#include "core/file_io.h"
+
 namespace tessera::ckpt {
 
 // Tensor bytes are copied to and from the file as they lie in memory, and the format is
@@ -41,17 +43,6 @@ bool parse_dtype(const std::string& s, DType* dt) {
     }
   }
   return false;
-}
-
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail(path, "write failed: ", errno_str());
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
 }
 
 // pread() exactly n bytes at `offset`, retrying short reads.

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/file_io.h"
 
 namespace tessera::data {
 
@@ -37,17 +38,6 @@ template <typename... Args>
 std::string errno_str() { return std::strerror(errno); }
 
 bool valid_code(uint8_t code) { return code >= 1 && code <= 8; }
-
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail(path, "write failed: ", errno_str());
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
 
 void fsync_or_fail(int fd, const std::string& path) {
   if (::fsync(fd) != 0) fail(path, "fsync failed: ", errno_str());
