@@ -125,14 +125,14 @@ void Trainer::data_parallel_sum(std::vector<float>& values) const {
 double Trainer::train_step(float lr, optim::StepResult& step) {
   const int64_t mbs = args_.micro_batch_size, seq = args_.seq_length;
   std::vector<model::MicroBatch> batches;
-  std::vector<float> tokens_and_loss(2, 0.0f);
+  std::vector<float> global_tokens(1, 0.0f);  // loss-counted tokens of the whole global batch
   for (int64_t m = 0; m < args_.num_micro_batches; ++m) {
     batches.push_back(micro_batch(*train_data_, consumed_samples_, m));
     const Tensor& mask = batches.back().loss_mask;
-    for (int64_t i = 0; i < mask.numel(); ++i) tokens_and_loss[0] += mask.f32()[i];
+    for (int64_t i = 0; i < mask.numel(); ++i) global_tokens[0] += mask.f32()[i];
   }
-  data_parallel_sum(tokens_and_loss);
-  const double tokens = tokens_and_loss[0];
+  data_parallel_sum(global_tokens);
+  const double tokens = global_tokens[0];
   // The objective is the mean loss over the global batch's tokens, so every micro-batch's gradient is
   // scaled by 1 / (tokens in the global batch): the sum over micro-batches (and, later, data-parallel
   // ranks) is then the gradient of the mean whatever the split.
