@@ -1,0 +1,181 @@
+#include "pipeline/schedules.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "core/check.h"
+
+namespace tessera::pipeline {
+namespace {
+
+// Appends the forward of (micro_batch, chunk) with its receive and send.
+void add_forward(const ScheduleShape& s, int stage, int micro_batch, int chunk, std::vector<Op>& ops) {
+  ChunkId c{stage, chunk};
+  if (!is_first_chunk(s, c)) ops.push_back({OpKind::RecvForward, micro_batch, chunk});
+  ops.push_back({OpKind::Forward, micro_batch, chunk});
+  if (!is_last_chunk(s, c)) ops.push_back({OpKind::SendForward, micro_batch, chunk});
+}
+
+void add_backward(const ScheduleShape& s, int stage, int micro_batch, int chunk, std::vector<Op>& ops) {
+  ChunkId c{stage, chunk};
+  if (!is_last_chunk(s, c)) ops.push_back({OpKind::RecvBackward, micro_batch, chunk});
+  ops.push_back({OpKind::Backward, micro_batch, chunk});
+  if (!is_first_chunk(s, c)) ops.push_back({OpKind::SendBackward, micro_batch, chunk});
+}
+
+// Megatron's interleaved numbering of the m * v (micro-batch, chunk) pairs: groups of p micro-batches
+// go through chunk 0, then chunk 1, ...; backward visits the chunks in reverse.
+int virtual_chunk(const ScheduleShape& s, int k, bool forward) {
+  int chunk = (k % (s.stages * s.chunks)) / s.stages;
+  return forward ? chunk : s.chunks - 1 - chunk;
+}
+int virtual_micro_batch(const ScheduleShape& s, int k) {
+  return (k / (s.stages * s.chunks)) * s.stages + k % s.stages;
+}
+
+// The number of forwards run before the first backward.
+int warmup_forwards(const ScheduleShape& s, int stage) {
+  const int total = s.micro_batches * s.chunks;
+  if (s.chunks == 1) return std::min(s.stages - stage - 1, s.micro_batches);
+  if (s.micro_batches == s.stages) return total;  // Megatron: all forwards first when m == p
+  return std::min((s.stages - stage - 1) * 2 + (s.chunks - 1) * s.stages, total);
+}
+
+}  // namespace
+
+void validate_schedule(const ScheduleShape& s) {
+  TESSERA_CHECK(s.stages >= 1, "pipeline-parallel size ", s.stages, " must be at least 1");
+  TESSERA_CHECK(s.micro_batches >= 1, "number of micro-batches ", s.micro_batches, " must be at least 1");
+  TESSERA_CHECK(s.chunks >= 1, "virtual pipeline stages per rank ", s.chunks, " must be at least 1");
+  if (s.chunks > 1) {
+    TESSERA_CHECK(s.stages > 1, "the interleaved schedule (", s.chunks,
+                  " virtual stages per rank) needs --pipeline-model-parallel-size > 1");
+    TESSERA_CHECK(s.micro_batches % s.stages == 0, "the interleaved schedule needs the number of micro-batches (",
+                  s.micro_batches, " = global batch / (micro batch x data-parallel size)) to be a multiple of "
+                  "--pipeline-model-parallel-size=", s.stages);
+  }
+}
+
+std::vector<Op> build_schedule(const ScheduleShape& s, int stage, bool forward_only) {
+  validate_schedule(s);
+  TESSERA_CHECK(stage >= 0 && stage < s.stages, "pipeline stage ", stage, " is outside [0, ", s.stages, ")");
+  std::vector<Op> ops;
+  const int total = s.micro_batches * s.chunks;
+  // With v = 1 the numbering reduces to micro-batch k on chunk 0.
+  auto forward = [&](int k) { add_forward(s, stage, virtual_micro_batch(s, k), virtual_chunk(s, k, true), ops); };
+  auto backward = [&](int k) {
+    add_backward(s, stage, virtual_micro_batch(s, k), virtual_chunk(s, k, false), ops);
+  };
+  if (forward_only) {
+    for (int k = 0; k < total; ++k) forward(k);
+    return ops;
+  }
+  const int warmup = warmup_forwards(s, stage), steady = total - warmup;
+  for (int k = 0; k < warmup; ++k) forward(k);
+  for (int k = 0; k < steady; ++k) {
+    forward(warmup + k);
+    backward(k);
+  }
+  for (int k = steady; k < total; ++k) backward(k);
+  return ops;
+}
+
+ChunkId next_chunk(const ScheduleShape& s, ChunkId c) {
+  return c.stage + 1 < s.stages ? ChunkId{c.stage + 1, c.chunk} : ChunkId{0, c.chunk + 1};
+}
+ChunkId previous_chunk(const ScheduleShape& s, ChunkId c) {
+  return c.stage > 0 ? ChunkId{c.stage - 1, c.chunk} : ChunkId{s.stages - 1, c.chunk - 1};
+}
+bool is_first_chunk(const ScheduleShape&, ChunkId c) { return c.stage == 0 && c.chunk == 0; }
+bool is_last_chunk(const ScheduleShape& s, ChunkId c) { return c.stage == s.stages - 1 && c.chunk == s.chunks - 1; }
+
+int peak_in_flight(const std::vector<Op>& ops) {
+  std::set<std::pair<int, int>> live;
+  size_t peak = 0;
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::Forward) live.insert({op.micro_batch, op.chunk});
+    if (op.kind == OpKind::Backward) live.erase({op.micro_batch, op.chunk});
+    peak = std::max(peak, live.size());
+  }
+  return static_cast<int>(peak);
+}
+
+int theoretical_peak_in_flight(const ScheduleShape& s, int stage) {
+  const int total = s.micro_batches * s.chunks, warmup = warmup_forwards(s, stage);
+  return warmup < total ? warmup + 1 : total;
+}
+
+double theoretical_bubble_fraction(const ScheduleShape& s) {
+  return static_cast<double>(s.stages - 1) / (static_cast<double>(s.chunks) * s.micro_batches);
+}
+
+void validate_layer_split(int num_layers, const ScheduleShape& s) {
+  const int pieces = s.stages * s.chunks;
+  TESSERA_CHECK(num_layers % pieces == 0, "--num-layers=", num_layers, " does not split evenly over ", s.stages,
+                " pipeline stages", s.chunks > 1 ? str_cat(" x ", s.chunks, " virtual stages per rank") : "",
+                " (it must be a multiple of ", pieces, ")");
+}
+
+LayerRange chunk_layers(int num_layers, const ScheduleShape& s, ChunkId c) {
+  const int per_chunk = num_layers / (s.stages * s.chunks);
+  return {(c.chunk * s.stages + c.stage) * per_chunk, per_chunk};
+}
+
+SimulatedRun simulate_schedule(const ScheduleShape& s, const OpCosts& costs, bool forward_only) {
+  std::vector<std::vector<Op>> ops(s.stages);
+  for (int r = 0; r < s.stages; ++r) ops[r] = build_schedule(s, r, forward_only);
+  return simulate_ops(s, ops, costs);
+}
+
+SimulatedRun simulate_ops(const ScheduleShape& s, const std::vector<std::vector<Op>>& ops, const OpCosts& costs) {
+  const int p = s.stages;
+  TESSERA_CHECK(static_cast<int>(ops.size()) == p, "simulate_ops: ", ops.size(), " op lists for ", p, " stages");
+  SimulatedRun run;
+  run.busy_seconds.assign(p, 0.0);
+  run.start.resize(p);
+  std::vector<size_t> next(p, 0);
+  std::vector<double> clock(p, 0.0);
+  // When each message was sent: key (kind, micro-batch, receiving stage, receiving chunk).
+  std::map<std::tuple<OpKind, int, int, int>, double> sent;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      while (next[r] < ops[r].size()) {
+        const Op& op = ops[r][next[r]];
+        double start = clock[r], duration = 0;
+        if (op.kind == OpKind::SendForward || op.kind == OpKind::SendBackward) {
+          bool fwd = op.kind == OpKind::SendForward;
+          ChunkId to = fwd ? next_chunk(s, {r, op.chunk}) : previous_chunk(s, {r, op.chunk});
+          sent[{fwd ? OpKind::RecvForward : OpKind::RecvBackward, op.micro_batch, to.stage, to.chunk}] = start;
+        } else if (op.kind == OpKind::RecvForward || op.kind == OpKind::RecvBackward) {
+          auto it = sent.find({op.kind, op.micro_batch, r, op.chunk});
+          if (it == sent.end()) break;  // blocked until the peer sends
+          start = std::max(start, it->second + costs.p2p_seconds);
+        } else {
+          duration = op.kind == OpKind::Forward ? costs.forward_seconds : costs.backward_seconds;
+          run.busy_seconds[r] += duration;
+        }
+        run.start[r].push_back(start);
+        clock[r] = start + duration;
+        ++next[r];
+        progress = true;
+      }
+    }
+  }
+  std::string blocked;
+  for (int r = 0; r < p; ++r)
+    if (next[r] < ops[r].size()) blocked += str_cat(" rank ", r, " at ", to_string(ops[r][next[r]]), ";");
+  TESSERA_CHECK(blocked.empty(), "pipeline schedule deadlocks:", blocked);
+  run.makespan = *std::max_element(clock.begin(), clock.end());
+  return run;
+}
+
+std::string to_string(const Op& op) {
+  static const char* names[] = {"RF", "F", "SF", "RB", "B", "SB"};
+  return str_cat(names[static_cast<int>(op.kind)], op.micro_batch, ".", op.chunk);
+}
+
+}  // namespace tessera::pipeline

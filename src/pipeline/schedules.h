@@ -1,0 +1,96 @@
+// Pipeline schedules as explicit per-rank lists of operations (Megatron's
+// forward_backward_no_pipelining, forward_backward_pipelining_without_interleaving and
+// forward_backward_pipelining_with_interleaving, written out instead of executed). The executor runs
+// these lists; tests check their invariants; the planner simulates them.
+//
+// The model is cut into p * v chunks. Chunk c of pipeline rank r (c < v) is model chunk c * p + r, so a
+// micro-batch's forward runs rank 0 chunk 0, rank 1 chunk 0, ..., rank p-1 chunk 0, rank 0 chunk 1, ...
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessera::pipeline {
+
+enum class OpKind {
+  RecvForward,   // the input activation of (micro-batch, chunk) from the previous model chunk
+  Forward,
+  SendForward,   // the output activation to the next model chunk
+  RecvBackward,  // the gradient of the output from the next model chunk
+  Backward,
+  SendBackward,  // the gradient of the input to the previous model chunk
+};
+
+struct Op {
+  OpKind kind;
+  int micro_batch;
+  int chunk;  // model chunk on this rank, 0 .. v-1
+  bool operator==(const Op&) const = default;
+};
+
+struct ScheduleShape {
+  int stages = 1;         // p: pipeline-parallel size
+  int micro_batches = 1;  // m: micro-batches per global batch on one data-parallel replica
+  int chunks = 1;         // v: model chunks per rank (virtual pipeline stages); > 1 selects interleaving
+};
+
+// Throws an Error naming the rule unless the shape is schedulable: p, m, v >= 1; v > 1 needs p > 1
+// and m a multiple of p (Megatron's interleaving constraint).
+void validate_schedule(const ScheduleShape& shape);
+
+// The operations of pipeline rank `stage`, in the order it runs them. forward_only: evaluation (every
+// micro-batch forward through every chunk, no backward).
+//   p = 1: forward and backward of each micro-batch in turn (gradient accumulation).
+//   v = 1: 1F1B: min(p - stage - 1, m) warm-up forwards, then one forward one backward, then cool-down.
+//   v > 1: Megatron's interleaved 1F1B over the m * v (micro-batch, chunk) pairs.
+// Each Forward is preceded by its RecvForward unless it is the model's first chunk, and followed by its
+// SendForward unless it is the last; likewise for Backward with RecvBackward/SendBackward.
+std::vector<Op> build_schedule(const ScheduleShape& shape, int stage, bool forward_only = false);
+
+// Where model chunk `chunk` of rank `stage` sends its output: (stage + 1, chunk), or (0, chunk + 1) from
+// the last rank. Its input comes from the previous chunk: (stage - 1, chunk), or (p - 1, chunk - 1).
+struct ChunkId {
+  int stage, chunk;
+  bool operator==(const ChunkId&) const = default;
+};
+ChunkId next_chunk(const ScheduleShape& shape, ChunkId c);
+ChunkId previous_chunk(const ScheduleShape& shape, ChunkId c);
+bool is_first_chunk(const ScheduleShape& shape, ChunkId c);  // holds the embedding
+bool is_last_chunk(const ScheduleShape& shape, ChunkId c);   // holds the output layer and the loss
+
+// The largest number of (micro-batch, chunk) forwards whose backward has not yet run, that `stage`
+// holds at once under the schedule: min(p - stage, m) for 1F1B; Megatron's warm-up + 1 when
+// interleaved. (Counts from the op list; see the tests for the closed forms.)
+int peak_in_flight(const std::vector<Op>& ops);
+// The schedule's closed-form maximum: the number the docs and the planner quote.
+int theoretical_peak_in_flight(const ScheduleShape& shape, int stage);
+// The pipeline bubble as a fraction of the ideal compute time: (p - 1) / (v * m).
+double theoretical_bubble_fraction(const ScheduleShape& shape);
+
+// The first global layer (0-based) and number of layers of chunk `chunk` on `stage`, for num_layers
+// split evenly over p * v chunks (validate_layer_split checks that they divide).
+struct LayerRange {
+  int first, count;
+};
+void validate_layer_split(int num_layers, const ScheduleShape& shape);
+LayerRange chunk_layers(int num_layers, const ScheduleShape& shape, ChunkId c);
+
+// Runs every rank's op list against the others with the given costs per op: sends never block; a
+// receive waits for its matching send (and then p2p_seconds more). Throws an Error naming each rank's
+// blocked operation when the lists deadlock.
+struct OpCosts {
+  double forward_seconds = 1, backward_seconds = 2;  // per (micro-batch, chunk)
+  double p2p_seconds = 0;
+};
+struct SimulatedRun {
+  double makespan = 0;                  // when the last rank finishes
+  std::vector<double> busy_seconds;     // per rank: time in Forward and Backward
+  std::vector<std::vector<double>> start;  // per rank, per op: when it started
+};
+SimulatedRun simulate_schedule(const ScheduleShape& shape, const OpCosts& costs, bool forward_only = false);
+// The same for given op lists, one per rank.
+SimulatedRun simulate_ops(const ScheduleShape& shape, const std::vector<std::vector<Op>>& ops, const OpCosts& costs);
+
+std::string to_string(const Op& op);  // "F3.1" = forward of micro-batch 3 on chunk 1, "RB", "SF", ...
+
+}  // namespace tessera::pipeline
