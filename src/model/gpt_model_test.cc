@@ -240,3 +240,65 @@ TEST(GptModel, MegatronFlopsFormula) {
 
 }  // namespace
 }  // namespace tessera::model
+
+namespace tessera::model {
+namespace {
+
+// A model cut into pipeline chunks (each with its own parameters, as on separate ranks) computes the
+// whole model's loss and gradients when the chunks pass activations forward and gradients back; the
+// tied embedding's gradient is split between the first chunk and the last chunk's copy.
+void check_chunks_match_whole_model(bool llama_style) {
+  GptConfig c = tiny_config(llama_style);
+  c.num_layers = 3;
+  ParameterSet whole_params;
+  GptModel whole(c, whole_params);
+  whole_params.allocate(42);
+  const int64_t batch = 2;
+  MicroBatch mb = random_batch(c, batch, 5);
+  ForwardContext ctx = context(c, batch, true);
+  GptActivations whole_rec;
+  const double whole_loss = whole.forward(mb, ctx, whole_rec);
+  whole.backward(whole_rec, ctx, 0.5f);
+
+  const std::vector<ModelChunk> cuts{{0, 1, true, false}, {1, 1, false, false}, {2, 1, false, true}};
+  std::vector<ParameterSet> params(cuts.size());
+  std::vector<std::unique_ptr<GptModel>> chunks;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    chunks.push_back(std::make_unique<GptModel>(c, params[i], parallel::TensorParallelContext::single_process(),
+                                                cuts[i]));
+    params[i].allocate(42);
+  }
+  std::vector<GptActivations> recs(cuts.size());
+  Tensor x;
+  double loss = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) x = chunks[i]->forward_chunk(mb, x, ctx, recs[i], &loss);
+  EXPECT_FALSE(x.defined());
+  EXPECT_NEAR(loss, whole_loss, 1e-6 * std::abs(whole_loss));
+  Tensor dx;
+  for (size_t i = chunks.size(); i-- > 0;) dx = chunks[i]->backward_chunk(recs[i], dx, ctx, 0.5f);
+  EXPECT_FALSE(dx.defined());
+
+  // Every parameter of every chunk has the whole model's value and gradient (tied: the sum of both).
+  int tied_copies = 0;
+  for (ParameterSet& set : params)
+    for (Parameter& p : set.params()) {
+      SCOPED_TRACE(p.spec.name);
+      Parameter& ref = whole_params.get(p.spec.name);
+      for (int64_t i = 0; i < p.value.numel(); ++i) ASSERT_EQ(p.value.f32()[i], ref.value.f32()[i]);
+      Tensor grad = p.grad.clone();
+      if (p.spec.name == "embedding.word_embeddings.weight" && !c.untie_embeddings_and_output_weights) {
+        Parameter& other = (p.spec.tied_copy ? params.front() : params.back()).get(p.spec.name);
+        for (int64_t i = 0; i < grad.numel(); ++i) grad.f32()[i] += other.grad.f32()[i];
+        tied_copies += p.spec.tied_copy;
+      }
+      for (int64_t i = 0; i < grad.numel(); ++i)
+        ASSERT_NEAR(grad.f32()[i], ref.grad.f32()[i], 1e-5f * (std::abs(ref.grad.f32()[i]) + 1e-3f)) << i;
+    }
+  EXPECT_EQ(tied_copies, c.untie_embeddings_and_output_weights ? 0 : 1);
+}
+
+TEST(GptModelChunks, Gpt2StyleChunksMatchTheWholeModel) { check_chunks_match_whole_model(false); }
+TEST(GptModelChunks, LlamaStyleChunksMatchTheWholeModel) { check_chunks_match_whole_model(true); }
+
+}  // namespace
+}  // namespace tessera::model

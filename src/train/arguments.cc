@@ -54,6 +54,10 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   m->add_option("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by, "Pad the vocabulary to a multiple of this");
   m->add_option("--tensor-model-parallel-size", a.tensor_model_parallel_size, "Tensor-parallel size");
   m->add_option("--pipeline-model-parallel-size", a.pipeline_model_parallel_size, "Pipeline-parallel size");
+  m->add_option("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
+                "Layers per model chunk of the interleaved schedule");
+  m->add_option("--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
+                "Model chunks per pipeline rank of the interleaved schedule");
   m->add_flag("--sequence-parallel", a.sequence_parallel, "Shard norms, dropout and residuals along the sequence");
   m->add_option("--ddp-bucket-size", a.ddp_bucket_size, "Elements per data-parallel gradient bucket");
   m->add_flag("--overlap-grad-reduce", a.overlap_grad_reduce,
@@ -126,8 +130,32 @@ void finalize(TrainArguments& a) {
   // Layout.
   const int64_t tp = a.tensor_model_parallel_size;
   require_positive("--tensor-model-parallel-size", tp);
-  require(a.pipeline_model_parallel_size == 1, "--pipeline-model-parallel-size", a.pipeline_model_parallel_size,
-          "pipeline parallelism is not implemented yet; use 1");
+  const int64_t pp = a.pipeline_model_parallel_size;
+  require_positive("--pipeline-model-parallel-size", pp);
+  require(a.num_layers % pp == 0, "--num-layers", a.num_layers,
+          str_cat("must be divisible by --pipeline-model-parallel-size=", pp));
+  require(a.num_layers_per_virtual_pipeline_stage == 0 || a.num_virtual_stages_per_pipeline_rank == 0,
+          "--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
+          "cannot be combined with --num-virtual-stages-per-pipeline-rank");
+  require(a.num_layers_per_virtual_pipeline_stage >= 0, "--num-layers-per-virtual-pipeline-stage",
+          a.num_layers_per_virtual_pipeline_stage, "must be positive");
+  require(a.num_virtual_stages_per_pipeline_rank >= 0, "--num-virtual-stages-per-pipeline-rank",
+          a.num_virtual_stages_per_pipeline_rank, "must be positive");
+  a.virtual_pipeline_size = 1;
+  if (a.num_layers_per_virtual_pipeline_stage > 0) {
+    require((a.num_layers / pp) % a.num_layers_per_virtual_pipeline_stage == 0,
+            "--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
+            str_cat("must divide the ", a.num_layers / pp, " layers of each pipeline stage"));
+    a.virtual_pipeline_size = a.num_layers / pp / a.num_layers_per_virtual_pipeline_stage;
+  } else if (a.num_virtual_stages_per_pipeline_rank > 0) {
+    require((a.num_layers / pp) % a.num_virtual_stages_per_pipeline_rank == 0,
+            "--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
+            str_cat("must divide the ", a.num_layers / pp, " layers of each pipeline stage"));
+    a.virtual_pipeline_size = a.num_virtual_stages_per_pipeline_rank;
+  }
+  require(a.virtual_pipeline_size == 1 || pp > 1, "--num-layers-per-virtual-pipeline-stage",
+          a.num_layers_per_virtual_pipeline_stage,
+          "the interleaved schedule needs --pipeline-model-parallel-size > 1");
   require(a.world_size % (tp * a.pipeline_model_parallel_size) == 0, "--tensor-model-parallel-size", tp,
           str_cat("x --pipeline-model-parallel-size=", a.pipeline_model_parallel_size,
                   " must divide the number of ranks (", a.world_size, ")"));
@@ -254,6 +282,10 @@ void finalize(TrainArguments& a) {
   a.lr_schedule = {a.lr, a.min_lr, a.lr_warmup_iters, a.lr_decay_iters, optim::parse_lr_decay_style(a.lr_decay_style)};
   a.adam = {a.weight_decay, a.adam_beta1, a.adam_beta2, a.adam_eps, a.clip_grad};
   a.num_micro_batches = a.global_batch_size / (a.micro_batch_size * a.data_parallel_size());
+  require(a.virtual_pipeline_size == 1 || a.num_micro_batches % pp == 0, "--global-batch-size", a.global_batch_size,
+          str_cat("gives ", a.num_micro_batches, " micro-batches per pipeline (global batch / (micro batch x "
+                  "data-parallel size)); the interleaved schedule needs a multiple of "
+                  "--pipeline-model-parallel-size=", pp));
 }
 
 }  // namespace tessera::train

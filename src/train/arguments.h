@@ -27,6 +27,8 @@ struct TrainArguments {
   float hidden_dropout = 0.1f, attention_dropout = 0.1f, init_method_std = 0.02f;
   int64_t make_vocab_size_divisible_by = 128;
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
+  // Interleaved 1F1B: either flag gives the model chunks per pipeline rank (0: not set).
+  int64_t num_layers_per_virtual_pipeline_stage = 0, num_virtual_stages_per_pipeline_rank = 0;
   bool sequence_parallel = false;
   int64_t ddp_bucket_size = 40000000;  // elements, as Megatron's default
   bool overlap_grad_reduce = false;
@@ -63,6 +65,7 @@ struct TrainArguments {
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adam;
   int64_t num_micro_batches = 0;   // per data-parallel rank
+  int64_t virtual_pipeline_size = 1;  // model chunks per pipeline rank
   int64_t world_size = 1;
   int64_t data_parallel_size() const { return world_size / (tensor_model_parallel_size * pipeline_model_parallel_size); }
 };
