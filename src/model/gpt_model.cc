@@ -39,6 +39,12 @@ ParameterSpec vocab_parallel_spec(const std::string& name, const GptConfig& c,
 
 }  // namespace
 
+int64_t GptActivations::layer_bytes() const {
+  int64_t total = 0;
+  for (const LayerActivations& l : layers) total += l.bytes();
+  return total;
+}
+
 GptModel::GptModel(const GptConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp,
                    const ModelChunk& chunk)
     : config_(config), tp_(tp), chunk_(chunk) {
@@ -143,7 +149,16 @@ Tensor GptModel::forward_chunk(const MicroBatch& batch, const Tensor& input, con
     x = input;
   }
   rec.layers.resize(layers_.size());
-  for (size_t l = 0; l < layers_.size(); ++l) x = layers_[l]->forward(x, rec.positions.i32(), ctx, rec.layers[l]);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const int64_t group = recompute_group_start(static_cast<int64_t>(l));
+    if (group < 0) {
+      x = layers_[l]->forward(x, rec.positions.i32(), ctx, rec.layers[l]);
+      continue;
+    }
+    if (group == static_cast<int64_t>(l)) rec.layers[l].input = x;  // all that the group keeps
+    LayerActivations discarded;
+    x = layers_[l]->forward(x, rec.positions.i32(), ctx, discarded);
+  }
   if (!chunk_.post_process) return x;
 
   rec.labels = to_seq_major(batch.labels);
@@ -235,6 +250,13 @@ Tensor GptModel::backward_chunk(GptActivations& rec, const Tensor& doutput, cons
     dx = doutput;
   }
   for (size_t l = layers_.size(); l-- > 0;) {
+    const int64_t group = recompute_group_start(static_cast<int64_t>(l));
+    if (group >= 0 && (l + 1 == layers_.size() || recompute_group_start(static_cast<int64_t>(l) + 1) != group)) {
+      // Entering a recomputed group from its last layer: run its forward again from the kept input.
+      Tensor y = rec.layers[group].input;
+      for (size_t j = static_cast<size_t>(group); j <= l; ++j)
+        y = layers_[j]->forward(y, rec.positions.i32(), ctx, rec.layers[j]);
+    }
     dx = layers_[l]->backward(dx, rec.positions.i32(), ctx, rec.layers[l]);
     rec.layers[l] = LayerActivations();  // free as we go
     final_from(layer_offsets_[l]);
@@ -256,6 +278,18 @@ Tensor GptModel::backward_chunk(GptActivations& rec, const Tensor& doutput, cons
                               c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
   final_from(first_offset_);
   return Tensor();
+}
+
+int64_t GptModel::recompute_group_start(int64_t l) const {
+  switch (recompute_.method) {
+    case RecomputeMethod::None:
+      return -1;
+    case RecomputeMethod::Uniform:
+      return l / recompute_.num_layers * recompute_.num_layers;
+    case RecomputeMethod::Block:
+      return l < recompute_.num_layers ? l : -1;
+  }
+  return -1;
 }
 
 DecodeState GptModel::start_decoding(int64_t capacity) const {

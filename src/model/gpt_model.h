@@ -26,15 +26,30 @@ struct MicroBatch {
 struct GptActivations {
   Tensor tokens, labels, loss_mask, positions;  // [seq, batch] layout (row t = s * batch + b)
   Tensor doc_start;                             // [batch, seq] as given, or undefined
-  std::vector<LayerActivations> layers;
+  std::vector<LayerActivations> layers;  // a recomputed layer keeps only its group's input (on the first)
   Tensor final_input, final_ln, final_mean, final_rstd;
   Tensor logits, lse;  // logits [T, padded vocab / tp] of this rank's vocabulary shard
+
+  int64_t layer_bytes() const;  // held by the transformer layers' records
 };
 
 // The key/value caches of every layer for incrementally decoding one sequence.
 struct DecodeState {
   std::vector<KvCache> layers;
   int64_t length = 0;  // tokens fed so far
+};
+
+// Activation recomputation (Megatron's --recompute-granularity full with --recompute-method and
+// --recompute-num-layers): the layers of a recomputed group keep only the group's input in forward and
+// run their forward again in backward. Dropout masks are Philox values keyed by coordinates, so the
+// recomputed forward is identical. (Selective recomputation of the core attention is what the tiled
+// attention kernel always does: the seq x seq probabilities are never stored.)
+enum class RecomputeMethod { None, Uniform, Block };
+struct Recompute {
+  RecomputeMethod method = RecomputeMethod::None;
+  // Uniform: groups of this many consecutive layers of each chunk, each group keeping one input.
+  // Block: the first this-many layers of each chunk are recomputed, one layer at a time.
+  int64_t num_layers = 1;
 };
 
 // The part of the model one GptModel object holds (Megatron's pre_process / post_process): a range of
@@ -58,6 +73,7 @@ class GptModel {
 
   const GptConfig& config() const { return config_; }
   const ModelChunk& chunk() const { return chunk_; }
+  void set_recompute(const Recompute& r) { recompute_ = r; }
 
   // The whole model (a chunk that is both first and last): returns the sum over tokens of
   // loss * loss_mask and fills `rec` for backward.
@@ -86,12 +102,16 @@ class GptModel {
 
  private:
   Tensor embed(GptActivations& rec, const ForwardContext& ctx) const;
+  // The first layer (chunk-local index) of the recomputed group that layer l belongs to, or -1 when l
+  // keeps its activations.
+  int64_t recompute_group_start(int64_t l) const;
   const float* output_weight() const;
   float* output_weight_grad() const;
 
   GptConfig config_;
   const parallel::TensorParallelContext& tp_;
   ModelChunk chunk_;
+  Recompute recompute_;
   int64_t vocab_begin_, vocab_local_;  // this rank's vocabulary shard
   int64_t first_offset_ = 0;           // flat offset of this chunk's first parameter
   Parameter* word_embeddings_ = nullptr;  // or its tied copy on a last chunk

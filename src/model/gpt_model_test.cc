@@ -302,3 +302,54 @@ TEST(GptModelChunks, LlamaStyleChunksMatchTheWholeModel) { check_chunks_match_wh
 
 }  // namespace
 }  // namespace tessera::model
+
+namespace tessera::model {
+namespace {
+
+// Full recomputation, uniform or block, gives bit-identical losses and gradients (Philox dropout masks
+// are regenerated identically) and keeps only each recomputed group's input.
+TEST(GptModelRecompute, UniformAndBlockRecomputationAreExactAndKeepOnlyGroupInputs) {
+  for (bool llama_style : {false, true}) {
+    GptConfig c = tiny_config(llama_style);
+    c.num_layers = 4;
+    const int64_t batch = 2;
+    MicroBatch mb = random_batch(c, batch, 9);
+    ForwardContext ctx = context(c, batch, true);
+    auto run = [&](Recompute r, int64_t* layer_bytes) {
+      ParameterSet params;
+      GptModel model(c, params);
+      model.set_recompute(r);
+      params.allocate(3);
+      GptActivations rec;
+      double loss = model.forward(mb, ctx, rec);
+      *layer_bytes = rec.layer_bytes();
+      model.backward(rec, ctx, 0.25f);
+      std::vector<float> grads(params.grads().f32(), params.grads().f32() + params.numel());
+      grads.push_back(static_cast<float>(loss));
+      return grads;
+    };
+    int64_t stored = 0, bytes = 0;
+    std::vector<float> reference = run({}, &stored);
+    const int64_t input_bytes = c.seq_length * batch * c.hidden_size * 4;
+    const int64_t per_layer = stored / c.num_layers;
+    struct Case {
+      Recompute r;
+      int64_t expected_bytes;
+    };
+    for (const Case& k : {Case{{RecomputeMethod::Uniform, 1}, 4 * input_bytes},
+                          Case{{RecomputeMethod::Uniform, 2}, 2 * input_bytes},
+                          Case{{RecomputeMethod::Uniform, 3}, 2 * input_bytes},  // groups {0,1,2} {3}
+                          Case{{RecomputeMethod::Block, 1}, input_bytes + 3 * per_layer},
+                          Case{{RecomputeMethod::Block, 4}, 4 * input_bytes}}) {
+      SCOPED_TRACE(str_cat(llama_style ? "llama " : "gpt2 ", k.r.method == RecomputeMethod::Block ? "block " : "uniform ",
+                           k.r.num_layers));
+      std::vector<float> got = run(k.r, &bytes);
+      EXPECT_EQ(bytes, k.expected_bytes);
+      ASSERT_EQ(got.size(), reference.size());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], reference[i]) << "element " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::model

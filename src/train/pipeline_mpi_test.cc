@@ -1,5 +1,6 @@
 // Pipeline parallelism (1F1B and interleaved), alone and combined with tensor, sequence and data
-// parallelism, reproduces the single-process run: the losses of 20 iterations and every gradient.
+// parallelism and with activation recomputation, reproduces the single-process run without
+// recomputation: the losses of 20 iterations and every gradient.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,15 +72,17 @@ std::vector<Layout> layouts_for(int world) {
   const std::vector<Layout> all{
       {1, 2, 1, 2, ""},
       {1, 2, 2, 4, ""},
-      {1, 2, 1, 8, "--untie-embeddings-and-output-weights"},
+      {1, 2, 1, 8, "--untie-embeddings-and-output-weights --recompute-granularity full --recompute-method uniform "
+                   "--recompute-num-layers 2"},
       {1, 4, 1, 4, ""},
-      {1, 4, 2, 8, "--untie-embeddings-and-output-weights"},
+      {1, 4, 2, 8, "--untie-embeddings-and-output-weights --recompute-granularity full --recompute-method block "
+                   "--recompute-num-layers 1"},
       {1, 4, 1, 16, "--overlap-grad-reduce --ddp-bucket-size 3000"},
-      {2, 2, 1, 4, "--sequence-parallel"},
+      {2, 2, 1, 4, "--sequence-parallel --recompute-activations"},
       {2, 2, 2, 2, ""},
       {2, 2, 2, 8, "--sequence-parallel --untie-embeddings-and-output-weights --overlap-grad-reduce "
                    "--ddp-bucket-size 2000"},
-      {2, 4, 2, 4, "--sequence-parallel"},
+      {2, 4, 2, 4, "--sequence-parallel --recompute-granularity full --recompute-method uniform"},
       {2, 4, 2, 8, ""},
       {1, 8, 1, 8, ""},
   };

@@ -64,6 +64,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     model::ModelChunk chunk{layers.first, layers.count, pipeline::is_first_chunk(schedule_, {stage, k}),
                             pipeline::is_last_chunk(schedule_, {stage, k})};
     chunks_.push_back(std::make_unique<model::GptModel>(args_.model, params_, tp_, chunk));
+    chunks_.back()->set_recompute(args_.recompute);
   }
   params_.allocate(args_.seed);
   if (schedule_.stages > 1) {
@@ -78,6 +79,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   comm::RankCoordinates rc = state_->coordinates();
   say(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", rc.tp, ", ", rc.pp,
               "): ", params_.numel()));
+  memory_ = predict_memory(args_, schedule_, stage, params_.numel());
+  say(memory_report(args_, memory_));
 
   if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
     bool load_optim = !args_.no_load_optim && !args_.finetune;
@@ -168,7 +171,12 @@ double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches,
     model::GptActivations& rec = records[{m, chunk}];
     peak_live_activations_ = std::max(peak_live_activations_, static_cast<int>(records.size()));
     Tensor out = chunks_[chunk]->forward_chunk(batches[m], input, context(m), rec, &loss_sum);
-    if (!training) records.erase({m, chunk});
+    if (!training) {
+      records.erase({m, chunk});
+      return out;
+    }
+    live_activation_bytes_ += rec.layer_bytes();
+    peak_activation_bytes_ = std::max(peak_activation_bytes_, live_activation_bytes_);
     return out;
   };
   callbacks.backward = [&](int m, int chunk, const Tensor& grad_output) {
@@ -176,6 +184,7 @@ double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches,
     // as they are final.
     bool overlap = args_.overlap_grad_reduce && m + 1 == shape.micro_batches;
     auto it = records.find({m, chunk});
+    live_activation_bytes_ -= it->second.layer_bytes();
     Tensor grad_input = chunks_[chunk]->backward_chunk(
         it->second, grad_output, context(m), grad_scale,
         overlap ? [this](int64_t first) { buckets_->mark_final_from(first); } : std::function<void(int64_t)>());
@@ -203,6 +212,8 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   const float grad_scale = tokens > 0 ? static_cast<float>(1.0 / tokens) : 0.0f;
   params_.zero_grad();
   std::vector<float> loss{static_cast<float>(run_micro_batches(batches, true, grad_scale))};
+  for (int64_t at : args_.inject_nan_at_iterations)
+    if (at == iteration_ + 1) params_.grads().f32()[0] = std::nanf("");
   Timer reduce;
   finalize_gradients();
   reduce_seconds_ += reduce.seconds();
@@ -259,7 +270,8 @@ void Trainer::log_timers(int64_t iterations) {
   const double per_iteration_ms = 1000.0 / static_cast<double>(std::max<int64_t>(iterations, 1));
   const pipeline::PipelineTimes& t = times_;
   const int stage = state_->coordinates().pp;
-  enum { kForward, kBackward, kP2p, kReduce, kOptimizer, kBubble, kPeak, kStage, kFields };
+  enum { kForward, kBackward, kP2p, kReduce, kOptimizer, kBubble, kPeak, kStage, kActivations, kActivationsTheory,
+         kAllTensors, kFields };
   Tensor mine = Tensor::empty({kFields});
   float* v = mine.f32();
   v[kForward] = static_cast<float>(t.forward * per_iteration_ms);
@@ -270,7 +282,12 @@ void Trainer::log_timers(int64_t iterations) {
   v[kBubble] = static_cast<float>(t.bubble_fraction());
   v[kPeak] = static_cast<float>(peak_live_activations_);
   v[kStage] = static_cast<float>(stage);
+  v[kActivations] = static_cast<float>(peak_activation_bytes_);
+  v[kActivationsTheory] = static_cast<float>(memory_.activations);
+  v[kAllTensors] = static_cast<float>(TensorMemory::peak_bytes());
   times_ = {};
+  peak_activation_bytes_ = live_activation_bytes_;
+  TensorMemory::reset_peak();
   reduce_seconds_ = optimizer_seconds_ = 0;
   peak_live_activations_ = 0;
   Tensor all = Tensor::empty({world_->size() * kFields});
@@ -291,6 +308,18 @@ void Trainer::log_timers(int64_t iterations) {
   say(str_cat("    timers (ms per iteration, min and max over ranks): forward-compute ", min_max(kForward),
               " | backward-compute ", min_max(kBackward), " | pipeline-p2p-wait ", min_max(kP2p),
               " | grads-reduce ", min_max(kReduce), " | optimizer ", min_max(kOptimizer)));
+  // Memory of world rank 0, and the largest over ranks of what differs between them.
+  auto max_over_ranks = [&](int field) {
+    float hi = 0;
+    for (int r = 0; r < world_->size(); ++r) hi = std::max(hi, all.f32()[r * kFields + field]);
+    return static_cast<double>(hi);
+  };
+  say(str_cat("    memory (MB): parameters ", megabytes(static_cast<double>(params_.values().nbytes())),
+              " | gradients ", megabytes(static_cast<double>(params_.grads().nbytes())), " | optimizer state ",
+              megabytes(static_cast<double>(optimizer_->state_bytes())),
+              " | activations peak (max over ranks) ", megabytes(max_over_ranks(kActivations)), " (theory ",
+              megabytes(max_over_ranks(kActivationsTheory)), ") | all tensors peak (max over ranks) ",
+              megabytes(max_over_ranks(kAllTensors))));
   if (schedule_.stages == 1) return;
   // The bubble as (schedule time - compute) / compute, averaged over ranks, beside (p - 1) / (v m); and
   // each stage's most activation records held at once beside the schedule's maximum.
@@ -326,7 +355,18 @@ void Trainer::train() {
     consumed_samples_ += args_.global_batch_size;
     losses_.push_back(loss);
     if (step.skipped) ++skipped_iterations_;
-    if (!std::isfinite(loss) || !std::isfinite(step.grad_norm)) ++nan_iterations_;
+    if (!std::isfinite(loss) || !std::isfinite(step.grad_norm)) {
+      // Every rank sees the same (reduced) loss and norm, so all stop together.
+      ++nan_iterations_;
+      ++consecutive_nan_iterations_;
+      say(str_cat(" WARNING: iteration ", iteration_, ": lm loss ", loss, ", grad norm ", step.grad_norm,
+                  step.skipped ? "; the update was skipped" : ""));
+      TESSERA_CHECK(consecutive_nan_iterations_ < args_.max_nan_iterations, "training stopped at iteration ",
+                    iteration_, ": ", consecutive_nan_iterations_, " consecutive iterations with a non-finite loss "
+                    "or gradient norm (--max-nan-iterations=", args_.max_nan_iterations, ")");
+    } else {
+      consecutive_nan_iterations_ = 0;
+    }
     interval_loss += loss;
     ++interval_iters;
 

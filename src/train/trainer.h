@@ -14,6 +14,7 @@
 #include "data/blended_dataset.h"
 #include "train/batching.h"
 #include "train/mock_data.h"
+#include "train/memory_report.h"
 #include "train/training_log.h"
 
 namespace tessera::train {
@@ -79,6 +80,9 @@ class Trainer {
   pipeline::PipelineTimes times_;
   double reduce_seconds_ = 0, optimizer_seconds_ = 0;
   int peak_live_activations_ = 0;  // most micro-batch activation records held at once
+  int64_t live_activation_bytes_ = 0, peak_activation_bytes_ = 0;  // held by the layer records
+  MemoryPrediction memory_;
+  int64_t consecutive_nan_iterations_ = 0;
   std::vector<double> losses_;
 };
 
