@@ -17,7 +17,7 @@ run() {  # run RANKS "layout flags" "recompute flags"
   k=$(grep -oE "Korthikanti et al., 16-bit activations with dropout masks: [0-9.]+" <<<"$out" | grep -oE "[0-9.]+$" | head -1)
   t=$(grep -oE "activation memory per transformer layer and micro-batch: [0-9.]+" <<<"$out" | grep -oE "[0-9.]+$" | head -1)
   read -r m p < <(grep -oE "activations peak \(max over ranks\) [0-9.]+ \(theory [0-9.]+\)" <<<"$out" | tail -1 |
-                  grep -oE "[0-9.]+" | tr '\n' ' ')
+                  grep -oE "[0-9.]+" | tr '\n' ' '; echo)
   echo "| np $1 ${2:-(one process)} | ${3:-none} | $k | $t | $p | $m | $(awk -v m="$m" -v p="$p" 'BEGIN { printf "%.3f", m / p }') |"
 }
 for layout in "1|" "2|--tensor-model-parallel-size 2" "2|--tensor-model-parallel-size 2 --sequence-parallel" \

@@ -299,26 +299,40 @@ DecodeState GptModel::start_decoding(int64_t capacity) const {
 }
 
 Tensor GptModel::next_token_logits(const std::vector<int32_t>& tokens, DecodeState& state) const {
+  TESSERA_CHECK(chunk_.pre_process && chunk_.post_process, "next_token_logits needs the whole model");
+  return decode_chunk(tokens, Tensor(), state);
+}
+
+Tensor GptModel::decode_chunk(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const {
   const GptConfig& c = config_;
   const int64_t n = static_cast<int64_t>(tokens.size());
   TESSERA_CHECK(n > 0, "next_token_logits: no tokens");
-  TESSERA_CHECK(chunk_.pre_process && chunk_.post_process, "next_token_logits needs the whole model");
   std::vector<int32_t> positions(n);
   for (int64_t i = 0; i < n; ++i) {
     TESSERA_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id ", tokens[i],
                   " is outside the vocabulary [0, ", c.vocab_size, ")");
     positions[i] = static_cast<int32_t>(state.length + i);
   }
-  TESSERA_CHECK(position_embeddings_ == nullptr || state.length + n <= c.max_position_embeddings, "sequence of ",
-                state.length + n, " tokens is longer than --max-position-embeddings=", c.max_position_embeddings);
-  Tensor x = Tensor::empty({n, c.hidden_size});
-  const float* wpe = position_embeddings_ && tp_.rank() == 0 ? position_embeddings_->value.f32() : nullptr;
-  kernels::embedding_forward(tokens.data(), positions.data(), word_embeddings_->value.f32(), wpe, x.f32(), n,
-                             c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
-  parallel::all_reduce_sum(x, *tp_.group);
+  TESSERA_CHECK(c.position_embedding != PositionEmbedding::LearnedAbsolute ||
+                    state.length + n <= c.max_position_embeddings,
+                "sequence of ", state.length + n, " tokens is longer than --max-position-embeddings=",
+                c.max_position_embeddings);
+  Tensor x;
+  if (chunk_.pre_process) {
+    x = Tensor::empty({n, c.hidden_size});
+    const float* wpe = position_embeddings_ && tp_.rank() == 0 ? position_embeddings_->value.f32() : nullptr;
+    kernels::embedding_forward(tokens.data(), positions.data(), word_embeddings_->value.f32(), wpe, x.f32(), n,
+                               c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
+    parallel::all_reduce_sum(x, *tp_.group);
+  } else {
+    TESSERA_CHECK(input.defined() && input.shape() == Shape({n, c.hidden_size}), "decode_chunk: the input is ",
+                  input.defined() ? shape_str(input.shape()) : "missing", ", expected [", n, ", ", c.hidden_size, "]");
+    x = input;
+  }
   for (size_t l = 0; l < layers_.size(); ++l)
     x = layers_[l]->forward_incremental(x, positions.data(), state.length, state.layers[l]);
   state.length += n;
+  if (!chunk_.post_process) return x;
 
   // Only the last position's logits are needed.
   Tensor last = x.narrow(n - 1, 1), ln, mean, rstd;

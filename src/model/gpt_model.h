@@ -99,6 +99,10 @@ class GptModel {
   // tokens, and the logits over the (padded) vocabulary after feeding the next tokens of the sequence.
   DecodeState start_decoding(int64_t capacity) const;
   Tensor next_token_logits(const std::vector<int32_t>& tokens, DecodeState& state) const;
+  // The same through one pipeline chunk: the first chunk embeds `tokens`, the others take the previous
+  // chunk's hidden states `input` [n, hidden] (every chunk needs `tokens` for their positions). Returns
+  // the hidden states for the next chunk, or on the last chunk the last position's logits.
+  Tensor decode_chunk(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const;
 
  private:
   Tensor embed(GptActivations& rec, const ForwardContext& ctx) const;

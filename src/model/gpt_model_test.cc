@@ -295,6 +295,18 @@ void check_chunks_match_whole_model(bool llama_style) {
         ASSERT_NEAR(grad.f32()[i], ref.grad.f32()[i], 1e-5f * (std::abs(ref.grad.f32()[i]) + 1e-3f)) << i;
     }
   EXPECT_EQ(tied_copies, c.untie_embeddings_and_output_weights ? 0 : 1);
+
+  // Incremental decoding through the chunks gives the whole model's logits, step after step.
+  DecodeState whole_state = whole.start_decoding(c.seq_length);
+  std::vector<DecodeState> states;
+  for (auto& chunk : chunks) states.push_back(chunk->start_decoding(c.seq_length));
+  for (const std::vector<int32_t>& step : {std::vector<int32_t>{1, 5, 2}, std::vector<int32_t>{7}}) {
+    Tensor expected = whole.next_token_logits(step, whole_state);
+    Tensor h;
+    for (size_t i = 0; i < chunks.size(); ++i) h = chunks[i]->decode_chunk(step, h, states[i]);
+    ASSERT_EQ(h.shape(), expected.shape());
+    for (int64_t i = 0; i < h.numel(); ++i) ASSERT_EQ(h.f32()[i], expected.f32()[i]) << i;
+  }
 }
 
 TEST(GptModelChunks, Gpt2StyleChunksMatchTheWholeModel) { check_chunks_match_whole_model(false); }
