@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/profiler.h"
 
 #if defined(__AVX__)
 #include <immintrin.h>
@@ -73,6 +74,7 @@ double chunk_sum_of_squares(const float* x, int64_t n) {
 }  // namespace
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWHyper& h) {
+  TESSERA_PROFILE_SCOPE("adamw_step");
   TESSERA_CHECK(h.step >= 1, "adamw_step: step counts from 1, got ", h.step);
   double t = static_cast<double>(h.step);
   Coeffs k;
@@ -93,6 +95,7 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
 }
 
 double sum_of_squares(const float* x, int64_t n) {
+  TESSERA_PROFILE_SCOPE("sum_of_squares");
   int64_t chunks = (n + kChunk - 1) / kChunk;
   std::unique_ptr<double[]> partial(new double[chunks]);
 #pragma omp parallel for schedule(static)

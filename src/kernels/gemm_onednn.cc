@@ -7,6 +7,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "core/profiler.h"
 #include "kernels/gemm.h"
 
 namespace tessera::kernels {
@@ -25,6 +26,7 @@ class OneDnnGemm final : public GemmBackend {
   OneDnnGemm() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 
   void gemm(const GemmArgs& g) override {
+    TESSERA_PROFILE_SCOPE("gemm");
     TESSERA_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0, "gemm: negative size m=", g.m, " n=", g.n, " k=", g.k);
     TESSERA_CHECK(g.bias == nullptr || g.beta == 0.0f, "gemm: a bias epilogue needs beta == 0");
     if (g.m == 0 || g.n == 0) return;
