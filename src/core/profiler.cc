@@ -53,6 +53,14 @@ bool enabled() {
   return on;
 }
 
+bool detailed() {
+  static const bool on = [] {
+    const char* v = std::getenv("TESSERA_PROFILE");
+    return enabled() && v != nullptr && std::strcmp(v, "2") == 0;
+  }();
+  return on;
+}
+
 int& scope_depth() {
   thread_local int depth = 0;
   return depth;

@@ -1,6 +1,7 @@
 // Per-kernel wall time, for finding where a training step goes. Off unless the environment variable
 // TESSERA_PROFILE is set (to anything but "0"); then every TESSERA_PROFILE_SCOPE("name") adds its
-// wall time and a call to the row `name`, and the table is printed to stderr when the process exits:
+// wall time and a call to the row `name`, and the table is printed to stderr when the process exits
+// (TESSERA_PROFILE=2 also splits the GEMM row by shape):
 //
 //   TESSERA_PROFILE=1 tessera train ...
 //
@@ -19,7 +20,10 @@ namespace tessera::profiler {
 // Whether TESSERA_PROFILE was set when the process started (read once).
 bool enabled();
 
-// Adds `seconds` and one call to the row `name` (a string literal: rows are keyed by its text);
+// TESSERA_PROFILE=2: kernels that can also split their row by shape (GEMM) do so.
+bool detailed();
+
+// Adds `seconds` and one call to the row `name` (rows are keyed by its text, which is copied);
 // `nested` when it ran inside another scope, so that the table does not count it twice.
 void record(const char* name, double seconds, bool nested);
 
