@@ -9,8 +9,12 @@
 //   wgrad  dw[N,K] += dy[M,N]^T x[M,K]           (trans_a = T, beta = 1)
 // All three do 2*M*N*K flops. Threads: whatever OMP_NUM_THREADS says (oneDNN threads with OpenMP).
 //
+// It also measures the FMA peak: every thread runs independent chains of vector FMAs on registers
+// only, the most fp32 arithmetic the cores can do with no memory traffic at all (the MFU denominator
+// the issue asks for; the GEMM peak above is what a real product reaches).
+//
 // Usage: bench_gemm_peak [--m TOKENS] [--seconds PER_MEASUREMENT]
-// Last line (machine-readable): GEMM_PEAK_GFLOPS=<best> threads=<n>
+// Last lines (machine-readable): FMA_PEAK_GFLOPS=<best> threads=<n>, then GEMM_PEAK_GFLOPS=<best> threads=<n>
 #include <omp.h>
 
 #include <algorithm>
@@ -51,6 +55,41 @@ double best_seconds_per_call(F&& f, double seconds) {
     t.reset();
     for (int r = 0; r < reps; ++r) f();
     best = std::min(best, t.seconds() / reps);
+  }
+  return best;
+}
+
+// A vector as wide as the widest the compiler targets (-march=native): 16 floats with AVX-512, else 8.
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+#else
+constexpr int kLanes = 8;
+#endif
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+
+// FLOP/s of kChains independent FMA chains per thread (enough to cover the FMA latency x throughput
+// of current cores: 4 cycles x 2 per cycle), on every OpenMP thread at once; the best of 5 runs.
+double fma_peak_gflops() {
+  constexpr int kChains = 12;
+  constexpr int64_t kSteps = 1 << 22;  // ~50 ms per run at a few GHz
+  double best = 0;
+  for (int run = 0; run < 5; ++run) {
+    float sink = 0;
+    Timer t;
+#pragma omp parallel reduction(+ : sink)
+    {
+      Vec acc[kChains], mul, add;
+      for (int l = 0; l < kLanes; ++l) mul[l] = 0.999999f, add[l] = 1e-7f;
+      for (int c = 0; c < kChains; ++c)
+        for (int l = 0; l < kLanes; ++l) acc[c][l] = static_cast<float>(c + l);
+      for (int64_t i = 0; i < kSteps; ++i)
+        for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * mul + add;  // one FMA (-ffp-contract=fast)
+      for (int c = 0; c < kChains; ++c)
+        for (int l = 0; l < kLanes; ++l) sink += acc[c][l];
+    }
+    const double flops = 2.0 * kChains * kLanes * static_cast<double>(kSteps) * omp_get_max_threads();
+    best = std::max(best, flops / t.seconds() / 1e9);
+    if (sink == 12345.0f) std::printf(" ");  // keeps the chains live
   }
   return best;
 }
@@ -134,6 +173,10 @@ int main(int argc, char** argv) {
                 static_cast<long long>(s.k), static_cast<long long>(s.n), rate[0], rate[1], rate[2]);
   }
   std::printf("measured peak: %.1f GFLOP/s (%s)\n", peak, peak_at.c_str());
+  const double fma = fma_peak_gflops();
+  std::printf("register-only FMA loop: %.1f GFLOP/s (%d-float vectors); GEMM reaches %.0f%% of it\n", fma, kLanes,
+              100.0 * peak / fma);
+  std::printf("FMA_PEAK_GFLOPS=%.1f threads=%d\n", fma, threads);
   std::printf("GEMM_PEAK_GFLOPS=%.1f threads=%d\n", peak, threads);
   return 0;
 }

@@ -10,6 +10,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/profiler.h"
+
 namespace tessera::kernels {
 namespace {
 
@@ -20,6 +22,7 @@ constexpr float kGeluC = 0.044715f;
 
 // gelu(x) = x * s with s = sigmoid(2u), u = k (x + c x^3).
 void gelu_forward(const float* x, float* y, int64_t n) {
+  TESSERA_PROFILE_SCOPE("gelu_forward");
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float xi = x[i];
@@ -32,6 +35,7 @@ void gelu_forward(const float* x, float* y, int64_t n) {
 // by subtraction, which would lose all its digits where s is close to 1.
 // `omp simd` also tells the compiler the loop is safe when dx == dy (each lane reads before it writes).
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  TESSERA_PROFILE_SCOPE("gelu_backward");
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float xi = x[i];
@@ -45,6 +49,7 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
 
 // y = silu(g) * up = g * sigmoid(g) * up.
 void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width) {
+  TESSERA_PROFILE_SCOPE("swiglu_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* gate = x + r * 2 * width;
@@ -60,6 +65,7 @@ void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width) {
 
 // d gate = dy * up * sigmoid(g) (1 + g (1 - sigmoid(g))),  d up = dy * silu(g).
 void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t width) {
+  TESSERA_PROFILE_SCOPE("swiglu_backward");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* gate = x + r * 2 * width;

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/profiler.h"
 
 #if defined(__AVX__)
 #include <immintrin.h>
@@ -25,6 +26,7 @@ struct Coeffs {
   float step_size;   // lr / (1 - b1^t)
   float inv_bc2_sqrt;  // 1 / sqrt(1 - b2^t)
   float b1, one_minus_b1, b2, one_minus_b2, eps;
+  float grad_scale;  // the clipping factor, applied as the gradient is read
 };
 
 // torch.optim.AdamW (single-tensor path): p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -44,8 +46,9 @@ void update_chunk(float* p, const float* g, float* m, float* v, int64_t n, const
   const __m256 ibc2 = _mm256_set1_ps(k.inv_bc2_sqrt), eps = _mm256_set1_ps(k.eps);
   const __m256 b1 = _mm256_set1_ps(k.b1), c1 = _mm256_set1_ps(k.one_minus_b1);
   const __m256 b2 = _mm256_set1_ps(k.b2), c2 = _mm256_set1_ps(k.one_minus_b2);
+  const __m256 gscale = _mm256_set1_ps(k.grad_scale);
   for (; i + 8 <= n; i += 8) {
-    __m256 gi = _mm256_loadu_ps(g + i);
+    __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), gscale);
     __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(c1, gi));
     __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
     __m256 denom = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vi), ibc2), eps);
@@ -56,7 +59,7 @@ void update_chunk(float* p, const float* g, float* m, float* v, int64_t n, const
     _mm256_storeu_ps(p + i, pi);
   }
 #endif
-  for (; i < n; ++i) update_one(p[i], g[i], m[i], v[i], k);
+  for (; i < n; ++i) update_one(p[i], g[i] * k.grad_scale, m[i], v[i], k);
 }
 
 // Sum of squares of n <= kChunk floats in double, 8 independent accumulators (vectorised as SIMD
@@ -73,6 +76,7 @@ double chunk_sum_of_squares(const float* x, int64_t n) {
 }  // namespace
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWHyper& h) {
+  TESSERA_PROFILE_SCOPE("adamw_step");
   TESSERA_CHECK(h.step >= 1, "adamw_step: step counts from 1, got ", h.step);
   double t = static_cast<double>(h.step);
   Coeffs k;
@@ -84,6 +88,7 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   k.b2 = h.beta2;
   k.one_minus_b2 = static_cast<float>(1.0 - h.beta2);
   k.eps = h.eps;
+  k.grad_scale = h.grad_scale;
   int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
@@ -93,6 +98,7 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
 }
 
 double sum_of_squares(const float* x, int64_t n) {
+  TESSERA_PROFILE_SCOPE("sum_of_squares");
   int64_t chunks = (n + kChunk - 1) / kChunk;
   std::unique_ptr<double[]> partial(new double[chunks]);
 #pragma omp parallel for schedule(static)

@@ -10,6 +10,9 @@ namespace tessera::kernels {
 struct AdamWHyper {
   float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0;
   int64_t step = 1;  // 1-based step count used for bias correction
+  // The step uses grad * grad_scale (the gradient-clipping factor), read on the fly rather than
+  // written back: one pass over the gradients less. grad itself is left as it is.
+  float grad_scale = 1.0f;
 };
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWHyper& h);

@@ -66,6 +66,33 @@ TEST(AdamW, FirstStepIsSignOfGradient) {
   EXPECT_THROW(adamw_step(p.data(), g.data(), m.data(), v.data(), 3, h), Error);
 }
 
+// The clipping factor applied inside the step is the same float multiply as scaling the gradient
+// beforehand, so the two give the same bits, and the gradient buffer is left unscaled.
+TEST(AdamW, GradScaleEqualsPrescaledGradientBitwise) {
+  const int64_t n = 10007;
+  const float scale = 0.37f;
+  std::vector<float> p1 = testing::random_vector(n, 7), m1(n, 0.0f), v1(n, 0.0f);
+  std::vector<float> p2 = p1, m2 = m1, v2 = v1;
+  AdamWHyper h;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.1f;
+  for (int64_t t = 1; t <= 3; ++t) {
+    h.step = t;
+    const std::vector<float> g = testing::random_vector(n, 200 + t, -2.0f, 2.0f);
+    std::vector<float> scaled = g;
+    for (float& x : scaled) x *= scale;
+    h.grad_scale = 1.0f;
+    adamw_step(p1.data(), scaled.data(), m1.data(), v1.data(), n, h);
+    h.grad_scale = scale;
+    std::vector<float> g_copy = g;
+    adamw_step(p2.data(), g_copy.data(), m2.data(), v2.data(), n, h);
+    EXPECT_EQ(g_copy, g);
+  }
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(v1, v2);
+}
+
 TEST(AdamW, SumOfSquaresMatchesFloat64) {
   for (int64_t n : {0, 1, 7, 8193, 1000003}) {
     std::vector<float> x = testing::random_vector(n, 2, -3.0f, 3.0f);

@@ -5,10 +5,11 @@
 // output accumulator, rescaling both by exp(m_old - m_new) whenever the max grows. Only the row's
 // log-sum-exp m + log(l) is saved. Backward recomputes P = exp(s - lse) tile by tile from it.
 //
-// Every tile product is the same loop nest, `accumulate` below: out[0, w) += sum_t c[t] * row_t[0, w),
-// with w the tile width or head_dim, so every inner loop runs over contiguous floats and vectorises.
-// Score tiles are formed against a transposed copy of one operand (the query tile in forward, the key
-// and value tiles in backward), transposed once and reused across a whole row or column of tiles.
+// Every tile product is a small register-blocked GEMM (`tile::gemm`, tile_gemm.h) whose B operand is
+// read by rows, so score tiles are formed against a transposed copy of one operand (the query tile in
+// forward, the key and value tiles in backward), transposed once and reused across a whole row or
+// column of tiles. Masked probabilities are exact zeros, so the products run over whole tiles (the
+// diagonal tile included) instead of a different length per row.
 //
 // Dropout on the probabilities (as torch applies it to the softmax output) uses a Philox mask keyed
 // by global coordinates (see attention.h), regenerated in backward rather than stored.
@@ -18,6 +19,7 @@
 // needed by a prefix of the query tiles at or below the diagonal; in the tiles that straddle a
 // document boundary the scores left of doc_start_i are masked with -inf like those above the diagonal.
 #include "kernels/attention.h"
+#include "kernels/tile_gemm.h"
 #include "kernels/vector_math.h"
 
 #include <algorithm>
@@ -30,39 +32,17 @@
 
 #include "core/check.h"
 #include "core/philox.h"
+#include "core/profiler.h"
 
 namespace tessera::kernels {
 namespace {
 
-// Query rows and key columns per tile: a 64-float row of a score tile is 8 AVX2 registers, and a
-// transposed 64-row tile of head_dim 64 is 16 KiB, which stays in L1 while the other operand streams.
+// Query rows and key columns per tile: a transposed 64-row tile of head_dim 64 is 16 KiB, which stays
+// in L1 while the other operand streams.
 constexpr int64_t kTile = 64;
 
-// out[0, W) += sum_{t < n} coef[t * cs] * src[t * ss + (0, W)]. With W fixed and `out` not aliased,
-// the compiler keeps the chunk of `out` in registers for the whole t loop (W = 64 is 8 AVX2 registers,
-// 8 independent FMA chains, enough to hide the FMA latency).
-template <int W>
-inline void accumulate_chunk(float* __restrict out, const float* __restrict coef, int64_t cs,
-                             const float* __restrict src, int64_t ss, int64_t n) {
-  for (int64_t t = 0; t < n; ++t) {
-    const float c = coef[t * cs];
-    const float* row = src + t * ss;
-    for (int u = 0; u < W; ++u) out[u] += c * row[u];
-  }
-}
-
-// The general width, in chunks: 64 | 16 | 8 | 1 covers head_dim 8, 16, 32, 64, 80, 96, 128, ...
-inline void accumulate(float* __restrict out, int64_t width, const float* __restrict coef, int64_t cs,
-                       const float* __restrict src, int64_t ss, int64_t n) {
-  int64_t x = 0;
-  for (; x + 64 <= width; x += 64) accumulate_chunk<64>(out + x, coef, cs, src + x, ss, n);
-  for (; x + 16 <= width; x += 16) accumulate_chunk<16>(out + x, coef, cs, src + x, ss, n);
-  for (; x + 8 <= width; x += 8) accumulate_chunk<8>(out + x, coef, cs, src + x, ss, n);
-  for (; x < width; ++x) accumulate_chunk<1>(out + x, coef, cs, src + x, ss, n);
-}
-
 // Copies n rows of one head (row t at src + t * stride, d floats) into dst as a [d, kTile] matrix,
-// times `scale`, zero in the columns past n: a kTile-wide accumulate against it is then contiguous.
+// times `scale`, zero in the columns past n: the B operand of a tile product, read by rows.
 void transpose_tile(const float* src, int64_t stride, int64_t n, int64_t d, float scale, float* dst) {
   std::fill(dst, dst + d * kTile, 0.0f);
   for (int64_t t = 0; t < n; ++t)
@@ -139,6 +119,7 @@ struct Plan {
 
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                        const AttentionShape& shape, float softmax_scale, const AttentionDropout& dropout) {
+  TESSERA_PROFILE_SCOPE("attention_forward");
   const Plan plan(shape, dropout);
   const int64_t d = plan.d;
   const PhiloxStream rng(dropout.seed, dropout.stream);
@@ -176,12 +157,11 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
       for (int64_t j0 = doc_first / kTile * kTile; j0 <= i0; j0 += kTile) {
         const int64_t cols = std::min(kTile, plan.seq - j0);
         float* s = st.data();
-        for (int64_t j = 0; j < cols; ++j) {  // st[j] = scale * k_j . Q^T
-          float* sj = s + j * kTile;
-          std::fill(sj, sj + kTile, 0.0f);
-          accumulate(sj, kTile, kh + (j0 + j) * plan.kv_stride, 1, qt.data(), kTile, d);
-          if (j0 == i0) std::fill(sj, sj + j, -std::numeric_limits<float>::infinity());  // causal: rows r < j
-        }
+        // st = scale * K_tile Q^T: [cols, kTile]
+        tile::gemm(s, kTile, {kh + j0 * plan.kv_stride, plan.kv_stride, 1}, qt.data(), kTile, cols, d, kTile, false);
+        if (j0 == i0)
+          for (int64_t j = 0; j < cols; ++j)  // causal: rows r < j
+            std::fill(s + j * kTile, s + j * kTile + j, -std::numeric_limits<float>::infinity());
         const bool straddles = doc_last > j0;  // some row's document starts inside or past this tile
         if (straddles)
           for (int64_t r = 0; r < rows; ++r) {  // document: keys j < doc_start of row r
@@ -214,20 +194,19 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
             l[r] += s[j * kTile + r];  // the normaliser sums the undropped weights ...
           }
         for (int64_t r = 0; r < rows; ++r) {
-          // Keys [first, visible) of the tile: skip the masked zeros before doc_start and past the diagonal.
-          const int64_t visible = j0 == i0 ? r + 1 : cols;
-          const int64_t first = straddles ? std::max<int64_t>(0, plan.doc_start(b, i0 + r) - j0) : 0;
-          if (first >= visible) continue;  // nothing seen yet: acc and l are still 0
+          // The weights of masked keys (before doc_start, past the diagonal) are exactly 0 here, so the
+          // product below may run over the whole tile.
           if (plan.dropout) {  // ... while the output sums the dropped ones
+            const int64_t visible = j0 == i0 ? r + 1 : cols;
             dropout_factors(rng, Plan::mask_row(dropout, plan.seq, b, h, i0 + r) + j0, visible, plan.p,
                             plan.keep_scale, factor.data());
-            for (int64_t j = first; j < visible; ++j) s[j * kTile + r] *= factor[j];
+            for (int64_t j = 0; j < cols; ++j) s[j * kTile + r] *= factor[j];
           }
           float* a = acc.data() + r * d;
           for (int64_t x = 0; x < d; ++x) a[x] *= alpha[r];
-          accumulate(a, d, s + first * kTile + r, kTile, vh + (j0 + first) * plan.kv_stride, plan.kv_stride,
-                     visible - first);
         }
+        // acc += P V_tile, with P[r, j] = st[j, r].
+        tile::gemm(acc.data(), d, {s, 1, kTile}, vh + j0 * plan.kv_stride, plan.kv_stride, rows, cols, d, true);
       }
 
       for (int64_t r = 0; r < rows; ++r) {
@@ -251,6 +230,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
 void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                         const float* dout, float* dq, float* dk, float* dv, const AttentionShape& shape,
                         float softmax_scale, const AttentionDropout& dropout) {
+  TESSERA_PROFILE_SCOPE("attention_backward");
   const Plan plan(shape, dropout);
   const int64_t d = plan.d;
   const PhiloxStream rng(dropout.seed, dropout.stream);
@@ -259,7 +239,8 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 #pragma omp parallel
   {
     std::vector<float> kt(d * kTile), vt(d * kTile), dk_acc(kTile * d), dv_acc(kTile * d);
-    std::vector<float> pz(kTile * kTile), ds(kTile * kTile), dp(kTile), factor(kTile), D(plan.group * plan.seq);
+    std::vector<float> pz(kTile * kTile), ds(kTile * kTile), dp(kTile * kTile), factor(kTile);
+    std::vector<float> D(plan.group * plan.seq);
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
@@ -305,6 +286,13 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
             if (plan.doc != nullptr)
               live = std::lower_bound(plan.doc + b * plan.seq + i0, plan.doc + b * plan.seq + i0 + rows, j0 + cols) -
                      (plan.doc + b * plan.seq + i0);
+            if (live == 0) continue;
+            // Recompute the scaled scores S = Q K^T and dP = dO V^T of this tile, [live, kTile] each
+            // (the transposed tiles are zero past `cols`).
+            const float* q_tile = qh + i0 * plan.q_stride;
+            const float* go_tile = goh + i0 * plan.q_stride;
+            tile::gemm(pz.data(), kTile, {q_tile, plan.q_stride, 1}, kt.data(), kTile, live, d, kTile, false);
+            tile::gemm(dp.data(), kTile, {go_tile, plan.q_stride, 1}, vt.data(), kTile, live, d, kTile, false);
             for (int64_t r = 0; r < live; ++r) {
               const int64_t i = i0 + r;
               const int64_t valid = std::min(cols, i + 1 - j0);  // keys j <= i; >= 1 since i >= j0
@@ -312,11 +300,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
               const int64_t first = std::max<int64_t>(0, plan.doc_start(b, i) - j0);
               float* pz_r = pz.data() + r * kTile;
               float* ds_r = ds.data() + r * kTile;
-              // Recompute the scaled scores s_i and dP_i = dO_i . V^T for this tile.
-              std::fill(pz_r, pz_r + kTile, 0.0f);
-              std::fill(dp.begin(), dp.end(), 0.0f);
-              accumulate(pz_r, kTile, qh + i * plan.q_stride, 1, kt.data(), kTile, d);
-              accumulate(dp.data(), kTile, goh + i * plan.q_stride, 1, vt.data(), kTile, d);
+              const float* dp_r = dp.data() + r * kTile;
               std::fill(pz_r, pz_r + first, -std::numeric_limits<float>::infinity());  // document: P = 0
               if (plan.dropout) {
                 dropout_factors(rng, Plan::mask_row(dropout, plan.seq, b, h, i) + j0, valid, plan.p,
@@ -328,27 +312,19 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
               const float lse_i = lse_h[i], D_i = D_h[i];
               for (int64_t j = 0; j < kTile; ++j) {
                 const float prob = exp_approx(pz_r[j] - lse_i);
-                pz_r[j] = prob * factor[j];                                  // P o Z, for dV
-                ds_r[j] = softmax_scale * prob * (dp[j] * factor[j] - D_i);  // scale folded in for dQ, dK
+                pz_r[j] = prob * factor[j];                                    // P o Z, for dV
+                ds_r[j] = softmax_scale * prob * (dp_r[j] * factor[j] - D_i);  // scale folded in for dQ, dK
               }
-              std::fill(ds_r + valid, ds_r + kTile, 0.0f);  // masked: P = 0 (and Z = 0 above)
-              accumulate(dq + i * plan.q_stride + off, d, ds_r + first, 1, kh + (j0 + first) * plan.kv_stride,
-                         plan.kv_stride, valid - first);
+              // Masked: P = 0. Exact zeros, so the products below may run over the whole tile.
+              std::fill(pz_r + valid, pz_r + kTile, 0.0f);
+              std::fill(ds_r + valid, ds_r + kTile, 0.0f);
             }
-            // dV_j += sum_i PZ_ij dO_i and dK_j += sum_i dS_ij Q_i, over the rows i >= j that reach key j:
-            // rows [r0, r1), r1 the first whose document starts past key j (all rows without a mask).
-            for (int64_t j = 0; j < cols; ++j) {
-              const int64_t r0 = std::max<int64_t>(0, j0 + j - i0);
-              int64_t r1 = live;
-              if (plan.doc != nullptr)
-                r1 = std::upper_bound(plan.doc + b * plan.seq + i0, plan.doc + b * plan.seq + i0 + live, j0 + j) -
-                     (plan.doc + b * plan.seq + i0);
-              if (r0 >= r1) continue;
-              accumulate(dv_acc.data() + j * d, d, pz.data() + r0 * kTile + j, kTile,
-                         goh + (i0 + r0) * plan.q_stride, plan.q_stride, r1 - r0);
-              accumulate(dk_acc.data() + j * d, d, ds.data() + r0 * kTile + j, kTile,
-                         qh + (i0 + r0) * plan.q_stride, plan.q_stride, r1 - r0);
-            }
+            // dQ_i += dS_i K_tile;  dV_j += sum_i PZ_ij dO_i;  dK_j += sum_i dS_ij Q_i (rows i of this tile
+            // that see some key of it; the others are not in pz and ds).
+            tile::gemm(dq + i0 * plan.q_stride + off, plan.q_stride, {ds.data(), kTile, 1}, kh + j0 * plan.kv_stride,
+                       plan.kv_stride, live, cols, d, true);
+            tile::gemm(dv_acc.data(), d, {pz.data(), 1, kTile}, go_tile, plan.q_stride, cols, live, d, true);
+            tile::gemm(dk_acc.data(), d, {ds.data(), 1, kTile}, q_tile, plan.q_stride, cols, live, d, true);
           }
         }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "core/check.h"
+#include "core/profiler.h"
 
 namespace tessera::kernels {
 namespace {
@@ -44,6 +45,7 @@ RowStats row_stats(const float* x, int64_t n) {
 
 void cross_entropy_shard_stats(const float* logits, const int32_t* targets, float* max_out, float* sumexp_out,
                                float* target_logit_out, int64_t rows, int64_t vocab_local, int64_t vocab_begin) {
+  TESSERA_PROFILE_SCOPE("cross_entropy_shard_stats");
   TESSERA_CHECK(vocab_local > 0, "cross_entropy_shard_stats: empty vocabulary shard");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -58,6 +60,7 @@ void cross_entropy_shard_stats(const float* logits, const int32_t* targets, floa
 
 void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
                            int64_t vocab) {
+  TESSERA_PROFILE_SCOPE("cross_entropy_forward");
   TESSERA_CHECK(vocab > 0, "cross_entropy_forward: empty vocabulary");
   // Checked up front: an exception must not escape an OpenMP region.
   for (int64_t r = 0; r < rows; ++r)
@@ -75,6 +78,7 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, float* l
 
 void cross_entropy_backward(float* logits, const int32_t* targets, const float* lse, const float* dloss,
                             int64_t rows, int64_t vocab_local, int64_t vocab_begin) {
+  TESSERA_PROFILE_SCOPE("cross_entropy_backward");
   int64_t chunks = (vocab_local + kColChunk - 1) / kColChunk;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {

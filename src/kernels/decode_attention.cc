@@ -4,12 +4,14 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/profiler.h"
 #include "kernels/vector_math.h"
 
 namespace tessera::kernels {
 
 void attention_decode(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n,
                       int64_t past, int64_t heads, int64_t kv_heads, int64_t d, float softmax_scale) {
+  TESSERA_PROFILE_SCOPE("attention_decode");
   TESSERA_CHECK(kv_heads > 0 && heads % kv_heads == 0, "attention_decode: ", heads,
                 " query heads are not a multiple of ", kv_heads, " key/value heads");
   const int64_t per_group = heads / kv_heads;

@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/philox.h"
+#include "core/profiler.h"
 
 namespace tessera::kernels {
 namespace {
@@ -95,11 +96,13 @@ void dropout_apply(const float* in, float* out, float p, uint64_t seed, uint64_t
 }  // namespace
 
 void dropout_forward(const float* x, float* y, float p, uint64_t seed, uint64_t stream, const DropoutRegion& r) {
+  TESSERA_PROFILE_SCOPE("dropout_forward");
   dropout_apply(x, y, p, seed, stream, r);
 }
 
 // The mask is a pure function of (seed, stream, global index), so backward regenerates it.
 void dropout_backward(const float* dy, float* dx, float p, uint64_t seed, uint64_t stream, const DropoutRegion& r) {
+  TESSERA_PROFILE_SCOPE("dropout_backward");
   dropout_apply(dy, dx, p, seed, stream, r);
 }
 

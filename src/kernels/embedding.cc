@@ -11,11 +11,13 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/profiler.h"
 
 namespace tessera::kernels {
 
 void embedding_forward(const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
                        float* out, int64_t rows, int64_t hidden, int64_t vocab_begin, int64_t vocab_end) {
+  TESSERA_PROFILE_SCOPE("embedding_forward");
   TESSERA_CHECK(wpe == nullptr || positions != nullptr, "embedding_forward: wpe given without positions");
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < rows; ++t) {
@@ -37,6 +39,7 @@ void embedding_forward(const int32_t* tokens, const int32_t* positions, const fl
 
 void embedding_backward(const int32_t* tokens, const int32_t* positions, const float* dout, float* dwte,
                         float* dwpe, int64_t rows, int64_t hidden, int64_t vocab_begin, int64_t vocab_end) {
+  TESSERA_PROFILE_SCOPE("embedding_backward");
   TESSERA_CHECK(dwpe == nullptr || positions != nullptr, "embedding_backward: dwpe given without positions");
 #pragma omp parallel
   {

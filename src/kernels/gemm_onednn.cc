@@ -3,10 +3,12 @@
 // shape/transpose/epilogue; transposes are folded into the memory descriptors' strides.
 #include <dnnl.hpp>
 
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <tuple>
 
+#include "core/profiler.h"
 #include "kernels/gemm.h"
 
 namespace tessera::kernels {
@@ -25,6 +27,14 @@ class OneDnnGemm final : public GemmBackend {
   OneDnnGemm() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 
   void gemm(const GemmArgs& g) override {
+    // TESSERA_PROFILE=2: one row per shape, e.g. "gemm 2048x50304x384 NT" (m x n x k, transposes,
+    // "+=" when accumulating). The buffer outlives the scope, and a GEMM does not nest in a GEMM.
+    thread_local char shape_name[96];
+    if (profiler::detailed())
+      std::snprintf(shape_name, sizeof shape_name, "gemm %lldx%lldx%lld %c%c%s", static_cast<long long>(g.m),
+                    static_cast<long long>(g.n), static_cast<long long>(g.k), g.trans_a == Trans::N ? 'N' : 'T',
+                    g.trans_b == Trans::N ? 'N' : 'T', g.beta != 0.0f ? " +=" : "");
+    TESSERA_PROFILE_SCOPE(profiler::detailed() ? shape_name : "gemm");
     TESSERA_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0, "gemm: negative size m=", g.m, " n=", g.n, " k=", g.k);
     TESSERA_CHECK(g.bias == nullptr || g.beta == 0.0f, "gemm: a bias epilogue needs beta == 0");
     if (g.m == 0 || g.n == 0) return;

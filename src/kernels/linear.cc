@@ -1,5 +1,6 @@
 #include "kernels/linear.h"
 
+#include "core/profiler.h"
 #include "kernels/gemm.h"
 
 namespace tessera::kernels {
@@ -38,6 +39,7 @@ void linear_backward(const float* dy, const float* x, const float* w, float* dx,
     gemm(g);
   }
   if (db) {  // db += column sums of dy: blocks of columns in parallel, rows in order (deterministic)
+    TESSERA_PROFILE_SCOPE("linear_bias_grad");
     constexpr int64_t kBlock = 64;
 #pragma omp parallel for schedule(static)
     for (int64_t j0 = 0; j0 < out; j0 += kBlock) {

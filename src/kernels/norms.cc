@@ -10,6 +10,8 @@
 #include <cmath>
 #include <memory>
 
+#include "core/profiler.h"
+
 namespace tessera::kernels {
 namespace {
 
@@ -36,6 +38,7 @@ void reduce_partials(const float* partial, int64_t chunks, int64_t cols, float* 
 
 void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                        int64_t rows, int64_t cols, float eps) {
+  TESSERA_PROFILE_SCOPE("layernorm_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
@@ -68,6 +71,7 @@ void layernorm_forward(const float* x, const float* w, const float* b, float* y,
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw = sum_rows dy * xhat,  db = sum_rows dy.
 void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
                         float* dx, float* dw, float* db, int64_t rows, int64_t cols) {
+  TESSERA_PROFILE_SCOPE("layernorm_backward");
   int64_t chunks = num_chunks(rows);
   // Uninitialised scratch: each chunk zeroes its own slot.
   std::unique_ptr<float[]> dw_part(new float[chunks * cols]);
@@ -112,6 +116,7 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
 }
 
 void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t cols, float eps) {
+  TESSERA_PROFILE_SCOPE("rmsnorm_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
@@ -129,6 +134,7 @@ void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int6
 // (As LayerNorm without the mean-centring term.)
 void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
                       int64_t rows, int64_t cols) {
+  TESSERA_PROFILE_SCOPE("rmsnorm_backward");
   int64_t chunks = num_chunks(rows);
   std::unique_ptr<float[]> dw_part(new float[chunks * cols]);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/profiler.h"
 
 namespace tessera::kernels {
 namespace {
@@ -54,12 +55,14 @@ void rope_apply(float* x, const int32_t* positions, int64_t rows, int64_t heads,
 
 void rope_forward(float* x, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
                   int64_t rot_dim, float base) {
+  TESSERA_PROFILE_SCOPE("rope_forward");
   rope_apply(x, positions, rows, heads, head_dim, rot_dim, base, 1.0);
 }
 
 // The rotation is orthogonal, so its transpose is the rotation by -angle.
 void rope_backward(float* dx, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
                    int64_t rot_dim, float base) {
+  TESSERA_PROFILE_SCOPE("rope_backward");
   rope_apply(dx, positions, rows, heads, head_dim, rot_dim, base, -1.0);
 }
 

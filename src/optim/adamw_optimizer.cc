@@ -30,26 +30,22 @@ double AdamWOptimizer::grad_norm() const {
 
 StepResult AdamWOptimizer::step(float lr) {
   StepResult result;
-  const Tensor& grads = params_.grads();
   result.grad_norm = grad_norm();
   if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;
     return result;
   }
+  // Clipping scales the gradients by `clip`; the AdamW kernel applies it as it reads them, which
+  // saves a read and a write of the whole gradient buffer (the buffer itself stays unclipped).
+  float clip = 1.0f;
   if (config_.clip_grad > 0) {
     double coeff = config_.clip_grad / (result.grad_norm + 1e-6);
-    if (coeff < 1.0) {
-      float c = static_cast<float>(coeff);
-      float* g = grads.f32();
-      int64_t n = grads.numel();
-#pragma omp parallel for simd schedule(static)
-      for (int64_t i = 0; i < n; ++i) g[i] *= c;
-    }
+    if (coeff < 1.0) clip = static_cast<float>(coeff);
   }
   ++steps_;
   for (model::Parameter& p : params_.params()) {
     kernels::AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps,
-                          p.spec.weight_decay ? config_.weight_decay : 0.0f, steps_};
+                          p.spec.weight_decay ? config_.weight_decay : 0.0f, steps_, clip};
     kernels::adamw_step(p.value.f32(), p.grad.f32(), exp_avg_.f32() + p.offset, exp_avg_sq_.f32() + p.offset,
                         p.value.numel(), h);
   }

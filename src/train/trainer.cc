@@ -7,6 +7,7 @@
 #include <map>
 
 #include "ckpt/checkpoint.h"
+#include "core/profiler.h"
 #include "core/timer.h"
 
 namespace tessera::train {
@@ -197,6 +198,7 @@ double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches,
 }
 
 double Trainer::train_step(float lr, optim::StepResult& step) {
+  TESSERA_PROFILE_SCOPE("train_step");
   std::vector<model::MicroBatch> batches;
   std::vector<float> global_tokens(1, 0.0f);  // loss-counted tokens of the whole global batch
   for (int64_t m = 0; m < args_.num_micro_batches; ++m) {
@@ -346,6 +348,7 @@ void Trainer::train() {
   double interval_loss = 0, interval_seconds = 0;  // training steps only, not evaluation or saving
   int64_t interval_iters = 0;
   while (iteration_ < args_.train_iters) {
+    if (iteration_ == first_iteration + 1) profiler::reset();  // TESSERA_PROFILE: leave out the warm-up step
     optim::StepResult step;
     float lr = args_.lr_schedule.lr(iteration_);
     Timer step_timer;

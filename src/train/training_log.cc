@@ -40,7 +40,11 @@ std::string format_iteration_line(const IterationStats& s) {
                         static_cast<long long>(s.train_iters));
   line += printf_string(" consumed samples: %12lld |", static_cast<long long>(s.consumed_samples));
   line += printf_string(" elapsed time per iteration (ms): %.1f |", s.elapsed_ms_per_iteration);
-  line += printf_string(" throughput per GPU (TFLOP/s/GPU): %.1f |", s.tflops_per_device);
+  // Megatron prints %.1f; a CPU does well under 1 TFLOP/s, which that would show as 0.0, so keep three
+  // significant digits below 10.
+  line += printf_string(s.tflops_per_device >= 10 ? " throughput per GPU (TFLOP/s/GPU): %.1f |"
+                                                  : " throughput per GPU (TFLOP/s/GPU): %.3g |",
+                        s.tflops_per_device);
   line += printf_string(" learning rate: %.6E |", s.learning_rate);
   line += printf_string(" global batch size: %5lld |", static_cast<long long>(s.global_batch_size));
   line += printf_string(" lm loss: %.6E |", s.lm_loss);
