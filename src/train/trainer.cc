@@ -9,6 +9,7 @@
 #include "ckpt/checkpoint.h"
 #include "core/profiler.h"
 #include "core/timer.h"
+#include "train/exit_signal.h"
 
 namespace tessera::train {
 namespace {
@@ -263,7 +264,8 @@ void Trainer::save() {
   ckpt::TrainingState state{iteration_, consumed_samples_, skipped_iterations_, args_.seed, arguments_json(args_)};
   Timer t;
   comm::RankCoordinates rc = state_->coordinates();
-  ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(), {rc.tp, rc.dp, world_});
+  ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(), {rc.tp, rc.dp, world_, rc.pp},
+                        args_.ckpt_keep_last);
   say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
                      static_cast<int>(t.seconds() * 1000), " ms)"));
 }
@@ -347,6 +349,7 @@ void Trainer::train() {
   const int64_t first_iteration = iteration_;
   double interval_loss = 0, interval_seconds = 0;  // training steps only, not evaluation or saving
   int64_t interval_iters = 0;
+  if (args_.exit_signal_handler) install_exit_signal_handler();
   while (iteration_ < args_.train_iters) {
     if (iteration_ == first_iteration + 1) profiler::reset();  // TESSERA_PROFILE: leave out the warm-up step
     optim::StepResult step;
@@ -399,12 +402,18 @@ void Trainer::train() {
       double loss = evaluate();
       if (log_) log_->validation(iteration_, loss);
     }
-    if (!args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
-                                iteration_ == args_.train_iters))
-      save();
+    const bool save_now = !args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
+                                                  iteration_ == args_.train_iters);
+    if (save_now) save();
     if (log_)
       log_->progress(iteration_, args_.train_iters,
                      run_timer.seconds() / static_cast<double>(iteration_ - first_iteration));
+    // Every rank stops after the same iteration when any of them was signalled.
+    if (args_.exit_signal_handler && exit_signal_received_anywhere(*world_)) {
+      if (!args_.save.empty() && !save_now) save();
+      say(str_cat("exiting program after receiving ", exit_signal_name(), "."));
+      break;
+    }
   }
 }
 
