@@ -192,7 +192,7 @@ class CheckpointReader {
       }
       std::vector<CopyRun> runs = plan_copy(box, wanted, limit);
       if (runs.empty()) continue;
-      Tensor buf = Tensor::empty(s.box.shape());
+      Tensor buf = Tensor::empty(s.shape);
       read_slice(name, s, buf);
       const float* src = buf.f32();
       float* out = dst.f32();

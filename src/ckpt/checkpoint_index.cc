@@ -76,6 +76,7 @@ SavedSlice parse_slice(const json& e, const Shape& global, const std::map<std::s
   s.key = string_field(e, "key", path, where);
   if (!files.count(s.file)) fail(path, where, "names file '", s.file, "', which the index does not list");
   Shape shape = shape_field(e, "shape", path, where);
+  s.shape = shape;
   std::string dtype = string_field(e, "dtype", path, where);
   if (dtype != "fp32") fail(path, where, "dtype '", dtype, "' is not fp32");
   const int64_t dim = int_field(e, "dim", path, where, -1);

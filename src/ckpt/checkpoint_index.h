@@ -23,6 +23,7 @@ struct SavedFile {
 
 struct SavedSlice {
   std::string file, key;  // where it is: tensor `key` of safetensors file `file`
+  Shape shape;            // as stored in the file (the box's elements, in the rank's tensor shape)
   Box box;                // which part of the tensor it is
   std::optional<uint32_t> crc32c;
 };
