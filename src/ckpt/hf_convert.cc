@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -189,11 +190,31 @@ model::GptConfig tessera_config(const json& hf, Family f) {
   return c;
 }
 
+// A tensor the conversion did not use would be silently lost: an error, except for what Hugging Face
+// files may carry besides the weights (attention-mask buffers, rotary tables, GPT-2's tied lm_head).
+void check_all_used(const TensorMap& src, const std::set<std::string>& used, bool to_hf) {
+  std::string unused;
+  for (const auto& [name, t] : src) {
+    if (used.count(name)) continue;
+    auto ends_with = [&](const std::string& suffix) {
+      return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (!to_hf && (ends_with(".attn.bias") || ends_with(".attn.masked_bias") || ends_with("rotary_emb.inv_freq") ||
+                   name == "lm_head.weight"))
+      continue;
+    unused += " " + name;
+  }
+  TESSERA_CHECK(unused.empty(), "convert: the ", to_hf ? "checkpoint" : "Hugging Face model",
+                " has tensors this model configuration does not use:", unused);
+}
+
 // Tessera names -> Hugging Face names (and back), one family at a time. `to_hf` chooses the direction;
 // `src` holds the tensors of the source side, the result those of the other side.
 TensorMap map_tensors(const model::GptConfig& c, Family f, const TensorMap& src, bool to_hf) {
   TensorMap out;
+  std::set<std::string> used;
   auto get = [&](const std::string& name) -> const Tensor& {
+    used.insert(name);
     auto it = src.find(name);
     TESSERA_CHECK(it != src.end(), "convert: the ", to_hf ? "checkpoint" : "Hugging Face model", " has no tensor ", name);
     return it->second;
@@ -244,6 +265,7 @@ TensorMap map_tensors(const model::GptConfig& c, Family f, const TensorMap& src,
     }
     rename("decoder.final_layernorm.weight", "transformer.ln_f.weight");
     rename("decoder.final_layernorm.bias", "transformer.ln_f.bias");
+    check_all_used(src, used, to_hf);
     return out;
   }
 
@@ -276,6 +298,7 @@ TensorMap map_tensors(const model::GptConfig& c, Family f, const TensorMap& src,
   }
   rename("decoder.final_layernorm.weight", "model.norm.weight");
   if (c.untie_embeddings_and_output_weights) rename("output_layer.weight", "lm_head.weight");
+  check_all_used(src, used, to_hf);
   return out;
 }
 
