@@ -259,8 +259,6 @@ double Trainer::evaluate() {
 }
 
 void Trainer::save() {
-  // Checkpoint files are named by tensor rank only until the checkpoint layer learns pipeline ranks.
-  TESSERA_CHECK(schedule_.stages == 1, "--save with --pipeline-model-parallel-size > 1 is not supported yet");
   ckpt::TrainingState state{iteration_, consumed_samples_, skipped_iterations_, args_.seed, arguments_json(args_)};
   Timer t;
   comm::RankCoordinates rc = state_->coordinates();
