@@ -86,6 +86,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
 
   if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
     bool load_optim = !args_.no_load_optim && !args_.finetune;
+    Timer load_timer;
     ckpt::TrainingState state = ckpt::load_checkpoint(args_.load, params_, load_optim ? optimizer_.get() : nullptr);
     if (!args_.finetune) {
       iteration_ = state.iteration;
@@ -94,7 +95,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
       if (!args_.no_load_rng) args_.seed = state.seed;
     }
     say(str_cat(" loaded checkpoint from ", args_.load, " at iteration ", state.iteration,
-                args_.finetune ? " (finetune: starting at iteration 0)" : ""));
+                args_.finetune ? " (finetune: starting at iteration 0)" : "", " (",
+                static_cast<int>(load_timer.seconds() * 1000), " ms)"));
   } else if (!args_.load.empty()) {
     say(str_cat(" WARNING: no checkpoint in ", args_.load, "; training from random initialisation"));
   }
