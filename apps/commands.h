@@ -13,5 +13,7 @@ int tokenize_command(const std::vector<std::string>& args);
 int preprocess_command(const std::vector<std::string>& args);
 int merge_datasets_command(const std::vector<std::string>& args);
 int tokenizer_command(const std::vector<std::string>& args);  // `tokenizer train ...`
+int convert_command(const std::vector<std::string>& args);
+int debug_forward_command(const std::vector<std::string>& args);  // hidden: parity tests
 
 }  // namespace tessera::apps

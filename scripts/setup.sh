@@ -15,6 +15,7 @@ packages=(
   python3-numpy          # reference for Megatron's dataset shuffles in the tests
   python3-torch          # the PyTorch peer of the benchmarks (/usr/bin/python3)
   libopenblas0-openmp    # a real BLAS for that peer (without it torch falls back to the reference BLAS)
+  clang libclang-rt-dev  # scripts/fuzz.sh: libFuzzer targets (-fsanitize=fuzzer,address)
 )
 
 missing=()

@@ -1,10 +1,17 @@
 #include "ckpt/checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <unistd.h>
 
+#include "ckpt/checkpoint_index.h"
+#include "ckpt/crc32c.h"
+#include "ckpt/reshard.h"
 #include "ckpt/safetensors.h"
 
 namespace tessera::ckpt {
@@ -16,11 +23,19 @@ namespace {
 constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
 constexpr const char* kIndex = "index.json";
 
-std::string model_file(int tensor_rank) { return str_cat("model.tp", tensor_rank < 10 ? "0" : "", tensor_rank, ".pp00.safetensors"); }
-std::string optim_file(int tensor_rank) {
-  return str_cat("optim.tp", tensor_rank < 10 ? "0" : "", tensor_rank, ".pp00.dp000.safetensors");
+std::string two_digits(int r) { return str_cat(r < 10 ? "0" : "", r); }
+std::string model_file(const ShardPlacement& p) {
+  return str_cat("model.tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank), ".safetensors");
 }
-std::string fragment_file(int tensor_rank) { return str_cat("index.tp", tensor_rank, ".json"); }
+std::string optim_file(const ShardPlacement& p) {
+  return str_cat("optim.tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank), ".dp000.safetensors");
+}
+std::string fragment_file(const ShardPlacement& p) {
+  return str_cat("index.tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank), ".json");
+}
+bool is_fragment_file(const std::string& name) {
+  return name.rfind("index.tp", 0) == 0 && name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+}
 
 // Writes a small text file atomically: temporary file, fsync, rename.
 void write_file_atomically(const fs::path& path, const std::string& contents) {
@@ -38,30 +53,170 @@ void write_file_atomically(const fs::path& path, const std::string& contents) {
   fs::rename(tmp, path);
 }
 
+std::string read_text_file(const fs::path& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  TESSERA_CHECK(in.good(), what, " ", path.string(), " is missing or unreadable");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 // Which part of a tensor a file holds: the parameter's sharding (dim -1: all of it).
-json slice_entry(const std::string& file, const std::string& key, const model::ParameterSpec& spec) {
+json slice_entry(const std::string& file, const std::string& key, const model::ParameterSpec& spec,
+                 const Tensor& value) {
   const model::Sharding& s = spec.sharding;
-  return {{"file", file},   {"key", key},       {"shape", spec.shape},       {"dtype", "fp32"},
-          {"view", s.sharded() ? s.global_view : spec.shape}, {"dim", s.dim}, {"offset", s.offset},
-          {"length", s.length}};
+  return {{"file", file},
+          {"key", key},
+          {"shape", spec.shape},
+          {"dtype", "fp32"},
+          {"view", s.sharded() ? s.global_view : spec.shape},
+          {"dim", s.dim},
+          {"offset", s.offset},
+          {"length", s.length},
+          {"crc32c", crc32c_str(crc32c(value.raw(), value.nbytes()))}};
 }
 
-bool same_slice(const json& e, const model::ParameterSpec& spec) {
+// The part of the full tensor this rank holds.
+Box wanted_box(const model::ParameterSpec& spec) {
   const model::Sharding& s = spec.sharding;
-  if (e.at("dim").get<int>() != s.dim) return false;
-  if (!s.sharded()) return true;
-  return e.at("view").get<Shape>() == s.global_view && e.at("offset").get<int64_t>() == s.offset &&
-         e.at("length").get<int64_t>() == s.length;
+  if (!s.sharded()) return Box::whole(spec.shape);
+  return {s.global_view, s.dim, s.offset, s.offset + s.length};
 }
 
-json read_json_file(const fs::path& path) {
-  std::ifstream in(path);
-  TESSERA_CHECK(in.good(), "checkpoint index ", path.string(), " is missing or unreadable");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(str_cat("checkpoint index ", path.string(), " is not valid JSON: ", e.what()));
+// Tensors whose first dimension is the padded vocabulary, which depends on the tensor-parallel size.
+bool vocabulary_tensor(const std::string& name) {
+  for (const char* base : {"embedding.word_embeddings.weight", "output_layer.weight"}) {
+    size_t n = std::strlen(base);
+    if (name.size() >= n && name.compare(name.size() - n, n, base) == 0) return true;
   }
+  return false;
+}
+
+// Removes all but the newest `keep_last` complete iteration directories.
+void prune_checkpoints(const fs::path& root, int64_t keep_last) {
+  std::vector<std::pair<int64_t, fs::path>> dirs;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.size() != 12 || name.rfind("iter_", 0) != 0) continue;
+    if (name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
+    dirs.emplace_back(std::stoll(name.substr(5)), entry.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < dirs.size(); ++i) fs::remove_all(dirs[i].second);
+}
+
+// The files of one checkpoint directory, opened on first use and checked against the index.
+class CheckpointReader {
+ public:
+  CheckpointReader(fs::path dir, const CheckpointIndex& index, std::string index_path)
+      : dir_(std::move(dir)), index_(index), index_path_(std::move(index_path)) {}
+
+  const SafetensorsFile& file(const std::string& name) {
+    auto it = open_.find(name);
+    if (it != open_.end()) return it->second;
+    const fs::path p = dir_ / name;
+    const SavedFile& f = index_.files.at(name);
+    TESSERA_CHECK(fs::exists(p), "checkpoint file ", p.string(), " is missing");
+    TESSERA_CHECK(fs::file_size(p) == f.bytes, "checkpoint file ", p.string(), " has ", fs::file_size(p),
+                  " bytes, the index ", index_path_, " says ", f.bytes, " (truncated or overwritten)");
+    SafetensorsFile opened = SafetensorsFile::open(p.string());
+    if (f.crc32c) {
+      uint32_t crc = crc32c_file(p.string());
+      if (crc != *f.crc32c)
+        throw Error(str_cat("checkpoint file ", p.string(), " is corrupt: its checksum is ", crc32c_str(crc),
+                            ", the index says ", crc32c_str(*f.crc32c), "; ", damaged_tensors(name, opened)));
+    }
+    return open_.emplace(name, std::move(opened)).first->second;
+  }
+
+  // Which tensors of a file whose checksum is wrong fail their own checksums.
+  std::string damaged_tensors(const std::string& file, const SafetensorsFile& f) {
+    std::vector<std::string> bad;
+    for (const auto& [tensor, saved] : index_.tensors)
+      for (const SavedSlice& s : saved.slices) {
+        if (s.file != file || !s.crc32c || !f.contains(s.key)) continue;
+        Tensor t = f.read(s.key);
+        if (crc32c(t.raw(), t.nbytes()) != *s.crc32c) bad.push_back(s.key);
+      }
+    if (bad.empty()) return "its tensors' own checksums hold, so the damage is in the header";
+    std::string out = "damaged tensor(s):";
+    for (const std::string& b : bad) out += " " + b;
+    return out;
+  }
+
+  // Reads a saved slice whole, checking its shape and checksum.
+  void read_slice(const std::string& tensor, const SavedSlice& s, const Tensor& dst) {
+    const SafetensorsFile& f = file(s.file);
+    TESSERA_CHECK(f.contains(s.key), "checkpoint file ", f.path(), " has no tensor ", s.key, " (of ", tensor,
+                  ") that the index lists");
+    f.read_into(s.key, dst);
+    if (s.crc32c) {
+      uint32_t crc = crc32c(dst.raw(), dst.nbytes());
+      TESSERA_CHECK(crc == *s.crc32c, "checkpoint file ", f.path(), ": tensor ", s.key, " is corrupt: its checksum is ",
+                    crc32c_str(crc), ", the index says ", crc32c_str(*s.crc32c));
+    }
+  }
+
+  // Fills dst, this rank's part of `name` described by spec, from the saved slices that overlap it.
+  void load(const std::string& name, const model::ParameterSpec& spec, const Tensor& dst) {
+    auto it = index_.tensors.find(name);
+    TESSERA_CHECK(it != index_.tensors.end(), "checkpoint ", index_path_, " has no tensor ", name);
+    const SavedTensor& saved = it->second;
+    const Shape global = spec.global_shape();
+    Box wanted = wanted_box(spec);
+    int64_t limit = -1, expected = wanted.numel();
+    bool relabel = false;
+    if (saved.global_shape != global) {
+      // A vocabulary padded differently: copy the rows both have; the others keep their initial values.
+      bool ok = vocabulary_tensor(name) && saved.global_shape.size() == 2 && global.size() == 2 &&
+                saved.global_shape[1] == global[1] && (wanted.is_whole() || wanted.dim == 0);
+      TESSERA_CHECK(ok, "checkpoint tensor ", name, " in ", index_path_, " has shape ", shape_str(saved.global_shape),
+                    ", the model expects ", shape_str(global));
+      wanted = {global, 0, wanted.begin, wanted.end};
+      limit = std::min(saved.global_shape[0], global[0]);
+      expected = std::max<int64_t>(0, std::min(wanted.end, limit) - wanted.begin) * global[1];
+      relabel = true;
+    }
+    // The common case, the same layout: one slice is exactly this rank's part.
+    if (!relabel)
+      for (const SavedSlice& s : saved.slices)
+        if (s.box == wanted || (s.box.is_whole() && wanted.is_whole())) return read_slice(name, s, dst);
+
+    int64_t copied = 0;
+    for (const SavedSlice& s : saved.slices) {
+      Box box = s.box;
+      if (relabel) {
+        TESSERA_CHECK(box.is_whole() || box.dim == 0, "checkpoint ", index_path_, ": a slice of ", name,
+                      " is not split by vocabulary rows");
+        box = {global, 0, box.begin, box.end};  // rows keep their flat offsets whatever the padding
+      }
+      std::vector<CopyRun> runs = plan_copy(box, wanted, limit);
+      if (runs.empty()) continue;
+      Tensor buf = Tensor::empty(s.shape);
+      read_slice(name, s, buf);
+      const float* src = buf.f32();
+      float* out = dst.f32();
+      for (const CopyRun& r : runs) std::copy(src + r.src, src + r.src + r.count, out + r.dst);
+      copied += copied_elements(runs);
+    }
+    TESSERA_CHECK(copied == expected, "checkpoint ", index_path_, ": the saved slices of ", name, " cover ", copied,
+                  " of the ", expected, " elements this rank needs (slices missing or overlapping)");
+  }
+
+ private:
+  fs::path dir_;
+  const CheckpointIndex& index_;
+  std::string index_path_;
+  std::map<std::string, SafetensorsFile> open_;
+};
+
+CheckpointIndex read_index(const std::string& load_dir, int64_t iteration, fs::path* dir) {
+  *dir = fs::path(load_dir) / iteration_dir_name(iteration);
+  fs::path path = *dir / kIndex;
+  CheckpointIndex index = parse_checkpoint_index(read_text_file(path, "checkpoint index"), path.string());
+  TESSERA_CHECK(index.iteration == iteration, "checkpoint index ", path.string(), " is for iteration ",
+                index.iteration, ", the tracker says ", iteration);
+  return index;
 }
 
 }  // namespace
@@ -73,7 +228,7 @@ std::string iteration_dir_name(int64_t iteration) {
 }
 
 void save_checkpoint(const std::string& save_dir, const TrainingState& state, const model::ParameterSet& params,
-                     const optim::AdamWOptimizer* optimizer, const ShardPlacement& placement) {
+                     const optim::AdamWOptimizer* optimizer, const ShardPlacement& placement, int64_t keep_last) {
   fs::path root(save_dir);
   fs::path final_dir = root / iteration_dir_name(state.iteration);
   fs::path tmp_dir = root / (iteration_dir_name(state.iteration) + ".tmp");
@@ -88,49 +243,62 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
   }
   barrier();
 
-  // Every tensor rank of data-parallel rank 0 writes its shards and an index fragment describing them.
+  // Data-parallel rank 0 of every (tensor, pipeline) group writes its shards and an index fragment.
   if (placement.data_rank == 0) {
-    const std::string mfile = model_file(placement.tensor_rank), ofile = optim_file(placement.tensor_rank);
+    const std::string mfile = model_file(placement), ofile = optim_file(placement);
     json tensors = json::object();
     std::vector<std::pair<std::string, Tensor>> model_tensors, optim_tensors;
     for (const model::Parameter& p : params.params()) {
+      if (p.spec.tied_copy) continue;  // the first stage writes the tied embedding
+      // A parameter replicated over the tensor group is the same on every tensor rank: write it once.
+      if (!p.spec.sharding.sharded() && placement.tensor_rank != 0) continue;
       model_tensors.emplace_back(p.spec.name, p.value);
-      tensors[p.spec.name] = {{"global_shape", p.spec.global_shape()}, {"slice", slice_entry(mfile, p.spec.name, p.spec)}};
+      tensors[p.spec.name] = {{"global_shape", p.spec.global_shape()},
+                              {"slice", slice_entry(mfile, p.spec.name, p.spec, p.value)}};
       if (!optimizer) continue;
       int64_t n = p.value.numel();
       for (const auto& [moment, flat] : {std::pair{"exp_avg", &optimizer->exp_avg()},
                                          std::pair{"exp_avg_sq", &optimizer->exp_avg_sq()}}) {
         std::string key = str_cat("optimizer.", moment, ".", p.spec.name);
-        optim_tensors.emplace_back(key, flat->flat_range(p.offset, n).view(p.spec.shape));
-        tensors[key] = {{"global_shape", p.spec.global_shape()}, {"slice", slice_entry(ofile, key, p.spec)}};
+        Tensor t = flat->flat_range(p.offset, n).view(p.spec.shape);
+        optim_tensors.emplace_back(key, t);
+        tensors[key] = {{"global_shape", p.spec.global_shape()}, {"slice", slice_entry(ofile, key, p.spec, t)}};
       }
     }
-    write_safetensors((tmp_dir / mfile).string(), model_tensors);
-    json files = {{mfile, {{"bytes", fs::file_size(tmp_dir / mfile)}}}};
-    if (optimizer) {
-      write_safetensors((tmp_dir / ofile).string(), optim_tensors);
-      files[ofile] = {{"bytes", fs::file_size(tmp_dir / ofile)}};
+    json files = json::object();
+    auto write = [&](const std::string& name, const std::vector<std::pair<std::string, Tensor>>& ts) {
+      uint32_t crc = write_safetensors((tmp_dir / name).string(), ts);
+      files[name] = {{"bytes", fs::file_size(tmp_dir / name)}, {"crc32c", crc32c_str(crc)}};
+    };
+    if (!model_tensors.empty()) write(mfile, model_tensors);
+    if (const char* crash = std::getenv("TESSERA_CKPT_CRASH_DURING_SAVE"); crash && std::string(crash) == "1") {
+      std::fprintf(stderr, "TESSERA_CKPT_CRASH_DURING_SAVE: aborting mid-save\n");
+      std::abort();
     }
-    write_file_atomically(tmp_dir / fragment_file(placement.tensor_rank),
-                          json{{"files", files}, {"tensors", tensors}}.dump());
+    if (optimizer && !optim_tensors.empty()) write(ofile, optim_tensors);
+    write_file_atomically(tmp_dir / fragment_file(placement), json{{"files", files}, {"tensors", tensors}}.dump());
   }
   barrier();
 
   if (leader) {
     // Merge the fragments: one entry per tensor with the slices of every file that holds part of it.
+    std::vector<std::string> fragments;
+    for (const auto& entry : fs::directory_iterator(tmp_dir))
+      if (is_fragment_file(entry.path().filename().string())) fragments.push_back(entry.path().filename().string());
+    std::sort(fragments.begin(), fragments.end());
     json files = json::object(), tensors = json::object();
-    for (int tp = 0; fs::exists(tmp_dir / fragment_file(tp)); ++tp) {
-      json fragment = read_json_file(tmp_dir / fragment_file(tp));
-      fs::remove(tmp_dir / fragment_file(tp));
+    for (const std::string& name : fragments) {
+      json fragment = json::parse(read_text_file(tmp_dir / name, "checkpoint index fragment"));
+      fs::remove(tmp_dir / name);
       files.update(fragment.at("files"));
-      for (auto& [name, entry] : fragment.at("tensors").items()) {
-        json& merged = tensors[name];
+      for (auto& [tensor, entry] : fragment.at("tensors").items()) {
+        json& merged = tensors[tensor];
         merged["global_shape"] = entry.at("global_shape");
         merged["slices"].push_back(entry.at("slice"));
       }
     }
     json index = {{"format", "tessera-checkpoint"},
-                  {"version", 1},
+                  {"version", kCheckpointIndexVersion},
                   {"iteration", state.iteration},
                   {"consumed_train_samples", state.consumed_train_samples},
                   {"skipped_iterations", state.skipped_iterations},
@@ -150,6 +318,7 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
     fs::rename(tmp_dir, final_dir);
     fs::remove_all(old_dir);
     write_file_atomically(root / kTracker, std::to_string(state.iteration) + "\n");
+    if (keep_last > 0) prune_checkpoints(root, keep_last);
   }
   barrier();
 }
@@ -173,82 +342,61 @@ int64_t latest_checkpointed_iteration(const std::string& load_dir) {
 nlohmann::json latest_checkpoint_args(const std::string& load_dir) {
   int64_t iteration = latest_checkpointed_iteration(load_dir);
   TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
-  fs::path index_path = fs::path(load_dir) / iteration_dir_name(iteration) / kIndex;
-  json index = read_json_file(index_path);
-  TESSERA_CHECK(index.contains("args") && index["args"].is_object(), "checkpoint index ", index_path.string(),
-                " has no args record");
-  return index["args"];
+  fs::path dir;
+  return read_index(load_dir, iteration, &dir).args;
 }
 
 TrainingState load_checkpoint(const std::string& load_dir, model::ParameterSet& params,
                               optim::AdamWOptimizer* optimizer) {
   int64_t iteration = latest_checkpointed_iteration(load_dir);
   TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
-  fs::path dir = fs::path(load_dir) / iteration_dir_name(iteration);
-  fs::path index_path = dir / kIndex;
-  json index = read_json_file(index_path);
+  fs::path dir;
+  const CheckpointIndex index = read_index(load_dir, iteration, &dir);
+  for (const auto& [name, f] : index.files)
+    TESSERA_CHECK(fs::exists(dir / name), "checkpoint file ", (dir / name).string(), " is missing");
 
-  TrainingState state;
-  json tensors;
-  try {
-    TESSERA_CHECK(index.at("format") == "tessera-checkpoint", "unknown format");
-    state.iteration = index.at("iteration").get<int64_t>();
-    state.consumed_train_samples = index.at("consumed_train_samples").get<int64_t>();
-    state.skipped_iterations = index.at("skipped_iterations").get<int64_t>();
-    state.seed = index.at("seed").get<uint64_t>();
-    state.args = index.at("args");
-    tensors = index.at("tensors");
-    for (auto& [name, file] : index.at("files").items()) {
-      fs::path p = dir / name;
-      TESSERA_CHECK(fs::exists(p), "checkpoint file ", p.string(), " is missing");
-      auto bytes = file.at("bytes").get<uint64_t>();
-      TESSERA_CHECK(fs::file_size(p) == bytes, "checkpoint file ", p.string(), " has ", fs::file_size(p),
-                    " bytes, the index says ", bytes);
-    }
-  } catch (const json::exception& e) {
-    throw Error(str_cat("checkpoint index ", index_path.string(), " is malformed: ", e.what()));
-  }
-  TESSERA_CHECK(state.iteration == iteration, "checkpoint index ", index_path.string(), " is for iteration ",
-                state.iteration, ", the tracker says ", iteration);
-
-  std::map<std::string, SafetensorsFile> open_files;
-  auto load_tensor = [&](const std::string& key, const model::ParameterSpec& spec, const Tensor& dst) {
-    TESSERA_CHECK(tensors.contains(key), "checkpoint ", index_path.string(), " has no tensor ", key);
-    try {
-      const json& e = tensors[key];
-      Shape global = e.at("global_shape").get<Shape>();
-      TESSERA_CHECK(global == spec.global_shape(), "checkpoint tensor ", key, " in ", index_path.string(),
-                    " has shape ", shape_str(global), ", the model expects ", shape_str(spec.global_shape()));
-      for (const json& slice : e.at("slices")) {
-        if (!same_slice(slice, spec)) continue;
-        std::string file = slice.at("file").get<std::string>();
-        auto it = open_files.find(file);
-        if (it == open_files.end()) it = open_files.emplace(file, SafetensorsFile::open((dir / file).string())).first;
-        it->second.read_into(slice.at("key").get<std::string>(), dst);
-        return;
-      }
-    } catch (const json::exception& ex) {
-      throw Error(str_cat("checkpoint index ", index_path.string(), ": entry of ", key, " is malformed: ", ex.what()));
-    }
-    throw Error(str_cat("checkpoint ", index_path.string(), " holds no slice of ", key,
-                        " split as this run splits it (it was saved with another tensor-parallel size; loading "
-                        "into a different layout is not supported yet)"));
-  };
-
-  for (model::Parameter& p : params.params()) load_tensor(p.spec.name, p.spec, p.value);
+  TrainingState state{index.iteration, index.consumed_train_samples, index.skipped_iterations, index.seed, index.args};
+  CheckpointReader reader(dir, index, (dir / kIndex).string());
+  for (model::Parameter& p : params.params()) reader.load(p.spec.name, p.spec, p.value);
   if (optimizer) {
-    TESSERA_CHECK(index.value("has_optimizer", false), "checkpoint ", dir.string(),
+    TESSERA_CHECK(index.has_optimizer, "checkpoint ", dir.string(),
                   " holds no optimizer state (use --no-load-optim or --finetune)");
     for (model::Parameter& p : params.params()) {
       int64_t n = p.value.numel();
-      load_tensor("optimizer.exp_avg." + p.spec.name, p.spec,
-                  optimizer->exp_avg().flat_range(p.offset, n).view(p.spec.shape));
-      load_tensor("optimizer.exp_avg_sq." + p.spec.name, p.spec,
+      reader.load("optimizer.exp_avg." + p.spec.name, p.spec, optimizer->exp_avg().flat_range(p.offset, n).view(p.spec.shape));
+      reader.load("optimizer.exp_avg_sq." + p.spec.name, p.spec,
                   optimizer->exp_avg_sq().flat_range(p.offset, n).view(p.spec.shape));
     }
-    optimizer->set_steps(index.at("optimizer_steps").get<int64_t>());
+    optimizer->set_steps(index.optimizer_steps);
   }
   return state;
+}
+
+std::vector<std::pair<std::string, Tensor>> load_full_model(const std::string& load_dir, TrainingState* state) {
+  int64_t iteration = latest_checkpointed_iteration(load_dir);
+  TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
+  fs::path dir;
+  const CheckpointIndex index = read_index(load_dir, iteration, &dir);
+  if (state) *state = {index.iteration, index.consumed_train_samples, index.skipped_iterations, index.seed, index.args};
+  CheckpointReader reader(dir, index, (dir / kIndex).string());
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, saved] : index.tensors) {
+    if (name.rfind("optimizer.", 0) == 0) continue;
+    model::ParameterSpec spec{name, saved.global_shape};
+    Tensor t = Tensor::empty(saved.global_shape);
+    reader.load(name, spec, t);
+    out.emplace_back(name, t);
+  }
+  return out;
+}
+
+void save_full_model(const std::string& save_dir, const TrainingState& state,
+                     const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  model::ParameterSet params;
+  for (const auto& [name, t] : tensors) params.add({name, t.shape(), model::Init::Zeros});
+  params.allocate(0);
+  for (const auto& [name, t] : tensors) std::copy(t.f32(), t.f32() + t.numel(), params.get(name).value.f32());
+  save_checkpoint(save_dir, state, params, nullptr);
 }
 
 }  // namespace tessera::ckpt

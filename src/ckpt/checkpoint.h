@@ -1,21 +1,34 @@
 // Megatron's checkpoint layout with safetensors inside:
 //   SAVE/latest_checkpointed_iteration.txt      the last complete iteration
-//   SAVE/iter_0000100/model.tpXX.pp00.safetensors   this tensor rank's parameter shards, by name
-//   SAVE/iter_0000100/optim.tpXX.pp00.dp000.safetensors  their Adam moments ("optimizer.exp_avg.NAME", ...)
-//   SAVE/iter_0000100/index.json                iteration, data position, RNG seed, arguments, and for
-//                                               every tensor its global shape and the slices held by
-//                                               each file (view, split dimension, offset, length)
-// Each slice is written once, by data-parallel rank 0 of its tensor group.
-// The index records global shapes and slice offsets so that sharded layouts (tensor/pipeline parallel,
-// distributed optimizer) are an extension of this format, not a new one. A checkpoint is written into
-// a temporary directory that is renamed into place only when complete, so a failed save never damages
-// an earlier checkpoint.
+//   SAVE/iter_0000100/model.tpXX.ppYY.safetensors   the parameter shards of tensor rank XX of pipeline
+//                                                   stage YY, by name
+//   SAVE/iter_0000100/optim.tpXX.ppYY.dp000.safetensors  their Adam moments ("optimizer.exp_avg.NAME", ...)
+//   SAVE/iter_0000100/index.json                iteration, data position, RNG seed, arguments; every
+//                                               file's size and CRC-32C; for every tensor its global
+//                                               shape and the slices held by each file (view, split
+//                                               dimension, offset, length, CRC-32C of the slice)
+// Each slice is written once, by data-parallel rank 0 of its (tensor, pipeline) group; a parameter
+// replicated over the tensor group by tensor rank 0 only; the last stage's copy of a tied embedding not
+// at all (the first stage writes it).
+//
+// Loading reshards: each rank wants, for every parameter it holds, a range of the full tensor (its
+// model::Sharding), and copies it together from whichever saved slices overlap it (ckpt/reshard.h),
+// so a checkpoint saved at any tensor/pipeline/data-parallel layout loads into any other. The word
+// embedding and output layer, whose padded vocabulary depends on the tensor-parallel size, copy the rows
+// both layouts have and keep the rest as initialised (Adam moments: zero). Every slice read is checked
+// against its CRC-32C, and every file opened against its size and CRC-32C; a mismatch names the file
+// and the tensor.
+//
+// A checkpoint is written into a temporary directory, its index written last, and the directory
+// renamed into place only when complete, so a failed save never damages an earlier checkpoint.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/process_group.h"
 #include "model/parameters.h"
@@ -34,17 +47,23 @@ struct TrainingState {
 // "iter_0000100"
 std::string iteration_dir_name(int64_t iteration);
 
-// Where this rank's shards go: its tensor-parallel rank names its files; only data-parallel rank 0 writes.
+// Where this rank's shards go: its tensor-parallel rank and pipeline stage name its files; only
+// data-parallel rank 0 writes.
 struct ShardPlacement {
   int tensor_rank = 0;
   int data_rank = 0;
   comm::ProcessGroup* world = nullptr;  // null for a single process
+  int pipeline_rank = 0;
 };
 
 // Saves into `save_dir`/iter_XXXXXXX and then updates the tracker file. optimizer may be null.
+// keep_last > 0: afterwards only the newest keep_last iteration directories are kept.
 // Collective over placement.world.
+// Test hook: with TESSERA_CKPT_CRASH_DURING_SAVE=1 in the environment the process aborts after writing
+// its model file, before the index (a crash mid-save).
 void save_checkpoint(const std::string& save_dir, const TrainingState& state, const model::ParameterSet& params,
-                     const optim::AdamWOptimizer* optimizer, const ShardPlacement& placement = {});
+                     const optim::AdamWOptimizer* optimizer, const ShardPlacement& placement = {},
+                     int64_t keep_last = 0);
 
 // The iteration named by `load_dir`/latest_checkpointed_iteration.txt, or -1 when there is none.
 int64_t latest_checkpointed_iteration(const std::string& load_dir);
@@ -53,9 +72,17 @@ int64_t latest_checkpointed_iteration(const std::string& load_dir);
 nlohmann::json latest_checkpoint_args(const std::string& load_dir);
 
 // Loads the latest checkpoint of `load_dir` into params (and the optimizer's moments and step count
-// unless optimizer is null): each parameter reads the slice matching its own sharding. Every problem
-// names the file and the tensor.
+// unless optimizer is null), resharding as needed. Every problem names the file and the tensor.
 TrainingState load_checkpoint(const std::string& load_dir, model::ParameterSet& params,
                               optim::AdamWOptimizer* optimizer);
+
+// Every model tensor of the latest checkpoint of `load_dir` whole (gathered from its slices; no
+// optimizer state), in the index's (name) order, and the checkpoint's training state.
+std::vector<std::pair<std::string, Tensor>> load_full_model(const std::string& load_dir, TrainingState* state);
+
+// Saves whole tensors as a one-process checkpoint without optimizer state (what `tessera convert`
+// writes; `tessera train --load DIR --finetune` then trains it at any layout).
+void save_full_model(const std::string& save_dir, const TrainingState& state,
+                     const std::vector<std::pair<std::string, Tensor>>& tensors);
 
 }  // namespace tessera::ckpt

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "ckpt/safetensors.h"
 
@@ -108,6 +109,125 @@ TEST(Checkpoint, ProblemsNameTheFileAndTheTensor) {
 
   std::ofstream(dir / "iter_0000003" / "index.json") << "{ not json";
   expect_error(saved.params, nullptr, "index.json is not valid JSON");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera::ckpt
+
+namespace tessera::ckpt {
+namespace {
+
+void expect_error_containing(const std::function<void()>& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, CorruptionIsDetectedAndNamesTheFileAndTheTensor) {
+  fs::path dir = fresh_dir("corrupt");
+  Fixture saved(1);
+  save_checkpoint(dir.string(), TrainingState{3, 0, 0, 1, {}}, saved.params, saved.optimizer.get());
+  fs::path model_file = dir / "iter_0000003" / "model.tp00.pp00.safetensors";
+  // Flip one bit of the last byte: the data of the last tensor written (a.bias).
+  {
+    std::fstream f(model_file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    char c = 0;
+    f.get(c);
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  Fixture loaded(2);
+  expect_error_containing([&] { load_checkpoint(dir.string(), loaded.params, nullptr); },
+                          {model_file.string(), "is corrupt", "damaged tensor(s): a.bias"});
+  // Truncation is caught by the size the index records.
+  fs::resize_file(model_file, fs::file_size(model_file) - 1);
+  expect_error_containing([&] { load_checkpoint(dir.string(), loaded.params, nullptr); },
+                          {model_file.string(), "truncated"});
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, KeepLastRemovesOlderIterations) {
+  fs::path dir = fresh_dir("keep_last");
+  Fixture saved(1);
+  for (int64_t it : {1, 2, 3, 4}) save_checkpoint(dir.string(), TrainingState{it, 0, 0, 1, {}}, saved.params, nullptr, {}, 2);
+  EXPECT_FALSE(fs::exists(dir / "iter_0000001"));
+  EXPECT_FALSE(fs::exists(dir / "iter_0000002"));
+  EXPECT_TRUE(fs::exists(dir / "iter_0000003"));
+  EXPECT_TRUE(fs::exists(dir / "iter_0000004"));
+  EXPECT_EQ(latest_checkpointed_iteration(dir.string()), 4);
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointDeathTest, ACrashMidSaveLeavesThePreviousCheckpointLoadable) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // The threadsafe death test re-runs this body in a new process: the directory must not depend on the pid.
+  fs::path dir = fs::temp_directory_path() / "tessera_ckpt_test_crash_mid_save";
+  fs::remove_all(dir);
+  Fixture saved(1);
+  save_checkpoint(dir.string(), TrainingState{5, 10, 0, 1, {}}, saved.params, saved.optimizer.get());
+  EXPECT_DEATH(
+      {
+        ::setenv("TESSERA_CKPT_CRASH_DURING_SAVE", "1", 1);
+        save_checkpoint(dir.string(), TrainingState{6, 12, 0, 1, {}}, saved.params, saved.optimizer.get());
+      },
+      "aborting mid-save");
+  EXPECT_TRUE(fs::exists(dir / "iter_0000006.tmp" / "model.tp00.pp00.safetensors"));
+  Fixture loaded(2);
+  EXPECT_EQ(load_checkpoint(dir.string(), loaded.params, loaded.optimizer.get()).iteration, 5);
+  expect_equal(loaded.params.values(), saved.params.values());
+  fs::remove_all(dir);
+}
+
+// One rank's part of a [rows, cols] parameter split by rows over `ranks` (ranks 1: whole).
+model::ParameterSpec row_split(const std::string& name, int64_t rows, int64_t cols, int rank, int ranks) {
+  model::ParameterSpec spec{name, {rows / ranks, cols}, model::Init::Normal, 1.0f, true};
+  if (ranks > 1) spec.sharding = {{rows, cols}, {rows, cols}, 0, rank * rows / ranks, rows / ranks};
+  return spec;
+}
+
+TEST(Checkpoint, LoadsIntoAnotherSplitAndRepadsTheVocabulary) {
+  // Saved whole (one process): a [4, 3] weight and an [8, 3] word embedding (vocabulary padded to 8).
+  fs::path dir = fresh_dir("reshard");
+  model::ParameterSet whole;
+  whole.add(row_split("a.weight", 4, 3, 0, 1));
+  whole.add(row_split("embedding.word_embeddings.weight", 8, 3, 0, 1));
+  whole.allocate(1);
+  save_checkpoint(dir.string(), TrainingState{1, 0, 0, 1, {}}, whole, nullptr);
+  const float* a = whole.get("a.weight").value.f32();
+  const float* emb = whole.get("embedding.word_embeddings.weight").value.f32();
+
+  for (int64_t padded : {8, 12, 4}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      SCOPED_TRACE(str_cat("padded vocabulary ", padded, ", rank ", rank, " of 2"));
+      model::ParameterSet part, fresh;
+      for (model::ParameterSet* ps : {&part, &fresh}) {
+        ps->add(row_split("a.weight", 4, 3, rank, 2));
+        ps->add(row_split("embedding.word_embeddings.weight", padded, 3, rank, 2));
+        ps->allocate(7);
+      }
+      load_checkpoint(dir.string(), part, nullptr);
+      for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(part.get("a.weight").value.f32()[i], a[rank * 6 + i]);
+      const float* got = part.get("embedding.word_embeddings.weight").value.f32();
+      const float* init = fresh.get("embedding.word_embeddings.weight").value.f32();
+      for (int64_t r = 0; r < padded / 2; ++r) {
+        int64_t row = rank * padded / 2 + r;
+        for (int64_t c = 0; c < 3; ++c)
+          EXPECT_EQ(got[r * 3 + c], row < 8 ? emb[row * 3 + c] : init[r * 3 + c]) << "row " << row;
+      }
+    }
+  }
+  // Another shape of a tensor that is not a vocabulary is an error naming it.
+  model::ParameterSet wrong;
+  wrong.add(row_split("a.weight", 6, 3, 0, 1));
+  wrong.add(row_split("embedding.word_embeddings.weight", 8, 3, 0, 1));
+  wrong.allocate(1);
+  expect_error_containing([&] { load_checkpoint(dir.string(), wrong, nullptr); },
+                          {"a.weight", "the model expects [6, 3]"});
   fs::remove_all(dir);
 }
 

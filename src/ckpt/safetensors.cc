@@ -14,6 +14,7 @@
 #include <set>
 #include <tuple>
 
+#include "ckpt/crc32c.h"
 #include "core/file_io.h"
 
 namespace tessera::ckpt {
@@ -88,8 +89,8 @@ const char* safetensors_dtype_name(DType dt) {
   return "?";
 }
 
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+uint32_t write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                           const std::map<std::string, std::string>& metadata) {
   // ordered_json keeps the header in data order, which makes files easy to inspect.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header[kMetadataKey] = metadata;
@@ -118,12 +119,17 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t{json.size()} >> (8 * i));
 
   const std::string tmp = path + ".tmp";
+  uint32_t crc = 0;
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(tmp, "cannot create: ", errno_str());
   try {
     write_all(fd, len, sizeof(len), tmp);
     write_all(fd, json.data(), json.size(), tmp);
-    for (const auto& [name, t] : tensors) write_all(fd, t.raw(), t.nbytes(), tmp);
+    crc = crc32c_extend(crc32c(len, sizeof(len)), json.data(), json.size());
+    for (const auto& [name, t] : tensors) {
+      write_all(fd, t.raw(), t.nbytes(), tmp);
+      crc = crc32c_extend(crc, t.raw(), t.nbytes());
+    }
     if (::fsync(fd) != 0) fail(tmp, "fsync failed: ", errno_str());
     int rc = ::close(fd);
     fd = -1;
@@ -137,6 +143,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     throw;
   }
   sync_parent_dir(path);
+  return crc;
 }
 
 class SafetensorsFile::Fd {
@@ -189,7 +196,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       }
       continue;
     }
-    auto bad = [&](const auto&... why) { fail(path, "tensor '", name, "': ", why...); };
+    const std::string& tensor_name = name;  // clang 14 (the fuzz build) cannot capture a structured binding
+    auto bad = [&](const auto&... why) { fail(path, "tensor '", tensor_name, "': ", why...); };
     if (!value.is_object()) bad("entry is not an object");
     auto dtype = value.find("dtype");
     auto shape = value.find("shape");

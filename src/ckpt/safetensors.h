@@ -21,9 +21,10 @@ namespace tessera::ckpt {
 const char* safetensors_dtype_name(DType dt);
 
 // Writes `tensors` (CPU tensors; names unique and not "__metadata__") in the given order, and
-// `metadata` as the header's "__metadata__" object when it is not empty.
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+// `metadata` as the header's "__metadata__" object when it is not empty. Returns the CRC-32C of the
+// bytes written (the whole file).
+uint32_t write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                           const std::map<std::string, std::string>& metadata = {});
 
 class SafetensorsFile {
  public:

@@ -117,6 +117,9 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   l->add_flag("--no-load-optim", a.no_load_optim, "Do not load the optimizer state");
   l->add_flag("--no-load-rng", a.no_load_rng, "Do not load the random state");
   l->add_flag("--finetune", a.finetune, "Load only the model weights and start at iteration 0");
+  l->add_option("--ckpt-keep-last", a.ckpt_keep_last, "Keep only the newest N checkpoints (0: all)");
+  l->add_flag("--exit-signal-handler", a.exit_signal_handler,
+              "On SIGTERM or SIGINT, save a checkpoint at the end of the iteration and exit");
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
@@ -288,6 +291,7 @@ void finalize(TrainArguments& a) {
   require_positive("--max-nan-iterations", a.max_nan_iterations);
   require(a.save_interval >= 0, "--save-interval", a.save_interval, "must be >= 0");
   require(a.save_interval == 0 || !a.save.empty(), "--save-interval", a.save_interval, "needs --save DIR");
+  require(a.ckpt_keep_last >= 0, "--ckpt-keep-last", a.ckpt_keep_last, "must be >= 0");
 
   model::GptConfig& c = a.model;
   c.num_layers = a.num_layers;

@@ -63,6 +63,8 @@ struct TrainArguments {
   std::string log_dir, tensorboard_dir, save, load;
   int64_t save_interval = 0;
   bool no_load_optim = false, no_load_rng = false, finetune = false;
+  int64_t ckpt_keep_last = 0;         // 0: keep every checkpoint
+  bool exit_signal_handler = false;   // SIGTERM/SIGINT: save at the end of the iteration and exit 0
 
   // Derived by finalize().
   int64_t tokenizer_vocab_size = 0;  // ids the tokenizer produces (end-of-document id included)

@@ -9,6 +9,7 @@
 #include "ckpt/checkpoint.h"
 #include "core/profiler.h"
 #include "core/timer.h"
+#include "train/exit_signal.h"
 
 namespace tessera::train {
 namespace {
@@ -85,6 +86,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
 
   if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
     bool load_optim = !args_.no_load_optim && !args_.finetune;
+    Timer load_timer;
     ckpt::TrainingState state = ckpt::load_checkpoint(args_.load, params_, load_optim ? optimizer_.get() : nullptr);
     if (!args_.finetune) {
       iteration_ = state.iteration;
@@ -93,7 +95,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
       if (!args_.no_load_rng) args_.seed = state.seed;
     }
     say(str_cat(" loaded checkpoint from ", args_.load, " at iteration ", state.iteration,
-                args_.finetune ? " (finetune: starting at iteration 0)" : ""));
+                args_.finetune ? " (finetune: starting at iteration 0)" : "", " (",
+                static_cast<int>(load_timer.seconds() * 1000), " ms)"));
   } else if (!args_.load.empty()) {
     say(str_cat(" WARNING: no checkpoint in ", args_.load, "; training from random initialisation"));
   }
@@ -258,12 +261,11 @@ double Trainer::evaluate() {
 }
 
 void Trainer::save() {
-  // Checkpoint files are named by tensor rank only until the checkpoint layer learns pipeline ranks.
-  TESSERA_CHECK(schedule_.stages == 1, "--save with --pipeline-model-parallel-size > 1 is not supported yet");
   ckpt::TrainingState state{iteration_, consumed_samples_, skipped_iterations_, args_.seed, arguments_json(args_)};
   Timer t;
   comm::RankCoordinates rc = state_->coordinates();
-  ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(), {rc.tp, rc.dp, world_});
+  ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(), {rc.tp, rc.dp, world_, rc.pp},
+                        args_.ckpt_keep_last);
   say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
                      static_cast<int>(t.seconds() * 1000), " ms)"));
 }
@@ -347,6 +349,7 @@ void Trainer::train() {
   const int64_t first_iteration = iteration_;
   double interval_loss = 0, interval_seconds = 0;  // training steps only, not evaluation or saving
   int64_t interval_iters = 0;
+  if (args_.exit_signal_handler) install_exit_signal_handler();
   while (iteration_ < args_.train_iters) {
     if (iteration_ == first_iteration + 1) profiler::reset();  // TESSERA_PROFILE: leave out the warm-up step
     optim::StepResult step;
@@ -399,12 +402,18 @@ void Trainer::train() {
       double loss = evaluate();
       if (log_) log_->validation(iteration_, loss);
     }
-    if (!args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
-                                iteration_ == args_.train_iters))
-      save();
+    const bool save_now = !args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
+                                                  iteration_ == args_.train_iters);
+    if (save_now) save();
     if (log_)
       log_->progress(iteration_, args_.train_iters,
                      run_timer.seconds() / static_cast<double>(iteration_ - first_iteration));
+    // Every rank stops after the same iteration when any of them was signalled.
+    if (args_.exit_signal_handler && exit_signal_received_anywhere(*world_)) {
+      if (!args_.save.empty() && !save_now) save();
+      say(str_cat("exiting program after receiving ", exit_signal_name(), "."));
+      break;
+    }
   }
 }
 

@@ -1,0 +1,55 @@
+// The index.json of a checkpoint directory, parsed and validated before anything is read: every
+// field present and of the right type, file names plain names listed in "files", every slice a
+// well-formed box (ckpt/reshard.h) of its tensor's global shape. Malformed input (hostile or damaged)
+// is an Error naming the index file and the entry, never a crash.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/reshard.h"
+
+namespace tessera::ckpt {
+
+struct SavedFile {
+  uint64_t bytes = 0;
+  std::optional<uint32_t> crc32c;  // absent in version-1 checkpoints
+};
+
+struct SavedSlice {
+  std::string file, key;  // where it is: tensor `key` of safetensors file `file`
+  Shape shape;            // as stored in the file (the box's elements, in the rank's tensor shape)
+  Box box;                // which part of the tensor it is
+  std::optional<uint32_t> crc32c;
+};
+
+struct SavedTensor {
+  Shape global_shape;
+  std::vector<SavedSlice> slices;
+};
+
+struct CheckpointIndex {
+  int version = 0;
+  int64_t iteration = 0, consumed_train_samples = 0, skipped_iterations = 0;
+  uint64_t seed = 0;
+  int64_t optimizer_steps = 0;
+  bool has_optimizer = false;
+  nlohmann::json args;
+  std::map<std::string, SavedFile> files;
+  std::map<std::string, SavedTensor> tensors;
+};
+
+constexpr int kCheckpointIndexVersion = 2;
+
+// Parses the text of `path` (named in errors).
+CheckpointIndex parse_checkpoint_index(const std::string& text, const std::string& path);
+
+// "crc32c:1a2b3c4d" -> the value; nullopt if malformed.
+std::optional<uint32_t> parse_crc32c(const std::string& s);
+
+}  // namespace tessera::ckpt

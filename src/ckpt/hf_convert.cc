@@ -1,0 +1,430 @@
+#include "ckpt/hf_convert.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/safetensors.h"
+#include "model/config.h"
+
+namespace tessera::ckpt {
+namespace fs = std::filesystem;
+using nlohmann::json;
+using TensorMap = std::map<std::string, Tensor>;
+
+namespace {
+
+// ---- exact re-layouts -------------------------------------------------------------------------
+
+Tensor transpose2d(const Tensor& t) {
+  const int64_t r = t.shape()[0], c = t.shape()[1];
+  Tensor out = Tensor::empty({c, r});
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) out.f32()[j * r + i] = t.f32()[i * c + j];
+  return out;
+}
+
+// Rows [begin, begin + n) of a [rows, ...] tensor.
+Tensor rows(const Tensor& t, int64_t begin, int64_t n) {
+  Shape s = t.shape();
+  int64_t inner = t.numel() / s[0];
+  s[0] = n;
+  return t.flat_range(begin * inner, n * inner).view(s).clone();
+}
+
+Tensor concat_rows(const std::vector<Tensor>& parts) {
+  Shape s = parts.at(0).shape();
+  int64_t total = 0;
+  for (const Tensor& p : parts) total += p.shape()[0];
+  s[0] = total;
+  Tensor out = Tensor::empty(s);
+  int64_t at = 0;
+  for (const Tensor& p : parts) {
+    std::copy(p.f32(), p.f32() + p.numel(), out.f32() + at);
+    at += p.numel();
+  }
+  return out;
+}
+
+// Megatron's fused QKV rows (per query group: `per_group` query heads, one key head, one value head,
+// each `d` rows) <-> separate Q, K and V row blocks (heads in order). Works for weights and biases.
+struct Qkv {
+  Tensor q, k, v;
+};
+Qkv split_qkv(const Tensor& qkv, int64_t groups, int64_t per_group, int64_t d) {
+  std::vector<Tensor> q, k, v;
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t base = g * (per_group + 2) * d;
+    q.push_back(rows(qkv, base, per_group * d));
+    k.push_back(rows(qkv, base + per_group * d, d));
+    v.push_back(rows(qkv, base + (per_group + 1) * d, d));
+  }
+  return {concat_rows(q), concat_rows(k), concat_rows(v)};
+}
+Tensor merge_qkv(const Qkv& x, int64_t groups, int64_t per_group, int64_t d) {
+  std::vector<Tensor> parts;
+  for (int64_t g = 0; g < groups; ++g) {
+    parts.push_back(rows(x.q, g * per_group * d, per_group * d));
+    parts.push_back(rows(x.k, g * d, d));
+    parts.push_back(rows(x.v, g * d, d));
+  }
+  return concat_rows(parts);
+}
+
+// ---- the two families -------------------------------------------------------------------------
+
+enum class Family { Gpt2, Llama };
+
+Family family_of(const model::GptConfig& c) {
+  using model::Normalization;
+  using model::PositionEmbedding;
+  if (c.position_embedding == PositionEmbedding::LearnedAbsolute && c.normalization == Normalization::LayerNorm &&
+      !c.swiglu && !c.untie_embeddings_and_output_weights && c.add_bias_linear &&
+      c.num_query_groups == c.num_attention_heads && c.kv_channels * c.num_attention_heads == c.hidden_size)
+    return Family::Gpt2;
+  if (c.position_embedding == PositionEmbedding::Rope && c.normalization == Normalization::RMSNorm && c.swiglu) {
+    TESSERA_CHECK(c.rotary_percent == 1.0f, "convert: --rotary-percent ", c.rotary_percent,
+                  " has no LlamaForCausalLM equivalent (it rotates whole heads)");
+    return Family::Llama;
+  }
+  throw Error(
+      "convert: this model is neither GPT-2 style (learned positions, LayerNorm, GELU, biases, tied output, "
+      "multi-head attention) nor Llama style (rope, RMSNorm, SwiGLU); Hugging Face export supports those two");
+}
+
+std::string layer(int64_t i) { return str_cat("decoder.layers.", i, "."); }
+
+json hf_config(const model::GptConfig& c, Family f, const json& tessera_args) {
+  if (f == Family::Gpt2)
+    return {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"vocab_size", c.padded_vocab_size},
+            {"n_positions", c.max_position_embeddings},
+            {"n_ctx", c.max_position_embeddings},
+            {"n_embd", c.hidden_size},
+            {"n_layer", c.num_layers},
+            {"n_head", c.num_attention_heads},
+            {"n_inner", c.ffn_hidden_size},
+            {"activation_function", "gelu_new"},
+            {"layer_norm_epsilon", c.norm_epsilon},
+            {"resid_pdrop", c.hidden_dropout},
+            {"embd_pdrop", c.hidden_dropout},
+            {"attn_pdrop", c.attention_dropout},
+            {"initializer_range", c.init_method_std},
+            {"tie_word_embeddings", true},
+            {"torch_dtype", "float32"},
+            {"tessera_args", tessera_args}};
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"vocab_size", c.padded_vocab_size},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.ffn_hidden_size},
+          {"num_hidden_layers", c.num_layers},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_key_value_heads", c.num_query_groups},
+          {"head_dim", c.kv_channels},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"rms_norm_eps", c.norm_epsilon},
+          {"rope_theta", c.rotary_base},
+          {"hidden_act", "silu"},
+          {"attention_bias", c.add_bias_linear},
+          {"mlp_bias", c.add_bias_linear},
+          {"attention_dropout", c.attention_dropout},
+          {"initializer_range", c.init_method_std},
+          {"tie_word_embeddings", !c.untie_embeddings_and_output_weights},
+          {"torch_dtype", "float32"},
+          {"tessera_args", tessera_args}};
+}
+
+// The Tessera configuration of a Hugging Face config.json (its "tessera_args" when it has them).
+model::GptConfig tessera_config(const json& hf, Family f) {
+  if (hf.contains("tessera_args") && hf["tessera_args"].contains("model"))
+    return model::config_from_json(hf["tessera_args"]["model"]);
+  model::GptConfig c;
+  try {
+    if (f == Family::Gpt2) {
+      c.num_layers = hf.at("n_layer");
+      c.hidden_size = hf.at("n_embd");
+      c.num_attention_heads = c.num_query_groups = hf.at("n_head");
+      c.ffn_hidden_size = hf.value("n_inner", json()).is_number() ? hf["n_inner"].get<int64_t>() : 4 * c.hidden_size;
+      c.max_position_embeddings = c.seq_length = hf.at("n_positions");
+      c.norm_epsilon = hf.value("layer_norm_epsilon", 1e-5f);
+      c.hidden_dropout = hf.value("resid_pdrop", 0.1f);
+      c.attention_dropout = hf.value("attn_pdrop", 0.1f);
+      std::string act = hf.value("activation_function", "gelu_new");
+      TESSERA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", "convert: GPT-2 activation_function '", act,
+                    "' is not the tanh GELU Tessera implements");
+    } else {
+      c.num_layers = hf.at("num_hidden_layers");
+      c.hidden_size = hf.at("hidden_size");
+      c.num_attention_heads = hf.at("num_attention_heads");
+      c.num_query_groups = hf.value("num_key_value_heads", c.num_attention_heads);
+      c.ffn_hidden_size = hf.at("intermediate_size");
+      c.max_position_embeddings = c.seq_length = hf.at("max_position_embeddings");
+      c.norm_epsilon = hf.value("rms_norm_eps", 1e-6f);
+      c.rotary_base = hf.value("rope_theta", 10000.0f);
+      c.position_embedding = model::PositionEmbedding::Rope;
+      c.normalization = model::Normalization::RMSNorm;
+      c.swiglu = true;
+      c.untie_embeddings_and_output_weights = !hf.value("tie_word_embeddings", false);
+      c.add_bias_linear = hf.value("attention_bias", false);
+      TESSERA_CHECK(hf.value("attention_bias", false) == hf.value("mlp_bias", false),
+                    "convert: attention_bias and mlp_bias differ; Tessera has one --disable-bias-linear");
+      TESSERA_CHECK(!hf.contains("rope_scaling") || hf["rope_scaling"].is_null(),
+                    "convert: rope_scaling is not supported");
+      c.hidden_dropout = 0.0f;
+      c.attention_dropout = hf.value("attention_dropout", 0.0f);
+    }
+    c.kv_channels = hf.value("head_dim", json()).is_number() ? hf["head_dim"].get<int64_t>()
+                                                              : c.hidden_size / c.num_attention_heads;
+    c.vocab_size = c.padded_vocab_size = hf.at("vocab_size");
+    c.init_method_std = hf.value("initializer_range", 0.02f);
+  } catch (const json::exception& e) {
+    throw Error(str_cat("convert: config.json: ", e.what()));
+  }
+  return c;
+}
+
+// A tensor the conversion did not use would be silently lost: an error, except for what Hugging Face
+// files may carry besides the weights (attention-mask buffers, rotary tables, GPT-2's tied lm_head).
+void check_all_used(const TensorMap& src, const std::set<std::string>& used, bool to_hf) {
+  std::string unused;
+  for (const auto& [name, t] : src) {
+    if (used.count(name)) continue;
+    auto ends_with = [&](const std::string& suffix) {
+      return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (!to_hf && (ends_with(".attn.bias") || ends_with(".attn.masked_bias") || ends_with("rotary_emb.inv_freq") ||
+                   name == "lm_head.weight"))
+      continue;
+    unused += " " + name;
+  }
+  TESSERA_CHECK(unused.empty(), "convert: the ", to_hf ? "checkpoint" : "Hugging Face model",
+                " has tensors this model configuration does not use:", unused);
+}
+
+// Tessera names -> Hugging Face names (and back), one family at a time. `to_hf` chooses the direction;
+// `src` holds the tensors of the source side, the result those of the other side.
+TensorMap map_tensors(const model::GptConfig& c, Family f, const TensorMap& src, bool to_hf) {
+  TensorMap out;
+  std::set<std::string> used;
+  auto get = [&](const std::string& name) -> const Tensor& {
+    used.insert(name);
+    auto it = src.find(name);
+    TESSERA_CHECK(it != src.end(), "convert: the ", to_hf ? "checkpoint" : "Hugging Face model", " has no tensor ", name);
+    return it->second;
+  };
+  // A tensor that only changes its name.
+  auto rename = [&](const std::string& tessera, const std::string& hf) {
+    if (to_hf) out[hf] = get(tessera);
+    else out[tessera] = get(hf);
+  };
+  // A Tessera [out, in] weight stored transposed (GPT-2's Conv1D).
+  auto transposed = [&](const std::string& tessera, const std::string& hf) {
+    if (to_hf) out[hf] = transpose2d(get(tessera));
+    else out[tessera] = transpose2d(get(hf));
+  };
+  const int64_t groups = c.num_query_groups, per_group = c.query_heads_per_group(), d = c.kv_channels;
+  const bool bias = c.add_bias_linear;
+
+  if (f == Family::Gpt2) {
+    rename("embedding.word_embeddings.weight", "transformer.wte.weight");
+    rename("embedding.position_embeddings.weight", "transformer.wpe.weight");
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      const std::string t = layer(i), h = str_cat("transformer.h.", i, ".");
+      for (const char* p : {"weight", "bias"}) {
+        rename(t + "input_layernorm." + p, h + "ln_1." + p);
+        rename(t + "pre_mlp_layernorm." + p, h + "ln_2." + p);
+      }
+      // c_attn: [H, 3H] with columns [Q | K | V]; Tessera's rows interleave them per head.
+      for (const char* p : {"weight", "bias"}) {
+        const std::string tn = t + "self_attention.linear_qkv." + p, hn = h + "attn.c_attn." + p;
+        const bool w = std::string(p) == "weight";
+        if (to_hf) {
+          Qkv x = split_qkv(get(tn), groups, per_group, d);
+          Tensor stacked = concat_rows({x.q, x.k, x.v});
+          out[hn] = w ? transpose2d(stacked) : stacked;
+        } else {
+          Tensor stacked = w ? transpose2d(get(hn)) : get(hn);
+          const int64_t hd = c.num_attention_heads * d;
+          out[tn] = merge_qkv({rows(stacked, 0, hd), rows(stacked, hd, hd), rows(stacked, 2 * hd, hd)}, groups,
+                              per_group, d);
+        }
+      }
+      transposed(t + "self_attention.linear_proj.weight", h + "attn.c_proj.weight");
+      rename(t + "self_attention.linear_proj.bias", h + "attn.c_proj.bias");
+      transposed(t + "mlp.linear_fc1.weight", h + "mlp.c_fc.weight");
+      rename(t + "mlp.linear_fc1.bias", h + "mlp.c_fc.bias");
+      transposed(t + "mlp.linear_fc2.weight", h + "mlp.c_proj.weight");
+      rename(t + "mlp.linear_fc2.bias", h + "mlp.c_proj.bias");
+    }
+    rename("decoder.final_layernorm.weight", "transformer.ln_f.weight");
+    rename("decoder.final_layernorm.bias", "transformer.ln_f.bias");
+    check_all_used(src, used, to_hf);
+    return out;
+  }
+
+  rename("embedding.word_embeddings.weight", "model.embed_tokens.weight");
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string t = layer(i), h = str_cat("model.layers.", i, ".");
+    rename(t + "input_layernorm.weight", h + "input_layernorm.weight");
+    rename(t + "pre_mlp_layernorm.weight", h + "post_attention_layernorm.weight");
+    for (const char* p : {"weight", "bias"}) {
+      if (std::string(p) == "bias" && !bias) continue;
+      const std::string tn = t + "self_attention.linear_qkv." + p;
+      const std::string q = h + "self_attn.q_proj." + p, k = h + "self_attn.k_proj." + p, v = h + "self_attn.v_proj." + p;
+      if (to_hf) {
+        Qkv x = split_qkv(get(tn), groups, per_group, d);
+        out[q] = x.q, out[k] = x.k, out[v] = x.v;
+      } else {
+        out[tn] = merge_qkv({get(q), get(k), get(v)}, groups, per_group, d);
+      }
+      rename(t + "self_attention.linear_proj." + p, h + "self_attn.o_proj." + p);
+      // fc1 is [gate; up].
+      const std::string fc1 = t + "mlp.linear_fc1." + p, gate = h + "mlp.gate_proj." + p, up = h + "mlp.up_proj." + p;
+      if (to_hf) {
+        out[gate] = rows(get(fc1), 0, c.ffn_hidden_size);
+        out[up] = rows(get(fc1), c.ffn_hidden_size, c.ffn_hidden_size);
+      } else {
+        out[fc1] = concat_rows({get(gate), get(up)});
+      }
+      rename(t + "mlp.linear_fc2." + p, h + "mlp.down_proj." + p);
+    }
+  }
+  rename("decoder.final_layernorm.weight", "model.norm.weight");
+  if (c.untie_embeddings_and_output_weights) rename("output_layer.weight", "lm_head.weight");
+  check_all_used(src, used, to_hf);
+  return out;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    TESSERA_CHECK(out.good(), "convert: cannot write ", tmp.string());
+  }
+  fs::rename(tmp, path);
+}
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  TESSERA_CHECK(in.good(), "convert: ", path.string(), " is missing or unreadable");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(str_cat("convert: ", path.string(), " is not valid JSON: ", e.what()));
+  }
+}
+
+Tensor to_fp32(const SafetensorsFile& f, const std::string& name) {
+  Tensor t = f.read(name);
+  if (t.dtype() == DType::F32) return t;
+  TESSERA_CHECK(t.dtype() == DType::BF16, "convert: ", f.path(), ": tensor ", name, " is ", dtype_name(t.dtype()),
+                "; fp32 and bf16 are supported");
+  Tensor out = Tensor::empty(t.shape());
+  const auto* src = static_cast<const uint16_t*>(t.raw());
+  for (int64_t i = 0; i < t.numel(); ++i) out.f32()[i] = bf16_to_fp32(src[i]);
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, Tensor> to_hugging_face_layout(const model::GptConfig& config,
+                                                      const std::map<std::string, Tensor>& tessera) {
+  return map_tensors(config, family_of(config), tessera, /*to_hf=*/true);
+}
+
+void export_hugging_face(const std::string& load_dir, const std::string& out_dir, int64_t max_shard_bytes) {
+  TESSERA_CHECK(max_shard_bytes > 0, "convert: --max-shard-size must be positive");
+  TrainingState state;
+  std::vector<std::pair<std::string, Tensor>> full = load_full_model(load_dir, &state);
+  TESSERA_CHECK(state.args.contains("model"), "convert: checkpoint ", load_dir, " records no model configuration");
+  const model::GptConfig c = model::config_from_json(state.args["model"]);
+  const Family f = family_of(c);
+  TensorMap tessera(full.begin(), full.end());
+  TensorMap hf = map_tensors(c, f, tessera, /*to_hf=*/true);
+
+  // Shards in name order, each up to max_shard_bytes (a tensor larger than that gets a shard alone).
+  std::vector<std::vector<std::pair<std::string, Tensor>>> shards(1);
+  int64_t bytes = 0, total = 0;
+  for (const auto& [name, t] : hf) {
+    int64_t n = static_cast<int64_t>(t.nbytes());
+    if (!shards.back().empty() && bytes + n > max_shard_bytes) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().emplace_back(name, t);
+    bytes += n;
+    total += n;
+  }
+  fs::create_directories(out_dir);
+  const std::map<std::string, std::string> meta{{"format", "pt"}};
+  if (shards.size() == 1) {
+    write_safetensors((fs::path(out_dir) / "model.safetensors").string(), shards[0], meta);
+  } else {
+    json weight_map = json::object();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      write_safetensors((fs::path(out_dir) / name).string(), shards[i], meta);
+      for (const auto& [tensor, t] : shards[i]) weight_map[tensor] = name;
+    }
+    write_text(fs::path(out_dir) / "model.safetensors.index.json",
+               json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
+  }
+  // config.json last: a directory with it is complete.
+  write_text(fs::path(out_dir) / "config.json", hf_config(c, f, state.args).dump(2) + "\n");
+}
+
+void import_hugging_face(const std::string& hf_dir, const std::string& save_dir) {
+  const fs::path dir(hf_dir);
+  const json hf = read_json(dir / "config.json");
+  std::string arch;
+  if (hf.contains("architectures") && hf["architectures"].is_array() && !hf["architectures"].empty() &&
+      hf["architectures"][0].is_string())
+    arch = hf["architectures"][0].get<std::string>();
+  Family f;
+  if (arch == "GPT2LMHeadModel")
+    f = Family::Gpt2;
+  else if (arch == "LlamaForCausalLM")
+    f = Family::Llama;
+  else
+    throw Error(str_cat("convert: ", (dir / "config.json").string(), ": architecture '", arch,
+                        "' is not GPT2LMHeadModel or LlamaForCausalLM"));
+  const model::GptConfig c = tessera_config(hf, f);
+
+  // Every tensor of every shard, by its Hugging Face name.
+  std::vector<std::string> files;
+  if (fs::exists(dir / "model.safetensors.index.json")) {
+    json index = read_json(dir / "model.safetensors.index.json");
+    TESSERA_CHECK(index.contains("weight_map") && index["weight_map"].is_object(), "convert: ",
+                  (dir / "model.safetensors.index.json").string(), " has no weight_map");
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      TESSERA_CHECK(file.is_string() && file.get<std::string>().find('/') == std::string::npos, "convert: ",
+                    "model.safetensors.index.json maps ", name, " to a bad file name");
+      if (std::find(files.begin(), files.end(), file.get<std::string>()) == files.end()) files.push_back(file);
+    }
+  } else {
+    files.push_back("model.safetensors");
+  }
+  TensorMap hf_tensors;
+  for (const std::string& name : files) {
+    SafetensorsFile sf = SafetensorsFile::open((dir / name).string());
+    for (const std::string& t : sf.names()) hf_tensors[t] = to_fp32(sf, t);
+  }
+  TensorMap tessera = map_tensors(c, f, hf_tensors, /*to_hf=*/false);
+
+  json args = hf.contains("tessera_args") && hf["tessera_args"].is_object() ? hf["tessera_args"]
+                                                                               : json{{"model", model::to_json(c)}};
+  TrainingState state{0, 0, 0, 1234, args};
+  save_full_model(save_dir, state, std::vector<std::pair<std::string, Tensor>>(tessera.begin(), tessera.end()));
+}
+
+}  // namespace tessera::ckpt

@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""An independent PyTorch reference for tests/hf_parity.sh.
+
+Runs a Hugging Face model directory (config.json + safetensors, as `tessera convert --saver hf`
+writes it) through plain PyTorch implementations of GPT2LMHeadModel and LlamaForCausalLM, written
+here from the two architectures' definitions (the transformers package is not used), in float64.
+Compares the logits, the mean next-token loss and its gradient with respect to every weight against
+the file `tessera debug-forward` wrote for the same tokens.
+
+usage: hf_reference.py HF_DIR TESSERA_OUT.safetensors TOKENS(comma-separated) [TOLERANCE]
+Exits 1 if any relative difference (Frobenius norm of the difference over that of the reference) is
+above TOLERANCE (default 1e-5).
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I32": torch.int32,
+          "I64": torch.int64}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        buf = bytearray(data[base + b:base + end])
+        t = torch.frombuffer(buf, dtype=DTYPES[e["dtype"]]) if buf else torch.empty(0, dtype=DTYPES[e["dtype"]])
+        out[name] = t.reshape(e["shape"]).clone()
+    return out
+
+
+def read_model(hf_dir):
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        config = json.load(f)
+    index = os.path.join(hf_dir, "model.safetensors.index.json")
+    files = ["model.safetensors"]
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    weights = {}
+    for name in files:
+        weights.update(read_safetensors(os.path.join(hf_dir, name)))
+    return config, {k: v.double().requires_grad_(True) for k, v in weights.items()}
+
+
+def causal_attention(q, k, v):
+    """q [heads, T, d], k/v [heads, T, d] -> [T, heads * d]."""
+    d = q.shape[-1]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+    t = q.shape[1]
+    mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+    scores = scores.masked_fill(mask, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v
+    return out.transpose(0, 1).reshape(t, -1)
+
+
+def gpt2_logits(c, w, ids):
+    """GPT2LMHeadModel: learned positions, pre-LN blocks, Conv1D ([in, out]) weights, tanh GELU, tied."""
+    t = len(ids)
+    nh, h_size = c["n_head"], c["n_embd"]
+    d = h_size // nh
+    eps = c["layer_norm_epsilon"]
+
+    def ln(x, p):
+        return torch.nn.functional.layer_norm(x, (h_size,), w[p + ".weight"], w[p + ".bias"], eps)
+
+    def gelu_new(x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+    h = w["transformer.wte.weight"][ids] + w["transformer.wpe.weight"][torch.arange(t)]
+    for i in range(c["n_layer"]):
+        p = f"transformer.h.{i}."
+        a = ln(h, p + "ln_1")
+        qkv = a @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
+        q, k, v = qkv.split(h_size, dim=-1)
+        q, k, v = (x.reshape(t, nh, d).transpose(0, 1) for x in (q, k, v))
+        h = h + causal_attention(q, k, v) @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        m = ln(h, p + "ln_2")
+        m = gelu_new(m @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
+        h = h + m @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+    h = ln(h, "transformer.ln_f")
+    return h @ w["transformer.wte.weight"].t()
+
+
+def llama_logits(c, w, ids):
+    """LlamaForCausalLM: RMSNorm, rotary (rotate_half) on q and k, grouped-query attention, SwiGLU MLP."""
+    t = len(ids)
+    nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+    d = c.get("head_dim") or c["hidden_size"] // nh
+    eps = c["rms_norm_eps"]
+    bias = c.get("attention_bias", False)
+
+    def rms(x, p):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w[p + ".weight"]
+
+    def linear(x, p, has_bias):
+        y = x @ w[p + ".weight"].t()
+        return y + w[p + ".bias"] if has_bias else y
+
+    inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    freqs = torch.outer(torch.arange(t, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rotate_half(x):
+        x1, x2 = x[..., : d // 2], x[..., d // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def rope(x):  # [heads, T, d]
+        return x * cos + rotate_half(x) * sin
+
+    h = w["model.embed_tokens.weight"][ids]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        a = rms(h, p + "input_layernorm")
+        q = linear(a, p + "self_attn.q_proj", bias).reshape(t, nh, d).transpose(0, 1)
+        k = linear(a, p + "self_attn.k_proj", bias).reshape(t, nkv, d).transpose(0, 1)
+        v = linear(a, p + "self_attn.v_proj", bias).reshape(t, nkv, d).transpose(0, 1)
+        q, k = rope(q), rope(k)
+        rep = nh // nkv  # repeat_kv: query head j uses key/value head j // rep
+        k, v = k.repeat_interleave(rep, dim=0), v.repeat_interleave(rep, dim=0)
+        h = h + linear(causal_attention(q, k, v), p + "self_attn.o_proj", bias)
+        m = rms(h, p + "post_attention_layernorm")
+        mb = c.get("mlp_bias", False)
+        m = torch.nn.functional.silu(linear(m, p + "mlp.gate_proj", mb)) * linear(m, p + "mlp.up_proj", mb)
+        h = h + linear(m, p + "mlp.down_proj", mb)
+    h = rms(h, "model.norm")
+    head = w["model.embed_tokens.weight"] if c.get("tie_word_embeddings", False) else w["lm_head.weight"]
+    return h @ head.t()
+
+
+def main():
+    hf_dir, tessera_out, tokens = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")]
+    tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
+    config, weights = read_model(hf_dir)
+    arch = config["architectures"][0]
+    forward = {"GPT2LMHeadModel": gpt2_logits, "LlamaForCausalLM": llama_logits}[arch]
+    ids, labels = torch.tensor(tokens[:-1]), torch.tensor(tokens[1:])
+    logits = forward(config, weights, ids)
+    loss = torch.nn.functional.cross_entropy(logits, labels)
+    loss.backward()
+
+    got = read_safetensors(tessera_out)
+    worst = 0.0
+    failures = 0
+
+    def compare(name, ours, ref):
+        nonlocal worst, failures
+        ours = ours.double().reshape(ref.shape)
+        rel = ((ours - ref).norm() / max(ref.norm().item(), 1e-30)).item()
+        worst = max(worst, rel)
+        if rel > tol or not math.isfinite(rel):
+            failures += 1
+            print(f"  MISMATCH {name}: relative difference {rel:.3e} > {tol:g}")
+
+    compare("logits", got["logits"], logits.detach())
+    compare("loss", got["loss"], loss.detach().reshape(1))
+    for name, wt in weights.items():
+        key = "grad." + name
+        if key not in got:
+            failures += 1
+            print(f"  MISSING gradient of {name} in {tessera_out}")
+            continue
+        compare(key, got[key], wt.grad)
+    extra = [k for k in got if k.startswith("grad.") and k[5:] not in weights]
+    for k in extra:
+        failures += 1
+        print(f"  EXTRA {k}: no such weight in {hf_dir}")
+    print(f"{arch}: logits, loss and {len(weights)} gradients; worst relative difference {worst:.3e} "
+          f"(tolerance {tol:g}); {failures} failure(s)")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
