@@ -13,5 +13,6 @@ int tokenize_command(const std::vector<std::string>& args);
 int preprocess_command(const std::vector<std::string>& args);
 int merge_datasets_command(const std::vector<std::string>& args);
 int tokenizer_command(const std::vector<std::string>& args);  // `tokenizer train ...`
+int plan_command(const std::vector<std::string>& args);
 
 }  // namespace tessera::apps

@@ -21,7 +21,8 @@ constexpr const char* kUsage =
     "  tokenize          text on stdin to token ids on stdout (--decode: the reverse)\n"
     "  tokenizer train   train a SentencePiece BPE or unigram model on text files\n"
     "  preprocess        jsonl or plain text to Megatron .bin/.idx datasets\n"
-    "  merge-datasets    concatenate .bin/.idx datasets\n";
+    "  merge-datasets    concatenate .bin/.idx datasets\n"
+    "  plan              memory, iteration time and throughput of a run before launching it; --search for layouts\n";
 
 }  // namespace
 
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     if (command == "tokenizer") return tessera::apps::tokenizer_command(args);
     if (command == "preprocess") return tessera::apps::preprocess_command(args);
     if (command == "merge-datasets") return tessera::apps::merge_datasets_command(args);
+    if (command == "plan") return tessera::apps::plan_command(args);
     std::cerr << "tessera: unknown command '" << command << "'\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {
