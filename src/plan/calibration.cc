@@ -16,22 +16,26 @@
 namespace tessera::plan {
 namespace {
 
-// Runs `work` repeatedly (after one warm-up) on every rank at once until `budget` seconds have passed on
-// this rank, and returns the mean seconds per run over the ranks.
+// Runs `work` on every rank at once, as often as fits in `budget` seconds (the same count on every rank,
+// since `work` may be a collective), and returns the mean seconds per run over the ranks.
 template <typename Work>
 double time_per_run(comm::ProcessGroup& world, double budget, Work work) {
+  auto mean_over_ranks = [&](double x, comm::ReduceOp op) {
+    Tensor t = Tensor::zeros({1});
+    t.f32()[0] = static_cast<float>(x);
+    world.all_reduce(t, op);
+    return static_cast<double>(t.f32()[0]) / (op == comm::ReduceOp::Sum ? world.size() : 1);
+  };
+  work();  // warm-up: caches, oneDNN primitives, MPI connections
+  world.barrier();
+  Timer once;
   work();
+  const double slowest = mean_over_ranks(once.seconds(), comm::ReduceOp::Max);
+  const int runs = static_cast<int>(std::clamp(budget / std::max(slowest, 1e-9), 1.0, 1000.0));
   world.barrier();
   Timer timer;
-  int runs = 0;
-  do {
-    work();
-    ++runs;
-  } while (timer.seconds() < budget);
-  Tensor mean = Tensor::zeros({1});
-  mean.f32()[0] = static_cast<float>(timer.seconds() / runs);
-  world.all_reduce(mean);
-  return mean.f32()[0] / world.size();
+  for (int i = 0; i < runs; ++i) work();
+  return mean_over_ranks(timer.seconds() / runs, comm::ReduceOp::Sum);
 }
 
 void fill(Tensor& t, float value) { std::fill(t.f32(), t.f32() + t.numel(), value); }

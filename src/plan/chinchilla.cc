@@ -24,10 +24,15 @@ ComputeOptimal compute_optimal(double compute_flops, const ChinchillaLaw& law) {
 
 model::GptConfig shape_for_parameters(double parameters, const model::GptConfig& base) {
   model::GptConfig c = base;
-  // 12 l h^2 per layer stack with l = h / 128: h = (128 N / 12)^(1/3), rounded to a multiple of 128.
-  const int64_t hidden = std::max<int64_t>(128, std::llround(std::cbrt(128 * parameters / 12) / 128) * 128);
+  // 12 l h^2 per layer stack with l = h / 128: h = (128 N / 12)^(1/3). Heads (of 128 dimensions) and
+  // layers are rounded to multiples of 8 and 4 once that large, so that tensor and pipeline parallelism
+  // have divisors to choose from.
+  auto round_to = [](double x, int64_t multiple) {
+    return x < multiple ? std::max<int64_t>(1, std::llround(x)) : std::llround(x / multiple) * multiple;
+  };
+  const int64_t heads = round_to(std::cbrt(128 * parameters / 12) / 128, 8), hidden = heads * 128;
   c.hidden_size = hidden;
-  c.num_layers = std::max<int64_t>(1, std::llround(parameters / (12.0 * hidden * hidden)));
+  c.num_layers = round_to(parameters / (12.0 * hidden * hidden), 4);
   c.num_attention_heads = hidden / 128;
   c.num_query_groups = c.num_attention_heads;
   c.kv_channels = 128;

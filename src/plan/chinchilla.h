@@ -19,7 +19,8 @@ struct ComputeOptimal {
 ComputeOptimal compute_optimal(double compute_flops, const ChinchillaLaw& law = {});
 
 // A GPT of about `parameters` parameters with the shape of the large published models: head dimension
-// 128, depth = hidden / 128 (GPT-3 175B: 12288 / 96), hidden a multiple of 128. Vocabulary, sequence
+// 128, depth about hidden / 128 (GPT-3 175B: 12288 / 96), heads a multiple of 8 and layers of 4
+// once that large. Vocabulary, sequence
 // length and architecture flags come from `base`.
 model::GptConfig shape_for_parameters(double parameters, const model::GptConfig& base);
 
