@@ -24,7 +24,8 @@ struct GemmShape {
 };
 std::vector<GemmShape> model_gemm_shapes(const model::GptConfig& c, const Layout& l);
 
-// Resident memory of this process now (VmRSS), in bytes; 0 where /proc is missing.
+// Resident memory of this process now (VmRSS) and at its peak (VmHWM), in bytes; 0 where /proc is missing.
 double resident_bytes();
+double peak_resident_bytes();
 
 }  // namespace tessera::plan

@@ -85,6 +85,13 @@ MemoryBreakdown stage_memory(const model::GptConfig& c, const Layout& l, const D
   } else {
     m.activations = in_flight * layers_per_chunk * layer_activation_bytes(c, l);
   }
+  // While a layer's backward runs, its gradients of the same tensors exist besides the saved ones: one
+  // more layer's worth of working memory.
+  {
+    Layout whole = l;
+    whole.recompute = Recompute::None;
+    m.activations += layer_activation_bytes(c, whole);
+  }
   const double s = c.seq_length, b = l.micro_batch_size, h = c.hidden_size, e = l.activation_bytes();
   const double sp = l.sequence_parallel ? l.tp : 1;
   if (stage == 0) {  // the embedding's output and its dropout mask, for each held micro-batch of chunk 0

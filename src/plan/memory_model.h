@@ -1,7 +1,8 @@
 // Per-rank memory of a training run before it is launched: parameters, gradients and optimizer state
 // (Megatron's bytes per parameter, with and without the distributed optimizer), activations with the
 // formulas of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
-// Models") times the micro-batches the pipeline schedule holds at once, and communication buffers.
+// Models") times the micro-batches the pipeline schedule holds at once plus one layer of backward
+// working memory, and communication buffers.
 #pragma once
 
 #include <vector>

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <utility>
 
 #include "ckpt/checkpoint.h"
 #include "core/timer.h"
@@ -225,6 +226,7 @@ void Trainer::train() {
       s.skipped_iterations = skipped_iterations_;
       s.nan_iterations = nan_iterations_;
       if (log_) log_->iteration(s);
+      if (log_ && first_interval_note) say(std::exchange(first_interval_note, nullptr)(s.elapsed_ms_per_iteration));
       interval_loss = 0;
       interval_iters = 0;
       interval_seconds = 0;
