@@ -1,5 +1,6 @@
 // `tessera train`: every rank of the job (or the one process) runs this.
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -35,11 +36,12 @@ std::string plan_note(const train::TrainArguments& a, double measured_ms) try {
   l.precision = plan::Precision::Fp32;
   l.flash_attention = true;
   const plan::Plan p = plan::make_plan(a.model, l, cluster, {});
-  const double predicted_ms = p.time.total() * 1e3, measured_peak = plan::peak_resident_bytes();
+  auto one_decimal = [](double x) { return std::round(x * 10) / 10; };
   return str_cat(" plan (", have_file ? calibrated : "uncalibrated cpu; run tessera plan --calibrate here",
-                 "): elapsed time per iteration (ms): predicted ", predicted_ms, ", measured ", measured_ms,
-                 " | peak memory per rank (MiB): predicted ", p.peak_memory() / (1 << 20), ", measured (peak RSS) ",
-                 measured_peak / (1 << 20));
+                 "): elapsed time per iteration (ms): predicted ", one_decimal(p.time.total() * 1e3), ", measured ",
+                 one_decimal(measured_ms), " | peak memory per rank (MiB): predicted ",
+                 one_decimal(p.peak_memory() / (1 << 20)), ", measured (peak RSS) ",
+                 one_decimal(plan::peak_resident_bytes() / (1 << 20)));
 } catch (const std::exception& e) {
   return str_cat(" plan: no prediction (", e.what(), ")");
 }

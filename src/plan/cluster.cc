@@ -40,7 +40,7 @@ const std::vector<DeviceSpec>& builtin_devices() {
     d.push_back({"H200", 989 * TFLOPS, 0.70, 141 * GiB, 4800 * GB * 0.85, 360 * GB, 8e-6, 50 * GB, 10e-6, 8,
                  2.0 * GiB, {}, 0});
     // A small x86 machine: a guess to be replaced by `tessera plan --calibrate`.
-    d.push_back({"cpu", 100e9, 0.8, 16 * GiB, 10 * GB, 5 * GB, 5e-6, 1 * GB, 50e-6, 1, 0.5 * GiB, {}, 0});
+    d.push_back({"cpu", 100e9, 0.8, 16 * GiB, 10 * GB, 5 * GB, 5e-6, 1 * GB, 50e-6, 1, 64.0 * (1 << 20), {}, 0});
     return d;
   }();
   return devices;
