@@ -1,4 +1,5 @@
 // `tessera train`: every rank of the job (or the one process) runs this.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -33,6 +34,10 @@ std::string plan_note(const train::TrainArguments& a, double measured_ms) try {
   l.micro_batch_size = a.micro_batch_size;
   l.global_batch_size = a.global_batch_size;
   l.overlap_grad_reduce = a.overlap_grad_reduce;
+  l.virtual_stages = static_cast<int>(a.virtual_pipeline_size);
+  if (a.recompute_granularity == "full") l.recompute = plan::Recompute::Full;
+  if (a.recompute_granularity == "selective" || a.recompute_activations) l.recompute = plan::Recompute::Selective;
+  l.recompute_num_layers = static_cast<int>(std::max<int64_t>(1, a.recompute_num_layers));
   l.precision = plan::Precision::Fp32;
   l.flash_attention = true;
   const plan::Plan p = plan::make_plan(a.model, l, cluster, {});

@@ -74,7 +74,22 @@ class MpiWork : public Work {
   void wait() override {
     if (done_) return;
     MPI_Status status;
-    int rc = complete(&status);
+    finish(complete(&status), status);
+  }
+
+  bool test() override {
+    if (done_) return true;
+    MPI_Status status;
+    int flag = 0;
+    int rc = MPI_Test(&request_, &flag, &status);
+    if (rc == MPI_SUCCESS && !flag) return false;
+    finish(rc, status);
+    return true;
+  }
+
+ private:
+  // Releases the buffers and reports a failure or a short message.
+  void finish(int rc, MPI_Status& status) {
     done_ = true;
     global_collective_log().mark_done(log_id_);
     buffers_.clear();
@@ -87,7 +102,6 @@ class MpiWork : public Work {
     }
   }
 
- private:
   // MPI_Wait, or with a timeout set, MPI_Test in a loop that ends the job when the time is up.
   int complete(MPI_Status* status) {
     const std::chrono::seconds timeout = collective_timeout();

@@ -64,6 +64,7 @@ namespace {
 class CompletedWork : public Work {
  public:
   void wait() override {}
+  bool test() override { return true; }
 };
 
 WorkHandle completed() { return std::make_unique<CompletedWork>(); }

@@ -14,11 +14,13 @@ namespace tessera::comm {
 
 enum class ReduceOp { Sum, Max };
 
-// An operation in flight. wait() blocks until it completes (and rethrows its failure).
+// An operation in flight. wait() blocks until it completes (and rethrows its failure); test() returns
+// whether it has completed, without blocking (and then rethrows its failure like wait()).
 class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  virtual bool test() = 0;
 };
 using WorkHandle = std::unique_ptr<Work>;
 

@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -43,6 +44,14 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
+namespace {
+std::atomic<int64_t> live_tensor_bytes{0}, peak_tensor_bytes{0};
+}  // namespace
+
+int64_t TensorMemory::live_bytes() { return live_tensor_bytes.load(); }
+int64_t TensorMemory::peak_bytes() { return peak_tensor_bytes.load(); }
+void TensorMemory::reset_peak() { peak_tensor_bytes.store(live_tensor_bytes.load()); }
+
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   TESSERA_CHECK(device.type == DeviceType::CPU, "Storage: device ", device.str(),
                 " is not available in this build");
@@ -50,9 +59,15 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   data_ = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
   TESSERA_CHECK(data_ != nullptr, "out of memory allocating ", bytes, " bytes");
+  int64_t live = live_tensor_bytes += static_cast<int64_t>(bytes);
+  for (int64_t peak = peak_tensor_bytes.load(); live > peak && !peak_tensor_bytes.compare_exchange_weak(peak, live);) {
+  }
 }
 
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() {
+  std::free(data_);
+  live_tensor_bytes -= static_cast<int64_t>(bytes_);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) TESSERA_CHECK(d >= 0, "Tensor::empty: negative dimension in ", shape_str(shape));

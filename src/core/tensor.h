@@ -18,6 +18,14 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& shape);  // "[2, 3, 4]"
 int64_t shape_numel(const Shape& shape);
 
+// The bytes held by all tensor storages of the process now, and the most held at once since the last
+// reset: Tessera's own allocator accounting for the memory report (more precise than RSS).
+struct TensorMemory {
+  static int64_t live_bytes();
+  static int64_t peak_bytes();
+  static void reset_peak();  // the peak restarts from the live bytes
+};
+
 class Storage {
  public:
   Storage(size_t bytes, Device device);

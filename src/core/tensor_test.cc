@@ -86,3 +86,25 @@ TEST(Philox, NormalHasUnitMoments) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(TensorMemory, CountsLiveAndPeakBytes) {
+  const int64_t before = TensorMemory::live_bytes();
+  TensorMemory::reset_peak();
+  {
+    Tensor a = Tensor::empty({1000});  // 4000 bytes
+    Tensor view = a.narrow(0, 10);     // a view allocates nothing
+    EXPECT_EQ(TensorMemory::live_bytes(), before + 4000);
+    Tensor b = Tensor::empty({500}, DType::I64);
+    EXPECT_EQ(TensorMemory::live_bytes(), before + 8000);
+  }
+  EXPECT_EQ(TensorMemory::live_bytes(), before);
+  EXPECT_EQ(TensorMemory::peak_bytes(), before + 8000);
+  TensorMemory::reset_peak();
+  EXPECT_EQ(TensorMemory::peak_bytes(), before);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -39,26 +39,48 @@ ParameterSpec vocab_parallel_spec(const std::string& name, const GptConfig& c,
 
 }  // namespace
 
-GptModel::GptModel(const GptConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp)
-    : config_(config), tp_(tp) {
+int64_t GptActivations::layer_bytes() const {
+  int64_t total = 0;
+  for (const LayerActivations& l : layers) total += l.bytes();
+  return total;
+}
+
+GptModel::GptModel(const GptConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp,
+                   const ModelChunk& chunk)
+    : config_(config), tp_(tp), chunk_(chunk) {
   const GptConfig& c = config_;
+  if (chunk_.num_layers < 0) chunk_.num_layers = c.num_layers - chunk_.first_layer;
+  TESSERA_CHECK(chunk_.first_layer >= 0 && chunk_.first_layer + chunk_.num_layers <= c.num_layers,
+                "model chunk of layers [", chunk_.first_layer, ", ", chunk_.first_layer + chunk_.num_layers,
+                ") is outside the model's ", c.num_layers, " layers");
   TESSERA_CHECK(c.padded_vocab_size % tp.size() == 0, "padded vocabulary ", c.padded_vocab_size,
                 " does not split over ", tp.size(), " tensor-parallel ranks");
   vocab_local_ = c.padded_vocab_size / tp.size();
   vocab_begin_ = tp.rank() * vocab_local_;
-  word_embeddings_ = params.add(vocab_parallel_spec("embedding.word_embeddings.weight", c, tp));
-  if (c.position_embedding == PositionEmbedding::LearnedAbsolute)
-    position_embeddings_ = params.add({"embedding.position_embeddings.weight",
-                                       {c.max_position_embeddings, c.hidden_size}, Init::Normal, c.init_method_std,
-                                       true});
-  for (int64_t l = 1; l <= c.num_layers; ++l) {
-    layer_offsets_.push_back(params.numel());
-    layers_.push_back(std::make_unique<TransformerLayer>(config_, l, params, tp));
+  first_offset_ = params.numel();
+  if (chunk_.pre_process) {
+    word_embeddings_ = params.add(vocab_parallel_spec("embedding.word_embeddings.weight", c, tp));
+    if (c.position_embedding == PositionEmbedding::LearnedAbsolute)
+      position_embeddings_ = params.add({"embedding.position_embeddings.weight",
+                                         {c.max_position_embeddings, c.hidden_size}, Init::Normal,
+                                         c.init_method_std, true});
   }
+  for (int64_t l = chunk_.first_layer; l < chunk_.first_layer + chunk_.num_layers; ++l) {
+    layer_offsets_.push_back(params.numel());
+    layers_.push_back(std::make_unique<TransformerLayer>(config_, l + 1, params, tp));
+  }
+  if (!chunk_.post_process) return;
   final_norm_offset_ = params.numel();
   final_norm_ = std::make_unique<Norm>(params, "decoder.final_layernorm", config_, tp.sequence_parallel);
-  if (c.untie_embeddings_and_output_weights)
+  if (c.untie_embeddings_and_output_weights) {
     output_layer_ = params.add(vocab_parallel_spec("output_layer.weight", c, tp));
+  } else if (!chunk_.pre_process) {
+    // Same name, so the same initial values as the first stage's; gradients are summed over the
+    // embedding group so the two copies stay equal.
+    ParameterSpec copy = vocab_parallel_spec("embedding.word_embeddings.weight", c, tp);
+    copy.tied_copy = true;
+    word_embeddings_ = params.add(copy);
+  }
 }
 
 const float* GptModel::output_weight() const {
@@ -84,7 +106,21 @@ Tensor GptModel::embed(GptActivations& rec, const ForwardContext& ctx) const {
   return x;
 }
 
-double GptModel::forward(const MicroBatch& batch, const ForwardContext& context, GptActivations& rec) const {
+double GptModel::forward(const MicroBatch& batch, const ForwardContext& ctx, GptActivations& rec) const {
+  TESSERA_CHECK(chunk_.pre_process && chunk_.post_process, "GptModel::forward needs the whole model; this "
+                "object holds a pipeline chunk (use forward_chunk)");
+  double loss = 0;
+  forward_chunk(batch, Tensor(), ctx, rec, &loss);
+  return loss;
+}
+
+void GptModel::backward(GptActivations& rec, const ForwardContext& ctx, float grad_scale,
+                        const std::function<void(int64_t)>& grads_final_from) const {
+  backward_chunk(rec, Tensor(), ctx, grad_scale, grads_final_from);
+}
+
+Tensor GptModel::forward_chunk(const MicroBatch& batch, const Tensor& input, const ForwardContext& context,
+                               GptActivations& rec, double* loss_sum) const {
   const GptConfig& c = config_;
   rec.doc_start = batch.doc_start;
   ForwardContext ctx = context;
@@ -92,26 +128,46 @@ double GptModel::forward(const MicroBatch& batch, const ForwardContext& context,
   TESSERA_CHECK(batch.tokens.dim(0) == ctx.batch && batch.tokens.dim(1) == ctx.seq, "GptModel::forward: tokens ",
                 shape_str(batch.tokens.shape()), " do not match [batch, seq] = [", ctx.batch, ", ", ctx.seq, "]");
   const int64_t rows = ctx.seq * ctx.batch;
-  rec.tokens = to_seq_major(batch.tokens);
+  rec.positions = batch.positions.defined() ? to_seq_major(batch.positions) : Tensor::empty({ctx.seq, ctx.batch}, DType::I32);
+  if (!batch.positions.defined())
+    for (int64_t t = 0; t < rows; ++t) rec.positions.i32()[t] = static_cast<int32_t>(t / ctx.batch);
+  Tensor x;
+  if (chunk_.pre_process) {
+    rec.tokens = to_seq_major(batch.tokens);
+    for (int64_t t = 0; t < rows; ++t) {
+      int32_t tok = rec.tokens.i32()[t];
+      TESSERA_CHECK(tok >= 0 && tok < c.vocab_size, "token id ", tok, " is outside the vocabulary [0, ",
+                    c.vocab_size, ")");
+    }
+    x = embed(rec, ctx);
+  } else {
+    const int64_t local_rows = tp_.sequence_parallel ? rows / tp_.size() : rows;
+    TESSERA_CHECK(input.defined() && input.shape() == Shape({local_rows, c.hidden_size}),
+                  "GptModel::forward_chunk: the input activation is ",
+                  input.defined() ? shape_str(input.shape()) : "missing", ", expected [", local_rows, ", ",
+                  c.hidden_size, "]");
+    x = input;
+  }
+  rec.layers.resize(layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const int64_t group = recompute_group_start(static_cast<int64_t>(l));
+    if (group < 0) {
+      x = layers_[l]->forward(x, rec.positions.i32(), ctx, rec.layers[l]);
+      continue;
+    }
+    if (group == static_cast<int64_t>(l)) rec.layers[l].input = x;  // all that the group keeps
+    LayerActivations discarded;
+    x = layers_[l]->forward(x, rec.positions.i32(), ctx, discarded);
+  }
+  if (!chunk_.post_process) return x;
+
   rec.labels = to_seq_major(batch.labels);
   rec.loss_mask = to_seq_major(batch.loss_mask);
-  if (batch.positions.defined()) {
-    rec.positions = to_seq_major(batch.positions);
-  } else {
-    rec.positions = Tensor::empty({ctx.seq, ctx.batch}, DType::I32);
-    for (int64_t t = 0; t < rows; ++t) rec.positions.i32()[t] = static_cast<int32_t>(t / ctx.batch);
-  }
   for (int64_t t = 0; t < rows; ++t) {
-    int32_t tok = rec.tokens.i32()[t], label = rec.labels.i32()[t];
-    TESSERA_CHECK(tok >= 0 && tok < c.vocab_size && label >= 0 && label < c.vocab_size, "token id ",
-                  (tok >= 0 && tok < c.vocab_size) ? label : tok, " is outside the vocabulary [0, ", c.vocab_size, ")");
+    int32_t label = rec.labels.i32()[t];
+    TESSERA_CHECK(label >= 0 && label < c.vocab_size, "label id ", label, " is outside the vocabulary [0, ",
+                  c.vocab_size, ")");
   }
-
-  Tensor x = embed(rec, ctx);
-  rec.embedded = x;
-  rec.layers.resize(layers_.size());
-  for (size_t l = 0; l < layers_.size(); ++l) x = layers_[l]->forward(x, rec.positions.i32(), ctx, rec.layers[l]);
-
   rec.final_input = x;
   final_norm_->forward(x, rec.final_ln, rec.final_mean, rec.final_rstd);
   // Output layer: this rank's vocabulary shard of the logits from the full final activation.
@@ -145,11 +201,12 @@ double GptModel::forward(const MicroBatch& batch, const ForwardContext& context,
     rec.lse.f32()[t] = lse;
     total += static_cast<double>(lse - target.f32()[t]) * rec.loss_mask.f32()[t];
   }
-  return total;
+  *loss_sum += total;
+  return Tensor();
 }
 
-void GptModel::backward(GptActivations& rec, const ForwardContext& context, float grad_scale,
-                        const std::function<void(int64_t)>& grads_final_from) const {
+Tensor GptModel::backward_chunk(GptActivations& rec, const Tensor& doutput, const ForwardContext& context,
+                                float grad_scale, const std::function<void(int64_t)>& grads_final_from) const {
   ForwardContext ctx = context;
   ctx.doc_start = rec.doc_start.defined() ? rec.doc_start.i32() : nullptr;
   auto final_from = [&](int64_t offset) {
@@ -157,40 +214,56 @@ void GptModel::backward(GptActivations& rec, const ForwardContext& context, floa
   };
   const GptConfig& c = config_;
   const int64_t rows = ctx.seq * ctx.batch;
-  Tensor dloss = Tensor::empty({rows});
-  for (int64_t t = 0; t < rows; ++t) dloss.f32()[t] = grad_scale * rec.loss_mask.f32()[t];
-  kernels::cross_entropy_backward(rec.logits.f32(), rec.labels.i32(), rec.lse.f32(), dloss.f32(), rows, vocab_local_,
-                                  vocab_begin_);
-  const float* dlogits = rec.logits.f32();
+  Tensor dx;
+  if (chunk_.post_process) {
+    Tensor dloss = Tensor::empty({rows});
+    for (int64_t t = 0; t < rows; ++t) dloss.f32()[t] = grad_scale * rec.loss_mask.f32()[t];
+    kernels::cross_entropy_backward(rec.logits.f32(), rec.labels.i32(), rec.lse.f32(), dloss.f32(), rows,
+                                    vocab_local_, vocab_begin_);
+    const float* dlogits = rec.logits.f32();
 
-  // d final_ln = dlogits W (a partial sum over vocabulary shards); dW += dlogits^T final_ln.
-  Tensor full = parallel::gather_to_tensor_parallel(rec.final_ln, tp_);
-  Tensor dfinal = Tensor::empty({rows, c.hidden_size});
-  kernels::GemmArgs g;
-  g.m = rows, g.n = c.hidden_size, g.k = vocab_local_;
-  g.a = dlogits, g.lda = vocab_local_;
-  g.b = output_weight(), g.ldb = c.hidden_size;
-  g.c = dfinal.f32(), g.ldc = c.hidden_size;
-  kernels::gemm(g);
-  kernels::GemmArgs gw;
-  gw.trans_a = kernels::Trans::T;
-  gw.m = vocab_local_, gw.n = c.hidden_size, gw.k = rows;
-  gw.a = dlogits, gw.lda = vocab_local_;
-  gw.b = full.f32(), gw.ldb = c.hidden_size;
-  gw.c = output_weight_grad(), gw.ldc = c.hidden_size;
-  gw.beta = 1.0f;
-  kernels::gemm(gw);
-  rec.logits = Tensor();
-  full = Tensor();
-  dfinal = parallel::reduce_to_input(dfinal, tp_);
+    // d final_ln = dlogits W (a partial sum over vocabulary shards); dW += dlogits^T final_ln.
+    Tensor full = parallel::gather_to_tensor_parallel(rec.final_ln, tp_);
+    Tensor dfinal = Tensor::empty({rows, c.hidden_size});
+    kernels::GemmArgs g;
+    g.m = rows, g.n = c.hidden_size, g.k = vocab_local_;
+    g.a = dlogits, g.lda = vocab_local_;
+    g.b = output_weight(), g.ldb = c.hidden_size;
+    g.c = dfinal.f32(), g.ldc = c.hidden_size;
+    kernels::gemm(g);
+    kernels::GemmArgs gw;
+    gw.trans_a = kernels::Trans::T;
+    gw.m = vocab_local_, gw.n = c.hidden_size, gw.k = rows;
+    gw.a = dlogits, gw.lda = vocab_local_;
+    gw.b = full.f32(), gw.ldb = c.hidden_size;
+    gw.c = output_weight_grad(), gw.ldc = c.hidden_size;
+    gw.beta = 1.0f;
+    kernels::gemm(gw);
+    rec.logits = Tensor();
+    full = Tensor();
+    dfinal = parallel::reduce_to_input(dfinal, tp_);
 
-  Tensor dx = Tensor::zeros(rec.final_input.shape());
-  final_norm_->backward(dfinal, rec.final_input, rec.final_mean, rec.final_rstd, dx);
-  final_from(final_norm_offset_);  // and the untied output layer above it
+    dx = Tensor::zeros(rec.final_input.shape());
+    final_norm_->backward(dfinal, rec.final_input, rec.final_mean, rec.final_rstd, dx);
+    final_from(final_norm_offset_);  // and the output layer (or tied copy) above it
+  } else {
+    dx = doutput;
+  }
   for (size_t l = layers_.size(); l-- > 0;) {
+    const int64_t group = recompute_group_start(static_cast<int64_t>(l));
+    if (group >= 0 && (l + 1 == layers_.size() || recompute_group_start(static_cast<int64_t>(l) + 1) != group)) {
+      // Entering a recomputed group from its last layer: run its forward again from the kept input.
+      Tensor y = rec.layers[group].input;
+      for (size_t j = static_cast<size_t>(group); j <= l; ++j)
+        y = layers_[j]->forward(y, rec.positions.i32(), ctx, rec.layers[j]);
+    }
     dx = layers_[l]->backward(dx, rec.positions.i32(), ctx, rec.layers[l]);
     rec.layers[l] = LayerActivations();  // free as we go
     final_from(layer_offsets_[l]);
+  }
+  if (!chunk_.pre_process) {
+    final_from(first_offset_);
+    return dx;
   }
 
   if (ctx.training && c.hidden_dropout > 0.0f)
@@ -203,7 +276,20 @@ void GptModel::backward(GptActivations& rec, const ForwardContext& context, floa
   kernels::embedding_backward(rec.tokens.i32(), rec.positions.i32(), dfull.f32(), word_embeddings_->grad.f32(),
                               position_embeddings_ ? position_embeddings_->grad.f32() : nullptr, rows,
                               c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
-  final_from(0);
+  final_from(first_offset_);
+  return Tensor();
+}
+
+int64_t GptModel::recompute_group_start(int64_t l) const {
+  switch (recompute_.method) {
+    case RecomputeMethod::None:
+      return -1;
+    case RecomputeMethod::Uniform:
+      return l / recompute_.num_layers * recompute_.num_layers;
+    case RecomputeMethod::Block:
+      return l < recompute_.num_layers ? l : -1;
+  }
+  return -1;
 }
 
 DecodeState GptModel::start_decoding(int64_t capacity) const {
@@ -213,6 +299,11 @@ DecodeState GptModel::start_decoding(int64_t capacity) const {
 }
 
 Tensor GptModel::next_token_logits(const std::vector<int32_t>& tokens, DecodeState& state) const {
+  TESSERA_CHECK(chunk_.pre_process && chunk_.post_process, "next_token_logits needs the whole model");
+  return decode_chunk(tokens, Tensor(), state);
+}
+
+Tensor GptModel::decode_chunk(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const {
   const GptConfig& c = config_;
   const int64_t n = static_cast<int64_t>(tokens.size());
   TESSERA_CHECK(n > 0, "next_token_logits: no tokens");
@@ -222,16 +313,26 @@ Tensor GptModel::next_token_logits(const std::vector<int32_t>& tokens, DecodeSta
                   " is outside the vocabulary [0, ", c.vocab_size, ")");
     positions[i] = static_cast<int32_t>(state.length + i);
   }
-  TESSERA_CHECK(position_embeddings_ == nullptr || state.length + n <= c.max_position_embeddings, "sequence of ",
-                state.length + n, " tokens is longer than --max-position-embeddings=", c.max_position_embeddings);
-  Tensor x = Tensor::empty({n, c.hidden_size});
-  const float* wpe = position_embeddings_ && tp_.rank() == 0 ? position_embeddings_->value.f32() : nullptr;
-  kernels::embedding_forward(tokens.data(), positions.data(), word_embeddings_->value.f32(), wpe, x.f32(), n,
-                             c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
-  parallel::all_reduce_sum(x, *tp_.group);
+  TESSERA_CHECK(c.position_embedding != PositionEmbedding::LearnedAbsolute ||
+                    state.length + n <= c.max_position_embeddings,
+                "sequence of ", state.length + n, " tokens is longer than --max-position-embeddings=",
+                c.max_position_embeddings);
+  Tensor x;
+  if (chunk_.pre_process) {
+    x = Tensor::empty({n, c.hidden_size});
+    const float* wpe = position_embeddings_ && tp_.rank() == 0 ? position_embeddings_->value.f32() : nullptr;
+    kernels::embedding_forward(tokens.data(), positions.data(), word_embeddings_->value.f32(), wpe, x.f32(), n,
+                               c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
+    parallel::all_reduce_sum(x, *tp_.group);
+  } else {
+    TESSERA_CHECK(input.defined() && input.shape() == Shape({n, c.hidden_size}), "decode_chunk: the input is ",
+                  input.defined() ? shape_str(input.shape()) : "missing", ", expected [", n, ", ", c.hidden_size, "]");
+    x = input;
+  }
   for (size_t l = 0; l < layers_.size(); ++l)
     x = layers_[l]->forward_incremental(x, positions.data(), state.length, state.layers[l]);
   state.length += n;
+  if (!chunk_.post_process) return x;
 
   // Only the last position's logits are needed.
   Tensor last = x.narrow(n - 1, 1), ln, mean, rstd;

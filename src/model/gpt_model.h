@@ -26,10 +26,11 @@ struct MicroBatch {
 struct GptActivations {
   Tensor tokens, labels, loss_mask, positions;  // [seq, batch] layout (row t = s * batch + b)
   Tensor doc_start;                             // [batch, seq] as given, or undefined
-  Tensor embedded;
-  std::vector<LayerActivations> layers;
+  std::vector<LayerActivations> layers;  // a recomputed layer keeps only its group's input (on the first)
   Tensor final_input, final_ln, final_mean, final_rstd;
   Tensor logits, lse;  // logits [T, padded vocab / tp] of this rank's vocabulary shard
+
+  int64_t layer_bytes() const;  // held by the transformer layers' records
 };
 
 // The key/value caches of every layer for incrementally decoding one sequence.
@@ -38,17 +39,44 @@ struct DecodeState {
   int64_t length = 0;  // tokens fed so far
 };
 
+// Activation recomputation (Megatron's --recompute-granularity full with --recompute-method and
+// --recompute-num-layers): the layers of a recomputed group keep only the group's input in forward and
+// run their forward again in backward. Dropout masks are Philox values keyed by coordinates, so the
+// recomputed forward is identical. (Selective recomputation of the core attention is what the tiled
+// attention kernel always does: the seq x seq probabilities are never stored.)
+enum class RecomputeMethod { None, Uniform, Block };
+struct Recompute {
+  RecomputeMethod method = RecomputeMethod::None;
+  // Uniform: groups of this many consecutive layers of each chunk, each group keeping one input.
+  // Block: the first this-many layers of each chunk are recomputed, one layer at a time.
+  int64_t num_layers = 1;
+};
+
+// The part of the model one GptModel object holds (Megatron's pre_process / post_process): a range of
+// layers, with the embedding when it is the model's first chunk and the final norm, output layer and
+// loss when it is the last. Pipeline parallelism gives each rank one or more chunks.
+struct ModelChunk {
+  int64_t first_layer = 0;  // 0-based global layer number
+  int64_t num_layers = -1;  // -1: all layers from first_layer on
+  bool pre_process = true, post_process = true;
+};
+
 class GptModel {
  public:
   // Declares the parameters in `params` (allocate them before the first forward). With a tensor group
   // of several ranks, this rank's model holds its shard of every split layer (Megatron's tensor
   // parallelism) and the vocabulary is split too (vocab-parallel embedding and cross-entropy).
+  // A last chunk without the embedding holds its own copy of the tied word embedding (tied_copy).
   GptModel(const GptConfig& config, ParameterSet& params,
-           const parallel::TensorParallelContext& tp = parallel::TensorParallelContext::single_process());
+           const parallel::TensorParallelContext& tp = parallel::TensorParallelContext::single_process(),
+           const ModelChunk& chunk = {});
 
   const GptConfig& config() const { return config_; }
+  const ModelChunk& chunk() const { return chunk_; }
+  void set_recompute(const Recompute& r) { recompute_ = r; }
 
-  // Returns the sum over tokens of loss * loss_mask; fills `rec` for backward.
+  // The whole model (a chunk that is both first and last): returns the sum over tokens of
+  // loss * loss_mask and fills `rec` for backward.
   double forward(const MicroBatch& batch, const ForwardContext& ctx, GptActivations& rec) const;
   // Accumulates gradients of (grad_scale * sum of masked per-token losses) into the parameters' grads.
   // Consumes `rec` (its logits become dlogits). grads_final_from(offset), when given, is called as the
@@ -57,20 +85,40 @@ class GptModel {
   void backward(GptActivations& rec, const ForwardContext& ctx, float grad_scale,
                 const std::function<void(int64_t)>& grads_final_from = {}) const;
 
+  // One chunk's forward: from batch.tokens on the first chunk, else from `input` (the previous chunk's
+  // output, [T (/tp under sequence parallelism), hidden]). Returns the output activation, or on the last
+  // chunk an undefined tensor, adding the masked loss sum to *loss_sum.
+  Tensor forward_chunk(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx,
+                       GptActivations& rec, double* loss_sum) const;
+  // One chunk's backward from the gradient of its output (ignored on the last chunk, which starts from
+  // the loss); returns the gradient of its input (undefined on the first chunk).
+  Tensor backward_chunk(GptActivations& rec, const Tensor& doutput, const ForwardContext& ctx, float grad_scale,
+                        const std::function<void(int64_t)>& grads_final_from = {}) const;
+
   // Incremental decoding (inference, no sequence parallelism): an empty state for up to `capacity`
   // tokens, and the logits over the (padded) vocabulary after feeding the next tokens of the sequence.
   DecodeState start_decoding(int64_t capacity) const;
   Tensor next_token_logits(const std::vector<int32_t>& tokens, DecodeState& state) const;
+  // The same through one pipeline chunk: the first chunk embeds `tokens`, the others take the previous
+  // chunk's hidden states `input` [n, hidden] (every chunk needs `tokens` for their positions). Returns
+  // the hidden states for the next chunk, or on the last chunk the last position's logits.
+  Tensor decode_chunk(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const;
 
  private:
   Tensor embed(GptActivations& rec, const ForwardContext& ctx) const;
+  // The first layer (chunk-local index) of the recomputed group that layer l belongs to, or -1 when l
+  // keeps its activations.
+  int64_t recompute_group_start(int64_t l) const;
   const float* output_weight() const;
   float* output_weight_grad() const;
 
   GptConfig config_;
   const parallel::TensorParallelContext& tp_;
+  ModelChunk chunk_;
+  Recompute recompute_;
   int64_t vocab_begin_, vocab_local_;  // this rank's vocabulary shard
-  Parameter* word_embeddings_;
+  int64_t first_offset_ = 0;           // flat offset of this chunk's first parameter
+  Parameter* word_embeddings_ = nullptr;  // or its tied copy on a last chunk
   Parameter* position_embeddings_ = nullptr;
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
   std::vector<int64_t> layer_offsets_;  // flat offset of each layer's first parameter

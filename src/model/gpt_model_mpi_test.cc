@@ -7,6 +7,7 @@
 #include "comm/mpi_test_main.h"
 #include "comm/parallel_state.h"
 #include "core/philox.h"
+#include "model/activation_memory.h"
 #include "model/gpt_model.h"
 #include "parallel/grad_buckets.h"
 
@@ -132,6 +133,37 @@ TEST_P(LayoutEquivalence, EveryLayoutMatchesTheSingleProcessModel) {
     }
   }
   EXPECT_GT(layouts, 0);
+}
+
+// The bytes the layer records hold after a forward match the activation-memory formulas (within 10%) for
+// every tensor/sequence-parallel layout and recomputation setting.
+TEST_P(LayoutEquivalence, ActivationBytesMatchTheFormulas) {
+  GptConfig c = config(GetParam());
+  c.num_layers = 4;
+  auto world = comm::make_mpi_world_group();
+  const int n = world->size();
+  for (int tp : {1, 2, 4, 8}) {
+    if (n % tp != 0 || c.num_query_groups % tp != 0) continue;
+    comm::ParallelState state(*world, {n, tp, 1});
+    for (bool sp : {false, true}) {
+      if (sp && (tp == 1 || c.seq_length % tp != 0)) continue;
+      for (Recompute r : {Recompute{}, Recompute{RecomputeMethod::Uniform, 2}, Recompute{RecomputeMethod::Block, 1}}) {
+        SCOPED_TRACE(str_cat("tp=", tp, sp ? " sequence-parallel" : "", " recompute ", static_cast<int>(r.method)));
+        parallel::TensorParallelContext ctx_tp{&state.tensor_group(), sp};
+        ParameterSet params;
+        GptModel model(c, params, ctx_tp);
+        model.set_recompute(r);
+        params.allocate(1);
+        MicroBatch mb = sample_batch(c, 0, kMicroBatch);
+        ForwardContext ctx{5, 3, 0, true, c.seq_length, kMicroBatch};
+        GptActivations rec;
+        model.forward(mb, ctx, rec);
+        const double predicted = chunk_record_bytes(c, {kMicroBatch, c.seq_length, tp, sp}, c.num_layers, r);
+        EXPECT_NEAR(static_cast<double>(rec.layer_bytes()), predicted, 0.1 * predicted);
+        model.backward(rec, ctx, 1.0f);
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LayoutEquivalence,

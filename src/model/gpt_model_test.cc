@@ -240,3 +240,128 @@ TEST(GptModel, MegatronFlopsFormula) {
 
 }  // namespace
 }  // namespace tessera::model
+
+namespace tessera::model {
+namespace {
+
+// A model cut into pipeline chunks (each with its own parameters, as on separate ranks) computes the
+// whole model's loss and gradients when the chunks pass activations forward and gradients back; the
+// tied embedding's gradient is split between the first chunk and the last chunk's copy.
+void check_chunks_match_whole_model(bool llama_style) {
+  GptConfig c = tiny_config(llama_style);
+  c.num_layers = 3;
+  ParameterSet whole_params;
+  GptModel whole(c, whole_params);
+  whole_params.allocate(42);
+  const int64_t batch = 2;
+  MicroBatch mb = random_batch(c, batch, 5);
+  ForwardContext ctx = context(c, batch, true);
+  GptActivations whole_rec;
+  const double whole_loss = whole.forward(mb, ctx, whole_rec);
+  whole.backward(whole_rec, ctx, 0.5f);
+
+  const std::vector<ModelChunk> cuts{{0, 1, true, false}, {1, 1, false, false}, {2, 1, false, true}};
+  std::vector<ParameterSet> params(cuts.size());
+  std::vector<std::unique_ptr<GptModel>> chunks;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    chunks.push_back(std::make_unique<GptModel>(c, params[i], parallel::TensorParallelContext::single_process(),
+                                                cuts[i]));
+    params[i].allocate(42);
+  }
+  std::vector<GptActivations> recs(cuts.size());
+  Tensor x;
+  double loss = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) x = chunks[i]->forward_chunk(mb, x, ctx, recs[i], &loss);
+  EXPECT_FALSE(x.defined());
+  EXPECT_NEAR(loss, whole_loss, 1e-6 * std::abs(whole_loss));
+  Tensor dx;
+  for (size_t i = chunks.size(); i-- > 0;) dx = chunks[i]->backward_chunk(recs[i], dx, ctx, 0.5f);
+  EXPECT_FALSE(dx.defined());
+
+  // Every parameter of every chunk has the whole model's value and gradient (tied: the sum of both).
+  int tied_copies = 0;
+  for (ParameterSet& set : params)
+    for (Parameter& p : set.params()) {
+      SCOPED_TRACE(p.spec.name);
+      Parameter& ref = whole_params.get(p.spec.name);
+      for (int64_t i = 0; i < p.value.numel(); ++i) ASSERT_EQ(p.value.f32()[i], ref.value.f32()[i]);
+      Tensor grad = p.grad.clone();
+      if (p.spec.name == "embedding.word_embeddings.weight" && !c.untie_embeddings_and_output_weights) {
+        Parameter& other = (p.spec.tied_copy ? params.front() : params.back()).get(p.spec.name);
+        for (int64_t i = 0; i < grad.numel(); ++i) grad.f32()[i] += other.grad.f32()[i];
+        tied_copies += p.spec.tied_copy;
+      }
+      for (int64_t i = 0; i < grad.numel(); ++i)
+        ASSERT_NEAR(grad.f32()[i], ref.grad.f32()[i], 1e-5f * (std::abs(ref.grad.f32()[i]) + 1e-3f)) << i;
+    }
+  EXPECT_EQ(tied_copies, c.untie_embeddings_and_output_weights ? 0 : 1);
+
+  // Incremental decoding through the chunks gives the whole model's logits, step after step.
+  DecodeState whole_state = whole.start_decoding(c.seq_length);
+  std::vector<DecodeState> states;
+  for (auto& chunk : chunks) states.push_back(chunk->start_decoding(c.seq_length));
+  for (const std::vector<int32_t>& step : {std::vector<int32_t>{1, 5, 2}, std::vector<int32_t>{7}}) {
+    Tensor expected = whole.next_token_logits(step, whole_state);
+    Tensor h;
+    for (size_t i = 0; i < chunks.size(); ++i) h = chunks[i]->decode_chunk(step, h, states[i]);
+    ASSERT_EQ(h.shape(), expected.shape());
+    for (int64_t i = 0; i < h.numel(); ++i) ASSERT_EQ(h.f32()[i], expected.f32()[i]) << i;
+  }
+}
+
+TEST(GptModelChunks, Gpt2StyleChunksMatchTheWholeModel) { check_chunks_match_whole_model(false); }
+TEST(GptModelChunks, LlamaStyleChunksMatchTheWholeModel) { check_chunks_match_whole_model(true); }
+
+}  // namespace
+}  // namespace tessera::model
+
+namespace tessera::model {
+namespace {
+
+// Full recomputation, uniform or block, gives bit-identical losses and gradients (Philox dropout masks
+// are regenerated identically) and keeps only each recomputed group's input.
+TEST(GptModelRecompute, UniformAndBlockRecomputationAreExactAndKeepOnlyGroupInputs) {
+  for (bool llama_style : {false, true}) {
+    GptConfig c = tiny_config(llama_style);
+    c.num_layers = 4;
+    const int64_t batch = 2;
+    MicroBatch mb = random_batch(c, batch, 9);
+    ForwardContext ctx = context(c, batch, true);
+    auto run = [&](Recompute r, int64_t* layer_bytes) {
+      ParameterSet params;
+      GptModel model(c, params);
+      model.set_recompute(r);
+      params.allocate(3);
+      GptActivations rec;
+      double loss = model.forward(mb, ctx, rec);
+      *layer_bytes = rec.layer_bytes();
+      model.backward(rec, ctx, 0.25f);
+      std::vector<float> grads(params.grads().f32(), params.grads().f32() + params.numel());
+      grads.push_back(static_cast<float>(loss));
+      return grads;
+    };
+    int64_t stored = 0, bytes = 0;
+    std::vector<float> reference = run({}, &stored);
+    const int64_t input_bytes = c.seq_length * batch * c.hidden_size * 4;
+    const int64_t per_layer = stored / c.num_layers;
+    struct Case {
+      Recompute r;
+      int64_t expected_bytes;
+    };
+    for (const Case& k : {Case{{RecomputeMethod::Uniform, 1}, 4 * input_bytes},
+                          Case{{RecomputeMethod::Uniform, 2}, 2 * input_bytes},
+                          Case{{RecomputeMethod::Uniform, 3}, 2 * input_bytes},  // groups {0,1,2} {3}
+                          Case{{RecomputeMethod::Block, 1}, input_bytes + 3 * per_layer},
+                          Case{{RecomputeMethod::Block, 4}, 4 * input_bytes}}) {
+      SCOPED_TRACE(str_cat(llama_style ? "llama " : "gpt2 ", k.r.method == RecomputeMethod::Block ? "block " : "uniform ",
+                           k.r.num_layers));
+      std::vector<float> got = run(k.r, &bytes);
+      EXPECT_EQ(bytes, k.expected_bytes);
+      ASSERT_EQ(got.size(), reference.size());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], reference[i]) << "element " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::model

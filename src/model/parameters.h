@@ -39,6 +39,9 @@ struct ParameterSpec {
   // Replicated across the tensor group but computed on sequence-parallel shards, so each rank's gradient
   // is a partial sum that must be all-reduced over the tensor group (norms, row-parallel biases).
   bool sequence_parallel_grad = false;
+  // The last pipeline stage's copy of the tied word embedding: initialised like the original, its
+  // gradient summed with the first stage's, and left out of gradient norms and checkpoints.
+  bool tied_copy = false;
 
   Shape global_shape() const;  // the full tensor's shape
 };

@@ -98,6 +98,14 @@ void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx
     kernels::dropout_forward(x.f32(), x.f32(), config_.hidden_dropout, ctx.seed, stream, region);
 }
 
+int64_t LayerActivations::bytes() const {
+  int64_t total = 0;
+  for (const Tensor* t : {&input, &ln1, &ln1_mean, &ln1_rstd, &q, &k, &v, &attn, &lse, &residual, &ln2, &ln2_mean,
+                          &ln2_rstd, &fc1, &act})
+    if (t->defined()) total += static_cast<int64_t>(t->nbytes());
+  return total;
+}
+
 namespace {
 kernels::AttentionShape attention_shape(const ForwardContext& ctx, int64_t heads, int64_t groups, int64_t d) {
   return {ctx.seq, ctx.batch, heads, groups, d, ctx.doc_start};

@@ -19,6 +19,8 @@ struct LayerActivations {
   Tensor residual;  // h
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor fc1, act;
+
+  int64_t bytes() const;  // of every tensor held (each is its own allocation)
 };
 
 // One layer's keys and values for incremental decoding of one sequence: [capacity, query groups on this

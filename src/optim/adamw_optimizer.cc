@@ -7,8 +7,9 @@
 namespace tessera::optim {
 
 AdamWOptimizer::AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& config,
-                               comm::ProcessGroup* model_parallel_group)
-    : params_(params), config_(config), model_parallel_group_(model_parallel_group) {
+                               comm::ProcessGroup* model_parallel_group, bool counts_replicated)
+    : params_(params), config_(config), model_parallel_group_(model_parallel_group),
+      counts_replicated_(counts_replicated) {
   TESSERA_CHECK(params.allocated(), "AdamWOptimizer: parameters are not allocated");
   exp_avg_ = Tensor::zeros({params.numel()});
   exp_avg_sq_ = Tensor::zeros({params.numel()});
@@ -19,7 +20,7 @@ double AdamWOptimizer::grad_norm() const {
   if (single) return std::sqrt(kernels::sum_of_squares(params_.grads().f32(), params_.numel()));
   double sum = 0;
   for (const model::Parameter& p : params_.params())
-    if (p.spec.sharding.sharded() || model_parallel_group_->rank() == 0)
+    if (!p.spec.tied_copy && (p.spec.sharding.sharded() || counts_replicated_))
       sum += kernels::sum_of_squares(p.grad.f32(), p.grad.numel());
   Tensor total = Tensor::empty({1});
   total.f32()[0] = static_cast<float>(sum);

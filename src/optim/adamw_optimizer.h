@@ -19,11 +19,13 @@ struct StepResult {
 
 class AdamWOptimizer {
  public:
-  // model_parallel_group: the ranks that hold the other shards of this model replica (the tensor group
-  // today); the gradient norm is taken over all of them, counting replicated parameters once (on
-  // group rank 0). Null for a single process.
+  // model_parallel_group: the ranks that hold the other parts of this model replica (tensor x pipeline);
+  // the gradient norm is taken over all of them. Parameters replicated over the tensor group are counted
+  // only where counts_replicated (tensor rank 0), and the tied embedding's copy on the last pipeline
+  // stage not at all, as Megatron's param_is_not_tensor_parallel_duplicate / param_is_not_shared.
+  // Null group: a single process.
   AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& config,
-                 comm::ProcessGroup* model_parallel_group = nullptr);
+                 comm::ProcessGroup* model_parallel_group = nullptr, bool counts_replicated = true);
 
   // The global L2 norm of the gradients over every shard of the model.
   double grad_norm() const;
@@ -33,6 +35,7 @@ class AdamWOptimizer {
 
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
+  int64_t state_bytes() const { return static_cast<int64_t>(exp_avg_.nbytes() + exp_avg_sq_.nbytes()); }
   const Tensor& exp_avg() const { return exp_avg_; }
   const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
 
@@ -40,6 +43,7 @@ class AdamWOptimizer {
   model::ParameterSet& params_;
   AdamWConfig config_;
   comm::ProcessGroup* model_parallel_group_;
+  bool counts_replicated_;
   Tensor exp_avg_, exp_avg_sq_;  // same flat layout as the parameters
   int64_t steps_ = 0;
 };

@@ -54,7 +54,17 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   m->add_option("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by, "Pad the vocabulary to a multiple of this");
   m->add_option("--tensor-model-parallel-size", a.tensor_model_parallel_size, "Tensor-parallel size");
   m->add_option("--pipeline-model-parallel-size", a.pipeline_model_parallel_size, "Pipeline-parallel size");
+  m->add_option("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
+                "Layers per model chunk of the interleaved schedule");
+  m->add_option("--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
+                "Model chunks per pipeline rank of the interleaved schedule");
   m->add_flag("--sequence-parallel", a.sequence_parallel, "Shard norms, dropout and residuals along the sequence");
+  m->add_option("--recompute-granularity", a.recompute_granularity,
+                "full: recompute whole layers in backward; selective: only the core attention");
+  m->add_option("--recompute-method", a.recompute_method,
+                "uniform: groups of --recompute-num-layers layers; block: the first --recompute-num-layers layers");
+  m->add_option("--recompute-num-layers", a.recompute_num_layers, "Layers per group (uniform) or recomputed (block)");
+  m->add_flag("--recompute-activations", a.recompute_activations, "Same as --recompute-granularity selective");
   m->add_option("--ddp-bucket-size", a.ddp_bucket_size, "Elements per data-parallel gradient bucket");
   m->add_flag("--overlap-grad-reduce", a.overlap_grad_reduce,
               "Start each bucket's all-reduce during the last micro-batch's backward");
@@ -97,6 +107,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   t->add_option("--log-interval", a.log_interval, "Iterations between log lines");
 
   auto* l = app.add_option_group("logging and checkpoints");
+  l->add_option("--max-nan-iterations", a.max_nan_iterations,
+                "Stop after this many consecutive iterations with a non-finite loss or gradient norm");
   l->add_option("--log-dir", a.log_dir, "Write metrics as JSON lines to DIR/metrics.jsonl");
   l->add_option("--tensorboard-dir", a.tensorboard_dir, "Write TensorBoard event files here");
   l->add_option("--save", a.save, "Checkpoint directory to save to");
@@ -126,8 +138,32 @@ void finalize(TrainArguments& a) {
   // Layout.
   const int64_t tp = a.tensor_model_parallel_size;
   require_positive("--tensor-model-parallel-size", tp);
-  require(a.pipeline_model_parallel_size == 1, "--pipeline-model-parallel-size", a.pipeline_model_parallel_size,
-          "pipeline parallelism is not implemented yet; use 1");
+  const int64_t pp = a.pipeline_model_parallel_size;
+  require_positive("--pipeline-model-parallel-size", pp);
+  require(a.num_layers % pp == 0, "--num-layers", a.num_layers,
+          str_cat("must be divisible by --pipeline-model-parallel-size=", pp));
+  require(a.num_layers_per_virtual_pipeline_stage == 0 || a.num_virtual_stages_per_pipeline_rank == 0,
+          "--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
+          "cannot be combined with --num-virtual-stages-per-pipeline-rank");
+  require(a.num_layers_per_virtual_pipeline_stage >= 0, "--num-layers-per-virtual-pipeline-stage",
+          a.num_layers_per_virtual_pipeline_stage, "must be positive");
+  require(a.num_virtual_stages_per_pipeline_rank >= 0, "--num-virtual-stages-per-pipeline-rank",
+          a.num_virtual_stages_per_pipeline_rank, "must be positive");
+  a.virtual_pipeline_size = 1;
+  if (a.num_layers_per_virtual_pipeline_stage > 0) {
+    require((a.num_layers / pp) % a.num_layers_per_virtual_pipeline_stage == 0,
+            "--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
+            str_cat("must divide the ", a.num_layers / pp, " layers of each pipeline stage"));
+    a.virtual_pipeline_size = a.num_layers / pp / a.num_layers_per_virtual_pipeline_stage;
+  } else if (a.num_virtual_stages_per_pipeline_rank > 0) {
+    require((a.num_layers / pp) % a.num_virtual_stages_per_pipeline_rank == 0,
+            "--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
+            str_cat("must divide the ", a.num_layers / pp, " layers of each pipeline stage"));
+    a.virtual_pipeline_size = a.num_virtual_stages_per_pipeline_rank;
+  }
+  require(a.virtual_pipeline_size == 1 || pp > 1, "--num-layers-per-virtual-pipeline-stage",
+          a.num_layers_per_virtual_pipeline_stage,
+          "the interleaved schedule needs --pipeline-model-parallel-size > 1");
   require(a.world_size % (tp * a.pipeline_model_parallel_size) == 0, "--tensor-model-parallel-size", tp,
           str_cat("x --pipeline-model-parallel-size=", a.pipeline_model_parallel_size,
                   " must divide the number of ranks (", a.world_size, ")"));
@@ -136,6 +172,31 @@ void finalize(TrainArguments& a) {
   require(!a.sequence_parallel || a.seq_length % tp == 0, "--seq-length", a.seq_length,
           str_cat("must be divisible by --tensor-model-parallel-size=", tp, " with --sequence-parallel"));
   require_positive("--ddp-bucket-size", a.ddp_bucket_size);
+  // Recomputation.
+  if (a.recompute_activations) {
+    require(a.recompute_granularity.empty() || a.recompute_granularity == "selective", "--recompute-activations",
+            "true", str_cat("contradicts --recompute-granularity=", a.recompute_granularity));
+    a.recompute_granularity = "selective";
+  }
+  require(a.recompute_granularity.empty() || a.recompute_granularity == "full" ||
+              a.recompute_granularity == "selective",
+          "--recompute-granularity", a.recompute_granularity, "must be full or selective");
+  if (a.recompute_granularity == "full") {
+    require(a.recompute_method == "uniform" || a.recompute_method == "block", "--recompute-method",
+            a.recompute_method.empty() ? "(none)" : a.recompute_method,
+            "must be uniform or block with --recompute-granularity full");
+    if (a.recompute_num_layers == 0) a.recompute_num_layers = 1;
+    const int64_t chunk_layers = a.num_layers / pp / std::max<int64_t>(a.virtual_pipeline_size, 1);
+    require(a.recompute_num_layers >= 1 && a.recompute_num_layers <= chunk_layers, "--recompute-num-layers",
+            a.recompute_num_layers, str_cat("must be in [1, ", chunk_layers, "] (the layers of one model chunk)"));
+    a.recompute = {a.recompute_method == "uniform" ? model::RecomputeMethod::Uniform : model::RecomputeMethod::Block,
+                   a.recompute_num_layers};
+  } else {
+    require(a.recompute_method.empty(), "--recompute-method", a.recompute_method,
+            "needs --recompute-granularity full");
+    require(a.recompute_num_layers == 0, "--recompute-num-layers", a.recompute_num_layers,
+            "needs --recompute-granularity full");
+  }
   require_positive("--distributed-timeout-minutes", a.distributed_timeout_minutes);
   if (a.kv_channels == 0) {
     require(a.hidden_size % a.num_attention_heads == 0, "--hidden-size", a.hidden_size,
@@ -224,6 +285,7 @@ void finalize(TrainArguments& a) {
   require_positive("--eval-interval", a.eval_interval);
   require(a.eval_iters >= 0, "--eval-iters", a.eval_iters, "must be >= 0");
   require_positive("--log-interval", a.log_interval);
+  require_positive("--max-nan-iterations", a.max_nan_iterations);
   require(a.save_interval >= 0, "--save-interval", a.save_interval, "must be >= 0");
   require(a.save_interval == 0 || !a.save.empty(), "--save-interval", a.save_interval, "needs --save DIR");
 
@@ -254,6 +316,10 @@ void finalize(TrainArguments& a) {
   a.lr_schedule = {a.lr, a.min_lr, a.lr_warmup_iters, a.lr_decay_iters, optim::parse_lr_decay_style(a.lr_decay_style)};
   a.adam = {a.weight_decay, a.adam_beta1, a.adam_beta2, a.adam_eps, a.clip_grad};
   a.num_micro_batches = a.global_batch_size / (a.micro_batch_size * a.data_parallel_size());
+  require(a.virtual_pipeline_size == 1 || a.num_micro_batches % pp == 0, "--global-batch-size", a.global_batch_size,
+          str_cat("gives ", a.num_micro_batches, " micro-batches per pipeline (global batch / (micro batch x "
+                  "data-parallel size)); the interleaved schedule needs a multiple of "
+                  "--pipeline-model-parallel-size=", pp));
 }
 
 }  // namespace tessera::train

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/gpt_model.h"
 #include "optim/adamw_optimizer.h"
 #include "optim/lr_scheduler.h"
 
@@ -27,7 +28,13 @@ struct TrainArguments {
   float hidden_dropout = 0.1f, attention_dropout = 0.1f, init_method_std = 0.02f;
   int64_t make_vocab_size_divisible_by = 128;
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
+  // Interleaved 1F1B: either flag gives the model chunks per pipeline rank (0: not set).
+  int64_t num_layers_per_virtual_pipeline_stage = 0, num_virtual_stages_per_pipeline_rank = 0;
   bool sequence_parallel = false;
+  // Activation recomputation, as Megatron: granularity "" (none), "full" or "selective".
+  std::string recompute_granularity, recompute_method;
+  bool recompute_activations = false;  // = --recompute-granularity selective
+  int64_t recompute_num_layers = 0;
   int64_t ddp_bucket_size = 40000000;  // elements, as Megatron's default
   bool overlap_grad_reduce = false;
   int64_t distributed_timeout_minutes = 10;
@@ -50,6 +57,7 @@ struct TrainArguments {
   float clip_grad = 1.0f;
   uint64_t seed = 1234;
   int64_t eval_interval = 1000, eval_iters = 100, log_interval = 100;
+  int64_t max_nan_iterations = 3;  // consecutive iterations with a non-finite loss or grad norm before stopping
 
   // Logging and checkpoints.
   std::string log_dir, tensorboard_dir, save, load;
@@ -63,6 +71,10 @@ struct TrainArguments {
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adam;
   int64_t num_micro_batches = 0;   // per data-parallel rank
+  int64_t virtual_pipeline_size = 1;  // model chunks per pipeline rank
+  model::Recompute recompute;         // what the model chunks recompute in backward
+  // Testing hook, not a flag: the gradients are made NaN at these iterations (1-based).
+  std::vector<int64_t> inject_nan_at_iterations;
   int64_t world_size = 1;
   int64_t data_parallel_size() const { return world_size / (tensor_model_parallel_size * pipeline_model_parallel_size); }
 };

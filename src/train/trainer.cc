@@ -1,7 +1,10 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <iostream>
+#include <map>
 #include <utility>
 
 #include "ckpt/checkpoint.h"
@@ -21,6 +24,8 @@ nlohmann::json arguments_json(const TrainArguments& a) {
           {"data_path", a.data_path},
           {"split", a.split},
           {"tensor_model_parallel_size", a.tensor_model_parallel_size},
+          {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
+          {"virtual_pipeline_model_parallel_size", a.virtual_pipeline_size},
           {"micro_batch_size", a.micro_batch_size},
           {"global_batch_size", a.global_batch_size},
           {"train_iters", a.train_iters},
@@ -49,13 +54,34 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   }
 
   build_datasets();
-  model_ = std::make_unique<model::GptModel>(args_.model, params_, tp_);
+  // This rank's chunks of the model: Megatron's layer ranges for (pipeline rank, virtual stage).
+  const int stage = state_->coordinates().pp;
+  schedule_ = {static_cast<int>(args_.pipeline_model_parallel_size), static_cast<int>(args_.num_micro_batches),
+               static_cast<int>(args_.virtual_pipeline_size)};
+  pipeline::validate_schedule(schedule_);
+  pipeline::validate_layer_split(static_cast<int>(args_.num_layers), schedule_);
+  for (int k = 0; k < schedule_.chunks; ++k) {
+    pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(args_.num_layers), schedule_, {stage, k});
+    model::ModelChunk chunk{layers.first, layers.count, pipeline::is_first_chunk(schedule_, {stage, k}),
+                            pipeline::is_last_chunk(schedule_, {stage, k})};
+    chunks_.push_back(std::make_unique<model::GptModel>(args_.model, params_, tp_, chunk));
+    chunks_.back()->set_recompute(args_.recompute);
+  }
   params_.allocate(args_.seed);
-  optimizer_ = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam, &state_->model_parallel_group());
+  if (schedule_.stages > 1) {
+    const int64_t rows = args_.seq_length * args_.micro_batch_size / (tp_.sequence_parallel ? tp_.size() : 1);
+    p2p_ = std::make_unique<pipeline::PipelineP2P>(state_->pipeline_group(), schedule_,
+                                                   Shape{rows, args_.hidden_size},
+                                                   tp_.sequence_parallel ? nullptr : tp_.group);
+  }
+  optimizer_ = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam, &state_->model_parallel_group(),
+                                                       state_->coordinates().tp == 0);
   buckets_ = std::make_unique<parallel::GradBuckets>(params_.grads(), args_.ddp_bucket_size, state_->data_group());
   comm::RankCoordinates rc = state_->coordinates();
   say(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", rc.tp, ", ", rc.pp,
               "): ", params_.numel()));
+  memory_ = predict_memory(args_, schedule_, stage, params_.numel());
+  say(memory_report(args_, memory_));
 
   if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
     bool load_optim = !args_.no_load_optim && !args_.finetune;
@@ -114,17 +140,64 @@ model::MicroBatch Trainer::micro_batch(const data::TokenDataset& data, int64_t f
                           batch_options_);
 }
 
-void Trainer::data_parallel_sum(std::vector<float>& values) const {
-  comm::ProcessGroup& dp = state_->data_group();
-  if (dp.size() == 1) return;
+namespace {
+
+void group_sum(comm::ProcessGroup& group, std::vector<float>& values) {
+  if (group.size() == 1) return;
   Tensor t = Tensor::empty({static_cast<int64_t>(values.size())});
   std::copy(values.begin(), values.end(), t.f32());
-  dp.all_reduce(t);
+  group.all_reduce(t);
   std::copy(t.f32(), t.f32() + t.numel(), values.begin());
 }
 
+}  // namespace
+
+void Trainer::data_parallel_sum(std::vector<float>& values) const { group_sum(state_->data_group(), values); }
+void Trainer::pipeline_sum(std::vector<float>& values) const { group_sum(state_->pipeline_group(), values); }
+
+double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale) {
+  const int stage = state_->coordinates().pp;
+  pipeline::ScheduleShape shape = schedule_;
+  shape.micro_batches = static_cast<int>(batches.size());
+  std::vector<pipeline::Op> ops = pipeline::build_schedule(shape, stage, /*forward_only=*/!training);
+  // The activation records of the (micro-batch, chunk) pairs between their forward and backward.
+  std::map<std::pair<int, int>, model::GptActivations> records;
+  double loss_sum = 0;
+  auto context = [&](int m) {
+    return model::ForwardContext{args_.seed, training ? iteration_ + 1 : iteration_, batches[m].sample_offset,
+                                 training, args_.seq_length, args_.micro_batch_size};
+  };
+  pipeline::StageCallbacks callbacks;
+  callbacks.forward = [&](int m, int chunk, const Tensor& input) {
+    model::GptActivations& rec = records[{m, chunk}];
+    peak_live_activations_ = std::max(peak_live_activations_, static_cast<int>(records.size()));
+    Tensor out = chunks_[chunk]->forward_chunk(batches[m], input, context(m), rec, &loss_sum);
+    if (!training) {
+      records.erase({m, chunk});
+      return out;
+    }
+    live_activation_bytes_ += rec.layer_bytes();
+    peak_activation_bytes_ = std::max(peak_activation_bytes_, live_activation_bytes_);
+    return out;
+  };
+  callbacks.backward = [&](int m, int chunk, const Tensor& grad_output) {
+    // During each chunk's last backward, gradient buckets start their data-parallel all-reduce as soon
+    // as they are final.
+    bool overlap = args_.overlap_grad_reduce && m + 1 == shape.micro_batches;
+    auto it = records.find({m, chunk});
+    live_activation_bytes_ -= it->second.layer_bytes();
+    Tensor grad_input = chunks_[chunk]->backward_chunk(
+        it->second, grad_output, context(m), grad_scale,
+        overlap ? [this](int64_t first) { buckets_->mark_final_from(first); } : std::function<void(int64_t)>());
+    records.erase(it);
+    return grad_input;
+  };
+  pipeline::run_schedule(ops, p2p_.get(), callbacks, times_);
+  TESSERA_CHECK(records.empty(), "pipeline schedule left ", records.size(), " activation records behind");
+  return loss_sum;
+}
+
 double Trainer::train_step(float lr, optim::StepResult& step) {
-  const int64_t mbs = args_.micro_batch_size, seq = args_.seq_length;
   std::vector<model::MicroBatch> batches;
   std::vector<float> global_tokens(1, 0.0f);  // loss-counted tokens of the whole global batch
   for (int64_t m = 0; m < args_.num_micro_batches; ++m) {
@@ -139,21 +212,16 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   // ranks) is then the gradient of the mean whatever the split.
   const float grad_scale = tokens > 0 ? static_cast<float>(1.0 / tokens) : 0.0f;
   params_.zero_grad();
-  double loss_sum = 0;
-  for (size_t m = 0; m < batches.size(); ++m) {
-    const model::MicroBatch& mb = batches[m];
-    model::ForwardContext ctx{args_.seed, iteration_ + 1, mb.sample_offset, true, seq, mbs};
-    model::GptActivations rec;
-    loss_sum += model_->forward(mb, ctx, rec);
-    // During the last micro-batch's backward each gradient bucket can start its data-parallel
-    // all-reduce as soon as it is final.
-    bool overlap = args_.overlap_grad_reduce && m + 1 == batches.size();
-    model_->backward(rec, ctx, grad_scale, overlap ? [this](int64_t first) { buckets_->mark_final_from(first); }
-                                                   : std::function<void(int64_t)>());
-  }
+  std::vector<float> loss{static_cast<float>(run_micro_batches(batches, true, grad_scale))};
+  for (int64_t at : args_.inject_nan_at_iterations)
+    if (at == iteration_ + 1) params_.grads().f32()[0] = std::nanf("");
+  Timer reduce;
   finalize_gradients();
+  reduce_seconds_ += reduce.seconds();
+  Timer optimizer;
   step = optimizer_->step(lr);
-  std::vector<float> loss{static_cast<float>(loss_sum)};
+  optimizer_seconds_ += optimizer.seconds();
+  pipeline_sum(loss);
   data_parallel_sum(loss);
   return tokens > 0 ? loss[0] / tokens : 0.0;
 }
@@ -164,30 +232,112 @@ void Trainer::finalize_gradients() {
   if (tp_.sequence_parallel && tp_.size() > 1)
     for (const model::Parameter& p : params_.params())
       if (p.spec.sequence_parallel_grad) tp_.group->all_reduce(p.grad);
+  // The first and last pipeline stages each hold the tied word embedding: sum their gradients.
+  if (schedule_.stages > 1 && !args_.untie_embeddings_and_output_weights)
+    if (comm::ProcessGroup* embedding = state_->embedding_group())
+      embedding->all_reduce(params_.get("embedding.word_embeddings.weight").grad);
 }
 
 double Trainer::evaluate() {
-  const int64_t mbs = args_.micro_batch_size, seq = args_.seq_length;
-  std::vector<float> loss_and_tokens(2, 0.0f);
   // The same validation samples every time, so evaluations are comparable along a run.
+  std::vector<model::MicroBatch> batches;
+  std::vector<float> loss_and_tokens(2, 0.0f);
   for (int64_t m = 0; m < args_.eval_iters * args_.num_micro_batches; ++m) {
-    model::MicroBatch mb = micro_batch(*valid_data_, 0, m);
-    model::ForwardContext ctx{args_.seed, iteration_, mb.sample_offset, false, seq, mbs};
-    model::GptActivations rec;
-    loss_and_tokens[0] += static_cast<float>(model_->forward(mb, ctx, rec));
-    for (int64_t i = 0; i < mb.loss_mask.numel(); ++i) loss_and_tokens[1] += mb.loss_mask.f32()[i];
+    batches.push_back(micro_batch(*valid_data_, 0, m));
+    for (int64_t i = 0; i < batches.back().loss_mask.numel(); ++i) loss_and_tokens[1] += batches.back().loss_mask.f32()[i];
   }
+  pipeline::PipelineTimes saved = times_;  // evaluation is not part of the training timers
+  loss_and_tokens[0] = static_cast<float>(run_micro_batches(batches, false, 0.0f));
+  times_ = saved;
+  std::vector<float> loss{loss_and_tokens[0]};
+  pipeline_sum(loss);
+  loss_and_tokens[0] = loss[0];
   data_parallel_sum(loss_and_tokens);
   return loss_and_tokens[1] > 0 ? loss_and_tokens[0] / loss_and_tokens[1] : 0.0;
 }
 
 void Trainer::save() {
+  // Checkpoint files are named by tensor rank only until the checkpoint layer learns pipeline ranks.
+  TESSERA_CHECK(schedule_.stages == 1, "--save with --pipeline-model-parallel-size > 1 is not supported yet");
   ckpt::TrainingState state{iteration_, consumed_samples_, skipped_iterations_, args_.seed, arguments_json(args_)};
   Timer t;
   comm::RankCoordinates rc = state_->coordinates();
   ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(), {rc.tp, rc.dp, world_});
   say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
                      static_cast<int>(t.seconds() * 1000), " ms)"));
+}
+
+void Trainer::log_timers(int64_t iterations) {
+  const double per_iteration_ms = 1000.0 / static_cast<double>(std::max<int64_t>(iterations, 1));
+  const pipeline::PipelineTimes& t = times_;
+  const int stage = state_->coordinates().pp;
+  enum { kForward, kBackward, kP2p, kReduce, kOptimizer, kBubble, kPeak, kStage, kActivations, kActivationsTheory,
+         kAllTensors, kFields };
+  Tensor mine = Tensor::empty({kFields});
+  float* v = mine.f32();
+  v[kForward] = static_cast<float>(t.forward * per_iteration_ms);
+  v[kBackward] = static_cast<float>(t.backward * per_iteration_ms);
+  v[kP2p] = static_cast<float>(t.p2p_wait * per_iteration_ms);
+  v[kReduce] = static_cast<float>(reduce_seconds_ * per_iteration_ms);
+  v[kOptimizer] = static_cast<float>(optimizer_seconds_ * per_iteration_ms);
+  v[kBubble] = static_cast<float>(t.bubble_fraction());
+  v[kPeak] = static_cast<float>(peak_live_activations_);
+  v[kStage] = static_cast<float>(stage);
+  v[kActivations] = static_cast<float>(peak_activation_bytes_);
+  v[kActivationsTheory] = static_cast<float>(memory_.activations);
+  v[kAllTensors] = static_cast<float>(TensorMemory::peak_bytes());
+  times_ = {};
+  peak_activation_bytes_ = live_activation_bytes_;
+  TensorMemory::reset_peak();
+  reduce_seconds_ = optimizer_seconds_ = 0;
+  peak_live_activations_ = 0;
+  Tensor all = Tensor::empty({world_->size() * kFields});
+  world_->all_gather(mine, all);
+  if (!log_) return;
+
+  // Megatron's timers: each as (min, max) over ranks, in ms per iteration.
+  auto min_max = [&](int field) {
+    float lo = all.f32()[field], hi = lo;
+    for (int r = 1; r < world_->size(); ++r) {
+      lo = std::min(lo, all.f32()[r * kFields + field]);
+      hi = std::max(hi, all.f32()[r * kFields + field]);
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "(%.1f, %.1f)", lo, hi);
+    return std::string(buf);
+  };
+  say(str_cat("    timers (ms per iteration, min and max over ranks): forward-compute ", min_max(kForward),
+              " | backward-compute ", min_max(kBackward), " | pipeline-p2p-wait ", min_max(kP2p),
+              " | grads-reduce ", min_max(kReduce), " | optimizer ", min_max(kOptimizer)));
+  // Memory of world rank 0, and the largest over ranks of what differs between them.
+  auto max_over_ranks = [&](int field) {
+    float hi = 0;
+    for (int r = 0; r < world_->size(); ++r) hi = std::max(hi, all.f32()[r * kFields + field]);
+    return static_cast<double>(hi);
+  };
+  say(str_cat("    memory (MB): parameters ", megabytes(static_cast<double>(params_.values().nbytes())),
+              " | gradients ", megabytes(static_cast<double>(params_.grads().nbytes())), " | optimizer state ",
+              megabytes(static_cast<double>(optimizer_->state_bytes())),
+              " | activations peak (max over ranks) ", megabytes(max_over_ranks(kActivations)), " (theory ",
+              megabytes(max_over_ranks(kActivationsTheory)), ") | all tensors peak (max over ranks) ",
+              megabytes(max_over_ranks(kAllTensors))));
+  if (schedule_.stages == 1) return;
+  // The bubble as (schedule time - compute) / compute, averaged over ranks, beside (p - 1) / (v m); and
+  // each stage's most activation records held at once beside the schedule's maximum.
+  double bubble = 0;
+  std::vector<int> peak(schedule_.stages, 0);
+  for (int r = 0; r < world_->size(); ++r) {
+    bubble += all.f32()[r * kFields + kBubble] / world_->size();
+    int s = static_cast<int>(all.f32()[r * kFields + kStage]);
+    peak[s] = std::max(peak[s], static_cast<int>(all.f32()[r * kFields + kPeak]));
+  }
+  std::string held;
+  for (int s = 0; s < schedule_.stages; ++s)
+    held += str_cat(s ? " " : "", peak[s], "/", pipeline::theoretical_peak_in_flight(schedule_, s));
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "    pipeline bubble: measured %.3f, theory (p-1)/(v*m) = %.3f | ", bubble,
+                pipeline::theoretical_bubble_fraction(schedule_));
+  say(str_cat(buf, "activations held per stage (measured/schedule max): ", held));
 }
 
 void Trainer::train() {
@@ -206,7 +356,18 @@ void Trainer::train() {
     consumed_samples_ += args_.global_batch_size;
     losses_.push_back(loss);
     if (step.skipped) ++skipped_iterations_;
-    if (!std::isfinite(loss) || !std::isfinite(step.grad_norm)) ++nan_iterations_;
+    if (!std::isfinite(loss) || !std::isfinite(step.grad_norm)) {
+      // Every rank sees the same (reduced) loss and norm, so all stop together.
+      ++nan_iterations_;
+      ++consecutive_nan_iterations_;
+      say(str_cat(" WARNING: iteration ", iteration_, ": lm loss ", loss, ", grad norm ", step.grad_norm,
+                  step.skipped ? "; the update was skipped" : ""));
+      TESSERA_CHECK(consecutive_nan_iterations_ < args_.max_nan_iterations, "training stopped at iteration ",
+                    iteration_, ": ", consecutive_nan_iterations_, " consecutive iterations with a non-finite loss "
+                    "or gradient norm (--max-nan-iterations=", args_.max_nan_iterations, ")");
+    } else {
+      consecutive_nan_iterations_ = 0;
+    }
     interval_loss += loss;
     ++interval_iters;
 
@@ -226,6 +387,7 @@ void Trainer::train() {
       s.skipped_iterations = skipped_iterations_;
       s.nan_iterations = nan_iterations_;
       if (log_) log_->iteration(s);
+      log_timers(interval_iters);
       if (log_ && first_interval_note) say(std::exchange(first_interval_note, nullptr)(s.elapsed_ms_per_iteration));
       interval_loss = 0;
       interval_iters = 0;

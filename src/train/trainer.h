@@ -10,11 +10,13 @@
 #include "comm/parallel_state.h"
 #include "model/gpt_model.h"
 #include "parallel/grad_buckets.h"
+#include "pipeline/executor.h"
 #include "optim/adamw_optimizer.h"
 #include "train/arguments.h"
 #include "data/blended_dataset.h"
 #include "train/batching.h"
 #include "train/mock_data.h"
+#include "train/memory_report.h"
 #include "train/training_log.h"
 
 namespace tessera::train {
@@ -45,6 +47,12 @@ class Trainer {
  private:
   // One forward/backward/step over a global batch; returns the mean per-token loss.
   double train_step(float lr, optim::StepResult& step);
+  // Runs this rank's pipeline schedule over the micro-batches `batches` (forward only when not
+  // training) and returns the sum of the masked token losses (non-zero on the last stage only).
+  double run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale);
+  // Per-rank timers of the last log interval, gathered over the world and printed as (min, max) with
+  // the measured and theoretical pipeline bubble.
+  void log_timers(int64_t iterations);
   void save();
   // Completes the data-parallel reduction and sums sequence-parallel partial gradients.
   void finalize_gradients();
@@ -57,19 +65,30 @@ class Trainer {
   void build_datasets();
   // Sums over the data-parallel group (in place).
   void data_parallel_sum(std::vector<float>& values) const;
+  // Sums over the pipeline group (the loss lives on the last stage).
+  void pipeline_sum(std::vector<float>& values) const;
   TrainArguments args_;
   std::unique_ptr<comm::ProcessGroup> single_world_;
   comm::ProcessGroup* world_ = nullptr;
   std::unique_ptr<comm::ParallelState> state_;
   parallel::TensorParallelContext tp_;
   model::ParameterSet params_;
-  std::unique_ptr<model::GptModel> model_;
+  pipeline::ScheduleShape schedule_;
+  std::vector<std::unique_ptr<model::GptModel>> chunks_;  // this rank's model chunks (one unless interleaved)
+  std::unique_ptr<pipeline::PipelineP2P> p2p_;            // null without pipeline parallelism
   std::unique_ptr<optim::AdamWOptimizer> optimizer_;
   std::shared_ptr<const data::TokenDataset> train_data_, valid_data_;
   BatchOptions batch_options_;
   std::unique_ptr<TrainingLog> log_;  // on world rank 0 only
   std::unique_ptr<parallel::GradBuckets> buckets_;
   int64_t iteration_ = 0, consumed_samples_ = 0, skipped_iterations_ = 0, nan_iterations_ = 0;
+  // Accounting since the last log line.
+  pipeline::PipelineTimes times_;
+  double reduce_seconds_ = 0, optimizer_seconds_ = 0;
+  int peak_live_activations_ = 0;  // most micro-batch activation records held at once
+  int64_t live_activation_bytes_ = 0, peak_activation_bytes_ = 0;  // held by the layer records
+  MemoryPrediction memory_;
+  int64_t consecutive_nan_iterations_ = 0;
   std::vector<double> losses_;
 };
 

@@ -119,3 +119,45 @@ TEST(Trainer, LoadingIntoADifferentModelNamesTheTensorAndShapes) {
 
 }  // namespace
 }  // namespace tessera::train
+
+namespace tessera::train {
+namespace {
+
+// A non-finite gradient skips the update and is counted; the run stops with a clear error after
+// --max-nan-iterations consecutive ones, and a finite iteration in between resets the count.
+TEST(Trainer, NonFiniteIterationsAreSkippedThenStopTraining) {
+  {
+    TrainArguments a = parse_train_arguments(split_flags(kSmallModel + "--train-iters 6 --max-nan-iterations 2"));
+    a.inject_nan_at_iterations = {2, 4};  // never two in a row
+    Trainer t(a);
+    t.train();
+    EXPECT_EQ(t.iteration(), 6);
+  }
+  TrainArguments a = parse_train_arguments(split_flags(kSmallModel + "--train-iters 6 --max-nan-iterations 2"));
+  a.inject_nan_at_iterations = {3, 4};
+  Trainer t(a);
+  try {
+    t.train();
+    FAIL() << "training did not stop";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("training stopped at iteration 4: 2 consecutive iterations with a "
+                                         "non-finite loss or gradient norm (--max-nan-iterations=2)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(t.iteration(), 4);
+}
+
+// The skipped step leaves the weights as they were.
+TEST(Trainer, ASkippedStepDoesNotChangeTheWeights) {
+  TrainArguments a = parse_train_arguments(split_flags(kSmallModel + "--train-iters 1"));
+  a.inject_nan_at_iterations = {1};
+  Trainer t(a);
+  Tensor before = t.parameters().values().clone();
+  t.train();
+  const Tensor& after = t.parameters().values();
+  for (int64_t i = 0; i < after.numel(); ++i) ASSERT_EQ(after.f32()[i], before.f32()[i]) << i;
+}
+
+}  // namespace
+}  // namespace tessera::train

@@ -1,0 +1,56 @@
+#include "model/activation_memory.h"
+
+namespace tessera::model {
+namespace {
+
+double tokens(const ActivationLayout& l) { return static_cast<double>(l.seq * l.micro_batch); }
+
+}  // namespace
+
+double korthikanti_layer_bytes(const GptConfig& c, const ActivationLayout& l) {
+  const double sbh = tokens(l) * static_cast<double>(c.hidden_size), t = static_cast<double>(l.tensor_parallel);
+  const double attention = l.selective_recompute ? 0.0
+                                                 : 5.0 * static_cast<double>(c.num_attention_heads * l.seq) /
+                                                       static_cast<double>(c.hidden_size);
+  if (l.sequence_parallel) return sbh * (34.0 + attention) / t;
+  return sbh * (10.0 + 24.0 / t + attention / t);
+}
+
+double korthikanti_full_recompute_layer_bytes(const GptConfig& c, const ActivationLayout& l) {
+  return 2.0 * tokens(l) * static_cast<double>(c.hidden_size) /
+         (l.sequence_parallel ? static_cast<double>(l.tensor_parallel) : 1.0);
+}
+
+double layer_input_bytes(const GptConfig& c, const ActivationLayout& l) {
+  return 4.0 * tokens(l) * static_cast<double>(c.hidden_size) /
+         (l.sequence_parallel ? static_cast<double>(l.tensor_parallel) : 1.0);
+}
+
+double layer_record_bytes(const GptConfig& c, const ActivationLayout& l) {
+  const double t = static_cast<double>(l.tensor_parallel), d = static_cast<double>(c.kv_channels);
+  const double a = static_cast<double>(c.num_attention_heads), g = static_cast<double>(c.num_query_groups);
+  const double f = static_cast<double>(c.ffn_hidden_size);
+  // Per token: the norms' inputs and outputs plus their statistics (mean and 1/std, or 1/std for RMSNorm).
+  const double norm_stats = c.normalization == Normalization::LayerNorm ? 4.0 : 2.0;
+  const double norms = (4.0 * static_cast<double>(c.hidden_size) + norm_stats) / (l.sequence_parallel ? t : 1.0);
+  const double attention = ((2.0 * a + 2.0 * g) * d + a) / t;  // q, k, v, output; log-sum-exp
+  const double mlp = ((c.swiglu ? 2.0 : 1.0) * f + f) / t;      // fc1 output, activation
+  return 4.0 * tokens(l) * (norms + attention + mlp);
+}
+
+double chunk_record_bytes(const GptConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r) {
+  const double full = layer_record_bytes(c, l), input = layer_input_bytes(c, l);
+  switch (r.method) {
+    case RecomputeMethod::None:
+      return static_cast<double>(layers) * full;
+    case RecomputeMethod::Uniform:  // one input per group of num_layers
+      return static_cast<double>((layers + r.num_layers - 1) / r.num_layers) * input;
+    case RecomputeMethod::Block: {
+      const int64_t recomputed = std::min(layers, r.num_layers);
+      return static_cast<double>(recomputed) * input + static_cast<double>(layers - recomputed) * full;
+    }
+  }
+  return 0;
+}
+
+}  // namespace tessera::model

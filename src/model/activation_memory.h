@@ -1,0 +1,38 @@
+// How many bytes of activations a transformer layer keeps for its backward, per micro-batch: the
+// formulas of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+// Models", section 4), and the same derivation for what Tessera stores.
+//
+// The paper counts 16-bit activations and 1-byte dropout masks: per layer s·b·h·(34 + 5·a·s/h), of which
+// 5·a·s²·b are the attention probabilities, their dropout mask and output. Tessera stores 4-byte fp32
+// activations, regenerates dropout masks from Philox instead of storing them, and its tiled attention
+// never stores the s×s probabilities (it recomputes them in backward, which is what selective
+// recomputation does), so per token it keeps: the two norm inputs and outputs (4h, and the norm
+// statistics), q, k, v and the attention output ((2a + 2g)·d / t), the log-sum-exp (a / t), and the MLP's
+// fc1 output and activation (F (2F for SwiGLU) + F) / t. Under sequence parallelism the norm terms are
+// split over the t tensor ranks too.
+#pragma once
+
+#include "model/gpt_model.h"
+
+namespace tessera::model {
+
+struct ActivationLayout {
+  int64_t micro_batch = 1, seq = 0;
+  int64_t tensor_parallel = 1;
+  bool sequence_parallel = false;
+  bool selective_recompute = false;  // the paper's selective recomputation (drops the 5as/h term)
+};
+
+// The paper's bytes per layer per micro-batch with no (or selective) recomputation.
+double korthikanti_layer_bytes(const GptConfig& c, const ActivationLayout& l);
+// The paper's bytes per layer kept under full recomputation: the layer input, 2·s·b·h (/t with SP).
+double korthikanti_full_recompute_layer_bytes(const GptConfig& c, const ActivationLayout& l);
+
+// Tessera: bytes one layer's record holds for one micro-batch when it keeps everything.
+double layer_record_bytes(const GptConfig& c, const ActivationLayout& l);
+// Tessera: bytes a layer input holds (what a recomputed group keeps).
+double layer_input_bytes(const GptConfig& c, const ActivationLayout& l);
+// Tessera: bytes the records of a chunk of `layers` layers hold for one micro-batch under `r`.
+double chunk_record_bytes(const GptConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r);
+
+}  // namespace tessera::model

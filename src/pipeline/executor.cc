@@ -1,0 +1,65 @@
+#include "pipeline/executor.h"
+
+#include "core/timer.h"
+
+namespace tessera::pipeline {
+namespace {
+
+bool is_compute(const Op& op) { return op.kind == OpKind::Forward || op.kind == OpKind::Backward; }
+bool is_recv(const Op& op) { return op.kind == OpKind::RecvForward || op.kind == OpKind::RecvBackward; }
+
+}  // namespace
+
+void run_schedule(const std::vector<Op>& ops, PipelineP2P* p2p, const StageCallbacks& callbacks,
+                  PipelineTimes& times) {
+  Timer total;
+  const double wait_before = p2p ? p2p->wait_seconds() : 0;
+  size_t posted = 0;  // receives of ops[0, posted) have been posted
+  Tensor received, produced;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    if (p2p) {  // post the receives up to the compute op after the next one
+      int computes = 0;
+      for (; posted < ops.size() && computes < 2; ++posted) {
+        computes += is_compute(ops[posted]);
+        if (is_recv(ops[posted])) p2p->post_recv(ops[posted]);
+      }
+    }
+    switch (op.kind) {
+      case OpKind::RecvForward:
+      case OpKind::RecvBackward:
+        TESSERA_CHECK(p2p, "pipeline op ", to_string(op), " on a single stage");
+        received = p2p->wait_recv(op);
+        break;
+      case OpKind::SendForward:
+      case OpKind::SendBackward:
+        TESSERA_CHECK(p2p && produced.defined(), "pipeline op ", to_string(op), " has nothing to send");
+        p2p->send(op, produced);
+        produced = Tensor();  // the send holds it until it completes
+        break;
+      case OpKind::Forward: {
+        Timer t;
+        produced = callbacks.forward(op.micro_batch, op.chunk, received);
+        times.forward += t.seconds();
+        received = Tensor();
+        break;
+      }
+      case OpKind::Backward: {
+        Timer t;
+        produced = callbacks.backward(op.micro_batch, op.chunk, received);
+        times.backward += t.seconds();
+        received = Tensor();
+        if (p2p) p2p->reap_sends();
+        break;
+      }
+    }
+  }
+  if (p2p) {
+    p2p->reap_sends(/*all=*/true);
+    times.p2p_wait += p2p->wait_seconds() - wait_before;
+  }
+  times.total += total.seconds();
+  ++times.iterations;
+}
+
+}  // namespace tessera::pipeline

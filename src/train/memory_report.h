@@ -1,0 +1,29 @@
+// The memory a rank needs, predicted before training (Megatron's report_theoretical_memory, for what
+// Tessera stores) and measured while training (Tessera's own allocator accounting).
+#pragma once
+
+#include <string>
+
+#include "pipeline/schedules.h"
+#include "train/arguments.h"
+
+namespace tessera::train {
+
+struct MemoryPrediction {
+  int64_t parameters = 0;          // held by this rank
+  double weight_and_optimizer = 0;  // bytes: fp32 weight, gradient and two Adam moments per parameter
+  double activation_per_layer = 0;  // bytes one layer keeps per micro-batch (no recomputation)
+  double korthikanti_per_layer = 0;  // the paper's 16-bit figure for the same layer
+  double activations = 0;           // bytes held at the schedule's peak of micro-batches in flight
+};
+
+// For pipeline stage `stage` holding `parameters` parameters.
+MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::ScheduleShape& schedule, int stage,
+                                int64_t parameters);
+
+// The start-up report, Megatron's "Theoretical memory footprints" line last.
+std::string memory_report(const TrainArguments& a, const MemoryPrediction& p);
+
+std::string megabytes(double bytes);  // "12.34"
+
+}  // namespace tessera::train

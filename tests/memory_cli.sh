@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `tessera train` memory features as a user meets them: recomputation flags validated before any work,
+# the theoretical memory report at start-up, and the measured memory line at each log interval.
+set -uo pipefail
+tessera=${1:?usage: memory_cli.sh path/to/tessera}
+failures=0
+passed=0
+export OMP_NUM_THREADS=1
+
+model="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data
+       --tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
+       --train-iters 2 --log-interval 1 --eval-iters 0"
+
+check() {  # check NAME CONDITION-RESULT
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
+}
+
+expect_error() {  # expect_error "flags" "text the message must contain"
+  local out rc
+  out=$("$tessera" train $1 2>&1)
+  rc=$?
+  [ $rc -ne 0 ] && grep -qF -- "$2" <<<"$out"
+  check "tessera train $1 -> expected a non-zero exit and '$2', got rc=$rc: $out" $?
+}
+
+expect_error "$model --recompute-granularity full" "--recompute-method=(none): must be uniform or block"
+expect_error "$model --recompute-granularity partial" "--recompute-granularity=partial: must be full or selective"
+expect_error "$model --recompute-granularity full --recompute-method uniform --recompute-num-layers 5" \
+  "--recompute-num-layers=5: must be in [1, 4]"
+expect_error "$model --recompute-method block" "--recompute-method=block: needs --recompute-granularity full"
+expect_error "$model --recompute-activations --recompute-granularity full --recompute-method block" \
+  "--recompute-activations=true: contradicts --recompute-granularity=full"
+expect_error "$model --max-nan-iterations 0" "--max-nan-iterations=0: must be positive"
+
+activations() { grep -oE "activations peak \(max over ranks\) [0-9.]+ \(theory [0-9.]+\)" <<<"$1" | tail -1; }
+# Large enough that the activations show in MB with two decimals.
+big="$model --hidden-size 128 --seq-length 64 --micro-batch-size 4 --global-batch-size 8"
+plain=$("$tessera" train $big 2>&1)
+check "plain run exits 0: $plain" $?
+grep -qE "Theoretical memory footprints: weight and optimizer=[0-9.]+ MB, activation=[0-9.]+ MB, total=[0-9.]+ MB" <<<"$plain"
+check "start-up report should end with Megatron's theoretical footprint line: $plain" $?
+grep -qE "memory \(MB\): parameters [0-9.]+ \| gradients [0-9.]+ \| optimizer state [0-9.]+ \| activations peak" <<<"$plain"
+check "each log interval should report measured memory: $plain" $?
+full=$("$tessera" train $big --recompute-granularity full --recompute-method uniform 2>&1)
+check "full recomputation run exits 0: $full" $?
+[ "$(grep -oE "lm loss: [0-9.E+-]+" <<<"$full")" = "$(grep -oE "lm loss: [0-9.E+-]+" <<<"$plain")" ]
+check "full recomputation should give the same losses" $?
+# Measured activations equal the prediction, and full recomputation keeps far less.
+for out in "$plain" "$full"; do
+  read -r measured theory < <(activations "$out" | grep -oE "[0-9.]+" | tr '\n' ' ')
+  awk -v m="$measured" -v t="$theory" 'BEGIN { exit !(m > 0 && (m - t) / t < 0.1 && (t - m) / t < 0.1) }'
+  check "measured activations $measured MB should be within 10% of the theory $theory MB" $?
+done
+p=$(activations "$plain" | grep -oE "[0-9.]+" | head -1)
+f=$(activations "$full" | grep -oE "[0-9.]+" | head -1)
+awk -v p="$p" -v f="$f" 'BEGIN { exit !(f * 4 < p) }'
+check "full recomputation should keep under a quarter of the activations ($f vs $p MB)" $?
+
+echo "$passed passed, $failures failed"
+[ "$failures" -eq 0 ]

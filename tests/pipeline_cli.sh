@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `tessera train` with pipeline parallelism as a user runs it under mpirun: layout errors before any
+# work, the 1F1B and interleaved schedules giving the single-process losses, and the pipeline lines of
+# the log (timers, measured bubble beside the theory, activations held per stage).
+set -uo pipefail
+tessera=${1:?usage: pipeline_cli.sh path/to/tessera}
+failures=0
+passed=0
+export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+mpirun="mpirun --oversubscribe --allow-run-as-root"
+
+model="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data
+       --tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 1 --global-batch-size 4 --lr 1e-3
+       --train-iters 4 --log-interval 2 --eval-iters 1 --eval-interval 4"
+
+check() {  # check NAME CONDITION-RESULT
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
+}
+
+expect_error() {  # expect_error RANKS "flags" "text the message must contain"
+  local out rc
+  out=$($mpirun -np "$1" "$tessera" train $2 2>&1)
+  rc=$?
+  [ $rc -ne 0 ] && grep -qF -- "$3" <<<"$out"
+  check "tessera train $2 on $1 ranks -> expected a non-zero exit and '$3', got rc=$rc: $out" $?
+}
+
+expect_error 2 "$model --pipeline-model-parallel-size 3" "--num-layers=4: must be divisible by --pipeline-model-parallel-size=3"
+expect_error 2 "$model --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3" \
+  "--num-layers-per-virtual-pipeline-stage=3: must divide the 2 layers of each pipeline stage"
+expect_error 2 "$model --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 --global-batch-size 3" \
+  "the interleaved schedule needs a multiple of --pipeline-model-parallel-size=2"
+expect_error 2 "$model --pipeline-model-parallel-size 4" "must divide the number of ranks (2)"
+
+losses() { grep -oE "lm loss: [0-9.E+-]+|lm loss value: [0-9.E+-]+" <<<"$1" | tr '\n' ' '; }
+single=$("$tessera" train $model 2>&1)
+check "single-process run exits 0: $single" $?
+for layout in "--pipeline-model-parallel-size 2" "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"; do
+  out=$($mpirun -np 2 "$tessera" train $model $layout 2>&1)
+  check "$layout exits 0: $out" $?
+  [ "$(losses "$out")" = "$(losses "$single")" ]
+  check "$layout losses '$(losses "$out")' should equal the single process's '$(losses "$single")'" $?
+  grep -qE "pipeline bubble: measured [0-9.]+, theory \(p-1\)/\(v\*m\) = 0\.[0-9]+" <<<"$out"
+  check "$layout should log the measured and theoretical bubble: $out" $?
+  grep -qE "timers \(ms per iteration, min and max over ranks\): forward-compute \([0-9.]+, [0-9.]+\)" <<<"$out"
+  check "$layout should log the per-rank timers: $out" $?
+done
+# 1F1B on 2 stages with 4 micro-batches: stage 0 holds 2 micro-batches at once, stage 1 one.
+out=$($mpirun -np 2 "$tessera" train $model --pipeline-model-parallel-size 2 2>&1)
+grep -qF "activations held per stage (measured/schedule max): 2/2 1/1" <<<"$out"
+check "1F1B should hold 2 and 1 micro-batches on its stages: $out" $?
+
+echo "$passed passed, $failures failed"
+[ "$failures" -eq 0 ]
