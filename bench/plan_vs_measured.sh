@@ -5,7 +5,7 @@
 # rank's peak RSS from /usr/bin/time). Prints one row per layout with the relative errors. On a shared
 # machine both sides take their least disturbed measurement: calibration keeps each rate's fastest run,
 # training its fastest interval.
-#   bench/plan_vs_measured.sh [path/to/tessera] [cores]
+#   bench/plan_vs_measured.sh [path/to/tessera] [cores]     (ONLY=REGEX runs the matching layouts only)
 set -euo pipefail
 tessera=${1:-build/release/tessera}
 cores=${2:-$(nproc)}
@@ -20,6 +20,7 @@ printf "%-34s %5s %12s %12s %7s %12s %12s %7s\n" layout ranks "pred ms" "meas ms
 measure() {  # measure NAME RANKS FLAGS...
   local name=$1 np=$2
   shift 2
+  [[ -z "${ONLY:-}" || "$name" =~ $ONLY ]] || return 0
   local flags="$*"
   export OMP_NUM_THREADS=$((cores / np > 0 ? cores / np : 1))
   mpirun --oversubscribe --allow-run-as-root -np "$np" "$tessera" plan $model $flags --calibrate \
@@ -47,3 +48,8 @@ measure "tp2" 2 --micro-batch-size 4 --global-batch-size 8 --tensor-model-parall
 measure "tp2 sp" 2 --micro-batch-size 4 --global-batch-size 8 --tensor-model-parallel-size 2 --sequence-parallel
 measure "dp2" 2 --micro-batch-size 4 --global-batch-size 8
 measure "dp2 mbs2 (2 micro-batches)" 2 --micro-batch-size 2 --global-batch-size 8
+measure "pp2 (1F1B, 4 micro-batches)" 2 --micro-batch-size 2 --global-batch-size 8 --pipeline-model-parallel-size 2
+measure "pp2 v2 (interleaved, 4 micro-batches)" 2 --micro-batch-size 2 --global-batch-size 8 \
+  --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+measure "dp2 recompute full" 2 --micro-batch-size 4 --global-batch-size 8 --recompute-granularity full \
+  --recompute-method uniform --recompute-num-layers 1
