@@ -15,5 +15,6 @@ int merge_datasets_command(const std::vector<std::string>& args);
 int tokenizer_command(const std::vector<std::string>& args);  // `tokenizer train ...`
 int convert_command(const std::vector<std::string>& args);
 int debug_forward_command(const std::vector<std::string>& args);  // hidden: parity tests
+int plan_command(const std::vector<std::string>& args);
 
 }  // namespace tessera::apps

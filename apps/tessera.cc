@@ -22,7 +22,8 @@ constexpr const char* kUsage =
     "  tokenizer train   train a SentencePiece BPE or unigram model on text files\n"
     "  preprocess        jsonl or plain text to Megatron .bin/.idx datasets\n"
     "  merge-datasets    concatenate .bin/.idx datasets\n"
-    "  convert           checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM)\n";
+    "  convert           checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM)\n"
+    "  plan              memory, iteration time and throughput of a run before launching it; --search for layouts\n";
 
 }  // namespace
 
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
     if (command == "merge-datasets") return tessera::apps::merge_datasets_command(args);
     if (command == "convert") return tessera::apps::convert_command(args);
     if (command == "debug-forward") return tessera::apps::debug_forward_command(args);
+    if (command == "plan") return tessera::apps::plan_command(args);
     std::cerr << "tessera: unknown command '" << command << "'\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

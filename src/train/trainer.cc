@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <utility>
 
 #include "ckpt/checkpoint.h"
 #include "core/profiler.h"
@@ -393,6 +394,7 @@ void Trainer::train() {
       s.nan_iterations = nan_iterations_;
       if (log_) log_->iteration(s);
       log_timers(interval_iters);
+      if (log_ && first_interval_note) say(std::exchange(first_interval_note, nullptr)(s.elapsed_ms_per_iteration));
       interval_loss = 0;
       interval_iters = 0;
       interval_seconds = 0;

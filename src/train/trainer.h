@@ -2,7 +2,9 @@
 // clipping and a learning-rate schedule, periodic evaluation, logging and checkpoints.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/parallel_state.h"
@@ -32,6 +34,10 @@ class Trainer {
   void train();
   // Mean per-token loss over --eval-iters global batches of the validation split.
   double evaluate();
+
+  // Called once on the reporting rank after the first log line, with its measured elapsed ms per
+  // iteration; the returned text is printed (tessera train puts the planner's prediction beside it).
+  std::function<std::string(double elapsed_ms)> first_interval_note;
 
   int64_t iteration() const { return iteration_; }
   // The lm loss of every iteration this Trainer ran, in order.

@@ -1,0 +1,416 @@
+// `tessera plan`: memory, iteration time and throughput of a training run before it is launched; the
+// search over layouts; compute-optimal sizing; a Chrome trace of the simulated iteration; and
+// calibration of this machine. It takes `tessera train`'s flags (parsed by the same parser, so a train
+// command line becomes a plan by changing the subcommand) plus the cluster and planner flags below.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "apps/command_line.h"
+#include "apps/commands.h"
+#include "comm/mpi_process_group.h"
+#include "core/check.h"
+#include "plan/calibration.h"
+#include "plan/chinchilla.h"
+#include "plan/planner.h"
+#include "plan/trace.h"
+#include "train/arguments.h"
+
+namespace tessera::apps {
+namespace {
+
+constexpr double GiB = 1024.0 * 1024 * 1024;
+
+struct PlanFlags {
+  std::string device = "A100-80GB", cluster_file;
+  int num_devices = 0;  // 0: tp x pp x dp of the flags, or 1
+  int devices_per_node = 0;
+  bool search = false, json = false, calibrate = false;
+  std::string trace, flops_formula = "megatron", calibrate_output = "tessera_cluster.json";
+  int top = 5;
+  double compute_budget = 0, device_hours = 0;
+  // Flags of Megatron's pipeline and memory features that `tessera train` does not parse yet.
+  int64_t pipeline_model_parallel_size = 1, layers_per_virtual_stage = 0, virtual_stages_per_rank = 0;
+  std::string recompute_granularity, recompute_method = "uniform";
+  int64_t recompute_num_layers = 1;
+  bool recompute_activations = false, use_distributed_optimizer = false, overlap_param_gather = false;
+  bool bf16 = false, fp16 = false, use_flash_attn = false;
+};
+
+void add_plan_flags(CLI::App& app, PlanFlags& f) {
+  app.option_defaults()->always_capture_default();
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--device", f.device, "Device of the built-in table: V100-32GB, A100-80GB, H100-SXM, H200, cpu");
+  app.add_option("--num-devices", f.num_devices, "Devices in the cluster (default: tp x pp x dp of the flags)");
+  app.add_option("--devices-per-node", f.devices_per_node, "Devices per node (default: the device's)");
+  app.add_option("--cluster", f.cluster_file, "Cluster file (JSON; e.g. written by --calibrate) instead of --device");
+  app.add_flag("--search", f.search, "Rank every layout of the model on the cluster by predicted throughput");
+  app.add_option("--top", f.top, "Layouts --search prints");
+  app.add_flag("--json", f.json, "Print the plan as JSON");
+  app.add_option("--trace", f.trace, "Write the simulated iteration as a Chrome trace (Perfetto, chrome://tracing)");
+  app.add_option("--flops-formula", f.flops_formula,
+                 "megatron (the training log's) or ptdp (PTD-P's 96Bslh^2(...), counting recomputation)");
+  app.add_flag("--calibrate", f.calibrate, "Measure this machine (GEMMs of the model's shapes, attention, memory, MPI)");
+  app.add_option("--calibrate-output", f.calibrate_output, "Where --calibrate writes the cluster file");
+  app.add_option("--compute-budget", f.compute_budget, "Compute budget in FLOPs: recommend a Chinchilla-optimal model");
+  app.add_option("--device-hours", f.device_hours, "Compute budget in device-hours on the cluster");
+  app.add_option("--pipeline-model-parallel-size", f.pipeline_model_parallel_size, "Pipeline-parallel size");
+  app.add_option("--num-layers-per-virtual-pipeline-stage", f.layers_per_virtual_stage, "Layers per model chunk");
+  app.add_option("--num-virtual-stages-per-pipeline-rank", f.virtual_stages_per_rank, "Model chunks per pipeline rank");
+  app.add_option("--recompute-granularity", f.recompute_granularity, "full or selective");
+  app.add_option("--recompute-method", f.recompute_method, "uniform (block is planned as uniform)");
+  app.add_option("--recompute-num-layers", f.recompute_num_layers, "Layers per recomputed group");
+  app.add_flag("--recompute-activations", f.recompute_activations, "Selective recomputation");
+  app.add_flag("--use-distributed-optimizer", f.use_distributed_optimizer, "Shard optimizer state over data parallelism");
+  app.add_flag("--overlap-param-gather", f.overlap_param_gather, "Overlap the parameter all-gather with forward");
+  app.add_flag("--bf16", f.bf16, "bf16 mixed precision");
+  app.add_flag("--fp16", f.fp16, "fp16 mixed precision");
+  app.add_flag("--use-flash-attn", f.use_flash_attn, "Attention without materialised scores (always so on cpu)");
+}
+
+// Splits the command line into the planner's flags and the rest (for `tessera train`'s parser). A value
+// that does not start with "--" belongs to the flag before it.
+void split_arguments(const CLI::App& plan_app, const std::vector<std::string>& args, std::vector<std::string>& plan_args,
+                     std::vector<std::string>& train_args) {
+  std::vector<std::string>* to = &train_args;
+  for (const std::string& a : args) {
+    if (a.rfind("--", 0) == 0) {
+      const std::string name = a.substr(0, a.find('='));
+      to = (name == "--help" || plan_app.get_option_no_throw(name) != nullptr) ? &plan_args : &train_args;
+    }
+    to->push_back(a);
+  }
+}
+
+bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
+  for (const std::string& a : args)
+    if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
+  return false;
+}
+
+// `tessera train` requires flags that a plan does not use; supply harmless ones when they are absent.
+std::vector<std::string> with_training_defaults(std::vector<std::string> args) {
+  if (!has_flag(args, "--train-iters")) args.insert(args.end(), {"--train-iters", "1"});
+  if (!has_flag(args, "--lr")) args.insert(args.end(), {"--lr", "1e-4"});
+  if (!has_flag(args, "--tokenizer-type")) args.insert(args.end(), {"--tokenizer-type", "NullTokenizer"});
+  if (!has_flag(args, "--mock-data") && !has_flag(args, "--data-path")) {
+    bool null_tokenizer = true;
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == "--tokenizer-type") null_tokenizer = args[i + 1] == "NullTokenizer";
+    if (null_tokenizer) args.push_back("--mock-data");
+    else args.insert(args.end(), {"--data-path", "unused-by-plan"});
+  }
+  return args;
+}
+
+plan::Layout layout_from(const train::TrainArguments& a, const PlanFlags& f, int pp, int dp) {
+  plan::Layout l;
+  l.tp = static_cast<int>(a.tensor_model_parallel_size);
+  l.pp = pp;
+  l.dp = dp;
+  l.sequence_parallel = a.sequence_parallel;
+  l.micro_batch_size = a.micro_batch_size;
+  l.global_batch_size = a.global_batch_size;
+  l.overlap_grad_reduce = a.overlap_grad_reduce;
+  l.overlap_param_gather = f.overlap_param_gather;
+  l.distributed_optimizer = f.use_distributed_optimizer;
+  TESSERA_CHECK(!(f.bf16 && f.fp16), "--bf16 and --fp16: give at most one");
+  l.precision = f.bf16 ? plan::Precision::Bf16 : f.fp16 ? plan::Precision::Fp16 : plan::Precision::Fp32;
+  if (f.recompute_activations || f.recompute_granularity == "selective") l.recompute = plan::Recompute::Selective;
+  else if (f.recompute_granularity == "full") l.recompute = plan::Recompute::Full;
+  else
+    TESSERA_CHECK(f.recompute_granularity.empty(), "--recompute-granularity=", f.recompute_granularity,
+                  ": must be full or selective");
+  TESSERA_CHECK(f.recompute_method == "uniform" || f.recompute_method == "block", "--recompute-method=",
+                f.recompute_method, ": must be uniform or block");
+  l.recompute_num_layers = static_cast<int>(f.recompute_num_layers);
+  const int64_t layers_per_stage = a.num_layers / std::max(1, pp);
+  if (f.layers_per_virtual_stage > 0) {
+    TESSERA_CHECK(f.virtual_stages_per_rank == 0, "--num-layers-per-virtual-pipeline-stage and "
+                  "--num-virtual-stages-per-pipeline-rank: give at most one");
+    TESSERA_CHECK(layers_per_stage % f.layers_per_virtual_stage == 0, "--num-layers-per-virtual-pipeline-stage=",
+                  f.layers_per_virtual_stage, ": must divide the ", layers_per_stage, " layers of each pipeline stage");
+    l.virtual_stages = static_cast<int>(layers_per_stage / f.layers_per_virtual_stage);
+  } else if (f.virtual_stages_per_rank > 0) {
+    l.virtual_stages = static_cast<int>(f.virtual_stages_per_rank);
+  }
+  return l;
+}
+
+std::string gib(double bytes) { return str_cat(std::round(bytes / GiB * 100) / 100); }
+
+nlohmann::json plan_json(const plan::Plan& p, const std::string& formula) {
+  nlohmann::json memory = nlohmann::json::array();
+  for (size_t r = 0; r < p.memory.size(); ++r) {
+    const plan::MemoryBreakdown& m = p.memory[r];
+    memory.push_back({{"stage", r}, {"parameters", m.parameters}, {"gradients", m.gradients}, {"optimizer", m.optimizer},
+                      {"activations", m.activations}, {"communication", m.communication}, {"reserved", m.reserved},
+                      {"total", m.total()}, {"in_flight_micro_batches", m.in_flight}});
+  }
+  const plan::IterationTime& t = p.time;
+  const plan::Layout& l = p.layout;
+  return {{"layout",
+           {{"tensor_model_parallel_size", l.tp}, {"pipeline_model_parallel_size", l.pp}, {"data_parallel_size", l.dp},
+            {"virtual_stages", l.virtual_stages}, {"sequence_parallel", l.sequence_parallel},
+            {"micro_batch_size", l.micro_batch_size}, {"global_batch_size", l.global_batch_size},
+            {"micro_batches", l.micro_batches()}, {"recompute", plan::to_string(l.recompute)},
+            {"distributed_optimizer", l.distributed_optimizer}, {"precision", plan::to_string(l.precision)}}},
+          {"device", p.cluster.device.name},
+          {"num_devices", p.cluster.num_devices},
+          {"parameters", p.config.parameter_count()},
+          {"memory_per_rank_bytes", memory},
+          {"peak_memory_bytes", p.peak_memory()},
+          {"peak_memory_stage", p.peak_memory_stage},
+          {"fits", p.fits},
+          {"device_memory_bytes", p.cluster.device.memory_bytes},
+          {"iteration_seconds",
+           {{"compute", t.compute}, {"tensor_parallel_communication", t.tensor_parallel}, {"pipeline_p2p", t.pipeline_p2p},
+            {"pipeline_bubble", t.pipeline_bubble}, {"data_parallel_reduction", t.data_parallel},
+            {"optimizer", t.optimizer}, {"total", t.total()}}},
+          {"critical_stage", p.critical_stage},
+          {"bubble_fraction_simulated", t.pipeline_bubble / std::max(t.compute + t.tensor_parallel, 1e-30)},
+          {"bubble_fraction_theory", p.theoretical_bubble},
+          {"flops_formula", formula},
+          {"throughput_per_gpu_tflops", p.tflops_per_device},
+          {"hardware_tflops_per_gpu", p.hardware_tflops_per_device},
+          {"mfu", p.mfu},
+          {"tokens_per_second", p.tokens_per_second}};
+}
+
+void print_plan(const plan::Plan& p) {
+  const model::GptConfig& c = p.config;
+  const plan::Layout& l = p.layout;
+  const plan::DeviceSpec& d = p.cluster.device;
+  std::printf("model: %.3gB parameters, %lld layers, hidden %lld, %lld heads (%lld query groups), ffn %lld, seq %lld, "
+              "padded vocab %lld\n",
+              static_cast<double>(c.parameter_count()) / 1e9, static_cast<long long>(c.num_layers),
+              static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
+              static_cast<long long>(c.num_query_groups), static_cast<long long>(c.ffn_hidden_size),
+              static_cast<long long>(c.seq_length), static_cast<long long>(c.padded_vocab_size));
+  std::printf("cluster: %d x %s (%d per node), %.0f GiB and %.1f TFLOP/s peak each\n", p.cluster.num_devices,
+              d.name.c_str(), d.devices_per_node, d.memory_bytes / GiB, d.peak_flops / 1e12);
+  std::printf("layout: tensor %d, pipeline %d, data %d, virtual stages %d, sequence parallel %s, recompute %s, "
+              "distributed optimizer %s, %s, micro batch %lld, global batch %lld (%lld micro-batches per replica)\n",
+              l.tp, l.pp, l.dp, l.virtual_stages, l.sequence_parallel ? "on" : "off", plan::to_string(l.recompute).c_str(),
+              l.distributed_optimizer ? "on" : "off", plan::to_string(l.precision).c_str(),
+              static_cast<long long>(l.micro_batch_size), static_cast<long long>(l.global_batch_size),
+              static_cast<long long>(l.micro_batches()));
+  std::printf("\nmemory per rank (GiB):\n  %-6s %10s %10s %10s %12s %8s %9s %8s %10s\n", "stage", "parameters", "gradients",
+              "optimizer", "activations", "comm", "reserved", "total", "in-flight");
+  std::set<int> shown = {0, l.pp - 1, p.peak_memory_stage};
+  if (l.pp <= 8)
+    for (int r = 0; r < l.pp; ++r) shown.insert(r);
+  for (int r : shown) {
+    const plan::MemoryBreakdown& m = p.memory[r];
+    std::printf("  %-6d %10s %10s %10s %12s %8s %9s %8s %10d\n", r, gib(m.parameters).c_str(), gib(m.gradients).c_str(),
+                gib(m.optimizer).c_str(), gib(m.activations).c_str(), gib(m.communication).c_str(),
+                gib(m.reserved).c_str(), gib(m.total()).c_str(), m.in_flight);
+  }
+  std::printf("  peak %s GiB on stage %d: %s in %s GiB\n", gib(p.peak_memory()).c_str(), p.peak_memory_stage,
+              p.fits ? "fits" : "DOES NOT FIT", gib(d.memory_bytes).c_str());
+  const plan::IterationTime& t = p.time;
+  const double total = t.total();
+  auto row = [&](const char* name, double seconds) {
+    std::printf("  %-34s %12.3f ms %6.1f%%\n", name, seconds * 1e3, 100 * seconds / total);
+  };
+  std::printf("\niteration time (the rank that finishes last: pipeline stage %d):\n", p.critical_stage);
+  row("compute", t.compute);
+  row("tensor-parallel communication", t.tensor_parallel);
+  row("pipeline p2p", t.pipeline_p2p);
+  row("pipeline bubble (simulated)", t.pipeline_bubble);
+  row("data-parallel reduction (exposed)", t.data_parallel);
+  row("optimizer", t.optimizer);
+  std::printf("  %-34s %12.3f ms\n", "total", total * 1e3);
+  if (l.pp > 1)
+    std::printf("  bubble: simulated %.1f%% of compute, theory (p-1)/(v*m) = %.1f%%\n",
+                100 * t.pipeline_bubble / std::max(t.compute + t.tensor_parallel, 1e-30), 100 * p.theoretical_bubble);
+  std::printf("\nelapsed time per iteration (ms): %.1f\n", total * 1e3);
+  std::printf("throughput per GPU (TFLOP/s/GPU): %.1f\n", p.tflops_per_device);
+  std::printf("hardware FLOPs per GPU with recomputation (TFLOP/s/GPU): %.1f\n", p.hardware_tflops_per_device);
+  std::printf("MFU: %.1f%%\ntokens per second: %.0f\n", 100 * p.mfu, p.tokens_per_second);
+}
+
+void print_search(const plan::SearchResult& r, int top, bool json, const std::string& formula) {
+  if (json) {
+    nlohmann::json ranked = nlohmann::json::array(), rejected = nlohmann::json::array();
+    for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) ranked.push_back(plan_json(r.ranked[i], formula));
+    for (const plan::Rejected& x : r.rejected)
+      rejected.push_back({{"layout", plan::describe(x.layout)}, {"family", x.family}, {"reason", x.reason}});
+    std::cout << nlohmann::json{{"fitting_layouts", r.ranked.size()}, {"ranked", ranked}, {"rejected", rejected}}.dump(2)
+              << std::endl;
+    return;
+  }
+  std::printf("%zu layouts fit; the best %d by predicted throughput:\n", r.ranked.size(),
+              std::min<int>(top, static_cast<int>(r.ranked.size())));
+  std::printf("  %-4s %-48s %8s %6s %12s %9s | %8s %8s %8s %8s %8s %8s\n", "rank", "layout", "TFLOP/s", "MFU",
+              "iteration", "peak GiB", "compute", "tp comm", "p2p", "bubble", "dp", "optim");
+  for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) {
+    const plan::Plan& p = r.ranked[i];
+    const plan::IterationTime& t = p.time;
+    const double total = t.total();
+    auto pct = [&](double x) { return str_cat(std::round(1000 * x / total) / 10, "%"); };
+    std::printf("  %-4zu %-48s %8.1f %5.1f%% %10.3f s %9s | %8s %8s %8s %8s %8s %8s\n", i + 1,
+                plan::describe(p.layout).c_str(), p.tflops_per_device, 100 * p.mfu, total, gib(p.peak_memory()).c_str(),
+                pct(t.compute).c_str(), pct(t.tensor_parallel).c_str(), pct(t.pipeline_p2p).c_str(),
+                pct(t.pipeline_bubble).c_str(), pct(t.data_parallel).c_str(), pct(t.optimizer).c_str());
+  }
+  std::map<std::string, std::vector<const plan::Rejected*>> families;
+  for (const plan::Rejected& x : r.rejected) families[x.family].push_back(&x);
+  std::printf("rejected %zu layouts:\n", r.rejected.size());
+  for (const auto& [family, list] : families) {
+    std::printf("  %s: %zu, e.g.\n", family.c_str(), list.size());
+    // A few distinct (tp, pp) examples of the family.
+    std::set<std::pair<int, int>> seen;
+    for (const plan::Rejected* x : list) {
+      if (!seen.insert({x->layout.tp, x->layout.pp}).second) continue;
+      std::printf("    tp%d pp%d dp%d: %s\n", x->layout.tp, x->layout.pp, x->layout.dp, x->reason.c_str());
+      if (seen.size() == 4) break;
+    }
+  }
+}
+
+int run_calibration(const model::GptConfig& c, const plan::Layout& l, const PlanFlags& f) {
+  comm::MpiRuntime mpi;
+  std::unique_ptr<comm::ProcessGroup> world = comm::make_mpi_world_group();
+  plan::DeviceSpec d = plan::calibrate_device(c, l, *world);
+  if (world->rank() != 0) return 0;
+  nlohmann::json j = {{"device", plan::to_json(d)}, {"num_devices", world->size()}};
+  const std::string temporary = f.calibrate_output + ".tmp";
+  {
+    std::ofstream out(temporary);
+    TESSERA_CHECK(out, "--calibrate-output=", f.calibrate_output, ": cannot create ", temporary);
+    out << j.dump(2) << "\n";
+    TESSERA_CHECK(out, "--calibrate-output=", f.calibrate_output, ": writing failed");
+  }
+  TESSERA_CHECK(std::rename(temporary.c_str(), f.calibrate_output.c_str()) == 0, "--calibrate-output=",
+                f.calibrate_output, ": cannot rename into place");
+  std::printf("calibrated %d rank(s) with OMP_NUM_THREADS threads each:\n", world->size());
+  for (const auto& r : d.gemm_rates)
+    std::printf("  GEMM %lld x %lld x %lld (forward, input and weight gradients): %.1f GFLOP/s\n", r.m, r.n, r.k,
+                r.flops_per_second / 1e9);
+  std::printf("  attention (flash, forward + backward): %.1f GFLOP/s\n", d.attention_flops_per_second / 1e9);
+  std::printf("  memory bandwidth (triad): %.1f GB/s\n", d.memory_bandwidth / 1e9);
+  if (world->size() > 1)
+    std::printf("  MPI all-reduce over %d ranks: bus bandwidth %.2f GB/s, latency %.1f us per step\n", world->size(),
+                d.intra_node_bandwidth / 1e9, d.intra_node_latency * 1e6);
+  std::printf("  memory held before the model: %.0f MiB\nwrote %s (use it with tessera plan --cluster %s)\n",
+              d.reserved_bytes / (1 << 20), f.calibrate_output.c_str(), f.calibrate_output.c_str());
+  return 0;
+}
+
+int run_sizing(const model::GptConfig& base, const plan::Layout& l, const plan::ClusterSpec& cluster, const PlanFlags& f,
+               plan::PlanOptions options, int64_t divisible_by) {
+  TESSERA_CHECK(!(f.compute_budget > 0 && f.device_hours > 0), "--compute-budget and --device-hours: give one");
+  // A device-hours budget becomes FLOPs at the throughput the planner predicts for the recommended model;
+  // that changes the model, so iterate a few times from a 40% MFU guess.
+  double achieved = 0.4 * cluster.device.peak_flops;
+  plan::ComputeOptimal optimal;
+  model::GptConfig c;
+  plan::SearchResult found;
+  options.flops_formula = plan::FlopsFormula::Megatron;
+  for (int round = 0; round < 3; ++round) {
+    const double budget = f.compute_budget > 0 ? f.compute_budget : f.device_hours * 3600 * cluster.num_devices * achieved;
+    optimal = plan::compute_optimal(budget);
+    c = plan::shape_for_parameters(optimal.parameters, base);
+    found = plan::search_layouts(c, l, cluster, options, divisible_by);
+    if (found.ranked.empty() || f.compute_budget > 0) break;
+    achieved = found.ranked.front().tflops_per_device * 1e12;
+  }
+  std::printf("compute budget: %.3g FLOPs\n", optimal.compute_flops);
+  std::printf("Chinchilla-optimal (Hoffmann et al. 2022, L = 1.69 + 406.4/N^0.34 + 410.7/D^0.28, C = 6ND):\n");
+  std::printf("  parameters %.3g, tokens %.3g (%.1f tokens per parameter), predicted loss %.3f\n", optimal.parameters,
+              optimal.tokens, optimal.tokens / optimal.parameters, optimal.loss);
+  std::printf("  a GPT of that size: %lld layers, hidden %lld, %lld heads (%.3g parameters with the vocabulary)\n",
+              static_cast<long long>(c.num_layers), static_cast<long long>(c.hidden_size),
+              static_cast<long long>(c.num_attention_heads), static_cast<double>(c.parameter_count()));
+  if (found.ranked.empty()) {
+    std::printf("  no layout of it fits on %d x %s\n", cluster.num_devices, cluster.device.name.c_str());
+    return 1;
+  }
+  const plan::Plan& best = found.ranked.front();
+  const double seconds = optimal.tokens / best.tokens_per_second;
+  std::printf("  best layout on %d x %s: %s, %.1f TFLOP/s/GPU, %.0f tokens/s\n", cluster.num_devices,
+              cluster.device.name.c_str(), plan::describe(best.layout).c_str(), best.tflops_per_device,
+              best.tokens_per_second);
+  std::printf("  time to train: %.1f days (%.0f device-hours)\n", seconds / 86400, seconds * cluster.num_devices / 3600);
+  return 0;
+}
+
+}  // namespace
+
+int plan_command(const std::vector<std::string>& args) {
+  PlanFlags f;
+  CLI::App app{"tessera plan: memory, time and throughput of a training run before it is launched. Takes the flags of "
+               "tessera train (tessera train --help) and these:",
+               "tessera plan"};
+  add_plan_flags(app, f);
+  std::vector<std::string> plan_args, train_args;
+  split_arguments(app, args, plan_args, train_args);
+  if (!parse_command_line(app, plan_args, "plan")) return 0;
+  TESSERA_CHECK(f.flops_formula == "megatron" || f.flops_formula == "ptdp", "--flops-formula=", f.flops_formula,
+                ": must be megatron or ptdp");
+  TESSERA_CHECK(f.pipeline_model_parallel_size >= 1, "--pipeline-model-parallel-size=", f.pipeline_model_parallel_size,
+                ": must be positive");
+  const int pp = static_cast<int>(f.pipeline_model_parallel_size);
+
+  // The cluster first: the device count decides the data-parallel size that the batch rules check.
+  plan::ClusterSpec cluster;
+  if (!f.cluster_file.empty()) cluster = plan::read_cluster_file(f.cluster_file);
+  else cluster.device = plan::find_device(f.device);
+  if (f.devices_per_node > 0) cluster.device.devices_per_node = f.devices_per_node;
+  const bool on_cpu = cluster.device.name.rfind("cpu", 0) == 0;
+
+  // `tessera train`'s parser checks the model and the batch rules for tp x dp; the pipeline size is ours
+  // until the parser takes it, so it sees world = devices / pp.
+  int64_t devices = f.num_devices > 0 ? f.num_devices : (f.cluster_file.empty() ? 0 : cluster.num_devices);
+  std::vector<std::string> forwarded = with_training_defaults(train_args);
+  int64_t flag_tp = 1;
+  for (size_t i = 0; i + 1 < forwarded.size(); ++i)
+    if (forwarded[i] == "--tensor-model-parallel-size") flag_tp = std::stoll(forwarded[i + 1]);
+  if (devices == 0) devices = flag_tp * pp;  // exactly the flags' model-parallel ranks unless told otherwise
+  TESSERA_CHECK(devices % pp == 0, "--pipeline-model-parallel-size=", pp, ": must divide the ", devices, " devices");
+  // The search and the sizing choose the layout themselves: the parser checks the model alone (dp = 1).
+  const bool choose_layout = f.search || f.compute_budget > 0 || f.device_hours > 0;
+  train::TrainArguments a;
+  try {
+    a = train::parse_train_arguments(forwarded, choose_layout ? flag_tp : devices / pp);
+  } catch (const train::HelpRequested& help) {
+    std::cout << app.help() << "\n" << help.text;
+    return 0;
+  }
+  cluster.num_devices = static_cast<int>(devices);
+  const int tp = static_cast<int>(a.tensor_model_parallel_size);
+  TESSERA_CHECK(devices % (static_cast<int64_t>(tp) * pp) == 0, "--num-devices=", devices,
+                ": must be a multiple of tp x pp = ", tp * pp);
+  plan::Layout layout = layout_from(a, f, pp, static_cast<int>(devices / (static_cast<int64_t>(tp) * pp)));
+  layout.flash_attention = f.use_flash_attn || on_cpu;  // Tessera's CPU attention is the flash kernel
+  const model::GptConfig config = a.model;
+
+  if (f.calibrate) return run_calibration(config, layout, f);
+
+  plan::PlanOptions options;
+  options.flops_formula = f.flops_formula == "ptdp" ? plan::FlopsFormula::Ptdp : plan::FlopsFormula::Megatron;
+  options.record_timeline = !f.trace.empty();
+  if (f.compute_budget > 0 || f.device_hours > 0)
+    return run_sizing(config, layout, cluster, f, options, a.make_vocab_size_divisible_by);
+  if (f.search) {
+    plan::SearchResult r = plan::search_layouts(config, layout, cluster, options, a.make_vocab_size_divisible_by);
+    print_search(r, f.top, f.json, f.flops_formula);
+    if (!f.trace.empty() && !r.ranked.empty()) plan::write_chrome_trace(r.ranked.front(), f.trace);
+    return r.ranked.empty() ? 1 : 0;
+  }
+  const plan::Plan p = plan::make_plan(config, layout, cluster, options);
+  if (f.json) std::cout << plan_json(p, f.flops_formula).dump(2) << std::endl;
+  else print_plan(p);
+  if (!f.trace.empty()) {
+    plan::write_chrome_trace(p, f.trace);
+    if (!f.json) std::printf("wrote the simulated iteration to %s (open in https://ui.perfetto.dev)\n", f.trace.c_str());
+  }
+  return 0;
+}
+
+}  // namespace tessera::apps

@@ -1,0 +1,167 @@
+#include "plan/calibration.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/timer.h"
+#include "kernels/attention.h"
+#include "kernels/gemm.h"
+
+namespace tessera::plan {
+namespace {
+
+// Runs `work` on every rank at once, as often as fits in `budget` seconds (the same count on every rank,
+// since `work` may be a collective), and returns the fastest run's seconds, averaged over the ranks: on
+// a shared machine the fastest run is the one least disturbed by other work.
+template <typename Work>
+double time_per_run(comm::ProcessGroup& world, double budget, Work work) {
+  auto over_ranks = [&](double x, comm::ReduceOp op) {
+    Tensor t = Tensor::zeros({1});
+    t.f32()[0] = static_cast<float>(x);
+    world.all_reduce(t, op);
+    return static_cast<double>(t.f32()[0]) / (op == comm::ReduceOp::Sum ? world.size() : 1);
+  };
+  work();  // warm-up: caches, oneDNN primitives, MPI connections
+  world.barrier();
+  Timer once;
+  work();
+  const double slowest = over_ranks(once.seconds(), comm::ReduceOp::Max);
+  const int runs = static_cast<int>(std::clamp(budget / std::max(slowest, 1e-9), 2.0, 1000.0));
+  double fastest = slowest;
+  for (int i = 0; i < runs; ++i) {
+    world.barrier();
+    Timer timer;
+    work();
+    fastest = std::min(fastest, timer.seconds());
+  }
+  return over_ranks(fastest, comm::ReduceOp::Sum);
+}
+
+void fill(Tensor& t, float value) { std::fill(t.f32(), t.f32() + t.numel(), value); }
+
+// Forward C = A B^T, input gradient dA = dC B, weight gradient dB = dC^T A: the three products of a linear
+// layer with m tokens, n outputs and k inputs.
+double linear_gemm_rate(comm::ProcessGroup& world, const GemmShape& s, double budget) {
+  Tensor a = Tensor::empty({s.m, s.k}), b = Tensor::empty({s.n, s.k}), c = Tensor::empty({s.m, s.n});
+  Tensor da = Tensor::empty({s.m, s.k}), db = Tensor::empty({s.n, s.k});
+  fill(a, 0.01f);
+  fill(b, 0.02f);
+  fill(c, 0.03f);
+  using kernels::Trans;
+  const double seconds = time_per_run(world, budget, [&] {
+    kernels::gemm({Trans::N, Trans::T, s.m, s.n, s.k, a.f32(), s.k, b.f32(), s.k, c.f32(), s.n});
+    kernels::gemm({Trans::N, Trans::N, s.m, s.k, s.n, c.f32(), s.n, b.f32(), s.k, da.f32(), s.k});
+    kernels::gemm({Trans::T, Trans::N, s.n, s.k, s.m, c.f32(), s.n, a.f32(), s.k, db.f32(), s.k});
+  });
+  return 3 * 2.0 * static_cast<double>(s.m) * s.n * s.k / seconds;
+}
+
+// The rate that makes the time model's attention (forward F / rate, backward 2.5 F / rate) match the
+// measured forward + backward of the flash-attention kernel.
+double attention_rate(comm::ProcessGroup& world, const model::GptConfig& c, const Layout& l, double budget) {
+  kernels::AttentionShape shape;
+  shape.seq = c.seq_length;
+  shape.batch = l.micro_batch_size;
+  shape.heads = c.num_attention_heads / l.tp;
+  shape.kv_heads = c.num_query_groups / l.tp;
+  shape.head_dim = c.kv_channels;
+  const int64_t q_elems = shape.seq * shape.batch * shape.heads * shape.head_dim;
+  const int64_t kv_elems = shape.seq * shape.batch * shape.kv_heads * shape.head_dim;
+  Tensor q = Tensor::empty({q_elems}), k = Tensor::empty({kv_elems}), v = Tensor::empty({kv_elems});
+  Tensor out = Tensor::empty({q_elems}), dout = Tensor::empty({q_elems}), dq = Tensor::empty({q_elems});
+  Tensor dk = Tensor::empty({kv_elems}), dv = Tensor::empty({kv_elems});
+  Tensor lse = Tensor::empty({shape.batch * shape.heads * shape.seq});
+  for (Tensor* t : {&q, &k, &v, &dout}) fill(*t, 0.1f);
+  kernels::AttentionDropout dropout;
+  dropout.p = c.attention_dropout;
+  dropout.seed = 1;
+  dropout.total_heads = shape.heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  const double seconds = time_per_run(world, budget, [&] {
+    kernels::attention_forward(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), shape, scale, dropout);
+    kernels::attention_backward(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(),
+                                dv.f32(), shape, scale, dropout);
+  });
+  const double forward_flops = 4.0 * shape.batch * shape.heads * static_cast<double>(shape.seq) * shape.seq * shape.head_dim;
+  return 3.5 * forward_flops / seconds;
+}
+
+// A streaming triad over arrays much larger than the caches: 12 bytes per element.
+double memory_bandwidth(comm::ProcessGroup& world, double budget) {
+  const int64_t n = 16 << 20;
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  const double seconds = time_per_run(world, budget, [&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + 0.5f * c[i];
+  });
+  return 12.0 * n / seconds;
+}
+
+}  // namespace
+
+std::vector<GemmShape> model_gemm_shapes(const model::GptConfig& c, const Layout& l) {
+  const long long tokens = c.seq_length * l.micro_batch_size, h = c.hidden_size, t = l.tp;
+  const long long fc1_out = c.swiglu ? 2 * c.ffn_hidden_size : c.ffn_hidden_size;
+  return {{tokens, c.qkv_size() / t, h},
+          {tokens, h, c.num_attention_heads * c.kv_channels / t},
+          {tokens, fc1_out / t, h},
+          {tokens, h, c.ffn_hidden_size / t},
+          {tokens, c.padded_vocab_size / t, h}};
+}
+
+namespace {
+double proc_status_bytes(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind(field, 0) == 0) return std::stod(line.substr(field.size())) * 1024;  // "VmRSS:   123456 kB"
+  return 0;
+}
+}  // namespace
+
+double resident_bytes() { return proc_status_bytes("VmRSS:"); }
+double peak_resident_bytes() { return proc_status_bytes("VmHWM:"); }
+
+DeviceSpec calibrate_device(const model::GptConfig& c, const Layout& l, comm::ProcessGroup& world,
+                            double seconds_per_measurement) {
+  DeviceSpec d = find_device("cpu");
+  d.name = "cpu (calibrated)";
+  d.reserved_bytes = resident_bytes();
+  d.gemm_efficiency = 1;  // the rates below are what the GEMMs reach, not a fraction of a datasheet peak
+  d.peak_flops = 0;
+  for (const GemmShape& s : model_gemm_shapes(c, l)) {
+    const double rate = linear_gemm_rate(world, s, seconds_per_measurement);
+    d.gemm_rates.push_back({s.m, s.n, s.k, rate});
+    d.peak_flops = std::max(d.peak_flops, rate);
+  }
+  d.attention_flops_per_second = attention_rate(world, c, l, seconds_per_measurement);
+  // What a process holds besides the model: the runtime, oneDNN's kernels and the thread pools, loaded
+  // by now; less the largest measurement buffers (the heap keeps them, as it keeps training's).
+  double largest_buffers = 0;
+  for (const GemmShape& s : model_gemm_shapes(c, l))
+    largest_buffers = std::max(largest_buffers, 4.0 * (2 * s.m * s.k + 2 * s.n * s.k + s.m * s.n));
+  d.reserved_bytes = std::max(d.reserved_bytes, resident_bytes() - largest_buffers);
+  d.memory_bandwidth = memory_bandwidth(world, seconds_per_measurement);
+  // All ranks of this job share one machine: its "node" is the job.
+  d.devices_per_node = world.size();
+  if (world.size() > 1) {
+    const double n = world.size(), factor = 2 * (n - 1) / n;
+    const int64_t small = 64 << 10, large = 8 << 20;  // floats
+    Tensor a = Tensor::zeros({small}), b = Tensor::zeros({large});
+    const double t_small = time_per_run(world, seconds_per_measurement, [&] { world.all_reduce(a); });
+    const double t_large = time_per_run(world, seconds_per_measurement, [&] { world.all_reduce(b); });
+    const double bytes_small = 4.0 * small, bytes_large = 4.0 * large;
+    d.intra_node_bandwidth = factor * (bytes_large - bytes_small) / std::max(t_large - t_small, 1e-9);
+    d.intra_node_latency = std::max(0.0, (t_small - factor * bytes_small / d.intra_node_bandwidth) / (2 * (n - 1)));
+    d.inter_node_bandwidth = d.intra_node_bandwidth;
+    d.inter_node_latency = d.intra_node_latency;
+  }
+  return d;
+}
+
+}  // namespace tessera::plan

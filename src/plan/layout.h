@@ -1,0 +1,49 @@
+// A parallel layout and the memory features of a training run, as `tessera train` (Megatron-LM) takes
+// them: tp x pp x dp devices, v model chunks per pipeline rank, sequence parallelism, activation
+// recomputation, the distributed optimizer, precision, micro and global batch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+
+namespace tessera::plan {
+
+enum class Recompute { None, Selective, Full };
+enum class Precision { Fp32, Bf16, Fp16 };
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 1;
+  int virtual_stages = 1;  // v: model chunks per pipeline rank (> 1: interleaved 1F1B)
+  bool sequence_parallel = false;
+  int64_t micro_batch_size = 1, global_batch_size = 1;
+  Recompute recompute = Recompute::None;
+  int recompute_num_layers = 1;  // --recompute-method uniform: layers per recomputed group
+  bool distributed_optimizer = false;
+  bool overlap_grad_reduce = false, overlap_param_gather = false;
+  Precision precision = Precision::Bf16;
+  bool flash_attention = false;  // attention without materialised s x s scores (Tessera's CPU kernel)
+
+  int devices() const { return tp * pp * dp; }
+  int64_t micro_batches() const { return global_batch_size / (micro_batch_size * dp); }  // m per replica
+  int activation_bytes() const { return precision == Precision::Fp32 ? 4 : 2; }
+  // Bytes per element of the gradient buffer that is reduced: fp32 main gradients except fp16 (Megatron
+  // accumulates and all-reduces in fp32 under bf16, in fp16 under fp16 unless told otherwise).
+  int gradient_bytes() const { return precision == Precision::Fp16 ? 2 : 4; }
+};
+
+// Why a layout cannot run the model on `devices` devices, or "" when it can. `family` is set to the kind of
+// rule broken: "divisibility" (heads, layers, vocabulary, sequence not divisible), "batch" (global batch
+// vs micro batch x dp, interleaving's micro-batch rule) or "devices" (tp x pp x dp != devices).
+std::string layout_problem(const model::GptConfig& c, const Layout& l, int devices, std::string* family = nullptr);
+
+std::string to_string(Recompute r);
+std::string to_string(Precision p);
+std::string describe(const Layout& l);  // "tp8 pp64 dp6 v1 mbs1 gbs3072 recompute=full"
+
+// The model as seen by one tensor-parallel rank: the vocabulary padded for this tp (Megatron pads to a
+// multiple of make_vocab_size_divisible_by x tp).
+model::GptConfig config_for_tp(const model::GptConfig& c, int tp, int64_t make_vocab_size_divisible_by);
+
+}  // namespace tessera::plan

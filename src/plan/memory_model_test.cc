@@ -1,0 +1,176 @@
+// The memory model against Korthikanti et al.'s formulas and Megatron's bytes per parameter; the
+// collective costs; layout rules; the Chinchilla optimum.
+#include "plan/memory_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/check.h"
+#include "plan/chinchilla.h"
+#include "plan/planner.h"
+
+namespace tessera::plan {
+namespace {
+
+model::GptConfig gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t seq) {
+  model::GptConfig c;
+  c.num_layers = layers;
+  c.hidden_size = hidden;
+  c.num_attention_heads = heads;
+  c.num_query_groups = heads;
+  c.kv_channels = hidden / heads;
+  c.ffn_hidden_size = 4 * hidden;
+  c.seq_length = seq;
+  c.max_position_embeddings = seq;
+  c.vocab_size = c.padded_vocab_size = 51200;
+  return c;
+}
+
+TEST(MemoryModel, LayerActivationsAreKorthikantisFormulas) {
+  const model::GptConfig c = gpt(96, 12288, 96, 2048);  // GPT-3 175B, the paper's Table 2 model
+  const double s = 2048, b = 1, h = 12288, a = 96;
+  for (int t : {1, 2, 8}) {
+    Layout l;
+    l.tp = t;
+    l.micro_batch_size = 1;
+    l.precision = Precision::Bf16;
+    EXPECT_NEAR(layer_activation_bytes(c, l), s * b * h * (10 + 24.0 / t + 5 * a * s / (h * t)), 1) << "t=" << t;
+    l.sequence_parallel = true;
+    EXPECT_NEAR(layer_activation_bytes(c, l), s * b * h * (34.0 / t + 5 * a * s / (h * t)), 1) << "t=" << t;
+    l.recompute = Recompute::Selective;
+    EXPECT_NEAR(layer_activation_bytes(c, l), s * b * h * 34.0 / t, 1) << "t=" << t;
+    l.sequence_parallel = false;
+    EXPECT_NEAR(layer_activation_bytes(c, l), s * b * h * (10 + 24.0 / t), 1) << "t=" << t;
+    l.recompute = Recompute::Full;
+    EXPECT_NEAR(layer_input_bytes(c, l), 2 * s * b * h, 1);
+  }
+}
+
+TEST(MemoryModel, BytesPerParameterAreMegatrons) {
+  const model::GptConfig c = gpt(24, 1024, 16, 1024);
+  Layout l;
+  l.dp = 4;
+  l.global_batch_size = 4;
+  l.precision = Precision::Bf16;
+  const DeviceSpec d = find_device("A100-80GB");
+  MemoryBreakdown m = stage_memory(c, l, d, 0, 1);
+  const double params = static_cast<double>(c.parameter_count());
+  EXPECT_DOUBLE_EQ((m.parameters + m.gradients + m.optimizer) / params, 18);  // bf16 + fp32 grads + 12
+  l.distributed_optimizer = true;
+  m = stage_memory(c, l, d, 0, 1);
+  EXPECT_DOUBLE_EQ((m.parameters + m.gradients + m.optimizer) / params, 6 + 12.0 / 4);
+  l.precision = Precision::Fp32;
+  l.distributed_optimizer = false;
+  m = stage_memory(c, l, d, 0, 1);
+  EXPECT_DOUBLE_EQ((m.parameters + m.gradients + m.optimizer) / params, 16);
+}
+
+TEST(MemoryModel, StagesHoldTheWholeModel) {
+  model::GptConfig c = gpt(8, 512, 8, 128);
+  c.untie_embeddings_and_output_weights = true;
+  for (int pp : {1, 2, 4}) {
+    Layout l;
+    l.pp = pp;
+    int64_t total = 0;
+    for (int r = 0; r < pp; ++r) total += stage_parameters(c, l, r);
+    EXPECT_EQ(total, c.parameter_count()) << "pp=" << pp;
+  }
+  // Tensor parallelism splits all but the norms and the row-parallel biases.
+  Layout l;
+  l.tp = 4;
+  const double replicated = 8 * (2 * 2 * 512 + 2 * 512) + 2 * 512 + 128 * 512;  // norms, biases, final norm, positions
+  EXPECT_NEAR(static_cast<double>(stage_parameters(c, l, 0)),
+              (static_cast<double>(c.parameter_count()) - replicated) / 4 + replicated, 1);
+}
+
+TEST(MemoryModel, PipelineMemoryUsesTheSchedulesInFlightMicroBatches) {
+  const model::GptConfig c = gpt(16, 1024, 16, 1024);
+  Layout l;
+  l.pp = 4;
+  l.global_batch_size = 16;
+  const DeviceSpec d = find_device("A100-80GB");
+  Plan p = make_plan(c, l, {d, 4}, {});
+  // 1F1B: stage r holds min(p - r, m) micro-batches of its 4 layers.
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(p.memory[r].in_flight, 4 - r);
+  // ... plus one layer of backward working memory.
+  EXPECT_NEAR(p.memory[1].activations, (3 * 4 + 1) * layer_activation_bytes(c, l), 1);
+  EXPECT_EQ(p.peak_memory_stage, 0);
+}
+
+TEST(Cluster, CollectiveCostsAndWhichLinksAGroupUses) {
+  const DeviceSpec d = find_device("A100-80GB");
+  // A tensor group of 8 stays in the node; its all-reduce is the ring's 2 (n-1)/n bytes over NVLink.
+  EXPECT_NEAR(all_reduce_seconds(d, 1e9, 8, 1), 2.0 * 7 / 8 * 1e9 / d.intra_node_bandwidth + 14 * d.intra_node_latency, 1e-12);
+  EXPECT_FALSE(group_links(d, 8, 1).crosses_nodes);
+  // A data-parallel group at stride 8 has one member per node: each uses its own NIC.
+  GroupLinks across = group_links(d, 64, 8);
+  EXPECT_TRUE(across.crosses_nodes);
+  EXPECT_DOUBLE_EQ(across.bandwidth, d.inter_node_bandwidth);
+  // At stride 1 over 4 nodes, the 8 members of a node share the node's 8 NICs.
+  EXPECT_DOUBLE_EQ(group_links(d, 32, 1).bandwidth, std::min(d.intra_node_bandwidth, 8 * d.inter_node_bandwidth));
+  EXPECT_EQ(all_reduce_seconds(d, 1e9, 1, 1), 0);
+  EXPECT_THROW(find_device("TPU"), Error);
+}
+
+TEST(Cluster, JsonRoundTripAndOverrides) {
+  DeviceSpec d = find_device("H100-SXM");
+  d.gemm_rates.push_back({2048, 3072, 1024, 1.5e14});
+  DeviceSpec back = device_from_json(to_json(d));
+  EXPECT_EQ(back.name, d.name);
+  EXPECT_DOUBLE_EQ(back.peak_flops, d.peak_flops);
+  EXPECT_DOUBLE_EQ(back.inter_node_bandwidth, d.inter_node_bandwidth);
+  ASSERT_EQ(back.gemm_rates.size(), 1u);
+  EXPECT_DOUBLE_EQ(back.gemm_rates[0].flops_per_second, 1.5e14);
+  DeviceSpec slower = device_from_json({{"base", "A100-80GB"}, {"inter_node_bandwidth", 12.5e9}});
+  EXPECT_DOUBLE_EQ(slower.inter_node_bandwidth, 12.5e9);
+  EXPECT_DOUBLE_EQ(slower.peak_flops, find_device("A100-80GB").peak_flops);
+  EXPECT_THROW(device_from_json({{"peak_flops", 1e12}}), Error);  // no base and missing fields
+  EXPECT_THROW(device_from_json({{"base", "A100-80GB"}, {"memory_bytes", -1}}), Error);
+}
+
+TEST(Layout, ProblemsNameTheRuleAndFamily) {
+  const model::GptConfig c = gpt(12, 768, 12, 1024);
+  Layout l;
+  l.tp = 8;
+  l.dp = 1;
+  l.global_batch_size = 8;
+  std::string family;
+  EXPECT_NE(layout_problem(c, l, 8, &family).find("--num-attention-heads=12"), std::string::npos);
+  EXPECT_EQ(family, "divisibility");
+  l.tp = 2;
+  l.pp = 4;
+  l.micro_batch_size = 2;
+  l.global_batch_size = 3;
+  EXPECT_NE(layout_problem(c, l, 8, &family).find("--global-batch-size=3"), std::string::npos);
+  EXPECT_EQ(family, "batch");
+  l.global_batch_size = 6;
+  l.virtual_stages = 3;
+  EXPECT_NE(layout_problem(c, l, 8, &family).find("multiple of pp 4"), std::string::npos);
+  l.global_batch_size = 8;
+  EXPECT_EQ(layout_problem(c, l, 8), "");
+  EXPECT_THROW(make_plan(c, l, {find_device("A100-80GB"), 16}, {}), Error);  // 8 ranks of 16 devices
+}
+
+TEST(Chinchilla, OptimumMinimisesTheLossOnTheBudget) {
+  for (double budget : {1e20, 5.76e23, 1e25}) {
+    const ComputeOptimal o = compute_optimal(budget);
+    EXPECT_NEAR(6 * o.parameters * o.tokens / budget, 1, 1e-12);
+    // Any other split of the same budget has a higher loss.
+    for (double scale : {0.8, 0.95, 1.05, 1.25}) {
+      const double n = o.parameters * scale;
+      EXPECT_GT(chinchilla_loss(n, budget / (6 * n)), o.loss) << budget << " x" << scale;
+    }
+  }
+  // Chinchilla's own budget (5.76e23 FLOPs): approach 3 puts the optimum at tens of billions of
+  // parameters trained on about a trillion tokens.
+  const ComputeOptimal chinchilla = compute_optimal(5.76e23);
+  EXPECT_GT(chinchilla.parameters, 20e9);
+  EXPECT_LT(chinchilla.parameters, 50e9);
+  const model::GptConfig shaped = shape_for_parameters(chinchilla.parameters, gpt(1, 128, 1, 2048));
+  EXPECT_NEAR(12.0 * shaped.num_layers * shaped.hidden_size * shaped.hidden_size / chinchilla.parameters, 1, 0.1);
+  EXPECT_EQ(shaped.hidden_size % 128, 0);
+}
+
+}  // namespace
+}  // namespace tessera::plan

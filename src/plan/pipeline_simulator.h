@@ -1,0 +1,46 @@
+// Runs the pipeline schedule's real op lists (pipeline::build_schedule) against each other with per-rank,
+// per-chunk costs, the way the executor runs them: a rank does its operations in order; a receive waits
+// for the matching send plus the transfer time; sends do not block. The pipeline bubble is what is
+// left of a rank's time after its own work: it comes out of the simulation, not from (p - 1) / m.
+// pipeline::simulate_ops has one cost per op kind; the planner needs stage-dependent costs (the
+// embedding on the first stage, the output layer on the last), tensor-parallel communication inside an
+// op, and the timeline for the Chrome trace.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipeline/schedules.h"
+
+namespace tessera::plan {
+
+// Seconds per (micro-batch, chunk) op on each pipeline rank: cost[stage][chunk].
+struct PipelineCosts {
+  std::vector<std::vector<double>> forward_compute, forward_comm;    // comm: exposed tensor-parallel collectives
+  std::vector<std::vector<double>> backward_compute, backward_comm;  // backward includes any recomputation
+  double p2p_transfer = 0;  // a send's flight time to the neighbour (cross-node, 1/tp of the activation)
+  double p2p_local = 0;     // the receiver's work on arrival (the all-gather of the scatter/gather optimisation)
+};
+
+struct TimelineEvent {
+  int stage;
+  std::string name;      // "F3.1": forward of micro-batch 3 on chunk 1; "RF3.1", "B3.1", "SB3.1", ...
+  std::string category;  // "forward", "backward", "p2p", "idle"
+  double start, duration;
+};
+
+struct PipelineRun {
+  double makespan = 0;
+  std::vector<double> finish;        // per stage: when its last op ends
+  std::vector<double> compute;       // per stage: forward + backward compute seconds
+  std::vector<double> tp_comm;       // per stage: exposed tensor-parallel communication seconds
+  std::vector<double> p2p;           // per stage: seconds spent receiving (transfer + local gather)
+  std::vector<double> bubble;        // per stage: finish - compute - tp_comm - p2p (waiting for neighbours)
+  std::vector<int> peak_in_flight;   // per stage: (micro-batch, chunk) forwards held at once
+  std::vector<TimelineEvent> events;  // when asked for
+};
+
+// Throws an Error naming the blocked op of each rank if the op lists deadlock.
+PipelineRun simulate_pipeline(const pipeline::ScheduleShape& shape, const PipelineCosts& costs, bool record_events);
+
+}  // namespace tessera::plan

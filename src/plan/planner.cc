@@ -1,0 +1,152 @@
+#include "plan/planner.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "plan/time_model.h"
+
+namespace tessera::plan {
+namespace {
+
+// FLOPs the recomputation adds to Megatron's forward + backward count.
+double recompute_flops(const model::GptConfig& c, const Layout& l, double megatron_flops) {
+  const double batch = static_cast<double>(l.global_batch_size), s = c.seq_length, h = c.hidden_size;
+  const double logits = 6.0 * batch * s * h * static_cast<double>(c.padded_vocab_size);
+  if (l.recompute == Recompute::Full) return (megatron_flops - logits) / 3;  // the layers' forward again
+  if (l.recompute == Recompute::Selective)  // QK^T and .V again
+    return 4.0 * batch * s * s * static_cast<double>(c.num_attention_heads * c.kv_channels) * c.num_layers;
+  return 0;
+}
+
+}  // namespace
+
+double ptdp_flops_per_iteration(const model::GptConfig& c, int64_t global_batch) {
+  const double s = c.seq_length, h = c.hidden_size, layers = c.num_layers, v = c.padded_vocab_size;
+  return 96.0 * static_cast<double>(global_batch) * s * layers * h * h *
+         (1 + s / (6 * h) + v / (16 * layers * h));
+}
+
+Plan make_plan(const model::GptConfig& c, const Layout& l, const ClusterSpec& cluster, const PlanOptions& options) {
+  const std::string problem = layout_problem(c, l, cluster.num_devices);
+  TESSERA_CHECK(problem.empty(), problem);
+  const DeviceSpec& d = cluster.device;
+  const pipeline::ScheduleShape shape{l.pp, static_cast<int>(l.micro_batches()), l.virtual_stages};
+  pipeline::validate_schedule(shape);
+
+  Plan plan;
+  plan.config = c;
+  plan.layout = l;
+  plan.cluster = cluster;
+  plan.theoretical_bubble = l.pp > 1 ? pipeline::theoretical_bubble_fraction(shape) : 0;
+  auto fill_memory = [&](const std::vector<int>& in_flight) {
+    plan.memory.clear();
+    for (int r = 0; r < l.pp; ++r) plan.memory.push_back(stage_memory(c, l, d, r, in_flight[r]));
+    plan.peak_memory_stage = 0;
+    for (int r = 1; r < l.pp; ++r)
+      if (plan.memory[r].total() > plan.memory[plan.peak_memory_stage].total()) plan.peak_memory_stage = r;
+    plan.fits = plan.peak_memory() <= d.memory_bytes;
+  };
+  std::vector<int> in_flight(l.pp);
+  for (int r = 0; r < l.pp; ++r) in_flight[r] = pipeline::theoretical_peak_in_flight(shape, r);
+  fill_memory(in_flight);
+  if (options.memory_only) return plan;
+
+  const PipelineCosts costs = pipeline_costs(c, l, d);
+  plan.pipeline = simulate_pipeline(shape, costs, options.record_timeline);
+  fill_memory(plan.pipeline.peak_in_flight);  // the op lists' own count (equal to the closed form)
+
+  double iteration = -1;
+  for (int r = 0; r < l.pp; ++r) {
+    // A stage's last op is the backward of micro-batch m-1 on its chunk 0.
+    const double last_backward = costs.backward_compute[r][0] + costs.backward_comm[r][0];
+    const double dp = data_parallel_seconds(c, l, d, r, last_backward), opt = optimizer_seconds(c, l, d, r);
+    const double end = plan.pipeline.finish[r] + dp + opt;
+    if (end > iteration) {
+      iteration = end;
+      plan.critical_stage = r;
+      plan.time.compute = plan.pipeline.compute[r];
+      plan.time.tensor_parallel = plan.pipeline.tp_comm[r];
+      plan.time.pipeline_p2p = plan.pipeline.p2p[r];
+      plan.time.pipeline_bubble = plan.pipeline.bubble[r];
+      plan.time.data_parallel = dp;
+      plan.time.optimizer = opt;
+    }
+  }
+
+  const double megatron = model::model_flops_per_iteration(c, l.global_batch_size);
+  plan.model_flops = options.flops_formula == FlopsFormula::Ptdp ? ptdp_flops_per_iteration(c, l.global_batch_size) : megatron;
+  plan.hardware_flops = megatron + recompute_flops(c, l, megatron);
+  const double device_seconds = iteration * cluster.num_devices;
+  plan.tflops_per_device = plan.model_flops / device_seconds / 1e12;
+  plan.hardware_tflops_per_device = plan.hardware_flops / device_seconds / 1e12;
+  plan.mfu = megatron / device_seconds / d.peak_flops;
+  plan.tokens_per_second = static_cast<double>(l.global_batch_size) * c.seq_length / iteration;
+  return plan;
+}
+
+SearchResult search_layouts(const model::GptConfig& c, const Layout& base, const ClusterSpec& cluster,
+                            const PlanOptions& options, int64_t make_vocab_size_divisible_by) {
+  const int n = cluster.num_devices;
+  SearchResult result;
+  PlanOptions memory_only = options;
+  memory_only.memory_only = true;
+  memory_only.record_timeline = false;
+  for (int tp = 1; tp <= n; ++tp) {
+    if (n % tp != 0) continue;
+    const model::GptConfig ct = config_for_tp(c, tp, make_vocab_size_divisible_by);
+    Layout family_layout = base;
+    family_layout.tp = tp;
+    family_layout.dp = n / tp;
+    family_layout.micro_batch_size = 1;
+    family_layout.global_batch_size = family_layout.dp;  // only the tensor-parallel rules can fail here
+    family_layout.sequence_parallel = base.sequence_parallel && tp > 1;
+    if (std::string family, problem = layout_problem(ct, family_layout, n, &family); !problem.empty()) {
+      result.rejected.push_back({family_layout, family, problem});  // one entry for every layout with this tp
+      continue;
+    }
+    for (int pp = 1; pp <= n / tp; ++pp) {
+      if ((n / tp) % pp != 0) continue;
+      const int dp = n / (tp * pp);
+      if (c.num_layers % pp != 0) {
+        Layout l = family_layout;
+        l.pp = pp;
+        l.dp = dp;
+        result.rejected.push_back({l, "divisibility", str_cat("--num-layers=", c.num_layers, " does not split over pp ", pp)});
+        continue;
+      }
+      const int64_t layers_per_stage = c.num_layers / pp;
+      for (int v = 1; v <= layers_per_stage; ++v) {
+        if (layers_per_stage % v != 0 || (v > 1 && pp == 1)) continue;
+        for (int64_t mbs = 1; mbs <= std::max<int64_t>(1, base.global_batch_size / dp); mbs *= 2) {
+          Layout l = base;
+          l.tp = tp;
+          l.pp = pp;
+          l.dp = dp;
+          l.virtual_stages = v;
+          l.micro_batch_size = mbs;
+          l.sequence_parallel = base.sequence_parallel && tp > 1;
+          std::string family;
+          std::string problem = layout_problem(ct, l, n, &family);
+          if (!problem.empty()) {
+            result.rejected.push_back({l, family, problem});
+            continue;
+          }
+          Plan p = make_plan(ct, l, cluster, memory_only);
+          if (!p.fits) {
+            result.rejected.push_back(
+                {l, "memory",
+                 str_cat("needs ", p.peak_memory() / (1 << 30), " GiB on pipeline stage ", p.peak_memory_stage, " of ",
+                         cluster.device.memory_bytes / (1 << 30), " GiB")});
+            continue;
+          }
+          result.ranked.push_back(make_plan(ct, l, cluster, options));
+        }
+      }
+    }
+  }
+  std::stable_sort(result.ranked.begin(), result.ranked.end(),
+                   [](const Plan& a, const Plan& b) { return a.tflops_per_device > b.tflops_per_device; });
+  return result;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,74 @@
+// The plan of one layout (memory per rank, iteration time split into its parts, throughput) and the
+// search over all layouts of a model on a cluster.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "plan/cluster.h"
+#include "plan/layout.h"
+#include "plan/memory_model.h"
+#include "plan/pipeline_simulator.h"
+
+namespace tessera::plan {
+
+// Which FLOPs count as useful work in TFLOP/s per device:
+//   Megatron: num_floating_point_operations of today's Megatron-LM (and `tessera train`'s log line),
+//             forward + backward, no recomputation: 72 B s l h^2 (...) for a GPT;
+//   PTD-P:    the PTD-P paper's 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), which counts the recomputed
+//             forward of full activation recomputation (the unit of its Table 1 and of Shoeybi et al.).
+enum class FlopsFormula { Megatron, Ptdp };
+double ptdp_flops_per_iteration(const model::GptConfig& c, int64_t global_batch);
+
+struct IterationTime {
+  double compute = 0, tensor_parallel = 0, pipeline_p2p = 0, pipeline_bubble = 0, data_parallel = 0, optimizer = 0;
+  double total() const { return compute + tensor_parallel + pipeline_p2p + pipeline_bubble + data_parallel + optimizer; }
+};
+
+struct Plan {
+  model::GptConfig config;  // the vocabulary padded for the layout's tp
+  Layout layout;
+  ClusterSpec cluster;
+  std::vector<MemoryBreakdown> memory;  // per pipeline stage (every tensor and data rank of a stage alike)
+  int peak_memory_stage = 0;
+  bool fits = false;                    // the largest stage fits in device memory
+  IterationTime time;                   // of the rank that finishes the iteration last
+  int critical_stage = 0;
+  double model_flops = 0;               // per iteration, by the chosen formula
+  double hardware_flops = 0;            // per iteration, what the devices execute (recomputation included)
+  double tflops_per_device = 0;         // model_flops / (time * devices) / 1e12
+  double hardware_tflops_per_device = 0;
+  double mfu = 0;                       // model FLOP/s per device over peak
+  double tokens_per_second = 0;
+  double theoretical_bubble = 0;        // (p - 1) / (v m), to print beside the simulated one
+  PipelineRun pipeline;                 // the simulated iteration (events when asked for)
+  double peak_memory() const { return memory[peak_memory_stage].total(); }
+};
+
+struct PlanOptions {
+  FlopsFormula flops_formula = FlopsFormula::Megatron;
+  bool record_timeline = false;  // keep the simulated ops for a trace
+  bool memory_only = false;      // skip the simulation (search rejects layouts that do not fit first)
+};
+
+// Throws an Error naming the rule when the layout is invalid for the model and cluster.
+Plan make_plan(const model::GptConfig& c, const Layout& l, const ClusterSpec& cluster, const PlanOptions& options);
+
+// Every layout of `devices` = tp x pp x dp for the model: tp over the divisors of the head count (and the
+// device count), pp over those of the layer count, v over those of the layers per stage, micro-batch
+// sizes 1, 2, 4, ... up to the batch per replica. The memory features (recomputation, sequence
+// parallelism, distributed optimizer, precision) and the global batch are the base layout's.
+struct Rejected {
+  Layout layout;
+  std::string family;  // "memory", "divisibility", "batch"
+  std::string reason;
+};
+struct SearchResult {
+  std::vector<Plan> ranked;  // fitting layouts, best predicted throughput first
+  std::vector<Rejected> rejected;
+};
+SearchResult search_layouts(const model::GptConfig& c, const Layout& base, const ClusterSpec& cluster,
+                            const PlanOptions& options, int64_t make_vocab_size_divisible_by);
+
+}  // namespace tessera::plan

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# End-to-end checks of `tessera plan`: a train command line becomes a plan, the printed breakdown and
+# Megatron-spelled throughput line, JSON and Chrome-trace outputs, --search on the 1T model, sizing,
+# cluster files, and clear errors for bad input.
+set -uo pipefail
+tessera=${1:?usage: plan_cli.sh path/to/tessera}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+passed=0
+
+check() {  # check NAME CONDITION-RESULT
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
+}
+
+expect_error() {  # expect_error "flags" "text the message must contain"
+  local out rc
+  out=$("$tessera" plan $1 2>&1)
+  rc=$?
+  [ $rc -ne 0 ] && grep -qF -- "$2" <<<"$out"
+  check "tessera plan $1 -> expected a non-zero exit and '$2', got rc=$rc: $out" $?
+}
+
+# PTD-P's 1T model with its Table 1 settings (A100-80GB, V = 51,200, s = 2048, full recomputation, fp16).
+trillion="--num-layers 128 --hidden-size 25600 --num-attention-heads 160 --seq-length 2048
+          --tokenizer-type NullTokenizer --vocab-size 51199 --make-vocab-size-divisible-by 128
+          --micro-batch-size 1 --global-batch-size 3072 --recompute-granularity full --fp16
+          --device A100-80GB --num-devices 3072"
+
+# A plan for the paper's layout: memory table, breakdown, the training log's throughput field.
+out=$("$tessera" plan $trillion --tensor-model-parallel-size 8 --pipeline-model-parallel-size 64 \
+      --flops-formula ptdp --trace "$work/trace.json" 2>&1)
+check "1T plan runs: $out" $?
+grep -q "throughput per GPU (TFLOP/s/GPU): " <<<"$out"
+check "the throughput line is spelled as the training log's: $out" $?
+grep -q "fits in 80 GiB" <<<"$out"
+check "tp8 pp64 fits in 80 GiB: $out" $?
+for part in "compute" "tensor-parallel communication" "pipeline p2p" "pipeline bubble (simulated)" \
+            "data-parallel reduction (exposed)" "optimizer" "theory (p-1)/(v*m)" "MFU" "tokens per second"; do
+  grep -qF "$part" <<<"$out"
+  check "the plan prints '$part'" $?
+done
+tflops=$(sed -n 's/^throughput per GPU (TFLOP\/s\/GPU): //p' <<<"$out")
+awk -v x="$tflops" 'BEGIN { exit !(x > 163 * 0.9 && x < 163 * 1.1) }'
+check "1T tp8 pp64 within 10% of PTD-P's 163 TFLOP/s/GPU (got $tflops)" $?
+
+# The trace is JSON with one track per pipeline rank.
+python3 - "$work/trace.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+tracks = [e for e in t["traceEvents"] if e.get("name") == "thread_name"]
+spans = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+assert len(tracks) == 64, len(tracks)
+assert {e["cat"] for e in spans} >= {"forward", "backward", "p2p", "idle", "reduction", "optimizer"}, {e["cat"] for e in spans}
+assert all(e["dur"] > 0 and e["ts"] >= 0 for e in spans)
+EOF
+check "the Chrome trace has 64 tracks and every kind of span" $?
+
+# JSON output parses and agrees with the text.
+"$tessera" plan $trillion --tensor-model-parallel-size 8 --pipeline-model-parallel-size 64 --flops-formula ptdp \
+  --json > "$work/plan.json" 2>&1
+check "--json runs" $?
+python3 - "$work/plan.json" "$tflops" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["fits"] and p["layout"]["pipeline_model_parallel_size"] == 64
+t = p["iteration_seconds"]
+parts = sum(v for k, v in t.items() if k != "total")
+assert abs(parts - t["total"]) < 1e-9 * t["total"], (parts, t["total"])
+assert abs(p["throughput_per_gpu_tflops"] - float(sys.argv[2])) < 0.06
+assert len(p["memory_per_rank_bytes"]) == 64
+EOF
+check "the JSON plan is consistent" $?
+
+# Search: the paper's tp8 pp64 first (or within 5% of the first), layouts that do not fit rejected.
+out=$("$tessera" plan $trillion --search --flops-formula ptdp --top 3 2>&1)
+check "--search runs: $out" $?
+first=$(awk '$1 == "1" { print $2, $3 }' <<<"$out")
+grep -q "memory: " <<<"$out" && grep -q "GiB on pipeline stage" <<<"$out"
+check "--search reports the layouts rejected for memory: $out" $?
+best=$(awk '$1 == "1" { print $7 }' <<<"$out")
+paper=$("$tessera" plan $trillion --search --flops-formula ptdp --top 1000 2>&1 | awk '$2 == "tp8" && $3 == "pp64" { print $7; exit }')
+awk -v b="$best" -v p="$paper" 'BEGIN { exit !(p != "" && p >= 0.95 * b) }'
+check "tp8 pp64 ($paper) is within 5% of the first layout ($first, $best)" $?
+
+# A small model on this kind of machine, with a cluster file overriding a built-in device.
+small="--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 --tokenizer-type NullTokenizer
+       --vocab-size 255 --micro-batch-size 4 --global-batch-size 16"
+echo '{"device": {"base": "cpu", "memory_bytes": 4e9, "devices_per_node": 4}, "num_devices": 4}' > "$work/cluster.json"
+out=$("$tessera" plan $small --cluster "$work/cluster.json" --tensor-model-parallel-size 2 --sequence-parallel 2>&1)
+check "plan with --cluster: $out" $?
+grep -q "layout: tensor 2, pipeline 1, data 2" <<<"$out"
+check "the cluster file's 4 devices give dp 2: $out" $?
+
+# Sizing: a compute budget gives a Chinchilla-optimal model, its loss, layout and time.
+out=$("$tessera" plan $small --seq-length 2048 --global-batch-size 1024 --bf16 --recompute-activations --sequence-parallel \
+      --device H100-SXM --num-devices 1024 --compute-budget 5.76e23 2>&1)
+check "--compute-budget runs: $out" $?
+grep -q "predicted loss" <<<"$out" && grep -q "time to train:" <<<"$out"
+check "--compute-budget prints the loss and the time to train: $out" $?
+
+# Bad input: named flags, values and rules.
+expect_error "$small --device TPU-v9" "--device=TPU-v9: unknown device"
+expect_error "$small --flops-formula kaplan" "--flops-formula=kaplan: must be megatron or ptdp"
+expect_error "$small --num-attention-heads 7" "--hidden-size=256: must be divisible by --num-attention-heads=7"
+expect_error "$small --pipeline-model-parallel-size 3" "--num-layers=4 does not split over pp 3"
+expect_error "$small --num-devices 4 --global-batch-size 6" "--global-batch-size=6"
+expect_error "$small --recompute-granularity some" "--recompute-granularity=some"
+expect_error "$small --cluster $work/missing.json" "missing.json: cannot open the file"
+echo '{"device": {"base": "cpu", "memory_bandwidth": "fast"}}' > "$work/bad.json"
+expect_error "$small --cluster $work/bad.json" "\"memory_bandwidth\": expected a number"
+expect_error "$small --no-such-flag 1" "--no-such-flag"
+
+echo "plan_cli: $passed passed, $failures failed"
+[ "$failures" -eq 0 ]
