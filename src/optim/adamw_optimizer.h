@@ -4,6 +4,7 @@
 
 #include "comm/process_group.h"
 #include "model/parameters.h"
+#include "optim/optimizer.h"
 
 namespace tessera::optim {
 
@@ -12,12 +13,7 @@ struct AdamWConfig {
   float clip_grad = 1.0f;  // 0 disables clipping
 };
 
-struct StepResult {
-  double grad_norm = 0;  // before clipping
-  bool skipped = false;  // the gradients held inf or NaN: no update was made
-};
-
-class AdamWOptimizer {
+class AdamWOptimizer : public Optimizer {
  public:
   // model_parallel_group: the ranks that hold the other parts of this model replica (tensor x pipeline);
   // the gradient norm is taken over all of them. Parameters replicated over the tensor group are counted
@@ -28,14 +24,14 @@ class AdamWOptimizer {
                  comm::ProcessGroup* model_parallel_group = nullptr, bool counts_replicated = true);
 
   // The global L2 norm of the gradients over every shard of the model.
-  double grad_norm() const;
+  double grad_norm() const override;
 
   // Clips the gradients by their global norm and applies one AdamW step with learning rate lr.
-  StepResult step(float lr);
+  StepResult step(float lr) override;
 
-  int64_t steps() const { return steps_; }
-  void set_steps(int64_t steps) { steps_ = steps; }
-  int64_t state_bytes() const { return static_cast<int64_t>(exp_avg_.nbytes() + exp_avg_sq_.nbytes()); }
+  int64_t steps() const override { return steps_; }
+  void set_steps(int64_t steps) override { steps_ = steps; }
+  int64_t state_bytes() const override { return static_cast<int64_t>(exp_avg_.nbytes() + exp_avg_sq_.nbytes()); }
   const Tensor& exp_avg() const { return exp_avg_; }
   const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
 

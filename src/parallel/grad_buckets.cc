@@ -1,22 +1,75 @@
 #include "parallel/grad_buckets.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace tessera::parallel {
 
-GradBuckets::GradBuckets(const Tensor& grads, int64_t bucket_elements, comm::ProcessGroup& group)
-    : grads_(grads), group_(group) {
+std::vector<BucketSpan> cut_buckets(int64_t numel, int64_t bucket_elements, int ranks,
+                                    std::vector<std::pair<int64_t, int64_t>> own_buckets) {
   TESSERA_CHECK(bucket_elements > 0, "gradient bucket size must be positive, got ", bucket_elements);
-  for (int64_t end = grads.numel(); end > 0; end -= bucket_elements)
-    buckets_.push_back({std::max<int64_t>(0, end - bucket_elements), end, nullptr});
+  TESSERA_CHECK(ranks > 0, "gradient buckets need at least one rank, got ", ranks);
+  std::sort(own_buckets.begin(), own_buckets.end());
+  for (size_t i = 0; i < own_buckets.size(); ++i) {
+    auto [b, e] = own_buckets[i];
+    TESSERA_CHECK(0 <= b && b < e && e <= numel, "gradient bucket [", b, ", ", e, ") is outside the buffer of ",
+                  numel, " elements");
+    TESSERA_CHECK(i == 0 || own_buckets[i - 1].second <= b, "gradient buckets [", own_buckets[i - 1].first, ", ",
+                  own_buckets[i - 1].second, ") and [", b, ", ", e, ") overlap");
+  }
+  std::vector<BucketSpan> out;
+  auto add = [&](int64_t b, int64_t e) { out.push_back({b, e, (e - b) / ranks}); };
+  // Walk down from the end: the regular buckets above each own bucket, then the own bucket.
+  int64_t end = numel;
+  for (auto it = own_buckets.rbegin();; ++it) {
+    const int64_t floor = it == own_buckets.rend() ? 0 : it->second;
+    for (; end > floor; end -= bucket_elements) add(std::max(floor, end - bucket_elements), end);
+    if (it == own_buckets.rend()) break;
+    add(it->first, it->second);
+    end = it->first;
+  }
+  return out;
+}
+
+std::vector<OwnedRange> owned_ranges(const std::vector<BucketSpan>& buckets, int ranks, int rank) {
+  std::vector<OwnedRange> out;
+  for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
+    if (it->piece > 0) out.push_back({it->begin + rank * it->piece, it->begin + (rank + 1) * it->piece, false});
+    if (it->tail_begin(ranks) < it->end) out.push_back({it->tail_begin(ranks), it->end, true});
+  }
+  return out;
+}
+
+GradBuckets::GradBuckets(const Tensor& grads, int64_t bucket_elements, comm::ProcessGroup& group, Mode mode,
+                         std::vector<std::pair<int64_t, int64_t>> own_buckets)
+    : grads_(grads), group_(group), mode_(mode) {
+  spans_ = cut_buckets(grads.numel(), bucket_elements, group.size(), std::move(own_buckets));
+  for (const BucketSpan& s : spans_) buckets_.push_back({s, nullptr, nullptr, Tensor(), false});
+}
+
+std::vector<OwnedRange> GradBuckets::owned_ranges() const {
+  if (mode_ == Mode::AllReduce) return {{0, grads_.numel(), true}};
+  return parallel::owned_ranges(spans_, group_.size(), group_.rank());
 }
 
 void GradBuckets::mark_final_from(int64_t first_final) {
   if (group_.size() == 1) return;
+  const int ranks = group_.size();
   for (Bucket& b : buckets_) {
-    if (b.started || b.begin < first_final) continue;
-    b.work = group_.all_reduce_async(grads_.flat_range(b.begin, b.end - b.begin));
+    if (b.started || b.span.begin < first_final) continue;
     b.started = true;
+    if (mode_ == Mode::AllReduce) {
+      b.work = group_.all_reduce_async(grads_.flat_range(b.span.begin, b.span.end - b.span.begin));
+      continue;
+    }
+    // MPI's reduce-scatter is out of place: the piece arrives in its own buffer and is copied into the
+    // gradient buffer by finish().
+    if (b.span.piece > 0) {
+      b.reduced_piece = Tensor::empty({b.span.piece});
+      b.work = group_.reduce_scatter_async(grads_.flat_range(b.span.begin, ranks * b.span.piece), b.reduced_piece);
+    }
+    const int64_t tail = b.span.tail_begin(ranks);
+    if (tail < b.span.end) b.tail_work = group_.all_reduce_async(grads_.flat_range(tail, b.span.end - tail));
   }
 }
 
@@ -24,10 +77,39 @@ void GradBuckets::finish() {
   if (group_.size() == 1) return;
   mark_final_from(0);
   for (Bucket& b : buckets_) {
-    b.work->wait();
+    if (b.work) b.work->wait();
+    if (b.tail_work) b.tail_work->wait();
+    if (b.reduced_piece.defined()) {
+      std::memcpy(grads_.f32() + b.span.begin + group_.rank() * b.span.piece, b.reduced_piece.f32(),
+                  b.reduced_piece.nbytes());
+      b.reduced_piece = Tensor();
+    }
     b.work.reset();
+    b.tail_work.reset();
     b.started = false;
   }
+}
+
+void GradBuckets::start_param_gather(const Tensor& values) {
+  TESSERA_CHECK(mode_ == Mode::ReduceScatter, "the parameter all-gather belongs to the distributed optimizer");
+  TESSERA_CHECK(values.numel() == grads_.numel(), "parameter buffer of ", values.numel(),
+                " elements does not match the gradient buffer of ", grads_.numel());
+  TESSERA_CHECK(gathers_.empty(), "a parameter all-gather is already in flight");
+  if (group_.size() == 1) return;
+  const int ranks = group_.size();
+  // Tails are updated identically on every rank and need no exchange.
+  for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
+    const BucketSpan& s = it->span;
+    if (s.piece == 0) continue;
+    Tensor whole = values.flat_range(s.begin, ranks * s.piece);
+    // The own piece already sits in its chunk of `whole`: an in-place all-gather.
+    gathers_.push_back(group_.all_gather_async(whole.flat_range(group_.rank() * s.piece, s.piece), whole));
+  }
+}
+
+void GradBuckets::wait_param_gather() {
+  for (comm::WorkHandle& w : gathers_) w->wait();
+  gathers_.clear();
 }
 
 }  // namespace tessera::parallel

@@ -1,38 +1,92 @@
 // Data-parallel gradient reduction over the flat gradient buffer, in buckets that start their
-// all-reduce as soon as their gradients are final (Megatron's DDP with --overlap-grad-reduce).
+// reduction as soon as their gradients are final (Megatron's DDP with --overlap-grad-reduce).
 // Backward produces gradients from the end of the flat buffer towards its start (output layer, last
 // transformer layer, ..., embedding), so buckets are cut from the end and a bucket is ready once the
 // backward has finished everything at or above its first element.
+//
+// Two modes. AllReduce: every rank ends with the whole summed buffer. ReduceScatter (the distributed
+// optimizer): each bucket is split over the data-parallel ranks, and each rank ends with the sum only
+// on the part it owns; after the optimizer has updated those parts, the parameters are all-gathered
+// bucket by bucket over the same layout (Megatron shards its buffer by bucket in the same way).
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "comm/process_group.h"
 
 namespace tessera::parallel {
 
+// One bucket [begin, end) of the flat buffer, split over `ranks` data-parallel ranks: rank d owns the
+// piece [begin + d·piece, begin + (d+1)·piece), piece = (end - begin) / ranks rounded down, and the
+// tail [begin + ranks·piece, end) of fewer than `ranks` elements is all-reduced and owned by every rank
+// (instead of padding the bucket to a multiple of the group size).
+struct BucketSpan {
+  int64_t begin = 0, end = 0, piece = 0;
+
+  int64_t tail_begin(int ranks) const { return begin + ranks * piece; }
+};
+
+// A flat range a rank owns: its piece of a bucket, or (replicated) a bucket's tail that every rank owns.
+struct OwnedRange {
+  int64_t begin = 0, end = 0;
+  bool replicated = false;
+};
+
+// Cuts [0, numel) into buckets of at most bucket_elements, from the end. Each range of `own_buckets`
+// (disjoint [begin, end) pairs) becomes a bucket of its own whatever its size: a parameter held by two
+// pipeline stages (the tied word embedding) is then split over the data-parallel ranks the same way on
+// both, so the sum of its reduced pieces over the embedding group is the full gradient. Returned from
+// the end of the buffer to its start.
+std::vector<BucketSpan> cut_buckets(int64_t numel, int64_t bucket_elements, int ranks,
+                                    std::vector<std::pair<int64_t, int64_t>> own_buckets = {});
+
+// The ranges of [0, numel) that `rank` owns under `buckets`, in increasing flat order.
+std::vector<OwnedRange> owned_ranges(const std::vector<BucketSpan>& buckets, int ranks, int rank);
+
 class GradBuckets {
  public:
-  // grads: the flat fp32 gradient buffer; bucket_elements: target bucket size (the last one may be
-  // smaller); group: the data-parallel group (a group of one makes every call a no-op).
-  GradBuckets(const Tensor& grads, int64_t bucket_elements, comm::ProcessGroup& group);
+  enum class Mode { AllReduce, ReduceScatter };
 
-  // Everything at flat offset >= first_final is final: start the all-reduce of every bucket that now is.
+  // grads: the flat fp32 gradient buffer; bucket_elements: target bucket size (the last one may be
+  // smaller); group: the data-parallel group (a group of one makes every call a no-op); own_buckets:
+  // see cut_buckets.
+  GradBuckets(const Tensor& grads, int64_t bucket_elements, comm::ProcessGroup& group, Mode mode = Mode::AllReduce,
+              std::vector<std::pair<int64_t, int64_t>> own_buckets = {});
+
+  // Everything at flat offset >= first_final is final: start the reduction of every bucket that now is.
   void mark_final_from(int64_t first_final);
-  // Starts what is left and waits for every bucket. After it, the buffer holds the sum over the group.
+  // Starts what is left and waits for every bucket. After it, the buffer holds the sum over the group:
+  // everywhere (AllReduce), or on this rank's owned ranges (ReduceScatter; elsewhere it keeps this
+  // rank's own contribution).
   void finish();
 
+  // ReduceScatter mode: all-gathers, in place, every rank's owned pieces of `values` (a buffer with the
+  // gradients' layout) so that every rank holds the whole buffer; the buckets nearest the buffer's start
+  // (the first layers, needed first by the next forward) are started first. wait_param_gather() waits.
+  void start_param_gather(const Tensor& values);
+  void wait_param_gather();
+  bool param_gather_pending() const { return !gathers_.empty(); }
+
+  Mode mode() const { return mode_; }
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
+  const std::vector<BucketSpan>& spans() const { return spans_; }
+  // The ranges this rank owns (ReduceScatter; the whole buffer, replicated, under AllReduce).
+  std::vector<OwnedRange> owned_ranges() const;
 
  private:
   struct Bucket {
-    int64_t begin, end;
-    comm::WorkHandle work;
+    BucketSpan span;
+    comm::WorkHandle work, tail_work;
+    Tensor reduced_piece;  // ReduceScatter: where this rank's summed piece arrives
     bool started = false;
   };
   Tensor grads_;
   comm::ProcessGroup& group_;
+  Mode mode_;
+  std::vector<BucketSpan> spans_;
   std::vector<Bucket> buckets_;  // from the end of the buffer to its start
+  std::vector<comm::WorkHandle> gathers_;
 };
 
 }  // namespace tessera::parallel

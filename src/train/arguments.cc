@@ -68,6 +68,10 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   m->add_option("--ddp-bucket-size", a.ddp_bucket_size, "Elements per data-parallel gradient bucket");
   m->add_flag("--overlap-grad-reduce", a.overlap_grad_reduce,
               "Start each bucket's all-reduce during the last micro-batch's backward");
+  m->add_flag("--use-distributed-optimizer", a.use_distributed_optimizer,
+              "Shard Adam's state over the data-parallel ranks: reduce-scatter gradients, all-gather parameters");
+  m->add_flag("--overlap-param-gather", a.overlap_param_gather,
+              "Wait for the distributed optimizer's parameter all-gather only when the next forward needs it");
   m->add_option("--distributed-timeout-minutes", a.distributed_timeout_minutes,
                 "Abort the job when a collective takes longer than this");
 
@@ -200,6 +204,11 @@ void finalize(TrainArguments& a) {
     require(a.recompute_num_layers == 0, "--recompute-num-layers", a.recompute_num_layers,
             "needs --recompute-granularity full");
   }
+  // As Megatron: the parameter all-gather overlaps only what the distributed optimizer does.
+  require(!a.overlap_param_gather || a.use_distributed_optimizer, "--overlap-param-gather", "true",
+          "needs --use-distributed-optimizer");
+  require(!a.overlap_param_gather || a.overlap_grad_reduce, "--overlap-param-gather", "true",
+          "needs --overlap-grad-reduce");
   require_positive("--distributed-timeout-minutes", a.distributed_timeout_minutes);
   if (a.kv_channels == 0) {
     require(a.hidden_size % a.num_attention_heads == 0, "--hidden-size", a.hidden_size,

@@ -37,6 +37,9 @@ struct TrainArguments {
   int64_t recompute_num_layers = 0;
   int64_t ddp_bucket_size = 40000000;  // elements, as Megatron's default
   bool overlap_grad_reduce = false;
+  // Adam's state sharded over the data-parallel group (optim/distributed_optimizer.h), and its parameter
+  // all-gather overlapped with the next forward.
+  bool use_distributed_optimizer = false, overlap_param_gather = false;
   int64_t distributed_timeout_minutes = 10;
 
   // Data.

@@ -16,7 +16,9 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
                                 int64_t parameters) {
   MemoryPrediction p;
   p.parameters = parameters;
-  p.weight_and_optimizer = 16.0 * static_cast<double>(parameters);
+  // fp32 weight and gradient, and Adam's two fp32 moments, which the distributed optimizer splits over dp.
+  p.bytes_per_parameter = 8.0 + 8.0 / static_cast<double>(a.use_distributed_optimizer ? a.data_parallel_size() : 1);
+  p.weight_and_optimizer = p.bytes_per_parameter * static_cast<double>(parameters);
   model::ActivationLayout layout{a.micro_batch_size, a.seq_length, a.tensor_model_parallel_size,
                                  a.sequence_parallel, a.recompute_granularity == "selective"};
   p.activation_per_layer = model::layer_record_bytes(a.model, layout);
@@ -31,7 +33,9 @@ std::string memory_report(const TrainArguments& a, const MemoryPrediction& p) {
   const char* recompute = a.recompute_granularity == "full" ? " (full recomputation keeps only group inputs)" : "";
   return str_cat(
       " > theoretical memory of this rank:\n",
-      "   parameters: ", p.parameters, " x 16 bytes (fp32 weight, gradient, Adam moments) = ",
+      "   parameters: ", p.parameters, " x ", p.bytes_per_parameter, " bytes (fp32 weight, gradient, Adam moments",
+      a.use_distributed_optimizer ? str_cat(" distributed over ", a.data_parallel_size(), " data-parallel ranks") : "",
+      ") = ",
       megabytes(p.weight_and_optimizer), " MB\n",
       "   activation memory per transformer layer and micro-batch: ", megabytes(p.activation_per_layer),
       " MB (Korthikanti et al., 16-bit activations with dropout masks: ", megabytes(p.korthikanti_per_layer),

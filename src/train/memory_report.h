@@ -11,6 +11,7 @@ namespace tessera::train {
 
 struct MemoryPrediction {
   int64_t parameters = 0;          // held by this rank
+  double bytes_per_parameter = 16;  // fp32 weight and gradient, Adam's moments (/ dp when distributed)
   double weight_and_optimizer = 0;  // bytes: fp32 weight, gradient and two Adam moments per parameter
   double activation_per_layer = 0;  // bytes one layer keeps per micro-batch (no recomputation)
   double korthikanti_per_layer = 0;  // the paper's 16-bit figure for the same layer

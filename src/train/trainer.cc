@@ -76,19 +76,43 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                                                    Shape{rows, args_.hidden_size},
                                                    tp_.sequence_parallel ? nullptr : tp_.group);
   }
-  optimizer_ = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam, &state_->model_parallel_group(),
-                                                       state_->coordinates().tp == 0);
-  buckets_ = std::make_unique<parallel::GradBuckets>(params_.grads(), args_.ddp_bucket_size, state_->data_group());
   comm::RankCoordinates rc = state_->coordinates();
+  if (args_.use_distributed_optimizer) {
+    // The tied word embedding is a bucket of its own on the first and last stages, so that both split it
+    // over the data-parallel ranks alike and its embedding-group sum works on the reduced pieces.
+    std::vector<std::pair<int64_t, int64_t>> own_buckets;
+    if (schedule_.stages > 1 && !args_.untie_embeddings_and_output_weights)
+      for (const model::Parameter& p : params_.params())
+        if (p.spec.name == "embedding.word_embeddings.weight") own_buckets.push_back({p.offset, p.offset + p.value.numel()});
+    buckets_ = std::make_unique<parallel::GradBuckets>(params_.grads(), args_.ddp_bucket_size, state_->data_group(),
+                                                       parallel::GradBuckets::Mode::ReduceScatter, own_buckets);
+    auto distributed = std::make_unique<optim::DistributedOptimizer>(
+        params_, args_.adam, *buckets_, state_->data_group(), &state_->model_parallel_group(), rc.tp == 0,
+        args_.overlap_param_gather);
+    distributed_optimizer_ = distributed.get();
+    optimizer_ = std::move(distributed);
+  } else {
+    optimizer_ = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam, &state_->model_parallel_group(),
+                                                         rc.tp == 0);
+    buckets_ = std::make_unique<parallel::GradBuckets>(params_.grads(), args_.ddp_bucket_size, state_->data_group());
+  }
   say(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", rc.tp, ", ", rc.pp,
               "): ", params_.numel()));
   memory_ = predict_memory(args_, schedule_, stage, params_.numel());
   say(memory_report(args_, memory_));
+  say(str_cat(" > optimizer state bytes on rank 0: ", optimizer_->state_bytes(),
+              args_.use_distributed_optimizer ? str_cat(" (distributed over ", args_.data_parallel_size(),
+                                                        " data-parallel ranks)") : std::string()));
 
   if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
     bool load_optim = !args_.no_load_optim && !args_.finetune;
     Timer load_timer;
-    ckpt::TrainingState state = ckpt::load_checkpoint(args_.load, params_, load_optim ? optimizer_.get() : nullptr);
+    // Checkpoints hold the moments in AdamW's full layout: the distributed optimizer takes its shard of them.
+    std::unique_ptr<optim::AdamWOptimizer> full;
+    optim::AdamWOptimizer* moments = dynamic_cast<optim::AdamWOptimizer*>(optimizer_.get());
+    if (distributed_optimizer_ && load_optim) moments = (full = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam)).get();
+    ckpt::TrainingState state = ckpt::load_checkpoint(args_.load, params_, load_optim ? moments : nullptr);
+    if (full) distributed_optimizer_->load_full_state(*full);
     if (!args_.finetune) {
       iteration_ = state.iteration;
       consumed_samples_ = state.consumed_train_samples;
@@ -203,6 +227,7 @@ double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches,
 
 double Trainer::train_step(float lr, optim::StepResult& step) {
   TESSERA_PROFILE_SCOPE("train_step");
+  optimizer_->wait_for_params();  // the previous step's overlapped parameter all-gather
   std::vector<model::MicroBatch> batches;
   std::vector<float> global_tokens(1, 0.0f);  // loss-counted tokens of the whole global batch
   for (int64_t m = 0; m < args_.num_micro_batches; ++m) {
@@ -244,6 +269,7 @@ void Trainer::finalize_gradients() {
 }
 
 double Trainer::evaluate() {
+  optimizer_->wait_for_params();
   // The same validation samples every time, so evaluations are comparable along a run.
   std::vector<model::MicroBatch> batches;
   std::vector<float> loss_and_tokens(2, 0.0f);
@@ -265,7 +291,13 @@ void Trainer::save() {
   ckpt::TrainingState state{iteration_, consumed_samples_, skipped_iterations_, args_.seed, arguments_json(args_)};
   Timer t;
   comm::RankCoordinates rc = state_->coordinates();
-  ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(), {rc.tp, rc.dp, world_, rc.pp},
+  optimizer_->wait_for_params();
+  // Checkpoints hold the moments in AdamW's full layout: the distributed optimizer assembles its shards on
+  // data-parallel rank 0, the only one that writes.
+  std::unique_ptr<optim::AdamWOptimizer> gathered;
+  const optim::AdamWOptimizer* moments = dynamic_cast<const optim::AdamWOptimizer*>(optimizer_.get());
+  if (distributed_optimizer_) moments = (gathered = distributed_optimizer_->gather_full_state()).get();
+  ckpt::save_checkpoint(args_.save, state, params_, moments, {rc.tp, rc.dp, world_, rc.pp},
                         args_.ckpt_keep_last);
   say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
                      static_cast<int>(t.seconds() * 1000), " ms)"));
@@ -417,6 +449,7 @@ void Trainer::train() {
       break;
     }
   }
+  optimizer_->wait_for_params();
 }
 
 }  // namespace tessera::train

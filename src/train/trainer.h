@@ -12,6 +12,7 @@
 #include "parallel/grad_buckets.h"
 #include "pipeline/executor.h"
 #include "optim/adamw_optimizer.h"
+#include "optim/distributed_optimizer.h"
 #include "train/arguments.h"
 #include "data/blended_dataset.h"
 #include "train/batching.h"
@@ -43,6 +44,7 @@ class Trainer {
   // The lm loss of every iteration this Trainer ran, in order.
   const std::vector<double>& losses() const { return losses_; }
   model::ParameterSet& parameters() { return params_; }
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
 
  private:
   // One forward/backward/step over a global batch; returns the mean per-token loss.
@@ -76,7 +78,8 @@ class Trainer {
   pipeline::ScheduleShape schedule_;
   std::vector<std::unique_ptr<model::GptModel>> chunks_;  // this rank's model chunks (one unless interleaved)
   std::unique_ptr<pipeline::PipelineP2P> p2p_;            // null without pipeline parallelism
-  std::unique_ptr<optim::AdamWOptimizer> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  optim::DistributedOptimizer* distributed_optimizer_ = nullptr;  // optimizer_, with --use-distributed-optimizer
   std::shared_ptr<const data::TokenDataset> train_data_, valid_data_;
   BatchOptions batch_options_;
   std::unique_ptr<TrainingLog> log_;  // on world rank 0 only

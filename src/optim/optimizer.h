@@ -1,0 +1,32 @@
+// What the trainer asks of an optimizer, whether it keeps its state for the whole flat buffer
+// (AdamWOptimizer) or only for this rank's data-parallel shard (DistributedOptimizer).
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::optim {
+
+struct StepResult {
+  double grad_norm = 0;  // before clipping
+  bool skipped = false;  // the gradients held inf or NaN: no update was made
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // The global L2 norm of the gradients over every shard of the model.
+  virtual double grad_norm() const = 0;
+  // Clips the gradients by their global norm and applies one AdamW step with learning rate lr.
+  virtual StepResult step(float lr) = 0;
+  // Blocks until the parameters are complete again (the distributed optimizer's overlapped parameter
+  // all-gather); call before anything reads them: forward, evaluation, checkpoints.
+  virtual void wait_for_params() {}
+
+  virtual int64_t steps() const = 0;
+  virtual void set_steps(int64_t steps) = 0;
+  // Bytes of optimizer state this rank holds (Adam's two moments; fp32 parameters are their own master).
+  virtual int64_t state_bytes() const = 0;
+};
+
+}  // namespace tessera::optim
