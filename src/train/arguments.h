@@ -50,6 +50,8 @@ struct TrainArguments {
   float clip_grad = 1.0f;
   uint64_t seed = 1234;
   int64_t eval_interval = 1000, eval_iters = 100, log_interval = 100;
+  int64_t sample_interval = 0;  // print a greedy continuation of sample_prompt every N iterations (0: off)
+  std::string sample_prompt;
 
   // Logging and checkpoints.
   std::string log_dir, tensorboard_dir, save, load;
