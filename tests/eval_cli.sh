@@ -62,7 +62,7 @@ check "progress with time left: $out" $?
 # ppl = exp(avg loss) and adjusted ppl = exp(avg loss x token ratio), from the printed numbers.
 python3 - "$(result "$out")" <<'PY'
 import math, re, sys
-v = dict(re.findall(r"([a-z ]+): ([0-9.E+-]+)", sys.argv[1]))
+v = {k.strip(): x for k, x in re.findall(r"([a-z ]+): ([0-9.E+-]+)", sys.argv[1])}
 loss, ppl, adj, ratio = (float(v[k]) for k in ("avg loss", "ppl", "adjusted ppl", "token ratio"))
 ok = math.isclose(ppl, math.exp(loss), rel_tol=2e-4) and math.isclose(adj, math.exp(loss * ratio), rel_tol=2e-3) and ratio > 1
 sys.exit(0 if ok else 1)
@@ -90,7 +90,7 @@ for task in "WIKITEXT103 $work/wiki.small.tokens" "LAMBADA $work/lambada40.jsonl
   check "tp2 eval $1 exits 0: $tp" $?
   python3 - "$(result "$one")" "$(result "$tp")" <<'PY'
 import math, re, sys
-a, b = (dict(re.findall(r"([a-z ]+): ([0-9.E+-]+)", s)) for s in sys.argv[1:])
+a, b = ({k.strip(): x for k, x in re.findall(r"([a-z ]+): ([0-9.E+-]+)", s)} for s in sys.argv[1:])
 ok = a.keys() == b.keys() and len(a) > 0 and all(math.isclose(float(a[k]), float(b[k]), rel_tol=2e-3) for k in a)
 if "number correct" in a:
     ok = ok and a["number correct"] == b["number correct"]

@@ -99,7 +99,7 @@ bad = [
     ({"prompts": ["1"], "tokens": 2}, "unknown field 'tokens'"),
     ({"prompts": ["1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30"], "tokens_to_generate": 40},
      "Too many tokens"),
-    ({"prompts": ["1 99"]}, "outside the vocabulary"),
+    ({"prompts": ["1 99"]}, "prompt cannot be tokenized"),
 ]
 for body, message in bad:
     status, out = api(body)

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -150,6 +151,14 @@ void run_server(const LoadedModel& model, const ServerOptions& options, std::ost
   auto stop_others = [&] {
     if (group.size() > 1) broadcast_string(group, json{{"kind", "stop"}}.dump());
   };
+  // Debian's cpp-httplib 0.11 listens with a backlog of 5, so a burst of clients on a busy machine
+  // can be reset before they are accepted; the socket is given a full backlog after binding.
+  int listen_socket = -1;
+  server.set_socket_options([&](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_socket = sock;
+  });
   int port = options.port;
   bool bound = port == 0 ? (port = server.bind_to_any_port(options.host)) > 0 : server.bind_to_port(options.host, port);
   if (!bound) {
@@ -157,6 +166,7 @@ void run_server(const LoadedModel& model, const ServerOptions& options, std::ost
     throw Error(str_cat("tessera serve: cannot listen on ", options.host, ":", options.port,
                         " (--host/--port: address in use or not available)"));
   }
+  if (listen_socket >= 0) ::listen(listen_socket, SOMAXCONN);
   log << " > serving " << model.config().num_layers << "-layer model on http://" << options.host << ":" << port
       << " (PUT /api, POST /completions, GET /health)" << std::endl;
   std::atomic<bool> listener_done{false};
