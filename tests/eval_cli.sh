@@ -40,10 +40,12 @@ model=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 -
        --micro-batch-size 4 --global-batch-size 8 --train-iters 20 --lr 3e-3 --log-interval 10 --eval-iters 0
        --hidden-dropout 0 --attention-dropout 0 --seed 3)
 "$tessera" train "${model[@]}" --save "$work/tp1" >"$work/train1.log" 2>&1  # 50257 pads to 50304
-check "tp1 training exits 0: $(tail -3 "$work/train1.log")" $?
+rc=$?
+check "tp1 training exits 0: $(tail -3 "$work/train1.log")" $rc
 OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" train "${model[@]}" --make-vocab-size-divisible-by 64 \
   --tensor-model-parallel-size 2 --save "$work/tp2" >"$work/train2.log" 2>&1
-check "tp2 training exits 0: $(tail -3 "$work/train2.log")" $?
+rc=$?
+check "tp2 training exits 0: $(tail -3 "$work/train2.log")" $rc
 
 head -n 120 "$data/wiki.test.tokens" > "$work/wiki.small.tokens"
 head -n 40 "$data/lambada_test.jsonl" > "$work/lambada40.jsonl"
@@ -67,11 +69,13 @@ loss, ppl, adj, ratio = (float(v[k]) for k in ("avg loss", "ppl", "adjusted ppl"
 ok = math.isclose(ppl, math.exp(loss), rel_tol=2e-4) and math.isclose(adj, math.exp(loss * ratio), rel_tol=2e-3) and ratio > 1
 sys.exit(0 if ok else 1)
 PY
-check "ppl and adjusted ppl follow from the loss and the token ratio: $(result "$out")" $?
+rc=$?
+check "ppl and adjusted ppl follow from the loss and the token ratio: $(result "$out")" $rc
 overlap=$("$tessera" eval --load "$work/tp1" --task WIKITEXT103 --valid-data "$work/wiki.small.tokens" --overlapping-eval 16 2>&1)
 check "--overlapping-eval 16 exits 0: $overlap" $?
 [ "$(result "$out")" != "$(result "$overlap")" ]
-check "overlapping windows change the loss: $(result "$out") / $(result "$overlap")" $?
+rc=$?
+check "overlapping windows change the loss: $(result "$out") / $(result "$overlap")" $rc
 
 # LAMBADA, strict and not.
 for mode in "" --strict-lambada; do
@@ -96,12 +100,14 @@ if "number correct" in a:
     ok = ok and a["number correct"] == b["number correct"]
 sys.exit(0 if ok else 1)
 PY
-  check "tp2 $1 equals one process: $(result "$one") / $(result "$tp")" $?
+  rc=$?
+  check "tp2 $1 equals one process: $(result "$one") / $(result "$tp")" $rc
   dp=$(OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" eval --load "$work/tp1" --task "$1" --valid-data "$2" \
        --micro-batch-size 1 2>&1)
   check "dp2 eval $1 exits 0: $dp" $?
   [ -n "$(result "$one")" ] && [ "$(result "$one")" = "$(result "$dp")" ]
-  check "dp2 $1 is identical to one process: $(result "$one") / $(result "$dp")" $?
+  rc=$?
+  check "dp2 $1 is identical to one process: $(result "$one") / $(result "$dp")" $rc
 done
 
 # Errors name the flag or the file.

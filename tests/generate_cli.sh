@@ -22,10 +22,12 @@ model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 -
 sample=(--sample-interval 20 --sample-prompt "3 5 7")
 "$tessera" train "${model[@]}" --make-vocab-size-divisible-by 64 --save "$work/tp1" "${sample[@]}" \
   >"$work/train1.log" 2>&1
-check "tp1 training exits 0: $(tail -3 "$work/train1.log")" $?
+rc=$?
+check "tp1 training exits 0: $(tail -3 "$work/train1.log")" $rc
 OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" train "${model[@]}" --make-vocab-size-divisible-by 32 \
   --tensor-model-parallel-size 2 --sequence-parallel --save "$work/tp2" "${sample[@]}" >"$work/train2.log" 2>&1
-check "tp2 training exits 0: $(tail -3 "$work/train2.log")" $?
+rc=$?
+check "tp2 training exits 0: $(tail -3 "$work/train2.log")" $rc
 s1=$(grep "sample at iteration" "$work/train1.log")
 s2=$(grep "sample at iteration" "$work/train2.log")
 [ "$(wc -l <<<"$s1")" -eq 2 ] && [[ "$(tail -1 <<<"$s1")" =~ "sample at iteration 40: 3 5 7"( [0-9]+)+$ ]]
@@ -38,11 +40,13 @@ check "--sample-interval without --sample-prompt is refused: $out" $?
 
 # Streamed continuation: the prompt, then the ids; tokens/s on stderr.
 out=$("$tessera" generate --load "$work/tp1" --prompt "3 5 7" --tokens-to-generate 12 --temperature 0 2>"$work/err")
-check "generate exits 0: $out $(cat "$work/err")" $?
+rc=$?
+check "generate exits 0: $out $(cat "$work/err")" $rc
 [[ "$out" =~ ^"3 5 7"( [0-9]+){1,12}$ ]]
 check "generate should print the prompt and up to 12 ids, got '$out'" $?
 grep -qE "tokens in [0-9.e-]+ s \([0-9.e+-]+ tokens/s\)" "$work/err"
-check "generate reports tokens/s: $(cat "$work/err")" $?
+rc=$?
+check "generate reports tokens/s: $(cat "$work/err")" $rc
 
 # Prompts from a file, of different lengths: one line each, each equal to generating it alone.
 printf '3 5 7\n11\n2 4 6 8 10 12\n' > "$work/prompts.txt"
@@ -51,7 +55,8 @@ batch=$("$tessera" generate --load "$work/tp1" --prompt-file "$work/prompts.txt"
 check "--prompt-file with 3 prompts gives 3 lines: '$batch'" $?
 alone=$("$tessera" generate --load "$work/tp1" --prompt "2 4 6 8 10 12" --tokens-to-generate 8 --temperature 0 2>/dev/null)
 [ "$(sed -n 3p <<<"$batch")" = "$alone" ]
-check "a prompt in a batch continues as it does alone: '$(sed -n 3p <<<"$batch")' vs '$alone'" $?
+rc=$?
+check "a prompt in a batch continues as it does alone: '$(sed -n 3p <<<"$batch")' vs '$alone'" $rc
 
 # Sampling is reproducible with --random-seed.
 a=$("$tessera" generate --load "$work/tp1" --prompt "1 2" --tokens-to-generate 10 --top-k 5 --random-seed 3 2>/dev/null)
@@ -72,7 +77,8 @@ check "--stop ' $third' stops at its first occurrence: '$stopped' from '$full'" 
 one=$("$tessera" generate --load "$work/tp1" --prompt-file "$work/prompts.txt" --tokens-to-generate 16 --temperature 0 2>/dev/null)
 two=$(OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" generate --load "$work/tp2" --tensor-model-parallel-size 2 \
       --prompt-file "$work/prompts.txt" --tokens-to-generate 16 --temperature 0 2>"$work/err")
-check "tp2 generate exits 0: $(cat "$work/err")" $?
+rc=$?
+check "tp2 generate exits 0: $(cat "$work/err")" $rc
 [ -n "$one" ] && [ "$one" = "$two" ]
 check "tp2 generation equals one process: '$one' vs '$two'" $?
 one=$("$tessera" generate --load "$work/tp1" --prompt "4 9" --tokens-to-generate 16 --top-p 0.9 --random-seed 5 2>/dev/null)

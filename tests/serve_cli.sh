@@ -23,10 +23,12 @@ model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 -
        --mock-data --tokenizer-type NullTokenizer --vocab-size 60 --micro-batch-size 4 --global-batch-size 8
        --train-iters 40 --lr 3e-3 --log-interval 20 --eval-iters 0 --seed 7)
 "$tessera" train "${model[@]}" --make-vocab-size-divisible-by 64 --save "$work/tp1" >"$work/train1.log" 2>&1
-check "tp1 training exits 0: $(tail -3 "$work/train1.log")" $?
+rc=$?
+check "tp1 training exits 0: $(tail -3 "$work/train1.log")" $rc
 OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" train "${model[@]}" --make-vocab-size-divisible-by 32 \
   --tensor-model-parallel-size 2 --save "$work/tp2" >"$work/train2.log" 2>&1
-check "tp2 training exits 0: $(tail -3 "$work/train2.log")" $?
+rc=$?
+check "tp2 training exits 0: $(tail -3 "$work/train2.log")" $rc
 
 limits=(--port 0 --max-prompts 4 --max-tokens-to-generate 40 --max-body-bytes 4096)
 # start_server LOG COMMAND...: runs it in the background and sets $server_pid and $port.
@@ -62,7 +64,8 @@ stop_server() {
 }
 
 start_server "$work/serve1.log" "$tessera" serve --load "$work/tp1" "${limits[@]}"
-check "the server starts and prints its port: $(cat "$work/serve1.log")" $?
+rc=$?
+check "the server starts and prints its port: $(cat "$work/serve1.log")" $rc
 python3 "$here/serve_client.py" "http://127.0.0.1:$port" 4096
 check "REST API checks (serve_client.py)" $?
 greedy='{"prompts": ["3 5 7", "2 4 6 8 10", "1"], "tokens_to_generate": 20, "top_k": 1}'
@@ -72,14 +75,16 @@ one_sampled=$(curl -s -X PUT -H 'Content-Type: application/json' -d "$sampled" "
 grep -qF "request from 127.0.0.1: PUT /api" "$work/serve1.log"
 check "requests are logged" $?
 stop_server
-check "SIGTERM stops the server with exit status 0: $(tail -3 "$work/serve1.log")" $?
+rc=$?
+check "SIGTERM stops the server with exit status 0: $(tail -3 "$work/serve1.log")" $rc
 grep -qF "server stopped" "$work/serve1.log"
 check "the server says it stopped" $?
 
 # Two tensor-parallel ranks answer as one process does.
 start_server "$work/serve2.log" env OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" serve --load "$work/tp2" \
   --tensor-model-parallel-size 2 "${limits[@]}"
-check "the tp2 server starts: $(cat "$work/serve2.log")" $?
+rc=$?
+check "the tp2 server starts: $(cat "$work/serve2.log")" $rc
 two=$(curl -s -X PUT -H 'Content-Type: application/json' -d "$greedy" "http://127.0.0.1:$port/api")
 same_tokens() {  # same_tokens JSON1 JSON2: the "tokens" of two /api responses are equal
   python3 -c 'import json,sys; a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2]); sys.exit(a["tokens"] != b["tokens"])' "$1" "$2" 2>/dev/null
@@ -96,7 +101,11 @@ two_again=$(curl -s -X PUT -H 'Content-Type: application/json' -d "$greedy" "htt
 [ "$two" = "$two_again" ]
 check "tp2 server goes on after a bad request" $?
 stop_server
-check "SIGTERM to mpirun stops every rank cleanly: $(tail -5 "$work/serve2.log")" $?
+status=$?
+# mpirun itself exits 1 whenever it is signalled; every rank must still stop cleanly, in time.
+[ "$status" -ne 124 ] && grep -qF "server stopped" "$work/serve2.log" && ! grep -qi "abort\|killed" "$work/serve2.log"
+rc=$?
+check "SIGTERM to mpirun stops every rank cleanly (mpirun status $status): $(tail -5 "$work/serve2.log")" $rc
 
 # Flag errors name the flag.
 out=$("$tessera" serve --load "$work/tp1" --port 70000 2>&1)

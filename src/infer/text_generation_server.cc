@@ -65,6 +65,14 @@ void run_server(const LoadedModel& model, const ServerOptions& options, std::ost
   // Idle ranks wait for the next request inside a broadcast; it must not count as a hang.
   comm::set_collective_timeout(std::chrono::hours(24 * 365));
 
+  // SIGINT/SIGTERM only set a flag; rank 0's loop below notices it between requests and tells the
+  // other ranks to stop (mpirun forwards the signal to every rank: they must outlive it too).
+  struct sigaction action = {};
+  action.sa_handler = request_stop;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that went away must not kill the server
+
   if (group.rank() != 0) {  // follow rank 0's requests until it says stop
     for (;;) {
       json command = json::parse(broadcast_string(group, ""));
@@ -141,12 +149,6 @@ void run_server(const LoadedModel& model, const ServerOptions& options, std::ost
     res.set_content(R"({"status":"ok"})", "application/json");
   });
 
-  // SIGINT/SIGTERM only set a flag; the loop below notices it between requests.
-  struct sigaction action = {};
-  action.sa_handler = request_stop;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a client that went away must not kill the server
 
   auto stop_others = [&] {
     if (group.size() > 1) broadcast_string(group, json{{"kind", "stop"}}.dump());
