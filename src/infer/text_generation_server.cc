@@ -5,11 +5,11 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <future>
-#include <chrono>
-#include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
