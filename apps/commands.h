@@ -9,6 +9,8 @@ namespace tessera::apps {
 
 int train_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
+int serve_command(const std::vector<std::string>& args);
+int eval_command(const std::vector<std::string>& args);
 int tokenize_command(const std::vector<std::string>& args);
 int preprocess_command(const std::vector<std::string>& args);
 int merge_datasets_command(const std::vector<std::string>& args);

@@ -18,6 +18,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train             train a GPT model (Megatron-LM flags; tessera train --help lists them)\n"
     "  generate          continue prompts with a trained checkpoint (key/value cache; greedy, top-k, top-p)\n"
+    "  serve             Megatron's text generation REST server (PUT /api, POST /completions)\n"
+    "  eval              zero-shot evaluation: WIKITEXT103 perplexity, LAMBADA accuracy\n"
     "  tokenize          text on stdin to token ids on stdout (--decode: the reverse)\n"
     "  tokenizer train   train a SentencePiece BPE or unigram model on text files\n"
     "  preprocess        jsonl or plain text to Megatron .bin/.idx datasets\n"
@@ -43,6 +45,8 @@ int main(int argc, char** argv) {
   try {
     if (command == "train") return tessera::apps::train_command(args);
     if (command == "generate") return tessera::apps::generate_command(args);
+    if (command == "serve") return tessera::apps::serve_command(args);
+    if (command == "eval") return tessera::apps::eval_command(args);
     if (command == "tokenize") return tessera::apps::tokenize_command(args);
     if (command == "tokenizer") return tessera::apps::tokenizer_command(args);
     if (command == "preprocess") return tessera::apps::preprocess_command(args);

@@ -12,6 +12,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   libpcre2-dev           # GPT-2 pre-tokenisation regex (Unicode classes)
   libsentencepiece-dev   # --tokenizer-type SentencePieceTokenizer, tessera tokenizer train
+  libcpp-httplib-dev     # tessera serve (Megatron's REST API)
+  curl                   # the REST server tests
   python3-numpy          # reference for Megatron's dataset shuffles in the tests
   python3-torch          # the PyTorch peer of the benchmarks (/usr/bin/python3)
   libopenblas0-openmp    # a real BLAS for that peer (without it torch falls back to the reference BLAS)

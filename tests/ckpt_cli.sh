@@ -25,7 +25,8 @@ wait $pid
 rc=$?
 check "SIGTERM with --exit-signal-handler exits 0 (rc=$rc): $(tail -3 "$work/sig.log")" $rc
 grep -q "exiting program after receiving SIGTERM" "$work/sig.log"
-check "the log says why it stopped: $(tail -3 "$work/sig.log")" $?
+rc=$?
+check "the log says why it stopped: $(tail -3 "$work/sig.log")" $rc
 it=$(cat "$work/sig/latest_checkpointed_iteration.txt" 2>/dev/null)
 [ -n "$it" ] && [ "$it" -ge 3 ] && [ -f "$work/sig/$(printf 'iter_%07d' "$it")/index.json" ]
 check "a checkpoint of the last iteration ($it) was saved" $?
@@ -38,7 +39,8 @@ check "resume continues at iteration $((it + 1)): $out" $?
 out=$("$tessera" train $model --train-iters 5 --save "$work/keep" --save-interval 1 --ckpt-keep-last 2 2>&1)
 check "training with --ckpt-keep-last: $out" $?
 [ "$(ls -d "$work/keep"/iter_* | xargs -n1 basename | tr '\n' ' ')" = "iter_0000004 iter_0000005 " ]
-check "--ckpt-keep-last 2 keeps iterations 4 and 5: $(ls "$work/keep")" $?
+rc=$?
+check "--ckpt-keep-last 2 keeps iterations 4 and 5: $(ls "$work/keep")" $rc
 expect_bad=$("$tessera" train $model --train-iters 5 --ckpt-keep-last -1 2>&1)
 grep -qF -- "--ckpt-keep-last" <<<"$expect_bad"
 check "--ckpt-keep-last -1 is refused: $expect_bad" $?

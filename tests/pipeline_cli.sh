@@ -38,10 +38,12 @@ check "single-process run exits 0: $single" $?
 for layout in "--pipeline-model-parallel-size 2" "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"; do
   out=$($mpirun -np 2 "$tessera" train $model $layout 2>&1)
   check "$layout exits 0: $out" $?
-  [ "$(losses "$out")" = "$(losses "$single")" ]
-  check "$layout losses '$(losses "$out")' should equal the single process's '$(losses "$single")'" $?
+  got=$(losses "$out")
+  want=$(losses "$single")
+  [ -n "$want" ] && [ "$got" = "$want" ]
+  check "$layout losses '$got' should equal the single process's '$want'" $?
   grep -qE "pipeline bubble: measured [0-9.]+, theory \(p-1\)/\(v\*m\) = 0\.[0-9]+" <<<"$out"
-  check "$layout should log the measured and theoretical bubble: $out" $?
+  check "$layout should log the measured and theoretical bubble" $?
   grep -qE "timers \(ms per iteration, min and max over ranks\): forward-compute \([0-9.]+, [0-9.]+\)" <<<"$out"
   check "$layout should log the per-rank timers: $out" $?
 done

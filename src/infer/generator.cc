@@ -17,7 +17,7 @@ void validate(const SamplingOptions& o) {
                 ": use one of them, as in Megatron");
 }
 
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, uint64_t step) {
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, uint64_t key) {
   if (o.temperature == 0 || o.top_k == 1)
     return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
 
@@ -40,7 +40,7 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
     p.resize(n);
     sum = mass;
   }
-  double u = PhiloxStream(o.random_seed, 0x73616d70).uniform(step) * sum;  // "samp"
+  double u = PhiloxStream(o.random_seed, 0x73616d70).uniform(key) * sum;  // "samp"
   for (size_t i = 0; i < p.size(); ++i) {
     u -= p[i];
     if (u < 0) return ids[i];
@@ -48,24 +48,92 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
   return ids[p.size() - 1];
 }
 
-std::vector<int32_t> generate(const model::GptModel& model, const std::vector<int32_t>& prompt,
-                              const SamplingOptions& options, const std::function<void(int32_t)>& on_token) {
-  validate(options);
-  TESSERA_CHECK(!prompt.empty(), "generate: the prompt is empty");
-  const model::GptConfig& c = model.config();
-  int64_t capacity = static_cast<int64_t>(prompt.size()) + options.tokens_to_generate;
-  if (c.position_embedding == model::PositionEmbedding::LearnedAbsolute)
-    TESSERA_CHECK(capacity <= c.max_position_embeddings, "prompt of ", prompt.size(), " tokens + --tokens-to-generate=",
-                  options.tokens_to_generate, " exceeds the model's ", c.max_position_embeddings, " positions");
-  model::DecodeState state = model.start_decoding(capacity);
-  std::vector<int32_t> out;
-  Tensor logits = model.next_token_logits(prompt, state);
-  for (int64_t step = 0; step < options.tokens_to_generate; ++step) {
-    int32_t token = sample_token(logits.f32(), c.vocab_size, options, static_cast<uint64_t>(step));
-    out.push_back(token);
-    if (on_token) on_token(token);
-    if (token == options.eod || step + 1 == options.tokens_to_generate) break;
-    logits = model.next_token_logits({token}, state);
+float token_logprob(const Tensor& logits, int32_t id) {
+  const float* l = logits.f32();
+  const int64_t n = logits.numel();
+  const float max = *std::max_element(l, l + n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(l[i] - max));
+  return static_cast<float>(l[id] - max - std::log(sum));
+}
+
+namespace {
+
+// Whether generation of one sequence ends after `token` (Megatron's conditions, plus stop strings).
+class StopCondition {
+ public:
+  StopCondition(const GenerationOptions& o, const data::Tokenizer* tokenizer) : o_(o), tokenizer_(tokenizer) {
+    TESSERA_CHECK(tokenizer != nullptr || (!o.stop_on_eol && !o.stop_on_double_eol && o.stop_strings.empty()),
+                  "generate: stop_on_eol, stop_on_double_eol and stop strings need the tokenizer");
+  }
+
+  bool after(const Generation& g) const {
+    int32_t token = g.tokens.back();
+    if (token == o_.sampling.eod) return true;
+    if (o_.stop_on_eol || o_.stop_on_double_eol) {
+      std::string text = tokenizer_->decode(std::span<const int32_t>(&token, 1));
+      if (text == "\n\n") return true;
+      if (text == "\n") {
+        if (o_.stop_on_eol) return true;
+        int32_t previous = g.tokens[g.tokens.size() - 2];
+        if (tokenizer_->decode(std::span<const int32_t>(&previous, 1)) == "\n") return true;
+      }
+    }
+    if (!o_.stop_strings.empty()) {
+      std::span<const int32_t> generated(g.tokens.data() + g.prompt_length, g.tokens.size() - g.prompt_length);
+      std::string text = tokenizer_->decode(generated);
+      for (const std::string& s : o_.stop_strings)
+        if (!s.empty() && text.find(s) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+ private:
+  const GenerationOptions& o_;
+  const data::Tokenizer* tokenizer_;
+};
+
+}  // namespace
+
+std::vector<Generation> generate(const ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts,
+                                 const GenerationOptions& options, const data::Tokenizer* tokenizer,
+                                 const std::function<void(size_t, int32_t)>& on_token) {
+  const SamplingOptions& sampling = options.sampling;
+  validate(sampling);
+  StopCondition stop(options, tokenizer);
+  const model::GptConfig& c = runner.config();
+  std::vector<Generation> out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<int32_t>& prompt = prompts[i];
+    TESSERA_CHECK(!prompt.empty(), "generate: prompt ", i, " is empty");
+    int64_t capacity = static_cast<int64_t>(prompt.size()) + sampling.tokens_to_generate;
+    if (c.position_embedding == model::PositionEmbedding::LearnedAbsolute)
+      TESSERA_CHECK(capacity <= c.max_position_embeddings, "prompt of ", prompt.size(),
+                    " tokens + tokens to generate ", sampling.tokens_to_generate, " exceeds the model's ",
+                    c.max_position_embeddings, " positions");
+    Generation& g = out[i];
+    g.tokens = prompt;
+    g.prompt_length = static_cast<int64_t>(prompt.size());
+    DecodeSequence seq = runner.start(capacity);
+    Tensor logits;
+    if (options.return_logprobs) {  // the prompt one token at a time, for each token's probability
+      for (size_t j = 0; j < prompt.size(); ++j) {
+        if (j > 0) g.logprobs.push_back(token_logprob(logits, prompt[j]));
+        logits = runner.next_token_logits({prompt[j]}, seq);
+      }
+    } else {
+      logits = runner.next_token_logits(prompt, seq);
+    }
+    for (int64_t step = 0; step < sampling.tokens_to_generate; ++step) {
+      uint64_t key = (static_cast<uint64_t>(i) << 32) | static_cast<uint64_t>(step);
+      std::vector<int32_t> token = {sample_token(logits.f32(), c.vocab_size, sampling, key)};
+      runner.agree(token);
+      g.tokens.push_back(token[0]);
+      if (options.return_logprobs) g.logprobs.push_back(token_logprob(logits, token[0]));
+      if (on_token) on_token(i, token[0]);
+      if (stop.after(g) || step + 1 == sampling.tokens_to_generate) break;
+      logits = runner.next_token_logits(token, seq);
+    }
   }
   return out;
 }

@@ -1,13 +1,16 @@
 // Text generation by incremental decoding: the prompt fills the key/value caches once, then each new
 // token costs one step over a single position. Sampling is greedy, or by temperature with top-k and
-// top-p filtering, drawing from Philox keyed by (random seed, step) so a seed reproduces its output.
+// top-p filtering, drawing from Philox keyed by (random seed, prompt index, step) so a seed
+// reproduces its output whatever the layout.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
-#include "model/gpt_model.h"
+#include "data/tokenizer.h"
+#include "infer/model_runner.h"
 
 namespace tessera::infer {
 
@@ -23,13 +26,39 @@ struct SamplingOptions {
 // Checks the options; errors name Megatron's flags (--temperature, --top-k, --top-p, ...).
 void validate(const SamplingOptions& options);
 
-// The next token from logits over ids [0, vocab) (padding ids beyond vocab are never chosen).
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& options, uint64_t step);
+// The next token from logits over ids [0, vocab) (padding ids beyond vocab are never chosen). `key`
+// selects the random number (generate uses prompt index << 32 | step).
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& options, uint64_t key);
 
-// Generates up to options.tokens_to_generate tokens after `prompt` (stopping after eod), calling
-// on_token with each as it is produced. Returns the generated tokens (without the prompt).
-std::vector<int32_t> generate(const model::GptModel& model, const std::vector<int32_t>& prompt,
-                              const SamplingOptions& options,
-                              const std::function<void(int32_t)>& on_token = {});
+struct GenerationOptions {
+  SamplingOptions sampling;
+  bool return_logprobs = false;  // log-probability of every token after the first (prompt included)
+  // Megatron's stop_on_eol / stop_on_double_eol: stop after a generated newline token ("\n" or
+  // "\n\n"), or after two newlines in a row; GPT-2's ids 198 and 628, found by their text so that any
+  // tokenizer works. Needs the tokenizer.
+  bool stop_on_eol = false;
+  bool stop_on_double_eol = false;
+  // Stop after the token that completes one of these strings in the generated text (needs the
+  // tokenizer).
+  std::vector<std::string> stop_strings;
+};
+
+struct Generation {
+  std::vector<int32_t> tokens;  // the prompt followed by the generated tokens
+  int64_t prompt_length = 0;
+  std::vector<float> logprobs;  // logprobs[i] = log p(tokens[i + 1] | tokens[0..i]) when asked for
+};
+
+// Continues each prompt (ids) by up to tokens_to_generate tokens, stopping after the end-of-document
+// id or a stop condition, calling on_token(prompt index, token) as each is produced. Prompts are
+// decoded one after another, each with its own caches. Every rank of the model group calls it with
+// the same arguments; the tokens are those of the runner's deciding rank.
+std::vector<Generation> generate(const ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts,
+                                 const GenerationOptions& options, const data::Tokenizer* tokenizer = nullptr,
+                                 const std::function<void(size_t, int32_t)>& on_token = {});
+
+// The log-probabilities of `logits` over the padded vocabulary (as Megatron's log_softmax of the
+// model's output) at `id`.
+float token_logprob(const Tensor& logits, int32_t id);
 
 }  // namespace tessera::infer

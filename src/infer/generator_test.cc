@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace tessera::infer {
@@ -42,7 +43,7 @@ TEST(SampleToken, OptionsAreValidated) {
   EXPECT_THROW(validate(o), Error);
 }
 
-TEST(Generate, GreedyDecodingWithTheCacheEqualsRecomputingTheWholeSequence) {
+model::GptConfig tiny_config() {
   model::GptConfig c;
   c.num_layers = 2;
   c.hidden_size = 16;
@@ -55,15 +56,25 @@ TEST(Generate, GreedyDecodingWithTheCacheEqualsRecomputingTheWholeSequence) {
   c.vocab_size = 20;
   c.padded_vocab_size = 32;
   c.init_method_std = 0.5f;
+  return c;
+}
+
+TEST(Generate, GreedyDecodingWithTheCacheEqualsRecomputingTheWholeSequence) {
+  model::GptConfig c = tiny_config();
   model::ParameterSet params;
   model::GptModel m(c, params);
   params.allocate(5);
-  SamplingOptions greedy;
-  greedy.temperature = 0;
-  greedy.tokens_to_generate = 8;
+  auto runner = make_gpt_runner(m, parallel::TensorParallelContext::single_process());
+  GenerationOptions greedy;
+  greedy.sampling.temperature = 0;
+  greedy.sampling.tokens_to_generate = 8;
   std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
   std::vector<int32_t> streamed;
-  std::vector<int32_t> out = generate(m, prompt, greedy, [&](int32_t t) { streamed.push_back(t); });
+  std::vector<Generation> gen =
+      generate(*runner, {prompt}, greedy, nullptr, [&](size_t i, int32_t t) { streamed.push_back(t); });
+  ASSERT_EQ(gen.size(), 1u);
+  ASSERT_EQ(gen[0].prompt_length, 5);
+  std::vector<int32_t> out(gen[0].tokens.begin() + 5, gen[0].tokens.end());
   ASSERT_EQ(out.size(), 8u);
   EXPECT_EQ(streamed, out);
   // Without a cache: feed the whole sequence so far every step.
@@ -71,13 +82,89 @@ TEST(Generate, GreedyDecodingWithTheCacheEqualsRecomputingTheWholeSequence) {
   for (int32_t expected : out) {
     model::DecodeState fresh = m.start_decoding(c.seq_length);
     Tensor logits = m.next_token_logits(seq, fresh);
-    EXPECT_EQ(sample_token(logits.f32(), c.vocab_size, greedy, 0), expected);
+    EXPECT_EQ(sample_token(logits.f32(), c.vocab_size, greedy.sampling, 0), expected);
     seq.push_back(expected);
   }
   // Stops right after producing the end-of-document id (its first occurrence).
-  greedy.eod = out.back();
+  greedy.sampling.eod = out.back();
   size_t first = std::find(out.begin(), out.end(), out.back()) - out.begin();
-  EXPECT_EQ(generate(m, prompt, greedy).size(), first + 1);
+  EXPECT_EQ(generate(*runner, {prompt}, greedy)[0].tokens.size(), prompt.size() + first + 1);
+}
+
+TEST(Generate, BatchedPromptsOfDifferentLengthsEqualOneAtATime) {
+  model::GptConfig c = tiny_config();
+  model::ParameterSet params;
+  model::GptModel m(c, params);
+  params.allocate(7);
+  auto runner = make_gpt_runner(m, parallel::TensorParallelContext::single_process());
+  GenerationOptions o;
+  o.sampling.tokens_to_generate = 6;
+  o.sampling.top_k = 5;
+  o.sampling.random_seed = 3;
+  std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5, 6, 7}, {9}, {4, 4, 2}};
+  std::vector<Generation> batch = generate(*runner, prompts, o);
+  ASSERT_EQ(batch.size(), 3u);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(batch[i].prompt_length, static_cast<int64_t>(prompts[i].size()));
+    EXPECT_EQ(batch[i].tokens.size(), prompts[i].size() + 6);
+    // The sampling key of prompt i is (i << 32 | step): a prompt alone at index 0 draws prompt 0's numbers.
+  }
+  EXPECT_EQ(generate(*runner, {prompts[0]}, o)[0].tokens, batch[0].tokens);
+  // The same seed reproduces the output; another seed (almost surely) changes it.
+  EXPECT_EQ(generate(*runner, prompts, o)[2].tokens, batch[2].tokens);
+}
+
+TEST(Generate, LogprobsAreTheLogSoftmaxOfTheFullRecomputation) {
+  model::GptConfig c = tiny_config();
+  model::ParameterSet params;
+  model::GptModel m(c, params);
+  params.allocate(11);
+  auto runner = make_gpt_runner(m, parallel::TensorParallelContext::single_process());
+  GenerationOptions o;
+  o.sampling.temperature = 0;
+  o.sampling.tokens_to_generate = 4;
+  o.return_logprobs = true;
+  Generation g = generate(*runner, {{2, 7, 1}}, o)[0];
+  ASSERT_EQ(g.tokens.size(), 7u);
+  ASSERT_EQ(g.logprobs.size(), 6u);
+  // Reference: logits of the whole prefix recomputed without the cache, log-softmax in float64.
+  for (size_t i = 1; i < g.tokens.size(); ++i) {
+    model::DecodeState fresh = m.start_decoding(c.seq_length);
+    Tensor logits = m.next_token_logits(std::vector<int32_t>(g.tokens.begin(), g.tokens.begin() + i), fresh);
+    double max = -1e30, sum = 0;
+    for (int64_t v = 0; v < c.padded_vocab_size; ++v) max = std::max(max, double(logits.f32()[v]));
+    for (int64_t v = 0; v < c.padded_vocab_size; ++v) sum += std::exp(logits.f32()[v] - max);
+    double expected = logits.f32()[g.tokens[i]] - max - std::log(sum);
+    EXPECT_NEAR(g.logprobs[i - 1], expected, 1e-4) << "token " << i;
+  }
+}
+
+TEST(Score, LabelLogprobsAndArgmaxMatchDecoding) {
+  model::GptConfig c = tiny_config();
+  model::ParameterSet params;
+  model::GptModel m(c, params);
+  params.allocate(13);
+  auto runner = make_gpt_runner(m, parallel::TensorParallelContext::single_process());
+  // Two samples of 4 positions.
+  std::vector<std::vector<int32_t>> seqs = {{1, 5, 9, 2, 7}, {3, 3, 8, 0, 4}};
+  model::MicroBatch mb;
+  mb.tokens = Tensor::empty({2, 4}, DType::I32);
+  mb.labels = Tensor::empty({2, 4}, DType::I32);
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t < 4; ++t) {
+      mb.tokens.i32()[b * 4 + t] = seqs[b][t];
+      mb.labels.i32()[b * 4 + t] = seqs[b][t + 1];
+    }
+  Scores s = runner->score(mb);
+  for (int b = 0; b < 2; ++b) {
+    DecodeSequence seq = runner->start(8);
+    for (int t = 0; t < 4; ++t) {
+      Tensor logits = runner->next_token_logits({seqs[b][t]}, seq);
+      EXPECT_NEAR(s.label_logprob[b * 4 + t], token_logprob(logits, seqs[b][t + 1]), 1e-4);
+      const float* l = logits.f32();
+      EXPECT_EQ(s.argmax[b * 4 + t], std::max_element(l, l + c.padded_vocab_size) - l);
+    }
+  }
 }
 
 }  // namespace

@@ -109,6 +109,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   t->add_option("--eval-interval", a.eval_interval, "Iterations between evaluations");
   t->add_option("--eval-iters", a.eval_iters, "Iterations per evaluation (0: none)");
   t->add_option("--log-interval", a.log_interval, "Iterations between log lines");
+  t->add_option("--sample-interval", a.sample_interval, "Iterations between greedy samples in the log (0: none)");
+  t->add_option("--sample-prompt", a.sample_prompt, "Prompt of the samples (--sample-interval)");
 
   auto* l = app.add_option_group("logging and checkpoints");
   l->add_option("--max-nan-iterations", a.max_nan_iterations,
@@ -298,6 +300,11 @@ void finalize(TrainArguments& a) {
   require(a.eval_iters >= 0, "--eval-iters", a.eval_iters, "must be >= 0");
   require_positive("--log-interval", a.log_interval);
   require_positive("--max-nan-iterations", a.max_nan_iterations);
+  require(a.sample_interval >= 0, "--sample-interval", a.sample_interval, "must be >= 0");
+  require(a.sample_interval == 0 || !a.sample_prompt.empty(), "--sample-interval", a.sample_interval,
+          "needs --sample-prompt TEXT");
+  require(a.sample_interval == 0 || a.pipeline_model_parallel_size == 1, "--sample-interval", a.sample_interval,
+          "is not supported with --pipeline-model-parallel-size > 1 yet");
   require(a.save_interval >= 0, "--save-interval", a.save_interval, "must be >= 0");
   require(a.save_interval == 0 || !a.save.empty(), "--save-interval", a.save_interval, "needs --save DIR");
   require(a.ckpt_keep_last >= 0, "--ckpt-keep-last", a.ckpt_keep_last, "must be >= 0");

@@ -61,6 +61,8 @@ struct TrainArguments {
   uint64_t seed = 1234;
   int64_t eval_interval = 1000, eval_iters = 100, log_interval = 100;
   int64_t max_nan_iterations = 3;  // consecutive iterations with a non-finite loss or grad norm before stopping
+  int64_t sample_interval = 0;  // print a greedy continuation of sample_prompt every N iterations (0: off)
+  std::string sample_prompt;
 
   // Logging and checkpoints.
   std::string log_dir, tensorboard_dir, save, load;

@@ -436,6 +436,16 @@ void Trainer::train() {
       double loss = evaluate();
       if (log_) log_->validation(iteration_, loss);
     }
+    if (args_.sample_interval > 0 && iteration_ % args_.sample_interval == 0) {
+      optimizer_->wait_for_params();  // the sampler reads the weights
+      if (!sampler_)
+        sampler_ = std::make_unique<infer::TrainingSampler>(
+            *chunks_[0], params_, state_->tensor_group(), args_.sequence_parallel,
+            data::TokenizerOptions{args_.tokenizer_type, args_.vocab_file, args_.merge_file, args_.tokenizer_model,
+                                   args_.vocab_size},
+            args_.sample_prompt);
+      say(str_cat(" sample at iteration ", iteration_, ": ", args_.sample_prompt, sampler_->sample()));
+    }
     const bool save_now = !args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
                                                   iteration_ == args_.train_iters);
     if (save_now) save();

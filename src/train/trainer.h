@@ -15,6 +15,7 @@
 #include "optim/distributed_optimizer.h"
 #include "train/arguments.h"
 #include "data/blended_dataset.h"
+#include "infer/training_sampler.h"
 #include "train/batching.h"
 #include "train/mock_data.h"
 #include "train/memory_report.h"
@@ -84,6 +85,7 @@ class Trainer {
   BatchOptions batch_options_;
   std::unique_ptr<TrainingLog> log_;  // on world rank 0 only
   std::unique_ptr<parallel::GradBuckets> buckets_;
+  std::unique_ptr<infer::TrainingSampler> sampler_;  // --sample-interval, made at the first sample
   int64_t iteration_ = 0, consumed_samples_ = 0, skipped_iterations_ = 0, nan_iterations_ = 0;
   // Accounting since the last log line.
   pipeline::PipelineTimes times_;

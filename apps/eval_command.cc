@@ -1,0 +1,47 @@
+// `tessera eval --task WIKITEXT103|LAMBADA --valid-data FILE --load CKPT`: Megatron's zero-shot
+// evaluation (tasks/zeroshot_gpt). Under mpirun the world is split into tensor-parallel groups and
+// the data-parallel replicas share the samples.
+#include <iostream>
+
+#include "apps/commands.h"
+#include "apps/inference_flags.h"
+#include "eval/zeroshot_evaluation.h"
+
+namespace tessera::apps {
+
+int eval_command(const std::vector<std::string>& args) {
+  infer::LoadOptions load;
+  eval::ZeroShotOptions options;
+  CLI::App app{"tessera eval: zero-shot WikiText-103 perplexity and LAMBADA accuracy", "tessera eval"};
+  app.option_defaults()->always_capture_default();
+  add_load_flags(app, load);
+  app.add_option("--task", options.task, "WIKITEXT103 or LAMBADA")->required()->check(CLI::IsMember({"WIKITEXT103", "LAMBADA"}));
+  app.add_option("--valid-data", options.valid_data, "The task's data file (wiki.test.tokens, lambada_test.jsonl)")
+      ->required();
+  app.add_option("--seq-length", load.seq_length, "Window length (default: the model's)");
+  app.add_option("--overlapping-eval", options.overlapping_eval, "Sliding window for overlapping evaluation");
+  app.add_flag("--strict-lambada", options.strict_lambada, "LAMBADA: the whole last word must be predicted");
+  app.add_option("--micro-batch-size", options.micro_batch_size, "Samples per forward pass");
+  app.add_option("--log-interval", options.log_interval, "Batches between progress lines");
+
+  return run_on_every_rank(app, args, "eval", [&](comm::ProcessGroup& world) {
+    infer::LoadedModel model(load, world);
+    options.seq_length = model.config().seq_length;
+    const bool printer = world.rank() == 0;
+    if (printer) {
+      std::cout << " > loaded " << load.load << " (iteration " << model.iteration() << "), task " << options.task
+                << ", seq length " << options.seq_length << std::endl;
+    }
+    eval::ZeroShotResult result = eval::evaluate_zeroshot(
+        options, model.runner(), model.tokenizer(), model.parallel_state().data_group(), [&](const std::string& line) {
+          if (printer) std::cout << line << std::endl;
+        });
+    if (printer) {
+      std::string line = eval::format_result(result);
+      std::string rule(line.size() + 1, '-');
+      std::cout << rule << '\n' << line << '\n' << rule << std::endl;
+    }
+  });
+}
+
+}  // namespace tessera::apps

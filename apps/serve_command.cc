@@ -1,0 +1,37 @@
+// `tessera serve --load CKPT [--port 5000]`: Megatron-LM's text generation server (PUT /api, POST
+// /completions, GET /health). Under mpirun every rank holds its part of the model and rank 0 answers
+// HTTP; SIGINT or SIGTERM stops every rank cleanly.
+#include <iostream>
+
+#include "apps/commands.h"
+#include "apps/inference_flags.h"
+#include "infer/text_generation_server.h"
+
+namespace tessera::apps {
+
+int serve_command(const std::vector<std::string>& args) {
+  infer::LoadOptions load;
+  infer::ServerOptions server;
+  CLI::App app{"tessera serve: Megatron's text generation REST server", "tessera serve"};
+  app.option_defaults()->always_capture_default();
+  add_load_flags(app, load);
+  app.add_option("--host", server.host, "Address to listen on (127.0.0.1: this machine only)");
+  app.add_option("--port", server.port, "Port to listen on (0: any free port)")->check(CLI::Range(0, 65535));
+  app.add_option("--max-body-bytes", server.max_body_bytes, "Largest request body accepted (larger: HTTP 413)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30));
+  app.add_option("--max-prompts", server.limits.max_prompts, "Most prompts in one request")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-tokens-to-generate", server.limits.max_tokens_to_generate,
+                 "Most tokens one request may ask for")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  app.add_option("--http-threads", server.threads, "Threads reading and answering HTTP requests")->check(CLI::Range(1, 256));
+
+  return run_on_every_rank(app, args, "serve", [&](comm::ProcessGroup& world) {
+    infer::LoadedModel model(load, world);
+    TESSERA_CHECK(model.parallel_state().layout().data_parallel_size() == 1, "tessera serve: the world of ",
+                  world.size(), " ranks must equal --tensor-model-parallel-size x --pipeline-model-parallel-size (",
+                  load.tensor_model_parallel_size * load.pipeline_model_parallel_size, "): one model serves");
+    std::ostream null_log(nullptr);
+    infer::run_server(model, server, world.rank() == 0 ? std::cout : null_log);
+  });
+}
+
+}  // namespace tessera::apps

@@ -1,0 +1,51 @@
+#include "infer/loaded_model.h"
+
+#include "ckpt/checkpoint.h"
+
+namespace tessera::infer {
+
+LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
+  TESSERA_CHECK(!o.load.empty(), "--load: a checkpoint directory is required");
+  TESSERA_CHECK(o.pipeline_model_parallel_size == 1, "--pipeline-model-parallel-size=",
+                o.pipeline_model_parallel_size, ": pipeline-parallel inference is not supported yet");
+  TESSERA_CHECK(ckpt::latest_checkpointed_iteration(o.load) >= 0, "--load=", o.load,
+                ": no checkpoint there (latest_checkpointed_iteration.txt is missing)");
+  nlohmann::json run = ckpt::latest_checkpoint_args(o.load);
+  TESSERA_CHECK(run.contains("model"), "checkpoint in ", o.load, " does not record its model configuration");
+  config_ = model::config_from_json(run["model"]);
+  // Checkpoints reshard on load, so any tensor-parallel size works whose ranks split the saved padded
+  // vocabulary evenly (the padding, and so the logits, stay those of the trained model).
+  TESSERA_CHECK(config_.padded_vocab_size % o.tensor_model_parallel_size == 0, "--tensor-model-parallel-size=",
+                o.tensor_model_parallel_size, ": the checkpoint in ", o.load, " has a padded vocabulary of ",
+                config_.padded_vocab_size, " rows, which does not split evenly over that many ranks");
+  if (o.seq_length > 0) {
+    TESSERA_CHECK(config_.position_embedding != model::PositionEmbedding::LearnedAbsolute ||
+                      o.seq_length <= config_.max_position_embeddings,
+                  "--seq-length=", o.seq_length, ": the model has only ", config_.max_position_embeddings,
+                  " positions");
+    config_.seq_length = o.seq_length;
+  }
+
+  data::TokenizerOptions tok = o.tokenizer;
+  if (tok.type.empty()) {  // the tokenizer the model was trained with
+    tok.type = run.value("tokenizer_type", "");
+    if (tok.vocab_file.empty()) tok.vocab_file = run.value("vocab_file", "");
+    if (tok.merge_file.empty()) tok.merge_file = run.value("merge_file", "");
+    if (tok.tokenizer_model.empty()) tok.tokenizer_model = run.value("tokenizer_model", "");
+  }
+  if (tok.type == "NullTokenizer" && tok.vocab_size == 0) tok.vocab_size = config_.vocab_size - 1;
+  tokenizer_ = data::build_tokenizer(tok);
+  TESSERA_CHECK(tokenizer_->vocab_size() == config_.vocab_size, "the ", tokenizer_->name(), " has ",
+                tokenizer_->vocab_size(), " ids but the checkpoint's model was trained on ", config_.vocab_size);
+
+  comm::ParallelLayout layout{world.size(), o.tensor_model_parallel_size, o.pipeline_model_parallel_size};
+  comm::validate_layout(layout);
+  state_ = std::make_unique<comm::ParallelState>(world, layout);
+  tp_ = {&state_->tensor_group(), false};
+  model_ = std::make_unique<model::GptModel>(config_, params_, tp_);
+  params_.allocate(0);
+  iteration_ = ckpt::load_checkpoint(o.load, params_, nullptr).iteration;
+  runner_ = make_gpt_runner(*model_, tp_);
+}
+
+}  // namespace tessera::infer

@@ -1,0 +1,51 @@
+// What generation, the server and zero-shot evaluation need from a model, behind one small interface
+// so that the layout (one process, tensor parallel today; pipeline stages later) is the runner's
+// business: incremental decoding that yields the full next-token logits, and scoring a micro-batch
+// (log-probability and arg-max of every label position).
+//
+// Every rank of a model-parallel group calls the same methods with the same arguments in the same
+// order (the calls contain the group's collectives); the results are the same on every rank.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/gpt_model.h"
+
+namespace tessera::infer {
+
+// The caches of one sequence being decoded (opaque to callers).
+struct DecodeSequence {
+  model::DecodeState state;
+};
+
+// Per-position results of scoring a micro-batch, sample-major [batch, seq] like MicroBatch.
+struct Scores {
+  std::vector<double> label_logprob;  // log p(label | prefix)
+  std::vector<int32_t> argmax;        // the most likely next id over the (padded) vocabulary, as
+                                      // Megatron's evaluation takes it from the gathered logits
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const model::GptConfig& config() const = 0;
+
+  // An empty sequence that can hold up to `capacity` tokens.
+  virtual DecodeSequence start(int64_t capacity) const = 0;
+  // Feeds the next tokens of the sequence; returns the logits over the padded vocabulary after the
+  // last of them.
+  virtual Tensor next_token_logits(const std::vector<int32_t>& tokens, DecodeSequence& seq) const = 0;
+  // Makes every rank of the model group hold the deciding rank's values (sampled tokens: ranks must
+  // not drift apart on a last-bit difference of their logits).
+  virtual void agree(std::vector<int32_t>& values) const = 0;
+  // Forward over a micro-batch without dropout.
+  virtual Scores score(const model::MicroBatch& batch) const = 0;
+};
+
+// The runner of a GptModel in one process or split over a tensor-parallel group (the model holds
+// the group; its decoding step already gathers the vocabulary shards).
+std::unique_ptr<ModelRunner> make_gpt_runner(const model::GptModel& model,
+                                             const parallel::TensorParallelContext& tp);
+
+}  // namespace tessera::infer

@@ -1,0 +1,287 @@
+#include "infer/text_generation_api.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/check.h"
+
+namespace tessera::infer {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void reject(const std::string& message) { throw RequestError(message); }
+
+bool is_int(const json& v) { return v.is_number_integer(); }
+bool is_number(const json& v) { return v.is_number(); }
+
+// The byte offset of each token's text in the decoded sequence (decoding prefixes, so characters
+// split over tokens land on the token that completes them).
+std::vector<int64_t> token_offsets(const std::vector<int32_t>& tokens, const data::Tokenizer& tokenizer) {
+  std::vector<int64_t> offsets;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    offsets.push_back(static_cast<int64_t>(tokenizer.decode(std::span<const int32_t>(tokens.data(), i)).size()));
+  return offsets;
+}
+
+std::string decode_one(const data::Tokenizer& tokenizer, int32_t id) {
+  return tokenizer.decode(std::span<const int32_t>(&id, 1));
+}
+
+}  // namespace
+
+TextRequest parse_api_request(const json& body, const ServerLimits& limits) {
+  if (!body.is_object()) reject("the request body must be a JSON object");
+  // Megatron's own messages for the fields it renamed, then the fields tessera does not implement
+  // (refused rather than ignored, so every accepted field is honoured).
+  if (!body.contains("prompts")) reject("prompts argument required");
+  if (body.contains("max_len")) reject("max_len is no longer used.  Replace with tokens_to_generate");
+  if (body.contains("sentences")) reject("sentences is no longer used.  Replace with prompts");
+  static const std::set<std::string> known = {"prompts", "tokens_to_generate", "logprobs", "temperature", "top_k",
+                                              "top_p", "add_BOS", "stop_on_eol", "stop_on_double_eol",
+                                              "random_seed", "no_log"};
+  static const std::set<std::string> unsupported = {"top_p_decay", "top_p_bound", "prevent_newline_after_colon",
+                                                    "beam_width", "stop_token", "length_penalty"};
+  for (const auto& [key, value] : body.items()) {
+    if (unsupported.count(key)) reject(key + " is not supported by tessera serve");
+    if (!known.count(key)) reject("unknown field '" + key + "'");
+  }
+
+  TextRequest r;
+  r.kind = TextRequest::Kind::Api;
+  const json& prompts = body["prompts"];
+  if (!prompts.is_array()) reject("prompts is not a list of strings");
+  if (prompts.empty()) reject("prompts is empty");
+  if (static_cast<int64_t>(prompts.size()) > limits.max_prompts)
+    reject("Maximum number of prompts is " + std::to_string(limits.max_prompts));
+  for (const json& p : prompts) {
+    if (!p.is_string()) reject("prompts is not a list of strings");
+    r.prompts.push_back(p.get<std::string>());
+  }
+
+  SamplingOptions& s = r.options.sampling;
+  s.tokens_to_generate = 64;  // Megatron's default
+  if (body.contains("tokens_to_generate")) {
+    const json& v = body["tokens_to_generate"];
+    if (!is_int(v)) reject("tokens_to_generate must be an integer greater than 0");
+    if (v.get<int64_t>() < 0) reject("tokens_to_generate must be an integer greater than or equal to 0");
+    if (v.get<int64_t>() > limits.max_tokens_to_generate)
+      reject("tokens_to_generate must be at most " + std::to_string(limits.max_tokens_to_generate) +
+             " (--max-tokens-to-generate)");
+    s.tokens_to_generate = v.get<int64_t>();
+  }
+  if (body.contains("logprobs")) {
+    if (!body["logprobs"].is_boolean()) reject("logprobs must be a boolean value");
+    r.options.return_logprobs = body["logprobs"].get<bool>();
+  }
+  if (s.tokens_to_generate == 0 && !r.options.return_logprobs)
+    reject("tokens_to_generate=0 implies logprobs should be True");
+  s.temperature = 1.0f;
+  if (body.contains("temperature")) {
+    const json& v = body["temperature"];
+    if (!is_number(v)) reject("temperature must be a positive number less than or equal to 100.0");
+    double t = v.get<double>();
+    if (!(t > 0.0 && t <= 100.0)) reject("temperature must be a positive number less than or equal to 100.0");
+    s.temperature = static_cast<float>(t);
+  }
+  if (body.contains("top_k")) {
+    const json& v = body["top_k"];
+    if (!is_int(v)) reject("top_k must be an integer equal to or greater than 0 and less than or equal to 1000");
+    if (v.get<int64_t>() < 0 || v.get<int64_t>() > 1000)
+      reject("top_k must be equal to or greater than 0 and less than or equal to 1000");
+    s.top_k = v.get<int64_t>();
+  }
+  if (body.contains("top_p")) {
+    const json& v = body["top_p"];
+    if (!is_number(v)) reject("top_p must be a positive float less than or equal to 1.0");
+    double p = v.get<double>();
+    if (p > 0.0 && s.top_k > 0) reject("cannot set both top-k and top-p samplings.");
+    if (!(p >= 0.0 && p <= 1.0)) reject("top_p must be less than or equal to 1.0");
+    s.top_p = static_cast<float>(p);
+  }
+  for (const char* flag : {"add_BOS", "stop_on_double_eol", "stop_on_eol", "no_log"})
+    if (body.contains(flag) && !body[flag].is_boolean()) reject(std::string(flag) + " must be a boolean value");
+  r.add_bos = body.value("add_BOS", false);
+  r.options.stop_on_double_eol = body.value("stop_on_double_eol", false);
+  r.options.stop_on_eol = body.value("stop_on_eol", false);
+  r.no_log = body.value("no_log", false);
+  for (const std::string& p : r.prompts)
+    if (p.empty() && !r.add_bos) reject("Empty prompts require add_BOS=true");
+  if (body.contains("random_seed")) {
+    const json& v = body["random_seed"];
+    if (!is_int(v)) reject("random_seed must be integer");
+    if (v.get<int64_t>() < 0) reject("random_seed must be a positive integer");
+    s.random_seed = v.get<uint64_t>();
+  }
+  return r;
+}
+
+TextRequest parse_completions_request(const json& body, const ServerLimits& limits) {
+  if (!body.is_object()) reject("the request body must be a JSON object");
+  TextRequest r;
+  r.kind = TextRequest::Kind::Completions;
+  if (!body.contains("prompt")) reject("prompt is required");
+  const json& prompt = body["prompt"];
+  auto is_id_list = [](const json& v) {
+    return v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const json& x) { return is_int(x); });
+  };
+  if (prompt.is_string()) {
+    r.prompts.push_back(prompt.get<std::string>());
+  } else if (prompt.is_array() && !prompt.empty() && std::all_of(prompt.begin(), prompt.end(), [](const json& x) { return x.is_string(); })) {
+    for (const json& p : prompt) r.prompts.push_back(p.get<std::string>());
+  } else if (is_id_list(prompt)) {
+    r.prompt_ids.push_back(prompt.get<std::vector<int32_t>>());
+  } else if (prompt.is_array() && !prompt.empty() && std::all_of(prompt.begin(), prompt.end(), is_id_list)) {
+    for (const json& p : prompt) r.prompt_ids.push_back(p.get<std::vector<int32_t>>());
+  } else {
+    reject("prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids");
+  }
+  int64_t count = static_cast<int64_t>(r.prompts.size() + r.prompt_ids.size());
+  if (count > limits.max_prompts) reject("Maximum number of prompts is " + std::to_string(limits.max_prompts));
+  for (const std::string& p : r.prompts)
+    if (p.empty()) reject("prompt: empty prompts are not supported");
+
+  SamplingOptions& s = r.options.sampling;
+  if (!body.contains("max_tokens")) reject("max_tokens is required");
+  if (!is_int(body["max_tokens"]) || body["max_tokens"].get<int64_t>() < 0)
+    reject("max_tokens must be an integer greater than or equal to 0");
+  s.tokens_to_generate = body["max_tokens"].get<int64_t>();
+  if (s.tokens_to_generate > limits.max_tokens_to_generate)
+    reject("max_tokens must be at most " + std::to_string(limits.max_tokens_to_generate) +
+           " (--max-tokens-to-generate)");
+  if (body.contains("temperature") && (!is_number(body["temperature"]) || body["temperature"].get<double>() < 0 ||
+                                        body["temperature"].get<double>() > 100))
+    reject("temperature must be a number in [0, 100]");
+  if (body.contains("top_p") && (!is_number(body["top_p"]) || body["top_p"].get<double>() < 0 ||
+                                  body["top_p"].get<double>() > 1))
+    reject("top_p must be a number in [0, 1]");
+  s.temperature = static_cast<float>(body.value("temperature", 1.0));
+  s.top_p = static_cast<float>(body.value("top_p", 1.0));
+  if (s.temperature == 0) {  // OpenAI's greedy, which Megatron maps to top-k 1
+    s.top_k = 1;
+    s.top_p = 0;
+  }
+  if (body.contains("logprobs")) {
+    if (!is_int(body["logprobs"]) || body["logprobs"].get<int64_t>() < 0)
+      reject("logprobs must be an integer greater than or equal to 0");
+    if (body["logprobs"].get<int64_t>() > 0) reject("logprobs > 0 (top log-probabilities) is not supported");
+  }
+  if (body.contains("echo") && !body["echo"].is_boolean()) reject("echo must be a boolean value");
+  r.echo = body.value("echo", false);
+  if (!r.echo && s.tokens_to_generate == 0) reject("echo=False not supported when tokens_to_generate=0");
+  for (const char* field : {"n", "best_of"}) {
+    if (!body.contains(field)) continue;
+    if (!is_int(body[field]) || body[field].get<int64_t>() < 1) reject(std::string(field) + " must be an integer >= 1");
+    if (body[field].get<int64_t>() > 1) reject(std::string(field == std::string("n") ? "num_completions" : "best_of") + " > 1 not supported");
+  }
+  if (body.contains("seed")) {
+    if (!is_int(body["seed"]) || body["seed"].get<int64_t>() < 0) reject("seed must be a non-negative integer");
+    s.random_seed = body["seed"].get<uint64_t>();
+  }
+  if (body.contains("stop")) {
+    const json& stop = body["stop"];
+    if (stop.is_string()) {
+      r.options.stop_strings.push_back(stop.get<std::string>());
+    } else if (stop.is_array() && std::all_of(stop.begin(), stop.end(), [](const json& x) { return x.is_string(); })) {
+      r.options.stop_strings = stop.get<std::vector<std::string>>();
+    } else {
+      reject("stop must be a string or a list of strings");
+    }
+  }
+  r.options.return_logprobs = true;      // as Megatron's endpoint: always computed
+  r.options.stop_on_double_eol = true;  // as Megatron's endpoint
+  return r;
+}
+
+std::vector<std::vector<int32_t>> tokenize_prompts(const TextRequest& r, const data::Tokenizer& tokenizer,
+                                                   const model::GptConfig& config) {
+  std::vector<std::vector<int32_t>> out;
+  for (const std::string& p : r.prompts) {
+    std::vector<int32_t> ids;
+    if (r.add_bos) ids.push_back(tokenizer.eod());  // Megatron's add_BOS prepends the eod id
+    std::vector<int32_t> text;
+    try {
+      text = tokenizer.encode(p);
+    } catch (const std::exception& e) {  // e.g. a NullTokenizer id outside its vocabulary
+      reject(std::string("prompt cannot be tokenized: ") + e.what());
+    }
+    ids.insert(ids.end(), text.begin(), text.end());
+    out.push_back(std::move(ids));
+  }
+  for (const auto& ids : r.prompt_ids) {
+    for (int32_t id : ids)
+      if (id < 0 || id >= tokenizer.vocab_size())
+        reject("prompt: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+               std::to_string(tokenizer.vocab_size()) + ")");
+    out.push_back(ids);
+  }
+  for (const auto& ids : out) {
+    if (ids.empty()) reject("a prompt has no tokens");
+    int64_t total = static_cast<int64_t>(ids.size()) + r.options.sampling.tokens_to_generate;
+    if (config.position_embedding == model::PositionEmbedding::LearnedAbsolute &&
+        total > config.max_position_embeddings)
+      reject("Too many tokens.  The prompt of " + std::to_string(ids.size()) + " tokens plus " +
+             std::to_string(r.options.sampling.tokens_to_generate) + " tokens to generate is more than the " +
+             std::to_string(config.max_position_embeddings) + " positions of the model");
+  }
+  return out;
+}
+
+json api_response(const std::vector<Generation>& generations, const TextRequest& r, const data::Tokenizer& tokenizer) {
+  json text = json::array(), segments = json::array(), logprobs = json::array(), tokens = json::array();
+  for (const Generation& g : generations) {
+    text.push_back(tokenizer.decode(g.tokens));
+    json seg = json::array();
+    for (int32_t id : g.tokens) seg.push_back(decode_one(tokenizer, id));
+    segments.push_back(std::move(seg));
+    logprobs.push_back(g.logprobs);
+    tokens.push_back(g.tokens);
+  }
+  json out = {{"text", text}, {"segments", segments}, {"tokens", tokens}};
+  out["logprobs"] = r.options.return_logprobs ? logprobs : json(nullptr);
+  return out;
+}
+
+json completions_response(const std::vector<Generation>& generations, const TextRequest& r,
+                          const data::Tokenizer& tokenizer) {
+  json choices = json::array();
+  for (size_t i = 0; i < generations.size(); ++i) {
+    const Generation& g = generations[i];
+    std::string all = tokenizer.decode(g.tokens);
+    std::vector<int64_t> offsets = token_offsets(g.tokens, tokenizer);
+    // The prompt's text as the model saw it (decoded back from its tokens).
+    const size_t prompt_end = tokenizer.decode(std::span<const int32_t>(g.tokens.data(), g.prompt_length)).size();
+    const size_t begin = r.echo ? 0 : prompt_end;
+    size_t end = all.size();
+    for (const std::string& s : r.options.stop_strings) {  // truncate at the first stop string
+      size_t at = s.empty() ? std::string::npos : all.find(s, prompt_end);
+      if (at != std::string::npos) end = std::min(end, at);
+    }
+    // Tokens that start inside [begin, end).
+    auto first = std::lower_bound(offsets.begin(), offsets.end(), static_cast<int64_t>(begin)) - offsets.begin();
+    auto last = std::lower_bound(offsets.begin(), offsets.end(), static_cast<int64_t>(end)) - offsets.begin();
+    json token_logprobs = json::array(), token_text = json::array(), text_offset = json::array();
+    for (auto t = first; t < last; ++t) {
+      token_logprobs.push_back(t == 0 ? json(nullptr) : json(g.logprobs[t - 1]));
+      token_text.push_back(decode_one(tokenizer, g.tokens[t]));
+      text_offset.push_back(offsets[t]);
+    }
+    choices.push_back({{"index", i},
+                       {"text", all.substr(begin, end - begin)},
+                       {"logprobs", {{"token_logprobs", token_logprobs}, {"tokens", token_text},
+                                     {"text_offset", text_offset}}}});
+  }
+  return {{"choices", choices}};
+}
+
+json run_text_request(const TextRequest& r, const ModelRunner& runner, const data::Tokenizer& tokenizer,
+                      const model::GptConfig& config) {
+  std::vector<std::vector<int32_t>> prompts = tokenize_prompts(r, tokenizer, config);
+  GenerationOptions options = r.options;
+  options.sampling.eod = tokenizer.eod();
+  std::vector<Generation> generations = generate(runner, prompts, options, &tokenizer);
+  return r.kind == TextRequest::Kind::Api ? api_response(generations, r, tokenizer)
+                                          : completions_response(generations, r, tokenizer);
+}
+
+}  // namespace tessera::infer

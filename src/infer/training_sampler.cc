@@ -1,0 +1,47 @@
+#include "infer/training_sampler.h"
+
+#include <cstring>
+
+#include "infer/generator.h"
+
+namespace tessera::infer {
+
+TrainingSampler::TrainingSampler(const model::GptModel& model, const model::ParameterSet& params,
+                                 comm::ProcessGroup& tensor_group, bool sequence_parallel,
+                                 const data::TokenizerOptions& tokenizer, std::string prompt, int64_t tokens)
+    : params_(params), tokenizer_(data::build_tokenizer(tokenizer)), tp_{&tensor_group, false} {
+  const model::GptConfig& c = model.config();
+  prompt_ = tokenizer_->encode(prompt);
+  TESSERA_CHECK(!prompt_.empty(), "--sample-prompt='", prompt, "': has no tokens");
+  tokens_ = tokens;
+  if (c.position_embedding == model::PositionEmbedding::LearnedAbsolute)
+    tokens_ = std::min(tokens_, c.max_position_embeddings - static_cast<int64_t>(prompt_.size()));
+  TESSERA_CHECK(tokens_ > 0, "--sample-prompt='", prompt, "': its ", prompt_.size(),
+                " tokens leave no room in the model's ", c.max_position_embeddings, " positions");
+  if (sequence_parallel) {
+    copy_params_ = std::make_unique<model::ParameterSet>();
+    copy_ = std::make_unique<model::GptModel>(c, *copy_params_, tp_);
+    copy_params_->allocate(0);
+    TESSERA_CHECK(copy_params_->numel() == params.numel(), "sampler: the decoding copy of the model has ",
+                  copy_params_->numel(), " parameters, the trained one ", params.numel());
+  }
+  runner_ = make_gpt_runner(copy_ ? *copy_ : model, tp_);
+}
+
+TrainingSampler::~TrainingSampler() = default;
+
+std::string TrainingSampler::sample() {
+  if (copy_params_)
+    std::memcpy(copy_params_->values().raw(), params_.values().raw(), params_.values().nbytes());
+  GenerationOptions greedy;
+  greedy.sampling.temperature = 0;
+  greedy.sampling.tokens_to_generate = tokens_;
+  greedy.sampling.eod = tokenizer_->eod();
+  Generation g = generate(*runner_, {prompt_}, greedy)[0];
+  std::vector<int32_t> out(g.tokens.begin() + g.prompt_length, g.tokens.end());
+  if (!out.empty() && out.back() == tokenizer_->eod()) out.pop_back();
+  std::string text = tokenizer_->decode(out);
+  return tokenizer_->name() == "NullTokenizer" && !text.empty() ? " " + text : text;
+}
+
+}  // namespace tessera::infer

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# tessera serve end to end: Megatron's REST API checked by tests/serve_client.py against one process,
+# then the same greedy requests against a tensor-parallel server under mpirun (2 ranks), and clean
+# shutdown on SIGTERM in both cases. Loopback only.
+set -uo pipefail
+tessera=${1:?usage: serve_cli.sh path/to/tessera}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+failures=0
+passed=0
+check() {  # check DESCRIPTION STATUS
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
+}
+export OMPI_MCA_mpi_yield_when_idle=1
+mpi=(mpirun --oversubscribe --allow-run-as-root -np 2)
+model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 64
+       --mock-data --tokenizer-type NullTokenizer --vocab-size 60 --micro-batch-size 4 --global-batch-size 8
+       --train-iters 40 --lr 3e-3 --log-interval 20 --eval-iters 0 --seed 7)
+"$tessera" train "${model[@]}" --make-vocab-size-divisible-by 64 --save "$work/tp1" >"$work/train1.log" 2>&1
+rc=$?
+check "tp1 training exits 0: $(tail -3 "$work/train1.log")" $rc
+OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" train "${model[@]}" --make-vocab-size-divisible-by 32 \
+  --tensor-model-parallel-size 2 --save "$work/tp2" >"$work/train2.log" 2>&1
+rc=$?
+check "tp2 training exits 0: $(tail -3 "$work/train2.log")" $rc
+
+limits=(--port 0 --max-prompts 4 --max-tokens-to-generate 40 --max-body-bytes 4096)
+# start_server LOG COMMAND...: runs it in the background and sets $server_pid and $port.
+start_server() {
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1 &
+  server_pid=$!
+  port=""
+  for _ in $(seq 1 600); do
+    port=$(grep -o "serving .* on http://127.0.0.1:[0-9]*" "$log" | grep -o "[0-9]*$")
+    [ -n "$port" ] && return 0
+    kill -0 "$server_pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+# stop_server: SIGTERM, then the exit status within 30 s (124 if it hangs).
+stop_server() {
+  kill -TERM "$server_pid"
+  for _ in $(seq 1 300); do
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+      wait "$server_pid"
+      local rc=$?
+      server_pid=""
+      return $rc
+    fi
+    sleep 0.1
+  done
+  kill -KILL "$server_pid"
+  server_pid=""
+  return 124
+}
+
+start_server "$work/serve1.log" "$tessera" serve --load "$work/tp1" "${limits[@]}"
+rc=$?
+check "the server starts and prints its port: $(cat "$work/serve1.log")" $rc
+python3 "$here/serve_client.py" "http://127.0.0.1:$port" 4096
+check "REST API checks (serve_client.py)" $?
+greedy='{"prompts": ["3 5 7", "2 4 6 8 10", "1"], "tokens_to_generate": 20, "top_k": 1}'
+one=$(curl -s -X PUT -H 'Content-Type: application/json' -d "$greedy" "http://127.0.0.1:$port/api")
+sampled='{"prompts": ["4 9"], "tokens_to_generate": 20, "top_p": 0.8, "random_seed": 11}'
+one_sampled=$(curl -s -X PUT -H 'Content-Type: application/json' -d "$sampled" "http://127.0.0.1:$port/api")
+grep -qF "request from 127.0.0.1: PUT /api" "$work/serve1.log"
+check "requests are logged" $?
+stop_server
+rc=$?
+check "SIGTERM stops the server with exit status 0: $(tail -3 "$work/serve1.log")" $rc
+grep -qF "server stopped" "$work/serve1.log"
+check "the server says it stopped" $?
+
+# Two tensor-parallel ranks answer as one process does.
+start_server "$work/serve2.log" env OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" serve --load "$work/tp2" \
+  --tensor-model-parallel-size 2 "${limits[@]}"
+rc=$?
+check "the tp2 server starts: $(cat "$work/serve2.log")" $rc
+two=$(curl -s -X PUT -H 'Content-Type: application/json' -d "$greedy" "http://127.0.0.1:$port/api")
+same_tokens() {  # same_tokens JSON1 JSON2: the "tokens" of two /api responses are equal
+  python3 -c 'import json,sys; a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2]); sys.exit(a["tokens"] != b["tokens"])' "$1" "$2" 2>/dev/null
+}
+same_tokens "$one" "$two"
+check "tp2 greedy tokens equal one process: $one vs $two" $?
+two_sampled=$(curl -s -X PUT -H 'Content-Type: application/json' -d "$sampled" "http://127.0.0.1:$port/api")
+same_tokens "$one_sampled" "$two_sampled"
+check "tp2 sampled tokens equal one process: $one_sampled vs $two_sampled" $?
+status=$(curl -s -o /dev/null -w '%{http_code}' -X PUT -d '{"prompts": 3}' "http://127.0.0.1:$port/api")
+[ "$status" = 400 ]
+check "tp2 server answers a bad request with 400 (got $status)" $?
+two_again=$(curl -s -X PUT -H 'Content-Type: application/json' -d "$greedy" "http://127.0.0.1:$port/api")
+[ "$two" = "$two_again" ]
+check "tp2 server goes on after a bad request" $?
+stop_server
+status=$?
+# mpirun itself exits 1 whenever it is signalled; every rank must still stop cleanly, in time.
+[ "$status" -ne 124 ] && grep -qF "server stopped" "$work/serve2.log" && ! grep -qi "abort\|killed" "$work/serve2.log"
+rc=$?
+check "SIGTERM to mpirun stops every rank cleanly (mpirun status $status): $(tail -5 "$work/serve2.log")" $rc
+
+# Flag errors name the flag.
+out=$("$tessera" serve --load "$work/tp1" --port 70000 2>&1)
+[ $? -ne 0 ] && grep -qF -- "--port" <<<"$out"
+check "--port 70000 must fail naming the flag: $out" $?
+
+echo "serve_cli: $passed passed, $failures failed"
+[ "$failures" -eq 0 ]
