@@ -85,7 +85,7 @@ for mode in "" --strict-lambada; do
   check "Megatron's LAMBADA line over 40 examples $mode: $out" $?
 done
 
-# Tensor parallelism: the same numbers (the loss up to rounding); data parallelism: identical lines.
+# Tensor parallelism: the same numbers (the loss up to rounding); data and pipeline parallelism: identical lines.
 for task in "WIKITEXT103 $work/wiki.small.tokens" "LAMBADA $work/lambada40.jsonl"; do
   set -- $task
   one=$("$tessera" eval --load "$work/tp1" --task "$1" --valid-data "$2" --micro-batch-size 1 2>&1)
@@ -108,6 +108,12 @@ PY
   [ -n "$(result "$one")" ] && [ "$(result "$one")" = "$(result "$dp")" ]
   rc=$?
   check "dp2 $1 is identical to one process: $(result "$one") / $(result "$dp")" $rc
+  pp=$(OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" eval --load "$work/tp1" --pipeline-model-parallel-size 2 --task "$1" \
+       --valid-data "$2" --micro-batch-size 1 2>&1)
+  check "pp2 eval $1 exits 0: $pp" $?
+  [ -n "$(result "$one")" ] && [ "$(result "$one")" = "$(result "$pp")" ]
+  rc=$?
+  check "pp2 $1 is identical to one process: $(result "$one") / $(result "$pp")" $rc
 done
 
 # Errors name the flag or the file.

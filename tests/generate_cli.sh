@@ -87,6 +87,20 @@ two=$(OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" generate --load "$work/tp2" --ten
 [ -n "$one" ] && [ "$one" = "$two" ]
 check "tp2 top-p sampling equals one process: '$one' vs '$two'" $?
 
+# Pipeline parallelism: two stages (the tp1 checkpoint resharded by layer) generate what one process does.
+one=$("$tessera" generate --load "$work/tp1" --prompt-file "$work/prompts.txt" --tokens-to-generate 16 --temperature 0 2>/dev/null)
+two=$(OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" generate --load "$work/tp1" --pipeline-model-parallel-size 2 \
+      --prompt-file "$work/prompts.txt" --tokens-to-generate 16 --temperature 0 2>"$work/err")
+rc=$?
+[ $rc -eq 0 ] && [ -n "$one" ] && [ "$one" = "$two" ]
+rc=$?
+check "pp2 generation equals one process: '$one' vs '$two' $(cat "$work/err")" $rc
+one=$("$tessera" generate --load "$work/tp1" --prompt "4 9" --tokens-to-generate 16 --top-p 0.9 --random-seed 5 2>/dev/null)
+two=$(OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" generate --load "$work/tp1" --pipeline-model-parallel-size 2 \
+      --prompt "4 9" --tokens-to-generate 16 --top-p 0.9 --random-seed 5 2>/dev/null)
+[ -n "$one" ] && [ "$one" = "$two" ]
+check "pp2 top-p sampling equals one process: '$one' vs '$two'" $?
+
 # Errors name the flag or the file.
 out=$("$tessera" generate --load "$work/tp1" --prompt "3" --top-p 2 2>&1)
 [ $? -ne 0 ] && grep -qF -- "--top-p=2: must be in [0, 1]" <<<"$out"

@@ -1,13 +1,12 @@
 #include "infer/loaded_model.h"
 
 #include "ckpt/checkpoint.h"
+#include "pipeline/schedules.h"
 
 namespace tessera::infer {
 
 LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
   TESSERA_CHECK(!o.load.empty(), "--load: a checkpoint directory is required");
-  TESSERA_CHECK(o.pipeline_model_parallel_size == 1, "--pipeline-model-parallel-size=",
-                o.pipeline_model_parallel_size, ": pipeline-parallel inference is not supported yet");
   TESSERA_CHECK(ckpt::latest_checkpointed_iteration(o.load) >= 0, "--load=", o.load,
                 ": no checkpoint there (latest_checkpointed_iteration.txt is missing)");
   nlohmann::json run = ckpt::latest_checkpoint_args(o.load);
@@ -42,10 +41,16 @@ LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
   comm::validate_layout(layout);
   state_ = std::make_unique<comm::ParallelState>(world, layout);
   tp_ = {&state_->tensor_group(), false};
-  model_ = std::make_unique<model::GptModel>(config_, params_, tp_);
+  // This rank's pipeline stage holds an even share of the layers (as in training, without interleaving).
+  pipeline::ScheduleShape stages{o.pipeline_model_parallel_size, 1, 1};
+  pipeline::validate_layer_split(static_cast<int>(config_.num_layers), stages);
+  const int stage = state_->coordinates().pp;
+  pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(config_.num_layers), stages, {stage, 0});
+  model::ModelChunk chunk{layers.first, layers.count, stage == 0, stage == o.pipeline_model_parallel_size - 1};
+  model_ = std::make_unique<model::GptModel>(config_, params_, tp_, chunk);
   params_.allocate(0);
   iteration_ = ckpt::load_checkpoint(o.load, params_, nullptr).iteration;
-  runner_ = make_gpt_runner(*model_, tp_);
+  runner_ = make_gpt_runner(*model_, tp_, &state_->pipeline_group());
 }
 
 }  // namespace tessera::infer

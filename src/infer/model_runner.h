@@ -44,8 +44,10 @@ class ModelRunner {
 };
 
 // The runner of a GptModel in one process or split over a tensor-parallel group (the model holds
-// the group; its decoding step already gathers the vocabulary shards).
-std::unique_ptr<ModelRunner> make_gpt_runner(const model::GptModel& model,
-                                             const parallel::TensorParallelContext& tp);
+// the group; its decoding step already gathers the vocabulary shards). With a pipeline group of
+// several stages, `model` is this stage's chunk: hidden states go stage to stage and the last stage's
+// logits and scores are broadcast to every stage.
+std::unique_ptr<ModelRunner> make_gpt_runner(const model::GptModel& model, const parallel::TensorParallelContext& tp,
+                                             comm::ProcessGroup* pipeline = nullptr);
 
 }  // namespace tessera::infer

@@ -17,8 +17,10 @@ namespace {
 
 struct Layout {
   int tp = 1, pp = 1, v = 1;
+  bool distributed_optimizer = false;
   std::string str(int world) const {
-    return str_cat("tp", tp, " pp", pp, v > 1 ? str_cat(" v", v) : "", " dp", world / (tp * pp));
+    return str_cat("tp", tp, " pp", pp, v > 1 ? str_cat(" v", v) : "", " dp", world / (tp * pp),
+                   distributed_optimizer ? " distributed optimizer" : "");
   }
 };
 
@@ -40,7 +42,7 @@ std::string flags(const Layout& l, const std::string& extra) {
       " --lr 3e-3 --lr-warmup-iters 2 --lr-decay-style cosine --lr-decay-iters 12 --log-interval 100 --eval-iters 0 "
       "--train-iters ", kIters, " --make-vocab-size-divisible-by ", 64 / l.tp, " --tensor-model-parallel-size ", l.tp,
       " --pipeline-model-parallel-size ", l.pp, l.v > 1 ? str_cat(" --num-virtual-stages-per-pipeline-rank ", l.v) : "",
-      l.tp > 1 ? " --sequence-parallel " : " ", extra);
+      l.tp > 1 ? " --sequence-parallel " : " ", l.distributed_optimizer ? "--use-distributed-optimizer " : "", extra);
 }
 
 bool fits(const Layout& l, int world) {
@@ -55,6 +57,8 @@ const std::vector<std::pair<Layout, Layout>> kCases{
     {{1, 4, 1}, {2, 2, 1}},
     {{4, 1, 1}, {1, 1, 1}},  // tp4 -> tp1, all data parallel
     {{1, 1, 1}, {4, 1, 1}},
+    {{4, 1, 1}, {1, 1, 1, true}},  // tp4 -> tp1 dp4 with the distributed optimizer
+    {{1, 1, 1, true}, {2, 2, 1}},
     {{1, 2, 2}, {1, 1, 1}},  // pp2 v2 -> pp1
     {{1, 1, 1}, {2, 2, 2}},
     {{2, 1, 1}, {1, 2, 1}},  // at 2 ranks: tp2 -> pp2
@@ -68,7 +72,7 @@ TEST_P(Resharding, ResumeAtAnotherLayoutMatchesAnUninterruptedRunThere) {
   const int n = world->size();
   const std::string model = GetParam();
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "tessera_reshard_mpi_test";
+  const fs::path dir = fs::temp_directory_path() / str_cat("tessera_reshard_mpi_test_np", n);  // sizes may run at once
   std::map<std::string, std::vector<double>> uninterrupted;
   int ran = 0;
   for (const auto& [saved, resumed] : kCases) {
