@@ -7,9 +7,9 @@ set -euo pipefail
 tessera=${1:-build/release/tessera}
 threads=${2:-1}
 export OMP_NUM_THREADS=$threads OMPI_MCA_mpi_yield_when_idle=1
-model="--num-layers 8 --hidden-size 512 --num-attention-heads 8 --seq-length 512 --mock-data
-       --tokenizer-type NullTokenizer --vocab-size 1000 --micro-batch-size 1 --lr 1e-4 --train-iters 6
-       --log-interval 3 --eval-iters 0 --pipeline-model-parallel-size 4"
+model="--num-layers 8 --hidden-size 256 --num-attention-heads 8 --seq-length 256 --mock-data
+       --tokenizer-type NullTokenizer --vocab-size 1000 --micro-batch-size 1 --lr 1e-4 --train-iters 4
+       --log-interval 2 --eval-iters 0 --pipeline-model-parallel-size 4"
 echo "| schedule | m | theory (p-1)/(v·m) | measured bubble | iteration (ms) | activations held per stage (measured/schedule max) |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for v in 1 2; do
