@@ -37,11 +37,7 @@ StepResult AdamWOptimizer::step(float lr) {
   }
   // Clipping scales the gradients by `clip`; the AdamW kernel applies it as it reads them, which
   // saves a read and a write of the whole gradient buffer (the buffer itself stays unclipped).
-  float clip = 1.0f;
-  if (config_.clip_grad > 0) {
-    double coeff = config_.clip_grad / (result.grad_norm + 1e-6);
-    if (coeff < 1.0) clip = static_cast<float>(coeff);
-  }
+  const float clip = clip_factor(config_.clip_grad, result.grad_norm);
   ++steps_;
   for (model::Parameter& p : params_.params()) {
     kernels::AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps,

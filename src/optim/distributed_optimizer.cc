@@ -74,11 +74,7 @@ StepResult DistributedOptimizer::step(float lr) {
     return result;
   }
   // As AdamWOptimizer: the kernel applies the clipping factor as it reads each gradient.
-  float clip = 1.0f;
-  if (config_.clip_grad > 0) {
-    double coeff = config_.clip_grad / (result.grad_norm + 1e-6);
-    if (coeff < 1.0) clip = static_cast<float>(coeff);
-  }
+  const float clip = clip_factor(config_.clip_grad, result.grad_norm);
   ++steps_;
   const float* g = params_.grads().f32();
   float* values = params_.values().f32();

@@ -11,6 +11,14 @@ struct StepResult {
   bool skipped = false;  // the gradients held inf or NaN: no update was made
 };
 
+// The factor that clips gradients of global norm `grad_norm` to `clip_grad` (1 when they are within it
+// or clipping is off); the AdamW kernel applies it as it reads each gradient.
+inline float clip_factor(float clip_grad, double grad_norm) {
+  if (clip_grad <= 0) return 1.0f;
+  const double coeff = clip_grad / (grad_norm + 1e-6);
+  return coeff < 1.0 ? static_cast<float>(coeff) : 1.0f;
+}
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
