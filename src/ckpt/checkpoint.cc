@@ -306,6 +306,7 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
                   {"optimizer_steps", optimizer ? optimizer->steps() : 0},
                   {"has_optimizer", optimizer != nullptr},
                   {"args", state.args},
+                  {"loss_scaler", state.loss_scaler},
                   {"files", files},
                   {"tensors", tensors}};
     // The index is written last: a directory without it is incomplete.
@@ -355,7 +356,8 @@ TrainingState load_checkpoint(const std::string& load_dir, model::ParameterSet& 
   for (const auto& [name, f] : index.files)
     TESSERA_CHECK(fs::exists(dir / name), "checkpoint file ", (dir / name).string(), " is missing");
 
-  TrainingState state{index.iteration, index.consumed_train_samples, index.skipped_iterations, index.seed, index.args};
+  TrainingState state{index.iteration, index.consumed_train_samples, index.skipped_iterations, index.seed, index.args,
+                      index.loss_scaler};
   CheckpointReader reader(dir, index, (dir / kIndex).string());
   for (model::Parameter& p : params.params()) reader.load(p.spec.name, p.spec, p.value);
   if (optimizer) {
@@ -377,7 +379,9 @@ std::vector<std::pair<std::string, Tensor>> load_full_model(const std::string& l
   TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
   fs::path dir;
   const CheckpointIndex index = read_index(load_dir, iteration, &dir);
-  if (state) *state = {index.iteration, index.consumed_train_samples, index.skipped_iterations, index.seed, index.args};
+  if (state)
+    *state = {index.iteration, index.consumed_train_samples, index.skipped_iterations, index.seed, index.args,
+              index.loss_scaler};
   CheckpointReader reader(dir, index, (dir / kIndex).string());
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& [name, saved] : index.tensors) {

@@ -42,6 +42,7 @@ struct TrainingState {
   int64_t skipped_iterations = 0;
   uint64_t seed = 0;  // all randomness is Philox keyed by (seed, iteration, element): this is the RNG state
   nlohmann::json args;  // the run's flags, for the record
+  nlohmann::json loss_scaler;  // optim::LossScaler::state() under loss scaling, else null
 };
 
 // "iter_0000100"

@@ -138,6 +138,11 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
   if (!j.contains("args") || !(j["args"].is_object() || j["args"].is_null()))
     fail(path, "field 'args' is missing or not an object");
   index.args = j["args"].is_null() ? json::object() : j["args"];
+  if (j.contains("loss_scaler")) {
+    if (!j["loss_scaler"].is_object() && !j["loss_scaler"].is_null())
+      fail(path, "field 'loss_scaler' is not an object");
+    index.loss_scaler = j["loss_scaler"];
+  }
 
   for (const auto& [name, f] : field(j, "files", json::value_t::object, path, "").items()) {
     std::string where = str_cat("file entry '", name, "' ");

@@ -40,6 +40,7 @@ struct CheckpointIndex {
   int64_t optimizer_steps = 0;
   bool has_optimizer = false;
   nlohmann::json args;
+  nlohmann::json loss_scaler;  // optional: the loss scaler's state (null when the run had none)
   std::map<std::string, SavedFile> files;
   std::map<std::string, SavedTensor> tensors;
 };

@@ -1,5 +1,7 @@
 // One GEMM interface for every device. The CPU backend is oneDNN matmul; a cuBLAS(Lt) backend
 // implements the same class later. All matrices are row-major fp32 with explicit leading dimensions.
+// Mixed precision (--bf16, --fp16) sets GemmArgs::input_type: the inputs are multiplied as 16-bit
+// values and accumulated in fp32, as a 16-bit GEMM on a GPU does.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,9 @@ struct GemmArgs {
   int64_t ldc = 0;
   float alpha = 1.0f, beta = 0.0f;  // C = alpha * op(A) op(B) + beta * C
   const float* bias = nullptr;      // optional length-n row vector added to every row of C (beta must be 0)
+  // F32, or BF16/F16: op(A) and op(B) are rounded to that type before they are multiplied (fp32
+  // accumulation; C, alpha, beta and the bias stay fp32).
+  DType input_type = DType::F32;
 };
 
 class GemmBackend {
@@ -29,6 +34,10 @@ class GemmBackend {
   virtual void gemm(const GemmArgs& args) = 0;
   // The backend for a device (oneDNN on CPU).
   static GemmBackend& for_device(Device device);
+  // Whether 16-bit inputs of type t run on a 16-bit kernel of this device (oneDNN: AVX512-BF16, AMX,
+  // AVX512-FP16). Where not, they are rounded into fp32 copies and run on the fp32 kernel: the same
+  // arithmetic, at fp32 speed.
+  virtual bool native_16bit(DType t) = 0;
 };
 
 // Convenience for the common case on the CPU.

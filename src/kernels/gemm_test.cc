@@ -4,6 +4,7 @@
 
 #include "core/testing.h"
 #include "kernels/linear.h"
+#include "kernels/precision.h"
 
 namespace tessera::kernels {
 namespace {
@@ -18,8 +19,9 @@ std::vector<double> reference_gemm(const GemmArgs& g, const std::vector<float>& 
     for (int64_t j = 0; j < g.n; ++j) {
       double s = 0;
       for (int64_t p = 0; p < g.k; ++p) {
-        double a = g.trans_a == Trans::N ? g.a[i * g.lda + p] : g.a[p * g.lda + i];
-        double b = g.trans_b == Trans::N ? g.b[p * g.ldb + j] : g.b[j * g.ldb + p];
+        // 16-bit inputs are rounded before they are multiplied (round_to is the identity for F32).
+        double a = round_to(g.input_type, g.trans_a == Trans::N ? g.a[i * g.lda + p] : g.a[p * g.lda + i]);
+        double b = round_to(g.input_type, g.trans_b == Trans::N ? g.b[p * g.ldb + j] : g.b[j * g.ldb + p]);
         s += a * b;
       }
       double& out = c[i * g.ldc + j];
@@ -35,7 +37,7 @@ struct Case {
   bool bias;
 };
 
-TEST(Gemm, MatchesFloat64ReferenceForEveryTransposeAndEpilogue) {
+void expect_matches_reference(DType input_type) {
   std::vector<Case> cases = {
       {Trans::N, Trans::N, 5, 7, 3, 1, 0, false},  {Trans::N, Trans::T, 33, 17, 65, 1, 0, true},
       {Trans::T, Trans::N, 64, 48, 31, 1, 1, false}, {Trans::T, Trans::T, 9, 130, 12, 0.5f, 0.25f, false},
@@ -49,16 +51,44 @@ TEST(Gemm, MatchesFloat64ReferenceForEveryTransposeAndEpilogue) {
     auto a = random_vector(a_rows * lda, 1), b = random_vector(b_rows * ldb, 2), c = random_vector(cs.m * ldc, 3);
     auto bias = random_vector(cs.n, 4);
     GemmArgs g{cs.ta, cs.tb, cs.m, cs.n, cs.k, a.data(), lda, b.data(), ldb, c.data(), ldc, cs.alpha, cs.beta,
-               cs.bias ? bias.data() : nullptr};
+               cs.bias ? bias.data() : nullptr, input_type};
     auto expected = reference_gemm(g, c);
     gemm(g);
     for (int64_t i = 0; i < cs.m; ++i)
       for (int64_t j = 0; j < cs.n; ++j)
         ASSERT_NEAR(c[i * ldc + j], expected[i * ldc + j], 1e-4 * (1 + std::abs(expected[i * ldc + j])))
-            << "m=" << cs.m << " n=" << cs.n << " k=" << cs.k << " at " << i << "," << j;
+            << dtype_name(input_type) << " m=" << cs.m << " n=" << cs.n << " k=" << cs.k << " at " << i << "," << j;
     // Padding columns of C are never written.
     for (int64_t i = 0; i < cs.m; ++i) EXPECT_EQ(c[i * ldc + cs.n], static_cast<float>(expected[i * ldc + cs.n]));
   }
+}
+
+TEST(Gemm, MatchesFloat64ReferenceForEveryTransposeAndEpilogue) { expect_matches_reference(DType::F32); }
+
+// 16-bit inputs with fp32 accumulation equal the float64 product of the rounded inputs, on oneDNN's
+// 16-bit kernel where the CPU has one and on the rounded fp32 path elsewhere.
+TEST(Gemm, SixteenBitInputsMatchTheReferenceOfTheRoundedInputs) {
+  for (DType t : {DType::BF16, DType::F16}) {
+    std::printf("%s inputs: %s\n", dtype_name(t),
+                GemmBackend::for_device(Device::cpu()).native_16bit(t) ? "oneDNN 16-bit kernel" : "rounded, fp32 kernel");
+    expect_matches_reference(t);
+  }
+}
+
+// The rounding is real: bf16 inputs give a different product from fp32 ones, by about bf16's precision.
+TEST(Gemm, Bf16InputsDifferFromFp32ByTheRounding) {
+  const int64_t m = 16, n = 16, k = 64;
+  auto a = random_vector(m * k, 5), b = random_vector(k * n, 6);
+  std::vector<float> c32(m * n), c16(m * n);
+  gemm({Trans::N, Trans::N, m, n, k, a.data(), k, b.data(), n, c32.data(), n});
+  gemm({Trans::N, Trans::N, m, n, k, a.data(), k, b.data(), n, c16.data(), n, 1, 0, nullptr, DType::BF16});
+  double worst = 0, sum = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(c32[i]) - c16[i]));
+    sum += std::abs(c32[i]);
+  }
+  EXPECT_GT(worst, 0.0);
+  EXPECT_LT(worst, 0.05 * sum / (m * n) + 1e-2);
 }
 
 TEST(Linear, BackwardMatchesFiniteDifferences) {

@@ -6,7 +6,7 @@
 namespace tessera::kernels {
 
 void linear_forward(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t in,
-                    int64_t out) {
+                    int64_t out, DType input_type) {
   GemmArgs g;
   g.trans_b = Trans::T;  // y = x w^T
   g.m = rows, g.n = out, g.k = in;
@@ -14,11 +14,13 @@ void linear_forward(const float* x, const float* w, const float* b, float* y, in
   g.b = w, g.ldb = in;
   g.c = y, g.ldc = out;
   g.bias = b;
+  g.input_type = input_type;
   gemm(g);
 }
 
 void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
-                     int64_t rows, int64_t in, int64_t out, bool accumulate_dx) {
+                     int64_t rows, int64_t in, int64_t out, bool accumulate_dx,
+                     DType input_type) {
   if (dx) {  // dx = dy w
     GemmArgs g;
     g.m = rows, g.n = in, g.k = out;
@@ -26,6 +28,7 @@ void linear_backward(const float* dy, const float* x, const float* w, float* dx,
     g.b = w, g.ldb = in;
     g.c = dx, g.ldc = in;
     g.beta = accumulate_dx ? 1.0f : 0.0f;
+    g.input_type = input_type;
     gemm(g);
   }
   if (dw) {  // dw += dy^T x
@@ -36,6 +39,7 @@ void linear_backward(const float* dy, const float* x, const float* w, float* dx,
     g.b = x, g.ldb = in;
     g.c = dw, g.ldc = in;
     g.beta = 1.0f;
+    g.input_type = input_type;
     gemm(g);
   }
   if (db) {  // db += column sums of dy: blocks of columns in parallel, rows in order (deterministic)

@@ -4,14 +4,18 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace tessera::kernels {
 
+// input_type: the GEMM inputs' precision (GemmArgs::input_type); the bias is added in fp32.
 // x [rows, in], w [out, in], b [out] or null -> y [rows, out] (overwritten).
 void linear_forward(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t in,
-                    int64_t out);
+                    int64_t out, DType input_type = DType::F32);
 // dy [rows, out]. dx [rows, in] is overwritten (or accumulated into when accumulate_dx), dw [out, in]
 // and db [out] are accumulated into (gradient accumulation over micro-batches). Any of dx/dw/db may be null.
 void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
-                     int64_t rows, int64_t in, int64_t out, bool accumulate_dx = false);
+                     int64_t rows, int64_t in, int64_t out, bool accumulate_dx = false,
+                     DType input_type = DType::F32);
 
 }  // namespace tessera::kernels

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace tessera::model {
 
 enum class PositionEmbedding { LearnedAbsolute, Rope };
@@ -32,6 +34,10 @@ struct GptConfig {
   float hidden_dropout = 0.1f;
   float attention_dropout = 0.1f;
   float init_method_std = 0.02f;
+  // Mixed precision (Megatron's params_dtype under --bf16/--fp16): the type that GEMM inputs and
+  // attention's q, k, v are rounded to (kernels/precision.h); parameters and gradients stay fp32, the
+  // parameters being the master copy. A run setting: not part of the JSON a checkpoint records.
+  DType params_dtype = DType::F32;
 
   int64_t query_heads_per_group() const { return num_attention_heads / num_query_groups; }
   int64_t qkv_size() const { return (num_attention_heads + 2 * num_query_groups) * kv_channels; }

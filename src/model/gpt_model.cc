@@ -6,6 +6,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/precision.h"
 #include "kernels/linear.h"
 
 namespace tessera::model {
@@ -99,6 +100,7 @@ Tensor GptModel::embed(GptActivations& rec, const ForwardContext& ctx) const {
   kernels::embedding_forward(rec.tokens.i32(), rec.positions.i32(), word_embeddings_->value.f32(), wpe,
                              partial.f32(), rows, c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
   Tensor x = parallel::reduce_to_input(partial, tp_);
+  kernels::round_to(c.params_dtype, x.f32(), x.f32(), x.numel());  // a 16-bit embedding's output
   if (ctx.training && c.hidden_dropout > 0.0f)
     kernels::dropout_forward(x.f32(), x.f32(), c.hidden_dropout, ctx.seed,
                              dropout_stream(ctx.iteration, 0, kEmbeddingDropoutSite),
@@ -179,6 +181,7 @@ Tensor GptModel::forward_chunk(const MicroBatch& batch, const Tensor& input, con
   g.a = full.f32(), g.lda = c.hidden_size;
   g.b = output_weight(), g.ldb = c.hidden_size;
   g.c = rec.logits.f32(), g.ldc = vocab_local_;
+  g.input_type = c.params_dtype;
   kernels::gemm(g);
 
   // Vocab-parallel cross-entropy: no rank holds all logits; the max, the sum of exponentials and the
@@ -230,6 +233,7 @@ Tensor GptModel::backward_chunk(GptActivations& rec, const Tensor& doutput, cons
     g.a = dlogits, g.lda = vocab_local_;
     g.b = output_weight(), g.ldb = c.hidden_size;
     g.c = dfinal.f32(), g.ldc = c.hidden_size;
+    g.input_type = c.params_dtype;
     kernels::gemm(g);
     kernels::GemmArgs gw;
     gw.trans_a = kernels::Trans::T;
@@ -238,6 +242,7 @@ Tensor GptModel::backward_chunk(GptActivations& rec, const Tensor& doutput, cons
     gw.b = full.f32(), gw.ldb = c.hidden_size;
     gw.c = output_weight_grad(), gw.ldc = c.hidden_size;
     gw.beta = 1.0f;
+    gw.input_type = c.params_dtype;
     kernels::gemm(gw);
     rec.logits = Tensor();
     full = Tensor();
@@ -324,6 +329,7 @@ Tensor GptModel::decode_chunk(const std::vector<int32_t>& tokens, const Tensor& 
     kernels::embedding_forward(tokens.data(), positions.data(), word_embeddings_->value.f32(), wpe, x.f32(), n,
                                c.hidden_size, vocab_begin_, vocab_begin_ + vocab_local_);
     parallel::all_reduce_sum(x, *tp_.group);
+    kernels::round_to(c.params_dtype, x.f32(), x.f32(), x.numel());
   } else {
     TESSERA_CHECK(input.defined() && input.shape() == Shape({n, c.hidden_size}), "decode_chunk: the input is ",
                   input.defined() ? shape_str(input.shape()) : "missing", ", expected [", n, ", ", c.hidden_size, "]");
@@ -338,7 +344,8 @@ Tensor GptModel::decode_chunk(const std::vector<int32_t>& tokens, const Tensor& 
   Tensor last = x.narrow(n - 1, 1), ln, mean, rstd;
   final_norm_->forward(last, ln, mean, rstd);
   Tensor local = Tensor::empty({1, vocab_local_});
-  kernels::linear_forward(ln.f32(), output_weight(), nullptr, local.f32(), 1, c.hidden_size, vocab_local_);
+  kernels::linear_forward(ln.f32(), output_weight(), nullptr, local.f32(), 1, c.hidden_size, vocab_local_,
+                          c.params_dtype);
   return parallel::gather_rows(local, *tp_.group).view({c.padded_vocab_size});
 }
 

@@ -365,3 +365,47 @@ TEST(GptModelRecompute, UniformAndBlockRecomputationAreExactAndKeepOnlyGroupInpu
 
 }  // namespace
 }  // namespace tessera::model
+
+namespace tessera::model {
+namespace {
+
+// Mixed precision: with bf16 or fp16 GEMM inputs the loss and every gradient stay close to fp32's
+// (within the 16-bit types' precision), differ from them (the rounding happened), and are exactly
+// reproducible, with and without recomputation.
+TEST(GptModelMixedPrecision, SixteenBitGemmInputsStayCloseToFp32AndAreDeterministic) {
+  for (bool llama_style : {false, true}) {
+    auto run = [&](DType precision, Recompute recompute) {
+      GptConfig c = tiny_config(llama_style);
+      c.params_dtype = precision;
+      ParameterSet params;
+      GptModel model(c, params);
+      model.set_recompute(recompute);
+      params.allocate(42);
+      MicroBatch mb = random_batch(c, 2, 5);
+      ForwardContext ctx = context(c, 2, true);
+      GptActivations rec;
+      double loss = model.forward(mb, ctx, rec);
+      model.backward(rec, ctx, 1.0f / 12);
+      return std::make_pair(loss, std::vector<float>(params.grads().f32(), params.grads().f32() + params.numel()));
+    };
+    const auto fp32 = run(DType::F32, {});
+    for (DType t : {DType::BF16, DType::F16}) {
+      const auto mixed = run(t, {});
+      const double tolerance = t == DType::BF16 ? 2e-2 : 4e-3;  // a few units of 2^-8 and 2^-11
+      EXPECT_NE(mixed.first, fp32.first) << dtype_name(t);
+      EXPECT_NEAR(mixed.first, fp32.first, tolerance * std::abs(fp32.first)) << dtype_name(t);
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < fp32.second.size(); ++i) {
+        diff += std::pow(static_cast<double>(mixed.second[i]) - fp32.second[i], 2);
+        norm += std::pow(static_cast<double>(fp32.second[i]), 2);
+      }
+      EXPECT_LT(std::sqrt(diff / norm), 4 * tolerance) << dtype_name(t) << " llama_style " << llama_style;
+      const auto again = run(t, {RecomputeMethod::Uniform, 1});
+      EXPECT_EQ(again.first, mixed.first);
+      EXPECT_EQ(again.second, mixed.second) << dtype_name(t) << ": recomputation is not exact";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::model

@@ -33,8 +33,8 @@ ParameterSpec split_spec(const std::string& name, Shape view, int split_dim, int
 
 ColumnParallelLinear::ColumnParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in,
                                            const Shape& out_view, int split_dim, bool bias, float init_std,
-                                           const parallel::TensorParallelContext& tp)
-    : tp_(tp), in_(in), out_local_(shape_numel(out_view) / tp.size()) {
+                                           const parallel::TensorParallelContext& tp, DType gemm_input_type)
+    : tp_(tp), in_(in), out_local_(shape_numel(out_view) / tp.size()), input_type_(gemm_input_type) {
   weight_ = params.add(split_spec(prefix + ".weight", out_view, split_dim, in, Init::Normal, init_std, true, tp));
   if (bias) bias_ = params.add(split_spec(prefix + ".bias", out_view, split_dim, 0, Init::Zeros, 0.0f, false, tp));
 }
@@ -51,7 +51,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) const {
   int64_t rows = full.numel() / in_;
   Tensor y = Tensor::empty({rows, out_local_});
   kernels::linear_forward(full.f32(), weight_->value.f32(), bias_ ? bias_->value.f32() : nullptr, y.f32(), rows,
-                          in_, out_local_);
+                          in_, out_local_, input_type_);
   return y;
 }
 
@@ -62,13 +62,14 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x) const {
   int64_t rows = full.numel() / in_;
   Tensor dx = Tensor::empty({rows, in_});
   kernels::linear_backward(dy.f32(), full.f32(), weight_->value.f32(), dx.f32(), weight_->grad.f32(),
-                           bias_ ? bias_->grad.f32() : nullptr, rows, in_, out_local_);
+                           bias_ ? bias_->grad.f32() : nullptr, rows, in_, out_local_, false, input_type_);
   return parallel::reduce_to_input(dx, tp_);
 }
 
 RowParallelLinear::RowParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, int64_t out,
-                                     bool bias, float init_std, const parallel::TensorParallelContext& tp)
-    : tp_(tp), out_(out) {
+                                     bool bias, float init_std, const parallel::TensorParallelContext& tp,
+                                     DType gemm_input_type)
+    : tp_(tp), out_(out), input_type_(gemm_input_type) {
   TESSERA_CHECK(in % tp.size() == 0, prefix, ": ", in, " input features do not split over ", tp.size(),
                 " tensor-parallel ranks");
   in_local_ = in / tp.size();
@@ -81,7 +82,7 @@ RowParallelLinear::RowParallelLinear(ParameterSet& params, const std::string& pr
 Tensor RowParallelLinear::forward(const Tensor& x) const {
   int64_t rows = x.numel() / in_local_;
   Tensor partial = Tensor::empty({rows, out_});
-  kernels::linear_forward(x.f32(), weight_->value.f32(), nullptr, partial.f32(), rows, in_local_, out_);
+  kernels::linear_forward(x.f32(), weight_->value.f32(), nullptr, partial.f32(), rows, in_local_, out_, input_type_);
   Tensor y = tp_.sequence_parallel ? parallel::reduce_scatter_rows(partial, *tp_.group) : partial;
   if (!tp_.sequence_parallel) parallel::all_reduce_sum(y, *tp_.group);
   if (bias_) {
@@ -101,7 +102,7 @@ Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x) const {
   int64_t rows = x.numel() / in_local_;
   Tensor dx = Tensor::empty({rows, in_local_});
   kernels::linear_backward(full.f32(), x.f32(), weight_->value.f32(), dx.f32(), weight_->grad.f32(),
-                           bias_ ? bias_->grad.f32() : nullptr, rows, in_local_, out_);
+                           bias_ ? bias_->grad.f32() : nullptr, rows, in_local_, out_, false, input_type_);
   return dx;
 }
 

@@ -37,8 +37,10 @@ uint64_t dropout_stream(int64_t iteration, int64_t layer_number, int site);
 // that each rank's rows are whole gates / whole query groups.
 class ColumnParallelLinear {
  public:
+  // gemm_input_type: GemmArgs::input_type of its GEMMs (the model's params_dtype).
   ColumnParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, const Shape& out_view,
-                       int split_dim, bool bias, float init_std, const parallel::TensorParallelContext& tp);
+                       int split_dim, bool bias, float init_std, const parallel::TensorParallelContext& tp,
+                       DType gemm_input_type = DType::F32);
   // x [tokens (/tp when sequence parallel), in] -> y [tokens, out / tp].
   Tensor forward(const Tensor& x) const;
   // Accumulates weight/bias gradients; returns dx shaped like x (summed over the tensor group).
@@ -49,6 +51,7 @@ class ColumnParallelLinear {
   Parameter* weight_;
   Parameter* bias_ = nullptr;
   int64_t in_, out_local_;
+  DType input_type_;
 };
 
 // A linear layer whose input features are split over the tensor group (Megatron's RowParallelLinear):
@@ -57,7 +60,7 @@ class ColumnParallelLinear {
 class RowParallelLinear {
  public:
   RowParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, int64_t out, bool bias,
-                    float init_std, const parallel::TensorParallelContext& tp);
+                    float init_std, const parallel::TensorParallelContext& tp, DType gemm_input_type = DType::F32);
   // x [tokens, in / tp] -> y [tokens (/tp when sequence parallel), out].
   Tensor forward(const Tensor& x) const;
   // dy shaped like y -> dx [tokens, in / tp]; accumulates weight/bias gradients.
@@ -68,6 +71,7 @@ class RowParallelLinear {
   Parameter* weight_;
   Parameter* bias_ = nullptr;
   int64_t in_local_, out_;
+  DType input_type_;
 };
 
 class Norm {

@@ -6,6 +6,7 @@
 #include "kernels/attention.h"
 #include "kernels/decode_attention.h"
 #include "kernels/dropout.h"
+#include "kernels/precision.h"
 #include "kernels/rotary.h"
 
 namespace tessera::model {
@@ -77,16 +78,16 @@ TransformerLayer::TransformerLayer(const GptConfig& config, int64_t layer_number
       // Split by query groups: each rank holds whole groups (their query heads, key and value).
       qkv_(params, layer_prefix(layer_number) + "self_attention.linear_qkv", config.hidden_size,
            {config.num_query_groups, (config.query_heads_per_group() + 2) * config.kv_channels}, 0,
-           config.add_bias_linear, config.init_method_std, tp),
+           config.add_bias_linear, config.init_method_std, tp, config.params_dtype),
       proj_(params, layer_prefix(layer_number) + "self_attention.linear_proj",
             config.num_attention_heads * config.kv_channels, config.hidden_size, config.add_bias_linear,
-            output_init_std(config), tp),
+            output_init_std(config), tp, config.params_dtype),
       // SwiGLU's fc1 is [gate; up]: each rank takes the same columns of both halves.
       fc1_(params, layer_prefix(layer_number) + "mlp.linear_fc1", config.hidden_size,
            config.swiglu ? Shape{2, config.ffn_hidden_size} : Shape{config.ffn_hidden_size}, config.swiglu ? 1 : 0,
-           config.add_bias_linear, config.init_method_std, tp),
+           config.add_bias_linear, config.init_method_std, tp, config.params_dtype),
       fc2_(params, layer_prefix(layer_number) + "mlp.linear_fc2", config.ffn_hidden_size, config.hidden_size,
-           config.add_bias_linear, output_init_std(config), tp) {}
+           config.add_bias_linear, output_init_std(config), tp, config.params_dtype) {}
 
 void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx, int site, bool backward) const {
   if (!ctx.training || config_.hidden_dropout == 0.0f) return;
@@ -107,6 +108,11 @@ int64_t LayerActivations::bytes() const {
 }
 
 namespace {
+// Under mixed precision attention multiplies 16-bit q, k, v and output gradients, as the GEMMs do.
+void round_for_attention(DType t, const Tensor& x) {
+  if (t != DType::F32) kernels::round_to(t, x.f32(), x.f32(), x.numel());
+}
+
 kernels::AttentionShape attention_shape(const ForwardContext& ctx, int64_t heads, int64_t groups, int64_t d) {
   return {ctx.seq, ctx.batch, heads, groups, d, ctx.doc_start};
 }
@@ -142,6 +148,7 @@ Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, cons
     kernels::rope_forward(rec.q.f32(), positions, rows, heads_, d, c.rotary_dim(), c.rotary_base);
     kernels::rope_forward(rec.k.f32(), positions, rows, groups_, d, c.rotary_dim(), c.rotary_base);
   }
+  for (const Tensor* t : {&rec.q, &rec.k, &rec.v}) round_for_attention(c.params_dtype, *t);
   rec.attn = Tensor::empty({rows, heads_ * d});
   rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
   kernels::attention_forward(rec.q.f32(), rec.k.f32(), rec.v.f32(), rec.attn.f32(), rec.lse.f32(),
@@ -194,6 +201,7 @@ Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, co
   hidden_dropout(dproj, ctx, kAttentionOutput, true);
   Tensor dattn = proj_.backward(dproj, rec.attn);
   dproj = Tensor();
+  round_for_attention(c.params_dtype, dattn);
   Tensor dq = Tensor::empty(rec.q.shape()), dk = Tensor::empty(rec.k.shape()), dv = Tensor::empty(rec.v.shape());
   kernels::attention_backward(rec.q.f32(), rec.k.f32(), rec.v.f32(), rec.attn.f32(), rec.lse.f32(), dattn.f32(),
                               dq.f32(), dk.f32(), dv.f32(), attention_shape(ctx, heads_, groups_, d),
@@ -235,6 +243,7 @@ Tensor TransformerLayer::forward_incremental(const Tensor& x, const int32_t* pos
     kernels::rope_forward(q.f32(), positions, n, heads_, d, c.rotary_dim(), c.rotary_base);
     kernels::rope_forward(k.f32(), positions, n, groups_, d, c.rotary_dim(), c.rotary_base);
   }
+  for (const Tensor* t : {&q, &k, &v}) round_for_attention(c.params_dtype, *t);
   Tensor attn = Tensor::empty({n, heads_ * d});
   kernels::attention_decode(q.f32(), cache.k.f32(), cache.v.f32(), attn.f32(), n, past, heads_, groups_, d,
                             1.0f / std::sqrt(static_cast<float>(d)));

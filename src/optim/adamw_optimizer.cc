@@ -28,20 +28,20 @@ double AdamWOptimizer::grad_norm() const {
   return std::sqrt(static_cast<double>(total.f32()[0]));
 }
 
-StepResult AdamWOptimizer::step(float lr) {
+StepResult AdamWOptimizer::step(float lr, float loss_scale) {
   StepResult result;
-  result.grad_norm = grad_norm();
+  result.grad_norm = grad_norm() / loss_scale;
   if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;
     return result;
   }
-  // Clipping scales the gradients by `clip`; the AdamW kernel applies it as it reads them, which
-  // saves a read and a write of the whole gradient buffer (the buffer itself stays unclipped).
-  const float clip = clip_factor(config_.clip_grad, result.grad_norm);
+  // Clipping and unscaling multiply the gradients by `scale`; the AdamW kernel applies it as it reads
+  // them, which saves a read and a write of the whole gradient buffer (the buffer itself stays as it is).
+  const float scale = clip_factor(config_.clip_grad, result.grad_norm) / loss_scale;
   ++steps_;
   for (model::Parameter& p : params_.params()) {
     kernels::AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps,
-                          p.spec.weight_decay ? config_.weight_decay : 0.0f, steps_, clip};
+                          p.spec.weight_decay ? config_.weight_decay : 0.0f, steps_, scale};
     kernels::adamw_step(p.value.f32(), p.grad.f32(), exp_avg_.f32() + p.offset, exp_avg_sq_.f32() + p.offset,
                         p.value.numel(), h);
   }

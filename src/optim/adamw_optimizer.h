@@ -27,7 +27,7 @@ class AdamWOptimizer : public Optimizer {
   double grad_norm() const override;
 
   // Clips the gradients by their global norm and applies one AdamW step with learning rate lr.
-  StepResult step(float lr) override;
+  StepResult step(float lr, float loss_scale = 1.0f) override;
 
   int64_t steps() const override { return steps_; }
   void set_steps(int64_t steps) override { steps_ = steps; }

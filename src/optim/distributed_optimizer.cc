@@ -65,22 +65,22 @@ double DistributedOptimizer::grad_norm() const {
   return std::sqrt(static_cast<double>(total.f32()[0]));
 }
 
-StepResult DistributedOptimizer::step(float lr) {
+StepResult DistributedOptimizer::step(float lr, float loss_scale) {
   StepResult result;
-  result.grad_norm = grad_norm();
+  result.grad_norm = grad_norm() / loss_scale;
   // Every rank sees the same norm, so all skip together and the parameters stay complete.
   if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;
     return result;
   }
-  // As AdamWOptimizer: the kernel applies the clipping factor as it reads each gradient.
-  const float clip = clip_factor(config_.clip_grad, result.grad_norm);
+  // As AdamWOptimizer: the kernel applies the clipping and unscaling factor as it reads each gradient.
+  const float scale = clip_factor(config_.clip_grad, result.grad_norm) / loss_scale;
   ++steps_;
   const float* g = params_.grads().f32();
   float* values = params_.values().f32();
   for (const Segment& s : segments_) {
     kernels::AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps,
-                          s.param->spec.weight_decay ? config_.weight_decay : 0.0f, steps_, clip};
+                          s.param->spec.weight_decay ? config_.weight_decay : 0.0f, steps_, scale};
     kernels::adamw_step(values + s.flat, g + s.flat, exp_avg_.f32() + s.state, exp_avg_sq_.f32() + s.state, s.length,
                         h);
   }

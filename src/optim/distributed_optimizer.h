@@ -32,7 +32,7 @@ class DistributedOptimizer : public Optimizer {
   // (bucket tails, owned by every rank, counted on data-parallel rank 0 only) and the model-parallel
   // group. Call after the buckets' finish() and the tensor/embedding gradient sums.
   double grad_norm() const override;
-  StepResult step(float lr) override;
+  StepResult step(float lr, float loss_scale = 1.0f) override;
   void wait_for_params() override;
 
   int64_t steps() const override { return steps_; }

@@ -7,7 +7,7 @@
 namespace tessera::optim {
 
 struct StepResult {
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;  // before clipping, of the unscaled gradients
   bool skipped = false;  // the gradients held inf or NaN: no update was made
 };
 
@@ -23,10 +23,12 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // The global L2 norm of the gradients over every shard of the model.
+  // The global L2 norm of the gradients (as they are in the buffer) over every shard of the model.
   virtual double grad_norm() const = 0;
   // Clips the gradients by their global norm and applies one AdamW step with learning rate lr.
-  virtual StepResult step(float lr) = 0;
+  // loss_scale: the gradients are those of the loss times this (optim/loss_scaler.h); the norm and the
+  // update are of the gradients divided by it. Non-finite gradients skip the step.
+  virtual StepResult step(float lr, float loss_scale = 1.0f) = 0;
   // Blocks until the parameters are complete again (the distributed optimizer's overlapped parameter
   // all-gather); call before anything reads them: forward, evaluation, checkpoints.
   virtual void wait_for_params() {}

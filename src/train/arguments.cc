@@ -75,6 +75,17 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   m->add_option("--distributed-timeout-minutes", a.distributed_timeout_minutes,
                 "Abort the job when a collective takes longer than this");
 
+  auto* p = app.add_option_group("mixed precision");
+  p->add_flag("--bf16", a.bf16, "bf16 GEMM inputs with fp32 accumulation, fp32 master weights and gradients");
+  p->add_flag("--fp16", a.fp16, "fp16 GEMM inputs with fp32 accumulation and loss scaling");
+  p->add_flag("--accumulate-allreduce-grads-in-fp32", a.accumulate_allreduce_grads_in_fp32,
+              "Gradients in fp32 (always so in Tessera)");
+  p->add_option("--loss-scale", a.loss_scale, "Constant loss scale (0: dynamic with --fp16, none with --bf16)");
+  p->add_option("--initial-loss-scale", a.initial_loss_scale, "Initial dynamic loss scale");
+  p->add_option("--min-loss-scale", a.min_loss_scale, "Minimum dynamic loss scale");
+  p->add_option("--loss-scale-window", a.loss_scale_window, "Steps without overflow before the scale doubles");
+  p->add_option("--hysteresis", a.hysteresis, "Overflows tolerated before the dynamic scale halves");
+
   auto* d = app.add_option_group("data");
   d->add_flag("--mock-data", a.mock_data, "Train on a synthetic, learnable token stream");
   d->add_option("--data-path", a.data_path, "Dataset prefix, or weights and prefixes: w1 p1 w2 p2 ...");
@@ -212,6 +223,23 @@ void finalize(TrainArguments& a) {
   require(!a.overlap_param_gather || a.overlap_grad_reduce, "--overlap-param-gather", "true",
           "needs --overlap-grad-reduce");
   require_positive("--distributed-timeout-minutes", a.distributed_timeout_minutes);
+  // Mixed precision.
+  require(!(a.bf16 && a.fp16), "--bf16", "true", "cannot be combined with --fp16");
+  require(a.loss_scale >= 0, "--loss-scale", a.loss_scale, "must be >= 0 (0: dynamic)");
+  require(a.loss_scale == 0 || a.bf16 || a.fp16, "--loss-scale", a.loss_scale, "needs --fp16 or --bf16");
+  require(a.initial_loss_scale > 0, "--initial-loss-scale", a.initial_loss_scale, "must be positive");
+  require(a.min_loss_scale > 0 && a.min_loss_scale <= a.initial_loss_scale, "--min-loss-scale", a.min_loss_scale,
+          str_cat("must be in (0, --initial-loss-scale=", a.initial_loss_scale, "]"));
+  require_positive("--loss-scale-window", a.loss_scale_window);
+  require_positive("--hysteresis", a.hysteresis);
+  a.model.params_dtype = a.bf16 ? DType::BF16 : a.fp16 ? DType::F16 : DType::F32;
+  if (a.loss_scale > 0)
+    a.loss_scaler = optim::LossScalerConfig{false, a.loss_scale, a.loss_scale, 1, 1};
+  else if (a.fp16)
+    a.loss_scaler = optim::LossScalerConfig{true, a.initial_loss_scale, a.min_loss_scale, a.loss_scale_window,
+                                            a.hysteresis};
+  else
+    a.loss_scaler.reset();
   if (a.kv_channels == 0) {
     require(a.hidden_size % a.num_attention_heads == 0, "--hidden-size", a.hidden_size,
             str_cat("must be divisible by --num-attention-heads=", a.num_attention_heads,

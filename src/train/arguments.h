@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
 #include "model/gpt_model.h"
 #include "optim/adamw_optimizer.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"
 
 namespace tessera::train {
@@ -41,6 +43,13 @@ struct TrainArguments {
   // all-gather overlapped with the next forward.
   bool use_distributed_optimizer = false, overlap_param_gather = false;
   int64_t distributed_timeout_minutes = 10;
+  // Mixed precision, as Megatron: GEMM inputs in bf16 or fp16 with fp32 accumulation, fp32 master weights
+  // and gradients (always accumulated and all-reduced in fp32, so --accumulate-allreduce-grads-in-fp32 is
+  // what Tessera does anyway). fp16 scales the loss: --loss-scale fixes the scale, otherwise it is dynamic.
+  bool bf16 = false, fp16 = false, accumulate_allreduce_grads_in_fp32 = false;
+  float loss_scale = 0;  // 0: dynamic (fp16) or none (bf16)
+  float initial_loss_scale = 4294967296.0f, min_loss_scale = 1.0f;
+  int64_t loss_scale_window = 1000, hysteresis = 2;
 
   // Data.
   bool mock_data = false;
@@ -80,7 +89,9 @@ struct TrainArguments {
   int64_t num_micro_batches = 0;   // per data-parallel rank
   int64_t virtual_pipeline_size = 1;  // model chunks per pipeline rank
   model::Recompute recompute;         // what the model chunks recompute in backward
-  // Testing hook, not a flag: the gradients are made NaN at these iterations (1-based).
+  std::optional<optim::LossScalerConfig> loss_scaler;  // --fp16, or --loss-scale with --bf16
+  // Testing hook, not a flag: the gradients are made NaN at these iterations (1-based); under loss
+  // scaling that is an overflow.
   std::vector<int64_t> inject_nan_at_iterations;
   int64_t world_size = 1;
   int64_t data_parallel_size() const { return world_size / (tensor_model_parallel_size * pipeline_model_parallel_size); }

@@ -10,6 +10,7 @@
 #include "ckpt/checkpoint.h"
 #include "core/profiler.h"
 #include "core/timer.h"
+#include "kernels/gemm.h"
 #include "train/exit_signal.h"
 
 namespace tessera::train {
@@ -33,6 +34,30 @@ nlohmann::json arguments_json(const TrainArguments& a) {
           {"train_iters", a.train_iters},
           {"lr", a.lr},
           {"seed", a.seed}};
+}
+
+// A loss scale as Megatron's log line prints it ("4294967296.0").
+std::string scale_str(float scale) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(scale));
+  return buf;
+}
+
+// The start-up line of a --bf16/--fp16 run: what is 16-bit, on which kernels, and the loss scale.
+std::string mixed_precision_summary(const TrainArguments& a) {
+  const DType t = a.model.params_dtype;
+  const char* name = dtype_name(t);
+  std::string s = str_cat(" > mixed precision: ", name, " GEMM inputs with fp32 accumulation (",
+                          kernels::GemmBackend::for_device(Device::cpu()).native_16bit(t)
+                              ? str_cat("oneDNN ", name, " kernels")
+                              : str_cat("rounded to ", name, " on the fp32 kernels: this CPU has no ", name,
+                                        " matmul kernel"),
+                          "), fp32 master weights, gradients accumulated and all-reduced in fp32");
+  if (!a.loss_scaler) return s;
+  const optim::LossScalerConfig& c = *a.loss_scaler;
+  if (!c.dynamic) return str_cat(s, ", constant loss scale ", scale_str(c.initial_scale));
+  return str_cat(s, ", dynamic loss scale from ", scale_str(c.initial_scale), " (min ", scale_str(c.min_scale),
+                 ", window ", c.window, ", hysteresis ", c.hysteresis, ")");
 }
 
 }  // namespace
@@ -103,6 +128,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   say(str_cat(" > optimizer state bytes on rank 0: ", optimizer_->state_bytes(),
               args_.use_distributed_optimizer ? str_cat(" (distributed over ", args_.data_parallel_size(),
                                                         " data-parallel ranks)") : std::string()));
+  if (args_.loss_scaler) loss_scaler_.emplace(*args_.loss_scaler);
+  if (args_.bf16 || args_.fp16) say(mixed_precision_summary(args_));
 
   if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
     bool load_optim = !args_.no_load_optim && !args_.finetune;
@@ -114,6 +141,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     ckpt::TrainingState state = ckpt::load_checkpoint(args_.load, params_, load_optim ? moments : nullptr);
     if (full) distributed_optimizer_->load_full_state(*full);
     if (!args_.finetune) {
+      if (loss_scaler_ && state.loss_scaler.is_object()) loss_scaler_->load_state(state.loss_scaler);
       iteration_ = state.iteration;
       consumed_samples_ = state.consumed_train_samples;
       skipped_iterations_ = state.skipped_iterations;
@@ -241,15 +269,17 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   // scaled by 1 / (tokens in the global batch): the sum over micro-batches (and, later, data-parallel
   // ranks) is then the gradient of the mean whatever the split.
   const float grad_scale = tokens > 0 ? static_cast<float>(1.0 / tokens) : 0.0f;
+  // Loss scaling multiplies the backward seed; the optimizer divides the gradients by it again.
+  const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
   params_.zero_grad();
-  std::vector<float> loss{static_cast<float>(run_micro_batches(batches, true, grad_scale))};
+  std::vector<float> loss{static_cast<float>(run_micro_batches(batches, true, grad_scale * loss_scale))};
   for (int64_t at : args_.inject_nan_at_iterations)
     if (at == iteration_ + 1) params_.grads().f32()[0] = std::nanf("");
   Timer reduce;
   finalize_gradients();
   reduce_seconds_ += reduce.seconds();
   Timer optimizer;
-  step = optimizer_->step(lr);
+  step = optimizer_->step(lr, loss_scale);
   optimizer_seconds_ += optimizer.seconds();
   pipeline_sum(loss);
   data_parallel_sum(loss);
@@ -288,7 +318,8 @@ double Trainer::evaluate() {
 }
 
 void Trainer::save() {
-  ckpt::TrainingState state{iteration_, consumed_samples_, skipped_iterations_, args_.seed, arguments_json(args_)};
+  ckpt::TrainingState state{iteration_, consumed_samples_, skipped_iterations_, args_.seed, arguments_json(args_),
+                            loss_scaler_ ? loss_scaler_->state() : nlohmann::json()};
   Timer t;
   comm::RankCoordinates rc = state_->coordinates();
   optimizer_->wait_for_params();
@@ -381,22 +412,37 @@ void Trainer::train() {
   Timer run_timer;
   const int64_t first_iteration = iteration_;
   double interval_loss = 0, interval_seconds = 0;  // training steps only, not evaluation or saving
-  int64_t interval_iters = 0;
+  // Megatron's log line counts skipped and NaN iterations per interval.
+  int64_t interval_iters = 0, interval_skipped = 0, interval_nan = 0;
   if (args_.exit_signal_handler) install_exit_signal_handler();
   while (iteration_ < args_.train_iters) {
     if (iteration_ == first_iteration + 1) profiler::reset();  // TESSERA_PROFILE: leave out the warm-up step
     optim::StepResult step;
-    float lr = args_.lr_schedule.lr(iteration_);
+    // As Megatron, the schedule advances only with updates that were made.
+    float lr = args_.lr_schedule.lr(iteration_ - skipped_iterations_);
+    const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
     Timer step_timer;
     double loss = train_step(lr, step);
     interval_seconds += step_timer.seconds();
     ++iteration_;
     consumed_samples_ += args_.global_batch_size;
     losses_.push_back(loss);
-    if (step.skipped) ++skipped_iterations_;
-    if (!std::isfinite(loss) || !std::isfinite(step.grad_norm)) {
+    if (step.skipped) {
+      ++skipped_iterations_;
+      ++interval_skipped;
+    }
+    // Under loss scaling, scaled gradients that overflow are expected now and then: the step is skipped
+    // and the scale backs off. That is not a NaN iteration, unless the loss itself is not finite or the
+    // scale cannot back off any further.
+    const bool overflow =
+        loss_scaler_ && step.skipped && std::isfinite(loss) && loss_scale > args_.loss_scaler->min_scale;
+    if (loss_scaler_) loss_scaler_->update(step.skipped);
+    if (overflow) {
+      say(str_cat(" iteration ", iteration_, ": gradients overflowed at loss scale ", scale_str(loss_scale),
+                  "; the update was skipped and the loss scale is now ", scale_str(loss_scaler_->scale())));
+    } else if (!std::isfinite(loss) || !std::isfinite(step.grad_norm)) {
       // Every rank sees the same (reduced) loss and norm, so all stop together.
-      ++nan_iterations_;
+      ++interval_nan;
       ++consecutive_nan_iterations_;
       say(str_cat(" WARNING: iteration ", iteration_, ": lm loss ", loss, ", grad norm ", step.grad_norm,
                   step.skipped ? "; the update was skipped" : ""));
@@ -420,15 +466,16 @@ void Trainer::train() {
       s.tflops_per_device = flops_per_iteration / seconds / 1e12 / static_cast<double>(args_.world_size);
       s.tokens_per_second = static_cast<double>(args_.global_batch_size * args_.seq_length) / seconds;
       s.learning_rate = lr;
+      s.loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0;
       s.lm_loss = interval_loss / static_cast<double>(interval_iters);
       s.grad_norm = step.grad_norm;
-      s.skipped_iterations = skipped_iterations_;
-      s.nan_iterations = nan_iterations_;
+      s.skipped_iterations = interval_skipped;
+      s.nan_iterations = interval_nan;
       if (log_) log_->iteration(s);
       log_timers(interval_iters);
       if (log_ && first_interval_note) say(std::exchange(first_interval_note, nullptr)(s.elapsed_ms_per_iteration));
       interval_loss = 0;
-      interval_iters = 0;
+      interval_iters = interval_skipped = interval_nan = 0;
       interval_seconds = 0;
     }
     if (args_.eval_iters > 0 && (iteration_ % args_.eval_interval == 0 || iteration_ == args_.train_iters))

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ class Trainer {
   // The lm loss of every iteration this Trainer ran, in order.
   const std::vector<double>& losses() const { return losses_; }
   model::ParameterSet& parameters() { return params_; }
+  int64_t skipped_iterations() const { return skipped_iterations_; }
+  // The loss scale of the next iteration (1 without loss scaling).
+  float loss_scale() const { return loss_scaler_ ? loss_scaler_->scale() : 1.0f; }
   const optim::Optimizer& optimizer() const { return *optimizer_; }
 
  private:
@@ -86,7 +90,8 @@ class Trainer {
   std::unique_ptr<TrainingLog> log_;  // on world rank 0 only
   std::unique_ptr<parallel::GradBuckets> buckets_;
   std::unique_ptr<infer::TrainingSampler> sampler_;  // --sample-interval, made at the first sample
-  int64_t iteration_ = 0, consumed_samples_ = 0, skipped_iterations_ = 0, nan_iterations_ = 0;
+  std::optional<optim::LossScaler> loss_scaler_;      // --fp16, or --loss-scale
+  int64_t iteration_ = 0, consumed_samples_ = 0, skipped_iterations_ = 0;
   // Accounting since the last log line.
   pipeline::PipelineTimes times_;
   double reduce_seconds_ = 0, optimizer_seconds_ = 0;

@@ -1,0 +1,40 @@
+// Mixed precision on fp32 storage: rounding fp32 values to what a bf16 or fp16 number can hold.
+//
+// Under --bf16/--fp16 a GEMM multiplies 16-bit inputs and accumulates in fp32. Tessera keeps tensors
+// in fp32 and rounds each GEMM's inputs (and attention's q, k, v) to the 16-bit type as they are read:
+// a product of two 16-bit values is exact in fp32, so this is the arithmetic of a 16-bit GEMM with fp32
+// accumulation, whichever instructions carry it out.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.h"
+
+namespace tessera::kernels {
+
+// Largest finite fp16 value; anything that rounds beyond it becomes infinity.
+inline constexpr float kFp16Max = 65504.0f;
+
+// Round-to-nearest-even fp32 <-> fp16 (IEEE binary16: overflow to infinity, subnormals kept), through
+// GCC's _Float16 (the F16C instructions with -march=native).
+inline uint16_t fp32_to_fp16(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+inline float fp16_to_fp32(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
+}
+
+// `x` rounded to the nearest value of type t (F32: x itself; BF16 or F16 otherwise).
+float round_to(DType t, float x);
+// out[i] = round_to(t, in[i]); in may equal out.
+void round_to(DType t, const float* in, float* out, int64_t n);
+// The 16-bit encodings of in[0..n) (t is BF16 or F16).
+void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n);
+
+}  // namespace tessera::kernels
