@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Activation memory per rank, predicted (model/activation_memory.h) against measured (the bytes the
 # layer records hold at the schedule's peak, from Tessera's own accounting), for recomputation and
-# tensor/sequence/pipeline layouts. Usage: bench/activation_memory.sh [path/to/tessera]
+# tensor/sequence/pipeline layouts, in fp32 and with --bf16 (activations kept in 16 bits). Usage: bench/activation_memory.sh [path/to/tessera]
 set -euo pipefail
 tessera=${1:-build/release/tessera}
 export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 model="--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 256 --mock-data
        --tokenizer-type NullTokenizer --vocab-size 1000 --micro-batch-size 2 --lr 1e-4 --train-iters 2
        --log-interval 2 --eval-iters 0"
-echo "| layout | recomputation | per layer, Korthikanti 16-bit (MB) | per layer, Tessera fp32 (MB) | predicted activations per rank (MB) | measured (MB) | measured / predicted |"
+echo "| layout | recomputation | per layer, Korthikanti 16-bit (MB) | per layer, Tessera (MB) | predicted activations per rank (MB) | measured (MB) | measured / predicted |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 run() {  # run RANKS "layout flags" "recompute flags"
   local out
@@ -23,7 +23,8 @@ run() {  # run RANKS "layout flags" "recompute flags"
 for layout in "1|" "2|--tensor-model-parallel-size 2" "2|--tensor-model-parallel-size 2 --sequence-parallel" \
               "4|--pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel --global-batch-size 8"; do
   for recompute in "" "--recompute-activations" "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1" \
-                   "--recompute-granularity full --recompute-method block --recompute-num-layers 1"; do
+                   "--recompute-granularity full --recompute-method block --recompute-num-layers 1" "--bf16" \
+                   "--bf16 --recompute-granularity full --recompute-method block --recompute-num-layers 1"; do
     run "${layout%%|*}" "${layout#*|}" "$recompute"
   done
 done

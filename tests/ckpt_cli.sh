@@ -6,12 +6,7 @@ set -uo pipefail
 tessera=${1:?usage: ckpt_cli.sh path/to/tessera}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-passed=0
-check() {  # check NAME STATUS
-  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
-
+source "$(dirname "$0")/lib/checks.sh"
 model="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data
        --tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
        --log-interval 1 --eval-iters 0"
@@ -66,5 +61,4 @@ out=$("$tessera" train $model --train-iters 3 --load "$work/crash" 2>&1)
 [ $? -ne 0 ] && grep -qF "$ckpt_file is corrupt" <<<"$out" && grep -q "damaged tensor(s): " <<<"$out"
 check "a corrupted file is detected and named with its tensor: $out" $?
 
-echo "ckpt_cli: $passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish ckpt_cli

@@ -5,11 +5,7 @@ set -uo pipefail
 tessera=${1:?usage: data_cli.sh path/to/tessera}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-passed=0
-check() {  # check DESCRIPTION STATUS
-  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/lib/checks.sh"
 null_tok=(--tokenizer-type NullTokenizer --vocab-size 60)
 
 # Documents of arithmetic sequences written as NullTokenizer text (ids separated by spaces).
@@ -87,5 +83,4 @@ check "training with --reset-position-ids --reset-attention-mask exits 0: $out" 
 ls "$work/cache"/*.npy >/dev/null 2>&1 || ls "$work/cache"/* >/dev/null 2>&1
 check "sample indices should be cached under --data-cache-path" $?
 
-echo "$passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish data_cli

@@ -10,11 +10,7 @@ data=${TESSERA_EVAL_DATA:-$root/../shared/data/eval}
 cache=${TESSERA_DATA_CACHE:-$root/data-cache}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-passed=0
-check() {  # check DESCRIPTION STATUS
-  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/lib/checks.sh"
 for f in wiki.test.tokens wiki.valid.tokens lambada_test.jsonl; do
   if [ ! -f "$data/$f" ]; then
     echo "FAIL: $data/$f is missing (the evaluation data; set TESSERA_EVAL_DATA to its folder)"
@@ -131,5 +127,4 @@ out=$("$tessera" eval --load "$work/tp1" --task WIKITEXT103 --valid-data "$work/
 [ $? -ne 0 ] && grep -qF -- "--overlapping-eval=65" <<<"$out"
 check "--overlapping-eval longer than the window is refused: $out" $?
 
-echo "eval_cli: $passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish eval_cli

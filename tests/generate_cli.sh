@@ -7,11 +7,7 @@ set -uo pipefail
 tessera=${1:?usage: generate_cli.sh path/to/tessera}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-passed=0
-check() {  # check DESCRIPTION STATUS
-  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/lib/checks.sh"
 export OMPI_MCA_mpi_yield_when_idle=1
 mpi=(mpirun --oversubscribe --allow-run-as-root -np 2)
 model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 64
@@ -123,5 +119,4 @@ rc=$?
 rc=$?
 check "a tp1 checkpoint generated at tp2 equals one process (rc=$rc): '$one' vs '$two' $(cat "$work/err")" $rc
 
-echo "generate_cli: $passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish generate_cli

@@ -11,12 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 python=/usr/bin/python3  # Debian's python3-torch
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-passed=0
-check() {  # check NAME STATUS
-  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
-
+source "$(dirname "$0")/lib/checks.sh"
 # Same-named tensors of two safetensors files (or directories of them) are bit-identical.
 same_tensors() {
   "$python" - "$here" "$1" "$2" <<'PY'
@@ -98,5 +93,4 @@ for family in gpt2 llama; do
   fi
 done
 
-echo "hf_parity: $passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish hf_parity

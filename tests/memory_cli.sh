@@ -3,25 +3,14 @@
 # the theoretical memory report at start-up, and the measured memory line at each log interval.
 set -uo pipefail
 tessera=${1:?usage: memory_cli.sh path/to/tessera}
-failures=0
-passed=0
+source "$(dirname "$0")/lib/checks.sh"
 export OMP_NUM_THREADS=1
 
 model="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data
        --tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
        --train-iters 2 --log-interval 1 --eval-iters 0"
 
-check() {  # check NAME CONDITION-RESULT
-  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
-
-expect_error() {  # expect_error "flags" "text the message must contain"
-  local out rc
-  out=$("$tessera" train $1 2>&1)
-  rc=$?
-  [ $rc -ne 0 ] && grep -qF -- "$2" <<<"$out"
-  check "tessera train $1 -> expected a non-zero exit and '$2', got rc=$rc: $out" $?
-}
+expect_error() { expect_failure "$2" "$tessera" train $1; }  # expect_error "flags" "text of the message"
 
 expect_error "$model --recompute-granularity full" "--recompute-method=(none): must be uniform or block"
 expect_error "$model --recompute-granularity partial" "--recompute-granularity=partial: must be full or selective"
@@ -51,10 +40,18 @@ for out in "$plain" "$full"; do
   awk -v m="$measured" -v t="$theory" 'BEGIN { exit !(m > 0 && (m - t) / t < 0.1 && (t - m) / t < 0.1) }'
   check "measured activations $measured MB should be within 10% of the theory $theory MB" $?
 done
+# Mixed precision keeps the activations in 16 bits: the theory follows, and they take about half.
+bf16=$("$tessera" train $big --bf16 2>&1)
+check "bf16 run exits 0: $bf16" $?
+read -r measured theory < <(activations "$bf16" | grep -oE "[0-9.]+" | tr '\n' ' ')
+awk -v m="$measured" -v t="$theory" 'BEGIN { exit !(m > 0 && (m - t) / t < 0.1 && (t - m) / t < 0.1) }'
+check "bf16: measured activations $measured MB should be within 10% of the theory $theory MB" $?
+p32=$(activations "$plain" | grep -oE "[0-9.]+" | head -1)
+awk -v b="$measured" -v f="$p32" 'BEGIN { exit !(b < 0.55 * f) }'
+check "bf16 activations ($measured MB) should take about half of fp32's ($p32 MB)" $?
 p=$(activations "$plain" | grep -oE "[0-9.]+" | head -1)
 f=$(activations "$full" | grep -oE "[0-9.]+" | head -1)
 awk -v p="$p" -v f="$f" 'BEGIN { exit !(f * 4 < p) }'
 check "full recomputation should keep under a quarter of the activations ($f vs $p MB)" $?
 
-echo "$passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish memory_cli

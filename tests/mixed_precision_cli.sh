@@ -5,8 +5,7 @@
 # distributed optimizer tracking the single-process 16-bit run.
 set -uo pipefail
 tessera=${1:?usage: mixed_precision_cli.sh path/to/tessera}
-failures=0
-passed=0
+source "$(dirname "$0")/lib/checks.sh"
 export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 mpirun="mpirun --oversubscribe --allow-run-as-root"
 
@@ -14,17 +13,7 @@ model="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 -
        --tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 2 --global-batch-size 4 --lr 3e-3
        --train-iters 30 --log-interval 10 --eval-iters 0 --hidden-dropout 0 --attention-dropout 0"
 
-check() {  # check NAME CONDITION-RESULT
-  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
-
-expect_error() {  # expect_error "flags" "text the message must contain"
-  local out rc
-  out=$("$tessera" train $1 2>&1)
-  rc=$?
-  [ $rc -ne 0 ] && grep -qF -- "$2" <<<"$out"
-  check "tessera train $1 -> expected a non-zero exit and '$2', got rc=$rc: $out" $?
-}
+expect_error() { expect_failure "$2" "$tessera" train $1; }  # expect_error "flags" "text of the message"
 
 expect_error "$model --bf16 --fp16" "--bf16=true: cannot be combined with --fp16"
 expect_error "$model --loss-scale 128" "--loss-scale=128: needs --fp16 or --bf16"
@@ -74,5 +63,4 @@ for layout in "--bf16 --tensor-model-parallel-size 2 --sequence-parallel" \
   check "$layout: final loss $(last_loss "$out") should be within 1% of one process's $(last_loss "$reference")" $?
 done
 
-echo "$passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish mixed_precision_cli

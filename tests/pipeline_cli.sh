@@ -4,8 +4,7 @@
 # the log (timers, measured bubble beside the theory, activations held per stage).
 set -uo pipefail
 tessera=${1:?usage: pipeline_cli.sh path/to/tessera}
-failures=0
-passed=0
+source "$(dirname "$0")/lib/checks.sh"
 export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 mpirun="mpirun --oversubscribe --allow-run-as-root"
 
@@ -13,17 +12,7 @@ model="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 -
        --tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 1 --global-batch-size 4 --lr 1e-3
        --train-iters 4 --log-interval 2 --eval-iters 1 --eval-interval 4"
 
-check() {  # check NAME CONDITION-RESULT
-  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
-
-expect_error() {  # expect_error RANKS "flags" "text the message must contain"
-  local out rc
-  out=$($mpirun -np "$1" "$tessera" train $2 2>&1)
-  rc=$?
-  [ $rc -ne 0 ] && grep -qF -- "$3" <<<"$out"
-  check "tessera train $2 on $1 ranks -> expected a non-zero exit and '$3', got rc=$rc: $out" $?
-}
+expect_error() { expect_failure "$3" $mpirun -np "$1" "$tessera" train $2; }  # expect_error RANKS "flags" "text"
 
 expect_error 2 "$model --pipeline-model-parallel-size 3" "--num-layers=4: must be divisible by --pipeline-model-parallel-size=3"
 expect_error 2 "$model --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3" \
@@ -52,5 +41,4 @@ out=$($mpirun -np 2 "$tessera" train $model --pipeline-model-parallel-size 2 2>&
 grep -qF "activations held per stage (measured/schedule max): 2/2 1/1" <<<"$out"
 check "1F1B should hold 2 and 1 micro-batches on its stages: $out" $?
 
-echo "$passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish pipeline_cli

@@ -6,20 +6,9 @@ set -uo pipefail
 tessera=${1:?usage: plan_cli.sh path/to/tessera}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-passed=0
+source "$(dirname "$0")/lib/checks.sh"
 
-check() {  # check NAME CONDITION-RESULT
-  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
-
-expect_error() {  # expect_error "flags" "text the message must contain"
-  local out rc
-  out=$("$tessera" plan $1 2>&1)
-  rc=$?
-  [ $rc -ne 0 ] && grep -qF -- "$2" <<<"$out"
-  check "tessera plan $1 -> expected a non-zero exit and '$2', got rc=$rc: $out" $?
-}
+expect_error() { expect_failure "$2" "$tessera" plan $1; }  # expect_error "flags" "text of the message"
 
 # PTD-P's 1T model with its Table 1 settings (A100-80GB, V = 51,200, s = 2048, full recomputation, fp16).
 trillion="--num-layers 128 --hidden-size 25600 --num-attention-heads 160 --seq-length 2048
@@ -111,5 +100,4 @@ echo '{"device": {"base": "cpu", "memory_bandwidth": "fast"}}' > "$work/bad.json
 expect_error "$small --cluster $work/bad.json" "\"memory_bandwidth\": expected a number"
 expect_error "$small --no-such-flag 1" "--no-such-flag"
 
-echo "plan_cli: $passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish plan_cli

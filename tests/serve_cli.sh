@@ -12,11 +12,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-failures=0
-passed=0
-check() {  # check DESCRIPTION STATUS
-  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/lib/checks.sh"
 export OMPI_MCA_mpi_yield_when_idle=1
 mpi=(mpirun --oversubscribe --allow-run-as-root -np 2)
 model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 64
@@ -112,5 +108,4 @@ out=$("$tessera" serve --load "$work/tp1" --port 70000 2>&1)
 [ $? -ne 0 ] && grep -qF -- "--port" <<<"$out"
 check "--port 70000 must fail naming the flag: $out" $?
 
-echo "serve_cli: $passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish serve_cli

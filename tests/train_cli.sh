@@ -5,24 +5,13 @@ set -uo pipefail
 tessera=${1:?usage: train_cli.sh path/to/tessera}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-passed=0
+source "$(dirname "$0")/lib/checks.sh"
 
 model="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data
        --tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3"
 
-check() {  # check NAME CONDITION-RESULT
-  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
-}
-
 # expect_error "flags" "text the message must contain"
-expect_error() {
-  local out rc
-  out=$("$tessera" train $1 2>&1)
-  rc=$?
-  [ $rc -ne 0 ] && grep -qF -- "$2" <<<"$out"
-  check "tessera train $1 -> expected a non-zero exit and '$2', got rc=$rc: $out" $?
-}
+expect_error() { expect_failure "$2" "$tessera" train $1; }  # expect_error "flags" "text of the message"
 
 expect_error "$model --train-iters 1 --num-attention-heads 5" "--hidden-size=32: must be divisible by --num-attention-heads=5"
 expect_error "$model --train-iters 1 --group-query-attention --num-query-groups 3" "--num-query-groups=3: must divide --num-attention-heads=4"
@@ -104,5 +93,4 @@ out=$("$tessera" tokenizer train --input "$work/corpus.txt" --model-prefix "$wor
 [ $? -ne 0 ] && grep -qF -- "--model-type" <<<"$out"
 check "tokenizer train --model-type wordpiece must fail naming the flag: $out" $?
 
-echo "$passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish train_cli

@@ -27,11 +27,14 @@ std::string two_digits(int r) { return str_cat(r < 10 ? "0" : "", r); }
 std::string model_file(const ShardPlacement& p) {
   return str_cat("model.tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank), ".safetensors");
 }
+std::string three_digits(int r) { return str_cat(r < 10 ? "00" : r < 100 ? "0" : "", r); }
 std::string optim_file(const ShardPlacement& p) {
-  return str_cat("optim.tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank), ".dp000.safetensors");
+  return str_cat("optim.tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank), ".dp",
+                 three_digits(p.data_rank), ".safetensors");
 }
 std::string fragment_file(const ShardPlacement& p) {
-  return str_cat("index.tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank), ".json");
+  return str_cat("index.tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank), ".dp",
+                 three_digits(p.data_rank), ".json");
 }
 bool is_fragment_file(const std::string& name) {
   return name.rfind("index.tp", 0) == 0 && name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
@@ -61,13 +64,14 @@ std::string read_text_file(const fs::path& path, const char* what) {
   return s.str();
 }
 
-// Which part of a tensor a file holds: the parameter's sharding (dim -1: all of it).
+// Which part of a tensor a file holds: the parameter's sharding (dim -1: all of it). `value` is what
+// is stored: the parameter's shard, or a piece of it (then the caller adds the "piece" range).
 json slice_entry(const std::string& file, const std::string& key, const model::ParameterSpec& spec,
                  const Tensor& value) {
   const model::Sharding& s = spec.sharding;
   return {{"file", file},
           {"key", key},
-          {"shape", spec.shape},
+          {"shape", value.shape()},
           {"dtype", "fp32"},
           {"view", s.sharded() ? s.global_view : spec.shape},
           {"dim", s.dim},
@@ -157,6 +161,22 @@ class CheckpointReader {
     }
   }
 
+  // Reads the box of `parts` (one saved slice, or the pieces a box was saved in) into dst, the box's
+  // storage as a flat tensor, checking that the pieces cover it exactly.
+  void read_box(const std::string& tensor, const std::vector<const SavedSlice*>& parts, const Tensor& dst) {
+    if (!parts[0]->piece) return read_slice(tensor, *parts[0], dst.view(parts[0]->shape));
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (const SavedSlice* s : parts) {
+      read_slice(tensor, *s, dst.flat_range(s->piece->first, s->piece->second - s->piece->first));
+      ranges.push_back(*s->piece);
+    }
+    std::sort(ranges.begin(), ranges.end());
+    int64_t next = 0;
+    for (const auto& [begin, end] : ranges) next = begin == next ? end : -1;
+    TESSERA_CHECK(next == dst.numel(), "checkpoint ", index_path_, ": the saved pieces of a slice of ", tensor,
+                  " do not cover its ", dst.numel(), " elements exactly once (pieces missing or overlapping)");
+  }
+
   // Fills dst, this rank's part of `name` described by spec, from the saved slices that overlap it.
   void load(const std::string& name, const model::ParameterSpec& spec, const Tensor& dst) {
     auto it = index_.tensors.find(name);
@@ -177,13 +197,25 @@ class CheckpointReader {
       expected = std::max<int64_t>(0, std::min(wanted.end, limit) - wanted.begin) * global[1];
       relabel = true;
     }
-    // The common case, the same layout: one slice is exactly this rank's part.
+    // The saved boxes: a slice, or the pieces one slice was saved in (by several data-parallel ranks).
+    std::vector<std::vector<const SavedSlice*>> boxes;
+    for (const SavedSlice& s : saved.slices) {
+      auto same = std::find_if(boxes.begin(), boxes.end(),
+                               [&](const auto& b) { return s.piece && b[0]->piece && b[0]->box == s.box; });
+      if (same != boxes.end())
+        same->push_back(&s);
+      else
+        boxes.push_back({&s});
+    }
+    // The common case, the same layout: one box is exactly this rank's part.
     if (!relabel)
-      for (const SavedSlice& s : saved.slices)
-        if (s.box == wanted || (s.box.is_whole() && wanted.is_whole())) return read_slice(name, s, dst);
+      for (const auto& parts : boxes)
+        if (parts[0]->box == wanted || (parts[0]->box.is_whole() && wanted.is_whole()))
+          return read_box(name, parts, dst.view({wanted.numel()}));
 
     int64_t copied = 0;
-    for (const SavedSlice& s : saved.slices) {
+    for (const auto& parts : boxes) {
+      const SavedSlice& s = *parts[0];
       Box box = s.box;
       if (relabel) {
         TESSERA_CHECK(box.is_whole() || box.dim == 0, "checkpoint ", index_path_, ": a slice of ", name,
@@ -192,8 +224,8 @@ class CheckpointReader {
       }
       std::vector<CopyRun> runs = plan_copy(box, wanted, limit);
       if (runs.empty()) continue;
-      Tensor buf = Tensor::empty(s.shape);
-      read_slice(name, s, buf);
+      Tensor buf = Tensor::empty({s.box.numel()});
+      read_box(name, parts, buf);
       const float* src = buf.f32();
       float* out = dst.f32();
       for (const CopyRun& r : runs) std::copy(src + r.src, src + r.src + r.count, out + r.dst);
@@ -228,7 +260,7 @@ std::string iteration_dir_name(int64_t iteration) {
 }
 
 void save_checkpoint(const std::string& save_dir, const TrainingState& state, const model::ParameterSet& params,
-                     const optim::AdamWOptimizer* optimizer, const ShardPlacement& placement, int64_t keep_last) {
+                     const optim::Optimizer* optimizer, const ShardPlacement& placement, int64_t keep_last) {
   fs::path root(save_dir);
   fs::path final_dir = root / iteration_dir_name(state.iteration);
   fs::path tmp_dir = root / (iteration_dir_name(state.iteration) + ".tmp");
@@ -243,28 +275,50 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
   }
   barrier();
 
-  // Data-parallel rank 0 of every (tensor, pipeline) group writes its shards and an index fragment.
-  if (placement.data_rank == 0) {
+  // Data-parallel rank 0 of every (tensor, pipeline) group writes its parameter shards and, with AdamW,
+  // their moments; with the distributed optimizer every data-parallel rank writes its own pieces of the
+  // moments. Each writer adds an index fragment.
+  const optim::MomentShard moments = optimizer ? optimizer->moments() : optim::MomentShard{};
+  const bool writes_model = placement.data_rank == 0;
+  const bool writes_moments = optimizer && (moments.sharded || placement.data_rank == 0);
+  if (writes_model || writes_moments) {
     const std::string mfile = model_file(placement), ofile = optim_file(placement);
     json tensors = json::object();
+    auto add_slice = [&](const std::string& tensor, const model::ParameterSpec& spec, json slice) {
+      json& entry = tensors[tensor];
+      entry["global_shape"] = spec.global_shape();
+      entry["slices"].push_back(std::move(slice));
+    };
+    // The first stage writes the tied embedding; a parameter replicated over the tensor group is the
+    // same on every tensor rank: tensor rank 0 writes it.
+    auto writes = [&](const model::Parameter& p) {
+      return !p.spec.tied_copy && (p.spec.sharding.sharded() || placement.tensor_rank == 0);
+    };
     std::vector<std::pair<std::string, Tensor>> model_tensors, optim_tensors;
-    for (const model::Parameter& p : params.params()) {
-      if (p.spec.tied_copy) continue;  // the first stage writes the tied embedding
-      // A parameter replicated over the tensor group is the same on every tensor rank: write it once.
-      if (!p.spec.sharding.sharded() && placement.tensor_rank != 0) continue;
-      model_tensors.emplace_back(p.spec.name, p.value);
-      tensors[p.spec.name] = {{"global_shape", p.spec.global_shape()},
-                              {"slice", slice_entry(mfile, p.spec.name, p.spec, p.value)}};
-      if (!optimizer) continue;
-      int64_t n = p.value.numel();
-      for (const auto& [moment, flat] : {std::pair{"exp_avg", &optimizer->exp_avg()},
-                                         std::pair{"exp_avg_sq", &optimizer->exp_avg_sq()}}) {
-        std::string key = str_cat("optimizer.", moment, ".", p.spec.name);
-        Tensor t = flat->flat_range(p.offset, n).view(p.spec.shape);
-        optim_tensors.emplace_back(key, t);
-        tensors[key] = {{"global_shape", p.spec.global_shape()}, {"slice", slice_entry(ofile, key, p.spec, t)}};
+    if (writes_model)
+      for (const model::Parameter& p : params.params()) {
+        if (!writes(p)) continue;
+        model_tensors.emplace_back(p.spec.name, p.value);
+        add_slice(p.spec.name, p.spec, slice_entry(mfile, p.spec.name, p.spec, p.value));
       }
-    }
+    if (writes_moments)
+      for (const optim::MomentPiece& piece : moments.pieces) {
+        const model::Parameter& p = *piece.param;
+        if (!writes(p) || (piece.on_every_data_rank && placement.data_rank != 0)) continue;
+        const bool whole = piece.begin == 0 && piece.length == p.value.numel();
+        for (const auto& [moment, buffer] : {std::pair{"exp_avg", &moments.exp_avg},
+                                             std::pair{"exp_avg_sq", &moments.exp_avg_sq}}) {
+          const std::string tensor = str_cat("optimizer.", moment, ".", p.spec.name);
+          Tensor t = buffer->flat_range(piece.state, piece.length);
+          if (whole) t = t.view(p.spec.shape);
+          const std::string key =
+              whole ? tensor : str_cat(tensor, "[", piece.begin, ":", piece.begin + piece.length, "]");
+          json slice = slice_entry(ofile, key, p.spec, t);
+          if (!whole) slice["piece"] = {piece.begin, piece.begin + piece.length};
+          optim_tensors.emplace_back(key, t);
+          add_slice(tensor, p.spec, std::move(slice));
+        }
+      }
     json files = json::object();
     auto write = [&](const std::string& name, const std::vector<std::pair<std::string, Tensor>>& ts) {
       uint32_t crc = write_safetensors((tmp_dir / name).string(), ts);
@@ -275,7 +329,7 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
       std::fprintf(stderr, "TESSERA_CKPT_CRASH_DURING_SAVE: aborting mid-save\n");
       std::abort();
     }
-    if (optimizer && !optim_tensors.empty()) write(ofile, optim_tensors);
+    if (!optim_tensors.empty()) write(ofile, optim_tensors);
     write_file_atomically(tmp_dir / fragment_file(placement), json{{"files", files}, {"tensors", tensors}}.dump());
   }
   barrier();
@@ -294,7 +348,7 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
       for (auto& [tensor, entry] : fragment.at("tensors").items()) {
         json& merged = tensors[tensor];
         merged["global_shape"] = entry.at("global_shape");
-        merged["slices"].push_back(entry.at("slice"));
+        for (json& slice : entry.at("slices")) merged["slices"].push_back(std::move(slice));
       }
     }
     json index = {{"format", "tessera-checkpoint"},

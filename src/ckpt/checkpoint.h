@@ -2,14 +2,19 @@
 //   SAVE/latest_checkpointed_iteration.txt      the last complete iteration
 //   SAVE/iter_0000100/model.tpXX.ppYY.safetensors   the parameter shards of tensor rank XX of pipeline
 //                                                   stage YY, by name
-//   SAVE/iter_0000100/optim.tpXX.ppYY.dp000.safetensors  their Adam moments ("optimizer.exp_avg.NAME", ...)
+//   SAVE/iter_0000100/optim.tpXX.ppYY.dpZZZ.safetensors  their Adam moments ("optimizer.exp_avg.NAME", ...):
+//                                                   with AdamW all of them in dp000; with the distributed
+//                                                   optimizer each data-parallel rank ZZZ writes the pieces
+//                                                   it owns ("optimizer.exp_avg.NAME[begin:end]", element
+//                                                   ranges of the rank's shard of the parameter)
 //   SAVE/iter_0000100/index.json                iteration, data position, RNG seed, arguments; every
 //                                               file's size and CRC-32C; for every tensor its global
 //                                               shape and the slices held by each file (view, split
 //                                               dimension, offset, length, CRC-32C of the slice)
-// Each slice is written once, by data-parallel rank 0 of its (tensor, pipeline) group; a parameter
-// replicated over the tensor group by tensor rank 0 only; the last stage's copy of a tied embedding not
-// at all (the first stage writes it).
+// Each slice is written once, by data-parallel rank 0 of its (tensor, pipeline) group (the distributed
+// optimizer's moments: in pieces, by the data-parallel ranks that own them; the index lists a piece's
+// element range); a parameter replicated over the tensor group by tensor rank 0 only; the last stage's
+// copy of a tied embedding not at all (the first stage writes it).
 //
 // Loading reshards: each rank wants, for every parameter it holds, a range of the full tensor (its
 // model::Sharding), and copies it together from whichever saved slices overlap it (ckpt/reshard.h),
@@ -48,8 +53,8 @@ struct TrainingState {
 // "iter_0000100"
 std::string iteration_dir_name(int64_t iteration);
 
-// Where this rank's shards go: its tensor-parallel rank and pipeline stage name its files; only
-// data-parallel rank 0 writes.
+// Where this rank's shards go: its tensor-parallel rank, pipeline stage and data-parallel rank name its
+// files.
 struct ShardPlacement {
   int tensor_rank = 0;
   int data_rank = 0;
@@ -57,13 +62,14 @@ struct ShardPlacement {
   int pipeline_rank = 0;
 };
 
-// Saves into `save_dir`/iter_XXXXXXX and then updates the tracker file. optimizer may be null.
+// Saves into `save_dir`/iter_XXXXXXX and then updates the tracker file. optimizer (AdamW or the
+// distributed optimizer: its moments()) may be null.
 // keep_last > 0: afterwards only the newest keep_last iteration directories are kept.
 // Collective over placement.world.
 // Test hook: with TESSERA_CKPT_CRASH_DURING_SAVE=1 in the environment the process aborts after writing
 // its model file, before the index (a crash mid-save).
 void save_checkpoint(const std::string& save_dir, const TrainingState& state, const model::ParameterSet& params,
-                     const optim::AdamWOptimizer* optimizer, const ShardPlacement& placement = {},
+                     const optim::Optimizer* optimizer, const ShardPlacement& placement = {},
                      int64_t keep_last = 0);
 
 // The iteration named by `load_dir`/latest_checkpointed_iteration.txt, or -1 when there is none.
@@ -73,7 +79,8 @@ int64_t latest_checkpointed_iteration(const std::string& load_dir);
 nlohmann::json latest_checkpoint_args(const std::string& load_dir);
 
 // Loads the latest checkpoint of `load_dir` into params (and the optimizer's moments and step count
-// unless optimizer is null), resharding as needed. Every problem names the file and the tensor.
+// unless optimizer is null), resharding as needed: moments saved in pieces are assembled, so the
+// distributed optimizer takes its shard from the full layout (DistributedOptimizer::load_full_state). Every problem names the file and the tensor.
 TrainingState load_checkpoint(const std::string& load_dir, model::ParameterSet& params,
                               optim::AdamWOptimizer* optimizer);
 

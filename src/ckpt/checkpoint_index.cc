@@ -81,9 +81,9 @@ SavedSlice parse_slice(const json& e, const Shape& global, const std::map<std::s
   if (dtype != "fp32") fail(path, where, "dtype '", dtype, "' is not fp32");
   const int64_t dim = int_field(e, "dim", path, where, -1);
   if (dim < 0) {
-    if (shape_numel(shape) != shape_numel(global))
+    if (!e.contains("piece") && shape_numel(shape) != shape_numel(global))
       fail(path, where, "holds the whole tensor but has shape ", shape_str(shape), ", not ", shape_str(global));
-    s.box = Box::whole(shape);
+    s.box = Box::whole(e.contains("piece") ? global : shape);
   } else {
     Shape view = shape_field(e, "view", path, where);
     if (dim >= static_cast<int64_t>(view.size())) fail(path, where, "split dimension ", dim, " is outside view ", shape_str(view));
@@ -93,9 +93,20 @@ SavedSlice parse_slice(const json& e, const Shape& global, const std::map<std::s
     if (offset > view[dim] || length > view[dim] - offset)
       fail(path, where, "range [", offset, ", ", offset, " + ", length, ") runs past dimension ", dim, " of view ", shape_str(view));
     s.box = {view, static_cast<int>(dim), offset, offset + length};
-    if (shape_numel(shape) != s.box.numel())
-      fail(path, where, "has shape ", shape_str(shape), " but its range holds ", s.box.numel(), " elements");
   }
+  int64_t stored = s.box.numel();
+  if (e.contains("piece")) {
+    const json& p = e["piece"];
+    if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer())
+      fail(path, where, "piece is not a pair of integers [begin, end)");
+    const int64_t b = p[0].get<int64_t>(), end = p[1].get<int64_t>();
+    if (b < 0 || end <= b || end > stored)
+      fail(path, where, "piece [", b, ", ", end, ") is not a non-empty range of the slice's ", stored, " elements");
+    s.piece = {b, end};
+    stored = end - b;
+  }
+  if (dim >= 0 && shape_numel(shape) != stored)
+    fail(path, where, "has shape ", shape_str(shape), " but its range holds ", stored, " elements");
   s.crc32c = crc_field(e, path, where, need_crc);
   return s;
 }

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,9 @@ struct SavedSlice {
   std::string file, key;  // where it is: tensor `key` of safetensors file `file`
   Shape shape;            // as stored in the file (the box's elements, in the rank's tensor shape)
   Box box;                // which part of the tensor it is
+  // Elements [first, second) of the box's row-major storage when the box was saved in pieces (the
+  // distributed optimizer's moments, each data-parallel rank writing its own); absent: the whole box.
+  std::optional<std::pair<int64_t, int64_t>> piece;
   std::optional<uint32_t> crc32c;
 };
 

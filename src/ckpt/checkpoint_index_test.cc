@@ -40,6 +40,24 @@ TEST(CheckpointIndex, ParsesAValidIndex) {
   EXPECT_EQ(s.box, (Box{{2, 4, 6}, 1, 2, 4}));
   EXPECT_EQ(s.shape, (Shape{4, 6}));
   EXPECT_EQ(index.tensors.at("n").slices.at(0).box, Box::whole({6}));
+  EXPECT_FALSE(s.piece);
+}
+
+// The distributed optimizer's moments are saved in pieces: element ranges of a slice's storage.
+TEST(CheckpointIndex, ParsesPiecesOfASlice) {
+  json j = valid_index();
+  json piece = j["tensors"]["w"]["slices"][1];
+  piece["shape"] = {10};
+  piece["piece"] = {14, 24};
+  j["tensors"]["w"]["slices"][1] = piece;
+  json whole_piece = j["tensors"]["n"]["slices"][0];
+  whole_piece["shape"] = {2};
+  whole_piece["piece"] = {4, 6};
+  j["tensors"]["n"]["slices"][0] = whole_piece;
+  CheckpointIndex index = parse_checkpoint_index(j.dump(), "index.json");
+  EXPECT_EQ(index.tensors.at("w").slices.at(1).piece, std::make_pair(int64_t{14}, int64_t{24}));
+  EXPECT_EQ(index.tensors.at("w").slices.at(1).box, (Box{{2, 4, 6}, 1, 2, 4}));
+  EXPECT_EQ(index.tensors.at("n").slices.at(0).box, Box::whole({6}));
 }
 
 void expect_rejected(const std::string& text, const std::string& needle) {
@@ -78,6 +96,13 @@ TEST(CheckpointIndex, RejectsMalformedIndexes) {
   expect_rejected(with([](json& j) { j["tensors"]["w"]["global_shape"] = {-8, 6}; }), "non-negative integers");
   expect_rejected(with([](json& j) { j["tensors"]["w"]["slices"] = json::array(); }), "has no slices");
   expect_rejected(with([](json& j) { j["tensors"]["n"]["slices"][0].erase("crc32c"); }), "has no field 'crc32c'");
+  expect_rejected(with([](json& j) { j["tensors"]["w"]["slices"][0]["piece"] = {3}; }), "is not a pair of integers");
+  expect_rejected(with([](json& j) { j["tensors"]["w"]["slices"][0]["piece"] = {20, 30}; }),
+                  "piece [20, 30) is not a non-empty range of the slice's 24 elements");
+  expect_rejected(with([](json& j) { j["tensors"]["w"]["slices"][0]["piece"] = {4, 4}; }), "is not a non-empty range");
+  expect_rejected(with([](json& j) { j["tensors"]["w"]["slices"][0]["piece"] = {0, 10}; }),
+                  "has shape [4, 6] but its range holds 10 elements");
+  expect_rejected(with([](json& j) { j["loss_scaler"] = 3; }), "field 'loss_scaler' is not an object");
 }
 
 TEST(CheckpointIndex, Crc32cStrings) {

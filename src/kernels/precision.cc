@@ -51,4 +51,29 @@ void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n) {
   }
 }
 
+Tensor store_as(DType t, const Tensor& fp32) {
+  if (t == DType::F32 || !fp32.defined()) return fp32;
+  Tensor out = Tensor::empty(fp32.shape(), t);
+  encode_16bit(t, fp32.f32(), static_cast<uint16_t*>(out.raw()), fp32.numel());
+  return out;
+}
+
+Tensor to_fp32(const Tensor& stored) {
+  if (!stored.defined() || stored.dtype() == DType::F32) return stored;
+  TESSERA_CHECK(stored.dtype() == DType::BF16 || stored.dtype() == DType::F16, "to_fp32: ",
+                dtype_name(stored.dtype()), " is not a 16-bit floating-point type");
+  Tensor out = Tensor::empty(stored.shape());
+  const uint16_t* in = static_cast<const uint16_t*>(stored.raw());
+  float* o = out.f32();
+  const int64_t n = stored.numel();
+  if (stored.dtype() == DType::BF16) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) o[i] = bf16_to_fp32(in[i]);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) o[i] = fp16_to_fp32(in[i]);
+  }
+  return out;
+}
+
 }  // namespace tessera::kernels

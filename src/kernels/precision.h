@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace tessera::kernels {
 
@@ -36,5 +37,10 @@ float round_to(DType t, float x);
 void round_to(DType t, const float* in, float* out, int64_t n);
 // The 16-bit encodings of in[0..n) (t is BF16 or F16).
 void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n);
+
+// An fp32 tensor stored as type t (BF16 or F16: half the bytes; F32: the tensor itself), and back.
+// Under mixed precision the activations kept for backward are stored so, as Megatron keeps them.
+Tensor store_as(DType t, const Tensor& fp32);
+Tensor to_fp32(const Tensor& stored);
 
 }  // namespace tessera::kernels

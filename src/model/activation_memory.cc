@@ -32,10 +32,13 @@ double layer_record_bytes(const GptConfig& c, const ActivationLayout& l) {
   const double f = static_cast<double>(c.ffn_hidden_size);
   // Per token: the norms' inputs and outputs plus their statistics (mean and 1/std, or 1/std for RMSNorm).
   const double norm_stats = c.normalization == Normalization::LayerNorm ? 4.0 : 2.0;
-  const double norms = (4.0 * static_cast<double>(c.hidden_size) + norm_stats) / (l.sequence_parallel ? t : 1.0);
-  const double attention = ((2.0 * a + 2.0 * g) * d + a) / t;  // q, k, v, output; log-sum-exp
-  const double mlp = ((c.swiglu ? 2.0 : 1.0) * f + f) / t;      // fc1 output, activation
-  return 4.0 * tokens(l) * (norms + attention + mlp);
+  // Activations take e bytes (2 when kept in 16 bits under mixed precision), statistics 4.
+  const double e = static_cast<double>(dtype_size(c.params_dtype));
+  const double norms =
+      (4.0 * static_cast<double>(c.hidden_size) * e + norm_stats * 4.0) / (l.sequence_parallel ? t : 1.0);
+  const double attention = ((2.0 * a + 2.0 * g) * d * e + a * 4.0) / t;  // q, k, v, output; log-sum-exp
+  const double mlp = ((c.swiglu ? 2.0 : 1.0) * f + f) * e / t;            // fc1 output, activation
+  return tokens(l) * (norms + attention + mlp);
 }
 
 double chunk_record_bytes(const GptConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r) {

@@ -9,7 +9,8 @@
 // recomputation does), so per token it keeps: the two norm inputs and outputs (4h, and the norm
 // statistics), q, k, v and the attention output ((2a + 2g)·d / t), the log-sum-exp (a / t), and the MLP's
 // fc1 output and activation (F (2F for SwiGLU) + F) / t. Under sequence parallelism the norm terms are
-// split over the t tensor ranks too.
+// split over the t tensor ranks too. Under mixed precision (GptConfig::params_dtype) the activations
+// take 2 bytes and the statistics stay 4; a recomputed group's kept input stays fp32.
 #pragma once
 
 #include "model/gpt_model.h"

@@ -70,6 +70,7 @@ GptModel::GptModel(const GptConfig& config, ParameterSet& params, const parallel
     layer_offsets_.push_back(params.numel());
     layers_.push_back(std::make_unique<TransformerLayer>(config_, l + 1, params, tp));
   }
+  end_offset_ = params.numel();
   if (!chunk_.post_process) return;
   final_norm_offset_ = params.numel();
   final_norm_ = std::make_unique<Norm>(params, "decoder.final_layernorm", config_, tp.sequence_parallel);
@@ -82,6 +83,7 @@ GptModel::GptModel(const GptConfig& config, ParameterSet& params, const parallel
     copy.tied_copy = true;
     word_embeddings_ = params.add(copy);
   }
+  end_offset_ = params.numel();
 }
 
 const float* GptModel::output_weight() const {
@@ -122,8 +124,18 @@ void GptModel::backward(GptActivations& rec, const ForwardContext& ctx, float gr
 }
 
 Tensor GptModel::forward_chunk(const MicroBatch& batch, const Tensor& input, const ForwardContext& context,
-                               GptActivations& rec, double* loss_sum) const {
+                               GptActivations& rec, double* loss_sum,
+                               const std::function<void(int64_t)>& params_needed_below) const {
   const GptConfig& c = config_;
+  // Announces the use of layer l's parameters (l = -1: the embedding's; l = layers: the head's).
+  auto need_params_of = [&](int64_t l) {
+    if (!params_needed_below) return;
+    const int64_t layers = static_cast<int64_t>(layer_offsets_.size());
+    int64_t end = end_offset_;                                              // the head: all of the chunk
+    if (l + 1 < layers) end = layer_offsets_[l + 1];                        // up to the next layer
+    else if (l < layers && chunk_.post_process) end = final_norm_offset_;  // up to the head
+    params_needed_below(end);
+  };
   rec.doc_start = batch.doc_start;
   ForwardContext ctx = context;
   ctx.doc_start = rec.doc_start.defined() ? rec.doc_start.i32() : nullptr;
@@ -141,6 +153,7 @@ Tensor GptModel::forward_chunk(const MicroBatch& batch, const Tensor& input, con
       TESSERA_CHECK(tok >= 0 && tok < c.vocab_size, "token id ", tok, " is outside the vocabulary [0, ",
                     c.vocab_size, ")");
     }
+    need_params_of(-1);
     x = embed(rec, ctx);
   } else {
     const int64_t local_rows = tp_.sequence_parallel ? rows / tp_.size() : rows;
@@ -152,6 +165,7 @@ Tensor GptModel::forward_chunk(const MicroBatch& batch, const Tensor& input, con
   }
   rec.layers.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
+    need_params_of(static_cast<int64_t>(l));
     const int64_t group = recompute_group_start(static_cast<int64_t>(l));
     if (group < 0) {
       x = layers_[l]->forward(x, rec.positions.i32(), ctx, rec.layers[l]);
@@ -170,6 +184,7 @@ Tensor GptModel::forward_chunk(const MicroBatch& batch, const Tensor& input, con
     TESSERA_CHECK(label >= 0 && label < c.vocab_size, "label id ", label, " is outside the vocabulary [0, ",
                   c.vocab_size, ")");
   }
+  need_params_of(static_cast<int64_t>(layers_.size()));
   rec.final_input = x;
   final_norm_->forward(x, rec.final_ln, rec.final_mean, rec.final_rstd);
   // Output layer: this rank's vocabulary shard of the logits from the full final activation.

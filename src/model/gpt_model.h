@@ -87,9 +87,13 @@ class GptModel {
 
   // One chunk's forward: from batch.tokens on the first chunk, else from `input` (the previous chunk's
   // output, [T (/tp under sequence parallelism), hidden]). Returns the output activation, or on the last
-  // chunk an undefined tensor, adding the masked loss sum to *loss_sum.
+  // chunk an undefined tensor, adding the masked loss sum to *loss_sum. params_needed_below(end), when
+  // given, is called before each part of the chunk (embedding, each layer, head) with the flat offset
+  // below which that part's parameters lie, so that an overlapped parameter all-gather is waited for
+  // bucket by bucket.
   Tensor forward_chunk(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx,
-                       GptActivations& rec, double* loss_sum) const;
+                       GptActivations& rec, double* loss_sum,
+                       const std::function<void(int64_t)>& params_needed_below = {}) const;
   // One chunk's backward from the gradient of its output (ignored on the last chunk, which starts from
   // the loss); returns the gradient of its input (undefined on the first chunk).
   Tensor backward_chunk(GptActivations& rec, const Tensor& doutput, const ForwardContext& ctx, float grad_scale,
@@ -123,6 +127,7 @@ class GptModel {
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
   std::vector<int64_t> layer_offsets_;  // flat offset of each layer's first parameter
   int64_t final_norm_offset_ = 0;
+  int64_t end_offset_ = 0;              // flat offset just past this chunk's last parameter
   std::unique_ptr<Norm> final_norm_;
   Parameter* output_layer_ = nullptr;  // null when tied to the word embeddings
 };

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "comm/mpi_test_main.h"
 #include "comm/parallel_state.h"
@@ -147,8 +149,15 @@ TEST_P(LayoutEquivalence, ActivationBytesMatchTheFormulas) {
     comm::ParallelState state(*world, {n, tp, 1});
     for (bool sp : {false, true}) {
       if (sp && (tp == 1 || c.seq_length % tp != 0)) continue;
-      for (Recompute r : {Recompute{}, Recompute{RecomputeMethod::Uniform, 2}, Recompute{RecomputeMethod::Block, 1}}) {
-        SCOPED_TRACE(str_cat("tp=", tp, sp ? " sequence-parallel" : "", " recompute ", static_cast<int>(r.method)));
+      // Mixed precision keeps the activations in 16 bits.
+      const std::vector<std::pair<Recompute, DType>> cases = {
+          {Recompute{}, DType::F32},  {{RecomputeMethod::Uniform, 2}, DType::F32},
+          {{RecomputeMethod::Block, 1}, DType::F32}, {Recompute{}, DType::BF16},
+          {{RecomputeMethod::Block, 1}, DType::F16}};
+      for (const auto& [r, dtype] : cases) {
+        SCOPED_TRACE(str_cat("tp=", tp, sp ? " sequence-parallel" : "", " recompute ", static_cast<int>(r.method), " ",
+                             dtype_name(dtype)));
+        c.params_dtype = dtype;
         parallel::TensorParallelContext ctx_tp{&state.tensor_group(), sp};
         ParameterSet params;
         GptModel model(c, params, ctx_tp);

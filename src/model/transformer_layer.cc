@@ -99,6 +99,17 @@ void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx
     kernels::dropout_forward(x.f32(), x.f32(), config_.hidden_dropout, ctx.seed, stream, region);
 }
 
+void LayerActivations::store_activations_as(DType t) {
+  for (Tensor* a : {&input, &ln1, &q, &k, &v, &attn, &residual, &ln2, &fc1, &act}) *a = kernels::store_as(t, *a);
+}
+
+LayerActivations LayerActivations::with_fp32_activations() const {
+  LayerActivations r = *this;
+  for (Tensor* a : {&r.input, &r.ln1, &r.q, &r.k, &r.v, &r.attn, &r.residual, &r.ln2, &r.fc1, &r.act})
+    *a = kernels::to_fp32(*a);
+  return r;
+}
+
 int64_t LayerActivations::bytes() const {
   int64_t total = 0;
   for (const Tensor* t : {&input, &ln1, &ln1_mean, &ln1_rstd, &q, &k, &v, &attn, &lse, &residual, &ln2, &ln2_mean,
@@ -171,12 +182,14 @@ Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, cons
   Tensor y = fc2_.forward(rec.act);
   hidden_dropout(y, ctx, kMlpOutput, false);
   add_into(y, h);
+  rec.store_activations_as(c.params_dtype);
   return y;
 }
 
 Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, const ForwardContext& ctx,
-                                  const LayerActivations& rec) const {
+                                  const LayerActivations& stored) const {
   const GptConfig& c = config_;
+  const LayerActivations rec = stored.with_fp32_activations();  // this layer's only, while it runs
   const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;
 
   // MLP block: dh starts as the residual path's gradient dy.

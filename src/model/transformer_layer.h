@@ -21,6 +21,10 @@ struct LayerActivations {
   Tensor fc1, act;
 
   int64_t bytes() const;  // of every tensor held (each is its own allocation)
+  // Under mixed precision the activations (not the norm statistics or the log-sum-exp) are kept in the
+  // 16-bit type t, as Megatron keeps them; with_fp32_activations() is a copy with them back in fp32.
+  void store_activations_as(DType t);
+  LayerActivations with_fp32_activations() const;
 };
 
 // One layer's keys and values for incremental decoding of one sequence: [capacity, query groups on this

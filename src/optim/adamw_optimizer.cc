@@ -28,6 +28,12 @@ double AdamWOptimizer::grad_norm() const {
   return std::sqrt(static_cast<double>(total.f32()[0]));
 }
 
+MomentShard AdamWOptimizer::moments() const {
+  MomentShard shard{{}, exp_avg_, exp_avg_sq_, false};
+  for (const model::Parameter& p : params_.params()) shard.pieces.push_back({&p, 0, p.value.numel(), p.offset, false});
+  return shard;
+}
+
 StepResult AdamWOptimizer::step(float lr, float loss_scale) {
   StepResult result;
   result.grad_norm = grad_norm() / loss_scale;

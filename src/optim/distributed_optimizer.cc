@@ -91,34 +91,11 @@ StepResult DistributedOptimizer::step(float lr, float loss_scale) {
 
 void DistributedOptimizer::wait_for_params() { buckets_.wait_param_gather(); }
 
-std::unique_ptr<AdamWOptimizer> DistributedOptimizer::gather_full_state() const {
-  const int ranks = data_group_.size();
-  if (data_group_.rank() != 0) {
-    if (shard_numel() > 0) {
-      data_group_.send(exp_avg_, 0, 0);
-      data_group_.send(exp_avg_sq_, 0, 1);
-    }
-    return nullptr;
-  }
-  auto full = std::make_unique<AdamWOptimizer>(params_, config_);
-  full->set_steps(steps_);
-  auto place = [&](const std::vector<Segment>& segments, const Tensor& m, const Tensor& v) {
-    for (const Segment& s : segments) {
-      std::memcpy(full->exp_avg().f32() + s.flat, m.f32() + s.state, s.length * sizeof(float));
-      std::memcpy(full->exp_avg_sq().f32() + s.flat, v.f32() + s.state, s.length * sizeof(float));
-    }
-  };
-  place(segments_, exp_avg_, exp_avg_sq_);
-  for (int d = 1; d < ranks; ++d) {
-    std::vector<Segment> theirs = segments_for(d);
-    const int64_t n = theirs.empty() ? 0 : theirs.back().state + theirs.back().length;
-    if (n == 0) continue;
-    Tensor m = Tensor::empty({n}), v = Tensor::empty({n});
-    data_group_.recv(m, d, 0);
-    data_group_.recv(v, d, 1);
-    place(theirs, m, v);
-  }
-  return full;
+MomentShard DistributedOptimizer::moments() const {
+  MomentShard shard{{}, exp_avg_, exp_avg_sq_, true};
+  for (const Segment& s : segments_)
+    shard.pieces.push_back({s.param, s.flat - s.param->offset, s.length, s.state, s.replicated});
+  return shard;
 }
 
 void DistributedOptimizer::load_full_state(const AdamWOptimizer& full) {

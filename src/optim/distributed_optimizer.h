@@ -7,7 +7,6 @@
 // (--overlap-param-gather). Parameters are fp32 and serve as their own master weights.
 #pragma once
 
-#include <memory>
 #include <vector>
 
 #include "comm/process_group.h"
@@ -41,10 +40,8 @@ class DistributedOptimizer : public Optimizer {
   // Elements of the flat buffer this rank keeps moments for.
   int64_t shard_numel() const { return exp_avg_.numel(); }
 
-  // Checkpoints store the moments in AdamWOptimizer's full per-parameter layout. Collective over the
-  // data-parallel group: data-parallel rank 0 receives every rank's shard and returns them assembled
-  // (with the step count); other ranks return null.
-  std::unique_ptr<AdamWOptimizer> gather_full_state() const;
+  // This rank's pieces of the parameters: a checkpoint stores them as they are, each rank its own.
+  MomentShard moments() const override;
   // Takes this rank's shard of moments (and the step count) from a full-layout optimizer, e.g. one a
   // checkpoint was loaded into.
   void load_full_state(const AdamWOptimizer& full);
@@ -56,7 +53,7 @@ class DistributedOptimizer : public Optimizer {
     int64_t flat, length, state;
     bool replicated;  // inside a bucket tail, owned by every data-parallel rank
   };
-  // This layout's segments for data-parallel rank `rank` (every rank's are needed to assemble them).
+  // This layout's segments for data-parallel rank `rank`.
   std::vector<Segment> segments_for(int rank) const;
 
   model::ParameterSet& params_;

@@ -3,8 +3,29 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tessera::model {
+struct Parameter;
+}
 
 namespace tessera::optim {
+
+// Adam's moments as a checkpoint stores them: which element ranges of which parameters this rank
+// holds, and where they are in its moment buffers.
+struct MomentPiece {
+  const model::Parameter* param;
+  int64_t begin, length;  // elements [begin, begin + length) of the parameter (row-major)
+  int64_t state;          // where they start in exp_avg and exp_avg_sq
+  bool on_every_data_rank;  // the same piece is held by every data-parallel rank (save it once)
+};
+struct MomentShard {
+  std::vector<MomentPiece> pieces;
+  Tensor exp_avg, exp_avg_sq;
+  bool sharded = false;  // pieces of a data-parallel shard (DistributedOptimizer), not whole parameters
+};
 
 struct StepResult {
   double grad_norm = 0;  // before clipping, of the unscaled gradients
@@ -37,6 +58,8 @@ class Optimizer {
   virtual void set_steps(int64_t steps) = 0;
   // Bytes of optimizer state this rank holds (Adam's two moments; fp32 parameters are their own master).
   virtual int64_t state_bytes() const = 0;
+  // What this rank's moments cover, for ckpt::save_checkpoint.
+  virtual MomentShard moments() const = 0;
 };
 
 }  // namespace tessera::optim

@@ -103,13 +103,16 @@ void GradBuckets::start_param_gather(const Tensor& values) {
     if (s.piece == 0) continue;
     Tensor whole = values.flat_range(s.begin, ranks * s.piece);
     // The own piece already sits in its chunk of `whole`: an in-place all-gather.
-    gathers_.push_back(group_.all_gather_async(whole.flat_range(group_.rank() * s.piece, s.piece), whole));
+    gathers_.emplace_back(s.begin, group_.all_gather_async(whole.flat_range(group_.rank() * s.piece, s.piece), whole));
   }
 }
 
-void GradBuckets::wait_param_gather() {
-  for (comm::WorkHandle& w : gathers_) w->wait();
-  gathers_.clear();
+void GradBuckets::wait_param_gather() { wait_param_gather_below(grads_.numel()); }
+
+void GradBuckets::wait_param_gather_below(int64_t end) {
+  size_t done = 0;
+  while (done < gathers_.size() && gathers_[done].first < end) gathers_[done++].second->wait();
+  gathers_.erase(gathers_.begin(), gathers_.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
 }  // namespace tessera::parallel

@@ -63,9 +63,12 @@ class GradBuckets {
 
   // ReduceScatter mode: all-gathers, in place, every rank's owned pieces of `values` (a buffer with the
   // gradients' layout) so that every rank holds the whole buffer; the buckets nearest the buffer's start
-  // (the first layers, needed first by the next forward) are started first. wait_param_gather() waits.
+  // (the first layers, needed first by the next forward) are started first. wait_param_gather() waits
+  // for all of them; wait_param_gather_below(end) only for the buckets holding elements below `end`
+  // (Megatron's per-bucket wait before the first use of a bucket's parameters in the next forward).
   void start_param_gather(const Tensor& values);
   void wait_param_gather();
+  void wait_param_gather_below(int64_t end);
   bool param_gather_pending() const { return !gathers_.empty(); }
 
   Mode mode() const { return mode_; }
@@ -86,7 +89,8 @@ class GradBuckets {
   Mode mode_;
   std::vector<BucketSpan> spans_;
   std::vector<Bucket> buckets_;  // from the end of the buffer to its start
-  std::vector<comm::WorkHandle> gathers_;
+  // In flight: each bucket's first element and its all-gather, in increasing flat order.
+  std::vector<std::pair<int64_t, comm::WorkHandle>> gathers_;
 };
 
 }  // namespace tessera::parallel

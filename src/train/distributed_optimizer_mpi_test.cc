@@ -5,6 +5,7 @@
 // bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -152,6 +153,22 @@ TEST(DistributedOptimizer, ResumeFromItsCheckpointIsBitExactAndAdamWResumesFromI
   Trainer first(parse_train_arguments(split_flags(base + " --train-iters 10 --save " + dir.string()), n),
                 world.get());
   first.train();
+  // Every data-parallel rank wrote the moments it owns into its own file; none wrote all of them.
+  if (world->rank() == 0) {
+    const int dp = n / tp;
+    for (int t = 0; t < tp; ++t) {
+      uintmax_t total = 0, largest = 0;
+      for (int d = 0; d < dp; ++d) {
+        fs::path file = dir / "iter_0000010" / str_cat("optim.tp0", t, ".pp00.dp00", d, ".safetensors");
+        ASSERT_TRUE(fs::exists(file)) << file;
+        total += fs::file_size(file);
+        largest = std::max(largest, fs::file_size(file));
+      }
+      if (dp > 1) {
+        EXPECT_LT(largest * dp, 2 * total) << "one data-parallel rank wrote most of the moments";
+      }
+    }
+  }
   Trainer second(parse_train_arguments(split_flags(base + " --load " + dir.string()), n), world.get());
   EXPECT_EQ(second.iteration(), 10);
   EXPECT_EQ(second.optimizer().steps(), 10);

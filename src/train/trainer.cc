@@ -134,7 +134,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
     bool load_optim = !args_.no_load_optim && !args_.finetune;
     Timer load_timer;
-    // Checkpoints hold the moments in AdamW's full layout: the distributed optimizer takes its shard of them.
+    // Loading assembles the moments in AdamW's full layout (whatever layout saved them): the distributed
+    // optimizer takes its shard of them.
     std::unique_ptr<optim::AdamWOptimizer> full;
     optim::AdamWOptimizer* moments = dynamic_cast<optim::AdamWOptimizer*>(optimizer_.get());
     if (distributed_optimizer_ && load_optim) moments = (full = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam)).get();
@@ -223,11 +224,16 @@ double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches,
     return model::ForwardContext{args_.seed, training ? iteration_ + 1 : iteration_, batches[m].sample_offset,
                                  training, args_.seq_length, args_.micro_batch_size};
   };
+  // Under --overlap-param-gather the forward waits for each bucket of parameters just before its first
+  // use, as Megatron's forward pre-hooks do.
+  std::function<void(int64_t)> wait_for_params;
+  if (distributed_optimizer_ && args_.overlap_param_gather)
+    wait_for_params = [this](int64_t end) { buckets_->wait_param_gather_below(end); };
   pipeline::StageCallbacks callbacks;
   callbacks.forward = [&](int m, int chunk, const Tensor& input) {
     model::GptActivations& rec = records[{m, chunk}];
     peak_live_activations_ = std::max(peak_live_activations_, static_cast<int>(records.size()));
-    Tensor out = chunks_[chunk]->forward_chunk(batches[m], input, context(m), rec, &loss_sum);
+    Tensor out = chunks_[chunk]->forward_chunk(batches[m], input, context(m), rec, &loss_sum, wait_for_params);
     if (!training) {
       records.erase({m, chunk});
       return out;
@@ -255,7 +261,8 @@ double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches,
 
 double Trainer::train_step(float lr, optim::StepResult& step) {
   TESSERA_PROFILE_SCOPE("train_step");
-  optimizer_->wait_for_params();  // the previous step's overlapped parameter all-gather
+  // The previous step's parameter all-gather: with --overlap-param-gather the forward waits for it bucket
+  // by bucket (run_micro_batches), otherwise it is already complete.
   std::vector<model::MicroBatch> batches;
   std::vector<float> global_tokens(1, 0.0f);  // loss-counted tokens of the whole global batch
   for (int64_t m = 0; m < args_.num_micro_batches; ++m) {
@@ -273,6 +280,7 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
   params_.zero_grad();
   std::vector<float> loss{static_cast<float>(run_micro_batches(batches, true, grad_scale * loss_scale))};
+  optimizer_->wait_for_params();  // any bucket no forward used
   for (int64_t at : args_.inject_nan_at_iterations)
     if (at == iteration_ + 1) params_.grads().f32()[0] = std::nanf("");
   Timer reduce;
@@ -323,12 +331,8 @@ void Trainer::save() {
   Timer t;
   comm::RankCoordinates rc = state_->coordinates();
   optimizer_->wait_for_params();
-  // Checkpoints hold the moments in AdamW's full layout: the distributed optimizer assembles its shards on
-  // data-parallel rank 0, the only one that writes.
-  std::unique_ptr<optim::AdamWOptimizer> gathered;
-  const optim::AdamWOptimizer* moments = dynamic_cast<const optim::AdamWOptimizer*>(optimizer_.get());
-  if (distributed_optimizer_) moments = (gathered = distributed_optimizer_->gather_full_state()).get();
-  ckpt::save_checkpoint(args_.save, state, params_, moments, {rc.tp, rc.dp, world_, rc.pp},
+  // With the distributed optimizer every data-parallel rank writes the moments it owns.
+  ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(), {rc.tp, rc.dp, world_, rc.pp},
                         args_.ckpt_keep_last);
   say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
                      static_cast<int>(t.seconds() * 1000), " ms)"));

@@ -1,0 +1,22 @@
+# Pass/fail bookkeeping shared by the CLI test scripts in tests/ (sourced by them; not a test itself).
+failures=0
+passed=0
+
+check() {  # check DESCRIPTION STATUS: a pass when STATUS is 0, else the description is printed
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
+}
+
+# expect_failure "TEXT" COMMAND...: COMMAND exits non-zero and its output contains TEXT.
+expect_failure() {
+  local text=$1 out rc
+  shift
+  out=$("$@" 2>&1)
+  rc=$?
+  [ $rc -ne 0 ] && grep -qF -- "$text" <<<"$out"
+  check "$* -> expected a non-zero exit and '$text', got rc=$rc: $out" $?
+}
+
+finish() {  # finish NAME: prints the counts; succeeds when nothing failed
+  echo "$1: $passed passed, $failures failed"
+  [ "$failures" -eq 0 ]
+}
