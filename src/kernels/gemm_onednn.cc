@@ -38,23 +38,10 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, int64_t ld, Trans t, DType 
 // (encode), or fp32 values rounded to t.
 Tensor pack(const float* p, int64_t rows, int64_t cols, int64_t ld, DType t, bool encode) {
   Tensor out = Tensor::empty({rows, cols}, encode ? t : DType::F32);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = p + r * ld;
-    if (encode) {
-      uint16_t* o = static_cast<uint16_t*>(out.raw()) + r * cols;
-      if (t == DType::BF16)
-        for (int64_t j = 0; j < cols; ++j) o[j] = fp32_to_bf16(in[j]);
-      else
-        for (int64_t j = 0; j < cols; ++j) o[j] = fp32_to_fp16(in[j]);
-    } else {
-      float* o = out.f32() + r * cols;
-      if (t == DType::BF16)
-        for (int64_t j = 0; j < cols; ++j) o[j] = bf16_to_fp32(fp32_to_bf16(in[j]));
-      else
-        for (int64_t j = 0; j < cols; ++j) o[j] = static_cast<float>(static_cast<_Float16>(in[j]));
-    }
-  }
+  if (encode)
+    encode_rows(t, p, rows, cols, ld, static_cast<uint16_t*>(out.raw()));
+  else
+    round_rows(t, p, rows, cols, ld, out.f32());
   return out;
 }
 

@@ -7,32 +7,19 @@ namespace {
 Error not_a_compute_type(DType t) {
   return Error(str_cat("round_to: ", dtype_name(t), " is not a floating-point compute type"));
 }
-}  // namespace
 
-float round_to(DType t, float x) {
-  switch (t) {
-    case DType::F32:
-      return x;
-    case DType::BF16:
-      return bf16_to_fp32(fp32_to_bf16(x));
-    case DType::F16:
-      return static_cast<float>(static_cast<_Float16>(x));
-    default:
-      throw not_a_compute_type(t);
-  }
-}
-
-void round_to(DType t, const float* in, float* out, int64_t n) {
+// One contiguous run, serially: the parallel forms below split the work.
+void round_run(DType t, const float* in, float* out, int64_t n) {
   switch (t) {
     case DType::F32:
       if (in != out) std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
       return;
     case DType::BF16:
-#pragma omp parallel for simd schedule(static)
+#pragma omp simd
       for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(fp32_to_bf16(in[i]));
       return;
     case DType::F16:
-#pragma omp parallel for simd schedule(static)
+#pragma omp simd
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<_Float16>(in[i]));
       return;
     default:
@@ -40,15 +27,55 @@ void round_to(DType t, const float* in, float* out, int64_t n) {
   }
 }
 
-void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n) {
-  TESSERA_CHECK(t == DType::BF16 || t == DType::F16, "encode_16bit: ", dtype_name(t), " is not a 16-bit type");
+void encode_run(DType t, const float* in, uint16_t* out, int64_t n) {
   if (t == DType::BF16) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_bf16(in[i]);
   } else {
-#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(in[i]);
   }
+}
+
+void check_16bit(DType t, const char* what) {
+  TESSERA_CHECK(t == DType::BF16 || t == DType::F16, what, ": ", dtype_name(t), " is not a 16-bit type");
+}
+
+// Calls run(begin, end) on pieces of [0, n) in parallel.
+template <typename Run>
+void in_parallel(int64_t n, const Run& run) {
+  constexpr int64_t kPiece = 1 << 14;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < n; b += kPiece) run(b, b + kPiece < n ? b + kPiece : n);
+}
+
+}  // namespace
+
+float round_to(DType t, float x) {
+  float out;
+  round_run(t, &x, &out, 1);
+  return out;
+}
+
+void round_to(DType t, const float* in, float* out, int64_t n) {
+  if (t != DType::F32 && t != DType::BF16 && t != DType::F16) throw not_a_compute_type(t);
+  in_parallel(n, [&](int64_t b, int64_t e) { round_run(t, in + b, out + b, e - b); });
+}
+
+void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n) {
+  check_16bit(t, "encode_16bit");
+  in_parallel(n, [&](int64_t b, int64_t e) { encode_run(t, in + b, out + b, e - b); });
+}
+
+void round_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, float* out) {
+  if (t != DType::F32 && t != DType::BF16 && t != DType::F16) throw not_a_compute_type(t);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) round_run(t, in + r * ld, out + r * cols, cols);
+}
+
+void encode_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, uint16_t* out) {
+  check_16bit(t, "encode_rows");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) encode_run(t, in + r * ld, out + r * cols, cols);
 }
 
 Tensor store_as(DType t, const Tensor& fp32) {

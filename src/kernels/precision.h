@@ -37,6 +37,10 @@ float round_to(DType t, float x);
 void round_to(DType t, const float* in, float* out, int64_t n);
 // The 16-bit encodings of in[0..n) (t is BF16 or F16).
 void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n);
+// The same for the rows x cols matrix at `in` with row stride ld, into dense rows of `out` (row stride
+// cols): how a GEMM packs its inputs.
+void round_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, float* out);
+void encode_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, uint16_t* out);
 
 // An fp32 tensor stored as type t (BF16 or F16: half the bytes; F32: the tensor itself), and back.
 // Under mixed precision the activations kept for backward are stored so, as Megatron keeps them.

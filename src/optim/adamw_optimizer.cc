@@ -35,21 +35,27 @@ MomentShard AdamWOptimizer::moments() const {
 }
 
 StepResult AdamWOptimizer::step(float lr, float loss_scale) {
+  return adamw_update(moments(), config_, lr, loss_scale, grad_norm(), steps_);
+}
+
+StepResult adamw_update(const MomentShard& shard, const AdamWConfig& config, float lr, float loss_scale,
+                        double grad_norm, int64_t& steps) {
   StepResult result;
-  result.grad_norm = grad_norm() / loss_scale;
+  result.grad_norm = grad_norm / loss_scale;
   if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;
     return result;
   }
   // Clipping and unscaling multiply the gradients by `scale`; the AdamW kernel applies it as it reads
   // them, which saves a read and a write of the whole gradient buffer (the buffer itself stays as it is).
-  const float scale = clip_factor(config_.clip_grad, result.grad_norm) / loss_scale;
-  ++steps_;
-  for (model::Parameter& p : params_.params()) {
-    kernels::AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps,
-                          p.spec.weight_decay ? config_.weight_decay : 0.0f, steps_, scale};
-    kernels::adamw_step(p.value.f32(), p.grad.f32(), exp_avg_.f32() + p.offset, exp_avg_sq_.f32() + p.offset,
-                        p.value.numel(), h);
+  const float scale = clip_factor(config.clip_grad, result.grad_norm) / loss_scale;
+  ++steps;
+  for (const MomentPiece& piece : shard.pieces) {
+    const model::Parameter& p = *piece.param;
+    kernels::AdamWHyper h{lr, config.beta1, config.beta2, config.eps, p.spec.weight_decay ? config.weight_decay : 0.0f,
+                          steps, scale};
+    kernels::adamw_step(p.value.f32() + piece.begin, p.grad.f32() + piece.begin, shard.exp_avg.f32() + piece.state,
+                        shard.exp_avg_sq.f32() + piece.state, piece.length, h);
   }
   return result;
 }

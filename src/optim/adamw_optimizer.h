@@ -13,6 +13,14 @@ struct AdamWConfig {
   float clip_grad = 1.0f;  // 0 disables clipping
 };
 
+// One AdamW step over the pieces of `shard`, whose moments it updates in place. grad_norm is the
+// global norm of the gradients as they are in the buffer, loss_scale times the true ones: the step uses
+// the unscaled norm, skips (StepResult::skipped) when it is not finite, and otherwise applies clipping
+// and unscaling as the kernel reads each gradient (one read of the gradients, none written), then
+// increments `steps`.
+StepResult adamw_update(const MomentShard& shard, const AdamWConfig& config, float lr, float loss_scale,
+                        double grad_norm, int64_t& steps);
+
 class AdamWOptimizer : public Optimizer {
  public:
   // model_parallel_group: the ranks that hold the other parts of this model replica (tensor x pipeline);

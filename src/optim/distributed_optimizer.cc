@@ -66,24 +66,9 @@ double DistributedOptimizer::grad_norm() const {
 }
 
 StepResult DistributedOptimizer::step(float lr, float loss_scale) {
-  StepResult result;
-  result.grad_norm = grad_norm() / loss_scale;
+  StepResult result = adamw_update(moments(), config_, lr, loss_scale, grad_norm(), steps_);
   // Every rank sees the same norm, so all skip together and the parameters stay complete.
-  if (!std::isfinite(result.grad_norm)) {
-    result.skipped = true;
-    return result;
-  }
-  // As AdamWOptimizer: the kernel applies the clipping and unscaling factor as it reads each gradient.
-  const float scale = clip_factor(config_.clip_grad, result.grad_norm) / loss_scale;
-  ++steps_;
-  const float* g = params_.grads().f32();
-  float* values = params_.values().f32();
-  for (const Segment& s : segments_) {
-    kernels::AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps,
-                          s.param->spec.weight_decay ? config_.weight_decay : 0.0f, steps_, scale};
-    kernels::adamw_step(values + s.flat, g + s.flat, exp_avg_.f32() + s.state, exp_avg_sq_.f32() + s.state, s.length,
-                        h);
-  }
+  if (result.skipped) return result;
   buckets_.start_param_gather(params_.values());
   if (!overlap_param_gather_) buckets_.wait_param_gather();
   return result;

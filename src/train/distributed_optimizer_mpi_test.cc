@@ -10,10 +10,10 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <sstream>
 
 #include "comm/mpi_test_main.h"
 #include "train/trainer.h"
+#include "train/trainer_testing.h"
 
 namespace tessera::train {
 namespace {
@@ -23,24 +23,13 @@ struct Layout {
   std::string extra;
 };
 
-std::vector<std::string> split_flags(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
+using testing::split_flags;
 
-// 8 layers split over up to 4 stages x 2 chunks; padded vocabulary 64 at every tp. Without linear
-// biases: the key bias has a gradient that is zero up to rounding, which Adam's normalisation turns into
-// full-size updates of arbitrary sign, so it would differ between any two layouts without changing a loss.
+// testing::pipeline_model_flags without linear biases: the key bias has a gradient that is zero up to
+// rounding, which Adam's normalisation turns into full-size updates of arbitrary sign, so it would differ
+// between any two layouts without changing a loss.
 std::string flags(int tp, int pp, int v, int64_t global_batch, int iters, const std::string& extra) {
-  return str_cat("--num-layers 8 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
-                 "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 1 --lr 3e-3 "
-                 "--lr-warmup-iters 2 --lr-decay-iters 20 --lr-decay-style cosine --log-interval 100 --eval-iters 0 "
-                 "--disable-bias-linear --global-batch-size ", global_batch, " --train-iters ", iters,
-                 " --make-vocab-size-divisible-by ", 64 / tp, " --tensor-model-parallel-size ", tp,
-                 " --pipeline-model-parallel-size ", pp,
-                 v > 1 ? str_cat(" --num-virtual-stages-per-pipeline-rank ", v) : std::string(), " ", extra);
+  return testing::pipeline_model_flags(tp, pp, v, global_batch, iters, "--disable-bias-linear " + extra);
 }
 
 // The single-process run (plain AdamW) for a global batch and model flags, computed once per process.

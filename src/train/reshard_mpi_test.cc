@@ -7,10 +7,10 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <sstream>
 
 #include "comm/mpi_test_main.h"
 #include "train/trainer.h"
+#include "train/trainer_testing.h"
 
 namespace tessera::train {
 namespace {
@@ -24,12 +24,7 @@ struct Layout {
   }
 };
 
-std::vector<std::string> split_flags(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
+using testing::split_flags;
 
 constexpr int kGlobalBatch = 8;
 constexpr int kIters = 12, kSavedAt = 6;

@@ -8,16 +8,12 @@
 #include "ckpt/checkpoint.h"
 #include "comm/mpi_test_main.h"
 #include "train/trainer.h"
+#include "train/trainer_testing.h"
 
 namespace tessera::train {
 namespace {
 
-std::vector<std::string> split_flags(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
+using testing::split_flags;
 
 // Padded vocabulary 64 at every tp (41 ids, divisible-by 64 / tp).
 std::string flags(int tp, const std::string& extra) {

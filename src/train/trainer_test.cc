@@ -1,4 +1,5 @@
 #include "train/trainer.h"
+#include "train/trainer_testing.h"
 
 #include <gtest/gtest.h>
 
@@ -12,12 +13,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> split_flags(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
+using testing::split_flags;
 
 Trainer make_trainer(const std::string& flags) { return Trainer(parse_train_arguments(split_flags(flags))); }
 

@@ -1,0 +1,35 @@
+// Helpers for the trainer's tests: command lines written as one string, and the small pipeline model
+// the layout-equivalence tests share.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+
+namespace tessera::train::testing {
+
+// "--a 1 --b" -> {"--a", "1", "--b"}, as a shell would split it.
+inline std::vector<std::string> split_flags(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// 8 layers split over up to 4 stages x 2 chunks, at tensor-parallel size tp, pipeline size pp and v
+// model chunks per stage; the padded vocabulary is 64 at every tp, so every layout trains one model.
+inline std::string pipeline_model_flags(int tp, int pp, int v, int64_t global_batch, int iters,
+                                        const std::string& extra) {
+  return str_cat("--num-layers 8 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
+                 "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 1 --lr 3e-3 "
+                 "--lr-warmup-iters 2 --lr-decay-iters 20 --lr-decay-style cosine --log-interval 100 --eval-iters 0 "
+                 "--global-batch-size ", global_batch, " --train-iters ", iters,
+                 " --make-vocab-size-divisible-by ", 64 / tp, " --tensor-model-parallel-size ", tp,
+                 " --pipeline-model-parallel-size ", pp,
+                 v > 1 ? str_cat(" --num-virtual-stages-per-pipeline-rank ", v) : std::string(), " ", extra);
+}
+
+}  // namespace tessera::train::testing
