@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev            # oneDNN: CPU matrix products
+  ocl-icd-opencl-dev     # oneDNN's CMake package runs find_package(OpenCL REQUIRED); only a Recommends of libdnnl-dev
   libcli11-dev           # command-line flags
   nlohmann-json3-dev     # checkpoint index, safetensors headers, JSON logs
   libgtest-dev libgmock-dev libbenchmark-dev
