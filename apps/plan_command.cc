@@ -15,6 +15,7 @@
 #include "comm/mpi_process_group.h"
 #include "core/check.h"
 #include "plan/calibration.h"
+#include "plan/run_layout.h"
 #include "plan/chinchilla.h"
 #include "plan/planner.h"
 #include "plan/trace.h"
@@ -33,12 +34,7 @@ struct PlanFlags {
   std::string trace, flops_formula = "megatron", calibrate_output = "tessera_cluster.json";
   int top = 5;
   double compute_budget = 0, device_hours = 0;
-  // Flags of Megatron's pipeline and memory features that `tessera train` does not parse yet.
-  int64_t pipeline_model_parallel_size = 1, layers_per_virtual_stage = 0, virtual_stages_per_rank = 0;
-  std::string recompute_granularity, recompute_method = "uniform";
-  int64_t recompute_num_layers = 1;
-  bool recompute_activations = false, use_distributed_optimizer = false, overlap_param_gather = false;
-  bool bf16 = false, fp16 = false, use_flash_attn = false;
+  bool use_flash_attn = false;  // GPU plans: attention without materialised scores (always so on cpu)
 };
 
 void add_plan_flags(CLI::App& app, PlanFlags& f) {
@@ -58,17 +54,6 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--calibrate-output", f.calibrate_output, "Where --calibrate writes the cluster file");
   app.add_option("--compute-budget", f.compute_budget, "Compute budget in FLOPs: recommend a Chinchilla-optimal model");
   app.add_option("--device-hours", f.device_hours, "Compute budget in device-hours on the cluster");
-  app.add_option("--pipeline-model-parallel-size", f.pipeline_model_parallel_size, "Pipeline-parallel size");
-  app.add_option("--num-layers-per-virtual-pipeline-stage", f.layers_per_virtual_stage, "Layers per model chunk");
-  app.add_option("--num-virtual-stages-per-pipeline-rank", f.virtual_stages_per_rank, "Model chunks per pipeline rank");
-  app.add_option("--recompute-granularity", f.recompute_granularity, "full or selective");
-  app.add_option("--recompute-method", f.recompute_method, "uniform (block is planned as uniform)");
-  app.add_option("--recompute-num-layers", f.recompute_num_layers, "Layers per recomputed group");
-  app.add_flag("--recompute-activations", f.recompute_activations, "Selective recomputation");
-  app.add_flag("--use-distributed-optimizer", f.use_distributed_optimizer, "Shard optimizer state over data parallelism");
-  app.add_flag("--overlap-param-gather", f.overlap_param_gather, "Overlap the parameter all-gather with forward");
-  app.add_flag("--bf16", f.bf16, "bf16 mixed precision");
-  app.add_flag("--fp16", f.fp16, "fp16 mixed precision");
   app.add_flag("--use-flash-attn", f.use_flash_attn, "Attention without materialised scores (always so on cpu)");
 }
 
@@ -105,40 +90,6 @@ std::vector<std::string> with_training_defaults(std::vector<std::string> args) {
     else args.insert(args.end(), {"--data-path", "unused-by-plan"});
   }
   return args;
-}
-
-plan::Layout layout_from(const train::TrainArguments& a, const PlanFlags& f, int pp, int dp) {
-  plan::Layout l;
-  l.tp = static_cast<int>(a.tensor_model_parallel_size);
-  l.pp = pp;
-  l.dp = dp;
-  l.sequence_parallel = a.sequence_parallel;
-  l.micro_batch_size = a.micro_batch_size;
-  l.global_batch_size = a.global_batch_size;
-  l.overlap_grad_reduce = a.overlap_grad_reduce;
-  l.overlap_param_gather = f.overlap_param_gather;
-  l.distributed_optimizer = f.use_distributed_optimizer;
-  TESSERA_CHECK(!(f.bf16 && f.fp16), "--bf16 and --fp16: give at most one");
-  l.precision = f.bf16 ? plan::Precision::Bf16 : f.fp16 ? plan::Precision::Fp16 : plan::Precision::Fp32;
-  if (f.recompute_activations || f.recompute_granularity == "selective") l.recompute = plan::Recompute::Selective;
-  else if (f.recompute_granularity == "full") l.recompute = plan::Recompute::Full;
-  else
-    TESSERA_CHECK(f.recompute_granularity.empty(), "--recompute-granularity=", f.recompute_granularity,
-                  ": must be full or selective");
-  TESSERA_CHECK(f.recompute_method == "uniform" || f.recompute_method == "block", "--recompute-method=",
-                f.recompute_method, ": must be uniform or block");
-  l.recompute_num_layers = static_cast<int>(f.recompute_num_layers);
-  const int64_t layers_per_stage = a.num_layers / std::max(1, pp);
-  if (f.layers_per_virtual_stage > 0) {
-    TESSERA_CHECK(f.virtual_stages_per_rank == 0, "--num-layers-per-virtual-pipeline-stage and "
-                  "--num-virtual-stages-per-pipeline-rank: give at most one");
-    TESSERA_CHECK(layers_per_stage % f.layers_per_virtual_stage == 0, "--num-layers-per-virtual-pipeline-stage=",
-                  f.layers_per_virtual_stage, ": must divide the ", layers_per_stage, " layers of each pipeline stage");
-    l.virtual_stages = static_cast<int>(layers_per_stage / f.layers_per_virtual_stage);
-  } else if (f.virtual_stages_per_rank > 0) {
-    l.virtual_stages = static_cast<int>(f.virtual_stages_per_rank);
-  }
-  return l;
 }
 
 std::string gib(double bytes) { return str_cat(std::round(bytes / GiB * 100) / 100); }
@@ -278,7 +229,9 @@ int run_calibration(const model::GptConfig& c, const plan::Layout& l, const Plan
   std::unique_ptr<comm::ProcessGroup> world = comm::make_mpi_world_group();
   plan::DeviceSpec d = plan::calibrate_device(c, l, *world);
   if (world->rank() != 0) return 0;
-  nlohmann::json j = {{"device", plan::to_json(d)}, {"num_devices", world->size()}};
+  nlohmann::json j = {{"device", plan::to_json(d)},
+                      {"num_devices", world->size()},
+                      {"calibrated_for", plan::calibration_key(c, l, world->size())}};
   const std::string temporary = f.calibrate_output + ".tmp";
   {
     std::ofstream out(temporary);
@@ -288,7 +241,10 @@ int run_calibration(const model::GptConfig& c, const plan::Layout& l, const Plan
   }
   TESSERA_CHECK(std::rename(temporary.c_str(), f.calibrate_output.c_str()) == 0, "--calibrate-output=",
                 f.calibrate_output, ": cannot rename into place");
-  std::printf("calibrated %d rank(s) with OMP_NUM_THREADS threads each:\n", world->size());
+  std::printf("calibrated %d rank(s) of %d threads each on %s, %s GEMM inputs, for the model's shapes at tp %d and "
+              "micro-batch %lld:\n", world->size(), j["calibrated_for"]["threads_per_rank"].get<int>(),
+              plan::cpu_model_name().c_str(), plan::to_string(l.precision).c_str(), l.tp,
+              static_cast<long long>(l.micro_batch_size));
   for (const auto& r : d.gemm_rates)
     std::printf("  GEMM %lld x %lld x %lld (forward, input and weight gradients): %.1f GFLOP/s\n", r.m, r.n, r.k,
                 r.flops_per_second / 1e9);
@@ -353,9 +309,6 @@ int plan_command(const std::vector<std::string>& args) {
   if (!parse_command_line(app, plan_args, "plan")) return 0;
   TESSERA_CHECK(f.flops_formula == "megatron" || f.flops_formula == "ptdp", "--flops-formula=", f.flops_formula,
                 ": must be megatron or ptdp");
-  TESSERA_CHECK(f.pipeline_model_parallel_size >= 1, "--pipeline-model-parallel-size=", f.pipeline_model_parallel_size,
-                ": must be positive");
-  const int pp = static_cast<int>(f.pipeline_model_parallel_size);
 
   // The cluster first: the device count decides the data-parallel size that the batch rules check.
   plan::ClusterSpec cluster;
@@ -364,29 +317,29 @@ int plan_command(const std::vector<std::string>& args) {
   if (f.devices_per_node > 0) cluster.device.devices_per_node = f.devices_per_node;
   const bool on_cpu = cluster.device.name.rfind("cpu", 0) == 0;
 
-  // `tessera train`'s parser checks the model and the batch rules for tp x dp; the pipeline size is ours
-  // until the parser takes it, so it sees world = devices / pp.
+  // `tessera train`'s parser checks every flag and rule of the run as if it were launched on `devices`
+  // ranks (dp = devices / (tp x pp)), so a plan accepts exactly the runs that train accepts.
   int64_t devices = f.num_devices > 0 ? f.num_devices : (f.cluster_file.empty() ? 0 : cluster.num_devices);
   std::vector<std::string> forwarded = with_training_defaults(train_args);
-  int64_t flag_tp = 1;
+  int64_t model_parallel = 1;  // tp x pp of the flags (the parser validates the values themselves)
   for (size_t i = 0; i + 1 < forwarded.size(); ++i)
-    if (forwarded[i] == "--tensor-model-parallel-size") flag_tp = std::stoll(forwarded[i + 1]);
-  if (devices == 0) devices = flag_tp * pp;  // exactly the flags' model-parallel ranks unless told otherwise
-  TESSERA_CHECK(devices % pp == 0, "--pipeline-model-parallel-size=", pp, ": must divide the ", devices, " devices");
+    if (forwarded[i] == "--tensor-model-parallel-size" || forwarded[i] == "--pipeline-model-parallel-size")
+      model_parallel *= std::max<int64_t>(1, std::atoll(forwarded[i + 1].c_str()));
+  if (devices == 0) devices = model_parallel;  // exactly the flags' model-parallel ranks unless told otherwise
+  TESSERA_CHECK(devices % model_parallel == 0, "--num-devices=", devices, ": must be a multiple of tp x pp = ",
+                model_parallel);
   // The search and the sizing choose the layout themselves: the parser checks the model alone (dp = 1).
   const bool choose_layout = f.search || f.compute_budget > 0 || f.device_hours > 0;
   train::TrainArguments a;
   try {
-    a = train::parse_train_arguments(forwarded, choose_layout ? flag_tp : devices / pp);
+    a = train::parse_train_arguments(forwarded, choose_layout ? model_parallel : devices);
   } catch (const train::HelpRequested& help) {
     std::cout << app.help() << "\n" << help.text;
     return 0;
   }
   cluster.num_devices = static_cast<int>(devices);
-  const int tp = static_cast<int>(a.tensor_model_parallel_size);
-  TESSERA_CHECK(devices % (static_cast<int64_t>(tp) * pp) == 0, "--num-devices=", devices,
-                ": must be a multiple of tp x pp = ", tp * pp);
-  plan::Layout layout = layout_from(a, f, pp, static_cast<int>(devices / (static_cast<int64_t>(tp) * pp)));
+  plan::Layout layout = plan::layout_of_run(a);
+  if (choose_layout) layout.dp = static_cast<int>(devices / model_parallel);
   layout.flash_attention = f.use_flash_attn || on_cpu;  // Tessera's CPU attention is the flash kernel
   const model::GptConfig config = a.model;
 

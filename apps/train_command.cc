@@ -9,8 +9,10 @@
 #include "apps/commands.h"
 #include "comm/mpi_process_group.h"
 #include "core/check.h"
+#include "core/process_memory.h"
 #include "plan/calibration.h"
 #include "plan/planner.h"
+#include "plan/run_layout.h"
 #include "train/arguments.h"
 #include "train/trainer.h"
 
@@ -18,35 +20,45 @@ namespace tessera::apps {
 
 namespace {
 
-// The planner's prediction for this run, printed beside the first log line's measurement. The cluster
-// is ./tessera_cluster.json when `tessera plan --calibrate` wrote one here, else the built-in cpu guess.
-// A plan that cannot be made is reported, never fatal to the training run.
-std::string plan_note(const train::TrainArguments& a, double measured_ms) try {
+// The cluster the plan line uses: ./tessera_cluster.json when `tessera plan --calibrate` wrote one here for
+// this very run (model shapes, tp, micro-batch, precision, CPU, threads, ranks), else the built-in cpu
+// guess; `source` says which, and why a calibration was ignored.
+plan::ClusterSpec cluster_for_plan(const model::GptConfig& c, const plan::Layout& l, int ranks, std::string& source) {
   const char* calibrated = "tessera_cluster.json";
-  const bool have_file = std::filesystem::exists(calibrated);
-  plan::ClusterSpec cluster = have_file ? plan::read_cluster_file(calibrated) : plan::ClusterSpec{plan::find_device("cpu"), 1};
-  cluster.num_devices = static_cast<int>(a.world_size);
-  plan::Layout l;
-  l.tp = static_cast<int>(a.tensor_model_parallel_size);
-  l.pp = static_cast<int>(a.pipeline_model_parallel_size);
-  l.dp = static_cast<int>(a.data_parallel_size());
-  l.sequence_parallel = a.sequence_parallel;
-  l.micro_batch_size = a.micro_batch_size;
-  l.global_batch_size = a.global_batch_size;
-  l.overlap_grad_reduce = a.overlap_grad_reduce;
-  l.virtual_stages = static_cast<int>(a.virtual_pipeline_size);
-  if (a.recompute_granularity == "full") l.recompute = plan::Recompute::Full;
-  if (a.recompute_granularity == "selective" || a.recompute_activations) l.recompute = plan::Recompute::Selective;
-  l.recompute_num_layers = static_cast<int>(std::max<int64_t>(1, a.recompute_num_layers));
-  l.precision = plan::Precision::Fp32;
-  l.flash_attention = true;
+  plan::ClusterSpec builtin{plan::find_device("cpu"), ranks};
+  source = "uncalibrated cpu; run tessera plan --calibrate here";
+  if (!std::filesystem::exists(calibrated)) return builtin;
+  plan::ClusterSpec file = plan::read_cluster_file(calibrated);
+  if (file.calibrated_for.is_null()) {
+    source = str_cat("uncalibrated cpu: ignoring ", calibrated, ", which does not say what it calibrated; run tessera "
+                     "plan --calibrate again");
+    return builtin;
+  }
+  const std::vector<std::string> differ =
+      plan::calibration_mismatches(file.calibrated_for, plan::calibration_key(c, l, ranks));
+  if (!differ.empty()) {
+    std::string list;
+    for (const std::string& d : differ) list += str_cat(list.empty() ? "" : "; ", d);
+    source = str_cat("uncalibrated cpu: ignoring ", calibrated, ", calibrated for another run (", list, ")");
+    return builtin;
+  }
+  source = calibrated;
+  file.num_devices = ranks;
+  return file;
+}
+
+// The planner's prediction for this run, with its precision, optimizer and layout, printed beside the
+// first log line's measurement. A plan that cannot be made is reported, never fatal to the training run.
+std::string plan_note(const train::TrainArguments& a, double measured_ms) try {
+  const plan::Layout l = plan::layout_of_run(a);
+  std::string source;
+  const plan::ClusterSpec cluster = cluster_for_plan(a.model, l, static_cast<int>(a.world_size), source);
   const plan::Plan p = plan::make_plan(a.model, l, cluster, {});
   auto one_decimal = [](double x) { return std::round(x * 10) / 10; };
-  return str_cat(" plan (", have_file ? calibrated : "uncalibrated cpu; run tessera plan --calibrate here",
-                 "): elapsed time per iteration (ms): predicted ", one_decimal(p.time.total() * 1e3), ", measured ",
+  return str_cat(" plan (", source, "; ", plan::describe(l), " ", plan::to_string(l.precision), "): elapsed time per iteration (ms): predicted ", one_decimal(p.time.total() * 1e3), ", measured ",
                  one_decimal(measured_ms), " | peak memory per rank (MiB): predicted ",
                  one_decimal(p.peak_memory() / (1 << 20)), ", measured (peak RSS) ",
-                 one_decimal(plan::peak_resident_bytes() / (1 << 20)));
+                 one_decimal(peak_resident_bytes() / (1 << 20)));
 } catch (const std::exception& e) {
   return str_cat(" plan: no prediction (", e.what(), ")");
 }

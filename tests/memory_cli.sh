@@ -54,4 +54,30 @@ f=$(activations "$full" | grep -oE "[0-9.]+" | head -1)
 awk -v p="$p" -v f="$f" 'BEGIN { exit !(f * 4 < p) }'
 check "full recomputation should keep under a quarter of the activations ($f vs $p MB)" $?
 
+# With a large vocabulary the logits are most of what a micro-batch holds: the theory counts them (and the
+# final norm, labels and ids) as the measurement does, so the two still agree.
+vocab="$big --vocab-size 8000"
+out=$("$tessera" train $vocab 2>&1)
+check "large-vocabulary run exits 0: $out" $?
+read -r measured theory < <(activations "$out" | grep -oE "[0-9.]+" | tr '\n' ' ')
+awk -v m="$measured" -v t="$theory" 'BEGIN { exit !(m > 0 && (m - t) / t < 0.1 && (t - m) / t < 0.1) }'
+check "vocab 8000: measured activations $measured MB should be within 10% of the theory $theory MB" $?
+head=$(grep -oE "output layer per micro-batch \(fp32 logits shard, final norm, labels\): [0-9.]+" <<<"$out" | grep -oE "[0-9.]+$")
+# 4 x 64 tokens x 8064 padded logits x 4 bytes = 7.9 MiB of logits alone.
+awk -v h="$head" -v t="$theory" 'BEGIN { exit !(h > 7.8 && h < 0.9 * t) }'
+check "the start-up report should show the output layer's $head MB (logits) inside the $theory MB" $?
+
+# The log's measured peak of all tensors against the kernel's peak RSS: the tensors are resident (RSS
+# at least their peak), and RSS exceeds them by no more than what a process holds without a model (the
+# tiny run's RSS beyond its tensors) plus 15% for the heap's slack.
+peaks() { grep -oE "all tensors peak \(max over ranks\) [0-9.]+ \| peak RSS \(max over ranks\) [0-9.]+" <<<"$1" | tail -1 | grep -oE "[0-9.]+" | tr '\n' ' '; }
+tiny=$("$tessera" train $model 2>&1)
+read -r tiny_tensors tiny_rss < <(peaks "$tiny")
+large=$("$tessera" train $model --num-layers 4 --hidden-size 512 --vocab-size 8000 --seq-length 64 2>&1)
+check "a 17M-parameter run exits 0: $large" $?
+read -r tensors rss < <(peaks "$large")
+awk -v t="$tensors" -v r="$rss" -v tt="$tiny_tensors" -v tr="$tiny_rss" \
+  'BEGIN { exit !(t > 200 && r >= t && r <= t * 1.15 + (tr - tt)) }'
+check "measured tensors $tensors MB should be resident (peak RSS $rss MB) and account for it (baseline $tiny_rss MB RSS beyond $tiny_tensors MB tensors)" $?
+
 finish memory_cli

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <thread>
 
 #include "comm/collective_checks.h"
@@ -47,9 +48,17 @@ class MpiWork : public Work {
     log_id_ = global_collective_log().record(op, group, bytes, seq);
   }
 
-  // A handle dropped without wait() is still waited for: MPI may be writing into its buffers.
+  // A handle dropped without wait() is still waited for: MPI may be writing into its buffers. Except while
+  // an error unwinds the stack: the error is on its way to ending the job (comm::abort_all), and waiting
+  // here could block for ever on a peer that is itself waiting for this rank (a pipeline receive whose
+  // sender failed). The buffers are then kept alive, never freed, since MPI may still write them.
   ~MpiWork() override {
     if (done_) return;
+    if (std::uncaught_exceptions() > 0) {
+      static auto* abandoned = new std::vector<std::pair<std::vector<Tensor>, std::vector<int>>>;
+      abandoned->emplace_back(std::move(buffers_), std::move(arrays_));
+      return;
+    }
     try {
       wait();
     } catch (...) {

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -14,7 +13,6 @@
 #include "core/check.h"
 #include "core/philox.h"
 #include "core/testing.h"
-#include "core/timer.h"
 
 namespace tessera::kernels {
 namespace {
@@ -480,38 +478,6 @@ TEST(Attention, RejectsBadShapes) {
   drop.p = 0.1f;  // total_heads left at 0
   EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), lse.data(), s, 1.0f, drop),
                std::exception);
-}
-
-// GPT-2 small's shape; prints the time, asserts nothing about it.
-TEST(Attention, Timing) {
-  AttentionShape s{.seq = 1024, .batch = 1, .heads = 12, .kv_heads = 12, .head_dim = 64};
-  Problem pr(s, 0.0f, 3);
-  pr.run();  // warm up (and fault in the outputs)
-  for (float p : {0.0f, 0.1f}) {
-    pr.drop.p = p;
-    Timer fwd;
-    attention_forward(pr.q.data(), pr.k.data(), pr.v.data(), pr.out.data(), pr.lse.data(), s, pr.scale, pr.drop);
-    const double t_fwd = fwd.seconds();
-    Timer bwd;
-    attention_backward(pr.q.data(), pr.k.data(), pr.v.data(), pr.out.data(), pr.lse.data(), pr.dout.data(),
-                       pr.dq.data(), pr.dk.data(), pr.dv.data(), s, pr.scale, pr.drop);
-    const double t_bwd = bwd.seconds();
-    std::printf("attention seq 1024 x 12 heads x d 64, dropout %.1f, %d threads: forward %.1f ms, backward %.1f ms\n",
-                p, omp_get_max_threads(), 1e3 * t_fwd, 1e3 * t_bwd);
-  }
-  // With documents of 200 tokens (boundaries off the tile grid), the masked tiles are skipped.
-  pr.drop.p = 0.0f;
-  pr.set_docs(doc_starts(1024, 1, {{200, 400, 600, 800, 1000}}));
-  Timer fwd;
-  attention_forward(pr.q.data(), pr.k.data(), pr.v.data(), pr.out.data(), pr.lse.data(), pr.shape, pr.scale, pr.drop);
-  const double t_fwd = fwd.seconds();
-  Timer bwd;
-  attention_backward(pr.q.data(), pr.k.data(), pr.v.data(), pr.out.data(), pr.lse.data(), pr.dout.data(),
-                     pr.dq.data(), pr.dk.data(), pr.dv.data(), pr.shape, pr.scale, pr.drop);
-  const double t_bwd = bwd.seconds();
-  std::printf("attention seq 1024, documents of 200 tokens, dropout 0.0, %d threads: forward %.1f ms, "
-              "backward %.1f ms\n",
-              omp_get_max_threads(), 1e3 * t_fwd, 1e3 * t_bwd);
 }
 
 }  // namespace

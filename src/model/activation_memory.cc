@@ -41,6 +41,19 @@ double layer_record_bytes(const GptConfig& c, const ActivationLayout& l) {
   return tokens(l) * (norms + attention + mlp);
 }
 
+double chunk_extra_bytes(const GptConfig& c, const ActivationLayout& l, bool first_chunk, bool last_chunk) {
+  const double rows = tokens(l), t = static_cast<double>(l.tensor_parallel), h = static_cast<double>(c.hidden_size);
+  double bytes = 4.0 * rows;                  // positions
+  if (first_chunk) bytes += 4.0 * rows;       // tokens
+  if (!last_chunk) return bytes;
+  const double norm_rows = l.sequence_parallel ? rows / t : rows;
+  const double norm_stats = c.normalization == Normalization::LayerNorm ? 2.0 : 1.0;
+  bytes += norm_rows * (2.0 * h + norm_stats) * 4.0;                              // final norm
+  bytes += rows * (4.0 + 4.0);                                                    // labels, loss mask
+  bytes += rows * (static_cast<double>(c.padded_vocab_size) / t + 1.0) * 4.0;     // logits shard, lse
+  return bytes;
+}
+
 double chunk_record_bytes(const GptConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r) {
   const double full = layer_record_bytes(c, l), input = layer_input_bytes(c, l);
   switch (r.method) {

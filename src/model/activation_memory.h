@@ -35,5 +35,11 @@ double layer_record_bytes(const GptConfig& c, const ActivationLayout& l);
 double layer_input_bytes(const GptConfig& c, const ActivationLayout& l);
 // Tessera: bytes the records of a chunk of `layers` layers hold for one micro-batch under `r`.
 double chunk_record_bytes(const GptConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r);
+// Tessera: bytes a chunk's record holds besides its layers, per micro-batch: the positions (int32, every
+// chunk), the tokens (int32, the first chunk) and on the last chunk the head: the final norm's input,
+// output (fp32; sequence-sharded under sequence parallelism) and statistics, the labels and loss mask,
+// this rank's vocabulary shard of the fp32 logits (cross-entropy writes dlogits into them in place, so
+// they live until backward) and the log-sum-exp.
+double chunk_extra_bytes(const GptConfig& c, const ActivationLayout& l, bool first_chunk, bool last_chunk);
 
 }  // namespace tessera::model

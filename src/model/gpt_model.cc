@@ -46,6 +46,15 @@ int64_t GptActivations::layer_bytes() const {
   return total;
 }
 
+int64_t GptActivations::bytes() const {
+  int64_t total = layer_bytes();
+  // doc_start is the caller's micro-batch tensor, shared rather than copied, so it is not counted here.
+  for (const Tensor* t : {&tokens, &labels, &loss_mask, &positions, &final_input, &final_ln, &final_mean, &final_rstd,
+                          &logits, &lse})
+    if (t->defined()) total += static_cast<int64_t>(t->nbytes());
+  return total;
+}
+
 GptModel::GptModel(const GptConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp,
                    const ModelChunk& chunk)
     : config_(config), tp_(tp), chunk_(chunk) {

@@ -31,6 +31,9 @@ struct GptActivations {
   Tensor logits, lse;  // logits [T, padded vocab / tp] of this rank's vocabulary shard
 
   int64_t layer_bytes() const;  // held by the transformer layers' records
+  // Everything the record holds from forward to backward: the layers' records, the micro-batch's ids,
+  // and on the last chunk the final norm's tensors, the logits shard and the log-sum-exp.
+  int64_t bytes() const;
 };
 
 // The key/value caches of every layer for incrementally decoding one sequence.

@@ -137,8 +137,9 @@ TEST_P(LayoutEquivalence, EveryLayoutMatchesTheSingleProcessModel) {
   EXPECT_GT(layouts, 0);
 }
 
-// The bytes the layer records hold after a forward match the activation-memory formulas (within 10%) for
-// every tensor/sequence-parallel layout and recomputation setting.
+// The bytes the layer records hold after a forward match the activation-memory formulas (within 10%), and
+// the rest of the record (ids, final norm, logits) matches its formula exactly, for every
+// tensor/sequence-parallel layout and recomputation setting.
 TEST_P(LayoutEquivalence, ActivationBytesMatchTheFormulas) {
   GptConfig c = config(GetParam());
   c.num_layers = 4;
@@ -169,6 +170,9 @@ TEST_P(LayoutEquivalence, ActivationBytesMatchTheFormulas) {
         model.forward(mb, ctx, rec);
         const double predicted = chunk_record_bytes(c, {kMicroBatch, c.seq_length, tp, sp}, c.num_layers, r);
         EXPECT_NEAR(static_cast<double>(rec.layer_bytes()), predicted, 0.1 * predicted);
+        // Beside the layers the record holds the ids and the head (logits shard above all): exactly so.
+        EXPECT_EQ(static_cast<double>(rec.bytes() - rec.layer_bytes()),
+                  chunk_extra_bytes(c, {kMicroBatch, c.seq_length, tp, sp}, true, true));
         model.backward(rec, ctx, 1.0f);
       }
     }

@@ -103,6 +103,16 @@ int peak_in_flight(const std::vector<Op>& ops) {
   return static_cast<int>(peak);
 }
 
+double peak_in_flight_bytes(const std::vector<Op>& ops, const std::function<double(int chunk)>& bytes_of_chunk) {
+  double live = 0, peak = 0;
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::Forward) live += bytes_of_chunk(op.chunk);
+    if (op.kind == OpKind::Backward) live -= bytes_of_chunk(op.chunk);
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
 int theoretical_peak_in_flight(const ScheduleShape& s, int stage) {
   const int total = s.micro_batches * s.chunks, warmup = warmup_forwards(s, stage);
   return warmup < total ? warmup + 1 : total;

@@ -7,6 +7,7 @@
 // micro-batch's forward runs rank 0 chunk 0, rank 1 chunk 0, ..., rank p-1 chunk 0, rank 0 chunk 1, ...
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,9 @@ bool is_last_chunk(const ScheduleShape& shape, ChunkId c);   // holds the output
 // holds at once under the schedule: min(p - stage, m) for 1F1B; Megatron's warm-up + 1 when
 // interleaved. (Counts from the op list; see the tests for the closed forms.)
 int peak_in_flight(const std::vector<Op>& ops);
+// The most bytes of activation records held at once when a forward of chunk c keeps bytes_of_chunk(c)
+// until its backward: the memory peak when chunks keep different amounts (the last one holds the logits).
+double peak_in_flight_bytes(const std::vector<Op>& ops, const std::function<double(int chunk)>& bytes_of_chunk);
 // The schedule's closed-form maximum: the number the docs and the planner quote.
 int theoretical_peak_in_flight(const ScheduleShape& shape, int stage);
 // The pipeline bubble as a fraction of the ideal compute time: (p - 1) / (v * m).

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/process_memory.h"
 #include "core/tensor.h"
 #include "core/timer.h"
 #include "kernels/attention.h"
@@ -45,19 +46,27 @@ double time_per_run(comm::ProcessGroup& world, double budget, Work work) {
 
 void fill(Tensor& t, float value) { std::fill(t.f32(), t.f32() + t.numel(), value); }
 
+DType gemm_input_type(Precision p) {
+  return p == Precision::Bf16 ? DType::BF16 : p == Precision::Fp16 ? DType::F16 : DType::F32;
+}
+
 // Forward C = A B^T, input gradient dA = dC B, weight gradient dB = dC^T A: the three products of a linear
-// layer with m tokens, n outputs and k inputs.
-double linear_gemm_rate(comm::ProcessGroup& world, const GemmShape& s, double budget) {
+// layer with m tokens, n outputs and k inputs, with the run's GEMM input type (16-bit under --bf16/--fp16).
+double linear_gemm_rate(comm::ProcessGroup& world, const GemmShape& s, DType input_type, double budget) {
   Tensor a = Tensor::empty({s.m, s.k}), b = Tensor::empty({s.n, s.k}), c = Tensor::empty({s.m, s.n});
   Tensor da = Tensor::empty({s.m, s.k}), db = Tensor::empty({s.n, s.k});
   fill(a, 0.01f);
   fill(b, 0.02f);
   fill(c, 0.03f);
   using kernels::Trans;
+  auto gemm = [input_type](kernels::GemmArgs g) {
+    g.input_type = input_type;
+    kernels::gemm(g);
+  };
   const double seconds = time_per_run(world, budget, [&] {
-    kernels::gemm({Trans::N, Trans::T, s.m, s.n, s.k, a.f32(), s.k, b.f32(), s.k, c.f32(), s.n});
-    kernels::gemm({Trans::N, Trans::N, s.m, s.k, s.n, c.f32(), s.n, b.f32(), s.k, da.f32(), s.k});
-    kernels::gemm({Trans::T, Trans::N, s.n, s.k, s.m, c.f32(), s.n, a.f32(), s.k, db.f32(), s.k});
+    gemm({Trans::N, Trans::T, s.m, s.n, s.k, a.f32(), s.k, b.f32(), s.k, c.f32(), s.n});
+    gemm({Trans::N, Trans::N, s.m, s.k, s.n, c.f32(), s.n, b.f32(), s.k, da.f32(), s.k});
+    gemm({Trans::T, Trans::N, s.n, s.k, s.m, c.f32(), s.n, a.f32(), s.k, db.f32(), s.k});
   });
   return 3 * 2.0 * static_cast<double>(s.m) * s.n * s.k / seconds;
 }
@@ -105,6 +114,45 @@ double memory_bandwidth(comm::ProcessGroup& world, double budget) {
 
 }  // namespace
 
+std::string cpu_model_name() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      std::string name = line.substr(line.find(':') + 1);
+      name.erase(0, name.find_first_not_of(" \t"));
+      return name;
+    }
+  return "unknown cpu";
+}
+
+nlohmann::json calibration_key(const model::GptConfig& c, const Layout& l, int ranks) {
+  return {{"num_layers", c.num_layers},
+          {"hidden_size", c.hidden_size},
+          {"ffn_hidden_size", c.ffn_hidden_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_query_groups", c.num_query_groups},
+          {"kv_channels", c.kv_channels},
+          {"seq_length", c.seq_length},
+          {"padded_vocab_size", c.padded_vocab_size},
+          {"swiglu", c.swiglu},
+          {"tensor_model_parallel_size", l.tp},
+          {"micro_batch_size", l.micro_batch_size},
+          {"precision", to_string(l.precision)},
+          {"cpu", cpu_model_name()},
+          {"threads_per_rank", omp_get_max_threads()},
+          {"ranks", ranks}};
+}
+
+std::vector<std::string> calibration_mismatches(const nlohmann::json& have, const nlohmann::json& want) {
+  std::vector<std::string> out;
+  for (const auto& [field, value] : want.items()) {
+    if (!have.contains(field)) out.push_back(str_cat(field, ": not recorded (calibrated) vs ", value.dump(), " (this run)"));
+    else if (have.at(field) != value)
+      out.push_back(str_cat(field, ": ", have.at(field).dump(), " (calibrated) vs ", value.dump(), " (this run)"));
+  }
+  return out;
+}
+
 std::vector<GemmShape> model_gemm_shapes(const model::GptConfig& c, const Layout& l) {
   const long long tokens = c.seq_length * l.micro_batch_size, h = c.hidden_size, t = l.tp;
   const long long fc1_out = c.swiglu ? 2 * c.ffn_hidden_size : c.ffn_hidden_size;
@@ -115,18 +163,6 @@ std::vector<GemmShape> model_gemm_shapes(const model::GptConfig& c, const Layout
           {tokens, c.padded_vocab_size / t, h}};
 }
 
-namespace {
-double proc_status_bytes(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind(field, 0) == 0) return std::stod(line.substr(field.size())) * 1024;  // "VmRSS:   123456 kB"
-  return 0;
-}
-}  // namespace
-
-double resident_bytes() { return proc_status_bytes("VmRSS:"); }
-double peak_resident_bytes() { return proc_status_bytes("VmHWM:"); }
-
 DeviceSpec calibrate_device(const model::GptConfig& c, const Layout& l, comm::ProcessGroup& world,
                             double seconds_per_measurement) {
   DeviceSpec d = find_device("cpu");
@@ -135,7 +171,7 @@ DeviceSpec calibrate_device(const model::GptConfig& c, const Layout& l, comm::Pr
   d.gemm_efficiency = 1;  // the rates below are what the GEMMs reach, not a fraction of a datasheet peak
   d.peak_flops = 0;
   for (const GemmShape& s : model_gemm_shapes(c, l)) {
-    const double rate = linear_gemm_rate(world, s, seconds_per_measurement);
+    const double rate = linear_gemm_rate(world, s, gemm_input_type(l.precision), seconds_per_measurement);
     d.gemm_rates.push_back({s.m, s.n, s.k, rate});
     d.peak_flops = std::max(d.peak_flops, rate);
   }

@@ -13,6 +13,17 @@
 
 namespace tessera::plan {
 
+// What a calibration measured, as a flat JSON object: the model's hyper-parameters that fix the GEMM and
+// attention shapes, the tensor-parallel size and micro-batch, the precision of the GEMM inputs, and the
+// machine (CPU model, threads per rank, ranks). `tessera plan --calibrate` writes it beside the device
+// entry ("calibrated_for"); `tessera train` uses the rates only for a run with the same key.
+nlohmann::json calibration_key(const model::GptConfig& c, const Layout& l, int ranks);
+// Where a file's key `have` differs from a run's `want`, one "field: X (calibrated) vs Y (this run)" each;
+// empty when they agree.
+std::vector<std::string> calibration_mismatches(const nlohmann::json& have, const nlohmann::json& want);
+// The CPU's model name (/proc/cpuinfo), or "unknown cpu".
+std::string cpu_model_name();
+
 // seconds_per_measurement bounds the time spent on each number (repetitions stop after it).
 DeviceSpec calibrate_device(const model::GptConfig& c, const Layout& l, comm::ProcessGroup& world,
                             double seconds_per_measurement = 0.3);
@@ -23,9 +34,5 @@ struct GemmShape {
   long long m, n, k;
 };
 std::vector<GemmShape> model_gemm_shapes(const model::GptConfig& c, const Layout& l);
-
-// Resident memory of this process now (VmRSS) and at its peak (VmHWM), in bytes; 0 where /proc is missing.
-double resident_bytes();
-double peak_resident_bytes();
 
 }  // namespace tessera::plan

@@ -121,6 +121,10 @@ ClusterSpec read_cluster_file(const std::string& path) {
     c.device = device_from_json(j.at("device"));
     if (j.contains("num_devices")) c.num_devices = j.at("num_devices").get<int>();
     TESSERA_CHECK(c.num_devices > 0, "\"num_devices\"=", c.num_devices, ": must be positive");
+    if (j.contains("calibrated_for")) {
+      c.calibrated_for = j.at("calibrated_for");
+      TESSERA_CHECK(c.calibrated_for.is_object(), "\"calibrated_for\": expected an object");
+    }
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("--cluster=", path, ": ", e.what()));
   } catch (const Error& e) {

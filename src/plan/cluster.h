@@ -35,6 +35,9 @@ struct DeviceSpec {
 struct ClusterSpec {
   DeviceSpec device;
   int num_devices = 1;
+  // For a file written by `tessera plan --calibrate`: the run and machine it measured
+  // (plan/calibration.h's calibration_key); null otherwise.
+  nlohmann::json calibrated_for;
 };
 
 // The built-in devices: V100-32GB, A100-80GB, H100-SXM, H200 and cpu (this kind of machine; a guess

@@ -23,9 +23,18 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
                                  a.sequence_parallel, a.recompute_granularity == "selective"};
   p.activation_per_layer = model::layer_record_bytes(a.model, layout);
   p.korthikanti_per_layer = model::korthikanti_layer_bytes(a.model, layout);
+  p.head_per_micro_batch = model::chunk_extra_bytes(a.model, layout, false, true) -
+                           model::chunk_extra_bytes(a.model, layout, false, false);
+  // Each forward keeps its chunk's record until the matching backward; the first chunk also keeps the
+  // tokens and the last the head's tensors (the logits above all), so the peak is walked along the
+  // schedule rather than taken as records in flight times one size.
   const int64_t chunk_layers = a.num_layers / (schedule.stages * schedule.chunks);
-  p.activations = model::chunk_record_bytes(a.model, layout, chunk_layers, a.recompute) *
-                  pipeline::theoretical_peak_in_flight(schedule, stage);
+  const double layers_bytes = model::chunk_record_bytes(a.model, layout, chunk_layers, a.recompute);
+  p.activations = pipeline::peak_in_flight_bytes(pipeline::build_schedule(schedule, stage), [&](int chunk) {
+    const pipeline::ChunkId id{stage, chunk};
+    return layers_bytes + model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id),
+                                                   pipeline::is_last_chunk(schedule, id));
+  });
   return p;
 }
 
@@ -40,6 +49,8 @@ std::string memory_report(const TrainArguments& a, const MemoryPrediction& p) {
       "   activation memory per transformer layer and micro-batch: ", megabytes(p.activation_per_layer),
       " MB (Korthikanti et al., 16-bit activations with dropout masks: ", megabytes(p.korthikanti_per_layer),
       " MB)", recompute, "\n",
+      "   output layer per micro-batch (fp32 logits shard, final norm, labels): ", megabytes(p.head_per_micro_batch),
+      " MB, on the last pipeline stage\n",
       "   Theoretical memory footprints: weight and optimizer=", megabytes(p.weight_and_optimizer),
       " MB, activation=", megabytes(p.activations), " MB, total=", megabytes(p.weight_and_optimizer + p.activations),
       " MB");

@@ -15,7 +15,8 @@ struct MemoryPrediction {
   double weight_and_optimizer = 0;  // bytes: fp32 weight, gradient and two Adam moments per parameter
   double activation_per_layer = 0;  // bytes one layer keeps per micro-batch (no recomputation)
   double korthikanti_per_layer = 0;  // the paper's 16-bit figure for the same layer
-  double activations = 0;           // bytes held at the schedule's peak of micro-batches in flight
+  double head_per_micro_batch = 0;  // bytes the last stage's output layer keeps per micro-batch (logits)
+  double activations = 0;           // bytes held at the schedule's peak: layer records, ids and the head
 };
 
 // For pipeline stage `stage` holding `parameters` parameters.

@@ -8,10 +8,12 @@
 #include <utility>
 
 #include "ckpt/checkpoint.h"
+#include "core/process_memory.h"
 #include "core/profiler.h"
 #include "core/timer.h"
 #include "kernels/gemm.h"
 #include "train/exit_signal.h"
+#include "train/fault_injection.h"
 
 namespace tessera::train {
 namespace {
@@ -63,7 +65,10 @@ std::string mixed_precision_summary(const TrainArguments& a) {
 }  // namespace
 
 Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
-    : args_(std::move(args)) {
+    : args_(std::move(args)), injected_fault_(injected_fault_from_environment()) {
+  // First of all, so that a preemption while the datasets are built or a checkpoint loads is not lost:
+  // the flag is acted on at the end of the first iteration.
+  if (args_.exit_signal_handler) install_exit_signal_handler();
   if (world == nullptr) {
     single_world_ = comm::make_single_process_group("world");
     world = single_world_.get();
@@ -231,6 +236,7 @@ double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches,
     wait_for_params = [this](int64_t end) { buckets_->wait_param_gather_below(end); };
   pipeline::StageCallbacks callbacks;
   callbacks.forward = [&](int m, int chunk, const Tensor& input) {
+    if (training && m == 0) maybe_inject_fault(injected_fault_, state_->world_rank(), iteration_ + 1, false);
     model::GptActivations& rec = records[{m, chunk}];
     peak_live_activations_ = std::max(peak_live_activations_, static_cast<int>(records.size()));
     Tensor out = chunks_[chunk]->forward_chunk(batches[m], input, context(m), rec, &loss_sum, wait_for_params);
@@ -238,16 +244,17 @@ double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches,
       records.erase({m, chunk});
       return out;
     }
-    live_activation_bytes_ += rec.layer_bytes();
+    live_activation_bytes_ += rec.bytes();
     peak_activation_bytes_ = std::max(peak_activation_bytes_, live_activation_bytes_);
     return out;
   };
   callbacks.backward = [&](int m, int chunk, const Tensor& grad_output) {
+    if (m == 0) maybe_inject_fault(injected_fault_, state_->world_rank(), iteration_ + 1, true);
     // During each chunk's last backward, gradient buckets start their data-parallel all-reduce as soon
     // as they are final.
     bool overlap = args_.overlap_grad_reduce && m + 1 == shape.micro_batches;
     auto it = records.find({m, chunk});
-    live_activation_bytes_ -= it->second.layer_bytes();
+    live_activation_bytes_ -= it->second.bytes();
     Tensor grad_input = chunks_[chunk]->backward_chunk(
         it->second, grad_output, context(m), grad_scale,
         overlap ? [this](int64_t first) { buckets_->mark_final_from(first); } : std::function<void(int64_t)>());
@@ -343,7 +350,7 @@ void Trainer::log_timers(int64_t iterations) {
   const pipeline::PipelineTimes& t = times_;
   const int stage = state_->coordinates().pp;
   enum { kForward, kBackward, kP2p, kReduce, kOptimizer, kBubble, kPeak, kStage, kActivations, kActivationsTheory,
-         kAllTensors, kFields };
+         kAllTensors, kPeakRss, kFields };
   Tensor mine = Tensor::empty({kFields});
   float* v = mine.f32();
   v[kForward] = static_cast<float>(t.forward * per_iteration_ms);
@@ -357,6 +364,7 @@ void Trainer::log_timers(int64_t iterations) {
   v[kActivations] = static_cast<float>(peak_activation_bytes_);
   v[kActivationsTheory] = static_cast<float>(memory_.activations);
   v[kAllTensors] = static_cast<float>(TensorMemory::peak_bytes());
+  v[kPeakRss] = static_cast<float>(peak_resident_bytes());  // the kernel's count, to check the one above
   times_ = {};
   peak_activation_bytes_ = live_activation_bytes_;
   TensorMemory::reset_peak();
@@ -391,7 +399,8 @@ void Trainer::log_timers(int64_t iterations) {
               megabytes(static_cast<double>(optimizer_->state_bytes())),
               " | activations peak (max over ranks) ", megabytes(max_over_ranks(kActivations)), " (theory ",
               megabytes(max_over_ranks(kActivationsTheory)), ") | all tensors peak (max over ranks) ",
-              megabytes(max_over_ranks(kAllTensors))));
+              megabytes(max_over_ranks(kAllTensors)), " | peak RSS (max over ranks) ",
+              megabytes(max_over_ranks(kPeakRss))));
   if (schedule_.stages == 1) return;
   // The bubble as (schedule time - compute) / compute, averaged over ranks, beside (p - 1) / (v m); and
   // each stage's most activation records held at once beside the schedule's maximum.
@@ -418,7 +427,6 @@ void Trainer::train() {
   double interval_loss = 0, interval_seconds = 0;  // training steps only, not evaluation or saving
   // Megatron's log line counts skipped and NaN iterations per interval.
   int64_t interval_iters = 0, interval_skipped = 0, interval_nan = 0;
-  if (args_.exit_signal_handler) install_exit_signal_handler();
   while (iteration_ < args_.train_iters) {
     if (iteration_ == first_iteration + 1) profiler::reset();  // TESSERA_PROFILE: leave out the warm-up step
     optim::StepResult step;

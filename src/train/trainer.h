@@ -18,6 +18,7 @@
 #include "data/blended_dataset.h"
 #include "infer/training_sampler.h"
 #include "train/batching.h"
+#include "train/fault_injection.h"
 #include "train/mock_data.h"
 #include "train/memory_report.h"
 #include "train/training_log.h"
@@ -99,6 +100,7 @@ class Trainer {
   int64_t live_activation_bytes_ = 0, peak_activation_bytes_ = 0;  // held by the layer records
   MemoryPrediction memory_;
   int64_t consecutive_nan_iterations_ = 0;
+  std::optional<InjectedFault> injected_fault_;  // TESSERA_INJECT_FAULT (tests only)
   std::vector<double> losses_;
 };
 

@@ -20,3 +20,8 @@ finish() {  # finish NAME: prints the counts; succeeds when nothing failed
   echo "$1: $passed passed, $failures failed"
   [ "$failures" -eq 0 ]
 }
+
+skip() {  # skip REASON: this script cannot run here; CTest reports exit status 77 as skipped
+  echo "SKIPPED: $1"
+  exit 77
+}

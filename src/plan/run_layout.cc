@@ -1,0 +1,28 @@
+#include "plan/run_layout.h"
+
+#include <algorithm>
+
+namespace tessera::plan {
+
+Layout layout_of_run(const train::TrainArguments& a) {
+  Layout l;
+  l.tp = static_cast<int>(a.tensor_model_parallel_size);
+  l.pp = static_cast<int>(a.pipeline_model_parallel_size);
+  l.dp = static_cast<int>(a.data_parallel_size());
+  l.virtual_stages = static_cast<int>(a.virtual_pipeline_size);
+  l.sequence_parallel = a.sequence_parallel;
+  l.micro_batch_size = a.micro_batch_size;
+  l.global_batch_size = a.global_batch_size;
+  // The planner prices full recomputation as uniform groups (block recomputation as the same).
+  if (a.recompute_granularity == "full") l.recompute = Recompute::Full;
+  if (a.recompute_granularity == "selective" || a.recompute_activations) l.recompute = Recompute::Selective;
+  l.recompute_num_layers = static_cast<int>(std::max<int64_t>(1, a.recompute_num_layers));
+  l.distributed_optimizer = a.use_distributed_optimizer;
+  l.overlap_grad_reduce = a.overlap_grad_reduce;
+  l.overlap_param_gather = a.overlap_param_gather;
+  l.precision = a.bf16 ? Precision::Bf16 : a.fp16 ? Precision::Fp16 : Precision::Fp32;
+  l.flash_attention = true;
+  return l;
+}
+
+}  // namespace tessera::plan
