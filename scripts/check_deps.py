@@ -57,6 +57,14 @@ def cmake_inputs(build_dir, used):
                     used.setdefault(os.path.normpath(os.path.join(build_dir, p)), "read by CMake's configure")
 
 
+def cache_value(build_dir, name):
+    with open(os.path.join(build_dir, "CMakeCache.txt")) as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return line.rstrip("\n").split("=", 1)[1]
+    return None
+
+
 def cmake_cache(build_dir, used, notes):
     """Tools and libraries CMake found (FILEPATH entries), and the pkg-config modules it read."""
     pc_modules = []
@@ -95,6 +103,7 @@ def cmake_cache(build_dir, used, notes):
 
 def linked_libraries(build_dir, used):
     """Libraries on the link lines (static ones leave no other trace), and what the binaries load."""
+    names = set()
     with open(os.path.join(build_dir, "build.ninja")) as f:
         for line in f:
             s = line.strip()
@@ -102,6 +111,15 @@ def linked_libraries(build_dir, used):
                 for tok in s.split("=", 1)[1].split():
                     if tok.startswith("/") and os.path.isfile(tok):
                         used.setdefault(tok, "linked (build.ninja)")
+                    elif tok.startswith("-l") and len(tok) > 2:
+                        names.add(tok[2:])
+    cxx = cache_value(build_dir, "CMAKE_CXX_COMPILER")
+    for name in sorted(names):  # -lNAME: the file the compiler driver would pick
+        for lib in ("lib%s.so" % name, "lib%s.a" % name):
+            p = run([cxx, "-print-file-name=" + lib], check=False).stdout.strip() if cxx else ""
+            if p.startswith("/") and os.path.exists(p):
+                used.setdefault(os.path.normpath(p), "linked as -l%s (build.ninja)" % name)
+                break
     elfs = []
     for p in sorted(glob.glob(os.path.join(build_dir, "*"))):
         if os.path.isfile(p) and (os.access(p, os.X_OK) or p.endswith(".so")):
@@ -109,8 +127,9 @@ def linked_libraries(build_dir, used):
                 if f.read(4) == b"\x7fELF":
                     elfs.append(p)
     for i in range(0, len(elfs), 50):
-        out = run(["ldd"] + elfs[i:i + 50], check=False).stdout
-        who = None
+        batch = elfs[i:i + 50]
+        out = run(["ldd"] + batch, check=False).stdout
+        who = os.path.basename(batch[0])  # with one file, ldd prints no "file:" header
         for line in out.splitlines():
             if not line.startswith("\t"):
                 who = os.path.basename(line.rstrip(":"))
@@ -149,6 +168,8 @@ def shell_commands(text):
                 words = seg.split()
             while words and (re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]) or words[0] in WRAPPERS
                              or re.match(r"^-|^\d+[smh]?$", words[0])):
+                if words[0] in WRAPPERS:
+                    names.add(words[0])
                 words = words[1:]
             if words and re.match(r"^[A-Za-z0-9_./+-]+$", words[0]):
                 names.add(words[0])
@@ -172,7 +193,8 @@ def test_tools(used, notes):
     global SHELL_WORDS
     SHELL_WORDS = set(run(["bash", "-c", "compgen -b; compgen -k"]).stdout.split())
     scripts = sorted(glob.glob(os.path.join(ROOT, "tests", "*.sh")) + glob.glob(os.path.join(ROOT, "tests", "lib", "*.sh"))
-                     + [os.path.join(ROOT, "scripts", s) for s in ("test.sh", "build.sh", "setup.sh", "check_deps.sh")])
+                     + [os.path.join(ROOT, "scripts", s) for s in ("test.sh", "build.sh", "check_deps.sh")]
+                     + glob.glob(os.path.join(ROOT, "scripts", "fetch_*.sh")))  # not setup.sh: it runs before any
     cxx = sorted(glob.glob(os.path.join(ROOT, "src", "**", "*_test.cc"), recursive=True)
                  + glob.glob(os.path.join(ROOT, "src", "**", "*_testing.h"), recursive=True))
     found = {}
@@ -216,7 +238,8 @@ def python_modules(used, notes, interpreters):
              "    except Exception: s = None\n"
              "    print(m, (s.origin if s and s.origin else '-') if s else '-')\n")
     todo = sorted(m for m in mods if m not in local)
-    for py in sorted(interpreters):
+    # Debian's interpreter first: on a fresh machine `python3` is /usr/bin/python3 too.
+    for py in sorted(interpreters, key=lambda p: (not p.startswith("/usr/bin/"), p)):
         out = run([py, "-c", probe] + todo, check=False).stdout
         left = []
         for line in out.splitlines():
@@ -324,11 +347,16 @@ def setup_line():
 
 def main(argv):
     args = argv[1:]
-    list_file = None
-    if len(args) >= 2 and args[0] == "--packages":
-        list_file, args = args[1], args[2:]
+    list_file, verbose = None, False
+    while args and args[0] in ("--packages", "--verbose"):
+        if args[0] == "--verbose":
+            verbose, args = True, args[1:]
+        elif len(args) >= 2:
+            list_file, args = args[1], args[2:]
+        else:
+            break
     if len(args) != 1 or not os.path.isfile(os.path.join(args[0], "build.ninja")):
-        sys.exit("usage: scripts/check_deps.sh [--packages LIST_FILE] BUILD_DIR  (BUILD_DIR: a configured and "
+        sys.exit("usage: scripts/check_deps.sh [--verbose] [--packages LIST_FILE] BUILD_DIR  (BUILD_DIR: a configured and "
                  "built Ninja build, e.g. build/release; got %r)" % " ".join(argv[1:]))
     build_dir = os.path.abspath(args[0])
     if not os.path.isfile(os.path.join(build_dir, ".ninja_deps")):
@@ -368,12 +396,22 @@ def main(argv):
     for p in unowned:
         top = "/".join(p.split("/")[:3])
         tops[top] = tops.get(top, 0) + 1
-    print("check_deps: %d files used (%d headers/libraries/CMake files/tools), %d packages; allowed: %d "
+    used_pkgs = sorted({x for s in own.values() for x in s})
+    print("check_deps: %d files used, %d outside the repository and build tree, from %d packages; allowed: %d "
           "packages = %d listed in %s + %d base (Essential/required) + their hard dependencies"
-          % (len(used), len(files), len({x for s in own.values() for x in s}), len(allowed), len(listed), source,
-             len(base)))
-    print("check_deps: skipped %d files no package owns (the repository and build tree are not counted): %s"
-          % (len(unowned), ", ".join("%s (%d)" % kv for kv in sorted(tops.items())) or "none"))
+          % (len(used), len(files), len(used_pkgs), len(allowed), len(listed), source, len(base)))
+    print("check_deps: skipped %d files of the repository and build tree, and %d files no package owns: %s"
+          % (len(used) - len(missing) - len(files), len(unowned),
+             ", ".join("%s (%d)" % kv for kv in sorted(tops.items())) or "none"))
+    if verbose:
+        first = {}
+        for p in files:
+            for x in own[p]:
+                first.setdefault(x, p)
+        for x in used_pkgs:
+            print("check_deps:   %-22s %s (%s)" % (x, first[x], used[first[x]]))
+        for p in unowned:
+            print("check_deps:   %-22s %s (%s)" % ("(no package)", p, used[p]))
     for n in notes:
         print("check_deps: note: " + n)
     failed = False

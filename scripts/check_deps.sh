@@ -4,7 +4,8 @@
 # executables and Python modules the tests call) to its Debian package, and fails when a package is
 # neither in scripts/setup.sh's list nor a hard dependency (Depends, Pre-Depends) of one, nor part of the
 # base system (Essential or Priority: required). A fresh machine has nothing else.
-# Usage: scripts/check_deps.sh [--packages LIST_FILE] BUILD_DIR
+# Usage: scripts/check_deps.sh [--verbose] [--packages LIST_FILE] BUILD_DIR
+#   --verbose: one line per package used, with a file that needed it (and the files no package owns).
 #   --packages: check against the packages in LIST_FILE (one or more a line, # comments) instead of
 #   `scripts/setup.sh --list` (tests/check_deps_cli.sh uses it to remove a package).
 set -euo pipefail
