@@ -4,7 +4,7 @@
 A fresh machine has only what scripts/setup.sh installs (with --no-install-recommends) plus the base
 system. This maps every file the build and the tests actually used to its Debian package and fails
 when a package is outside that set, so a missing line in setup.sh shows up here rather than on the
-next new machine. Standard library only: it runs before anything else is trusted.
+next new machine. Standard library only, so that it needs nothing setup.sh does not install.
 """
 
 import glob
