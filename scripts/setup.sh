@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Tessera needs to build, test and benchmark, from Debian's packages, only if missing.
-# Idempotent: a second run installs nothing.
+# Idempotent: a second run installs nothing. `setup.sh --list` prints the packages and installs nothing.
 set -euo pipefail
 
 packages=(
@@ -20,6 +20,13 @@ packages=(
   libopenblas0-openmp    # a real BLAS for that peer (without it torch falls back to the reference BLAS)
   clang libclang-rt-dev  # scripts/fuzz.sh: libFuzzer targets (-fsanitize=fuzzer,address)
 )
+
+# The guard scripts/check_deps.sh reads this list from here (one source of truth). Debian's nodejs and
+# npm count too: setup.sh installs them where the machine has no npm of its own.
+if [ "${1:-}" = --list ]; then
+  printf '%s\n' "${packages[@]}" nodejs npm
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do

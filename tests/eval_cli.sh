@@ -1,22 +1,20 @@
 #!/usr/bin/env bash
-# tessera eval end to end on the real data sets (../shared/data/eval from the repository root, or
-# $TESSERA_EVAL_DATA): a small GPT-2-tokenizer model is trained on WikiText-103 validation text, then
+# tessera eval end to end on the real data sets (data/eval, checked against data/eval/SHA256SUMS
+# first): a small GPT-2-tokenizer model is trained on WikiText-103 validation text, then
 # evaluated on the first lines of the WikiText-103 test set and the first LAMBADA passages. Checks
 # Megatron's result lines and counts, and that tensor and data parallelism give the same results.
 set -uo pipefail
 tessera=${1:?usage: eval_cli.sh path/to/tessera}
 root=$(cd "$(dirname "$0")/.." && pwd)
-data=${TESSERA_EVAL_DATA:-$root/../shared/data/eval}
+data=$root/data/eval
 cache=${TESSERA_DATA_CACHE:-$root/data-cache}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/lib/checks.sh"
-for f in wiki.test.tokens wiki.valid.tokens lambada_test.jsonl; do
-  if [ ! -f "$data/$f" ]; then
-    echo "FAIL: $data/$f is missing (the evaluation data; set TESSERA_EVAL_DATA to its folder)"
-    exit 1
-  fi
-done
+(cd "$data" && sha256sum --quiet -c SHA256SUMS) || {
+  echo "FAIL: $data does not match $data/SHA256SUMS (see $data/README.md)"
+  exit 1
+}
 export OMPI_MCA_mpi_yield_when_idle=1
 mpi=(mpirun --oversubscribe --allow-run-as-root -np 2)
 tokenizer=(--tokenizer-type GPT2BPETokenizer --vocab-file "$cache/gpt2/gpt2-vocab.json"

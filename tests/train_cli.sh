@@ -80,7 +80,7 @@ printf '41\n' | "$tessera" tokenize --tokenizer-type NullTokenizer --vocab-size 
 check "tokenize must reject id 41 of a 40-id NullTokenizer" $?
 
 # tokenizer train + tokenize with SentencePiece: text -> ids -> the same text.
-head -c 200000 "$(dirname "$0")/../../shared/data/eval/wiki.valid.tokens" > "$work/corpus.txt"
+head -c 200000 "$(dirname "$0")/../data/eval/wiki.valid.tokens" > "$work/corpus.txt"
 "$tessera" tokenizer train --input "$work/corpus.txt" --model-prefix "$work/spm" --vocab-size 400 \
   --model-type unigram >/dev/null
 check "tokenizer train exits 0" $?

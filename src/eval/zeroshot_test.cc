@@ -166,15 +166,13 @@ TEST(ZeroShot, LambadaAccuracyStrictAndNot) {
   std::filesystem::remove(path);
 }
 
-// The real WikiText-103 files (../shared/data/eval from the repository root, or $TESSERA_EVAL_DATA):
-// Megatron's "number of original tokens" recorded in the data's README.
+// The real WikiText-103 files (data/eval, in the repository): Megatron's "number of original tokens"
+// recorded in data/eval/README.md.
 TEST(Wikitext, OriginalTokenCountsOfTheRealFiles) {
-  const char* env = std::getenv("TESSERA_EVAL_DATA");
-  std::filesystem::path dir = env ? std::filesystem::path(env)
-                                  : std::filesystem::path(__FILE__).parent_path() / "../../../shared/data/eval";
-  if (!std::filesystem::exists(dir / "wiki.test.tokens")) GTEST_SKIP() << "no evaluation data in " << dir;
+  const std::filesystem::path dir = std::filesystem::path(__FILE__).parent_path() / "../../data/eval";
   for (auto [name, words] : {std::pair{"wiki.test.tokens", 245566}, std::pair{"wiki.valid.tokens", 217642}}) {
     std::ifstream in(dir / name, std::ios::binary);
+    ASSERT_TRUE(in) << "cannot open " << (dir / name) << " (the evaluation data, stored in the repository)";
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_EQ(count_original_tokens(text), words) << name;
   }
