@@ -82,6 +82,10 @@ std::vector<std::string> with_training_defaults(std::vector<std::string> args) {
   if (!has_flag(args, "--train-iters")) args.insert(args.end(), {"--train-iters", "1"});
   if (!has_flag(args, "--lr")) args.insert(args.end(), {"--lr", "1e-4"});
   if (!has_flag(args, "--tokenizer-type")) args.insert(args.end(), {"--tokenizer-type", "NullTokenizer"});
+  // Full recomputation is priced as uniform groups, so a plan need not choose the method.
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--recompute-granularity" && args[i + 1] == "full" && !has_flag(args, "--recompute-method"))
+      args.insert(args.end(), {"--recompute-method", "uniform"});
   if (!has_flag(args, "--mock-data") && !has_flag(args, "--data-path")) {
     bool null_tokenizer = true;
     for (size_t i = 0; i + 1 < args.size(); ++i)

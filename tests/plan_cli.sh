@@ -92,7 +92,7 @@ check "--compute-budget prints the loss and the time to train: $out" $?
 expect_error "$small --device TPU-v9" "--device=TPU-v9: unknown device"
 expect_error "$small --flops-formula kaplan" "--flops-formula=kaplan: must be megatron or ptdp"
 expect_error "$small --num-attention-heads 7" "--hidden-size=256: must be divisible by --num-attention-heads=7"
-expect_error "$small --pipeline-model-parallel-size 3" "--num-layers=4 does not split over pp 3"
+expect_error "$small --pipeline-model-parallel-size 3" "--num-layers=4: must be divisible by --pipeline-model-parallel-size=3"
 expect_error "$small --num-devices 4 --global-batch-size 6" "--global-batch-size=6"
 expect_error "$small --recompute-granularity some" "--recompute-granularity=some"
 expect_error "$small --cluster $work/missing.json" "missing.json: cannot open the file"
