@@ -29,8 +29,6 @@ struct LoadFlags {
 
 // `seq_length_is_the_models`: false for eval, whose --seq-length is the evaluation window.
 inline void add_load_flags(CLI::App& app, LoadFlags& f, bool seq_length_is_the_models = true) {
-  // As tessera train (and Megatron's argparse): a flag given twice takes its last value.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   infer::LoadOptions& o = f.load;
   app.add_option("--load", o.load, "Checkpoint directory (its latest iteration)")->required();
   app.add_option("--tensor-model-parallel-size", o.tensor_model_parallel_size,
@@ -46,7 +44,10 @@ inline void add_load_flags(CLI::App& app, LoadFlags& f, bool seq_length_is_the_m
                "Take the model from the checkpoint's configuration, ignoring model flags that disagree");
   app.add_flag("--bf16", f.bf16, "bf16 GEMM inputs with fp32 accumulation");
   app.add_flag("--fp16", f.fp16, "fp16 GEMM inputs with fp32 accumulation");
-  CLI::App* group = app.add_option_group("model", "The model flags of tessera train, checked against the checkpoint");
+  CLI::App* group = app.add_option_group(
+      "model", "The model flags of tessera train: those given must agree with the checkpoint, the others are its");
+  // As tessera train (and Megatron's argparse): a model flag given twice takes its last value.
+  group->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   train::add_model_flags(*group, f.model);
   if (!seq_length_is_the_models) group->remove_option(group->get_option("--seq-length"));
   f.model_flags = group;

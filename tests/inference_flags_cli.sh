@@ -41,6 +41,13 @@ out=$("$tessera" generate "${gen[@]}" --normalization LayerNorm --group-query-at
 check "three conflicts are all named: $out" $?
 expect_failure "--seq-length=64 (the checkpoint's: 16)" "$tessera" generate "${gen[@]}" --seq-length 64
 expect_failure "--group-query-attention=true (1 query group" "$tessera" generate "${gen[@]}" --group-query-attention
+# As in training, a model flag given twice takes its last value; --prompt still repeats.
+out=$("$tessera" generate "${gen[@]}" --hidden-size 64 --hidden-size 32 2>/dev/null)
+[ "$out" = "$plain" ]
+check "--hidden-size 64 --hidden-size 32 is --hidden-size 32: '$out'" $?
+out=$("$tessera" generate "${gen[@]}" "${script[@]}" --prompt "1 2" 2>/dev/null)
+[ "$(wc -l <<<"$out")" -eq 2 ]
+check "two --prompt give two continuations: '$out'" $?
 # Flags that do not change what the weights compute are accepted whatever their value.
 out=$("$tessera" generate "${gen[@]}" --hidden-dropout 0.3 --init-method-std 0.1 --make-vocab-size-divisible-by 8 2>/dev/null)
 [ "$out" = "$plain" ]
