@@ -101,6 +101,11 @@ check "--split 80,10,10 exits 0: $out" $?
 grep -qF "validation loss at iteration 2 on test set | lm loss value:" <<<"$out"
 check "a test split with documents is evaluated: $out" $?
 test_line=$(grep "on test set" <<<"$out")
+# No validation documents (--split 90,0,10): no validation, the test split still evaluated.
+out=$("$tessera" train "${model[@]}" "${data[@]}" --split 90,0,10 --train-iters 2 --eval-iters 1 2>&1)
+check "--split 90,0,10 exits 0: $out" $?
+! grep -qF "validation loss at iteration 2 |" <<<"$out" && grep -qF "validation loss at iteration 2 on test set |" <<<"$out"
+check "without validation documents the test split is evaluated: $out" $?
 
 # --skip-train: the loaded iteration's validation and test evaluations, no training step.
 out=$("$tessera" train "${model[@]}" "${data[@]}" --split 80,10,10 --train-iters 4 --eval-iters 1 --load "$work/f" \

@@ -184,9 +184,10 @@ void Trainer::build_datasets() {
   TESSERA_CHECK(train_data_ != nullptr, "--split=", args_.split, ": gives the training split no documents");
   if (!valid_data_ && args_.eval_iters > 0) {
     say(str_cat(" WARNING: --split=", args_.split, " leaves no validation documents; evaluation is off"));
-    args_.eval_iters = 0;
   }
-  say(str_cat(" > datasets: ", train_data_->size(), " training samples", valid_data_ ? str_cat(", ", valid_data_->size(), " validation samples") : ""));
+  say(str_cat(" > datasets: ", train_data_->size(), " training samples",
+              valid_data_ ? str_cat(", ", valid_data_->size(), " validation samples") : "",
+              test_data_ ? str_cat(", ", test_data_->size(), " test samples") : ""));
 }
 
 void Trainer::say(const std::string& line) {
@@ -308,7 +309,10 @@ void Trainer::finalize_gradients() {
       embedding->all_reduce(params_.get("embedding.word_embeddings.weight").grad);
 }
 
-double Trainer::evaluate() { return evaluate_on(*valid_data_); }
+double Trainer::evaluate() {
+  TESSERA_CHECK(valid_data_ != nullptr, "--split=", args_.split, ": no validation documents to evaluate");
+  return evaluate_on(*valid_data_);
+}
 
 double Trainer::evaluate_on(const data::TokenDataset& data) {
   optimizer_->wait_for_params();
@@ -490,7 +494,8 @@ void Trainer::train() {
       interval_iters = interval_skipped = interval_nan = 0;
       interval_seconds = 0;
     }
-    if (args_.eval_iters > 0 && (iteration_ % args_.eval_interval == 0 || iteration_ == args_.train_iters))
+    if (valid_data_ && args_.eval_iters > 0 &&
+        (iteration_ % args_.eval_interval == 0 || iteration_ == args_.train_iters))
     {
       double loss = evaluate();
       if (log_) log_->validation(iteration_, loss);
@@ -553,7 +558,7 @@ void Trainer::evaluate_after_training() {
   if (args_.eval_iters == 0) return;
   // Megatron evaluates the validation split after training too; here the loop's evaluation at the last
   // iteration is that one, so only --skip-train (no loop) evaluates it here.
-  if (args_.skip_train) {
+  if (args_.skip_train && valid_data_) {
     const double loss = evaluate_on(*valid_data_);
     if (log_) log_->final_evaluation(iteration_, "validation", loss);
   }
