@@ -10,11 +10,12 @@
 namespace tessera::apps {
 
 int eval_command(const std::vector<std::string>& args) {
-  infer::LoadOptions load;
+  LoadFlags flags;
+  infer::LoadOptions& load = flags.load;
   eval::ZeroShotOptions options;
   CLI::App app{"tessera eval: zero-shot WikiText-103 perplexity and LAMBADA accuracy", "tessera eval"};
   app.option_defaults()->always_capture_default();
-  add_load_flags(app, load);
+  add_load_flags(app, flags, /*seq_length_is_the_models=*/false);
   app.add_option("--task", options.task, "WIKITEXT103 or LAMBADA")->required()->check(CLI::IsMember({"WIKITEXT103", "LAMBADA"}));
   app.add_option("--valid-data", options.valid_data, "The task's data file (wiki.test.tokens, lambada_test.jsonl)")
       ->required();
@@ -41,7 +42,7 @@ int eval_command(const std::vector<std::string>& args) {
       std::string rule(line.size() + 1, '-');
       std::cout << rule << '\n' << line << '\n' << rule << std::endl;
     }
-  });
+  }, &flags);
 }
 
 }  // namespace tessera::apps

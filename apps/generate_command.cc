@@ -13,14 +13,16 @@
 namespace tessera::apps {
 
 int generate_command(const std::vector<std::string>& args) {
-  infer::LoadOptions load;
+  LoadFlags flags;
+  int64_t micro_batch_size = 1;  // accepted from Megatron launch scripts; prompts are decoded one at a time
   std::vector<std::string> prompts;
   std::string prompt_file;
   infer::GenerationOptions options;
   infer::SamplingOptions& sampling = options.sampling;
   CLI::App app{"tessera generate: continue prompts with a trained checkpoint", "tessera generate"};
   app.option_defaults()->always_capture_default();
-  add_load_flags(app, load);
+  add_load_flags(app, flags);
+  app.add_option("--micro-batch-size", micro_batch_size, "Accepted for Megatron's scripts (prompts run one at a time)");
   app.add_option("--prompt", prompts, "Prompt text (repeat for several prompts)");
   app.add_option("--prompt-file", prompt_file, "A file of prompts, one per line");
   app.add_option("--tokens-to-generate", sampling.tokens_to_generate, "Tokens to generate per prompt");
@@ -41,7 +43,7 @@ int generate_command(const std::vector<std::string>& args) {
         if (!line.empty()) prompts.push_back(line);
     }
     TESSERA_CHECK(!prompts.empty(), "--prompt or --prompt-file: no prompt given");
-    infer::LoadedModel model(load, world);
+    infer::LoadedModel model(flags.load, world);
     const data::Tokenizer& tokenizer = model.tokenizer();
     sampling.eod = tokenizer.eod();
     const bool printer = world.rank() == 0;
@@ -82,7 +84,7 @@ int generate_command(const std::vector<std::string>& args) {
       printed = text;
     });
     finish_line();
-  });
+  }, &flags);
 }
 
 }  // namespace tessera::apps

@@ -10,11 +10,14 @@
 namespace tessera::apps {
 
 int serve_command(const std::vector<std::string>& args) {
-  infer::LoadOptions load;
+  LoadFlags flags;
+  const infer::LoadOptions& load = flags.load;
+  int64_t micro_batch_size = 1;  // accepted from Megatron launch scripts; prompts are decoded one at a time
   infer::ServerOptions server;
   CLI::App app{"tessera serve: Megatron's text generation REST server", "tessera serve"};
   app.option_defaults()->always_capture_default();
-  add_load_flags(app, load);
+  add_load_flags(app, flags);
+  app.add_option("--micro-batch-size", micro_batch_size, "Accepted for Megatron's scripts (prompts run one at a time)");
   app.add_option("--host", server.host, "Address to listen on (127.0.0.1: this machine only)");
   app.add_option("--port", server.port, "Port to listen on (0: any free port)")->check(CLI::Range(0, 65535));
   app.add_option("--max-body-bytes", server.max_body_bytes, "Largest request body accepted (larger: HTTP 413)")
@@ -25,13 +28,13 @@ int serve_command(const std::vector<std::string>& args) {
   app.add_option("--http-threads", server.threads, "Threads reading and answering HTTP requests")->check(CLI::Range(1, 256));
 
   return run_on_every_rank(app, args, "serve", [&](comm::ProcessGroup& world) {
-    infer::LoadedModel model(load, world);
+    infer::LoadedModel model(flags.load, world);
     TESSERA_CHECK(model.parallel_state().layout().data_parallel_size() == 1, "tessera serve: the world of ",
                   world.size(), " ranks must equal --tensor-model-parallel-size x --pipeline-model-parallel-size (",
                   load.tensor_model_parallel_size * load.pipeline_model_parallel_size, "): one model serves");
     std::ostream null_log(nullptr);
     infer::run_server(model, server, world.rank() == 0 ? std::cout : null_log);
-  });
+  }, &flags);
 }
 
 }  // namespace tessera::apps

@@ -88,6 +88,8 @@ int train_command(const std::vector<std::string>& args) {
     train::Trainer trainer(std::move(parsed), world.get());
     trainer.first_interval_note = [&planned](double measured_ms) { return plan_note(planned, measured_ms); };
     trainer.train();
+    // As Megatron: an exit (signal, --exit-interval, --exit-duration-in-mins) ends the program here.
+    if (!trainer.exit_condition_met()) trainer.evaluate_after_training();
   } catch (const std::exception& e) {
     if (world->size() == 1) throw;
     comm::abort_all(std::string("error: ") + e.what());

@@ -149,7 +149,8 @@ std::array<std::shared_ptr<const TokenDataset>, 3> build_gpt_datasets(const GptD
       if (!matrix[i]) continue;
       // A split that rounds to no documents cannot give samples (Megatron loops forever there);
       // when none are asked for, it is simply absent, otherwise GptDataset reports it.
-      if (ranges[i]->first == ranges[i]->second && counts[i] == 0) continue;
+      const bool optional = counts[i] == 0 || (i == static_cast<int>(Split::kTest) && config.test_split_optional);
+      if (ranges[i]->first == ranges[i]->second && optional) continue;
       out[i] = std::make_shared<const GptDataset>(indexed, static_cast<Split>(i), *ranges[i], counts[i], gpt);
     }
     return out;
@@ -188,7 +189,7 @@ std::array<std::shared_ptr<const TokenDataset>, 3> build_gpt_datasets(const GptD
       // A part is missing only when its split has no documents and no samples were asked of it.
       const auto missing = std::find(parts.begin(), parts.end(), nullptr);
       if (missing != parts.end()) {
-        if (sizes[i] == 0) continue;
+        if (sizes[i] == 0 || (i == static_cast<int>(Split::kTest) && config.test_split_optional)) continue;
         throw Error(str_cat(blend.prefixes[missing - parts.begin()], ": the ", split_name(static_cast<Split>(i)),
                             " split (--split '", config.split, "') has no documents"));
       }
@@ -202,6 +203,8 @@ std::array<std::shared_ptr<const TokenDataset>, 3> build_gpt_datasets(const GptD
       std::vector<std::shared_ptr<const TokenDataset>> parts;
       std::vector<double> lengths;
       int64_t total = 0;
+      // Only an optional test split can be missing from a part (build_splits reports the others).
+      if (std::any_of(mid.begin(), mid.end(), [i](const Splits& s) { return s[i] == nullptr; })) continue;
       for (size_t p = 0; p < n; ++p) {
         parts.push_back(mid[p][i]);
         lengths.push_back(static_cast<double>(mid[p][i]->size()));

@@ -73,6 +73,9 @@ struct GptDataConfig {
   uint32_t seed = 1234;                // --seed
   std::string cache_path;              // --data-cache-path; empty: beside each dataset
   double mid_level_dataset_surplus = 0.005;  // --mid-level-dataset-surplus
+  // A test split whose share rounds to no documents (--split 949,50,1 over a small corpus) is left out
+  // rather than an error, even when samples are asked of it: Megatron then has no test iterator.
+  bool test_split_optional = false;
 };
 
 // Megatron's get_train_valid_test_num_samples: train_iters * gbs, (train_iters / eval_interval + 1)

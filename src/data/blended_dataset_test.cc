@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "data/gpt_dataset_testing.h"
+#include "data/indexed_dataset.h"
 
 namespace tessera::data {
 namespace {
@@ -125,6 +126,45 @@ TEST(BlendedDataset, ShortPartIsAClearError) {
   EXPECT_EQ(blend.indices().dataset_index[4], 0);
   EXPECT_EQ(blend.indices().dataset_sample_index[4], 2);  // the third sample of a 2-sample dataset
   EXPECT_NE(error_of([&] { blend.get(4); }).find("which has only 2"), std::string::npos);
+}
+
+// Twenty documents of 40 tokens at `prefix`.
+void write_documents(const std::string& prefix) {
+  IndexedDatasetBuilder b(prefix, TokenDType::kUInt16);
+  std::vector<int32_t> tokens(40);
+  for (int d = 0; d < 20; ++d) {
+    for (int i = 0; i < 40; ++i) tokens[i] = (d + i) % 50;
+    b.add_document(tokens);
+  }
+  b.finalize();
+}
+
+TEST(BuildGptDatasets, TestSplitWithoutDocumentsIsOptional) {
+  ScratchDir dir;
+  write_documents(dir / "docs");
+  GptDataConfig config;
+  config.seq_length = 8;
+  config.cache_path = dir / "cache";
+  // 949,50,1 of 20 documents gives the test split none; samples asked of it are an error by default.
+  config.split = "949,50,1";
+  for (const std::vector<std::string>& path :
+       {std::vector<std::string>{dir / "docs"}, {"1", dir / "docs", "1", dir / "docs"}, {dir / "docs", dir / "docs"}}) {
+    config.data_path = path;
+    config.test_split_optional = false;
+    EXPECT_NE(error_of([&] { build_gpt_datasets(config, {16, 8, 8}); }).find("has no documents"), std::string::npos)
+        << path.size();
+    config.test_split_optional = true;
+    const auto sets = build_gpt_datasets(config, {16, 8, 8});
+    EXPECT_NE(sets[0], nullptr);
+    EXPECT_NE(sets[1], nullptr);
+    EXPECT_EQ(sets[2], nullptr) << path.size();
+  }
+  // 80,10,10 gives it 2 documents: it is built.
+  config.data_path = {dir / "docs"};
+  config.split = "80,10,10";
+  const auto sets = build_gpt_datasets(config, {16, 8, 8});
+  ASSERT_NE(sets[2], nullptr);
+  EXPECT_GE(sets[2]->size(), 8);
 }
 
 TEST(MegatronNumSamples, FollowsTraining) {

@@ -25,8 +25,12 @@ LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
     config_.seq_length = o.seq_length;
   }
 
+  config_.params_dtype = o.params_dtype;
+
+  // The tokenizer flags given are used (as Megatron builds its tokenizer from the flags); what they leave
+  // out is the checkpoint's when the type is the one the model was trained with.
   data::TokenizerOptions tok = o.tokenizer;
-  if (tok.type.empty()) {  // the tokenizer the model was trained with
+  if (tok.type.empty() || tok.type == run.value("tokenizer_type", "")) {
     tok.type = run.value("tokenizer_type", "");
     if (tok.vocab_file.empty()) tok.vocab_file = run.value("vocab_file", "");
     if (tok.merge_file.empty()) tok.merge_file = run.value("merge_file", "");

@@ -19,6 +19,7 @@ struct LoadOptions {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
   int64_t seq_length = 0;  // 0: the checkpoint's (--seq-length of evaluation)
+  DType params_dtype = DType::F32;  // GEMM inputs (--bf16, --fp16); checkpoints do not record the training's
 };
 
 class LoadedModel {

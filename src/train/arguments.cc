@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 
 #include "data/tokenizer_factory.h"
 
@@ -22,6 +23,33 @@ void require_positive(const char* flag, T value) {
 
 }  // namespace
 
+// The flags that define the model (not its layout): `tessera train`'s, and those `generate`, `serve` and
+// `eval` accept from a Megatron launch script.
+void add_model_flags(CLI::App& app, TrainArguments& a) {
+  app.add_option("--num-layers", a.num_layers, "Number of transformer layers");
+  app.add_option("--hidden-size", a.hidden_size, "Transformer hidden size");
+  app.add_option("--num-attention-heads", a.num_attention_heads, "Number of attention heads");
+  app.add_option("--ffn-hidden-size", a.ffn_hidden_size, "MLP hidden size (default 4h, or 8h/3 rounded to 64 with SwiGLU)");
+  app.add_option("--kv-channels", a.kv_channels, "Head dimension (default hidden / heads)");
+  app.add_flag("--group-query-attention", a.group_query_attention, "Use grouped-query attention");
+  app.add_option("--num-query-groups", a.num_query_groups, "Key/value heads with --group-query-attention");
+  app.add_option("--seq-length", a.seq_length, "Sequence length");
+  app.add_option("--max-position-embeddings", a.max_position_embeddings, "Positions of the learned embedding (default seq length)");
+  app.add_option("--position-embedding-type", a.position_embedding_type, "learned_absolute or rope");
+  app.add_option("--rotary-base", a.rotary_base, "Base of the rotary frequencies");
+  app.add_option("--rotary-percent", a.rotary_percent, "Fraction of each head rotated by RoPE");
+  app.add_option("--normalization", a.normalization, "LayerNorm or RMSNorm");
+  app.add_option("--norm-epsilon", a.norm_epsilon, "Epsilon of the norms");
+  app.add_flag("--swiglu", a.swiglu, "SwiGLU MLP instead of GELU");
+  app.add_flag("--untie-embeddings-and-output-weights", a.untie_embeddings_and_output_weights,
+               "Separate output layer instead of the word embedding");
+  app.add_flag("--disable-bias-linear", a.disable_bias_linear, "No biases in linear layers");
+  app.add_option("--hidden-dropout", a.hidden_dropout, "Dropout after attention and MLP");
+  app.add_option("--attention-dropout", a.attention_dropout, "Dropout of attention probabilities");
+  app.add_option("--init-method-std", a.init_method_std, "Std of the normal initialisation");
+  app.add_option("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by, "Pad the vocabulary to a multiple of this");
+}
+
 TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size) {
   TrainArguments a;
   a.world_size = world_size;
@@ -30,28 +58,9 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   // As with argparse in Megatron, a flag given twice takes its last value, so scripts can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   auto* m = app.add_option_group("model");
-  m->add_option("--num-layers", a.num_layers, "Number of transformer layers")->required();
-  m->add_option("--hidden-size", a.hidden_size, "Transformer hidden size")->required();
-  m->add_option("--num-attention-heads", a.num_attention_heads, "Number of attention heads")->required();
-  m->add_option("--ffn-hidden-size", a.ffn_hidden_size, "MLP hidden size (default 4h, or 8h/3 rounded to 64 with SwiGLU)");
-  m->add_option("--kv-channels", a.kv_channels, "Head dimension (default hidden / heads)");
-  m->add_flag("--group-query-attention", a.group_query_attention, "Use grouped-query attention");
-  m->add_option("--num-query-groups", a.num_query_groups, "Key/value heads with --group-query-attention");
-  m->add_option("--seq-length", a.seq_length, "Sequence length")->required();
-  m->add_option("--max-position-embeddings", a.max_position_embeddings, "Positions of the learned embedding (default seq length)");
-  m->add_option("--position-embedding-type", a.position_embedding_type, "learned_absolute or rope");
-  m->add_option("--rotary-base", a.rotary_base, "Base of the rotary frequencies");
-  m->add_option("--rotary-percent", a.rotary_percent, "Fraction of each head rotated by RoPE");
-  m->add_option("--normalization", a.normalization, "LayerNorm or RMSNorm");
-  m->add_option("--norm-epsilon", a.norm_epsilon, "Epsilon of the norms");
-  m->add_flag("--swiglu", a.swiglu, "SwiGLU MLP instead of GELU");
-  m->add_flag("--untie-embeddings-and-output-weights", a.untie_embeddings_and_output_weights,
-              "Separate output layer instead of the word embedding");
-  m->add_flag("--disable-bias-linear", a.disable_bias_linear, "No biases in linear layers");
-  m->add_option("--hidden-dropout", a.hidden_dropout, "Dropout after attention and MLP");
-  m->add_option("--attention-dropout", a.attention_dropout, "Dropout of attention probabilities");
-  m->add_option("--init-method-std", a.init_method_std, "Std of the normal initialisation");
-  m->add_option("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by, "Pad the vocabulary to a multiple of this");
+  add_model_flags(*m, a);
+  for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length"})
+    m->get_option(flag)->required();
   m->add_option("--tensor-model-parallel-size", a.tensor_model_parallel_size, "Tensor-parallel size");
   m->add_option("--pipeline-model-parallel-size", a.pipeline_model_parallel_size, "Pipeline-parallel size");
   m->add_option("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
@@ -137,6 +146,11 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   l->add_option("--ckpt-keep-last", a.ckpt_keep_last, "Keep only the newest N checkpoints (0: all)");
   l->add_flag("--exit-signal-handler", a.exit_signal_handler,
               "On SIGTERM or SIGINT, save a checkpoint at the end of the iteration and exit");
+  l->add_option("--exit-interval", a.exit_interval,
+                "Save (with --save) and exit 0 after the iteration that is a multiple of this (0: never)");
+  l->add_option("--exit-duration-in-mins", a.exit_duration_in_mins,
+                "Save (with --save) and exit 0 after the iteration that ends past this many minutes (0: never)");
+  l->add_flag("--skip-train", a.skip_train, "Do not train: only evaluate the validation and test splits");
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
@@ -336,6 +350,9 @@ void finalize(TrainArguments& a) {
   require(a.save_interval >= 0, "--save-interval", a.save_interval, "must be >= 0");
   require(a.save_interval == 0 || !a.save.empty(), "--save-interval", a.save_interval, "needs --save DIR");
   require(a.ckpt_keep_last >= 0, "--ckpt-keep-last", a.ckpt_keep_last, "must be >= 0");
+  require(a.exit_interval >= 0, "--exit-interval", a.exit_interval, "must be >= 0 (0: never)");
+  require(std::isfinite(a.exit_duration_in_mins) && a.exit_duration_in_mins >= 0, "--exit-duration-in-mins",
+          a.exit_duration_in_mins, "must be a finite number >= 0 (0: never)");
 
   model::GptConfig& c = a.model;
   c.num_layers = a.num_layers;

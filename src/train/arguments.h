@@ -13,6 +13,10 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"
 
+namespace CLI {
+class App;
+}
+
 namespace tessera::train {
 
 struct TrainArguments {
@@ -79,6 +83,11 @@ struct TrainArguments {
   bool no_load_optim = false, no_load_rng = false, finetune = false;
   int64_t ckpt_keep_last = 0;         // 0: keep every checkpoint
   bool exit_signal_handler = false;   // SIGTERM/SIGINT: save at the end of the iteration and exit 0
+  // As Megatron: save and exit 0 after an iteration that is a multiple of exit_interval, or that ends
+  // more than exit_duration_in_mins after the start (Megatron takes whole minutes; fractions work here).
+  int64_t exit_interval = 0;           // 0: never
+  double exit_duration_in_mins = 0;    // 0: never
+  bool skip_train = false;             // only evaluate (validation and test splits) at the loaded iteration
 
   // Derived by finalize().
   int64_t tokenizer_vocab_size = 0;  // ids the tokenizer produces (end-of-document id included)
@@ -108,5 +117,9 @@ struct HelpRequested {
 
 // Checks every rule and fills the derived fields. Called by parse_train_arguments.
 void finalize(TrainArguments& a);
+
+// Adds the flags that define the model (--num-layers ... --make-vocab-size-divisible-by; not the
+// parallel layout) to `app`, writing into `a`. None is required here; tessera train requires some.
+void add_model_flags(CLI::App& app, TrainArguments& a);
 
 }  // namespace tessera::train

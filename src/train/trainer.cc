@@ -166,6 +166,7 @@ void Trainer::build_datasets() {
   if (args_.mock_data) {
     train_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.seq_length, args_.seed, 0);
     valid_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.seq_length, args_.seed, 1);
+    test_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.seq_length, args_.seed, 2);
     return;
   }
   data::GptDataConfig config;
@@ -174,9 +175,9 @@ void Trainer::build_datasets() {
   config.seq_length = args_.seq_length;
   config.seed = static_cast<uint32_t>(args_.seed);
   config.cache_path = args_.data_cache_path;
+  config.test_split_optional = true;  // evaluated after training only when it has documents
   auto sizes = data::megatron_num_samples(args_.train_iters, args_.global_batch_size, args_.eval_interval,
                                           args_.eval_iters);
-  sizes[2] = 0;  // the test split is not used by training
   std::array<std::shared_ptr<const data::TokenDataset>, 3> sets;
   for (int turn = 0; turn < 2; ++turn) {  // rank 0 builds and caches; then the others load the cache
     if ((state_->world_rank() == 0) == (turn == 0)) sets = data::build_gpt_datasets(config, sizes);
@@ -184,12 +185,14 @@ void Trainer::build_datasets() {
   }
   train_data_ = sets[0];
   valid_data_ = sets[1];
+  test_data_ = sets[2];
   TESSERA_CHECK(train_data_ != nullptr, "--split=", args_.split, ": gives the training split no documents");
   if (!valid_data_ && args_.eval_iters > 0) {
     say(str_cat(" WARNING: --split=", args_.split, " leaves no validation documents; evaluation is off"));
-    args_.eval_iters = 0;
   }
-  say(str_cat(" > datasets: ", train_data_->size(), " training samples", valid_data_ ? str_cat(", ", valid_data_->size(), " validation samples") : ""));
+  say(str_cat(" > datasets: ", train_data_->size(), " training samples",
+              valid_data_ ? str_cat(", ", valid_data_->size(), " validation samples") : "",
+              test_data_ ? str_cat(", ", test_data_->size(), " test samples") : ""));
 }
 
 void Trainer::say(const std::string& line) {
@@ -314,12 +317,17 @@ void Trainer::finalize_gradients() {
 }
 
 double Trainer::evaluate() {
+  TESSERA_CHECK(valid_data_ != nullptr, "--split=", args_.split, ": no validation documents to evaluate");
+  return evaluate_on(*valid_data_);
+}
+
+double Trainer::evaluate_on(const data::TokenDataset& data) {
   optimizer_->wait_for_params();
-  // The same validation samples every time, so evaluations are comparable along a run.
+  // The same samples every time, so evaluations are comparable along a run.
   std::vector<model::MicroBatch> batches;
   std::vector<float> loss_and_tokens(2, 0.0f);
   for (int64_t m = 0; m < args_.eval_iters * args_.num_micro_batches; ++m) {
-    batches.push_back(micro_batch(*valid_data_, 0, m));
+    batches.push_back(micro_batch(data, 0, m));
     for (int64_t i = 0; i < batches.back().loss_mask.numel(); ++i) loss_and_tokens[1] += batches.back().loss_mask.f32()[i];
   }
   pipeline::PipelineTimes saved = times_;  // evaluation is not part of the training timers
@@ -427,6 +435,10 @@ void Trainer::train() {
   double interval_loss = 0, interval_seconds = 0;  // training steps only, not evaluation or saving
   // Megatron's log line counts skipped and NaN iterations per interval.
   int64_t interval_iters = 0, interval_skipped = 0, interval_nan = 0;
+  if (args_.skip_train) {
+    say("skipping training (--skip-train is on) ...");
+    return;
+  }
   while (iteration_ < args_.train_iters) {
     if (iteration_ == first_iteration + 1) profiler::reset();  // TESSERA_PROFILE: leave out the warm-up step
     optim::StepResult step;
@@ -490,7 +502,8 @@ void Trainer::train() {
       interval_iters = interval_skipped = interval_nan = 0;
       interval_seconds = 0;
     }
-    if (args_.eval_iters > 0 && (iteration_ % args_.eval_interval == 0 || iteration_ == args_.train_iters))
+    if (valid_data_ && args_.eval_iters > 0 &&
+        (iteration_ % args_.eval_interval == 0 || iteration_ == args_.train_iters))
     {
       double loss = evaluate();
       if (log_) log_->validation(iteration_, loss);
@@ -515,10 +528,52 @@ void Trainer::train() {
     if (args_.exit_signal_handler && exit_signal_received_anywhere(*world_)) {
       if (!args_.save.empty() && !save_now) save();
       say(str_cat("exiting program after receiving ", exit_signal_name(), "."));
+      exit_condition_met_ = true;
+      break;
+    }
+    if (exit_by_interval_or_duration(save_now)) {
+      exit_condition_met_ = true;
       break;
     }
   }
   optimizer_->wait_for_params();
+}
+
+bool Trainer::exit_by_interval_or_duration(bool saved) {
+  const auto save_and_say = [&](const std::string& what) {
+    if (!args_.save.empty() && !saved) save();
+    world_->barrier();  // as Megatron's print_datetime: the line comes when every rank is there
+    say(format_datetime_line(what));
+  };
+  if (args_.exit_duration_in_mins > 0) {
+    // Clocks differ between ranks: all take the largest elapsed time, so they stop after the same iteration.
+    Tensor minutes = Tensor::zeros({1});
+    minutes.f32()[0] = static_cast<float>(start_timer_.seconds() / 60.0);
+    if (world_->size() > 1) world_->all_reduce(minutes, comm::ReduceOp::Max);
+    if (minutes.f32()[0] > args_.exit_duration_in_mins) {
+      save_and_say(str_cat("exiting program after ", minutes.f32()[0], " minutes"));
+      return true;
+    }
+  }
+  if (args_.exit_interval > 0 && iteration_ % args_.exit_interval == 0) {
+    save_and_say(str_cat("exiting program at iteration ", iteration_));
+    return true;
+  }
+  return false;
+}
+
+void Trainer::evaluate_after_training() {
+  if (args_.eval_iters == 0) return;
+  // Megatron evaluates the validation split after training too; here the loop's evaluation at the last
+  // iteration is that one, so only --skip-train (no loop) evaluates it here.
+  if (args_.skip_train && valid_data_) {
+    const double loss = evaluate_on(*valid_data_);
+    if (log_) log_->final_evaluation(iteration_, "validation", loss);
+  }
+  if (test_data_) {
+    const double loss = evaluate_on(*test_data_);
+    if (log_) log_->final_evaluation(iteration_, "test", loss);
+  }
 }
 
 }  // namespace tessera::train

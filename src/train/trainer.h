@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/parallel_state.h"
+#include "core/timer.h"
 #include "model/gpt_model.h"
 #include "parallel/grad_buckets.h"
 #include "pipeline/executor.h"
@@ -38,6 +39,13 @@ class Trainer {
   void train();
   // Mean per-token loss over --eval-iters global batches of the validation split.
   double evaluate();
+  // Megatron's evaluation after training (pretrain's do_valid/do_test), with --eval-iters batches: the
+  // test split when it has documents, and with --skip-train the validation split first; each printed as
+  // "validation loss at iteration N on <split> set | ...". As in Megatron, not done after an exit.
+  void evaluate_after_training();
+  // Whether train() ended on an exit condition (an exit signal, --exit-interval, --exit-duration-in-mins),
+  // at the last iteration or before.
+  bool exit_condition_met() const { return exit_condition_met_; }
 
   // Called once on the reporting rank after the first log line, with its measured elapsed ms per
   // iteration; the returned text is printed (tessera train puts the planner's prediction beside it).
@@ -58,6 +66,12 @@ class Trainer {
   // Runs this rank's pipeline schedule over the micro-batches `batches` (forward only when not
   // training) and returns the sum of the masked token losses (non-zero on the last stage only).
   double run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale);
+  // Mean per-token loss over --eval-iters global batches of `data`, from its first sample.
+  double evaluate_on(const data::TokenDataset& data);
+  // --exit-interval and --exit-duration-in-mins after an iteration, as Megatron's checkpoint_and_decide_exit:
+  // saves (with --save, unless `saved` says this iteration's checkpoint was just written), prints Megatron's
+  // line and returns true when the loop must stop. Collective over the world with --exit-duration-in-mins.
+  bool exit_by_interval_or_duration(bool saved);
   // Per-rank timers of the last log interval, gathered over the world and printed as (min, max) with
   // the measured and theoretical pipeline bubble.
   void log_timers(int64_t iterations);
@@ -75,6 +89,7 @@ class Trainer {
   void data_parallel_sum(std::vector<float>& values) const;
   // Sums over the pipeline group (the loss lives on the last stage).
   void pipeline_sum(std::vector<float>& values) const;
+  Timer start_timer_;  // --exit-duration-in-mins counts from here (Megatron: from the start of pretrain)
   TrainArguments args_;
   std::unique_ptr<comm::ProcessGroup> single_world_;
   comm::ProcessGroup* world_ = nullptr;
@@ -86,7 +101,7 @@ class Trainer {
   std::unique_ptr<pipeline::PipelineP2P> p2p_;            // null without pipeline parallelism
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DistributedOptimizer* distributed_optimizer_ = nullptr;  // optimizer_, with --use-distributed-optimizer
-  std::shared_ptr<const data::TokenDataset> train_data_, valid_data_;
+  std::shared_ptr<const data::TokenDataset> train_data_, valid_data_, test_data_;  // test: null without documents
   BatchOptions batch_options_;
   std::unique_ptr<TrainingLog> log_;  // on world rank 0 only
   std::unique_ptr<parallel::GradBuckets> buckets_;
@@ -101,6 +116,7 @@ class Trainer {
   MemoryPrediction memory_;
   int64_t consecutive_nan_iterations_ = 0;
   std::optional<InjectedFault> injected_fault_;  // TESSERA_INJECT_FAULT (tests only)
+  bool exit_condition_met_ = false;
   std::vector<double> losses_;
 };
 

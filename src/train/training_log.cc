@@ -55,10 +55,13 @@ std::string format_iteration_line(const IterationStats& s) {
   return line;
 }
 
-std::string format_validation_line(int64_t iteration, double loss) {
-  return printf_string(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E | ",
-                       static_cast<long long>(iteration), loss, std::exp(std::min(loss, 20.0)));
+std::string format_validation_line(int64_t iteration, double loss, const std::string& split) {
+  const std::string where = split.empty() ? std::string() : " on " + split + " set";
+  return printf_string(" validation loss at iteration %lld%s | lm loss value: %.6E | lm loss PPL: %.6E | ",
+                       static_cast<long long>(iteration), where.c_str(), loss, std::exp(std::min(loss, 20.0)));
 }
+
+std::string format_datetime_line(const std::string& text) { return "[" + text + "] datetime: " + timestamp() + " "; }
 
 TrainingLog::TrainingLog(const std::string& log_dir, const std::string& tensorboard_dir)
     : terminal_(::isatty(STDOUT_FILENO) == 1) {
@@ -100,12 +103,25 @@ void TrainingLog::iteration(const IterationStats& s) {
   }
 }
 
-void TrainingLog::validation(int64_t iteration, double loss) {
-  std::string line = format_validation_line(iteration, loss);
+void TrainingLog::evaluation_line(const std::string& line) {
   std::string rule(line.size() + 1, '-');
   print(rule);
   print(line);
   print(rule);
+}
+
+void TrainingLog::final_evaluation(int64_t iteration, const std::string& split, double loss) {
+  evaluation_line(format_validation_line(iteration, loss, split));
+  if (jsonl_) *jsonl_ << nlohmann::json{{"iteration", iteration}, {split + "_lm_loss", loss}}.dump() << std::endl;
+  if (tensorboard_) {
+    tensorboard_->add_scalar("lm loss " + split, static_cast<float>(loss), iteration);
+    tensorboard_->add_scalar("lm loss " + split + " ppl", static_cast<float>(std::exp(std::min(loss, 20.0))), iteration);
+    tensorboard_->flush();
+  }
+}
+
+void TrainingLog::validation(int64_t iteration, double loss) {
+  evaluation_line(format_validation_line(iteration, loss));
   if (jsonl_) *jsonl_ << nlohmann::json{{"iteration", iteration}, {"validation_lm_loss", loss}}.dump() << std::endl;
   if (tensorboard_) {
     tensorboard_->add_scalar("lm loss validation", static_cast<float>(loss), iteration);

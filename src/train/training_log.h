@@ -22,8 +22,11 @@ struct IterationStats {
 // Megatron's log line, e.g.
 // " [2026-11-29 21:00:00] iteration       10/     200 | consumed samples:          160 | ... |"
 std::string format_iteration_line(const IterationStats& s);
-// Megatron's validation line: " validation loss at iteration 10 | lm loss value: ... | lm loss PPL: ... | "
-std::string format_validation_line(int64_t iteration, double loss);
+// Megatron's validation line: " validation loss at iteration 10 | lm loss value: ... | lm loss PPL: ... | ";
+// after training, with the split: " validation loss at iteration 10 on test set | ...".
+std::string format_validation_line(int64_t iteration, double loss, const std::string& split = "");
+// Megatron's print_datetime: "[TEXT] datetime: 2026-12-01 09:00:00 ".
+std::string format_datetime_line(const std::string& text);
 
 class TrainingLog {
  public:
@@ -31,12 +34,16 @@ class TrainingLog {
 
   void iteration(const IterationStats& s);
   void validation(int64_t iteration, double loss);
+  // An evaluation after training, of split "validation" or "test": the line with " on <split> set", and
+  // <split>_lm_loss in the JSON lines, "lm loss <split>" (and ppl) in TensorBoard.
+  void final_evaluation(int64_t iteration, const std::string& split, double loss);
   // Redraws the progress bar (terminal only): iteration of total, seconds per iteration so far.
   void progress(int64_t iteration, int64_t total, double seconds_per_iteration);
   // Prints a line, clearing the progress bar first.
   void print(const std::string& line);
 
  private:
+  void evaluation_line(const std::string& line);  // between rules, as Megatron
   bool terminal_;
   bool bar_shown_ = false;
   std::unique_ptr<std::ofstream> jsonl_;

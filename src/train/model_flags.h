@@ -1,0 +1,29 @@
+// Model flags given to `tessera generate`, `serve` and `eval` (the flags of `tessera train`, as a
+// Megatron launch script passes them) against the configuration a checkpoint records. The checkpoint
+// defines the model; a flag given with another value is a conflict (an error, or with
+// --use-checkpoint-args, Megatron's flag, a note that the checkpoint's value is used).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "train/arguments.h"
+
+namespace tessera::train {
+
+struct ModelFlagConflict {
+  std::string flag, given, saved;  // e.g. "--hidden-size", "64", "32"
+};
+
+// The model flags given on `app`'s command line (added by add_model_flags into `given`) whose value
+// differs from the checkpoint's `saved` configuration. Flags that do not change what the saved weights
+// compute (dropouts, initialisation, vocabulary padding) never conflict; --num-query-groups counts only
+// with --group-query-attention, as in training. --seq-length is compared when `app` has it.
+std::vector<ModelFlagConflict> model_flag_conflicts(const CLI::App& app, const TrainArguments& given,
+                                                    const model::GptConfig& saved);
+
+// "--hidden-size=64 (the checkpoint's: 32); --swiglu=true (the checkpoint's: false)".
+std::string describe(const std::vector<ModelFlagConflict>& conflicts);
+
+}  // namespace tessera::train

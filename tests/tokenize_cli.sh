@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# tessera tokenize --whole-input: a multi-line file (blank lines, tabs, trailing spaces, non-ASCII
+# UTF-8, no final newline) is one text; --decode --whole-input gives it back byte for byte through
+# GPT-2's byte-level BPE. Line by line, the newlines are not part of any text.
+set -uo pipefail
+tessera=${1:?usage: tokenize_cli.sh path/to/tessera}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${TESSERA_DATA_CACHE:-$root/data-cache}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib/checks.sh"
+gpt2=(--tokenizer-type GPT2BPETokenizer --vocab-file "$cache/gpt2/gpt2-vocab.json" --merge-file "$cache/gpt2/gpt2-merges.txt")
+if [ ! -f "$cache/gpt2/gpt2-vocab.json" ]; then
+  echo "FAIL: $cache/gpt2 is missing (scripts/setup.sh downloads GPT-2's vocabulary)"
+  exit 1
+fi
+
+printf 'The jury said,\n\n\tit was   "fine".  \nCafé – naïve 東京\r\nlast line without newline' > "$work/text.txt"
+"$tessera" tokenize --whole-input "${gpt2[@]}" < "$work/text.txt" > "$work/ids.txt"
+check "tokenize --whole-input exits 0" $?
+[ "$(wc -l < "$work/ids.txt")" -eq 1 ] && grep -qE '^[0-9]+( [0-9]+)*$' "$work/ids.txt"
+check "one line of ids: $(cat "$work/ids.txt")" $?
+"$tessera" tokenize --decode --whole-input "${gpt2[@]}" < "$work/ids.txt" > "$work/back.txt"
+check "tokenize --decode --whole-input exits 0" $?
+cmp "$work/text.txt" "$work/back.txt"
+check "the round trip gives the file back byte for byte: $(od -c "$work/back.txt" | head -5)" $?
+# Ids may be split over lines when decoding the whole input.
+tr ' ' '\n' < "$work/ids.txt" | "$tessera" tokenize --decode --whole-input "${gpt2[@]}" > "$work/back2.txt"
+cmp "$work/text.txt" "$work/back2.txt"
+check "ids one per line decode to the same text" $?
+# Line by line (the default) the ids of each line stand for that line alone: 5 lines, no id of "\n" (198).
+"$tessera" tokenize "${gpt2[@]}" < "$work/text.txt" > "$work/lines.txt"
+[ "$(wc -l < "$work/lines.txt")" -eq 5 ] && ! grep -qw 198 "$work/lines.txt"
+check "line by line gives 5 lines without newline ids: $(cat "$work/lines.txt")" $?
+
+finish tokenize_cli
