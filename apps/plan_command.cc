@@ -116,6 +116,7 @@ plan::Layout layout_from(const train::TrainArguments& a, const PlanFlags& f, int
   l.micro_batch_size = a.micro_batch_size;
   l.global_batch_size = a.global_batch_size;
   l.overlap_grad_reduce = a.overlap_grad_reduce;
+  l.ddp_bucket_size = a.ddp_bucket_size;
   l.overlap_param_gather = f.overlap_param_gather;
   l.distributed_optimizer = f.use_distributed_optimizer;
   TESSERA_CHECK(!(f.bf16 && f.fp16), "--bf16 and --fp16: give at most one");

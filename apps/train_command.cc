@@ -34,6 +34,7 @@ std::string plan_note(const train::TrainArguments& a, double measured_ms) try {
   l.micro_batch_size = a.micro_batch_size;
   l.global_batch_size = a.global_batch_size;
   l.overlap_grad_reduce = a.overlap_grad_reduce;
+  l.ddp_bucket_size = a.ddp_bucket_size;
   l.virtual_stages = static_cast<int>(a.virtual_pipeline_size);
   if (a.recompute_granularity == "full") l.recompute = plan::Recompute::Full;
   if (a.recompute_granularity == "selective" || a.recompute_activations) l.recompute = plan::Recompute::Selective;
