@@ -55,7 +55,8 @@ std::string plan_note(const train::TrainArguments& a, double measured_ms) try {
   const plan::ClusterSpec cluster = cluster_for_plan(a.model, l, static_cast<int>(a.world_size), source);
   const plan::Plan p = plan::make_plan(a.model, l, cluster, {});
   auto one_decimal = [](double x) { return std::round(x * 10) / 10; };
-  return str_cat(" plan (", source, "; ", plan::describe(l), " ", plan::to_string(l.precision), "): elapsed time per iteration (ms): predicted ", one_decimal(p.time.total() * 1e3), ", measured ",
+  return str_cat(" plan (", source, "; ", plan::describe(l), " ", plan::to_string(l.precision),
+                 "): elapsed time per iteration (ms): predicted ", one_decimal(p.time.total() * 1e3), ", measured ",
                  one_decimal(measured_ms), " | peak memory per rank (MiB): predicted ",
                  one_decimal(p.peak_memory() / (1 << 20)), ", measured (peak RSS) ",
                  one_decimal(peak_resident_bytes() / (1 << 20)));

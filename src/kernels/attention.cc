@@ -33,6 +33,7 @@
 #include "core/check.h"
 #include "core/philox.h"
 #include "core/profiler.h"
+#include "core/progress.h"
 
 namespace tessera::kernels {
 namespace {
@@ -120,6 +121,7 @@ struct Plan {
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                        const AttentionShape& shape, float softmax_scale, const AttentionDropout& dropout) {
   TESSERA_PROFILE_SCOPE("attention_forward");
+  progress::poll();
   const Plan plan(shape, dropout);
   const int64_t d = plan.d;
   const PhiloxStream rng(dropout.seed, dropout.stream);
@@ -231,6 +233,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
                         const float* dout, float* dq, float* dk, float* dv, const AttentionShape& shape,
                         float softmax_scale, const AttentionDropout& dropout) {
   TESSERA_PROFILE_SCOPE("attention_backward");
+  progress::poll();
   const Plan plan(shape, dropout);
   const int64_t d = plan.d;
   const PhiloxStream rng(dropout.seed, dropout.stream);

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "core/profiler.h"
+#include "core/progress.h"
 #include "kernels/gemm.h"
 #include "kernels/precision.h"
 
@@ -59,6 +60,7 @@ class OneDnnGemm final : public GemmBackend {
                     g.trans_b == Trans::N ? 'N' : 'T', g.beta != 0.0f ? " +=" : "",
                     g.input_type == DType::F32 ? "" : g.input_type == DType::BF16 ? " bf16" : " fp16");
     TESSERA_PROFILE_SCOPE(profiler::detailed() ? shape_name : "gemm");
+    progress::poll();  // let communication in flight advance between kernels (core/progress.h)
     TESSERA_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0, "gemm: negative size m=", g.m, " n=", g.n, " k=", g.k);
     TESSERA_CHECK(g.bias == nullptr || g.beta == 0.0f, "gemm: a bias epilogue needs beta == 0");
     if (g.m == 0 || g.n == 0) return;

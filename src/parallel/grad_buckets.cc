@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/progress.h"
+
 namespace tessera::parallel {
 
 std::vector<BucketSpan> cut_buckets(int64_t numel, int64_t bucket_elements, int ranks,
@@ -44,12 +46,35 @@ GradBuckets::GradBuckets(const Tensor& grads, int64_t bucket_elements, comm::Pro
                          std::vector<std::pair<int64_t, int64_t>> own_buckets)
     : grads_(grads), group_(group), mode_(mode) {
   spans_ = cut_buckets(grads.numel(), bucket_elements, group.size(), std::move(own_buckets));
-  for (const BucketSpan& s : spans_) buckets_.push_back({s, nullptr, nullptr, Tensor(), false});
+  for (const BucketSpan& s : spans_) buckets_.push_back({s, nullptr, nullptr, Tensor(), false, false});
+  if (group.size() > 1) progress::add_hook(this, [this] { progress(); });
+}
+
+GradBuckets::~GradBuckets() { progress::remove_hook(this); }
+
+void GradBuckets::progress() {
+  // Each test of an incomplete request lets MPI advance every operation in flight, not only that one.
+  for (Bucket& b : buckets_) {
+    if (!b.started || b.done) continue;
+    const bool piece = !b.work || b.work->test();
+    const bool tail = !b.tail_work || b.tail_work->test();
+    b.done = piece && tail;
+  }
+  for (Gather& g : gathers_)
+    if (!g.done) g.done = g.work->test();
 }
 
 std::vector<OwnedRange> GradBuckets::owned_ranges() const {
   if (mode_ == Mode::AllReduce) return {{0, grads_.numel(), true}};
   return parallel::owned_ranges(spans_, group_.size(), group_.rank());
+}
+
+int64_t GradBuckets::reductions_in_flight() const {
+  return std::count_if(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.started && !b.done; });
+}
+
+int64_t GradBuckets::gathers_in_flight() const {
+  return std::count_if(gathers_.begin(), gathers_.end(), [](const Gather& g) { return !g.done; });
 }
 
 void GradBuckets::mark_final_from(int64_t first_final) {
@@ -71,12 +96,16 @@ void GradBuckets::mark_final_from(int64_t first_final) {
     const int64_t tail = b.span.tail_begin(ranks);
     if (tail < b.span.end) b.tail_work = group_.all_reduce_async(grads_.flat_range(tail, b.span.end - tail));
   }
+  // Called once per layer by backward: also a progress point for what is already in flight.
+  progress();
 }
 
 void GradBuckets::finish() {
   if (group_.size() == 1) return;
   mark_final_from(0);
   for (Bucket& b : buckets_) {
+    ++counts_.reduced;
+    if (b.done) ++counts_.reduced_before_wait;
     if (b.work) b.work->wait();
     if (b.tail_work) b.tail_work->wait();
     if (b.reduced_piece.defined()) {
@@ -86,7 +115,7 @@ void GradBuckets::finish() {
     }
     b.work.reset();
     b.tail_work.reset();
-    b.started = false;
+    b.started = b.done = false;
   }
 }
 
@@ -103,7 +132,8 @@ void GradBuckets::start_param_gather(const Tensor& values) {
     if (s.piece == 0) continue;
     Tensor whole = values.flat_range(s.begin, ranks * s.piece);
     // The own piece already sits in its chunk of `whole`: an in-place all-gather.
-    gathers_.emplace_back(s.begin, group_.all_gather_async(whole.flat_range(group_.rank() * s.piece, s.piece), whole));
+    gathers_.push_back({s.begin, group_.all_gather_async(whole.flat_range(group_.rank() * s.piece, s.piece), whole),
+                        false});
   }
 }
 
@@ -111,7 +141,11 @@ void GradBuckets::wait_param_gather() { wait_param_gather_below(grads_.numel());
 
 void GradBuckets::wait_param_gather_below(int64_t end) {
   size_t done = 0;
-  while (done < gathers_.size() && gathers_[done].first < end) gathers_[done++].second->wait();
+  for (; done < gathers_.size() && gathers_[done].begin < end; ++done) {
+    ++counts_.gathered;
+    if (gathers_[done].done) ++counts_.gathered_before_wait;
+    gathers_[done].work->wait();
+  }
   gathers_.erase(gathers_.begin(), gathers_.begin() + static_cast<std::ptrdiff_t>(done));
 }
 

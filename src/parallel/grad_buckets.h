@@ -8,6 +8,11 @@
 // optimizer): each bucket is split over the data-parallel ranks, and each rank ends with the sum only
 // on the part it owns; after the optimizer has updated those parts, the parameters are all-gathered
 // bucket by bucket over the same layout (Megatron shards its buffer by bucket in the same way).
+//
+// Progress: MPI (Open MPI at least) advances a nonblocking collective only inside MPI calls, so while
+// reductions or gathers are in flight the buckets test them at every progress point (core/progress.h:
+// each GEMM and attention kernel, and every mark_final_from). Started during backward, they then run
+// during backward instead of at finish().
 #pragma once
 
 #include <utility>
@@ -53,6 +58,9 @@ class GradBuckets {
   // see cut_buckets.
   GradBuckets(const Tensor& grads, int64_t bucket_elements, comm::ProcessGroup& group, Mode mode = Mode::AllReduce,
               std::vector<std::pair<int64_t, int64_t>> own_buckets = {});
+  ~GradBuckets();
+  GradBuckets(const GradBuckets&) = delete;  // registered by address as a progress hook
+  GradBuckets& operator=(const GradBuckets&) = delete;
 
   // Everything at flat offset >= first_final is final: start the reduction of every bucket that now is.
   void mark_final_from(int64_t first_final);
@@ -71,6 +79,19 @@ class GradBuckets {
   void wait_param_gather_below(int64_t end);
   bool param_gather_pending() const { return !gathers_.empty(); }
 
+  // Tests every reduction and gather in flight, which lets MPI advance them (the progress hook).
+  void progress();
+  // Since construction: buckets reduced, and how many of them had completed before finish() waited for
+  // them; the same for the parameter all-gathers and their waits. They show that progress is driven.
+  struct Counts {
+    int64_t reduced = 0, reduced_before_wait = 0;
+    int64_t gathered = 0, gathered_before_wait = 0;
+  };
+  const Counts& counts() const { return counts_; }
+  // Buckets started and not yet seen complete by progress(), and the same for the all-gathers.
+  int64_t reductions_in_flight() const;
+  int64_t gathers_in_flight() const;
+
   Mode mode() const { return mode_; }
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
   const std::vector<BucketSpan>& spans() const { return spans_; }
@@ -83,14 +104,21 @@ class GradBuckets {
     comm::WorkHandle work, tail_work;
     Tensor reduced_piece;  // ReduceScatter: where this rank's summed piece arrives
     bool started = false;
+    bool done = false;  // its reduction has completed (seen by progress())
+  };
+  struct Gather {
+    int64_t begin;  // the bucket's first element
+    comm::WorkHandle work;
+    bool done;
   };
   Tensor grads_;
   comm::ProcessGroup& group_;
   Mode mode_;
   std::vector<BucketSpan> spans_;
   std::vector<Bucket> buckets_;  // from the end of the buffer to its start
-  // In flight: each bucket's first element and its all-gather, in increasing flat order.
-  std::vector<std::pair<int64_t, comm::WorkHandle>> gathers_;
+  // In flight: each bucket's all-gather, in increasing flat order.
+  std::vector<Gather> gathers_;
+  Counts counts_;
 };
 
 }  // namespace tessera::parallel

@@ -22,6 +22,7 @@ struct Layout {
   int recompute_num_layers = 1;  // --recompute-method uniform: layers per recomputed group
   bool distributed_optimizer = false;
   bool overlap_grad_reduce = false, overlap_param_gather = false;
+  int64_t ddp_bucket_size = 40000000;  // elements per data-parallel bucket (Megatron's default)
   Precision precision = Precision::Bf16;
   bool flash_attention = false;  // attention without materialised s x s scores (Tessera's CPU kernel)
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 namespace tessera::plan {
-namespace {
 
 double norm_parameters(const model::GptConfig& c) {
   return c.normalization == model::Normalization::LayerNorm ? 2.0 * c.hidden_size : 1.0 * c.hidden_size;
@@ -18,8 +17,6 @@ double layer_parameters(const model::GptConfig& c, int tp) {
   return 2 * norm_parameters(c) + c.qkv_size() * (h + bias) / t + h * attn_out / t + bias * h +
          fc1_out * (h + bias) / t + h * c.ffn_hidden_size / t + bias * h;
 }
-
-}  // namespace
 
 int64_t stage_parameters(const model::GptConfig& c, const Layout& l, int stage) {
   const double h = c.hidden_size, vocab_shard = static_cast<double>(c.padded_vocab_size) / l.tp;

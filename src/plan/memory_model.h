@@ -13,6 +13,10 @@
 
 namespace tessera::plan {
 
+// Parameters of one norm, and of one transformer layer on one tensor-parallel rank.
+double norm_parameters(const model::GptConfig& c);
+double layer_parameters(const model::GptConfig& c, int tp);
+
 // Parameters held by pipeline stage `stage` of one tensor-parallel rank (layers of its chunks, plus the
 // embedding on the first stage and the final norm and output layer on the last; the tied output layer
 // is a second copy of the embedding when pp > 1).

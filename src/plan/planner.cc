@@ -57,9 +57,7 @@ Plan make_plan(const model::GptConfig& c, const Layout& l, const ClusterSpec& cl
 
   double iteration = -1;
   for (int r = 0; r < l.pp; ++r) {
-    // A stage's last op is the backward of micro-batch m-1 on its chunk 0.
-    const double last_backward = costs.backward_compute[r][0] + costs.backward_comm[r][0];
-    const double dp = data_parallel_seconds(c, l, d, r, last_backward), opt = optimizer_seconds(c, l, d, r);
+    const double dp = data_parallel_seconds(c, l, d, r), opt = optimizer_seconds(c, l, d, r);
     const double end = plan.pipeline.finish[r] + dp + opt;
     if (end > iteration) {
       iteration = end;

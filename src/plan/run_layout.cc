@@ -19,6 +19,7 @@ Layout layout_of_run(const train::TrainArguments& a) {
   l.recompute_num_layers = static_cast<int>(std::max<int64_t>(1, a.recompute_num_layers));
   l.distributed_optimizer = a.use_distributed_optimizer;
   l.overlap_grad_reduce = a.overlap_grad_reduce;
+  l.ddp_bucket_size = a.ddp_bucket_size;
   l.overlap_param_gather = a.overlap_param_gather;
   l.precision = a.bf16 ? Precision::Bf16 : a.fp16 ? Precision::Fp16 : Precision::Fp32;
   l.flash_attention = true;

@@ -32,6 +32,32 @@ double tensor_parallel_seconds(const model::GptConfig& c, const Layout& l, const
   return 2 * all_reduce_seconds(d, bytes, l.tp, 1);
 }
 
+// The embedding and the head (final norm, output layer, cross-entropy) of one micro-batch.
+struct EndTimes {
+  double embed_forward, embed_backward, head_forward, head_backward, head_forward_comm, head_backward_comm;
+};
+
+EndTimes end_times(const model::GptConfig& c, const Layout& l, const DeviceSpec& d) {
+  const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size, h = c.hidden_size;
+  const double e = l.activation_bytes(), t = l.tp, sp = l.sequence_parallel ? t : 1;
+  const double vocab = static_cast<double>(c.padded_vocab_size) / t, activation = tokens * h * e;
+  // Embedding: gather rows, add positions, dropout; backward scatters into the (fp32) gradient rows.
+  const double embed_forward = tokens * h / sp * 4 * e / d.memory_bandwidth;
+  const double embed_backward = tokens * h * (e + 8) / d.memory_bandwidth;
+  // Final norm, output GEMM and vocab-parallel cross-entropy over fp32 logits (max, sum, in-place grad).
+  const double head_forward = tokens * h / sp * 2 * e / d.memory_bandwidth + gemm_seconds(d, tokens, vocab, h, e) +
+                              tokens * vocab * 4 * 2 / d.memory_bandwidth;
+  const double head_backward = tokens * h / sp * 3 * e / d.memory_bandwidth + 2 * gemm_seconds(d, tokens, vocab, h, e) +
+                               tokens * vocab * 4 * 2 / d.memory_bandwidth;
+  // The output layer's input is all-gathered under sequence parallelism (reduce-scattered in backward);
+  // without it, its gradient is all-reduced. The cross-entropy's statistics are tiny all-reduces.
+  const double head_forward_comm = (l.sequence_parallel ? all_gather_seconds(d, activation, l.tp, 1) : 0) +
+                                   3 * all_reduce_seconds(d, tokens * 4, l.tp, 1);
+  const double head_backward_comm = l.sequence_parallel ? reduce_scatter_seconds(d, activation, l.tp, 1)
+                                                        : all_reduce_seconds(d, activation, l.tp, 1);
+  return {embed_forward, embed_backward, head_forward, head_backward, head_forward_comm, head_backward_comm};
+}
+
 }  // namespace
 
 double gemm_seconds(const DeviceSpec& d, double m, double n, double k, double element_bytes, double count) {
@@ -86,23 +112,11 @@ PipelineCosts pipeline_costs(const model::GptConfig& c, const Layout& l, const D
   const double layers = static_cast<double>(c.num_layers) / (static_cast<double>(l.pp) * l.virtual_stages);
   const LayerTimes layer = layer_times(c, l, d);
   const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size, h = c.hidden_size;
-  const double e = l.activation_bytes(), t = l.tp, sp = l.sequence_parallel ? t : 1;
-  const double vocab = static_cast<double>(c.padded_vocab_size) / t, activation = tokens * h * e;
+  const double e = l.activation_bytes(), t = l.tp;
+  const double activation = tokens * h * e;
 
-  // Embedding: gather rows, add positions, dropout; backward scatters into the (fp32) gradient rows.
-  const double embed_forward = tokens * h / sp * 4 * e / d.memory_bandwidth;
-  const double embed_backward = tokens * h * (e + 8) / d.memory_bandwidth;
-  // Final norm, output GEMM and vocab-parallel cross-entropy over fp32 logits (max, sum, in-place grad).
-  const double head_forward = tokens * h / sp * 2 * e / d.memory_bandwidth + gemm_seconds(d, tokens, vocab, h, e) +
-                              tokens * vocab * 4 * 2 / d.memory_bandwidth;
-  const double head_backward = tokens * h / sp * 3 * e / d.memory_bandwidth + 2 * gemm_seconds(d, tokens, vocab, h, e) +
-                               tokens * vocab * 4 * 2 / d.memory_bandwidth;
-  // The output layer's input is all-gathered under sequence parallelism (reduce-scattered in backward);
-  // without it, its gradient is all-reduced. The cross-entropy's statistics are tiny all-reduces.
-  const double head_forward_comm = (l.sequence_parallel ? all_gather_seconds(d, activation, l.tp, 1) : 0) +
-                                   3 * all_reduce_seconds(d, tokens * 4, l.tp, 1);
-  const double head_backward_comm = l.sequence_parallel ? reduce_scatter_seconds(d, activation, l.tp, 1)
-                                                        : all_reduce_seconds(d, activation, l.tp, 1);
+  const auto [embed_forward, embed_backward, head_forward, head_backward, head_forward_comm, head_backward_comm] =
+      end_times(c, l, d);
 
   PipelineCosts costs;
   auto grid = [&](double value) { return std::vector<std::vector<double>>(l.pp, std::vector<double>(l.virtual_stages, value)); };
@@ -126,26 +140,79 @@ PipelineCosts pipeline_costs(const model::GptConfig& c, const Layout& l, const D
   return costs;
 }
 
-double data_parallel_seconds(const model::GptConfig& c, const Layout& l, const DeviceSpec& d, int stage,
-                             double last_backward) {
-  const double params = static_cast<double>(stage_parameters(c, l, stage));
-  const double grad_bytes = params * l.gradient_bytes();
-  double reduce, gather = 0;
-  if (l.distributed_optimizer) {
-    reduce = reduce_scatter_seconds(d, grad_bytes, l.dp, l.tp);
-    gather = all_gather_seconds(d, params * (l.precision == Precision::Fp32 ? 4 : 2), l.dp, l.tp);
-  } else {
-    reduce = all_reduce_seconds(d, grad_bytes, l.dp, l.tp);
+double exposed_after_compute(const std::vector<Collective>& collectives, double compute) {
+  double finish = 0;
+  for (const Collective& x : collectives) finish = std::max(finish, x.ready) + x.seconds;
+  return std::max(0.0, finish - compute);
+}
+
+double data_parallel_seconds(const model::GptConfig& c, const Layout& l, const DeviceSpec& d, int stage) {
+  const double total = static_cast<double>(stage_parameters(c, l, stage));
+  const LayerTimes layer = layer_times(c, l, d);
+  const EndTimes ends = end_times(c, l, d);
+  const double vocab_rows = static_cast<double>(c.padded_vocab_size) / l.tp * c.hidden_size;
+  const double positions = c.position_embedding == model::PositionEmbedding::LearnedAbsolute
+                               ? static_cast<double>(c.max_position_embeddings) * c.hidden_size : 0;
+  // The stage's chunk 0, which its last forward and backward ops run, in flat (forward) order: the
+  // embedding (first stage), the layers, the head (last stage without interleaving; the tied output
+  // layer's gradient lands in the embedding's rows when there is one stage).
+  struct Segment {
+    double params, forward, backward;
+  };
+  std::vector<Segment> chunk;
+  if (stage == 0) chunk.push_back({vocab_rows + positions, ends.embed_forward, ends.embed_backward});
+  const int64_t layers = c.num_layers / (static_cast<int64_t>(l.pp) * l.virtual_stages);
+  for (int64_t i = 0; i < layers; ++i)
+    chunk.push_back({layer_parameters(c, l.tp), layer.forward_compute + layer.forward_comm,
+                     layer.backward_compute + layer.backward_comm});
+  if (stage == l.pp - 1 && l.virtual_stages == 1)
+    chunk.push_back({norm_parameters(c) + (c.untie_embeddings_and_output_weights || l.pp > 1 ? vocab_rows : 0),
+                     ends.head_forward + ends.head_forward_comm, ends.head_backward + ends.head_backward_comm});
+  double chunk_params = 0, forward = 0, backward = 0;
+  for (const Segment& s : chunk) chunk_params += s.params, forward += s.forward, backward += s.backward;
+  // When backward has finished, and when forward first needs, flat offset x (the other chunks' parameters
+  // sit above chunk 0's).
+  auto final_at = [&](double x) {
+    double begin = chunk_params, t = 0;
+    if (x >= begin) return 0.0;
+    for (auto it = chunk.rbegin(); it != chunk.rend(); ++it) {
+      begin -= it->params;
+      t += it->backward;
+      if (x >= begin) break;
+    }
+    return t;
+  };
+  auto needed_at = [&](double x) {
+    double end = 0, t = 0;
+    for (const Segment& s : chunk) {
+      end += s.params;
+      if (x < end) return t;
+      t += s.forward;
+    }
+    return forward;
+  };
+
+  const double bucket = std::max<double>(1, static_cast<double>(l.ddp_bucket_size));
+  const double param_bytes = l.precision == Precision::Fp32 ? 4 : 2;
+  std::vector<Collective> reduces, gathers;  // gathers in increasing flat order
+  for (double end = total; end > 0; end -= bucket) {
+    const double begin = std::max(0.0, end - bucket), n = end - begin;
+    const double seconds = l.distributed_optimizer ? reduce_scatter_seconds(d, n * l.gradient_bytes(), l.dp, l.tp)
+                                                   : all_reduce_seconds(d, n * l.gradient_bytes(), l.dp, l.tp);
+    reduces.push_back({l.overlap_grad_reduce ? final_at(begin) : backward, seconds});
+    if (l.distributed_optimizer)
+      gathers.insert(gathers.begin(), {l.overlap_param_gather ? needed_at(begin) : 0.0,
+                                       all_gather_seconds(d, n * param_bytes, l.dp, l.tp)});
   }
-  // Megatron overlaps the bucketed reduction with the last micro-batch's backward; what does not fit
-  // behind it is exposed. Likewise the parameter all-gather behind the next forward.
-  if (l.overlap_grad_reduce) reduce = std::max(0.0, reduce - last_backward);
-  if (l.overlap_param_gather) gather = std::max(0.0, gather - last_backward / 2);
+  const double reduce = exposed_after_compute(reduces, backward);
+  // The all-gathers start together when the optimizer ends and run in order; the forward stalls by the
+  // most any of them is late for its first use (without overlap, the step waits for all of them).
+  double gather = 0, gathered = 0;
+  for (const Collective& g : gathers) gathered += g.seconds, gather = std::max(gather, gathered - g.ready);
   double embedding = 0;
   const bool holds_tied_embedding = !c.untie_embeddings_and_output_weights && l.pp > 1 && (stage == 0 || stage == l.pp - 1);
   if (holds_tied_embedding)
-    embedding = all_reduce_seconds(d, static_cast<double>(c.padded_vocab_size) / l.tp * c.hidden_size * l.gradient_bytes(), 2,
-                                   (l.pp - 1) * l.tp * l.dp);
+    embedding = all_reduce_seconds(d, vocab_rows * l.gradient_bytes(), 2, (l.pp - 1) * l.tp * l.dp);
   return reduce + gather + embedding;
 }
 

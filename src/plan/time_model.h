@@ -5,6 +5,8 @@
 // simulator; the planner adds the data-parallel reduction and the optimizer step.
 #pragma once
 
+#include <vector>
+
 #include "model/config.h"
 #include "plan/cluster.h"
 #include "plan/layout.h"
@@ -30,12 +32,27 @@ LayerTimes layer_times(const model::GptConfig& c, const Layout& l, const DeviceS
 // the last; the p2p transfer of 1/tp of an activation and its all-gather on arrival.
 PipelineCosts pipeline_costs(const model::GptConfig& c, const Layout& l, const DeviceSpec& d);
 
+// The exposed part of collectives that become ready one after another during a compute phase of
+// `compute` seconds and run one at a time, in order: each starts when it is ready and its predecessor
+// has finished, and only what runs past the end of the phase is exposed. So a collective is hidden
+// only by the compute left after it is ready, and one ready at the end is exposed in full.
+struct Collective {
+  double ready = 0, seconds = 0;
+};
+double exposed_after_compute(const std::vector<Collective>& collectives, double compute);
+
 // After the last backward: the gradient reduction over the data-parallel group (all-reduce, or
-// reduce-scatter plus the all-gather of updated parameters with the distributed optimizer), the tied
-// embedding's all-reduce between the first and last stage, and its part hidden behind backward when
-// --overlap-grad-reduce / --overlap-param-gather. `last_backward` is the stage's final backward op time.
-double data_parallel_seconds(const model::GptConfig& c, const Layout& l, const DeviceSpec& d, int stage,
-                             double last_backward);
+// reduce-scatter plus the all-gather of updated parameters with the distributed optimizer) and the tied
+// embedding's all-reduce between the first and last stage. The reduction is priced per bucket of
+// --ddp-bucket-size, cut from the end of the stage's buffer as the trainer does. Under
+// --overlap-grad-reduce each bucket starts when the stage's last backward op has finished every
+// parameter in it (backward runs from the end of the buffer: the head, the layers from the last, the
+// embedding, so the embedding's bucket is ready only at the end) and is hidden only by the backward
+// left after that (exposed_after_compute). Under --overlap-param-gather the buckets' all-gathers run in
+// buffer order from the end of the optimizer step, and the next forward waits for each bucket before
+// its first layer. Buckets of the stage's other model chunks are ready when the last op starts, and
+// needed when the first forward op ends.
+double data_parallel_seconds(const model::GptConfig& c, const Layout& l, const DeviceSpec& d, int stage);
 // The optimizer step of one rank: Adam over its (sharded) parameters, memory-bound.
 double optimizer_seconds(const model::GptConfig& c, const Layout& l, const DeviceSpec& d, int stage);
 

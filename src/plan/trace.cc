@@ -26,10 +26,8 @@ nlohmann::json chrome_trace(const Plan& plan) {
                     {"args", {{"name", str_cat("tessera plan: ", describe(l), " on ", plan.cluster.num_devices, " x ",
                                                 plan.cluster.device.name)}}}});
   for (const TimelineEvent& e : plan.pipeline.events) span(e.stage, e.name, e.category, e.start, e.duration);
-  const PipelineCosts costs = pipeline_costs(plan.config, l, plan.cluster.device);
   for (int r = 0; r < l.pp; ++r) {
-    const double last_backward = costs.backward_compute[r][0] + costs.backward_comm[r][0];
-    const double dp = data_parallel_seconds(plan.config, l, plan.cluster.device, r, last_backward);
+    const double dp = data_parallel_seconds(plan.config, l, plan.cluster.device, r);
     const double opt = optimizer_seconds(plan.config, l, plan.cluster.device, r);
     double t = plan.pipeline.finish[r];
     span(r, "data-parallel reduce", "reduction", t, dp);
