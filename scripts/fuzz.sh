@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in fuzz/ with clang (-fsanitize=fuzzer,address,undefined) and runs each
 # for RUNS executions (default 100000) from its seed corpus fuzz/corpus/<target>/ (and its dictionary
-# fuzz/dict/<target>.dict where there is one), printing libFuzzer's counts. A crash, a sanitizer report
-# or a broken invariant leaves its input in build/fuzz/ and makes the script fail (exit 1). Exits 77
-# ("skipped") when clang is missing. Inputs found along the way go to build/fuzz/corpus/<target>/, never
-# into the repository.
+# fuzz/dict/<target>.dict where there is one), printing libFuzzer's counts. A crash, a sanitizer
+# report or a broken invariant leaves its input (crash-*) in build/fuzz/ and makes the script fail
+# (exit 1). Exits 77 ("skipped") when clang is missing. Inputs found along the way go to
+# build/fuzz/corpus/<target>/, never into the repository. The normal CMake build does not see fuzz/.
 #   scripts/fuzz.sh [RUNS] [TARGET...]     (no TARGET: all of them)
-#   CLANGXX=clang++-15 scripts/fuzz.sh     (another clang); TESSERA_DATA_CACHE: GPT-2's files
+#   CLANGXX=clang++-15 scripts/fuzz.sh     (another clang); TESSERA_DATA_CACHE: GPT-2's files;
+#   TESSERA_FUZZ_DIR: where to build and run (default build/fuzz)
 set -euo pipefail
 runs=${1:-100000}
 shift || true
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=$root/build/fuzz
+out=${TESSERA_FUZZ_DIR:-$root/build/fuzz}  # binaries, logs, found inputs, crashes
 export TESSERA_DATA_CACHE=${TESSERA_DATA_CACHE:-$root/data-cache}
 
 # The targets, in one place: name -> sources beyond fuzz/<name>.cc and the core files, then libraries.

@@ -11,6 +11,10 @@ if ! command -v "${CLANGXX:-clang++}" >/dev/null; then
   exit 77
 fi
 
+# A directory of its own, so that a long run in build/fuzz is not disturbed.
+export TESSERA_FUZZ_DIR=$(mktemp -d)
+trap 'rm -rf "$TESSERA_FUZZ_DIR"' EXIT
+
 expect_failure "unknown target 'no_such_fuzzer'" "$root/scripts/fuzz.sh" 10 no_such_fuzzer
 expect_failure "RUNS='many' must be a number" "$root/scripts/fuzz.sh" many
 
