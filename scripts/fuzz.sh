@@ -1,70 +1,91 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in fuzz/ with clang (-fsanitize=fuzzer,address,undefined) and runs each
-# for SECONDS seconds (default 60) from a small seed corpus, printing libFuzzer's execution count.
-# A crash leaves its input in build/fuzz/ and makes the script fail.
-#   scripts/fuzz.sh [SECONDS]
+# for RUNS executions (default 100000) from its seed corpus fuzz/corpus/<target>/ (and its dictionary
+# fuzz/dict/<target>.dict where there is one), printing libFuzzer's counts. A crash, a sanitizer
+# report or a broken invariant leaves its input (crash-*) in build/fuzz/ and makes the script fail
+# (exit 1). Exits 77 ("skipped") when clang is missing. Inputs found along the way go to
+# build/fuzz/corpus/<target>/, never into the repository. The normal CMake build does not see fuzz/.
+#   scripts/fuzz.sh [RUNS] [TARGET...]     (no TARGET: all of them)
+#   CLANGXX=clang++-15 scripts/fuzz.sh     (another clang); TESSERA_DATA_CACHE: GPT-2's files;
+#   TESSERA_FUZZ_DIR: where to build and run (default build/fuzz)
 set -euo pipefail
-seconds=${1:-60}
+runs=${1:-100000}
+shift || true
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=$root/build/fuzz
-mkdir -p "$out"
+out=${TESSERA_FUZZ_DIR:-$root/build/fuzz}  # binaries, logs, found inputs, crashes
+export TESSERA_DATA_CACHE=${TESSERA_DATA_CACHE:-$root/data-cache}
+
+# The targets, in one place: name -> sources beyond fuzz/<name>.cc and the core files, then libraries.
+core="core/tensor.cc core/file_io.cc ckpt/crc32c.cc"
+declare -A sources=(
+  [safetensors_fuzzer]="ckpt/safetensors.cc"
+  [checkpoint_index_fuzzer]="ckpt/checkpoint_index.cc ckpt/reshard.cc"
+  [indexed_dataset_fuzzer]="data/indexed_dataset.cc"
+  [text_generation_api_fuzzer]="infer/text_generation_api.cc data/null_tokenizer.cc"
+  [gpt2_bpe_fuzzer]="data/gpt2_bpe_tokenizer.cc"
+  [sentencepiece_fuzzer]="data/sentencepiece_tokenizer.cc data/gpt2_bpe_tokenizer.cc"
+  [preprocess_jsonl_fuzzer]="data/preprocess.cc data/indexed_dataset.cc"
+  [hf_config_fuzzer]="ckpt/hf_config.cc model/config.cc"
+  [hf_shard_index_fuzzer]="ckpt/hf_config.cc model/config.cc"
+)
+declare -A libs=(
+  [gpt2_bpe_fuzzer]="-lpcre2-8"
+  [sentencepiece_fuzzer]="-lsentencepiece -lsentencepiece_train -lpcre2-8"
+)
+all=(safetensors_fuzzer checkpoint_index_fuzzer indexed_dataset_fuzzer text_generation_api_fuzzer gpt2_bpe_fuzzer
+     sentencepiece_fuzzer preprocess_jsonl_fuzzer hf_config_fuzzer hf_shard_index_fuzzer)
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
+for t in "${targets[@]}"; do
+  [ -n "${sources[$t]+x}" ] || { echo "fuzz.sh: unknown target '$t' (targets: ${all[*]})" >&2; exit 2; }
+done
+[[ $runs =~ ^[0-9]+$ ]] || { echo "fuzz.sh: RUNS='$runs' must be a number of executions" >&2; exit 2; }
+
 cxx=${CLANGXX:-clang++}
-command -v "$cxx" >/dev/null || { echo "fuzz.sh: $cxx not found (scripts/setup.sh installs clang)" >&2; exit 1; }
-flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
-       -fno-sanitize-recover=undefined -I"$root/src")
-common=("$root/src/core/tensor.cc" "$root/src/core/file_io.cc" "$root/src/ckpt/crc32c.cc")
+command -v "$cxx" >/dev/null || { echo "fuzz.sh: skipped: $cxx not found (scripts/setup.sh installs clang)" >&2; exit 77; }
+launcher=()
+command -v ccache >/dev/null && launcher=(ccache)
+flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+       -I"$root/src")
 
-build() {  # name sources...
-  local name=$1; shift
-  echo "fuzz.sh: building $name"
-  "$cxx" "${flags[@]}" "$@" "${common[@]}" -o "$out/$name"
-}
-build safetensors_fuzzer "$root/fuzz/safetensors_fuzzer.cc" "$root/src/ckpt/safetensors.cc"
-build checkpoint_index_fuzzer "$root/fuzz/checkpoint_index_fuzzer.cc" "$root/src/ckpt/checkpoint_index.cc" \
-  "$root/src/ckpt/reshard.cc"
-
-# Seeds: a valid file and a valid index, which the fuzzer mutates.
-mkdir -p "$out/corpus_safetensors" "$out/corpus_index"
-python3 - "$out" <<'PY'
-import json, struct, sys
-out = sys.argv[1]
-header = {"__metadata__": {"format": "pt"},
-          "a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
-          "b": {"dtype": "I64", "shape": [1], "data_offsets": [16, 24]}}
-h = json.dumps(header).encode()
-h += b" " * ((8 - len(h) % 8) % 8)
-with open(f"{out}/corpus_safetensors/seed", "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h + bytes(range(24)))
-crc = "crc32c:0123abcd"
-index = {"format": "tessera-checkpoint", "version": 2, "iteration": 10, "consumed_train_samples": 80,
-         "skipped_iterations": 0, "seed": 1234, "optimizer_steps": 10, "has_optimizer": True, "args": {},
-         "files": {"model.tp00.pp00.safetensors": {"bytes": 100, "crc32c": crc},
-                   "model.tp01.pp00.safetensors": {"bytes": 100, "crc32c": crc}},
-         "tensors": {"w": {"global_shape": [8, 6], "slices": [
-             {"file": "model.tp00.pp00.safetensors", "key": "w", "shape": [2, 4, 3], "dtype": "fp32",
-              "view": [2, 4, 6], "dim": 1, "offset": 0, "length": 4, "crc32c": crc}]},
-             "b": {"global_shape": [8], "slices": [
-             {"file": "model.tp00.pp00.safetensors", "key": "b", "shape": [4], "dtype": "fp32",
-              "view": [8], "dim": 0, "offset": 0, "length": 4, "crc32c": crc},
-             {"file": "model.tp01.pp00.safetensors", "key": "b", "shape": [4], "dtype": "fp32",
-              "view": [8], "dim": 0, "offset": 4, "length": 4, "crc32c": crc}]},
-             "n": {"global_shape": [6], "slices": [
-             {"file": "model.tp00.pp00.safetensors", "key": "n", "shape": [6], "dtype": "fp32",
-              "view": [6], "dim": -1, "offset": 0, "length": 0, "crc32c": crc}]}}}
-with open(f"{out}/corpus_index/seed", "w") as f:
-    json.dump(index, f)
-PY
+# Each source is compiled once per run (ccache, when present, makes later runs quick), then linked.
+mkdir -p "$out/obj"
+declare -A compiled=()
+for t in "${targets[@]}"; do
+  echo "fuzz.sh: building $t"
+  objs=()
+  for s in fuzz/$t.cc ${sources[$t]} $core; do
+    [[ $s == fuzz/* ]] || s=src/$s
+    obj=$out/obj/${s//\//_}.o
+    if [ -z "${compiled[$s]+x}" ]; then
+      "${launcher[@]}" "$cxx" "${flags[@]}" -fsanitize=fuzzer-no-link -c "$root/$s" -o "$obj"
+      compiled[$s]=1
+    fi
+    objs+=("$obj")
+  done
+  # shellcheck disable=SC2086
+  "$cxx" "${flags[@]}" -fsanitize=fuzzer "${objs[@]}" ${libs[$t]:-} -o "$out/$t"
+done
 
 status=0
-for target in safetensors_fuzzer:corpus_safetensors checkpoint_index_fuzzer:corpus_index; do
-  name=${target%%:*}; corpus=$out/${target#*:}
-  echo "fuzz.sh: running $name for ${seconds}s"
-  log=$out/$name.log
-  if (cd "$out" && ./"$name" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-        -print_final_stats=1 "$corpus" >"$log" 2>&1); then
-    echo "fuzz.sh: $name: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') executions, no crash"
+for t in "${targets[@]}"; do
+  mkdir -p "$out/corpus/$t"
+  dict=()
+  [ -f "$root/fuzz/dict/$t.dict" ] && dict=(-dict="$root/fuzz/dict/$t.dict")
+  log=$out/$t.log
+  echo "fuzz.sh: running $t for $runs executions"
+  rc=0
+  (cd "$out" && nice ./"$t" -runs="$runs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -error_exitcode=1 \
+     "${dict[@]}" "$out/corpus/$t" "$root/fuzz/corpus/$t" >"$log" 2>&1) || rc=$?
+  stat() { grep -o "stat::$1: *[0-9]*" "$log" | grep -o '[0-9]*$' || echo "?"; }
+  if [ $rc -eq 0 ]; then
+    echo "fuzz.sh: $t: $(stat number_of_executed_units) executions," \
+         "$(grep -o 'in [0-9]* second' "$log" | tail -1 | grep -o '[0-9]*')s, $(stat average_exec_per_sec) exec/s," \
+         "$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1), no crash"
+  elif [ $rc -eq 77 ]; then
+    echo "fuzz.sh: $t: skipped: $(grep -m1 'skipped' "$log")"
   else
-    echo "fuzz.sh: $name FAILED; see $log"; tail -30 "$log"; status=1
+    echo "fuzz.sh: $t FAILED (exit $rc); see $log"; tail -30 "$log"; status=1
   fi
 done
 exit $status

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_config.h"
 #include "ckpt/safetensors.h"
 #include "model/config.h"
 
@@ -141,60 +142,12 @@ json hf_config(const model::GptConfig& c, Family f, const json& tessera_args) {
           {"tessera_args", tessera_args}};
 }
 
-// The Tessera configuration of a Hugging Face config.json (its "tessera_args" when it has them).
-model::GptConfig tessera_config(const json& hf, Family f) {
-  if (hf.contains("tessera_args") && hf["tessera_args"].contains("model"))
-    return model::config_from_json(hf["tessera_args"]["model"]);
-  model::GptConfig c;
-  try {
-    if (f == Family::Gpt2) {
-      c.num_layers = hf.at("n_layer");
-      c.hidden_size = hf.at("n_embd");
-      c.num_attention_heads = c.num_query_groups = hf.at("n_head");
-      c.ffn_hidden_size = hf.value("n_inner", json()).is_number() ? hf["n_inner"].get<int64_t>() : 4 * c.hidden_size;
-      c.max_position_embeddings = c.seq_length = hf.at("n_positions");
-      c.norm_epsilon = hf.value("layer_norm_epsilon", 1e-5f);
-      c.hidden_dropout = hf.value("resid_pdrop", 0.1f);
-      c.attention_dropout = hf.value("attn_pdrop", 0.1f);
-      std::string act = hf.value("activation_function", "gelu_new");
-      TESSERA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", "convert: GPT-2 activation_function '", act,
-                    "' is not the tanh GELU Tessera implements");
-    } else {
-      c.num_layers = hf.at("num_hidden_layers");
-      c.hidden_size = hf.at("hidden_size");
-      c.num_attention_heads = hf.at("num_attention_heads");
-      c.num_query_groups = hf.value("num_key_value_heads", c.num_attention_heads);
-      c.ffn_hidden_size = hf.at("intermediate_size");
-      c.max_position_embeddings = c.seq_length = hf.at("max_position_embeddings");
-      c.norm_epsilon = hf.value("rms_norm_eps", 1e-6f);
-      c.rotary_base = hf.value("rope_theta", 10000.0f);
-      c.position_embedding = model::PositionEmbedding::Rope;
-      c.normalization = model::Normalization::RMSNorm;
-      c.swiglu = true;
-      c.untie_embeddings_and_output_weights = !hf.value("tie_word_embeddings", false);
-      c.add_bias_linear = hf.value("attention_bias", false);
-      TESSERA_CHECK(hf.value("attention_bias", false) == hf.value("mlp_bias", false),
-                    "convert: attention_bias and mlp_bias differ; Tessera has one --disable-bias-linear");
-      TESSERA_CHECK(!hf.contains("rope_scaling") || hf["rope_scaling"].is_null(),
-                    "convert: rope_scaling is not supported");
-      c.hidden_dropout = 0.0f;
-      c.attention_dropout = hf.value("attention_dropout", 0.0f);
-    }
-    c.kv_channels = hf.value("head_dim", json()).is_number() ? hf["head_dim"].get<int64_t>()
-                                                              : c.hidden_size / c.num_attention_heads;
-    c.vocab_size = c.padded_vocab_size = hf.at("vocab_size");
-    c.init_method_std = hf.value("initializer_range", 0.02f);
-  } catch (const json::exception& e) {
-    throw Error(str_cat("convert: config.json: ", e.what()));
-  }
-  return c;
-}
-
 // A tensor the conversion did not use would be silently lost: an error, except for what Hugging Face
 // files may carry besides the weights (attention-mask buffers, rotary tables, GPT-2's tied lm_head).
 void check_all_used(const TensorMap& src, const std::set<std::string>& used, bool to_hf) {
   std::string unused;
-  for (const auto& [name, t] : src) {
+  for (const auto& entry : src) {
+    const std::string& name = entry.first;  // not a structured binding: clang 14 cannot capture those
     if (used.count(name)) continue;
     auto ends_with = [&](const std::string& suffix) {
       return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -313,14 +266,12 @@ void write_text(const fs::path& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
-json read_json(const fs::path& path) {
-  std::ifstream in(path);
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
   TESSERA_CHECK(in.good(), "convert: ", path.string(), " is missing or unreadable");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(str_cat("convert: ", path.string(), " is not valid JSON: ", e.what()));
-  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 Tensor to_fp32(const SafetensorsFile& f, const std::string& name) {
@@ -385,35 +336,17 @@ void export_hugging_face(const std::string& load_dir, const std::string& out_dir
 
 void import_hugging_face(const std::string& hf_dir, const std::string& save_dir) {
   const fs::path dir(hf_dir);
-  const json hf = read_json(dir / "config.json");
-  std::string arch;
-  if (hf.contains("architectures") && hf["architectures"].is_array() && !hf["architectures"].empty() &&
-      hf["architectures"][0].is_string())
-    arch = hf["architectures"][0].get<std::string>();
-  Family f;
-  if (arch == "GPT2LMHeadModel")
-    f = Family::Gpt2;
-  else if (arch == "LlamaForCausalLM")
-    f = Family::Llama;
-  else
-    throw Error(str_cat("convert: ", (dir / "config.json").string(), ": architecture '", arch,
-                        "' is not GPT2LMHeadModel or LlamaForCausalLM"));
-  const model::GptConfig c = tessera_config(hf, f);
+  const std::string config_path = (dir / "config.json").string();
+  const std::string config_text = read_text(config_path);
+  const HfConfig parsed = parse_hf_config(config_text, config_path);
+  const model::GptConfig& c = parsed.config;
+  const Family f = parsed.family == HfFamily::Llama ? Family::Llama : Family::Gpt2;
+  const json hf = json::parse(config_text);  // valid: parse_hf_config read it
 
   // Every tensor of every shard, by its Hugging Face name.
-  std::vector<std::string> files;
-  if (fs::exists(dir / "model.safetensors.index.json")) {
-    json index = read_json(dir / "model.safetensors.index.json");
-    TESSERA_CHECK(index.contains("weight_map") && index["weight_map"].is_object(), "convert: ",
-                  (dir / "model.safetensors.index.json").string(), " has no weight_map");
-    for (const auto& [name, file] : index["weight_map"].items()) {
-      TESSERA_CHECK(file.is_string() && file.get<std::string>().find('/') == std::string::npos, "convert: ",
-                    "model.safetensors.index.json maps ", name, " to a bad file name");
-      if (std::find(files.begin(), files.end(), file.get<std::string>()) == files.end()) files.push_back(file);
-    }
-  } else {
-    files.push_back("model.safetensors");
-  }
+  std::vector<std::string> files{"model.safetensors"};
+  const fs::path index_path = dir / "model.safetensors.index.json";
+  if (fs::exists(index_path)) files = parse_hf_shard_index(read_text(index_path), index_path.string());
   TensorMap hf_tensors;
   for (const std::string& name : files) {
     SafetensorsFile sf = SafetensorsFile::open((dir / name).string());

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/file_io.h"
@@ -74,13 +75,20 @@ void check_fits(std::span<const int32_t> tokens, TokenDType dtype, const std::st
 }
 
 // Element i of a .bin array of `dtype` as int32 (token ids are small integers whatever the dtype).
+// Returns false at a value of an int64 or float array that int32 cannot hold (or NaN): wrapping it would
+// give a wrong id and casting an out-of-range float is undefined, so the caller refuses the read.
 template <typename T>
-void read_tokens(const char* src, std::span<int32_t> out) {
+bool read_tokens(const char* src, std::span<int32_t> out) {
   for (size_t i = 0; i < out.size(); ++i) {
     T v;
     std::memcpy(&v, src + i * sizeof(T), sizeof(T));
+    if constexpr (std::is_floating_point_v<T> || sizeof(T) > sizeof(int32_t)) {
+      const double d = static_cast<double>(v);  // exact for every int32 and every float
+      if (!(d >= -2147483648.0 && d < 2147483648.0)) return false;
+    }
     out[i] = static_cast<int32_t>(v);
   }
+  return true;
 }
 
 }  // namespace
@@ -414,16 +422,19 @@ void IndexedDataset::read(int64_t sequence, int64_t offset, std::span<int32_t> o
   TESSERA_CHECK(offset >= 0 && offset <= len && n <= len - offset, prefix_, ": tokens [", offset, ", ", offset + n,
                 ") out of range of sequence ", sequence, " (length ", len, ")");
   const char* src = bin_.data() + sequence_pointer(sequence) + offset * static_cast<int64_t>(dtype_size(dtype_));
+  bool ok = true;
   switch (dtype_) {
-    case TokenDType::kUInt8: read_tokens<uint8_t>(src, out); break;
-    case TokenDType::kInt8: read_tokens<int8_t>(src, out); break;
-    case TokenDType::kInt16: read_tokens<int16_t>(src, out); break;
-    case TokenDType::kUInt16: read_tokens<uint16_t>(src, out); break;
-    case TokenDType::kInt32: read_tokens<int32_t>(src, out); break;
-    case TokenDType::kInt64: read_tokens<int64_t>(src, out); break;
-    case TokenDType::kFloat32: read_tokens<float>(src, out); break;
-    case TokenDType::kFloat64: read_tokens<double>(src, out); break;
+    case TokenDType::kUInt8: ok = read_tokens<uint8_t>(src, out); break;
+    case TokenDType::kInt8: ok = read_tokens<int8_t>(src, out); break;
+    case TokenDType::kInt16: ok = read_tokens<int16_t>(src, out); break;
+    case TokenDType::kUInt16: ok = read_tokens<uint16_t>(src, out); break;
+    case TokenDType::kInt32: ok = read_tokens<int32_t>(src, out); break;
+    case TokenDType::kInt64: ok = read_tokens<int64_t>(src, out); break;
+    case TokenDType::kFloat32: ok = read_tokens<float>(src, out); break;
+    case TokenDType::kFloat64: ok = read_tokens<double>(src, out); break;
   }
+  TESSERA_CHECK(ok, bin_path(prefix_), ": sequence ", sequence, " holds a ", dtype_name(dtype_),
+                " value outside the int32 range of token ids, in tokens [", offset, ", ", offset + n, ")");
 }
 
 // ---- merging ----

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "data/gpt_dataset_testing.h"
@@ -337,6 +339,34 @@ TEST(IndexedDataset, ReadOutOfRangeIsAnError) {
   EXPECT_NE(error_of([&] { ds.get(1); }).find("out of range"), std::string::npos);
   EXPECT_NE(error_of([&] { ds.get(0, 2, 2); }).find("out of range"), std::string::npos);
   EXPECT_EQ(ds.get(0, 3), std::vector<int32_t>{});
+}
+
+// Found by fuzz/indexed_dataset_fuzzer.cc: a float .bin value beyond int32 was cast to an id (undefined
+// behaviour), and an int64 one wrapped. Both are refused; the values around them still read.
+TEST(IndexedDataset, TokensOutsideInt32AreAnError) {
+  ScratchDir dir;
+  Packed p = pack({{{1, 2, 3}}}, TokenDType::kInt64);
+  const int64_t big = int64_t{1} << 40;
+  std::memcpy(p.bin.data() + 16, &big, 8);
+  write_file_bytes(dir / "i.idx", p.idx);
+  write_file_bytes(dir / "i.bin", p.bin);
+  IndexedDataset wide(dir / "i");
+  EXPECT_EQ(wide.get(0, 0, 2), (std::vector<int32_t>{1, 2}));
+  EXPECT_NE(error_of([&] { wide.get(0); }).find("i.bin: sequence 0 holds a int64 value outside the int32 range"),
+            std::string::npos)
+      << error_of([&] { wide.get(0); });
+
+  for (float bad : {1.41753e13f, -3e9f, std::numeric_limits<float>::quiet_NaN()}) {
+    Packed f = pack({{{1, 2, 3}}}, TokenDType::kInt32);  // 4-byte tokens; relabelled float32 below
+    f.idx[17] = static_cast<char>(TokenDType::kFloat32);
+    const float values[3] = {1.0f, 2.0f, bad};
+    std::memcpy(f.bin.data(), values, sizeof values);
+    write_file_bytes(dir / "f.idx", f.idx);
+    write_file_bytes(dir / "f.bin", f.bin);
+    IndexedDataset floats(dir / "f");
+    EXPECT_EQ(floats.get(0, 0, 2), (std::vector<int32_t>{1, 2}));
+    EXPECT_NE(error_of([&] { floats.get(0); }).find("outside the int32 range"), std::string::npos) << bad;
+  }
 }
 
 TEST(IndexedDataset, MergeConcatenatesLikeMegatron) {

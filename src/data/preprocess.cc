@@ -101,19 +101,10 @@ TokenizedDocument tokenize(const RawDocument& doc, const PreprocessOptions& o, c
   TokenizedDocument out;
   std::vector<std::string> texts;
   if (o.format == InputFormat::Jsonl) {
-    nlohmann::json j = nlohmann::json::parse(doc.text, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      out.error = str_cat(doc.file, ":", doc.line, ": not a JSON object");
+    std::string error = parse_jsonl_line(doc.text, o.json_keys, texts);
+    if (!error.empty()) {
+      out.error = str_cat(doc.file, ":", doc.line, ": ", error);
       return out;
-    }
-    for (const std::string& key : o.json_keys) {
-      auto it = j.find(key);
-      if (it == j.end() || !it->is_string()) {
-        out.error = str_cat(doc.file, ":", doc.line, ": ", it == j.end() ? "no key" : "a non-string value for key",
-                            " \"", key, "\"");
-        return out;
-      }
-      texts.push_back(it->get<std::string>());
     }
   } else {
     texts.push_back(doc.text);
@@ -127,6 +118,22 @@ TokenizedDocument tokenize(const RawDocument& doc, const PreprocessOptions& o, c
 }
 
 }  // namespace
+
+std::string parse_jsonl_line(std::string_view line, const std::vector<std::string>& json_keys,
+                             std::vector<std::string>& texts) {
+  texts.clear();
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return "not a JSON object";
+  for (const std::string& key : json_keys) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string()) {
+      texts.clear();
+      return str_cat(it == j.end() ? "no key" : "a non-string value for key", " \"", key, "\"");
+    }
+    texts.push_back(it->get<std::string>());
+  }
+  return "";
+}
 
 InputFormat parse_input_format(const std::string& name) {
   if (name == "jsonl") return InputFormat::Jsonl;

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/tokenizer.h"
@@ -41,6 +42,12 @@ struct PreprocessProgress {
 
 // The output paths of one key: {prefix}_{key}_document.
 std::string output_dataset_prefix(const std::string& output_prefix, const std::string& key);
+
+// The texts of one jsonl line under `json_keys`, in their order, into `texts`. Returns "" on success,
+// else what is wrong ("not a JSON object", "no key \"text\"", "a non-string value for key \"text\""),
+// which preprocess() prefixes with file:line. Never throws for any bytes of `line`.
+std::string parse_jsonl_line(std::string_view line, const std::vector<std::string>& json_keys,
+                             std::vector<std::string>& texts);
 
 // Runs the whole job; `progress` is called now and then and at the end. A malformed line (bad JSON,
 // a missing key, a non-string value) is an Error naming the file and line, unless skip_malformed.

@@ -33,7 +33,8 @@
 // is x for text that normalisation leaves unchanged and that the vocabulary covers. A model trained
 // with normalization_rule_name "identity", remove_extra_whitespaces false and byte_fallback true gives
 // decode(encode(x)) == x for all valid UTF-8 (tested with leading, trailing and repeated whitespace,
-// newlines, emoji, CJK, combining marks). Invalid UTF-8 is SentencePiece's business: each ill-formed
+// newlines, emoji, CJK, combining marks; fuzzed by fuzz/sentencepiece_fuzzer.cc) except text holding
+// U+2581 "▁": SentencePiece's stand-in for the space, it decodes to a space (found by fuzzing). Invalid UTF-8 is SentencePiece's business: each ill-formed
 // byte is read as U+FFFD.
 //
 // encode() and decode() are const and safe to call from several threads at once (SentencePiece's

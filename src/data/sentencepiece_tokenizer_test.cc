@@ -283,6 +283,8 @@ TEST_F(SentencePieceTest, LosslessModelRoundTripsAnyUtf8) {
   EXPECT_EQ(t.id_to_piece(3), "<|user|>");
   for (const auto& x : kSamples) EXPECT_EQ(t.decode(t.encode(x)), x);
   EXPECT_EQ(t.decode(t.encode("<|user|>hi")), "<|user|>hi");
+  // U+2581, SentencePiece's stand-in for the space, comes back as a space (found by fuzzing).
+  EXPECT_EQ(t.decode(t.encode("J\u2581x")), "J x");
   // Invalid UTF-8: each ill-formed byte is read as U+FFFD.
   EXPECT_EQ(t.decode(t.encode("a\xff" "b\xe2\x82")), "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd");
 }

@@ -24,6 +24,19 @@ std::vector<int64_t> token_offsets(const std::vector<int32_t>& tokens, const dat
   return offsets;
 }
 
+// A list of integers as token ids. One beyond int32 is refused here: converting it would wrap it into
+// some other id, which the vocabulary check would then accept (found by fuzzing).
+std::vector<int32_t> token_ids(const json& list) {
+  std::vector<int32_t> ids;
+  for (const json& x : list) {
+    const bool fits = x.is_number_unsigned() ? x.get<uint64_t>() <= uint64_t{INT32_MAX}
+                                             : x.get<int64_t>() >= INT32_MIN && x.get<int64_t>() <= INT32_MAX;
+    if (!fits) reject("prompt: token id " + x.dump() + " is outside the range of token ids");
+    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  return ids;
+}
+
 std::string decode_one(const data::Tokenizer& tokenizer, int32_t id) {
   return tokenizer.decode(std::span<const int32_t>(&id, 1));
 }
@@ -130,9 +143,9 @@ TextRequest parse_completions_request(const json& body, const ServerLimits& limi
   } else if (prompt.is_array() && !prompt.empty() && std::all_of(prompt.begin(), prompt.end(), [](const json& x) { return x.is_string(); })) {
     for (const json& p : prompt) r.prompts.push_back(p.get<std::string>());
   } else if (is_id_list(prompt)) {
-    r.prompt_ids.push_back(prompt.get<std::vector<int32_t>>());
+    r.prompt_ids.push_back(token_ids(prompt));
   } else if (prompt.is_array() && !prompt.empty() && std::all_of(prompt.begin(), prompt.end(), is_id_list)) {
-    for (const json& p : prompt) r.prompt_ids.push_back(p.get<std::vector<int32_t>>());
+    for (const json& p : prompt) r.prompt_ids.push_back(token_ids(p));
   } else {
     reject("prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids");
   }

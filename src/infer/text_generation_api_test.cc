@@ -183,5 +183,20 @@ TEST(Completions, OpenAiFormWithEchoStopAndTokenPrompts) {
     EXPECT_THROW(run("qq", bad), RequestError) << bad.dump();
 }
 
+// Found by fuzz/text_generation_api_fuzzer.cc's check that accepted ids are the body's: 4294967297 was
+// converted to id 1 and accepted. Ids beyond int32 are refused whatever the vocabulary.
+TEST(Completions, TokenIdsBeyondInt32AreRefused) {
+  for (const json& id : {json(4294967297LL), json(-4294967295LL), json(18446744073709551615ULL), json(2147483648LL)}) {
+    try {
+      parse_completions_request(json{{"prompt", json::array({1, id})}, {"max_tokens", 1}}, {});
+      ADD_FAILURE() << id.dump() << " accepted";
+    } catch (const RequestError& e) {
+      EXPECT_EQ(std::string(e.what()), "prompt: token id " + id.dump() + " is outside the range of token ids");
+    }
+  }
+  TextRequest r = parse_completions_request(json{{"prompt", {{2147483647, -2147483648LL}}}, {"max_tokens", 1}}, {});
+  EXPECT_EQ(r.prompt_ids, (std::vector<std::vector<int32_t>>{{2147483647, INT32_MIN}}));
+}
+
 }  // namespace
 }  // namespace tessera::infer

@@ -41,19 +41,29 @@ nlohmann::json to_json(const GptConfig& c) {
           {"init_method_std", c.init_method_std}};
 }
 
+namespace {
+// An integer field. A float is refused: nlohmann's get<int64_t> casts it, and a cast of 1e300 is undefined.
+int64_t integer(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}))
+    throw Error(str_cat("model configuration: ", key, " is ", v.dump(), ", not an integer"));
+  return v.get<int64_t>();
+}
+}  // namespace
+
 GptConfig config_from_json(const nlohmann::json& j) {
   GptConfig c;
   try {
-    c.num_layers = j.at("num_layers").get<int64_t>();
-    c.hidden_size = j.at("hidden_size").get<int64_t>();
-    c.num_attention_heads = j.at("num_attention_heads").get<int64_t>();
-    c.num_query_groups = j.at("num_query_groups").get<int64_t>();
-    c.kv_channels = j.at("kv_channels").get<int64_t>();
-    c.ffn_hidden_size = j.at("ffn_hidden_size").get<int64_t>();
-    c.seq_length = j.at("seq_length").get<int64_t>();
-    c.max_position_embeddings = j.at("max_position_embeddings").get<int64_t>();
-    c.vocab_size = j.at("vocab_size").get<int64_t>();
-    c.padded_vocab_size = j.at("padded_vocab_size").get<int64_t>();
+    c.num_layers = integer(j, "num_layers");
+    c.hidden_size = integer(j, "hidden_size");
+    c.num_attention_heads = integer(j, "num_attention_heads");
+    c.num_query_groups = integer(j, "num_query_groups");
+    c.kv_channels = integer(j, "kv_channels");
+    c.ffn_hidden_size = integer(j, "ffn_hidden_size");
+    c.seq_length = integer(j, "seq_length");
+    c.max_position_embeddings = integer(j, "max_position_embeddings");
+    c.vocab_size = integer(j, "vocab_size");
+    c.padded_vocab_size = integer(j, "padded_vocab_size");
     c.position_embedding =
         j.at("position_embedding_type") == "rope" ? PositionEmbedding::Rope : PositionEmbedding::LearnedAbsolute;
     c.rotary_base = j.at("rotary_base").get<float>();

@@ -1,0 +1,149 @@
+#include "ckpt/hf_config.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+
+namespace tessera::ckpt {
+using nlohmann::json;
+
+namespace {
+
+json parse_json(const std::string& text, const std::string& path) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(str_cat("convert: ", path, " is not valid JSON: ", e.what()));
+  }
+}
+
+// An integer field of config.json. A float, a bool or an unsigned value beyond int64 is an error (nlohmann's
+// implicit conversion would cast a float such as 1e300 to an integer, which is undefined).
+int64_t int_field(const json& hf, const char* key) {
+  const json& v = hf.at(key);
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}))
+    throw Error(str_cat("convert: config.json: ", key, " is ", v.dump(), ", not an integer"));
+  return v.get<int64_t>();
+}
+
+// The rules the conversion relies on (it divides by heads and query groups, and sizes multiply into
+// tensor shapes): every size positive, the parameter count representable.
+void check_config(const model::GptConfig& c, const std::string& path) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"num_layers", c.num_layers}, {"hidden_size", c.hidden_size}, {"num_attention_heads", c.num_attention_heads},
+      {"num_query_groups", c.num_query_groups}, {"kv_channels", c.kv_channels},
+      {"ffn_hidden_size", c.ffn_hidden_size}, {"seq_length", c.seq_length},
+      {"max_position_embeddings", c.max_position_embeddings}, {"vocab_size", c.vocab_size},
+      {"padded_vocab_size", c.padded_vocab_size}};
+  for (const auto& [name, v] : sizes)
+    TESSERA_CHECK(v >= 1 && v <= (int64_t{1} << 40), "convert: ", path, ": ", name, " = ", v,
+                  " must be in [1, 2^40]");
+  TESSERA_CHECK(c.num_attention_heads % c.num_query_groups == 0, "convert: ", path, ": num_attention_heads = ",
+                c.num_attention_heads, " must be divisible by the ", c.num_query_groups, " query groups");
+  TESSERA_CHECK(c.padded_vocab_size >= c.vocab_size, "convert: ", path, ": padded_vocab_size = ",
+                c.padded_vocab_size, " is below vocab_size = ", c.vocab_size);
+  // GptConfig::parameter_count in floating point first, so the int64 one cannot overflow.
+  const double h = static_cast<double>(c.hidden_size), ffn = static_cast<double>(c.ffn_hidden_size);
+  const double qkv = static_cast<double>(c.num_attention_heads + 2 * c.num_query_groups) * c.kv_channels;
+  const double attn_out = static_cast<double>(c.num_attention_heads) * c.kv_channels;
+  const double layer = 4 * h + qkv * (h + 1) + h * (attn_out + 1) + 2 * ffn * (h + 1) + h * (ffn + 1);
+  const double params = static_cast<double>(c.num_layers) * layer + 2 * h +
+                        (2.0 * c.padded_vocab_size + c.max_position_embeddings) * h;
+  TESSERA_CHECK(params < 0x1p53, "convert: ", path, ": a model of about ", params,
+                " parameters is implausible (more than 2^53)");
+}
+
+// The Tessera configuration of a Hugging Face config.json (its "tessera_args" when it has them).
+model::GptConfig tessera_config(const json& hf, HfFamily f, const std::string& path) {
+  if (hf.contains("tessera_args") && hf["tessera_args"].contains("model"))
+    return model::config_from_json(hf["tessera_args"]["model"]);
+  model::GptConfig c;
+  try {
+    if (f == HfFamily::Gpt2) {
+      c.num_layers = int_field(hf, "n_layer");
+      c.hidden_size = int_field(hf, "n_embd");
+      c.num_attention_heads = c.num_query_groups = int_field(hf, "n_head");
+      c.ffn_hidden_size = hf.value("n_inner", json()).is_number() ? int_field(hf, "n_inner") : 4 * c.hidden_size;
+      c.max_position_embeddings = c.seq_length = int_field(hf, "n_positions");
+      c.norm_epsilon = hf.value("layer_norm_epsilon", 1e-5f);
+      c.hidden_dropout = hf.value("resid_pdrop", 0.1f);
+      c.attention_dropout = hf.value("attn_pdrop", 0.1f);
+      std::string act = hf.value("activation_function", "gelu_new");
+      TESSERA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", "convert: GPT-2 activation_function '", act,
+                    "' is not the tanh GELU Tessera implements");
+    } else {
+      c.num_layers = int_field(hf, "num_hidden_layers");
+      c.hidden_size = int_field(hf, "hidden_size");
+      c.num_attention_heads = int_field(hf, "num_attention_heads");
+      c.num_query_groups = hf.contains("num_key_value_heads") ? int_field(hf, "num_key_value_heads")
+                                                               : c.num_attention_heads;
+      c.ffn_hidden_size = int_field(hf, "intermediate_size");
+      c.max_position_embeddings = c.seq_length = int_field(hf, "max_position_embeddings");
+      c.norm_epsilon = hf.value("rms_norm_eps", 1e-6f);
+      c.rotary_base = hf.value("rope_theta", 10000.0f);
+      c.position_embedding = model::PositionEmbedding::Rope;
+      c.normalization = model::Normalization::RMSNorm;
+      c.swiglu = true;
+      c.untie_embeddings_and_output_weights = !hf.value("tie_word_embeddings", false);
+      c.add_bias_linear = hf.value("attention_bias", false);
+      TESSERA_CHECK(hf.value("attention_bias", false) == hf.value("mlp_bias", false),
+                    "convert: attention_bias and mlp_bias differ; Tessera has one --disable-bias-linear");
+      TESSERA_CHECK(!hf.contains("rope_scaling") || hf["rope_scaling"].is_null(),
+                    "convert: rope_scaling is not supported");
+      c.hidden_dropout = 0.0f;
+      c.attention_dropout = hf.value("attention_dropout", 0.0f);
+    }
+    TESSERA_CHECK(c.hidden_size >= 1 && c.num_attention_heads >= 1, "convert: ", path, ": hidden size ",
+                  c.hidden_size, " and attention heads ", c.num_attention_heads, " must be positive");
+    c.kv_channels = hf.value("head_dim", json()).is_number() ? int_field(hf, "head_dim")
+                                                              : c.hidden_size / c.num_attention_heads;
+    c.vocab_size = c.padded_vocab_size = int_field(hf, "vocab_size");
+    c.init_method_std = hf.value("initializer_range", 0.02f);
+  } catch (const json::exception& e) {
+    throw Error(str_cat("convert: config.json: ", e.what()));
+  }
+  return c;
+}
+
+// The family config.json's "architectures" names.
+HfFamily architecture_of(const json& hf, const std::string& path) {
+  std::string arch;
+  if (hf.contains("architectures") && hf["architectures"].is_array() && !hf["architectures"].empty() &&
+      hf["architectures"][0].is_string())
+    arch = hf["architectures"][0].get<std::string>();
+  if (arch == "GPT2LMHeadModel") return HfFamily::Gpt2;
+  if (arch == "LlamaForCausalLM") return HfFamily::Llama;
+  throw Error(str_cat("convert: ", path, ": architecture '", arch, "' is not GPT2LMHeadModel or LlamaForCausalLM"));
+}
+
+}  // namespace
+
+HfConfig parse_hf_config(const std::string& text, const std::string& path) {
+  const json hf = parse_json(text, path);
+  TESSERA_CHECK(hf.is_object(), "convert: ", path, " is not a JSON object");
+  const HfFamily family = architecture_of(hf, path);
+  const model::GptConfig c = tessera_config(hf, family, path);
+  check_config(c, path);
+  return {family, c};
+}
+
+std::vector<std::string> parse_hf_shard_index(const std::string& text, const std::string& path) {
+  const json index = parse_json(text, path);
+  TESSERA_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), "convert: ",
+                path, " has no weight_map");
+  std::vector<std::string> files;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    const std::string f = file.is_string() ? file.get<std::string>() : "";
+    TESSERA_CHECK(!f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos &&
+                      f.find('\0') == std::string::npos,
+                  "convert: ", path, " maps ", name, " to a bad file name ", file.dump());
+    if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+  }
+  return files;
+}
+
+}  // namespace tessera::ckpt

@@ -1,0 +1,103 @@
+#include "ckpt/hf_config.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+
+namespace tessera::ckpt {
+namespace {
+
+using nlohmann::json;
+
+json gpt2() {
+  return {{"architectures", {"GPT2LMHeadModel"}}, {"vocab_size", 50304}, {"n_positions", 1024}, {"n_embd", 768},
+          {"n_layer", 12}, {"n_head", 12}, {"n_inner", nullptr}, {"activation_function", "gelu_new"}};
+}
+json llama() {
+  return {{"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 32000}, {"hidden_size", 256},
+          {"intermediate_size", 688}, {"num_hidden_layers", 4}, {"num_attention_heads", 8},
+          {"num_key_value_heads", 2}, {"max_position_embeddings", 2048}, {"tie_word_embeddings", false}};
+}
+
+std::string config_error(const json& j) {
+  try {
+    parse_hf_config(j.dump(), "m/config.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(HfConfig, ReadsBothFamilies) {
+  HfConfig g = parse_hf_config(gpt2().dump(), "config.json");
+  EXPECT_EQ(g.family, HfFamily::Gpt2);
+  EXPECT_EQ(g.config.num_layers, 12);
+  EXPECT_EQ(g.config.ffn_hidden_size, 4 * 768);
+  EXPECT_EQ(g.config.kv_channels, 64);
+  EXPECT_EQ(g.config.padded_vocab_size, 50304);
+  HfConfig l = parse_hf_config(llama().dump(), "config.json");
+  EXPECT_EQ(l.family, HfFamily::Llama);
+  EXPECT_EQ(l.config.num_query_groups, 2);
+  EXPECT_EQ(l.config.kv_channels, 32);
+  EXPECT_TRUE(l.config.swiglu);
+  EXPECT_TRUE(l.config.untie_embeddings_and_output_weights);
+}
+
+// Found while fuzzing (fuzz/hf_config_fuzzer.cc): n_head 0 divided by zero (SIGFPE), query groups 0 did
+// later, and a float such as 1e300 was cast to an integer (undefined). Each is now an Error naming the file.
+TEST(HfConfig, RefusesWhatTheConversionCannotTrust) {
+  auto with = [](json j, const char* key, json v) {
+    j[key] = std::move(v);
+    return j;
+  };
+  EXPECT_NE(config_error(with(gpt2(), "n_head", 0)).find("must be positive"), std::string::npos);
+  EXPECT_NE(config_error(with(gpt2(), "n_layer", 1e300)).find("n_layer is 1e+300, not an integer"), std::string::npos)
+      << config_error(with(gpt2(), "n_layer", 1e300));
+  EXPECT_NE(config_error(with(gpt2(), "n_embd", -768)).find("m/config.json: hidden size -768 and attention heads 12 "
+                                                            "must be positive"),
+            std::string::npos);
+  EXPECT_NE(config_error(with(gpt2(), "n_positions", 0)).find("m/config.json: seq_length = 0 must be in "
+                                                               "[1, 2^40]"),
+            std::string::npos);
+  EXPECT_NE(config_error(with(llama(), "num_key_value_heads", 0)).find("num_query_groups = 0"), std::string::npos);
+  EXPECT_NE(config_error(with(llama(), "num_key_value_heads", 3)).find("divisible by the 3 query groups"),
+            std::string::npos);
+  EXPECT_NE(config_error(with(gpt2(), "n_layer", int64_t{1} << 40)).find("parameters is implausible"),
+            std::string::npos);
+  EXPECT_NE(config_error(with(gpt2(), "architectures", {"BertModel"})).find("architecture 'BertModel'"),
+            std::string::npos);
+  EXPECT_NE(config_error(json::array()).find("is not a JSON object"), std::string::npos);
+  try {
+    parse_hf_config("{\"n_layer\": ", "m/config.json");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("m/config.json is not valid JSON"), std::string::npos);
+  }
+  // A Tessera export's own configuration is checked the same way (model::config_from_json).
+  json model = {{"num_layers", 1e300}};
+  EXPECT_NE(config_error(with(gpt2(), "tessera_args", {{"model", model}})).find("num_layers is 1e+300, not an integer"),
+            std::string::npos);
+}
+
+TEST(HfShardIndex, ListsEachShardOnceInOrder) {
+  json index = {{"metadata", {{"total_size", 10}}},
+                {"weight_map", {{"a", "model-00002-of-00002.safetensors"}, {"b", "model-00001-of-00002.safetensors"},
+                                {"c", "model-00002-of-00002.safetensors"}}}};
+  EXPECT_EQ(parse_hf_shard_index(index.dump(), "i.json"),
+            (std::vector<std::string>{"model-00002-of-00002.safetensors", "model-00001-of-00002.safetensors"}));
+  for (const json& bad : {json("../x"), json(".."), json("."), json(""), json(3), json(std::string("a\0b", 3))}) {
+    try {
+      parse_hf_shard_index(json{{"weight_map", {{"w", bad}}}}.dump(), "i.json");
+      ADD_FAILURE() << bad.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("i.json maps w to a bad file name"), std::string::npos) << e.what();
+    }
+  }
+  for (const char* bad : {"[]", "{}", "{\"weight_map\": []}", "nope"})
+    EXPECT_THROW(parse_hf_shard_index(bad, "i.json"), Error) << bad;
+}
+
+}  // namespace
+}  // namespace tessera::ckpt
