@@ -1,6 +1,7 @@
 #include "kernels/precision.h"
 
 #include "core/check.h"
+#include "core/profiler.h"
 
 namespace tessera::kernels {
 namespace {
@@ -57,6 +58,7 @@ float round_to(DType t, float x) {
 }
 
 void round_to(DType t, const float* in, float* out, int64_t n) {
+  TESSERA_PROFILE_SCOPE("round_to");
   if (t != DType::F32 && t != DType::BF16 && t != DType::F16) throw not_a_compute_type(t);
   in_parallel(n, [&](int64_t b, int64_t e) { round_run(t, in + b, out + b, e - b); });
 }
@@ -67,6 +69,7 @@ void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n) {
 }
 
 void round_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, float* out) {
+  TESSERA_PROFILE_SCOPE("round_rows_16bit");
   if (t != DType::F32 && t != DType::BF16 && t != DType::F16) throw not_a_compute_type(t);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) round_run(t, in + r * ld, out + r * cols, cols);
@@ -78,8 +81,22 @@ void encode_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t l
   for (int64_t r = 0; r < rows; ++r) encode_run(t, in + r * ld, out + r * cols, cols);
 }
 
+namespace {
+bool reuse_rounded = true;
+}  // namespace
+
+bool reuse_rounded_inputs() { return reuse_rounded; }
+void set_reuse_rounded_inputs(bool on) { reuse_rounded = on; }
+
+bool round_in_place_for_gemm(DType t, const Tensor& x) {
+  if (t == DType::F32 || !reuse_rounded) return false;
+  round_to(t, x.f32(), x.f32(), x.numel());
+  return true;
+}
+
 Tensor store_as(DType t, const Tensor& fp32) {
   if (t == DType::F32 || !fp32.defined()) return fp32;
+  TESSERA_PROFILE_SCOPE("store_16bit");
   Tensor out = Tensor::empty(fp32.shape(), t);
   encode_16bit(t, fp32.f32(), static_cast<uint16_t*>(out.raw()), fp32.numel());
   return out;
@@ -87,6 +104,7 @@ Tensor store_as(DType t, const Tensor& fp32) {
 
 Tensor to_fp32(const Tensor& stored) {
   if (!stored.defined() || stored.dtype() == DType::F32) return stored;
+  TESSERA_PROFILE_SCOPE("widen_16bit");
   TESSERA_CHECK(stored.dtype() == DType::BF16 || stored.dtype() == DType::F16, "to_fp32: ",
                 dtype_name(stored.dtype()), " is not a 16-bit floating-point type");
   Tensor out = Tensor::empty(stored.shape());

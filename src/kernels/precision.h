@@ -42,6 +42,17 @@ void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n);
 void round_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, float* out);
 void encode_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, uint16_t* out);
 
+// Whether mixed precision reuses rounded GEMM inputs (the default): weights are rounded once per step
+// (model::ParameterSet::cache_rounded_weights), producers whose output only feeds GEMMs write it
+// rounded, and a GEMM does not round an input marked as rounded (GemmArgs::a_rounded). Off, every GEMM
+// rounds both of its inputs itself, as before these were reused. Rounding is idempotent, so both give
+// bitwise the same numbers: tests switch it off to check that.
+bool reuse_rounded_inputs();
+void set_reuse_rounded_inputs(bool on);
+
+// x rounded in place to type t when inputs are reused (above) and t is 16-bit; returns whether it was.
+bool round_in_place_for_gemm(DType t, const Tensor& x);
+
 // An fp32 tensor stored as type t (BF16 or F16: half the bytes; F32: the tensor itself), and back.
 // Under mixed precision the activations kept for backward are stored so, as Megatron keeps them.
 Tensor store_as(DType t, const Tensor& fp32);

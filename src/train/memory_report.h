@@ -16,6 +16,9 @@ struct MemoryPrediction {
   double activation_per_layer = 0;  // bytes one layer keeps per micro-batch (no recomputation)
   double korthikanti_per_layer = 0;  // the paper's 16-bit figure for the same layer
   double activations = 0;           // bytes held at the schedule's peak of micro-batches in flight
+  // Mixed precision on the fp32 kernels: bytes of the GEMM weights' copies rounded once per step
+  // (model::ParameterSet::cache_rounded_weights), part of weight_and_optimizer. Set by the trainer.
+  double rounded_weights = 0;
 };
 
 // For pipeline stage `stage` holding `parameters` parameters.
