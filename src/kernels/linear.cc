@@ -20,17 +20,41 @@ void linear_forward(const float* x, const float* w, const float* b, float* y, in
   gemm(g);
 }
 
+namespace {
+// db += column sums of dy: blocks of columns in parallel, rows in order (deterministic). With
+// dy_rounded, the same pass writes dy rounded to `type` there.
+void bias_grad(const float* dy, float* db, int64_t rows, int64_t out, DType type, float* dy_rounded) {
+  TESSERA_PROFILE_SCOPE("linear_bias_grad");
+  constexpr int64_t kBlock = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t j0 = 0; j0 < out; j0 += kBlock) {
+    int64_t j1 = j0 + kBlock < out ? j0 + kBlock : out;
+    float sum[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = j0; j < j1; ++j) sum[j - j0] += dy[r * out + j];
+      if (dy_rounded) round_to_serial(type, dy + r * out + j0, dy_rounded + r * out + j0, j1 - j0);
+    }
+    for (int64_t j = j0; j < j1; ++j) db[j] += sum[j - j0];
+  }
+}
+}  // namespace
+
 void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
                      int64_t rows, int64_t in, int64_t out, bool accumulate_dx,
                      DType input_type, bool x_rounded, bool w_rounded) {
-  // Under 16-bit inputs dy feeds both GEMMs: it is rounded once for the two (the bias gradient below
-  // sums the unrounded dy, as an fp32 bias gradient does).
+  // Under 16-bit inputs dy feeds both GEMMs: it is rounded once for the two, in the bias gradient's
+  // pass where there is one (which sums the unrounded dy, as an fp32 bias gradient does).
   Tensor dy_rounded;
   const float* dy_gemm = dy;
   if (input_type != DType::F32 && dx && dw && reuse_rounded_inputs()) {
     dy_rounded = Tensor::empty({rows, out});
-    round_to(input_type, dy, dy_rounded.f32(), rows * out);
+    if (db)
+      bias_grad(dy, db, rows, out, input_type, dy_rounded.f32());
+    else
+      round_to(input_type, dy, dy_rounded.f32(), rows * out);
     dy_gemm = dy_rounded.f32();
+  } else if (db) {
+    bias_grad(dy, db, rows, out, input_type, nullptr);
   }
   const bool dy_is_rounded = dy_gemm != dy;
   if (dx) {  // dx = dy w
@@ -55,18 +79,6 @@ void linear_backward(const float* dy, const float* x, const float* w, float* dx,
     g.input_type = input_type;
     g.a_rounded = dy_is_rounded, g.b_rounded = x_rounded;
     gemm(g);
-  }
-  if (db) {  // db += column sums of dy: blocks of columns in parallel, rows in order (deterministic)
-    TESSERA_PROFILE_SCOPE("linear_bias_grad");
-    constexpr int64_t kBlock = 64;
-#pragma omp parallel for schedule(static)
-    for (int64_t j0 = 0; j0 < out; j0 += kBlock) {
-      int64_t j1 = j0 + kBlock < out ? j0 + kBlock : out;
-      float sum[kBlock] = {};
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = j0; j < j1; ++j) sum[j - j0] += dy[r * out + j];
-      for (int64_t j = j0; j < j1; ++j) db[j] += sum[j - j0];
-    }
   }
 }
 

@@ -186,9 +186,9 @@ Tensor GptModel::forward_chunk(const MicroBatch& batch, const Tensor& input, con
   }
   need_params_of(static_cast<int64_t>(layers_.size()));
   rec.final_input = x;
-  final_norm_->forward(x, rec.final_ln, rec.final_mean, rec.final_rstd);
-  // The final norm's output feeds only the output layer's GEMMs: rounded once here, not in each.
-  rec.final_ln_rounded = kernels::round_in_place_for_gemm(c.params_dtype, rec.final_ln);
+  // The final norm's output feeds only the output layer's GEMMs: rounded once as it is made, not in each.
+  final_norm_->forward(x, rec.final_ln, rec.final_mean, rec.final_rstd, kernels::gemm_rounding(c.params_dtype));
+  rec.final_ln_rounded = kernels::gemm_rounding(c.params_dtype) != DType::F32;
   // Output layer: this rank's vocabulary shard of the logits from the full final activation.
   Tensor full = parallel::gather_to_tensor_parallel(rec.final_ln, tp_);
   rec.logits = Tensor::empty({rows, vocab_local_});
@@ -240,11 +240,11 @@ Tensor GptModel::backward_chunk(GptActivations& rec, const Tensor& doutput, cons
   if (chunk_.post_process) {
     Tensor dloss = Tensor::empty({rows});
     for (int64_t t = 0; t < rows; ++t) dloss.f32()[t] = grad_scale * rec.loss_mask.f32()[t];
+    // dlogits feed only the two GEMMs below: rounded once as they are made, for both.
     kernels::cross_entropy_backward(rec.logits.f32(), rec.labels.i32(), rec.lse.f32(), dloss.f32(), rows,
-                                    vocab_local_, vocab_begin_);
+                                    vocab_local_, vocab_begin_, kernels::gemm_rounding(c.params_dtype));
     const float* dlogits = rec.logits.f32();
-    // dlogits feed only the two GEMMs below: rounded once, in place, for both.
-    const bool dlogits_rounded = kernels::round_in_place_for_gemm(c.params_dtype, rec.logits);
+    const bool dlogits_rounded = kernels::gemm_rounding(c.params_dtype) != DType::F32;
 
     // d final_ln = dlogits W (a partial sum over vocabulary shards); dW += dlogits^T final_ln.
     Tensor full = parallel::gather_to_tensor_parallel(rec.final_ln, tp_);

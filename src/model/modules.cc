@@ -133,16 +133,16 @@ Norm::Norm(ParameterSet& params, const std::string& prefix, const GptConfig& con
   }
 }
 
-void Norm::forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd) const {
+void Norm::forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType round_output) const {
   int64_t rows = x.numel() / hidden_;
   y = Tensor::empty({rows, hidden_});
   rstd = Tensor::empty({rows});
   if (kind_ == Normalization::LayerNorm) {
     mean = Tensor::empty({rows});
     kernels::layernorm_forward(x.f32(), weight_->value.f32(), bias_->value.f32(), y.f32(), mean.f32(), rstd.f32(),
-                               rows, hidden_, eps_);
+                               rows, hidden_, eps_, round_output);
   } else {
-    kernels::rmsnorm_forward(x.f32(), weight_->value.f32(), y.f32(), rstd.f32(), rows, hidden_, eps_);
+    kernels::rmsnorm_forward(x.f32(), weight_->value.f32(), y.f32(), rstd.f32(), rows, hidden_, eps_, round_output);
   }
 }
 

@@ -91,7 +91,8 @@ class Norm {
   // sums over the tensor group (ParameterSpec::sequence_parallel_grad).
   Norm(ParameterSet& params, const std::string& prefix, const GptConfig& config, bool sequence_parallel);
   // y, mean (LayerNorm only) and rstd are allocated here.
-  void forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd) const;
+  // round_output: y rounded to this type as it is written (it feeds only GEMMs).
+  void forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType round_output = DType::F32) const;
   // Adds the input gradient into dx.
   void backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& dx) const;
 

@@ -100,13 +100,12 @@ void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx
 }
 
 void LayerActivations::store_activations_as(DType t) {
-  for (Tensor* a : {&input, &ln1, &q, &k, &v, &attn, &residual, &ln2, &fc1, &act}) *a = kernels::store_as(t, *a);
+  kernels::store_all_as(t, {&input, &ln1, &q, &k, &v, &attn, &residual, &ln2, &fc1, &act});
 }
 
 LayerActivations LayerActivations::with_fp32_activations() const {
   LayerActivations r = *this;
-  for (Tensor* a : {&r.input, &r.ln1, &r.q, &r.k, &r.v, &r.attn, &r.residual, &r.ln2, &r.fc1, &r.act})
-    *a = kernels::to_fp32(*a);
+  kernels::all_to_fp32({&r.input, &r.ln1, &r.q, &r.k, &r.v, &r.attn, &r.residual, &r.ln2, &r.fc1, &r.act});
   return r;
 }
 
@@ -150,8 +149,10 @@ Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, cons
   // Attention block.
   // The norms' outputs, attention's output and the activation feed only GEMMs here (and are kept in
   // 16 bits for backward), so they are rounded where they are made instead of in the GEMM.
-  input_norm_.forward(x, rec.ln1, rec.ln1_mean, rec.ln1_rstd);
-  Tensor qkv = qkv_.forward(rec.ln1, kernels::round_in_place_for_gemm(c.params_dtype, rec.ln1));
+  const DType rounding = kernels::gemm_rounding(c.params_dtype);
+  const bool rounded = rounding != DType::F32;
+  input_norm_.forward(x, rec.ln1, rec.ln1_mean, rec.ln1_rstd, rounding);
+  Tensor qkv = qkv_.forward(rec.ln1, rounded);
   rec.q = Tensor::empty({rows, heads_, d});
   rec.k = Tensor::empty({rows, groups_, d});
   rec.v = Tensor::empty({rows, groups_, d});
@@ -173,15 +174,15 @@ Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, cons
   rec.residual = h;
 
   // MLP block.
-  pre_mlp_norm_.forward(h, rec.ln2, rec.ln2_mean, rec.ln2_rstd);
-  rec.fc1 = fc1_.forward(rec.ln2, kernels::round_in_place_for_gemm(c.params_dtype, rec.ln2));
+  pre_mlp_norm_.forward(h, rec.ln2, rec.ln2_mean, rec.ln2_rstd, rounding);
+  rec.fc1 = fc1_.forward(rec.ln2, rounded);
   const int64_t ffn = c.ffn_hidden_size / tp_.size();
   rec.act = Tensor::empty({rows, ffn});
   if (c.swiglu)
-    kernels::swiglu_forward(rec.fc1.f32(), rec.act.f32(), rows, ffn);
+    kernels::swiglu_forward(rec.fc1.f32(), rec.act.f32(), rows, ffn, rounding);
   else
-    kernels::gelu_forward(rec.fc1.f32(), rec.act.f32(), rec.act.numel());
-  Tensor y = fc2_.forward(rec.act, kernels::round_in_place_for_gemm(c.params_dtype, rec.act));
+    kernels::gelu_forward(rec.fc1.f32(), rec.act.f32(), rec.act.numel(), rounding);
+  Tensor y = fc2_.forward(rec.act, rounded);
   hidden_dropout(y, ctx, kMlpOutput, false);
   add_into(y, h);
   rec.store_activations_as(c.params_dtype);
