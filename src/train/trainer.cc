@@ -508,6 +508,7 @@ void Trainer::train() {
     }
     if (args_.sample_interval > 0 && iteration_ % args_.sample_interval == 0) {
       optimizer_->wait_for_params();  // the sampler reads the weights
+      params_.weights_changed();      // and its GEMMs may read their rounded copies
       if (!sampler_)
         sampler_ = std::make_unique<infer::TrainingSampler>(
             *chunks_[0], params_, state_->tensor_group(), args_.sequence_parallel,

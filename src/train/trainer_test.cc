@@ -270,5 +270,25 @@ TEST(Trainer, ReusedRoundedInputsGiveBitwiseTheRunOfRoundingInEveryGemm) {
   }
 }
 
+// The training sampler decodes with the trained model, whose GEMMs read the rounded weight copies:
+// they must follow the step before it, as with rounding in every GEMM (greedy samples equal).
+TEST(Trainer, Bf16SamplesDuringTrainingUseTheUpdatedWeights) {
+  auto samples = [](bool reuse) {
+    kernels::set_reuse_rounded_inputs(reuse);
+    Trainer t = make_trainer(kSmallModel + "--train-iters 6 --sample-interval 2 --sample-prompt 3 --bf16");
+    ::testing::internal::CaptureStdout();
+    t.train();
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    kernels::set_reuse_rounded_inputs(true);
+    std::string lines;
+    for (size_t at = out.find(" sample at iteration"); at != std::string::npos; at = out.find(" sample at iteration", at + 1))
+      lines += out.substr(at, out.find('\n', at) - at) + "\n";
+    return lines;
+  };
+  const std::string every_gemm = samples(false);
+  EXPECT_NE(every_gemm.find("sample at iteration 6"), std::string::npos) << every_gemm;
+  EXPECT_EQ(samples(true), every_gemm);
+}
+
 }  // namespace
 }  // namespace tessera::train
