@@ -34,6 +34,13 @@ bf16=$("$tessera" train $model --bf16 2>&1)
 check "bf16 run exits 0: $bf16" $?
 grep -qF " > mixed precision: bf16 GEMM inputs with fp32 accumulation" <<<"$bf16"
 check "a bf16 run says what is 16-bit: $bf16" $?
+grep -qE "accumulation \(CPU features: [a-z0-9_ ]+; (native: oneDNN bf16 kernels|.*so rounded to bf16 on the fp32 kernels)\)" <<<"$bf16"
+check "a bf16 run names the CPU features and the GEMM path: $bf16" $?
+# On the fp32 kernels the weights are kept rounded, and the memory report counts them.
+if grep -qF "so rounded to bf16 on the fp32 kernels" <<<"$bf16"; then
+  grep -qE "GEMM weights rounded to bf16 once per step \(fp32 copies\): [0-9.]+ MB" <<<"$bf16"
+  check "the memory report counts the rounded weight copies: $bf16" $?
+fi
 grep -qF "loss scale: 1.0 |" <<<"$bf16"
 check "bf16 trains without loss scaling: $bf16" $?
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/profiler.h"
+#include "kernels/precision.h"
 
 namespace tessera::kernels {
 namespace {
@@ -21,13 +22,30 @@ constexpr float kGeluC = 0.044715f;
 }  // namespace
 
 // gelu(x) = x * s with s = sigmoid(2u), u = k (x + c x^3).
-void gelu_forward(const float* x, float* y, int64_t n) {
+void gelu_forward(const float* x, float* y, int64_t n, DType round_output) {
   TESSERA_PROFILE_SCOPE("gelu_forward");
+  if (round_output == DType::F32) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float xi = x[i];
-    float u = kGeluK * (xi + kGeluC * xi * xi * xi);
-    y[i] = xi / (1.0f + exp_approx(-2.0f * u));
+    for (int64_t i = 0; i < n; ++i) {
+      float xi = x[i];
+      float u = kGeluK * (xi + kGeluC * xi * xi * xi);
+      y[i] = xi / (1.0f + exp_approx(-2.0f * u));
+    }
+    return;
+  }
+  // In pieces, each rounded while it is in cache (the same values as above, then rounded: the mixed
+  // precision tests compare the two bitwise).
+  constexpr int64_t kPiece = 4096;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < n; b += kPiece) {
+    const int64_t e = std::min(n, b + kPiece);
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      float xi = x[i];
+      float u = kGeluK * (xi + kGeluC * xi * xi * xi);
+      y[i] = xi / (1.0f + exp_approx(-2.0f * u));
+    }
+    if (round_output != DType::F32) round_to_serial(round_output, y + b, y + b, e - b);
   }
 }
 
@@ -48,7 +66,7 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
 }
 
 // y = silu(g) * up = g * sigmoid(g) * up.
-void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width) {
+void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width, DType round_output) {
   TESSERA_PROFILE_SCOPE("swiglu_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -60,6 +78,7 @@ void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width) {
       float g = gate[c];
       yr[c] = g / (1.0f + exp_approx(-g)) * up[c];
     }
+    if (round_output != DType::F32) round_to_serial(round_output, yr, yr, width);
   }
 }
 

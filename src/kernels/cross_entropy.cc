@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/profiler.h"
+#include "kernels/precision.h"
 
 namespace tessera::kernels {
 namespace {
@@ -77,7 +78,7 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, float* l
 }
 
 void cross_entropy_backward(float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                            int64_t rows, int64_t vocab_local, int64_t vocab_begin) {
+                            int64_t rows, int64_t vocab_local, int64_t vocab_begin, DType round_output) {
   TESSERA_PROFILE_SCOPE("cross_entropy_backward");
   int64_t chunks = (vocab_local + kColChunk - 1) / kColChunk;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -94,6 +95,7 @@ void cross_entropy_backward(float* logits, const int32_t* targets, const float* 
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) x[j] = exp_approx(x[j] - l) * d;
       if (has_target) x[t] = (exp_approx(xt - l) - 1.0f) * d;
+      if (round_output != DType::F32) round_to_serial(round_output, x, x, n);
     }
   }
 }

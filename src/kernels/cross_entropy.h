@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace tessera::kernels {
 
 // logits [rows, vocab_local] holding vocabulary ids [vocab_begin, vocab_begin + vocab_local).
@@ -18,8 +20,10 @@ void cross_entropy_shard_stats(const float* logits, const int32_t* targets, floa
 void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
                            int64_t vocab);
 
-// In place: logits[r, j] <- (exp(logits[r, j] - lse[r]) - [vocab_begin + j == targets[r]]) * dloss[r].
+// In place: logits[r, j] <- (exp(logits[r, j] - lse[r]) - [vocab_begin + j == targets[r]]) * dloss[r],
+// rounded to round_output (mixed precision: dlogits feed only GEMMs).
 void cross_entropy_backward(float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                            int64_t rows, int64_t vocab_local, int64_t vocab_begin);
+                            int64_t rows, int64_t vocab_local, int64_t vocab_begin,
+                            DType round_output = DType::F32);
 
 }  // namespace tessera::kernels

@@ -26,6 +26,11 @@ struct GemmArgs {
   // F32, or BF16/F16: op(A) and op(B) are rounded to that type before they are multiplied (fp32
   // accumulation; C, alpha, beta and the bias stay fp32).
   DType input_type = DType::F32;
+  // The caller's promise that A (B) already holds values of input_type, each an fp32 number that a
+  // 16-bit one can hold (a weight rounded once per step, an activation its producer wrote rounded, one
+  // widened from 16-bit storage). Such an input is not rounded again: rounding is idempotent, so the
+  // product is bitwise the one of rounding it here.
+  bool a_rounded = false, b_rounded = false;
 };
 
 class GemmBackend {

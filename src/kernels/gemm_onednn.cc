@@ -13,6 +13,7 @@
 
 #include "core/profiler.h"
 #include "core/progress.h"
+#include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "kernels/precision.h"
 
@@ -89,16 +90,31 @@ class OneDnnGemm final : public GemmBackend {
         // No 16-bit kernel for this shape or epilogue: the rounded fp32 path below.
       }
     }
-    Tensor a = pack(g.a, a_rows, dense.lda, g.lda, g.input_type, false);
-    Tensor b = pack(g.b, b_rows, dense.ldb, g.ldb, g.input_type, false);
-    run(dense, a.raw(), b.raw(), DType::F32);
+    // The fp32 kernel on rounded values. An input that is already rounded and dense is used in place:
+    // the same primitive on the same values as its rounded copy would be.
+    Tensor a, b;
+    const float* a_data = g.a;
+    const float* b_data = g.b;
+    const bool reuse = reuse_rounded_inputs();
+    if (!(reuse && g.a_rounded) || g.lda != dense.lda) {
+      a = pack(g.a, a_rows, dense.lda, g.lda, g.input_type, false);
+      a_data = a.f32();
+    }
+    if (!(reuse && g.b_rounded) || g.ldb != dense.ldb) {
+      b = pack(g.b, b_rows, dense.ldb, g.ldb, g.input_type, false);
+      b_data = b.f32();
+    }
+    run(dense, a_data, b_data, DType::F32);
   }
 
   bool native_16bit(DType t) override {
+    // The CPU decides (kernels/cpu_features.h): oneDNN also builds bf16 kernels that emulate the dot
+    // product on plain AVX-512, slower than fp32. Where the CPU has the instruction, oneDNN must also
+    // have a non-reference kernel for it (this oneDNN may predate the instruction set).
+    if (!cpu_features().native_16bit(t)) return false;
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = native_.find(t);
     if (it != native_.end()) return it->second;
-    // A kernel counts when oneDNN has a non-reference implementation for a typical shape.
     bool native = false;
     try {
       GemmArgs probe;

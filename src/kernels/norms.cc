@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "core/profiler.h"
+#include "kernels/precision.h"
 
 namespace tessera::kernels {
 namespace {
@@ -37,7 +38,7 @@ void reduce_partials(const float* partial, int64_t chunks, int64_t cols, float* 
 }  // namespace
 
 void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
-                       int64_t rows, int64_t cols, float eps) {
+                       int64_t rows, int64_t cols, float eps, DType round_output) {
   TESSERA_PROFILE_SCOPE("layernorm_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -62,6 +63,7 @@ void layernorm_forward(const float* x, const float* w, const float* b, float* y,
     } else {
       for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mf) * sf * w[c];
     }
+    if (round_output != DType::F32) round_to_serial(round_output, yr, yr, cols);
     mean[r] = mf;
     rstd[r] = sf;
   }
@@ -115,7 +117,8 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
   if (db) reduce_partials(db_part.get(), chunks, cols, db);
 }
 
-void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t cols, float eps) {
+void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t cols, float eps,
+                     DType round_output) {
   TESSERA_PROFILE_SCOPE("rmsnorm_forward");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -126,6 +129,7 @@ void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int6
     for (int64_t c = 0; c < cols; ++c) sq += static_cast<double>(xr[c]) * xr[c];
     float s = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + eps));
     for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * s * w[c];
+    if (round_output != DType::F32) round_to_serial(round_output, yr, yr, cols);
     rstd[r] = s;
   }
 }

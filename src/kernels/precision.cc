@@ -1,6 +1,7 @@
 #include "kernels/precision.h"
 
 #include "core/check.h"
+#include "core/profiler.h"
 
 namespace tessera::kernels {
 namespace {
@@ -57,9 +58,12 @@ float round_to(DType t, float x) {
 }
 
 void round_to(DType t, const float* in, float* out, int64_t n) {
+  TESSERA_PROFILE_SCOPE("round_to");
   if (t != DType::F32 && t != DType::BF16 && t != DType::F16) throw not_a_compute_type(t);
   in_parallel(n, [&](int64_t b, int64_t e) { round_run(t, in + b, out + b, e - b); });
 }
+
+void round_to_serial(DType t, const float* in, float* out, int64_t n) { round_run(t, in, out, n); }
 
 void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n) {
   check_16bit(t, "encode_16bit");
@@ -67,6 +71,7 @@ void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n) {
 }
 
 void round_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, float* out) {
+  TESSERA_PROFILE_SCOPE("round_rows_16bit");
   if (t != DType::F32 && t != DType::BF16 && t != DType::F16) throw not_a_compute_type(t);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) round_run(t, in + r * ld, out + r * cols, cols);
@@ -78,15 +83,92 @@ void encode_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t l
   for (int64_t r = 0; r < rows; ++r) encode_run(t, in + r * ld, out + r * cols, cols);
 }
 
+namespace {
+bool reuse_rounded = true;
+}  // namespace
+
+bool reuse_rounded_inputs() { return reuse_rounded; }
+void set_reuse_rounded_inputs(bool on) { reuse_rounded = on; }
+
+DType gemm_rounding(DType t) { return reuse_rounded ? t : DType::F32; }
+
+bool round_in_place_for_gemm(DType t, const Tensor& x) {
+  if (t == DType::F32 || !reuse_rounded) return false;
+  round_to(t, x.f32(), x.f32(), x.numel());
+  return true;
+}
+
 Tensor store_as(DType t, const Tensor& fp32) {
   if (t == DType::F32 || !fp32.defined()) return fp32;
+  TESSERA_PROFILE_SCOPE("store_16bit");
   Tensor out = Tensor::empty(fp32.shape(), t);
   encode_16bit(t, fp32.f32(), static_cast<uint16_t*>(out.raw()), fp32.numel());
   return out;
 }
 
+namespace {
+void widen_run(DType t, const uint16_t* in, float* out, int64_t n) {
+  if (t == DType::BF16) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(in[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(in[i]);
+  }
+}
+
+// Calls run(k, begin, end) on pieces of every n[k] in one parallel region, without a barrier between
+// tensors.
+template <typename Run>
+void pieces_in_parallel(const std::vector<int64_t>& n, const Run& run) {
+  constexpr int64_t kPiece = 1 << 14;
+#pragma omp parallel
+  for (size_t k = 0; k < n.size(); ++k) {
+#pragma omp for schedule(static) nowait
+    for (int64_t b = 0; b < n[k]; b += kPiece) run(k, b, b + kPiece < n[k] ? b + kPiece : n[k]);
+  }
+}
+}  // namespace
+
+void store_all_as(DType t, const std::vector<Tensor*>& tensors) {
+  if (t == DType::F32) return;
+  check_16bit(t, "store_all_as");
+  TESSERA_PROFILE_SCOPE("store_16bit");
+  std::vector<Tensor> out(tensors.size());
+  std::vector<int64_t> n(tensors.size(), 0);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    if (!tensors[k]->defined() || tensors[k]->dtype() != DType::F32) continue;
+    out[k] = Tensor::empty(tensors[k]->shape(), t);
+    n[k] = tensors[k]->numel();
+  }
+  pieces_in_parallel(n, [&](size_t k, int64_t b, int64_t e) {
+    encode_run(t, tensors[k]->f32() + b, static_cast<uint16_t*>(out[k].raw()) + b, e - b);
+  });
+  for (size_t k = 0; k < tensors.size(); ++k)
+    if (out[k].defined()) *tensors[k] = out[k];
+}
+
+void all_to_fp32(const std::vector<Tensor*>& tensors) {
+  TESSERA_PROFILE_SCOPE("widen_16bit");
+  std::vector<Tensor> out(tensors.size());
+  std::vector<int64_t> n(tensors.size(), 0);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const Tensor& s = *tensors[k];
+    if (!s.defined() || s.dtype() == DType::F32) continue;
+    TESSERA_CHECK(s.dtype() == DType::BF16 || s.dtype() == DType::F16, "to_fp32: ", dtype_name(s.dtype()),
+                  " is not a 16-bit floating-point type");
+    out[k] = Tensor::empty(s.shape());
+    n[k] = s.numel();
+  }
+  pieces_in_parallel(n, [&](size_t k, int64_t b, int64_t e) {
+    widen_run(tensors[k]->dtype(), static_cast<const uint16_t*>(tensors[k]->raw()) + b, out[k].f32() + b, e - b);
+  });
+  for (size_t k = 0; k < tensors.size(); ++k)
+    if (out[k].defined()) *tensors[k] = out[k];
+}
+
 Tensor to_fp32(const Tensor& stored) {
   if (!stored.defined() || stored.dtype() == DType::F32) return stored;
+  TESSERA_PROFILE_SCOPE("widen_16bit");
   TESSERA_CHECK(stored.dtype() == DType::BF16 || stored.dtype() == DType::F16, "to_fp32: ",
                 dtype_name(stored.dtype()), " is not a 16-bit floating-point type");
   Tensor out = Tensor::empty(stored.shape());

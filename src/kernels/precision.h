@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -35,6 +36,8 @@ inline float fp16_to_fp32(uint16_t bits) {
 float round_to(DType t, float x);
 // out[i] = round_to(t, in[i]); in may equal out.
 void round_to(DType t, const float* in, float* out, int64_t n);
+// The same on the calling thread only: for kernels that round what they produce while it is in cache.
+void round_to_serial(DType t, const float* in, float* out, int64_t n);
 // The 16-bit encodings of in[0..n) (t is BF16 or F16).
 void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n);
 // The same for the rows x cols matrix at `in` with row stride ld, into dense rows of `out` (row stride
@@ -42,9 +45,26 @@ void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n);
 void round_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, float* out);
 void encode_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, uint16_t* out);
 
+// Whether mixed precision reuses rounded GEMM inputs (the default): weights are rounded once per step
+// (model::ParameterSet::cache_rounded_weights), producers whose output only feeds GEMMs write it
+// rounded, and a GEMM does not round an input marked as rounded (GemmArgs::a_rounded). Off, every GEMM
+// rounds both of its inputs itself, as before these were reused. Rounding is idempotent, so both give
+// bitwise the same numbers: tests switch it off to check that.
+bool reuse_rounded_inputs();
+void set_reuse_rounded_inputs(bool on);
+
+// The type a producer whose output feeds only GEMMs of input type t rounds it to: t when inputs are
+// reused (above), else F32 (no rounding).
+DType gemm_rounding(DType t);
+// x rounded in place to type t when inputs are reused (above) and t is 16-bit; returns whether it was.
+bool round_in_place_for_gemm(DType t, const Tensor& x);
+
 // An fp32 tensor stored as type t (BF16 or F16: half the bytes; F32: the tensor itself), and back.
 // Under mixed precision the activations kept for backward are stored so, as Megatron keeps them.
 Tensor store_as(DType t, const Tensor& fp32);
 Tensor to_fp32(const Tensor& stored);
+// store_as (to_fp32) of each tensor in place, all in one parallel pass: a layer's record holds many.
+void store_all_as(DType t, const std::vector<Tensor*>& tensors);
+void all_to_fp32(const std::vector<Tensor*>& tensors);
 
 }  // namespace tessera::kernels

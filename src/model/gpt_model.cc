@@ -57,7 +57,7 @@ int64_t GptActivations::bytes() const {
 
 GptModel::GptModel(const GptConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp,
                    const ModelChunk& chunk)
-    : config_(config), tp_(tp), chunk_(chunk) {
+    : config_(config), tp_(tp), params_(&params), chunk_(chunk) {
   const GptConfig& c = config_;
   if (chunk_.num_layers < 0) chunk_.num_layers = c.num_layers - chunk_.first_layer;
   TESSERA_CHECK(chunk_.first_layer >= 0 && chunk_.first_layer + chunk_.num_layers <= c.num_layers,
@@ -92,12 +92,12 @@ GptModel::GptModel(const GptConfig& config, ParameterSet& params, const parallel
     copy.tied_copy = true;
     word_embeddings_ = params.add(copy);
   }
+  (output_layer_ ? output_layer_ : word_embeddings_)->spec.gemm_weight = true;  // the output layer's GEMMs
   end_offset_ = params.numel();
 }
 
-const float* GptModel::output_weight() const {
-  return (output_layer_ ? output_layer_ : word_embeddings_)->value.f32();
-}
+const Parameter& GptModel::output_parameter() const { return *(output_layer_ ? output_layer_ : word_embeddings_); }
+const float* GptModel::output_weight() const { return output_parameter().value.f32(); }
 float* GptModel::output_weight_grad() const { return (output_layer_ ? output_layer_ : word_embeddings_)->grad.f32(); }
 
 // Vocab-parallel embedding: each rank looks up the ids of its vocabulary shard (zeros elsewhere), the
@@ -195,17 +195,21 @@ Tensor GptModel::forward_chunk(const MicroBatch& batch, const Tensor& input, con
   }
   need_params_of(static_cast<int64_t>(layers_.size()));
   rec.final_input = x;
-  final_norm_->forward(x, rec.final_ln, rec.final_mean, rec.final_rstd);
+  // The final norm's output feeds only the output layer's GEMMs: rounded once as it is made, not in each.
+  final_norm_->forward(x, rec.final_ln, rec.final_mean, rec.final_rstd, kernels::gemm_rounding(c.params_dtype));
+  rec.final_ln_rounded = kernels::gemm_rounding(c.params_dtype) != DType::F32;
   // Output layer: this rank's vocabulary shard of the logits from the full final activation.
   Tensor full = parallel::gather_to_tensor_parallel(rec.final_ln, tp_);
   rec.logits = Tensor::empty({rows, vocab_local_});
+  const GemmWeight w = gemm_weight(*params_, output_parameter(), c.params_dtype);
   kernels::GemmArgs g;
   g.trans_b = kernels::Trans::T;
   g.m = rows, g.n = vocab_local_, g.k = c.hidden_size;
   g.a = full.f32(), g.lda = c.hidden_size;
-  g.b = output_weight(), g.ldb = c.hidden_size;
+  g.b = w.values, g.ldb = c.hidden_size;
   g.c = rec.logits.f32(), g.ldc = vocab_local_;
   g.input_type = c.params_dtype;
+  g.a_rounded = rec.final_ln_rounded, g.b_rounded = w.rounded;
   kernels::gemm(g);
 
   // Vocab-parallel cross-entropy: no rank holds all logits; the max, the sum of exponentials and the
@@ -245,19 +249,23 @@ Tensor GptModel::backward_chunk(GptActivations& rec, const Tensor& doutput, cons
   if (chunk_.post_process) {
     Tensor dloss = Tensor::empty({rows});
     for (int64_t t = 0; t < rows; ++t) dloss.f32()[t] = grad_scale * rec.loss_mask.f32()[t];
+    // dlogits feed only the two GEMMs below: rounded once as they are made, for both.
     kernels::cross_entropy_backward(rec.logits.f32(), rec.labels.i32(), rec.lse.f32(), dloss.f32(), rows,
-                                    vocab_local_, vocab_begin_);
+                                    vocab_local_, vocab_begin_, kernels::gemm_rounding(c.params_dtype));
     const float* dlogits = rec.logits.f32();
+    const bool dlogits_rounded = kernels::gemm_rounding(c.params_dtype) != DType::F32;
 
     // d final_ln = dlogits W (a partial sum over vocabulary shards); dW += dlogits^T final_ln.
     Tensor full = parallel::gather_to_tensor_parallel(rec.final_ln, tp_);
     Tensor dfinal = Tensor::empty({rows, c.hidden_size});
+    const GemmWeight w = gemm_weight(*params_, output_parameter(), c.params_dtype);
     kernels::GemmArgs g;
     g.m = rows, g.n = c.hidden_size, g.k = vocab_local_;
     g.a = dlogits, g.lda = vocab_local_;
-    g.b = output_weight(), g.ldb = c.hidden_size;
+    g.b = w.values, g.ldb = c.hidden_size;
     g.c = dfinal.f32(), g.ldc = c.hidden_size;
     g.input_type = c.params_dtype;
+    g.a_rounded = dlogits_rounded, g.b_rounded = w.rounded;
     kernels::gemm(g);
     kernels::GemmArgs gw;
     gw.trans_a = kernels::Trans::T;
@@ -267,6 +275,7 @@ Tensor GptModel::backward_chunk(GptActivations& rec, const Tensor& doutput, cons
     gw.c = output_weight_grad(), gw.ldc = c.hidden_size;
     gw.beta = 1.0f;
     gw.input_type = c.params_dtype;
+    gw.a_rounded = dlogits_rounded, gw.b_rounded = rec.final_ln_rounded;
     kernels::gemm(gw);
     rec.logits = Tensor();
     full = Tensor();

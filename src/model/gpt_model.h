@@ -28,6 +28,7 @@ struct GptActivations {
   Tensor doc_start;                             // [batch, seq] as given, or undefined
   std::vector<LayerActivations> layers;  // a recomputed layer keeps only its group's input (on the first)
   Tensor final_input, final_ln, final_mean, final_rstd;
+  bool final_ln_rounded = false;  // final_ln holds values of the GEMM input type
   Tensor logits, lse;  // logits [T, padded vocab / tp] of this rank's vocabulary shard
 
   int64_t layer_bytes() const;  // held by the transformer layers' records
@@ -116,11 +117,13 @@ class GptModel {
   // The first layer (chunk-local index) of the recomputed group that layer l belongs to, or -1 when l
   // keeps its activations.
   int64_t recompute_group_start(int64_t l) const;
+  const Parameter& output_parameter() const;
   const float* output_weight() const;
   float* output_weight_grad() const;
 
   GptConfig config_;
   const parallel::TensorParallelContext& tp_;
+  const ParameterSet* params_;
   ModelChunk chunk_;
   Recompute recompute_;
   int64_t vocab_begin_, vocab_local_;  // this rank's vocabulary shard

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/philox.h"
+#include "kernels/precision.h"
 
 namespace tessera::model {
 namespace {
@@ -405,6 +406,52 @@ TEST(GptModelMixedPrecision, SixteenBitGemmInputsStayCloseToFp32AndAreDeterminis
       EXPECT_EQ(again.second, mixed.second) << dtype_name(t) << ": recomputation is not exact";
     }
   }
+}
+
+// Reusing rounded GEMM inputs (weights rounded once per step, activations rounded by their producers,
+// each GEMM skipping what is already rounded) gives bitwise the numbers of rounding both inputs in
+// every GEMM. Two forward/backward passes with a weight update between them: the rounded weight copies
+// must follow the update once weights_changed() says so.
+TEST(GptModelMixedPrecision, ReusedRoundedInputsAreBitwiseTheRoundingInEveryGemm) {
+  for (bool llama_style : {false, true})
+    for (DType t : {DType::BF16, DType::F16}) {
+      auto run = [&](bool reuse, bool announce_update) {
+        kernels::set_reuse_rounded_inputs(reuse);
+        GptConfig c = tiny_config(llama_style);
+        c.params_dtype = t;
+        ParameterSet params;
+        GptModel model(c, params);
+        model.set_recompute({RecomputeMethod::Block, 1});  // the first layer recomputed, the other not
+        params.allocate(42);
+        params.cache_rounded_weights(t);
+        std::vector<double> losses;
+        for (int pass = 0; pass < 2; ++pass) {
+          if (pass == 1) {  // an "optimizer step": every weight moves
+            float* v = params.values().f32();
+            for (int64_t i = 0; i < params.numel(); ++i) v[i] += 1e-2f * params.grads().f32()[i] + 1e-3f;
+            if (announce_update) params.weights_changed();
+          }
+          MicroBatch mb = random_batch(c, 2, 5 + pass);
+          ForwardContext ctx = context(c, 2, true);
+          GptActivations rec;
+          losses.push_back(model.forward(mb, ctx, rec));
+          model.backward(rec, ctx, 1.0f / 12);
+        }
+        if (reuse) {
+          EXPECT_EQ(params.rounded_weight_bytes(), params.gemm_weight_bytes());
+        }
+        kernels::set_reuse_rounded_inputs(true);
+        return std::make_pair(losses, std::vector<float>(params.grads().f32(), params.grads().f32() + params.numel()));
+      };
+      const auto every_gemm = run(false, true);
+      const auto reused = run(true, true);
+      EXPECT_EQ(reused.first, every_gemm.first) << dtype_name(t) << " llama_style " << llama_style;
+      EXPECT_EQ(reused.second, every_gemm.second) << dtype_name(t) << " llama_style " << llama_style;
+      // The copies are what the GEMMs read: left stale, they give other numbers.
+      const auto stale = run(true, false);
+      EXPECT_EQ(stale.first[0], every_gemm.first[0]);
+      EXPECT_NE(stale.first[1], every_gemm.first[1]) << dtype_name(t) << ": the rounded weights were not used";
+    }
 }
 
 }  // namespace

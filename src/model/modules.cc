@@ -31,11 +31,18 @@ ParameterSpec split_spec(const std::string& name, Shape view, int split_dim, int
 
 }  // namespace
 
+GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DType input_type) {
+  if (const float* rounded = params.rounded_value(weight, input_type)) return {rounded, true};
+  return {weight.value.f32(), false};
+}
+
 ColumnParallelLinear::ColumnParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in,
                                            const Shape& out_view, int split_dim, bool bias, float init_std,
                                            const parallel::TensorParallelContext& tp, DType gemm_input_type)
-    : tp_(tp), in_(in), out_local_(shape_numel(out_view) / tp.size()), input_type_(gemm_input_type) {
-  weight_ = params.add(split_spec(prefix + ".weight", out_view, split_dim, in, Init::Normal, init_std, true, tp));
+    : tp_(tp), params_(&params), in_(in), out_local_(shape_numel(out_view) / tp.size()), input_type_(gemm_input_type) {
+  ParameterSpec w = split_spec(prefix + ".weight", out_view, split_dim, in, Init::Normal, init_std, true, tp);
+  w.gemm_weight = true;
+  weight_ = params.add(w);
   if (bias) bias_ = params.add(split_spec(prefix + ".bias", out_view, split_dim, 0, Init::Zeros, 0.0f, false, tp));
 }
 
@@ -46,43 +53,49 @@ kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden
   return {local, ctx.batch, hidden, tp.rank() * local, ctx.seq, ctx.sample_offset};
 }
 
-Tensor ColumnParallelLinear::forward(const Tensor& x) const {
+Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {
   Tensor full = parallel::gather_to_tensor_parallel(x, tp_);
   int64_t rows = full.numel() / in_;
   Tensor y = Tensor::empty({rows, out_local_});
-  kernels::linear_forward(full.f32(), weight_->value.f32(), bias_ ? bias_->value.f32() : nullptr, y.f32(), rows,
-                          in_, out_local_, input_type_);
+  GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
+  kernels::linear_forward(full.f32(), w.values, bias_ ? bias_->value.f32() : nullptr, y.f32(), rows, in_,
+                          out_local_, input_type_, x_rounded, w.rounded);
   return y;
 }
 
-Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x) const {
+Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_rounded) const {
   // Under sequence parallelism the gathered input is not kept from forward (that would undo the memory
   // saving); it is gathered again, as Megatron does.
   Tensor full = parallel::gather_to_tensor_parallel(x, tp_);
   int64_t rows = full.numel() / in_;
   Tensor dx = Tensor::empty({rows, in_});
-  kernels::linear_backward(dy.f32(), full.f32(), weight_->value.f32(), dx.f32(), weight_->grad.f32(),
-                           bias_ ? bias_->grad.f32() : nullptr, rows, in_, out_local_, false, input_type_);
+  GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
+  kernels::linear_backward(dy.f32(), full.f32(), w.values, dx.f32(), weight_->grad.f32(),
+                           bias_ ? bias_->grad.f32() : nullptr, rows, in_, out_local_, false, input_type_, x_rounded,
+                           w.rounded);
   return parallel::reduce_to_input(dx, tp_);
 }
 
 RowParallelLinear::RowParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, int64_t out,
                                      bool bias, float init_std, const parallel::TensorParallelContext& tp,
                                      DType gemm_input_type)
-    : tp_(tp), out_(out), input_type_(gemm_input_type) {
+    : tp_(tp), params_(&params), out_(out), input_type_(gemm_input_type) {
   TESSERA_CHECK(in % tp.size() == 0, prefix, ": ", in, " input features do not split over ", tp.size(),
                 " tensor-parallel ranks");
   in_local_ = in / tp.size();
   ParameterSpec w{prefix + ".weight", {out, in_local_}, Init::Normal, init_std, true};
   if (tp.size() > 1) w.sharding = {{out, in}, {out, in}, 1, tp.rank() * in_local_, in_local_};
+  w.gemm_weight = true;
   weight_ = params.add(w);
   if (bias) bias_ = params.add({prefix + ".bias", {out}, Init::Zeros, 0.0f, false});
 }
 
-Tensor RowParallelLinear::forward(const Tensor& x) const {
+Tensor RowParallelLinear::forward(const Tensor& x, bool x_rounded) const {
   int64_t rows = x.numel() / in_local_;
   Tensor partial = Tensor::empty({rows, out_});
-  kernels::linear_forward(x.f32(), weight_->value.f32(), nullptr, partial.f32(), rows, in_local_, out_, input_type_);
+  GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
+  kernels::linear_forward(x.f32(), w.values, nullptr, partial.f32(), rows, in_local_, out_, input_type_, x_rounded,
+                          w.rounded);
   Tensor y = tp_.sequence_parallel ? parallel::reduce_scatter_rows(partial, *tp_.group) : partial;
   if (!tp_.sequence_parallel) parallel::all_reduce_sum(y, *tp_.group);
   if (bias_) {
@@ -96,13 +109,15 @@ Tensor RowParallelLinear::forward(const Tensor& x) const {
   return y;
 }
 
-Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x) const {
+Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_rounded) const {
   // The bias gradient comes from the gathered (full) dy, so it is complete on every rank.
   Tensor full = parallel::gather_to_tensor_parallel(dy, tp_);
   int64_t rows = x.numel() / in_local_;
   Tensor dx = Tensor::empty({rows, in_local_});
-  kernels::linear_backward(full.f32(), x.f32(), weight_->value.f32(), dx.f32(), weight_->grad.f32(),
-                           bias_ ? bias_->grad.f32() : nullptr, rows, in_local_, out_, false, input_type_);
+  GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
+  kernels::linear_backward(full.f32(), x.f32(), w.values, dx.f32(), weight_->grad.f32(),
+                           bias_ ? bias_->grad.f32() : nullptr, rows, in_local_, out_, false, input_type_, x_rounded,
+                           w.rounded);
   return dx;
 }
 
@@ -118,16 +133,16 @@ Norm::Norm(ParameterSet& params, const std::string& prefix, const GptConfig& con
   }
 }
 
-void Norm::forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd) const {
+void Norm::forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType round_output) const {
   int64_t rows = x.numel() / hidden_;
   y = Tensor::empty({rows, hidden_});
   rstd = Tensor::empty({rows});
   if (kind_ == Normalization::LayerNorm) {
     mean = Tensor::empty({rows});
     kernels::layernorm_forward(x.f32(), weight_->value.f32(), bias_->value.f32(), y.f32(), mean.f32(), rstd.f32(),
-                               rows, hidden_, eps_);
+                               rows, hidden_, eps_, round_output);
   } else {
-    kernels::rmsnorm_forward(x.f32(), weight_->value.f32(), y.f32(), rstd.f32(), rows, hidden_, eps_);
+    kernels::rmsnorm_forward(x.f32(), weight_->value.f32(), y.f32(), rstd.f32(), rows, hidden_, eps_, round_output);
   }
 }
 

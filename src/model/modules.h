@@ -31,6 +31,14 @@ kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden
 // layer at one iteration.
 uint64_t dropout_stream(int64_t iteration, int64_t layer_number, int site);
 
+// The values a GEMM reads for a weight: its copy rounded to input_type where the parameter set keeps
+// one (ParameterSet::cache_rounded_weights), else the fp32 weight for the GEMM to round.
+struct GemmWeight {
+  const float* values;
+  bool rounded;
+};
+GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DType input_type);
+
 // A linear layer whose output features are split over the tensor group (Megatron's
 // ColumnParallelLinear). The full weight [out, in] is seen as out_view + [in] (e.g. [2, F, in] for
 // SwiGLU's fc1, [groups, per_group_rows, in] for the fused QKV) and split along out_view[split_dim], so
@@ -41,13 +49,15 @@ class ColumnParallelLinear {
   ColumnParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, const Shape& out_view,
                        int split_dim, bool bias, float init_std, const parallel::TensorParallelContext& tp,
                        DType gemm_input_type = DType::F32);
-  // x [tokens (/tp when sequence parallel), in] -> y [tokens, out / tp].
-  Tensor forward(const Tensor& x) const;
+  // x [tokens (/tp when sequence parallel), in] -> y [tokens, out / tp]. x_rounded: x already holds
+  // values of the GEMM input type (kernels::GemmArgs::a_rounded).
+  Tensor forward(const Tensor& x, bool x_rounded = false) const;
   // Accumulates weight/bias gradients; returns dx shaped like x (summed over the tensor group).
-  Tensor backward(const Tensor& dy, const Tensor& x) const;
+  Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded = false) const;
 
  private:
   const parallel::TensorParallelContext& tp_;
+  const ParameterSet* params_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
   int64_t in_, out_local_;
@@ -61,13 +71,14 @@ class RowParallelLinear {
  public:
   RowParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, int64_t out, bool bias,
                     float init_std, const parallel::TensorParallelContext& tp, DType gemm_input_type = DType::F32);
-  // x [tokens, in / tp] -> y [tokens (/tp when sequence parallel), out].
-  Tensor forward(const Tensor& x) const;
+  // x [tokens, in / tp] -> y [tokens (/tp when sequence parallel), out] (x_rounded as above).
+  Tensor forward(const Tensor& x, bool x_rounded = false) const;
   // dy shaped like y -> dx [tokens, in / tp]; accumulates weight/bias gradients.
-  Tensor backward(const Tensor& dy, const Tensor& x) const;
+  Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded = false) const;
 
  private:
   const parallel::TensorParallelContext& tp_;
+  const ParameterSet* params_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
   int64_t in_local_, out_;
@@ -80,7 +91,8 @@ class Norm {
   // sums over the tensor group (ParameterSpec::sequence_parallel_grad).
   Norm(ParameterSet& params, const std::string& prefix, const GptConfig& config, bool sequence_parallel);
   // y, mean (LayerNorm only) and rstd are allocated here.
-  void forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd) const;
+  // round_output: y rounded to this type as it is written (it feeds only GEMMs).
+  void forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType round_output = DType::F32) const;
   // Adds the input gradient into dx.
   void backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& dx) const;
 

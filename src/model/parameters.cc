@@ -1,6 +1,8 @@
 #include "model/parameters.h"
 
 #include "core/philox.h"
+#include "core/profiler.h"
+#include "kernels/precision.h"
 
 namespace tessera::model {
 
@@ -23,6 +25,31 @@ void ParameterSet::allocate(uint64_t seed) {
     p.grad = grads_.flat_range(p.offset, n).view(p.spec.shape);
     initialize_parameter(p.spec, seed, p.value);
   }
+}
+
+const float* ParameterSet::rounded_value(const Parameter& p, DType t) const {
+  if (t == DType::F32 || t != rounded_type_ || !kernels::reuse_rounded_inputs()) return nullptr;
+  RoundedCopy& copy = rounded_[&p];
+  if (copy.epoch != weights_epoch_) {
+    TESSERA_PROFILE_SCOPE("round_weights");
+    if (!copy.values.defined()) copy.values = Tensor::empty(p.value.shape());
+    kernels::round_to(t, p.value.f32(), copy.values.f32(), p.value.numel());
+    copy.epoch = weights_epoch_;
+  }
+  return copy.values.f32();
+}
+
+int64_t ParameterSet::rounded_weight_bytes() const {
+  int64_t total = 0;
+  for (const auto& [p, copy] : rounded_) total += static_cast<int64_t>(copy.values.nbytes());
+  return total;
+}
+
+int64_t ParameterSet::gemm_weight_bytes() const {
+  int64_t total = 0;
+  for (const Parameter& p : params_)
+    if (p.spec.gemm_weight) total += shape_numel(p.spec.shape) * static_cast<int64_t>(sizeof(float));
+  return total;
 }
 
 Parameter& ParameterSet::get(const std::string& name) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ struct ParameterSpec {
   // The last pipeline stage's copy of the tied word embedding: initialised like the original, its
   // gradient summed with the first stage's, and left out of gradient norms and checkpoints.
   bool tied_copy = false;
+  // Read by GEMMs as a weight (the linear layers', the output layer's): what
+  // ParameterSet::cache_rounded_weights keeps a rounded copy of.
+  bool gemm_weight = false;
 
   Shape global_shape() const;  // the full tensor's shape
 };
@@ -69,10 +73,31 @@ class ParameterSet {
   Parameter& get(const std::string& name);
   void zero_grad() const { grads_.zero_(); }
 
+  // Mixed precision on the fp32 kernels: a GEMM weight rounded to the 16-bit type once per step rather
+  // than in each GEMM that reads it (the forward and the backward GEMM of every micro-batch). Off until
+  // cache_rounded_weights(t). Whoever may have changed the values calls weights_changed() before the
+  // next forward (the trainer: before every schedule it runs), and each copy is refreshed at its next
+  // use, so after a distributed optimizer's parameter all-gather has been waited for.
+  void cache_rounded_weights(DType t) { rounded_type_ = t; }
+  DType rounded_value_type() const { return rounded_type_; }  // F32: no copies are kept
+  void weights_changed() { ++weights_epoch_; }
+  // p's values rounded to type t, or null where no rounded copy is kept for t (the GEMM rounds then).
+  const float* rounded_value(const Parameter& p, DType t) const;
+  // The memory of the rounded copies made so far (4 bytes per element), and of all there will be.
+  int64_t rounded_weight_bytes() const;
+  int64_t gemm_weight_bytes() const;
+
  private:
+  struct RoundedCopy {
+    Tensor values;
+    uint64_t epoch = 0;
+  };
   std::deque<Parameter> params_;
   int64_t numel_ = 0;
   Tensor values_, grads_;
+  DType rounded_type_ = DType::F32;
+  uint64_t weights_epoch_ = 1;
+  mutable std::map<const Parameter*, RoundedCopy> rounded_;
 };
 
 // The full tensor of a parameter split over `group` (every rank holding the slice its spec describes,

@@ -100,13 +100,12 @@ void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx
 }
 
 void LayerActivations::store_activations_as(DType t) {
-  for (Tensor* a : {&input, &ln1, &q, &k, &v, &attn, &residual, &ln2, &fc1, &act}) *a = kernels::store_as(t, *a);
+  kernels::store_all_as(t, {&input, &ln1, &q, &k, &v, &attn, &residual, &ln2, &fc1, &act});
 }
 
 LayerActivations LayerActivations::with_fp32_activations() const {
   LayerActivations r = *this;
-  for (Tensor* a : {&r.input, &r.ln1, &r.q, &r.k, &r.v, &r.attn, &r.residual, &r.ln2, &r.fc1, &r.act})
-    *a = kernels::to_fp32(*a);
+  kernels::all_to_fp32({&r.input, &r.ln1, &r.q, &r.k, &r.v, &r.attn, &r.residual, &r.ln2, &r.fc1, &r.act});
   return r;
 }
 
@@ -148,8 +147,12 @@ Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, cons
   rec.input = x;
 
   // Attention block.
-  input_norm_.forward(x, rec.ln1, rec.ln1_mean, rec.ln1_rstd);
-  Tensor qkv = qkv_.forward(rec.ln1);
+  // The norms' outputs, attention's output and the activation feed only GEMMs here (and are kept in
+  // 16 bits for backward), so they are rounded where they are made instead of in the GEMM.
+  const DType rounding = kernels::gemm_rounding(c.params_dtype);
+  const bool rounded = rounding != DType::F32;
+  input_norm_.forward(x, rec.ln1, rec.ln1_mean, rec.ln1_rstd, rounding);
+  Tensor qkv = qkv_.forward(rec.ln1, rounded);
   rec.q = Tensor::empty({rows, heads_, d});
   rec.k = Tensor::empty({rows, groups_, d});
   rec.v = Tensor::empty({rows, groups_, d});
@@ -165,21 +168,21 @@ Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, cons
   kernels::attention_forward(rec.q.f32(), rec.k.f32(), rec.v.f32(), rec.attn.f32(), rec.lse.f32(),
                              attention_shape(ctx, heads_, groups_, d), 1.0f / std::sqrt(static_cast<float>(d)),
                              attention_dropout(c, ctx, layer_number_, kAttentionProbs, tp_.rank() * heads_));
-  Tensor h = proj_.forward(rec.attn);
+  Tensor h = proj_.forward(rec.attn, kernels::round_in_place_for_gemm(c.params_dtype, rec.attn));
   hidden_dropout(h, ctx, kAttentionOutput, false);
   add_into(h, x);
   rec.residual = h;
 
   // MLP block.
-  pre_mlp_norm_.forward(h, rec.ln2, rec.ln2_mean, rec.ln2_rstd);
-  rec.fc1 = fc1_.forward(rec.ln2);
+  pre_mlp_norm_.forward(h, rec.ln2, rec.ln2_mean, rec.ln2_rstd, rounding);
+  rec.fc1 = fc1_.forward(rec.ln2, rounded);
   const int64_t ffn = c.ffn_hidden_size / tp_.size();
   rec.act = Tensor::empty({rows, ffn});
   if (c.swiglu)
-    kernels::swiglu_forward(rec.fc1.f32(), rec.act.f32(), rows, ffn);
+    kernels::swiglu_forward(rec.fc1.f32(), rec.act.f32(), rows, ffn, rounding);
   else
-    kernels::gelu_forward(rec.fc1.f32(), rec.act.f32(), rec.act.numel());
-  Tensor y = fc2_.forward(rec.act);
+    kernels::gelu_forward(rec.fc1.f32(), rec.act.f32(), rec.act.numel(), rounding);
+  Tensor y = fc2_.forward(rec.act, rounded);
   hidden_dropout(y, ctx, kMlpOutput, false);
   add_into(y, h);
   rec.store_activations_as(c.params_dtype);
@@ -191,12 +194,14 @@ Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, co
   const GptConfig& c = config_;
   const LayerActivations rec = stored.with_fp32_activations();  // this layer's only, while it runs
   const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;
+  // Activations widened from 16-bit storage hold 16-bit values already: their GEMMs need not round them.
+  auto widened = [&](const Tensor& kept) { return kept.dtype() != DType::F32 && kept.dtype() == c.params_dtype; };
 
   // MLP block: dh starts as the residual path's gradient dy.
   Tensor dh = dy.clone();
   Tensor dfc2 = dy.clone();
   hidden_dropout(dfc2, ctx, kMlpOutput, true);
-  Tensor dact = fc2_.backward(dfc2, rec.act);
+  Tensor dact = fc2_.backward(dfc2, rec.act, widened(stored.act));
   dfc2 = Tensor();
   Tensor dfc1 = Tensor::empty(rec.fc1.shape());
   if (c.swiglu)
@@ -204,7 +209,7 @@ Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, co
   else
     kernels::gelu_backward(rec.fc1.f32(), dact.f32(), dfc1.f32(), dfc1.numel());
   dact = Tensor();
-  Tensor dln2 = fc1_.backward(dfc1, rec.ln2);
+  Tensor dln2 = fc1_.backward(dfc1, rec.ln2, widened(stored.ln2));
   dfc1 = Tensor();
   pre_mlp_norm_.backward(dln2, rec.residual, rec.ln2_mean, rec.ln2_rstd, dh);
   dln2 = Tensor();
@@ -212,7 +217,7 @@ Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, co
   // Attention block: dx starts as the residual path's gradient dh.
   Tensor dproj = dh.clone();
   hidden_dropout(dproj, ctx, kAttentionOutput, true);
-  Tensor dattn = proj_.backward(dproj, rec.attn);
+  Tensor dattn = proj_.backward(dproj, rec.attn, widened(stored.attn));
   dproj = Tensor();
   round_for_attention(c.params_dtype, dattn);
   Tensor dq = Tensor::empty(rec.q.shape()), dk = Tensor::empty(rec.k.shape()), dv = Tensor::empty(rec.v.shape());
@@ -228,7 +233,7 @@ Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, co
   Tensor dqkv = Tensor::empty({rows, c.qkv_size() / tp_.size()});
   merge_qkv(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), rows, groups_, c.query_heads_per_group(), d);
   dq = dk = dv = Tensor();
-  Tensor dln1 = qkv_.backward(dqkv, rec.ln1);
+  Tensor dln1 = qkv_.backward(dqkv, rec.ln1, widened(stored.ln1));
   dqkv = Tensor();
   Tensor dx = dh;
   input_norm_.backward(dln1, rec.input, rec.ln1_mean, rec.ln1_rstd, dx);

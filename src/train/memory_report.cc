@@ -45,7 +45,10 @@ std::string memory_report(const TrainArguments& a, const MemoryPrediction& p) {
       "   parameters: ", p.parameters, " x ", p.bytes_per_parameter, " bytes (fp32 weight, gradient, Adam moments",
       a.use_distributed_optimizer ? str_cat(" distributed over ", a.data_parallel_size(), " data-parallel ranks") : "",
       ") = ",
-      megabytes(p.weight_and_optimizer), " MB\n",
+      megabytes(p.weight_and_optimizer - p.rounded_weights), " MB\n",
+      p.rounded_weights > 0 ? str_cat("   GEMM weights rounded to ", dtype_name(a.model.params_dtype),
+                                      " once per step (fp32 copies): ", megabytes(p.rounded_weights), " MB\n")
+                            : std::string(),
       "   activation memory per transformer layer and micro-batch: ", megabytes(p.activation_per_layer),
       " MB (Korthikanti et al., 16-bit activations with dropout masks: ", megabytes(p.korthikanti_per_layer),
       " MB)", recompute, "\n",

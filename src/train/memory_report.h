@@ -17,6 +17,9 @@ struct MemoryPrediction {
   double korthikanti_per_layer = 0;  // the paper's 16-bit figure for the same layer
   double head_per_micro_batch = 0;  // bytes the last stage's output layer keeps per micro-batch (logits)
   double activations = 0;           // bytes held at the schedule's peak: layer records, ids and the head
+  // Mixed precision on the fp32 kernels: bytes of the GEMM weights' copies rounded once per step
+  // (model::ParameterSet::cache_rounded_weights), part of weight_and_optimizer. Set by the trainer.
+  double rounded_weights = 0;
 };
 
 // For pipeline stage `stage` holding `parameters` parameters.

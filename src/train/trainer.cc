@@ -11,7 +11,9 @@
 #include "core/process_memory.h"
 #include "core/profiler.h"
 #include "core/timer.h"
+#include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
+#include "kernels/precision.h"
 #include "train/exit_signal.h"
 #include "train/fault_injection.h"
 
@@ -45,15 +47,22 @@ std::string scale_str(float scale) {
   return buf;
 }
 
-// The start-up line of a --bf16/--fp16 run: what is 16-bit, on which kernels, and the loss scale.
+// The start-up line of a --bf16/--fp16 run: what is 16-bit, which CPU features decided the GEMM path
+// and which path it is, and the loss scale.
 std::string mixed_precision_summary(const TrainArguments& a) {
   const DType t = a.model.params_dtype;
   const char* name = dtype_name(t);
-  std::string s = str_cat(" > mixed precision: ", name, " GEMM inputs with fp32 accumulation (",
-                          kernels::GemmBackend::for_device(Device::cpu()).native_16bit(t)
-                              ? str_cat("oneDNN ", name, " kernels")
-                              : str_cat("rounded to ", name, " on the fp32 kernels: this CPU has no ", name,
-                                        " matmul kernel"),
+  const kernels::CpuFeatures& cpu = kernels::cpu_features();
+  const char* instructions = t == DType::BF16 ? "AVX512-BF16 or AMX-BF16" : "AVX512-FP16 or AMX-FP16";
+  std::string path;
+  if (kernels::GemmBackend::for_device(Device::cpu()).native_16bit(t))
+    path = str_cat("native: oneDNN ", name, " kernels");
+  else if (cpu.native_16bit(t))
+    path = str_cat("this oneDNN has no ", name, " kernel for them, so rounded to ", name, " on the fp32 kernels");
+  else
+    path = str_cat("no ", instructions, ", so rounded to ", name, " on the fp32 kernels");
+  std::string s = str_cat(" > mixed precision: ", name, " GEMM inputs with fp32 accumulation (CPU features: ",
+                          cpu.str(), "; ", path,
                           "), fp32 master weights, gradients accumulated and all-reduced in fp32");
   if (!a.loss_scaler) return s;
   const optim::LossScalerConfig& c = *a.loss_scaler;
@@ -128,7 +137,16 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   }
   say(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", rc.tp, ", ", rc.pp,
               "): ", params_.numel()));
+  // Mixed precision on the fp32 kernels: each GEMM weight is rounded once per step, not in every GEMM.
+  const DType gemm_type = args_.model.params_dtype;
+  if (gemm_type != DType::F32 && !kernels::GemmBackend::for_device(Device::cpu()).native_16bit(gemm_type) &&
+      kernels::reuse_rounded_inputs())
+    params_.cache_rounded_weights(gemm_type);
   memory_ = predict_memory(args_, schedule_, stage, params_.numel());
+  if (params_.rounded_value_type() != DType::F32) {
+    memory_.rounded_weights = static_cast<double>(params_.gemm_weight_bytes());
+    memory_.weight_and_optimizer += memory_.rounded_weights;
+  }
   say(memory_report(args_, memory_));
   say(str_cat(" > optimizer state bytes on rank 0: ", optimizer_->state_bytes(),
               args_.use_distributed_optimizer ? str_cat(" (distributed over ", args_.data_parallel_size(),
@@ -224,6 +242,7 @@ double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches,
   const int stage = state_->coordinates().pp;
   pipeline::ScheduleShape shape = schedule_;
   shape.micro_batches = static_cast<int>(batches.size());
+  params_.weights_changed();  // an optimizer step or a load may have changed them since the last schedule
   std::vector<pipeline::Op> ops = pipeline::build_schedule(shape, stage, /*forward_only=*/!training);
   // The activation records of the (micro-batch, chunk) pairs between their forward and backward.
   std::map<std::pair<int, int>, model::GptActivations> records;
@@ -510,6 +529,7 @@ void Trainer::train() {
     }
     if (args_.sample_interval > 0 && iteration_ % args_.sample_interval == 0) {
       optimizer_->wait_for_params();  // the sampler reads the weights
+      params_.weights_changed();      // and its GEMMs may read their rounded copies
       if (!sampler_)
         sampler_ = std::make_unique<infer::TrainingSampler>(
             *chunks_[0], params_, state_->tensor_group(), args_.sequence_parallel,

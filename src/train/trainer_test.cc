@@ -7,6 +7,8 @@
 #include <filesystem>
 
 #include "ckpt/checkpoint.h"
+#include "kernels/gemm.h"
+#include "kernels/precision.h"
 
 namespace tessera::train {
 namespace {
@@ -237,6 +239,56 @@ TEST(Trainer, Fp16ResumeRestoresTheLossScale) {
 }
 
 TEST(Trainer, Bf16ResumeIsBitExact) { expect_bitwise_resume("--bf16"); }
+
+// Mixed precision on the fp32 kernels reuses rounded GEMM inputs (weights rounded once per step,
+// activations by their producers): bitwise the losses and weights of rounding both inputs in every
+// GEMM, over steps of two micro-batches with dropout, evaluations between them, and recomputation.
+TEST(Trainer, ReusedRoundedInputsGiveBitwiseTheRunOfRoundingInEveryGemm) {
+  for (const char* precision : {"--bf16", "--fp16 --initial-loss-scale 4096",
+                                "--bf16 --recompute-granularity full --recompute-method uniform"}) {
+    auto run = [&](bool reuse) {
+      kernels::set_reuse_rounded_inputs(reuse);
+      Trainer t = make_trainer(kSmallModel + "--train-iters 5 --eval-interval 2 --eval-iters 1 " + precision);
+      t.train();
+      kernels::set_reuse_rounded_inputs(true);
+      const model::ParameterSet& p = t.parameters();
+      const DType type = std::string(precision).rfind("--bf16", 0) == 0 ? DType::BF16 : DType::F16;
+      const bool native = kernels::GemmBackend::for_device(Device::cpu()).native_16bit(type);
+      if (reuse && !native) {
+        EXPECT_EQ(p.rounded_weight_bytes(), p.gemm_weight_bytes()) << precision;
+      }
+      if (!reuse) {
+        EXPECT_EQ(p.rounded_weight_bytes(), 0) << precision;
+      }
+      return std::make_pair(t.losses(), std::vector<float>(p.values().f32(), p.values().f32() + p.numel()));
+    };
+    const auto every_gemm = run(false);
+    const auto reused = run(true);
+    ASSERT_EQ(reused.first.size(), 5u);
+    EXPECT_EQ(reused.first, every_gemm.first) << precision;
+    EXPECT_EQ(reused.second, every_gemm.second) << precision;
+  }
+}
+
+// The training sampler decodes with the trained model, whose GEMMs read the rounded weight copies:
+// they must follow the step before it, as with rounding in every GEMM (greedy samples equal).
+TEST(Trainer, Bf16SamplesDuringTrainingUseTheUpdatedWeights) {
+  auto samples = [](bool reuse) {
+    kernels::set_reuse_rounded_inputs(reuse);
+    Trainer t = make_trainer(kSmallModel + "--train-iters 6 --sample-interval 2 --sample-prompt 3 --bf16");
+    ::testing::internal::CaptureStdout();
+    t.train();
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    kernels::set_reuse_rounded_inputs(true);
+    std::string lines;
+    for (size_t at = out.find(" sample at iteration"); at != std::string::npos; at = out.find(" sample at iteration", at + 1))
+      lines += out.substr(at, out.find('\n', at) - at) + "\n";
+    return lines;
+  };
+  const std::string every_gemm = samples(false);
+  EXPECT_NE(every_gemm.find("sample at iteration 6"), std::string::npos) << every_gemm;
+  EXPECT_EQ(samples(true), every_gemm);
+}
 
 }  // namespace
 }  // namespace tessera::train
