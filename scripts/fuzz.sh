@@ -83,7 +83,7 @@ for t in "${targets[@]}"; do
          "$(grep -o 'in [0-9]* second' "$log" | tail -1 | grep -o '[0-9]*')s, $(stat average_exec_per_sec) exec/s," \
          "$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1), no crash"
   elif [ $rc -eq 77 ]; then
-    echo "fuzz.sh: $t: skipped: $(grep -m1 'skipped' "$log")"
+    echo "fuzz.sh: $(grep -m1 "^$t: skipped" "$log")"  # the target says why
   else
     echo "fuzz.sh: $t FAILED (exit $rc); see $log"; tail -30 "$log"; status=1
   fi
