@@ -5,6 +5,8 @@
 # (GTEST_SKIP: "needs two ranks") is reported by CTest as skipped, with its reason, instead of hiding
 # inside a passing entry. Test discovery runs with TESSERA_MPI_NP unset: one rank.
 set -euo pipefail
+# Ranks share the cores of a small machine: one thread each, yielding when idle.
+export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_rmaps_base_oversubscribe=1
 mpiexec=$1
 shift
 exec "$mpiexec" --oversubscribe --allow-run-as-root -np "${TESSERA_MPI_NP:-1}" "$@"
