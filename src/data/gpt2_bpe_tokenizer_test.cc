@@ -363,8 +363,8 @@ std::vector<Doc> build_corpus() {
   std::sort(files.begin(), files.end());
   for (const auto& f : files) add_chunked(docs, fs::relative(f, kRepoRoot).string(), read_file(f));
 
-  // English prose from the shared evaluation sets.
-  const fs::path eval = kRepoRoot / ".." / "shared" / "data" / "eval";
+  // English prose from the evaluation sets in the repository (data/eval).
+  const fs::path eval = kRepoRoot / "data" / "eval";
   add_chunked(docs, "wiki.test.tokens", read_file(eval / "wiki.test.tokens"));
   std::istringstream lambada(read_file(eval / "lambada_test.jsonl"));
   std::string line;

@@ -80,7 +80,7 @@ class SentencePieceTest : public ::testing::Test {
   static std::string corpus_path_;
 
   static void SetUpTestSuite() {
-    const fs::path source = kRepoRoot / ".." / "shared" / "data" / "eval" / "wiki.valid.tokens";
+    const fs::path source = kRepoRoot / "data" / "eval" / "wiki.valid.tokens";
     std::string text = read_file(source);
     text.resize(std::min<size_t>(text.size(), 200 * 1000));
     text.resize(text.rfind('\n') + 1);  // whole lines
