@@ -69,7 +69,7 @@ int debug_forward_command(const std::vector<std::string>& args) {
 
   nlohmann::json run = ckpt::latest_checkpoint_args(load);
   TESSERA_CHECK(run.contains("model"), "checkpoint in ", load, " does not record its model configuration");
-  model::GptConfig config = model::config_from_json(run["model"]);
+  model::ModelConfig config = model::config_from_json(run["model"]);
   model::ParameterSet params;
   model::GptModel gpt(config, params);
   params.allocate(0);

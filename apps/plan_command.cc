@@ -137,7 +137,7 @@ nlohmann::json plan_json(const plan::Plan& p, const std::string& formula) {
 }
 
 void print_plan(const plan::Plan& p) {
-  const model::GptConfig& c = p.config;
+  const model::ModelConfig& c = p.config;
   const plan::Layout& l = p.layout;
   const plan::DeviceSpec& d = p.cluster.device;
   std::printf("model: %.3gB parameters, %lld layers, hidden %lld, %lld heads (%lld query groups), ffn %lld, seq %lld, "
@@ -228,7 +228,7 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
   }
 }
 
-int run_calibration(const model::GptConfig& c, const plan::Layout& l, const PlanFlags& f) {
+int run_calibration(const model::ModelConfig& c, const plan::Layout& l, const PlanFlags& f) {
   comm::MpiRuntime mpi;
   std::unique_ptr<comm::ProcessGroup> world = comm::make_mpi_world_group();
   plan::DeviceSpec d = plan::calibrate_device(c, l, *world);
@@ -262,14 +262,14 @@ int run_calibration(const model::GptConfig& c, const plan::Layout& l, const Plan
   return 0;
 }
 
-int run_sizing(const model::GptConfig& base, const plan::Layout& l, const plan::ClusterSpec& cluster, const PlanFlags& f,
+int run_sizing(const model::ModelConfig& base, const plan::Layout& l, const plan::ClusterSpec& cluster, const PlanFlags& f,
                plan::PlanOptions options, int64_t divisible_by) {
   TESSERA_CHECK(!(f.compute_budget > 0 && f.device_hours > 0), "--compute-budget and --device-hours: give one");
   // A device-hours budget becomes FLOPs at the throughput the planner predicts for the recommended model;
   // that changes the model, so iterate a few times from a 40% MFU guess.
   double achieved = 0.4 * cluster.device.peak_flops;
   plan::ComputeOptimal optimal;
-  model::GptConfig c;
+  model::ModelConfig c;
   plan::SearchResult found;
   options.flops_formula = plan::FlopsFormula::Megatron;
   for (int round = 0; round < 3; ++round) {
@@ -345,7 +345,7 @@ int plan_command(const std::vector<std::string>& args) {
   plan::Layout layout = plan::layout_of_run(a);
   if (choose_layout) layout.dp = static_cast<int>(devices / model_parallel);
   layout.flash_attention = f.use_flash_attn || on_cpu;  // Tessera's CPU attention is the flash kernel
-  const model::GptConfig config = a.model;
+  const model::ModelConfig config = a.model;
 
   if (f.calibrate) return run_calibration(config, layout, f);
 

@@ -23,7 +23,7 @@ namespace {
 // The cluster the plan line uses: ./tessera_cluster.json when `tessera plan --calibrate` wrote one here for
 // this very run (model shapes, tp, micro-batch, precision, CPU, threads, ranks), else the built-in cpu
 // guess; `source` says which, and why a calibration was ignored.
-plan::ClusterSpec cluster_for_plan(const model::GptConfig& c, const plan::Layout& l, int ranks, std::string& source) {
+plan::ClusterSpec cluster_for_plan(const model::ModelConfig& c, const plan::Layout& l, int ranks, std::string& source) {
   const char* calibrated = "tessera_cluster.json";
   plan::ClusterSpec builtin{plan::find_device("cpu"), ranks};
   source = "uncalibrated cpu; run tessera plan --calibrate here";

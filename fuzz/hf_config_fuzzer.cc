@@ -21,7 +21,7 @@ void require(bool ok, const char* what) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const tessera::model::GptConfig c =
+    const tessera::model::ModelConfig c =
         tessera::ckpt::parse_hf_config(std::string(reinterpret_cast<const char*>(data), size), "config.json").config;
     require(c.num_layers >= 1 && c.hidden_size >= 1 && c.num_attention_heads >= 1 && c.num_query_groups >= 1 &&
                 c.kv_channels >= 1 && c.ffn_hidden_size >= 1 && c.max_position_embeddings >= 1 &&

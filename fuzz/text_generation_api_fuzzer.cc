@@ -92,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     require(false, "the body parses the same after dump and parse");
   }
   tessera::data::NullTokenizer tokenizer(1000);
-  tessera::model::GptConfig config;
+  tessera::model::ModelConfig config;
   config.max_position_embeddings = 128;
   try {
     for (const auto& ids : tokenize_prompts(r, tokenizer, config))

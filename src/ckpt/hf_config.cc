@@ -32,7 +32,7 @@ int64_t int_field(const json& hf, const char* key) {
 
 // The rules the conversion relies on (it divides by heads and query groups, and sizes multiply into
 // tensor shapes): every size positive, the parameter count representable.
-void check_config(const model::GptConfig& c, const std::string& path) {
+void check_config(const model::ModelConfig& c, const std::string& path) {
   const std::pair<const char*, int64_t> sizes[] = {
       {"num_layers", c.num_layers}, {"hidden_size", c.hidden_size}, {"num_attention_heads", c.num_attention_heads},
       {"num_query_groups", c.num_query_groups}, {"kv_channels", c.kv_channels},
@@ -46,7 +46,7 @@ void check_config(const model::GptConfig& c, const std::string& path) {
                 c.num_attention_heads, " must be divisible by the ", c.num_query_groups, " query groups");
   TESSERA_CHECK(c.padded_vocab_size >= c.vocab_size, "convert: ", path, ": padded_vocab_size = ",
                 c.padded_vocab_size, " is below vocab_size = ", c.vocab_size);
-  // GptConfig::parameter_count in floating point first, so the int64 one cannot overflow.
+  // ModelConfig::parameter_count in floating point first, so the int64 one cannot overflow.
   const double h = static_cast<double>(c.hidden_size), ffn = static_cast<double>(c.ffn_hidden_size);
   const double qkv = static_cast<double>(c.num_attention_heads + 2 * c.num_query_groups) * c.kv_channels;
   const double attn_out = static_cast<double>(c.num_attention_heads) * c.kv_channels;
@@ -58,10 +58,10 @@ void check_config(const model::GptConfig& c, const std::string& path) {
 }
 
 // The Tessera configuration of a Hugging Face config.json (its "tessera_args" when it has them).
-model::GptConfig tessera_config(const json& hf, HfFamily f, const std::string& path) {
+model::ModelConfig tessera_config(const json& hf, HfFamily f, const std::string& path) {
   if (hf.contains("tessera_args") && hf["tessera_args"].contains("model"))
     return model::config_from_json(hf["tessera_args"]["model"]);
-  model::GptConfig c;
+  model::ModelConfig c;
   try {
     if (f == HfFamily::Gpt2) {
       c.num_layers = int_field(hf, "n_layer");
@@ -126,7 +126,7 @@ HfConfig parse_hf_config(const std::string& text, const std::string& path) {
   const json hf = parse_json(text, path);
   TESSERA_CHECK(hf.is_object(), "convert: ", path, " is not a JSON object");
   const HfFamily family = architecture_of(hf, path);
-  const model::GptConfig c = tessera_config(hf, family, path);
+  const model::ModelConfig c = tessera_config(hf, family, path);
   check_config(c, path);
   return {family, c};
 }

@@ -16,7 +16,7 @@ enum class HfFamily { Gpt2, Llama };  // config.json's architectures[0]: GPT2LMH
 
 struct HfConfig {
   HfFamily family;
-  model::GptConfig config;  // every size positive, heads divisible by query groups, parameters < 2^53
+  model::ModelConfig config;  // every size positive, heads divisible by query groups, parameters < 2^53
 };
 
 // config.json: the Tessera configuration it describes; its "tessera_args" model when it has one (a model

@@ -81,7 +81,7 @@ Tensor merge_qkv(const Qkv& x, int64_t groups, int64_t per_group, int64_t d) {
 
 enum class Family { Gpt2, Llama };
 
-Family family_of(const model::GptConfig& c) {
+Family family_of(const model::ModelConfig& c) {
   using model::Normalization;
   using model::PositionEmbedding;
   if (c.position_embedding == PositionEmbedding::LearnedAbsolute && c.normalization == Normalization::LayerNorm &&
@@ -100,7 +100,7 @@ Family family_of(const model::GptConfig& c) {
 
 std::string layer(int64_t i) { return str_cat("decoder.layers.", i, "."); }
 
-json hf_config(const model::GptConfig& c, Family f, const json& tessera_args) {
+json hf_config(const model::ModelConfig& c, Family f, const json& tessera_args) {
   if (f == Family::Gpt2)
     return {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
@@ -163,7 +163,7 @@ void check_all_used(const TensorMap& src, const std::set<std::string>& used, boo
 
 // Tessera names -> Hugging Face names (and back), one family at a time. `to_hf` chooses the direction;
 // `src` holds the tensors of the source side, the result those of the other side.
-TensorMap map_tensors(const model::GptConfig& c, Family f, const TensorMap& src, bool to_hf) {
+TensorMap map_tensors(const model::ModelConfig& c, Family f, const TensorMap& src, bool to_hf) {
   TensorMap out;
   std::set<std::string> used;
   auto get = [&](const std::string& name) -> const Tensor& {
@@ -287,7 +287,7 @@ Tensor to_fp32(const SafetensorsFile& f, const std::string& name) {
 
 }  // namespace
 
-std::map<std::string, Tensor> to_hugging_face_layout(const model::GptConfig& config,
+std::map<std::string, Tensor> to_hugging_face_layout(const model::ModelConfig& config,
                                                       const std::map<std::string, Tensor>& tessera) {
   return map_tensors(config, family_of(config), tessera, /*to_hf=*/true);
 }
@@ -297,7 +297,7 @@ void export_hugging_face(const std::string& load_dir, const std::string& out_dir
   TrainingState state;
   std::vector<std::pair<std::string, Tensor>> full = load_full_model(load_dir, &state);
   TESSERA_CHECK(state.args.contains("model"), "convert: checkpoint ", load_dir, " records no model configuration");
-  const model::GptConfig c = model::config_from_json(state.args["model"]);
+  const model::ModelConfig c = model::config_from_json(state.args["model"]);
   const Family f = family_of(c);
   TensorMap tessera(full.begin(), full.end());
   TensorMap hf = map_tensors(c, f, tessera, /*to_hf=*/true);
@@ -339,7 +339,7 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
   const std::string config_path = (dir / "config.json").string();
   const std::string config_text = read_text(config_path);
   const HfConfig parsed = parse_hf_config(config_text, config_path);
-  const model::GptConfig& c = parsed.config;
+  const model::ModelConfig& c = parsed.config;
   const Family f = parsed.family == HfFamily::Llama ? Family::Llama : Family::Gpt2;
   const json hf = json::parse(config_text);  // valid: parse_hf_config read it
 

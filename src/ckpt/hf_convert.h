@@ -41,7 +41,7 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
 
 // Whole tensors of a Tessera model (or their gradients, which map the same way) under their Hugging
 // Face names and layouts. Throws if the model is of neither family.
-std::map<std::string, Tensor> to_hugging_face_layout(const model::GptConfig& config,
+std::map<std::string, Tensor> to_hugging_face_layout(const model::ModelConfig& config,
                                                       const std::map<std::string, Tensor>& tessera);
 
 }  // namespace tessera::ckpt

@@ -94,7 +94,7 @@ class FixedRunner final : public infer::ModelRunner {
     config_.padded_vocab_size = 264;
     config_.seq_length = 4;
   }
-  const model::GptConfig& config() const override { return config_; }
+  const model::ModelConfig& config() const override { return config_; }
   infer::DecodeSequence start(int64_t) const override { return {}; }
   Tensor next_token_logits(const std::vector<int32_t>&, infer::DecodeSequence&) const override { return {}; }
   void agree(std::vector<int32_t>&) const override {}
@@ -109,7 +109,7 @@ class FixedRunner final : public infer::ModelRunner {
   }
 
  private:
-  model::GptConfig config_;
+  model::ModelConfig config_;
 };
 
 std::string write(const std::string& name, const std::string& text) {

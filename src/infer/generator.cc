@@ -101,7 +101,7 @@ std::vector<Generation> generate(const ModelRunner& runner, const std::vector<st
   const SamplingOptions& sampling = options.sampling;
   validate(sampling);
   StopCondition stop(options, tokenizer);
-  const model::GptConfig& c = runner.config();
+  const model::ModelConfig& c = runner.config();
   std::vector<Generation> out(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::vector<int32_t>& prompt = prompts[i];

@@ -43,8 +43,8 @@ TEST(SampleToken, OptionsAreValidated) {
   EXPECT_THROW(validate(o), Error);
 }
 
-model::GptConfig tiny_config() {
-  model::GptConfig c;
+model::ModelConfig tiny_config() {
+  model::ModelConfig c;
   c.num_layers = 2;
   c.hidden_size = 16;
   c.num_attention_heads = 2;
@@ -60,7 +60,7 @@ model::GptConfig tiny_config() {
 }
 
 TEST(Generate, GreedyDecodingWithTheCacheEqualsRecomputingTheWholeSequence) {
-  model::GptConfig c = tiny_config();
+  model::ModelConfig c = tiny_config();
   model::ParameterSet params;
   model::GptModel m(c, params);
   params.allocate(5);
@@ -92,7 +92,7 @@ TEST(Generate, GreedyDecodingWithTheCacheEqualsRecomputingTheWholeSequence) {
 }
 
 TEST(Generate, BatchedPromptsOfDifferentLengthsEqualOneAtATime) {
-  model::GptConfig c = tiny_config();
+  model::ModelConfig c = tiny_config();
   model::ParameterSet params;
   model::GptModel m(c, params);
   params.allocate(7);
@@ -115,7 +115,7 @@ TEST(Generate, BatchedPromptsOfDifferentLengthsEqualOneAtATime) {
 }
 
 TEST(Generate, LogprobsAreTheLogSoftmaxOfTheFullRecomputation) {
-  model::GptConfig c = tiny_config();
+  model::ModelConfig c = tiny_config();
   model::ParameterSet params;
   model::GptModel m(c, params);
   params.allocate(11);
@@ -140,7 +140,7 @@ TEST(Generate, LogprobsAreTheLogSoftmaxOfTheFullRecomputation) {
 }
 
 TEST(Score, LabelLogprobsAndArgmaxMatchDecoding) {
-  model::GptConfig c = tiny_config();
+  model::ModelConfig c = tiny_config();
   model::ParameterSet params;
   model::GptModel m(c, params);
   params.allocate(13);

@@ -27,14 +27,14 @@ class LoadedModel {
   // Collective over `world` (every rank calls it with the same options).
   LoadedModel(const LoadOptions& options, comm::ProcessGroup& world);
 
-  const model::GptConfig& config() const { return config_; }
+  const model::ModelConfig& config() const { return config_; }
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelRunner& runner() const { return *runner_; }
   const comm::ParallelState& parallel_state() const { return *state_; }
   int64_t iteration() const { return iteration_; }
 
  private:
-  model::GptConfig config_;
+  model::ModelConfig config_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<comm::ParallelState> state_;
   parallel::TensorParallelContext tp_;

@@ -11,7 +11,7 @@ class GptRunner final : public ModelRunner {
   GptRunner(const model::GptModel& model, const parallel::TensorParallelContext& tp, comm::ProcessGroup* pipeline)
       : model_(model), tp_(tp), pipeline_(pipeline && pipeline->size() > 1 ? pipeline : nullptr) {}
 
-  const model::GptConfig& config() const override { return model_.config(); }
+  const model::ModelConfig& config() const override { return model_.config(); }
 
   DecodeSequence start(int64_t capacity) const override { return {model_.start_decoding(capacity)}; }
 
@@ -33,7 +33,7 @@ class GptRunner final : public ModelRunner {
   }
 
   Scores score(const model::MicroBatch& batch) const override {
-    const model::GptConfig& c = config();
+    const model::ModelConfig& c = config();
     model::ForwardContext ctx;
     ctx.training = false;
     ctx.batch = batch.tokens.dim(0);

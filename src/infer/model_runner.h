@@ -29,7 +29,7 @@ struct Scores {
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
-  virtual const model::GptConfig& config() const = 0;
+  virtual const model::ModelConfig& config() const = 0;
 
   // An empty sequence that can hold up to `capacity` tokens.
   virtual DecodeSequence start(int64_t capacity) const = 0;

@@ -207,7 +207,7 @@ TextRequest parse_completions_request(const json& body, const ServerLimits& limi
 }
 
 std::vector<std::vector<int32_t>> tokenize_prompts(const TextRequest& r, const data::Tokenizer& tokenizer,
-                                                   const model::GptConfig& config) {
+                                                   const model::ModelConfig& config) {
   std::vector<std::vector<int32_t>> out;
   for (const std::string& p : r.prompts) {
     std::vector<int32_t> ids;
@@ -288,7 +288,7 @@ json completions_response(const std::vector<Generation>& generations, const Text
 }
 
 json run_text_request(const TextRequest& r, const ModelRunner& runner, const data::Tokenizer& tokenizer,
-                      const model::GptConfig& config) {
+                      const model::ModelConfig& config) {
   std::vector<std::vector<int32_t>> prompts = tokenize_prompts(r, tokenizer, config);
   GenerationOptions options = r.options;
   options.sampling.eod = tokenizer.eod();

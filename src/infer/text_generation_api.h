@@ -42,7 +42,7 @@ TextRequest parse_completions_request(const nlohmann::json& body, const ServerLi
 // Tokenizes the prompts (eod first with add_BOS, as Megatron) and checks they fit the model.
 // Throws RequestError.
 std::vector<std::vector<int32_t>> tokenize_prompts(const TextRequest& r, const data::Tokenizer& tokenizer,
-                                                   const model::GptConfig& config);
+                                                   const model::ModelConfig& config);
 
 // Megatron's responses: PUT /api {"text", "segments", "logprobs", "tokens"} (each a list over the
 // prompts: prompt + generation); POST /completions {"choices": [{"index", "text", "logprobs":
@@ -55,6 +55,6 @@ nlohmann::json completions_response(const std::vector<Generation>& generations, 
 // Tokenize, generate and answer (every rank of the model group calls it; all but the deciding rank
 // may ignore the answer).
 nlohmann::json run_text_request(const TextRequest& r, const ModelRunner& runner, const data::Tokenizer& tokenizer,
-                                const model::GptConfig& config);
+                                const model::ModelConfig& config);
 
 }  // namespace tessera::infer

@@ -35,7 +35,7 @@ class ScriptedRunner final : public ModelRunner {
     config_.max_position_embeddings = 64;
     config_.seq_length = 64;
   }
-  const model::GptConfig& config() const override { return config_; }
+  const model::ModelConfig& config() const override { return config_; }
   DecodeSequence start(int64_t) const override { return {}; }
   Tensor next_token_logits(const std::vector<int32_t>& tokens, DecodeSequence& seq) const override {
     seq.state.length += static_cast<int64_t>(tokens.size());
@@ -50,7 +50,7 @@ class ScriptedRunner final : public ModelRunner {
   Scores score(const model::MicroBatch&) const override { return {}; }
 
  private:
-  model::GptConfig config_;
+  model::ModelConfig config_;
   std::string script_;  // '$' is eod
 };
 

@@ -10,7 +10,7 @@ TrainingSampler::TrainingSampler(const model::GptModel& model, const model::Para
                                  comm::ProcessGroup& tensor_group, bool sequence_parallel,
                                  const data::TokenizerOptions& tokenizer, std::string prompt, int64_t tokens)
     : params_(params), tokenizer_(data::build_tokenizer(tokenizer)), tp_{&tensor_group, false} {
-  const model::GptConfig& c = model.config();
+  const model::ModelConfig& c = model.config();
   prompt_ = tokenizer_->encode(prompt);
   TESSERA_CHECK(!prompt_.empty(), "--sample-prompt='", prompt, "': has no tokens");
   tokens_ = tokens;

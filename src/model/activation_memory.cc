@@ -7,7 +7,7 @@ double tokens(const ActivationLayout& l) { return static_cast<double>(l.seq * l.
 
 }  // namespace
 
-double korthikanti_layer_bytes(const GptConfig& c, const ActivationLayout& l) {
+double korthikanti_layer_bytes(const ModelConfig& c, const ActivationLayout& l) {
   const double sbh = tokens(l) * static_cast<double>(c.hidden_size), t = static_cast<double>(l.tensor_parallel);
   const double attention = l.selective_recompute ? 0.0
                                                  : 5.0 * static_cast<double>(c.num_attention_heads * l.seq) /
@@ -16,17 +16,17 @@ double korthikanti_layer_bytes(const GptConfig& c, const ActivationLayout& l) {
   return sbh * (10.0 + 24.0 / t + attention / t);
 }
 
-double korthikanti_full_recompute_layer_bytes(const GptConfig& c, const ActivationLayout& l) {
+double korthikanti_full_recompute_layer_bytes(const ModelConfig& c, const ActivationLayout& l) {
   return 2.0 * tokens(l) * static_cast<double>(c.hidden_size) /
          (l.sequence_parallel ? static_cast<double>(l.tensor_parallel) : 1.0);
 }
 
-double layer_input_bytes(const GptConfig& c, const ActivationLayout& l) {
+double layer_input_bytes(const ModelConfig& c, const ActivationLayout& l) {
   return 4.0 * tokens(l) * static_cast<double>(c.hidden_size) /
          (l.sequence_parallel ? static_cast<double>(l.tensor_parallel) : 1.0);
 }
 
-double layer_record_bytes(const GptConfig& c, const ActivationLayout& l) {
+double layer_record_bytes(const ModelConfig& c, const ActivationLayout& l) {
   const double t = static_cast<double>(l.tensor_parallel), d = static_cast<double>(c.kv_channels);
   const double a = static_cast<double>(c.num_attention_heads), g = static_cast<double>(c.num_query_groups);
   const double f = static_cast<double>(c.ffn_hidden_size);
@@ -41,7 +41,7 @@ double layer_record_bytes(const GptConfig& c, const ActivationLayout& l) {
   return tokens(l) * (norms + attention + mlp);
 }
 
-double chunk_extra_bytes(const GptConfig& c, const ActivationLayout& l, bool first_chunk, bool last_chunk) {
+double chunk_extra_bytes(const ModelConfig& c, const ActivationLayout& l, bool first_chunk, bool last_chunk) {
   const double rows = tokens(l), t = static_cast<double>(l.tensor_parallel), h = static_cast<double>(c.hidden_size);
   double bytes = 4.0 * rows;                  // positions
   if (first_chunk) bytes += 4.0 * rows;       // tokens
@@ -54,7 +54,7 @@ double chunk_extra_bytes(const GptConfig& c, const ActivationLayout& l, bool fir
   return bytes;
 }
 
-double chunk_record_bytes(const GptConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r) {
+double chunk_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r) {
   const double full = layer_record_bytes(c, l), input = layer_input_bytes(c, l);
   switch (r.method) {
     case RecomputeMethod::None:

@@ -9,7 +9,7 @@
 // recomputation does), so per token it keeps: the two norm inputs and outputs (4h, and the norm
 // statistics), q, k, v and the attention output ((2a + 2g)·d / t), the log-sum-exp (a / t), and the MLP's
 // fc1 output and activation (F (2F for SwiGLU) + F) / t. Under sequence parallelism the norm terms are
-// split over the t tensor ranks too. Under mixed precision (GptConfig::params_dtype) the activations
+// split over the t tensor ranks too. Under mixed precision (ModelConfig::params_dtype) the activations
 // take 2 bytes and the statistics stay 4; a recomputed group's kept input stays fp32.
 #pragma once
 
@@ -25,21 +25,21 @@ struct ActivationLayout {
 };
 
 // The paper's bytes per layer per micro-batch with no (or selective) recomputation.
-double korthikanti_layer_bytes(const GptConfig& c, const ActivationLayout& l);
+double korthikanti_layer_bytes(const ModelConfig& c, const ActivationLayout& l);
 // The paper's bytes per layer kept under full recomputation: the layer input, 2·s·b·h (/t with SP).
-double korthikanti_full_recompute_layer_bytes(const GptConfig& c, const ActivationLayout& l);
+double korthikanti_full_recompute_layer_bytes(const ModelConfig& c, const ActivationLayout& l);
 
 // Tessera: bytes one layer's record holds for one micro-batch when it keeps everything.
-double layer_record_bytes(const GptConfig& c, const ActivationLayout& l);
+double layer_record_bytes(const ModelConfig& c, const ActivationLayout& l);
 // Tessera: bytes a layer input holds (what a recomputed group keeps).
-double layer_input_bytes(const GptConfig& c, const ActivationLayout& l);
+double layer_input_bytes(const ModelConfig& c, const ActivationLayout& l);
 // Tessera: bytes the records of a chunk of `layers` layers hold for one micro-batch under `r`.
-double chunk_record_bytes(const GptConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r);
+double chunk_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r);
 // Tessera: bytes a chunk's record holds besides its layers, per micro-batch: the positions (int32, every
 // chunk), the tokens (int32, the first chunk) and on the last chunk the head: the final norm's input,
 // output (fp32; sequence-sharded under sequence parallelism) and statistics, the labels and loss mask,
 // this rank's vocabulary shard of the fp32 logits (cross-entropy writes dlogits into them in place, so
 // they live until backward) and the log-sum-exp.
-double chunk_extra_bytes(const GptConfig& c, const ActivationLayout& l, bool first_chunk, bool last_chunk);
+double chunk_extra_bytes(const ModelConfig& c, const ActivationLayout& l, bool first_chunk, bool last_chunk);
 
 }  // namespace tessera::model

@@ -4,7 +4,7 @@
 
 namespace tessera::model {
 
-int64_t GptConfig::parameter_count() const {
+int64_t ModelConfig::parameter_count() const {
   int64_t h = hidden_size, bias = add_bias_linear ? 1 : 0;
   int64_t norm = normalization == Normalization::LayerNorm ? 2 * h : h;
   int64_t fc1_out = swiglu ? 2 * ffn_hidden_size : ffn_hidden_size;
@@ -17,7 +17,7 @@ int64_t GptConfig::parameter_count() const {
   return n;
 }
 
-nlohmann::json to_json(const GptConfig& c) {
+nlohmann::json to_json(const ModelConfig& c) {
   return {{"num_layers", c.num_layers},
           {"hidden_size", c.hidden_size},
           {"num_attention_heads", c.num_attention_heads},
@@ -51,8 +51,8 @@ int64_t integer(const nlohmann::json& j, const char* key) {
 }
 }  // namespace
 
-GptConfig config_from_json(const nlohmann::json& j) {
-  GptConfig c;
+ModelConfig config_from_json(const nlohmann::json& j) {
+  ModelConfig c;
   try {
     c.num_layers = integer(j, "num_layers");
     c.hidden_size = integer(j, "hidden_size");
@@ -87,7 +87,7 @@ int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tensor_pa
   return (vocab + multiple - 1) / multiple * multiple;
 }
 
-double model_flops_per_iteration(const GptConfig& c, int64_t batch) {
+double model_flops_per_iteration(const ModelConfig& c, int64_t batch) {
   double h = static_cast<double>(c.hidden_size);
   double query_projection_ratio = static_cast<double>(c.kv_channels * c.num_attention_heads) / h;
   double gated = c.swiglu ? 1.5 : 1.0;

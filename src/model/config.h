@@ -12,7 +12,7 @@ namespace tessera::model {
 enum class PositionEmbedding { LearnedAbsolute, Rope };
 enum class Normalization { LayerNorm, RMSNorm };
 
-struct GptConfig {
+struct ModelConfig {
   int64_t num_layers = 0;
   int64_t hidden_size = 0;
   int64_t num_attention_heads = 0;
@@ -48,14 +48,14 @@ struct GptConfig {
 };
 
 // The configuration as JSON (recorded in checkpoints, so a checkpoint says which model it holds).
-nlohmann::json to_json(const GptConfig& c);
+nlohmann::json to_json(const ModelConfig& c);
 // Throws an Error naming the missing or malformed field.
-GptConfig config_from_json(const nlohmann::json& j);
+ModelConfig config_from_json(const nlohmann::json& j);
 
 // Megatron's vocabulary padding: the smallest multiple of divisible_by * tensor_parallel >= vocab.
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tensor_parallel);
 
 // Megatron's num_floating_point_operations for one iteration (forward + backward) of `batch` samples.
-double model_flops_per_iteration(const GptConfig& c, int64_t batch);
+double model_flops_per_iteration(const ModelConfig& c, int64_t batch);
 
 }  // namespace tessera::model

@@ -27,7 +27,7 @@ Tensor to_seq_major(const Tensor& t) {
 }
 
 // A [vocab, hidden] weight split by vocabulary rows over the tensor group.
-ParameterSpec vocab_parallel_spec(const std::string& name, const GptConfig& c,
+ParameterSpec vocab_parallel_spec(const std::string& name, const ModelConfig& c,
                                   const parallel::TensorParallelContext& tp) {
   int64_t local = c.padded_vocab_size / tp.size();
   ParameterSpec spec{name, {local, c.hidden_size}, Init::Normal, c.init_method_std, true};
@@ -55,10 +55,10 @@ int64_t GptActivations::bytes() const {
   return total;
 }
 
-GptModel::GptModel(const GptConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp,
+GptModel::GptModel(const ModelConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp,
                    const ModelChunk& chunk)
     : config_(config), tp_(tp), params_(&params), chunk_(chunk) {
-  const GptConfig& c = config_;
+  const ModelConfig& c = config_;
   if (chunk_.num_layers < 0) chunk_.num_layers = c.num_layers - chunk_.first_layer;
   TESSERA_CHECK(chunk_.first_layer >= 0 && chunk_.first_layer + chunk_.num_layers <= c.num_layers,
                 "model chunk of layers [", chunk_.first_layer, ", ", chunk_.first_layer + chunk_.num_layers,
@@ -104,7 +104,7 @@ float* GptModel::output_weight_grad() const { return (output_layer_ ? output_lay
 // rank-0 shard adds the position embedding, and the sum over the tensor group is the embedding (or
 // its sequence shard, reduce-scattered, under sequence parallelism).
 Tensor GptModel::embed(GptActivations& rec, const ForwardContext& ctx) const {
-  const GptConfig& c = config_;
+  const ModelConfig& c = config_;
   int64_t rows = ctx.seq * ctx.batch;
   Tensor partial = Tensor::empty({rows, c.hidden_size});
   const float* wpe = position_embeddings_ && tp_.rank() == 0 ? position_embeddings_->value.f32() : nullptr;
@@ -135,7 +135,7 @@ void GptModel::backward(GptActivations& rec, const ForwardContext& ctx, float gr
 Tensor GptModel::forward_chunk(const MicroBatch& batch, const Tensor& input, const ForwardContext& context,
                                GptActivations& rec, double* loss_sum,
                                const std::function<void(int64_t)>& params_needed_below) const {
-  const GptConfig& c = config_;
+  const ModelConfig& c = config_;
   // Announces the use of layer l's parameters (l = -1: the embedding's; l = layers: the head's).
   auto need_params_of = [&](int64_t l) {
     if (!params_needed_below) return;
@@ -243,7 +243,7 @@ Tensor GptModel::backward_chunk(GptActivations& rec, const Tensor& doutput, cons
   auto final_from = [&](int64_t offset) {
     if (grads_final_from) grads_final_from(offset);
   };
-  const GptConfig& c = config_;
+  const ModelConfig& c = config_;
   const int64_t rows = ctx.seq * ctx.batch;
   Tensor dx;
   if (chunk_.post_process) {
@@ -342,7 +342,7 @@ Tensor GptModel::next_token_logits(const std::vector<int32_t>& tokens, DecodeSta
 }
 
 Tensor GptModel::decode_chunk(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const {
-  const GptConfig& c = config_;
+  const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(tokens.size());
   TESSERA_CHECK(n > 0, "next_token_logits: no tokens");
   std::vector<int32_t> positions(n);

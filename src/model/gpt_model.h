@@ -71,11 +71,11 @@ class GptModel {
   // of several ranks, this rank's model holds its shard of every split layer (Megatron's tensor
   // parallelism) and the vocabulary is split too (vocab-parallel embedding and cross-entropy).
   // A last chunk without the embedding holds its own copy of the tied word embedding (tied_copy).
-  GptModel(const GptConfig& config, ParameterSet& params,
+  GptModel(const ModelConfig& config, ParameterSet& params,
            const parallel::TensorParallelContext& tp = parallel::TensorParallelContext::single_process(),
            const ModelChunk& chunk = {});
 
-  const GptConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   const ModelChunk& chunk() const { return chunk_; }
   void set_recompute(const Recompute& r) { recompute_ = r; }
 
@@ -121,7 +121,7 @@ class GptModel {
   const float* output_weight() const;
   float* output_weight_grad() const;
 
-  GptConfig config_;
+  ModelConfig config_;
   const parallel::TensorParallelContext& tp_;
   const ParameterSet* params_;
   ModelChunk chunk_;

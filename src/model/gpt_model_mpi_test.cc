@@ -21,8 +21,8 @@ struct Variant {
   bool llama;  // rope + RMSNorm + SwiGLU + GQA + untied output, no biases
 };
 
-GptConfig config(const Variant& v) {
-  GptConfig c;
+ModelConfig config(const Variant& v) {
+  ModelConfig c;
   c.num_layers = 2;
   c.hidden_size = 32;
   c.num_attention_heads = 8;
@@ -44,7 +44,7 @@ GptConfig config(const Variant& v) {
   return c;
 }
 
-MicroBatch sample_batch(const GptConfig& c, int64_t first, int64_t batch) {
+MicroBatch sample_batch(const ModelConfig& c, int64_t first, int64_t batch) {
   MicroBatch mb;
   mb.tokens = Tensor::empty({batch, c.seq_length}, DType::I32);
   mb.labels = Tensor::empty({batch, c.seq_length}, DType::I32);
@@ -71,7 +71,7 @@ constexpr int64_t kMicroBatch = 2, kGlobalBatch = 8;
 
 // One global batch through a model laid out over `state` (data-parallel ranks take alternate
 // micro-batch slices, as Megatron's sampler), gradients reduced as the trainer does.
-Result run(const GptConfig& c, comm::ParallelState& state, bool sequence_parallel) {
+Result run(const ModelConfig& c, comm::ParallelState& state, bool sequence_parallel) {
   parallel::TensorParallelContext tp{&state.tensor_group(), sequence_parallel};
   ParameterSet params;
   GptModel model(c, params, tp);
@@ -107,7 +107,7 @@ Result run(const GptConfig& c, comm::ParallelState& state, bool sequence_paralle
 class LayoutEquivalence : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(LayoutEquivalence, EveryLayoutMatchesTheSingleProcessModel) {
-  const GptConfig c = config(GetParam());
+  const ModelConfig c = config(GetParam());
   auto single = comm::ParallelState::single_process();
   const Result reference = run(c, *single, false);
 
@@ -141,7 +141,7 @@ TEST_P(LayoutEquivalence, EveryLayoutMatchesTheSingleProcessModel) {
 // the rest of the record (ids, final norm, logits) matches its formula exactly, for every
 // tensor/sequence-parallel layout and recomputation setting.
 TEST_P(LayoutEquivalence, ActivationBytesMatchTheFormulas) {
-  GptConfig c = config(GetParam());
+  ModelConfig c = config(GetParam());
   c.num_layers = 4;
   auto world = comm::make_mpi_world_group();
   const int n = world->size();

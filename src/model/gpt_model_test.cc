@@ -10,8 +10,8 @@
 namespace tessera::model {
 namespace {
 
-GptConfig tiny_config(bool llama_style) {
-  GptConfig c;
+ModelConfig tiny_config(bool llama_style) {
+  ModelConfig c;
   c.num_layers = 2;
   c.hidden_size = 16;
   c.num_attention_heads = 4;
@@ -33,7 +33,7 @@ GptConfig tiny_config(bool llama_style) {
   return c;
 }
 
-MicroBatch random_batch(const GptConfig& c, int64_t batch, uint64_t seed) {
+MicroBatch random_batch(const ModelConfig& c, int64_t batch, uint64_t seed) {
   MicroBatch mb;
   mb.tokens = Tensor::empty({batch, c.seq_length}, DType::I32);
   mb.labels = Tensor::empty({batch, c.seq_length}, DType::I32);
@@ -47,7 +47,7 @@ MicroBatch random_batch(const GptConfig& c, int64_t batch, uint64_t seed) {
   return mb;
 }
 
-ForwardContext context(const GptConfig& c, int64_t batch, bool training) {
+ForwardContext context(const ModelConfig& c, int64_t batch, bool training) {
   ForwardContext ctx;
   ctx.seed = 7;
   ctx.iteration = 3;
@@ -61,7 +61,7 @@ ForwardContext context(const GptConfig& c, int64_t batch, bool training) {
 // Every gradient of the whole model against central differences of its loss (dropout on: masks are a
 // function of the element's coordinates, so the perturbed forwards see the same masks).
 void check_gradients(bool llama_style) {
-  GptConfig c = tiny_config(llama_style);
+  ModelConfig c = tiny_config(llama_style);
   ParameterSet params;
   GptModel model(c, params);
   params.allocate(42);
@@ -131,7 +131,7 @@ TEST(GptModel, InitialisationDoesNotDependOnDeclarationOrder) {
 }
 
 TEST(GptModel, DropoutIsKeyedByIterationAndOffInEvaluation) {
-  GptConfig c = tiny_config(false);
+  ModelConfig c = tiny_config(false);
   ParameterSet params;
   GptModel model(c, params);
   params.allocate(1);
@@ -152,7 +152,7 @@ TEST(GptModel, DropoutIsKeyedByIterationAndOffInEvaluation) {
 // Feeding a sequence piece by piece through the key/value cache gives the logits of the full forward.
 TEST(GptModel, IncrementalDecodingMatchesTheFullForward) {
   for (bool llama : {false, true}) {
-    GptConfig c = tiny_config(llama);
+    ModelConfig c = tiny_config(llama);
     ParameterSet params;
     GptModel model(c, params);
     params.allocate(3);
@@ -180,7 +180,7 @@ TEST(GptModel, IncrementalDecodingMatchesTheFullForward) {
 // packed sample is computed exactly as if it were a sample of its own.
 TEST(GptModel, PackedDocumentsWithResetMasksEqualSeparateSamples) {
   for (bool llama : {false, true}) {
-    GptConfig c = tiny_config(llama);
+    ModelConfig c = tiny_config(llama);
     ParameterSet params;
     GptModel model(c, params);
     params.allocate(4);
@@ -195,7 +195,7 @@ TEST(GptModel, PackedDocumentsWithResetMasksEqualSeparateSamples) {
     GptActivations rec;
     model.forward(packed, context(c, 1, false), rec);
 
-    GptConfig alone_config = c;
+    ModelConfig alone_config = c;
     alone_config.seq_length = c.seq_length - split;
     MicroBatch alone;
     alone.tokens = Tensor::empty({1, alone_config.seq_length}, DType::I32);
@@ -215,7 +215,7 @@ TEST(GptModel, PackedDocumentsWithResetMasksEqualSeparateSamples) {
 
 TEST(GptModel, ParameterCountMatchesTheDeclaredParameters) {
   for (bool llama : {false, true}) {
-    GptConfig c = tiny_config(llama);
+    ModelConfig c = tiny_config(llama);
     ParameterSet params;
     GptModel model(c, params);
     EXPECT_EQ(params.numel(), c.parameter_count());
@@ -224,7 +224,7 @@ TEST(GptModel, ParameterCountMatchesTheDeclaredParameters) {
 
 TEST(GptModel, MegatronFlopsFormula) {
   // GPT-2 124M at seq 1024: 12 * b * s * l * h^2 * (1 + 1 + s/h + 4 + V/(2 l h)).
-  GptConfig c;
+  ModelConfig c;
   c.num_layers = 12;
   c.hidden_size = 768;
   c.num_attention_heads = 12;
@@ -249,7 +249,7 @@ namespace {
 // whole model's loss and gradients when the chunks pass activations forward and gradients back; the
 // tied embedding's gradient is split between the first chunk and the last chunk's copy.
 void check_chunks_match_whole_model(bool llama_style) {
-  GptConfig c = tiny_config(llama_style);
+  ModelConfig c = tiny_config(llama_style);
   c.num_layers = 3;
   ParameterSet whole_params;
   GptModel whole(c, whole_params);
@@ -323,7 +323,7 @@ namespace {
 // are regenerated identically) and keeps only each recomputed group's input.
 TEST(GptModelRecompute, UniformAndBlockRecomputationAreExactAndKeepOnlyGroupInputs) {
   for (bool llama_style : {false, true}) {
-    GptConfig c = tiny_config(llama_style);
+    ModelConfig c = tiny_config(llama_style);
     c.num_layers = 4;
     const int64_t batch = 2;
     MicroBatch mb = random_batch(c, batch, 9);
@@ -376,7 +376,7 @@ namespace {
 TEST(GptModelMixedPrecision, SixteenBitGemmInputsStayCloseToFp32AndAreDeterministic) {
   for (bool llama_style : {false, true}) {
     auto run = [&](DType precision, Recompute recompute) {
-      GptConfig c = tiny_config(llama_style);
+      ModelConfig c = tiny_config(llama_style);
       c.params_dtype = precision;
       ParameterSet params;
       GptModel model(c, params);
@@ -417,7 +417,7 @@ TEST(GptModelMixedPrecision, ReusedRoundedInputsAreBitwiseTheRoundingInEveryGemm
     for (DType t : {DType::BF16, DType::F16}) {
       auto run = [&](bool reuse, bool announce_update) {
         kernels::set_reuse_rounded_inputs(reuse);
-        GptConfig c = tiny_config(llama_style);
+        ModelConfig c = tiny_config(llama_style);
         c.params_dtype = t;
         ParameterSet params;
         GptModel model(c, params);

@@ -121,7 +121,7 @@ Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_rou
   return dx;
 }
 
-Norm::Norm(ParameterSet& params, const std::string& prefix, const GptConfig& config, bool sequence_parallel)
+Norm::Norm(ParameterSet& params, const std::string& prefix, const ModelConfig& config, bool sequence_parallel)
     : kind_(config.normalization), eps_(config.norm_epsilon), hidden_(config.hidden_size) {
   ParameterSpec w{prefix + ".weight", {hidden_}, Init::Ones, 0.0f, false};
   w.sequence_parallel_grad = sequence_parallel;

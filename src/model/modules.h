@@ -89,7 +89,7 @@ class Norm {
  public:
   // Under sequence parallelism each rank normalises its own rows, so the weight gradients are partial
   // sums over the tensor group (ParameterSpec::sequence_parallel_grad).
-  Norm(ParameterSet& params, const std::string& prefix, const GptConfig& config, bool sequence_parallel);
+  Norm(ParameterSet& params, const std::string& prefix, const ModelConfig& config, bool sequence_parallel);
   // y, mean (LayerNorm only) and rstd are allocated here.
   // round_output: y rounded to this type as it is written (it feeds only GEMMs).
   void forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType round_output = DType::F32) const;

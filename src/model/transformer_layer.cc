@@ -61,12 +61,12 @@ void add_into(const Tensor& dst, const Tensor& src) {
 
 namespace {
 // Output projections start smaller, std / sqrt(2 * layers), as Megatron's scaled_init_method_normal.
-float output_init_std(const GptConfig& c) {
+float output_init_std(const ModelConfig& c) {
   return c.init_method_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
 }
 }  // namespace
 
-TransformerLayer::TransformerLayer(const GptConfig& config, int64_t layer_number, ParameterSet& params,
+TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer_number, ParameterSet& params,
                                    const parallel::TensorParallelContext& tp)
     : config_(config),
       layer_number_(layer_number),
@@ -127,7 +127,7 @@ kernels::AttentionShape attention_shape(const ForwardContext& ctx, int64_t heads
   return {ctx.seq, ctx.batch, heads, groups, d, ctx.doc_start};
 }
 // Keyed by global head index, so a rank's heads draw the masks they would in a single process.
-kernels::AttentionDropout attention_dropout(const GptConfig& c, const ForwardContext& ctx, int64_t layer_number,
+kernels::AttentionDropout attention_dropout(const ModelConfig& c, const ForwardContext& ctx, int64_t layer_number,
                                             int site, int64_t head_offset) {
   kernels::AttentionDropout d;
   d.p = ctx.training ? c.attention_dropout : 0.0f;
@@ -142,7 +142,7 @@ kernels::AttentionDropout attention_dropout(const GptConfig& c, const ForwardCon
 
 Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, const ForwardContext& ctx,
                                  LayerActivations& rec) const {
-  const GptConfig& c = config_;
+  const ModelConfig& c = config_;
   const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;  // attention sees every token
   rec.input = x;
 
@@ -191,7 +191,7 @@ Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, cons
 
 Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, const ForwardContext& ctx,
                                   const LayerActivations& stored) const {
-  const GptConfig& c = config_;
+  const ModelConfig& c = config_;
   const LayerActivations rec = stored.with_fp32_activations();  // this layer's only, while it runs
   const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;
   // Activations widened from 16-bit storage hold 16-bit values already: their GEMMs need not round them.
@@ -246,7 +246,7 @@ KvCache TransformerLayer::make_kv_cache(int64_t capacity) const {
 
 Tensor TransformerLayer::forward_incremental(const Tensor& x, const int32_t* positions, int64_t past,
                                              KvCache& cache) const {
-  const GptConfig& c = config_;
+  const ModelConfig& c = config_;
   const int64_t n = x.dim(0), d = c.kv_channels;
   TESSERA_CHECK(!tp_.sequence_parallel, "incremental decoding needs a model built without sequence parallelism");
   TESSERA_CHECK(past + n <= cache.k.dim(0), "key/value cache of ", cache.k.dim(0), " positions cannot hold ",

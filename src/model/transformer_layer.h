@@ -38,7 +38,7 @@ class TransformerLayer {
   // layer_number is 1-based and global (across pipeline stages), as in Megatron.
   // Attention heads, query groups and MLP columns are split over tp's group (Megatron's tensor
   // parallelism); with tp.sequence_parallel the residual stream is [seq/tp, batch, hidden] per rank.
-  TransformerLayer(const GptConfig& config, int64_t layer_number, ParameterSet& params,
+  TransformerLayer(const ModelConfig& config, int64_t layer_number, ParameterSet& params,
                    const parallel::TensorParallelContext& tp);
 
   // x [T (/tp when sequence parallel), hidden] -> y shaped like x; positions [T] for rotary embeddings.
@@ -57,7 +57,7 @@ class TransformerLayer {
   enum DropoutSite { kAttentionProbs = 1, kAttentionOutput = 2, kMlpOutput = 3 };
   void hidden_dropout(const Tensor& x, const ForwardContext& ctx, int site, bool backward) const;
 
-  const GptConfig& config_;
+  const ModelConfig& config_;
   int64_t layer_number_;
   const parallel::TensorParallelContext& tp_;
   int64_t heads_, groups_;  // on this rank

@@ -73,7 +73,7 @@ double linear_gemm_rate(comm::ProcessGroup& world, const GemmShape& s, DType inp
 
 // The rate that makes the time model's attention (forward F / rate, backward 2.5 F / rate) match the
 // measured forward + backward of the flash-attention kernel.
-double attention_rate(comm::ProcessGroup& world, const model::GptConfig& c, const Layout& l, double budget) {
+double attention_rate(comm::ProcessGroup& world, const model::ModelConfig& c, const Layout& l, double budget) {
   kernels::AttentionShape shape;
   shape.seq = c.seq_length;
   shape.batch = l.micro_batch_size;
@@ -125,7 +125,7 @@ std::string cpu_model_name() {
   return "unknown cpu";
 }
 
-nlohmann::json calibration_key(const model::GptConfig& c, const Layout& l, int ranks) {
+nlohmann::json calibration_key(const model::ModelConfig& c, const Layout& l, int ranks) {
   return {{"num_layers", c.num_layers},
           {"hidden_size", c.hidden_size},
           {"ffn_hidden_size", c.ffn_hidden_size},
@@ -153,7 +153,7 @@ std::vector<std::string> calibration_mismatches(const nlohmann::json& have, cons
   return out;
 }
 
-std::vector<GemmShape> model_gemm_shapes(const model::GptConfig& c, const Layout& l) {
+std::vector<GemmShape> model_gemm_shapes(const model::ModelConfig& c, const Layout& l) {
   const long long tokens = c.seq_length * l.micro_batch_size, h = c.hidden_size, t = l.tp;
   const long long fc1_out = c.swiglu ? 2 * c.ffn_hidden_size : c.ffn_hidden_size;
   return {{tokens, c.qkv_size() / t, h},
@@ -163,7 +163,7 @@ std::vector<GemmShape> model_gemm_shapes(const model::GptConfig& c, const Layout
           {tokens, c.padded_vocab_size / t, h}};
 }
 
-DeviceSpec calibrate_device(const model::GptConfig& c, const Layout& l, comm::ProcessGroup& world,
+DeviceSpec calibrate_device(const model::ModelConfig& c, const Layout& l, comm::ProcessGroup& world,
                             double seconds_per_measurement) {
   DeviceSpec d = find_device("cpu");
   d.name = "cpu (calibrated)";

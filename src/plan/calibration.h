@@ -17,7 +17,7 @@ namespace tessera::plan {
 // attention shapes, the tensor-parallel size and micro-batch, the precision of the GEMM inputs, and the
 // machine (CPU model, threads per rank, ranks). `tessera plan --calibrate` writes it beside the device
 // entry ("calibrated_for"); `tessera train` uses the rates only for a run with the same key.
-nlohmann::json calibration_key(const model::GptConfig& c, const Layout& l, int ranks);
+nlohmann::json calibration_key(const model::ModelConfig& c, const Layout& l, int ranks);
 // Where a file's key `have` differs from a run's `want`, one "field: X (calibrated) vs Y (this run)" each;
 // empty when they agree.
 std::vector<std::string> calibration_mismatches(const nlohmann::json& have, const nlohmann::json& want);
@@ -25,7 +25,7 @@ std::vector<std::string> calibration_mismatches(const nlohmann::json& have, cons
 std::string cpu_model_name();
 
 // seconds_per_measurement bounds the time spent on each number (repetitions stop after it).
-DeviceSpec calibrate_device(const model::GptConfig& c, const Layout& l, comm::ProcessGroup& world,
+DeviceSpec calibrate_device(const model::ModelConfig& c, const Layout& l, comm::ProcessGroup& world,
                             double seconds_per_measurement = 0.3);
 
 // The GEMM shapes (m, n, k) of one layer and the output layer for a layout: what calibrate_device measures
@@ -33,6 +33,6 @@ DeviceSpec calibrate_device(const model::GptConfig& c, const Layout& l, comm::Pr
 struct GemmShape {
   long long m, n, k;
 };
-std::vector<GemmShape> model_gemm_shapes(const model::GptConfig& c, const Layout& l);
+std::vector<GemmShape> model_gemm_shapes(const model::ModelConfig& c, const Layout& l);
 
 }  // namespace tessera::plan

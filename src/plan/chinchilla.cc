@@ -22,8 +22,8 @@ ComputeOptimal compute_optimal(double compute_flops, const ChinchillaLaw& law) {
   return out;
 }
 
-model::GptConfig shape_for_parameters(double parameters, const model::GptConfig& base) {
-  model::GptConfig c = base;
+model::ModelConfig shape_for_parameters(double parameters, const model::ModelConfig& base) {
+  model::ModelConfig c = base;
   // 12 l h^2 per layer stack with l = h / 128: h = (128 N / 12)^(1/3). Heads (of 128 dimensions) and
   // layers are rounded to multiples of 8 and 4 once that large, so that tensor and pipeline parallelism
   // have divisors to choose from.

@@ -22,6 +22,6 @@ ComputeOptimal compute_optimal(double compute_flops, const ChinchillaLaw& law = 
 // 128, depth about hidden / 128 (GPT-3 175B: 12288 / 96), heads a multiple of 8 and layers of 4
 // once that large. Vocabulary, sequence
 // length and architecture flags come from `base`.
-model::GptConfig shape_for_parameters(double parameters, const model::GptConfig& base);
+model::ModelConfig shape_for_parameters(double parameters, const model::ModelConfig& base);
 
 }  // namespace tessera::plan

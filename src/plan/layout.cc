@@ -4,7 +4,7 @@
 
 namespace tessera::plan {
 
-std::string layout_problem(const model::GptConfig& c, const Layout& l, int devices, std::string* family) {
+std::string layout_problem(const model::ModelConfig& c, const Layout& l, int devices, std::string* family) {
   auto fail = [&](const char* kind, std::string why) {
     if (family) *family = kind;
     return why;
@@ -63,8 +63,8 @@ std::string describe(const Layout& l) {
                  l.distributed_optimizer ? " distopt" : "");
 }
 
-model::GptConfig config_for_tp(const model::GptConfig& c, int tp, int64_t make_vocab_size_divisible_by) {
-  model::GptConfig out = c;
+model::ModelConfig config_for_tp(const model::ModelConfig& c, int tp, int64_t make_vocab_size_divisible_by) {
+  model::ModelConfig out = c;
   out.padded_vocab_size = model::padded_vocab_size(c.vocab_size, make_vocab_size_divisible_by, tp);
   return out;
 }

@@ -37,7 +37,7 @@ struct Layout {
 // Why a layout cannot run the model on `devices` devices, or "" when it can. `family` is set to the kind of
 // rule broken: "divisibility" (heads, layers, vocabulary, sequence not divisible), "batch" (global batch
 // vs micro batch x dp, interleaving's micro-batch rule) or "devices" (tp x pp x dp != devices).
-std::string layout_problem(const model::GptConfig& c, const Layout& l, int devices, std::string* family = nullptr);
+std::string layout_problem(const model::ModelConfig& c, const Layout& l, int devices, std::string* family = nullptr);
 
 std::string to_string(Recompute r);
 std::string to_string(Precision p);
@@ -45,6 +45,6 @@ std::string describe(const Layout& l);  // "tp8 pp64 dp6 v1 mbs1 gbs3072 recompu
 
 // The model as seen by one tensor-parallel rank: the vocabulary padded for this tp (Megatron pads to a
 // multiple of make_vocab_size_divisible_by x tp).
-model::GptConfig config_for_tp(const model::GptConfig& c, int tp, int64_t make_vocab_size_divisible_by);
+model::ModelConfig config_for_tp(const model::ModelConfig& c, int tp, int64_t make_vocab_size_divisible_by);
 
 }  // namespace tessera::plan

@@ -4,13 +4,13 @@
 
 namespace tessera::plan {
 
-double norm_parameters(const model::GptConfig& c) {
+double norm_parameters(const model::ModelConfig& c) {
   return c.normalization == model::Normalization::LayerNorm ? 2.0 * c.hidden_size : 1.0 * c.hidden_size;
 }
 
 // Parameters of one transformer layer on one tensor rank: the column- and row-parallel weights are split,
 // the norms and the row-parallel biases are replicated.
-double layer_parameters(const model::GptConfig& c, int tp) {
+double layer_parameters(const model::ModelConfig& c, int tp) {
   const double h = c.hidden_size, t = tp, bias = c.add_bias_linear ? 1 : 0;
   const double fc1_out = c.swiglu ? 2.0 * c.ffn_hidden_size : 1.0 * c.ffn_hidden_size;
   const double attn_out = static_cast<double>(c.num_attention_heads * c.kv_channels);
@@ -18,7 +18,7 @@ double layer_parameters(const model::GptConfig& c, int tp) {
          fc1_out * (h + bias) / t + h * c.ffn_hidden_size / t + bias * h;
 }
 
-int64_t stage_parameters(const model::GptConfig& c, const Layout& l, int stage) {
+int64_t stage_parameters(const model::ModelConfig& c, const Layout& l, int stage) {
   const double h = c.hidden_size, vocab_shard = static_cast<double>(c.padded_vocab_size) / l.tp;
   double n = static_cast<double>(c.num_layers / l.pp) * layer_parameters(c, l.tp);
   if (stage == 0) {
@@ -32,7 +32,7 @@ int64_t stage_parameters(const model::GptConfig& c, const Layout& l, int stage) 
   return static_cast<int64_t>(n);
 }
 
-double layer_activation_bytes(const model::GptConfig& c, const Layout& l) {
+double layer_activation_bytes(const model::ModelConfig& c, const Layout& l) {
   const double s = c.seq_length, b = l.micro_batch_size, h = c.hidden_size, t = l.tp, e = l.activation_bytes();
   const double sp = l.sequence_parallel ? t : 1;
   const double hidden_mask = c.hidden_dropout > 0 ? 1 : 0, attention_mask = c.attention_dropout > 0 ? 1 : 0;
@@ -54,12 +54,12 @@ double layer_activation_bytes(const model::GptConfig& c, const Layout& l) {
   return bytes;
 }
 
-double layer_input_bytes(const model::GptConfig& c, const Layout& l) {
+double layer_input_bytes(const model::ModelConfig& c, const Layout& l) {
   const double sp = l.sequence_parallel ? l.tp : 1;
   return static_cast<double>(c.seq_length) * l.micro_batch_size * c.hidden_size * l.activation_bytes() / sp;
 }
 
-MemoryBreakdown stage_memory(const model::GptConfig& c, const Layout& l, const DeviceSpec& d, int stage, int in_flight) {
+MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage, int in_flight) {
   MemoryBreakdown m;
   m.in_flight = in_flight;
   const double params = static_cast<double>(stage_parameters(c, l, stage));

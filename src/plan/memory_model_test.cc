@@ -13,8 +13,8 @@
 namespace tessera::plan {
 namespace {
 
-model::GptConfig gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t seq) {
-  model::GptConfig c;
+model::ModelConfig gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t seq) {
+  model::ModelConfig c;
   c.num_layers = layers;
   c.hidden_size = hidden;
   c.num_attention_heads = heads;
@@ -28,7 +28,7 @@ model::GptConfig gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t seq)
 }
 
 TEST(MemoryModel, LayerActivationsAreKorthikantisFormulas) {
-  const model::GptConfig c = gpt(96, 12288, 96, 2048);  // GPT-3 175B, the paper's Table 2 model
+  const model::ModelConfig c = gpt(96, 12288, 96, 2048);  // GPT-3 175B, the paper's Table 2 model
   const double s = 2048, b = 1, h = 12288, a = 96;
   for (int t : {1, 2, 8}) {
     Layout l;
@@ -48,7 +48,7 @@ TEST(MemoryModel, LayerActivationsAreKorthikantisFormulas) {
 }
 
 TEST(MemoryModel, BytesPerParameterAreMegatrons) {
-  const model::GptConfig c = gpt(24, 1024, 16, 1024);
+  const model::ModelConfig c = gpt(24, 1024, 16, 1024);
   Layout l;
   l.dp = 4;
   l.global_batch_size = 4;
@@ -67,7 +67,7 @@ TEST(MemoryModel, BytesPerParameterAreMegatrons) {
 }
 
 TEST(MemoryModel, StagesHoldTheWholeModel) {
-  model::GptConfig c = gpt(8, 512, 8, 128);
+  model::ModelConfig c = gpt(8, 512, 8, 128);
   c.untie_embeddings_and_output_weights = true;
   for (int pp : {1, 2, 4}) {
     Layout l;
@@ -85,7 +85,7 @@ TEST(MemoryModel, StagesHoldTheWholeModel) {
 }
 
 TEST(MemoryModel, PipelineMemoryUsesTheSchedulesInFlightMicroBatches) {
-  const model::GptConfig c = gpt(16, 1024, 16, 1024);
+  const model::ModelConfig c = gpt(16, 1024, 16, 1024);
   Layout l;
   l.pp = 4;
   l.global_batch_size = 16;
@@ -130,7 +130,7 @@ TEST(Cluster, JsonRoundTripAndOverrides) {
 }
 
 TEST(Layout, ProblemsNameTheRuleAndFamily) {
-  const model::GptConfig c = gpt(12, 768, 12, 1024);
+  const model::ModelConfig c = gpt(12, 768, 12, 1024);
   Layout l;
   l.tp = 8;
   l.dp = 1;
@@ -167,7 +167,7 @@ TEST(Chinchilla, OptimumMinimisesTheLossOnTheBudget) {
   const ComputeOptimal chinchilla = compute_optimal(5.76e23);
   EXPECT_GT(chinchilla.parameters, 20e9);
   EXPECT_LT(chinchilla.parameters, 50e9);
-  const model::GptConfig shaped = shape_for_parameters(chinchilla.parameters, gpt(1, 128, 1, 2048));
+  const model::ModelConfig shaped = shape_for_parameters(chinchilla.parameters, gpt(1, 128, 1, 2048));
   EXPECT_NEAR(12.0 * shaped.num_layers * shaped.hidden_size * shaped.hidden_size / chinchilla.parameters, 1, 0.1);
   EXPECT_EQ(shaped.hidden_size % 128, 0);
 }

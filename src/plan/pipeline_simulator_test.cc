@@ -78,7 +78,7 @@ TEST(PipelineSimulator, AccountsEveryRankSecond) {
 }
 
 TEST(Trace, OneTrackPerStageWithEveryOp) {
-  model::GptConfig c;
+  model::ModelConfig c;
   c.num_layers = 8;
   c.hidden_size = 512;
   c.num_attention_heads = 8;

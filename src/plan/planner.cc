@@ -9,7 +9,7 @@ namespace tessera::plan {
 namespace {
 
 // FLOPs the recomputation adds to Megatron's forward + backward count.
-double recompute_flops(const model::GptConfig& c, const Layout& l, double megatron_flops) {
+double recompute_flops(const model::ModelConfig& c, const Layout& l, double megatron_flops) {
   const double batch = static_cast<double>(l.global_batch_size), s = c.seq_length, h = c.hidden_size;
   const double logits = 6.0 * batch * s * h * static_cast<double>(c.padded_vocab_size);
   if (l.recompute == Recompute::Full) return (megatron_flops - logits) / 3;  // the layers' forward again
@@ -20,13 +20,13 @@ double recompute_flops(const model::GptConfig& c, const Layout& l, double megatr
 
 }  // namespace
 
-double ptdp_flops_per_iteration(const model::GptConfig& c, int64_t global_batch) {
+double ptdp_flops_per_iteration(const model::ModelConfig& c, int64_t global_batch) {
   const double s = c.seq_length, h = c.hidden_size, layers = c.num_layers, v = c.padded_vocab_size;
   return 96.0 * static_cast<double>(global_batch) * s * layers * h * h *
          (1 + s / (6 * h) + v / (16 * layers * h));
 }
 
-Plan make_plan(const model::GptConfig& c, const Layout& l, const ClusterSpec& cluster, const PlanOptions& options) {
+Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& cluster, const PlanOptions& options) {
   const std::string problem = layout_problem(c, l, cluster.num_devices);
   TESSERA_CHECK(problem.empty(), problem);
   const DeviceSpec& d = cluster.device;
@@ -82,7 +82,7 @@ Plan make_plan(const model::GptConfig& c, const Layout& l, const ClusterSpec& cl
   return plan;
 }
 
-SearchResult search_layouts(const model::GptConfig& c, const Layout& base, const ClusterSpec& cluster,
+SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, const ClusterSpec& cluster,
                             const PlanOptions& options, int64_t make_vocab_size_divisible_by) {
   const int n = cluster.num_devices;
   SearchResult result;
@@ -91,7 +91,7 @@ SearchResult search_layouts(const model::GptConfig& c, const Layout& base, const
   memory_only.record_timeline = false;
   for (int tp = 1; tp <= n; ++tp) {
     if (n % tp != 0) continue;
-    const model::GptConfig ct = config_for_tp(c, tp, make_vocab_size_divisible_by);
+    const model::ModelConfig ct = config_for_tp(c, tp, make_vocab_size_divisible_by);
     Layout family_layout = base;
     family_layout.tp = tp;
     family_layout.dp = n / tp;

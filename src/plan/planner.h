@@ -19,7 +19,7 @@ namespace tessera::plan {
 //   PTD-P:    the PTD-P paper's 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), which counts the recomputed
 //             forward of full activation recomputation (the unit of its Table 1 and of Shoeybi et al.).
 enum class FlopsFormula { Megatron, Ptdp };
-double ptdp_flops_per_iteration(const model::GptConfig& c, int64_t global_batch);
+double ptdp_flops_per_iteration(const model::ModelConfig& c, int64_t global_batch);
 
 struct IterationTime {
   double compute = 0, tensor_parallel = 0, pipeline_p2p = 0, pipeline_bubble = 0, data_parallel = 0, optimizer = 0;
@@ -27,7 +27,7 @@ struct IterationTime {
 };
 
 struct Plan {
-  model::GptConfig config;  // the vocabulary padded for the layout's tp
+  model::ModelConfig config;  // the vocabulary padded for the layout's tp
   Layout layout;
   ClusterSpec cluster;
   std::vector<MemoryBreakdown> memory;  // per pipeline stage (every tensor and data rank of a stage alike)
@@ -53,7 +53,7 @@ struct PlanOptions {
 };
 
 // Throws an Error naming the rule when the layout is invalid for the model and cluster.
-Plan make_plan(const model::GptConfig& c, const Layout& l, const ClusterSpec& cluster, const PlanOptions& options);
+Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& cluster, const PlanOptions& options);
 
 // Every layout of `devices` = tp x pp x dp for the model: tp over the divisors of the head count (and the
 // device count), pp over those of the layer count, v over those of the layers per stage, micro-batch
@@ -68,7 +68,7 @@ struct SearchResult {
   std::vector<Plan> ranked;  // fitting layouts, best predicted throughput first
   std::vector<Rejected> rejected;
 };
-SearchResult search_layouts(const model::GptConfig& c, const Layout& base, const ClusterSpec& cluster,
+SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, const ClusterSpec& cluster,
                             const PlanOptions& options, int64_t make_vocab_size_divisible_by);
 
 }  // namespace tessera::plan

@@ -10,8 +10,8 @@ namespace tessera::plan {
 namespace {
 
 // A GPT of the Megatron papers: GELU MLP of 4h, learned positions, tied embeddings, dropout 0.1.
-model::GptConfig paper_gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t vocab) {
-  model::GptConfig c;
+model::ModelConfig paper_gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t vocab) {
+  model::ModelConfig c;
   c.num_layers = layers;
   c.hidden_size = hidden;
   c.num_attention_heads = heads;

@@ -10,7 +10,7 @@ namespace {
 
 // Bytes that norms, bias-dropout-add, activations and rotary move in one layer's forward, per the
 // passes each makes over its tensors (reads plus writes); backward moves about twice as much.
-double layer_elementwise_forward_bytes(const model::GptConfig& c, const Layout& l) {
+double layer_elementwise_forward_bytes(const model::ModelConfig& c, const Layout& l) {
   const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size, e = l.activation_bytes();
   const double h = c.hidden_size, t = l.tp, sp = l.sequence_parallel ? t : 1;
   const double mask = c.hidden_dropout > 0 ? 1 : 0;
@@ -25,7 +25,7 @@ double layer_elementwise_forward_bytes(const model::GptConfig& c, const Layout& 
 
 // The exposed cost of a layer's tensor-parallel collectives in one direction: two all-reduces of the
 // activation, or under sequence parallelism two all-gathers and two reduce-scatters (the same bytes).
-double tensor_parallel_seconds(const model::GptConfig& c, const Layout& l, const DeviceSpec& d) {
+double tensor_parallel_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
   const double bytes = static_cast<double>(c.seq_length) * l.micro_batch_size * c.hidden_size * l.activation_bytes();
   if (l.sequence_parallel)
     return 2 * (all_gather_seconds(d, bytes, l.tp, 1) + reduce_scatter_seconds(d, bytes, l.tp, 1));
@@ -37,7 +37,7 @@ struct EndTimes {
   double embed_forward, embed_backward, head_forward, head_backward, head_forward_comm, head_backward_comm;
 };
 
-EndTimes end_times(const model::GptConfig& c, const Layout& l, const DeviceSpec& d) {
+EndTimes end_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
   const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size, h = c.hidden_size;
   const double e = l.activation_bytes(), t = l.tp, sp = l.sequence_parallel ? t : 1;
   const double vocab = static_cast<double>(c.padded_vocab_size) / t, activation = tokens * h * e;
@@ -68,7 +68,7 @@ double gemm_seconds(const DeviceSpec& d, double m, double n, double k, double el
   return std::max(flops / rate, bytes / d.memory_bandwidth);
 }
 
-LayerTimes layer_times(const model::GptConfig& c, const Layout& l, const DeviceSpec& d) {
+LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
   const double s = c.seq_length, b = l.micro_batch_size, tokens = s * b, h = c.hidden_size, t = l.tp;
   const double e = l.activation_bytes(), head_dim = c.kv_channels;
   const double heads = static_cast<double>(c.num_attention_heads) / t;
@@ -108,7 +108,7 @@ LayerTimes layer_times(const model::GptConfig& c, const Layout& l, const DeviceS
   return out;
 }
 
-PipelineCosts pipeline_costs(const model::GptConfig& c, const Layout& l, const DeviceSpec& d) {
+PipelineCosts pipeline_costs(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
   const double layers = static_cast<double>(c.num_layers) / (static_cast<double>(l.pp) * l.virtual_stages);
   const LayerTimes layer = layer_times(c, l, d);
   const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size, h = c.hidden_size;
@@ -146,7 +146,7 @@ double exposed_after_compute(const std::vector<Collective>& collectives, double 
   return std::max(0.0, finish - compute);
 }
 
-double data_parallel_seconds(const model::GptConfig& c, const Layout& l, const DeviceSpec& d, int stage) {
+double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage) {
   const double total = static_cast<double>(stage_parameters(c, l, stage));
   const LayerTimes layer = layer_times(c, l, d);
   const EndTimes ends = end_times(c, l, d);
@@ -216,7 +216,7 @@ double data_parallel_seconds(const model::GptConfig& c, const Layout& l, const D
   return reduce + gather + embedding;
 }
 
-double optimizer_seconds(const model::GptConfig& c, const Layout& l, const DeviceSpec& d, int stage) {
+double optimizer_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage) {
   const double params = static_cast<double>(stage_parameters(c, l, stage)) / (l.distributed_optimizer ? l.dp : 1);
   // Adam reads the gradient, master weight and both moments and writes them back (plus the 16-bit copy);
   // the gradient norm reads the gradients once more.

@@ -25,12 +25,12 @@ struct LayerTimes {
   double backward_compute = 0, backward_comm = 0;  //   reduce-scatter under sequence parallelism)
   double core_attention_forward = 0;               // part of forward_compute: QK^T, softmax, dropout, .V
 };
-LayerTimes layer_times(const model::GptConfig& c, const Layout& l, const DeviceSpec& d);
+LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d);
 
 // The per-(stage, chunk) costs of one micro-batch for the pipeline simulator: the chunk's layers, the
 // embedding on the model's first chunk, final norm, output layer and vocab-parallel cross-entropy on
 // the last; the p2p transfer of 1/tp of an activation and its all-gather on arrival.
-PipelineCosts pipeline_costs(const model::GptConfig& c, const Layout& l, const DeviceSpec& d);
+PipelineCosts pipeline_costs(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d);
 
 // The exposed part of collectives that become ready one after another during a compute phase of
 // `compute` seconds and run one at a time, in order: each starts when it is ready and its predecessor
@@ -52,8 +52,8 @@ double exposed_after_compute(const std::vector<Collective>& collectives, double 
 // buffer order from the end of the optimizer step, and the next forward waits for each bucket before
 // its first layer. Buckets of the stage's other model chunks are ready when the last op starts, and
 // needed when the first forward op ends.
-double data_parallel_seconds(const model::GptConfig& c, const Layout& l, const DeviceSpec& d, int stage);
+double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage);
 // The optimizer step of one rank: Adam over its (sharded) parameters, memory-bound.
-double optimizer_seconds(const model::GptConfig& c, const Layout& l, const DeviceSpec& d, int stage);
+double optimizer_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage);
 
 }  // namespace tessera::plan

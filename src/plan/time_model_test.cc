@@ -23,8 +23,8 @@ TEST(ExposedAfterCompute, HidesOnlyWhatFitsAfterEachIsReady) {
 }
 
 // GPT-2 124M (tied embedding first in the buffer) on one stage.
-model::GptConfig gpt2_small() {
-  model::GptConfig c;
+model::ModelConfig gpt2_small() {
+  model::ModelConfig c;
   c.num_layers = 12;
   c.hidden_size = 768;
   c.num_attention_heads = 12;
@@ -50,7 +50,7 @@ Layout data_parallel(int dp, bool distributed_optimizer) {
 }
 
 // The reductions of the buckets that hold embedding rows: cut from the end like the trainer's.
-double embedding_buckets_seconds(const model::GptConfig& c, const Layout& l, const DeviceSpec& d) {
+double embedding_buckets_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
   const double total = static_cast<double>(stage_parameters(c, l, 0));
   const double embedding = static_cast<double>(c.padded_vocab_size + c.max_position_embeddings) * c.hidden_size;
   double seconds = 0;
@@ -63,7 +63,7 @@ double embedding_buckets_seconds(const model::GptConfig& c, const Layout& l, con
 }
 
 TEST(DataParallelSeconds, OverlapHidesOnlyTheBucketsReadyBeforeBackwardEnds) {
-  const model::GptConfig c = gpt2_small();
+  const model::ModelConfig c = gpt2_small();
   for (const char* device : {"A100-80GB", "cpu"}) {
     SCOPED_TRACE(device);
     const DeviceSpec d = find_device(device);
@@ -86,7 +86,7 @@ TEST(DataParallelSeconds, OverlapHidesOnlyTheBucketsReadyBeforeBackwardEnds) {
 TEST(DataParallelSeconds, UntiedHeadIsHiddenByTheLayersBackward) {
   // With an untied output layer at the end of the buffer, its own bucket is ready right after the head's
   // backward and the twelve layers' backward hides it on a fast network.
-  model::GptConfig c = gpt2_small();
+  model::ModelConfig c = gpt2_small();
   c.untie_embeddings_and_output_weights = true;
   const DeviceSpec d = find_device("A100-80GB");
   Layout l = data_parallel(8, false);
@@ -102,7 +102,7 @@ TEST(DataParallelSeconds, UntiedHeadIsHiddenByTheLayersBackward) {
 }
 
 TEST(DataParallelSeconds, ParamGatherIsExposedForTheFirstBucket) {
-  const model::GptConfig c = gpt2_small();
+  const model::ModelConfig c = gpt2_small();
   const DeviceSpec d = find_device("A100-80GB");
   Layout l = data_parallel(8, true);
   l.overlap_grad_reduce = true;

@@ -354,7 +354,7 @@ void finalize(TrainArguments& a) {
   require(std::isfinite(a.exit_duration_in_mins) && a.exit_duration_in_mins >= 0, "--exit-duration-in-mins",
           a.exit_duration_in_mins, "must be a finite number >= 0 (0: never)");
 
-  model::GptConfig& c = a.model;
+  model::ModelConfig& c = a.model;
   c.num_layers = a.num_layers;
   c.hidden_size = a.hidden_size;
   c.num_attention_heads = a.num_attention_heads;

@@ -92,7 +92,7 @@ struct TrainArguments {
   // Derived by finalize().
   int64_t tokenizer_vocab_size = 0;  // ids the tokenizer produces (end-of-document id included)
   int32_t eod = -1;
-  model::GptConfig model;
+  model::ModelConfig model;
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adam;
   int64_t num_micro_batches = 0;   // per data-parallel rank

@@ -19,7 +19,7 @@ std::string text(float v) {
 }  // namespace
 
 std::vector<ModelFlagConflict> model_flag_conflicts(const CLI::App& app, const TrainArguments& a,
-                                                    const model::GptConfig& c) {
+                                                    const model::ModelConfig& c) {
   const auto given = [&](const char* flag) {
     const CLI::Option* o = app.get_option_no_throw(flag);
     return o != nullptr && o->count() > 0;

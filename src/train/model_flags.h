@@ -21,7 +21,7 @@ struct ModelFlagConflict {
 // compute (dropouts, initialisation, vocabulary padding) never conflict; --num-query-groups counts only
 // with --group-query-attention, as in training. --seq-length is compared when `app` has it.
 std::vector<ModelFlagConflict> model_flag_conflicts(const CLI::App& app, const TrainArguments& given,
-                                                    const model::GptConfig& saved);
+                                                    const model::ModelConfig& saved);
 
 // "--hidden-size=64 (the checkpoint's: 32); --swiglu=true (the checkpoint's: false)".
 std::string describe(const std::vector<ModelFlagConflict>& conflicts);

@@ -7,8 +7,8 @@ namespace tessera::train {
 namespace {
 
 // The configuration of a small Llama-style checkpoint.
-model::GptConfig saved_config() {
-  model::GptConfig c;
+model::ModelConfig saved_config() {
+  model::ModelConfig c;
   c.num_layers = 2;
   c.hidden_size = 32;
   c.num_attention_heads = 4;
