@@ -31,6 +31,7 @@ ParameterSpec vocab_parallel_spec(const std::string& name, const ModelConfig& c,
                                   const parallel::TensorParallelContext& tp) {
   int64_t local = c.padded_vocab_size / tp.size();
   ParameterSpec spec{name, {local, c.hidden_size}, Init::Normal, c.init_method_std, true};
+  spec.vocab_rows = true;
   if (tp.size() > 1) {
     Shape full{c.padded_vocab_size, c.hidden_size};
     spec.sharding = {full, full, 0, tp.rank() * local, local};
@@ -69,7 +70,9 @@ GptModel::GptModel(const ModelConfig& config, ParameterSet& params, const parall
   vocab_begin_ = tp.rank() * vocab_local_;
   first_offset_ = params.numel();
   if (chunk_.pre_process) {
-    word_embeddings_ = params.add(vocab_parallel_spec("embedding.word_embeddings.weight", c, tp));
+    ParameterSpec words = vocab_parallel_spec("embedding.word_embeddings.weight", c, tp);
+    words.shared_with_last_stage = !c.untie_embeddings_and_output_weights && !chunk_.post_process;
+    word_embeddings_ = params.add(words);
     if (c.position_embedding == PositionEmbedding::LearnedAbsolute)
       position_embeddings_ = params.add({"embedding.position_embeddings.weight",
                                          {c.max_position_embeddings, c.hidden_size}, Init::Normal,
@@ -89,7 +92,7 @@ GptModel::GptModel(const ModelConfig& config, ParameterSet& params, const parall
     // Same name, so the same initial values as the first stage's; gradients are summed over the
     // embedding group so the two copies stay equal.
     ParameterSpec copy = vocab_parallel_spec("embedding.word_embeddings.weight", c, tp);
-    copy.tied_copy = true;
+    copy.tied_copy = copy.shared_with_last_stage = true;
     word_embeddings_ = params.add(copy);
   }
   (output_layer_ ? output_layer_ : word_embeddings_)->spec.gemm_weight = true;  // the output layer's GEMMs

@@ -40,14 +40,29 @@ struct ParameterSpec {
   // Replicated across the tensor group but computed on sequence-parallel shards, so each rank's gradient
   // is a partial sum that must be all-reduced over the tensor group (norms, row-parallel biases).
   bool sequence_parallel_grad = false;
-  // The last pipeline stage's copy of the tied word embedding: initialised like the original, its
-  // gradient summed with the first stage's, and left out of gradient norms and checkpoints.
+  // Rows are entries of the (padded) vocabulary: a checkpoint loaded with another padding copies the
+  // rows both paddings have (the word embeddings, an untied output layer).
+  bool vocab_rows = false;
+  // Held on the first and the last pipeline stage (the word embedding tied to the output layer): its
+  // gradient is summed over the embedding group, and with the distributed optimizer it is a bucket of
+  // its own so that both stages split it alike.
+  bool shared_with_last_stage = false;
+  // The last pipeline stage's copy of such a parameter: initialised like the original (same name), and
+  // left out of gradient norms and checkpoints.
   bool tied_copy = false;
+  // One expert's weight of a mixture-of-experts layer (reduced over the expert-data-parallel group).
+  bool expert = false;
+  // Which data-parallel group sums its gradient: dense parameters over data x context parallel ranks,
+  // expert parameters over the expert-data-parallel ranks (Megatron-Core's "parallel folding").
+  enum class GradReduce { DataParallel, ExpertDataParallel };
+  GradReduce grad_reduce = GradReduce::DataParallel;
   // Read by GEMMs as a weight (the linear layers', the output layer's): what
   // ParameterSet::cache_rounded_weights keeps a rounded copy of.
   bool gemm_weight = false;
 
   Shape global_shape() const;  // the full tensor's shape
+  // The same on every rank of the tensor group (not split over it): counted once in norms, saved once.
+  bool replicated_in_tensor_group() const { return !sharding.sharded(); }
 };
 
 struct Parameter {

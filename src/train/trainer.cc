@@ -120,9 +120,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     // The tied word embedding is a bucket of its own on the first and last stages, so that both split it
     // over the data-parallel ranks alike and its embedding-group sum works on the reduced pieces.
     std::vector<std::pair<int64_t, int64_t>> own_buckets;
-    if (schedule_.stages > 1 && !args_.untie_embeddings_and_output_weights)
-      for (const model::Parameter& p : params_.params())
-        if (p.spec.name == "embedding.word_embeddings.weight") own_buckets.push_back({p.offset, p.offset + p.value.numel()});
+    for (const model::Parameter& p : params_.params())
+      if (p.spec.shared_with_last_stage) own_buckets.push_back({p.offset, p.offset + p.value.numel()});
     buckets_ = std::make_unique<parallel::GradBuckets>(params_.grads(), args_.ddp_bucket_size, state_->data_group(),
                                                        parallel::GradBuckets::Mode::ReduceScatter, own_buckets);
     auto distributed = std::make_unique<optim::DistributedOptimizer>(
@@ -330,9 +329,9 @@ void Trainer::finalize_gradients() {
     for (const model::Parameter& p : params_.params())
       if (p.spec.sequence_parallel_grad) tp_.group->all_reduce(p.grad);
   // The first and last pipeline stages each hold the tied word embedding: sum their gradients.
-  if (schedule_.stages > 1 && !args_.untie_embeddings_and_output_weights)
-    if (comm::ProcessGroup* embedding = state_->embedding_group())
-      embedding->all_reduce(params_.get("embedding.word_embeddings.weight").grad);
+  if (comm::ProcessGroup* embedding = state_->embedding_group())
+    for (const model::Parameter& p : params_.params())
+      if (p.spec.shared_with_last_stage) embedding->all_reduce(p.grad);
 }
 
 double Trainer::evaluate() {
