@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -85,15 +84,6 @@ Box wanted_box(const model::ParameterSpec& spec) {
   const model::Sharding& s = spec.sharding;
   if (!s.sharded()) return Box::whole(spec.shape);
   return {s.global_view, s.dim, s.offset, s.offset + s.length};
-}
-
-// Tensors whose first dimension is the padded vocabulary, which depends on the tensor-parallel size.
-bool vocabulary_tensor(const std::string& name) {
-  for (const char* base : {"embedding.word_embeddings.weight", "output_layer.weight"}) {
-    size_t n = std::strlen(base);
-    if (name.size() >= n && name.compare(name.size() - n, n, base) == 0) return true;
-  }
-  return false;
 }
 
 // Removes all but the newest `keep_last` complete iteration directories.
@@ -188,7 +178,7 @@ class CheckpointReader {
     bool relabel = false;
     if (saved.global_shape != global) {
       // A vocabulary padded differently: copy the rows both have; the others keep their initial values.
-      bool ok = vocabulary_tensor(name) && saved.global_shape.size() == 2 && global.size() == 2 &&
+      bool ok = spec.vocab_rows && saved.global_shape.size() == 2 && global.size() == 2 &&
                 saved.global_shape[1] == global[1] && (wanted.is_whole() || wanted.dim == 0);
       TESSERA_CHECK(ok, "checkpoint tensor ", name, " in ", index_path_, " has shape ", shape_str(saved.global_shape),
                     ", the model expects ", shape_str(global));

@@ -1,4 +1,5 @@
 #include "infer/generator.h"
+#include "model/gpt_model.h"
 
 #include <gtest/gtest.h>
 
@@ -64,7 +65,7 @@ TEST(Generate, GreedyDecodingWithTheCacheEqualsRecomputingTheWholeSequence) {
   model::ParameterSet params;
   model::GptModel m(c, params);
   params.allocate(5);
-  auto runner = make_gpt_runner(m, parallel::TensorParallelContext::single_process());
+  auto runner = make_model_runner(m, parallel::TensorParallelContext::single_process());
   GenerationOptions greedy;
   greedy.sampling.temperature = 0;
   greedy.sampling.tokens_to_generate = 8;
@@ -96,7 +97,7 @@ TEST(Generate, BatchedPromptsOfDifferentLengthsEqualOneAtATime) {
   model::ParameterSet params;
   model::GptModel m(c, params);
   params.allocate(7);
-  auto runner = make_gpt_runner(m, parallel::TensorParallelContext::single_process());
+  auto runner = make_model_runner(m, parallel::TensorParallelContext::single_process());
   GenerationOptions o;
   o.sampling.tokens_to_generate = 6;
   o.sampling.top_k = 5;
@@ -119,7 +120,7 @@ TEST(Generate, LogprobsAreTheLogSoftmaxOfTheFullRecomputation) {
   model::ParameterSet params;
   model::GptModel m(c, params);
   params.allocate(11);
-  auto runner = make_gpt_runner(m, parallel::TensorParallelContext::single_process());
+  auto runner = make_model_runner(m, parallel::TensorParallelContext::single_process());
   GenerationOptions o;
   o.sampling.temperature = 0;
   o.sampling.tokens_to_generate = 4;
@@ -144,7 +145,7 @@ TEST(Score, LabelLogprobsAndArgmaxMatchDecoding) {
   model::ParameterSet params;
   model::GptModel m(c, params);
   params.allocate(13);
-  auto runner = make_gpt_runner(m, parallel::TensorParallelContext::single_process());
+  auto runner = make_model_runner(m, parallel::TensorParallelContext::single_process());
   // Two samples of 4 positions.
   std::vector<std::vector<int32_t>> seqs = {{1, 5, 9, 2, 7}, {3, 3, 8, 0, 4}};
   model::MicroBatch mb;

@@ -1,6 +1,7 @@
 #include "infer/loaded_model.h"
 
 #include "ckpt/checkpoint.h"
+#include "model/model_factory.h"
 #include "pipeline/schedules.h"
 
 namespace tessera::infer {
@@ -51,10 +52,10 @@ LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
   const int stage = state_->coordinates().pp;
   pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(config_.num_layers), stages, {stage, 0});
   model::ModelChunk chunk{layers.first, layers.count, stage == 0, stage == o.pipeline_model_parallel_size - 1};
-  model_ = std::make_unique<model::GptModel>(config_, params_, tp_, chunk);
+  model_ = model::build_model_chunk(config_, params_, tp_, chunk);
   params_.allocate(0);
   iteration_ = ckpt::load_checkpoint(o.load, params_, nullptr).iteration;
-  runner_ = make_gpt_runner(*model_, tp_, &state_->pipeline_group());
+  runner_ = make_model_runner(*model_, tp_, &state_->pipeline_group());
 }
 
 }  // namespace tessera::infer

@@ -39,7 +39,7 @@ class LoadedModel {
   std::unique_ptr<comm::ParallelState> state_;
   parallel::TensorParallelContext tp_;
   model::ParameterSet params_;
-  std::unique_ptr<model::GptModel> model_;
+  std::unique_ptr<model::LanguageModelChunk> model_;
   std::unique_ptr<ModelRunner> runner_;
   int64_t iteration_ = 0;
 };

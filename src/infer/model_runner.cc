@@ -6,9 +6,9 @@
 namespace tessera::infer {
 namespace {
 
-class GptRunner final : public ModelRunner {
+class ChunkRunner final : public ModelRunner {
  public:
-  GptRunner(const model::GptModel& model, const parallel::TensorParallelContext& tp, comm::ProcessGroup* pipeline)
+  ChunkRunner(const model::LanguageModelChunk& model, const parallel::TensorParallelContext& tp, comm::ProcessGroup* pipeline)
       : model_(model), tp_(tp), pipeline_(pipeline && pipeline->size() > 1 ? pipeline : nullptr) {}
 
   const model::ModelConfig& config() const override { return model_.config(); }
@@ -16,10 +16,9 @@ class GptRunner final : public ModelRunner {
   DecodeSequence start(int64_t capacity) const override { return {model_.start_decoding(capacity)}; }
 
   Tensor next_token_logits(const std::vector<int32_t>& tokens, DecodeSequence& seq) const override {
-    if (!pipeline_) return model_.next_token_logits(tokens, seq.state);
     const int64_t n = static_cast<int64_t>(tokens.size());
     Tensor input = receive_from_previous_stage({n, config().hidden_size});
-    Tensor out = model_.decode_chunk(tokens, input, seq.state);
+    Tensor out = model_.decode(tokens, input, seq.state);
     return from_last_stage(out, {config().padded_vocab_size});
   }
 
@@ -33,54 +32,13 @@ class GptRunner final : public ModelRunner {
   }
 
   Scores score(const model::MicroBatch& batch) const override {
-    const model::ModelConfig& c = config();
     model::ForwardContext ctx;
     ctx.training = false;
     ctx.batch = batch.tokens.dim(0);
     ctx.seq = batch.tokens.dim(1);
-    model::MicroBatch b = batch;
-    if (!b.loss_mask.defined()) b.loss_mask = Tensor::zeros({ctx.batch, ctx.seq});
-    model::GptActivations rec;
     const int64_t rows = ctx.seq * ctx.batch;
-    double loss = 0;
-    Tensor out = model_.forward_chunk(b, receive_from_previous_stage({rows, c.hidden_size}), ctx, rec, &loss);
-    if (!model_.chunk().post_process) {  // the last stage scores; send on and take its results
-      Tensor results = from_last_stage(out, {3 * rows});
-      return unpack(results, ctx.batch, ctx.seq);
-    }
-
-    // rec.logits holds this rank's vocabulary shard [vocab_begin, vocab_begin + local) of each row
-    // (rows in [seq, batch] order); rec.lse is already reduced over the tensor group.
-    const int64_t local = c.padded_vocab_size / tp_.size();
-    const int64_t vocab_begin = tp_.rank() * local;
-    Tensor target = Tensor::zeros({rows});
-    Tensor best = Tensor::empty({1, 2 * rows});  // per row: max logit of the shard, its global id
-    for (int64_t t = 0; t < rows; ++t) {
-      const float* logits = rec.logits.f32() + t * local;
-      int64_t label = rec.labels.i32()[t] - vocab_begin;
-      if (label >= 0 && label < local) target.f32()[t] = logits[label];
-      int64_t arg = 0;
-      for (int64_t v = 1; v < local; ++v)
-        if (logits[v] > logits[arg]) arg = v;  // the first of equal maxima, as torch.argmax
-      best.f32()[2 * t] = logits[arg];
-      best.f32()[2 * t + 1] = static_cast<float>(vocab_begin + arg);  // exact below 2^24
-    }
-    if (tp_.size() > 1) {
-      parallel::all_reduce_sum(target, *tp_.group);
-      best = parallel::gather_rows(best, *tp_.group);  // [tp, 2 * rows], shards in vocabulary order
-    }
-
-    // Per row: the label's logit, the log-sum-exp and the arg-max id (exact in fp32 below 2^24).
-    Tensor results = Tensor::empty({3 * rows});
-    for (int64_t t = 0; t < rows; ++t) {
-      int64_t winner = 0;
-      for (int64_t r = 1; r < tp_.size(); ++r)
-        if (best.f32()[r * 2 * rows + 2 * t] > best.f32()[winner * 2 * rows + 2 * t]) winner = r;
-      results.f32()[3 * t] = target.f32()[t];
-      results.f32()[3 * t + 1] = rec.lse.f32()[t];
-      results.f32()[3 * t + 2] = best.f32()[winner * 2 * rows + 2 * t + 1];
-    }
-    return unpack(from_last_stage(results, {3 * rows}), ctx.batch, ctx.seq);
+    Tensor out = model_.score(batch, receive_from_previous_stage({rows, config().hidden_size}), ctx);
+    return unpack(from_last_stage(out, {3 * rows}), ctx.batch, ctx.seq);
   }
 
  private:
@@ -117,16 +75,16 @@ class GptRunner final : public ModelRunner {
     return s;
   }
 
-  const model::GptModel& model_;
+  const model::LanguageModelChunk& model_;
   const parallel::TensorParallelContext& tp_;
   comm::ProcessGroup* pipeline_;  // null without pipeline stages
 };
 
 }  // namespace
 
-std::unique_ptr<ModelRunner> make_gpt_runner(const model::GptModel& model, const parallel::TensorParallelContext& tp,
-                                             comm::ProcessGroup* pipeline) {
-  return std::make_unique<GptRunner>(model, tp, pipeline);
+std::unique_ptr<ModelRunner> make_model_runner(const model::LanguageModelChunk& model,
+                                               const parallel::TensorParallelContext& tp, comm::ProcessGroup* pipeline) {
+  return std::make_unique<ChunkRunner>(model, tp, pipeline);
 }
 
 }  // namespace tessera::infer

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "model/gpt_model.h"
+#include "model/language_model.h"
 
 namespace tessera::infer {
 
@@ -43,11 +43,12 @@ class ModelRunner {
   virtual Scores score(const model::MicroBatch& batch) const = 0;
 };
 
-// The runner of a GptModel in one process or split over a tensor-parallel group (the model holds
+// The runner of a model chunk in one process or split over a tensor-parallel group (the model holds
 // the group; its decoding step already gathers the vocabulary shards). With a pipeline group of
 // several stages, `model` is this stage's chunk: hidden states go stage to stage and the last stage's
 // logits and scores are broadcast to every stage.
-std::unique_ptr<ModelRunner> make_gpt_runner(const model::GptModel& model, const parallel::TensorParallelContext& tp,
-                                             comm::ProcessGroup* pipeline = nullptr);
+std::unique_ptr<ModelRunner> make_model_runner(const model::LanguageModelChunk& model,
+                                               const parallel::TensorParallelContext& tp,
+                                               comm::ProcessGroup* pipeline = nullptr);
 
 }  // namespace tessera::infer

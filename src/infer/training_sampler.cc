@@ -3,10 +3,11 @@
 #include <cstring>
 
 #include "infer/generator.h"
+#include "model/model_factory.h"
 
 namespace tessera::infer {
 
-TrainingSampler::TrainingSampler(const model::GptModel& model, const model::ParameterSet& params,
+TrainingSampler::TrainingSampler(const model::LanguageModelChunk& model, const model::ParameterSet& params,
                                  comm::ProcessGroup& tensor_group, bool sequence_parallel,
                                  const data::TokenizerOptions& tokenizer, std::string prompt, int64_t tokens)
     : params_(params), tokenizer_(data::build_tokenizer(tokenizer)), tp_{&tensor_group, false} {
@@ -20,12 +21,12 @@ TrainingSampler::TrainingSampler(const model::GptModel& model, const model::Para
                 " tokens leave no room in the model's ", c.max_position_embeddings, " positions");
   if (sequence_parallel) {
     copy_params_ = std::make_unique<model::ParameterSet>();
-    copy_ = std::make_unique<model::GptModel>(c, *copy_params_, tp_);
+    copy_ = model::build_model_chunk(c, *copy_params_, tp_);
     copy_params_->allocate(0);
     TESSERA_CHECK(copy_params_->numel() == params.numel(), "sampler: the decoding copy of the model has ",
                   copy_params_->numel(), " parameters, the trained one ", params.numel());
   }
-  runner_ = make_gpt_runner(copy_ ? *copy_ : model, tp_);
+  runner_ = make_model_runner(copy_ ? *copy_ : model, tp_);
 }
 
 TrainingSampler::~TrainingSampler() = default;

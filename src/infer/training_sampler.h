@@ -15,7 +15,7 @@ namespace tessera::infer {
 class TrainingSampler {
  public:
   // Collective-free. Checks that the prompt fits the model (errors name --sample-prompt).
-  TrainingSampler(const model::GptModel& model, const model::ParameterSet& params, comm::ProcessGroup& tensor_group,
+  TrainingSampler(const model::LanguageModelChunk& model, const model::ParameterSet& params, comm::ProcessGroup& tensor_group,
                   bool sequence_parallel, const data::TokenizerOptions& tokenizer, std::string prompt,
                   int64_t tokens_to_generate = 32);
   ~TrainingSampler();
@@ -27,7 +27,7 @@ class TrainingSampler {
   std::unique_ptr<data::Tokenizer> tokenizer_;
   parallel::TensorParallelContext tp_;
   std::unique_ptr<model::ParameterSet> copy_params_;  // under sequence parallelism only
-  std::unique_ptr<model::GptModel> copy_;
+  std::unique_ptr<model::LanguageModelChunk> copy_;
   std::unique_ptr<ModelRunner> runner_;
   std::vector<int32_t> prompt_;
   int64_t tokens_ = 0;

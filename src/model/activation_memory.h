@@ -13,7 +13,7 @@
 // take 2 bytes and the statistics stay 4; a recomputed group's kept input stays fp32.
 #pragma once
 
-#include "model/gpt_model.h"
+#include "model/language_model.h"
 
 namespace tessera::model {
 

@@ -11,14 +11,14 @@ int64_t ModelConfig::parameter_count() const {
   int64_t attn_out = num_attention_heads * kv_channels;
   int64_t layer = norm + qkv_size() * (h + bias) + h * (attn_out + bias) + norm + fc1_out * (h + bias) +
                   h * (ffn_hidden_size + bias);
-  int64_t n = num_layers * layer + norm + padded_vocab_size * h;
+  int64_t n = num_layers * layer + norm + padded_vocab_size * h + num_tokentypes * h;
   if (position_embedding == PositionEmbedding::LearnedAbsolute) n += max_position_embeddings * h;
   if (untie_embeddings_and_output_weights) n += padded_vocab_size * h;
   return n;
 }
 
 nlohmann::json to_json(const ModelConfig& c) {
-  return {{"num_layers", c.num_layers},
+  nlohmann::json j = {{"num_layers", c.num_layers},
           {"hidden_size", c.hidden_size},
           {"num_attention_heads", c.num_attention_heads},
           {"num_query_groups", c.num_query_groups},
@@ -39,6 +39,10 @@ nlohmann::json to_json(const ModelConfig& c) {
           {"hidden_dropout", c.hidden_dropout},
           {"attention_dropout", c.attention_dropout},
           {"init_method_std", c.init_method_std}};
+  // Written only when they differ from GPT's, so that GPT checkpoints read as before.
+  if (c.family != "gpt") j["model_family"] = c.family;
+  if (c.num_tokentypes > 0) j["num_tokentypes"] = c.num_tokentypes;
+  return j;
 }
 
 namespace {
@@ -76,6 +80,9 @@ ModelConfig config_from_json(const nlohmann::json& j) {
     c.hidden_dropout = j.at("hidden_dropout").get<float>();
     c.attention_dropout = j.at("attention_dropout").get<float>();
     c.init_method_std = j.at("init_method_std").get<float>();
+    if (j.contains("model_family")) c.family = j.at("model_family").get<std::string>();
+    if (j.contains("num_tokentypes")) c.num_tokentypes = integer(j, "num_tokentypes");
+    if (c.num_tokentypes < 0) throw Error(str_cat("model configuration: num_tokentypes is ", c.num_tokentypes));
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("model configuration: ", e.what()));
   }

@@ -13,6 +13,8 @@ enum class PositionEmbedding { LearnedAbsolute, Rope };
 enum class Normalization { LayerNorm, RMSNorm };
 
 struct ModelConfig {
+  // The model family build_model_chunk makes (model/model_factory.h): "gpt" unless another is registered.
+  std::string family = "gpt";
   int64_t num_layers = 0;
   int64_t hidden_size = 0;
   int64_t num_attention_heads = 0;
@@ -23,6 +25,7 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   int64_t vocab_size = 0;         // the tokenizer's
   int64_t padded_vocab_size = 0;  // rounded up to --make-vocab-size-divisible-by
+  int64_t num_tokentypes = 0;     // token-type embeddings (BERT's segments); 0: none
   PositionEmbedding position_embedding = PositionEmbedding::LearnedAbsolute;
   float rotary_base = 10000.0f;
   float rotary_percent = 1.0f;

@@ -87,8 +87,9 @@ Result run(const ModelConfig& c, comm::ParallelState& state, bool sequence_paral
     GptActivations rec;
     loss += model.forward(mb, ctx, rec);
     bool last = m + 1 == micro_batches;
-    model.backward(rec, ctx, scale, last ? [&](int64_t first) { buckets.mark_final_from(first); }
-                                         : std::function<void(int64_t)>());
+    ParamHooks hooks;
+    if (last) hooks.grads_final_from = [&](int64_t first) { buckets.mark_final_from(first); };
+    model.backward(rec, Tensor(), ctx, scale, hooks);
   }
   buckets.finish();
   if (sequence_parallel)
@@ -169,9 +170,9 @@ TEST_P(LayoutEquivalence, ActivationBytesMatchTheFormulas) {
         GptActivations rec;
         model.forward(mb, ctx, rec);
         const double predicted = chunk_record_bytes(c, {kMicroBatch, c.seq_length, tp, sp}, c.num_layers, r);
-        EXPECT_NEAR(static_cast<double>(rec.layer_bytes()), predicted, 0.1 * predicted);
+        EXPECT_NEAR(static_cast<double>(rec.block.bytes()), predicted, 0.1 * predicted);
         // Beside the layers the record holds the ids and the head (logits shard above all): exactly so.
-        EXPECT_EQ(static_cast<double>(rec.bytes() - rec.layer_bytes()),
+        EXPECT_EQ(static_cast<double>(rec.bytes() - rec.block.bytes()),
                   chunk_extra_bytes(c, {kMicroBatch, c.seq_length, tp, sp}, true, true));
         model.backward(rec, ctx, 1.0f);
       }

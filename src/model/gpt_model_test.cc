@@ -6,6 +6,7 @@
 
 #include "core/philox.h"
 #include "kernels/precision.h"
+#include "model/model_factory.h"
 
 namespace tessera::model {
 namespace {
@@ -263,20 +264,22 @@ void check_chunks_match_whole_model(bool llama_style) {
 
   const std::vector<ModelChunk> cuts{{0, 1, true, false}, {1, 1, false, false}, {2, 1, false, true}};
   std::vector<ParameterSet> params(cuts.size());
-  std::vector<std::unique_ptr<GptModel>> chunks;
+  // Through the model seam, as the trainer sees chunks.
+  std::vector<std::unique_ptr<LanguageModelChunk>> chunks;
+  std::vector<std::unique_ptr<ChunkRecord>> recs;
   for (size_t i = 0; i < cuts.size(); ++i) {
-    chunks.push_back(std::make_unique<GptModel>(c, params[i], parallel::TensorParallelContext::single_process(),
-                                                cuts[i]));
+    chunks.push_back(build_model_chunk(c, params[i], parallel::TensorParallelContext::single_process(), cuts[i]));
+    recs.push_back(chunks.back()->make_record());
     params[i].allocate(42);
   }
-  std::vector<GptActivations> recs(cuts.size());
   Tensor x;
-  double loss = 0;
-  for (size_t i = 0; i < chunks.size(); ++i) x = chunks[i]->forward_chunk(mb, x, ctx, recs[i], &loss);
+  LossSums losses;
+  for (size_t i = 0; i < chunks.size(); ++i) x = chunks[i]->forward(mb, x, ctx, *recs[i], losses);
   EXPECT_FALSE(x.defined());
-  EXPECT_NEAR(loss, whole_loss, 1e-6 * std::abs(whole_loss));
+  EXPECT_NEAR(losses.lm, whole_loss, 1e-6 * std::abs(whole_loss));
+  EXPECT_TRUE(losses.auxiliary.empty());
   Tensor dx;
-  for (size_t i = chunks.size(); i-- > 0;) dx = chunks[i]->backward_chunk(recs[i], dx, ctx, 0.5f);
+  for (size_t i = chunks.size(); i-- > 0;) dx = chunks[i]->backward(*recs[i], dx, ctx, 0.5f);
   EXPECT_FALSE(dx.defined());
 
   // Every parameter of every chunk has the whole model's value and gradient (tied: the sum of both).
@@ -304,7 +307,7 @@ void check_chunks_match_whole_model(bool llama_style) {
   for (const std::vector<int32_t>& step : {std::vector<int32_t>{1, 5, 2}, std::vector<int32_t>{7}}) {
     Tensor expected = whole.next_token_logits(step, whole_state);
     Tensor h;
-    for (size_t i = 0; i < chunks.size(); ++i) h = chunks[i]->decode_chunk(step, h, states[i]);
+    for (size_t i = 0; i < chunks.size(); ++i) h = chunks[i]->decode(step, h, states[i]);
     ASSERT_EQ(h.shape(), expected.shape());
     for (int64_t i = 0; i < h.numel(); ++i) ASSERT_EQ(h.f32()[i], expected.f32()[i]) << i;
   }
@@ -335,7 +338,7 @@ TEST(GptModelRecompute, UniformAndBlockRecomputationAreExactAndKeepOnlyGroupInpu
       params.allocate(3);
       GptActivations rec;
       double loss = model.forward(mb, ctx, rec);
-      *layer_bytes = rec.layer_bytes();
+      *layer_bytes = rec.block.bytes();
       model.backward(rec, ctx, 0.25f);
       std::vector<float> grads(params.grads().f32(), params.grads().f32() + params.numel());
       grads.push_back(static_cast<float>(loss));

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/gpt_model.h"
+#include "model/language_model.h"
 #include "optim/adamw_optimizer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"

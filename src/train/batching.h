@@ -6,7 +6,7 @@
 #pragma once
 
 #include "data/gpt_dataset.h"
-#include "model/gpt_model.h"
+#include "model/language_model.h"
 
 namespace tessera::train {
 

@@ -105,7 +105,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(args_.num_layers), schedule_, {stage, k});
     model::ModelChunk chunk{layers.first, layers.count, pipeline::is_first_chunk(schedule_, {stage, k}),
                             pipeline::is_last_chunk(schedule_, {stage, k})};
-    chunks_.push_back(std::make_unique<model::GptModel>(args_.model, params_, tp_, chunk));
+    chunks_.push_back(model::build_model_chunk(args_.model, params_, tp_, chunk));
     chunks_.back()->set_recompute(args_.recompute);
   }
   params_.allocate(args_.seed);
@@ -237,35 +237,37 @@ void group_sum(comm::ProcessGroup& group, std::vector<float>& values) {
 void Trainer::data_parallel_sum(std::vector<float>& values) const { group_sum(state_->data_group(), values); }
 void Trainer::pipeline_sum(std::vector<float>& values) const { group_sum(state_->pipeline_group(), values); }
 
-double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale) {
+model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale) {
   const int stage = state_->coordinates().pp;
   pipeline::ScheduleShape shape = schedule_;
   shape.micro_batches = static_cast<int>(batches.size());
   params_.weights_changed();  // an optimizer step or a load may have changed them since the last schedule
   std::vector<pipeline::Op> ops = pipeline::build_schedule(shape, stage, /*forward_only=*/!training);
   // The activation records of the (micro-batch, chunk) pairs between their forward and backward.
-  std::map<std::pair<int, int>, model::GptActivations> records;
-  double loss_sum = 0;
+  std::map<std::pair<int, int>, std::unique_ptr<model::ChunkRecord>> records;
+  model::LossSums losses;
   auto context = [&](int m) {
     return model::ForwardContext{args_.seed, training ? iteration_ + 1 : iteration_, batches[m].sample_offset,
                                  training, args_.seq_length, args_.micro_batch_size};
   };
   // Under --overlap-param-gather the forward waits for each bucket of parameters just before its first
   // use, as Megatron's forward pre-hooks do.
-  std::function<void(int64_t)> wait_for_params;
+  model::ParamHooks forward_hooks, overlapped_backward_hooks;
   if (distributed_optimizer_ && args_.overlap_param_gather)
-    wait_for_params = [this](int64_t end) { buckets_->wait_param_gather_below(end); };
+    forward_hooks.params_needed_below = [this](int64_t end) { buckets_->wait_param_gather_below(end); };
+  overlapped_backward_hooks.grads_final_from = [this](int64_t first) { buckets_->mark_final_from(first); };
   pipeline::StageCallbacks callbacks;
   callbacks.forward = [&](int m, int chunk, const Tensor& input) {
     if (training && m == 0) maybe_inject_fault(injected_fault_, state_->world_rank(), iteration_ + 1, false);
-    model::GptActivations& rec = records[{m, chunk}];
+    std::unique_ptr<model::ChunkRecord>& rec = records[{m, chunk}];
+    rec = chunks_[chunk]->make_record();
     peak_live_activations_ = std::max(peak_live_activations_, static_cast<int>(records.size()));
-    Tensor out = chunks_[chunk]->forward_chunk(batches[m], input, context(m), rec, &loss_sum, wait_for_params);
+    Tensor out = chunks_[chunk]->forward(batches[m], input, context(m), *rec, losses, forward_hooks);
     if (!training) {
       records.erase({m, chunk});
       return out;
     }
-    live_activation_bytes_ += rec.bytes();
+    live_activation_bytes_ += rec->bytes();
     peak_activation_bytes_ = std::max(peak_activation_bytes_, live_activation_bytes_);
     return out;
   };
@@ -275,16 +277,15 @@ double Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches,
     // as they are final.
     bool overlap = args_.overlap_grad_reduce && m + 1 == shape.micro_batches;
     auto it = records.find({m, chunk});
-    live_activation_bytes_ -= it->second.bytes();
-    Tensor grad_input = chunks_[chunk]->backward_chunk(
-        it->second, grad_output, context(m), grad_scale,
-        overlap ? [this](int64_t first) { buckets_->mark_final_from(first); } : std::function<void(int64_t)>());
+    live_activation_bytes_ -= it->second->bytes();
+    Tensor grad_input = chunks_[chunk]->backward(*it->second, grad_output, context(m), grad_scale,
+                                                 overlap ? overlapped_backward_hooks : model::ParamHooks());
     records.erase(it);
     return grad_input;
   };
   pipeline::run_schedule(ops, p2p_.get(), callbacks, times_);
   TESSERA_CHECK(records.empty(), "pipeline schedule left ", records.size(), " activation records behind");
-  return loss_sum;
+  return losses;
 }
 
 double Trainer::train_step(float lr, optim::StepResult& step) {
@@ -307,7 +308,16 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   // Loss scaling multiplies the backward seed; the optimizer divides the gradients by it again.
   const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
   params_.zero_grad();
-  std::vector<float> loss{static_cast<float>(run_micro_batches(batches, true, grad_scale * loss_scale))};
+  const model::LossSums sums = run_micro_batches(batches, true, grad_scale * loss_scale);
+  // The LM loss, then the model's auxiliary losses in the order of its names (the same on every rank).
+  const std::vector<std::string> names = chunks_.front()->auxiliary_loss_names();
+  std::vector<float> loss(1 + names.size(), 0.0f);
+  loss[0] = static_cast<float>(sums.lm);
+  for (const auto& [name, value] : sums.auxiliary) {
+    auto at = std::find(names.begin(), names.end(), name);
+    TESSERA_CHECK(at != names.end(), "the model added an auxiliary loss '", name, "' it does not declare");
+    loss[1 + (at - names.begin())] += static_cast<float>(value);
+  }
   optimizer_->wait_for_params();  // any bucket no forward used
   for (int64_t at : args_.inject_nan_at_iterations)
     if (at == iteration_ + 1) params_.grads().f32()[0] = std::nanf("");
@@ -319,6 +329,8 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   optimizer_seconds_ += optimizer.seconds();
   pipeline_sum(loss);
   data_parallel_sum(loss);
+  auxiliary_losses_.clear();
+  for (size_t i = 0; i < names.size(); ++i) auxiliary_losses_.emplace_back(names[i], tokens > 0 ? loss[1 + i] / tokens : 0.0);
   return tokens > 0 ? loss[0] / tokens : 0.0;
 }
 
@@ -349,7 +361,7 @@ double Trainer::evaluate_on(const data::TokenDataset& data) {
     for (int64_t i = 0; i < batches.back().loss_mask.numel(); ++i) loss_and_tokens[1] += batches.back().loss_mask.f32()[i];
   }
   pipeline::PipelineTimes saved = times_;  // evaluation is not part of the training timers
-  loss_and_tokens[0] = static_cast<float>(run_micro_batches(batches, false, 0.0f));
+  loss_and_tokens[0] = static_cast<float>(run_micro_batches(batches, false, 0.0f).lm);
   times_ = saved;
   std::vector<float> loss{loss_and_tokens[0]};
   pipeline_sum(loss);
@@ -451,6 +463,7 @@ void Trainer::train() {
   Timer run_timer;
   const int64_t first_iteration = iteration_;
   double interval_loss = 0, interval_seconds = 0;  // training steps only, not evaluation or saving
+  std::vector<std::pair<std::string, double>> interval_auxiliary;
   // Megatron's log line counts skipped and NaN iterations per interval.
   int64_t interval_iters = 0, interval_skipped = 0, interval_nan = 0;
   if (args_.skip_train) {
@@ -495,6 +508,9 @@ void Trainer::train() {
       consecutive_nan_iterations_ = 0;
     }
     interval_loss += loss;
+    interval_auxiliary.resize(auxiliary_losses_.size());
+    for (size_t i = 0; i < auxiliary_losses_.size(); ++i)
+      interval_auxiliary[i] = {auxiliary_losses_[i].first, interval_auxiliary[i].second + auxiliary_losses_[i].second};
     ++interval_iters;
 
     if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters) {
@@ -510,6 +526,7 @@ void Trainer::train() {
       s.learning_rate = lr;
       s.loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0;
       s.lm_loss = interval_loss / static_cast<double>(interval_iters);
+      for (auto& [name, sum] : interval_auxiliary) s.auxiliary_losses.emplace_back(name, sum / static_cast<double>(interval_iters));
       s.grad_norm = step.grad_norm;
       s.skipped_iterations = interval_skipped;
       s.nan_iterations = interval_nan;
@@ -517,6 +534,7 @@ void Trainer::train() {
       log_timers(interval_iters);
       if (log_ && first_interval_note) say(std::exchange(first_interval_note, nullptr)(s.elapsed_ms_per_iteration));
       interval_loss = 0;
+      interval_auxiliary.clear();
       interval_iters = interval_skipped = interval_nan = 0;
       interval_seconds = 0;
     }

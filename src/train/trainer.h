@@ -10,7 +10,7 @@
 
 #include "comm/parallel_state.h"
 #include "core/timer.h"
-#include "model/gpt_model.h"
+#include "model/model_factory.h"
 #include "parallel/grad_buckets.h"
 #include "pipeline/executor.h"
 #include "optim/adamw_optimizer.h"
@@ -64,8 +64,8 @@ class Trainer {
   // One forward/backward/step over a global batch; returns the mean per-token loss.
   double train_step(float lr, optim::StepResult& step);
   // Runs this rank's pipeline schedule over the micro-batches `batches` (forward only when not
-  // training) and returns the sum of the masked token losses (non-zero on the last stage only).
-  double run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale);
+  // training) and returns the sums of the masked token losses (non-zero on the last stage only).
+  model::LossSums run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale);
   // Mean per-token loss over --eval-iters global batches of `data`, from its first sample.
   double evaluate_on(const data::TokenDataset& data);
   // --exit-interval and --exit-duration-in-mins after an iteration, as Megatron's checkpoint_and_decide_exit:
@@ -97,7 +97,7 @@ class Trainer {
   parallel::TensorParallelContext tp_;
   model::ParameterSet params_;
   pipeline::ScheduleShape schedule_;
-  std::vector<std::unique_ptr<model::GptModel>> chunks_;  // this rank's model chunks (one unless interleaved)
+  std::vector<std::unique_ptr<model::LanguageModelChunk>> chunks_;  // this rank's model chunks (one unless interleaved)
   std::unique_ptr<pipeline::PipelineP2P> p2p_;            // null without pipeline parallelism
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DistributedOptimizer* distributed_optimizer_ = nullptr;  // optimizer_, with --use-distributed-optimizer
@@ -118,6 +118,7 @@ class Trainer {
   std::optional<InjectedFault> injected_fault_;  // TESSERA_INJECT_FAULT (tests only)
   bool exit_condition_met_ = false;
   std::vector<double> losses_;
+  std::vector<std::pair<std::string, double>> auxiliary_losses_;  // of the last step, per loss token
 };
 
 }  // namespace tessera::train

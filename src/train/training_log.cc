@@ -48,6 +48,7 @@ std::string format_iteration_line(const IterationStats& s) {
   line += printf_string(" learning rate: %.6E |", s.learning_rate);
   line += printf_string(" global batch size: %5lld |", static_cast<long long>(s.global_batch_size));
   line += printf_string(" lm loss: %.6E |", s.lm_loss);
+  for (const auto& [name, value] : s.auxiliary_losses) line += printf_string(" %s: %.6E |", name.c_str(), value);
   line += printf_string(" loss scale: %.1f |", s.loss_scale);
   line += printf_string(" grad norm: %.3f |", s.grad_norm);
   line += printf_string(" number of skipped iterations: %3lld |", static_cast<long long>(s.skipped_iterations));
@@ -93,10 +94,12 @@ void TrainingLog::iteration(const IterationStats& s) {
                         {"tokens_per_second", s.tokens_per_second},
                         {"skipped_iterations", s.skipped_iterations},
                         {"nan_iterations", s.nan_iterations}};
+    for (const auto& [name, value] : s.auxiliary_losses) j[name] = value;
     *jsonl_ << j.dump() << std::endl;
   }
   if (tensorboard_) {
     tensorboard_->add_scalar("lm loss", static_cast<float>(s.lm_loss), s.iteration);
+    for (const auto& [name, value] : s.auxiliary_losses) tensorboard_->add_scalar(name, static_cast<float>(value), s.iteration);
     tensorboard_->add_scalar("learning-rate", static_cast<float>(s.learning_rate), s.iteration);
     tensorboard_->add_scalar("grad-norm", static_cast<float>(s.grad_norm), s.iteration);
     tensorboard_->flush();

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "train/tensorboard_writer.h"
 
@@ -17,6 +19,7 @@ struct IterationStats {
   double elapsed_ms_per_iteration = 0, tflops_per_device = 0, tokens_per_second = 0;
   double learning_rate = 0, lm_loss = 0, loss_scale = 1, grad_norm = 0;
   int64_t skipped_iterations = 0, nan_iterations = 0;
+  std::vector<std::pair<std::string, double>> auxiliary_losses;  // the model's, by name, after the lm loss
 };
 
 // Megatron's log line, e.g.

@@ -1,0 +1,124 @@
+// The model seam: what the trainer, the pipeline executor, checkpoints, evaluation and generation see
+// of a model. A LanguageModelChunk is one pipeline chunk of any model family (Megatron's model with
+// pre_process / post_process); build_model_chunk (model/model_factory.h) makes one from a ModelConfig.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/modules.h"
+
+namespace tessera::model {
+
+// A micro-batch as the data pipeline produces it: sample-major [batch, seq].
+struct MicroBatch {
+  Tensor tokens;     // int32 [batch, seq]
+  Tensor labels;     // int32 [batch, seq]: the next tokens
+  Tensor loss_mask;  // fp32 [batch, seq]: 1 where the token counts in the loss
+  Tensor positions;  // int32 [batch, seq], optional (default 0..seq-1; --reset-position-ids restarts them)
+  Tensor doc_start;  // int32 [batch, seq], optional: each position attends only from here on
+                     // (--reset-attention-mask: the first position of its document)
+  Tensor token_types;  // int32 [batch, seq], for models with token-type embeddings (num_tokentypes > 0)
+  int64_t sample_offset = 0;  // global index of the first sample (keys dropout)
+};
+
+// Which layers a chunk holds, and whether it has the embedding (first chunk) and the head (last).
+struct ModelChunk {
+  int64_t first_layer = 0;  // 0-based global layer number
+  int64_t num_layers = -1;  // -1: all layers from first_layer on
+  bool pre_process = true, post_process = true;
+};
+
+// Activation recomputation (Megatron's --recompute-granularity full with --recompute-method and
+// --recompute-num-layers): the layers of a recomputed group keep only the group's input in forward and
+// run their forward again in backward. Dropout masks are Philox values keyed by coordinates, so the
+// recomputed forward is identical. (Selective recomputation of the core attention is what the tiled
+// attention kernel always does: the seq x seq probabilities are never stored.)
+enum class RecomputeMethod { None, Uniform, Block };
+struct Recompute {
+  RecomputeMethod method = RecomputeMethod::None;
+  // Uniform: groups of this many consecutive layers of each chunk, each group keeping one input.
+  // Block: the first this-many layers of each chunk are recomputed, one layer at a time.
+  int64_t num_layers = 1;
+};
+
+// The losses of a forward, summed over the micro-batch's tokens: the LM loss (sum of loss * loss_mask)
+// and whatever auxiliary losses the model adds (MoE load balancing, sentence order, ...), by name, each
+// already weighted as it enters the objective and summed like the LM loss (the trainer divides every
+// one by the global batch's loss tokens, and the model's backward seeds each with grad_scale). The
+// trainer logs each by name.
+struct LossSums {
+  double lm = 0;
+  std::vector<std::pair<std::string, double>> auxiliary;
+  void add_auxiliary(const std::string& name, double value);
+};
+
+// Everything a chunk's backward needs from its forward, for one micro-batch (owned by the caller).
+class ChunkRecord {
+ public:
+  virtual ~ChunkRecord() = default;
+  virtual int64_t bytes() const = 0;  // held from forward to backward
+};
+
+// Hooks into the flat parameter buffers (offsets as in ParameterSet) for overlapped communication.
+struct ParamHooks {
+  // Called before each part of a forward with the flat offset below which its parameters lie, so that
+  // an overlapped parameter all-gather is waited for bucket by bucket.
+  std::function<void(int64_t)> params_needed_below;
+  // Called during backward each time every gradient at flat offset >= offset has received its last
+  // contribution from this micro-batch (so data-parallel buckets can start reducing).
+  std::function<void(int64_t)> grads_final_from;
+};
+
+// One layer's keys and values for incrementally decoding one sequence: [capacity, query groups on this
+// rank, head dim], positions 0 .. (tokens fed so far) - 1 filled.
+struct KvCache {
+  Tensor k, v;
+};
+// The caches of every layer of a chunk for incrementally decoding one sequence.
+struct DecodeState {
+  std::vector<KvCache> layers;
+  int64_t length = 0;  // tokens fed so far
+};
+
+class LanguageModelChunk {
+ public:
+  virtual ~LanguageModelChunk() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual const ModelChunk& chunk() const = 0;
+  virtual void set_recompute(const Recompute& r) = 0;
+
+  // The names of the auxiliary losses forward may add to LossSums (the same on every chunk of a model).
+  virtual std::vector<std::string> auxiliary_loss_names() const { return {}; }
+
+  virtual std::unique_ptr<ChunkRecord> make_record() const = 0;
+  // From batch.tokens on the first chunk, else from `input` (the previous chunk's output, [T (/tp under
+  // sequence parallelism), hidden]). Returns the output activation, or on the last chunk an undefined
+  // tensor after adding its losses to `losses`.
+  virtual Tensor forward(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx, ChunkRecord& rec,
+                         LossSums& losses, const ParamHooks& hooks = {}) const = 0;
+  // Accumulates gradients of (grad_scale * the summed losses) into the parameters' grads from the
+  // gradient of the chunk's output (ignored on the last chunk, which starts from the loss); returns
+  // the gradient of its input (undefined on the first chunk). Consumes `rec`.
+  virtual Tensor backward(ChunkRecord& rec, const Tensor& doutput, const ForwardContext& ctx, float grad_scale,
+                          const ParamHooks& hooks = {}) const = 0;
+
+  // Incremental decoding (inference, no sequence parallelism): an empty state for up to `capacity`
+  // tokens; then the next tokens of a sequence (every chunk takes `tokens` for their positions; the first
+  // embeds them, the others take the previous chunk's hidden states `input` [n, hidden]). Returns the
+  // hidden states for the next chunk, or on the last chunk the logits over the padded vocabulary after
+  // the last token.
+  virtual DecodeState start_decoding(int64_t capacity) const = 0;
+  virtual Tensor decode(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const = 0;
+
+  // Scoring (evaluation): a forward without dropout; the last chunk returns per row of the [seq, batch]
+  // layout (label logit, log-sum-exp, arg-max id over the padded vocabulary) as [3 * rows], the
+  // others their output for the next chunk.
+  virtual Tensor score(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx) const = 0;
+};
+
+}  // namespace tessera::model

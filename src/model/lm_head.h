@@ -1,0 +1,71 @@
+// The language-model head on one rank: the final norm, the output layer (tied to the word embedding
+// unless --untie-embeddings-and-output-weights) producing this rank's vocabulary shard of the logits,
+// and Megatron's VocabParallelCrossEntropy over the shards.
+#pragma once
+
+#include "model/language_model.h"
+
+namespace tessera::model {
+
+struct LMHeadRecord {
+  Tensor labels, loss_mask;  // [seq, batch] layout
+  Tensor final_input, final_ln, final_mean, final_rstd;
+  bool final_ln_rounded = false;  // final_ln holds values of the GEMM input type
+  Tensor logits, lse;             // logits [T, padded vocab / tp] of this rank's vocabulary shard
+  int64_t head_bytes() const;
+};
+
+// Cross-entropy when no rank holds all logits: the max, the sum of exponentials and the target logit
+// are reduced over the tensor group.
+class VocabParallelCrossEntropy {
+ public:
+  VocabParallelCrossEntropy(const parallel::TensorParallelContext& tp, int64_t vocab_begin, int64_t vocab_local)
+      : tp_(tp), vocab_begin_(vocab_begin), vocab_local_(vocab_local) {}
+  // Returns sum_t loss_t * loss_mask_t and fills lse [rows]; target [rows] receives the label logits.
+  double forward(const Tensor& logits, const Tensor& labels, const Tensor& loss_mask, Tensor& lse,
+                 Tensor* target = nullptr) const;
+  // In place: logits become d(grad_scale * masked loss sum)/dlogits, rounded to round_output.
+  void backward(Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& loss_mask, float grad_scale,
+                DType round_output) const;
+  // Per row (label logit, log-sum-exp, arg-max id over the whole padded vocabulary), as [3 * rows].
+  Tensor scores(const Tensor& logits, const Tensor& lse, const Tensor& target) const;
+
+ private:
+  const parallel::TensorParallelContext& tp_;
+  int64_t vocab_begin_, vocab_local_;
+};
+
+class LMHead {
+ public:
+  // tied_word_embeddings: the chunk's own word embedding when the output layer is tied to it, else null
+  // (the head then declares an untied output layer, or the last stage's tied copy).
+  LMHead(const ModelConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp,
+         Parameter* tied_word_embeddings);
+
+  // x [T (/tp under sequence parallelism), hidden]; rec.labels and rec.loss_mask set by the caller.
+  // Returns the masked loss sum; target, when given, receives the label logits.
+  double forward(const Tensor& x, LMHeadRecord& rec, Tensor* target = nullptr) const;
+  // Returns the gradient of x; accumulates the head's parameter gradients.
+  Tensor backward(LMHeadRecord& rec, float grad_scale) const;
+  // Scoring: forward without a loss, returning VocabParallelCrossEntropy::scores.
+  Tensor score(const Tensor& x, const Tensor& labels) const;
+  // Inference: the logits over the padded vocabulary for the last row of x [n, hidden].
+  Tensor decode(const Tensor& x) const;
+
+  int64_t begin_offset() const { return begin_; }
+  int64_t end_offset() const { return end_; }
+
+ private:
+  Tensor logits_of(const Tensor& final_ln_full, bool rounded) const;
+
+  const ModelConfig& config_;
+  const parallel::TensorParallelContext& tp_;
+  const ParameterSet* params_;
+  int64_t vocab_begin_, vocab_local_;
+  int64_t begin_, end_;
+  std::unique_ptr<Norm> final_norm_;
+  Parameter* output_ = nullptr;  // the output layer's weight, or the word embedding it is tied to
+  VocabParallelCrossEntropy loss_;
+};
+
+}  // namespace tessera::model

@@ -1,0 +1,68 @@
+#include "model/mlp.h"
+
+#include "kernels/activations.h"
+#include "kernels/precision.h"
+
+namespace tessera::model {
+namespace {
+
+struct MlpRecord final : SavedTensors {
+  Tensor fc1, act;
+  void visit(const std::function<void(Tensor&, bool)>& f) override {
+    f(fc1, true);
+    f(act, true);
+  }
+};
+
+}  // namespace
+
+Mlp::Mlp(const ModelConfig& config, const std::string& prefix, ParameterSet& params,
+         const parallel::TensorParallelContext& tp)
+    : config_(config),
+      ffn_local_(config.ffn_hidden_size / tp.size()),
+      // SwiGLU's fc1 is [gate; up]: each rank takes the same columns of both halves.
+      fc1_(params, prefix + "linear_fc1", config.hidden_size,
+           config.swiglu ? Shape{2, config.ffn_hidden_size} : Shape{config.ffn_hidden_size}, config.swiglu ? 1 : 0,
+           config.add_bias_linear, config.init_method_std, tp, config.params_dtype),
+      fc2_(params, prefix + "linear_fc2", config.ffn_hidden_size, config.hidden_size, config.add_bias_linear,
+           output_init_std(config), tp, config.params_dtype) {}
+
+std::unique_ptr<SavedTensors> Mlp::make_record() const { return std::make_unique<MlpRecord>(); }
+
+Tensor Mlp::activate(const Tensor& fc1, DType rounding) const {
+  const int64_t rows = fc1.dim(0);
+  Tensor act = Tensor::empty({rows, ffn_local_});
+  if (config_.swiglu)
+    kernels::swiglu_forward(fc1.f32(), act.f32(), rows, ffn_local_, rounding);
+  else
+    kernels::gelu_forward(fc1.f32(), act.f32(), act.numel(), rounding);
+  return act;
+}
+
+Tensor Mlp::forward(const Tensor& x, bool x_rounded, const SublayerContext&, SavedTensors& record) const {
+  auto& rec = static_cast<MlpRecord&>(record);
+  // The activation feeds only fc2's GEMMs (and is kept in 16 bits for backward): rounded as it is made.
+  const DType rounding = kernels::gemm_rounding(config_.params_dtype);
+  rec.fc1 = fc1_.forward(x, x_rounded);
+  rec.act = activate(rec.fc1, rounding);
+  return fc2_.forward(rec.act, rounding != DType::F32);
+}
+
+Tensor Mlp::backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext&, SavedTensors& record,
+                     bool rec_rounded) const {
+  auto& rec = static_cast<MlpRecord&>(record);
+  Tensor dact = fc2_.backward(dy, rec.act, rec_rounded);
+  Tensor dfc1 = Tensor::empty(rec.fc1.shape());
+  if (config_.swiglu)
+    kernels::swiglu_backward(rec.fc1.f32(), dact.f32(), dfc1.f32(), rec.fc1.dim(0), ffn_local_);
+  else
+    kernels::gelu_backward(rec.fc1.f32(), dact.f32(), dfc1.f32(), dfc1.numel());
+  dact = Tensor();
+  return fc1_.backward(dfc1, x, x_rounded);
+}
+
+Tensor Mlp::decode(const Tensor& x, const int32_t*, int64_t, KvCache&) const {
+  return fc2_.forward(activate(fc1_.forward(x), DType::F32));
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,30 @@
+// Megatron's MLP on one rank: fc1 split by columns (SwiGLU's [gate; up] halves split alike), GELU or
+// SwiGLU, fc2 split by rows.
+#pragma once
+
+#include "model/sublayer.h"
+
+namespace tessera::model {
+
+class Mlp final : public Sublayer {
+ public:
+  Mlp(const ModelConfig& config, const std::string& prefix, ParameterSet& params,
+      const parallel::TensorParallelContext& tp);
+
+  std::unique_ptr<SavedTensors> make_record() const override;
+  Tensor forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec) const override;
+  Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec,
+                  bool rec_rounded) const override;
+  Tensor decode(const Tensor& x, const int32_t* positions, int64_t past, KvCache& cache) const override;
+
+ private:
+  // y = act(fc1) [rows, ffn / tp], rounded to `rounding` as it is written.
+  Tensor activate(const Tensor& fc1, DType rounding) const;
+
+  const ModelConfig& config_;
+  int64_t ffn_local_;
+  ColumnParallelLinear fc1_;
+  RowParallelLinear fc2_;
+};
+
+}  // namespace tessera::model

@@ -1,0 +1,50 @@
+#include "model/model_factory.h"
+
+#include <map>
+
+#include "model/gpt_model.h"
+
+namespace tessera::model {
+namespace {
+
+std::map<std::string, ModelChunkBuilder>& builders() {
+  static std::map<std::string, ModelChunkBuilder> b{
+      {"gpt", [](const ModelConfig& c, ParameterSet& params, const parallel::TensorParallelContext& tp,
+                 const ModelChunk& chunk) { return std::make_unique<GptModel>(c, params, tp, chunk); }}};
+  return b;
+}
+
+}  // namespace
+
+void LossSums::add_auxiliary(const std::string& name, double value) {
+  for (auto& [n, v] : auxiliary)
+    if (n == name) {
+      v += value;
+      return;
+    }
+  auxiliary.emplace_back(name, value);
+}
+
+void register_model_family(const std::string& family, ModelChunkBuilder builder) {
+  builders()[family] = std::move(builder);
+}
+
+std::vector<std::string> model_families() {
+  std::vector<std::string> names;
+  for (const auto& [name, builder] : builders()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<LanguageModelChunk> build_model_chunk(const ModelConfig& config, ParameterSet& params,
+                                                      const parallel::TensorParallelContext& tp,
+                                                      const ModelChunk& chunk) {
+  auto it = builders().find(config.family);
+  if (it == builders().end()) {
+    std::string known;
+    for (const std::string& name : model_families()) known += (known.empty() ? "" : ", ") + name;
+    throw Error(str_cat("model family '", config.family, "' is not known (known: ", known, ")"));
+  }
+  return it->second(config, params, tp, chunk);
+}
+
+}  // namespace tessera::model

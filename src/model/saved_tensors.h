@@ -1,0 +1,27 @@
+// A record of the tensors a module keeps from its forward for its backward. Each record lists its
+// tensors once (visit); counting their bytes, storing them in 16 bits under mixed precision and
+// widening them again for backward are written here, once for every module.
+#pragma once
+
+#include <functional>
+
+#include "core/tensor.h"
+
+namespace tessera::model {
+
+class SavedTensors {
+ public:
+  virtual ~SavedTensors() = default;
+  // Calls f on every kept tensor; `activation` is false for statistics (norm mean and rstd, the
+  // log-sum-exp), which stay fp32 under mixed precision as Megatron keeps them.
+  virtual void visit(const std::function<void(Tensor&, bool activation)>& f) = 0;
+
+  int64_t bytes() const;  // of every defined tensor (each is its own allocation)
+  // Under mixed precision the activations are kept in the 16-bit type t, as Megatron keeps them.
+  void store_activations_as(DType t);
+  // Back to fp32 in place, for backward; returns the type they were kept in (F32 when none was 16-bit),
+  // so that GEMMs know the widened values are already rounded to it.
+  DType widen_activations();
+};
+
+}  // namespace tessera::model

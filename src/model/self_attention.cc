@@ -1,0 +1,138 @@
+#include "model/self_attention.h"
+
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "kernels/decode_attention.h"
+#include "kernels/precision.h"
+#include "kernels/rotary.h"
+#include "kernels/token_layout.h"
+
+namespace tessera::model {
+namespace {
+
+constexpr int kAttentionProbsDropoutSite = 1;
+
+struct AttentionRecord final : SavedTensors {
+  Tensor q, k, v;  // after rotary embedding: [T, heads, d], [T, groups, d], [T, groups, d]
+  Tensor attn, lse;
+  void visit(const std::function<void(Tensor&, bool)>& f) override {
+    for (Tensor* t : {&q, &k, &v, &attn}) f(*t, true);
+    f(lse, false);
+  }
+};
+
+// Under mixed precision attention multiplies 16-bit q, k, v and output gradients, as the GEMMs do.
+void round_for_attention(DType t, const Tensor& x) {
+  if (t != DType::F32) kernels::round_to(t, x.f32(), x.f32(), x.numel());
+}
+
+kernels::AttentionShape attention_shape(const ForwardContext& ctx, int64_t heads, int64_t groups, int64_t d) {
+  return {ctx.seq, ctx.batch, heads, groups, d, ctx.doc_start};
+}
+
+// Keyed by global head index, so a rank's heads draw the masks they would in a single process.
+kernels::AttentionDropout attention_dropout(const ModelConfig& c, const ForwardContext& ctx, int64_t layer_number,
+                                            int64_t head_offset) {
+  kernels::AttentionDropout d;
+  d.p = ctx.training ? c.attention_dropout : 0.0f;
+  d.seed = ctx.seed;
+  d.stream = dropout_stream(ctx.iteration, layer_number, kAttentionProbsDropoutSite);
+  d.sample_offset = ctx.sample_offset;
+  d.head_offset = head_offset;
+  d.total_heads = c.num_attention_heads;
+  return d;
+}
+
+}  // namespace
+
+SelfAttention::SelfAttention(const ModelConfig& config, int64_t layer_number, const std::string& prefix,
+                             ParameterSet& params, const parallel::TensorParallelContext& tp)
+    : config_(config),
+      layer_number_(layer_number),
+      tp_(tp),
+      heads_(config.num_attention_heads / tp.size()),
+      groups_(config.num_query_groups / tp.size()),
+      // Split by query groups: each rank holds whole groups (their query heads, key and value).
+      qkv_(params, prefix + "linear_qkv", config.hidden_size,
+           {config.num_query_groups, (config.query_heads_per_group() + 2) * config.kv_channels}, 0,
+           config.add_bias_linear, config.init_method_std, tp, config.params_dtype),
+      proj_(params, prefix + "linear_proj", config.num_attention_heads * config.kv_channels, config.hidden_size,
+            config.add_bias_linear, output_init_std(config), tp, config.params_dtype) {}
+
+std::unique_ptr<SavedTensors> SelfAttention::make_record() const { return std::make_unique<AttentionRecord>(); }
+
+Tensor SelfAttention::forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& record) const {
+  const ModelConfig& c = config_;
+  const ForwardContext& ctx = sc.ctx;
+  auto& rec = static_cast<AttentionRecord&>(record);
+  const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;  // attention sees every token
+  Tensor qkv = qkv_.forward(x, x_rounded);
+  rec.q = Tensor::empty({rows, heads_, d});
+  rec.k = Tensor::empty({rows, groups_, d});
+  rec.v = Tensor::empty({rows, groups_, d});
+  kernels::split_qkv(qkv.f32(), rec.q.f32(), rec.k.f32(), rec.v.f32(), rows, groups_, c.query_heads_per_group(), d);
+  qkv = Tensor();
+  if (c.position_embedding == PositionEmbedding::Rope) {
+    kernels::rope_forward(rec.q.f32(), sc.positions, rows, heads_, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(rec.k.f32(), sc.positions, rows, groups_, d, c.rotary_dim(), c.rotary_base);
+  }
+  for (const Tensor* t : {&rec.q, &rec.k, &rec.v}) round_for_attention(c.params_dtype, *t);
+  rec.attn = Tensor::empty({rows, heads_ * d});
+  rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
+  kernels::attention_forward(rec.q.f32(), rec.k.f32(), rec.v.f32(), rec.attn.f32(), rec.lse.f32(),
+                             attention_shape(ctx, heads_, groups_, d), 1.0f / std::sqrt(static_cast<float>(d)),
+                             attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
+  return proj_.forward(rec.attn, kernels::round_in_place_for_gemm(c.params_dtype, rec.attn));
+}
+
+Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc,
+                               SavedTensors& record, bool rec_rounded) const {
+  const ModelConfig& c = config_;
+  const ForwardContext& ctx = sc.ctx;
+  auto& rec = static_cast<AttentionRecord&>(record);
+  const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;
+  Tensor dattn = proj_.backward(dy, rec.attn, rec_rounded);
+  round_for_attention(c.params_dtype, dattn);
+  Tensor dq = Tensor::empty(rec.q.shape()), dk = Tensor::empty(rec.k.shape()), dv = Tensor::empty(rec.v.shape());
+  kernels::attention_backward(rec.q.f32(), rec.k.f32(), rec.v.f32(), rec.attn.f32(), rec.lse.f32(), dattn.f32(),
+                              dq.f32(), dk.f32(), dv.f32(), attention_shape(ctx, heads_, groups_, d),
+                              1.0f / std::sqrt(static_cast<float>(d)),
+                              attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
+  dattn = Tensor();
+  if (c.position_embedding == PositionEmbedding::Rope) {
+    kernels::rope_backward(dq.f32(), sc.positions, rows, heads_, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_backward(dk.f32(), sc.positions, rows, groups_, d, c.rotary_dim(), c.rotary_base);
+  }
+  Tensor dqkv = Tensor::empty({rows, c.qkv_size() / tp_.size()});
+  kernels::merge_qkv(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), rows, groups_, c.query_heads_per_group(), d);
+  dq = dk = dv = Tensor();
+  return qkv_.backward(dqkv, x, x_rounded);
+}
+
+void SelfAttention::add_to_kv_cache(int64_t capacity, KvCache& cache) const {
+  cache.k = Tensor::empty({capacity, groups_, config_.kv_channels});
+  cache.v = Tensor::empty({capacity, groups_, config_.kv_channels});
+}
+
+Tensor SelfAttention::decode(const Tensor& x, const int32_t* positions, int64_t past, KvCache& cache) const {
+  const ModelConfig& c = config_;
+  const int64_t n = x.dim(0), d = c.kv_channels;
+  TESSERA_CHECK(past + n <= cache.k.dim(0), "key/value cache of ", cache.k.dim(0), " positions cannot hold ",
+                past + n);
+  Tensor qkv = qkv_.forward(x);
+  Tensor q = Tensor::empty({n, heads_, d});
+  Tensor k = cache.k.narrow(past, n), v = cache.v.narrow(past, n);
+  kernels::split_qkv(qkv.f32(), q.f32(), k.f32(), v.f32(), n, groups_, c.query_heads_per_group(), d);
+  if (c.position_embedding == PositionEmbedding::Rope) {
+    kernels::rope_forward(q.f32(), positions, n, heads_, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(k.f32(), positions, n, groups_, d, c.rotary_dim(), c.rotary_base);
+  }
+  for (const Tensor* t : {&q, &k, &v}) round_for_attention(c.params_dtype, *t);
+  Tensor attn = Tensor::empty({n, heads_ * d});
+  kernels::attention_decode(q.f32(), cache.k.f32(), cache.v.f32(), attn.f32(), n, past, heads_, groups_, d,
+                            1.0f / std::sqrt(static_cast<float>(d)));
+  return proj_.forward(attn);
+}
+
+}  // namespace tessera::model

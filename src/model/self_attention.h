@@ -1,0 +1,31 @@
+// Megatron's SelfAttention on one rank: the fused QKV projection (split by query groups, Megatron's
+// grouped layout), rotary embeddings, the tiled causal (or document-causal) attention with Philox
+// dropout keyed by global head index, and the output projection.
+#pragma once
+
+#include "model/sublayer.h"
+
+namespace tessera::model {
+
+class SelfAttention final : public Sublayer {
+ public:
+  SelfAttention(const ModelConfig& config, int64_t layer_number, const std::string& prefix, ParameterSet& params,
+                const parallel::TensorParallelContext& tp);
+
+  std::unique_ptr<SavedTensors> make_record() const override;
+  Tensor forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec) const override;
+  Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec,
+                  bool rec_rounded) const override;
+  Tensor decode(const Tensor& x, const int32_t* positions, int64_t past, KvCache& cache) const override;
+  void add_to_kv_cache(int64_t capacity, KvCache& cache) const override;
+
+ private:
+  const ModelConfig& config_;
+  int64_t layer_number_;
+  const parallel::TensorParallelContext& tp_;
+  int64_t heads_, groups_;  // on this rank
+  ColumnParallelLinear qkv_;
+  RowParallelLinear proj_;
+};
+
+}  // namespace tessera::model

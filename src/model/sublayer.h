@@ -1,0 +1,53 @@
+// The slots of a transformer layer (Megatron-Core's TransformerLayerSubmodules): the layer owns the
+// norms, the dropout and the residual connections; a slot is the computation between them, on the
+// normalised residual stream. Self-attention fills one slot and a feed-forward module (dense MLP, a
+// mixture of experts, ...) the other; a TransformerLayerSpec says which.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "model/language_model.h"
+#include "model/saved_tensors.h"
+
+namespace tessera::model {
+
+// What a slot's computations see besides its input.
+struct SublayerContext {
+  const ForwardContext& ctx;
+  const int32_t* positions;  // [T] (rotary embeddings)
+};
+
+class Sublayer {
+ public:
+  virtual ~Sublayer() = default;
+  virtual std::unique_ptr<SavedTensors> make_record() const = 0;
+  // x [T (/tp under sequence parallelism), hidden] -> y shaped like x (before dropout and residual).
+  // x_rounded: x holds values of the GEMM input type already (kernels::GemmArgs::a_rounded).
+  virtual Tensor forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec) const = 0;
+  // dy -> dx, given the forward's x; accumulates parameter gradients. rec's activations have been widened
+  // to fp32; rec_rounded: they hold values of the GEMM input type (they were stored in it).
+  virtual Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc,
+                          SavedTensors& rec, bool rec_rounded) const = 0;
+  // Inference on the next n tokens of one sequence (no dropout, no record), x [n, hidden]. `cache` is
+  // the layer's key/value cache, filled at rows [past, past + n) by attention and ignored by the others.
+  virtual Tensor decode(const Tensor& x, const int32_t* positions, int64_t past, KvCache& cache) const = 0;
+  // The slot's part of a layer's decoding cache for `capacity` tokens (attention's keys and values).
+  virtual void add_to_kv_cache(int64_t capacity, KvCache& cache) const {}
+};
+
+// Builds a slot of layer `layer_number` (1-based, global) whose parameters are named `prefix` + ...
+using SublayerBuilder = std::function<std::unique_ptr<Sublayer>(
+    const ModelConfig& config, int64_t layer_number, const std::string& prefix, ParameterSet& params,
+    const parallel::TensorParallelContext& tp)>;
+
+struct TransformerLayerSpec {
+  SublayerBuilder self_attention;  // parameters under "<layer>.self_attention."
+  SublayerBuilder mlp;             // parameters under "<layer>.mlp."
+};
+
+// Output projections start smaller, std / sqrt(2 * layers), as Megatron's scaled_init_method_normal.
+float output_init_std(const ModelConfig& c);
+
+}  // namespace tessera::model
