@@ -84,6 +84,9 @@ enum class Family { Gpt2, Llama };
 Family family_of(const model::ModelConfig& c) {
   using model::Normalization;
   using model::PositionEmbedding;
+  // The name and layout mapping below is GPT's; another family brings its own.
+  TESSERA_CHECK(c.family == "gpt", "convert: Hugging Face conversion is for the gpt model family, not '", c.family,
+                "'");
   if (c.position_embedding == PositionEmbedding::LearnedAbsolute && c.normalization == Normalization::LayerNorm &&
       !c.swiglu && !c.untie_embeddings_and_output_weights && c.add_bias_linear &&
       c.num_query_groups == c.num_attention_heads && c.kv_channels * c.num_attention_heads == c.hidden_size)

@@ -7,6 +7,8 @@ namespace tessera::kernels {
 
 // a[i] += b[i] (the residual connections).
 void add_into(float* a, const float* b, int64_t n);
+// y[r, j] += bias[j] for y [rows, cols] (a bias added after a reduction).
+void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols);
 // out[i] = scale * x[i].
 void scale(const float* x, float scale, float* out, int64_t n);
 

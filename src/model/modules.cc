@@ -1,6 +1,7 @@
 #include "model/modules.h"
 
 #include "core/philox.h"
+#include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/norms.h"
 
@@ -98,14 +99,7 @@ Tensor RowParallelLinear::forward(const Tensor& x, bool x_rounded) const {
                           w.rounded);
   Tensor y = tp_.sequence_parallel ? parallel::reduce_scatter_rows(partial, *tp_.group) : partial;
   if (!tp_.sequence_parallel) parallel::all_reduce_sum(y, *tp_.group);
-  if (bias_) {
-    const float* b = bias_->value.f32();
-    float* out = y.f32();
-    int64_t n = y.dim(0);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t j = 0; j < out_; ++j) out[r * out_ + j] += b[j];
-  }
+  if (bias_) kernels::add_bias_rows(y.f32(), bias_->value.f32(), y.dim(0), out_);
   return y;
 }
 
