@@ -61,13 +61,19 @@ ForwardContext context(const ModelConfig& c, int64_t batch, bool training) {
 
 // Every gradient of the whole model against central differences of its loss (dropout on: masks are a
 // function of the element's coordinates, so the perturbed forwards see the same masks).
-void check_gradients(bool llama_style) {
+void check_gradients(bool llama_style, int64_t token_types = 0) {
   ModelConfig c = tiny_config(llama_style);
+  c.num_tokentypes = token_types;
   ParameterSet params;
   GptModel model(c, params);
   params.allocate(42);
   const int64_t batch = 2;
   MicroBatch mb = random_batch(c, batch, 5);
+  if (token_types > 0) {
+    EXPECT_EQ(params.get("embedding.tokentype_embeddings.weight").value.shape(), Shape({token_types, c.hidden_size}));
+    mb.token_types = Tensor::empty(mb.tokens.shape(), DType::I32);
+    for (int64_t i = 0; i < mb.token_types.numel(); ++i) mb.token_types.i32()[i] = static_cast<int32_t>((i / 4) % token_types);
+  }
   ForwardContext ctx = context(c, batch, true);
   const float scale = 1.0f / static_cast<float>(batch * c.seq_length);
 
@@ -106,6 +112,8 @@ void check_gradients(bool llama_style) {
 
 TEST(GptModel, GradientsMatchFiniteDifferencesGpt2Style) { check_gradients(false); }
 TEST(GptModel, GradientsMatchFiniteDifferencesLlamaStyle) { check_gradients(true); }
+// Token-type embeddings (BERT's segments), added to the words and positions.
+TEST(GptModel, GradientsMatchFiniteDifferencesWithTokenTypes) { check_gradients(false, 2); }
 
 TEST(GptModel, InitialisationDoesNotDependOnDeclarationOrder) {
   ParameterSet forward_order, reverse_order;
@@ -217,6 +225,7 @@ TEST(GptModel, PackedDocumentsWithResetMasksEqualSeparateSamples) {
 TEST(GptModel, ParameterCountMatchesTheDeclaredParameters) {
   for (bool llama : {false, true}) {
     ModelConfig c = tiny_config(llama);
+    c.num_tokentypes = llama ? 0 : 2;
     ParameterSet params;
     GptModel model(c, params);
     EXPECT_EQ(params.numel(), c.parameter_count());
