@@ -28,7 +28,7 @@ int64_t GptActivations::bytes() const {
 
 GptModel::GptModel(const ModelConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp,
                    const ModelChunk& chunk, const TransformerLayerSpec& layer_spec)
-    : config_(config), tp_(tp), chunk_(chunk) {
+    : config_(config), tp_(tp), chunk_(chunk), auxiliary_loss_names_(layer_spec.auxiliary_loss_names) {
   const ModelConfig& c = config_;
   if (chunk_.num_layers < 0) chunk_.num_layers = c.num_layers - chunk_.first_layer;
   TESSERA_CHECK(chunk_.first_layer >= 0 && chunk_.first_layer + chunk_.num_layers <= c.num_layers,
@@ -71,6 +71,7 @@ Tensor GptModel::forward(const MicroBatch& batch, const Tensor& input, const For
   auto& rec = static_cast<GptActivations&>(record);
   ForwardContext ctx = context;
   ctx.doc_start = batch.doc_start.defined() ? batch.doc_start.i32() : nullptr;
+  ctx.losses = &losses;
   if (embedding_ && hooks.params_needed_below) hooks.params_needed_below(embedding_->end_offset());
   Tensor x = chunk_input(batch, input, ctx, rec);  // sets rec.positions
   x = block_->forward(x, rec.positions.i32(), ctx, rec.block, hooks);
@@ -88,6 +89,8 @@ Tensor GptModel::backward(ChunkRecord& record, const Tensor& doutput, const Forw
   auto& rec = static_cast<GptActivations&>(record);
   ForwardContext ctx = context;
   ctx.doc_start = rec.doc_start.defined() ? rec.doc_start.i32() : nullptr;
+  ctx.losses = nullptr;
+  ctx.grad_scale = grad_scale;
   auto final_from = [&](int64_t offset) {
     if (hooks.grads_final_from) hooks.grads_final_from(offset);
   };
@@ -107,6 +110,7 @@ Tensor GptModel::score(const MicroBatch& batch, const Tensor& input, const Forwa
   GptActivations rec;
   ForwardContext ctx = context;
   ctx.doc_start = batch.doc_start.defined() ? batch.doc_start.i32() : nullptr;
+  ctx.losses = nullptr;
   Tensor x = chunk_input(batch, input, ctx, rec);
   x = block_->forward(x, rec.positions.i32(), ctx, rec.block, {});
   if (!head_) return x;

@@ -35,6 +35,7 @@ class GptModel final : public LanguageModelChunk {
   const ModelConfig& config() const override { return config_; }
   const ModelChunk& chunk() const override { return chunk_; }
   void set_recompute(const Recompute& r) override { block_->set_recompute(r); }
+  std::vector<std::string> auxiliary_loss_names() const override { return auxiliary_loss_names_; }
 
   std::unique_ptr<ChunkRecord> make_record() const override { return std::make_unique<GptActivations>(); }
   Tensor forward(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx, ChunkRecord& rec,
@@ -61,6 +62,7 @@ class GptModel final : public LanguageModelChunk {
   std::optional<VocabParallelEmbedding> embedding_;  // first chunk
   std::unique_ptr<TransformerBlock> block_;
   std::optional<LMHead> head_;  // last chunk
+  std::vector<std::string> auxiliary_loss_names_;  // the layer spec's
 };
 
 }  // namespace tessera::model

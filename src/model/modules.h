@@ -13,13 +13,18 @@
 namespace tessera::model {
 
 // What varies between micro-batches and iterations: dropout keys and whether to drop at all.
+struct LossSums;
 struct ForwardContext {
   uint64_t seed = 0;
   int64_t iteration = 0;
   int64_t sample_offset = 0;  // global index of the micro-batch's first sample (keys dropout)
   bool training = true;
   int64_t seq = 0, batch = 0;
-  const int32_t* doc_start = nullptr;  // [batch, seq] document-causal attention (set by GptModel)
+  const int32_t* doc_start = nullptr;  // [batch, seq] document-causal attention (set by the model)
+  // Set by the model for its modules: where a forward adds auxiliary losses (null in a recomputed
+  // forward, which must not count them twice), and in backward the scale of the objective's gradient.
+  LossSums* losses = nullptr;
+  float grad_scale = 0;
 };
 
 // The part of the [seq, batch, hidden] residual stream this rank holds: all of it, or its sequence

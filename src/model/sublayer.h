@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/language_model.h"
 #include "model/saved_tensors.h"
@@ -45,6 +46,10 @@ using SublayerBuilder = std::function<std::unique_ptr<Sublayer>(
 struct TransformerLayerSpec {
   SublayerBuilder self_attention;  // parameters under "<layer>.self_attention."
   SublayerBuilder mlp;             // parameters under "<layer>.mlp."
+  // The auxiliary losses the slots add to ForwardContext::losses in forward (each summed over the
+  // tensor group, so every tensor rank adds the same value); their backward seeds them with
+  // ForwardContext::grad_scale.
+  std::vector<std::string> auxiliary_loss_names;
 };
 
 // Output projections start smaller, std / sqrt(2 * layers), as Megatron's scaled_init_method_normal.

@@ -19,12 +19,17 @@ namespace {
 
 using testing::split_flags;
 
-// y = out(in(x)): column-parallel in, row-parallel out, nothing between them.
+constexpr const char* kPenaltyName = "bottleneck penalty";
+constexpr float kPenalty = 1e-3f;
+
+// y = out(in(x)): column-parallel in, row-parallel out, nothing between them; and an auxiliary loss,
+// kPenalty * the sum of squares of the middle activations, as an MoE layer adds its balancing loss.
 class LinearBottleneck final : public model::Sublayer {
  public:
   LinearBottleneck(const model::ModelConfig& c, const std::string& prefix, model::ParameterSet& params,
                    const parallel::TensorParallelContext& tp)
-      : in_(params, prefix + "bottleneck_in", c.hidden_size, {c.ffn_hidden_size}, 0, true, c.init_method_std, tp),
+      : tp_(tp),
+        in_(params, prefix + "bottleneck_in", c.hidden_size, {c.ffn_hidden_size}, 0, true, c.init_method_std, tp),
         out_(params, prefix + "bottleneck_out", c.ffn_hidden_size, c.hidden_size, true, model::output_init_std(c), tp) {}
 
   struct Record final : model::SavedTensors {
@@ -32,20 +37,30 @@ class LinearBottleneck final : public model::Sublayer {
     void visit(const std::function<void(Tensor&, bool)>& f) override { f(middle, true); }
   };
   std::unique_ptr<model::SavedTensors> make_record() const override { return std::make_unique<Record>(); }
-  Tensor forward(const Tensor& x, bool x_rounded, const model::SublayerContext&, model::SavedTensors& rec) const override {
+  Tensor forward(const Tensor& x, bool x_rounded, const model::SublayerContext& sc, model::SavedTensors& rec) const override {
     auto& r = static_cast<Record&>(rec);
     r.middle = in_.forward(x, x_rounded);
+    if (sc.ctx.losses) {
+      Tensor sum = Tensor::zeros({1});
+      for (int64_t i = 0; i < r.middle.numel(); ++i) sum.f32()[0] += r.middle.f32()[i] * r.middle.f32()[i];
+      parallel::all_reduce_sum(sum, *tp_.group);  // this rank holds a column shard of the middle
+      sc.ctx.losses->add_auxiliary(kPenaltyName, kPenalty * sum.f32()[0]);
+    }
     return out_.forward(r.middle);
   }
-  Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const model::SublayerContext&,
+  Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const model::SublayerContext& sc,
                   model::SavedTensors& rec, bool) const override {
-    return in_.backward(out_.backward(dy, static_cast<Record&>(rec).middle), x, x_rounded);
+    const Tensor& middle = static_cast<Record&>(rec).middle;
+    Tensor dmiddle = out_.backward(dy, middle);
+    for (int64_t i = 0; i < middle.numel(); ++i) dmiddle.f32()[i] += sc.ctx.grad_scale * 2 * kPenalty * middle.f32()[i];
+    return in_.backward(dmiddle, x, x_rounded);
   }
   Tensor decode(const Tensor& x, const int32_t*, int64_t, model::KvCache&) const override {
     return out_.forward(in_.forward(x));
   }
 
  private:
+  const parallel::TensorParallelContext& tp_;
   model::ColumnParallelLinear in_;
   model::RowParallelLinear out_;
 };
@@ -58,6 +73,7 @@ void register_toy_family() {
                   const parallel::TensorParallelContext& tp) {
       return std::make_unique<LinearBottleneck>(c, prefix, params, tp);
     };
+    spec.auxiliary_loss_names = {kPenaltyName};
     return std::make_unique<model::GptModel>(c, params, tp, chunk, spec);
   });
 }
@@ -104,6 +120,13 @@ TEST(ModelFamilies, ToyFamilyTrainsUnderTensorAndPipelineParallelismAndResumes) 
   ASSERT_EQ(parallel.losses().size(), 3u);
   for (size_t i = 0; i < 3; ++i)
     EXPECT_NEAR(parallel.losses()[i], single.losses()[i], 1e-5 * std::abs(single.losses()[i])) << "iteration " << i + 1;
+  // The auxiliary loss travelled beside the LM loss, summed over the stages that hold layers.
+  const std::vector<double>& penalty = single.auxiliary_losses().at(kPenaltyName);
+  const std::vector<double>& parallel_penalty = parallel.auxiliary_losses().at(kPenaltyName);
+  ASSERT_EQ(penalty.size(), 6u);
+  ASSERT_EQ(parallel_penalty.size(), 3u);
+  EXPECT_GT(penalty[0], 0);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(parallel_penalty[i], penalty[i], 1e-5 * penalty[i]) << "iteration " << i + 1;
 
   // The tp 2 x pp 2 checkpoint, resumed in one process, continues as the single-process run.
   world->barrier();

@@ -508,6 +508,7 @@ void Trainer::train() {
       consecutive_nan_iterations_ = 0;
     }
     interval_loss += loss;
+    for (const auto& [name, value] : auxiliary_losses_) auxiliary_loss_history_[name].push_back(value);
     interval_auxiliary.resize(auxiliary_losses_.size());
     for (size_t i = 0; i < auxiliary_losses_.size(); ++i)
       interval_auxiliary[i] = {auxiliary_losses_[i].first, interval_auxiliary[i].second + auxiliary_losses_[i].second};

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,8 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   // The lm loss of every iteration this Trainer ran, in order.
   const std::vector<double>& losses() const { return losses_; }
+  // The model's auxiliary losses (per loss token) of every iteration this Trainer ran, by name.
+  const std::map<std::string, std::vector<double>>& auxiliary_losses() const { return auxiliary_loss_history_; }
   model::ParameterSet& parameters() { return params_; }
   int64_t skipped_iterations() const { return skipped_iterations_; }
   // The loss scale of the next iteration (1 without loss scaling).
@@ -119,6 +122,7 @@ class Trainer {
   bool exit_condition_met_ = false;
   std::vector<double> losses_;
   std::vector<std::pair<std::string, double>> auxiliary_losses_;  // of the last step, per loss token
+  std::map<std::string, std::vector<double>> auxiliary_loss_history_;
 };
 
 }  // namespace tessera::train
