@@ -37,7 +37,8 @@ std::string name_of(const Names<E>& names, E value) {
 
 // An option whose values are Megatron's names for an enum's members, written into `field`. CLI11 reads
 // an enum as its number, so the transform turns the name into that number; any other value is an
-// error naming the flag, the value and the names, as the rules' errors do.
+// error naming the flag, the value and the names, as the rules' errors do (CLI11's CheckedTransformer
+// maps names too, but says "Check alibi value in {...} FAILED" and also takes the numbers).
 template <typename E>
 void add_enum_option(CLI::App& app, const char* flag, E& field, const Names<E>& names, const char* help) {
   std::string choices, set;  // "a, b or c" for the rule, "{a,b,c}" for --help
