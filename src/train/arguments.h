@@ -19,20 +19,19 @@ class App;
 
 namespace tessera::train {
 
+// Megatron's defaults for the model flags, where they differ from ModelConfig's: one query group.
+model::ModelConfig megatron_model_defaults();
+
 struct TrainArguments {
-  // Model.
-  int64_t num_layers = 0, hidden_size = 0, num_attention_heads = 0;
-  int64_t ffn_hidden_size = 0, kv_channels = 0;  // 0: Megatron's defaults (4h or 8h/3 for SwiGLU; h/heads)
-  bool group_query_attention = false;
-  int64_t num_query_groups = 1;
-  int64_t seq_length = 0, max_position_embeddings = 0;
-  std::string position_embedding_type = "learned_absolute";
-  float rotary_base = 10000.0f, rotary_percent = 1.0f;
-  std::string normalization = "LayerNorm";
-  float norm_epsilon = 1e-5f;
-  bool swiglu = false, untie_embeddings_and_output_weights = false, disable_bias_linear = false;
-  float hidden_dropout = 0.1f, attention_dropout = 0.1f, init_method_std = 0.02f;
+  // Model: its hyper-parameters have one home, `model`, whose fields the model flags write directly
+  // (add_model_flags). finalize_model fills what a flag leaves to a rule (--ffn-hidden-size 0: 4h, or
+  // 8h/3 with SwiGLU; --kv-channels 0: h/heads; --max-position-embeddings 0: the sequence length;
+  // the vocabulary sizes from the tokenizer). The flags below are not fields of a ModelConfig.
+  model::ModelConfig model = megatron_model_defaults();
+  bool group_query_attention = false;  // without it every head is its own group (--num-query-groups ignored)
   int64_t make_vocab_size_divisible_by = 128;
+
+  // Parallel layout.
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
   // Interleaved 1F1B: either flag gives the model chunks per pipeline rank (0: not set).
   int64_t num_layers_per_virtual_pipeline_stage = 0, num_virtual_stages_per_pipeline_rank = 0;
@@ -89,10 +88,8 @@ struct TrainArguments {
   double exit_duration_in_mins = 0;    // 0: never
   bool skip_train = false;             // only evaluate (validation and test splits) at the loaded iteration
 
-  // Derived by finalize().
-  int64_t tokenizer_vocab_size = 0;  // ids the tokenizer produces (end-of-document id included)
+  // Derived by finalize() (and model.vocab_size: the ids the tokenizer produces, end-of-document included).
   int32_t eod = -1;
-  model::ModelConfig model;
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adam;
   int64_t num_micro_batches = 0;   // per data-parallel rank
@@ -115,11 +112,26 @@ struct HelpRequested {
   std::string text;
 };
 
-// Checks every rule and fills the derived fields. Called by parse_train_arguments.
+// Checks every rule and fills the derived fields. Called by parse_train_arguments. It runs the parts
+// below in this order, each after the ones it reads: the layout reads the model's sizes, the batches
+// the data-parallel size, the learning-rate schedule the number of iterations.
 void finalize(TrainArguments& a);
+// Each checks the rules of its concern, throwing an Error that names the flag, the value and the rule,
+// and fills its derived fields.
+void finalize_model(TrainArguments& a);            // sizes, defaults by rule, positions, norms, dropout
+void finalize_parallel_layout(TrainArguments& a);  // tp, pp, virtual stages, recomputation, buckets
+void finalize_data(TrainArguments& a);             // data, tokenizer, vocabulary, batches
+void finalize_training_loop(TrainArguments& a);    // iterations, evaluation, logging, samples
+void finalize_optimizer(TrainArguments& a);        // AdamW, learning-rate schedule, mixed precision
+void finalize_checkpointing(TrainArguments& a);    // saving and exiting
 
 // Adds the flags that define the model (--num-layers ... --make-vocab-size-divisible-by; not the
-// parallel layout) to `app`, writing into `a`. None is required here; tessera train requires some.
+// parallel layout) to `app`, writing into `a.model` (and the few flags of `a` that need a rule).
+// None is required here; tessera train requires some.
 void add_model_flags(CLI::App& app, TrainArguments& a);
+
+// Megatron's flag values for the model's enums: "learned_absolute", "rope"; "LayerNorm", "RMSNorm".
+std::string megatron_name(model::PositionEmbedding p);
+std::string megatron_name(model::Normalization n);
 
 }  // namespace tessera::train

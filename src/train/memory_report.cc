@@ -19,7 +19,7 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   // fp32 weight and gradient, and Adam's two fp32 moments, which the distributed optimizer splits over dp.
   p.bytes_per_parameter = 8.0 + 8.0 / static_cast<double>(a.use_distributed_optimizer ? a.data_parallel_size() : 1);
   p.weight_and_optimizer = p.bytes_per_parameter * static_cast<double>(parameters);
-  model::ActivationLayout layout{a.micro_batch_size, a.seq_length, a.tensor_model_parallel_size,
+  model::ActivationLayout layout{a.micro_batch_size, a.model.seq_length, a.tensor_model_parallel_size,
                                  a.sequence_parallel, a.recompute_granularity == "selective"};
   p.activation_per_layer = model::layer_record_bytes(a.model, layout);
   p.korthikanti_per_layer = model::korthikanti_layer_bytes(a.model, layout);
@@ -28,7 +28,7 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   // Each forward keeps its chunk's record until the matching backward; the first chunk also keeps the
   // tokens and the last the head's tensors (the logits above all), so the peak is walked along the
   // schedule rather than taken as records in flight times one size.
-  const int64_t chunk_layers = a.num_layers / (schedule.stages * schedule.chunks);
+  const int64_t chunk_layers = a.model.num_layers / (schedule.stages * schedule.chunks);
   const double layers_bytes = model::chunk_record_bytes(a.model, layout, chunk_layers, a.recompute);
   p.activations = pipeline::peak_in_flight_bytes(pipeline::build_schedule(schedule, stage), [&](int chunk) {
     const pipeline::ChunkId id{stage, chunk};

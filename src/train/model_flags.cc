@@ -28,31 +28,31 @@ std::vector<ModelFlagConflict> model_flag_conflicts(const CLI::App& app, const T
   const auto compare = [&](const char* flag, const std::string& value, const std::string& saved) {
     if (given(flag) && value != saved) out.push_back({flag, value, saved});
   };
-  compare("--num-layers", text(a.num_layers), text(c.num_layers));
-  compare("--hidden-size", text(a.hidden_size), text(c.hidden_size));
-  compare("--num-attention-heads", text(a.num_attention_heads), text(c.num_attention_heads));
-  compare("--ffn-hidden-size", text(a.ffn_hidden_size), text(c.ffn_hidden_size));
-  compare("--kv-channels", text(a.kv_channels), text(c.kv_channels));
+  const model::ModelConfig& m = a.model;
+  compare("--num-layers", text(m.num_layers), text(c.num_layers));
+  compare("--hidden-size", text(m.hidden_size), text(c.hidden_size));
+  compare("--num-attention-heads", text(m.num_attention_heads), text(c.num_attention_heads));
+  compare("--ffn-hidden-size", text(m.ffn_hidden_size), text(c.ffn_hidden_size));
+  compare("--kv-channels", text(m.kv_channels), text(c.kv_channels));
   // Without --group-query-attention every head is its own group (training ignores --num-query-groups).
   if (given("--group-query-attention") && a.group_query_attention) {
     if (given("--num-query-groups"))
-      compare("--num-query-groups", text(a.num_query_groups), text(c.num_query_groups));
+      compare("--num-query-groups", text(m.num_query_groups), text(c.num_query_groups));
     else if (c.num_query_groups != 1)  // Megatron's default of 1 group
       out.push_back({"--group-query-attention", "true (1 query group, the default of --num-query-groups)",
                      str_cat(c.num_query_groups, " query groups")});
   }
-  compare("--seq-length", text(a.seq_length), text(c.seq_length));
-  compare("--max-position-embeddings", text(a.max_position_embeddings), text(c.max_position_embeddings));
-  compare("--position-embedding-type", a.position_embedding_type,
-          c.position_embedding == model::PositionEmbedding::Rope ? "rope" : "learned_absolute");
-  compare("--rotary-base", text(a.rotary_base), text(c.rotary_base));
-  compare("--rotary-percent", text(a.rotary_percent), text(c.rotary_percent));
-  compare("--normalization", a.normalization, c.normalization == model::Normalization::RMSNorm ? "RMSNorm" : "LayerNorm");
-  compare("--norm-epsilon", text(a.norm_epsilon), text(c.norm_epsilon));
-  compare("--swiglu", text(a.swiglu), text(c.swiglu));
-  compare("--untie-embeddings-and-output-weights", text(a.untie_embeddings_and_output_weights),
+  compare("--seq-length", text(m.seq_length), text(c.seq_length));
+  compare("--max-position-embeddings", text(m.max_position_embeddings), text(c.max_position_embeddings));
+  compare("--position-embedding-type", megatron_name(m.position_embedding), megatron_name(c.position_embedding));
+  compare("--rotary-base", text(m.rotary_base), text(c.rotary_base));
+  compare("--rotary-percent", text(m.rotary_percent), text(c.rotary_percent));
+  compare("--normalization", megatron_name(m.normalization), megatron_name(c.normalization));
+  compare("--norm-epsilon", text(m.norm_epsilon), text(c.norm_epsilon));
+  compare("--swiglu", text(m.swiglu), text(c.swiglu));
+  compare("--untie-embeddings-and-output-weights", text(m.untie_embeddings_and_output_weights),
           text(c.untie_embeddings_and_output_weights));
-  compare("--disable-bias-linear", text(a.disable_bias_linear), text(!c.add_bias_linear));
+  compare("--disable-bias-linear", text(!m.add_bias_linear), text(!c.add_bias_linear));
   return out;
 }
 

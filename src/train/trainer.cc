@@ -100,9 +100,9 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   schedule_ = {static_cast<int>(args_.pipeline_model_parallel_size), static_cast<int>(args_.num_micro_batches),
                static_cast<int>(args_.virtual_pipeline_size)};
   pipeline::validate_schedule(schedule_);
-  pipeline::validate_layer_split(static_cast<int>(args_.num_layers), schedule_);
+  pipeline::validate_layer_split(static_cast<int>(args_.model.num_layers), schedule_);
   for (int k = 0; k < schedule_.chunks; ++k) {
-    pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(args_.num_layers), schedule_, {stage, k});
+    pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(args_.model.num_layers), schedule_, {stage, k});
     model::ModelChunk chunk{layers.first, layers.count, pipeline::is_first_chunk(schedule_, {stage, k}),
                             pipeline::is_last_chunk(schedule_, {stage, k})};
     chunks_.push_back(model::build_model_chunk(args_.model, params_, tp_, chunk));
@@ -110,9 +110,9 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   }
   params_.allocate(args_.seed);
   if (schedule_.stages > 1) {
-    const int64_t rows = args_.seq_length * args_.micro_batch_size / (tp_.sequence_parallel ? tp_.size() : 1);
+    const int64_t rows = args_.model.seq_length * args_.micro_batch_size / (tp_.sequence_parallel ? tp_.size() : 1);
     p2p_ = std::make_unique<pipeline::PipelineP2P>(state_->pipeline_group(), schedule_,
-                                                   Shape{rows, args_.hidden_size},
+                                                   Shape{rows, args_.model.hidden_size},
                                                    tp_.sequence_parallel ? nullptr : tp_.group);
   }
   comm::RankCoordinates rc = state_->coordinates();
@@ -181,15 +181,15 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
 void Trainer::build_datasets() {
   batch_options_ = {args_.eod, args_.eod_mask_loss, args_.reset_position_ids, args_.reset_attention_mask};
   if (args_.mock_data) {
-    train_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.seq_length, args_.seed, 0);
-    valid_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.seq_length, args_.seed, 1);
-    test_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.seq_length, args_.seed, 2);
+    train_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.model.seq_length, args_.seed, 0);
+    valid_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.model.seq_length, args_.seed, 1);
+    test_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.model.seq_length, args_.seed, 2);
     return;
   }
   data::GptDataConfig config;
   config.data_path = args_.data_path;
   config.split = args_.split;
-  config.seq_length = args_.seq_length;
+  config.seq_length = args_.model.seq_length;
   config.seed = static_cast<uint32_t>(args_.seed);
   config.cache_path = args_.data_cache_path;
   config.test_split_optional = true;  // evaluated after training only when it has documents
@@ -248,7 +248,7 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   model::LossSums losses;
   auto context = [&](int m) {
     return model::ForwardContext{args_.seed, training ? iteration_ + 1 : iteration_, batches[m].sample_offset,
-                                 training, args_.seq_length, args_.micro_batch_size};
+                                 training, args_.model.seq_length, args_.micro_batch_size};
   };
   // Under --overlap-param-gather the forward waits for each bucket of parameters just before its first
   // use, as Megatron's forward pre-hooks do.
@@ -523,7 +523,7 @@ void Trainer::train() {
       s.global_batch_size = args_.global_batch_size;
       s.elapsed_ms_per_iteration = seconds * 1000;
       s.tflops_per_device = flops_per_iteration / seconds / 1e12 / static_cast<double>(args_.world_size);
-      s.tokens_per_second = static_cast<double>(args_.global_batch_size * args_.seq_length) / seconds;
+      s.tokens_per_second = static_cast<double>(args_.global_batch_size * args_.model.seq_length) / seconds;
       s.learning_rate = lr;
       s.loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0;
       s.lm_loss = interval_loss / static_cast<double>(interval_iters);

@@ -1,0 +1,20 @@
+// The rules of checkpointing: when the loop saves, what it keeps, and when it saves and exits.
+#include <cmath>
+
+#include "train/argument_rules.h"
+#include "train/arguments.h"
+
+namespace tessera::train {
+
+using rules::require;
+
+void finalize_checkpointing(TrainArguments& a) {
+  require(a.save_interval >= 0, "--save-interval", a.save_interval, "must be >= 0");
+  require(a.save_interval == 0 || !a.save.empty(), "--save-interval", a.save_interval, "needs --save DIR");
+  require(a.ckpt_keep_last >= 0, "--ckpt-keep-last", a.ckpt_keep_last, "must be >= 0");
+  require(a.exit_interval >= 0, "--exit-interval", a.exit_interval, "must be >= 0 (0: never)");
+  require(std::isfinite(a.exit_duration_in_mins) && a.exit_duration_in_mins >= 0, "--exit-duration-in-mins",
+          a.exit_duration_in_mins, "must be a finite number >= 0 (0: never)");
+}
+
+}  // namespace tessera::train

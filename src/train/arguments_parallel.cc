@@ -1,0 +1,93 @@
+// The rules of the parallel layout: how the model is cut over tensor- and pipeline-parallel ranks,
+// what backward recomputes, and how gradients and parameters travel between data-parallel ranks.
+#include <algorithm>
+
+#include "train/argument_rules.h"
+#include "train/arguments.h"
+
+namespace tessera::train {
+
+using rules::require;
+using rules::require_positive;
+
+void finalize_parallel_layout(TrainArguments& a) {
+  const model::ModelConfig& c = a.model;
+  const int64_t tp = a.tensor_model_parallel_size;
+  require_positive("--tensor-model-parallel-size", tp);
+  const int64_t pp = a.pipeline_model_parallel_size;
+  require_positive("--pipeline-model-parallel-size", pp);
+  require(c.num_layers % pp == 0, "--num-layers", c.num_layers,
+          str_cat("must be divisible by --pipeline-model-parallel-size=", pp));
+  require(a.num_layers_per_virtual_pipeline_stage == 0 || a.num_virtual_stages_per_pipeline_rank == 0,
+          "--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
+          "cannot be combined with --num-virtual-stages-per-pipeline-rank");
+  require(a.num_layers_per_virtual_pipeline_stage >= 0, "--num-layers-per-virtual-pipeline-stage",
+          a.num_layers_per_virtual_pipeline_stage, "must be positive");
+  require(a.num_virtual_stages_per_pipeline_rank >= 0, "--num-virtual-stages-per-pipeline-rank",
+          a.num_virtual_stages_per_pipeline_rank, "must be positive");
+  a.virtual_pipeline_size = 1;
+  if (a.num_layers_per_virtual_pipeline_stage > 0) {
+    require((c.num_layers / pp) % a.num_layers_per_virtual_pipeline_stage == 0,
+            "--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
+            str_cat("must divide the ", c.num_layers / pp, " layers of each pipeline stage"));
+    a.virtual_pipeline_size = c.num_layers / pp / a.num_layers_per_virtual_pipeline_stage;
+  } else if (a.num_virtual_stages_per_pipeline_rank > 0) {
+    require((c.num_layers / pp) % a.num_virtual_stages_per_pipeline_rank == 0,
+            "--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
+            str_cat("must divide the ", c.num_layers / pp, " layers of each pipeline stage"));
+    a.virtual_pipeline_size = a.num_virtual_stages_per_pipeline_rank;
+  }
+  require(a.virtual_pipeline_size == 1 || pp > 1, "--num-layers-per-virtual-pipeline-stage",
+          a.num_layers_per_virtual_pipeline_stage,
+          "the interleaved schedule needs --pipeline-model-parallel-size > 1");
+  require(a.world_size % (tp * a.pipeline_model_parallel_size) == 0, "--tensor-model-parallel-size", tp,
+          str_cat("x --pipeline-model-parallel-size=", a.pipeline_model_parallel_size,
+                  " must divide the number of ranks (", a.world_size, ")"));
+  // What tensor parallelism splits: heads, key/value groups and the MLP's columns; with sequence
+  // parallelism also the sequence.
+  require(c.num_attention_heads % tp == 0, "--num-attention-heads", c.num_attention_heads,
+          str_cat("must be divisible by --tensor-model-parallel-size=", tp));
+  if (a.group_query_attention)
+    require(c.num_query_groups % tp == 0, "--num-query-groups", c.num_query_groups,
+            str_cat("must be divisible by --tensor-model-parallel-size=", tp));
+  require(c.ffn_hidden_size % tp == 0, "--ffn-hidden-size", c.ffn_hidden_size,
+          str_cat("must be divisible by --tensor-model-parallel-size=", tp));
+  require(!a.sequence_parallel || c.seq_length % tp == 0, "--seq-length", c.seq_length,
+          str_cat("must be divisible by --tensor-model-parallel-size=", tp, " with --sequence-parallel"));
+  require_positive("--ddp-bucket-size", a.ddp_bucket_size);
+
+  // Recomputation.
+  if (a.recompute_activations) {
+    require(a.recompute_granularity.empty() || a.recompute_granularity == "selective", "--recompute-activations",
+            "true", str_cat("contradicts --recompute-granularity=", a.recompute_granularity));
+    a.recompute_granularity = "selective";
+  }
+  require(a.recompute_granularity.empty() || a.recompute_granularity == "full" ||
+              a.recompute_granularity == "selective",
+          "--recompute-granularity", a.recompute_granularity, "must be full or selective");
+  if (a.recompute_granularity == "full") {
+    require(a.recompute_method == "uniform" || a.recompute_method == "block", "--recompute-method",
+            a.recompute_method.empty() ? "(none)" : a.recompute_method,
+            "must be uniform or block with --recompute-granularity full");
+    if (a.recompute_num_layers == 0) a.recompute_num_layers = 1;
+    const int64_t chunk_layers = c.num_layers / pp / std::max<int64_t>(a.virtual_pipeline_size, 1);
+    require(a.recompute_num_layers >= 1 && a.recompute_num_layers <= chunk_layers, "--recompute-num-layers",
+            a.recompute_num_layers, str_cat("must be in [1, ", chunk_layers, "] (the layers of one model chunk)"));
+    a.recompute = {a.recompute_method == "uniform" ? model::RecomputeMethod::Uniform : model::RecomputeMethod::Block,
+                   a.recompute_num_layers};
+  } else {
+    require(a.recompute_method.empty(), "--recompute-method", a.recompute_method,
+            "needs --recompute-granularity full");
+    require(a.recompute_num_layers == 0, "--recompute-num-layers", a.recompute_num_layers,
+            "needs --recompute-granularity full");
+  }
+
+  // As Megatron: the parameter all-gather overlaps only what the distributed optimizer does.
+  require(!a.overlap_param_gather || a.use_distributed_optimizer, "--overlap-param-gather", "true",
+          "needs --use-distributed-optimizer");
+  require(!a.overlap_param_gather || a.overlap_grad_reduce, "--overlap-param-gather", "true",
+          "needs --overlap-grad-reduce");
+  require_positive("--distributed-timeout-minutes", a.distributed_timeout_minutes);
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,263 @@
+#include "train/arguments.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/check.h"
+#include "train/trainer_testing.h"
+
+namespace tessera::train {
+namespace {
+
+using testing::split_flags;
+
+// A small valid run; each case appends flags (a flag given twice takes its last value).
+const std::string kBase =
+    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
+    "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 "
+    "--train-iters 1 ";
+
+TrainArguments parse(const std::string& extra, int64_t world = 1) {
+  return parse_train_arguments(split_flags(kBase + extra), world);
+}
+
+// The message of the Error the flags raise, or "accepted".
+std::string error_of(const std::string& flags, int64_t world = 1) {
+  try {
+    parse_train_arguments(split_flags(flags), world);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+struct RuleCase {
+  const char* extra;  // appended to kBase
+  int64_t world;
+  const char* message;
+};
+
+// Every rule of finalize(), each broken alone: the message names the flag, the value and the rule.
+class TrainArgumentsRule : public ::testing::TestWithParam<RuleCase> {};
+
+TEST_P(TrainArgumentsRule, NamesFlagValueAndRule) {
+  const RuleCase& c = GetParam();
+  EXPECT_EQ(error_of(kBase + c.extra, c.world), c.message) << c.extra;
+}
+
+const RuleCase kModelRules[] = {
+    {"--num-layers 0", 1, "--num-layers=0: must be positive"},
+    {"--hidden-size 0", 1, "--hidden-size=0: must be positive"},
+    {"--num-attention-heads 0", 1, "--num-attention-heads=0: must be positive"},
+    {"--seq-length 0", 1, "--seq-length=0: must be positive"},
+    {"--num-attention-heads 5", 1, "--hidden-size=32: must be divisible by --num-attention-heads=5 (or set --kv-channels)"},
+    {"--kv-channels -1", 1, "--kv-channels=-1: must be positive"},
+    {"--group-query-attention --num-query-groups 0", 1, "--num-query-groups=0: must be positive"},
+    {"--group-query-attention --num-query-groups 3", 1, "--num-query-groups=3: must divide --num-attention-heads=4"},
+    {"--ffn-hidden-size -4", 1, "--ffn-hidden-size=-4: must be positive"},
+    {"--max-position-embeddings 8", 1,
+     "--max-position-embeddings=8: must be >= --seq-length=16 with learned absolute positions"},
+    {"--position-embedding-type alibi", 1, "--position-embedding-type=alibi: must be learned_absolute or rope"},
+    {"--rotary-percent 0", 1, "--rotary-percent=0: must be in (0, 1]"},
+    {"--position-embedding-type rope --rotary-percent 0.1", 1,
+     "--rotary-percent=0.1: rotates fewer than 2 dimensions of each head"},
+    {"--rotary-base 0", 1, "--rotary-base=0: must be positive"},
+    {"--normalization BatchNorm", 1, "--normalization=BatchNorm: must be LayerNorm or RMSNorm"},
+    {"--norm-epsilon 0", 1, "--norm-epsilon=0: must be positive"},
+    {"--hidden-dropout 1.5", 1, "--hidden-dropout=1.5: must be in [0, 1)"},
+    {"--attention-dropout 1", 1, "--attention-dropout=1: must be in [0, 1)"},
+    {"--init-method-std 0", 1, "--init-method-std=0: must be positive"},
+    {"--make-vocab-size-divisible-by 0", 1, "--make-vocab-size-divisible-by=0: must be positive"},
+};
+INSTANTIATE_TEST_SUITE_P(Model, TrainArgumentsRule, ::testing::ValuesIn(kModelRules));
+
+const RuleCase kLayoutRules[] = {
+    {"--tensor-model-parallel-size 0", 1, "--tensor-model-parallel-size=0: must be positive"},
+    {"--pipeline-model-parallel-size 0", 1, "--pipeline-model-parallel-size=0: must be positive"},
+    {"--pipeline-model-parallel-size 3", 3, "--num-layers=2: must be divisible by --pipeline-model-parallel-size=3"},
+    {"--num-layers-per-virtual-pipeline-stage 1 --num-virtual-stages-per-pipeline-rank 1", 1,
+     "--num-layers-per-virtual-pipeline-stage=1: cannot be combined with --num-virtual-stages-per-pipeline-rank"},
+    {"--num-layers-per-virtual-pipeline-stage -1", 1, "--num-layers-per-virtual-pipeline-stage=-1: must be positive"},
+    {"--num-virtual-stages-per-pipeline-rank -1", 1, "--num-virtual-stages-per-pipeline-rank=-1: must be positive"},
+    {"--num-layers 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3", 2,
+     "--num-layers-per-virtual-pipeline-stage=3: must divide the 2 layers of each pipeline stage"},
+    {"--num-layers 4 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 3", 2,
+     "--num-virtual-stages-per-pipeline-rank=3: must divide the 2 layers of each pipeline stage"},
+    {"--num-layers-per-virtual-pipeline-stage 1", 1,
+     "--num-layers-per-virtual-pipeline-stage=1: the interleaved schedule needs --pipeline-model-parallel-size > 1"},
+    {"--tensor-model-parallel-size 2", 1,
+     "--tensor-model-parallel-size=2: x --pipeline-model-parallel-size=1 must divide the number of ranks (1)"},
+    {"--num-attention-heads 2 --tensor-model-parallel-size 4", 4,
+     "--num-attention-heads=2: must be divisible by --tensor-model-parallel-size=4"},
+    {"--group-query-attention --num-query-groups 1 --tensor-model-parallel-size 2", 2,
+     "--num-query-groups=1: must be divisible by --tensor-model-parallel-size=2"},
+    {"--ffn-hidden-size 33 --tensor-model-parallel-size 2", 2,
+     "--ffn-hidden-size=33: must be divisible by --tensor-model-parallel-size=2"},
+    {"--seq-length 15 --tensor-model-parallel-size 2 --sequence-parallel", 2,
+     "--seq-length=15: must be divisible by --tensor-model-parallel-size=2 with --sequence-parallel"},
+    {"--ddp-bucket-size 0", 1, "--ddp-bucket-size=0: must be positive"},
+    {"--recompute-activations --recompute-granularity full --recompute-method block", 1,
+     "--recompute-activations=true: contradicts --recompute-granularity=full"},
+    {"--recompute-granularity partial", 1, "--recompute-granularity=partial: must be full or selective"},
+    {"--recompute-granularity full", 1,
+     "--recompute-method=(none): must be uniform or block with --recompute-granularity full"},
+    {"--recompute-granularity full --recompute-method uniform --recompute-num-layers 5", 1,
+     "--recompute-num-layers=5: must be in [1, 2] (the layers of one model chunk)"},
+    {"--recompute-method block", 1, "--recompute-method=block: needs --recompute-granularity full"},
+    {"--recompute-num-layers 1", 1, "--recompute-num-layers=1: needs --recompute-granularity full"},
+    {"--overlap-param-gather --overlap-grad-reduce", 1, "--overlap-param-gather=true: needs --use-distributed-optimizer"},
+    {"--overlap-param-gather --use-distributed-optimizer", 1, "--overlap-param-gather=true: needs --overlap-grad-reduce"},
+    {"--distributed-timeout-minutes 0", 1, "--distributed-timeout-minutes=0: must be positive"},
+};
+INSTANTIATE_TEST_SUITE_P(ParallelLayout, TrainArgumentsRule, ::testing::ValuesIn(kLayoutRules));
+
+const RuleCase kDataRules[] = {
+    {"--data-path corpus", 1, "--data-path=corpus: give exactly one of --mock-data and --data-path"},
+    {"--tokenizer-type GPT2BPETokenizer", 1,
+     "--tokenizer-type=GPT2BPETokenizer: --mock-data needs --tokenizer-type NullTokenizer"},
+    {"--vocab-size 1", 1, "--vocab-size=1: the NullTokenizer needs a vocabulary of at least 2"},
+    {"--micro-batch-size 0", 1, "--micro-batch-size=0: must be positive"},
+    {"--global-batch-size -2", 1, "--global-batch-size=-2: must be positive"},
+    {"--global-batch-size 5", 1, "--global-batch-size=5: must be divisible by --micro-batch-size=2 x data-parallel size=1"},
+    {"--global-batch-size 6", 2, "--global-batch-size=6: must be divisible by --micro-batch-size=2 x data-parallel size=2"},
+    {"--num-layers 4 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 --micro-batch-size 1 "
+     "--global-batch-size 3",
+     2,
+     "--global-batch-size=3: gives 3 micro-batches per pipeline (global batch / (micro batch x data-parallel size)); "
+     "the interleaved schedule needs a multiple of --pipeline-model-parallel-size=2"},
+};
+INSTANTIATE_TEST_SUITE_P(Data, TrainArgumentsRule, ::testing::ValuesIn(kDataRules));
+
+const RuleCase kTrainingLoopRules[] = {
+    {"--train-iters 0", 1, "--train-iters=0: must be positive"},
+    {"--eval-interval 0", 1, "--eval-interval=0: must be positive"},
+    {"--eval-iters -1", 1, "--eval-iters=-1: must be >= 0"},
+    {"--log-interval 0", 1, "--log-interval=0: must be positive"},
+    {"--max-nan-iterations 0", 1, "--max-nan-iterations=0: must be positive"},
+    {"--sample-interval -1", 1, "--sample-interval=-1: must be >= 0"},
+    {"--sample-interval 5", 1, "--sample-interval=5: needs --sample-prompt TEXT"},
+    {"--sample-interval 5 --sample-prompt hi --pipeline-model-parallel-size 2", 2,
+     "--sample-interval=5: is not supported with --pipeline-model-parallel-size > 1 yet"},
+};
+INSTANTIATE_TEST_SUITE_P(TrainingLoop, TrainArgumentsRule, ::testing::ValuesIn(kTrainingLoopRules));
+
+const RuleCase kOptimizerRules[] = {
+    {"--lr 0", 1, "--lr=0: must be positive"},
+    {"--min-lr 0.01", 1, "--min-lr=0.01: must be in [0, --lr=0.001]"},
+    {"--weight-decay -1", 1, "--weight-decay=-1: must be >= 0"},
+    {"--adam-beta1 1", 1, "--adam-beta1=1: must be in [0, 1)"},
+    {"--adam-beta2 -0.5", 1, "--adam-beta2=-0.5: must be in [0, 1)"},
+    {"--adam-eps 0", 1, "--adam-eps=0: must be positive"},
+    {"--clip-grad -1", 1, "--clip-grad=-1: must be >= 0"},
+    {"--lr-decay-iters -1", 1, "--lr-decay-iters=-1: must be positive"},
+    {"--lr-warmup-iters -1", 1, "--lr-warmup-iters=-1: must be >= 0"},
+    {"--lr-warmup-fraction 0.5 --lr-warmup-iters 1", 1,
+     "--lr-warmup-fraction=0.5: cannot be combined with --lr-warmup-iters"},
+    {"--lr-warmup-fraction 2", 1, "--lr-warmup-fraction=2: must be in [0, 1]"},
+    {"--lr-warmup-iters 1", 1, "--lr-warmup-iters=1: must be less than --lr-decay-iters=1"},
+    {"--lr-decay-style exponential", 1, "--lr-decay-style: 'exponential' is not one of constant, linear, cosine"},
+    {"--bf16 --fp16", 1, "--bf16=true: cannot be combined with --fp16"},
+    {"--loss-scale 128", 1, "--loss-scale=128: needs --fp16 or --bf16"},
+    {"--fp16 --loss-scale -1", 1, "--loss-scale=-1: must be >= 0 (0: dynamic)"},
+    {"--fp16 --initial-loss-scale 0", 1, "--initial-loss-scale=0: must be positive"},
+    {"--fp16 --initial-loss-scale 1024 --min-loss-scale 2048", 1,
+     "--min-loss-scale=2048: must be in (0, --initial-loss-scale=1024]"},
+    {"--fp16 --loss-scale-window 0", 1, "--loss-scale-window=0: must be positive"},
+    {"--fp16 --hysteresis 0", 1, "--hysteresis=0: must be positive"},
+};
+INSTANTIATE_TEST_SUITE_P(Optimizer, TrainArgumentsRule, ::testing::ValuesIn(kOptimizerRules));
+
+const RuleCase kCheckpointingRules[] = {
+    {"--save-interval -1", 1, "--save-interval=-1: must be >= 0"},
+    {"--save-interval 5", 1, "--save-interval=5: needs --save DIR"},
+    {"--ckpt-keep-last -1", 1, "--ckpt-keep-last=-1: must be >= 0"},
+    {"--exit-interval -1", 1, "--exit-interval=-1: must be >= 0 (0: never)"},
+    {"--exit-duration-in-mins -2", 1, "--exit-duration-in-mins=-2: must be a finite number >= 0 (0: never)"},
+};
+INSTANTIATE_TEST_SUITE_P(Checkpointing, TrainArgumentsRule, ::testing::ValuesIn(kCheckpointingRules));
+
+TEST(TrainArguments, DataPathOrMockDataIsRequired) {
+  std::string without_data = kBase;
+  without_data.replace(without_data.find("--mock-data "), 12, "");
+  EXPECT_EQ(error_of(without_data), "--data-path=(none): give exactly one of --mock-data and --data-path");
+}
+
+TEST(TrainArguments, TheBaseRunIsValid) { EXPECT_EQ(error_of(kBase), "accepted"); }
+
+// The model flags write the ModelConfig's fields; nothing else holds them.
+TEST(TrainArguments, ModelFlagsWriteTheModelConfig) {
+  const TrainArguments a = parse(
+      "--position-embedding-type rope --normalization RMSNorm --rotary-base 500000 --rotary-percent 0.5 "
+      "--norm-epsilon 1e-6 --hidden-dropout 0 --attention-dropout 0.25 --init-method-std 0.01 --swiglu "
+      "--untie-embeddings-and-output-weights --disable-bias-linear --kv-channels 16 --ffn-hidden-size 96 "
+      "--max-position-embeddings 64");
+  const model::ModelConfig& c = a.model;
+  EXPECT_EQ(c.num_layers, 2);
+  EXPECT_EQ(c.hidden_size, 32);
+  EXPECT_EQ(c.num_attention_heads, 4);
+  EXPECT_EQ(c.seq_length, 16);
+  EXPECT_EQ(c.position_embedding, model::PositionEmbedding::Rope);
+  EXPECT_EQ(c.normalization, model::Normalization::RMSNorm);
+  EXPECT_EQ(c.rotary_base, 500000.0f);
+  EXPECT_EQ(c.rotary_percent, 0.5f);
+  EXPECT_EQ(c.norm_epsilon, 1e-6f);
+  EXPECT_EQ(c.hidden_dropout, 0.0f);
+  EXPECT_EQ(c.attention_dropout, 0.25f);
+  EXPECT_EQ(c.init_method_std, 0.01f);
+  EXPECT_TRUE(c.swiglu);
+  EXPECT_TRUE(c.untie_embeddings_and_output_weights);
+  EXPECT_FALSE(c.add_bias_linear);
+  EXPECT_EQ(c.kv_channels, 16);
+  EXPECT_EQ(c.ffn_hidden_size, 96);
+  EXPECT_EQ(c.max_position_embeddings, 64);
+}
+
+// What a flag left at 0 (or out) becomes: Megatron's defaults.
+TEST(TrainArguments, ModelDefaultsFollowMegatron) {
+  TrainArguments a = parse("");
+  EXPECT_EQ(a.model.kv_channels, 8);        // hidden / heads
+  EXPECT_EQ(a.model.ffn_hidden_size, 128);  // 4h
+  EXPECT_EQ(a.model.num_query_groups, 4);   // every head its own group
+  EXPECT_EQ(a.model.max_position_embeddings, 16);
+  EXPECT_EQ(a.model.position_embedding, model::PositionEmbedding::LearnedAbsolute);
+  EXPECT_EQ(a.model.normalization, model::Normalization::LayerNorm);
+  EXPECT_TRUE(a.model.add_bias_linear);
+  EXPECT_EQ(a.model.params_dtype, DType::F32);
+  EXPECT_EQ(parse("--swiglu").model.ffn_hidden_size, 64);  // 8h/3 rounded down to a multiple of 64
+  EXPECT_EQ(parse("--group-query-attention").model.num_query_groups, 1);
+  EXPECT_EQ(parse("--group-query-attention --num-query-groups 2").model.num_query_groups, 2);
+  EXPECT_EQ(parse("--num-query-groups 2").model.num_query_groups, 4);  // ignored without grouped-query attention
+  EXPECT_EQ(parse("--bf16").model.params_dtype, DType::BF16);
+}
+
+TEST(TrainArguments, VocabularyComesFromTheTokenizerPaddedForTensorParallelism) {
+  const TrainArguments one = parse("");
+  EXPECT_GE(one.model.vocab_size, 40);
+  EXPECT_EQ(one.model.padded_vocab_size, 128);
+  const TrainArguments two = parse("--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64", 2);
+  EXPECT_EQ(two.model.vocab_size, one.model.vocab_size);
+  EXPECT_EQ(two.model.padded_vocab_size, 128);  // a multiple of 64 x 2
+  EXPECT_EQ(parse("--make-vocab-size-divisible-by 8").model.padded_vocab_size,
+            model::padded_vocab_size(one.model.vocab_size, 8, 1));
+}
+
+TEST(TrainArguments, EnumFlagsUseMegatronNames) {
+  EXPECT_EQ(megatron_name(model::PositionEmbedding::LearnedAbsolute), "learned_absolute");
+  EXPECT_EQ(megatron_name(model::PositionEmbedding::Rope), "rope");
+  EXPECT_EQ(megatron_name(model::Normalization::LayerNorm), "LayerNorm");
+  EXPECT_EQ(megatron_name(model::Normalization::RMSNorm), "RMSNorm");
+  // The enum's number is not a name.
+  EXPECT_EQ(error_of(kBase + "--normalization 1"), "--normalization=1: must be LayerNorm or RMSNorm");
+  try {
+    parse("--help");
+    ADD_FAILURE() << "--help did not ask for help";
+  } catch (const HelpRequested& help) {
+    // The default is shown by name, not as the enum's number.
+    EXPECT_NE(help.text.find("=learned_absolute"), std::string::npos) << help.text;
+    EXPECT_NE(help.text.find("=LayerNorm"), std::string::npos) << help.text;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::train
