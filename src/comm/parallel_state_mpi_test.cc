@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <numeric>
 
@@ -91,6 +92,85 @@ TEST(ParallelState, EveryLayoutBuildsMegatronsGroups) {
     EXPECT_EQ(ps.describe(), describe_layout(layout, me));
     std::string first_line = str_cat("rank ", me, " -> tp ", c.tp, ", dp ", c.dp, ", pp ", c.pp, "\n");
     EXPECT_EQ(ps.describe().rfind(first_line, 0), 0u) << ps.describe();
+  }
+}
+
+// Every layout of the running world size with context or expert parallelism, and every layout with
+// pp > 1 in the order that puts pp before dp, in the same order on every rank.
+std::vector<ParallelLayout> folded_layouts(int world_size) {
+  std::vector<ParallelLayout> layouts;
+  for (int tp = 1; tp <= world_size; ++tp)
+    for (int cp = 1; cp <= world_size; ++cp)
+      for (int pp = 1; pp <= world_size; ++pp) {
+        if (world_size % (tp * cp * pp) != 0) continue;
+        for (int ep = 1; ep <= world_size; ++ep)
+          for (int etp = 1; etp <= world_size; ++etp) {
+            if (world_size % (etp * ep * pp) != 0) continue;
+            for (const char* order : {kDefaultRankOrder, "tp-cp-ep-pp-dp"}) {
+              ParallelLayout l{world_size, tp, pp, cp, ep, etp, order};
+              // EveryLayoutBuildsMegatronsGroups has the others; the order only matters with pp > 1.
+              const bool folded = cp > 1 || ep > 1 || etp != tp;
+              if (std::string(order) == kDefaultRankOrder ? !folded : pp == 1) continue;
+              try {
+                validate_layout(l);
+              } catch (const Error&) {
+                continue;  // pp not last with another expert data-parallel size (Megatron refuses it too)
+              }
+              layouts.push_back(l);
+            }
+          }
+      }
+  return layouts;
+}
+
+// The real ProcessGroups hold what groups_of computes: for every kind, the group containing this rank
+// has its members in order, and all-gathering each member's world rank over it returns exactly them.
+TEST(ParallelState, ContextAndExpertGroupsHoldThePureLayoutsRanks) {
+  auto world = make_mpi_world_group();
+  const int me = world->rank();
+  const std::vector<ParallelLayout> layouts = folded_layouts(world->size());
+  if (layouts.empty()) GTEST_SKIP() << "one rank has no context or expert parallelism to check";
+  for (const ParallelLayout& layout : layouts) {
+    SCOPED_TRACE(str_cat(label(layout), " cp ", layout.context_parallel_size, " ep ", layout.expert_model_parallel_size,
+                         " etp ", layout.expert_tensor_parallel(), " order ", layout.order));
+    ParallelState ps(*world, layout);
+    const RankCoordinates c = ps.coordinates();
+    ProcessGroup* groups[kNumGroupKinds] = {
+        &ps.tensor_group(),       &ps.context_group(),        &ps.data_group(),
+        &ps.data_context_group(), &ps.tensor_context_group(), &ps.pipeline_group(),
+        &ps.model_parallel_group(), ps.embedding_group(),     &ps.expert_tensor_group(),
+        &ps.expert_model_group(), &ps.expert_data_group(),    &ps.expert_tensor_model_group(),
+        &ps.expert_tensor_model_pipeline_group()};
+    for (int k = 0; k < kNumGroupKinds; ++k) {
+      const GroupKind kind = static_cast<GroupKind>(k);
+      SCOPED_TRACE(group_kind_name(kind));
+      std::vector<int> expected;
+      for (const std::vector<int>& g : groups_of(layout, kind))
+        if (std::find(g.begin(), g.end(), me) != g.end()) expected = g;
+      if (expected.empty()) {  // only the embedding group leaves ranks out
+        EXPECT_EQ(kind, GroupKind::Embedding);
+        EXPECT_EQ(groups[k], nullptr);
+        continue;
+      }
+      ASSERT_NE(groups[k], nullptr);
+      ProcessGroup& g = *groups[k];
+      EXPECT_EQ(g.name(), group_kind_name(kind));
+      EXPECT_EQ(g.world_ranks(), expected);
+      ASSERT_EQ(g.size(), static_cast<int>(expected.size()));
+      EXPECT_EQ(expected[g.rank()], me);
+      Tensor mine = Tensor::empty({1}, DType::I64), all = Tensor::empty({g.size()}, DType::I64);
+      mine.i64()[0] = me;
+      g.all_gather(mine, all);
+      EXPECT_EQ(std::vector<int64_t>(all.i64(), all.i64() + g.size()),
+                std::vector<int64_t>(expected.begin(), expected.end()));
+    }
+    EXPECT_EQ(ps.context_group().rank(), c.cp);
+    EXPECT_EQ(ps.expert_tensor_group().rank(), c.etp);
+    EXPECT_EQ(ps.expert_model_group().rank(), c.ep);
+    EXPECT_EQ(ps.expert_data_group().rank(), c.edp);
+    EXPECT_EQ(&ps.gradient_group(false), &ps.data_context_group());
+    EXPECT_EQ(&ps.gradient_group(true), &ps.expert_data_group());
+    EXPECT_EQ(ps.describe(), describe_layout(layout, me));
   }
 }
 

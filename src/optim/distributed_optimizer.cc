@@ -12,35 +12,53 @@ DistributedOptimizer::DistributedOptimizer(model::ParameterSet& params, const Ad
                                            parallel::GradBuckets& buckets, comm::ProcessGroup& data_group,
                                            comm::ProcessGroup* model_parallel_group, bool counts_replicated,
                                            bool overlap_param_gather)
-    : params_(params), config_(config), buckets_(buckets), data_group_(data_group),
-      model_parallel_group_(model_parallel_group), counts_replicated_(counts_replicated),
-      overlap_param_gather_(overlap_param_gather) {
-  TESSERA_CHECK(params.allocated(), "DistributedOptimizer: parameters are not allocated");
-  TESSERA_CHECK(buckets.mode() == parallel::GradBuckets::Mode::ReduceScatter,
-                "DistributedOptimizer: the gradient buckets must reduce-scatter");
-  segments_ = segments_for(data_group.rank());
-  const int64_t n = segments_.empty() ? 0 : segments_.back().state + segments_.back().length;
-  exp_avg_ = Tensor::zeros({n});
-  exp_avg_sq_ = Tensor::zeros({n});
+    : DistributedOptimizer(params, config, {{&buckets, model_parallel_group, counts_replicated}}, overlap_param_gather) {
+  TESSERA_CHECK(data_group.world_ranks() == buckets.group().world_ranks(), "DistributedOptimizer: the buckets reduce "
+                "over the ", buckets.group().name(), " group, not over the ", data_group.name(), " group given");
 }
 
-std::vector<DistributedOptimizer::Segment> DistributedOptimizer::segments_for(int rank) const {
+DistributedOptimizer::DistributedOptimizer(model::ParameterSet& params, const AdamWConfig& config,
+                                           std::vector<GradientGroup> groups, bool overlap_param_gather)
+    : params_(params), config_(config), groups_(std::move(groups)), overlap_param_gather_(overlap_param_gather) {
+  TESSERA_CHECK(params.allocated(), "DistributedOptimizer: parameters are not allocated");
+  for (const GradientGroup& g : groups_) {
+    TESSERA_CHECK(g.buckets != nullptr, "DistributedOptimizer: a gradient group without buckets");
+    TESSERA_CHECK(g.buckets->mode() == parallel::GradBuckets::Mode::ReduceScatter,
+                  "DistributedOptimizer: the gradient buckets must reduce-scatter");
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<Segment> mine = segments_for(g, groups_[g].buckets->group().rank());
+    segments_.insert(segments_.end(), mine.begin(), mine.end());
+  }
+  // Moments in flat order whatever the groups, so that one group is laid out exactly as before groups.
+  std::sort(segments_.begin(), segments_.end(), [](const Segment& a, const Segment& b) { return a.flat < b.flat; });
+  int64_t state = 0;
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    TESSERA_CHECK(i == 0 || segments_[i - 1].flat + segments_[i - 1].length <= segments_[i].flat,
+                  "DistributedOptimizer: gradient groups overlap at flat offset ", segments_[i].flat);
+    segments_[i].state = state;
+    state += segments_[i].length;
+  }
+  exp_avg_ = Tensor::zeros({state});
+  exp_avg_sq_ = Tensor::zeros({state});
+}
+
+std::vector<DistributedOptimizer::Segment> DistributedOptimizer::segments_for(size_t g, int rank) const {
   std::vector<const model::Parameter*> by_offset;
   for (const model::Parameter& p : params_.params()) by_offset.push_back(&p);
   std::sort(by_offset.begin(), by_offset.end(),
             [](const model::Parameter* a, const model::Parameter* b) { return a->offset < b->offset; });
+  const parallel::GradBuckets& buckets = *groups_[g].buckets;
   std::vector<Segment> out;
-  int64_t state = 0;
   // Both lists are in increasing flat order: walk them together.
   size_t first = 0;
-  for (const parallel::OwnedRange& r : parallel::owned_ranges(buckets_.spans(), data_group_.size(), rank)) {
+  for (const parallel::OwnedRange& r : parallel::owned_ranges(buckets.spans(), buckets.group().size(), rank)) {
     while (first < by_offset.size() && by_offset[first]->offset + by_offset[first]->value.numel() <= r.begin) ++first;
     for (size_t i = first; i < by_offset.size() && by_offset[i]->offset < r.end; ++i) {
       const model::Parameter* p = by_offset[i];
       const int64_t b = std::max(r.begin, p->offset), e = std::min(r.end, p->offset + p->value.numel());
       if (b >= e) continue;
-      out.push_back({p, b, e - b, state, r.replicated});
-      state += e - b;
+      out.push_back({p, b, e - b, 0, r.replicated, g});
     }
   }
   return out;
@@ -48,33 +66,42 @@ std::vector<DistributedOptimizer::Segment> DistributedOptimizer::segments_for(in
 
 double DistributedOptimizer::grad_norm() const {
   const float* g = params_.grads().f32();
-  const bool first_data_rank = data_group_.rank() == 0;
-  double sum = 0;
+  std::vector<double> sums(groups_.size(), 0.0);
   for (const Segment& s : segments_) {
     const model::ParameterSpec& spec = s.param->spec;
+    const GradientGroup& group = groups_[s.group];
     // Never the tied copy (its original is counted on the first stage), replicated-over-tensor
     // parameters on one tensor rank, and bucket tails on one data-parallel rank.
-    if (spec.tied_copy || !(spec.sharding.sharded() || counts_replicated_) || (s.replicated && !first_data_rank))
+    if (spec.tied_copy || !(spec.sharding.sharded() || group.counts_replicated) ||
+        (s.replicated && group.buckets->group().rank() != 0))
       continue;
-    sum += kernels::sum_of_squares(g + s.flat, s.length);
+    sums[s.group] += kernels::sum_of_squares(g + s.flat, s.length);
   }
-  Tensor total = Tensor::empty({1});
-  total.f32()[0] = static_cast<float>(sum);
-  if (data_group_.size() > 1) data_group_.all_reduce(total);
-  if (model_parallel_group_ && model_parallel_group_->size() > 1) model_parallel_group_->all_reduce(total);
-  return std::sqrt(static_cast<double>(total.f32()[0]));
+  // Each group over its own ranks (in the same order on every rank), then the groups together.
+  double total = 0;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    Tensor t = Tensor::empty({1});
+    t.f32()[0] = static_cast<float>(sums[i]);
+    comm::ProcessGroup& data = groups_[i].buckets->group();
+    if (data.size() > 1) data.all_reduce(t);
+    if (groups_[i].model_group && groups_[i].model_group->size() > 1) groups_[i].model_group->all_reduce(t);
+    total += static_cast<double>(t.f32()[0]);
+  }
+  return std::sqrt(total);
 }
 
 StepResult DistributedOptimizer::step(float lr, float loss_scale) {
   StepResult result = adamw_update(moments(), config_, lr, loss_scale, grad_norm(), steps_);
   // Every rank sees the same norm, so all skip together and the parameters stay complete.
   if (result.skipped) return result;
-  buckets_.start_param_gather(params_.values());
-  if (!overlap_param_gather_) buckets_.wait_param_gather();
+  for (GradientGroup& g : groups_) g.buckets->start_param_gather(params_.values());
+  if (!overlap_param_gather_) wait_for_params();
   return result;
 }
 
-void DistributedOptimizer::wait_for_params() { buckets_.wait_param_gather(); }
+void DistributedOptimizer::wait_for_params() {
+  for (GradientGroup& g : groups_) g.buckets->wait_param_gather();
+}
 
 MomentShard DistributedOptimizer::moments() const {
   MomentShard shard{{}, exp_avg_, exp_avg_sq_, true};

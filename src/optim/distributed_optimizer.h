@@ -5,6 +5,11 @@
 // owned by every rank), each rank clips and updates its pieces, and the parameters are then
 // all-gathered over the same buckets, at once or overlapped with the next forward
 // (--overlap-param-gather). Parameters are fp32 and serve as their own master weights.
+//
+// Several gradient groups: each GradBuckets covers the parameters one data-parallel group reduces (dense
+// ones over data x context ranks, expert ones over the expert-data-parallel ranks), and this rank owns
+// its pieces of every group's buckets. The gradient norm sums each group's squares over its data group
+// and then over the ranks that hold the rest of the model beside it, and adds the groups.
 #pragma once
 
 #include <vector>
@@ -17,19 +22,33 @@
 
 namespace tessera::optim {
 
+// One group of gradients: its ReduceScatter buckets (whose group() is the data-parallel group that owns
+// them), the ranks holding the rest of the model beside that group (tensor x pipeline for dense
+// parameters, expert tensor x expert x pipeline for expert ones; null: none), and whether parameters
+// replicated over its tensor group count on this rank (its tensor rank 0).
+struct GradientGroup {
+  parallel::GradBuckets* buckets = nullptr;
+  comm::ProcessGroup* model_group = nullptr;
+  bool counts_replicated = true;
+};
+
 class DistributedOptimizer : public Optimizer {
  public:
-  // buckets: the ReduceScatter buckets over params' gradients and the data-parallel group `data_group`
-  // (their layout decides what this rank owns). model_parallel_group and counts_replicated as for
-  // AdamWOptimizer. overlap_param_gather: step() only starts the parameter all-gather and
-  // wait_for_params() completes it; otherwise step() returns with the parameters complete.
+  // Every group's buckets must cover disjoint parts of params' gradients.
+  DistributedOptimizer(model::ParameterSet& params, const AdamWConfig& config, std::vector<GradientGroup> groups,
+                       bool overlap_param_gather = false);
+  // One group: buckets, the ReduceScatter buckets over params' gradients and the data-parallel group
+  // `data_group` (the buckets' own group; their layout decides what this rank owns).
+  // model_parallel_group and counts_replicated as for AdamWOptimizer. overlap_param_gather: step() only
+  // starts the parameter all-gather and wait_for_params() completes it; otherwise step() returns with
+  // the parameters complete.
   DistributedOptimizer(model::ParameterSet& params, const AdamWConfig& config, parallel::GradBuckets& buckets,
                        comm::ProcessGroup& data_group, comm::ProcessGroup* model_parallel_group = nullptr,
                        bool counts_replicated = true, bool overlap_param_gather = false);
 
-  // The global norm from the reduced gradients this rank owns, summed over the data-parallel group
-  // (bucket tails, owned by every rank, counted on data-parallel rank 0 only) and the model-parallel
-  // group. Call after the buckets' finish() and the tensor/embedding gradient sums.
+  // The global norm from the reduced gradients this rank owns, summed for each group over its
+  // data-parallel group (bucket tails, owned by every rank, counted on its rank 0 only) and its model
+  // group, then over the groups. Call after the buckets' finish() and the tensor/embedding gradient sums.
   double grad_norm() const override;
   StepResult step(float lr, float loss_scale = 1.0f) override;
   void wait_for_params() override;
@@ -52,17 +71,16 @@ class DistributedOptimizer : public Optimizer {
     const model::Parameter* param;
     int64_t flat, length, state;
     bool replicated;  // inside a bucket tail, owned by every data-parallel rank
+    size_t group;     // index in groups_
   };
-  // This layout's segments for data-parallel rank `rank`.
-  std::vector<Segment> segments_for(int rank) const;
+  // Group g's segments for its data-parallel rank `rank` (state offsets not yet assigned).
+  std::vector<Segment> segments_for(size_t g, int rank) const;
 
   model::ParameterSet& params_;
   AdamWConfig config_;
-  parallel::GradBuckets& buckets_;
-  comm::ProcessGroup& data_group_;
-  comm::ProcessGroup* model_parallel_group_;
-  bool counts_replicated_, overlap_param_gather_;
-  std::vector<Segment> segments_;
+  std::vector<GradientGroup> groups_;
+  bool overlap_param_gather_;
+  std::vector<Segment> segments_;  // of every group, in increasing flat order
   Tensor exp_avg_, exp_avg_sq_;  // this rank's segments, back to back
   int64_t steps_ = 0;
 };

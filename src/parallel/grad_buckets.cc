@@ -7,28 +7,61 @@
 
 namespace tessera::parallel {
 
+std::vector<FlatRange> merge_segments(std::vector<FlatRange> segments) {
+  std::sort(segments.begin(), segments.end());
+  std::vector<FlatRange> out;
+  for (auto [b, e] : segments) {
+    TESSERA_CHECK(0 <= b && b < e, "gradient segment [", b, ", ", e, ") is empty or negative");
+    TESSERA_CHECK(out.empty() || out.back().second <= b, "gradient segments [", out.back().first, ", ",
+                  out.back().second, ") and [", b, ", ", e, ") overlap");
+    if (!out.empty() && out.back().second == b)
+      out.back().second = e;
+    else
+      out.push_back({b, e});
+  }
+  return out;
+}
+
 std::vector<BucketSpan> cut_buckets(int64_t numel, int64_t bucket_elements, int ranks,
-                                    std::vector<std::pair<int64_t, int64_t>> own_buckets) {
+                                    std::vector<FlatRange> own_buckets) {
+  for (auto [b, e] : own_buckets)
+    TESSERA_CHECK(0 <= b && b < e && e <= numel, "gradient bucket [", b, ", ", e, ") is outside the buffer of ",
+                  numel, " elements");
+  std::vector<FlatRange> whole;
+  if (numel > 0) whole.push_back({0, numel});
+  return cut_buckets(std::move(whole), bucket_elements, ranks, std::move(own_buckets));
+}
+
+std::vector<BucketSpan> cut_buckets(std::vector<FlatRange> segments, int64_t bucket_elements, int ranks,
+                                    std::vector<FlatRange> own_buckets) {
   TESSERA_CHECK(bucket_elements > 0, "gradient bucket size must be positive, got ", bucket_elements);
   TESSERA_CHECK(ranks > 0, "gradient buckets need at least one rank, got ", ranks);
+  segments = merge_segments(std::move(segments));
   std::sort(own_buckets.begin(), own_buckets.end());
   for (size_t i = 0; i < own_buckets.size(); ++i) {
     auto [b, e] = own_buckets[i];
-    TESSERA_CHECK(0 <= b && b < e && e <= numel, "gradient bucket [", b, ", ", e, ") is outside the buffer of ",
-                  numel, " elements");
+    const bool inside = std::any_of(segments.begin(), segments.end(),
+                                    [&](const FlatRange& s) { return s.first <= b && b < e && e <= s.second; });
+    TESSERA_CHECK(inside, "gradient bucket [", b, ", ", e, ") is not inside one of the buckets' segments");
     TESSERA_CHECK(i == 0 || own_buckets[i - 1].second <= b, "gradient buckets [", own_buckets[i - 1].first, ", ",
                   own_buckets[i - 1].second, ") and [", b, ", ", e, ") overlap");
   }
   std::vector<BucketSpan> out;
   auto add = [&](int64_t b, int64_t e) { out.push_back({b, e, (e - b) / ranks}); };
-  // Walk down from the end: the regular buckets above each own bucket, then the own bucket.
-  int64_t end = numel;
-  for (auto it = own_buckets.rbegin();; ++it) {
-    const int64_t floor = it == own_buckets.rend() ? 0 : it->second;
-    for (; end > floor; end -= bucket_elements) add(std::max(floor, end - bucket_elements), end);
-    if (it == own_buckets.rend()) break;
-    add(it->first, it->second);
-    end = it->first;
+  // Walk down from the end of each segment: the regular buckets above each own bucket, then the own
+  // bucket, then what is below it.
+  auto own = own_buckets.rbegin();
+  for (auto seg = segments.rbegin(); seg != segments.rend(); ++seg) {
+    int64_t end = seg->second;
+    for (;;) {
+      const bool has_own = own != own_buckets.rend() && own->first >= seg->first;
+      const int64_t floor = has_own ? own->second : seg->first;
+      for (; end > floor; end -= bucket_elements) add(std::max(floor, end - bucket_elements), end);
+      if (!has_own) break;
+      add(own->first, own->second);
+      end = own->first;
+      ++own;
+    }
   }
   return out;
 }
@@ -43,9 +76,13 @@ std::vector<OwnedRange> owned_ranges(const std::vector<BucketSpan>& buckets, int
 }
 
 GradBuckets::GradBuckets(const Tensor& grads, int64_t bucket_elements, comm::ProcessGroup& group, Mode mode,
-                         std::vector<std::pair<int64_t, int64_t>> own_buckets)
+                         std::vector<FlatRange> own_buckets, std::vector<FlatRange> segments)
     : grads_(grads), group_(group), mode_(mode) {
-  spans_ = cut_buckets(grads.numel(), bucket_elements, group.size(), std::move(own_buckets));
+  if (segments.empty() && grads.numel() > 0) segments.push_back({0, grads.numel()});
+  segments_ = merge_segments(std::move(segments));
+  TESSERA_CHECK(segments_.empty() || segments_.back().second <= grads.numel(), "gradient segment ending at ",
+                segments_.back().second, " is outside the buffer of ", grads.numel(), " elements");
+  spans_ = cut_buckets(segments_, bucket_elements, group.size(), std::move(own_buckets));
   for (const BucketSpan& s : spans_) buckets_.push_back({s, nullptr, nullptr, Tensor(), false, false});
   if (group.size() > 1) progress::add_hook(this, [this] { progress(); });
 }
@@ -65,7 +102,11 @@ void GradBuckets::progress() {
 }
 
 std::vector<OwnedRange> GradBuckets::owned_ranges() const {
-  if (mode_ == Mode::AllReduce) return {{0, grads_.numel(), true}};
+  if (mode_ == Mode::AllReduce) {
+    std::vector<OwnedRange> all;
+    for (auto [b, e] : segments_) all.push_back({b, e, true});
+    return all;
+  }
   return parallel::owned_ranges(spans_, group_.size(), group_.rank());
 }
 

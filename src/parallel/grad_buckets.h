@@ -9,6 +9,11 @@
 // on the part it owns; after the optimizer has updated those parts, the parameters are all-gathered
 // bucket by bucket over the same layout (Megatron shards its buffer by bucket in the same way).
 //
+// Per group: a GradBuckets may cover only some segments of the flat buffer (the parameters one
+// data-parallel group reduces, e.g. the expert weights over the expert-data-parallel group), each with
+// its own ProcessGroup; the trainer makes one per group. A bucket never spans two segments, so that
+// every collective works in place on one contiguous range (Megatron keeps separate buffers instead).
+//
 // Progress: MPI (Open MPI at least) advances a nonblocking collective only inside MPI calls, so while
 // reductions or gathers are in flight the buckets test them at every progress point (core/progress.h:
 // each GEMM and attention kernel, and every mark_final_from). Started during backward, they then run
@@ -38,13 +43,22 @@ struct OwnedRange {
   bool replicated = false;
 };
 
+using FlatRange = std::pair<int64_t, int64_t>;  // [begin, end) of the flat buffer
+
 // Cuts [0, numel) into buckets of at most bucket_elements, from the end. Each range of `own_buckets`
 // (disjoint [begin, end) pairs) becomes a bucket of its own whatever its size: a parameter held by two
 // pipeline stages (the tied word embedding) is then split over the data-parallel ranks the same way on
 // both, so the sum of its reduced pieces over the embedding group is the full gradient. Returned from
 // the end of the buffer to its start.
 std::vector<BucketSpan> cut_buckets(int64_t numel, int64_t bucket_elements, int ranks,
-                                    std::vector<std::pair<int64_t, int64_t>> own_buckets = {});
+                                    std::vector<FlatRange> own_buckets = {});
+// The same over some segments of the buffer only (disjoint; touching ones are merged first, so the
+// whole buffer as one or as several adjacent segments cuts alike): each segment is cut from its end as
+// above, the last segment first. Every own bucket must lie inside one segment.
+std::vector<BucketSpan> cut_buckets(std::vector<FlatRange> segments, int64_t bucket_elements, int ranks,
+                                    std::vector<FlatRange> own_buckets = {});
+// Sorted, checked to be disjoint and non-empty, touching ranges merged.
+std::vector<FlatRange> merge_segments(std::vector<FlatRange> segments);
 
 // The ranges of [0, numel) that `rank` owns under `buckets`, in increasing flat order.
 std::vector<OwnedRange> owned_ranges(const std::vector<BucketSpan>& buckets, int ranks, int rank);
@@ -55,14 +69,15 @@ class GradBuckets {
 
   // grads: the flat fp32 gradient buffer; bucket_elements: target bucket size (the last one may be
   // smaller); group: the data-parallel group (a group of one makes every call a no-op); own_buckets:
-  // see cut_buckets.
+  // see cut_buckets; segments: the parts of the buffer this group reduces (empty: all of it).
   GradBuckets(const Tensor& grads, int64_t bucket_elements, comm::ProcessGroup& group, Mode mode = Mode::AllReduce,
-              std::vector<std::pair<int64_t, int64_t>> own_buckets = {});
+              std::vector<FlatRange> own_buckets = {}, std::vector<FlatRange> segments = {});
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;  // registered by address as a progress hook
   GradBuckets& operator=(const GradBuckets&) = delete;
 
-  // Everything at flat offset >= first_final is final: start the reduction of every bucket that now is.
+  // Everything at flat offset >= first_final is final: start the reduction of every bucket that now is
+  // (the offset is of the whole buffer, whatever segments these buckets cover).
   void mark_final_from(int64_t first_final);
   // Starts what is left and waits for every bucket. After it, the buffer holds the sum over the group:
   // everywhere (AllReduce), or on this rank's owned ranges (ReduceScatter; elsewhere it keeps this
@@ -93,9 +108,12 @@ class GradBuckets {
   int64_t gathers_in_flight() const;
 
   Mode mode() const { return mode_; }
+  comm::ProcessGroup& group() const { return group_; }
+  // The merged segments these buckets cover, in increasing order.
+  const std::vector<FlatRange>& segments() const { return segments_; }
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
   const std::vector<BucketSpan>& spans() const { return spans_; }
-  // The ranges this rank owns (ReduceScatter; the whole buffer, replicated, under AllReduce).
+  // The ranges this rank owns (ReduceScatter; every segment, replicated, under AllReduce).
   std::vector<OwnedRange> owned_ranges() const;
 
  private:
@@ -114,6 +132,7 @@ class GradBuckets {
   Tensor grads_;
   comm::ProcessGroup& group_;
   Mode mode_;
+  std::vector<FlatRange> segments_;
   std::vector<BucketSpan> spans_;
   std::vector<Bucket> buckets_;  // from the end of the buffer to its start
   // In flight: each bucket's all-gather, in increasing flat order.

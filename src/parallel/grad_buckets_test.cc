@@ -71,6 +71,87 @@ TEST(CutBuckets, BadOwnBucketsAreRejected) {
   EXPECT_THROW(cut_buckets(100, 0, 2), Error);
 }
 
+// Over segments: each element of a segment is owned as in expect_partition, nothing outside them is,
+// and no bucket crosses a segment's edge.
+void expect_segment_partition(int64_t numel, const std::vector<FlatRange>& segments,
+                              const std::vector<BucketSpan>& buckets, int ranks) {
+  std::vector<int> segment_of(numel, -1);
+  for (size_t i = 0; i < segments.size(); ++i)
+    for (int64_t e = segments[i].first; e < segments[i].second; ++e) segment_of[e] = static_cast<int>(i);
+  for (const BucketSpan& b : buckets) {
+    ASSERT_LT(b.begin, b.end);
+    EXPECT_NE(segment_of[b.begin], -1) << "bucket [" << b.begin << ", " << b.end << ") starts outside the segments";
+    for (int64_t e = b.begin; e < b.end; ++e)
+      ASSERT_EQ(segment_of[e], segment_of[b.begin]) << "bucket [" << b.begin << ", " << b.end << ") crosses a segment edge";
+  }
+  std::vector<int> owners(numel, 0), tails(numel, 0);
+  for (int r = 0; r < ranks; ++r)
+    for (const OwnedRange& o : owned_ranges(buckets, ranks, r))
+      for (int64_t i = o.begin; i < o.end; ++i) (o.replicated ? tails : owners)[i]++;
+  for (int64_t i = 0; i < numel; ++i) {
+    if (segment_of[i] < 0) {
+      ASSERT_EQ(owners[i] + tails[i], 0) << "element " << i << " is outside the segments but owned";
+    } else {
+      ASSERT_TRUE((owners[i] == 1 && tails[i] == 0) || (owners[i] == 0 && tails[i] == ranks)) << "element " << i;
+    }
+  }
+}
+
+TEST(CutBuckets, SegmentsAreCutEachFromItsEnd) {
+  // The dense and expert parts of a buffer, interleaved as layers would hold them.
+  const std::vector<FlatRange> dense{{0, 100}, {160, 300}, {420, 500}}, expert{{100, 160}, {300, 420}};
+  for (int ranks : {1, 2, 3, 8}) {
+    SCOPED_TRACE(ranks);
+    std::vector<BucketSpan> d = cut_buckets(dense, 64, ranks, {{0, 50}}), x = cut_buckets(expert, 64, ranks);
+    expect_segment_partition(500, dense, d, ranks);
+    expect_segment_partition(500, expert, x, ranks);
+    // Last segment first, each from its end: [436, 500) [420, 436) | [236, 300) [172, 236) [160, 172) | ...
+    ASSERT_GE(d.size(), 3u);
+    EXPECT_EQ(d[0].begin, 436);
+    EXPECT_EQ(d[0].end, 500);
+    EXPECT_EQ(d[1].begin, 420);
+    EXPECT_EQ(d[2].begin, 236);
+    EXPECT_EQ(d[2].end, 300);
+    EXPECT_EQ(d.back().begin, 0);  // the own bucket [0, 50)
+    EXPECT_EQ(d.back().end, 50);
+    for (size_t i = 1; i < d.size(); ++i) EXPECT_LT(d[i].begin, d[i - 1].begin);
+  }
+  // The whole buffer as adjacent segments cuts exactly as the whole buffer.
+  std::vector<BucketSpan> whole = cut_buckets(1000, 97, 4, {{130, 260}}),
+                          pieces = cut_buckets(std::vector<FlatRange>{{600, 1000}, {0, 250}, {250, 600}}, 97, 4,
+                                               {{130, 260}});
+  ASSERT_EQ(whole.size(), pieces.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_EQ(whole[i].begin, pieces[i].begin);
+    EXPECT_EQ(whole[i].end, pieces[i].end);
+    EXPECT_EQ(whole[i].piece, pieces[i].piece);
+  }
+}
+
+TEST(CutBuckets, BadSegmentsAreRejected) {
+  EXPECT_THROW(cut_buckets(std::vector<FlatRange>{{0, 50}, {40, 60}}, 10, 2), Error);          // overlap
+  EXPECT_THROW(cut_buckets(std::vector<FlatRange>{{10, 10}}, 10, 2), Error);                   // empty
+  EXPECT_THROW(cut_buckets(std::vector<FlatRange>{{0, 50}, {60, 90}}, 10, 2, {{40, 70}}), Error);  // own across a gap
+  EXPECT_THROW(cut_buckets(std::vector<FlatRange>{{0, 50}}, 10, 2, {{60, 70}}), Error);        // own outside
+  auto group = comm::make_single_process_group("data");
+  Tensor grads = Tensor::zeros({50});
+  EXPECT_THROW(GradBuckets(grads, 16, *group, GradBuckets::Mode::AllReduce, {}, {{40, 60}}), Error);
+}
+
+TEST(GradBuckets, SegmentsAreWhatItOwnsUnderAllReduce) {
+  auto group = comm::make_single_process_group("expert-data");
+  Tensor grads = Tensor::zeros({50});
+  GradBuckets buckets(grads, 16, *group, GradBuckets::Mode::AllReduce, {}, {{30, 40}, {5, 10}, {10, 20}});
+  EXPECT_EQ(buckets.segments(), (std::vector<FlatRange>{{5, 20}, {30, 40}}));
+  std::vector<OwnedRange> owned = buckets.owned_ranges();
+  ASSERT_EQ(owned.size(), 2u);
+  EXPECT_EQ(owned[0].begin, 5);
+  EXPECT_EQ(owned[0].end, 20);
+  EXPECT_EQ(owned[1].begin, 30);
+  EXPECT_TRUE(owned[1].replicated);
+  EXPECT_EQ(&buckets.group(), group.get());
+}
+
 TEST(GradBuckets, ReduceScatterOverOneRankOwnsEverything) {
   auto group = comm::make_single_process_group("data");
   Tensor grads = Tensor::zeros({50});

@@ -116,23 +116,18 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                                                    tp_.sequence_parallel ? nullptr : tp_.group);
   }
   comm::RankCoordinates rc = state_->coordinates();
+  // One set of gradient buckets per data-parallel group that reduces parameters (dense: data x context;
+  // expert: expert data), each group's parameters being what their specs say.
+  buckets_ = std::make_unique<GroupedGradBuckets>(params_, *state_, args_.ddp_bucket_size,
+                                                  args_.use_distributed_optimizer);
   if (args_.use_distributed_optimizer) {
-    // The tied word embedding is a bucket of its own on the first and last stages, so that both split it
-    // over the data-parallel ranks alike and its embedding-group sum works on the reduced pieces.
-    std::vector<std::pair<int64_t, int64_t>> own_buckets;
-    for (const model::Parameter& p : params_.params())
-      if (p.spec.shared_with_last_stage) own_buckets.push_back({p.offset, p.offset + p.value.numel()});
-    buckets_ = std::make_unique<parallel::GradBuckets>(params_.grads(), args_.ddp_bucket_size, state_->data_group(),
-                                                       parallel::GradBuckets::Mode::ReduceScatter, own_buckets);
-    auto distributed = std::make_unique<optim::DistributedOptimizer>(
-        params_, args_.adam, *buckets_, state_->data_group(), &state_->model_parallel_group(), rc.tp == 0,
-        args_.overlap_param_gather);
+    auto distributed = std::make_unique<optim::DistributedOptimizer>(params_, args_.adam, buckets_->optimizer_groups(),
+                                                                     args_.overlap_param_gather);
     distributed_optimizer_ = distributed.get();
     optimizer_ = std::move(distributed);
   } else {
     optimizer_ = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam, &state_->model_parallel_group(),
                                                          rc.tp == 0);
-    buckets_ = std::make_unique<parallel::GradBuckets>(params_.grads(), args_.ddp_bucket_size, state_->data_group());
   }
   say(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", rc.tp, ", ", rc.pp,
               "): ", params_.numel()));

@@ -21,6 +21,7 @@
 #include "infer/training_sampler.h"
 #include "train/batching.h"
 #include "train/fault_injection.h"
+#include "train/gradient_groups.h"
 #include "train/mock_data.h"
 #include "train/memory_report.h"
 #include "train/training_log.h"
@@ -107,7 +108,7 @@ class Trainer {
   std::shared_ptr<const data::TokenDataset> train_data_, valid_data_, test_data_;  // test: null without documents
   BatchOptions batch_options_;
   std::unique_ptr<TrainingLog> log_;  // on world rank 0 only
-  std::unique_ptr<parallel::GradBuckets> buckets_;
+  std::unique_ptr<GroupedGradBuckets> buckets_;  // one GradBuckets per gradient-reduction group
   std::unique_ptr<infer::TrainingSampler> sampler_;  // --sample-interval, made at the first sample
   std::optional<optim::LossScaler> loss_scaler_;      // --fp16, or --loss-scale
   int64_t iteration_ = 0, consumed_samples_ = 0, skipped_iterations_ = 0;
