@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "core/profiler.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/math/adamw.h"
 
 #if defined(__AVX__)
@@ -94,6 +95,21 @@ double sum_of_squares(const float* x, int64_t n) {
   double total = 0;
   for (int64_t c = 0; c < chunks; ++c) total += partial[c];  // in chunk order
   return total;
+}
+
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                const AdamWHyper& h) {
+  kernel_device("adamw_step", {&param, &grad, &exp_avg, &exp_avg_sq});
+  const int64_t n = param.numel();
+  TESSERA_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n, "adamw_step: ", n,
+                " parameters with ", grad.numel(), " gradients and ", exp_avg.numel(), "/", exp_avg_sq.numel(),
+                " moments");
+  adamw_step(param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), n, h);
+}
+
+double sum_of_squares(const Tensor& x) {
+  kernel_device("sum_of_squares", {&x});
+  return sum_of_squares(x.f32(), x.numel());
 }
 
 }  // namespace tessera::kernels
