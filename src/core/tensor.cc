@@ -1,7 +1,6 @@
 #include "core/tensor.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 
 namespace tessera {
@@ -52,20 +51,17 @@ int64_t TensorMemory::live_bytes() { return live_tensor_bytes.load(); }
 int64_t TensorMemory::peak_bytes() { return peak_tensor_bytes.load(); }
 void TensorMemory::reset_peak() { peak_tensor_bytes.store(live_tensor_bytes.load()); }
 
-Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
-  TESSERA_CHECK(device.type == DeviceType::CPU, "Storage: device ", device.str(),
-                " is not available in this build");
+Storage::Storage(size_t bytes, Device device)
+    : bytes_(bytes), device_(device), allocator_(&allocator_for(device)) {
   constexpr size_t kAlign = 64;  // a cache line, and an AVX-512 vector
-  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  data_ = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
-  TESSERA_CHECK(data_ != nullptr, "out of memory allocating ", bytes, " bytes");
+  data_ = allocator_->allocate(bytes, kAlign);
   int64_t live = live_tensor_bytes += static_cast<int64_t>(bytes);
   for (int64_t peak = peak_tensor_bytes.load(); live > peak && !peak_tensor_bytes.compare_exchange_weak(peak, live);) {
   }
 }
 
 Storage::~Storage() {
-  std::free(data_);
+  allocator_->deallocate(data_, bytes_);
   live_tensor_bytes -= static_cast<int64_t>(bytes_);
 }
 

@@ -1,5 +1,5 @@
-// Tensor: a shape, an element type, a device and a view into reference-counted, 64-byte aligned
-// storage. Tensors are always contiguous (row-major); views are reshapes and ranges along the
+// Tensor: a shape, an element type, a device and a view into reference-counted storage from the
+// device's allocator (core/allocator.h; 64-byte aligned host memory on the CPU). Tensors are always contiguous (row-major); views are reshapes and ranges along the
 // first dimension, which is all the explicit forward/backward code needs and keeps kernels simple.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/check.h"
 #include "core/dtype.h"
 
@@ -18,8 +19,9 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& shape);  // "[2, 3, 4]"
 int64_t shape_numel(const Shape& shape);
 
-// The bytes held by all tensor storages of the process now, and the most held at once since the last
-// reset: Tessera's own allocator accounting for the memory report (more precise than RSS).
+// The bytes held by all tensor storages of the process now (on every device), and the most held at
+// once since the last reset: Tessera's own allocator accounting for the memory report (more precise
+// than RSS).
 struct TensorMemory {
   static int64_t live_bytes();
   static int64_t peak_bytes();
@@ -41,6 +43,7 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  Allocator* allocator_;  // the one that allocated data_, which gets it back
 };
 
 class Tensor {

@@ -1,4 +1,5 @@
-// AdamW step and the sum of squares for the gradient norm, fp32 state.
+// AdamW step and the sum of squares for the gradient norm, fp32 state. The per-element update is
+// kernels/math/adamw.h, shared with a GPU kernel.
 //
 // Both run over fixed chunks of kChunk elements (a multiple of the SIMD width), so each element takes
 // the same code path, and each partial sum covers the same elements, whatever the thread count.
@@ -10,6 +11,8 @@
 
 #include "core/check.h"
 #include "core/profiler.h"
+#include "kernels/device_dispatch.h"
+#include "kernels/math/adamw.h"
 
 #if defined(__AVX__)
 #include <immintrin.h>
@@ -20,28 +23,11 @@ namespace {
 
 constexpr int64_t kChunk = 8192;
 
-// Per-step scalars, folded once in double (as torch does with Python floats).
-struct Coeffs {
-  float decay;       // 1 - lr * wd
-  float step_size;   // lr / (1 - b1^t)
-  float inv_bc2_sqrt;  // 1 / sqrt(1 - b2^t)
-  float b1, one_minus_b1, b2, one_minus_b2, eps;
-  float grad_scale;  // the clipping factor, applied as the gradient is read
-};
-
-// torch.optim.AdamW (single-tensor path): p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-// p -= step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
-inline void update_one(float& p, float g, float& m, float& v, const Coeffs& k) {
-  m = k.b1 * m + k.one_minus_b1 * g;
-  v = k.b2 * v + k.one_minus_b2 * g * g;
-  p = p * k.decay - k.step_size * m / (std::sqrt(v) * k.inv_bc2_sqrt + k.eps);
-}
-
-void update_chunk(float* p, const float* g, float* m, float* v, int64_t n, const Coeffs& k) {
+void update_chunk(float* p, const float* g, float* m, float* v, int64_t n, const math::AdamWCoeffs& k) {
   int64_t i = 0;
 #if defined(__AVX__)
   // By hand because GCC keeps sqrtf a scalar call under the default -fmath-errno (it might have to
-  // set errno), which makes the whole loop ~4x slower. Same formula as update_one, 8 lanes.
+  // set errno), which makes the whole loop ~4x slower. Same formula as math::adamw_update_one, 8 lanes.
   const __m256 decay = _mm256_set1_ps(k.decay), step = _mm256_set1_ps(k.step_size);
   const __m256 ibc2 = _mm256_set1_ps(k.inv_bc2_sqrt), eps = _mm256_set1_ps(k.eps);
   const __m256 b1 = _mm256_set1_ps(k.b1), c1 = _mm256_set1_ps(k.one_minus_b1);
@@ -59,7 +45,7 @@ void update_chunk(float* p, const float* g, float* m, float* v, int64_t n, const
     _mm256_storeu_ps(p + i, pi);
   }
 #endif
-  for (; i < n; ++i) update_one(p[i], g[i] * k.grad_scale, m[i], v[i], k);
+  for (; i < n; ++i) math::adamw_update_one(p[i], g[i] * k.grad_scale, m[i], v[i], k);
 }
 
 // Sum of squares of n <= kChunk floats in double, 8 independent accumulators (vectorised as SIMD
@@ -79,7 +65,7 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   TESSERA_PROFILE_SCOPE("adamw_step");
   TESSERA_CHECK(h.step >= 1, "adamw_step: step counts from 1, got ", h.step);
   double t = static_cast<double>(h.step);
-  Coeffs k;
+  math::AdamWCoeffs k;
   k.decay = static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay);
   k.step_size = static_cast<float>(h.lr / (1.0 - std::pow(static_cast<double>(h.beta1), t)));
   k.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(h.beta2), t)));
@@ -109,6 +95,21 @@ double sum_of_squares(const float* x, int64_t n) {
   double total = 0;
   for (int64_t c = 0; c < chunks; ++c) total += partial[c];  // in chunk order
   return total;
+}
+
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                const AdamWHyper& h) {
+  kernel_device("adamw_step", {&param, &grad, &exp_avg, &exp_avg_sq});
+  const int64_t n = param.numel();
+  TESSERA_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n, "adamw_step: ", n,
+                " parameters with ", grad.numel(), " gradients and ", exp_avg.numel(), "/", exp_avg_sq.numel(),
+                " moments");
+  adamw_step(param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), n, h);
+}
+
+double sum_of_squares(const Tensor& x) {
+  kernel_device("sum_of_squares", {&x});
+  return sum_of_squares(x.f32(), x.numel());
 }
 
 }  // namespace tessera::kernels

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/tensor.h"
+
 namespace tessera::kernels {
 
 struct AdamWHyper {
@@ -19,5 +21,12 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
 
 // Sum of squares of x in double (deterministic whatever the thread count), for the global grad norm.
 double sum_of_squares(const float* x, int64_t n);
+
+// The same over fp32 tensors (any shape, read flat), dispatched on their device: what the optimizers
+// call, so that they never index tensor memory themselves. param, grad, exp_avg and exp_avg_sq have the
+// same number of elements.
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                const AdamWHyper& h);
+double sum_of_squares(const Tensor& x);
 
 }  // namespace tessera::kernels

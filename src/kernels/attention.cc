@@ -20,7 +20,6 @@
 // document boundary the scores left of doc_start_i are masked with -inf like those above the diagonal.
 #include "kernels/attention.h"
 #include "kernels/tile_gemm.h"
-#include "kernels/vector_math.h"
 
 #include <algorithm>
 #include <bit>
@@ -34,6 +33,8 @@
 #include "core/philox.h"
 #include "core/profiler.h"
 #include "core/progress.h"
+#include "kernels/math/dropout.h"
+#include "kernels/math/softmax.h"
 
 namespace tessera::kernels {
 namespace {
@@ -62,7 +63,7 @@ void dropout_factors(const PhiloxStream& rng, uint64_t start, int64_t n, float p
   for (int64_t k = 0; k < blocks; ++k) {
     const Philox4x32::Block blk = rng.block(first + static_cast<uint64_t>(k));
     for (int w = 0; w < 4; ++w)
-      buf[4 * k + w] = keep_scale * static_cast<float>(PhiloxStream::uniform_from_bits(blk.v[w]) >= p);
+      buf[4 * k + w] = keep_scale * static_cast<float>(math::dropout_keeps(blk.v[w], p));
   }
   std::copy(buf + skip, buf + skip + n, factor);
   std::fill(factor + n, factor + kTile, 0.0f);
@@ -109,11 +110,6 @@ struct Plan {
   // First key that query i of sample b may see.
   int64_t doc_start(int64_t b, int64_t i) const { return doc == nullptr ? 0 : doc[b * seq + i]; }
 
-  // Philox element of probability (b, h, i, 0); (b, h, i, j) is this + j.
-  static uint64_t mask_row(const AttentionDropout& drop, int64_t seq, int64_t b, int64_t h, int64_t i) {
-    const uint64_t bh = static_cast<uint64_t>((drop.sample_offset + b) * drop.total_heads + drop.head_offset + h);
-    return (bh * static_cast<uint64_t>(seq) + static_cast<uint64_t>(i)) * static_cast<uint64_t>(seq);
-  }
 };
 
 }  // namespace
@@ -176,14 +172,14 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
           for (int64_t r = 0; r < kTile; ++r) m_new[r] = std::max(m_new[r], s[j * kTile + r]);
         if (!straddles) {
           for (int64_t r = 0; r < kTile; ++r) {
-            alpha[r] = exp_approx(m[r] - m_new[r]);  // 0 on the first tile (m = -inf)
+            alpha[r] = math::softmax_rescale(m[r], m_new[r]);  // 0 on the first tile (m = -inf)
             l[r] *= alpha[r];
             m[r] = m_new[r];
           }
         } else {  // a row that has seen no key yet keeps m = -inf; shift it by 0 so exp gives 0, not NaN
           for (int64_t r = 0; r < kTile; ++r) {
-            const float shift = m_new[r] == -std::numeric_limits<float>::infinity() ? 0.0f : m_new[r];
-            alpha[r] = exp_approx(m[r] - shift);
+            const float shift = math::softmax_safe_shift(m_new[r]);
+            alpha[r] = math::softmax_rescale(m[r], shift);
             l[r] *= alpha[r];
             m[r] = m_new[r];
             m_new[r] = shift;
@@ -192,7 +188,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
         const float* shift = straddles ? m_new.data() : m.data();
         for (int64_t j = 0; j < cols; ++j)
           for (int64_t r = 0; r < kTile; ++r) {
-            s[j * kTile + r] = exp_approx(s[j * kTile + r] - shift[r]);
+            s[j * kTile + r] = math::softmax_weight(s[j * kTile + r], shift[r]);
             l[r] += s[j * kTile + r];  // the normaliser sums the undropped weights ...
           }
         for (int64_t r = 0; r < rows; ++r) {
@@ -200,7 +196,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
           // product below may run over the whole tile.
           if (plan.dropout) {  // ... while the output sums the dropped ones
             const int64_t visible = j0 == i0 ? r + 1 : cols;
-            dropout_factors(rng, Plan::mask_row(dropout, plan.seq, b, h, i0 + r) + j0, visible, plan.p,
+            dropout_factors(rng, math::attention_dropout_row(dropout, plan.seq, b, h, i0 + r) + j0, visible, plan.p,
                             plan.keep_scale, factor.data());
             for (int64_t j = 0; j < cols; ++j) s[j * kTile + r] *= factor[j];
           }
@@ -216,7 +212,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
         const float inv_l = 1.0f / l[r];
         float* o = out + i * plan.q_stride + (b * plan.heads + h) * d;
         for (int64_t x = 0; x < d; ++x) o[x] = acc[r * d + x] * inv_l;
-        lse[(b * plan.heads + h) * plan.seq + i] = m[r] + std::log(l[r]);
+        lse[(b * plan.heads + h) * plan.seq + i] = math::softmax_lse(m[r], l[r]);
       }
     }
   }
@@ -306,7 +302,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
               const float* dp_r = dp.data() + r * kTile;
               std::fill(pz_r, pz_r + first, -std::numeric_limits<float>::infinity());  // document: P = 0
               if (plan.dropout) {
-                dropout_factors(rng, Plan::mask_row(dropout, plan.seq, b, h, i) + j0, valid, plan.p,
+                dropout_factors(rng, math::attention_dropout_row(dropout, plan.seq, b, h, i) + j0, valid, plan.p,
                                 plan.keep_scale, factor.data());
               } else {  // the factor doubles as the causal mask
                 std::fill(factor.begin(), factor.begin() + valid, 1.0f);
@@ -314,7 +310,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
               }
               const float lse_i = lse_h[i], D_i = D_h[i];
               for (int64_t j = 0; j < kTile; ++j) {
-                const float prob = exp_approx(pz_r[j] - lse_i);
+                const float prob = math::softmax_weight(pz_r[j], lse_i);
                 pz_r[j] = prob * factor[j];                                    // P o Z, for dV
                 ds_r[j] = softmax_scale * prob * (dp_r[j] * factor[j] - D_i);  // scale folded in for dQ, dK
               }

@@ -6,7 +6,6 @@
 // Backward is one elementwise pass, cut into (row, column chunk) tasks so that a few long rows
 // still spread over all threads.
 #include "kernels/cross_entropy.h"
-#include "kernels/vector_math.h"
 
 #include <algorithm>
 #include <bit>
@@ -15,6 +14,7 @@
 
 #include "core/check.h"
 #include "core/profiler.h"
+#include "kernels/math/softmax.h"
 #include "kernels/precision.h"
 
 namespace tessera::kernels {
@@ -38,7 +38,7 @@ RowStats row_stats(const float* x, int64_t n) {
   float m = std::bit_cast<float>(ordered_bits(mo));
   double s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < n; ++j) s += exp_approx(x[j] - m);
+  for (int64_t j = 0; j < n; ++j) s += math::softmax_weight(x[j], m);
   return {m, s};
 }
 
@@ -93,8 +93,8 @@ void cross_entropy_backward(float* logits, const int32_t* targets, const float* 
       bool has_target = t >= 0 && t < n;
       float xt = has_target ? x[t] : 0.0f;
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) x[j] = exp_approx(x[j] - l) * d;
-      if (has_target) x[t] = (exp_approx(xt - l) - 1.0f) * d;
+      for (int64_t j = 0; j < n; ++j) x[j] = math::cross_entropy_dlogit(x[j], l, d);
+      if (has_target) x[t] = math::cross_entropy_dlogit_target(xt, l, d);
       if (round_output != DType::F32) round_to_serial(round_output, x, x, n);
     }
   }

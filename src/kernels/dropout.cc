@@ -1,7 +1,8 @@
 // Dropout with a regenerated Philox mask, fp32.
 //
 // Element (s, b, h) keeps its value iff PhiloxStream(seed, stream).uniform(g) >= p, where g is its
-// index in the global [seq_total, samples, hidden] tensor (DropoutRegion). Along h the global index
+// index in the global [seq_total, samples, hidden] tensor (DropoutRegion; the keying and the keep test
+// are kernels/math/dropout.h, shared with a GPU kernel). Along h the global index
 // is consecutive, so one Philox block (4 words) serves 4 neighbouring elements. Work is cut into
 // (row, kChunk-column) tasks; each task generates the Philox blocks of its columns as a batch,
 // lane-parallel over blocks, which the compiler vectorises (vpmuludq does four 32x32->64 products).
@@ -13,6 +14,7 @@
 #include "core/check.h"
 #include "core/philox.h"
 #include "core/profiler.h"
+#include "kernels/math/dropout.h"
 
 namespace tessera::kernels {
 namespace {
@@ -36,16 +38,7 @@ void keep_mask(uint64_t seed, uint64_t stream, uint64_t g0, int64_t n, float p, 
   }
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   for (int round = 0; round < 10; ++round) {
-    for (int64_t i = 0; i < nb; ++i) {
-      uint64_t p0 = static_cast<uint64_t>(Philox4x32::kM0) * c0[i];
-      uint64_t p1 = static_cast<uint64_t>(Philox4x32::kM1) * c2[i];
-      uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[i] ^ k0;
-      uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[i] ^ k1;
-      c0[i] = n0;
-      c1[i] = static_cast<uint32_t>(p1);
-      c2[i] = n2;
-      c3[i] = static_cast<uint32_t>(p0);
-    }
+    for (int64_t i = 0; i < nb; ++i) Philox4x32::apply_round(c0[i], c1[i], c2[i], c3[i], k0, k1);
     k0 += Philox4x32::kW0;
     k1 += Philox4x32::kW1;
   }
@@ -58,11 +51,7 @@ void keep_mask(uint64_t seed, uint64_t stream, uint64_t g0, int64_t n, float p, 
     words[4 * i + 3] = c3[i];
   }
   const uint32_t* w = words + (g0 & 3);
-  for (int64_t j = 0; j < n; ++j) {
-    // PhiloxStream::uniform_from_bits, via int32 (the 24-bit value fits) so it converts in SIMD.
-    float u = static_cast<float>(static_cast<int32_t>(w[j] >> 8)) * (1.0f / 16777216.0f);
-    mask[j] = u >= p ? scale : 0.0f;
-  }
+  for (int64_t j = 0; j < n; ++j) mask[j] = math::dropout_keeps(w[j], p) ? scale : 0.0f;
 }
 
 void dropout_apply(const float* in, float* out, float p, uint64_t seed, uint64_t stream, const DropoutRegion& r) {
@@ -83,7 +72,7 @@ void dropout_apply(const float* in, float* out, float p, uint64_t seed, uint64_t
     for (int64_t c = 0; c < chunks; ++c) {
       int64_t s = row / r.batch, b = row % r.batch;
       int64_t h0 = c * kChunk, n = std::min(kChunk, r.hidden - h0);
-      uint64_t g0 = static_cast<uint64_t>(((r.sample_offset + b) * r.seq_total + r.seq_offset + s) * r.hidden + h0);
+      uint64_t g0 = math::dropout_element(r, s, b, h0);
       float mask[kChunk];
       keep_mask(seed, stream, g0, n, p, scale, mask);
       const float* x = in + row * r.hidden + h0;

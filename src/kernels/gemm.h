@@ -1,16 +1,25 @@
 // One GEMM interface for every device. The CPU backend is oneDNN matmul; a cuBLAS(Lt) backend
-// implements the same class later. All matrices are row-major fp32 with explicit leading dimensions.
+// implements the same class later. All matrices are row-major with explicit leading dimensions, fp32
+// in memory on the CPU (a_type, b_type, c_type say so, for backends that take 16-bit storage).
 // Mixed precision (--bf16, --fp16) sets GemmArgs::input_type: the inputs are multiplied as 16-bit
-// values and accumulated in fp32, as a 16-bit GEMM on a GPU does.
+// values and accumulated in fp32, as a 16-bit GEMM on a GPU does. An epilogue (bias, GELU) and strided
+// batching are what cuBLASLt offers too, so the model can ask for them without knowing the device.
 #pragma once
 
 #include <cstdint>
 
+#include "core/stream.h"
 #include "core/tensor.h"
 
 namespace tessera::kernels {
 
 enum class Trans : uint8_t { N, T };
+
+// What is applied to each element x = alpha op(A) op(B) + beta C before it is stored:
+//   None: x;  Bias: x + bias[j];  BiasGeluTanh: gelu(x + bias[j]);  GeluTanh: gelu(x),
+// with gelu the tanh form of kernels/math/activations.h (bitwise kernels::gelu_forward's).
+enum class GemmEpilogue : uint8_t { None, Bias, BiasGeluTanh, GeluTanh };
+const char* gemm_epilogue_name(GemmEpilogue e);  // "none", "bias", "bias+gelu_tanh", "gelu_tanh"
 
 struct GemmArgs {
   Trans trans_a = Trans::N, trans_b = Trans::N;
@@ -21,8 +30,11 @@ struct GemmArgs {
   int64_t ldb = 0;
   float* c = nullptr;
   int64_t ldc = 0;
-  float alpha = 1.0f, beta = 0.0f;  // C = alpha * op(A) op(B) + beta * C
-  const float* bias = nullptr;      // optional length-n row vector added to every row of C (beta must be 0)
+  float alpha = 1.0f, beta = 0.0f;  // C = alpha * op(A) op(B) + beta * C, then the epilogue
+  // Length-n row vector added to every row of C, after alpha and beta (column j gets bias[j]): needed by
+  // the Bias and BiasGeluTanh epilogues. A bias with epilogue None is the Bias epilogue (how callers
+  // asked for one before epilogues existed).
+  const float* bias = nullptr;
   // F32, or BF16/F16: op(A) and op(B) are rounded to that type before they are multiplied (fp32
   // accumulation; C, alpha, beta and the bias stay fp32).
   DType input_type = DType::F32;
@@ -31,6 +43,23 @@ struct GemmArgs {
   // widened from 16-bit storage). Such an input is not rounded again: rounding is idempotent, so the
   // product is bitwise the one of rounding it here.
   bool a_rounded = false, b_rounded = false;
+
+  // Element types of the buffers a, b, c as stored. The CPU backend takes fp32 buffers (F32, the
+  // default, with input_type rounding them as above) and rejects anything else with an Error.
+  DType a_type = DType::F32, b_type = DType::F32, c_type = DType::F32;
+  GemmEpilogue epilogue = GemmEpilogue::None;
+  // Strided batching, as cuBLASLt's strided batched GEMM: matrix i of A is at a + i * stride_a (in
+  // elements), likewise B and C. A stride of 0 for A or B shares one matrix across the batch; C's
+  // matrices must not overlap. The bias is shared by every matrix.
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  // The stream the GEMM is ordered on; its device chooses the backend (kernels::gemm below). The CPU
+  // runs it on the calling thread, so the handle itself is ignored there.
+  Stream stream = Stream::default_for(Device::cpu());
+
+  GemmEpilogue effective_epilogue() const {
+    return epilogue == GemmEpilogue::None && bias != nullptr ? GemmEpilogue::Bias : epilogue;
+  }
 };
 
 class GemmBackend {
@@ -45,7 +74,7 @@ class GemmBackend {
   virtual bool native_16bit(DType t) = 0;
 };
 
-// Convenience for the common case on the CPU.
-inline void gemm(const GemmArgs& args) { GemmBackend::for_device(Device::cpu()).gemm(args); }
+// The GEMM on the backend of its stream's device (the CPU unless the caller names another).
+inline void gemm(const GemmArgs& args) { GemmBackend::for_device(args.stream.device).gemm(args); }
 
 }  // namespace tessera::kernels

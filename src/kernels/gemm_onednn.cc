@@ -1,6 +1,11 @@
 // The CPU GEMM backend: oneDNN matmul. oneDNN picks its AVX2/AVX-512 kernels at run time and threads
 // with OpenMP. Creating a primitive costs far more than a small GEMM, so primitives are cached per
-// shape/transpose/epilogue; transposes are folded into the memory descriptors' strides.
+// shape/transpose/epilogue/batch; transposes are folded into the memory descriptors' strides, and a
+// strided batch is a 3-D matmul (batch strides in the descriptors, a shared matrix as a batch of 1
+// that oneDNN broadcasts). The bias is the matmul's bias argument (with alpha != 1, a pass after it). GELU is not oneDNN's eltwise post-op
+// (its tanh differs from ours in the last bits) but math::gelu_tanh over C after the matmul, while C is
+// still in cache for small shapes: a GEMM with the BiasGeluTanh epilogue is then bitwise the GEMM with
+// a bias followed by kernels::gelu_forward, so a model may fuse or not without changing its numbers.
 // 16-bit inputs (GemmArgs::input_type) are packed densely, either encoded for oneDNN's 16-bit matmul
 // where this CPU has a kernel for it, or rounded into fp32 copies for the fp32 kernel.
 #include <dnnl.hpp>
@@ -15,6 +20,7 @@
 #include "core/progress.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
+#include "kernels/math/activations.h"
 #include "kernels/precision.h"
 
 namespace tessera::kernels {
@@ -30,21 +36,68 @@ memory::data_type onednn_type(DType t) {
   }
 }
 
-// A row-major m x n matrix with row stride ld, possibly stored transposed (as n x m).
-memory::desc matrix_desc(int64_t rows, int64_t cols, int64_t ld, Trans t, DType type) {
+// A row-major rows x cols matrix with row stride ld, possibly stored transposed (as cols x rows); with
+// batch > 1, a batch of them `batch_stride` elements apart, or one matrix shared by the batch (stride
+// 0: a batch dimension of 1, which oneDNN broadcasts).
+memory::desc matrix_desc(int64_t rows, int64_t cols, int64_t ld, Trans t, DType type, int64_t batch = 1,
+                         int64_t batch_stride = 0) {
   memory::dims strides = t == Trans::N ? memory::dims{ld, 1} : memory::dims{1, ld};
-  return memory::desc({rows, cols}, onednn_type(type), strides);
+  if (batch == 1) return memory::desc({rows, cols}, onednn_type(type), strides);
+  const int64_t span = ld * (t == Trans::N ? rows : cols);  // any stride will do for a dimension of 1
+  return batch_stride == 0 ? memory::desc({1, rows, cols}, onednn_type(type), {span, strides[0], strides[1]})
+                           : memory::desc({batch, rows, cols}, onednn_type(type), {batch_stride, strides[0], strides[1]});
 }
 
-// The stored rows x cols matrix at p (row stride ld) as a dense tensor: its 16-bit encodings of type t
-// (encode), or fp32 values rounded to t.
-Tensor pack(const float* p, int64_t rows, int64_t cols, int64_t ld, DType t, bool encode) {
-  Tensor out = Tensor::empty({rows, cols}, encode ? t : DType::F32);
-  if (encode)
-    encode_rows(t, p, rows, cols, ld, static_cast<uint16_t*>(out.raw()));
-  else
-    round_rows(t, p, rows, cols, ld, out.f32());
+// The `count` stored rows x cols matrices at p, `stride` apart (row stride ld), as one dense tensor of
+// count * rows rows: their 16-bit encodings of type t (encode), or fp32 values rounded to t.
+Tensor pack(const float* p, int64_t count, int64_t stride, int64_t rows, int64_t cols, int64_t ld, DType t,
+            bool encode) {
+  Tensor out = Tensor::empty({count * rows, cols}, encode ? t : DType::F32);
+  for (int64_t i = 0; i < count; ++i) {
+    if (encode)
+      encode_rows(t, p + i * stride, rows, cols, ld, static_cast<uint16_t*>(out.raw()) + i * rows * cols);
+    else
+      round_rows(t, p + i * stride, rows, cols, ld, out.f32() + i * rows * cols);
+  }
   return out;
+}
+
+// The arguments the CPU backend cannot take, as Errors that say what to use instead.
+void check_args(const GemmArgs& g) {
+  TESSERA_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0, "gemm: negative size m=", g.m, " n=", g.n, " k=", g.k);
+  TESSERA_CHECK(g.stream.device.type == DeviceType::CPU, "gemm: the CPU backend was given a stream of ",
+                g.stream.device.str());
+  TESSERA_CHECK(g.a_type == DType::F32 && g.b_type == DType::F32 && g.c_type == DType::F32,
+                "gemm: the CPU backend takes fp32 buffers, got a_type=", dtype_name(g.a_type), " b_type=",
+                dtype_name(g.b_type), " c_type=", dtype_name(g.c_type),
+                " (16-bit multiplication of fp32 buffers is GemmArgs::input_type)");
+  const GemmEpilogue e = g.effective_epilogue();
+  TESSERA_CHECK((e == GemmEpilogue::Bias || e == GemmEpilogue::BiasGeluTanh) == (g.bias != nullptr), "gemm: epilogue ",
+                gemm_epilogue_name(e), g.bias ? " takes no bias, but one was given" : " needs a bias, but none was given");
+  TESSERA_CHECK(g.batch >= 1, "gemm: batch must be at least 1, got ", g.batch);
+  if (g.batch > 1) {
+    TESSERA_CHECK(g.stride_a >= 0 && g.stride_b >= 0, "gemm: negative batch stride stride_a=", g.stride_a,
+                  " stride_b=", g.stride_b);
+    // Matrix i of C spans [i * stride_c, i * stride_c + (m - 1) * ldc + n).
+    TESSERA_CHECK(g.m == 0 || g.n == 0 || g.stride_c >= (g.m - 1) * g.ldc + g.n, "gemm: stride_c ", g.stride_c,
+                  " makes the ", g.batch, " output matrices of ", g.m, " x ", g.n, " (ldc ", g.ldc, ") overlap");
+  }
+}
+
+// f(row) for every row of every matrix of C, in one parallel pass.
+template <typename F>
+void for_each_c_row(const GemmArgs& g, F f) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < g.batch * g.m; ++r) f(g.c + (r / g.m) * g.stride_c + (r % g.m) * g.ldc);
+}
+
+// C = gelu(C), after the matmul (see the top of the file).
+void apply_gelu(const GemmArgs& g) {
+  const int64_t n = g.n;
+  for_each_c_row(g, [n](float* c) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) c[j] = math::gelu_tanh(c[j]);
+  });
 }
 
 class OneDnnGemm final : public GemmBackend {
@@ -54,57 +107,45 @@ class OneDnnGemm final : public GemmBackend {
   void gemm(const GemmArgs& g) override {
     // TESSERA_PROFILE=2: one row per shape, e.g. "gemm 2048x50304x384 NT" (m x n x k, transposes,
     // "+=" when accumulating). The buffer outlives the scope, and a GEMM does not nest in a GEMM.
-    thread_local char shape_name[96];
-    if (profiler::detailed())
-      std::snprintf(shape_name, sizeof shape_name, "gemm %lldx%lldx%lld %c%c%s%s", static_cast<long long>(g.m),
+    // A batch and a GELU epilogue are named after the rest: "gemm 64x64x32 NN x12 gelu_tanh".
+    thread_local char shape_name[128];
+    const GemmEpilogue epilogue = g.effective_epilogue();
+    const bool gelu = epilogue == GemmEpilogue::GeluTanh || epilogue == GemmEpilogue::BiasGeluTanh;
+    if (profiler::detailed()) {
+      char batch[32] = "";
+      if (g.batch > 1) std::snprintf(batch, sizeof batch, " x%lld", static_cast<long long>(g.batch));
+      std::snprintf(shape_name, sizeof shape_name, "gemm %lldx%lldx%lld %c%c%s%s%s%s", static_cast<long long>(g.m),
                     static_cast<long long>(g.n), static_cast<long long>(g.k), g.trans_a == Trans::N ? 'N' : 'T',
                     g.trans_b == Trans::N ? 'N' : 'T', g.beta != 0.0f ? " +=" : "",
-                    g.input_type == DType::F32 ? "" : g.input_type == DType::BF16 ? " bf16" : " fp16");
+                    g.input_type == DType::F32 ? "" : g.input_type == DType::BF16 ? " bf16" : " fp16", batch,
+                    gelu ? " gelu_tanh" : "");
+    }
     TESSERA_PROFILE_SCOPE(profiler::detailed() ? shape_name : "gemm");
     progress::poll();  // let communication in flight advance between kernels (core/progress.h)
-    TESSERA_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0, "gemm: negative size m=", g.m, " n=", g.n, " k=", g.k);
-    TESSERA_CHECK(g.bias == nullptr || g.beta == 0.0f, "gemm: a bias epilogue needs beta == 0");
+    check_args(g);
     if (g.m == 0 || g.n == 0) return;
-    if (g.k == 0) {  // op(A) op(B) is zero: C = beta * C
-      for (int64_t i = 0; i < g.m; ++i)
-        for (int64_t j = 0; j < g.n; ++j) {
-          float& c = g.c[i * g.ldc + j];
-          c = (g.beta == 0.0f ? 0.0f : g.beta * c) + (g.bias ? g.bias[j] : 0.0f);
-        }
+    if (g.k == 0) {  // op(A) op(B) is zero: C = beta * C (+ bias), then GELU
+      const int64_t n = g.n;
+      for_each_c_row(g, [&g, n](float* c) {
+        for (int64_t j = 0; j < n; ++j) c[j] = (g.beta == 0.0f ? 0.0f : g.beta * c[j]) + (g.bias ? g.bias[j] : 0.0f);
+      });
+    } else if (g.bias && g.alpha != 1.0f) {
+      // oneDNN scales its bias argument by the output scale, alpha (AB + bias), but the bias comes after
+      // alpha: here it is added in the pass after the matmul (with the GELU, if any). Its binary
+      // post-op would do it inside, but gives wrong sums on strided batches (oneDNN 2.6). With
+      // alpha == 1 the bias argument is the same sum, and what the GEMM has always used.
+      GemmArgs plain = g;
+      plain.bias = nullptr;
+      multiply(plain);
+      const int64_t n = g.n;
+      for_each_c_row(g, [&g, n, gelu](float* c) {
+        for (int64_t j = 0; j < n; ++j) c[j] = gelu ? math::gelu_tanh(c[j] + g.bias[j]) : c[j] + g.bias[j];
+      });
       return;
+    } else {
+      multiply(g);
     }
-    if (g.input_type == DType::F32) return run(g, g.a, g.b, DType::F32);
-    TESSERA_CHECK(g.input_type == DType::BF16 || g.input_type == DType::F16, "gemm: inputs of type ",
-                  dtype_name(g.input_type), " are not supported");
-    // Both inputs packed densely as stored (A is m x k, or k x m when transposed; B likewise).
-    GemmArgs dense = g;
-    const int64_t a_rows = g.trans_a == Trans::N ? g.m : g.k, b_rows = g.trans_b == Trans::N ? g.k : g.n;
-    dense.lda = g.trans_a == Trans::N ? g.k : g.m;
-    dense.ldb = g.trans_b == Trans::N ? g.n : g.k;
-    if (native_16bit(g.input_type)) {
-      Tensor a = pack(g.a, a_rows, dense.lda, g.lda, g.input_type, true);
-      Tensor b = pack(g.b, b_rows, dense.ldb, g.ldb, g.input_type, true);
-      try {
-        return run(dense, a.raw(), b.raw(), g.input_type);
-      } catch (const dnnl::error&) {
-        // No 16-bit kernel for this shape or epilogue: the rounded fp32 path below.
-      }
-    }
-    // The fp32 kernel on rounded values. An input that is already rounded and dense is used in place:
-    // the same primitive on the same values as its rounded copy would be.
-    Tensor a, b;
-    const float* a_data = g.a;
-    const float* b_data = g.b;
-    const bool reuse = reuse_rounded_inputs();
-    if (!(reuse && g.a_rounded) || g.lda != dense.lda) {
-      a = pack(g.a, a_rows, dense.lda, g.lda, g.input_type, false);
-      a_data = a.f32();
-    }
-    if (!(reuse && g.b_rounded) || g.ldb != dense.ldb) {
-      b = pack(g.b, b_rows, dense.ldb, g.ldb, g.input_type, false);
-      b_data = b.f32();
-    }
-    run(dense, a_data, b_data, DType::F32);
+    if (gelu) apply_gelu(g);
   }
 
   bool native_16bit(DType t) override {
@@ -126,10 +167,55 @@ class OneDnnGemm final : public GemmBackend {
   }
 
  private:
-  // C = alpha op(A) op(B) + beta C with A and B of type `type` at a and b (ld as in g).
+  // C = alpha op(A) op(B) + beta C (+ bias) for k > 0, the inputs rounded to input_type.
+  void multiply(const GemmArgs& g) {
+    if (g.input_type == DType::F32) return run(g, g.a, g.b, DType::F32);
+    TESSERA_CHECK(g.input_type == DType::BF16 || g.input_type == DType::F16, "gemm: inputs of type ",
+                  dtype_name(g.input_type), " are not supported");
+    // Both inputs packed densely as stored (A is m x k, or k x m when transposed; B likewise), each
+    // matrix of a batch after the other (a shared one once).
+    GemmArgs dense = g;
+    const int64_t a_rows = g.trans_a == Trans::N ? g.m : g.k, b_rows = g.trans_b == Trans::N ? g.k : g.n;
+    dense.lda = g.trans_a == Trans::N ? g.k : g.m;
+    dense.ldb = g.trans_b == Trans::N ? g.n : g.k;
+    const int64_t a_count = g.batch > 1 && g.stride_a != 0 ? g.batch : 1;
+    const int64_t b_count = g.batch > 1 && g.stride_b != 0 ? g.batch : 1;
+    dense.stride_a = a_count > 1 ? a_rows * dense.lda : 0;
+    dense.stride_b = b_count > 1 ? b_rows * dense.ldb : 0;
+    if (native_16bit(g.input_type)) {
+      Tensor a = pack(g.a, a_count, g.stride_a, a_rows, dense.lda, g.lda, g.input_type, true);
+      Tensor b = pack(g.b, b_count, g.stride_b, b_rows, dense.ldb, g.ldb, g.input_type, true);
+      try {
+        return run(dense, a.raw(), b.raw(), g.input_type);
+      } catch (const dnnl::error&) {
+        // No 16-bit kernel for this shape or epilogue: the rounded fp32 path below.
+      }
+    }
+    // The fp32 kernel on rounded values. An input that is already rounded and dense is used in place:
+    // the same primitive on the same values as its rounded copy would be.
+    Tensor a, b;
+    const float* a_data = g.a;
+    const float* b_data = g.b;
+    const bool reuse = reuse_rounded_inputs();
+    if (!(reuse && g.a_rounded) || g.lda != dense.lda || g.stride_a != dense.stride_a) {
+      a = pack(g.a, a_count, g.stride_a, a_rows, dense.lda, g.lda, g.input_type, false);
+      a_data = a.f32();
+    }
+    if (!(reuse && g.b_rounded) || g.ldb != dense.ldb || g.stride_b != dense.stride_b) {
+      b = pack(g.b, b_count, g.stride_b, b_rows, dense.ldb, g.ldb, g.input_type, false);
+      b_data = b.f32();
+    }
+    run(dense, a_data, b_data, DType::F32);
+  }
+
+  // C = alpha op(A) op(B) + beta C (+ bias) with A and B of type `type` at a and b (ld and batch
+  // strides as in g).
   void run(const GemmArgs& g, const void* a_data, const void* b_data, DType type) {
     std::lock_guard<std::mutex> lock(mutex_);
-    Key key{g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.alpha, g.beta, g.bias != nullptr, type};
+    // A batch of 1 has no strides: one primitive whatever they say.
+    const bool batched = g.batch > 1;
+    Key key{g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.alpha, g.beta, g.bias != nullptr, type,
+            g.batch, batched ? g.stride_a : 0, batched ? g.stride_b : 0, batched ? g.stride_c : 0};
     auto it = cache_.find(key);
     if (it == cache_.end()) it = cache_.emplace(key, make_primitive(g, type)).first;
     Entry& e = it->second;
@@ -142,7 +228,10 @@ class OneDnnGemm final : public GemmBackend {
     stream_.wait();
   }
 
-  using Key = std::tuple<Trans, Trans, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float, bool, DType>;
+  // Shape, transposes, leading dimensions, alpha, beta, bias, input type, batch and batch strides (GELU
+  // is applied after the primitive, so it is not part of it).
+  using Key = std::tuple<Trans, Trans, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float, bool, DType,
+                         int64_t, int64_t, int64_t, int64_t>;
   struct Entry {
     dnnl::matmul matmul;
     memory::desc a_md, b_md, c_md, bias_md;
@@ -151,10 +240,15 @@ class OneDnnGemm final : public GemmBackend {
 
   Entry make_primitive(const GemmArgs& g, DType type) {
     Entry e;
-    e.a_md = matrix_desc(g.m, g.k, g.lda, g.trans_a, type);
-    e.b_md = matrix_desc(g.k, g.n, g.ldb, g.trans_b, type);
-    e.c_md = memory::desc({g.m, g.n}, memory::data_type::f32, memory::dims{g.ldc, 1});
-    if (g.bias) e.bias_md = memory::desc({1, g.n}, memory::data_type::f32, memory::dims{g.n, 1});
+    e.a_md = matrix_desc(g.m, g.k, g.lda, g.trans_a, type, g.batch, g.stride_a);
+    e.b_md = matrix_desc(g.k, g.n, g.ldb, g.trans_b, type, g.batch, g.stride_b);
+    if (g.batch == 1) {
+      e.c_md = memory::desc({g.m, g.n}, memory::data_type::f32, memory::dims{g.ldc, 1});
+      if (g.bias) e.bias_md = memory::desc({1, g.n}, memory::data_type::f32, memory::dims{g.n, 1});
+    } else {
+      e.c_md = memory::desc({g.batch, g.m, g.n}, memory::data_type::f32, memory::dims{g.stride_c, g.ldc, 1});
+      if (g.bias) e.bias_md = memory::desc({1, 1, g.n}, memory::data_type::f32, memory::dims{g.n, g.n, 1});
+    }
     dnnl::primitive_attr attr;
     if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
     if (g.beta != 0.0f) {
@@ -178,6 +272,16 @@ class OneDnnGemm final : public GemmBackend {
 };
 
 }  // namespace
+
+const char* gemm_epilogue_name(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::None: return "none";
+    case GemmEpilogue::Bias: return "bias";
+    case GemmEpilogue::BiasGeluTanh: return "bias+gelu_tanh";
+    case GemmEpilogue::GeluTanh: return "gelu_tanh";
+  }
+  return "?";
+}
 
 GemmBackend& GemmBackend::for_device(Device device) {
   TESSERA_CHECK(device.type == DeviceType::CPU, "GEMM on ", device.str(), " is not available in this build");

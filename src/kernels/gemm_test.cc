@@ -2,7 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
+#include <cmath>
+#include <string>
+
 #include "core/testing.h"
+#include "kernels/activations.h"
 #include "kernels/linear.h"
 #include "kernels/precision.h"
 
@@ -89,6 +95,183 @@ TEST(Gemm, Bf16InputsDifferFromFp32ByTheRounding) {
   }
   EXPECT_GT(worst, 0.0);
   EXPECT_LT(worst, 0.05 * sum / (m * n) + 1e-2);
+}
+
+double gelu64(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+// Every matrix of a strided batch, with the epilogue, in float64: C_i = epi(alpha op(A_i) op(B_i) + beta C_i).
+std::vector<double> reference_batched(const GemmArgs& g, const std::vector<float>& c0) {
+  std::vector<double> c(c0.begin(), c0.end());
+  const GemmEpilogue e = g.effective_epilogue();
+  for (int64_t bi = 0; bi < g.batch; ++bi) {
+    GemmArgs one = g;
+    one.a += bi * g.stride_a;
+    one.b += bi * g.stride_b;
+    one.bias = nullptr;
+    const int64_t off = bi * g.stride_c;
+    std::vector<float> slice(c0.begin() + off, c0.begin() + off + (g.m - 1) * g.ldc + g.n);
+    std::vector<double> r = reference_gemm(one, slice);
+    for (int64_t i = 0; i < g.m; ++i)
+      for (int64_t j = 0; j < g.n; ++j) {
+        double x = r[i * g.ldc + j];
+        if (e == GemmEpilogue::Bias || e == GemmEpilogue::BiasGeluTanh) x += g.bias[j];
+        if (e == GemmEpilogue::GeluTanh || e == GemmEpilogue::BiasGeluTanh) x = gelu64(x);
+        c[off + i * g.ldc + j] = x;
+      }
+  }
+  return c;
+}
+
+struct BatchedCase {
+  Trans ta, tb;
+  int64_t batch, m, n, k;
+  float alpha, beta;
+  GemmEpilogue epilogue;
+  bool share_a, share_b;  // batch stride 0: one matrix for the whole batch
+};
+
+void expect_batched_matches_reference(DType input_type) {
+  const std::vector<BatchedCase> cases = {
+      {Trans::N, Trans::N, 3, 5, 7, 4, 1, 0, GemmEpilogue::None, false, false},
+      {Trans::N, Trans::T, 4, 17, 9, 33, 1, 0, GemmEpilogue::Bias, false, false},
+      {Trans::T, Trans::N, 2, 16, 24, 8, 0.5f, 1, GemmEpilogue::BiasGeluTanh, false, false},  // beta = 1: accumulate
+      {Trans::T, Trans::T, 3, 9, 13, 12, 1, 0, GemmEpilogue::GeluTanh, false, true},        // B shared
+      {Trans::N, Trans::T, 5, 6, 11, 7, 2, 0.25f, GemmEpilogue::Bias, true, false},         // A shared
+      {Trans::N, Trans::N, 1, 31, 19, 21, 0.5f, 1, GemmEpilogue::BiasGeluTanh, false, false},  // batch of 1
+      {Trans::N, Trans::N, 2, 4, 6, 0, 1, 1, GemmEpilogue::BiasGeluTanh, false, false},     // k = 0
+      {Trans::N, Trans::T, 3, 8, 5, 6, 1, 1, GemmEpilogue::Bias, false, false},             // bias and beta
+      {Trans::T, Trans::N, 1, 12, 10, 9, 1, 0.5f, GemmEpilogue::BiasGeluTanh, false, false},
+  };
+  uint64_t seed = 100;
+  for (const BatchedCase& cs : cases) {
+    const int64_t a_rows = cs.ta == Trans::N ? cs.m : cs.k, a_cols = cs.ta == Trans::N ? cs.k : cs.m;
+    const int64_t b_rows = cs.tb == Trans::N ? cs.k : cs.n, b_cols = cs.tb == Trans::N ? cs.n : cs.k;
+    const int64_t lda = a_cols + 2, ldb = b_cols + 1, ldc = cs.n + 3;
+    // Batch strides with a gap between matrices, so that a stride mix-up reads the wrong numbers.
+    const int64_t stride_a = cs.share_a ? 0 : a_rows * lda + 5, stride_b = cs.share_b ? 0 : b_rows * ldb + 3;
+    const int64_t stride_c = cs.m * ldc + 7;
+    auto a = random_vector(std::max<int64_t>(1, (cs.share_a ? 1 : cs.batch) * (a_rows * lda + 5)), ++seed);
+    auto b = random_vector(std::max<int64_t>(1, (cs.share_b ? 1 : cs.batch) * (b_rows * ldb + 3)), ++seed);
+    auto c = random_vector(cs.batch * stride_c, ++seed);
+    auto bias = random_vector(cs.n, ++seed);
+    const bool has_bias = cs.epilogue == GemmEpilogue::Bias || cs.epilogue == GemmEpilogue::BiasGeluTanh;
+    GemmArgs g;
+    g.trans_a = cs.ta;
+    g.trans_b = cs.tb;
+    g.m = cs.m;
+    g.n = cs.n;
+    g.k = cs.k;
+    g.a = a.data();
+    g.lda = lda;
+    g.b = b.data();
+    g.ldb = ldb;
+    g.c = c.data();
+    g.ldc = ldc;
+    g.alpha = cs.alpha;
+    g.beta = cs.beta;
+    g.bias = has_bias ? bias.data() : nullptr;
+    g.input_type = input_type;
+    g.epilogue = cs.epilogue;
+    g.batch = cs.batch;
+    g.stride_a = stride_a;
+    g.stride_b = stride_b;
+    g.stride_c = stride_c;
+    const std::vector<float> before = c;
+    const auto expected = reference_batched(g, c);
+    gemm(g);
+    for (int64_t bi = 0; bi < cs.batch; ++bi)
+      for (int64_t i = 0; i < cs.m; ++i)
+        for (int64_t j = 0; j < ldc && bi * stride_c + i * ldc + j < static_cast<int64_t>(c.size()); ++j) {
+          const int64_t at = bi * stride_c + i * ldc + j;
+          if (j < cs.n)
+            ASSERT_NEAR(c[at], expected[at], 1e-4 * (1 + std::abs(expected[at])))
+                << dtype_name(input_type) << " " << gemm_epilogue_name(cs.epilogue) << " batch " << bi << " at " << i
+                << "," << j;
+          else  // padding columns and the gaps between matrices are never written
+            ASSERT_EQ(c[at], before[at]) << "batch " << bi << " row " << i << " column " << j;
+        }
+  }
+}
+
+TEST(Gemm, BatchedWithEpiloguesMatchesFloat64Reference) { expect_batched_matches_reference(DType::F32); }
+
+TEST(Gemm, BatchedWithEpiloguesSixteenBitInputsMatchTheReferenceOfTheRoundedInputs) {
+  expect_batched_matches_reference(DType::BF16);
+  expect_batched_matches_reference(DType::F16);
+}
+
+// The fused GELU epilogue is bitwise a GEMM with a bias followed by kernels::gelu_forward, so a model can
+// fuse it without changing its numbers.
+TEST(Gemm, BiasGeluEpilogueIsBitwiseGemmThenGelu) {
+  const int64_t m = 37, n = 29, k = 45;
+  auto a = random_vector(m * k, 21), b = random_vector(n * k, 22), bias = random_vector(n, 23);
+  for (DType t : {DType::F32, DType::BF16}) {
+    std::vector<float> fused(m * n), unfused(m * n);
+    GemmArgs g{Trans::N, Trans::T, m, n, k, a.data(), k, b.data(), k, unfused.data(), n, 1, 0, bias.data(), t};
+    gemm(g);
+    gelu_forward(unfused.data(), unfused.data(), m * n);
+    g.c = fused.data();
+    g.epilogue = GemmEpilogue::BiasGeluTanh;
+    gemm(g);
+    EXPECT_EQ(0, std::memcmp(fused.data(), unfused.data(), fused.size() * sizeof(float))) << dtype_name(t);
+  }
+}
+
+// The new fields' defaults are the GEMM as it was: a batch of 1, no epilogue but the legacy bias, fp32
+// buffers, the CPU stream.
+TEST(Gemm, DefaultsAreThePlainGemm) {
+  GemmArgs g;
+  EXPECT_EQ(g.batch, 1);
+  EXPECT_EQ(g.epilogue, GemmEpilogue::None);
+  EXPECT_EQ(g.a_type, DType::F32);
+  EXPECT_EQ(g.b_type, DType::F32);
+  EXPECT_EQ(g.c_type, DType::F32);
+  EXPECT_EQ(g.stream.device, Device::cpu());
+  EXPECT_TRUE(g.stream.is_default());
+  const float bias = 1;
+  g.bias = &bias;
+  EXPECT_EQ(g.effective_epilogue(), GemmEpilogue::Bias);
+}
+
+void expect_error(const GemmArgs& g, const std::string& text) {
+  try {
+    gemm(g);
+    ADD_FAILURE() << "expected an error containing '" << text << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
+TEST(Gemm, UnsupportedArgumentsAreClearErrors) {
+  std::vector<float> a(64, 1), b(64, 1), c(256, 0), bias(8, 0);
+  const GemmArgs ok{Trans::N, Trans::N, 4, 4, 4, a.data(), 4, b.data(), 4, c.data(), 4};
+  GemmArgs g = ok;
+  g.a_type = DType::BF16;
+  expect_error(g, "the CPU backend takes fp32 buffers, got a_type=bf16");
+  g = ok;
+  g.c_type = DType::F16;
+  expect_error(g, "c_type=fp16");
+  g = ok;
+  g.epilogue = GemmEpilogue::BiasGeluTanh;
+  expect_error(g, "epilogue bias+gelu_tanh needs a bias");
+  g = ok;
+  g.epilogue = GemmEpilogue::GeluTanh;
+  g.bias = bias.data();
+  expect_error(g, "epilogue gelu_tanh takes no bias");
+  g = ok;
+  g.batch = 0;
+  expect_error(g, "batch must be at least 1");
+  g = ok;
+  g.batch = 2;
+  g.stride_c = 10;  // matrix 0 spans 3 * 4 + 4 = 16 elements
+  expect_error(g, "overlap");
+  g.stride_c = 16;
+  g.stride_a = -1;
+  expect_error(g, "negative batch stride");
+  g = ok;
+  g.stream = Stream::default_for(Device{DeviceType::CUDA, 0});
+  expect_error(g, "GEMM on cuda:0 is not available");
+  EXPECT_THROW(GemmBackend::for_device(Device::cpu()).gemm(g), Error);  // the CPU backend refuses it too
 }
 
 TEST(Linear, BackwardMatchesFiniteDifferences) {

@@ -1,14 +1,13 @@
 // Rotary position embedding, Megatron's rotate_half layout: dimension i is paired with i + rot_dim/2.
-//
-// The angles are computed in double (inv_freq and position * inv_freq) and only cos/sin are rounded to
-// float: at position 4096 an angle rounded to float is already off by ~2e-4 rad.
+// The per-pair math (frequencies, cos/sin in double, the rotation) is kernels/math/rotary.h, shared with
+// a GPU kernel; this is its OpenMP loop.
 #include "kernels/rotary.h"
 
-#include <cmath>
 #include <vector>
 
 #include "core/check.h"
 #include "core/profiler.h"
+#include "kernels/math/rotary.h"
 
 namespace tessera::kernels {
 namespace {
@@ -20,8 +19,7 @@ void rope_apply(float* x, const int32_t* positions, int64_t rows, int64_t heads,
                 " must be even, positive and <= head_dim ", head_dim);
   const int64_t half = rot_dim / 2;
   std::vector<double> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = math::rope_inv_freq(i, rot_dim, base);
 
 #pragma omp parallel
   {
@@ -30,22 +28,14 @@ void rope_apply(float* x, const int32_t* positions, int64_t rows, int64_t heads,
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const double pos = positions[r];
-      for (int64_t i = 0; i < half; ++i) {
-        double angle = pos * inv_freq[i];
-        cos_t[i] = static_cast<float>(std::cos(angle));
-        sin_t[i] = static_cast<float>(sign * std::sin(angle));
-      }
+      for (int64_t i = 0; i < half; ++i) math::rope_cos_sin(pos, inv_freq[i], sign, cos_t[i], sin_t[i]);
       const float* c = cos_t.data();
       const float* s = sin_t.data();
       for (int64_t h = 0; h < heads; ++h) {
         float* lo = x + (r * heads + h) * head_dim;  // x[0, half)
         float* hi = lo + half;                       // x[half, rot_dim); the rest passes through
 #pragma omp simd
-        for (int64_t i = 0; i < half; ++i) {
-          float a = lo[i], b = hi[i];
-          lo[i] = a * c[i] - b * s[i];
-          hi[i] = b * c[i] + a * s[i];
-        }
+        for (int64_t i = 0; i < half; ++i) math::rope_rotate_pair(lo[i], hi[i], c[i], s[i]);
       }
     }
   }
@@ -59,7 +49,8 @@ void rope_forward(float* x, const int32_t* positions, int64_t rows, int64_t head
   rope_apply(x, positions, rows, heads, head_dim, rot_dim, base, 1.0);
 }
 
-// The rotation is orthogonal, so its transpose is the rotation by -angle.
+// The rotation is orthogonal, so its transpose is the rotation by -angle (math::rope_rotate_pair_backward;
+// here the sine is negated once per row instead).
 void rope_backward(float* dx, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
                    int64_t rot_dim, float base) {
   TESSERA_PROFILE_SCOPE("rope_backward");

@@ -1,11 +1,14 @@
 // Elementwise math written so that GCC vectorises it without -ffast-math (libm's expf is a scalar
-// call otherwise). Shared by the kernels that need exp in their inner loops.
+// call otherwise). Shared by the kernels that need exp in their inner loops, and marked for host and
+// device (core/host_device.h) so a GPU kernel computes the same exp.
 #pragma once
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+
+#include "core/host_device.h"
 
 namespace tessera::kernels {
 
@@ -14,7 +17,7 @@ namespace tessera::kernels {
 // expf polynomial. |x| is clamped to 87 so 2^n stays a normal float; below -87 (-inf included) the
 // result is 0, and NaN stays NaN. The range tests are integer ops on the bits, applied as masks:
 // a float compare or a select would keep GCC from vectorising without -fno-trapping-math.
-inline float exp_approx(float x) {
+TESSERA_HOST_DEVICE inline float exp_approx(float x) {
   constexpr int32_t k87 = std::bit_cast<int32_t>(87.0f), kInf = std::bit_cast<int32_t>(INFINITY);
   int32_t bits = std::bit_cast<int32_t>(x), mag = bits & 0x7fffffff;
   bool underflow = bits < 0 && mag > k87, nan = mag > kInf;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/adamw.h"
+#include "kernels/tensor_ops.h"
 
 namespace tessera::optim {
 
@@ -17,15 +18,14 @@ AdamWOptimizer::AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& c
 
 double AdamWOptimizer::grad_norm() const {
   bool single = model_parallel_group_ == nullptr || model_parallel_group_->size() == 1;
-  if (single) return std::sqrt(kernels::sum_of_squares(params_.grads().f32(), params_.numel()));
+  if (single) return std::sqrt(kernels::sum_of_squares(params_.grads().flat_range(0, params_.numel())));
   double sum = 0;
   for (const model::Parameter& p : params_.params())
-    if (!p.spec.tied_copy && (p.spec.sharding.sharded() || counts_replicated_))
-      sum += kernels::sum_of_squares(p.grad.f32(), p.grad.numel());
-  Tensor total = Tensor::empty({1});
-  total.f32()[0] = static_cast<float>(sum);
+    if (!p.spec.tied_copy && (p.spec.sharding.sharded() || counts_replicated_)) sum += kernels::sum_of_squares(p.grad);
+  // An fp32 scalar on the gradients' device, as Megatron all-reduces the norm.
+  Tensor total = kernels::scalar_tensor(sum, params_.grads().device());
   model_parallel_group_->all_reduce(total);
-  return std::sqrt(static_cast<double>(total.f32()[0]));
+  return std::sqrt(kernels::scalar_value(total));
 }
 
 MomentShard AdamWOptimizer::moments() const {
@@ -54,8 +54,9 @@ StepResult adamw_update(const MomentShard& shard, const AdamWConfig& config, flo
     const model::Parameter& p = *piece.param;
     kernels::AdamWHyper h{lr, config.beta1, config.beta2, config.eps, p.spec.weight_decay ? config.weight_decay : 0.0f,
                           steps, scale};
-    kernels::adamw_step(p.value.f32() + piece.begin, p.grad.f32() + piece.begin, shard.exp_avg.f32() + piece.state,
-                        shard.exp_avg_sq.f32() + piece.state, piece.length, h);
+    kernels::adamw_step(p.value.flat_range(piece.begin, piece.length), p.grad.flat_range(piece.begin, piece.length),
+                        shard.exp_avg.flat_range(piece.state, piece.length),
+                        shard.exp_avg_sq.flat_range(piece.state, piece.length), h);
   }
   return result;
 }

@@ -1,0 +1,36 @@
+// The dropout keying and keep decision, shared by the CPU kernels (kernels/dropout.cc,
+// kernels/attention.cc) and a GPU's: which Philox element an activation or attention probability
+// draws, and whether it is kept. Philox itself is core/philox.h (also host and device), so a GPU
+// regenerates bit-identical masks.
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+#include "kernels/attention.h"
+#include "kernels/dropout.h"
+
+namespace tessera::kernels::math {
+
+// Philox element of local activation (s, b, h) of a DropoutRegion: its index in the global
+// [samples, seq_total, hidden] order, ((sample_offset + b) * seq_total + seq_offset + s) * hidden + h.
+TESSERA_HOST_DEVICE inline uint64_t dropout_element(const DropoutRegion& r, int64_t s, int64_t b, int64_t h) {
+  return static_cast<uint64_t>(((r.sample_offset + b) * r.seq_total + r.seq_offset + s) * r.hidden + h);
+}
+
+// Philox element of attention probability (b, h, i, 0) of a local [batch, heads, seq, seq] block;
+// (b, h, i, j) is this + j.
+TESSERA_HOST_DEVICE inline uint64_t attention_dropout_row(const AttentionDropout& d, int64_t seq, int64_t b,
+                                                          int64_t h, int64_t i) {
+  const uint64_t bh = static_cast<uint64_t>((d.sample_offset + b) * d.total_heads + d.head_offset + h);
+  return (bh * static_cast<uint64_t>(seq) + static_cast<uint64_t>(i)) * static_cast<uint64_t>(seq);
+}
+
+// Kept iff the element's uniform (PhiloxStream::uniform_from_bits of its word: 24 bits in [0, 1)) is
+// at least p. The 24-bit value goes through int32, which converts to float in SIMD (uint32 does not
+// before AVX-512); the value is the same.
+TESSERA_HOST_DEVICE inline bool dropout_keeps(uint32_t bits, float p) {
+  return static_cast<float>(static_cast<int32_t>(bits >> 8)) * (1.0f / 16777216.0f) >= p;
+}
+
+}  // namespace tessera::kernels::math

@@ -1,0 +1,41 @@
+// RoPE of one (x_i, x_{i + rot_dim/2}) pair in Megatron's rotate_half layout, shared by the CPU kernel
+// (kernels/rotary.cc) and a GPU's. The angles are formed in double (inv_freq and position * inv_freq)
+// and only cos/sin are rounded to float: at position 4096 an angle rounded to float is already off by
+// ~2e-4 rad.
+#pragma once
+
+#include <math.h>  // the C functions, which device code has too
+
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace tessera::kernels::math {
+
+// base^(-2i / rot_dim), the frequency of pair i.
+TESSERA_HOST_DEVICE inline double rope_inv_freq(int64_t i, int64_t rot_dim, float base) {
+  return pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
+}
+
+// cos and sin of position * inv_freq, as floats; sign -1 gives the sine of the backward (transposed)
+// rotation.
+TESSERA_HOST_DEVICE inline void rope_cos_sin(double position, double inv_freq, double sign, float& c, float& s) {
+  double angle = position * inv_freq;
+  c = static_cast<float>(cos(angle));
+  s = static_cast<float>(sign * sin(angle));
+}
+
+// Rotates (a, b) = (x_i, x_{i+half}) by the angle whose cos and sin are c and s.
+TESSERA_HOST_DEVICE inline void rope_rotate_pair(float& a, float& b, float c, float s) {
+  float x = a, y = b;
+  a = x * c - y * s;
+  b = y * c + x * s;
+}
+
+// The rotation is orthogonal, so its transpose (the backward) is the rotation by -angle: the same
+// arithmetic with the sine negated, as the CPU kernel forms it (rope_cos_sin with sign -1).
+TESSERA_HOST_DEVICE inline void rope_rotate_pair_backward(float& da, float& db, float c, float s) {
+  rope_rotate_pair(da, db, c, -s);
+}
+
+}  // namespace tessera::kernels::math
