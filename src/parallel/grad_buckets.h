@@ -80,8 +80,8 @@ class GradBuckets {
   // (the offset is of the whole buffer, whatever segments these buckets cover).
   void mark_final_from(int64_t first_final);
   // Starts what is left and waits for every bucket. After it, the buffer holds the sum over the group:
-  // everywhere (AllReduce), or on this rank's owned ranges (ReduceScatter; elsewhere it keeps this
-  // rank's own contribution).
+  // on all its segments (AllReduce), or on this rank's owned ranges (ReduceScatter; elsewhere it keeps
+  // this rank's own contribution).
   void finish();
 
   // ReduceScatter mode: all-gathers, in place, every rank's owned pieces of `values` (a buffer with the
