@@ -24,6 +24,11 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"([a-z_]+)/[^"]*"')
 TEST_FILE = re.compile(r"(_test\.cc|testing\.h|_test_main\.h)$")
 
 
+def sources(folder):
+    """The .cc and .h files of `folder` and its subfolders (a layer may group files, e.g. kernels/math/)."""
+    return sorted(p for p in folder.rglob("*") if p.suffix in (".cc", ".h") and p.is_file())
+
+
 def includes(path):
     """(line number, layer, include text) of every #include "layer/..." in `path`."""
     for number, text in enumerate(path.read_text(errors="replace").splitlines(), 1):
@@ -62,34 +67,32 @@ def main():
                 errors.append(f"CMakeLists.txt:{number}: tessera_layer({name}): {name} is not in the layer order "
                               f"of scripts/check_layers.py ({' < '.join(ORDER)}); add it there and to the design")
                 continue
-            files = sorted(p for p in (root / "src" / name).glob("*") if p.suffix in (".cc", ".h"))
+            files = sources(root / "src" / name)
             units[name] = (number, deps, files)
         elif command == "add_executable" and not args[0].startswith("$"):
             executables[args[0]] = args[1:]
         elif command == "target_link_libraries" and not args[0].startswith("$"):
             links[args[0]] = (number, layer_deps(args[1:]))
-    for target, sources in executables.items():
+    for target, listed in executables.items():
         if target not in links:
             continue
-        if sources == ["${app_srcs}"]:  # the tessera binary: every file in apps/
-            files = sorted(p for p in (root / "apps").glob("*") if p.suffix in (".cc", ".h"))
+        if listed == ["${app_srcs}"]:  # the tessera binary: every file in apps/
+            files = sources(root / "apps")
         else:
-            files = [root / s for s in sources if s.startswith(("apps/", "bench/"))]
+            files = [root / s for s in listed if s.startswith(("apps/", "bench/"))]
         if files:
             units[target] = (links[target][0], links[target][1], files)
 
     for layer_dir in sorted((root / "src").iterdir()):
         if layer_dir.is_dir() and layer_dir.name not in units and layer_dir.name in RANK:
             errors.append(f"src/{layer_dir.name}/: no tessera_layer({layer_dir.name} ...) line in CMakeLists.txt")
-        elif layer_dir.is_dir() and layer_dir.name not in RANK and any(layer_dir.glob("*.cc")):
+        elif layer_dir.is_dir() and layer_dir.name not in RANK and any(layer_dir.rglob("*.cc")):
             errors.append(f"src/{layer_dir.name}/: not in the layer order of scripts/check_layers.py "
                           f"({' < '.join(ORDER)})")
 
     # (a) nothing reaches upward: every file of src/<layer>/, tests too.
     for layer in ORDER:
-        for path in sorted((root / "src" / layer).glob("*")):
-            if path.suffix not in (".cc", ".h"):
-                continue
+        for path in sources(root / "src" / layer):
             for number, used, text in includes(path):
                 if RANK[used] > RANK[layer]:
                     errors.append(f"{path.relative_to(root)}:{number}: {text}: {layer} may not include {used}, "

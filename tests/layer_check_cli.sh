@@ -30,6 +30,9 @@ expect_check_failure() {
 line=$(($(wc -l < "$root/src/comm/process_group.cc") + 1))
 expect_check_failure 'echo "#include \"model/gpt_model.h\"" >> src/comm/process_group.cc' \
   "src/comm/process_group.cc:$line: #include \"model/gpt_model.h\": comm may not include model, a layer above it"
+# A file in a subfolder of a layer (kernels/math/) belongs to that layer.
+expect_check_failure 'mkdir -p src/kernels/sub && echo "#include \"model/gpt_model.h\"" > src/kernels/sub/x.h' \
+  "src/kernels/sub/x.h:1: #include \"model/gpt_model.h\": kernels may not include model, a layer above it"
 # A test reaching upward fails too, though tests are not part of the DEPS comparison.
 expect_check_failure 'echo "#include \"train/trainer.h\"" >> src/kernels/gemm_test.cc' \
   "src/kernels/gemm_test.cc:"
