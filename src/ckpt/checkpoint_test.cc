@@ -183,9 +183,11 @@ TEST(CheckpointDeathTest, ACrashMidSaveLeavesThePreviousCheckpointLoadable) {
   fs::remove_all(dir);
 }
 
-// One rank's part of a [rows, cols] parameter split by rows over `ranks` (ranks 1: whole).
+// One rank's part of a [rows, cols] parameter split by rows over `ranks` (ranks 1: whole); a word
+// embedding's rows are the vocabulary's (ParameterSpec::vocab_rows).
 model::ParameterSpec row_split(const std::string& name, int64_t rows, int64_t cols, int rank, int ranks) {
   model::ParameterSpec spec{name, {rows / ranks, cols}, model::Init::Normal, 1.0f, true};
+  spec.vocab_rows = name == "embedding.word_embeddings.weight";
   if (ranks > 1) spec.sharding = {{rows, cols}, {rows, cols}, 0, rank * rows / ranks, rows / ranks};
   return spec;
 }

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/adamw.h"
+#include "kernels/tensor_ops.h"
 
 namespace tessera::optim {
 
@@ -65,7 +65,6 @@ std::vector<DistributedOptimizer::Segment> DistributedOptimizer::segments_for(si
 }
 
 double DistributedOptimizer::grad_norm() const {
-  const float* g = params_.grads().f32();
   std::vector<double> sums(groups_.size(), 0.0);
   for (const Segment& s : segments_) {
     const model::ParameterSpec& spec = s.param->spec;
@@ -75,17 +74,16 @@ double DistributedOptimizer::grad_norm() const {
     if (spec.tied_copy || !(spec.sharding.sharded() || group.counts_replicated) ||
         (s.replicated && group.buckets->group().rank() != 0))
       continue;
-    sums[s.group] += kernels::sum_of_squares(g + s.flat, s.length);
+    sums[s.group] += kernels::sum_of_squares(params_.grads().flat_range(s.flat, s.length));
   }
   // Each group over its own ranks (in the same order on every rank), then the groups together.
   double total = 0;
   for (size_t i = 0; i < groups_.size(); ++i) {
-    Tensor t = Tensor::empty({1});
-    t.f32()[0] = static_cast<float>(sums[i]);
+    Tensor t = kernels::scalar_tensor(sums[i], params_.grads().device());
     comm::ProcessGroup& data = groups_[i].buckets->group();
     if (data.size() > 1) data.all_reduce(t);
     if (groups_[i].model_group && groups_[i].model_group->size() > 1) groups_[i].model_group->all_reduce(t);
-    total += static_cast<double>(t.f32()[0]);
+    total += kernels::scalar_value(t);
   }
   return std::sqrt(total);
 }
@@ -114,8 +112,8 @@ void DistributedOptimizer::load_full_state(const AdamWOptimizer& full) {
   TESSERA_CHECK(full.exp_avg().numel() == params_.numel(), "optimizer state of ", full.exp_avg().numel(),
                 " elements does not match the ", params_.numel(), " parameters of this rank");
   for (const Segment& s : segments_) {
-    std::memcpy(exp_avg_.f32() + s.state, full.exp_avg().f32() + s.flat, s.length * sizeof(float));
-    std::memcpy(exp_avg_sq_.f32() + s.state, full.exp_avg_sq().f32() + s.flat, s.length * sizeof(float));
+    kernels::copy(exp_avg_.flat_range(s.state, s.length), full.exp_avg().flat_range(s.flat, s.length));
+    kernels::copy(exp_avg_sq_.flat_range(s.state, s.length), full.exp_avg_sq().flat_range(s.flat, s.length));
   }
   steps_ = full.steps();
 }
