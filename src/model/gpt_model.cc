@@ -12,10 +12,11 @@ Tensor to_seq_major(const Tensor& t) {
   return out;
 }
 
-void check_ids(const Tensor& ids, int64_t limit, const char* what) {
-  const int64_t bad = kernels::first_id_outside(ids.i32(), ids.numel(), 0, limit);
-  TESSERA_CHECK(bad < 0, what, " id ", bad < 0 ? 0 : ids.i32()[bad], " is outside the vocabulary [0, ", limit, ")");
+void check_ids(const int32_t* ids, int64_t n, int64_t limit, const char* what) {
+  const int64_t bad = kernels::first_id_outside(ids, n, 0, limit);
+  TESSERA_CHECK(bad < 0, what, " id ", bad < 0 ? 0 : ids[bad], " is outside the vocabulary [0, ", limit, ")");
 }
+void check_ids(const Tensor& ids, int64_t limit, const char* what) { check_ids(ids.i32(), ids.numel(), limit, what); }
 
 }  // namespace
 
@@ -142,8 +143,7 @@ Tensor GptModel::decode(const std::vector<int32_t>& tokens, const Tensor& input,
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(tokens.size());
   TESSERA_CHECK(n > 0, "next_token_logits: no tokens");
-  const int64_t bad = kernels::first_id_outside(tokens.data(), n, 0, c.vocab_size);
-  TESSERA_CHECK(bad < 0, "token id ", bad < 0 ? 0 : tokens[bad], " is outside the vocabulary [0, ", c.vocab_size, ")");
+  check_ids(tokens.data(), n, c.vocab_size, "token");
   TESSERA_CHECK(c.position_embedding != PositionEmbedding::LearnedAbsolute ||
                     state.length + n <= c.max_position_embeddings,
                 "sequence of ", state.length + n, " tokens is longer than --max-position-embeddings=",

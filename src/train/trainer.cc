@@ -324,8 +324,7 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   optimizer_seconds_ += optimizer.seconds();
   pipeline_sum(loss);
   data_parallel_sum(loss);
-  auxiliary_losses_.clear();
-  for (size_t i = 0; i < names.size(); ++i) auxiliary_losses_.emplace_back(names[i], tokens > 0 ? loss[1 + i] / tokens : 0.0);
+  for (size_t i = 0; i < names.size(); ++i) auxiliary_loss_history_[names[i]].push_back(tokens > 0 ? loss[1 + i] / tokens : 0.0);
   return tokens > 0 ? loss[0] / tokens : 0.0;
 }
 
@@ -458,7 +457,6 @@ void Trainer::train() {
   Timer run_timer;
   const int64_t first_iteration = iteration_;
   double interval_loss = 0, interval_seconds = 0;  // training steps only, not evaluation or saving
-  std::vector<std::pair<std::string, double>> interval_auxiliary;
   // Megatron's log line counts skipped and NaN iterations per interval.
   int64_t interval_iters = 0, interval_skipped = 0, interval_nan = 0;
   if (args_.skip_train) {
@@ -503,10 +501,6 @@ void Trainer::train() {
       consecutive_nan_iterations_ = 0;
     }
     interval_loss += loss;
-    for (const auto& [name, value] : auxiliary_losses_) auxiliary_loss_history_[name].push_back(value);
-    interval_auxiliary.resize(auxiliary_losses_.size());
-    for (size_t i = 0; i < auxiliary_losses_.size(); ++i)
-      interval_auxiliary[i] = {auxiliary_losses_[i].first, interval_auxiliary[i].second + auxiliary_losses_[i].second};
     ++interval_iters;
 
     if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters) {
@@ -522,7 +516,12 @@ void Trainer::train() {
       s.learning_rate = lr;
       s.loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0;
       s.lm_loss = interval_loss / static_cast<double>(interval_iters);
-      for (auto& [name, sum] : interval_auxiliary) s.auxiliary_losses.emplace_back(name, sum / static_cast<double>(interval_iters));
+      for (const std::string& name : chunks_.front()->auxiliary_loss_names()) {  // the interval's mean, as lm loss
+        const std::vector<double>& values = auxiliary_loss_history_.at(name);
+        double sum = 0;
+        for (size_t i = values.size() - static_cast<size_t>(interval_iters); i < values.size(); ++i) sum += values[i];
+        s.auxiliary_losses.emplace_back(name, sum / static_cast<double>(interval_iters));
+      }
       s.grad_norm = step.grad_norm;
       s.skipped_iterations = interval_skipped;
       s.nan_iterations = interval_nan;
@@ -530,7 +529,6 @@ void Trainer::train() {
       log_timers(interval_iters);
       if (log_ && first_interval_note) say(std::exchange(first_interval_note, nullptr)(s.elapsed_ms_per_iteration));
       interval_loss = 0;
-      interval_auxiliary.clear();
       interval_iters = interval_skipped = interval_nan = 0;
       interval_seconds = 0;
     }

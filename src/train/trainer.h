@@ -122,7 +122,6 @@ class Trainer {
   std::optional<InjectedFault> injected_fault_;  // TESSERA_INJECT_FAULT (tests only)
   bool exit_condition_met_ = false;
   std::vector<double> losses_;
-  std::vector<std::pair<std::string, double>> auxiliary_losses_;  // of the last step, per loss token
   std::map<std::string, std::vector<double>> auxiliary_loss_history_;
 };
 
