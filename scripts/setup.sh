@@ -17,6 +17,7 @@ packages=(
   curl                   # the REST server tests
   python3-numpy          # reference for Megatron's dataset shuffles in the tests
   python3-torch          # the PyTorch peer of the benchmarks (/usr/bin/python3)
+  python3-matplotlib python3-pil  # scripts/plot_losses.py: loss curves as PNG (and the test that reads them)
   libopenblas0-openmp    # a real BLAS for that peer (without it torch falls back to the reference BLAS)
   clang libclang-rt-dev  # scripts/fuzz.sh: libFuzzer targets (-fsanitize=fuzzer,address)
 )

@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "ckpt/checkpoint.h"
+#include "data/text_bytes.h"
+#include "data/tokenizer_factory.h"
 #include "core/process_memory.h"
 #include "core/profiler.h"
 #include "core/timer.h"
@@ -181,6 +183,8 @@ void Trainer::build_datasets() {
     test_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.model.seq_length, args_.seed, 2);
     return;
   }
+  if (args_.tokenizer_type != "NullTokenizer")  // ids without text have no bytes to count
+    text_tokenizer_ = data::build_tokenizer(tokenizer_options());
   data::GptDataConfig config;
   config.data_path = args_.data_path;
   config.split = args_.split;
@@ -205,6 +209,10 @@ void Trainer::build_datasets() {
   say(str_cat(" > datasets: ", train_data_->size(), " training samples",
               valid_data_ ? str_cat(", ", valid_data_->size(), " validation samples") : "",
               test_data_ ? str_cat(", ", test_data_->size(), " test samples") : ""));
+}
+
+data::TokenizerOptions Trainer::tokenizer_options() const {
+  return {args_.tokenizer_type, args_.vocab_file, args_.merge_file, args_.tokenizer_model, args_.vocab_size};
 }
 
 void Trainer::say(const std::string& line) {
@@ -340,28 +348,36 @@ void Trainer::finalize_gradients() {
       if (p.spec.shared_with_last_stage) embedding->all_reduce(p.grad);
 }
 
-double Trainer::evaluate() {
+Evaluation Trainer::evaluate() {
   TESSERA_CHECK(valid_data_ != nullptr, "--split=", args_.split, ": no validation documents to evaluate");
   return evaluate_on(*valid_data_);
 }
 
-double Trainer::evaluate_on(const data::TokenDataset& data) {
+Evaluation Trainer::evaluate_on(const data::TokenDataset& data) {
   optimizer_->wait_for_params();
   // The same samples every time, so evaluations are comparable along a run.
   std::vector<model::MicroBatch> batches;
-  std::vector<float> loss_and_tokens(2, 0.0f);
+  enum { kLoss, kTokens, kBytes };
+  std::vector<float> sums(3, 0.0f);
   for (int64_t m = 0; m < args_.eval_iters * args_.num_micro_batches; ++m) {
     batches.push_back(micro_batch(data, 0, m));
-    for (int64_t i = 0; i < batches.back().loss_mask.numel(); ++i) loss_and_tokens[1] += batches.back().loss_mask.f32()[i];
+    const model::MicroBatch& b = batches.back();
+    const std::span<const float> mask(b.loss_mask.f32(), static_cast<size_t>(b.loss_mask.numel()));
+    for (float w : mask) sums[kTokens] += w;
+    if (text_tokenizer_)
+      sums[kBytes] += static_cast<float>(data::text_bytes(
+          *text_tokenizer_, std::span<const int32_t>(b.labels.i32(), mask.size()), mask));
   }
   pipeline::PipelineTimes saved = times_;  // evaluation is not part of the training timers
-  loss_and_tokens[0] = static_cast<float>(run_micro_batches(batches, false, 0.0f).lm);
+  std::vector<float> loss{static_cast<float>(run_micro_batches(batches, false, 0.0f).lm)};
   times_ = saved;
-  std::vector<float> loss{loss_and_tokens[0]};
   pipeline_sum(loss);
-  loss_and_tokens[0] = loss[0];
-  data_parallel_sum(loss_and_tokens);
-  return loss_and_tokens[1] > 0 ? loss_and_tokens[0] / loss_and_tokens[1] : 0.0;
+  sums[kLoss] = loss[0];
+  data_parallel_sum(sums);
+  Evaluation e;
+  if (sums[kTokens] > 0) e.lm_loss = sums[kLoss] / sums[kTokens];
+  if (sums[kBytes] > 0) e.bits_per_byte = sums[kLoss] / std::log(2.0) / sums[kBytes];
+  return e;
 }
 
 void Trainer::save() {
@@ -535,8 +551,8 @@ void Trainer::train() {
     if (valid_data_ && args_.eval_iters > 0 &&
         (iteration_ % args_.eval_interval == 0 || iteration_ == args_.train_iters))
     {
-      double loss = evaluate();
-      if (log_) log_->validation(iteration_, loss);
+      const Evaluation e = evaluate();
+      if (log_) log_->validation(iteration_, e);
     }
     if (args_.sample_interval > 0 && iteration_ % args_.sample_interval == 0) {
       optimizer_->wait_for_params();  // the sampler reads the weights
@@ -544,8 +560,7 @@ void Trainer::train() {
       if (!sampler_)
         sampler_ = std::make_unique<infer::TrainingSampler>(
             *chunks_[0], params_, state_->tensor_group(), args_.sequence_parallel,
-            data::TokenizerOptions{args_.tokenizer_type, args_.vocab_file, args_.merge_file, args_.tokenizer_model,
-                                   args_.vocab_size},
+            tokenizer_options(),
             args_.sample_prompt);
       say(str_cat(" sample at iteration ", iteration_, ": ", args_.sample_prompt, sampler_->sample()));
     }
@@ -598,12 +613,12 @@ void Trainer::evaluate_after_training() {
   // Megatron evaluates the validation split after training too; here the loop's evaluation at the last
   // iteration is that one, so only --skip-train (no loop) evaluates it here.
   if (args_.skip_train && valid_data_) {
-    const double loss = evaluate_on(*valid_data_);
-    if (log_) log_->final_evaluation(iteration_, "validation", loss);
+    const Evaluation e = evaluate_on(*valid_data_);
+    if (log_) log_->final_evaluation(iteration_, "validation", e);
   }
   if (test_data_) {
-    const double loss = evaluate_on(*test_data_);
-    if (log_) log_->final_evaluation(iteration_, "test", loss);
+    const Evaluation e = evaluate_on(*test_data_);
+    if (log_) log_->final_evaluation(iteration_, "test", e);
   }
 }
 

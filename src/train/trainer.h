@@ -39,8 +39,8 @@ class Trainer {
 
   // Trains from the current iteration to --train-iters.
   void train();
-  // Mean per-token loss over --eval-iters global batches of the validation split.
-  double evaluate();
+  // Mean per-token loss over --eval-iters global batches of the validation split, and its bits per byte.
+  Evaluation evaluate();
   // Megatron's evaluation after training (pretrain's do_valid/do_test), with --eval-iters batches: the
   // test split when it has documents, and with --skip-train the validation split first; each printed as
   // "validation loss at iteration N on <split> set | ...". As in Megatron, not done after an exit.
@@ -71,7 +71,7 @@ class Trainer {
   // training) and returns the sums of the masked token losses (non-zero on the last stage only).
   model::LossSums run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale);
   // Mean per-token loss over --eval-iters global batches of `data`, from its first sample.
-  double evaluate_on(const data::TokenDataset& data);
+  Evaluation evaluate_on(const data::TokenDataset& data);
   // --exit-interval and --exit-duration-in-mins after an iteration, as Megatron's checkpoint_and_decide_exit:
   // saves (with --save, unless `saved` says this iteration's checkpoint was just written), prints Megatron's
   // line and returns true when the loop must stop. Collective over the world with --exit-duration-in-mins.
@@ -89,6 +89,7 @@ class Trainer {
   // --mock-data, or Megatron's GPT datasets over --data-path (built on rank 0 first, which caches the
   // sample indices, then loaded by the other ranks).
   void build_datasets();
+  data::TokenizerOptions tokenizer_options() const;  // --tokenizer-type and its files
   // Sums over the data-parallel group (in place).
   void data_parallel_sum(std::vector<float>& values) const;
   // Sums over the pipeline group (the loss lives on the last stage).
@@ -106,6 +107,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DistributedOptimizer* distributed_optimizer_ = nullptr;  // optimizer_, with --use-distributed-optimizer
   std::shared_ptr<const data::TokenDataset> train_data_, valid_data_, test_data_;  // test: null without documents
+  std::unique_ptr<data::Tokenizer> text_tokenizer_;  // counts the bytes of evaluated text; null for mock data
   BatchOptions batch_options_;
   std::unique_ptr<TrainingLog> log_;  // on world rank 0 only
   std::unique_ptr<GroupedGradBuckets> buckets_;  // one GradBuckets per gradient-reduction group

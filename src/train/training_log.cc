@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -34,6 +35,15 @@ std::string format_duration(double seconds) {
 
 }  // namespace
 
+bool progress_bar_wanted() {
+  if (const char* forced = std::getenv("TESSERA_PROGRESS")) return std::string(forced) == "1";
+  // Launchers give each rank a pseudo-terminal even when their own output goes to a file, so a rank's
+  // stdout being a terminal says nothing there; scripts that know set TESSERA_PROGRESS=1.
+  for (const char* launcher : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (std::getenv(launcher)) return false;
+  return ::isatty(STDOUT_FILENO) == 1;
+}
+
 std::string format_iteration_line(const IterationStats& s) {
   std::string line = " [" + timestamp() + "]";
   line += printf_string(" iteration %8lld/%8lld |", static_cast<long long>(s.iteration),
@@ -56,16 +66,19 @@ std::string format_iteration_line(const IterationStats& s) {
   return line;
 }
 
-std::string format_validation_line(int64_t iteration, double loss, const std::string& split) {
+std::string format_validation_line(int64_t iteration, const Evaluation& e, const std::string& split) {
   const std::string where = split.empty() ? std::string() : " on " + split + " set";
-  return printf_string(" validation loss at iteration %lld%s | lm loss value: %.6E | lm loss PPL: %.6E | ",
-                       static_cast<long long>(iteration), where.c_str(), loss, std::exp(std::min(loss, 20.0)));
+  std::string line = printf_string(" validation loss at iteration %lld%s | lm loss value: %.6E | lm loss PPL: %.6E | ",
+                                   static_cast<long long>(iteration), where.c_str(), e.lm_loss,
+                                   std::exp(std::min(e.lm_loss, 20.0)));
+  if (e.bits_per_byte) line += printf_string("bits per byte: %.4f | ", *e.bits_per_byte);
+  return line;
 }
 
 std::string format_datetime_line(const std::string& text) { return "[" + text + "] datetime: " + timestamp() + " "; }
 
 TrainingLog::TrainingLog(const std::string& log_dir, const std::string& tensorboard_dir)
-    : terminal_(::isatty(STDOUT_FILENO) == 1) {
+    : terminal_(progress_bar_wanted()) {
   if (!log_dir.empty()) {
     std::filesystem::create_directories(log_dir);
     std::string path = (std::filesystem::path(log_dir) / "metrics.jsonl").string();
@@ -113,22 +126,26 @@ void TrainingLog::evaluation_line(const std::string& line) {
   print(rule);
 }
 
-void TrainingLog::final_evaluation(int64_t iteration, const std::string& split, double loss) {
-  evaluation_line(format_validation_line(iteration, loss, split));
-  if (jsonl_) *jsonl_ << nlohmann::json{{"iteration", iteration}, {split + "_lm_loss", loss}}.dump() << std::endl;
-  if (tensorboard_) {
-    tensorboard_->add_scalar("lm loss " + split, static_cast<float>(loss), iteration);
-    tensorboard_->add_scalar("lm loss " + split + " ppl", static_cast<float>(std::exp(std::min(loss, 20.0))), iteration);
-    tensorboard_->flush();
-  }
+void TrainingLog::final_evaluation(int64_t iteration, const std::string& split, const Evaluation& e) {
+  record_evaluation(iteration, split, format_validation_line(iteration, e, split), e);
 }
 
-void TrainingLog::validation(int64_t iteration, double loss) {
-  evaluation_line(format_validation_line(iteration, loss));
-  if (jsonl_) *jsonl_ << nlohmann::json{{"iteration", iteration}, {"validation_lm_loss", loss}}.dump() << std::endl;
+void TrainingLog::validation(int64_t iteration, const Evaluation& e) {
+  record_evaluation(iteration, "validation", format_validation_line(iteration, e), e);
+}
+
+void TrainingLog::record_evaluation(int64_t iteration, const std::string& split, const std::string& line,
+                                    const Evaluation& e) {
+  evaluation_line(line);
+  if (jsonl_) {
+    nlohmann::json j = {{"iteration", iteration}, {split + "_lm_loss", e.lm_loss}};
+    if (e.bits_per_byte) j[split + "_bits_per_byte"] = *e.bits_per_byte;
+    *jsonl_ << j.dump() << std::endl;
+  }
   if (tensorboard_) {
-    tensorboard_->add_scalar("lm loss validation", static_cast<float>(loss), iteration);
-    tensorboard_->add_scalar("lm loss validation ppl", static_cast<float>(std::exp(std::min(loss, 20.0))), iteration);
+    tensorboard_->add_scalar("lm loss " + split, static_cast<float>(e.lm_loss), iteration);
+    tensorboard_->add_scalar("lm loss " + split + " ppl", static_cast<float>(std::exp(std::min(e.lm_loss, 20.0))), iteration);
+    if (e.bits_per_byte) tensorboard_->add_scalar("bits per byte " + split, static_cast<float>(*e.bits_per_byte), iteration);
     tensorboard_->flush();
   }
 }

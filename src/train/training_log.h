@@ -1,11 +1,12 @@
 // What a training run tells its user: Megatron's iteration and validation lines on stdout, a progress
-// bar with the time left when stdout is a terminal, metrics as JSON lines (--log-dir) and TensorBoard
+// bar with the time left on a terminal (progress_bar_wanted), metrics as JSON lines (--log-dir) and TensorBoard
 // scalars (--tensorboard-dir).
 #pragma once
 
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,9 +26,20 @@ struct IterationStats {
 // Megatron's log line, e.g.
 // " [2026-11-29 21:00:00] iteration       10/     200 | consumed samples:          160 | ... |"
 std::string format_iteration_line(const IterationStats& s);
-// Megatron's validation line: " validation loss at iteration 10 | lm loss value: ... | lm loss PPL: ... | ";
-// after training, with the split: " validation loss at iteration 10 on test set | ...".
-std::string format_validation_line(int64_t iteration, double loss, const std::string& split = "");
+// The result of an evaluation: the mean per-token loss, and the same loss in bits per byte of the text
+// the scored tokens stand for (comparable across tokenizers; absent without text, e.g. mock data).
+struct Evaluation {
+  double lm_loss = 0;
+  std::optional<double> bits_per_byte;
+};
+
+// Megatron's validation line: " validation loss at iteration 10 | lm loss value: ... | lm loss PPL: ... | ",
+// then "bits per byte: ... | " when known; after training, with the split: " validation loss at
+// iteration 10 on test set | ...".
+std::string format_validation_line(int64_t iteration, const Evaluation& e, const std::string& split = "");
+// Whether to draw the progress bar: TESSERA_PROGRESS=1 or 0 when set; otherwise when stdout is a
+// terminal and the process was not started by mpirun, srun or another PMI launcher.
+bool progress_bar_wanted();
 // Megatron's print_datetime: "[TEXT] datetime: 2026-12-01 09:00:00 ".
 std::string format_datetime_line(const std::string& text);
 
@@ -36,10 +48,10 @@ class TrainingLog {
   TrainingLog(const std::string& log_dir, const std::string& tensorboard_dir);
 
   void iteration(const IterationStats& s);
-  void validation(int64_t iteration, double loss);
+  void validation(int64_t iteration, const Evaluation& e);
   // An evaluation after training, of split "validation" or "test": the line with " on <split> set", and
   // <split>_lm_loss in the JSON lines, "lm loss <split>" (and ppl) in TensorBoard.
-  void final_evaluation(int64_t iteration, const std::string& split, double loss);
+  void final_evaluation(int64_t iteration, const std::string& split, const Evaluation& e);
   // Redraws the progress bar (terminal only): iteration of total, seconds per iteration so far.
   void progress(int64_t iteration, int64_t total, double seconds_per_iteration);
   // Prints a line, clearing the progress bar first.
@@ -47,6 +59,8 @@ class TrainingLog {
 
  private:
   void evaluation_line(const std::string& line);  // between rules, as Megatron
+  // The line, and <split>_lm_loss (<split>_bits_per_byte) in the JSON lines and TensorBoard.
+  void record_evaluation(int64_t iteration, const std::string& split, const std::string& line, const Evaluation& e);
   bool terminal_;
   bool bar_shown_ = false;
   std::unique_ptr<std::ofstream> jsonl_;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+
 namespace tessera::train {
 namespace {
 
@@ -44,6 +46,44 @@ TEST(TrainingLog, AuxiliaryLossesFollowTheLmLossByName) {
   EXPECT_DOUBLE_EQ(j.at("z loss").get<double>(), 3e-4);
   EXPECT_DOUBLE_EQ(j.at("lm_loss").get<double>(), 2.5);
   fs::remove_all(dir);
+}
+
+TEST(TrainingLog, ValidationLineHasBitsPerByteWhenKnown) {
+  Evaluation e{2.0, 1.5};
+  EXPECT_EQ(format_validation_line(7, e),
+            " validation loss at iteration 7 | lm loss value: 2.000000E+00 | lm loss PPL: 7.389056E+00 | "
+            "bits per byte: 1.5000 | ");
+  e.bits_per_byte.reset();
+  EXPECT_EQ(format_validation_line(7, e, "test"),
+            " validation loss at iteration 7 on test set | lm loss value: 2.000000E+00 | lm loss PPL: 7.389056E+00 | ");
+
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "tessera_training_log_validation_test";
+  fs::remove_all(dir);
+  {
+    TrainingLog log(dir.string(), "");
+    log.validation(7, Evaluation{2.0, 1.5});
+    log.final_evaluation(9, "test", Evaluation{3.0, std::nullopt});
+  }
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string first, second;
+  ASSERT_TRUE(std::getline(in, first) && std::getline(in, second));
+  EXPECT_EQ(nlohmann::json::parse(first), (nlohmann::json{{"iteration", 7}, {"validation_lm_loss", 2.0},
+                                                          {"validation_bits_per_byte", 1.5}}));
+  EXPECT_EQ(nlohmann::json::parse(second), (nlohmann::json{{"iteration", 9}, {"test_lm_loss", 3.0}}));
+  fs::remove_all(dir);
+}
+
+TEST(TrainingLog, NoProgressBarUnderALauncherUnlessAsked) {
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  ::unsetenv("TESSERA_PROGRESS");
+  EXPECT_FALSE(progress_bar_wanted());
+  ::setenv("TESSERA_PROGRESS", "1", 1);
+  EXPECT_TRUE(progress_bar_wanted());
+  ::setenv("TESSERA_PROGRESS", "0", 1);
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  EXPECT_FALSE(progress_bar_wanted());
+  ::unsetenv("TESSERA_PROGRESS");
 }
 
 }  // namespace
