@@ -28,26 +28,28 @@ mark="TESSERA_SLURM_TEST=$work"  # in the environment of every daemon, step and 
 daemons=()
 watchdog=
 
-# Processes whose environment holds the mark (not this shell: only the daemons and jobs get it).
-marked() {
+# ours DIR MARK: the processes with MARK in their environment (the daemons, the jobs' tasks) or a file
+# open under DIR (slurmstepd, which slurmd starts with an environment of its own, keeps slurmd's log
+# open), other than this shell.
+ours() {
   local p
-  for p in /proc/[0-9]*; do
-    p=${p#/proc/}
-    [ "$p" = $$ ] && continue
-    grep -qzxF -- "$mark" "/proc/$p/environ" 2>/dev/null && echo "$p"
+  for p in $( { grep -lzxF -- "$2" /proc/[0-9]*/environ; find /proc/[0-9]*/fd -maxdepth 1 -lname "$1/*"; } 2>/dev/null |
+              cut -d/ -f3 | sort -u); do
+    [ "$p" != $$ ] && [ "$p" != "$BASHPID" ] && echo "$p"
   done
 }
 cleanup() {
   trap - EXIT INT TERM
-  # the jobs first, while the controller is there to end them
+  # the jobs first, while the controller is there to end them; then the daemons; what is left after 5 s
+  # is killed
   [ ${#daemons[@]} -ge 2 ] && kill -0 "${daemons[1]}" 2>/dev/null && timeout 10 scancel --quiet --user="$(id -un)" 2>/dev/null
   local p i
   for p in "${daemons[@]}"; do kill -TERM "$p" 2>/dev/null; done
   for i in $(seq 50); do
-    [ -z "$(for p in "${daemons[@]}"; do kill -0 "$p" 2>/dev/null && echo "$p"; done)" ] && break
+    [ -z "$(ours "$work" "$mark")" ] && break
     sleep 0.1
   done
-  for p in "${daemons[@]}" $(marked); do kill -KILL "$p" 2>/dev/null; done
+  for p in $(ours "$work" "$mark"); do kill -KILL "$p" 2>/dev/null; done
   [ ${#daemons[@]} -gt 0 ] && wait "${daemons[@]}" 2>/dev/null
   [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
   rm -rf "$work"
@@ -55,11 +57,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# A watchdog in its own session: if this script is killed without its trap (a CTest timeout), it stops
-# what carries the mark and removes the directory.
-setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 2; done
-  for p in /proc/[0-9]*; do grep -qzxF -- "$2" "$p/environ" 2>/dev/null && kill -KILL "${p#/proc/}"; done
-  rm -rf "$3"' watchdog $$ "$mark" "$work" </dev/null >/dev/null 2>&1 &
+# A watchdog in its own session: if this script is killed without its trap (a CTest timeout), it kills
+# what is ours and removes the directory.
+setsid bash -c "$(declare -f ours)"'
+  while kill -0 "$1" 2>/dev/null; do sleep 2; done
+  for p in $(ours "$2" "$3"); do kill -KILL "$p"; done
+  rm -rf "$2"' watchdog $$ "$work" "$mark" </dev/null >/dev/null 2>&1 &
 watchdog=$!
 
 # Gives up on Slurm with the reason and the end of the logs.
@@ -191,10 +194,13 @@ ok=$?
 check "the mpirun run logs $iters losses: $(tail_of "$work/ref.out" 5)" $ok
 
 # 1. The whole run as one job. The script derives --exit-duration-in-mins from --time=10 (less 5 min).
-# 2. The same run in two jobs: the first stops at --exit-duration-in-mins (EXIT_DURATION_IN_MINS), set to
-#    40% of the reference's wall time so that it falls inside the run on a slow machine and a fast one;
-#    the second, held until the first ends well, resumes from its checkpoint.
-exit_mins=$(awk -v s="$ref_seconds" 'BEGIN { print s * 0.4 / 60 }')
+# 2. The same run in two jobs: the first stops at --exit-duration-in-mins (EXIT_DURATION_IN_MINS); the
+#    second, held until the first ends well, resumes from its checkpoint. The duration is 30% of the time
+#    that $iters iterations take at the reference's fastest iteration: the first job cannot finish within
+#    it however idle the machine becomes, and it always runs 1 iteration at least (a busy machine stops it
+#    early; an idle one, later).
+fastest_ms=$(grep -o "elapsed time per iteration (ms): [0-9][0-9.]*" "$work/ref.out" | awk '{ print $NF }' | sort -g | head -n 1)
+exit_mins=$(awk -v ms="${fastest_ms:-1}" -v n=$iters 'BEGIN { print 0.3 * n * ms / 60000 }')
 whole=$(submit whole "$work/whole" -- "${flags[@]}" --train-iters $iters)
 [[ $whole =~ ^[0-9]+$ ]]
 check "sbatch accepts the whole run: $whole" $?
@@ -248,7 +254,8 @@ diff "$work/ref.losses" "$work/split.losses" >"$work/split.diff"
 ok=$?
 check "the two jobs' losses (1-$stop, then $((stop + 1))-$iters) equal the uninterrupted run's: $(head -n 6 "$work/split.diff")" $ok
 
-echo "slurm: ${SECONDS} s in all, the reference ${ref_seconds%.*} s under mpirun; the first job stopped after iteration $stop of $iters"
+echo "slurm: ${SECONDS} s in all, the reference ${ref_seconds%.*} s under mpirun (fastest iteration ${fastest_ms} ms);" \
+     "the first job stopped after iteration $stop of $iters"
 if [ "$failures" -gt 0 ]; then
   for f in "$work"/log/slurmctld "$work"/log/slurmd; do echo "--- $f"; grep -v debug "$f" | tail -n 15; done
 fi
