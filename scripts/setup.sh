@@ -11,6 +11,8 @@ packages=(
   nlohmann-json3-dev     # checkpoint index, safetensors headers, JSON logs
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  slurmctld slurmd slurm-client munge  # tests/slurm_cli.sh: a single-node Slurm cluster it starts itself
+  libpmix-dev            # srun --mpi=pmix: Slurm's mpi_pmix plugin opens pmix2/lib/libpmix.so at run time
   libpcre2-dev           # GPT-2 pre-tokenisation regex (Unicode classes)
   libsentencepiece-dev   # --tokenizer-type SentencePieceTokenizer, tessera tokenizer train
   libcpp-httplib-dev     # tessera serve (Megatron's REST API)
