@@ -78,8 +78,7 @@ int generate_command(const std::vector<std::string>& args) {
       if (token == sampling.eod) return;
       generated.push_back(token);
       if (!printer) return;
-      std::string text = tokenizer.decode(generated);
-      if (tokenizer.name() == "NullTokenizer") text = " " + text;
+      const std::string text = infer::continuation_text(tokenizer, ids[i], generated);
       std::cout << text.substr(std::min(printed.size(), text.size())) << std::flush;
       printed = text;
     });

@@ -40,11 +40,11 @@ start=$(date +%s)
 mpirun --oversubscribe --allow-run-as-root -np "$ranks" "$tessera" train \
   --num-layers 3 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 \
   --data-path "$brown/brown_sp${vocab}_text_document" --split 98,2,0 "${tokenizer[@]}" \
-  --micro-batch-size 16 --global-batch-size 32 --train-iters ${TRAIN_ITERS:-900} \
-  --lr 5e-3 --min-lr 5e-4 --lr-decay-style cosine --lr-warmup-fraction 0.05 --weight-decay 0.1 --clip-grad 1.0 \
+  --micro-batch-size 8 --global-batch-size 16 --train-iters ${TRAIN_ITERS:-1750} \
+  --lr 1.5e-3 --min-lr 1.5e-4 --lr-decay-style cosine --lr-warmup-fraction 0.05 --weight-decay 0.1 --clip-grad 1.0 \
   --hidden-dropout 0 --attention-dropout 0 \
-  --log-interval 50 --eval-interval 150 --eval-iters 10 \
-  --save "$out/checkpoints" --save-interval 300 \
+  --log-interval 50 --eval-interval 350 --eval-iters 16 \
+  --save "$out/checkpoints" --save-interval 875 \
   --log-dir "$out/logs" --tensorboard-dir "$out/tensorboard"
 echo "training took $(( $(date +%s) - start )) s"
 

@@ -24,7 +24,7 @@ train=(train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-lengt
        --split 80,20,0 "${tok[@]}" --micro-batch-size 4 --global-batch-size 8 --lr 3e-3 --train-iters 6
        --log-interval 2 --eval-interval 3 --eval-iters 4 --data-cache-path "$work/cache")
 "${mpirun[@]}" "$tessera" "${train[@]}" >"$work/log.txt" 2>&1
-check "a 2-rank run on real text: $(tail -5 "$work/log.txt")" $?
+ok=$?; check "a 2-rank run on real text: $(tail -5 "$work/log.txt")" $ok
 
 # bits per byte = loss / ln 2 * tokens / bytes; the text's own tokens per byte must give about the same.
 line=$(grep -m1 " validation loss at iteration 3 |" "$work/log.txt")
@@ -47,7 +47,7 @@ check "the validation line's bits per byte agrees with the text's tokens per byt
 check "no carriage returns in a redirected 2-rank log" $?
 TESSERA_PROGRESS=1 "${mpirun[@]}" "$tessera" "${train[@]}" --eval-iters 0 >"$work/forced.txt" 2>&1
 grep -q $'\r.*left' "$work/forced.txt"
-check "TESSERA_PROGRESS=1 draws it: $(tail -c 300 "$work/forced.txt")" $?
+ok=$?; check "TESSERA_PROGRESS=1 draws it: $(tail -c 300 "$work/forced.txt")" $ok
 
 # Ids without text (NullTokenizer, mock data) have no bytes: no bits per byte.
 out=$("$tessera" train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 \

@@ -38,33 +38,33 @@ check "tessera_cluster.json should record the model, precision and machine, and 
 out=$("$tessera" train $train --bf16 2>&1)
 check "train --bf16 exits 0: $out" $?
 grep -q " plan (tessera_cluster.json; tp1 pp1 dp1 v1 mbs2 gbs4 recompute=none bf16): elapsed time per iteration (ms): predicted" <<<"$out"
-check "the matching run should plan with the calibration and the run's precision: $(grep ' plan' <<<"$out")" $?
+ok=$?; check "the matching run should plan with the calibration and the run's precision: $(grep ' plan' <<<"$out")" $ok
 
 # Another precision, another model, another thread count: the calibration is ignored, saying why.
 out=$("$tessera" train $train 2>&1)
 grep -q 'ignoring tessera_cluster.json, calibrated for another run (precision: "bf16" (calibrated) vs "fp32" (this run))' <<<"$out"
-check "fp32 run should ignore the bf16 calibration: $(grep ' plan' <<<"$out")" $?
+ok=$?; check "fp32 run should ignore the bf16 calibration: $(grep ' plan' <<<"$out")" $ok
 grep -q "tp1 pp1 dp1 v1 mbs2 gbs4 recompute=none fp32)" <<<"$out"
-check "the fp32 run's plan line should say fp32: $(grep ' plan' <<<"$out")" $?
+ok=$?; check "the fp32 run's plan line should say fp32: $(grep ' plan' <<<"$out")" $ok
 out=$("$tessera" train $train --bf16 --hidden-size 128 2>&1)
 grep -q 'hidden_size: 64 (calibrated) vs 128 (this run)' <<<"$out"
-check "another model should be named as the difference: $(grep ' plan' <<<"$out")" $?
+ok=$?; check "another model should be named as the difference: $(grep ' plan' <<<"$out")" $ok
 out=$(OMP_NUM_THREADS=2 "$tessera" train $train --bf16 2>&1)
 grep -q 'threads_per_rank: 1 (calibrated) vs 2 (this run)' <<<"$out"
-check "another thread count should be named: $(grep ' plan' <<<"$out")" $?
+ok=$?; check "another thread count should be named: $(grep ' plan' <<<"$out")" $ok
 
 # The optimizer and layout of the run reach the plan line (2 ranks, distributed optimizer).
 if command -v mpirun >/dev/null; then
   out=$(OMPI_MCA_mpi_yield_when_idle=1 mpirun --oversubscribe --allow-run-as-root -np 2 "$tessera" train $train \
         --use-distributed-optimizer 2>&1)
   grep -q "tp1 pp1 dp2 v1 mbs2 gbs4 recompute=none distopt fp32)" <<<"$out"
-  check "dp2 with the distributed optimizer should be planned as such: $(grep ' plan' <<<"$out")" $?
+  ok=$?; check "dp2 with the distributed optimizer should be planned as such: $(grep ' plan' <<<"$out")" $ok
 fi
 
 # A file without "calibrated_for" (older, or hand-written) is not trusted either.
 python3 -c 'import json; j = json.load(open("tessera_cluster.json")); del j["calibrated_for"]; json.dump(j, open("tessera_cluster.json", "w"))'
 out=$("$tessera" train $train --bf16 2>&1)
 grep -q "ignoring tessera_cluster.json, which does not say what it calibrated" <<<"$out"
-check "a calibration without its key should be ignored: $(grep ' plan' <<<"$out")" $?
+ok=$?; check "a calibration without its key should be ignored: $(grep ' plan' <<<"$out")" $ok
 
 finish calibration_cli

@@ -32,7 +32,7 @@ $mpirun -np 2 "$tessera" train $model --train-iters 100000 --exit-signal-handler
   --save-interval 1000000 >"$log" 2>&1 &
 launcher=$!
 wait_for "iteration +3/" "$log" 120
-check "training should get under way: $(tail -5 "$log")" $?
+ok=$?; check "training should get under way: $(tail -5 "$log")" $ok
 ranks=$(pgrep -P $launcher -f "tessera train")
 [ "$(wc -w <<<"$ranks")" -eq 2 ]
 check "mpirun should have 2 rank processes, found '$ranks'" $?
@@ -40,9 +40,9 @@ kill -TERM $ranks
 wait $launcher
 rc=$?
 [ $rc -eq 0 ]
-check "after SIGTERM the job should exit 0, got $rc: $(tail -5 "$log")" $?
+ok=$?; check "after SIGTERM the job should exit 0, got $rc: $(tail -5 "$log")" $ok
 grep -q "exiting program after receiving SIGTERM" "$log"
-check "the log should say why it stopped: $(tail -5 "$log")" $?
+ok=$?; check "the log should say why it stopped: $(tail -5 "$log")" $ok
 saved=$(cat "$work/ckpt/latest_checkpointed_iteration.txt" 2>/dev/null)
 [ -n "$saved" ] && [ "$saved" -ge 3 ] && [ -f "$work/ckpt/iter_$(printf %07d "$saved")/index.json" ]
 check "a complete checkpoint should be saved at the last iteration (latest: '$saved')" $?
@@ -63,9 +63,9 @@ for layout in "--pipeline-model-parallel-size 2:1:3:backward" "--pipeline-model-
   elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
   # The time from the iteration before the fault to the end of the job.
   [ $rc -ne 0 ] && [ $rc -ne 124 ]
-  check "$flags, fault $fault: the job should fail (rc $rc): $(tail -5 "$log")" $?
+  ok=$?; check "$flags, fault $fault: the job should fail (rc $rc): $(tail -5 "$log")" $ok
   grep -q "rank $rank: error: injected fault (TESSERA_INJECT_FAULT) in the" "$log"
-  check "$flags, fault $fault: the failing rank's message should be printed: $(tail -8 "$log")" $?
+  ok=$?; check "$flags, fault $fault: the failing rank's message should be printed: $(tail -8 "$log")" $ok
   awk -v t="$elapsed" 'BEGIN { exit !(t <= 10) }'
   check "$flags, fault $fault: every rank should end within 10 s, took $elapsed s" $?
 done

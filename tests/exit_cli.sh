@@ -29,7 +29,7 @@ check "--exit-interval 3 exits 0: $out" $?
 grep -qE "^\[exiting program at iteration 3\] datetime: [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} $" <<<"$out"
 check "Megatron's '[exiting program at iteration 3] datetime: ...' line: $out" $?
 [ "$(latest "$work/a")" = 3 ] && [ -f "$work/a/iter_0000003/index.json" ] && [ -f "$work/a/iter_0000002/index.json" ]
-check "checkpoints at iterations 2 and 3, the latest 3: $(ls "$work/a")" $?
+ok=$?; check "checkpoints at iterations 2 and 3, the latest 3: $(ls "$work/a")" $ok
 ! grep -qF "iteration        4/" <<<"$out" && ! grep -qF "on test set" <<<"$out"
 check "nothing after iteration 3, no test evaluation: $out" $?
 
@@ -55,7 +55,7 @@ grep -qE "^\[exiting program after [0-9.e-]+ minutes\] datetime: " <<<"$out"
 check "Megatron's '[exiting program after M minutes]' line: $out" $?
 last=$(grep -o "iteration *[0-9]*/" <<<"$out" | tail -1 | grep -o "[0-9]*")
 [ -n "$last" ] && [ "$last" -lt 1000 ] && [ "$(latest "$work/c")" = "$last" ]
-check "stopped before iteration 1000 with a checkpoint at its last iteration ($last): $(ls "$work/c")" $?
+ok=$?; check "stopped before iteration 1000 with a checkpoint at its last iteration ($last): $(ls "$work/c")" $ok
 
 # Under mpirun the ranks agree (the largest elapsed time): one exit, one checkpoint, status 0. A rank
 # stopping alone would leave the other in a collective, which the timeout would show.
@@ -75,7 +75,7 @@ check "Megatron's test line: $out" $?
 [ "$(grep -c "validation loss at iteration 2 |" <<<"$out")" -eq 1 ]
 check "the validation line at the last iteration is printed once: $out" $?
 grep -qF '"test_lm_loss"' "$work/logs/metrics.jsonl"
-check "metrics.jsonl has the test loss: $(cat "$work/logs/metrics.jsonl")" $?
+ok=$?; check "metrics.jsonl has the test loss: $(cat "$work/logs/metrics.jsonl")" $ok
 grep -qaF "lm loss test" "$work"/tb/events.out.tfevents.*
 check "TensorBoard has 'lm loss test'" $?
 out=$("$tessera" train "${mock[@]}" --train-iters 2 --eval-iters 0 2>&1)

@@ -24,7 +24,7 @@ echo "$out" | grep -v '^fuzz.sh: building'
 check "scripts/fuzz.sh 2000 exits 0 (rc=$rc)" $rc
 targets=$(grep -o '^fuzz.sh: running [a-z0-9_]*' <<<"$out" | awk '{print $3}')
 [ "$(wc -w <<<"$targets")" -ge 9 ]
-check "fuzz.sh runs every target (ran: $(echo $targets))" $?
+ok=$?; check "fuzz.sh runs every target (ran: $(echo $targets))" $ok
 for t in $targets; do
   grep -qE "^fuzz.sh: $t: (2000 executions.*no crash|skipped)" <<<"$out"
   check "$t: 2000 executions and no crash (or skipped, saying why)" $?

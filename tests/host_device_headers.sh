@@ -31,6 +31,6 @@ if [ -x "$work/nvcc_host" ] && [ -x "$work/gxx_host" ]; then
   "$work/nvcc_host" > "$work/nvcc.txt" && "$work/gxx_host" > "$work/gxx.txt"
   check "both host programs run" $?
   [ -s "$work/gxx.txt" ] && cmp -s "$work/nvcc.txt" "$work/gxx.txt"
-  check "nvcc's host build and g++'s give bitwise the same values: $(diff "$work/nvcc.txt" "$work/gxx.txt" | head -6)" $?
+  ok=$?; check "nvcc's host build and g++'s give bitwise the same values: $(diff "$work/nvcc.txt" "$work/gxx.txt" | head -6)" $ok
 fi
 finish host_device_headers

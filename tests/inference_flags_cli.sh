@@ -20,7 +20,7 @@ arch=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --
 tok=(--tokenizer-type NullTokenizer --vocab-size 40)
 "$tessera" train "${arch[@]}" "${tok[@]}" --mock-data --micro-batch-size 2 --global-batch-size 4 --train-iters 4 \
   --lr 3e-3 --eval-iters 0 --save "$work/ckpt" >"$work/train.log" 2>&1
-check "training exits 0: $(tail -3 "$work/train.log")" $?
+ok=$?; check "training exits 0: $(tail -3 "$work/train.log")" $ok
 # What a Megatron script adds beside the model: tokenizer, batch, precision-free flags.
 script=("${arch[@]}" "${tok[@]}" --micro-batch-size 1)
 gen=(--load "$work/ckpt" --prompt "3 5 7" --tokens-to-generate 8 --temperature 0)
@@ -30,7 +30,7 @@ check "generate exits 0: $plain" $?
 out=$("$tessera" generate "${gen[@]}" "${script[@]}" 2>&1 >"$work/out")
 check "generate with the checkpoint's model flags exits 0: $out" $?
 [ -n "$plain" ] && [ "$(cat "$work/out")" = "$plain" ]
-check "agreeing model flags generate what no flags do: '$(cat "$work/out")' vs '$plain'" $?
+ok=$?; check "agreeing model flags generate what no flags do: '$(cat "$work/out")' vs '$plain'" $ok
 
 # Conflicts: the flag, the value given and the checkpoint's, every one of them.
 expect_failure "--hidden-size=64 (the checkpoint's: 32): a model flag given must agree with the checkpoint" \
@@ -55,9 +55,9 @@ check "dropout, initialisation and padding flags are accepted: '$out'" $?
 
 # --use-checkpoint-args: the checkpoint's model, with a note naming what was not used.
 out=$("$tessera" generate "${gen[@]}" --use-checkpoint-args --hidden-size 64 --normalization LayerNorm 2>"$work/err")
-check "--use-checkpoint-args exits 0: $(cat "$work/err")" $?
+ok=$?; check "--use-checkpoint-args exits 0: $(cat "$work/err")" $ok
 [ "$out" = "$plain" ] && grep -qF -- "--use-checkpoint-args: using the checkpoint's model configuration, not --hidden-size=64" "$work/err"
-check "--use-checkpoint-args generates with the checkpoint's model: '$out', $(cat "$work/err")" $?
+ok=$?; check "--use-checkpoint-args generates with the checkpoint's model: '$out', $(cat "$work/err")" $ok
 
 # Tokenizer flags given are used: a NullTokenizer of another size does not fit the model.
 expect_failure "has 51 ids but the checkpoint's model was trained on 41" \
@@ -66,7 +66,7 @@ expect_failure "has 51 ids but the checkpoint's model was trained on 41" \
 out=$("$tessera" generate "${gen[@]}" "${script[@]}" --bf16 2>&1 >"$work/out")
 check "generate --bf16 exits 0: $out" $?
 [[ "$(cat "$work/out")" =~ ^"3 5 7"( [0-9]+){1,8}$ ]]
-check "generate --bf16 prints ids: '$(cat "$work/out")'" $?
+ok=$?; check "generate --bf16 prints ids: '$(cat "$work/out")'" $ok
 expect_failure "--bf16=true: cannot be combined with --fp16" "$tessera" generate "${gen[@]}" --bf16 --fp16
 
 # eval: the same checks; its --seq-length is the evaluation window, not a model flag.

@@ -70,7 +70,7 @@ for layout in "--bf16 --tensor-model-parallel-size 2 --sequence-parallel --make-
   out=$($mpirun -np 2 "$tessera" train $model $layout 2>&1)
   check "mpirun -np 2 tessera train $layout exits 0: $out" $?
   close "$(last_loss "$out")" "$(last_loss "$reference")" 0.001
-  check "$layout: final loss $(last_loss "$out") should be within 0.1% of one process's $(last_loss "$reference")" $?
+  ok=$?; check "$layout: final loss $(last_loss "$out") should be within 0.1% of one process's $(last_loss "$reference")" $ok
 done
 
 finish mixed_precision_cli

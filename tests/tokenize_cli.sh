@@ -19,11 +19,11 @@ printf 'The jury said,\n\n\tit was   "fine".  \nCafé – naïve 東京\r\nlast 
 "$tessera" tokenize --whole-input "${gpt2[@]}" < "$work/text.txt" > "$work/ids.txt"
 check "tokenize --whole-input exits 0" $?
 [ "$(wc -l < "$work/ids.txt")" -eq 1 ] && grep -qE '^[0-9]+( [0-9]+)*$' "$work/ids.txt"
-check "one line of ids: $(cat "$work/ids.txt")" $?
+ok=$?; check "one line of ids: $(cat "$work/ids.txt")" $ok
 "$tessera" tokenize --decode --whole-input "${gpt2[@]}" < "$work/ids.txt" > "$work/back.txt"
 check "tokenize --decode --whole-input exits 0" $?
 cmp "$work/text.txt" "$work/back.txt"
-check "the round trip gives the file back byte for byte: $(od -c "$work/back.txt" | head -5)" $?
+ok=$?; check "the round trip gives the file back byte for byte: $(od -c "$work/back.txt" | head -5)" $ok
 # Ids may be split over lines when decoding the whole input.
 tr ' ' '\n' < "$work/ids.txt" | "$tessera" tokenize --decode --whole-input "${gpt2[@]}" > "$work/back2.txt"
 cmp "$work/text.txt" "$work/back2.txt"
@@ -31,6 +31,6 @@ check "ids one per line decode to the same text" $?
 # Line by line (the default) the ids of each line stand for that line alone: 5 lines, no id of "\n" (198).
 "$tessera" tokenize "${gpt2[@]}" < "$work/text.txt" > "$work/lines.txt"
 [ "$(wc -l < "$work/lines.txt")" -eq 5 ] && ! grep -qw 198 "$work/lines.txt"
-check "line by line gives 5 lines without newline ids: $(cat "$work/lines.txt")" $?
+ok=$?; check "line by line gives 5 lines without newline ids: $(cat "$work/lines.txt")" $ok
 
 finish tokenize_cli

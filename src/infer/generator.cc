@@ -138,4 +138,15 @@ std::vector<Generation> generate(const ModelRunner& runner, const std::vector<st
   return out;
 }
 
+std::string continuation_text(const data::Tokenizer& tokenizer, std::span<const int32_t> prompt,
+                              std::span<const int32_t> generated) {
+  std::vector<int32_t> all(prompt.begin(), prompt.end());
+  all.insert(all.end(), generated.begin(), generated.end());
+  const std::string text = tokenizer.decode(all);
+  const std::string before = tokenizer.decode(prompt);
+  // A prompt ending inside a UTF-8 character decodes differently alone; then fall back to the new ids.
+  if (text.compare(0, before.size(), before) != 0) return tokenizer.decode(generated);
+  return text.substr(before.size());
+}
+
 }  // namespace tessera::infer

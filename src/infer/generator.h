@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,5 +61,11 @@ std::vector<Generation> generate(const ModelRunner& runner, const std::vector<st
 // The log-probabilities of `logits` over the padded vocabulary (as Megatron's log_softmax of the
 // model's output) at `id`.
 float token_logprob(const Tensor& logits, int32_t id);
+
+// The text `generated` adds after `prompt`: decode(prompt + generated) past decode(prompt). Decoding the
+// new tokens alone would lose what depends on what precedes them: SentencePiece drops the space of a
+// text's first piece ("▁tired" alone is "tired"), and ids print without their separating space.
+std::string continuation_text(const data::Tokenizer& tokenizer, std::span<const int32_t> prompt,
+                              std::span<const int32_t> generated);
 
 }  // namespace tessera::infer

@@ -1,4 +1,6 @@
 #include "infer/generator.h"
+
+#include "data/null_tokenizer.h"
 #include "model/gpt_model.h"
 
 #include <gtest/gtest.h>
@@ -166,6 +168,35 @@ TEST(Score, LabelLogprobsAndArgmaxMatchDecoding) {
       EXPECT_EQ(s.argmax[b * 4 + t], std::max_element(l, l + c.padded_vocab_size) - l);
     }
   }
+}
+
+// Decoding as SentencePiece does: "_" is a space, and a text's first space is dropped.
+class PieceTokenizer : public data::Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view) const override { return {}; }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string text;
+    for (int32_t id : ids)
+      for (char c : pieces_.at(static_cast<size_t>(id))) text += c == '_' ? ' ' : c;
+    return !text.empty() && text[0] == ' ' ? text.substr(1) : text;
+  }
+  int32_t vocab_size() const override { return static_cast<int32_t>(pieces_.size()); }
+  int32_t eod() const override { return 0; }
+  std::string_view name() const override { return "PieceTokenizer"; }
+
+ private:
+  std::vector<std::string> pieces_{"<eod>", "_In", "_the", "_morning", ",", "_tired"};
+};
+
+TEST(ContinuationText, KeepsTheSpaceThatDecodingTheNewTokensAloneDrops) {
+  PieceTokenizer pieces;
+  const std::vector<int32_t> prompt{1, 2, 3, 4}, generated{2, 5};
+  EXPECT_EQ(pieces.decode(generated), "the tired");
+  EXPECT_EQ(continuation_text(pieces, prompt, generated), " the tired");
+  EXPECT_EQ(continuation_text(pieces, prompt, {}), "");
+  // Ids are separated by spaces only between them.
+  data::NullTokenizer ids(10);
+  EXPECT_EQ(continuation_text(ids, std::vector<int32_t>{3, 5}, std::vector<int32_t>{7, 1}), " 7 1");
 }
 
 }  // namespace

@@ -39,10 +39,10 @@ std::string TrainingSampler::sample() {
   greedy.sampling.tokens_to_generate = tokens_;
   greedy.sampling.eod = tokenizer_->eod();
   Generation g = generate(*runner_, {prompt_}, greedy)[0];
-  std::vector<int32_t> out(g.tokens.begin() + g.prompt_length, g.tokens.end());
-  if (!out.empty() && out.back() == tokenizer_->eod()) out.pop_back();
-  std::string text = tokenizer_->decode(out);
-  return tokenizer_->name() == "NullTokenizer" && !text.empty() ? " " + text : text;
+  const auto prompt_length = static_cast<size_t>(g.prompt_length);
+  std::span<const int32_t> tokens(g.tokens);
+  if (tokens.size() > prompt_length && tokens.back() == tokenizer_->eod()) tokens = tokens.first(tokens.size() - 1);
+  return continuation_text(*tokenizer_, tokens.first(prompt_length), tokens.subspan(prompt_length));
 }
 
 }  // namespace tessera::infer

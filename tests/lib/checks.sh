@@ -2,7 +2,10 @@
 failures=0
 passed=0
 
-check() {  # check DESCRIPTION STATUS: a pass when STATUS is 0, else the description is printed
+# check DESCRIPTION STATUS: a pass when STATUS is 0, else the description is printed. A description that
+# runs a command ("$(tail "$log")") sets $? itself before STATUS is expanded, so save the status first:
+#   grep -q x "$log"; ok=$?; check "x in the log: $(tail -3 "$log")" $ok
+check() {
   if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi
 }
 
