@@ -12,10 +12,11 @@
 
 #include "core/testing.h"
 #include "core/timer.h"
-#include "kernels/attention.h"
+#include "kernels/cpu/attention.h"  // the CPU kernel itself, on host buffers
 
 using namespace tessera;
 using namespace tessera::kernels;
+using namespace tessera::kernels::cpu;
 
 namespace {
 

@@ -1,78 +1,36 @@
-// GELU (tanh form) and SwiGLU, fp32: the per-element math is kernels/math/activations.h (shared with a
-// GPU kernel), these are its OpenMP loops.
 #include "kernels/activations.h"
 
-#include <algorithm>
-#include <cstdint>
-
-#include "core/profiler.h"
-#include "kernels/math/activations.h"
-#include "kernels/precision.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
 
-void gelu_forward(const float* x, float* y, int64_t n, DType round_output) {
-  TESSERA_PROFILE_SCOPE("gelu_forward");
-  if (round_output == DType::F32) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      y[i] = math::gelu_tanh(x[i]);
-    }
-    return;
-  }
-  // In pieces, each rounded while it is in cache (the same values as above, then rounded: the mixed
-  // precision tests compare the two bitwise).
-  constexpr int64_t kPiece = 4096;
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < n; b += kPiece) {
-    const int64_t e = std::min(n, b + kPiece);
-#pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      y[i] = math::gelu_tanh(x[i]);
-    }
-    if (round_output != DType::F32) round_to_serial(round_output, y + b, y + b, e - b);
-  }
+void gelu_forward(const Tensor& x, const Tensor& y, DType round_output) {
+  kernel_device("gelu_forward", {&x, &y});
+  check_numel("gelu_forward", "y", y, x.numel());
+  cpu::gelu_forward(x.f32(), y.f32(), x.numel(), round_output);
 }
 
-// `omp simd` also tells the compiler the loop is safe when dx == dy (each lane reads before it writes).
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-  TESSERA_PROFILE_SCOPE("gelu_backward");
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    dx[i] = math::gelu_tanh_backward(x[i], dy[i]);
-  }
+void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  kernel_device("gelu_backward", {&x, &dy, &dx});
+  check_numel("gelu_backward", "dy", dy, x.numel());
+  check_numel("gelu_backward", "dx", dx, x.numel());
+  cpu::gelu_backward(x.f32(), dy.f32(), dx.f32(), x.numel());
 }
 
-// y = silu(gate) * up, gate the first half of each row and up the second.
-void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width, DType round_output) {
-  TESSERA_PROFILE_SCOPE("swiglu_forward");
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* gate = x + r * 2 * width;
-    const float* up = gate + width;
-    float* yr = y + r * width;
-#pragma omp simd
-    for (int64_t c = 0; c < width; ++c) {
-      yr[c] = math::swiglu(gate[c], up[c]);
-    }
-    if (round_output != DType::F32) round_to_serial(round_output, yr, yr, width);
-  }
+void swiglu_forward(const Tensor& x, const Tensor& y, DType round_output) {
+  kernel_device("swiglu_forward", {&x, &y});
+  const int64_t width = y.dim(-1), rows = y.numel() / width;
+  check_numel("swiglu_forward", "x", x, 2 * rows * width);
+  cpu::swiglu_forward(x.f32(), y.f32(), rows, width, round_output);
 }
 
-void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t width) {
-  TESSERA_PROFILE_SCOPE("swiglu_backward");
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* gate = x + r * 2 * width;
-    const float* up = gate + width;
-    const float* dyr = dy + r * width;
-    float* dgate = dx + r * 2 * width;
-    float* dup = dgate + width;
-#pragma omp simd
-    for (int64_t c = 0; c < width; ++c) {
-      math::swiglu_backward(gate[c], up[c], dyr[c], dgate[c], dup[c]);
-    }
-  }
+void swiglu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  kernel_device("swiglu_backward", {&x, &dy, &dx});
+  const int64_t width = dy.dim(-1), rows = dy.numel() / width;
+  check_numel("swiglu_backward", "x", x, 2 * rows * width);
+  check_numel("swiglu_backward", "dx", dx, 2 * rows * width);
+  cpu::swiglu_backward(x.f32(), dy.f32(), dx.f32(), rows, width);
 }
 
 }  // namespace tessera::kernels

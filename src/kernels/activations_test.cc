@@ -1,4 +1,4 @@
-#include "kernels/activations.h"
+#include "kernels/cpu/activations.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +13,9 @@
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 using testing::max_scaled_error;
 using testing::numeric_gradient;

@@ -1,4 +1,4 @@
-#include "kernels/adamw.h"
+#include "kernels/cpu/adamw.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -11,6 +11,9 @@
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 // float64 torch.optim.AdamW step (decoupled decay first, bias corrections with step t >= 1).
 struct RefAdamW {

@@ -1,11 +1,13 @@
-// Causal self-attention as a tiled online-softmax ("flash") kernel: forward never materialises the
-// seq x seq score matrix (it keeps a running max and sum per query row, tile by tile, and saves only
-// the log-sum-exp per row); backward recomputes the probabilities tile by tile from that statistic.
-// Grouped-query attention: query head h reads key/value head h / (heads / kv_heads).
-// Optionally document-causal (Megatron's --reset-attention-mask): see AttentionShape::doc_start.
+// Causal self-attention on tensors, as a tiled online-softmax ("flash") kernel: only the log-sum-exp
+// per query row is saved, and backward recomputes the probabilities tile by tile (kernels/cpu/attention.h
+// has the algorithm). Grouped-query attention: query head h reads key/value head h / (heads / kv_heads).
+// Optionally document-causal (Megatron's --reset-attention-mask). Dispatched on the tensors' device
+// (kernels/device_dispatch.h).
 #pragma once
 
 #include <cstdint>
+
+#include "core/tensor.h"
 
 namespace tessera::kernels {
 
@@ -16,6 +18,8 @@ struct AttentionShape {
   // earlier tokens of its own document. Sample-major, unlike q/k/v. Entries must satisfy
   // 0 <= doc_start[b * seq + i] <= i and be non-decreasing in i within a sample (checked); nullptr is
   // plain causal attention, and all zeros gives bitwise the same result as nullptr.
+  // How the CPU implementation receives the mask; callers of the tensor entry points below pass it as a
+  // tensor instead and leave this null.
   const int32_t* doc_start = nullptr;  // optional [batch, seq]: query i of sample b attends to keys [doc_start[b*seq+i], i]
 };
 
@@ -28,13 +32,16 @@ struct AttentionDropout {
   int64_t sample_offset = 0, head_offset = 0, total_heads = 0;
 };
 
-// q [seq, batch, heads, d], k and v [seq, batch, kv_heads, d] -> out [seq, batch, heads, d],
-// lse [batch, heads, seq] (log-sum-exp of the scaled scores of each query row, saved for backward).
-void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       const AttentionShape& shape, float softmax_scale, const AttentionDropout& dropout);
+// q [seq, batch, heads, d], k and v [seq, batch, kv_heads, d] (any shapes of those sizes) -> out
+// [seq, batch, heads, d], lse [batch, heads, seq] (log-sum-exp of the scaled scores of each query row,
+// saved for backward). doc_start: int32 [batch, seq] (see AttentionShape), or undefined for causal.
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                       const Tensor& doc_start, const AttentionShape& shape, float softmax_scale,
+                       const AttentionDropout& dropout);
 // dq, dk, dv are overwritten. Deterministic whatever the thread count.
-void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
-                        const float* dout, float* dq, float* dk, float* dv, const AttentionShape& shape,
-                        float softmax_scale, const AttentionDropout& dropout);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor& doc_start, const AttentionShape& shape, float softmax_scale,
+                        const AttentionDropout& dropout);
 
 }  // namespace tessera::kernels

@@ -1,4 +1,4 @@
-#include "kernels/attention.h"
+#include "kernels/cpu/attention.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -16,6 +16,9 @@
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 using testing::max_scaled_error;
 using testing::random_vector;

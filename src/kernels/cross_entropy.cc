@@ -1,103 +1,30 @@
-// Fused softmax cross-entropy, fp32 logits, float64 sum of exponentials.
-//
-// Forward is two passes over each row (max, then sum exp(x - max)); a 50k-float row is 200 KB, so
-// the second pass reads from L2. Subtracting the max keeps every exponent <= 0: no overflow however
-// large the logits. The sum is accumulated in double: 50k terms in float would lose ~1e-5 relative.
-// Backward is one elementwise pass, cut into (row, column chunk) tasks so that a few long rows
-// still spread over all threads.
 #include "kernels/cross_entropy.h"
 
-#include <algorithm>
-#include <bit>
-#include <cmath>
-#include <cstdint>
-
-#include "core/check.h"
-#include "core/profiler.h"
-#include "kernels/math/softmax.h"
-#include "kernels/precision.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
-namespace {
 
-constexpr int64_t kColChunk = 4096;  // backward columns per task (16 KB)
-
-struct RowStats {
-  float max;
-  double sumexp;  // sum exp(x - max)
-};
-
-// Float bits mapped to int32 so that integer order is float order (a negative float's magnitude bits
-// are flipped; the map is its own inverse). An integer max vectorises, a float one does not
-// without -fno-trapping-math. A NaN (positive) wins the max, so it still reaches the loss.
-inline int32_t ordered_bits(int32_t b) { return b ^ ((b >> 31) & 0x7fffffff); }
-
-RowStats row_stats(const float* x, int64_t n) {
-  int32_t mo = ordered_bits(std::bit_cast<int32_t>(-INFINITY));
-  for (int64_t j = 0; j < n; ++j) mo = std::max(mo, ordered_bits(std::bit_cast<int32_t>(x[j])));
-  float m = std::bit_cast<float>(ordered_bits(mo));
-  double s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < n; ++j) s += math::softmax_weight(x[j], m);
-  return {m, s};
+void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, const Tensor& max_out,
+                               const Tensor& sumexp_out, const Tensor& target_logit_out, int64_t vocab_begin) {
+  const char* kernel = "cross_entropy_shard_stats";
+  kernel_device(kernel, {&logits, &targets, &max_out, &sumexp_out, &target_logit_out});
+  TESSERA_CHECK(logits.ndim() == 2, kernel, ": logits ", shape_str(logits.shape()), " are not [rows, vocab]");
+  const int64_t rows = logits.dim(0);
+  for (const Tensor* t : {&targets, &max_out, &sumexp_out, &target_logit_out}) check_numel(kernel, "a per-row operand", *t, rows);
+  cpu::cross_entropy_shard_stats(logits.f32(), targets.i32(), max_out.f32(), sumexp_out.f32(), target_logit_out.f32(),
+                                 rows, logits.dim(1), vocab_begin);
 }
 
-}  // namespace
-
-void cross_entropy_shard_stats(const float* logits, const int32_t* targets, float* max_out, float* sumexp_out,
-                               float* target_logit_out, int64_t rows, int64_t vocab_local, int64_t vocab_begin) {
-  TESSERA_PROFILE_SCOPE("cross_entropy_shard_stats");
-  TESSERA_CHECK(vocab_local > 0, "cross_entropy_shard_stats: empty vocabulary shard");
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = logits + r * vocab_local;
-    RowStats st = row_stats(x, vocab_local);
-    int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin;
-    max_out[r] = st.max;
-    sumexp_out[r] = static_cast<float>(st.sumexp);
-    target_logit_out[r] = (t >= 0 && t < vocab_local) ? x[t] : 0.0f;
-  }
-}
-
-void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
-                           int64_t vocab) {
-  TESSERA_PROFILE_SCOPE("cross_entropy_forward");
-  TESSERA_CHECK(vocab > 0, "cross_entropy_forward: empty vocabulary");
-  // Checked up front: an exception must not escape an OpenMP region.
-  for (int64_t r = 0; r < rows; ++r)
-    TESSERA_CHECK(targets[r] >= 0 && targets[r] < vocab, "cross_entropy_forward: target id ", targets[r],
-                  " of row ", r, " is outside the vocabulary [0, ", vocab, ")");
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = logits + r * vocab;
-    RowStats st = row_stats(x, vocab);
-    double l = st.max + std::log(st.sumexp);
-    lse[r] = static_cast<float>(l);
-    loss[r] = static_cast<float>(l - x[targets[r]]);
-  }
-}
-
-void cross_entropy_backward(float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                            int64_t rows, int64_t vocab_local, int64_t vocab_begin, DType round_output) {
-  TESSERA_PROFILE_SCOPE("cross_entropy_backward");
-  int64_t chunks = (vocab_local + kColChunk - 1) / kColChunk;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < chunks; ++c) {
-      int64_t j0 = c * kColChunk, n = std::min(kColChunk, vocab_local - j0);
-      float* x = logits + r * vocab_local + j0;
-      float l = lse[r], d = dloss[r];
-      // The one-hot term lives in (at most) one chunk of one shard; its logit is kept so that
-      // (p - 1) d is formed before scaling (p d - d would lose bits when p is near 1).
-      int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin - j0;
-      bool has_target = t >= 0 && t < n;
-      float xt = has_target ? x[t] : 0.0f;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) x[j] = math::cross_entropy_dlogit(x[j], l, d);
-      if (has_target) x[t] = math::cross_entropy_dlogit_target(xt, l, d);
-      if (round_output != DType::F32) round_to_serial(round_output, x, x, n);
-    }
-  }
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& dloss,
+                            int64_t vocab_begin, DType round_output) {
+  const char* kernel = "cross_entropy_backward";
+  kernel_device(kernel, {&logits, &targets, &lse, &dloss});
+  TESSERA_CHECK(logits.ndim() == 2, kernel, ": logits ", shape_str(logits.shape()), " are not [rows, vocab]");
+  const int64_t rows = logits.dim(0);
+  for (const Tensor* t : {&targets, &lse, &dloss}) check_numel(kernel, "a per-row operand", *t, rows);
+  cpu::cross_entropy_backward(logits.f32(), targets.i32(), lse.f32(), dloss.f32(), rows, logits.dim(1), vocab_begin,
+                              round_output);
 }
 
 }  // namespace tessera::kernels

@@ -1,29 +1,24 @@
-// Softmax cross-entropy over the vocabulary, fused: forward returns the loss per row and the
-// log-sum-exp, backward turns the logits buffer into dlogits in place; probabilities are never stored.
-// The per-shard statistics let a vocab-parallel layer (later) reduce max / sum-exp / target logit
-// across the tensor-parallel group.
+// Softmax cross-entropy over a vocabulary shard on tensors, fused: the per-shard statistics that the
+// tensor group reduces (kernels/vocab_parallel_loss.h combines them), and a backward that turns the
+// logits into dlogits in place, so probabilities are never stored. Dispatched on the tensors' device
+// (kernels/device_dispatch.h; the CPU code is kernels/cpu/cross_entropy.h).
 #pragma once
 
 #include <cstdint>
 
-#include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace tessera::kernels {
 
-// logits [rows, vocab_local] holding vocabulary ids [vocab_begin, vocab_begin + vocab_local).
-// For each row: max_out = max logit, sumexp_out = sum exp(logit - max_out), target_logit_out = logit of
-// targets[row] if it is in this shard, else 0.
-void cross_entropy_shard_stats(const float* logits, const int32_t* targets, float* max_out, float* sumexp_out,
-                               float* target_logit_out, int64_t rows, int64_t vocab_local, int64_t vocab_begin);
-
-// Single-shard fused forward: loss[row] = lse - logit[target], lse[row] saved for backward.
-void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
-                           int64_t vocab);
+// logits [rows, vocab_local] holding vocabulary ids [vocab_begin, vocab_begin + vocab_local), targets
+// [rows] int32. For each row: max_out = max logit, sumexp_out = sum exp(logit - max_out),
+// target_logit_out = logit of targets[row] if it is in this shard, else 0 (each [rows]).
+void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, const Tensor& max_out,
+                               const Tensor& sumexp_out, const Tensor& target_logit_out, int64_t vocab_begin);
 
 // In place: logits[r, j] <- (exp(logits[r, j] - lse[r]) - [vocab_begin + j == targets[r]]) * dloss[r],
 // rounded to round_output (mixed precision: dlogits feed only GEMMs).
-void cross_entropy_backward(float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                            int64_t rows, int64_t vocab_local, int64_t vocab_begin,
-                            DType round_output = DType::F32);
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& dloss,
+                            int64_t vocab_begin, DType round_output = DType::F32);
 
 }  // namespace tessera::kernels

@@ -1,4 +1,4 @@
-#include "kernels/cross_entropy.h"
+#include "kernels/cpu/cross_entropy.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +13,9 @@
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 // float64 log-sum-exp of row r.
 template <typename T>

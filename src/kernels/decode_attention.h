@@ -1,15 +1,19 @@
-// Attention for incremental decoding: the new query rows of one sequence against its key/value cache.
-// Each query reads every cached key once, so there is nothing to tile; no dropout (inference only).
+// Attention for incremental decoding on tensors: the new query rows of one sequence against its
+// key/value cache (no tiling, no dropout; kernels/cpu/decode_attention.h). Dispatched on the tensors'
+// device (kernels/device_dispatch.h).
 #pragma once
 
 #include <cstdint>
 
+#include "core/tensor.h"
+
 namespace tessera::kernels {
 
-// q [n, heads, d]: the queries of positions past .. past+n-1. k_cache, v_cache [>= past+n, kv_heads, d]
-// hold the keys and values of positions 0 .. past+n-1. out [n, heads, d]. Causal: the query at
-// position p attends to keys 0..p. Query head h reads kv head h / (heads / kv_heads).
-void attention_decode(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n,
-                      int64_t past, int64_t heads, int64_t kv_heads, int64_t d, float softmax_scale);
+// q [n, heads, d]: the queries of positions past .. past+n-1. k_cache, v_cache [capacity >= past+n,
+// kv_heads, d] hold the keys and values of positions 0 .. past+n-1. out [n, heads * d] (or any shape of
+// that size). Causal: the query at position p attends to keys 0..p. Query head h reads kv head
+// h / (heads / kv_heads).
+void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& out, int64_t past,
+                      float softmax_scale);
 
 }  // namespace tessera::kernels

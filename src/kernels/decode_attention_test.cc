@@ -1,13 +1,16 @@
-#include "kernels/decode_attention.h"
+#include "kernels/cpu/decode_attention.h"
 
 #include <gtest/gtest.h>
 
 #include "core/check.h"
 #include "core/testing.h"
-#include "kernels/attention.h"
+#include "kernels/cpu/attention.h"
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 // Decoding a sequence in pieces against a growing cache gives the rows of full causal attention.
 TEST(DecodeAttention, MatchesFullCausalAttentionPieceByPiece) {

@@ -1,4 +1,4 @@
-#include "kernels/dropout.h"
+#include "kernels/cpu/dropout.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +13,9 @@
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 constexpr uint64_t kSeed = 1234, kStream = 77;
 

@@ -1,20 +1,27 @@
 #include "kernels/elementwise.h"
 
+#include "kernels/cpu/elementwise.h"
+#include "kernels/device_dispatch.h"
+
 namespace tessera::kernels {
 
-void add_into(float* a, const float* b, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+void add_into(const Tensor& a, const Tensor& b) {
+  kernel_device("add_into", {&a, &b});
+  check_numel("add_into", "b", b, a.numel());
+  cpu::add_into(a.f32(), b.f32(), a.numel());
 }
 
-void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) y[r * cols + j] += bias[j];
+void add_bias_rows(const Tensor& y, const Tensor& bias) {
+  kernel_device("add_bias_rows", {&y, &bias});
+  const int64_t cols = bias.numel();
+  TESSERA_CHECK(cols > 0 && y.numel() % cols == 0, "add_bias_rows: ", shape_str(y.shape()), " is not rows of ", cols);
+  cpu::add_bias_rows(y.f32(), bias.f32(), y.numel() / cols, cols);
 }
 
-void scale(const float* x, float scale, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = scale * x[i];
+void scale(const Tensor& x, float s, const Tensor& out) {
+  kernel_device("scale", {&x, &out});
+  check_numel("scale", "out", out, x.numel());
+  cpu::scale(x.f32(), s, out.f32(), x.numel());
 }
 
 }  // namespace tessera::kernels

@@ -1,15 +1,17 @@
-// Element-wise arithmetic on fp32 buffers that the model's residual stream and its loss need.
+// Element-wise arithmetic on fp32 tensors that the model's residual stream and its loss need,
+// dispatched on the tensors' device (kernels/device_dispatch.h; the CPU code is
+// kernels/cpu/elementwise.h).
 #pragma once
 
-#include <cstdint>
+#include "core/tensor.h"
 
 namespace tessera::kernels {
 
-// a[i] += b[i] (the residual connections).
-void add_into(float* a, const float* b, int64_t n);
-// y[r, j] += bias[j] for y [rows, cols] (a bias added after a reduction).
-void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols);
+// a[i] += b[i] (the residual connections); the same number of elements.
+void add_into(const Tensor& a, const Tensor& b);
+// y[r, j] += bias[j] for y [rows, cols] with cols = bias's length (a bias added after a reduction).
+void add_bias_rows(const Tensor& y, const Tensor& bias);
 // out[i] = scale * x[i].
-void scale(const float* x, float scale, float* out, int64_t n);
+void scale(const Tensor& x, float scale, const Tensor& out);
 
 }  // namespace tessera::kernels

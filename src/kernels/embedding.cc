@@ -1,66 +1,38 @@
-// Token + position embedding lookup and its scatter-add backward.
-//
-// The backward adds rows of dout into rows of dwte picked by token id, and ids repeat, so rows cannot
-// be split across threads without races or order-dependent sums. Instead threads split the *columns*:
-// each owns a range of columns and walks all rows in order, so every element of dwte/dwpe receives its
-// additions in row order whatever the thread count.
 #include "kernels/embedding.h"
 
-#include <omp.h>
-
-#include <algorithm>
-
-#include "core/check.h"
-#include "core/profiler.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
+namespace {
 
-void embedding_forward(const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
-                       float* out, int64_t rows, int64_t hidden, int64_t vocab_begin, int64_t vocab_end) {
-  TESSERA_PROFILE_SCOPE("embedding_forward");
-  TESSERA_CHECK(wpe == nullptr || positions != nullptr, "embedding_forward: wpe given without positions");
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < rows; ++t) {
-    float* o = out + t * hidden;
-    const int64_t id = tokens[t];
-    // An id owned by another vocab shard contributes zero here; the shards' outputs are summed later.
-    if (id >= vocab_begin && id < vocab_end) {
-      const float* e = wte + (id - vocab_begin) * hidden;
-      for (int64_t c = 0; c < hidden; ++c) o[c] = e[c];
-    } else {
-      for (int64_t c = 0; c < hidden; ++c) o[c] = 0.0f;
-    }
-    if (wpe) {
-      const float* p = wpe + static_cast<int64_t>(positions[t]) * hidden;
-      for (int64_t c = 0; c < hidden; ++c) o[c] += p[c];
-    }
-  }
+// hidden, with every operand's size checked (table: the words' table or its gradient).
+int64_t check_embedding(const char* kernel, const Tensor& tokens, const Tensor& positions, const Tensor& table,
+                        const Tensor& rows_out, int64_t vocab_begin, int64_t vocab_end) {
+  TESSERA_CHECK(table.ndim() == 2 && table.dim(0) == vocab_end - vocab_begin, kernel, ": table ",
+                shape_str(table.shape()), " is not [", vocab_end - vocab_begin, ", hidden]");
+  const int64_t rows = tokens.numel(), hidden = table.dim(1);
+  if (positions.defined()) check_numel(kernel, "positions", positions, rows);
+  check_numel(kernel, "the activation", rows_out, rows * hidden);
+  return hidden;
 }
 
-void embedding_backward(const int32_t* tokens, const int32_t* positions, const float* dout, float* dwte,
-                        float* dwpe, int64_t rows, int64_t hidden, int64_t vocab_begin, int64_t vocab_end) {
-  TESSERA_PROFILE_SCOPE("embedding_backward");
-  TESSERA_CHECK(dwpe == nullptr || positions != nullptr, "embedding_backward: dwpe given without positions");
-#pragma omp parallel
-  {
-    // One contiguous column range per thread (whole cache lines), so each thread streams through the
-    // rows once. How the columns are split does not matter for the result.
-    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    const int64_t per = ((hidden + nt - 1) / nt + 15) / 16 * 16;
-    const int64_t c0 = std::min(hidden, tid * per), c1 = std::min(hidden, c0 + per);
-    for (int64_t t = 0; t < rows; ++t) {
-      const float* d = dout + t * hidden;
-      const int64_t id = tokens[t];
-      if (id >= vocab_begin && id < vocab_end) {
-        float* g = dwte + (id - vocab_begin) * hidden;
-        for (int64_t c = c0; c < c1; ++c) g[c] += d[c];
-      }
-      if (dwpe) {
-        float* g = dwpe + static_cast<int64_t>(positions[t]) * hidden;
-        for (int64_t c = c0; c < c1; ++c) g[c] += d[c];
-      }
-    }
-  }
+}  // namespace
+
+void embedding_forward(const Tensor& tokens, const Tensor& positions, const Tensor& wte, const Tensor& wpe,
+                       const Tensor& out, int64_t vocab_begin, int64_t vocab_end) {
+  kernel_device("embedding_forward", {&tokens, &positions, &wte, &wpe, &out});
+  const int64_t hidden = check_embedding("embedding_forward", tokens, positions, wte, out, vocab_begin, vocab_end);
+  cpu::embedding_forward(tokens.i32(), i32_or_null(positions), wte.f32(), f32_or_null(wpe), out.f32(), tokens.numel(),
+                         hidden, vocab_begin, vocab_end);
+}
+
+void embedding_backward(const Tensor& tokens, const Tensor& positions, const Tensor& dout, const Tensor& dwte,
+                        const Tensor& dwpe, int64_t vocab_begin, int64_t vocab_end) {
+  kernel_device("embedding_backward", {&tokens, &positions, &dout, &dwte, &dwpe});
+  const int64_t hidden = check_embedding("embedding_backward", tokens, positions, dwte, dout, vocab_begin, vocab_end);
+  cpu::embedding_backward(tokens.i32(), i32_or_null(positions), dout.f32(), dwte.f32(), f32_or_null(dwpe),
+                          tokens.numel(), hidden, vocab_begin, vocab_end);
 }
 
 }  // namespace tessera::kernels

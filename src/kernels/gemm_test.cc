@@ -8,12 +8,15 @@
 #include <string>
 
 #include "core/testing.h"
-#include "kernels/activations.h"
-#include "kernels/linear.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/linear.h"
 #include "kernels/precision.h"
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 using testing::max_scaled_error;
 using testing::random_vector;

@@ -1,85 +1,33 @@
 #include "kernels/linear.h"
 
-#include "core/profiler.h"
-#include "kernels/gemm.h"
-#include "kernels/precision.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
 
-void linear_forward(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t in,
-                    int64_t out, DType input_type, bool x_rounded, bool w_rounded) {
-  GemmArgs g;
-  g.trans_b = Trans::T;  // y = x w^T
-  g.m = rows, g.n = out, g.k = in;
-  g.a = x, g.lda = in;
-  g.b = w, g.ldb = in;
-  g.c = y, g.ldc = out;
-  g.bias = b;
-  g.input_type = input_type;
-  g.a_rounded = x_rounded, g.b_rounded = w_rounded;
-  gemm(g);
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, DType input_type,
+                    bool x_rounded, bool w_rounded) {
+  kernel_device("linear_forward", {&x, &w, &b, &y});
+  TESSERA_CHECK(w.ndim() == 2, "linear_forward: weight ", shape_str(w.shape()), " is not [out, in]");
+  const int64_t out = w.dim(0), in = w.dim(1), rows = x.numel() / in;
+  check_numel("linear_forward", "x", x, rows * in);
+  check_numel("linear_forward", "y", y, rows * out);
+  if (b.defined()) check_numel("linear_forward", "bias", b, out);
+  cpu::linear_forward(x.f32(), w.f32(), f32_or_null(b), y.f32(), rows, in, out, input_type, x_rounded, w_rounded);
 }
 
-namespace {
-// db += column sums of dy: blocks of columns in parallel, rows in order (deterministic). With
-// dy_rounded, the same pass writes dy rounded to `type` there.
-void bias_grad(const float* dy, float* db, int64_t rows, int64_t out, DType type, float* dy_rounded) {
-  TESSERA_PROFILE_SCOPE("linear_bias_grad");
-  constexpr int64_t kBlock = 64;
-#pragma omp parallel for schedule(static)
-  for (int64_t j0 = 0; j0 < out; j0 += kBlock) {
-    int64_t j1 = j0 + kBlock < out ? j0 + kBlock : out;
-    float sum[kBlock] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = j0; j < j1; ++j) sum[j - j0] += dy[r * out + j];
-      if (dy_rounded) round_to_serial(type, dy + r * out + j0, dy_rounded + r * out + j0, j1 - j0);
-    }
-    for (int64_t j = j0; j < j1; ++j) db[j] += sum[j - j0];
-  }
-}
-}  // namespace
-
-void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
-                     int64_t rows, int64_t in, int64_t out, bool accumulate_dx,
-                     DType input_type, bool x_rounded, bool w_rounded) {
-  // Under 16-bit inputs dy feeds both GEMMs: it is rounded once for the two, in the bias gradient's
-  // pass where there is one (which sums the unrounded dy, as an fp32 bias gradient does).
-  Tensor dy_rounded;
-  const float* dy_gemm = dy;
-  if (input_type != DType::F32 && dx && dw && reuse_rounded_inputs()) {
-    dy_rounded = Tensor::empty({rows, out});
-    if (db)
-      bias_grad(dy, db, rows, out, input_type, dy_rounded.f32());
-    else
-      round_to(input_type, dy, dy_rounded.f32(), rows * out);
-    dy_gemm = dy_rounded.f32();
-  } else if (db) {
-    bias_grad(dy, db, rows, out, input_type, nullptr);
-  }
-  const bool dy_is_rounded = dy_gemm != dy;
-  if (dx) {  // dx = dy w
-    GemmArgs g;
-    g.m = rows, g.n = in, g.k = out;
-    g.a = dy_gemm, g.lda = out;
-    g.b = w, g.ldb = in;
-    g.c = dx, g.ldc = in;
-    g.beta = accumulate_dx ? 1.0f : 0.0f;
-    g.input_type = input_type;
-    g.a_rounded = dy_is_rounded, g.b_rounded = w_rounded;
-    gemm(g);
-  }
-  if (dw) {  // dw += dy^T x
-    GemmArgs g;
-    g.trans_a = Trans::T;
-    g.m = out, g.n = in, g.k = rows;
-    g.a = dy_gemm, g.lda = out;
-    g.b = x, g.ldb = in;
-    g.c = dw, g.ldc = in;
-    g.beta = 1.0f;
-    g.input_type = input_type;
-    g.a_rounded = dy_is_rounded, g.b_rounded = x_rounded;
-    gemm(g);
-  }
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx, const Tensor& dw,
+                     const Tensor& db, DType input_type, bool x_rounded, bool w_rounded, bool dy_rounded) {
+  kernel_device("linear_backward", {&dy, &x, &w, &dx, &dw, &db});
+  TESSERA_CHECK(w.ndim() == 2, "linear_backward: weight ", shape_str(w.shape()), " is not [out, in]");
+  const int64_t out = w.dim(0), in = w.dim(1), rows = x.numel() / in;
+  check_numel("linear_backward", "x", x, rows * in);
+  check_numel("linear_backward", "dy", dy, rows * out);
+  if (dx.defined()) check_numel("linear_backward", "dx", dx, rows * in);
+  if (dw.defined()) check_numel("linear_backward", "dw", dw, out * in);
+  if (db.defined()) check_numel("linear_backward", "db", db, out);
+  cpu::linear_backward(dy.f32(), x.f32(), w.f32(), f32_or_null(dx), f32_or_null(dw), f32_or_null(db), rows, in, out,
+                       false, input_type, x_rounded, w_rounded, dy_rounded);
 }
 
 }  // namespace tessera::kernels

@@ -1,22 +1,23 @@
-// Linear layer y = x W^T + b (weights stored [out, in] as in Megatron and PyTorch), on top of the GEMM
-// interface. Rows of x are tokens.
+// Linear layer y = x W^T + b on tensors (weights stored [out, in] as in Megatron and PyTorch), on top
+// of the GEMM interface; rows of x are tokens. What the model's linear layers and output layer call,
+// dispatched on the tensors' device (kernels/device_dispatch.h; the CPU code is kernels/cpu/linear.h).
 #pragma once
 
-#include <cstdint>
-
-#include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace tessera::kernels {
 
-// input_type: the GEMM inputs' precision (GemmArgs::input_type); the bias is added in fp32.
-// x_rounded, w_rounded: x (w) already holds values of input_type (GemmArgs::a_rounded).
-// x [rows, in], w [out, in], b [out] or null -> y [rows, out] (overwritten).
-void linear_forward(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t in,
-                    int64_t out, DType input_type = DType::F32, bool x_rounded = false, bool w_rounded = false);
-// dy [rows, out]. dx [rows, in] is overwritten (or accumulated into when accumulate_dx), dw [out, in]
-// and db [out] are accumulated into (gradient accumulation over micro-batches). Any of dx/dw/db may be null.
-void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
-                     int64_t rows, int64_t in, int64_t out, bool accumulate_dx = false,
-                     DType input_type = DType::F32, bool x_rounded = false, bool w_rounded = false);
+// x [rows, in] (any shape of rows * in elements), w [out, in], b [out] or undefined -> y [rows, out]
+// (overwritten). input_type: the GEMM inputs' precision (GemmArgs::input_type); the bias is added in
+// fp32. x_rounded, w_rounded: x (w) already holds values of input_type (GemmArgs::a_rounded).
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                    DType input_type = DType::F32, bool x_rounded = false, bool w_rounded = false);
+
+// dy [rows, out]. dx [rows, in] is overwritten; dw [out, in] and db [out] are accumulated into
+// (gradient accumulation over micro-batches). Any of dx, dw, db may be undefined (not wanted).
+// dy_rounded: dy already holds values of input_type, so it is not rounded again for the GEMMs.
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx, const Tensor& dw,
+                     const Tensor& db, DType input_type = DType::F32, bool x_rounded = false,
+                     bool w_rounded = false, bool dy_rounded = false);
 
 }  // namespace tessera::kernels

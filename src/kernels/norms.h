@@ -1,26 +1,26 @@
-// LayerNorm and RMSNorm over the last dimension of [rows, cols].
+// LayerNorm and RMSNorm over the last dimension on tensors: x is [rows, cols] (any shape of rows * cols
+// elements, cols = the weight's length). Dispatched on the tensors' device (kernels/device_dispatch.h;
+// the CPU code is kernels/cpu/norms.h).
 #pragma once
 
-#include <cstdint>
-
-#include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace tessera::kernels {
 
-// y = (x - mean) * rstd * w + b; saves mean[rows] and rstd[rows] for backward. b may be null.
+// y = (x - mean) * rstd * w + b; writes mean [rows] and rstd [rows] for backward. b may be undefined.
 // round_output: y rounded to this type (mixed precision: y feeds only GEMMs) as each row is written.
-void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
-                       int64_t rows, int64_t cols, float eps, DType round_output = DType::F32);
-// dx is accumulated into (+=, so the residual stream's gradient can be passed in); dw, db are
-// accumulated into (db may be null). Deterministic whatever the thread count.
-void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
-                        float* dx, float* dw, float* db, int64_t rows, int64_t cols);
+void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& mean,
+                       const Tensor& rstd, float eps, DType round_output = DType::F32);
+// dx is accumulated into (+=, so the residual stream's gradient can be passed in); dw and db (may be
+// undefined) are accumulated into. Deterministic whatever the thread count.
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& dx, const Tensor& dw, const Tensor& db);
 
-// y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps); saves rstd[rows].
-void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t cols, float eps,
+// y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps); writes rstd [rows].
+void rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, float eps,
                      DType round_output = DType::F32);
 // dx += ..., dw += ... (as for layernorm).
-void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
-                      int64_t rows, int64_t cols);
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
+                      const Tensor& dw);
 
 }  // namespace tessera::kernels

@@ -1,4 +1,4 @@
-#include "kernels/norms.h"
+#include "kernels/cpu/norms.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -12,6 +12,9 @@
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 using testing::max_scaled_error;
 using testing::numeric_gradient;

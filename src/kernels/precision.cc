@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 #include "core/profiler.h"
+#include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
 namespace {
@@ -92,14 +93,21 @@ void set_reuse_rounded_inputs(bool on) { reuse_rounded = on; }
 
 DType gemm_rounding(DType t) { return reuse_rounded ? t : DType::F32; }
 
+void round_to(DType t, const Tensor& in, const Tensor& out) {
+  kernel_device("round_to", {&in, &out});
+  check_numel("round_to", "out", out, in.numel());
+  round_to(t, in.f32(), out.f32(), in.numel());
+}
+
 bool round_in_place_for_gemm(DType t, const Tensor& x) {
   if (t == DType::F32 || !reuse_rounded) return false;
-  round_to(t, x.f32(), x.f32(), x.numel());
+  round_to(t, x, x);
   return true;
 }
 
 Tensor store_as(DType t, const Tensor& fp32) {
   if (t == DType::F32 || !fp32.defined()) return fp32;
+  kernel_device("store_as", {&fp32});
   TESSERA_PROFILE_SCOPE("store_16bit");
   Tensor out = Tensor::empty(fp32.shape(), t);
   encode_16bit(t, fp32.f32(), static_cast<uint16_t*>(out.raw()), fp32.numel());
@@ -132,6 +140,7 @@ void pieces_in_parallel(const std::vector<int64_t>& n, const Run& run) {
 void store_all_as(DType t, const std::vector<Tensor*>& tensors) {
   if (t == DType::F32) return;
   check_16bit(t, "store_all_as");
+  for (const Tensor* x : tensors) kernel_device("store_all_as", {x});
   TESSERA_PROFILE_SCOPE("store_16bit");
   std::vector<Tensor> out(tensors.size());
   std::vector<int64_t> n(tensors.size(), 0);
@@ -148,6 +157,7 @@ void store_all_as(DType t, const std::vector<Tensor*>& tensors) {
 }
 
 void all_to_fp32(const std::vector<Tensor*>& tensors) {
+  for (const Tensor* x : tensors) kernel_device("all_to_fp32", {x});
   TESSERA_PROFILE_SCOPE("widen_16bit");
   std::vector<Tensor> out(tensors.size());
   std::vector<int64_t> n(tensors.size(), 0);
@@ -168,6 +178,7 @@ void all_to_fp32(const std::vector<Tensor*>& tensors) {
 
 Tensor to_fp32(const Tensor& stored) {
   if (!stored.defined() || stored.dtype() == DType::F32) return stored;
+  kernel_device("to_fp32", {&stored});
   TESSERA_PROFILE_SCOPE("widen_16bit");
   TESSERA_CHECK(stored.dtype() == DType::BF16 || stored.dtype() == DType::F16, "to_fp32: ",
                 dtype_name(stored.dtype()), " is not a 16-bit floating-point type");

@@ -36,6 +36,9 @@ inline float fp16_to_fp32(uint16_t bits) {
 float round_to(DType t, float x);
 // out[i] = round_to(t, in[i]); in may equal out.
 void round_to(DType t, const float* in, float* out, int64_t n);
+// The same on fp32 tensors of the same number of elements (out may be in), dispatched on their device
+// (kernels/device_dispatch.h): what the model calls.
+void round_to(DType t, const Tensor& in, const Tensor& out);
 // The same on the calling thread only: for kernels that round what they produce while it is in cache.
 void round_to_serial(DType t, const float* in, float* out, int64_t n);
 // The 16-bit encodings of in[0..n) (t is BF16 or F16).

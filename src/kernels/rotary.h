@@ -1,20 +1,16 @@
-// Rotary position embedding (Su et al.), Megatron's non-interleaved ("rotate_half") form:
-// for each head vector x of size head_dim, with half = rot_dim/2 and inv_freq[i] = base^(-2i/rot_dim),
-// angle = position * inv_freq[i]:
-//   y[i]        = x[i] cos(angle) - x[i + half] sin(angle)
-//   y[i + half] = x[i + half] cos(angle) + x[i] sin(angle)       for i < half,
-// and dimensions rot_dim..head_dim-1 pass through unchanged (--rotary-percent < 1).
+// Rotary position embedding (Su et al.) on tensors, Megatron's non-interleaved ("rotate_half") form:
+// each head vector's first rot_dim dimensions are rotated by position * base^(-2i/rot_dim), the rest
+// pass through (--rotary-percent < 1); kernels/cpu/rotary.h has the formula. Dispatched on the
+// tensors' device (kernels/device_dispatch.h).
 #pragma once
 
-#include <cstdint>
+#include "core/tensor.h"
 
 namespace tessera::kernels {
 
-// x is [rows, heads, head_dim] contiguous; rotated in place. positions[rows].
-void rope_forward(float* x, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
-                  int64_t rot_dim, float base);
-// In-place gradient: applies the inverse (transposed) rotation to dx.
-void rope_backward(float* dx, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
-                   int64_t rot_dim, float base);
+// x [rows, heads, head_dim] rotated in place; positions [rows] int32.
+void rope_forward(const Tensor& x, const Tensor& positions, int64_t rot_dim, float base);
+// In-place gradient: applies the inverse (transposed) rotation to dx [rows, heads, head_dim].
+void rope_backward(const Tensor& dx, const Tensor& positions, int64_t rot_dim, float base);
 
 }  // namespace tessera::kernels

@@ -1,4 +1,4 @@
-#include "kernels/rotary.h"
+#include "kernels/cpu/rotary.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +12,9 @@
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 using testing::max_scaled_error;
 using testing::numeric_gradient;

@@ -6,14 +6,17 @@
 #include <vector>
 
 #include "core/testing.h"
-#include "kernels/activations.h"
-#include "kernels/cross_entropy.h"
-#include "kernels/linear.h"
-#include "kernels/norms.h"
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norms.h"
 #include "kernels/precision.h"
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 using testing::random_vector;
 

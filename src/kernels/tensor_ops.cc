@@ -19,6 +19,13 @@ double scalar_value(const Tensor& t) {
   return static_cast<double>(t.f32()[0]);
 }
 
+Tensor from_host(const std::vector<int32_t>& values, Device device) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::I32, device);
+  kernel_device("from_host", {&t});
+  if (!values.empty()) std::memcpy(t.raw(), values.data(), t.nbytes());
+  return t;
+}
+
 void copy(const Tensor& dst, const Tensor& src) {
   kernel_device("copy", {&dst, &src});
   TESSERA_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(), "copy: ", src.numel(), " ",

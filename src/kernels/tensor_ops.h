@@ -1,8 +1,11 @@
-// Whole-tensor operations that optimizers and the trainer need between kernels, dispatched on the
-// tensors' device (kernels/device_dispatch.h): a scalar handed to a collective and read back, and
-// copies between tensors. On a GPU these are the host-device transfers and device copies, so the
-// layers above never read or write tensor memory themselves.
+// Whole-tensor operations that the model, the optimizers and the trainer need between kernels,
+// dispatched on the tensors' device (kernels/device_dispatch.h): a scalar handed to a collective and
+// read back, host values (token ids) brought in, and copies between tensors. On a GPU these are the
+// host-device transfers and device copies, so the layers above never read or write tensor memory.
 #pragma once
+
+#include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -12,6 +15,8 @@ namespace tessera::kernels {
 Tensor scalar_tensor(double value, Device device = Device::cpu());
 // The value of a one-element fp32 tensor, on the host.
 double scalar_value(const Tensor& t);
+// A 1-D int32 tensor on `device` holding `values` (token ids a caller passes as a host vector).
+Tensor from_host(const std::vector<int32_t>& values, Device device = Device::cpu());
 // dst = src elementwise: the same dtype and number of elements (shapes may differ, as for flat views).
 void copy(const Tensor& dst, const Tensor& src);
 

@@ -9,10 +9,13 @@
 
 #include "core/allocator.h"
 #include "core/testing.h"
-#include "kernels/adamw.h"
+#include "kernels/cpu/adamw.h"
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 // Host memory standing in for a CUDA device's, so that tensors "on cuda:0" exist in this build and
 // the kernels' refusal of them can be tested.

@@ -1,55 +1,55 @@
 #include "kernels/token_layout.h"
 
-#include <cstring>
-
+#include "kernels/cpu/token_layout.h"
+#include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
+namespace {
 
-void transpose_rows(const void* src, void* dst, int64_t rows, int64_t cols, size_t elem_bytes) {
-  const char* s = static_cast<const char*>(src);
-  char* d = static_cast<char*>(dst);
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) std::memcpy(d + (j * rows + i) * elem_bytes, s + (i * cols + j) * elem_bytes, elem_bytes);
+// rows, groups, d of a split/merge from k [rows, groups, d], every operand's size checked.
+void check_qkv(const char* kernel, const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
+               int64_t per_group) {
+  TESSERA_CHECK(k.ndim() == 3 && v.shape() == k.shape(), kernel, ": k ", shape_str(k.shape()), " and v ",
+                shape_str(v.shape()), " are not both [rows, groups, d]");
+  const int64_t rows = k.dim(0), groups = k.dim(1), d = k.dim(2);
+  check_numel(kernel, "q", q, rows * groups * per_group * d);
+  check_numel(kernel, "qkv", qkv, rows * groups * (per_group + 2) * d);
 }
 
-void fill_default_positions(int32_t* positions, int64_t seq, int64_t batch) {
-  for (int64_t t = 0; t < seq * batch; ++t) positions[t] = static_cast<int32_t>(t / batch);
+}  // namespace
+
+void transpose_rows(const Tensor& src, const Tensor& dst) {
+  kernel_device("transpose_rows", {&src, &dst});
+  TESSERA_CHECK(src.ndim() == 2 && dst.shape() == Shape({src.dim(1), src.dim(0)}) && dst.dtype() == src.dtype(),
+                "transpose_rows: ", shape_str(src.shape()), " into ", shape_str(dst.shape()));
+  cpu::transpose_rows(src.raw(), dst.raw(), src.dim(0), src.dim(1), dtype_size(src.dtype()));
 }
 
-void split_qkv(const float* qkv, float* q, float* k, float* v, int64_t rows, int64_t groups, int64_t per_group,
-               int64_t d) {
-  const int64_t row_width = groups * (per_group + 2) * d;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* src = qkv + t * row_width;
-    for (int64_t g = 0; g < groups; ++g) {
-      const float* group = src + g * (per_group + 2) * d;
-      for (int64_t j = 0; j < per_group * d; ++j) q[(t * groups * per_group + g * per_group) * d + j] = group[j];
-      for (int64_t j = 0; j < d; ++j) k[(t * groups + g) * d + j] = group[per_group * d + j];
-      for (int64_t j = 0; j < d; ++j) v[(t * groups + g) * d + j] = group[(per_group + 1) * d + j];
-    }
-  }
+void fill_positions(const Tensor& positions, int64_t batch, int64_t first) {
+  kernel_device("fill_positions", {&positions});
+  TESSERA_CHECK(batch > 0 && positions.numel() % batch == 0, "fill_positions: ", positions.numel(),
+                " positions are not rows of ", batch, " samples");
+  cpu::fill_positions(positions.i32(), positions.numel() / batch, batch, first);
 }
 
-void merge_qkv(const float* q, const float* k, const float* v, float* qkv, int64_t rows, int64_t groups,
-               int64_t per_group, int64_t d) {
-  const int64_t row_width = groups * (per_group + 2) * d;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < rows; ++t) {
-    float* dst = qkv + t * row_width;
-    for (int64_t g = 0; g < groups; ++g) {
-      float* group = dst + g * (per_group + 2) * d;
-      for (int64_t j = 0; j < per_group * d; ++j) group[j] = q[(t * groups * per_group + g * per_group) * d + j];
-      for (int64_t j = 0; j < d; ++j) group[per_group * d + j] = k[(t * groups + g) * d + j];
-      for (int64_t j = 0; j < d; ++j) group[(per_group + 1) * d + j] = v[(t * groups + g) * d + j];
-    }
-  }
+void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, int64_t per_group) {
+  kernel_device("split_qkv", {&qkv, &q, &k, &v});
+  check_qkv("split_qkv", qkv, q, k, v, per_group);
+  cpu::split_qkv(qkv.f32(), q.f32(), k.f32(), v.f32(), k.dim(0), k.dim(1), per_group, k.dim(2));
 }
 
-int64_t first_id_outside(const int32_t* ids, int64_t n, int64_t lo, int64_t hi) {
-  for (int64_t i = 0; i < n; ++i)
-    if (ids[i] < lo || ids[i] >= hi) return i;
-  return -1;
+void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv, int64_t per_group) {
+  kernel_device("merge_qkv", {&q, &k, &v, &qkv});
+  check_qkv("merge_qkv", qkv, q, k, v, per_group);
+  cpu::merge_qkv(q.f32(), k.f32(), v.f32(), qkv.f32(), k.dim(0), k.dim(1), per_group, k.dim(2));
+}
+
+IdOutside first_id_outside(const Tensor& ids, int64_t lo, int64_t hi) {
+  kernel_device("first_id_outside", {&ids});
+  IdOutside r;
+  r.index = cpu::first_id_outside(ids.i32(), ids.numel(), lo, hi);
+  if (r.index >= 0) r.id = ids.i32()[r.index];
+  return r;
 }
 
 }  // namespace tessera::kernels

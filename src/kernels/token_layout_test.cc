@@ -1,4 +1,4 @@
-#include "kernels/token_layout.h"
+#include "kernels/cpu/token_layout.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +6,9 @@
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 TEST(TokenLayout, TransposeRowsMovesSampleMajorToSequenceMajor) {
   const int64_t b = 3, s = 5;
@@ -18,7 +21,7 @@ TEST(TokenLayout, TransposeRowsMovesSampleMajorToSequenceMajor) {
 
 TEST(TokenLayout, DefaultPositionsCountEachSampleFromZero) {
   std::vector<int32_t> p(4 * 3, -1);
-  fill_default_positions(p.data(), 4, 3);
+  fill_positions(p.data(), 4, 3);
   for (int64_t t = 0; t < 12; ++t) EXPECT_EQ(p[t], t / 3);
 }
 

@@ -1,44 +1,41 @@
 #include "kernels/vocab_parallel_loss.h"
 
-#include <cmath>
+#include "kernels/cpu/vocab_parallel_loss.h"
+#include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
 
-void rescale_sum_exp(float* sumexp, const float* max, const float* global_max, int64_t rows) {
-  for (int64_t r = 0; r < rows; ++r) sumexp[r] *= std::exp(max[r] - global_max[r]);
+void rescale_sum_exp(const Tensor& sumexp, const Tensor& max, const Tensor& global_max) {
+  kernel_device("rescale_sum_exp", {&sumexp, &max, &global_max});
+  const int64_t rows = sumexp.numel();
+  check_numel("rescale_sum_exp", "max", max, rows);
+  check_numel("rescale_sum_exp", "global_max", global_max, rows);
+  cpu::rescale_sum_exp(sumexp.f32(), max.f32(), global_max.f32(), rows);
 }
 
-double masked_loss_sum(const float* max, const float* sumexp, const float* target, const float* loss_mask,
-                       float* lse, int64_t rows) {
-  double total = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    lse[r] = max[r] + std::log(sumexp[r]);
-    total += static_cast<double>(lse[r] - target[r]) * loss_mask[r];
-  }
-  return total;
+double masked_loss_sum(const Tensor& max, const Tensor& sumexp, const Tensor& target, const Tensor& loss_mask,
+                       const Tensor& lse) {
+  kernel_device("masked_loss_sum", {&max, &sumexp, &target, &loss_mask, &lse});
+  const int64_t rows = max.numel();
+  for (const Tensor* t : {&sumexp, &target, &loss_mask, &lse}) check_numel("masked_loss_sum", "a per-row operand", *t, rows);
+  return cpu::masked_loss_sum(max.f32(), sumexp.f32(), target.f32(), loss_mask.f32(), lse.f32(), rows);
 }
 
-void shard_argmax(const float* logits_all, float* best, int64_t rows, int64_t vocab_local, int64_t vocab_begin) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* logits = logits_all + r * vocab_local;
-    int64_t arg = 0;
-    for (int64_t v = 1; v < vocab_local; ++v)
-      if (logits[v] > logits[arg]) arg = v;
-    best[2 * r] = logits[arg];
-    best[2 * r + 1] = static_cast<float>(vocab_begin + arg);
-  }
+void shard_argmax(const Tensor& logits, const Tensor& best, int64_t vocab_begin) {
+  kernel_device("shard_argmax", {&logits, &best});
+  TESSERA_CHECK(logits.ndim() == 2, "shard_argmax: logits ", shape_str(logits.shape()), " are not [rows, vocab]");
+  check_numel("shard_argmax", "best", best, 2 * logits.dim(0));
+  cpu::shard_argmax(logits.f32(), best.f32(), logits.dim(0), logits.dim(1), vocab_begin);
 }
 
-void pick_scores(const float* best, int64_t shards, const float* target, const float* lse, float* out,
-                 int64_t rows) {
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t winner = 0;
-    for (int64_t s = 1; s < shards; ++s)
-      if (best[s * 2 * rows + 2 * r] > best[winner * 2 * rows + 2 * r]) winner = s;
-    out[3 * r] = target[r];
-    out[3 * r + 1] = lse[r];
-    out[3 * r + 2] = best[winner * 2 * rows + 2 * r + 1];
-  }
+void pick_scores(const Tensor& best, const Tensor& target, const Tensor& lse, const Tensor& out) {
+  kernel_device("pick_scores", {&best, &target, &lse, &out});
+  const int64_t rows = target.numel();
+  TESSERA_CHECK(best.ndim() == 2 && best.dim(1) == 2 * rows, "pick_scores: best ", shape_str(best.shape()),
+                " is not [shards, 2 * ", rows, "]");
+  check_numel("pick_scores", "lse", lse, rows);
+  check_numel("pick_scores", "out", out, 3 * rows);
+  cpu::pick_scores(best.f32(), best.dim(0), target.f32(), lse.f32(), out.f32(), rows);
 }
 
 }  // namespace tessera::kernels

@@ -1,6 +1,6 @@
 // The vocab-parallel combination against a float64 cross-entropy over the whole vocabulary, with the
 // shards' statistics computed by cross_entropy_shard_stats and reduced as the tensor group would.
-#include "kernels/vocab_parallel_loss.h"
+#include "kernels/cpu/vocab_parallel_loss.h"
 
 #include <gtest/gtest.h>
 
@@ -9,11 +9,14 @@
 #include <vector>
 
 #include "core/philox.h"
-#include "kernels/cross_entropy.h"
-#include "kernels/elementwise.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace tessera::kernels {
 namespace {
+
+// The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
+using namespace cpu;
 
 TEST(VocabParallelLoss, ShardedStatisticsGiveTheFullCrossEntropyAndScores) {
   const int64_t rows = 5, vocab = 12;

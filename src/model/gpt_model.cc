@@ -1,5 +1,6 @@
 #include "model/gpt_model.h"
 
+#include "kernels/tensor_ops.h"
 #include "kernels/token_layout.h"
 
 namespace tessera::model {
@@ -8,15 +9,14 @@ namespace {
 // [batch, seq] -> [seq, batch], the activation layout.
 Tensor to_seq_major(const Tensor& t) {
   Tensor out = Tensor::empty({t.dim(1), t.dim(0)}, t.dtype());
-  kernels::transpose_rows(t.raw(), out.raw(), t.dim(0), t.dim(1), dtype_size(t.dtype()));
+  kernels::transpose_rows(t, out);
   return out;
 }
 
-void check_ids(const int32_t* ids, int64_t n, int64_t limit, const char* what) {
-  const int64_t bad = kernels::first_id_outside(ids, n, 0, limit);
-  TESSERA_CHECK(bad < 0, what, " id ", bad < 0 ? 0 : ids[bad], " is outside the vocabulary [0, ", limit, ")");
+void check_ids(const Tensor& ids, int64_t limit, const char* what) {
+  const kernels::IdOutside bad = kernels::first_id_outside(ids, 0, limit);
+  TESSERA_CHECK(bad.index < 0, what, " id ", bad.id, " is outside the vocabulary [0, ", limit, ")");
 }
-void check_ids(const Tensor& ids, int64_t limit, const char* what) { check_ids(ids.i32(), ids.numel(), limit, what); }
 
 }  // namespace
 
@@ -52,7 +52,7 @@ Tensor GptModel::chunk_input(const MicroBatch& batch, const Tensor& input, const
     rec.positions = to_seq_major(batch.positions);
   } else {
     rec.positions = Tensor::empty({ctx.seq, ctx.batch}, DType::I32);
-    kernels::fill_default_positions(rec.positions.i32(), ctx.seq, ctx.batch);
+    kernels::fill_positions(rec.positions, ctx.batch);
   }
   if (embedding_) {
     rec.tokens = to_seq_major(batch.tokens);
@@ -71,11 +71,11 @@ Tensor GptModel::forward(const MicroBatch& batch, const Tensor& input, const For
                          LossSums& losses, const ParamHooks& hooks) const {
   auto& rec = static_cast<GptActivations&>(record);
   ForwardContext ctx = context;
-  ctx.doc_start = batch.doc_start.defined() ? batch.doc_start.i32() : nullptr;
+  ctx.doc_start = batch.doc_start;
   ctx.losses = &losses;
   if (embedding_ && hooks.params_needed_below) hooks.params_needed_below(embedding_->end_offset());
   Tensor x = chunk_input(batch, input, ctx, rec);  // sets rec.positions
-  x = block_->forward(x, rec.positions.i32(), ctx, rec.block, hooks);
+  x = block_->forward(x, rec.positions, ctx, rec.block, hooks);
   if (!head_) return x;
   rec.labels = to_seq_major(batch.labels);
   rec.loss_mask = to_seq_major(batch.loss_mask);
@@ -89,7 +89,7 @@ Tensor GptModel::backward(ChunkRecord& record, const Tensor& doutput, const Forw
                           const ParamHooks& hooks) const {
   auto& rec = static_cast<GptActivations&>(record);
   ForwardContext ctx = context;
-  ctx.doc_start = rec.doc_start.defined() ? rec.doc_start.i32() : nullptr;
+  ctx.doc_start = rec.doc_start;
   ctx.losses = nullptr;
   ctx.grad_scale = grad_scale;
   auto final_from = [&](int64_t offset) {
@@ -100,7 +100,7 @@ Tensor GptModel::backward(ChunkRecord& record, const Tensor& doutput, const Forw
     dx = head_->backward(rec, grad_scale);
     final_from(head_->begin_offset());  // and the output layer (or tied copy) in it
   }
-  dx = block_->backward(dx, rec.positions.i32(), ctx, rec.block, hooks);
+  dx = block_->backward(dx, rec.positions, ctx, rec.block, hooks);
   if (!embedding_) return dx;
   embedding_->backward(dx, rec.tokens, rec.positions, rec.token_types, ctx);
   final_from(embedding_->begin_offset());
@@ -110,10 +110,10 @@ Tensor GptModel::backward(ChunkRecord& record, const Tensor& doutput, const Forw
 Tensor GptModel::score(const MicroBatch& batch, const Tensor& input, const ForwardContext& context) const {
   GptActivations rec;
   ForwardContext ctx = context;
-  ctx.doc_start = batch.doc_start.defined() ? batch.doc_start.i32() : nullptr;
+  ctx.doc_start = batch.doc_start;
   ctx.losses = nullptr;
   Tensor x = chunk_input(batch, input, ctx, rec);
-  x = block_->forward(x, rec.positions.i32(), ctx, rec.block, {});
+  x = block_->forward(x, rec.positions, ctx, rec.block, {});
   if (!head_) return x;
   Tensor labels = to_seq_major(batch.labels);
   check_ids(labels, config_.vocab_size, "label");
@@ -143,21 +143,22 @@ Tensor GptModel::decode(const std::vector<int32_t>& tokens, const Tensor& input,
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(tokens.size());
   TESSERA_CHECK(n > 0, "next_token_logits: no tokens");
-  check_ids(tokens.data(), n, c.vocab_size, "token");
+  const Tensor token_ids = kernels::from_host(tokens);
+  check_ids(token_ids, c.vocab_size, "token");
   TESSERA_CHECK(c.position_embedding != PositionEmbedding::LearnedAbsolute ||
                     state.length + n <= c.max_position_embeddings,
                 "sequence of ", state.length + n, " tokens is longer than --max-position-embeddings=",
                 c.max_position_embeddings);
-  std::vector<int32_t> positions(n);
-  for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(state.length + i);
+  Tensor positions = Tensor::empty({n}, DType::I32);
+  kernels::fill_positions(positions, /*batch=*/1, state.length);
   Tensor x = input;
   if (embedding_) {
-    x = embedding_->decode(tokens, positions);
+    x = embedding_->decode(token_ids, positions);
   } else {
     TESSERA_CHECK(input.defined() && input.shape() == Shape({n, c.hidden_size}), "decode_chunk: the input is ",
                   input.defined() ? shape_str(input.shape()) : "missing", ", expected [", n, ", ", c.hidden_size, "]");
   }
-  x = block_->decode(x, positions.data(), state.length, state.layers);
+  x = block_->decode(x, positions, state.length, state.layers);
   state.length += n;
   return head_ ? head_->decode(x) : x;
 }

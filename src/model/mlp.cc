@@ -33,9 +33,9 @@ Tensor Mlp::activate(const Tensor& fc1, DType rounding) const {
   const int64_t rows = fc1.dim(0);
   Tensor act = Tensor::empty({rows, ffn_local_});
   if (config_.swiglu)
-    kernels::swiglu_forward(fc1.f32(), act.f32(), rows, ffn_local_, rounding);
+    kernels::swiglu_forward(fc1, act, rounding);
   else
-    kernels::gelu_forward(fc1.f32(), act.f32(), act.numel(), rounding);
+    kernels::gelu_forward(fc1, act, rounding);
   return act;
 }
 
@@ -54,14 +54,14 @@ Tensor Mlp::backward(const Tensor& dy, const Tensor& x, bool x_rounded, const Su
   Tensor dact = fc2_.backward(dy, rec.act, rec_rounded);
   Tensor dfc1 = Tensor::empty(rec.fc1.shape());
   if (config_.swiglu)
-    kernels::swiglu_backward(rec.fc1.f32(), dact.f32(), dfc1.f32(), rec.fc1.dim(0), ffn_local_);
+    kernels::swiglu_backward(rec.fc1, dact, dfc1);
   else
-    kernels::gelu_backward(rec.fc1.f32(), dact.f32(), dfc1.f32(), dfc1.numel());
+    kernels::gelu_backward(rec.fc1, dact, dfc1);
   dact = Tensor();
   return fc1_.backward(dfc1, x, x_rounded);
 }
 
-Tensor Mlp::decode(const Tensor& x, const int32_t*, int64_t, KvCache&) const {
+Tensor Mlp::decode(const Tensor& x, const Tensor&, int64_t, KvCache&) const {
   return fc2_.forward(activate(fc1_.forward(x), DType::F32));
 }
 

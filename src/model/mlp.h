@@ -15,7 +15,7 @@ class Mlp final : public Sublayer {
   Tensor forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec) const override;
   Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec,
                   bool rec_rounded) const override;
-  Tensor decode(const Tensor& x, const int32_t* positions, int64_t past, KvCache& cache) const override;
+  Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const override;
 
  private:
   // y = act(fc1) [rows, ffn / tp], rounded to `rounding` as it is written.

@@ -33,8 +33,9 @@ ParameterSpec split_spec(const std::string& name, Shape view, int split_dim, int
 }  // namespace
 
 GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DType input_type) {
-  if (const float* rounded = params.rounded_value(weight, input_type)) return {rounded, true};
-  return {weight.value.f32(), false};
+  Tensor rounded = params.rounded_value(weight, input_type);
+  if (rounded.defined()) return {rounded, true};
+  return {weight.value, false};
 }
 
 ColumnParallelLinear::ColumnParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in,
@@ -59,8 +60,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {
   int64_t rows = full.numel() / in_;
   Tensor y = Tensor::empty({rows, out_local_});
   GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
-  kernels::linear_forward(full.f32(), w.values, bias_ ? bias_->value.f32() : nullptr, y.f32(), rows, in_,
-                          out_local_, input_type_, x_rounded, w.rounded);
+  kernels::linear_forward(full, w.values, bias_ ? bias_->value : Tensor(), y, input_type_, x_rounded, w.rounded);
   return y;
 }
 
@@ -71,9 +71,8 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_
   int64_t rows = full.numel() / in_;
   Tensor dx = Tensor::empty({rows, in_});
   GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
-  kernels::linear_backward(dy.f32(), full.f32(), w.values, dx.f32(), weight_->grad.f32(),
-                           bias_ ? bias_->grad.f32() : nullptr, rows, in_, out_local_, false, input_type_, x_rounded,
-                           w.rounded);
+  kernels::linear_backward(dy, full, w.values, dx, weight_->grad, bias_ ? bias_->grad : Tensor(), input_type_,
+                           x_rounded, w.rounded);
   return parallel::reduce_to_input(dx, tp_);
 }
 
@@ -95,11 +94,10 @@ Tensor RowParallelLinear::forward(const Tensor& x, bool x_rounded) const {
   int64_t rows = x.numel() / in_local_;
   Tensor partial = Tensor::empty({rows, out_});
   GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
-  kernels::linear_forward(x.f32(), w.values, nullptr, partial.f32(), rows, in_local_, out_, input_type_, x_rounded,
-                          w.rounded);
+  kernels::linear_forward(x, w.values, Tensor(), partial, input_type_, x_rounded, w.rounded);
   Tensor y = tp_.sequence_parallel ? parallel::reduce_scatter_rows(partial, *tp_.group) : partial;
   if (!tp_.sequence_parallel) parallel::all_reduce_sum(y, *tp_.group);
-  if (bias_) kernels::add_bias_rows(y.f32(), bias_->value.f32(), y.dim(0), out_);
+  if (bias_) kernels::add_bias_rows(y, bias_->value);
   return y;
 }
 
@@ -109,9 +107,8 @@ Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_rou
   int64_t rows = x.numel() / in_local_;
   Tensor dx = Tensor::empty({rows, in_local_});
   GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
-  kernels::linear_backward(full.f32(), x.f32(), w.values, dx.f32(), weight_->grad.f32(),
-                           bias_ ? bias_->grad.f32() : nullptr, rows, in_local_, out_, false, input_type_, x_rounded,
-                           w.rounded);
+  kernels::linear_backward(full, x, w.values, dx, weight_->grad, bias_ ? bias_->grad : Tensor(), input_type_,
+                           x_rounded, w.rounded);
   return dx;
 }
 
@@ -133,23 +130,18 @@ void Norm::forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType
   rstd = Tensor::empty({rows});
   if (kind_ == Normalization::LayerNorm) {
     mean = Tensor::empty({rows});
-    kernels::layernorm_forward(x.f32(), weight_->value.f32(), bias_->value.f32(), y.f32(), mean.f32(), rstd.f32(),
-                               rows, hidden_, eps_, round_output);
+    kernels::layernorm_forward(x, weight_->value, bias_->value, y, mean, rstd, eps_, round_output);
   } else {
-    kernels::rmsnorm_forward(x.f32(), weight_->value.f32(), y.f32(), rstd.f32(), rows, hidden_, eps_, round_output);
+    kernels::rmsnorm_forward(x, weight_->value, y, rstd, eps_, round_output);
   }
 }
 
 void Norm::backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                     const Tensor& dx) const {
-  int64_t rows = x.numel() / hidden_;
-  if (kind_ == Normalization::LayerNorm) {
-    kernels::layernorm_backward(dy.f32(), x.f32(), weight_->value.f32(), mean.f32(), rstd.f32(), dx.f32(),
-                                weight_->grad.f32(), bias_->grad.f32(), rows, hidden_);
-  } else {
-    kernels::rmsnorm_backward(dy.f32(), x.f32(), weight_->value.f32(), rstd.f32(), dx.f32(), weight_->grad.f32(),
-                              rows, hidden_);
-  }
+  if (kind_ == Normalization::LayerNorm)
+    kernels::layernorm_backward(dy, x, weight_->value, mean, rstd, dx, weight_->grad, bias_->grad);
+  else
+    kernels::rmsnorm_backward(dy, x, weight_->value, rstd, dx, weight_->grad);
 }
 
 }  // namespace tessera::model

@@ -20,7 +20,7 @@ struct ForwardContext {
   int64_t sample_offset = 0;  // global index of the micro-batch's first sample (keys dropout)
   bool training = true;
   int64_t seq = 0, batch = 0;
-  const int32_t* doc_start = nullptr;  // [batch, seq] document-causal attention (set by the model)
+  Tensor doc_start;  // int32 [batch, seq]: document-causal attention (set by the model); undefined: causal
   // Set by the model for its modules: where a forward adds auxiliary losses (null in a recomputed
   // forward, which must not count them twice), and in backward the scale of the objective's gradient.
   LossSums* losses = nullptr;
@@ -39,7 +39,7 @@ uint64_t dropout_stream(int64_t iteration, int64_t layer_number, int site);
 // The values a GEMM reads for a weight: its copy rounded to input_type where the parameter set keeps
 // one (ParameterSet::cache_rounded_weights), else the fp32 weight for the GEMM to round.
 struct GemmWeight {
-  const float* values;
+  Tensor values;
   bool rounded;
 };
 GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DType input_type);

@@ -3,6 +3,7 @@
 #include "core/philox.h"
 #include "core/profiler.h"
 #include "kernels/precision.h"
+#include "kernels/shard_layout.h"
 
 namespace tessera::model {
 
@@ -27,16 +28,16 @@ void ParameterSet::allocate(uint64_t seed) {
   }
 }
 
-const float* ParameterSet::rounded_value(const Parameter& p, DType t) const {
-  if (t == DType::F32 || t != rounded_type_ || !kernels::reuse_rounded_inputs()) return nullptr;
+Tensor ParameterSet::rounded_value(const Parameter& p, DType t) const {
+  if (t == DType::F32 || t != rounded_type_ || !kernels::reuse_rounded_inputs()) return Tensor();
   RoundedCopy& copy = rounded_[&p];
   if (copy.epoch != weights_epoch_) {
     TESSERA_PROFILE_SCOPE("round_weights");
     if (!copy.values.defined()) copy.values = Tensor::empty(p.value.shape());
-    kernels::round_to(t, p.value.f32(), copy.values.f32(), p.value.numel());
+    kernels::round_to(t, p.value, copy.values);
     copy.epoch = weights_epoch_;
   }
-  return copy.values.f32();
+  return copy.values;
 }
 
 int64_t ParameterSet::rounded_weight_bytes() const {
@@ -58,19 +59,7 @@ Parameter& ParameterSet::get(const std::string& name) {
   throw Error(str_cat("no parameter named ", name));
 }
 
-int64_t Sharding::global_index(int64_t local_index) const {
-  if (!sharded()) return local_index;
-  // Unravel in the shard's view (global_view with `length` along dim), shift along dim, ravel globally.
-  int64_t global = 0, stride = 1, rest = local_index;
-  for (int d = static_cast<int>(global_view.size()) - 1; d >= 0; --d) {
-    int64_t local_extent = d == dim ? length : global_view[d];
-    int64_t coord = rest % local_extent + (d == dim ? offset : 0);
-    rest /= local_extent;
-    global += coord * stride;
-    stride *= global_view[d];
-  }
-  return global;
-}
+int64_t Sharding::global_index(int64_t local_index) const { return kernels::full_index(place(), local_index); }
 
 Shape ParameterSpec::global_shape() const {
   return sharding.sharded() ? sharding.full_shape : shape;
@@ -82,11 +71,7 @@ Tensor gather_full_tensor(const ParameterSpec& spec, const Tensor& local, comm::
   Tensor all = Tensor::empty({group.size() * n});
   group.all_gather(local.view({n}), all);
   Tensor full = Tensor::empty(spec.global_shape());
-  for (int r = 0; r < group.size(); ++r) {
-    Sharding s = spec.sharding;
-    s.offset = r * s.length;
-    for (int64_t i = 0; i < n; ++i) full.f32()[s.global_index(i)] = all.f32()[r * n + i];
-  }
+  kernels::place_shards(all, group.size(), full, spec.sharding.place());
   return full;
 }
 
@@ -95,15 +80,9 @@ void initialize_parameter(const ParameterSpec& spec, uint64_t seed, const Tensor
   switch (spec.init) {
     case Init::Zeros: out.fill_(0.0f); return;
     case Init::Ones: out.fill_(1.0f); return;
-    case Init::Normal: {
-      PhiloxStream stream(seed, hash_name(spec.name));
-      float* p = out.f32();
-      int64_t n = out.numel();
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i)
-        p[i] = spec.std * stream.normal(static_cast<uint64_t>(spec.sharding.global_index(i)));
+    case Init::Normal:
+      kernels::fill_normal(out, spec.std, seed, hash_name(spec.name), spec.sharding.place());
       return;
-    }
   }
 }
 

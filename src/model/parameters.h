@@ -11,6 +11,7 @@
 
 #include "comm/process_group.h"
 #include "core/tensor.h"
+#include "kernels/shard_layout.h"
 
 namespace tessera::model {
 
@@ -28,6 +29,8 @@ struct Sharding {
   bool sharded() const { return dim >= 0; }
   // The flat index in the full tensor of element `local_index` of the shard.
   int64_t global_index(int64_t local_index) const;
+  // The same description for the kernels that place shard elements (kernels/shard_layout.h).
+  kernels::ShardPlace place() const { return {global_view, dim, offset, length}; }
 };
 
 struct ParameterSpec {
@@ -96,8 +99,9 @@ class ParameterSet {
   void cache_rounded_weights(DType t) { rounded_type_ = t; }
   DType rounded_value_type() const { return rounded_type_; }  // F32: no copies are kept
   void weights_changed() { ++weights_epoch_; }
-  // p's values rounded to type t, or null where no rounded copy is kept for t (the GEMM rounds then).
-  const float* rounded_value(const Parameter& p, DType t) const;
+  // p's values rounded to type t, or an undefined tensor where no rounded copy is kept for t (the GEMM
+  // rounds then).
+  Tensor rounded_value(const Parameter& p, DType t) const;
   // The memory of the rounded copies made so far (4 bytes per element), and of all there will be.
   int64_t rounded_weight_bytes() const;
   int64_t gemm_weight_bytes() const;

@@ -24,11 +24,11 @@ struct AttentionRecord final : SavedTensors {
 
 // Under mixed precision attention multiplies 16-bit q, k, v and output gradients, as the GEMMs do.
 void round_for_attention(DType t, const Tensor& x) {
-  if (t != DType::F32) kernels::round_to(t, x.f32(), x.f32(), x.numel());
+  if (t != DType::F32) kernels::round_to(t, x, x);
 }
 
 kernels::AttentionShape attention_shape(const ForwardContext& ctx, int64_t heads, int64_t groups, int64_t d) {
-  return {ctx.seq, ctx.batch, heads, groups, d, ctx.doc_start};
+  return {ctx.seq, ctx.batch, heads, groups, d};  // the document mask travels as a tensor
 }
 
 // Keyed by global head index, so a rank's heads draw the masks they would in a single process.
@@ -71,16 +71,16 @@ Tensor SelfAttention::forward(const Tensor& x, bool x_rounded, const SublayerCon
   rec.q = Tensor::empty({rows, heads_, d});
   rec.k = Tensor::empty({rows, groups_, d});
   rec.v = Tensor::empty({rows, groups_, d});
-  kernels::split_qkv(qkv.f32(), rec.q.f32(), rec.k.f32(), rec.v.f32(), rows, groups_, c.query_heads_per_group(), d);
+  kernels::split_qkv(qkv, rec.q, rec.k, rec.v, c.query_heads_per_group());
   qkv = Tensor();
   if (c.position_embedding == PositionEmbedding::Rope) {
-    kernels::rope_forward(rec.q.f32(), sc.positions, rows, heads_, d, c.rotary_dim(), c.rotary_base);
-    kernels::rope_forward(rec.k.f32(), sc.positions, rows, groups_, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(rec.q, sc.positions, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(rec.k, sc.positions, c.rotary_dim(), c.rotary_base);
   }
   for (const Tensor* t : {&rec.q, &rec.k, &rec.v}) round_for_attention(c.params_dtype, *t);
   rec.attn = Tensor::empty({rows, heads_ * d});
   rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
-  kernels::attention_forward(rec.q.f32(), rec.k.f32(), rec.v.f32(), rec.attn.f32(), rec.lse.f32(),
+  kernels::attention_forward(rec.q, rec.k, rec.v, rec.attn, rec.lse, ctx.doc_start,
                              attention_shape(ctx, heads_, groups_, d), 1.0f / std::sqrt(static_cast<float>(d)),
                              attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
   return proj_.forward(rec.attn, kernels::round_in_place_for_gemm(c.params_dtype, rec.attn));
@@ -95,17 +95,16 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded
   Tensor dattn = proj_.backward(dy, rec.attn, rec_rounded);
   round_for_attention(c.params_dtype, dattn);
   Tensor dq = Tensor::empty(rec.q.shape()), dk = Tensor::empty(rec.k.shape()), dv = Tensor::empty(rec.v.shape());
-  kernels::attention_backward(rec.q.f32(), rec.k.f32(), rec.v.f32(), rec.attn.f32(), rec.lse.f32(), dattn.f32(),
-                              dq.f32(), dk.f32(), dv.f32(), attention_shape(ctx, heads_, groups_, d),
-                              1.0f / std::sqrt(static_cast<float>(d)),
+  kernels::attention_backward(rec.q, rec.k, rec.v, rec.attn, rec.lse, dattn, dq, dk, dv, ctx.doc_start,
+                              attention_shape(ctx, heads_, groups_, d), 1.0f / std::sqrt(static_cast<float>(d)),
                               attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
   dattn = Tensor();
   if (c.position_embedding == PositionEmbedding::Rope) {
-    kernels::rope_backward(dq.f32(), sc.positions, rows, heads_, d, c.rotary_dim(), c.rotary_base);
-    kernels::rope_backward(dk.f32(), sc.positions, rows, groups_, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_backward(dq, sc.positions, c.rotary_dim(), c.rotary_base);
+    kernels::rope_backward(dk, sc.positions, c.rotary_dim(), c.rotary_base);
   }
   Tensor dqkv = Tensor::empty({rows, c.qkv_size() / tp_.size()});
-  kernels::merge_qkv(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), rows, groups_, c.query_heads_per_group(), d);
+  kernels::merge_qkv(dq, dk, dv, dqkv, c.query_heads_per_group());
   dq = dk = dv = Tensor();
   return qkv_.backward(dqkv, x, x_rounded);
 }
@@ -115,7 +114,7 @@ void SelfAttention::add_to_kv_cache(int64_t capacity, KvCache& cache) const {
   cache.v = Tensor::empty({capacity, groups_, config_.kv_channels});
 }
 
-Tensor SelfAttention::decode(const Tensor& x, const int32_t* positions, int64_t past, KvCache& cache) const {
+Tensor SelfAttention::decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const {
   const ModelConfig& c = config_;
   const int64_t n = x.dim(0), d = c.kv_channels;
   TESSERA_CHECK(past + n <= cache.k.dim(0), "key/value cache of ", cache.k.dim(0), " positions cannot hold ",
@@ -123,15 +122,14 @@ Tensor SelfAttention::decode(const Tensor& x, const int32_t* positions, int64_t 
   Tensor qkv = qkv_.forward(x);
   Tensor q = Tensor::empty({n, heads_, d});
   Tensor k = cache.k.narrow(past, n), v = cache.v.narrow(past, n);
-  kernels::split_qkv(qkv.f32(), q.f32(), k.f32(), v.f32(), n, groups_, c.query_heads_per_group(), d);
+  kernels::split_qkv(qkv, q, k, v, c.query_heads_per_group());
   if (c.position_embedding == PositionEmbedding::Rope) {
-    kernels::rope_forward(q.f32(), positions, n, heads_, d, c.rotary_dim(), c.rotary_base);
-    kernels::rope_forward(k.f32(), positions, n, groups_, d, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(q, positions, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(k, positions, c.rotary_dim(), c.rotary_base);
   }
   for (const Tensor* t : {&q, &k, &v}) round_for_attention(c.params_dtype, *t);
   Tensor attn = Tensor::empty({n, heads_ * d});
-  kernels::attention_decode(q.f32(), cache.k.f32(), cache.v.f32(), attn.f32(), n, past, heads_, groups_, d,
-                            1.0f / std::sqrt(static_cast<float>(d)));
+  kernels::attention_decode(q, cache.k, cache.v, attn, past, 1.0f / std::sqrt(static_cast<float>(d)));
   return proj_.forward(attn);
 }
 

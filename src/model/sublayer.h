@@ -17,7 +17,7 @@ namespace tessera::model {
 // What a slot's computations see besides its input.
 struct SublayerContext {
   const ForwardContext& ctx;
-  const int32_t* positions;  // [T] (rotary embeddings)
+  const Tensor& positions;  // int32 [T] (rotary embeddings)
 };
 
 class Sublayer {
@@ -33,7 +33,7 @@ class Sublayer {
                           SavedTensors& rec, bool rec_rounded) const = 0;
   // Inference on the next n tokens of one sequence (no dropout, no record), x [n, hidden]. `cache` is
   // the layer's key/value cache, filled at rows [past, past + n) by attention and ignored by the others.
-  virtual Tensor decode(const Tensor& x, const int32_t* positions, int64_t past, KvCache& cache) const = 0;
+  virtual Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const = 0;
   // The slot's part of a layer's decoding cache for `capacity` tokens (attention's keys and values).
   virtual void add_to_kv_cache(int64_t capacity, KvCache& cache) const {}
 };

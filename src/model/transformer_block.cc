@@ -30,7 +30,7 @@ int64_t TransformerBlock::recompute_group_start(int64_t l) const {
   return -1;
 }
 
-Tensor TransformerBlock::forward(const Tensor& input, const int32_t* positions, const ForwardContext& ctx,
+Tensor TransformerBlock::forward(const Tensor& input, const Tensor& positions, const ForwardContext& ctx,
                                  BlockRecord& rec, const ParamHooks& hooks) const {
   rec.layers.resize(layers_.size());
   Tensor x = input;
@@ -48,7 +48,7 @@ Tensor TransformerBlock::forward(const Tensor& input, const int32_t* positions, 
   return x;
 }
 
-Tensor TransformerBlock::backward(const Tensor& dy, const int32_t* positions, const ForwardContext& ctx,
+Tensor TransformerBlock::backward(const Tensor& dy, const Tensor& positions, const ForwardContext& ctx,
                                   BlockRecord& rec, const ParamHooks& hooks) const {
   Tensor dx = dy;
   for (size_t l = layers_.size(); l-- > 0;) {
@@ -71,7 +71,7 @@ std::vector<KvCache> TransformerBlock::make_kv_caches(int64_t capacity) const {
   return caches;
 }
 
-Tensor TransformerBlock::decode(const Tensor& input, const int32_t* positions, int64_t past,
+Tensor TransformerBlock::decode(const Tensor& input, const Tensor& positions, int64_t past,
                                 std::vector<KvCache>& caches) const {
   Tensor x = input;
   for (size_t l = 0; l < layers_.size(); ++l) x = layers_[l]->decode(x, positions, past, caches[l]);

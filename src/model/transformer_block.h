@@ -22,13 +22,13 @@ class TransformerBlock {
                    const parallel::TensorParallelContext& tp, const TransformerLayerSpec& spec);
   void set_recompute(const Recompute& r) { recompute_ = r; }
 
-  Tensor forward(const Tensor& x, const int32_t* positions, const ForwardContext& ctx, BlockRecord& rec,
+  Tensor forward(const Tensor& x, const Tensor& positions, const ForwardContext& ctx, BlockRecord& rec,
                  const ParamHooks& hooks) const;
-  Tensor backward(const Tensor& dy, const int32_t* positions, const ForwardContext& ctx, BlockRecord& rec,
+  Tensor backward(const Tensor& dy, const Tensor& positions, const ForwardContext& ctx, BlockRecord& rec,
                   const ParamHooks& hooks) const;
 
   std::vector<KvCache> make_kv_caches(int64_t capacity) const;
-  Tensor decode(const Tensor& x, const int32_t* positions, int64_t past, std::vector<KvCache>& caches) const;
+  Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, std::vector<KvCache>& caches) const;
 
   int64_t begin_offset() const { return offsets_.front(); }  // flat offset of the first layer's parameters
   int64_t end_offset() const { return offsets_.back(); }     // just past the last layer's

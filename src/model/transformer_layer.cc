@@ -13,8 +13,6 @@ namespace {
 
 std::string layer_prefix(int64_t layer_number) { return str_cat("decoder.layers.", layer_number - 1, "."); }
 
-void add_into(const Tensor& dst, const Tensor& src) { kernels::add_into(dst.f32(), src.f32(), dst.numel()); }
-
 }  // namespace
 
 float output_init_std(const ModelConfig& c) {
@@ -57,12 +55,12 @@ void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx
   kernels::DropoutRegion region = residual_region(ctx, config_.hidden_size, tp_);
   uint64_t stream = dropout_stream(ctx.iteration, layer_number_, site);
   if (backward)
-    kernels::dropout_backward(x.f32(), x.f32(), config_.hidden_dropout, ctx.seed, stream, region);
+    kernels::dropout_backward(x, x, config_.hidden_dropout, ctx.seed, stream, region);
   else
-    kernels::dropout_forward(x.f32(), x.f32(), config_.hidden_dropout, ctx.seed, stream, region);
+    kernels::dropout_forward(x, x, config_.hidden_dropout, ctx.seed, stream, region);
 }
 
-Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, const ForwardContext& ctx,
+Tensor TransformerLayer::forward(const Tensor& x, const Tensor& positions, const ForwardContext& ctx,
                                  LayerRecord& rec) const {
   const SublayerContext sc{ctx, positions};
   if (!rec.attention) rec.attention = self_attention_->make_record();
@@ -75,18 +73,18 @@ Tensor TransformerLayer::forward(const Tensor& x, const int32_t* positions, cons
   input_norm_.forward(x, rec.ln1, rec.ln1_mean, rec.ln1_rstd, rounding);
   Tensor h = self_attention_->forward(rec.ln1, rounded, sc, *rec.attention);
   hidden_dropout(h, ctx, kAttentionOutput, false);
-  add_into(h, x);
+  kernels::add_into(h, x);
   rec.residual = h;
 
   pre_mlp_norm_.forward(h, rec.ln2, rec.ln2_mean, rec.ln2_rstd, rounding);
   Tensor y = mlp_->forward(rec.ln2, rounded, sc, *rec.mlp);
   hidden_dropout(y, ctx, kMlpOutput, false);
-  add_into(y, h);
+  kernels::add_into(y, h);
   rec.store_activations_as(config_.params_dtype);
   return y;
 }
 
-Tensor TransformerLayer::backward(const Tensor& dy, const int32_t* positions, const ForwardContext& ctx,
+Tensor TransformerLayer::backward(const Tensor& dy, const Tensor& positions, const ForwardContext& ctx,
                                   LayerRecord& rec) const {
   const SublayerContext sc{ctx, positions};
   // Activations widened from 16-bit storage hold 16-bit values already: their GEMMs need not round them.
@@ -119,15 +117,15 @@ KvCache TransformerLayer::make_kv_cache(int64_t capacity) const {
   return cache;
 }
 
-Tensor TransformerLayer::decode(const Tensor& x, const int32_t* positions, int64_t past, KvCache& cache) const {
+Tensor TransformerLayer::decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const {
   TESSERA_CHECK(!tp_.sequence_parallel, "incremental decoding needs a model built without sequence parallelism");
   Tensor ln, mean, rstd;
   input_norm_.forward(x, ln, mean, rstd);
   Tensor h = self_attention_->decode(ln, positions, past, cache);
-  add_into(h, x);
+  kernels::add_into(h, x);
   pre_mlp_norm_.forward(h, ln, mean, rstd);
   Tensor y = mlp_->decode(ln, positions, past, cache);
-  add_into(y, h);
+  kernels::add_into(y, h);
   return y;
 }
 

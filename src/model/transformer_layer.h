@@ -29,14 +29,14 @@ class TransformerLayer {
                    const parallel::TensorParallelContext& tp, const TransformerLayerSpec& spec);
 
   // x [T (/tp when sequence parallel), hidden] -> y shaped like x; positions [T] for rotary embeddings.
-  Tensor forward(const Tensor& x, const int32_t* positions, const ForwardContext& ctx, LayerRecord& rec) const;
+  Tensor forward(const Tensor& x, const Tensor& positions, const ForwardContext& ctx, LayerRecord& rec) const;
   // dy [T, hidden] -> dx [T, hidden]; accumulates parameter gradients. Consumes rec.
-  Tensor backward(const Tensor& dy, const int32_t* positions, const ForwardContext& ctx, LayerRecord& rec) const;
+  Tensor backward(const Tensor& dy, const Tensor& positions, const ForwardContext& ctx, LayerRecord& rec) const;
 
   // Inference on the next n tokens of one sequence (x [n, hidden], no dropout, no record): appends their
   // keys and values at rows [past, past + n) of the cache and attends over everything cached.
   // Needs a model built without sequence parallelism.
-  Tensor decode(const Tensor& x, const int32_t* positions, int64_t past, KvCache& cache) const;
+  Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const;
   KvCache make_kv_cache(int64_t capacity) const;
 
  private:

@@ -44,19 +44,16 @@ VocabParallelEmbedding::VocabParallelEmbedding(const ModelConfig& c, ParameterSe
   end_ = params.numel();
 }
 
-Tensor VocabParallelEmbedding::lookup(const int32_t* tokens, const int32_t* positions, const int32_t* token_types,
-                                      int64_t rows) const {
-  const int64_t h = config_.hidden_size;
+Tensor VocabParallelEmbedding::lookup(const Tensor& tokens, const Tensor& positions, const Tensor& token_types) const {
+  const int64_t rows = tokens.numel(), h = config_.hidden_size;
   Tensor partial = Tensor::empty({rows, h});
   const bool first = tp_.rank() == 0;  // the replicated tables are added once, before the group's sum
-  const float* wpe = positions_ && first ? positions_->value.f32() : nullptr;
-  kernels::embedding_forward(tokens, positions, words_->value.f32(), wpe, partial.f32(), rows, h, vocab_begin_,
-                             vocab_end_);
+  const Tensor wpe = positions_ && first ? positions_->value : Tensor();
+  kernels::embedding_forward(tokens, positions, words_->value, wpe, partial, vocab_begin_, vocab_end_);
   if (token_types_ && first) {
     Tensor types = Tensor::empty({rows, h});
-    kernels::embedding_forward(token_types, nullptr, token_types_->value.f32(), nullptr, types.f32(), rows, h, 0,
-                               config_.num_tokentypes);
-    kernels::add_into(partial.f32(), types.f32(), partial.numel());
+    kernels::embedding_forward(token_types, Tensor(), token_types_->value, Tensor(), types, 0, config_.num_tokentypes);
+    kernels::add_into(partial, types);
   }
   return partial;
 }
@@ -64,12 +61,11 @@ Tensor VocabParallelEmbedding::lookup(const int32_t* tokens, const int32_t* posi
 Tensor VocabParallelEmbedding::forward(const Tensor& tokens, const Tensor& positions, const Tensor& token_types,
                                        const ForwardContext& ctx) const {
   const ModelConfig& c = config_;
-  Tensor partial = lookup(tokens.i32(), positions.i32(), token_types.defined() ? token_types.i32() : nullptr,
-                          tokens.numel());
+  Tensor partial = lookup(tokens, positions, token_types);
   Tensor x = parallel::reduce_to_input(partial, tp_);
-  kernels::round_to(c.params_dtype, x.f32(), x.f32(), x.numel());  // a 16-bit embedding's output
+  kernels::round_to(c.params_dtype, x, x);  // a 16-bit embedding's output
   if (ctx.training && c.hidden_dropout > 0.0f)
-    kernels::dropout_forward(x.f32(), x.f32(), c.hidden_dropout, ctx.seed,
+    kernels::dropout_forward(x, x, c.hidden_dropout, ctx.seed,
                              dropout_stream(ctx.iteration, 0, kEmbeddingDropoutSite),
                              residual_region(ctx, c.hidden_size, tp_));
   return x;
@@ -79,27 +75,23 @@ void VocabParallelEmbedding::backward(const Tensor& dy, const Tensor& tokens, co
                                       const Tensor& token_types, const ForwardContext& ctx) const {
   const ModelConfig& c = config_;
   if (ctx.training && c.hidden_dropout > 0.0f)
-    kernels::dropout_backward(dy.f32(), dy.f32(), c.hidden_dropout, ctx.seed,
+    kernels::dropout_backward(dy, dy, c.hidden_dropout, ctx.seed,
                               dropout_stream(ctx.iteration, 0, kEmbeddingDropoutSite),
                               residual_region(ctx, c.hidden_size, tp_));
   // The forward ended in a reduction over the tensor group; the backward needs the full gradient on every
   // rank (all-gathered from sequence shards under sequence parallelism).
   Tensor dfull = parallel::gather_to_tensor_parallel(dy, tp_);
-  const int64_t rows = tokens.numel();
-  kernels::embedding_backward(tokens.i32(), positions.i32(), dfull.f32(), words_->grad.f32(),
-                              positions_ ? positions_->grad.f32() : nullptr, rows, c.hidden_size, vocab_begin_,
-                              vocab_end_);
+  kernels::embedding_backward(tokens, positions, dfull, words_->grad, positions_ ? positions_->grad : Tensor(),
+                              vocab_begin_, vocab_end_);
   if (token_types_)
-    kernels::embedding_backward(token_types.i32(), nullptr, dfull.f32(), token_types_->grad.f32(), nullptr, rows,
-                                c.hidden_size, 0, c.num_tokentypes);
+    kernels::embedding_backward(token_types, Tensor(), dfull, token_types_->grad, Tensor(), 0, c.num_tokentypes);
 }
 
-Tensor VocabParallelEmbedding::decode(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions) const {
-  const int64_t n = static_cast<int64_t>(tokens.size());
+Tensor VocabParallelEmbedding::decode(const Tensor& tokens, const Tensor& positions) const {
   TESSERA_CHECK(!token_types_, "incremental decoding of a model with token types is not supported");
-  Tensor x = lookup(tokens.data(), positions.data(), nullptr, n);
+  Tensor x = lookup(tokens, positions, Tensor());
   parallel::all_reduce_sum(x, *tp_.group);
-  kernels::round_to(config_.params_dtype, x.f32(), x.f32(), x.numel());
+  kernels::round_to(config_.params_dtype, x, x);
   return x;
 }
 

@@ -26,16 +26,17 @@ class VocabParallelEmbedding {
                  const ForwardContext& ctx) const;
   void backward(const Tensor& dy, const Tensor& tokens, const Tensor& positions, const Tensor& token_types,
                 const ForwardContext& ctx) const;
-  // Inference: the embeddings of n tokens of one sequence [n, hidden] (no dropout, no sequence split).
-  Tensor decode(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions) const;
+  // Inference: the embeddings [n, hidden] of n tokens of one sequence, tokens and positions int32 [n]
+  // (no dropout, no sequence split).
+  Tensor decode(const Tensor& tokens, const Tensor& positions) const;
 
   Parameter& word_embeddings() const { return *words_; }
   int64_t begin_offset() const { return begin_; }
   int64_t end_offset() const { return end_; }
 
  private:
-  // The rank's partial sum of the three lookups for `rows` ids.
-  Tensor lookup(const int32_t* tokens, const int32_t* positions, const int32_t* token_types, int64_t rows) const;
+  // The rank's partial sum of the three lookups (token_types may be undefined).
+  Tensor lookup(const Tensor& tokens, const Tensor& positions, const Tensor& token_types) const;
 
   const ModelConfig& config_;
   const parallel::TensorParallelContext& tp_;

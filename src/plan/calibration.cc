@@ -93,9 +93,8 @@ double attention_rate(comm::ProcessGroup& world, const model::ModelConfig& c, co
   dropout.total_heads = shape.heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
   const double seconds = time_per_run(world, budget, [&] {
-    kernels::attention_forward(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), shape, scale, dropout);
-    kernels::attention_backward(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(),
-                                dv.f32(), shape, scale, dropout);
+    kernels::attention_forward(q, k, v, out, lse, Tensor(), shape, scale, dropout);
+    kernels::attention_backward(q, k, v, out, lse, dout, dq, dk, dv, Tensor(), shape, scale, dropout);
   });
   const double forward_flops = 4.0 * shape.batch * shape.heads * static_cast<double>(shape.seq) * shape.seq * shape.head_dim;
   return 3.5 * forward_flops / seconds;

@@ -151,7 +151,7 @@ double reference_norm(const model::ParameterSet& reduced, const comm::ParallelSt
   for (const model::Parameter& p : reduced.params()) {
     const bool expert = p.spec.grad_reduce == GradReduce::ExpertDataParallel;
     const bool counts = expert ? (c.etp == 0 && c.edp == 0) : (c.tp == 0 && c.cp == 0 && c.dp == 0);
-    if (counts) sum += kernels::sum_of_squares(p.grad.f32(), p.grad.numel());
+    if (counts) sum += kernels::sum_of_squares(p.grad);
   }
   Tensor t = Tensor::empty({1}, DType::I64);
   // Exact in integers: the gradients are multiples of 1/128, so their squares of 1/16384.

@@ -1,0 +1,87 @@
+#include "kernels/cpu/linear.h"
+
+#include "core/profiler.h"
+#include "kernels/gemm.h"
+#include "kernels/precision.h"
+
+namespace tessera::kernels::cpu {
+
+void linear_forward(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t in,
+                    int64_t out, DType input_type, bool x_rounded, bool w_rounded) {
+  GemmArgs g;
+  g.trans_b = Trans::T;  // y = x w^T
+  g.m = rows, g.n = out, g.k = in;
+  g.a = x, g.lda = in;
+  g.b = w, g.ldb = in;
+  g.c = y, g.ldc = out;
+  g.bias = b;
+  g.input_type = input_type;
+  g.a_rounded = x_rounded, g.b_rounded = w_rounded;
+  gemm(g);
+}
+
+namespace {
+// db += column sums of dy: blocks of columns in parallel, rows in order (deterministic). With
+// dy_rounded, the same pass writes dy rounded to `type` there.
+void bias_grad(const float* dy, float* db, int64_t rows, int64_t out, DType type, float* dy_rounded) {
+  TESSERA_PROFILE_SCOPE("linear_bias_grad");
+  constexpr int64_t kBlock = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t j0 = 0; j0 < out; j0 += kBlock) {
+    int64_t j1 = j0 + kBlock < out ? j0 + kBlock : out;
+    float sum[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = j0; j < j1; ++j) sum[j - j0] += dy[r * out + j];
+      if (dy_rounded) round_to_serial(type, dy + r * out + j0, dy_rounded + r * out + j0, j1 - j0);
+    }
+    for (int64_t j = j0; j < j1; ++j) db[j] += sum[j - j0];
+  }
+}
+}  // namespace
+
+void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
+                     int64_t rows, int64_t in, int64_t out, bool accumulate_dx,
+                     DType input_type, bool x_rounded, bool w_rounded, bool dy_rounded) {
+  // Under 16-bit inputs dy feeds both GEMMs: it is rounded once for the two, in the bias gradient's
+  // pass where there is one (which sums the unrounded dy, as an fp32 bias gradient does).
+  Tensor dy_rounded_copy;
+  const float* dy_gemm = dy;
+  if (dy_rounded) {
+    if (db) bias_grad(dy, db, rows, out, input_type, nullptr);
+  } else if (input_type != DType::F32 && dx && dw && reuse_rounded_inputs()) {
+    dy_rounded_copy = Tensor::empty({rows, out});
+    if (db)
+      bias_grad(dy, db, rows, out, input_type, dy_rounded_copy.f32());
+    else
+      round_to(input_type, dy, dy_rounded_copy.f32(), rows * out);
+    dy_gemm = dy_rounded_copy.f32();
+  } else if (db) {
+    bias_grad(dy, db, rows, out, input_type, nullptr);
+  }
+  const bool dy_is_rounded = dy_rounded || dy_gemm != dy;
+  if (dx) {  // dx = dy w
+    GemmArgs g;
+    g.m = rows, g.n = in, g.k = out;
+    g.a = dy_gemm, g.lda = out;
+    g.b = w, g.ldb = in;
+    g.c = dx, g.ldc = in;
+    g.beta = accumulate_dx ? 1.0f : 0.0f;
+    g.input_type = input_type;
+    g.a_rounded = dy_is_rounded, g.b_rounded = w_rounded;
+    gemm(g);
+  }
+  if (dw) {  // dw += dy^T x
+    GemmArgs g;
+    g.trans_a = Trans::T;
+    g.m = out, g.n = in, g.k = rows;
+    g.a = dy_gemm, g.lda = out;
+    g.b = x, g.ldb = in;
+    g.c = dw, g.ldc = in;
+    g.beta = 1.0f;
+    g.input_type = input_type;
+    g.a_rounded = dy_is_rounded, g.b_rounded = x_rounded;
+    gemm(g);
+  }
+}
+
+}  // namespace tessera::kernels::cpu

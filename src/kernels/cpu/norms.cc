@@ -1,0 +1,172 @@
+// LayerNorm and RMSNorm, fp32 storage with float64 row statistics.
+//
+// Forward and dx are parallel over rows. The weight gradients (dw, db) are sums over rows, and a
+// float sum depends on its order, so to make them independent of the thread count the rows are
+// cut into fixed chunks of kChunk rows: each chunk sums its rows into its own partial slot, and the
+// partials are then added up in chunk order. Which thread handles a chunk never changes a bit.
+#include "kernels/cpu/norms.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "core/profiler.h"
+#include "kernels/precision.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+constexpr int64_t kChunk = 32;     // rows per partial sum of dw/db
+constexpr int64_t kColBlock = 64;  // columns per task when reducing the partials
+
+int64_t num_chunks(int64_t rows) { return (rows + kChunk - 1) / kChunk; }
+
+// out[c] += sum over k (in order) of partial[k * cols + c], summed in double.
+void reduce_partials(const float* partial, int64_t chunks, int64_t cols, float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < cols; c0 += kColBlock) {
+    int64_t n = std::min(kColBlock, cols - c0);
+    double acc[kColBlock] = {};
+    for (int64_t k = 0; k < chunks; ++k) {
+      const float* p = partial + k * cols + c0;
+      for (int64_t j = 0; j < n; ++j) acc[j] += p[j];
+    }
+    for (int64_t j = 0; j < n; ++j) out[c0 + j] += static_cast<float>(acc[j]);
+  }
+}
+
+}  // namespace
+
+void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                       int64_t rows, int64_t cols, float eps, DType round_output) {
+  TESSERA_PROFILE_SCOPE("layernorm_forward");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    // Two passes in double: the mean first, then the variance about it, which stays accurate when
+    // |mean| >> std (a single pass E[x^2] - E[x]^2 cancels catastrophically).
+    double sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+    double m = sum / static_cast<double>(cols);
+    double sq = 0;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t c = 0; c < cols; ++c) {
+      double d = xr[c] - m;
+      sq += d * d;
+    }
+    double s = 1.0 / std::sqrt(sq / static_cast<double>(cols) + eps);
+    float mf = static_cast<float>(m), sf = static_cast<float>(s);
+    if (b) {
+      for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mf) * sf * w[c] + b[c];
+    } else {
+      for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mf) * sf * w[c];
+    }
+    if (round_output != DType::F32) round_to_serial(round_output, yr, yr, cols);
+    mean[r] = mf;
+    rstd[r] = sf;
+  }
+}
+
+// With xhat = (x - mean) * rstd and g = dy * w (the gradient wrt xhat):
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw = sum_rows dy * xhat,  db = sum_rows dy.
+void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
+                        float* dx, float* dw, float* db, int64_t rows, int64_t cols) {
+  TESSERA_PROFILE_SCOPE("layernorm_backward");
+  int64_t chunks = num_chunks(rows);
+  // Uninitialised scratch: each chunk zeroes its own slot.
+  std::unique_ptr<float[]> dw_part(new float[chunks * cols]);
+  std::unique_ptr<float[]> db_part(db ? new float[chunks * cols] : nullptr);
+
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < chunks; ++k) {
+    float* dwp = dw_part.get() + k * cols;
+    float* dbp = db ? db_part.get() + k * cols : nullptr;
+    for (int64_t c = 0; c < cols; ++c) dwp[c] = 0.0f;
+    if (dbp)
+      for (int64_t c = 0; c < cols; ++c) dbp[c] = 0.0f;
+
+    for (int64_t r = k * kChunk; r < std::min(rows, (k + 1) * kChunk); ++r) {
+      const float* dyr = dy + r * cols;
+      const float* xr = x + r * cols;
+      float* dxr = dx + r * cols;
+      const float m = mean[r], s = rstd[r];
+
+      double g_sum = 0, gx_sum = 0;
+#pragma omp simd reduction(+ : g_sum, gx_sum)
+      for (int64_t c = 0; c < cols; ++c) {
+        float g = dyr[c] * w[c];
+        g_sum += g;
+        gx_sum += g * ((xr[c] - m) * s);
+      }
+      const float g_mean = static_cast<float>(g_sum / static_cast<double>(cols));
+      const float gx_mean = static_cast<float>(gx_sum / static_cast<double>(cols));
+
+      for (int64_t c = 0; c < cols; ++c) {
+        float xhat = (xr[c] - m) * s;
+        dxr[c] += s * (dyr[c] * w[c] - g_mean - xhat * gx_mean);
+        dwp[c] += dyr[c] * xhat;
+      }
+      if (dbp)
+        for (int64_t c = 0; c < cols; ++c) dbp[c] += dyr[c];
+    }
+  }
+
+  reduce_partials(dw_part.get(), chunks, cols, dw);
+  if (db) reduce_partials(db_part.get(), chunks, cols, db);
+}
+
+void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t cols, float eps,
+                     DType round_output) {
+  TESSERA_PROFILE_SCOPE("rmsnorm_forward");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    double sq = 0;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t c = 0; c < cols; ++c) sq += static_cast<double>(xr[c]) * xr[c];
+    float s = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + eps));
+    for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * s * w[c];
+    if (round_output != DType::F32) round_to_serial(round_output, yr, yr, cols);
+    rstd[r] = s;
+  }
+}
+
+// With xhat = x * rstd and g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)), dw = sum_rows dy * xhat.
+// (As LayerNorm without the mean-centring term.)
+void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
+                      int64_t rows, int64_t cols) {
+  TESSERA_PROFILE_SCOPE("rmsnorm_backward");
+  int64_t chunks = num_chunks(rows);
+  std::unique_ptr<float[]> dw_part(new float[chunks * cols]);
+
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < chunks; ++k) {
+    float* dwp = dw_part.get() + k * cols;
+    for (int64_t c = 0; c < cols; ++c) dwp[c] = 0.0f;
+
+    for (int64_t r = k * kChunk; r < std::min(rows, (k + 1) * kChunk); ++r) {
+      const float* dyr = dy + r * cols;
+      const float* xr = x + r * cols;
+      float* dxr = dx + r * cols;
+      const float s = rstd[r];
+
+      double gx_sum = 0;
+#pragma omp simd reduction(+ : gx_sum)
+      for (int64_t c = 0; c < cols; ++c) gx_sum += (dyr[c] * w[c]) * (xr[c] * s);
+      const float gx_mean = static_cast<float>(gx_sum / static_cast<double>(cols));
+
+      for (int64_t c = 0; c < cols; ++c) {
+        float xhat = xr[c] * s;
+        dxr[c] += s * (dyr[c] * w[c] - xhat * gx_mean);
+        dwp[c] += dyr[c] * xhat;
+      }
+    }
+  }
+
+  reduce_partials(dw_part.get(), chunks, cols, dw);
+}
+
+}  // namespace tessera::kernels::cpu
