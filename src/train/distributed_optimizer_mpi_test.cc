@@ -129,7 +129,7 @@ TEST(DistributedOptimizer, ResumeFromItsCheckpointIsBitExactAndAdamWResumesFromI
   const int n = world->size();
   const int tp = n % 2 == 0 && n > 2 ? 2 : 1;
   namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / str_cat("tessera_distopt_mpi_resume_np", n);
+  fs::path dir = testing::shared_scratch_dir(*world, str_cat("tessera_distopt_mpi_resume_np", n));
   if (world->rank() == 0) fs::remove_all(dir);
   world->barrier();
   const int64_t global_batch = 2 * (n / tp);

@@ -112,7 +112,7 @@ TEST(ModelFamilies, ToyFamilyTrainsUnderTensorAndPipelineParallelismAndResumes) 
   EXPECT_THROW(single.parameters().get("decoder.layers.0.mlp.linear_fc1.weight"), Error);
 
   namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / str_cat("tessera_model_family_np", n);
+  fs::path dir = testing::shared_scratch_dir(*world, str_cat("tessera_model_family_np", n));
   if (world->rank() == 0) fs::remove_all(dir);
   world->barrier();
   Trainer parallel(toy_arguments(2, 2, 3, "--save " + dir.string(), n), world.get());

@@ -67,7 +67,7 @@ TEST_P(Resharding, ResumeAtAnotherLayoutMatchesAnUninterruptedRunThere) {
   const int n = world->size();
   const std::string model = GetParam();
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / str_cat("tessera_reshard_mpi_test_np", n);  // sizes may run at once
+  const fs::path dir = testing::shared_scratch_dir(*world, str_cat("tessera_reshard_mpi_test_np", n));
   std::map<std::string, std::vector<double>> uninterrupted;
   int ran = 0;
   for (const auto& [saved, resumed] : kCases) {

@@ -59,7 +59,7 @@ TEST(TrainingLayouts, ResumeUnderTensorAndDataParallelismIsBitExact) {
   const int n = world->size();
   const int tp = n % 2 == 0 ? 2 : 1;
   namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / str_cat("tessera_trainer_mpi_resume_np", n);  // sizes may run at once
+  fs::path dir = testing::shared_scratch_dir(*world, str_cat("tessera_trainer_mpi_resume_np", n));
   if (world->rank() == 0) fs::remove_all(dir);
   world->barrier();
   std::string base = flags(tp, tp > 1 ? "--sequence-parallel" : "");

@@ -2,12 +2,17 @@
 // the layout-equivalence tests share.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "comm/process_group.h"
 #include "core/check.h"
+#include "kernels/tensor_ops.h"
 
 namespace tessera::train::testing {
 
@@ -30,6 +35,15 @@ inline std::string pipeline_model_flags(int tp, int pp, int v, int64_t global_ba
                  " --make-vocab-size-divisible-by ", 64 / tp, " --tensor-model-parallel-size ", tp,
                  " --pipeline-model-parallel-size ", pp,
                  v > 1 ? str_cat(" --num-virtual-stages-per-pipeline-rank ", v) : std::string(), " ", extra);
+}
+
+// A scratch directory that every rank of `world` names alike and no other run of the test does: the
+// name carries rank 0's process id, so the same test run at once from another checkout or with
+// another number of ranks does not write into it.
+inline std::filesystem::path shared_scratch_dir(comm::ProcessGroup& world, const std::string& stem) {
+  Tensor id = kernels::scalar_tensor(world.rank() == 0 ? static_cast<double>(::getpid()) : 0.0);  // exact below 2^24
+  world.all_reduce(id);
+  return std::filesystem::temp_directory_path() / str_cat(stem, "_", static_cast<int64_t>(kernels::scalar_value(id)));
 }
 
 }  // namespace tessera::train::testing
