@@ -8,6 +8,8 @@
 #include <sstream>
 #include <vector>
 
+#include "core/launcher.h"
+
 namespace tessera::profiler {
 namespace {
 
@@ -31,9 +33,8 @@ Table& table() {
 
 // The MPI launcher's rank, if any, so that each rank's table says whose it is.
 std::string rank_label() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (const char* v = std::getenv(var)) return std::string(" rank ") + v;
-  return "";
+  const std::optional<std::string> rank = launcher_rank();
+  return rank ? " rank " + *rank : "";
 }
 
 void print_at_exit() {

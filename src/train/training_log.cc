@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/launcher.h"
 
 namespace tessera::train {
 namespace {
@@ -39,9 +40,7 @@ bool progress_bar_wanted() {
   if (const char* forced = std::getenv("TESSERA_PROGRESS")) return std::string(forced) == "1";
   // Launchers give each rank a pseudo-terminal even when their own output goes to a file, so a rank's
   // stdout being a terminal says nothing there; scripts that know set TESSERA_PROGRESS=1.
-  for (const char* launcher : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (std::getenv(launcher)) return false;
-  return ::isatty(STDOUT_FILENO) == 1;
+  return !launcher_rank() && ::isatty(STDOUT_FILENO) == 1;
 }
 
 std::string format_iteration_line(const IterationStats& s) {
