@@ -7,18 +7,18 @@ namespace tessera::kernels {
 namespace {
 
 // The shape the CPU implementation takes: `shape` with the mask's pointer, every operand's size checked.
-AttentionShape checked_shape(const char* kernel, const AttentionShape& shape, const Tensor& doc_start,
+AttentionShape checked_shape(const char* kernel, const AttentionShape& shape, const Tensor& mask,
                              std::initializer_list<const Tensor*> queries, std::initializer_list<const Tensor*> kv,
                              const Tensor& lse) {
-  TESSERA_CHECK(shape.doc_start == nullptr, kernel, ": pass the document mask as a tensor");
+  TESSERA_CHECK(shape.doc_start == nullptr && shape.key_valid == nullptr, kernel, ": pass the mask as a tensor");
   const int64_t tokens = shape.seq * shape.batch;
   for (const Tensor* t : queries) check_numel(kernel, "a query-shaped operand", *t, tokens * shape.heads * shape.head_dim);
   for (const Tensor* t : kv) check_numel(kernel, "a key/value operand", *t, tokens * shape.kv_heads * shape.head_dim);
   check_numel(kernel, "lse", lse, shape.batch * shape.heads * shape.seq);
   AttentionShape s = shape;
-  if (doc_start.defined()) {
-    check_numel(kernel, "doc_start", doc_start, tokens);
-    s.doc_start = doc_start.i32();
+  if (mask.defined()) {
+    check_numel(kernel, shape.causal ? "doc_start" : "the padding mask", mask, tokens);
+    (shape.causal ? s.doc_start : s.key_valid) = mask.i32();
   }
   return s;
 }
@@ -26,20 +26,20 @@ AttentionShape checked_shape(const char* kernel, const AttentionShape& shape, co
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                       const Tensor& doc_start, const AttentionShape& shape, float softmax_scale,
+                       const Tensor& mask, const AttentionShape& shape, float softmax_scale,
                        const AttentionDropout& dropout) {
-  kernel_device("attention_forward", {&q, &k, &v, &out, &lse, &doc_start});
-  const AttentionShape s = checked_shape("attention_forward", shape, doc_start, {&q, &out}, {&k, &v}, lse);
+  kernel_device("attention_forward", {&q, &k, &v, &out, &lse, &mask});
+  const AttentionShape s = checked_shape("attention_forward", shape, mask, {&q, &out}, {&k, &v}, lse);
   cpu::attention_forward(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), s, softmax_scale, dropout);
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                        const Tensor& doc_start, const AttentionShape& shape, float softmax_scale,
+                        const Tensor& mask, const AttentionShape& shape, float softmax_scale,
                         const AttentionDropout& dropout) {
-  kernel_device("attention_backward", {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv, &doc_start});
+  kernel_device("attention_backward", {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv, &mask});
   const AttentionShape s =
-      checked_shape("attention_backward", shape, doc_start, {&q, &out, &dout, &dq}, {&k, &v, &dk, &dv}, lse);
+      checked_shape("attention_backward", shape, mask, {&q, &out, &dout, &dq}, {&k, &v, &dk, &dv}, lse);
   cpu::attention_backward(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32(), s,
                           softmax_scale, dropout);
 }

@@ -1,7 +1,8 @@
-// Causal self-attention on tensors, as a tiled online-softmax ("flash") kernel: only the log-sum-exp
+// Causal or bidirectional self-attention on tensors, as a tiled online-softmax ("flash") kernel: only the log-sum-exp
 // per query row is saved, and backward recomputes the probabilities tile by tile (kernels/cpu/attention.h
 // has the algorithm). Grouped-query attention: query head h reads key/value head h / (heads / kv_heads).
-// Optionally document-causal (Megatron's --reset-attention-mask). Dispatched on the tensors' device
+// Optionally document-causal (Megatron's --reset-attention-mask), or bidirectional with a padding mask
+// (BERT). Dispatched on the tensors' device
 // (kernels/device_dispatch.h).
 #pragma once
 
@@ -21,6 +22,13 @@ struct AttentionShape {
   // How the CPU implementation receives the mask; callers of the tensor entry points below pass it as a
   // tensor instead and leave this null.
   const int32_t* doc_start = nullptr;  // optional [batch, seq]: query i of sample b attends to keys [doc_start[b*seq+i], i]
+  // Bidirectional attention (BERT's encoder) when false: every query sees every key that is not padding.
+  bool causal = true;
+  // Bidirectional only, how the CPU implementation receives the padding mask (the entry points take it as
+  // a tensor): [batch, seq], key j of sample b is seen iff key_valid[b * seq + j] != 0; each sample needs
+  // at least one (checked). nullptr: no padding. Padded query rows still attend to the valid keys (as
+  // Hugging Face's BERT), so their outputs stay finite; they carry no loss.
+  const int32_t* key_valid = nullptr;
 };
 
 // Attention-probability dropout, keyed by global coordinates so it is layout-independent:
@@ -34,14 +42,16 @@ struct AttentionDropout {
 
 // q [seq, batch, heads, d], k and v [seq, batch, kv_heads, d] (any shapes of those sizes) -> out
 // [seq, batch, heads, d], lse [batch, heads, seq] (log-sum-exp of the scaled scores of each query row,
-// saved for backward). doc_start: int32 [batch, seq] (see AttentionShape), or undefined for causal.
+// saved for backward). mask: int32 [batch, seq] or undefined: with shape.causal the document mask
+// (AttentionShape::doc_start; undefined: plain causal), otherwise the padding mask (AttentionShape::key_valid;
+// undefined: no padding).
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                       const Tensor& doc_start, const AttentionShape& shape, float softmax_scale,
+                       const Tensor& mask, const AttentionShape& shape, float softmax_scale,
                        const AttentionDropout& dropout);
 // dq, dk, dv are overwritten. Deterministic whatever the thread count.
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                        const Tensor& doc_start, const AttentionShape& shape, float softmax_scale,
+                        const Tensor& mask, const AttentionShape& shape, float softmax_scale,
                         const AttentionDropout& dropout);
 
 }  // namespace tessera::kernels

@@ -39,12 +39,14 @@ double reference_factor(const AttentionDropout& drop, const AttentionShape& s, i
   return PhiloxStream(drop.seed, drop.stream).uniform(idx) >= drop.p ? 1.0 / (1.0 - drop.p) : 0.0;
 }
 
-// First key query i of sample b sees: doc_start when given, else 0 (plain causal).
-int64_t first_key(const AttentionShape& s, int64_t b, int64_t i) {
-  return s.doc_start == nullptr ? 0 : s.doc_start[b * s.seq + i];
+// Whether query i of sample b sees key j: causal, keys [doc_start (0 without documents), i]; bidirectional,
+// every key the padding mask keeps.
+bool sees(const AttentionShape& s, int64_t b, int64_t i, int64_t j) {
+  if (!s.causal) return s.key_valid == nullptr || s.key_valid[b * s.seq + j] != 0;
+  return j <= i && j >= (s.doc_start == nullptr ? 0 : s.doc_start[b * s.seq + i]);
 }
 
-// Naive float64 attention: the full (document-)causal softmax per row, keys [first_key, i], materialised.
+// Naive float64 attention: the full masked softmax per row, materialised.
 struct Reference {
   std::vector<double> out, lse, dq, dk, dv;
 };
@@ -59,9 +61,9 @@ Reference reference_forward(const std::vector<double>& q, const std::vector<doub
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h)
       for (int64_t i = 0; i < s.seq; ++i) {
-        const int64_t j_lo = first_key(s, b, i);
         double mx = -INFINITY;
-        for (int64_t j = j_lo; j <= i; ++j) {
+        for (int64_t j = 0; j < s.seq; ++j) {
+          if (!sees(s, b, i, j)) continue;
           double dot = 0;
           for (int64_t x = 0; x < s.head_dim; ++x)
             dot += q[at(s, s.heads, i, b, h, x)] * k[at(s, s.kv_heads, j, b, h / group, x)];
@@ -69,9 +71,11 @@ Reference reference_forward(const std::vector<double>& q, const std::vector<doub
           mx = std::max(mx, p[j]);
         }
         double sum = 0;
-        for (int64_t j = j_lo; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int64_t j = 0; j < s.seq; ++j)
+          if (sees(s, b, i, j)) sum += (p[j] = std::exp(p[j] - mx));
         ref.lse[(b * s.heads + h) * s.seq + i] = mx + std::log(sum);
-        for (int64_t j = j_lo; j <= i; ++j) {
+        for (int64_t j = 0; j < s.seq; ++j) {
+          if (!sees(s, b, i, j)) continue;
           const double w = p[j] / sum * reference_factor(drop, s, b, h, i, j);
           for (int64_t x = 0; x < s.head_dim; ++x)
             ref.out[at(s, s.heads, i, b, h, x)] += w * v[at(s, s.kv_heads, j, b, h / group, x)];
@@ -92,10 +96,11 @@ void reference_backward(const std::vector<double>& q, const std::vector<double>&
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h)
       for (int64_t i = 0; i < s.seq; ++i) {
-        const int64_t kh = h / group, j_lo = first_key(s, b, i);
+        const int64_t kh = h / group;
         const double lse = ref.lse[(b * s.heads + h) * s.seq + i];
         double D = 0;  // sum_j P_ij dP_ij
-        for (int64_t j = j_lo; j <= i; ++j) {
+        for (int64_t j = 0; j < s.seq; ++j) {
+          if (!sees(s, b, i, j)) continue;
           double dot = 0, gdot = 0;
           for (int64_t x = 0; x < s.head_dim; ++x) {
             dot += q[at(s, s.heads, i, b, h, x)] * k[at(s, s.kv_heads, j, b, kh, x)];
@@ -108,7 +113,8 @@ void reference_backward(const std::vector<double>& q, const std::vector<double>&
           for (int64_t x = 0; x < s.head_dim; ++x)
             ref.dv[at(s, s.kv_heads, j, b, kh, x)] += p[j] * z * dout[at(s, s.heads, i, b, h, x)];
         }
-        for (int64_t j = j_lo; j <= i; ++j) {
+        for (int64_t j = 0; j < s.seq; ++j) {
+          if (!sees(s, b, i, j)) continue;
           const double dscore = p[j] * (dp[j] - D) * scale;
           for (int64_t x = 0; x < s.head_dim; ++x) {
             ref.dq[at(s, s.heads, i, b, h, x)] += dscore * k[at(s, s.kv_heads, j, b, kh, x)];
@@ -126,10 +132,15 @@ struct Problem {
   std::vector<float> q, k, v, dout;
   std::vector<float> out, lse, dq, dk, dv;
   std::vector<int32_t> doc;  // doc_start, when set_docs was called (shape.doc_start points into it)
+  std::vector<int32_t> valid;  // the padding mask, when set_padding was called (shape.key_valid points into it)
 
   void set_docs(std::vector<int32_t> d) {
     doc = std::move(d);
     shape.doc_start = doc.data();
+  }
+  void set_padding(std::vector<int32_t> m) {
+    valid = std::move(m);
+    shape.key_valid = valid.data();
   }
 
   Problem(AttentionShape s, float p, uint64_t seed) : shape(s) {
@@ -469,6 +480,154 @@ TEST(Attention, RejectsBadDocStart) {
   gs.doc_start = good.data();
   EXPECT_NO_THROW(attention_forward(pr.q.data(), pr.k.data(), pr.v.data(), pr.out.data(), pr.lse.data(), gs,
                                     pr.scale, pr.drop));
+}
+
+// A padding mask per sample: sample b keeps its first lengths[b % lengths.size()] keys (BERT's trailing
+// padding), or with `scattered` a random subset (position 0 always kept).
+std::vector<int32_t> padding_mask(int64_t seq, int64_t batch, const std::vector<int64_t>& lengths, bool scattered,
+                                  uint64_t seed) {
+  std::vector<int32_t> m(seq * batch);
+  PhiloxStream rng(seed, 9);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t j = 0; j < seq; ++j)
+      m[b * seq + j] = scattered ? (j == 0 || rng.uniform(static_cast<uint64_t>(b * seq + j)) < 0.6)
+                                 : j < lengths[b % lengths.size()];
+  return m;
+}
+
+void expect_bidirectional_matches_reference(AttentionShape s, float p, uint64_t seed, const std::vector<int32_t>& mask) {
+  SCOPED_TRACE(::testing::Message() << "bidirectional seq " << s.seq << " kv_heads " << s.kv_heads << " d "
+                                    << s.head_dim << " p " << p << (mask.empty() ? "" : " with padding"));
+  s.causal = false;
+  Problem pr(s, p, seed);
+  if (!mask.empty()) pr.set_padding(mask);
+  pr.run();
+  const auto q = to_double(pr.q), k = to_double(pr.k), v = to_double(pr.v);
+  Reference ref = reference_forward(q, k, v, pr.shape, pr.scale, pr.drop);
+  reference_backward(q, k, v, to_double(pr.dout), pr.shape, pr.scale, pr.drop, ref);
+  EXPECT_LE(max_scaled_error(pr.out, ref.out, 1e-5, 1e-5), 1.0);
+  EXPECT_LE(max_scaled_error(pr.lse, ref.lse, 1e-5, 1e-5), 1.0);
+  EXPECT_LE(max_scaled_error(pr.dq, ref.dq, 1e-5, 1e-5), 1.0);
+  EXPECT_LE(max_scaled_error(pr.dk, ref.dk, 1e-5, 1e-5), 1.0);
+  EXPECT_LE(max_scaled_error(pr.dv, ref.dv, 1e-5, 1e-5), 1.0);
+}
+
+TEST(Attention, BidirectionalMatchesFloat64Reference) {
+  const int64_t seqs[] = {1, 7, 67, 130, 200};
+  const int64_t kv_heads[] = {4, 2, 1};
+  const int64_t dims[] = {8, 16, 64, 12};
+  int case_id = 0;
+  for (int si = 0; si < 5; ++si) {
+    const int64_t seq = seqs[si];
+    const std::vector<int64_t> lengths{seq, std::max<int64_t>(1, seq / 3), std::max<int64_t>(1, seq - 65)};
+    for (int ki = 0; ki < 3; ++ki)
+      for (float p : {0.0f, 0.1f}) {
+        AttentionShape s{.seq = seq, .batch = 3, .heads = 4, .kv_heads = kv_heads[ki],
+                         .head_dim = dims[(si + ki) % 4]};
+        ++case_id;
+        expect_bidirectional_matches_reference(s, p, 300 + case_id, {});
+        expect_bidirectional_matches_reference(s, p, 400 + case_id, padding_mask(seq, 3, lengths, false, case_id));
+        expect_bidirectional_matches_reference(s, p, 500 + case_id, padding_mask(seq, 3, lengths, true, case_id));
+      }
+  }
+}
+
+TEST(Attention, BidirectionalReferenceBackwardMatchesNumericGradient) {
+  for (float p : {0.0f, 0.3f}) {
+    AttentionShape s{.seq = 6, .batch = 2, .heads = 2, .kv_heads = 1, .head_dim = 3};
+    s.causal = false;
+    SCOPED_TRACE(::testing::Message() << "p " << p);
+    Problem pr(s, p, 17);
+    pr.set_padding(padding_mask(6, 2, {6, 4}, false, 0));
+    const auto q = to_double(pr.q), k = to_double(pr.k), v = to_double(pr.v), r = to_double(pr.dout);
+    auto loss = [&](const std::vector<double>& qq, const std::vector<double>& kk, const std::vector<double>& vv) {
+      Reference f = reference_forward(qq, kk, vv, pr.shape, pr.scale, pr.drop);
+      double sum = 0;
+      for (size_t i = 0; i < f.out.size(); ++i) sum += f.out[i] * r[i];
+      return sum;
+    };
+    Reference ref = reference_forward(q, k, v, pr.shape, pr.scale, pr.drop);
+    reference_backward(q, k, v, r, pr.shape, pr.scale, pr.drop, ref);
+    auto gq = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(x, k, v); }, q);
+    auto gk = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(q, x, v); }, k);
+    auto gv = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(q, k, x); }, v);
+    EXPECT_LE(max_scaled_error(ref.dq, gq, 1e-7, 1e-6), 1.0);
+    EXPECT_LE(max_scaled_error(ref.dk, gk, 1e-7, 1e-6), 1.0);
+    EXPECT_LE(max_scaled_error(ref.dv, gv, 1e-7, 1e-6), 1.0);
+    // Padded keys get no gradient: nothing attends to them.
+    for (int64_t j = 4; j < 6; ++j)
+      for (int64_t x = 0; x < 3; ++x) EXPECT_EQ(ref.dk[at(s, 1, j, 1, 0, x)], 0.0);
+  }
+}
+
+// A sample padded to seq equals the same sample alone at its true length (the padding changes nothing).
+TEST(Attention, PaddingEqualsTheShorterSequence) {
+  const int64_t seq = 130, len = 70, d = 16;
+  AttentionShape padded{.seq = seq, .batch = 1, .heads = 2, .kv_heads = 2, .head_dim = d};
+  padded.causal = false;
+  Problem full(padded, 0.0f, 21);
+  full.set_padding(padding_mask(seq, 1, {len}, false, 0));
+  full.run();
+  AttentionShape shorter = padded;
+  shorter.seq = len;
+  Problem part(shorter, 0.0f, 21);
+  const int64_t row = 2 * d;  // one position of [seq, 1, 2 heads, d]
+  for (auto [dst, src] : {std::pair{&part.q, &full.q}, {&part.k, &full.k}, {&part.v, &full.v}, {&part.dout, &full.dout}})
+    dst->assign(src->begin(), src->begin() + len * row);
+  for (int64_t i = len; i < seq; ++i)  // padded queries carry no output gradient (no loss there)
+    std::fill(full.dout.begin() + i * row, full.dout.begin() + (i + 1) * row, 0.0f);
+  full.run();
+  part.run();
+  for (int64_t i = 0; i < len * row; ++i) {
+    ASSERT_NEAR(full.out[i], part.out[i], 1e-5f) << i;
+    ASSERT_NEAR(full.dq[i], part.dq[i], 1e-5f) << i;
+    ASSERT_NEAR(full.dk[i], part.dk[i], 1e-5f) << i;
+    ASSERT_NEAR(full.dv[i], part.dv[i], 1e-5f) << i;
+  }
+  for (int64_t i = len * row; i < seq * row; ++i) {
+    ASSERT_EQ(full.dk[i], 0.0f);
+    ASSERT_EQ(full.dv[i], 0.0f);
+  }
+}
+
+TEST(Attention, BidirectionalBitwiseIdenticalAcrossThreadCounts) {
+  AttentionShape s{.seq = 130, .batch = 2, .heads = 4, .kv_heads = 2, .head_dim = 16};
+  s.causal = false;
+  Problem one(s, 0.1f, 5), two(s, 0.1f, 5);
+  one.set_padding(padding_mask(130, 2, {130, 90}, false, 0));
+  two.set_padding(one.valid);
+  omp_set_num_threads(1);
+  one.run();
+  omp_set_num_threads(2);
+  two.run();
+  EXPECT_TRUE(same_bits(one.out, two.out));
+  EXPECT_TRUE(same_bits(one.dq, two.dq));
+  EXPECT_TRUE(same_bits(one.dk, two.dk));
+  EXPECT_TRUE(same_bits(one.dv, two.dv));
+}
+
+TEST(Attention, RejectsBadMaskCombinations) {
+  AttentionShape s{.seq = 6, .batch = 2, .heads = 2, .kv_heads = 1, .head_dim = 8};
+  Problem pr(s, 0.0f, 1);
+  std::vector<int32_t> mask(12, 1);
+  std::fill(mask.begin() + 6, mask.end(), 0);  // sample 1 hides every key
+  AttentionShape bad = s;
+  bad.causal = false;
+  bad.key_valid = mask.data();
+  std::vector<float> out(pr.q.size()), lse(2 * 2 * 6);
+  EXPECT_THROW(attention_forward(pr.q.data(), pr.k.data(), pr.v.data(), out.data(), lse.data(), bad, pr.scale, pr.drop),
+               Error);
+  std::vector<int32_t> doc(12, 0);
+  AttentionShape both = s;
+  both.causal = false;
+  both.doc_start = doc.data();  // documents are causal
+  EXPECT_THROW(attention_forward(pr.q.data(), pr.k.data(), pr.v.data(), out.data(), lse.data(), both, pr.scale, pr.drop),
+               Error);
+  AttentionShape causal_padding = s;
+  causal_padding.key_valid = doc.data();
+  EXPECT_THROW(attention_forward(pr.q.data(), pr.k.data(), pr.v.data(), out.data(), lse.data(), causal_padding,
+                                 pr.scale, pr.drop),
+               Error);
 }
 
 TEST(Attention, RejectsBadShapes) {

@@ -1,4 +1,4 @@
-// Causal self-attention, fp32, as tiled online softmax (FlashAttention-2, Dao 2023) on the CPU.
+// Causal or bidirectional self-attention, fp32, as tiled online softmax (FlashAttention-2, Dao 2023) on the CPU.
 //
 // Forward: each work item is one (batch, head, query tile). It walks the key tiles up to the diagonal
 // and keeps, per query row, the running max m, the running sum l of exp(s - m) and an unnormalised
@@ -18,6 +18,9 @@
 // non-decreasing, a query tile needs no key tile below its first row's doc_start, and a key tile is
 // needed by a prefix of the query tiles at or below the diagonal; in the tiles that straddle a
 // document boundary the scores left of doc_start_i are masked with -inf like those above the diagonal.
+//
+// Bidirectional attention (BERT) runs every query tile against every key tile up to the sample's last
+// valid key; in a tile holding padding the padded keys' scores are -inf for every row.
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/tile_gemm.h"
 
@@ -77,6 +80,12 @@ struct Plan {
   bool dropout;
   float p, keep_scale;
   const int32_t* doc;  // doc_start or nullptr
+  bool causal;
+  const int32_t* key_valid;  // bidirectional padding mask or nullptr
+  // Bidirectional: per sample, one past its last valid key, and per (sample, key tile) whether the tile
+  // holds a padded key.
+  std::vector<int64_t> key_end;
+  std::vector<uint8_t> tile_padded;
 
   Plan(const AttentionShape& s, const AttentionDropout& drop)
       : seq(s.seq), batch(s.batch), heads(s.heads), kv_heads(s.kv_heads), d(s.head_dim) {
@@ -93,6 +102,24 @@ struct Plan {
     p = drop.p;
     keep_scale = dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
     doc = s.doc_start;
+    causal = s.causal;
+    key_valid = s.key_valid;
+    TESSERA_CHECK(causal || doc == nullptr, "attention: a document mask needs causal attention");
+    TESSERA_CHECK(!causal || key_valid == nullptr, "attention: a padding mask needs bidirectional attention");
+    if (!causal) {
+      key_end.assign(batch, seq);
+      tile_padded.assign(batch * tiles, 0);
+      for (int64_t b = 0; key_valid != nullptr && b < batch; ++b) {
+        const int32_t* kv = key_valid + b * seq;
+        int64_t end = 0;
+        for (int64_t j = 0; j < seq; ++j) {
+          if (kv[j] != 0) end = j + 1;
+          else tile_padded[b * tiles + j / kTile] = 1;
+        }
+        TESSERA_CHECK(end > 0 || seq == 0, "attention: the padding mask of sample ", b, " hides every key");
+        key_end[b] = end;
+      }
+    }
     if (doc != nullptr)  // O(batch * seq), negligible next to the attention itself
       for (int64_t b = 0; b < batch; ++b) {
         const int32_t* ds = doc + b * seq;
@@ -109,6 +136,9 @@ struct Plan {
 
   // First key that query i of sample b may see.
   int64_t doc_start(int64_t b, int64_t i) const { return doc == nullptr ? 0 : doc[b * seq + i]; }
+  // Bidirectional: whether key tile j0 of sample b holds padding, and whether key j is padding.
+  bool padded_tile(int64_t b, int64_t j0) const { return !causal && tile_padded[b * tiles + j0 / kTile] != 0; }
+  bool padded_key(int64_t b, int64_t j) const { return key_valid[b * seq + j] == 0; }
 
 };
 
@@ -151,21 +181,29 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
       // document mask) up to the diagonal. Tiles are aligned (j0, i0 multiples of kTile), so the last one
       // is the diagonal tile j0 == i0. Without a document mask every query row sees at least its first
       // key in every tile; with one, a row whose document starts past this tile sees none of it.
+      // Bidirectional: every key tile up to the one holding the sample's last valid key.
       const int64_t doc_first = plan.doc_start(b, i0), doc_last = plan.doc_start(b, i0 + rows - 1);
-      for (int64_t j0 = doc_first / kTile * kTile; j0 <= i0; j0 += kTile) {
+      const int64_t j_first = plan.causal ? doc_first / kTile * kTile : 0;
+      const int64_t j_last = plan.causal ? i0 : (plan.key_end[b] - 1) / kTile * kTile;
+      for (int64_t j0 = j_first; j0 <= j_last; j0 += kTile) {
         const int64_t cols = std::min(kTile, plan.seq - j0);
         float* s = st.data();
         // st = scale * K_tile Q^T: [cols, kTile]
         tile::gemm(s, kTile, {kh + j0 * plan.kv_stride, plan.kv_stride, 1}, qt.data(), kTile, cols, d, kTile, false);
-        if (j0 == i0)
+        if (plan.causal && j0 == i0)
           for (int64_t j = 0; j < cols; ++j)  // causal: rows r < j
             std::fill(s + j * kTile, s + j * kTile + j, -std::numeric_limits<float>::infinity());
-        const bool straddles = doc_last > j0;  // some row's document starts inside or past this tile
-        if (straddles)
+        // Some row's document starts inside or past this tile, or some key of it is padding.
+        const bool straddles = plan.causal ? doc_last > j0 : plan.padded_tile(b, j0);
+        if (straddles && plan.causal)
           for (int64_t r = 0; r < rows; ++r) {  // document: keys j < doc_start of row r
             const int64_t masked = std::min(cols, plan.doc_start(b, i0 + r) - j0);
             for (int64_t j = 0; j < masked; ++j) s[j * kTile + r] = -std::numeric_limits<float>::infinity();
           }
+        if (straddles && !plan.causal)
+          for (int64_t j = 0; j < cols; ++j)  // padding: the key's column, for every row
+            if (plan.padded_key(b, j0 + j))
+              std::fill(s + j * kTile, s + (j + 1) * kTile, -std::numeric_limits<float>::infinity());
         // Online softmax: raise each row's running max and rescale what was summed under the old one.
         std::copy(m.begin(), m.end(), m_new.begin());
         for (int64_t j = 0; j < cols; ++j)
@@ -195,7 +233,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
           // The weights of masked keys (before doc_start, past the diagonal) are exactly 0 here, so the
           // product below may run over the whole tile.
           if (plan.dropout) {  // ... while the output sums the dropped ones
-            const int64_t visible = j0 == i0 ? r + 1 : cols;
+            const int64_t visible = plan.causal && j0 == i0 ? r + 1 : cols;
             dropout_factors(rng, math::attention_dropout_row(dropout, plan.seq, b, h, i0 + r) + j0, visible, plan.p,
                             plan.keep_scale, factor.data());
             for (int64_t j = 0; j < cols; ++j) s[j * kTile + r] *= factor[j];
@@ -268,8 +306,11 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
         transpose_tile(vh + j0 * plan.kv_stride, plan.kv_stride, cols, d, 1.0f, vt.data());
         std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
         std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
+        // Bidirectional: key tiles past the sample's last valid key get zero gradients.
+        const bool seen = plan.causal || j0 < plan.key_end[b];
+        const bool padded = plan.padded_tile(b, j0);
 
-        for (int64_t g = 0; g < plan.group; ++g) {
+        for (int64_t g = 0; seen && g < plan.group; ++g) {
           const int64_t h = kvh * plan.group + g, off = (b * plan.heads + h) * d;
           const float* qh = q + off;
           const float* goh = dout + off;
@@ -278,7 +319,8 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 
           // Query tiles on or below the diagonal, up to the first whose documents all start past this key
           // tile (doc_start is non-decreasing, so all later ones do too).
-          for (int64_t i0 = j0; i0 < plan.seq && plan.doc_start(b, i0) < j0 + cols; i0 += kTile) {
+          // Bidirectional: every query tile.
+          for (int64_t i0 = plan.causal ? j0 : 0; i0 < plan.seq && plan.doc_start(b, i0) < j0 + cols; i0 += kTile) {
             const int64_t rows = std::min(kTile, plan.seq - i0);
             // Rows [0, live) see some key of this tile; the rest (a suffix) see none and are skipped.
             int64_t live = rows;
@@ -294,13 +336,17 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
             tile::gemm(dp.data(), kTile, {go_tile, plan.q_stride, 1}, vt.data(), kTile, live, d, kTile, false);
             for (int64_t r = 0; r < live; ++r) {
               const int64_t i = i0 + r;
-              const int64_t valid = std::min(cols, i + 1 - j0);  // keys j <= i; >= 1 since i >= j0
+              // Causal: keys j <= i, >= 1 since i >= j0.
+              const int64_t valid = plan.causal ? std::min(cols, i + 1 - j0) : cols;
               // Keys j < first precede the document of row i; first < cols since r < live, and first <= i - j0.
               const int64_t first = std::max<int64_t>(0, plan.doc_start(b, i) - j0);
               float* pz_r = pz.data() + r * kTile;
               float* ds_r = ds.data() + r * kTile;
               const float* dp_r = dp.data() + r * kTile;
               std::fill(pz_r, pz_r + first, -std::numeric_limits<float>::infinity());  // document: P = 0
+              if (padded)
+                for (int64_t j = 0; j < cols; ++j)  // padding: P = 0
+                  if (plan.padded_key(b, j0 + j)) pz_r[j] = -std::numeric_limits<float>::infinity();
               if (plan.dropout) {
                 dropout_factors(rng, math::attention_dropout_row(dropout, plan.seq, b, h, i) + j0, valid, plan.p,
                                 plan.keep_scale, factor.data());
