@@ -33,4 +33,17 @@ void swiglu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   cpu::swiglu_backward(x.f32(), dy.f32(), dx.f32(), rows, width);
 }
 
+void tanh_forward(const Tensor& x, const Tensor& y) {
+  kernel_device("tanh_forward", {&x, &y});
+  check_numel("tanh_forward", "y", y, x.numel());
+  cpu::tanh_forward(x.f32(), y.f32(), x.numel());
+}
+
+void tanh_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  kernel_device("tanh_backward", {&y, &dy, &dx});
+  check_numel("tanh_backward", "dy", dy, y.numel());
+  check_numel("tanh_backward", "dx", dx, y.numel());
+  cpu::tanh_backward(y.f32(), dy.f32(), dx.f32(), y.numel());
+}
+
 }  // namespace tessera::kernels

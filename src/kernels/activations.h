@@ -20,4 +20,9 @@ void swiglu_forward(const Tensor& x, const Tensor& y, DType round_output = DType
 // dy [rows, width] -> dx [rows, 2 * width] (overwritten).
 void swiglu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
 
+// tanh (BERT's pooler): y = tanh(x), elementwise.
+void tanh_forward(const Tensor& x, const Tensor& y);
+// dx = dy * (1 - y^2) from the forward's output y (overwritten). dx may be dy.
+void tanh_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
+
 }  // namespace tessera::kernels

@@ -88,6 +88,27 @@ TEST(ActivationsReference, GeluGradMatchesFiniteDifferences) {
   }
 }
 
+// tanh's kernels against float64 std::tanh, and the backward (from the output) against finite differences.
+TEST(Activations, TanhMatchesFloat64AndFiniteDifferences) {
+  for (int64_t n : kSizes) {
+    const std::vector<float> x = gelu_inputs(n, 11), R = random_vector(n, 12);
+    std::vector<float> y(n), dx(n);
+    tanh_forward(x.data(), y.data(), n);
+    Vec y_ref(n);
+    for (int64_t i = 0; i < n; ++i) y_ref[i] = std::tanh(static_cast<double>(x[i]));
+    EXPECT_LE(max_scaled_error(y, y_ref, 1e-6, 1e-6), 1.0) << n;
+    tanh_backward(y.data(), R.data(), dx.data(), n);
+    Vec g = numeric_gradient(
+        [&](const Vec& v) {
+          double s = 0;
+          for (size_t i = 0; i < v.size(); ++i) s += std::tanh(v[i]) * R[i];
+          return s;
+        },
+        to_double(x));
+    EXPECT_LE(max_scaled_error(dx, g, 1e-5, 1e-5), 1.0) << n;
+  }
+}
+
 TEST(ActivationsReference, SwigluBackwardMatchesFiniteDifferences) {
   for (auto [rows, width] : {std::pair<int64_t, int64_t>{1, 1}, {1, 7}, {3, 33}, {2, 100}}) {
     Vec x = to_double(random_vector(rows * 2 * width, 3, -4.0f, 4.0f));

@@ -373,6 +373,8 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         {"rmsnorm_backward", [&] { rmsnorm_backward(x, x, col, row, x, col); }},
         {"gelu_forward", [&] { gelu_forward(x, x); }},
         {"gelu_backward", [&] { gelu_backward(x, x, x); }},
+        {"tanh_forward", [&] { tanh_forward(x, x); }},
+        {"tanh_backward", [&] { tanh_backward(x, x, x); }},
         {"swiglu_forward", [&] { swiglu_forward(x, dev({4, 4})); }},
         {"swiglu_backward", [&] { swiglu_backward(x, dev({4, 4}), x); }},
         {"rope_forward", [&] { rope_forward(q, idx, 4, 10000.0f); }},

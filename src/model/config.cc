@@ -42,6 +42,8 @@ nlohmann::json to_json(const ModelConfig& c) {
   // Written only when they differ from GPT's, so that GPT checkpoints read as before.
   if (c.family != "gpt") j["model_family"] = c.family;
   if (c.num_tokentypes > 0) j["num_tokentypes"] = c.num_tokentypes;
+  if (c.apply_residual_connection_post_layernorm) j["apply_residual_connection_post_layernorm"] = true;
+  if (c.family == "bert") j["bert_binary_head"] = c.bert_binary_head;
   return j;
 }
 
@@ -82,6 +84,9 @@ ModelConfig config_from_json(const nlohmann::json& j) {
     c.init_method_std = j.at("init_method_std").get<float>();
     if (j.contains("model_family")) c.family = j.at("model_family").get<std::string>();
     if (j.contains("num_tokentypes")) c.num_tokentypes = integer(j, "num_tokentypes");
+    if (j.contains("apply_residual_connection_post_layernorm"))
+      c.apply_residual_connection_post_layernorm = j.at("apply_residual_connection_post_layernorm").get<bool>();
+    if (j.contains("bert_binary_head")) c.bert_binary_head = j.at("bert_binary_head").get<bool>();
     if (c.num_tokentypes < 0) throw Error(str_cat("model configuration: num_tokentypes is ", c.num_tokentypes));
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("model configuration: ", e.what()));

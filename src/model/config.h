@@ -34,6 +34,11 @@ struct ModelConfig {
   bool swiglu = false;
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;
+  // The original BERT ordering (Megatron's --apply-residual-connection-post-layernorm): each residual is
+  // taken from its norm's output, z = norm1(x), h = z + attention(z), u = norm2(h), y = u + mlp(u).
+  bool apply_residual_connection_post_layernorm = false;
+  // BERT: the pooler and the sentence-order head, with two token types (false: --bert-no-binary-head).
+  bool bert_binary_head = true;
   float hidden_dropout = 0.1f;
   float attention_dropout = 0.1f;
   float init_method_std = 0.02f;

@@ -23,6 +23,8 @@ struct MicroBatch {
   Tensor doc_start;  // int32 [batch, seq], optional: each position attends only from here on
                      // (--reset-attention-mask: the first position of its document)
   Tensor token_types;  // int32 [batch, seq], for models with token-type embeddings (num_tokentypes > 0)
+  Tensor padding_mask;    // int32 [batch, seq], BERT: 1 on tokens, 0 on padding (keys attention ignores)
+  Tensor sentence_order;  // int32 [batch], BERT's sentence-order label: 1 if the segments were swapped, -1 ignored
   int64_t sample_offset = 0;  // global index of the first sample (keys dropout)
 };
 

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "model/bert_model.h"
 #include "model/gpt_model.h"
 
 namespace tessera::model {
@@ -10,7 +11,9 @@ namespace {
 std::map<std::string, ModelChunkBuilder>& builders() {
   static std::map<std::string, ModelChunkBuilder> b{
       {"gpt", [](const ModelConfig& c, ParameterSet& params, const parallel::TensorParallelContext& tp,
-                 const ModelChunk& chunk) { return std::make_unique<GptModel>(c, params, tp, chunk); }}};
+                 const ModelChunk& chunk) { return std::make_unique<GptModel>(c, params, tp, chunk); }},
+      {"bert", [](const ModelConfig& c, ParameterSet& params, const parallel::TensorParallelContext& tp,
+                  const ModelChunk& chunk) { return std::make_unique<BertModel>(c, params, tp, chunk); }}};
   return b;
 }
 

@@ -1,5 +1,6 @@
 // Builds a pipeline chunk of any model family from its ModelConfig: the one place that names concrete
-// model classes. Families register a builder under their ModelConfig::family name; "gpt" is built in.
+// model classes. Families register a builder under their ModelConfig::family name; "gpt" and "bert" are
+// built in.
 #pragma once
 
 #include <functional>

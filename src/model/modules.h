@@ -21,6 +21,11 @@ struct ForwardContext {
   bool training = true;
   int64_t seq = 0, batch = 0;
   Tensor doc_start;  // int32 [batch, seq]: document-causal attention (set by the model); undefined: causal
+  Tensor padding_mask;  // int32 [batch, seq], 1 on tokens: bidirectional attention's keys (set by the model)
+  // The global batch's loss tokens per sample. The trainer divides every loss by the loss tokens; a loss
+  // that is a mean over samples (BERT's sentence order) is added times this, so that the division gives
+  // its mean per sample and its gradient is seeded alike.
+  double per_sample_loss_weight = 1.0;
   // Set by the model for its modules: where a forward adds auxiliary losses (null in a recomputed
   // forward, which must not count them twice), and in backward the scale of the objective's gradient.
   LossSums* losses = nullptr;

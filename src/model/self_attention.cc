@@ -27,8 +27,11 @@ void round_for_attention(DType t, const Tensor& x) {
   if (t != DType::F32) kernels::round_to(t, x, x);
 }
 
-kernels::AttentionShape attention_shape(const ForwardContext& ctx, int64_t heads, int64_t groups, int64_t d) {
-  return {ctx.seq, ctx.batch, heads, groups, d};  // the document mask travels as a tensor
+kernels::AttentionShape attention_shape(const ForwardContext& ctx, int64_t heads, int64_t groups, int64_t d,
+                                        bool causal) {
+  kernels::AttentionShape s{ctx.seq, ctx.batch, heads, groups, d};  // the masks travel as tensors
+  s.causal = causal;
+  return s;
 }
 
 // Keyed by global head index, so a rank's heads draw the masks they would in a single process.
@@ -47,12 +50,13 @@ kernels::AttentionDropout attention_dropout(const ModelConfig& c, const ForwardC
 }  // namespace
 
 SelfAttention::SelfAttention(const ModelConfig& config, int64_t layer_number, const std::string& prefix,
-                             ParameterSet& params, const parallel::TensorParallelContext& tp)
+                             ParameterSet& params, const parallel::TensorParallelContext& tp, bool causal)
     : config_(config),
       layer_number_(layer_number),
       tp_(tp),
       heads_(config.num_attention_heads / tp.size()),
       groups_(config.num_query_groups / tp.size()),
+      causal_(causal),
       // Split by query groups: each rank holds whole groups (their query heads, key and value).
       qkv_(params, prefix + "linear_qkv", config.hidden_size,
            {config.num_query_groups, (config.query_heads_per_group() + 2) * config.kv_channels}, 0,
@@ -80,8 +84,8 @@ Tensor SelfAttention::forward(const Tensor& x, bool x_rounded, const SublayerCon
   for (const Tensor* t : {&rec.q, &rec.k, &rec.v}) round_for_attention(c.params_dtype, *t);
   rec.attn = Tensor::empty({rows, heads_ * d});
   rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
-  kernels::attention_forward(rec.q, rec.k, rec.v, rec.attn, rec.lse, ctx.doc_start,
-                             attention_shape(ctx, heads_, groups_, d), 1.0f / std::sqrt(static_cast<float>(d)),
+  kernels::attention_forward(rec.q, rec.k, rec.v, rec.attn, rec.lse, causal_ ? ctx.doc_start : ctx.padding_mask,
+                             attention_shape(ctx, heads_, groups_, d, causal_), 1.0f / std::sqrt(static_cast<float>(d)),
                              attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
   return proj_.forward(rec.attn, kernels::round_in_place_for_gemm(c.params_dtype, rec.attn));
 }
@@ -95,8 +99,8 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded
   Tensor dattn = proj_.backward(dy, rec.attn, rec_rounded);
   round_for_attention(c.params_dtype, dattn);
   Tensor dq = Tensor::empty(rec.q.shape()), dk = Tensor::empty(rec.k.shape()), dv = Tensor::empty(rec.v.shape());
-  kernels::attention_backward(rec.q, rec.k, rec.v, rec.attn, rec.lse, dattn, dq, dk, dv, ctx.doc_start,
-                              attention_shape(ctx, heads_, groups_, d), 1.0f / std::sqrt(static_cast<float>(d)),
+  kernels::attention_backward(rec.q, rec.k, rec.v, rec.attn, rec.lse, dattn, dq, dk, dv,
+                              causal_ ? ctx.doc_start : ctx.padding_mask, attention_shape(ctx, heads_, groups_, d, causal_), 1.0f / std::sqrt(static_cast<float>(d)),
                               attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
   dattn = Tensor();
   if (c.position_embedding == PositionEmbedding::Rope) {
@@ -117,6 +121,7 @@ void SelfAttention::add_to_kv_cache(int64_t capacity, KvCache& cache) const {
 Tensor SelfAttention::decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const {
   const ModelConfig& c = config_;
   const int64_t n = x.dim(0), d = c.kv_channels;
+  TESSERA_CHECK(causal_, "incremental decoding needs causal attention");
   TESSERA_CHECK(past + n <= cache.k.dim(0), "key/value cache of ", cache.k.dim(0), " positions cannot hold ",
                 past + n);
   Tensor qkv = qkv_.forward(x);

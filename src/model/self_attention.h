@@ -9,8 +9,10 @@ namespace tessera::model {
 
 class SelfAttention final : public Sublayer {
  public:
+  // causal: GPT's mask (document-causal with ForwardContext::doc_start); otherwise bidirectional over the
+  // keys ForwardContext::padding_mask keeps (BERT).
   SelfAttention(const ModelConfig& config, int64_t layer_number, const std::string& prefix, ParameterSet& params,
-                const parallel::TensorParallelContext& tp);
+                const parallel::TensorParallelContext& tp, bool causal = true);
 
   std::unique_ptr<SavedTensors> make_record() const override;
   Tensor forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec) const override;
@@ -24,6 +26,7 @@ class SelfAttention final : public Sublayer {
   int64_t layer_number_;
   const parallel::TensorParallelContext& tp_;
   int64_t heads_, groups_;  // on this rank
+  bool causal_;
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;
 };

@@ -50,6 +50,8 @@ struct TransformerLayerSpec {
   // tensor group, so every tensor rank adds the same value); their backward seeds them with
   // ForwardContext::grad_scale.
   std::vector<std::string> auxiliary_loss_names;
+  // Parameter names start "<block>.layers.<n>.": Megatron-Core's "decoder" (GPT) or "encoder" (BERT).
+  std::string block = "decoder";
 };
 
 // Output projections start smaller, std / sqrt(2 * layers), as Megatron's scaled_init_method_normal.

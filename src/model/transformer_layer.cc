@@ -11,7 +11,9 @@
 namespace tessera::model {
 namespace {
 
-std::string layer_prefix(int64_t layer_number) { return str_cat("decoder.layers.", layer_number - 1, "."); }
+std::string layer_prefix(const TransformerLayerSpec& spec, int64_t layer_number) {
+  return str_cat(spec.block, ".layers.", layer_number - 1, ".");
+}
 
 }  // namespace
 
@@ -23,10 +25,20 @@ TransformerLayerSpec gpt_layer_spec() {
   TransformerLayerSpec spec;
   spec.self_attention = [](const ModelConfig& c, int64_t layer, const std::string& prefix, ParameterSet& params,
                            const parallel::TensorParallelContext& tp) {
-    return std::make_unique<SelfAttention>(c, layer, prefix, params, tp);
+    return std::make_unique<SelfAttention>(c, layer, prefix, params, tp, /*causal=*/true);
   };
   spec.mlp = [](const ModelConfig& c, int64_t, const std::string& prefix, ParameterSet& params,
                 const parallel::TensorParallelContext& tp) { return std::make_unique<Mlp>(c, prefix, params, tp); };
+  return spec;
+}
+
+TransformerLayerSpec bert_layer_spec() {
+  TransformerLayerSpec spec = gpt_layer_spec();
+  spec.self_attention = [](const ModelConfig& c, int64_t layer, const std::string& prefix, ParameterSet& params,
+                           const parallel::TensorParallelContext& tp) {
+    return std::make_unique<SelfAttention>(c, layer, prefix, params, tp, /*causal=*/false);
+  };
+  spec.block = "encoder";
   return spec;
 }
 
@@ -44,11 +56,11 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer_numb
     : config_(config),
       layer_number_(layer_number),
       tp_(tp),
-      input_norm_(params, layer_prefix(layer_number) + "input_layernorm", config, tp.sequence_parallel),
-      pre_mlp_norm_(params, layer_prefix(layer_number) + "pre_mlp_layernorm", config, tp.sequence_parallel),
-      self_attention_(spec.self_attention(config, layer_number, layer_prefix(layer_number) + "self_attention.",
+      input_norm_(params, layer_prefix(spec, layer_number) + "input_layernorm", config, tp.sequence_parallel),
+      pre_mlp_norm_(params, layer_prefix(spec, layer_number) + "pre_mlp_layernorm", config, tp.sequence_parallel),
+      self_attention_(spec.self_attention(config, layer_number, layer_prefix(spec, layer_number) + "self_attention.",
                                           params, tp)),
-      mlp_(spec.mlp(config, layer_number, layer_prefix(layer_number) + "mlp.", params, tp)) {}
+      mlp_(spec.mlp(config, layer_number, layer_prefix(spec, layer_number) + "mlp.", params, tp)) {}
 
 void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx, int site, bool backward) const {
   if (!ctx.training || config_.hidden_dropout == 0.0f) return;
@@ -66,20 +78,21 @@ Tensor TransformerLayer::forward(const Tensor& x, const Tensor& positions, const
   if (!rec.attention) rec.attention = self_attention_->make_record();
   if (!rec.mlp) rec.mlp = mlp_->make_record();
   rec.input = x;
-  // The norms' outputs feed only GEMMs (and are kept in 16 bits for backward), so they are rounded where
-  // they are made instead of in the GEMM.
-  const DType rounding = kernels::gemm_rounding(config_.params_dtype);
+  const bool post_ln = config_.apply_residual_connection_post_layernorm;
+  // Pre-LN, the norms' outputs feed only GEMMs (and are kept in 16 bits for backward), so they are
+  // rounded where they are made instead of in the GEMM. Post-LN they are residuals too: kept in fp32.
+  const DType rounding = post_ln ? DType::F32 : kernels::gemm_rounding(config_.params_dtype);
   const bool rounded = rounding != DType::F32;
   input_norm_.forward(x, rec.ln1, rec.ln1_mean, rec.ln1_rstd, rounding);
   Tensor h = self_attention_->forward(rec.ln1, rounded, sc, *rec.attention);
   hidden_dropout(h, ctx, kAttentionOutput, false);
-  kernels::add_into(h, x);
+  kernels::add_into(h, post_ln ? rec.ln1 : x);
   rec.residual = h;
 
   pre_mlp_norm_.forward(h, rec.ln2, rec.ln2_mean, rec.ln2_rstd, rounding);
   Tensor y = mlp_->forward(rec.ln2, rounded, sc, *rec.mlp);
   hidden_dropout(y, ctx, kMlpOutput, false);
-  kernels::add_into(y, h);
+  kernels::add_into(y, post_ln ? rec.ln2 : h);
   rec.store_activations_as(config_.params_dtype);
   return y;
 }
@@ -91,21 +104,26 @@ Tensor TransformerLayer::backward(const Tensor& dy, const Tensor& positions, con
   const DType kept = rec.widen_activations();
   const bool widened = kept != DType::F32 && kept == config_.params_dtype;
 
-  // MLP block: dh starts as the residual path's gradient dy.
-  Tensor dh = dy.clone();
+  // Pre-LN: the residual path passes dy to dh and dh to dx, beside the norms. Post-LN it passes dy to the
+  // norm's output u (and dh to z), so the norm's backward takes the sum.
+  const bool post_ln = config_.apply_residual_connection_post_layernorm;
+  // MLP block.
   Tensor dmlp = dy.clone();
   hidden_dropout(dmlp, ctx, kMlpOutput, true);
   Tensor dln2 = mlp_->backward(dmlp, rec.ln2, widened, sc, *rec.mlp, widened);
   dmlp = Tensor();
+  Tensor dh = post_ln ? Tensor::zeros(dy.shape()) : dy.clone();
+  if (post_ln) kernels::add_into(dln2, dy);
   pre_mlp_norm_.backward(dln2, rec.residual, rec.ln2_mean, rec.ln2_rstd, dh);
   dln2 = Tensor();
 
-  // Attention block: dx starts as the residual path's gradient dh.
+  // Attention block.
   Tensor dattention = dh.clone();
   hidden_dropout(dattention, ctx, kAttentionOutput, true);
   Tensor dln1 = self_attention_->backward(dattention, rec.ln1, widened, sc, *rec.attention, widened);
   dattention = Tensor();
-  Tensor dx = dh;
+  Tensor dx = post_ln ? Tensor::zeros(dh.shape()) : dh;
+  if (post_ln) kernels::add_into(dln1, dh);
   input_norm_.backward(dln1, rec.input, rec.ln1_mean, rec.ln1_rstd, dx);
   return dx;
 }
@@ -121,11 +139,12 @@ Tensor TransformerLayer::decode(const Tensor& x, const Tensor& positions, int64_
   TESSERA_CHECK(!tp_.sequence_parallel, "incremental decoding needs a model built without sequence parallelism");
   Tensor ln, mean, rstd;
   input_norm_.forward(x, ln, mean, rstd);
+  const bool post_ln = config_.apply_residual_connection_post_layernorm;
   Tensor h = self_attention_->decode(ln, positions, past, cache);
-  kernels::add_into(h, x);
+  kernels::add_into(h, post_ln ? ln : x);
   pre_mlp_norm_.forward(h, ln, mean, rstd);
   Tensor y = mlp_->decode(ln, positions, past, cache);
-  kernels::add_into(y, h);
+  kernels::add_into(y, post_ln ? ln : h);
   return y;
 }
 

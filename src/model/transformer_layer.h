@@ -1,7 +1,9 @@
-// One pre-LN transformer layer (Megatron-Core's TransformerLayer on one rank), with an attention slot
-// and a feed-forward slot filled from a TransformerLayerSpec:
+// One transformer layer (Megatron-Core's TransformerLayer on one rank), with an attention slot and a
+// feed-forward slot filled from a TransformerLayerSpec. Pre-LN:
 //   h = x + dropout(self_attention(norm1(x)))
 //   y = h + dropout(mlp(norm2(h)))
+// With --apply-residual-connection-post-layernorm (the original BERT ordering) each residual is the
+// norm's output: z = norm1(x), h = z + dropout(self_attention(z)), u = norm2(h), y = u + dropout(mlp(u)).
 // Activations are [seq, batch, hidden] (Megatron's [s, b, h]); row t of a 2-D view is (s, b) = (t / B, t % B).
 #pragma once
 
@@ -50,7 +52,9 @@ class TransformerLayer {
   std::unique_ptr<Sublayer> self_attention_, mlp_;
 };
 
-// Megatron's GPT layer: SelfAttention and the dense Mlp.
+// Megatron's GPT layer: causal SelfAttention and the dense Mlp.
 TransformerLayerSpec gpt_layer_spec();
+// Megatron's BERT layer: bidirectional SelfAttention with the padding mask, the dense Mlp, under "encoder".
+TransformerLayerSpec bert_layer_spec();
 
 }  // namespace tessera::model

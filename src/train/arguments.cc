@@ -64,6 +64,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   d->add_flag("--eod-mask-loss", a.eod_mask_loss, "Do not count positions whose input is end-of-document");
   d->add_flag("--reset-position-ids", a.reset_position_ids, "Restart positions after each end-of-document");
   d->add_flag("--reset-attention-mask", a.reset_attention_mask, "Attend only within each document");
+  d->add_option("--mask-prob", a.mask_prob, "BERT: probability of masking a word");
+  d->add_option("--short-seq-prob", a.short_seq_prob, "BERT: probability of a sample shorter than --seq-length");
 
   auto* t = app.add_option_group("training");
   t->add_option("--micro-batch-size", a.micro_batch_size, "Samples per micro-batch");

@@ -62,6 +62,9 @@ struct TrainArguments {
   std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;
   int64_t vocab_size = 0;
   bool eod_mask_loss = false, reset_position_ids = false, reset_attention_mask = false;
+  // BERT's samples (data/bert_dataset.h): the share of words masked, and of samples shorter than the
+  // sequence.
+  float mask_prob = 0.15f, short_seq_prob = 0.1f;
 
   // Training.
   int64_t micro_batch_size = 1, global_batch_size = 0, train_iters = 0;

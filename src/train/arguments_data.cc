@@ -23,6 +23,11 @@ void finalize_data(TrainArguments& a) {
     a.model.vocab_size = tokenizer->vocab_size();
     a.eod = tokenizer->eod();
   }
+  if (a.model.family == "bert") {
+    require(a.mask_prob > 0 && a.mask_prob < 1, "--mask-prob", a.mask_prob, "must be in (0, 1)");
+    require(a.short_seq_prob >= 0 && a.short_seq_prob <= 1, "--short-seq-prob", a.short_seq_prob, "must be in [0, 1]");
+    require(!a.reset_attention_mask, "--reset-attention-mask", "set", "BERT's attention is bidirectional");
+  }
   a.model.padded_vocab_size = model::padded_vocab_size(a.model.vocab_size, a.make_vocab_size_divisible_by,
                                                        a.tensor_model_parallel_size);
 

@@ -1,9 +1,11 @@
 // The model flags, bound to the fields of TrainArguments::model, and the model's rules.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "model/model_factory.h"
 #include "train/argument_rules.h"
 #include "train/arguments.h"
 
@@ -102,6 +104,12 @@ void add_model_flags(CLI::App& app, TrainArguments& a) {
   app.add_option("--attention-dropout", c.attention_dropout, "Dropout of attention probabilities");
   app.add_option("--init-method-std", c.init_method_std, "Std of the normal initialisation");
   app.add_option("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by, "Pad the vocabulary to a multiple of this");
+  app.add_flag("--apply-residual-connection-post-layernorm", c.apply_residual_connection_post_layernorm,
+               "Residuals from the norms' outputs (the original BERT ordering) instead of pre-LN");
+  app.add_option("--model-family", c.family, "gpt or bert (tessera pretrain_bert sets bert)");
+  // Megatron's flag is the negation of the field (store_false into bert_binary_head).
+  app.add_flag_callback("--bert-no-binary-head", [&c] { c.bert_binary_head = false; },
+                        "BERT without the pooler and the sentence-order head");
 }
 
 // The rules of the model alone; those that involve the layout (divisibility by the tensor-parallel
@@ -145,6 +153,18 @@ void finalize_model(TrainArguments& a) {
   require(c.attention_dropout >= 0 && c.attention_dropout < 1, "--attention-dropout", c.attention_dropout,
           "must be in [0, 1)");
   require(c.init_method_std > 0, "--init-method-std", c.init_method_std, "must be positive");
+  const std::vector<std::string> families = model::model_families();
+  std::string known;
+  for (const std::string& f : families) known += (known.empty() ? "" : ", ") + f;
+  require(std::find(families.begin(), families.end(), c.family) != families.end(), "--model-family", c.family,
+          "must be one of " + known);
+  if (c.family == "bert") {
+    // Megatron's BertModel: segments (token types) only with the binary head.
+    c.num_tokentypes = c.bert_binary_head ? 2 : 0;
+    require(!rope, "--position-embedding-type", "rope", "BERT uses learned_absolute positions");
+    require(!c.untie_embeddings_and_output_weights, "--untie-embeddings-and-output-weights", "set",
+            "BERT ties its output layer to the word embeddings");
+  }
   require_positive("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by);
 }
 

@@ -5,6 +5,9 @@
 // positions of its own document.
 #pragma once
 
+#include <memory>
+#include <utility>
+
 #include "data/gpt_dataset.h"
 #include "model/language_model.h"
 
@@ -20,5 +23,34 @@ struct BatchOptions {
 // Samples [first, first + batch) of `data`.
 model::MicroBatch make_micro_batch(const data::TokenDataset& data, int64_t first, int64_t batch,
                                    const BatchOptions& options);
+
+// Where the trainer's micro-batches come from: one split (train, validation or test) of a dataset of
+// some model family's samples.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual int64_t size() const = 0;  // samples
+  // Samples [first, first + batch).
+  virtual model::MicroBatch micro_batch(int64_t first, int64_t batch) const = 0;
+  // Whether the labels are the next tokens of running text, so that the bytes they stand for can be
+  // counted (the validation line's bits per byte): GPT's, not BERT's masked words.
+  virtual bool labels_are_text() const { return false; }
+};
+
+// GPT's samples: make_micro_batch over a token dataset.
+class GptBatches final : public BatchSource {
+ public:
+  GptBatches(std::shared_ptr<const data::TokenDataset> data, const BatchOptions& options)
+      : data_(std::move(data)), options_(options) {}
+  int64_t size() const override { return data_->size(); }
+  model::MicroBatch micro_batch(int64_t first, int64_t batch) const override {
+    return make_micro_batch(*data_, first, batch, options_);
+  }
+  bool labels_are_text() const override { return true; }
+
+ private:
+  std::shared_ptr<const data::TokenDataset> data_;
+  BatchOptions options_;
+};
 
 }  // namespace tessera::train

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "data/gpt_dataset.h"
+#include "train/batching.h"
 
 namespace tessera::train {
 
@@ -26,6 +27,26 @@ class MockGptDataset final : public data::TokenDataset {
   int64_t vocab_, seq_length_;
   uint64_t seed_;
   int split_;
+};
+
+// --mock-data for BERT: learnable masked-LM and sentence-order samples over a NullTokenizer's ids.
+// Ids 0..3 are [PAD] [CLS] [SEP] [MASK], the words 4..vocab-1. Sample i (Philox keyed by seed, split and
+// i) holds n of seq_length positions, n >= seq_length / 2 (the rest padding): an arithmetic progression
+// of words, cut into segments A and B, swapped with probability 1/2 (sentence_order 1), laid out as
+// [CLS] A [SEP] B [SEP] with token types 0 and 1; each word is masked with probability 0.15 (at least
+// one), replaced by [MASK] and predicted from its neighbours.
+class MockBertBatches final : public BatchSource {
+ public:
+  static constexpr int32_t kPad = 0, kCls = 1, kSep = 2, kMask = 3, kFirstWord = 4;
+  MockBertBatches(int64_t vocab, int64_t seq_length, uint64_t seed, int split, bool binary_head);
+  int64_t size() const override { return std::numeric_limits<int64_t>::max() / 2; }
+  model::MicroBatch micro_batch(int64_t first, int64_t batch) const override;
+
+ private:
+  int64_t vocab_, seq_length_;
+  uint64_t seed_;
+  int split_;
+  bool binary_head_;
 };
 
 }  // namespace tessera::train

@@ -176,29 +176,29 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
 }
 
 void Trainer::build_datasets() {
-  batch_options_ = {args_.eod, args_.eod_mask_loss, args_.reset_position_ids, args_.reset_attention_mask};
+  const bool bert = args_.model.family == "bert";
+  std::array<std::shared_ptr<const BatchSource>, 3> sets;
   if (args_.mock_data) {
-    train_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.model.seq_length, args_.seed, 0);
-    valid_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.model.seq_length, args_.seed, 1);
-    test_data_ = std::make_shared<MockGptDataset>(args_.vocab_size, args_.model.seq_length, args_.seed, 2);
+    for (int split = 0; split < 3; ++split)
+      if (bert)
+        sets[split] = std::make_shared<MockBertBatches>(args_.vocab_size, args_.model.seq_length, args_.seed, split,
+                                                        args_.model.bert_binary_head);
+      else
+        sets[split] = std::make_shared<GptBatches>(
+            std::make_shared<MockGptDataset>(args_.vocab_size, args_.model.seq_length, args_.seed, split),
+            BatchOptions{args_.eod, args_.eod_mask_loss, args_.reset_position_ids, args_.reset_attention_mask});
+    train_data_ = sets[0];
+    valid_data_ = sets[1];
+    test_data_ = sets[2];
     return;
   }
-  if (args_.tokenizer_type != "NullTokenizer")  // ids without text have no bytes to count
-    text_tokenizer_ = data::build_tokenizer(tokenizer_options());
-  data::GptDataConfig config;
-  config.data_path = args_.data_path;
-  config.split = args_.split;
-  config.seq_length = args_.model.seq_length;
-  config.seed = static_cast<uint32_t>(args_.seed);
-  config.cache_path = args_.data_cache_path;
-  config.test_split_optional = true;  // evaluated after training only when it has documents
-  auto sizes = data::megatron_num_samples(args_.train_iters, args_.global_batch_size, args_.eval_interval,
-                                          args_.eval_iters);
-  std::array<std::shared_ptr<const data::TokenDataset>, 3> sets;
   for (int turn = 0; turn < 2; ++turn) {  // rank 0 builds and caches; then the others load the cache
-    if ((state_->world_rank() == 0) == (turn == 0)) sets = data::build_gpt_datasets(config, sizes);
+    if ((state_->world_rank() == 0) == (turn == 0)) sets = bert ? build_bert_batches() : build_gpt_batches();
     world_->barrier();
   }
+  // ids without text have no bytes to count
+  if (args_.tokenizer_type != "NullTokenizer" && sets[0]->labels_are_text())
+    text_tokenizer_ = data::build_tokenizer(tokenizer_options());
   train_data_ = sets[0];
   valid_data_ = sets[1];
   test_data_ = sets[2];
@@ -211,6 +211,28 @@ void Trainer::build_datasets() {
               test_data_ ? str_cat(", ", test_data_->size(), " test samples") : ""));
 }
 
+std::array<std::shared_ptr<const BatchSource>, 3> Trainer::build_bert_batches() const {
+  throw Error("BERT datasets over --data-path are not built yet");
+}
+
+std::array<std::shared_ptr<const BatchSource>, 3> Trainer::build_gpt_batches() const {
+  data::GptDataConfig config;
+  config.data_path = args_.data_path;
+  config.split = args_.split;
+  config.seq_length = args_.model.seq_length;
+  config.seed = static_cast<uint32_t>(args_.seed);
+  config.cache_path = args_.data_cache_path;
+  config.test_split_optional = true;  // evaluated after training only when it has documents
+  auto sizes = data::megatron_num_samples(args_.train_iters, args_.global_batch_size, args_.eval_interval,
+                                          args_.eval_iters);
+  const BatchOptions options{args_.eod, args_.eod_mask_loss, args_.reset_position_ids, args_.reset_attention_mask};
+  std::array<std::shared_ptr<const BatchSource>, 3> sets;
+  const auto datasets = data::build_gpt_datasets(config, sizes);
+  for (int split = 0; split < 3; ++split)
+    if (datasets[split]) sets[split] = std::make_shared<GptBatches>(datasets[split], options);
+  return sets;
+}
+
 data::TokenizerOptions Trainer::tokenizer_options() const {
   return {args_.tokenizer_type, args_.vocab_file, args_.merge_file, args_.tokenizer_model, args_.vocab_size};
 }
@@ -219,10 +241,9 @@ void Trainer::say(const std::string& line) {
   if (log_) log_->print(line);
 }
 
-model::MicroBatch Trainer::micro_batch(const data::TokenDataset& data, int64_t first, int64_t m) const {
+model::MicroBatch Trainer::micro_batch(const BatchSource& data, int64_t first, int64_t m) const {
   const int64_t mbs = args_.micro_batch_size;
-  return make_micro_batch(data, first + (m * args_.data_parallel_size() + state_->coordinates().dp) * mbs, mbs,
-                          batch_options_);
+  return data.micro_batch(first + (m * args_.data_parallel_size() + state_->coordinates().dp) * mbs, mbs);
 }
 
 namespace {
@@ -240,7 +261,8 @@ void group_sum(comm::ProcessGroup& group, std::vector<float>& values) {
 void Trainer::data_parallel_sum(std::vector<float>& values) const { group_sum(state_->data_group(), values); }
 void Trainer::pipeline_sum(std::vector<float>& values) const { group_sum(state_->pipeline_group(), values); }
 
-model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale) {
+model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale,
+                                           double per_sample_loss_weight) {
   const int stage = state_->coordinates().pp;
   pipeline::ScheduleShape shape = schedule_;
   shape.micro_batches = static_cast<int>(batches.size());
@@ -250,8 +272,10 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   std::map<std::pair<int, int>, std::unique_ptr<model::ChunkRecord>> records;
   model::LossSums losses;
   auto context = [&](int m) {
-    return model::ForwardContext{args_.seed, training ? iteration_ + 1 : iteration_, batches[m].sample_offset,
-                                 training, args_.model.seq_length, args_.micro_batch_size};
+    model::ForwardContext ctx{args_.seed, training ? iteration_ + 1 : iteration_, batches[m].sample_offset,
+                              training, args_.model.seq_length, args_.micro_batch_size};
+    ctx.per_sample_loss_weight = per_sample_loss_weight;
+    return ctx;
   };
   // Under --overlap-param-gather the forward waits for each bucket of parameters just before its first
   // use, as Megatron's forward pre-hooks do.
@@ -311,16 +335,12 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   // Loss scaling multiplies the backward seed; the optimizer divides the gradients by it again.
   const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
   params_.zero_grad();
-  const model::LossSums sums = run_micro_batches(batches, true, grad_scale * loss_scale);
-  // The LM loss, then the model's auxiliary losses in the order of its names (the same on every rank).
+  const double samples = static_cast<double>(args_.global_batch_size);
+  const model::LossSums sums = run_micro_batches(batches, true, grad_scale * loss_scale, tokens / samples);
+  // The LM loss, then the model's auxiliary losses in the order of its names.
   const std::vector<std::string> names = chunks_.front()->auxiliary_loss_names();
-  std::vector<float> loss(1 + names.size(), 0.0f);
-  loss[0] = static_cast<float>(sums.lm);
-  for (const auto& [name, value] : sums.auxiliary) {
-    auto at = std::find(names.begin(), names.end(), name);
-    TESSERA_CHECK(at != names.end(), "the model added an auxiliary loss '", name, "' it does not declare");
-    loss[1 + (at - names.begin())] += static_cast<float>(value);
-  }
+  std::vector<float> loss{static_cast<float>(sums.lm)};
+  for (float v : auxiliary_values(sums)) loss.push_back(v);
   optimizer_->wait_for_params();  // any bucket no forward used
   for (int64_t at : args_.inject_nan_at_iterations)
     if (at == iteration_ + 1) params_.grads().f32()[0] = std::nanf("");
@@ -353,30 +373,47 @@ Evaluation Trainer::evaluate() {
   return evaluate_on(*valid_data_);
 }
 
-Evaluation Trainer::evaluate_on(const data::TokenDataset& data) {
+std::vector<float> Trainer::auxiliary_values(const model::LossSums& sums) const {
+  const std::vector<std::string> names = chunks_.front()->auxiliary_loss_names();
+  std::vector<float> values(names.size(), 0.0f);
+  for (const auto& [name, value] : sums.auxiliary) {
+    auto at = std::find(names.begin(), names.end(), name);
+    TESSERA_CHECK(at != names.end(), "the model added an auxiliary loss '", name, "' it does not declare");
+    values[at - names.begin()] += static_cast<float>(value);
+  }
+  return values;
+}
+
+Evaluation Trainer::evaluate_on(const BatchSource& data) {
   optimizer_->wait_for_params();
   // The same samples every time, so evaluations are comparable along a run.
   std::vector<model::MicroBatch> batches;
-  enum { kLoss, kTokens, kBytes };
-  std::vector<float> sums(3, 0.0f);
+  enum { kTokens, kBytes };
+  std::vector<float> counts(2, 0.0f);
   for (int64_t m = 0; m < args_.eval_iters * args_.num_micro_batches; ++m) {
     batches.push_back(micro_batch(data, 0, m));
     const model::MicroBatch& b = batches.back();
     const std::span<const float> mask(b.loss_mask.f32(), static_cast<size_t>(b.loss_mask.numel()));
-    for (float w : mask) sums[kTokens] += w;
-    if (text_tokenizer_)
-      sums[kBytes] += static_cast<float>(data::text_bytes(
+    for (float w : mask) counts[kTokens] += w;
+    if (text_tokenizer_ && data.labels_are_text())
+      counts[kBytes] += static_cast<float>(data::text_bytes(
           *text_tokenizer_, std::span<const int32_t>(b.labels.i32(), mask.size()), mask));
   }
+  data_parallel_sum(counts);
+  const double samples = static_cast<double>(args_.eval_iters * args_.global_batch_size);
   pipeline::PipelineTimes saved = times_;  // evaluation is not part of the training timers
-  std::vector<float> loss{static_cast<float>(run_micro_batches(batches, false, 0.0f).lm)};
+  const model::LossSums sums = run_micro_batches(batches, false, 0.0f, counts[kTokens] / samples);
   times_ = saved;
+  std::vector<float> loss{static_cast<float>(sums.lm)};
+  for (float v : auxiliary_values(sums)) loss.push_back(v);
   pipeline_sum(loss);
-  sums[kLoss] = loss[0];
-  data_parallel_sum(sums);
+  data_parallel_sum(loss);
   Evaluation e;
-  if (sums[kTokens] > 0) e.lm_loss = sums[kLoss] / sums[kTokens];
-  if (sums[kBytes] > 0) e.bits_per_byte = sums[kLoss] / std::log(2.0) / sums[kBytes];
+  if (counts[kTokens] <= 0) return e;
+  e.lm_loss = loss[0] / counts[kTokens];
+  if (counts[kBytes] > 0) e.bits_per_byte = loss[0] / std::log(2.0) / counts[kBytes];
+  const std::vector<std::string> names = chunks_.front()->auxiliary_loss_names();
+  for (size_t i = 0; i < names.size(); ++i) e.auxiliary.emplace_back(names[i], loss[1 + i] / counts[kTokens]);
   return e;
 }
 

@@ -2,6 +2,7 @@
 // clipping and a learning-rate schedule, periodic evaluation, logging and checkpoints.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -69,9 +70,13 @@ class Trainer {
   double train_step(float lr, optim::StepResult& step);
   // Runs this rank's pipeline schedule over the micro-batches `batches` (forward only when not
   // training) and returns the sums of the masked token losses (non-zero on the last stage only).
-  model::LossSums run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale);
+  // per_sample_loss_weight: the batches' loss tokens per sample (model::ForwardContext).
+  model::LossSums run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale,
+                                    double per_sample_loss_weight);
+  // The auxiliary losses of `sums` in the order of the model's names (the same on every rank).
+  std::vector<float> auxiliary_values(const model::LossSums& sums) const;
   // Mean per-token loss over --eval-iters global batches of `data`, from its first sample.
-  Evaluation evaluate_on(const data::TokenDataset& data);
+  Evaluation evaluate_on(const BatchSource& data);
   // --exit-interval and --exit-duration-in-mins after an iteration, as Megatron's checkpoint_and_decide_exit:
   // saves (with --save, unless `saved` says this iteration's checkpoint was just written), prints Megatron's
   // line and returns true when the loop must stop. Collective over the world with --exit-duration-in-mins.
@@ -85,10 +90,12 @@ class Trainer {
   void say(const std::string& line);
   // This rank's micro-batch m of the global batch starting at sample `first` (Megatron's sampler:
   // each step of mbs x dp samples is split over the data-parallel ranks).
-  model::MicroBatch micro_batch(const data::TokenDataset& data, int64_t first, int64_t m) const;
-  // --mock-data, or Megatron's GPT datasets over --data-path (built on rank 0 first, which caches the
-  // sample indices, then loaded by the other ranks).
+  model::MicroBatch micro_batch(const BatchSource& data, int64_t first, int64_t m) const;
+  // --mock-data, or Megatron's GPT (BERT) datasets over --data-path (built on rank 0 first, which caches
+  // the sample indices, then loaded by the other ranks).
   void build_datasets();
+  std::array<std::shared_ptr<const BatchSource>, 3> build_gpt_batches() const;
+  std::array<std::shared_ptr<const BatchSource>, 3> build_bert_batches() const;
   data::TokenizerOptions tokenizer_options() const;  // --tokenizer-type and its files
   // Sums over the data-parallel group (in place).
   void data_parallel_sum(std::vector<float>& values) const;
@@ -106,9 +113,8 @@ class Trainer {
   std::unique_ptr<pipeline::PipelineP2P> p2p_;            // null without pipeline parallelism
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DistributedOptimizer* distributed_optimizer_ = nullptr;  // optimizer_, with --use-distributed-optimizer
-  std::shared_ptr<const data::TokenDataset> train_data_, valid_data_, test_data_;  // test: null without documents
+  std::shared_ptr<const BatchSource> train_data_, valid_data_, test_data_;  // test: null without documents
   std::unique_ptr<data::Tokenizer> text_tokenizer_;  // counts the bytes of evaluated text; null for mock data
-  BatchOptions batch_options_;
   std::unique_ptr<TrainingLog> log_;  // on world rank 0 only
   std::unique_ptr<GroupedGradBuckets> buckets_;  // one GradBuckets per gradient-reduction group
   std::unique_ptr<infer::TrainingSampler> sampler_;  // --sample-interval, made at the first sample

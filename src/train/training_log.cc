@@ -70,6 +70,9 @@ std::string format_validation_line(int64_t iteration, const Evaluation& e, const
   std::string line = printf_string(" validation loss at iteration %lld%s | lm loss value: %.6E | lm loss PPL: %.6E | ",
                                    static_cast<long long>(iteration), where.c_str(), e.lm_loss,
                                    std::exp(std::min(e.lm_loss, 20.0)));
+  for (const auto& [name, value] : e.auxiliary)
+    line += printf_string("%s value: %.6E | %s PPL: %.6E | ", name.c_str(), value, name.c_str(),
+                          std::exp(std::min(value, 20.0)));
   if (e.bits_per_byte) line += printf_string("bits per byte: %.4f | ", *e.bits_per_byte);
   return line;
 }
@@ -139,12 +142,15 @@ void TrainingLog::record_evaluation(int64_t iteration, const std::string& split,
   if (jsonl_) {
     nlohmann::json j = {{"iteration", iteration}, {split + "_lm_loss", e.lm_loss}};
     if (e.bits_per_byte) j[split + "_bits_per_byte"] = *e.bits_per_byte;
+    for (const auto& [name, value] : e.auxiliary) j[split + "_" + name] = value;
     *jsonl_ << j.dump() << std::endl;
   }
   if (tensorboard_) {
     tensorboard_->add_scalar("lm loss " + split, static_cast<float>(e.lm_loss), iteration);
     tensorboard_->add_scalar("lm loss " + split + " ppl", static_cast<float>(std::exp(std::min(e.lm_loss, 20.0))), iteration);
     if (e.bits_per_byte) tensorboard_->add_scalar("bits per byte " + split, static_cast<float>(*e.bits_per_byte), iteration);
+    for (const auto& [name, value] : e.auxiliary)
+      tensorboard_->add_scalar(name + " " + split, static_cast<float>(value), iteration);
     tensorboard_->flush();
   }
 }

@@ -31,10 +31,12 @@ std::string format_iteration_line(const IterationStats& s);
 struct Evaluation {
   double lm_loss = 0;
   std::optional<double> bits_per_byte;
+  std::vector<std::pair<std::string, double>> auxiliary;  // the model's other losses (BERT's sop loss), by name
 };
 
 // Megatron's validation line: " validation loss at iteration 10 | lm loss value: ... | lm loss PPL: ... | ",
-// then "bits per byte: ... | " when known; after training, with the split: " validation loss at
+// then each auxiliary loss as Megatron ("sop loss value: ... | sop loss PPL: ... | "), then
+// "bits per byte: ... | " when known; after training, with the split: " validation loss at
 // iteration 10 on test set | ...".
 std::string format_validation_line(int64_t iteration, const Evaluation& e, const std::string& split = "");
 // Whether to draw the progress bar: TESSERA_PROGRESS=1 or 0 when set; otherwise when stdout is a

@@ -3,6 +3,7 @@
 #include "kernels/cpu/activations.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "core/profiler.h"
@@ -73,6 +74,18 @@ void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, i
       math::swiglu_backward(gate[c], up[c], dyr[c], dgate[c], dup[c]);
     }
   }
+}
+
+void tanh_forward(const float* x, float* y, int64_t n) {
+  TESSERA_PROFILE_SCOPE("tanh_forward");
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+}
+
+void tanh_backward(const float* y, const float* dy, float* dx, int64_t n) {
+  TESSERA_PROFILE_SCOPE("tanh_backward");
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
 }
 
 }  // namespace tessera::kernels::cpu

@@ -21,4 +21,8 @@ void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width, DType
 // dx [rows, 2*width] overwritten.
 void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t width);
 
+// tanh and its gradient from the output: dx = dy * (1 - y^2) (dx may alias dy).
+void tanh_forward(const float* x, float* y, int64_t n);
+void tanh_backward(const float* y, const float* dy, float* dx, int64_t n);
+
 }  // namespace tessera::kernels::cpu
