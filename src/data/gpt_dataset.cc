@@ -33,7 +33,8 @@ std::string trim(std::string_view s) {
 // Python's round() to an integer: half to even, which is nearbyint under the default rounding mode.
 int64_t python_round(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
 
-// 64-bit FNV-1a: names cache files; the full description stored beside them guards collisions.
+}  // namespace
+
 std::string fnv1a_hex(const std::string& s) {
   uint64_t h = 14695981039346656037ULL;
   for (unsigned char c : s) {
@@ -76,6 +77,8 @@ std::string read_text_file(const std::string& path) {
   MappedFile f(path);
   return std::string(f.data() == nullptr ? "" : f.data(), f.size());
 }
+
+namespace {
 
 // ---- .npy ----
 

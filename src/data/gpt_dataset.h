@@ -95,6 +95,15 @@ class NpyArray {
   std::shared_ptr<const void> owner_;  // the vector or the MappedFile that holds data_
 };
 
+// ---- cache files (shared by the datasets that cache indices) ----
+
+// 64-bit FNV-1a as 16 hex digits: names cache files; the full description stored beside them
+// guards collisions.
+std::string fnv1a_hex(const std::string& s);
+// Writes a temporary file beside `path` and renames it into place; throws tessera::Error naming it.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+std::string read_text_file(const std::string& path);
+
 // ---- the algorithm, as free functions (tested one by one against a Python transcription) ----
 
 // _get_num_epochs: epochs until num_samples * seq_length + 1 tokens are covered (1 for nullopt).

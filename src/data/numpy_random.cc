@@ -1,5 +1,7 @@
 #include "data/numpy_random.h"
 
+#include "core/check.h"
+
 namespace tessera::data {
 
 namespace {
@@ -65,6 +67,17 @@ uint64_t NumpyRandomState::random_interval(uint64_t max) {
     }
   }
   return value;
+}
+
+double NumpyRandomState::random_sample() {
+  const uint32_t a = next_uint32() >> 5;  // sequenced: a is drawn first
+  const uint32_t b = next_uint32() >> 6;
+  return (a * 67108864.0 + b) / 9007199254740992.0;
+}
+
+int64_t NumpyRandomState::randint(int64_t low, int64_t high) {
+  TESSERA_CHECK(high > low, "randint: low >= high (", low, ", ", high, ")");
+  return low + static_cast<int64_t>(random_interval(static_cast<uint64_t>(high - 1 - low)));
 }
 
 }  // namespace tessera::data

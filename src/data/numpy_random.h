@@ -1,7 +1,7 @@
 // NumPy's legacy random state, `numpy.random.RandomState(seed)`, reproduced bit for bit for the
-// two things Megatron-LM's datasets use it for: MT19937 seeded with a 32-bit integer, and
-// `shuffle` of a 1-D array. Megatron shuffles its document and sample indices with it, so the
-// same seed gives the same samples in the same order as Megatron.
+// things Megatron-LM's datasets use it for: MT19937 seeded with a 32-bit integer, `shuffle` of a
+// 1-D array (or a list), `random()` and `randint`. Megatron shuffles its document and sample indices
+// with it and draws BERT's masking from it, so the same seed gives the same samples as Megatron.
 #pragma once
 
 #include <array>
@@ -24,6 +24,11 @@ class NumpyRandomState {
   // A uniform integer in [0, max] by masked rejection, NumPy's random_interval: 32-bit draws
   // while max fits 32 bits, else 64-bit draws.
   uint64_t random_interval(uint64_t max);
+  // RandomState.random() (random_sample): 53 bits from two draws, (a >> 5) * 2^26 + (b >> 6), over 2^53.
+  double random_sample();
+  // RandomState.randint(low, high) for high > low (default int64 dtype): low + random_interval(high - 1 - low),
+  // which draws nothing when high - low == 1.
+  int64_t randint(int64_t low, int64_t high);
 
   // RandomState.shuffle(x) for a 1-D array: Fisher-Yates from the end, j = random_interval(i).
   // The result does not depend on the element type, as in NumPy.
