@@ -13,6 +13,7 @@ int serve_command(const std::vector<std::string>& args);
 int eval_command(const std::vector<std::string>& args);
 int tokenize_command(const std::vector<std::string>& args);
 int preprocess_command(const std::vector<std::string>& args);
+int split_sentences_command(const std::vector<std::string>& args);
 int merge_datasets_command(const std::vector<std::string>& args);
 int tokenizer_command(const std::vector<std::string>& args);  // `tokenizer train ...`
 int convert_command(const std::vector<std::string>& args);

@@ -1,14 +1,19 @@
-// `tessera preprocess` (Megatron's tools/preprocess_data.py) and `tessera merge-datasets`
-// (tools/merge_datasets.py).
+// `tessera preprocess` (Megatron's tools/preprocess_data.py), `tessera split-sentences` (its
+// sentence-splitting pass alone: jsonl in, each key's text as a list of sentences out) and
+// `tessera merge-datasets` (tools/merge_datasets.py).
 #include <unistd.h>
 
+#include <cctype>
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "apps/command_line.h"
 #include "apps/commands.h"
 #include "core/check.h"
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
+#include "data/sentence_splitter.h"
 #include "data/tokenizer_factory.h"
 
 namespace tessera::apps {
@@ -38,8 +43,14 @@ int preprocess_command(const std::vector<std::string>& args) {
   app.add_option("--input", o.inputs, "Input files (jsonl, or plain text with --input-format)")->required();
   app.add_option("--input-format", format, "jsonl, text (one document per file) or paragraphs (blank-line separated)");
   app.add_option("--json-keys", o.json_keys, "Keys of the jsonl objects to extract");
-  app.add_option("--output-prefix", o.output_prefix, "Writes PREFIX_KEY_document.bin/.idx")->required();
+  app.add_option("--output-prefix", o.output_prefix,
+                 "Writes PREFIX_KEY_document.bin/.idx (PREFIX_KEY_sentence with --split-sentences)")
+      ->required();
   app.add_flag("--append-eod", o.append_eod, "Append the end-of-document id to every document");
+  app.add_flag("--split-sentences", o.split_sentences,
+               "Split documents into sentences: one sequence per sentence, documents in the index");
+  app.add_flag("--keep-newlines", o.keep_newlines,
+               "With --split-sentences: sentences keep the whitespace and newlines after them");
   app.add_option("--workers", o.workers, "Tokenizing threads");
   app.add_flag("--skip-malformed", o.skip_malformed, "Skip and count malformed lines instead of stopping");
   app.add_option("--tokenizer-type", tok.type, "GPT2BPETokenizer, SentencePieceTokenizer, NullTokenizer, ...")
@@ -50,6 +61,12 @@ int preprocess_command(const std::vector<std::string>& args) {
   app.add_option("--vocab-size", tok.vocab_size, "Vocabulary size of the NullTokenizer");
   if (!parse_command_line(app, args, "preprocess")) return 0;
   o.format = data::parse_input_format(format);
+  TESSERA_CHECK(o.split_sentences || !o.keep_newlines, "--keep-newlines: only with --split-sentences");
+  std::string type_lower = tok.type;
+  for (char& c : type_lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (type_lower.starts_with("bert") && !o.split_sentences)  // as Megatron warns
+    std::cerr << "Are you sure you don't want to split sentences? (a BERT tokenizer without --split-sentences)"
+              << std::endl;
   std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(tok);
 
   const bool terminal = ::isatty(STDERR_FILENO) == 1;
@@ -58,11 +75,55 @@ int preprocess_command(const std::vector<std::string>& args) {
   });
   if (terminal) std::cerr << "\n";
   for (const std::string& key : o.json_keys)
-    std::cout << "wrote " << data::output_dataset_prefix(o.output_prefix, key) << ".bin/.idx" << std::endl;
-  std::cout << done.documents << " documents, " << done.tokens << " tokens in " << done.seconds << " s";
+    std::cout << "wrote " << data::output_dataset_prefix(o.output_prefix, key, o.split_sentences) << ".bin/.idx"
+              << std::endl;
+  std::cout << done.documents << " documents, ";
+  if (o.split_sentences) std::cout << done.sentences << " sentences, ";
+  std::cout << done.tokens << " tokens in " << done.seconds << " s";
   if (done.skipped_empty) std::cout << "; skipped " << done.skipped_empty << " empty documents";
   if (done.skipped_malformed) std::cout << "; skipped " << done.skipped_malformed << " malformed lines";
   std::cout << std::endl;
+  return 0;
+}
+
+int split_sentences_command(const std::vector<std::string>& args) {
+  std::string input, output;
+  std::vector<std::string> keys{"text"};
+  bool keep_newlines = false;
+  CLI::App app{"tessera split-sentences: the sentences of jsonl documents, as preprocess --split-sentences "
+               "splits them",
+               "tessera split-sentences"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--input", input, "jsonl input")->required();
+  app.add_option("--output", output, "jsonl output: one object per line, each key a list of sentences")->required();
+  app.add_option("--json-keys", keys, "Keys of the jsonl objects to split");
+  app.add_flag("--keep-newlines", keep_newlines, "Sentences keep the whitespace and newlines after them");
+  if (!parse_command_line(app, args, "split-sentences")) return 0;
+  std::ifstream in(input, std::ios::binary);
+  TESSERA_CHECK(in.is_open(), "--input: cannot open ", input);
+  std::ofstream out(output, std::ios::binary);
+  TESSERA_CHECK(out.is_open(), "--output: cannot write ", output);
+  const data::SentenceSplitter splitter(keep_newlines);
+  std::vector<std::string> texts;
+  int64_t lines = 0, documents = 0, sentences = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lines;
+    if (line.empty()) continue;
+    std::string error = data::parse_jsonl_line(line, keys, texts);
+    TESSERA_CHECK(error.empty(), input, ":", lines, ": ", error);
+    nlohmann::json j = nlohmann::json::object();
+    for (size_t k = 0; k < keys.size(); ++k) {
+      nlohmann::json list = nlohmann::json::array();
+      for (std::string_view s : splitter.split(texts[k])) list.push_back(std::string(s));
+      sentences += static_cast<int64_t>(list.size());
+      j[keys[k]] = std::move(list);
+    }
+    out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    ++documents;
+  }
+  out.close();
+  TESSERA_CHECK(out.good(), "--output: writing ", output, " failed");
+  std::cout << documents << " documents, " << sentences << " sentences -> " << output << std::endl;
   return 0;
 }
 

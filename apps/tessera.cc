@@ -24,6 +24,7 @@ constexpr const char* kUsage =
     "  tokenize          text on stdin to token ids on stdout (--decode: the reverse)\n"
     "  tokenizer train   train a SentencePiece BPE or unigram model on text files\n"
     "  preprocess        jsonl or plain text to Megatron .bin/.idx datasets\n"
+    "  split-sentences   the sentences of jsonl documents, as preprocess --split-sentences splits them\n"
     "  merge-datasets    concatenate .bin/.idx datasets\n"
     "  convert           checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM)\n"
     "  plan              memory, iteration time and throughput of a run before launching it; --search for layouts\n";
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     if (command == "tokenize") return tessera::apps::tokenize_command(args);
     if (command == "tokenizer") return tessera::apps::tokenizer_command(args);
     if (command == "preprocess") return tessera::apps::preprocess_command(args);
+    if (command == "split-sentences") return tessera::apps::split_sentences_command(args);
     if (command == "merge-datasets") return tessera::apps::merge_datasets_command(args);
     if (command == "convert") return tessera::apps::convert_command(args);
     if (command == "debug-forward") return tessera::apps::debug_forward_command(args);

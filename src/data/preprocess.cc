@@ -91,13 +91,15 @@ class DocumentReader {
   int64_t bytes_total_ = 0, bytes_read_ = 0;
 };
 
-// One document tokenized: ids per key, or the reason it was rejected.
+// One document tokenized: ids and sequence lengths per key, or the reason it was rejected.
 struct TokenizedDocument {
-  std::vector<std::vector<int32_t>> ids;  // one per key
+  std::vector<std::vector<int32_t>> ids;      // one per key
+  std::vector<std::vector<int64_t>> lengths;  // one per key: the sequences of ids
   std::string error;
 };
 
-TokenizedDocument tokenize(const RawDocument& doc, const PreprocessOptions& o, const Tokenizer& tokenizer) {
+TokenizedDocument tokenize(const RawDocument& doc, const PreprocessOptions& o, const Tokenizer& tokenizer,
+                           const SentenceSplitter* splitter) {
   TokenizedDocument out;
   std::vector<std::string> texts;
   if (o.format == InputFormat::Jsonl) {
@@ -110,14 +112,36 @@ TokenizedDocument tokenize(const RawDocument& doc, const PreprocessOptions& o, c
     texts.push_back(doc.text);
   }
   for (const std::string& text : texts) {
-    std::vector<int32_t> ids = tokenizer.encode(text);
-    if (!ids.empty() && o.append_eod) ids.push_back(tokenizer.eod());
-    out.ids.push_back(std::move(ids));
+    out.lengths.emplace_back();
+    out.ids.push_back(encode_document(text, tokenizer, splitter, o.append_eod, out.lengths.back()));
   }
   return out;
 }
 
 }  // namespace
+
+std::vector<int32_t> encode_document(std::string_view text, const Tokenizer& tokenizer,
+                                     const SentenceSplitter* splitter, bool append_eod,
+                                     std::vector<int64_t>& lengths) {
+  lengths.clear();
+  std::vector<int32_t> ids;
+  if (splitter) {
+    for (std::string_view sentence : splitter->split(text)) {
+      std::vector<int32_t> s = tokenizer.encode(sentence);
+      if (s.empty()) continue;
+      ids.insert(ids.end(), s.begin(), s.end());
+      lengths.push_back(static_cast<int64_t>(s.size()));
+    }
+  } else {
+    ids = tokenizer.encode(text);
+    if (!ids.empty()) lengths.push_back(static_cast<int64_t>(ids.size()));
+  }
+  if (!ids.empty() && append_eod) {
+    ids.push_back(tokenizer.eod());
+    ++lengths.back();
+  }
+  return ids;
+}
 
 std::string parse_jsonl_line(std::string_view line, const std::vector<std::string>& json_keys,
                              std::vector<std::string>& texts) {
@@ -142,8 +166,8 @@ InputFormat parse_input_format(const std::string& name) {
   throw Error(str_cat("--input-format=", name, ": must be jsonl, text or paragraphs"));
 }
 
-std::string output_dataset_prefix(const std::string& output_prefix, const std::string& key) {
-  return str_cat(output_prefix, "_", key, "_document");
+std::string output_dataset_prefix(const std::string& output_prefix, const std::string& key, bool split_sentences) {
+  return str_cat(output_prefix, "_", key, split_sentences ? "_sentence" : "_document");
 }
 
 PreprocessProgress preprocess(const PreprocessOptions& o, const Tokenizer& tokenizer,
@@ -154,11 +178,14 @@ PreprocessProgress preprocess(const PreprocessOptions& o, const Tokenizer& token
   TESSERA_CHECK(!o.json_keys.empty(), "--json-keys: at least one key");
   TESSERA_CHECK(o.format == InputFormat::Jsonl || o.json_keys.size() == 1, "--json-keys: plain-text input has ",
                 "one document text; give a single key (it names the output)");
+  TESSERA_CHECK(o.split_sentences || !o.keep_newlines, "--keep-newlines: only with --split-sentences");
   DocumentReader reader(o);
+  const SentenceSplitter splitter(o.keep_newlines);
+  const SentenceSplitter* split = o.split_sentences ? &splitter : nullptr;
   std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
   for (const std::string& key : o.json_keys)
-    builders.push_back(std::make_unique<IndexedDatasetBuilder>(output_dataset_prefix(o.output_prefix, key),
-                                                               best_dtype(tokenizer.vocab_size())));
+    builders.push_back(std::make_unique<IndexedDatasetBuilder>(
+        output_dataset_prefix(o.output_prefix, key, o.split_sentences), best_dtype(tokenizer.vocab_size())));
   PreprocessProgress p;
   p.bytes_total = reader.bytes_total();
   Timer timer, since_report;
@@ -166,7 +193,7 @@ PreprocessProgress preprocess(const PreprocessOptions& o, const Tokenizer& token
        chunk = reader.next(o.chunk_documents)) {
     std::vector<TokenizedDocument> done(chunk.size());
 #pragma omp parallel for num_threads(o.workers) schedule(dynamic, 16)
-    for (size_t i = 0; i < chunk.size(); ++i) done[i] = tokenize(chunk[i], o, tokenizer);
+    for (size_t i = 0; i < chunk.size(); ++i) done[i] = tokenize(chunk[i], o, tokenizer, split);
     for (TokenizedDocument& d : done) {  // in input order
       if (!d.error.empty()) {
         TESSERA_CHECK(o.skip_malformed, d.error, " (--skip-malformed skips such lines)");
@@ -180,8 +207,9 @@ PreprocessProgress preprocess(const PreprocessOptions& o, const Tokenizer& token
         continue;
       }
       for (size_t k = 0; k < d.ids.size(); ++k) {
-        builders[k]->add_document(d.ids[k]);
+        builders[k]->add_document(d.ids[k], d.lengths[k]);
         p.tokens += static_cast<int64_t>(d.ids[k].size());
+        p.sentences += static_cast<int64_t>(d.lengths[k].size());
       }
       ++p.documents;
     }
