@@ -24,6 +24,15 @@ class Tokenizer {
   virtual int32_t eod() const = 0;
   // Megatron's --tokenizer-type value, e.g. "GPT2BPETokenizer".
   virtual std::string_view name() const = 0;
+
+  // BERT's special ids (Megatron's tokenizer.cls, .sep, .mask, .pad), -1 for a tokenizer without them.
+  virtual int32_t cls() const { return -1; }
+  virtual int32_t sep() const { return -1; }
+  virtual int32_t mask() const { return -1; }
+  virtual int32_t pad() const { return -1; }
+  // The vocabulary entry of one id (Megatron's inv_vocab[id]), e.g. "##ing" for a WordPiece
+  // continuation; by default the id's decoded text.
+  virtual std::string token_text(int32_t id) const { return decode(std::span<const int32_t>(&id, 1)); }
 };
 
 }  // namespace tessera::data

@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include "train/bert_batching.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -212,7 +214,25 @@ void Trainer::build_datasets() {
 }
 
 std::array<std::shared_ptr<const BatchSource>, 3> Trainer::build_bert_batches() const {
-  throw Error("BERT datasets over --data-path are not built yet");
+  data::BertDataConfig config;
+  config.data_path = args_.data_path;
+  config.split = args_.split;
+  config.seq_length = args_.model.seq_length;
+  config.seed = static_cast<uint32_t>(args_.seed);
+  config.cache_path = args_.data_cache_path;
+  config.mask_prob = args_.mask_prob;
+  config.short_seq_prob = args_.short_seq_prob;
+  config.binary_head = args_.model.bert_binary_head;
+  config.test_split_optional = true;
+  const auto sizes = data::megatron_num_samples(args_.train_iters, args_.global_batch_size, args_.eval_interval,
+                                                args_.eval_iters);
+  const auto vocab =
+      std::make_shared<const data::MaskingVocabulary>(masking_vocabulary(*data::build_tokenizer(tokenizer_options())));
+  std::array<std::shared_ptr<const BatchSource>, 3> sets;
+  const auto datasets = data::build_bert_datasets(config, sizes, vocab);
+  for (int split = 0; split < 3; ++split)
+    if (datasets[split]) sets[split] = std::make_shared<BertBatches>(datasets[split], config.binary_head);
+  return sets;
 }
 
 std::array<std::shared_ptr<const BatchSource>, 3> Trainer::build_gpt_batches() const {
