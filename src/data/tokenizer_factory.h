@@ -10,8 +10,9 @@ namespace tessera::data {
 
 struct TokenizerOptions {
   std::string type;  // --tokenizer-type: GPT2BPETokenizer, SentencePieceTokenizer (and its GPT/Llama2
-                     // variants), NullTokenizer
-  std::string vocab_file;       // --vocab-file (GPT-2: encoder.json / vocab.json)
+                     // variants), BertWordPieceLowerCase,
+                     // BertWordPieceCase, NullTokenizer
+  std::string vocab_file;       // --vocab-file (GPT-2: encoder.json / vocab.json; BERT: vocab.txt)
   std::string merge_file;       // --merge-file (GPT-2: vocab.bpe / merges.txt)
   std::string tokenizer_model;  // --tokenizer-model (SentencePiece)
   int64_t vocab_size = 0;       // --vocab-size (NullTokenizer)
