@@ -73,10 +73,11 @@ class BertWordPieceTokenizer final : public Tokenizer {
   int32_t eod() const override;  // [EOS]
   std::string_view name() const override;
 
-  int32_t cls() const;
-  int32_t sep() const;
-  int32_t mask() const;
-  int32_t pad() const;
+  int32_t cls() const override;
+  int32_t sep() const override;
+  int32_t mask() const override;
+  int32_t pad() const override;
+  std::string token_text(int32_t id) const override { return token(id); }
   int32_t unk() const;
   int32_t bos() const;
   int32_t eos() const;
