@@ -66,4 +66,5 @@ expect_failure "--model-family=t5: must be one of" "$tessera" train "${flags[@]}
 expect_failure "--mask-prob=1.5: must be in (0, 1)" "$tessera" pretrain_bert "${flags[@]}" --mask-prob 1.5
 expect_failure "has no [CLS], [SEP], [MASK] and [PAD] tokens" \
   "$tessera" pretrain_bert "${flags[@]/BertWordPieceLowerCase/NullTokenizer}" --vocab-size 100
+expect_failure "holds a 'bert' model, a bidirectional encoder" "$tessera" generate --load "$work/ckpt" --prompt "the model"
 finish bert_cli

@@ -53,6 +53,9 @@ LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
   pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(config_.num_layers), stages, {stage, 0});
   model::ModelChunk chunk{layers.first, layers.count, stage == 0, stage == o.pipeline_model_parallel_size - 1};
   model_ = model::build_model_chunk(config_, params_, tp_, chunk);
+  TESSERA_CHECK(model_->causal_language_model(), "--load=", o.load, ": the checkpoint holds a '", config_.family,
+                "' model, a bidirectional encoder; generation, serving and zero-shot evaluation need a causal "
+                "language model (gpt)");
   params_.allocate(0);
   iteration_ = ckpt::load_checkpoint(o.load, params_, nullptr).iteration;
   runner_ = make_model_runner(*model_, tp_, &state_->pipeline_group());

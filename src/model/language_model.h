@@ -94,6 +94,10 @@ class LanguageModelChunk {
   virtual const ModelChunk& chunk() const = 0;
   virtual void set_recompute(const Recompute& r) = 0;
 
+  // Whether the model predicts the next token (GPT), so that generation and zero-shot evaluation apply;
+  // a bidirectional encoder (BERT) does not.
+  virtual bool causal_language_model() const { return true; }
+
   // The names of the auxiliary losses forward may add to LossSums (the same on every chunk of a model).
   virtual std::vector<std::string> auxiliary_loss_names() const { return {}; }
 
