@@ -169,13 +169,16 @@ struct Problem {
   }
 };
 
-// Runs the kernel on one problem and compares all five outputs with the float64 reference; `doc`, when
-// not empty, is the doc_start mask ([batch, seq]).
-void expect_matches_reference(const AttentionShape& s, float p, uint64_t seed, const std::vector<int32_t>& doc = {}) {
-  SCOPED_TRACE(::testing::Message() << "seq " << s.seq << " kv_heads " << s.kv_heads << " d " << s.head_dim
-                                    << " p " << p << (doc.empty() ? "" : " with documents"));
+// Runs the kernel on one problem and compares all five outputs with the float64 reference; `mask`, when
+// not empty, is the doc_start mask of causal attention or the padding mask of bidirectional attention
+// ([batch, seq]).
+void expect_matches_reference(const AttentionShape& s, float p, uint64_t seed, const std::vector<int32_t>& mask = {}) {
+  SCOPED_TRACE(::testing::Message() << (s.causal ? "causal" : "bidirectional") << " seq " << s.seq << " kv_heads "
+                                    << s.kv_heads << " d " << s.head_dim << " p " << p
+                                    << (mask.empty() ? "" : " with a mask"));
   Problem pr(s, p, seed);
-  if (!doc.empty()) pr.set_docs(doc);
+  if (!mask.empty() && s.causal) pr.set_docs(mask);
+  if (!mask.empty() && !s.causal) pr.set_padding(mask);
   pr.run();
   const auto q = to_double(pr.q), k = to_double(pr.k), v = to_double(pr.v);
   Reference ref = reference_forward(q, k, v, pr.shape, pr.scale, pr.drop);
@@ -495,23 +498,6 @@ std::vector<int32_t> padding_mask(int64_t seq, int64_t batch, const std::vector<
   return m;
 }
 
-void expect_bidirectional_matches_reference(AttentionShape s, float p, uint64_t seed, const std::vector<int32_t>& mask) {
-  SCOPED_TRACE(::testing::Message() << "bidirectional seq " << s.seq << " kv_heads " << s.kv_heads << " d "
-                                    << s.head_dim << " p " << p << (mask.empty() ? "" : " with padding"));
-  s.causal = false;
-  Problem pr(s, p, seed);
-  if (!mask.empty()) pr.set_padding(mask);
-  pr.run();
-  const auto q = to_double(pr.q), k = to_double(pr.k), v = to_double(pr.v);
-  Reference ref = reference_forward(q, k, v, pr.shape, pr.scale, pr.drop);
-  reference_backward(q, k, v, to_double(pr.dout), pr.shape, pr.scale, pr.drop, ref);
-  EXPECT_LE(max_scaled_error(pr.out, ref.out, 1e-5, 1e-5), 1.0);
-  EXPECT_LE(max_scaled_error(pr.lse, ref.lse, 1e-5, 1e-5), 1.0);
-  EXPECT_LE(max_scaled_error(pr.dq, ref.dq, 1e-5, 1e-5), 1.0);
-  EXPECT_LE(max_scaled_error(pr.dk, ref.dk, 1e-5, 1e-5), 1.0);
-  EXPECT_LE(max_scaled_error(pr.dv, ref.dv, 1e-5, 1e-5), 1.0);
-}
-
 TEST(Attention, BidirectionalMatchesFloat64Reference) {
   const int64_t seqs[] = {1, 7, 67, 130, 200};
   const int64_t kv_heads[] = {4, 2, 1};
@@ -524,10 +510,11 @@ TEST(Attention, BidirectionalMatchesFloat64Reference) {
       for (float p : {0.0f, 0.1f}) {
         AttentionShape s{.seq = seq, .batch = 3, .heads = 4, .kv_heads = kv_heads[ki],
                          .head_dim = dims[(si + ki) % 4]};
+        s.causal = false;
         ++case_id;
-        expect_bidirectional_matches_reference(s, p, 300 + case_id, {});
-        expect_bidirectional_matches_reference(s, p, 400 + case_id, padding_mask(seq, 3, lengths, false, case_id));
-        expect_bidirectional_matches_reference(s, p, 500 + case_id, padding_mask(seq, 3, lengths, true, case_id));
+        expect_matches_reference(s, p, 300 + case_id, {});
+        expect_matches_reference(s, p, 400 + case_id, padding_mask(seq, 3, lengths, false, case_id));
+        expect_matches_reference(s, p, 500 + case_id, padding_mask(seq, 3, lengths, true, case_id));
       }
   }
 }

@@ -2,22 +2,9 @@
 
 #include "kernels/tensor_ops.h"
 #include "kernels/token_layout.h"
+#include "model/batch_layout.h"
 
 namespace tessera::model {
-namespace {
-
-Tensor to_seq_major(const Tensor& t) {
-  Tensor out = Tensor::empty({t.dim(1), t.dim(0)}, t.dtype());
-  kernels::transpose_rows(t, out);
-  return out;
-}
-
-void check_ids(const Tensor& ids, int64_t limit, const char* what) {
-  const kernels::IdOutside bad = kernels::first_id_outside(ids, 0, limit);
-  TESSERA_CHECK(bad.index < 0, what, " id ", bad.id, " is outside [0, ", limit, ")");
-}
-
-}  // namespace
 
 int64_t BertActivations::bytes() const {
   int64_t total = block.bytes() + head_bytes();
@@ -67,7 +54,7 @@ Tensor BertModel::chunk_input(const MicroBatch& batch, const Tensor& input, cons
     if (c.num_tokentypes > 0) {
       TESSERA_CHECK(batch.token_types.defined(), "BERT with the binary head needs token types");
       rec.token_types = to_seq_major(batch.token_types);
-      check_ids(rec.token_types, c.num_tokentypes, "token type");
+      check_ids(rec.token_types, c.num_tokentypes, "token type", "the token types");
     }
     return embedding_->forward(rec.tokens, rec.positions, rec.token_types, ctx);
   }
@@ -95,7 +82,7 @@ Tensor BertModel::forward(const MicroBatch& batch, const Tensor& input, const Fo
     TESSERA_CHECK(batch.sentence_order.defined() && batch.sentence_order.numel() == ctx.batch,
                   "BERT with the binary head needs a sentence-order label per sample");
     rec.sentence_order = batch.sentence_order;
-    check_ids(rec.sentence_order, 2, "sentence-order label");
+    check_ids(rec.sentence_order, 2, "sentence-order label", "the labels");
   }
   if (hooks.params_needed_below) hooks.params_needed_below(heads_->end_offset());
   heads_->forward(x, ctx, rec, losses);

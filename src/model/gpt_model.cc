@@ -2,23 +2,9 @@
 
 #include "kernels/tensor_ops.h"
 #include "kernels/token_layout.h"
+#include "model/batch_layout.h"
 
 namespace tessera::model {
-namespace {
-
-// [batch, seq] -> [seq, batch], the activation layout.
-Tensor to_seq_major(const Tensor& t) {
-  Tensor out = Tensor::empty({t.dim(1), t.dim(0)}, t.dtype());
-  kernels::transpose_rows(t, out);
-  return out;
-}
-
-void check_ids(const Tensor& ids, int64_t limit, const char* what) {
-  const kernels::IdOutside bad = kernels::first_id_outside(ids, 0, limit);
-  TESSERA_CHECK(bad.index < 0, what, " id ", bad.id, " is outside the vocabulary [0, ", limit, ")");
-}
-
-}  // namespace
 
 int64_t GptActivations::bytes() const {
   int64_t total = block.bytes() + head_bytes();
