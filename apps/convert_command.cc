@@ -3,7 +3,8 @@
 //   tessera convert --loader tessera --saver hf --load-dir CKPT --save-dir HF [--max-shard-size 5GB]
 //   tessera convert --loader hf --saver tessera --load-dir HF --save-dir CKPT
 // and the hidden `tessera debug-forward`, which writes a checkpoint's logits and loss gradients on
-// given tokens for the parity test against the PyTorch reference (tests/hf_parity.sh).
+// given tokens for the parity tests against the PyTorch references (tests/hf_parity.sh, and for BERT
+// tests/hf_bert_parity.sh).
 #include <iostream>
 
 #include "apps/command_line.h"
@@ -11,6 +12,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_convert.h"
 #include "ckpt/safetensors.h"
+#include "model/bert_model.h"
 #include "model/gpt_model.h"
 
 namespace tessera::apps {
@@ -31,11 +33,94 @@ int64_t parse_size(const std::string& s) {
   return n * scale;
 }
 
+// BERT's debug-forward: a batch of `batch` samples, flat [batch, seq] ids. Writes the MLM logits
+// [batch, seq, padded vocab], the sentence-order logits [batch, 2] (with the binary head), the loss
+// (mean MLM loss over the labelled positions + mean sentence-order loss) and its gradients in Hugging Face
+// layout.
+struct BertInputs {
+  int64_t batch = 1;
+  std::vector<int32_t> token_types, padding_mask, labels, sentence_order;
+};
+
+int bert_debug_forward(const model::ModelConfig& config, const std::string& load, const std::vector<int32_t>& tokens,
+                       const BertInputs& in, const std::string& out) {
+  const int64_t b = in.batch, n = static_cast<int64_t>(tokens.size());
+  TESSERA_CHECK(b >= 1 && n % b == 0, "--tokens: ", n, " ids are not --batch-size ", b, " equal samples");
+  const int64_t s = n / b;
+  auto flat = [&](const std::vector<int32_t>& v, const char* flag, int64_t size, bool required) {
+    TESSERA_CHECK(static_cast<int64_t>(v.size()) == size || (v.empty() && !required), flag, ": ", v.size(),
+                  " values, expected ", size);
+  };
+  flat(in.token_types, "--token-types", n, config.bert_binary_head);
+  flat(in.padding_mask, "--padding-mask", n, false);
+  flat(in.labels, "--labels", n, true);
+  flat(in.sentence_order, "--sentence-order", b, config.bert_binary_head);
+
+  model::ParameterSet params;
+  model::BertModel bert(config, params);
+  params.allocate(0);
+  ckpt::load_checkpoint(load, params, nullptr);
+
+  model::MicroBatch mb;
+  auto ints = [](const Shape& shape, const std::vector<int32_t>& v, int32_t fill) {
+    Tensor t = Tensor::empty(shape, DType::I32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = v.empty() ? fill : v[i];
+    return t;
+  };
+  mb.tokens = ints({b, s}, tokens, 0);
+  mb.padding_mask = ints({b, s}, in.padding_mask, 1);
+  if (config.bert_binary_head) {
+    mb.token_types = ints({b, s}, in.token_types, 0);
+    mb.sentence_order = ints({b}, in.sentence_order, 0);
+  }
+  mb.labels = Tensor::empty({b, s}, DType::I32);
+  mb.loss_mask = Tensor::empty({b, s});
+  double labelled = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool scored = in.labels[i] >= 0;  // -1: not a masked position
+    mb.labels.i32()[i] = scored ? in.labels[i] : 0;
+    mb.loss_mask.f32()[i] = scored ? 1.0f : 0.0f;
+    labelled += scored ? 1 : 0;
+  }
+  TESSERA_CHECK(labelled > 0, "--labels: no position is labelled (all -1)");
+  model::ForwardContext ctx{0, 1, 0, /*training=*/false, s, b};
+  // The trainer's weighting: every loss is divided by the labelled tokens, the per-sample one times
+  // tokens per sample, so the objective is mean MLM loss + mean sentence-order loss.
+  ctx.per_sample_loss_weight = labelled / static_cast<double>(b);
+  std::unique_ptr<model::ChunkRecord> record = bert.make_record();
+  model::LossSums losses;
+  bert.forward(mb, Tensor(), ctx, *record, losses);
+  auto& rec = static_cast<model::BertActivations&>(*record);
+  // Logits rows are [seq, batch]; the file has them [batch, seq, vocab].
+  const int64_t v = rec.logits.dim(1);
+  Tensor logits = Tensor::empty({b, s, v});
+  for (int64_t i = 0; i < s; ++i)
+    for (int64_t j = 0; j < b; ++j)
+      std::copy(rec.logits.f32() + (i * b + j) * v, rec.logits.f32() + (i * b + j + 1) * v,
+                logits.f32() + (j * s + i) * v);
+  std::vector<std::pair<std::string, Tensor>> outs{{"mlm_logits", logits}};
+  if (config.bert_binary_head) outs.emplace_back("binary_logits", rec.binary_logits.clone());
+  double total = losses.lm;
+  for (const auto& [name, value] : losses.auxiliary) total += value;
+  Tensor loss = Tensor::empty({1});
+  loss.f32()[0] = static_cast<float>(total / labelled);
+  outs.emplace_back("loss", loss);
+
+  params.zero_grad();
+  bert.backward(rec, Tensor(), ctx, static_cast<float>(1.0 / labelled));
+  std::map<std::string, Tensor> grads;
+  for (const model::Parameter& p : params.params()) grads[p.spec.name] = p.grad;
+  for (auto& [name, g] : ckpt::to_hugging_face_layout(config, grads)) outs.emplace_back("grad." + name, g);
+  ckpt::write_safetensors(out, outs);
+  return 0;
+}
+
 }  // namespace
 
 int convert_command(const std::vector<std::string>& args) {
   std::string loader, saver, load_dir, save_dir, max_shard = "5GB";
-  CLI::App app{"tessera convert: Tessera checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM)",
+  CLI::App app{"tessera convert: Tessera checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM, "
+               "BertForPreTraining, MegatronBertForPreTraining, and their ForMaskedLM)",
                "tessera convert"};
   app.option_defaults()->always_capture_default();
   app.add_option("--loader", loader, "Format read: tessera or hf")->required()->check(CLI::IsMember({"tessera", "hf"}));
@@ -59,11 +144,27 @@ int debug_forward_command(const std::vector<std::string>& args) {
   CLI::App app{"tessera debug-forward: logits and loss gradients of a checkpoint on tokens (for parity tests)",
                "tessera debug-forward"};
   app.add_option("--load", load, "Checkpoint directory")->required();
-  app.add_option("--tokens", tokens, "Token ids: the model reads all but the last and predicts all but the first")
+  app.add_option("--tokens", tokens,
+                 "Token ids. GPT: the model reads all but the last and predicts all but the first; BERT: "
+                 "--batch-size samples of equal length, one after the other")
       ->required()->delimiter(',');
   app.add_option("--out", out, "safetensors file to write: logits, loss and the gradients in Hugging Face layout")
       ->required();
+  BertInputs bert;
+  app.add_option("--batch-size", bert.batch, "BERT: samples in --tokens");
+  app.add_option("--token-types", bert.token_types, "BERT: a token type (0/1) per id")->delimiter(',');
+  app.add_option("--padding-mask", bert.padding_mask, "BERT: 1 on tokens, 0 on padding, per id (default all 1)")
+      ->delimiter(',');
+  app.add_option("--labels", bert.labels, "BERT: the masked-LM label per id, -1 where not predicted")->delimiter(',');
+  app.add_option("--sentence-order", bert.sentence_order, "BERT: the sentence-order label (0/1) per sample")
+      ->delimiter(',');
   if (!parse_command_line(app, args, "debug-forward")) return 0;
+  {
+    nlohmann::json run = ckpt::latest_checkpoint_args(load);
+    TESSERA_CHECK(run.contains("model"), "checkpoint in ", load, " does not record its model configuration");
+    const model::ModelConfig config = model::config_from_json(run["model"]);
+    if (config.family == "bert") return bert_debug_forward(config, load, tokens, bert, out);
+  }
   const int64_t n = static_cast<int64_t>(tokens.size()) - 1;
   TESSERA_CHECK(n >= 1, "--tokens: need at least two ids");
 

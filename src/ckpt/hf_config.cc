@@ -58,12 +58,43 @@ void check_config(const model::ModelConfig& c, const std::string& path) {
 }
 
 // The Tessera configuration of a Hugging Face config.json (its "tessera_args" when it has them).
-model::ModelConfig tessera_config(const json& hf, HfFamily f, const std::string& path) {
-  if (hf.contains("tessera_args") && hf["tessera_args"].contains("model"))
-    return model::config_from_json(hf["tessera_args"]["model"]);
+model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, const std::string& path) {
+  if (hf.contains("tessera_args") && hf["tessera_args"].contains("model")) {
+    model::ModelConfig c = model::config_from_json(hf["tessera_args"]["model"]);
+    if (f == HfFamily::Bert || f == HfFamily::MegatronBert) {
+      // The architecture decides the layout of the tensors: the recorded run must be the same model.
+      TESSERA_CHECK(c.family == "bert" && c.apply_residual_connection_post_layernorm == (f == HfFamily::Bert) &&
+                        c.bert_binary_head == binary_head,
+                    "convert: ", path, ": tessera_args describe a ", c.family, " model that is not its architecture");
+    }
+    return c;
+  }
   model::ModelConfig c;
   try {
-    if (f == HfFamily::Gpt2) {
+    if (f == HfFamily::Bert || f == HfFamily::MegatronBert) {
+      c.family = "bert";
+      c.num_layers = int_field(hf, "num_hidden_layers");
+      c.hidden_size = int_field(hf, "hidden_size");
+      c.num_attention_heads = c.num_query_groups = int_field(hf, "num_attention_heads");
+      c.ffn_hidden_size = int_field(hf, "intermediate_size");
+      c.max_position_embeddings = c.seq_length = int_field(hf, "max_position_embeddings");
+      c.norm_epsilon = hf.value("layer_norm_eps", 1e-12f);
+      c.hidden_dropout = hf.value("hidden_dropout_prob", 0.1f);
+      c.attention_dropout = hf.value("attention_probs_dropout_prob", 0.1f);
+      c.apply_residual_connection_post_layernorm = f == HfFamily::Bert;
+      c.bert_binary_head = binary_head;
+      c.num_tokentypes = binary_head ? 2 : 0;
+      const std::string act = hf.value("hidden_act", "gelu");
+      TESSERA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", "convert: BERT hidden_act '", act,
+                    "' is not the tanh GELU Tessera implements (gelu_new, gelu_pytorch_tanh)");
+      const std::string pos = hf.value("position_embedding_type", "absolute");
+      TESSERA_CHECK(pos == "absolute", "convert: BERT position_embedding_type '", pos, "' is not supported");
+      if (binary_head) {
+        const int64_t types = hf.contains("type_vocab_size") ? int_field(hf, "type_vocab_size") : 2;
+        TESSERA_CHECK(types == 2, "convert: BERT with the sentence-order head has 2 token types, not ", types);
+      }
+      TESSERA_CHECK(hf.value("tie_word_embeddings", true), "convert: BERT's decoder is tied to the word embeddings");
+    } else if (f == HfFamily::Gpt2) {
       c.num_layers = int_field(hf, "n_layer");
       c.hidden_size = int_field(hf, "n_embd");
       c.num_attention_heads = c.num_query_groups = int_field(hf, "n_head");
@@ -110,14 +141,19 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, const std::string&
 }
 
 // The family config.json's "architectures" names.
-HfFamily architecture_of(const json& hf, const std::string& path) {
+HfFamily architecture_of(const json& hf, const std::string& path, bool& binary_head) {
   std::string arch;
   if (hf.contains("architectures") && hf["architectures"].is_array() && !hf["architectures"].empty() &&
       hf["architectures"][0].is_string())
     arch = hf["architectures"][0].get<std::string>();
   if (arch == "GPT2LMHeadModel") return HfFamily::Gpt2;
   if (arch == "LlamaForCausalLM") return HfFamily::Llama;
-  throw Error(str_cat("convert: ", path, ": architecture '", arch, "' is not GPT2LMHeadModel or LlamaForCausalLM"));
+  binary_head = arch == "BertForPreTraining" || arch == "MegatronBertForPreTraining";
+  if (arch == "BertForPreTraining" || arch == "BertForMaskedLM") return HfFamily::Bert;
+  if (arch == "MegatronBertForPreTraining" || arch == "MegatronBertForMaskedLM") return HfFamily::MegatronBert;
+  throw Error(str_cat("convert: ", path, ": architecture '", arch,
+                      "' is not GPT2LMHeadModel, LlamaForCausalLM, BertForPreTraining, BertForMaskedLM, "
+                      "MegatronBertForPreTraining or MegatronBertForMaskedLM"));
 }
 
 }  // namespace
@@ -125,8 +161,9 @@ HfFamily architecture_of(const json& hf, const std::string& path) {
 HfConfig parse_hf_config(const std::string& text, const std::string& path) {
   const json hf = parse_json(text, path);
   TESSERA_CHECK(hf.is_object(), "convert: ", path, " is not a JSON object");
-  const HfFamily family = architecture_of(hf, path);
-  const model::ModelConfig c = tessera_config(hf, family, path);
+  bool binary_head = false;
+  const HfFamily family = architecture_of(hf, path, binary_head);
+  const model::ModelConfig c = tessera_config(hf, family, binary_head, path);
   check_config(c, path);
   return {family, c};
 }

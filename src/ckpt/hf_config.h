@@ -12,7 +12,10 @@
 
 namespace tessera::ckpt {
 
-enum class HfFamily { Gpt2, Llama };  // config.json's architectures[0]: GPT2LMHeadModel, LlamaForCausalLM
+// config.json's architectures[0]: GPT2LMHeadModel, LlamaForCausalLM; BertForPreTraining or BertForMaskedLM
+// (post-LN BERT), MegatronBertForPreTraining or MegatronBertForMaskedLM (pre-LN BERT). The BERT heads
+// (ForPreTraining: with the pooler and the sentence-order head) are config.bert_binary_head.
+enum class HfFamily { Gpt2, Llama, Bert, MegatronBert };
 
 struct HfConfig {
   HfFamily family;

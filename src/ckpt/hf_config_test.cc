@@ -21,6 +21,12 @@ json llama() {
           {"num_key_value_heads", 2}, {"max_position_embeddings", 2048}, {"tie_word_embeddings", false}};
 }
 
+json bert(const char* arch) {
+  return {{"architectures", {arch}}, {"vocab_size", 30522}, {"hidden_size", 768}, {"num_hidden_layers", 12},
+          {"num_attention_heads", 12}, {"intermediate_size", 3072}, {"max_position_embeddings", 512},
+          {"type_vocab_size", 2}, {"hidden_act", "gelu_new"}, {"layer_norm_eps", 1e-12}};
+}
+
 std::string config_error(const json& j) {
   try {
     parse_hf_config(j.dump(), "m/config.json");
@@ -43,6 +49,33 @@ TEST(HfConfig, ReadsBothFamilies) {
   EXPECT_EQ(l.config.kv_channels, 32);
   EXPECT_TRUE(l.config.swiglu);
   EXPECT_TRUE(l.config.untie_embeddings_and_output_weights);
+}
+
+TEST(HfConfig, ReadsTheBertArchitectures) {
+  HfConfig b = parse_hf_config(bert("BertForPreTraining").dump(), "config.json");
+  EXPECT_EQ(b.family, HfFamily::Bert);
+  EXPECT_EQ(b.config.family, "bert");
+  EXPECT_TRUE(b.config.apply_residual_connection_post_layernorm);
+  EXPECT_TRUE(b.config.bert_binary_head);
+  EXPECT_EQ(b.config.num_tokentypes, 2);
+  EXPECT_EQ(b.config.kv_channels, 64);
+  EXPECT_EQ(b.config.padded_vocab_size, 30522);
+  EXPECT_FLOAT_EQ(b.config.norm_epsilon, 1e-12f);
+  HfConfig m = parse_hf_config(bert("MegatronBertForMaskedLM").dump(), "config.json");
+  EXPECT_EQ(m.family, HfFamily::MegatronBert);
+  EXPECT_FALSE(m.config.apply_residual_connection_post_layernorm);
+  EXPECT_FALSE(m.config.bert_binary_head);
+  EXPECT_EQ(m.config.num_tokentypes, 0);
+  json erf = bert("BertForMaskedLM");
+  erf["hidden_act"] = "gelu";
+  EXPECT_NE(config_error(erf).find("hidden_act 'gelu' is not the tanh GELU"), std::string::npos) << config_error(erf);
+  json types = bert("MegatronBertForPreTraining");
+  types["type_vocab_size"] = 3;
+  EXPECT_NE(config_error(types).find("2 token types, not 3"), std::string::npos) << config_error(types);
+  // A Tessera export records its run; the architecture must be that run's layout.
+  json recorded = bert("BertForPreTraining");
+  recorded["tessera_args"] = {{"model", model::to_json(m.config)}};
+  EXPECT_NE(config_error(recorded).find("not its architecture"), std::string::npos) << config_error(recorded);
 }
 
 // Found while fuzzing (fuzz/hf_config_fuzzer.cc): n_head 0 divided by zero (SIGFPE), query groups 0 did

@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_bert.h"
 #include "ckpt/hf_config.h"
+#include "ckpt/hf_layout.h"
 #include "ckpt/safetensors.h"
 #include "model/config.h"
 
@@ -19,63 +21,12 @@ using nlohmann::json;
 using TensorMap = std::map<std::string, Tensor>;
 
 namespace {
-
-// ---- exact re-layouts -------------------------------------------------------------------------
-
-Tensor transpose2d(const Tensor& t) {
-  const int64_t r = t.shape()[0], c = t.shape()[1];
-  Tensor out = Tensor::empty({c, r});
-  for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < c; ++j) out.f32()[j * r + i] = t.f32()[i * c + j];
-  return out;
-}
-
-// Rows [begin, begin + n) of a [rows, ...] tensor.
-Tensor rows(const Tensor& t, int64_t begin, int64_t n) {
-  Shape s = t.shape();
-  int64_t inner = t.numel() / s[0];
-  s[0] = n;
-  return t.flat_range(begin * inner, n * inner).view(s).clone();
-}
-
-Tensor concat_rows(const std::vector<Tensor>& parts) {
-  Shape s = parts.at(0).shape();
-  int64_t total = 0;
-  for (const Tensor& p : parts) total += p.shape()[0];
-  s[0] = total;
-  Tensor out = Tensor::empty(s);
-  int64_t at = 0;
-  for (const Tensor& p : parts) {
-    std::copy(p.f32(), p.f32() + p.numel(), out.f32() + at);
-    at += p.numel();
-  }
-  return out;
-}
-
-// Megatron's fused QKV rows (per query group: `per_group` query heads, one key head, one value head,
-// each `d` rows) <-> separate Q, K and V row blocks (heads in order). Works for weights and biases.
-struct Qkv {
-  Tensor q, k, v;
-};
-Qkv split_qkv(const Tensor& qkv, int64_t groups, int64_t per_group, int64_t d) {
-  std::vector<Tensor> q, k, v;
-  for (int64_t g = 0; g < groups; ++g) {
-    int64_t base = g * (per_group + 2) * d;
-    q.push_back(rows(qkv, base, per_group * d));
-    k.push_back(rows(qkv, base + per_group * d, d));
-    v.push_back(rows(qkv, base + (per_group + 1) * d, d));
-  }
-  return {concat_rows(q), concat_rows(k), concat_rows(v)};
-}
-Tensor merge_qkv(const Qkv& x, int64_t groups, int64_t per_group, int64_t d) {
-  std::vector<Tensor> parts;
-  for (int64_t g = 0; g < groups; ++g) {
-    parts.push_back(rows(x.q, g * per_group * d, per_group * d));
-    parts.push_back(rows(x.k, g * d, d));
-    parts.push_back(rows(x.v, g * d, d));
-  }
-  return concat_rows(parts);
-}
+using hf_layout::concat_rows;
+using hf_layout::merge_qkv;
+using hf_layout::Qkv;
+using hf_layout::rows;
+using hf_layout::split_qkv;
+using hf_layout::transpose2d;
 
 // ---- the two families -------------------------------------------------------------------------
 
@@ -292,6 +243,7 @@ Tensor to_fp32(const SafetensorsFile& f, const std::string& name) {
 
 std::map<std::string, Tensor> to_hugging_face_layout(const model::ModelConfig& config,
                                                       const std::map<std::string, Tensor>& tessera) {
+  if (config.family == "bert") return bert_to_hugging_face(config, tessera, /*gradients=*/true);
   return map_tensors(config, family_of(config), tessera, /*to_hf=*/true);
 }
 
@@ -301,9 +253,10 @@ void export_hugging_face(const std::string& load_dir, const std::string& out_dir
   std::vector<std::pair<std::string, Tensor>> full = load_full_model(load_dir, &state);
   TESSERA_CHECK(state.args.contains("model"), "convert: checkpoint ", load_dir, " records no model configuration");
   const model::ModelConfig c = model::config_from_json(state.args["model"]);
-  const Family f = family_of(c);
+  const bool bert = c.family == "bert";  // hf_bert.h
+  const Family f = bert ? Family::Gpt2 : family_of(c);
   TensorMap tessera(full.begin(), full.end());
-  TensorMap hf = map_tensors(c, f, tessera, /*to_hf=*/true);
+  TensorMap hf = bert ? bert_to_hugging_face(c, tessera) : map_tensors(c, f, tessera, /*to_hf=*/true);
 
   // Shards in name order, each up to max_shard_bytes (a tensor larger than that gets a shard alone).
   std::vector<std::vector<std::pair<std::string, Tensor>>> shards(1);
@@ -334,7 +287,8 @@ void export_hugging_face(const std::string& load_dir, const std::string& out_dir
                json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
   }
   // config.json last: a directory with it is complete.
-  write_text(fs::path(out_dir) / "config.json", hf_config(c, f, state.args).dump(2) + "\n");
+  write_text(fs::path(out_dir) / "config.json",
+             (bert ? bert_hf_config(c, state.args) : hf_config(c, f, state.args)).dump(2) + "\n");
 }
 
 void import_hugging_face(const std::string& hf_dir, const std::string& save_dir) {
@@ -355,7 +309,8 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
     SafetensorsFile sf = SafetensorsFile::open((dir / name).string());
     for (const std::string& t : sf.names()) hf_tensors[t] = to_fp32(sf, t);
   }
-  TensorMap tessera = map_tensors(c, f, hf_tensors, /*to_hf=*/false);
+  const bool bert = parsed.family == HfFamily::Bert || parsed.family == HfFamily::MegatronBert;
+  TensorMap tessera = bert ? bert_from_hugging_face(c, hf_tensors) : map_tensors(c, f, hf_tensors, /*to_hf=*/false);
 
   json args = hf.contains("tessera_args") && hf["tessera_args"].is_object() ? hf["tessera_args"]
                                                                                : json{{"model", model::to_json(c)}};

@@ -2,6 +2,8 @@
 //
 //   GPT-2 style (learned positions, LayerNorm, GELU, tied output)  <->  GPT2LMHeadModel
 //   Llama style (rope, RMSNorm, SwiGLU, grouped-query attention)   <->  LlamaForCausalLM
+//   BERT, post-LN / pre-LN (the bert family; hf_bert.h)           <->  BertForPreTraining /
+//                                                                      MegatronBertForPreTraining
 //
 // A Hugging Face directory holds config.json and either model.safetensors or, above the shard size,
 // model-0000i-of-0000n.safetensors with model.safetensors.index.json (its "weight_map"), as
@@ -40,7 +42,7 @@ void export_hugging_face(const std::string& load_dir, const std::string& out_dir
 void import_hugging_face(const std::string& hf_dir, const std::string& save_dir);
 
 // Whole tensors of a Tessera model (or their gradients, which map the same way) under their Hugging
-// Face names and layouts. Throws if the model is of neither family.
+// Face names and layouts. Throws if the model has no Hugging Face equivalent.
 std::map<std::string, Tensor> to_hugging_face_layout(const model::ModelConfig& config,
                                                       const std::map<std::string, Tensor>& tessera);
 
