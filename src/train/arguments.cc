@@ -8,7 +8,8 @@ namespace tessera::train {
 TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size) {
   TrainArguments a;
   a.world_size = world_size;
-  CLI::App app{"tessera train: train a GPT model with Megatron-LM's flags", "tessera train"};
+  CLI::App app{"tessera train: train a GPT (or, with --model-family bert, a BERT) with Megatron-LM's flags",
+               "tessera train"};
   app.option_defaults()->always_capture_default();
   // As with argparse in Megatron, a flag given twice takes its last value, so scripts can append overrides.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
