@@ -24,16 +24,18 @@ declare -A sources=(
   [text_generation_api_fuzzer]="infer/text_generation_api.cc data/null_tokenizer.cc"
   [gpt2_bpe_fuzzer]="data/gpt2_bpe_tokenizer.cc"
   [sentencepiece_fuzzer]="data/sentencepiece_tokenizer.cc data/gpt2_bpe_tokenizer.cc"
-  [preprocess_jsonl_fuzzer]="data/preprocess.cc data/indexed_dataset.cc"
+  [preprocess_jsonl_fuzzer]="data/preprocess.cc data/indexed_dataset.cc data/sentence_splitter.cc"
+  [bert_wordpiece_fuzzer]="data/bert_wordpiece_tokenizer.cc data/gpt2_bpe_tokenizer.cc"
   [hf_config_fuzzer]="ckpt/hf_config.cc model/config.cc"
   [hf_shard_index_fuzzer]="ckpt/hf_config.cc model/config.cc"
 )
 declare -A libs=(
   [gpt2_bpe_fuzzer]="-lpcre2-8"
+  [bert_wordpiece_fuzzer]="-lpcre2-8"
   [sentencepiece_fuzzer]="-lsentencepiece -lsentencepiece_train -lpcre2-8"
 )
 all=(safetensors_fuzzer checkpoint_index_fuzzer indexed_dataset_fuzzer text_generation_api_fuzzer gpt2_bpe_fuzzer
-     sentencepiece_fuzzer preprocess_jsonl_fuzzer hf_config_fuzzer hf_shard_index_fuzzer)
+     sentencepiece_fuzzer bert_wordpiece_fuzzer preprocess_jsonl_fuzzer hf_config_fuzzer hf_shard_index_fuzzer)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 for t in "${targets[@]}"; do
