@@ -18,6 +18,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train             train a GPT model (Megatron-LM flags; tessera train --help lists them)\n"
     "  pretrain_bert     train a BERT: masked LM and sentence order (= train --model-family bert)\n"
+    "  finetune          fine-tune a pretrained BERT on RACE (--task RACE; multiple choice, accuracy per subset)\n"
     "  generate          continue prompts with a trained checkpoint (key/value cache; greedy, top-k, top-p)\n"
     "  serve             Megatron's text generation REST server (PUT /api, POST /completions)\n"
     "  eval              zero-shot evaluation: WIKITEXT103 perplexity, LAMBADA accuracy\n"
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
       args.insert(args.begin(), {"--model-family", "bert"});
       return tessera::apps::train_command(args);
     }
+    if (command == "finetune") return tessera::apps::finetune_command(args);
     if (command == "generate") return tessera::apps::generate_command(args);
     if (command == "serve") return tessera::apps::serve_command(args);
     if (command == "eval") return tessera::apps::eval_command(args);

@@ -25,6 +25,8 @@ struct MicroBatch {
   Tensor token_types;  // int32 [batch, seq], for models with token-type embeddings (num_tokentypes > 0)
   Tensor padding_mask;    // int32 [batch, seq], BERT: 1 on tokens, 0 on padding (keys attention ignores)
   Tensor sentence_order;  // int32 [batch], BERT's sentence-order label: 1 if the segments were swapped, -1 ignored
+  Tensor choice_label;    // int32 [questions], multiple choice: the right choice of each question, whose
+                          // choices are consecutive rows (batch = choices x questions)
   int64_t sample_offset = 0;  // global index of the first sample (keys dropout)
 };
 
