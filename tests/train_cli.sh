@@ -89,8 +89,8 @@ out=$(echo "$text" | "$tessera" tokenize --tokenizer-type SentencePieceTokenizer
       "$tessera" tokenize --decode --tokenizer-type SentencePieceTokenizer --tokenizer-model "$work/spm.model")
 [ "$out" = "$text" ]
 check "SentencePiece round trip through tessera tokenize, got '$out'" $?
-out=$("$tessera" tokenizer train --input "$work/corpus.txt" --model-prefix "$work/x" --model-type wordpiece 2>&1)
+out=$("$tessera" tokenizer train --input "$work/corpus.txt" --model-prefix "$work/x" --model-type bpe2 2>&1)
 [ $? -ne 0 ] && grep -qF -- "--model-type" <<<"$out"
-check "tokenizer train --model-type wordpiece must fail naming the flag: $out" $?
+check "tokenizer train --model-type bpe2 must fail naming the flag: $out" $?
 
 finish train_cli
