@@ -513,12 +513,11 @@ std::array<std::shared_ptr<const MaskedLmDataset>, 3> build_bert_datasets(
   bert.split = config.split;
   bert.cache_dir = config.cache_path;
 
-  using Splits = std::array<std::shared_ptr<const BertDataset>, 3>;
   // _build_megatron_dataset_splits with MaskedWordPieceDataset.numel_low_level_dataset: documents.
   const auto build_splits = [&](const std::string& prefix, const std::array<std::optional<int64_t>, 3>& counts) {
     auto indexed = std::make_shared<const IndexedDataset>(prefix);
     const auto ranges = split_document_ranges(matrix, indexed->num_documents());
-    Splits out;
+    std::array<std::shared_ptr<const MaskedLmDataset>, 3> out;
     for (int i = 0; i < 3; ++i) {
       if (!matrix[i]) continue;
       const bool optional = counts[i] == 0 || (i == static_cast<int>(Split::kTest) && config.test_split_optional);
@@ -528,61 +527,8 @@ std::array<std::shared_ptr<const MaskedLmDataset>, 3> build_bert_datasets(
     return out;
   };
 
-  std::array<std::shared_ptr<const MaskedLmDataset>, 3> result;
-  if (blend.prefixes.size() == 1 && !blend.weights) {
-    Splits s = build_splits(blend.prefixes[0], {sizes[0], sizes[1], sizes[2]});
-    for (int i = 0; i < 3; ++i) result[i] = s[i];
-    return result;
-  }
-
-  const size_t n = blend.prefixes.size();
-  std::vector<Splits> mid(n);
-  if (blend.weights) {
-    const std::vector<double> w = normalize_weights(*blend.weights);
-    std::vector<std::array<int64_t, 3>> target(n);
-    for (size_t p = 0; p < n; ++p) {
-      std::array<std::optional<int64_t>, 3> buffer;
-      for (int i = 0; i < 3; ++i) {
-        const double t = std::ceil(static_cast<double>(sizes[i]) * w[p]);
-        target[p][i] = static_cast<int64_t>(t);
-        buffer[i] = static_cast<int64_t>(std::ceil(t * (1.0 + config.mid_level_dataset_surplus)));
-      }
-      mid[p] = build_splits(blend.prefixes[p], buffer);
-    }
-    for (int i = 0; i < 3; ++i) {
-      if (!matrix[i]) continue;
-      std::vector<std::shared_ptr<const MaskedLmDataset>> parts;
-      int64_t size = 0;
-      for (size_t p = 0; p < n; ++p) {
-        parts.push_back(mid[p][i]);
-        size += target[p][i];
-      }
-      const auto missing = std::find(parts.begin(), parts.end(), nullptr);
-      if (missing != parts.end()) {
-        if (sizes[i] == 0 || (i == static_cast<int>(Split::kTest) && config.test_split_optional)) continue;
-        throw Error(str_cat(blend.prefixes[static_cast<size_t>(missing - parts.begin())], ": the ",
-                            split_name(static_cast<Split>(i)), " split (--split '", config.split,
-                            "') has no documents"));
-      }
-      result[i] = std::make_shared<const BlendedMaskedLmDataset>(std::move(parts), w, size);
-    }
-  } else {
-    for (size_t p = 0; p < n; ++p) mid[p] = build_splits(blend.prefixes[p], {std::nullopt, std::nullopt, std::nullopt});
-    for (int i = 0; i < 3; ++i) {
-      if (!matrix[i]) continue;
-      if (std::any_of(mid.begin(), mid.end(), [i](const Splits& s) { return s[i] == nullptr; })) continue;
-      std::vector<std::shared_ptr<const MaskedLmDataset>> parts;
-      std::vector<double> lengths;
-      int64_t total = 0;
-      for (size_t p = 0; p < n; ++p) {
-        parts.push_back(mid[p][i]);
-        lengths.push_back(static_cast<double>(mid[p][i]->size()));
-        total += mid[p][i]->size();
-      }
-      result[i] = std::make_shared<const BlendedMaskedLmDataset>(std::move(parts), lengths, std::min(sizes[i], total));
-    }
-  }
-  return result;
+  return assemble_splits<MaskedLmDataset, BlendedMaskedLmDataset>(
+      blend, matrix, sizes, config.mid_level_dataset_surplus, config.test_split_optional, config.split, build_splits);
 }
 
 }  // namespace tessera::data

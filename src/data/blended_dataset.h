@@ -10,7 +10,9 @@
 // the per-dataset targets).
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "data/gpt_dataset.h"
 
 namespace tessera::data {
@@ -90,5 +93,73 @@ std::array<int64_t, 3> megatron_num_samples(int64_t train_iters, int64_t global_
 // list gives BlendedDatasets over one epoch of each, weighted by their lengths.
 std::array<std::shared_ptr<const TokenDataset>, 3> build_gpt_datasets(const GptDataConfig& config,
                                                                       const std::array<int64_t, 3>& sizes);
+
+// BlendedMegatronDatasetBuilder's assembly of the train, valid and test datasets, for any kind of
+// dataset (GPT's token datasets, BERT's masked-LM ones). build_splits(prefix, counts) gives one prefix's
+// datasets of the splits with a share, counts[i] samples each (nullopt: one epoch), null for a split
+// that may be absent and has no documents. Several prefixes are blended as `Blended(parts, weights, size)`.
+// A single unweighted prefix gives its datasets directly; a weighted blend builds ceil(ceil(size * w) *
+// (1 + surplus)) samples of each part for a blend of sum(ceil(size * w)); an unweighted list one epoch of
+// each, blended by their lengths.
+template <typename Dataset, typename Blended, typename BuildSplits>
+std::array<std::shared_ptr<const Dataset>, 3> assemble_splits(const DataBlend& blend, const SplitMatrix& matrix,
+                                                              const std::array<int64_t, 3>& sizes, double surplus,
+                                                              bool test_split_optional, const std::string& split,
+                                                              const BuildSplits& build_splits) {
+  using Splits = std::array<std::shared_ptr<const Dataset>, 3>;
+  if (blend.prefixes.size() == 1 && !blend.weights) return build_splits(blend.prefixes[0], {sizes[0], sizes[1], sizes[2]});
+  Splits result;
+  const size_t n = blend.prefixes.size();
+  std::vector<Splits> mid(n);
+  if (blend.weights) {
+    const std::vector<double> w = normalize_weights(*blend.weights);
+    // _get_size_per_split_per_dataset: the samples used (target) and built (with surplus).
+    std::vector<std::array<int64_t, 3>> target(n);
+    for (size_t p = 0; p < n; ++p) {
+      std::array<std::optional<int64_t>, 3> buffer;
+      for (int i = 0; i < 3; ++i) {
+        const double t = std::ceil(static_cast<double>(sizes[i]) * w[p]);
+        target[p][i] = static_cast<int64_t>(t);
+        buffer[i] = static_cast<int64_t>(std::ceil(t * (1.0 + surplus)));
+      }
+      mid[p] = build_splits(blend.prefixes[p], buffer);
+    }
+    for (int i = 0; i < 3; ++i) {
+      if (!matrix[i]) continue;
+      std::vector<std::shared_ptr<const Dataset>> parts;
+      int64_t size = 0;
+      for (size_t p = 0; p < n; ++p) {
+        parts.push_back(mid[p][i]);
+        size += target[p][i];
+      }
+      // A part is missing only when its split has no documents and no samples were asked of it.
+      const auto missing = std::find(parts.begin(), parts.end(), nullptr);
+      if (missing != parts.end()) {
+        if (sizes[i] == 0 || (i == static_cast<int>(Split::kTest) && test_split_optional)) continue;
+        throw Error(str_cat(blend.prefixes[static_cast<size_t>(missing - parts.begin())], ": the ",
+                            split_name(static_cast<Split>(i)), " split (--split '", split, "') has no documents"));
+      }
+      result[i] = std::make_shared<const Blended>(std::move(parts), w, size);
+    }
+    return result;
+  }
+  // Unweighted: one epoch of each, blended in proportion to their lengths.
+  for (size_t p = 0; p < n; ++p) mid[p] = build_splits(blend.prefixes[p], {std::nullopt, std::nullopt, std::nullopt});
+  for (int i = 0; i < 3; ++i) {
+    if (!matrix[i]) continue;
+    // Only an optional test split can be missing from a part (build_splits reports the others).
+    if (std::any_of(mid.begin(), mid.end(), [i](const Splits& s) { return s[i] == nullptr; })) continue;
+    std::vector<std::shared_ptr<const Dataset>> parts;
+    std::vector<double> lengths;
+    int64_t total = 0;
+    for (size_t p = 0; p < n; ++p) {
+      parts.push_back(mid[p][i]);
+      lengths.push_back(static_cast<double>(mid[p][i]->size()));
+      total += mid[p][i]->size();
+    }
+    result[i] = std::make_shared<const Blended>(std::move(parts), lengths, std::min(sizes[i], total));
+  }
+  return result;
+}
 
 }  // namespace tessera::data
