@@ -31,26 +31,16 @@ GptModel::GptModel(const ModelConfig& config, ParameterSet& params, const parall
 Tensor GptModel::chunk_input(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx,
                              GptActivations& rec) const {
   const ModelConfig& c = config_;
-  TESSERA_CHECK(batch.tokens.dim(0) == ctx.batch && batch.tokens.dim(1) == ctx.seq, "GptModel::forward: tokens ",
-                shape_str(batch.tokens.shape()), " do not match [batch, seq] = [", ctx.batch, ", ", ctx.seq, "]");
+  check_batch_shape(batch, ctx, "GptModel");
   rec.doc_start = batch.doc_start;
-  if (batch.positions.defined()) {
-    rec.positions = to_seq_major(batch.positions);
-  } else {
-    rec.positions = Tensor::empty({ctx.seq, ctx.batch}, DType::I32);
-    kernels::fill_positions(rec.positions, ctx.batch);
-  }
+  rec.positions = seq_major_positions(batch, ctx);
   if (embedding_) {
     rec.tokens = to_seq_major(batch.tokens);
     check_ids(rec.tokens, c.vocab_size, "token");
     if (batch.token_types.defined()) rec.token_types = to_seq_major(batch.token_types);
     return embedding_->forward(rec.tokens, rec.positions, rec.token_types, ctx);
   }
-  const int64_t rows = ctx.seq * ctx.batch, local_rows = tp_.sequence_parallel ? rows / tp_.size() : rows;
-  TESSERA_CHECK(input.defined() && input.shape() == Shape({local_rows, c.hidden_size}),
-                "GptModel::forward_chunk: the input activation is ", input.defined() ? shape_str(input.shape()) : "missing",
-                ", expected [", local_rows, ", ", c.hidden_size, "]");
-  return input;
+  return checked_chunk_input(input, ctx, c.hidden_size, tp_, "GptModel");
 }
 
 Tensor GptModel::forward(const MicroBatch& batch, const Tensor& input, const ForwardContext& context, ChunkRecord& record,

@@ -5,21 +5,11 @@
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/token_layout.h"
+#include "model/batch_layout.h"
 #include "model/model_factory.h"
 
 namespace tessera::model {
 namespace {
-
-Tensor to_seq_major(const Tensor& t) {
-  Tensor out = Tensor::empty({t.dim(1), t.dim(0)}, t.dtype());
-  kernels::transpose_rows(t, out);
-  return out;
-}
-
-void check_ids(const Tensor& ids, int64_t limit, const char* what) {
-  const kernels::IdOutside bad = kernels::first_id_outside(ids, 0, limit);
-  TESSERA_CHECK(bad.index < 0, what, " id ", bad.id, " is outside [0, ", limit, ")");
-}
 
 // The site of the head's dropout: a "layer" past the last transformer layer.
 constexpr int kHeadDropoutSite = 0;
@@ -82,16 +72,9 @@ kernels::DropoutRegion MultipleChoiceModel::pooled_region(const ForwardContext& 
 Tensor MultipleChoiceModel::run(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx,
                                 MultipleChoiceActivations& rec, const ParamHooks& hooks) const {
   const ModelConfig& c = config_;
-  TESSERA_CHECK(batch.tokens.dim(0) == ctx.batch && batch.tokens.dim(1) == ctx.seq,
-                "MultipleChoiceModel::forward: tokens ", shape_str(batch.tokens.shape()),
-                " do not match [rows, seq] = [", ctx.batch, ", ", ctx.seq, "]");
+  check_batch_shape(batch, ctx, "MultipleChoiceModel");
   rec.padding_mask = batch.padding_mask;
-  if (batch.positions.defined()) {
-    rec.positions = to_seq_major(batch.positions);
-  } else {
-    rec.positions = Tensor::empty({ctx.seq, ctx.batch}, DType::I32);
-    kernels::fill_positions(rec.positions, ctx.batch);
-  }
+  rec.positions = seq_major_positions(batch, ctx);
   Tensor x;
   if (embedding_) {
     if (hooks.params_needed_below) hooks.params_needed_below(embedding_->end_offset());
@@ -99,15 +82,10 @@ Tensor MultipleChoiceModel::run(const MicroBatch& batch, const Tensor& input, co
     check_ids(rec.tokens, c.vocab_size, "token");
     TESSERA_CHECK(batch.token_types.defined(), "the multiple-choice model needs token types");
     rec.token_types = to_seq_major(batch.token_types);
-    check_ids(rec.token_types, c.num_tokentypes, "token type");
+    check_ids(rec.token_types, c.num_tokentypes, "token type", "the token types");
     x = embedding_->forward(rec.tokens, rec.positions, rec.token_types, ctx);
   } else {
-    const int64_t rows = ctx.seq * ctx.batch, local_rows = tp_.sequence_parallel ? rows / tp_.size() : rows;
-    TESSERA_CHECK(input.defined() && input.shape() == Shape({local_rows, c.hidden_size}),
-                  "MultipleChoiceModel::forward: the input activation is ",
-                  input.defined() ? shape_str(input.shape()) : "missing", ", expected [", local_rows, ", ",
-                  c.hidden_size, "]");
-    x = input;
+    x = checked_chunk_input(input, ctx, c.hidden_size, tp_, "MultipleChoiceModel");
   }
   x = block_->forward(x, rec.positions, ctx, rec.block, hooks);
   if (!chunk_.post_process) return x;
@@ -120,7 +98,7 @@ Tensor MultipleChoiceModel::run(const MicroBatch& batch, const Tensor& input, co
                 batch.choice_label.defined() ? batch.choice_label.numel() : 0, " labels)");
   const int64_t questions = batch.choice_label.numel(), choices = ctx.batch / questions, h = c.hidden_size;
   rec.labels = batch.choice_label;
-  check_ids(rec.labels, choices, "choice label");
+  check_ids(rec.labels, choices, "choice label", "the choices");
   if (hooks.params_needed_below) hooks.params_needed_below(head_end_);
 
   rec.final_input = x;

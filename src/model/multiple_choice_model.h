@@ -47,6 +47,7 @@ class MultipleChoiceModel final : public LanguageModelChunk {
   const ModelConfig& config() const override { return config_; }
   const ModelChunk& chunk() const override { return chunk_; }
   void set_recompute(const Recompute& r) override { block_->set_recompute(r); }
+  bool causal_language_model() const override { return false; }
 
   std::unique_ptr<ChunkRecord> make_record() const override { return std::make_unique<MultipleChoiceActivations>(); }
   // ctx.batch is the number of rows (choices x questions).
