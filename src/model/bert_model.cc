@@ -32,8 +32,9 @@ BertModel::BertModel(const ModelConfig& config, ParameterSet& params, const para
 }
 
 std::vector<std::string> BertModel::auxiliary_loss_names() const {
-  if (config_.bert_binary_head) return {"sop loss"};
-  return {};
+  std::vector<std::string> names = moe_loss_names(config_.moe);
+  if (config_.bert_binary_head) names.insert(names.begin(), "sop loss");
+  return names;
 }
 
 Tensor BertModel::chunk_input(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx,

@@ -4,18 +4,101 @@
 
 namespace tessera::model {
 
+int64_t MoeConfig::num_moe_layers() const {
+  int64_t n = 0;
+  for (int64_t e : layer_experts) n += e > 0 ? 1 : 0;
+  return n;
+}
+
+std::vector<std::string> moe_loss_names(const MoeConfig& m) {
+  std::vector<std::string> names;
+  if (!m.enabled()) return names;
+  if (m.load_balancing != LoadBalancing::None) names.push_back("load_balancing_loss");
+  if (m.z_loss_coeff > 0) names.push_back("z_loss");
+  return names;
+}
+
+namespace {
+// An MLP of width f (fc1 doubled under SwiGLU) on hidden size h.
+int64_t mlp_parameters(const ModelConfig& c, int64_t f) {
+  const int64_t h = c.hidden_size, bias = c.add_bias_linear ? 1 : 0;
+  return (c.swiglu ? 2 * f : f) * (h + bias) + h * (f + bias);
+}
+// The feed-forward slot of 1-based layer `layer`.
+int64_t feed_forward_parameters(const ModelConfig& c, int64_t layer) {
+  const MoeConfig& m = c.moe;
+  const int64_t experts = m.experts(layer);
+  if (experts == 0) return mlp_parameters(c, c.ffn_hidden_size);
+  int64_t n = experts * mlp_parameters(c, m.ffn_hidden_size) + experts * c.hidden_size;  // experts, router
+  if (m.shared_expert_intermediate_size > 0) n += mlp_parameters(c, m.shared_expert_intermediate_size);
+  if (m.residual) n += mlp_parameters(c, c.ffn_hidden_size) + 2 * (c.hidden_size + 1);
+  return n;
+}
+}  // namespace
+
 int64_t ModelConfig::parameter_count() const {
   int64_t h = hidden_size, bias = add_bias_linear ? 1 : 0;
   int64_t norm = normalization == Normalization::LayerNorm ? 2 * h : h;
-  int64_t fc1_out = swiglu ? 2 * ffn_hidden_size : ffn_hidden_size;
   int64_t attn_out = num_attention_heads * kv_channels;
-  int64_t layer = norm + qkv_size() * (h + bias) + h * (attn_out + bias) + norm + fc1_out * (h + bias) +
-                  h * (ffn_hidden_size + bias);
-  int64_t n = num_layers * layer + norm + padded_vocab_size * h + num_tokentypes * h;
+  int64_t attention = norm + qkv_size() * (h + bias) + h * (attn_out + bias) + norm;
+  int64_t n = num_layers * attention + norm + padded_vocab_size * h + num_tokentypes * h;
+  for (int64_t layer = 1; layer <= num_layers; ++layer) n += feed_forward_parameters(*this, layer);
   if (position_embedding == PositionEmbedding::LearnedAbsolute) n += max_position_embeddings * h;
   if (untie_embeddings_and_output_weights) n += padded_vocab_size * h;
   return n;
 }
+
+namespace {
+const char* load_balancing_name(LoadBalancing b) {
+  return b == LoadBalancing::AuxLoss ? "aux_loss" : b == LoadBalancing::SeqAuxLoss ? "seq_aux_loss" : "none";
+}
+
+nlohmann::json moe_to_json(const MoeConfig& m) {
+  return {{"layer_experts", m.layer_experts},
+          {"moe_ffn_hidden_size", m.ffn_hidden_size},
+          {"moe_router_topk", m.router.topk},
+          {"moe_router_score_function", m.router.score == kernels::RouterScoreFunction::Sigmoid ? "sigmoid" : "softmax"},
+          {"moe_router_pre_softmax", m.router.pre_softmax},
+          {"moe_router_topk_scaling_factor", m.router.scaling_factor},
+          {"moe_router_load_balancing_type", load_balancing_name(m.load_balancing)},
+          {"moe_aux_loss_coeff", m.aux_loss_coeff},
+          {"moe_z_loss_coeff", m.z_loss_coeff},
+          {"moe_input_jitter_eps", m.input_jitter_eps},
+          {"moe_expert_capacity_factor", m.capacity_factor},
+          {"moe_token_drop_policy", m.token_drop_policy == kernels::TokenDropPolicy::Position ? "position" : "probs"},
+          {"moe_pad_expert_input_to_capacity", m.pad_expert_input_to_capacity},
+          {"moe_shared_expert_intermediate_size", m.shared_expert_intermediate_size},
+          {"residual_moe", m.residual}};
+}
+
+MoeConfig moe_from_json(const nlohmann::json& j) {
+  MoeConfig m;
+  m.layer_experts = j.at("layer_experts").get<std::vector<int64_t>>();
+  m.ffn_hidden_size = j.at("moe_ffn_hidden_size").get<int64_t>();
+  m.router.topk = j.at("moe_router_topk").get<int64_t>();
+  m.router.score = j.at("moe_router_score_function") == "sigmoid" ? kernels::RouterScoreFunction::Sigmoid
+                                                                 : kernels::RouterScoreFunction::Softmax;
+  m.router.pre_softmax = j.at("moe_router_pre_softmax").get<bool>();
+  m.router.scaling_factor = j.at("moe_router_topk_scaling_factor").get<float>();
+  const std::string balancing = j.at("moe_router_load_balancing_type").get<std::string>();
+  m.load_balancing = balancing == "aux_loss"       ? LoadBalancing::AuxLoss
+                     : balancing == "seq_aux_loss" ? LoadBalancing::SeqAuxLoss
+                                                   : LoadBalancing::None;
+  m.aux_loss_coeff = j.at("moe_aux_loss_coeff").get<float>();
+  m.z_loss_coeff = j.at("moe_z_loss_coeff").get<float>();
+  m.input_jitter_eps = j.at("moe_input_jitter_eps").get<float>();
+  m.capacity_factor = j.at("moe_expert_capacity_factor").get<double>();
+  m.token_drop_policy = j.at("moe_token_drop_policy") == "position" ? kernels::TokenDropPolicy::Position
+                                                                   : kernels::TokenDropPolicy::Probs;
+  m.pad_expert_input_to_capacity = j.at("moe_pad_expert_input_to_capacity").get<bool>();
+  m.shared_expert_intermediate_size = j.at("moe_shared_expert_intermediate_size").get<int64_t>();
+  m.residual = j.at("residual_moe").get<bool>();
+  for (int64_t e : m.layer_experts)
+    if (e < 0) throw Error(str_cat("model configuration: moe.layer_experts has ", e, " experts"));
+  if (m.router.topk < 1) throw Error(str_cat("model configuration: moe_router_topk is ", m.router.topk));
+  return m;
+}
+}  // namespace
 
 nlohmann::json to_json(const ModelConfig& c) {
   nlohmann::json j = {{"num_layers", c.num_layers},
@@ -44,6 +127,7 @@ nlohmann::json to_json(const ModelConfig& c) {
   if (c.num_tokentypes > 0) j["num_tokentypes"] = c.num_tokentypes;
   if (c.apply_residual_connection_post_layernorm) j["apply_residual_connection_post_layernorm"] = true;
   if (c.family == "bert") j["bert_binary_head"] = c.bert_binary_head;
+  if (c.moe.enabled()) j["moe"] = moe_to_json(c.moe);
   return j;
 }
 
@@ -87,6 +171,10 @@ ModelConfig config_from_json(const nlohmann::json& j) {
     if (j.contains("apply_residual_connection_post_layernorm"))
       c.apply_residual_connection_post_layernorm = j.at("apply_residual_connection_post_layernorm").get<bool>();
     if (j.contains("bert_binary_head")) c.bert_binary_head = j.at("bert_binary_head").get<bool>();
+    if (j.contains("moe")) c.moe = moe_from_json(j.at("moe"));
+    if (c.moe.enabled() && static_cast<int64_t>(c.moe.layer_experts.size()) != c.num_layers)
+      throw Error(str_cat("model configuration: moe.layer_experts has ", c.moe.layer_experts.size(),
+                          " entries for ", c.num_layers, " layers"));
     if (c.num_tokentypes < 0) throw Error(str_cat("model configuration: num_tokentypes is ", c.num_tokentypes));
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("model configuration: ", e.what()));
@@ -105,10 +193,22 @@ double model_flops_per_iteration(const ModelConfig& c, int64_t batch) {
   double gated = c.swiglu ? 1.5 : 1.0;
   double groups_ratio = static_cast<double>(c.num_query_groups) / static_cast<double>(c.num_attention_heads);
   double seq = static_cast<double>(c.seq_length);
-  return 12.0 * static_cast<double>(batch) * seq * static_cast<double>(c.num_layers) * h * h *
-         ((1.0 + groups_ratio + seq / h) * query_projection_ratio +
-          static_cast<double>(c.ffn_hidden_size) / h * gated +
-          static_cast<double>(c.padded_vocab_size) / (2.0 * static_cast<double>(c.num_layers) * h));
+  double layers = static_cast<double>(c.num_layers);
+  // The feed-forward widths a token passes through, summed over layers: Megatron's MoE form counts a
+  // layer's top-k experts and its shared expert (the router's GEMM is left out, as Megatron does).
+  double ffn_widths = 0;
+  for (int64_t layer = 1; layer <= c.num_layers; ++layer) {
+    const MoeConfig& m = c.moe;
+    if (m.experts(layer) == 0) {
+      ffn_widths += static_cast<double>(c.ffn_hidden_size);
+      continue;
+    }
+    ffn_widths += static_cast<double>(m.ffn_hidden_size * m.router.topk + m.shared_expert_intermediate_size);
+    if (m.residual) ffn_widths += static_cast<double>(c.ffn_hidden_size);
+  }
+  return 12.0 * static_cast<double>(batch) * seq * h * h *
+         (layers * (1.0 + groups_ratio + seq / h) * query_projection_ratio + ffn_widths / h * gated +
+          static_cast<double>(c.padded_vocab_size) / (2.0 * h));
 }
 
 }  // namespace tessera::model

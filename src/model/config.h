@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "model/moe_config.h"
 
 namespace tessera::model {
 
@@ -42,6 +43,7 @@ struct ModelConfig {
   float hidden_dropout = 0.1f;
   float attention_dropout = 0.1f;
   float init_method_std = 0.02f;
+  MoeConfig moe;  // mixture of experts in the feed-forward slots (empty: a dense model)
   // Mixed precision (Megatron's params_dtype under --bf16/--fp16): the type that GEMM inputs and
   // attention's q, k, v are rounded to (kernels/precision.h); parameters and gradients stay fp32, the
   // parameters being the master copy. A run setting: not part of the JSON a checkpoint records.
@@ -52,6 +54,7 @@ struct ModelConfig {
   int64_t rotary_dim() const {
     return static_cast<int64_t>(static_cast<double>(kv_channels) * rotary_percent) / 2 * 2;
   }
+  // Every parameter of the model, every expert counted.
   int64_t parameter_count() const;
 };
 

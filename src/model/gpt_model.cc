@@ -17,6 +17,7 @@ GptModel::GptModel(const ModelConfig& config, ParameterSet& params, const parall
                    const ModelChunk& chunk, const TransformerLayerSpec& layer_spec)
     : config_(config), tp_(tp), chunk_(chunk), auxiliary_loss_names_(layer_spec.auxiliary_loss_names) {
   const ModelConfig& c = config_;
+  for (const std::string& name : moe_loss_names(c.moe)) auxiliary_loss_names_.push_back(name);
   if (chunk_.num_layers < 0) chunk_.num_layers = c.num_layers - chunk_.first_layer;
   TESSERA_CHECK(chunk_.first_layer >= 0 && chunk_.first_layer + chunk_.num_layers <= c.num_layers,
                 "model chunk of layers [", chunk_.first_layer, ", ", chunk_.first_layer + chunk_.num_layers,

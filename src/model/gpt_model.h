@@ -62,7 +62,7 @@ class GptModel final : public LanguageModelChunk {
   std::optional<VocabParallelEmbedding> embedding_;  // first chunk
   std::unique_ptr<TransformerBlock> block_;
   std::optional<LMHead> head_;  // last chunk
-  std::vector<std::string> auxiliary_loss_names_;  // the layer spec's
+  std::vector<std::string> auxiliary_loss_names_;  // the layer spec's, then the MoE layers' (moe_loss_names)
 };
 
 }  // namespace tessera::model

@@ -52,9 +52,10 @@ struct Recompute {
 
 // The losses of a forward, summed over the micro-batch's tokens: the LM loss (sum of loss * loss_mask)
 // and whatever auxiliary losses the model adds (MoE load balancing, sentence order, ...), by name, each
-// already weighted as it enters the objective and summed like the LM loss (the trainer divides every
-// one by the global batch's loss tokens, and the model's backward seeds each with grad_scale). The
-// trainer logs each by name.
+// summed like the LM loss so that the trainer's division by the global batch's loss tokens gives the
+// value it logs by name: the sentence-order loss as it enters the objective, the MoE losses without
+// their coefficients, averaged over the MoE layers, as Megatron logs them. (The objective is what the
+// model's backward seeds with grad_scale.)
 struct LossSums {
   double lm = 0;
   std::vector<std::pair<std::string, double>> auxiliary;

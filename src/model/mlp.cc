@@ -16,16 +16,22 @@ struct MlpRecord final : SavedTensors {
 
 }  // namespace
 
+namespace {
+int64_t width(const ModelConfig& config, const MlpOptions& options) {
+  return options.ffn_hidden_size > 0 ? options.ffn_hidden_size : config.ffn_hidden_size;
+}
+}  // namespace
+
 Mlp::Mlp(const ModelConfig& config, const std::string& prefix, ParameterSet& params,
-         const parallel::TensorParallelContext& tp)
+         const parallel::TensorParallelContext& tp, const MlpOptions& options)
     : config_(config),
-      ffn_local_(config.ffn_hidden_size / tp.size()),
+      ffn_local_(width(config, options) / tp.size()),
       // SwiGLU's fc1 is [gate; up]: each rank takes the same columns of both halves.
       fc1_(params, prefix + "linear_fc1", config.hidden_size,
-           config.swiglu ? Shape{2, config.ffn_hidden_size} : Shape{config.ffn_hidden_size}, config.swiglu ? 1 : 0,
-           config.add_bias_linear, config.init_method_std, tp, config.params_dtype),
-      fc2_(params, prefix + "linear_fc2", config.ffn_hidden_size, config.hidden_size, config.add_bias_linear,
-           output_init_std(config), tp, config.params_dtype) {}
+           config.swiglu ? Shape{2, width(config, options)} : Shape{width(config, options)}, config.swiglu ? 1 : 0,
+           config.add_bias_linear, config.init_method_std, tp, config.params_dtype, options.reduce),
+      fc2_(params, prefix + "linear_fc2", width(config, options), config.hidden_size, config.add_bias_linear,
+           output_init_std(config), tp, config.params_dtype, options.reduce) {}
 
 std::unique_ptr<SavedTensors> Mlp::make_record() const { return std::make_unique<MlpRecord>(); }
 

@@ -1,15 +1,23 @@
 // Megatron's MLP on one rank: fc1 split by columns (SwiGLU's [gate; up] halves split alike), GELU or
-// SwiGLU, fc2 split by rows.
+// SwiGLU, fc2 split by rows. The dense feed-forward slot, and the experts and shared expert of a
+// mixture of experts (model/moe_layer.h).
 #pragma once
 
 #include "model/sublayer.h"
 
 namespace tessera::model {
 
+struct MlpOptions {
+  int64_t ffn_hidden_size = 0;  // 0: config.ffn_hidden_size
+  // false: an expert's MLP on rows its caller gathered over the (expert) tensor group: no communication,
+  // forward returning this rank's partial sum and backward its partial dx (ColumnParallelLinear's reduce).
+  bool reduce = true;
+};
+
 class Mlp final : public Sublayer {
  public:
   Mlp(const ModelConfig& config, const std::string& prefix, ParameterSet& params,
-      const parallel::TensorParallelContext& tp);
+      const parallel::TensorParallelContext& tp, const MlpOptions& options = {});
 
   std::unique_ptr<SavedTensors> make_record() const override;
   Tensor forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec) const override;

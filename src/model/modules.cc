@@ -40,8 +40,14 @@ GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DTyp
 
 ColumnParallelLinear::ColumnParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in,
                                            const Shape& out_view, int split_dim, bool bias, float init_std,
-                                           const parallel::TensorParallelContext& tp, DType gemm_input_type)
-    : tp_(tp), params_(&params), in_(in), out_local_(shape_numel(out_view) / tp.size()), input_type_(gemm_input_type) {
+                                           const parallel::TensorParallelContext& tp, DType gemm_input_type,
+                                           bool reduce)
+    : tp_(tp),
+      params_(&params),
+      in_(in),
+      out_local_(shape_numel(out_view) / tp.size()),
+      input_type_(gemm_input_type),
+      reduce_(reduce) {
   ParameterSpec w = split_spec(prefix + ".weight", out_view, split_dim, in, Init::Normal, init_std, true, tp);
   w.gemm_weight = true;
   weight_ = params.add(w);
@@ -56,7 +62,7 @@ kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {
-  Tensor full = parallel::gather_to_tensor_parallel(x, tp_);
+  Tensor full = reduce_ ? parallel::gather_to_tensor_parallel(x, tp_) : x;
   int64_t rows = full.numel() / in_;
   Tensor y = Tensor::empty({rows, out_local_});
   GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
@@ -67,19 +73,19 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {
 Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_rounded) const {
   // Under sequence parallelism the gathered input is not kept from forward (that would undo the memory
   // saving); it is gathered again, as Megatron does.
-  Tensor full = parallel::gather_to_tensor_parallel(x, tp_);
+  Tensor full = reduce_ ? parallel::gather_to_tensor_parallel(x, tp_) : x;
   int64_t rows = full.numel() / in_;
   Tensor dx = Tensor::empty({rows, in_});
   GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
   kernels::linear_backward(dy, full, w.values, dx, weight_->grad, bias_ ? bias_->grad : Tensor(), input_type_,
                            x_rounded, w.rounded);
-  return parallel::reduce_to_input(dx, tp_);
+  return reduce_ ? parallel::reduce_to_input(dx, tp_) : dx;
 }
 
 RowParallelLinear::RowParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, int64_t out,
                                      bool bias, float init_std, const parallel::TensorParallelContext& tp,
-                                     DType gemm_input_type)
-    : tp_(tp), params_(&params), out_(out), input_type_(gemm_input_type) {
+                                     DType gemm_input_type, bool reduce)
+    : tp_(tp), params_(&params), out_(out), input_type_(gemm_input_type), reduce_(reduce) {
   TESSERA_CHECK(in % tp.size() == 0, prefix, ": ", in, " input features do not split over ", tp.size(),
                 " tensor-parallel ranks");
   in_local_ = in / tp.size();
@@ -95,6 +101,10 @@ Tensor RowParallelLinear::forward(const Tensor& x, bool x_rounded) const {
   Tensor partial = Tensor::empty({rows, out_});
   GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
   kernels::linear_forward(x, w.values, Tensor(), partial, input_type_, x_rounded, w.rounded);
+  if (!reduce_) {
+    if (bias_ && tp_.rank() == 0) kernels::add_bias_rows(partial, bias_->value);
+    return partial;
+  }
   Tensor y = tp_.sequence_parallel ? parallel::reduce_scatter_rows(partial, *tp_.group) : partial;
   if (!tp_.sequence_parallel) parallel::all_reduce_sum(y, *tp_.group);
   if (bias_) kernels::add_bias_rows(y, bias_->value);
@@ -103,7 +113,7 @@ Tensor RowParallelLinear::forward(const Tensor& x, bool x_rounded) const {
 
 Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_rounded) const {
   // The bias gradient comes from the gathered (full) dy, so it is complete on every rank.
-  Tensor full = parallel::gather_to_tensor_parallel(dy, tp_);
+  Tensor full = reduce_ ? parallel::gather_to_tensor_parallel(dy, tp_) : dy;
   int64_t rows = x.numel() / in_local_;
   Tensor dx = Tensor::empty({rows, in_local_});
   GemmWeight w = gemm_weight(*params_, *weight_, input_type_);

@@ -55,10 +55,12 @@ GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DTyp
 // that each rank's rows are whole gates / whole query groups.
 class ColumnParallelLinear {
  public:
-  // gemm_input_type: GemmArgs::input_type of its GEMMs (the model's params_dtype).
+  // gemm_input_type: GemmArgs::input_type of its GEMMs (the model's params_dtype). reduce = false: no
+  // communication at all, backward returning this rank's partial dx (an expert's layer, whose caller
+  // gathers its rows and reduces its outputs over the expert tensor group itself).
   ColumnParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, const Shape& out_view,
                        int split_dim, bool bias, float init_std, const parallel::TensorParallelContext& tp,
-                       DType gemm_input_type = DType::F32);
+                       DType gemm_input_type = DType::F32, bool reduce = true);
   // x [tokens (/tp when sequence parallel), in] -> y [tokens, out / tp]. x_rounded: x already holds
   // values of the GEMM input type (kernels::GemmArgs::a_rounded).
   Tensor forward(const Tensor& x, bool x_rounded = false) const;
@@ -72,6 +74,7 @@ class ColumnParallelLinear {
   Parameter* bias_ = nullptr;
   int64_t in_, out_local_;
   DType input_type_;
+  bool reduce_;
 };
 
 // A linear layer whose input features are split over the tensor group (Megatron's RowParallelLinear):
@@ -79,8 +82,11 @@ class ColumnParallelLinear {
 // shards) and the replicated bias is added after the reduction.
 class RowParallelLinear {
  public:
+  // reduce = false: forward returns this rank's partial sum (with the bias on rank 0 only, so that the
+  // caller's sum over the group has it once).
   RowParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in, int64_t out, bool bias,
-                    float init_std, const parallel::TensorParallelContext& tp, DType gemm_input_type = DType::F32);
+                    float init_std, const parallel::TensorParallelContext& tp, DType gemm_input_type = DType::F32,
+                    bool reduce = true);
   // x [tokens, in / tp] -> y [tokens (/tp when sequence parallel), out] (x_rounded as above).
   Tensor forward(const Tensor& x, bool x_rounded = false) const;
   // dy shaped like y -> dx [tokens, in / tp]; accumulates weight/bias gradients.
@@ -93,6 +99,7 @@ class RowParallelLinear {
   Parameter* bias_ = nullptr;
   int64_t in_local_, out_;
   DType input_type_;
+  bool reduce_;
 };
 
 class Norm {

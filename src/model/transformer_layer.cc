@@ -5,7 +5,7 @@
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/precision.h"
-#include "model/mlp.h"
+#include "model/moe_layer.h"
 #include "model/self_attention.h"
 
 namespace tessera::model {
@@ -27,8 +27,7 @@ TransformerLayerSpec gpt_layer_spec() {
                            const parallel::TensorParallelContext& tp) {
     return std::make_unique<SelfAttention>(c, layer, prefix, params, tp, /*causal=*/true);
   };
-  spec.mlp = [](const ModelConfig& c, int64_t, const std::string& prefix, ParameterSet& params,
-                const parallel::TensorParallelContext& tp) { return std::make_unique<Mlp>(c, prefix, params, tp); };
+  spec.mlp = make_feed_forward;
   return spec;
 }
 

@@ -52,9 +52,11 @@ class TransformerLayer {
   std::unique_ptr<Sublayer> self_attention_, mlp_;
 };
 
-// Megatron's GPT layer: causal SelfAttention and the dense Mlp.
+// Megatron's GPT layer: causal SelfAttention and the dense Mlp, or an MoeLayer where the config's
+// moe gives the layer experts (model/moe_layer.h make_feed_forward).
 TransformerLayerSpec gpt_layer_spec();
-// Megatron's BERT layer: bidirectional SelfAttention with the padding mask, the dense Mlp, under "encoder".
+// Megatron's BERT layer: bidirectional SelfAttention with the padding mask, the feed-forward slot as
+// GPT's, under "encoder".
 TransformerLayerSpec bert_layer_spec();
 
 }  // namespace tessera::model

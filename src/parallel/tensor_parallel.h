@@ -11,11 +11,15 @@
 
 namespace tessera::parallel {
 
+struct ExpertParallelContext;  // parallel/expert_dispatch.h
+
 // The group a model's layers are split over and whether activations outside the column/row-parallel
-// pairs are sequence-sharded (--sequence-parallel).
+// pairs are sequence-sharded (--sequence-parallel); and the groups its experts are split over (null:
+// every expert whole on every rank).
 struct TensorParallelContext {
   comm::ProcessGroup* group = nullptr;
   bool sequence_parallel = false;
+  const ExpertParallelContext* experts = nullptr;
 
   int rank() const { return group->rank(); }
   int size() const { return group->size(); }

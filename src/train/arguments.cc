@@ -23,6 +23,7 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
                 "Layers per model chunk of the interleaved schedule");
   m->add_option("--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
                 "Model chunks per pipeline rank of the interleaved schedule");
+  add_expert_parallel_flags(*m, a);
   m->add_flag("--sequence-parallel", a.sequence_parallel, "Shard norms, dropout and residuals along the sequence");
   m->add_option("--recompute-granularity", a.recompute_granularity,
                 "full: recompute whole layers in backward; selective: only the core attention");

@@ -30,12 +30,22 @@ struct TrainArguments {
   model::ModelConfig model = megatron_model_defaults();
   bool group_query_attention = false;  // without it every head is its own group (--num-query-groups ignored)
   int64_t make_vocab_size_divisible_by = 128;
+  // Mixture of experts: the flags that finalize_moe_model turns into model.moe (the rest write it).
+  std::vector<int64_t> num_experts;   // one value, or one per MoE layer (PR-MoE); empty or 0: dense
+  std::string moe_layer_freq = "1";   // an interval or a per-layer list
+  std::string moe_router_score_function = "softmax", moe_router_load_balancing_type = "aux_loss";
+  std::string moe_token_drop_policy = "probs", mlp_type = "standard";
 
   // Parallel layout.
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
   // Interleaved 1F1B: either flag gives the model chunks per pipeline rank (0: not set).
   int64_t num_layers_per_virtual_pipeline_stage = 0, num_virtual_stages_per_pipeline_rank = 0;
   bool sequence_parallel = false;
+  // Expert parallelism: experts split over ep ranks, each expert's MLP over etp ranks (0: the tensor-
+  // parallel size), tokens carried by an all-to-all or an all-gather dispatcher.
+  int64_t expert_model_parallel_size = 1, expert_tensor_parallel_size = 0;
+  std::string moe_token_dispatcher_type = "alltoall";
+  bool moe_grouped_gemm = false;
   // Activation recomputation, as Megatron: granularity "" (none), "full" or "selective".
   std::string recompute_granularity, recompute_method;
   bool recompute_activations = false;  // = --recompute-granularity selective
@@ -123,6 +133,8 @@ void finalize(TrainArguments& a);
 // and fills its derived fields.
 void finalize_model(TrainArguments& a);            // sizes, defaults by rule, positions, norms, dropout
 void finalize_parallel_layout(TrainArguments& a);  // tp, pp, virtual stages, recomputation, buckets
+void finalize_moe_model(TrainArguments& a);        // experts per layer, router, losses, capacity (by finalize_model)
+void finalize_moe_layout(TrainArguments& a);       // ep, etp, dispatcher (by finalize_parallel_layout)
 void finalize_data(TrainArguments& a);             // data, tokenizer, vocabulary, batches
 void finalize_training_loop(TrainArguments& a);    // iterations, evaluation, logging, samples
 void finalize_optimizer(TrainArguments& a);        // AdamW, learning-rate schedule, mixed precision
@@ -132,6 +144,8 @@ void finalize_checkpointing(TrainArguments& a);    // saving and exiting
 // parallel layout) to `app`, writing into `a.model` (and the few flags of `a` that need a rule).
 // None is required here; tessera train requires some.
 void add_model_flags(CLI::App& app, TrainArguments& a);
+void add_moe_flags(CLI::App& app, TrainArguments& a);              // by add_model_flags
+void add_expert_parallel_flags(CLI::App& app, TrainArguments& a);  // --expert-model-parallel-size, ...
 
 // Megatron's flag values for the model's enums: "learned_absolute", "rope"; "LayerNorm", "RMSNorm".
 std::string megatron_name(model::PositionEmbedding p);

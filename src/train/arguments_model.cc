@@ -110,6 +110,7 @@ void add_model_flags(CLI::App& app, TrainArguments& a) {
   // Megatron's flag is the negation of the field (store_false into bert_binary_head).
   app.add_flag_callback("--bert-no-binary-head", [&c] { c.bert_binary_head = false; },
                         "BERT without the pooler and the sentence-order head");
+  add_moe_flags(app, a);
 }
 
 // The rules of the model alone; those that involve the layout (divisibility by the tensor-parallel
@@ -166,6 +167,7 @@ void finalize_model(TrainArguments& a) {
             "BERT ties its output layer to the word embeddings");
   }
   require_positive("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by);
+  finalize_moe_model(a);
 }
 
 }  // namespace tessera::train

@@ -55,6 +55,7 @@ void finalize_parallel_layout(TrainArguments& a) {
   require(!a.sequence_parallel || c.seq_length % tp == 0, "--seq-length", c.seq_length,
           str_cat("must be divisible by --tensor-model-parallel-size=", tp, " with --sequence-parallel"));
   require_positive("--ddp-bucket-size", a.ddp_bucket_size);
+  finalize_moe_layout(a);
 
   // Recomputation.
   if (a.recompute_activations) {

@@ -90,9 +90,16 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                 "checked for ", args_.world_size);
   comm::ParallelLayout layout{world->size(), static_cast<int>(args_.tensor_model_parallel_size),
                               static_cast<int>(args_.pipeline_model_parallel_size)};
+  layout.expert_model_parallel_size = static_cast<int>(args_.expert_model_parallel_size);
+  if (args_.expert_tensor_parallel_size > 0)
+    layout.expert_tensor_parallel_size = static_cast<int>(args_.expert_tensor_parallel_size);
   world_ = world;
   state_ = std::make_unique<comm::ParallelState>(*world, layout);
-  tp_ = {&state_->tensor_group(), args_.sequence_parallel};
+  experts_ = {&state_->expert_model_group(), &state_->expert_tensor_group(), &state_->expert_tensor_model_group(),
+              args_.moe_token_dispatcher_type == "allgather" ? parallel::TokenDispatcher::AllGather
+                                                              : parallel::TokenDispatcher::AllToAll,
+              args_.moe_grouped_gemm};
+  tp_ = {&state_->tensor_group(), args_.sequence_parallel, &experts_};
   if (state_->world_rank() == 0) {
     log_ = std::make_unique<TrainingLog>(args_.log_dir, args_.tensorboard_dir);
     if (world->size() > 1) say(state_->describe());

@@ -13,6 +13,7 @@
 #include "comm/parallel_state.h"
 #include "core/timer.h"
 #include "model/model_factory.h"
+#include "parallel/expert_dispatch.h"
 #include "parallel/grad_buckets.h"
 #include "pipeline/executor.h"
 #include "optim/adamw_optimizer.h"
@@ -106,6 +107,7 @@ class Trainer {
   std::unique_ptr<comm::ProcessGroup> single_world_;
   comm::ProcessGroup* world_ = nullptr;
   std::unique_ptr<comm::ParallelState> state_;
+  parallel::ExpertParallelContext experts_;  // the expert groups of state_, for the MoE layers
   parallel::TensorParallelContext tp_;
   model::ParameterSet params_;
   pipeline::ScheduleShape schedule_;

@@ -1,0 +1,107 @@
+#include "model/moe_router.h"
+
+#include "kernels/elementwise.h"
+#include "kernels/linear.h"
+#include "kernels/moe_routing.h"
+#include "kernels/tensor_ops.h"
+
+namespace tessera::model {
+namespace {
+
+constexpr int kJitterSite = 4;  // dropout_stream's site of the router input noise (1-3: dropout)
+
+// The sum over the tensor group of one rank's share of a loss.
+double tensor_group_sum(double share, const parallel::TensorParallelContext& tp) {
+  if (!tp.sequence_parallel || tp.size() == 1) return share;
+  Tensor t = kernels::scalar_tensor(share);
+  tp.group->all_reduce(t);
+  return kernels::scalar_value(t);
+}
+
+}  // namespace
+
+void RouterRecord::visit(const std::function<void(Tensor&, bool)>& f) {
+  f(jittered, true);
+  for (Tensor* t : {&logits, &indices, &probs, &counts}) f(*t, false);
+}
+
+TopkRouter::TopkRouter(const ModelConfig& config, int64_t layer_number, int64_t experts, const std::string& prefix,
+                       ParameterSet& params, const parallel::TensorParallelContext& tp)
+    : config_(config), layer_number_(layer_number), experts_(experts), tp_(tp) {
+  ParameterSpec w{prefix + "router.weight", {experts, config.hidden_size}, Init::Normal, config.init_method_std, true};
+  w.sequence_parallel_grad = tp.sequence_parallel;  // each rank's gradient is its own tokens'
+  weight_ = params.add(w);
+}
+
+int64_t TopkRouter::groups(const ForwardContext& ctx) const {
+  return config_.moe.load_balancing == LoadBalancing::SeqAuxLoss ? ctx.batch : 1;
+}
+
+int64_t TopkRouter::tokens_per_group(const ForwardContext& ctx) const {
+  return config_.moe.load_balancing == LoadBalancing::SeqAuxLoss ? ctx.seq : ctx.seq * ctx.batch;
+}
+
+kernels::DropoutRegion TopkRouter::jitter_region(const ForwardContext& ctx) const {
+  return residual_region(ctx, config_.hidden_size, tp_);
+}
+
+void TopkRouter::forward(const Tensor& x, const SublayerContext& sc, RouterRecord& rec) const {
+  const MoeConfig& m = config_.moe;
+  const ForwardContext& ctx = sc.ctx;
+  const int64_t T = x.dim(0), k = m.router.topk;
+  Tensor input = x;
+  if (ctx.training && m.input_jitter_eps > 0) {
+    rec.jittered = Tensor::empty(x.shape());
+    kernels::jitter_multiply(x, rec.jittered, m.input_jitter_eps, ctx.seed,
+                             dropout_stream(ctx.iteration, layer_number_, kJitterSite), jitter_region(ctx));
+    input = rec.jittered;
+  }
+  // fp32 gating, as Megatron creates the router in fp32 (the routing decision is sensitive to rounding).
+  rec.logits = Tensor::empty({T, experts_});
+  kernels::linear_forward(input, weight_->value, Tensor(), rec.logits);
+  rec.indices = Tensor::empty({T, k}, DType::I32);
+  rec.probs = Tensor::empty({T, k});
+  kernels::topk_router_forward(rec.logits, m.router, rec.indices, rec.probs);
+  if (m.load_balancing != LoadBalancing::None) {
+    rec.counts = Tensor::empty({groups(ctx), experts_});
+    kernels::aux_loss_counts(rec.logits, k, m.router.score, groups(ctx), rec.counts);
+    if (tp_.sequence_parallel && tp_.size() > 1) tp_.group->all_reduce(rec.counts);
+  }
+  if (!ctx.losses) return;
+  // Logged as Megatron does: each loss without its coefficient, averaged over the MoE layers.
+  const double per_layer = micro_batch_weight(ctx) / static_cast<double>(m.num_moe_layers());
+  if (m.load_balancing != LoadBalancing::None) {
+    const double share =
+        kernels::aux_loss_forward(rec.logits, rec.counts, k, m.router.score, tokens_per_group(ctx), 1.0f);
+    ctx.losses->add_auxiliary("load_balancing_loss", tensor_group_sum(share, tp_) * per_layer);
+  }
+  if (m.z_loss_coeff > 0) {
+    const double share = kernels::z_loss_forward(rec.logits, 1.0f, ctx.seq * ctx.batch);
+    ctx.losses->add_auxiliary("z_loss", tensor_group_sum(share, tp_) * per_layer);
+  }
+}
+
+void TopkRouter::backward(const Tensor& dprobs, const Tensor& x, const SublayerContext& sc, RouterRecord& rec,
+                          const Tensor& dx) const {
+  const MoeConfig& m = config_.moe;
+  const ForwardContext& ctx = sc.ctx;
+  const int64_t k = m.router.topk;
+  Tensor dlogits = Tensor::zeros(rec.logits.shape());
+  kernels::topk_router_backward(rec.logits, rec.indices, dprobs, m.router, dlogits);
+  const float seed = static_cast<float>(ctx.grad_scale * micro_batch_weight(ctx));
+  if (m.load_balancing != LoadBalancing::None && m.aux_loss_coeff > 0)
+    kernels::aux_loss_backward(rec.logits, rec.counts, k, m.router.score, tokens_per_group(ctx), m.aux_loss_coeff,
+                               seed, dlogits);
+  if (m.z_loss_coeff > 0) kernels::z_loss_backward(rec.logits, m.z_loss_coeff, ctx.seq * ctx.batch, seed, dlogits);
+  const Tensor& input = rec.jittered.defined() ? rec.jittered : x;
+  Tensor dinput = Tensor::empty(x.shape());
+  kernels::linear_backward(dlogits, input, weight_->value, dinput, weight_->grad, Tensor());
+  // The jitter multiplies the router's input only: its gradient reaches x through the same factors.
+  if (rec.jittered.defined())
+    kernels::jitter_multiply(dinput, dinput, m.input_jitter_eps, ctx.seed,
+                             dropout_stream(ctx.iteration, layer_number_, kJitterSite), jitter_region(ctx));
+  kernels::add_into(dx, dinput);
+  rec = RouterRecord();
+}
+
+}  // namespace tessera::model
