@@ -26,7 +26,7 @@ struct TopkRouterOptions {
 // probs fp32 [T, k]:
 //   softmax, !pre_softmax: top-k of the logits, then a softmax over the k chosen logits;
 //   softmax, pre_softmax:  softmax over all E, then top-k (not renormalised);
-//   sigmoid:               top-k of sigmoid(logits), divided by their sum when k > 1;
+//   sigmoid:               top-k of sigmoid(logits), divided by their sum + 1e-20 (as Megatron) if k > 1;
 // each then times scaling_factor.
 void topk_router_forward(const Tensor& logits, const TopkRouterOptions& opt, const Tensor& indices_out,
                          const Tensor& probs_out);
@@ -35,18 +35,23 @@ void topk_router_backward(const Tensor& logits, const Tensor& indices, const Ten
                           const TopkRouterOptions& opt, const Tensor& dlogits);
 
 // The load-balancing loss's routing map (Megatron's compute_routing_scores_for_aux_loss): scores
-// p = softmax(logits) over all E (sigmoid: sigmoid(logits) divided by its row sum), each token's top-k
-// of p. counts_out fp32 [groups, E]: tokens of each group routed to each expert, row t being in group
-// t % groups (groups = 1: aux_loss; groups = batch: seq_aux_loss, one group per sequence). The caller
-// sums the counts over the ranks that hold the rest of the groups' tokens (the tensor group under
-// sequence parallelism) before the loss.
+// p = softmax(logits) over all E (sigmoid: sigmoid(logits) divided by its row sum + 1e-20, as
+// Megatron), each token's top-k of p. counts_out fp32 [groups, E]: tokens of each group routed to each
+// expert, row t being in group t % groups (groups = 1: aux_loss; groups = batch: seq_aux_loss, one
+// group per sequence). The caller sums the counts over the ranks that hold the rest of the groups'
+// tokens (the tensor group under sequence parallelism; Megatron's TP x CP group) before the loss.
 void aux_loss_counts(const Tensor& logits, int64_t topk, RouterScoreFunction score, int64_t groups,
                      const Tensor& counts_out);
 // This rank's share of the load-balancing loss (Megatron's switch_load_balancing_loss_func, and its
 // per-sequence form averaged over the sequences):
 //   coeff * E / (k * G) * sum_g sum_i (sum_{local t in g} p_ti) * n_gi / tokens_per_group^2
 // with n = counts [G, E] summed over every rank of the groups and tokens_per_group the tokens of one
-// group on all those ranks. The ranks' shares add up to the loss of the whole groups.
+// group on all those ranks. The ranks' shares add up to the loss of the whole groups. G = 1 is
+// aux_loss (tokens_per_group = the local T times |TP x CP|). G = batch is seq_aux_loss exactly as Megatron's
+// TopKRouter._apply_seq_aux_loss: the scores reshaped [s, b * E] so each (sequence, expert) is a column,
+// their counts summed over TP x CP, the switch loss of that with E experts and s * |TP x CP| tokens,
+// divided by b; i.e. the switch loss of each sequence, averaged over the b sequences
+// (tokens_per_group = s * |TP x CP|).
 double aux_loss_forward(const Tensor& logits, const Tensor& counts, int64_t topk, RouterScoreFunction score,
                         int64_t tokens_per_group, float coeff);
 // Adds dloss * d(aux_loss_forward)/d(logits) into dlogits (the counts are constants).
@@ -71,8 +76,9 @@ struct ExpertRows {
 // From indices/probs [T, k] over `experts` experts. capacity < 0: dropless (every routing entry is a
 // row). Otherwise each expert keeps at most `capacity` of its entries: those of highest prob (Probs)
 // or of lowest token (Position), ties to the lower token; dropped entries are no row. pad: each expert
-// then has exactly `capacity` rows, filled with tokens not routed to it (lowest first, prob 0, slot -1)
-// as Megatron's --moe-pad-expert-input-to-capacity.
+// then has exactly min(capacity, T) rows (capacity > T drops nothing and pads every expert to all T
+// tokens, as Megatron's capacity mask), filled with tokens not routed to it (lowest first, prob 0,
+// slot -1) as Megatron's --moe-pad-expert-input-to-capacity.
 ExpertRows expert_rows(const Tensor& indices, const Tensor& probs, int64_t experts, int64_t capacity,
                        TokenDropPolicy policy, bool pad);
 

@@ -12,6 +12,7 @@
 #include "kernels/math/activations.h"
 #include "kernels/math/adamw.h"
 #include "kernels/math/dropout.h"
+#include "kernels/math/moe_routing.h"
 #include "kernels/math/rotary.h"
 #include "kernels/math/softmax.h"
 #include "kernels/vector_math.h"
@@ -19,7 +20,7 @@
 namespace m = tessera::kernels::math;
 
 // The values of every shared function at input x (and i for the integer ones), into out[0, kValues).
-constexpr int kValues = 24;
+constexpr int kValues = 33;
 
 TESSERA_HOST_DEVICE inline void all_functions(float x, uint64_t i, float* out) {
   out[0] = tessera::kernels::exp_approx(x);
@@ -58,6 +59,20 @@ TESSERA_HOST_DEVICE inline void all_functions(float x, uint64_t i, float* out) {
   out[21] = m::softmax_rescale(m::softmax_safe_shift(-INFINITY), x) + m::softmax_weight(x, 1.0f);
   out[22] = m::cross_entropy_dlogit(x, 2.0f, 0.5f);
   out[23] = m::cross_entropy_dlogit_target(x, 2.0f, 0.5f);
+  out[24] = m::dropout_uniform(bits);
+  out[25] = m::router_sigmoid(x);
+  out[26] = m::router_sigmoid_grad(x);
+  out[27] = m::softmax_grad(0.25f, x, 0.5f);
+  out[28] = m::normalised_grad(x, 0.5f, 1.75f);
+  out[29] = m::z_loss_dlogit(x, 2.0f, 0.5f);
+  out[30] = m::jitter_factor(bits, 0.1f);
+  float vals[2];
+  int32_t idx[2];
+  int64_t have = 0;
+  const float scores[4] = {0.5f, x, 0.5f, -x};
+  for (int32_t e = 0; e < 4; ++e) m::topk_insert(scores[e], e, 2, have, vals, idx);
+  out[31] = static_cast<float>(idx[0] * 4 + idx[1]);
+  out[32] = vals[1];
 }
 
 constexpr int kInputs = 9;

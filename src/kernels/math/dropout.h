@@ -26,11 +26,14 @@ TESSERA_HOST_DEVICE inline uint64_t attention_dropout_row(const AttentionDropout
   return (bh * static_cast<uint64_t>(seq) + static_cast<uint64_t>(i)) * static_cast<uint64_t>(seq);
 }
 
-// Kept iff the element's uniform (PhiloxStream::uniform_from_bits of its word: 24 bits in [0, 1)) is
-// at least p. The 24-bit value goes through int32, which converts to float in SIMD (uint32 does not
-// before AVX-512); the value is the same.
-TESSERA_HOST_DEVICE inline bool dropout_keeps(uint32_t bits, float p) {
-  return static_cast<float>(static_cast<int32_t>(bits >> 8)) * (1.0f / 16777216.0f) >= p;
+// The element's uniform: PhiloxStream::uniform_from_bits of its word, 24 bits in [0, 1). The 24-bit
+// value goes through int32, which converts to float in SIMD (uint32 does not before AVX-512); the
+// value is the same. The router's input jitter (kernels/math/moe_routing.h) draws this one too.
+TESSERA_HOST_DEVICE inline float dropout_uniform(uint32_t bits) {
+  return static_cast<float>(static_cast<int32_t>(bits >> 8)) * (1.0f / 16777216.0f);
 }
+
+// Kept iff the element's uniform is at least p.
+TESSERA_HOST_DEVICE inline bool dropout_keeps(uint32_t bits, float p) { return dropout_uniform(bits) >= p; }
 
 }  // namespace tessera::kernels::math

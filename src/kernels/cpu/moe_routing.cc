@@ -1,0 +1,465 @@
+// Mixture-of-experts routing on the CPU, fp32 (Megatron-Core's router.py and moe_utils.py).
+//
+// Tokens are independent, so the per-token work runs one row per thread, with the row's own sums
+// (over its E experts or k choices) taken serially in a fixed order. What sums over tokens (the losses,
+// the counts) is formed per row in parallel and then added serially in row order, and scatters give
+// each token its rows in ascending order: no result depends on the thread count. The arithmetic a GPU
+// kernel must share (the sigmoid, the top-k tie order, the gradients, the jitter's multiplier) is
+// kernels/math/moe_routing.h, with the softmax weights of kernels/math/softmax.h.
+#include "kernels/cpu/moe_routing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/check.h"
+#include "core/philox.h"
+#include "core/profiler.h"
+#include "kernels/math/dropout.h"
+#include "kernels/math/moe_routing.h"
+#include "kernels/math/softmax.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+using math::kRouterScoreSumEps;
+
+float row_max(const float* x, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  return math::softmax_safe_shift(m);  // a row of -inf only: weights 0, not NaN
+}
+
+// p = softmax(x) over the n entries.
+void softmax_row(const float* x, int64_t n, float* p) {
+  const float m = row_max(x, n);
+  float s = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    p[j] = math::softmax_weight(x[j], m);
+    s += p[j];
+  }
+  for (int64_t j = 0; j < n; ++j) p[j] /= s;
+}
+
+// The aux loss's scores of a row (compute_routing_scores_for_aux_loss): softmax, or sigmoid over its
+// sum + eps. Returns that divisor for the sigmoid (its gradient needs it), 1 for the softmax.
+float aux_scores_row(const float* x, int64_t n, RouterScoreFunction score, float* p) {
+  if (score == RouterScoreFunction::Softmax) {
+    softmax_row(x, n, p);
+    return 1.0f;
+  }
+  float s = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    p[j] = math::router_sigmoid(x[j]);
+    s += p[j];
+  }
+  const float d = s + kRouterScoreSumEps;
+  for (int64_t j = 0; j < n; ++j) p[j] /= d;
+  return d;
+}
+
+// The k best of v[0, n) into idx (descending, ties to the lower index) and their values into vals.
+void topk_row(const float* v, int64_t n, int64_t k, float* vals, int32_t* idx) {
+  int64_t have = 0;
+  for (int64_t j = 0; j < n; ++j) math::topk_insert(v[j], static_cast<int32_t>(j), k, have, vals, idx);
+}
+
+float row_lse(const float* x, int64_t n) {
+  const float m = row_max(x, n);
+  float s = 0.0f;
+  for (int64_t j = 0; j < n; ++j) s += math::softmax_weight(x[j], m);
+  return math::softmax_lse(m, s);
+}
+
+// Checked before any parallel region: an exception must not escape one.
+void check_indices(const char* kernel, const int32_t* idx, int64_t n, int64_t experts) {
+  for (int64_t i = 0; i < n; ++i)
+    TESSERA_CHECK(idx[i] >= 0 && idx[i] < experts, kernel, ": expert index ", idx[i], " at ", i,
+                  " is outside [0, ", experts, ")");
+}
+
+void check_topk(const char* kernel, int64_t topk, int64_t experts) {
+  TESSERA_CHECK(experts >= 1 && topk >= 1 && topk <= experts, kernel, ": top-", topk, " of ", experts, " experts");
+}
+
+void check_tokens(const char* kernel, const int32_t* token, int64_t rows, int64_t tokens) {
+  for (int64_t r = 0; r < rows; ++r)
+    TESSERA_CHECK(token[r] >= 0 && token[r] < tokens, kernel, ": token ", token[r], " of row ", r,
+                  " is outside [0, ", tokens, ")");
+}
+
+void check_groups(const char* kernel, int64_t tokens, int64_t experts, int64_t groups, int64_t topk) {
+  check_topk(kernel, topk, experts);
+  TESSERA_CHECK(groups >= 1 && tokens % groups == 0, kernel, ": ", tokens, " tokens are not ", groups, " groups");
+}
+
+void check_aux(const char* kernel, int64_t tokens, int64_t experts, int64_t groups, int64_t topk,
+               int64_t tokens_per_group) {
+  check_groups(kernel, tokens, experts, groups, topk);
+  TESSERA_CHECK(tokens_per_group >= 1 && tokens_per_group >= tokens / groups, kernel, ": ", tokens_per_group,
+                " tokens per group, fewer than the ", tokens / groups, " local ones");
+}
+
+// coeff * E / (k * G * tokens_per_group^2): the loss per unit of sum_g sum_i P_gi n_gi.
+double aux_scale(int64_t experts, int64_t groups, int64_t topk, int64_t tokens_per_group) {
+  const double tpg = static_cast<double>(tokens_per_group);
+  return static_cast<double>(experts) / (static_cast<double>(topk) * static_cast<double>(groups) * tpg * tpg);
+}
+
+}  // namespace
+
+void topk_router_forward(const float* logits, int64_t tokens, int64_t experts, const TopkRouterOptions& opt,
+                         int32_t* indices, float* probs) {
+  TESSERA_PROFILE_SCOPE("topk_router_forward");
+  const int64_t k = opt.topk, E = experts;
+  check_topk("topk_router_forward", k, E);
+  const bool softmax = opt.score == RouterScoreFunction::Softmax;
+#pragma omp parallel
+  {
+    std::vector<float> scores(E), vals(k);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float* x = logits + t * E;
+      int32_t* idx = indices + t * k;
+      float* p = probs + t * k;
+      if (softmax && !opt.pre_softmax) {  // top-k of the logits, softmax over those k
+        topk_row(x, E, k, vals.data(), idx);
+        const float m = row_max(vals.data(), k);
+        float s = 0.0f;
+        for (int64_t j = 0; j < k; ++j) {
+          p[j] = math::softmax_weight(vals[j], m);
+          s += p[j];
+        }
+        for (int64_t j = 0; j < k; ++j) p[j] /= s;
+      } else if (softmax) {  // softmax over all E, top-k of that
+        softmax_row(x, E, scores.data());
+        topk_row(scores.data(), E, k, p, idx);
+      } else {  // top-k of the sigmoids, renormalised over the k when k > 1
+        for (int64_t j = 0; j < E; ++j) scores[j] = math::router_sigmoid(x[j]);
+        topk_row(scores.data(), E, k, p, idx);
+        if (k > 1) {
+          float s = 0.0f;
+          for (int64_t j = 0; j < k; ++j) s += p[j];
+          const float d = s + kRouterScoreSumEps;
+          for (int64_t j = 0; j < k; ++j) p[j] /= d;
+        }
+      }
+      for (int64_t j = 0; j < k; ++j) p[j] *= opt.scaling_factor;
+    }
+  }
+}
+
+// Recomputes the forward's probabilities from the logits and the chosen experts, in the same order.
+void topk_router_backward(const float* logits, const int32_t* indices, const float* dprobs, int64_t tokens,
+                          int64_t experts, const TopkRouterOptions& opt, float* dlogits) {
+  TESSERA_PROFILE_SCOPE("topk_router_backward");
+  const int64_t k = opt.topk, E = experts;
+  check_topk("topk_router_backward", k, E);
+  check_indices("topk_router_backward", indices, tokens * k, E);
+  const bool softmax = opt.score == RouterScoreFunction::Softmax;
+#pragma omp parallel
+  {
+    std::vector<float> full(E), gfull(E), p(k), g(k);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float* x = logits + t * E;
+      const int32_t* idx = indices + t * k;
+      float* dx = dlogits + t * E;
+      for (int64_t j = 0; j < k; ++j) g[j] = opt.scaling_factor * dprobs[t * k + j];
+      if (softmax && !opt.pre_softmax) {
+        for (int64_t j = 0; j < k; ++j) p[j] = x[idx[j]];
+        const float m = row_max(p.data(), k);
+        float s = 0.0f;
+        for (int64_t j = 0; j < k; ++j) {
+          p[j] = math::softmax_weight(p[j], m);
+          s += p[j];
+        }
+        float gp = 0.0f;
+        for (int64_t j = 0; j < k; ++j) {
+          p[j] /= s;
+          gp += g[j] * p[j];
+        }
+        for (int64_t j = 0; j < k; ++j) dx[idx[j]] += math::softmax_grad(p[j], g[j], gp);
+      } else if (softmax) {  // every logit moves the chosen probabilities through the full softmax
+        softmax_row(x, E, full.data());
+        std::fill(gfull.begin(), gfull.end(), 0.0f);
+        float gp = 0.0f;
+        for (int64_t j = 0; j < k; ++j) {
+          gfull[idx[j]] += g[j];
+          gp += g[j] * full[idx[j]];
+        }
+        for (int64_t i = 0; i < E; ++i) dx[i] += math::softmax_grad(full[i], gfull[i], gp);
+      } else if (k == 1) {
+        dx[idx[0]] += g[0] * math::router_sigmoid_grad(x[idx[0]]);
+      } else {
+        float s = 0.0f;
+        for (int64_t j = 0; j < k; ++j) {
+          p[j] = math::router_sigmoid(x[idx[j]]);
+          s += p[j];
+        }
+        const float d = s + kRouterScoreSumEps;
+        float gp = 0.0f;
+        for (int64_t j = 0; j < k; ++j) {
+          p[j] /= d;
+          gp += g[j] * p[j];
+        }
+        for (int64_t j = 0; j < k; ++j)
+          dx[idx[j]] += math::normalised_grad(g[j], gp, d) * math::router_sigmoid_grad(x[idx[j]]);
+      }
+    }
+  }
+}
+
+void aux_loss_counts(const float* logits, int64_t tokens, int64_t experts, int64_t topk, RouterScoreFunction score,
+                     int64_t groups, float* counts) {
+  TESSERA_PROFILE_SCOPE("aux_loss_counts");
+  check_groups("aux_loss_counts", tokens, experts, groups, topk);
+  std::vector<int32_t> top(static_cast<size_t>(tokens * topk));
+#pragma omp parallel
+  {
+    std::vector<float> p(experts), vals(topk);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      aux_scores_row(logits + t * experts, experts, score, p.data());
+      topk_row(p.data(), experts, topk, vals.data(), top.data() + t * topk);
+    }
+  }
+  std::fill(counts, counts + groups * experts, 0.0f);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < topk; ++j) counts[(t % groups) * experts + top[t * topk + j]] += 1.0f;
+}
+
+double aux_loss_forward(const float* logits, const float* counts, int64_t tokens, int64_t experts, int64_t groups,
+                        int64_t topk, RouterScoreFunction score, int64_t tokens_per_group, float coeff) {
+  TESSERA_PROFILE_SCOPE("aux_loss_forward");
+  check_aux("aux_loss_forward", tokens, experts, groups, topk, tokens_per_group);
+  std::vector<double> per_token(static_cast<size_t>(tokens));  // sum_i p_ti n_{g(t) i}
+#pragma omp parallel
+  {
+    std::vector<float> p(experts);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      aux_scores_row(logits + t * experts, experts, score, p.data());
+      const float* n = counts + (t % groups) * experts;
+      double r = 0;
+      for (int64_t i = 0; i < experts; ++i) r += static_cast<double>(p[i]) * n[i];
+      per_token[t] = r;
+    }
+  }
+  double sum = 0;
+  for (double r : per_token) sum += r;
+  // E * sum / (k G tpg^2) is exactly 1 under perfect balance (uniform scores), so the loss is then coeff.
+  return static_cast<double>(coeff) * (sum * aux_scale(experts, groups, topk, tokens_per_group));
+}
+
+void aux_loss_backward(const float* logits, const float* counts, int64_t tokens, int64_t experts, int64_t groups,
+                       int64_t topk, RouterScoreFunction score, int64_t tokens_per_group, float coeff, float dloss,
+                       float* dlogits) {
+  TESSERA_PROFILE_SCOPE("aux_loss_backward");
+  check_aux("aux_loss_backward", tokens, experts, groups, topk, tokens_per_group);
+  // dL/dp_ti = c n_{g(t) i}: the counts are constants.
+  const float c = static_cast<float>(static_cast<double>(coeff) * dloss *
+                                     aux_scale(experts, groups, topk, tokens_per_group));
+  const bool softmax = score == RouterScoreFunction::Softmax;
+#pragma omp parallel
+  {
+    std::vector<float> p(experts);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float* x = logits + t * experts;
+      const float d = aux_scores_row(x, experts, score, p.data());
+      const float* n = counts + (t % groups) * experts;
+      float* dx = dlogits + t * experts;
+      float gp = 0.0f;
+      for (int64_t i = 0; i < experts; ++i) gp += c * n[i] * p[i];
+      if (softmax) {
+        for (int64_t i = 0; i < experts; ++i) dx[i] += math::softmax_grad(p[i], c * n[i], gp);
+      } else {
+        for (int64_t i = 0; i < experts; ++i)
+          dx[i] += math::normalised_grad(c * n[i], gp, d) * math::router_sigmoid_grad(x[i]);
+      }
+    }
+  }
+}
+
+double z_loss_forward(const float* logits, int64_t tokens, int64_t experts, float coeff, int64_t total_tokens) {
+  TESSERA_PROFILE_SCOPE("z_loss_forward");
+  TESSERA_CHECK(experts >= 1 && total_tokens >= 1 && total_tokens >= tokens, "z_loss_forward: ", tokens,
+                " local tokens of ", total_tokens, ", ", experts, " experts");
+  std::vector<double> sq(static_cast<size_t>(tokens));
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const double l = row_lse(logits + t * experts, experts);
+    sq[t] = l * l;
+  }
+  double sum = 0;
+  for (double v : sq) sum += v;
+  return static_cast<double>(coeff) * sum / static_cast<double>(total_tokens);
+}
+
+void z_loss_backward(const float* logits, int64_t tokens, int64_t experts, float coeff, int64_t total_tokens,
+                     float dloss, float* dlogits) {
+  TESSERA_PROFILE_SCOPE("z_loss_backward");
+  TESSERA_CHECK(experts >= 1 && total_tokens >= 1 && total_tokens >= tokens, "z_loss_backward: ", tokens,
+                " local tokens of ", total_tokens, ", ", experts, " experts");
+  const float c = static_cast<float>(static_cast<double>(coeff) * dloss / static_cast<double>(total_tokens));
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* x = logits + t * experts;
+    const float lse = row_lse(x, experts);
+    float* dx = dlogits + t * experts;
+    for (int64_t i = 0; i < experts; ++i) dx[i] += math::z_loss_dlogit(x[i], lse, c);
+  }
+}
+
+ExpertRowList expert_rows(const int32_t* indices, const float* probs, int64_t tokens, int64_t topk, int64_t experts,
+                          int64_t capacity, TokenDropPolicy policy, bool pad) {
+  TESSERA_PROFILE_SCOPE("expert_rows");
+  check_topk("expert_rows", topk, experts);
+  const int64_t entries = tokens * topk;
+  check_indices("expert_rows", indices, entries, experts);
+  // Each expert's routing entries (slots t * k + j) in ascending slot, hence token, order: a counting
+  // sort by expert.
+  std::vector<int64_t> begin(experts + 1, 0);
+  for (int64_t s = 0; s < entries; ++s) ++begin[indices[s] + 1];
+  for (int64_t e = 0; e < experts; ++e) begin[e + 1] += begin[e];
+  std::vector<int32_t> by_expert(static_cast<size_t>(entries));
+  {
+    std::vector<int64_t> next(begin.begin(), begin.end() - 1);
+    for (int64_t s = 0; s < entries; ++s) by_expert[next[indices[s]]++] = static_cast<int32_t>(s);
+  }
+  // Capacity beyond the tokens drops nothing (Megatron's capacity mask is then all ones).
+  const int64_t cap = capacity < 0 ? -1 : std::min(capacity, tokens);
+  // Drop order under Probs: higher prob first, a NaN last, equal probs to the lower token (stable sort).
+  auto prob_key = [&](int32_t s) { return std::isnan(probs[s]) ? -INFINITY : probs[s]; };
+
+  struct Row {
+    int32_t token, slot;
+  };
+  std::vector<std::vector<Row>> rows(experts);
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t e = 0; e < experts; ++e) {
+    std::vector<int32_t> kept(by_expert.begin() + begin[e], by_expert.begin() + begin[e + 1]);
+    if (cap >= 0 && static_cast<int64_t>(kept.size()) > cap) {
+      if (policy == TokenDropPolicy::Probs) {
+        std::stable_sort(kept.begin(), kept.end(), [&](int32_t a, int32_t b) { return prob_key(a) > prob_key(b); });
+        kept.resize(cap);
+        std::sort(kept.begin(), kept.end());
+      } else {
+        kept.resize(cap);  // already by token
+      }
+    }
+    std::vector<Row>& out = rows[e];
+    for (int32_t s : kept) out.push_back({static_cast<int32_t>(s / topk), s});
+    if (pad && cap >= 0 && static_cast<int64_t>(out.size()) < cap) {
+      // Every routed entry was kept; fill with the lowest tokens not routed to e.
+      const int64_t need = cap - static_cast<int64_t>(out.size());
+      size_t next_routed = 0;
+      std::vector<Row> fill;
+      for (int32_t t = 0; t < tokens && static_cast<int64_t>(fill.size()) < need; ++t) {
+        while (next_routed < kept.size() && kept[next_routed] / topk < t) ++next_routed;
+        if (next_routed < kept.size() && kept[next_routed] / topk == t) continue;
+        fill.push_back({t, -1});
+      }
+      out.insert(out.end(), fill.begin(), fill.end());
+      std::sort(out.begin(), out.end(), [](const Row& a, const Row& b) {
+        return a.token != b.token ? a.token < b.token : a.slot < b.slot;
+      });
+    }
+  }
+
+  ExpertRowList list;
+  list.counts.resize(experts);
+  for (int64_t e = 0; e < experts; ++e) {
+    list.counts[e] = static_cast<int64_t>(rows[e].size());
+    for (const Row& r : rows[e]) {
+      list.token.push_back(r.token);
+      list.slot.push_back(r.slot);
+      list.prob.push_back(r.slot < 0 ? 0.0f : probs[r.slot]);
+    }
+  }
+  return list;
+}
+
+void gather_token_rows(const float* x, const int32_t* token, float* out, int64_t rows, int64_t hidden, int64_t tokens) {
+  TESSERA_PROFILE_SCOPE("gather_token_rows");
+  check_tokens("gather_token_rows", token, rows, tokens);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(x + static_cast<int64_t>(token[r]) * hidden, hidden, out + r * hidden);
+}
+
+void scatter_add_token_rows(const float* src, const int32_t* token, const float* weight, float* y, int64_t rows,
+                            int64_t hidden, int64_t tokens) {
+  TESSERA_PROFILE_SCOPE("scatter_add_token_rows");
+  check_tokens("scatter_add_token_rows", token, rows, tokens);
+  // The rows of each token in ascending order (a counting sort), so that tokens, not rows, split over
+  // the threads: no two threads write one token, and its sum is in a fixed order.
+  std::vector<int64_t> begin(tokens + 1, 0);
+  for (int64_t r = 0; r < rows; ++r) ++begin[token[r] + 1];
+  for (int64_t t = 0; t < tokens; ++t) begin[t + 1] += begin[t];
+  std::vector<int64_t> order(static_cast<size_t>(rows));
+  {
+    std::vector<int64_t> next(begin.begin(), begin.end() - 1);
+    for (int64_t r = 0; r < rows; ++r) order[next[token[r]]++] = r;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* yt = y + t * hidden;
+    for (int64_t i = begin[t]; i < begin[t + 1]; ++i) {
+      const int64_t r = order[i];
+      const float w = weight ? weight[r] : 1.0f;
+      const float* s = src + r * hidden;
+#pragma omp simd
+      for (int64_t c = 0; c < hidden; ++c) yt[c] += w * s[c];
+    }
+  }
+}
+
+void token_row_dots(const float* dy, const int32_t* token, const float* src, float* dweight, int64_t rows,
+                    int64_t hidden, int64_t tokens) {
+  TESSERA_PROFILE_SCOPE("token_row_dots");
+  check_tokens("token_row_dots", token, rows, tokens);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = dy + static_cast<int64_t>(token[r]) * hidden;
+    const float* b = src + r * hidden;
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t c = 0; c < hidden; ++c) s += static_cast<double>(a[c]) * b[c];
+    dweight[r] = static_cast<float>(s);
+  }
+}
+
+void jitter_multiply(const float* x, float* y, float eps, uint64_t seed, uint64_t stream, const DropoutRegion& r) {
+  TESSERA_PROFILE_SCOPE("jitter_multiply");
+  TESSERA_CHECK(eps >= 0.0f && eps < 1.0f, "jitter_multiply: eps must be in [0, 1), got ", eps);
+  TESSERA_CHECK(r.seq >= 0 && r.batch >= 0 && r.hidden >= 0 && r.seq_offset >= 0 && r.sample_offset >= 0,
+                "jitter_multiply: negative region size or offset");
+  TESSERA_CHECK(r.seq_offset + r.seq <= r.seq_total, "jitter_multiply: region rows [", r.seq_offset, ", ",
+                r.seq_offset + r.seq, ") exceed seq_total ", r.seq_total);
+  const int64_t rows = r.seq * r.batch;
+  if (eps == 0.0f) {  // every multiplier is 1: nothing to draw
+    if (x != y) std::copy_n(x, rows * r.hidden, y);
+    return;
+  }
+  const PhiloxStream rng(seed, stream);
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < rows; ++row) {
+    // Along h the global index is consecutive, so one Philox block serves 4 neighbours.
+    const uint64_t g0 = math::dropout_element(r, row / r.batch, row % r.batch, 0);
+    const float* xr = x + row * r.hidden;
+    float* yr = y + row * r.hidden;
+    Philox4x32::Block block{};
+    uint64_t have = ~uint64_t{0};
+    for (int64_t h = 0; h < r.hidden; ++h) {
+      const uint64_t g = g0 + static_cast<uint64_t>(h);
+      if ((g >> 2) != have) {
+        have = g >> 2;
+        block = rng.block(have);
+      }
+      yr[h] = xr[h] * math::jitter_factor(block.v[g & 3], eps);
+    }
+  }
+}
+
+}  // namespace tessera::kernels::cpu

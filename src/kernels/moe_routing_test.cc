@@ -1,0 +1,709 @@
+// The MoE routing kernels (kernels/moe_routing.h) through their tensor entry points: hand-computed
+// routing on a small [8, 4] matrix, the losses against float64 references written here, gradients
+// against central differences of those references, capacity and padding on a fixed routing, the row
+// gathers against loops, the jitter against dropout's uniform, and thread-count independence.
+#include "kernels/moe_routing.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/check.h"
+#include "core/philox.h"
+#include "core/testing.h"
+#include "kernels/dropout.h"
+
+namespace tessera::kernels {
+namespace {
+
+using testing::max_scaled_error;
+using testing::numeric_gradient;
+using testing::random_vector;
+using testing::to_double;
+using Vec = std::vector<double>;
+using Score = RouterScoreFunction;
+
+// ---- tensors from and to host vectors ----
+
+Tensor f32(const std::vector<float>& v, const Shape& shape) {
+  Tensor t = Tensor::empty(shape);
+  EXPECT_EQ(t.numel(), static_cast<int64_t>(v.size()));
+  if (!v.empty()) std::memcpy(t.raw(), v.data(), t.nbytes());
+  return t;
+}
+Tensor i32(const std::vector<int32_t>& v, const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::I32);
+  EXPECT_EQ(t.numel(), static_cast<int64_t>(v.size()));
+  if (!v.empty()) std::memcpy(t.raw(), v.data(), t.nbytes());
+  return t;
+}
+std::vector<float> floats(const Tensor& t) { return {t.f32(), t.f32() + t.numel()}; }
+std::vector<int32_t> ints(const Tensor& t) { return {t.i32(), t.i32() + t.numel()}; }
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// got within rel of want, relative to want's largest magnitude (and to each element's).
+void expect_close(const std::vector<float>& got, const Vec& want, double rel, const std::string& what) {
+  double big = 0;
+  for (double w : want) big = std::max(big, std::abs(w));
+  EXPECT_LE(max_scaled_error(got, want, rel * big + 1e-30, rel), 1.0) << what;
+}
+
+// ---- float64 references (Megatron's formulas) ----
+
+double sig(double x) { return 1 / (1 + std::exp(-x)); }
+
+Vec softmax64(const double* x, int64_t n) {
+  double m = *std::max_element(x, x + n), s = 0;
+  Vec p(n);
+  for (int64_t i = 0; i < n; ++i) s += p[i] = std::exp(x[i] - m);
+  for (double& v : p) v /= s;
+  return p;
+}
+
+// The aux loss's scores: softmax, or sigmoid over its sum + 1e-20.
+Vec aux_scores64(const double* x, int64_t n, Score score) {
+  if (score == Score::Softmax) return softmax64(x, n);
+  Vec q(n);
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += q[i] = sig(x[i]);
+  for (double& v : q) v /= s + 1e-20;
+  return q;
+}
+
+// The router's probs of one row for the experts idx[0, k), held fixed.
+Vec router_probs64(const double* x, int64_t E, const int32_t* idx, const TopkRouterOptions& opt) {
+  const int64_t k = opt.topk;
+  Vec p(k);
+  if (opt.score == Score::Softmax && !opt.pre_softmax) {
+    Vec v(k);
+    for (int64_t j = 0; j < k; ++j) v[j] = x[idx[j]];
+    p = softmax64(v.data(), k);
+  } else if (opt.score == Score::Softmax) {
+    Vec full = softmax64(x, E);
+    for (int64_t j = 0; j < k; ++j) p[j] = full[idx[j]];
+  } else {
+    double s = 0;
+    for (int64_t j = 0; j < k; ++j) s += p[j] = sig(x[idx[j]]);
+    if (k > 1)
+      for (double& v : p) v /= s + 1e-20;
+  }
+  for (double& v : p) v *= opt.scaling_factor;
+  return p;
+}
+
+// coeff E / (k G tpg^2) sum_t sum_i p_ti n_{t % G, i}.
+double aux_loss64(const Vec& x, int64_t T, int64_t E, const std::vector<float>& counts, int64_t k, Score score,
+                  int64_t tpg, double coeff) {
+  const int64_t G = static_cast<int64_t>(counts.size()) / E;
+  double sum = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    Vec p = aux_scores64(x.data() + t * E, E, score);
+    for (int64_t i = 0; i < E; ++i) sum += p[i] * counts[(t % G) * E + i];
+  }
+  return coeff * E * sum / (static_cast<double>(k) * G * tpg * tpg);
+}
+
+double z_loss64(const Vec& x, int64_t T, int64_t E, double coeff, int64_t total) {
+  double sum = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const double* r = x.data() + t * E;
+    double m = *std::max_element(r, r + E), s = 0;
+    for (int64_t i = 0; i < E; ++i) s += std::exp(r[i] - m);
+    sum += std::pow(m + std::log(s), 2);
+  }
+  return coeff * sum / total;
+}
+
+// ---- the hand-computed [8, 4] routing ----
+
+constexpr int64_t kT = 8, kE = 4;
+const std::vector<float> kLogits = {
+    1.0f,  2.0f,  0.5f,  -1.0f,  // top-2: 1, 0
+    0.0f,  0.0f,  3.0f,  1.0f,   // 2, 3
+    1.0f,  1.0f,  1.0f,  1.0f,   // all tie: 0, 1
+    -2.0f, 0.5f,  0.5f,  0.0f,   // 1 and 2 tie: 1, 2
+    4.0f,  -1.0f, 2.0f,  2.0f,   // 0, then 2 and 3 tie: 2
+    0.0f,  -3.0f, -1.0f, -0.5f,  // 0, 3
+    -1.0f, 1.5f,  0.0f,  1.5f,   // 1 and 3 tie: 1, 3
+    2.5f,  0.0f,  2.5f,  3.0f,   // 3, then 0 and 2 tie: 0
+};
+const std::vector<int32_t> kTop2 = {1, 0, 2, 3, 0, 1, 1, 2, 0, 2, 0, 3, 1, 3, 3, 0};
+// The chosen logits (a, b) of each row, a >= b.
+const double kChosen[kT][2] = {{2, 1}, {3, 1}, {1, 1}, {0.5, 0.5}, {4, 2}, {0, -0.5}, {1.5, 1.5}, {3, 2.5}};
+
+struct Routed {
+  std::vector<int32_t> indices;
+  std::vector<float> probs;
+};
+
+Routed route(const std::vector<float>& logits, int64_t T, int64_t E, const TopkRouterOptions& opt) {
+  Tensor idx = Tensor::empty({T, opt.topk}, DType::I32), probs = Tensor::empty({T, opt.topk});
+  topk_router_forward(f32(logits, {T, E}), opt, idx, probs);
+  return {ints(idx), floats(probs)};
+}
+
+TEST(TopkRouter, PostSoftmaxTopTwoByHand) {
+  Routed r = route(kLogits, kT, kE, {2, Score::Softmax, false, 1.0f});
+  EXPECT_EQ(r.indices, kTop2);
+  for (int64_t t = 0; t < kT; ++t) {
+    const double a = kChosen[t][0], b = kChosen[t][1];  // softmax over the two: sigmoid of the gap
+    EXPECT_NEAR(r.probs[2 * t], sig(a - b), 1e-6) << t;
+    EXPECT_NEAR(r.probs[2 * t + 1], sig(b - a), 1e-6) << t;
+  }
+  EXPECT_EQ(r.probs[4], 0.5f);  // the all-tie row splits evenly
+}
+
+TEST(TopkRouter, PreSoftmaxIsTheFullSoftmaxNotRenormalised) {
+  Routed r = route(kLogits, kT, kE, {2, Score::Softmax, true, 1.0f});
+  EXPECT_EQ(r.indices, kTop2);
+  for (int64_t t = 0; t < kT; ++t) {
+    double z = 0;
+    for (int64_t i = 0; i < kE; ++i) z += std::exp(static_cast<double>(kLogits[t * kE + i]));
+    EXPECT_NEAR(r.probs[2 * t], std::exp(kChosen[t][0]) / z, 1e-6) << t;
+    EXPECT_NEAR(r.probs[2 * t + 1], std::exp(kChosen[t][1]) / z, 1e-6) << t;
+    EXPECT_LT(r.probs[2 * t] + r.probs[2 * t + 1], 1.0f) << t;
+  }
+}
+
+TEST(TopkRouter, SigmoidTopOneAndTopTwo) {
+  Routed one = route(kLogits, kT, kE, {1, Score::Sigmoid, false, 1.0f});
+  Routed two = route(kLogits, kT, kE, {2, Score::Sigmoid, false, 1.0f});
+  EXPECT_EQ(two.indices, kTop2);
+  for (int64_t t = 0; t < kT; ++t) {
+    const double a = sig(kChosen[t][0]), b = sig(kChosen[t][1]);
+    EXPECT_EQ(one.indices[t], kTop2[2 * t]) << t;
+    EXPECT_NEAR(one.probs[t], a, 1e-6) << t;  // k = 1: the sigmoid itself
+    EXPECT_NEAR(two.probs[2 * t], a / (a + b), 1e-6) << t;
+    EXPECT_NEAR(two.probs[2 * t + 1], b / (a + b), 1e-6) << t;
+  }
+}
+
+TEST(TopkRouter, ScalingFactorMultipliesTheProbs) {
+  for (Score score : {Score::Softmax, Score::Sigmoid})
+    for (bool pre : {false, true}) {
+      Routed plain = route(kLogits, kT, kE, {2, score, pre, 1.0f});
+      Routed scaled = route(kLogits, kT, kE, {2, score, pre, 2.5f});
+      EXPECT_EQ(plain.indices, scaled.indices);
+      for (size_t i = 0; i < plain.probs.size(); ++i) EXPECT_EQ(scaled.probs[i], plain.probs[i] * 2.5f) << i;
+    }
+}
+
+// Top-1 after the softmax over the one chosen logit is 1 exactly: the router then learns only from
+// the aux loss (the reason for --moe-router-pre-softmax with top-1).
+TEST(TopkRouter, TopOnePostSoftmaxProbsAreExactlyOne) {
+  const int64_t T = 50, E = 7;
+  Routed r = route(random_vector(T * E, 3, -4.0f, 4.0f), T, E, {1, Score::Softmax, false, 1.0f});
+  for (float p : r.probs) EXPECT_EQ(p, 1.0f);
+}
+
+TEST(TopkRouter, RefusesBadOptionsAndIndices) {
+  Tensor x = f32(kLogits, {kT, kE}), idx = Tensor::empty({kT, 5}, DType::I32), probs = Tensor::empty({kT, 5});
+  EXPECT_THROW(topk_router_forward(x, {5, Score::Softmax, false, 1.0f}, idx, probs), Error);  // k > E
+  EXPECT_THROW(topk_router_forward(x, {2, Score::Softmax, false, 1.0f}, idx, probs), Error);  // wrong sizes
+  std::vector<int32_t> bad = kTop2;
+  bad[3] = 4;
+  EXPECT_THROW(topk_router_backward(x, i32(bad, {kT, 2}), f32(std::vector<float>(16, 1.0f), {kT, 2}),
+                                    {2, Score::Softmax, false, 1.0f}, Tensor::zeros({kT, kE})),
+               Error);
+}
+
+// ---- gradients: central differences of the float64 references ----
+
+// Starts dlogits at small nonzero values, so a backward that overwrote instead of adding would fail.
+std::vector<float> prefill(int64_t n) { return random_vector(n, 99, -1e-3f, 1e-3f); }
+
+// backward(dlogits) added into `start`; returns what it added.
+std::vector<float> added(const std::function<void(const Tensor&)>& backward, int64_t T, int64_t E) {
+  const std::vector<float> start = prefill(T * E);
+  Tensor d = f32(start, {T, E});
+  backward(d);
+  std::vector<float> out = floats(d);
+  for (size_t i = 0; i < out.size(); ++i) out[i] -= start[i];
+  return out;
+}
+
+TEST(TopkRouter, BackwardMatchesFiniteDifferencesInEveryScoreMode) {
+  const int64_t T = 6, E = 5;
+  const std::vector<float> x = random_vector(T * E, 11, -2.0f, 2.0f);
+  const std::vector<TopkRouterOptions> modes = {{2, Score::Softmax, false, 1.5f},
+                                                {3, Score::Softmax, true, 1.5f},
+                                                {2, Score::Sigmoid, false, 1.5f},
+                                                {1, Score::Sigmoid, false, 1.5f},
+                                                {1, Score::Softmax, true, 1.0f}};
+  for (const TopkRouterOptions& opt : modes) {
+    const std::string what = "k " + std::to_string(opt.topk) + (opt.score == Score::Sigmoid ? " sigmoid" : " softmax") +
+                             (opt.pre_softmax ? " pre" : "");
+    Routed r = route(x, T, E, opt);
+    const std::vector<float> R = random_vector(T * opt.topk, 12, -1.0f, 1.0f);  // L = sum R * probs
+    auto L = [&](const Vec& xd) {
+      double s = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        Vec p = router_probs64(xd.data() + t * E, E, r.indices.data() + t * opt.topk, opt);
+        for (int64_t j = 0; j < opt.topk; ++j) s += R[t * opt.topk + j] * p[j];
+      }
+      return s;
+    };
+    std::vector<float> got = added(
+        [&](const Tensor& d) { topk_router_backward(f32(x, {T, E}), i32(r.indices, {T, opt.topk}),
+                                                    f32(R, {T, opt.topk}), opt, d); },
+        T, E);
+    expect_close(got, numeric_gradient(L, to_double(x)), 1e-5, what);
+  }
+}
+
+// ---- the load-balancing loss ----
+
+std::vector<float> counts_of(const std::vector<float>& x, int64_t T, int64_t E, int64_t k, Score score,
+                             int64_t groups) {
+  Tensor c = Tensor::empty({groups, E});
+  aux_loss_counts(f32(x, {T, E}), k, score, groups, c);
+  return floats(c);
+}
+
+double aux(const std::vector<float>& x, int64_t T, int64_t E, const std::vector<float>& counts, int64_t k,
+           Score score, int64_t tpg, float coeff) {
+  return aux_loss_forward(f32(x, {T, E}), f32(counts, {static_cast<int64_t>(counts.size()) / E, E}), k, score, tpg,
+                          coeff);
+}
+
+// Uniform scores are perfect balance of the probabilities: E * sum_i (1/E) f_i = 1, so the loss is
+// the coefficient exactly, for the whole-batch and the per-sequence forms and both score functions,
+// whatever the counts (those the kernel routes, or hand-balanced ones).
+TEST(AuxLoss, UniformLogitsGiveTheCoefficientExactly) {
+  const int64_t S = 4, B = 2, T = S * B, E = 4, k = 2;
+  const float coeff = 0.37f;
+  for (float value : {0.0f, 0.7f})
+    for (Score score : {Score::Softmax, Score::Sigmoid}) {
+      if (score == Score::Sigmoid && value != 0.0f) continue;  // sigmoid(0) = 1/2: its sums are exact
+      const std::vector<float> x(T * E, value);
+      for (int64_t groups : {int64_t{1}, B}) {
+        const int64_t tpg = T / groups;
+        EXPECT_EQ(aux(x, T, E, counts_of(x, T, E, k, score, groups), k, score, tpg, coeff),
+                  static_cast<double>(coeff))
+            << groups;
+        const std::vector<float> balanced(groups * E, static_cast<float>(tpg * k / E));
+        EXPECT_EQ(aux(x, T, E, balanced, k, score, tpg, coeff), static_cast<double>(coeff)) << groups;
+      }
+    }
+}
+
+TEST(AuxLoss, HandRoutedCountsAndUnbalancedLoss) {
+  const Vec x = to_double(kLogits);
+  for (Score score : {Score::Softmax, Score::Sigmoid}) {
+    // The top-2 of each row as kTop2 (the aux scores keep the logits' order and ties).
+    const std::vector<float> whole = counts_of(kLogits, kT, kE, 2, score, 1);
+    EXPECT_EQ(whole, (std::vector<float>{5, 4, 3, 4}));
+    const std::vector<float> seq = counts_of(kLogits, kT, kE, 2, score, 2);  // even rows, odd rows
+    EXPECT_EQ(seq, (std::vector<float>{3, 3, 1, 1, 2, 1, 2, 3}));
+    const double ref_whole = aux_loss64(x, kT, kE, whole, 2, score, kT, 0.1f);
+    const double ref_seq = aux_loss64(x, kT, kE, seq, 2, score, kT / 2, 0.1f);
+    EXPECT_NEAR(aux(kLogits, kT, kE, whole, 2, score, kT, 0.1f), ref_whole, 1e-6 * ref_whole);
+    EXPECT_NEAR(aux(kLogits, kT, kE, seq, 2, score, kT / 2, 0.1f), ref_seq, 1e-6 * ref_seq);
+  }
+  // The per-sequence form is the mean of each sequence's own switch loss.
+  const std::vector<float> seq = counts_of(kLogits, kT, kE, 2, Score::Softmax, 2);
+  double mean = 0;
+  for (int64_t b = 0; b < 2; ++b) {
+    std::vector<float> rows;
+    for (int64_t t = b; t < kT; t += 2) rows.insert(rows.end(), &kLogits[t * kE], &kLogits[t * kE] + kE);
+    const std::vector<float> own(seq.begin() + b * kE, seq.begin() + (b + 1) * kE);
+    mean += aux(rows, kT / 2, kE, own, 2, Score::Softmax, kT / 2, 0.1f) / 2;
+  }
+  EXPECT_NEAR(aux(kLogits, kT, kE, seq, 2, Score::Softmax, kT / 2, 0.1f), mean, 1e-12);
+}
+
+TEST(AuxLoss, BackwardMatchesFiniteDifferences) {
+  const int64_t T = 8, E = 5, k = 2;
+  const std::vector<float> x = random_vector(T * E, 21, -2.0f, 2.0f);
+  const float coeff = 0.5f, dloss = 1.7f;
+  for (Score score : {Score::Softmax, Score::Sigmoid})
+    for (int64_t groups : {1, 2}) {
+      const std::string what = std::string(score == Score::Sigmoid ? "sigmoid" : "softmax") + " groups " +
+                               std::to_string(groups);
+      const std::vector<float> counts = counts_of(x, T, E, k, score, groups);
+      const int64_t tpg = 2 * T / groups;  // as if another rank held as many tokens of each group
+      auto L = [&](const Vec& xd) { return dloss * aux_loss64(xd, T, E, counts, k, score, tpg, coeff); };
+      const double ref = L(to_double(x)) / dloss;
+      EXPECT_NEAR(aux(x, T, E, counts, k, score, tpg, coeff), ref, 1e-6 * ref) << what;
+      std::vector<float> got = added(
+          [&](const Tensor& d) {
+            aux_loss_backward(f32(x, {T, E}), f32(counts, {groups, E}), k, score, tpg, coeff, dloss, d);
+          },
+          T, E);
+      expect_close(got, numeric_gradient(L, to_double(x)), 1e-4, what);
+    }
+}
+
+// ---- the z-loss ----
+
+TEST(ZLoss, ForwardAndBackwardMatchFloat64) {
+  const int64_t T = 7, E = 6, total = 3 * T;
+  const std::vector<float> x = random_vector(T * E, 31, -3.0f, 3.0f);
+  const float coeff = 1e-2f, dloss = 0.8f;
+  const Vec xd = to_double(x);
+  EXPECT_NEAR(z_loss_forward(f32(x, {T, E}), coeff, total), z_loss64(xd, T, E, coeff, total),
+              1e-6 * z_loss64(xd, T, E, coeff, total));
+  auto L = [&](const Vec& v) { return dloss * z_loss64(v, T, E, coeff, total); };
+  std::vector<float> got = added([&](const Tensor& d) { z_loss_backward(f32(x, {T, E}), coeff, total, dloss, d); },
+                                 T, E);
+  expect_close(got, numeric_gradient(L, xd), 1e-5, "z-loss");
+  // Large logits do not overflow: logsumexp is max-shifted.
+  std::vector<float> big = x;
+  for (float& v : big) v += 200.0f;
+  EXPECT_NEAR(z_loss_forward(f32(big, {T, E}), coeff, total), z_loss64(to_double(big), T, E, coeff, total),
+              1e-6 * z_loss64(to_double(big), T, E, coeff, total));
+}
+
+// ---- the ranks' shares add up ----
+
+// Two "ranks" holding rows [0, T/2) and [T/2, T) (a sequence-parallel split: T/2 is a multiple of the
+// groups, so a local row's group is its global row's), each with the counts summed over both.
+TEST(AuxLoss, RankSharesAddUpToTheWholeMatrix) {
+  const int64_t T = 24, E = 6, k = 2, half = T / 2;
+  const std::vector<float> x = random_vector(T * E, 41, -2.0f, 2.0f);
+  const std::vector<float> a(x.begin(), x.begin() + half * E), b(x.begin() + half * E, x.end());
+  for (Score score : {Score::Softmax, Score::Sigmoid})
+    for (int64_t groups : {1, 3}) {
+      std::vector<float> summed = counts_of(a, half, E, k, score, groups), cb = counts_of(b, half, E, k, score, groups);
+      for (size_t i = 0; i < summed.size(); ++i) summed[i] += cb[i];
+      EXPECT_EQ(summed, counts_of(x, T, E, k, score, groups));
+      const int64_t tpg = T / groups;
+      const double whole = aux(x, T, E, summed, k, score, tpg, 0.3f);
+      EXPECT_NEAR(aux(a, half, E, summed, k, score, tpg, 0.3f) + aux(b, half, E, summed, k, score, tpg, 0.3f), whole,
+                  1e-12 * whole);
+      // and each rank's gradient is its rows of the whole one
+      Tensor dw = Tensor::zeros({T, E}), da = Tensor::zeros({half, E});
+      aux_loss_backward(f32(x, {T, E}), f32(summed, {groups, E}), k, score, tpg, 0.3f, 1.0f, dw);
+      aux_loss_backward(f32(a, {half, E}), f32(summed, {groups, E}), k, score, tpg, 0.3f, 1.0f, da);
+      EXPECT_EQ(0, std::memcmp(dw.raw(), da.raw(), da.nbytes()));
+    }
+  const double whole = z_loss_forward(f32(x, {T, E}), 0.01f, T);
+  EXPECT_NEAR(z_loss_forward(f32(a, {half, E}), 0.01f, T) + z_loss_forward(f32(b, {half, E}), 0.01f, T), whole,
+              1e-12 * whole);
+}
+
+// ---- capacity, dropping and padding ----
+
+TEST(ExpertCapacity, IsMegatronsCeiling) {
+  EXPECT_EQ(expert_capacity(8, 2, 4, 1.0), 4);
+  EXPECT_EQ(expert_capacity(8, 2, 4, 1.1), 5);   // ceil(4.4)
+  EXPECT_EQ(expert_capacity(8, 2, 4, 0.5), 2);
+  EXPECT_EQ(expert_capacity(7, 1, 2, 1.0), 4);   // ceil(3.5)
+  EXPECT_EQ(expert_capacity(10, 2, 4, 1.0), 5);
+  EXPECT_EQ(expert_capacity(4096, 2, 64, 1.25), 160);
+  EXPECT_THROW(expert_capacity(8, 2, 0, 1.0), Error);
+}
+
+// Expert 0 gets 7 of the 16 entries; capacity ceil(8 * 2 / 4 * 1.0) = 4. Token 5 ties token 0 at 0.6
+// for expert 0's last place under Probs.
+const std::vector<int32_t> kRouteIdx = {0, 1, 0, 2, 1, 0, 0, 3, 2, 0, 0, 1, 3, 2, 0, 3};
+const std::vector<float> kRouteProb = {0.6f, 0.4f, 0.7f, 0.3f, 0.8f, 0.2f, 0.9f, 0.1f,
+                                       0.5f, 0.5f, 0.6f, 0.4f, 0.6f, 0.4f, 0.65f, 0.35f};
+
+struct Rows {
+  std::vector<int64_t> counts;
+  std::vector<int32_t> token, slot;
+  std::vector<float> prob;
+};
+
+Rows rows_of(int64_t capacity, TokenDropPolicy policy, bool pad) {
+  ExpertRows r = expert_rows(i32(kRouteIdx, {8, 2}), f32(kRouteProb, {8, 2}), 4, capacity, policy, pad);
+  return {r.counts, ints(r.token), ints(r.slot), floats(r.prob)};
+}
+
+void expect_rows(const Rows& got, const std::vector<int64_t>& counts, const std::vector<int32_t>& token,
+                 const std::vector<int32_t>& slot, const std::string& what) {
+  EXPECT_EQ(got.counts, counts) << what;
+  EXPECT_EQ(got.token, token) << what;
+  EXPECT_EQ(got.slot, slot) << what;
+  ASSERT_EQ(got.prob.size(), slot.size()) << what;
+  for (size_t i = 0; i < slot.size(); ++i) {
+    EXPECT_EQ(got.prob[i], slot[i] < 0 ? 0.0f : kRouteProb[slot[i]]) << what << " row " << i;
+    if (slot[i] >= 0) {
+      EXPECT_EQ(slot[i] / 2, token[i]) << what << " row " << i;
+    }
+  }
+}
+
+TEST(ExpertRows, DroplessKeepsEveryEntryExpertMajor) {
+  expect_rows(rows_of(-1, TokenDropPolicy::Probs, false), {7, 3, 3, 3},
+              {0, 1, 2, 3, 4, 5, 7, /**/ 0, 2, 5, /**/ 1, 4, 6, /**/ 3, 6, 7},
+              {0, 2, 5, 6, 9, 10, 14, /**/ 1, 4, 11, /**/ 3, 8, 13, /**/ 7, 12, 15}, "dropless");
+}
+
+TEST(ExpertRows, CapacityKeepsTheHighestProbsOrTheFirstTokens) {
+  const int64_t cap = expert_capacity(8, 2, 4, 1.0);
+  ASSERT_EQ(cap, 4);
+  // Probs: 0.9 (token 3), 0.7 (1), 0.65 (7), then 0.6 of token 0 over token 5's equal 0.6.
+  expect_rows(rows_of(cap, TokenDropPolicy::Probs, false), {4, 3, 3, 3},
+              {0, 1, 3, 7, /**/ 0, 2, 5, /**/ 1, 4, 6, /**/ 3, 6, 7},
+              {0, 2, 6, 14, /**/ 1, 4, 11, /**/ 3, 8, 13, /**/ 7, 12, 15}, "probs");
+  expect_rows(rows_of(cap, TokenDropPolicy::Position, false), {4, 3, 3, 3},
+              {0, 1, 2, 3, /**/ 0, 2, 5, /**/ 1, 4, 6, /**/ 3, 6, 7},
+              {0, 2, 5, 6, /**/ 1, 4, 11, /**/ 3, 8, 13, /**/ 7, 12, 15}, "position");
+  // A capacity beyond the tokens drops nothing.
+  expect_rows(rows_of(20, TokenDropPolicy::Probs, false), rows_of(-1, TokenDropPolicy::Probs, false).counts,
+              rows_of(-1, TokenDropPolicy::Probs, false).token, rows_of(-1, TokenDropPolicy::Probs, false).slot,
+              "capacity > T");
+}
+
+TEST(ExpertRows, PaddingGivesEveryExpertCapacityRows) {
+  // The under-full experts take their lowest non-routed tokens, prob 0 and slot -1, in token order.
+  expect_rows(rows_of(4, TokenDropPolicy::Probs, true), {4, 4, 4, 4},
+              {0, 1, 3, 7, /**/ 0, 1, 2, 5, /**/ 0, 1, 4, 6, /**/ 0, 3, 6, 7},
+              {0, 2, 6, 14, /**/ 1, -1, 4, 11, /**/ -1, 3, 8, 13, /**/ -1, 7, 12, 15}, "pad probs");
+  expect_rows(rows_of(4, TokenDropPolicy::Position, true), {4, 4, 4, 4},
+              {0, 1, 2, 3, /**/ 0, 1, 2, 5, /**/ 0, 1, 4, 6, /**/ 0, 3, 6, 7},
+              {0, 2, 5, 6, /**/ 1, -1, 4, 11, /**/ -1, 3, 8, 13, /**/ -1, 7, 12, 15}, "pad position");
+  Rows two = rows_of(2, TokenDropPolicy::Probs, true);  // everyone over capacity: no padding rows
+  EXPECT_EQ(two.counts, (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(std::count(two.slot.begin(), two.slot.end(), -1), 0);
+  Rows all = rows_of(20, TokenDropPolicy::Probs, true);  // capacity > T: every expert gets all 8 tokens
+  EXPECT_EQ(all.counts, (std::vector<int64_t>{8, 8, 8, 8}));
+  EXPECT_EQ(std::vector<int32_t>(all.token.begin() + 8, all.token.begin() + 16),
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_THROW(expert_rows(i32(kRouteIdx, {8, 2}), f32(kRouteProb, {8, 2}), 3, 4, TokenDropPolicy::Probs, false),
+               Error);  // index 3 of 3 experts
+}
+
+// ---- row gathers and scatters ----
+
+const std::vector<int32_t> kTokens = {2, 0, 5, 2, 3, 0, 0, 1, 5};  // R = 9 rows of T = 6 tokens, repeats
+
+TEST(TokenRows, GatherScatterAndDotsMatchLoops) {
+  const int64_t T = 6, h = 5, R = static_cast<int64_t>(kTokens.size());
+  const std::vector<float> x = random_vector(T * h, 51), rows = random_vector(R * h, 52), w = random_vector(R, 53);
+  const std::vector<float> y0 = random_vector(T * h, 54), dy = random_vector(T * h, 55);
+  Tensor tok = i32(kTokens, {R}), out = Tensor::empty({R, h});
+  gather_token_rows(f32(x, {T, h}), tok, out);
+  std::vector<float> want(R * h);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < h; ++c) want[r * h + c] = x[kTokens[r] * h + c];
+  EXPECT_EQ(floats(out), want);
+
+  for (bool weighted : {true, false}) {
+    Tensor y = f32(y0, {T, h});
+    scatter_add_token_rows(f32(rows, {R, h}), tok, weighted ? f32(w, {R}) : Tensor(), y);
+    Vec ref = to_double(y0);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < h; ++c) ref[kTokens[r] * h + c] += (weighted ? w[r] : 1.0) * rows[r * h + c];
+    EXPECT_LE(max_scaled_error(floats(y), ref, 1e-6, 1e-6), 1.0) << weighted;
+  }
+
+  Tensor dw = Tensor::empty({R});
+  token_row_dots(f32(dy, {T, h}), tok, f32(rows, {R, h}), dw);
+  Vec ref(R), fd(R);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < h; ++c) ref[r] += static_cast<double>(dy[kTokens[r] * h + c]) * rows[r * h + c];
+  EXPECT_LE(max_scaled_error(floats(dw), ref, 1e-6, 1e-6), 1.0);
+  // The dots are the gradient of L = <dy, scatter_add(rows, weight)> with respect to the weights.
+  auto L = [&](const std::vector<float>& weight) {
+    Tensor y = Tensor::zeros({T, h});
+    scatter_add_token_rows(f32(rows, {R, h}), tok, f32(weight, {R}), y);
+    double s = 0;
+    for (int64_t i = 0; i < T * h; ++i) s += static_cast<double>(dy[i]) * y.f32()[i];
+    return s;
+  };
+  for (int64_t r = 0; r < R; ++r) {
+    std::vector<float> up = w, down = w;
+    up[r] += 0.25f;
+    down[r] -= 0.25f;
+    fd[r] = (L(up) - L(down)) / 0.5;
+  }
+  EXPECT_LE(max_scaled_error(floats(dw), fd, 2e-5, 1e-5), 1.0);
+  EXPECT_THROW(gather_token_rows(f32(x, {T, h}), i32({0, 6}, {2}), Tensor::empty({2, h})), Error);
+}
+
+// ---- the router input jitter ----
+
+TEST(Jitter, MultipliersLieInTheRangeAndAreDeterministic) {
+  const DropoutRegion r{6, 3, 40, 0, 6, 0};
+  const int64_t n = 6 * 3 * 40;
+  const std::vector<float> x = random_vector(n, 61, -3.0f, 3.0f);
+  const float eps = 0.1f;
+  Tensor y = Tensor::empty({n}), again = Tensor::empty({n}), other = Tensor::empty({n});
+  jitter_multiply(f32(x, {n}), y, eps, 7, 8, r);
+  jitter_multiply(f32(x, {n}), again, eps, 7, 8, r);
+  jitter_multiply(f32(x, {n}), other, eps, 9, 8, r);
+  EXPECT_TRUE(same_bits(y, again));
+  EXPECT_FALSE(same_bits(y, other));
+  double mean = 0, lowest = 2, highest = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = x[i] * (1.0 - eps), b = x[i] * (1.0 + eps), lo = std::min(a, b), hi = std::max(a, b);
+    EXPECT_GE(y.f32()[i], lo - 1e-6 * std::abs(x[i])) << i;
+    EXPECT_LE(y.f32()[i], hi + 1e-6 * std::abs(x[i])) << i;
+    const double f = y.f32()[i] / x[i];
+    mean += f / n;
+    lowest = std::min(lowest, f);
+    highest = std::max(highest, f);
+  }
+  EXPECT_NEAR(mean, 1.0, 0.01);
+  EXPECT_LT(lowest, 1 - 0.95 * eps);  // the whole range is drawn
+  EXPECT_GT(highest, 1 + 0.95 * eps);
+  Tensor z = f32(x, {n});  // in place
+  jitter_multiply(z, z, eps, 7, 8, r);
+  EXPECT_TRUE(same_bits(z, y));
+  jitter_multiply(f32(x, {n}), z, 0.0f, 7, 8, r);  // eps 0: the identity
+  EXPECT_EQ(floats(z), x);
+}
+
+// A slice (sequence rows 3..5, samples 1..2 of a [8, 3, 10] tensor) draws the whole tensor's multipliers.
+TEST(Jitter, ASliceDrawsTheWholeTensorsMultipliers) {
+  const int64_t S = 8, B = 3, h = 10;
+  const std::vector<float> x = random_vector(S * B * h, 62, 0.5f, 2.0f);
+  Tensor whole = Tensor::empty({S * B * h});
+  jitter_multiply(f32(x, {S * B * h}), whole, 0.2f, 3, 4, {S, B, h, 0, S, 0});
+  const DropoutRegion part{3, 2, h, 3, S, 1};
+  std::vector<float> xs;
+  for (int64_t s = 0; s < 3; ++s)
+    for (int64_t b = 0; b < 2; ++b)
+      xs.insert(xs.end(), &x[((s + 3) * B + b + 1) * h], &x[((s + 3) * B + b + 1) * h] + h);
+  Tensor slice = Tensor::empty({3 * 2 * h});
+  jitter_multiply(f32(xs, {3 * 2 * h}), slice, 0.2f, 3, 4, part);
+  for (int64_t s = 0; s < 3; ++s)
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t c = 0; c < h; ++c)
+        EXPECT_EQ(slice.f32()[(s * 2 + b) * h + c], whole.f32()[((s + 3) * B + b + 1) * h + c]) << s << " " << b;
+}
+
+// With eps = 1/2 the multiplier is 1/2 + u, which gives back dropout's uniform for the element: the
+// Philox word of its global index, kept by dropout iff u >= p.
+TEST(Jitter, DrawsDropoutsUniform) {
+  const DropoutRegion r{4, 2, 12, 5, 16, 3};
+  const int64_t n = 4 * 2 * 12;
+  const uint64_t seed = 1234, stream = 77;
+  const std::vector<float> ones(n, 1.0f);
+  Tensor y = Tensor::empty({n}), kept = Tensor::empty({n});
+  jitter_multiply(f32(ones, {n}), y, 0.5f, seed, stream, r);
+  dropout_forward(f32(ones, {n}), kept, 0.3f, seed, stream, r);
+  const PhiloxStream rng(seed, stream);
+  int agree = 0;
+  for (int64_t s = 0; s < r.seq; ++s)
+    for (int64_t b = 0; b < r.batch; ++b)
+      for (int64_t c = 0; c < r.hidden; ++c) {
+        const int64_t i = (s * r.batch + b) * r.hidden + c;
+        const int64_t g = ((r.sample_offset + b) * r.seq_total + r.seq_offset + s) * r.hidden + c;
+        const double u = y.f32()[i] - 0.5;
+        EXPECT_NEAR(u, rng.uniform(static_cast<uint64_t>(g)), 0x1p-24) << i;
+        if (std::abs(u - 0.3) > 1e-6) {
+          EXPECT_EQ(u >= 0.3, kept.f32()[i] != 0.0f) << i;
+          ++agree;
+        }
+      }
+  EXPECT_GT(agree, n / 2);
+}
+
+// ---- thread-count independence ----
+
+// Every output of every kernel, as bytes.
+std::vector<std::vector<char>> everything() {
+  const int64_t T = 301, E = 9, h = 17;
+  const std::vector<float> x = random_vector(T * E, 71, -3.0f, 3.0f), act = random_vector(T * h, 72);
+  Tensor logits = f32(x, {T, E});
+  std::vector<Tensor> outs;
+  for (const TopkRouterOptions& opt : std::vector<TopkRouterOptions>{
+           {2, Score::Softmax, false, 1.0f}, {3, Score::Softmax, true, 2.0f}, {2, Score::Sigmoid, false, 1.0f}}) {
+    Tensor idx = Tensor::empty({T, opt.topk}, DType::I32), probs = Tensor::empty({T, opt.topk});
+    topk_router_forward(logits, opt, idx, probs);
+    Tensor d = Tensor::zeros({T, E});
+    topk_router_backward(logits, idx, f32(random_vector(T * opt.topk, 73), {T, opt.topk}), opt, d);
+    outs.insert(outs.end(), {idx, probs, d});
+  }
+  for (Score score : {Score::Softmax, Score::Sigmoid}) {
+    Tensor counts = Tensor::empty({7, E}), d = Tensor::zeros({T, E});
+    aux_loss_counts(logits, 2, score, 7, counts);
+    Tensor loss = f32({static_cast<float>(aux_loss_forward(logits, counts, 2, score, 43, 0.1f))}, {1});
+    aux_loss_backward(logits, counts, 2, score, 43, 0.1f, 1.0f, d);
+    outs.insert(outs.end(), {counts, loss, d});
+  }
+  Tensor z = f32({static_cast<float>(z_loss_forward(logits, 0.01f, T))}, {1}), dz = Tensor::zeros({T, E});
+  z_loss_backward(logits, 0.01f, T, 1.0f, dz);
+  Tensor idx = Tensor::empty({T, 2}, DType::I32), probs = Tensor::empty({T, 2});
+  topk_router_forward(logits, {2, Score::Softmax, false, 1.0f}, idx, probs);
+  ExpertRows er = expert_rows(idx, probs, E, expert_capacity(T, 2, E, 1.0), TokenDropPolicy::Probs, true);
+  const int64_t R = er.token.numel();
+  Tensor gathered = Tensor::empty({R, h}), y = Tensor::zeros({T, h}), dots = Tensor::empty({R});
+  gather_token_rows(f32(act, {T, h}), er.token, gathered);
+  scatter_add_token_rows(gathered, er.token, er.prob, y);
+  token_row_dots(f32(act, {T, h}), er.token, gathered, dots);
+  Tensor jit = Tensor::empty({T * h});
+  jitter_multiply(f32(act, {T * h}), jit, 0.05f, 5, 6, {T, 1, h, 0, T, 0});
+  outs.insert(outs.end(), {z, dz, er.token, er.slot, er.prob, gathered, y, dots, jit});
+  std::vector<std::vector<char>> bytes;
+  for (const Tensor& t : outs) {
+    const char* p = static_cast<const char*>(t.raw());
+    bytes.emplace_back(p, p + t.nbytes());
+  }
+  return bytes;
+}
+
+TEST(MoeRouting, ResultsAreBitwiseIndependentOfThreadCount) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one = everything();
+  omp_set_num_threads(2);
+  const auto two = everything();
+  omp_set_num_threads(saved);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "output " << i;
+}
+
+// ---- device dispatch ----
+
+class FakeDeviceAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes, size_t alignment) override {
+    return std::aligned_alloc(alignment, (bytes + alignment) / alignment * alignment);
+  }
+  void deallocate(void* p, size_t) override { std::free(p); }
+};
+
+TEST(MoeRouting, TensorsOnAnotherDeviceAreRefused) {
+  FakeDeviceAllocator fake;
+  const Device cuda{DeviceType::CUDA, 0};
+  Allocator* previous = register_allocator(cuda, &fake);
+  {
+    auto dev = [&](const Shape& s, DType t = DType::F32) { return Tensor::zeros(s, t, cuda); };
+    Tensor x = dev({4, 4}), idx = dev({4, 2}, DType::I32), p = dev({4, 2}), c = dev({1, 4}), tok = dev({4}, DType::I32);
+    const TopkRouterOptions opt{2, Score::Softmax, false, 1.0f};
+    const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+        {"topk_router_forward", [&] { topk_router_forward(x, opt, idx, p); }},
+        {"topk_router_backward", [&] { topk_router_backward(x, idx, p, opt, x); }},
+        {"aux_loss_counts", [&] { aux_loss_counts(x, 2, Score::Softmax, 1, c); }},
+        {"aux_loss_forward", [&] { aux_loss_forward(x, c, 2, Score::Softmax, 4, 0.1f); }},
+        {"aux_loss_backward", [&] { aux_loss_backward(x, c, 2, Score::Softmax, 4, 0.1f, 1.0f, x); }},
+        {"z_loss_forward", [&] { z_loss_forward(x, 0.1f, 4); }},
+        {"z_loss_backward", [&] { z_loss_backward(x, 0.1f, 4, 1.0f, x); }},
+        {"expert_rows", [&] { expert_rows(idx, p, 4, -1, TokenDropPolicy::Probs, false); }},
+        {"gather_token_rows", [&] { gather_token_rows(x, tok, x); }},
+        {"scatter_add_token_rows", [&] { scatter_add_token_rows(x, tok, Tensor(), x); }},
+        {"token_row_dots", [&] { token_row_dots(x, tok, x, dev({4})); }},
+        {"jitter_multiply", [&] { jitter_multiply(x, x, 0.1f, 1, 2, {4, 1, 4, 0, 4, 0}); }},
+    };
+    for (const auto& [kernel, call] : calls) {
+      try {
+        call();
+        ADD_FAILURE() << kernel << " read a tensor on cuda:0";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(kernel + " on cuda:0 is not available in this build"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  register_allocator(cuda, previous);
+}
+
+}  // namespace
+}  // namespace tessera::kernels
