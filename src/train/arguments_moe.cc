@@ -125,8 +125,10 @@ E choose(const char* flag, const std::string& value, const std::vector<std::pair
 
 void add_moe_flags(CLI::App& app, TrainArguments& a) {
   model::MoeConfig& m = a.model.moe;
+  // Several values are one option (argparse's nargs='+'): they are all kept.
   app.add_option("--num-experts", a.num_experts,
-                 "Experts per MoE layer; several values: one per MoE layer (DeepSpeed's pyramid, PR-MoE)");
+                 "Experts per MoE layer; several values: one per MoE layer (DeepSpeed's pyramid, PR-MoE)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--moe-layer-freq", a.moe_layer_freq, "Every N-th layer is MoE, or a list such as \"([0]+[1]*23)\"");
   app.add_option("--moe-ffn-hidden-size", m.ffn_hidden_size, "Each expert's MLP width (default --ffn-hidden-size)");
   app.add_option("--moe-router-topk", m.router.topk, "Experts each token is routed to");
