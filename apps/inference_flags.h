@@ -35,6 +35,10 @@ inline void add_load_flags(CLI::App& app, LoadFlags& f, bool seq_length_is_the_m
                  "Tensor-parallel ranks (the checkpoint's size; the world must be a multiple)");
   app.add_option("--pipeline-model-parallel-size", o.pipeline_model_parallel_size,
                  "Pipeline stages (1 for now)");
+  app.add_option("--expert-model-parallel-size", o.expert_model_parallel_size,
+                 "MoE: ranks the experts are split over (any size dividing each layer's experts)");
+  app.add_option("--expert-tensor-parallel-size", o.expert_tensor_parallel_size,
+                 "MoE: ranks each expert is split over (default --tensor-model-parallel-size)");
   app.add_option("--tokenizer-type", o.tokenizer.type, "Tokenizer (default: the checkpoint's)");
   app.add_option("--vocab-file", o.tokenizer.vocab_file, "GPT-2 vocabulary (encoder.json)");
   app.add_option("--merge-file", o.tokenizer.merge_file, "GPT-2 merges (vocab.bpe)");

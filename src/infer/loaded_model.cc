@@ -43,9 +43,17 @@ LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
                 tokenizer_->vocab_size(), " ids but the checkpoint's model was trained on ", config_.vocab_size);
 
   comm::ParallelLayout layout{world.size(), o.tensor_model_parallel_size, o.pipeline_model_parallel_size};
+  layout.expert_model_parallel_size = o.expert_model_parallel_size;
+  if (o.expert_tensor_parallel_size > 0) layout.expert_tensor_parallel_size = o.expert_tensor_parallel_size;
   comm::validate_layout(layout);
+  for (int64_t e : config_.moe.layer_experts)
+    TESSERA_CHECK(e % o.expert_model_parallel_size == 0, "--expert-model-parallel-size=", o.expert_model_parallel_size,
+                  ": the checkpoint in ", o.load, " has a layer of ", e, " experts, which do not split evenly");
+  TESSERA_CHECK(config_.moe.enabled() || o.expert_model_parallel_size == 1, "--expert-model-parallel-size=",
+                o.expert_model_parallel_size, ": the checkpoint in ", o.load, " has no experts");
   state_ = std::make_unique<comm::ParallelState>(world, layout);
-  tp_ = {&state_->tensor_group(), false};
+  experts_ = {&state_->expert_model_group(), &state_->expert_tensor_group(), &state_->expert_tensor_model_group()};
+  tp_ = {&state_->tensor_group(), false, &experts_};
   // This rank's pipeline stage holds an even share of the layers (as in training, without interleaving).
   pipeline::ScheduleShape stages{o.pipeline_model_parallel_size, 1, 1};
   pipeline::validate_layer_split(static_cast<int>(config_.num_layers), stages);

@@ -10,6 +10,7 @@
 #include "data/tokenizer.h"
 #include "data/tokenizer_factory.h"
 #include "infer/model_runner.h"
+#include "parallel/expert_dispatch.h"
 
 namespace tessera::infer {
 
@@ -18,6 +19,9 @@ struct LoadOptions {
   data::TokenizerOptions tokenizer;  // empty type: the checkpoint's tokenizer
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
+  // MoE checkpoints: experts split over ep ranks (each whole, or split over etp ranks; 0: the tensor-
+  // parallel size). The ranks of an expert group decode the same tokens in step.
+  int expert_model_parallel_size = 1, expert_tensor_parallel_size = 0;
   int64_t seq_length = 0;  // 0: the checkpoint's (--seq-length of evaluation)
   DType params_dtype = DType::F32;  // GEMM inputs (--bf16, --fp16); checkpoints do not record the training's
 };
@@ -37,6 +41,7 @@ class LoadedModel {
   model::ModelConfig config_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<comm::ParallelState> state_;
+  parallel::ExpertParallelContext experts_;
   parallel::TensorParallelContext tp_;
   model::ParameterSet params_;
   std::unique_ptr<model::LanguageModelChunk> model_;

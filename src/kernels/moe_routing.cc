@@ -118,7 +118,7 @@ ExpertRows expert_rows(const Tensor& indices, const Tensor& probs, int64_t exper
   cpu::ExpertRowList list =
       cpu::expert_rows(indices.i32(), probs.f32(), T, k, experts, capacity, policy, pad);
   const int64_t R = static_cast<int64_t>(list.token.size());
-  ExpertRows out{std::move(list.counts), Tensor::empty({R}, DType::I32, device), Tensor::empty({R}, DType::I32, device),
+  ExpertRows out{std::move(list.counts), std::move(list.routed), Tensor::empty({R}, DType::I32, device), Tensor::empty({R}, DType::I32, device),
                  Tensor::empty({R}, DType::F32, device)};
   if (R > 0) {
     std::memcpy(out.token.raw(), list.token.data(), out.token.nbytes());

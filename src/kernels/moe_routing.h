@@ -69,6 +69,7 @@ int64_t expert_capacity(int64_t tokens, int64_t topk, int64_t experts, double fa
 // The rows the experts receive, expert-major (expert 0's rows first), tokens ascending within an expert.
 struct ExpertRows {
   std::vector<int64_t> counts;  // [E]: rows of each expert
+  std::vector<int64_t> routed;  // [E]: routing entries of each expert before the capacity (kept or dropped)
   Tensor token;                 // int32 [R]: the token (row of the layer's input) of each row
   Tensor slot;                  // int32 [R]: t * k + j of the routing entry (indices/probs) it is, -1 for padding
   Tensor prob;                  // fp32 [R]: probs[t, j], 0 for padding

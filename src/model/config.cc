@@ -10,6 +10,18 @@ int64_t MoeConfig::num_moe_layers() const {
   return n;
 }
 
+int64_t MoeConfig::total_experts() const {
+  int64_t n = 0;
+  for (int64_t e : layer_experts) n += e;
+  return n;
+}
+
+int64_t MoeConfig::expert_offset(int64_t layer_number) const {
+  int64_t n = 0;
+  for (int64_t l = 1; l < layer_number; ++l) n += experts(l);
+  return n;
+}
+
 std::vector<std::string> moe_loss_names(const MoeConfig& m) {
   std::vector<std::string> names;
   if (!m.enabled()) return names;

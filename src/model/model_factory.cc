@@ -28,6 +28,13 @@ void LossSums::add_auxiliary(const std::string& name, double value) {
   auxiliary.emplace_back(name, value);
 }
 
+void LossSums::Routing::add(const Routing& other) {
+  if (routed.size() < other.routed.size()) routed.resize(other.routed.size(), 0.0);
+  for (size_t i = 0; i < other.routed.size(); ++i) routed[i] += other.routed[i];
+  dropped += other.dropped;
+  entries += other.entries;
+}
+
 void register_model_family(const std::string& family, ModelChunkBuilder builder) {
   builders()[family] = std::move(builder);
 }

@@ -36,6 +36,9 @@ struct MoeConfig {
     return enabled() ? layer_experts.at(static_cast<size_t>(layer_number - 1)) : 0;
   }
   int64_t num_moe_layers() const;
+  // Every expert of every MoE layer, in layer order; and where layer `layer_number`'s first one is.
+  int64_t total_experts() const;
+  int64_t expert_offset(int64_t layer_number) const;
   bool dropless() const { return capacity_factor < 0; }
 };
 

@@ -1,5 +1,7 @@
 #include "model/moe_layer.h"
 
+#include <algorithm>
+
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/moe_combine.h"
@@ -51,6 +53,8 @@ void mark_expert_parameters(ParameterSet& params, size_t first) {
 MoeLayer::MoeLayer(const ModelConfig& config, int64_t layer_number, const std::string& prefix, ParameterSet& params,
                    const parallel::TensorParallelContext& tp)
     : config_(config),
+      layer_number_(layer_number),
+      tp_(tp),
       ep_(tp.experts ? *tp.experts : parallel::ExpertParallelContext::single_process()),
       expert_tp_{ep_.expert_tensor, false},
       router_(config, layer_number, config.moe.experts(layer_number), prefix, params, tp) {
@@ -79,6 +83,28 @@ MoeLayer::MoeLayer(const ModelConfig& config, int64_t layer_number, const std::s
   }
 }
 
+void MoeLayer::count_routing(const kernels::ExpertRows& rows, int64_t capacity, LossSums& losses) const {
+  const int64_t experts = router_.experts();
+  // This rank's counts, then their sum over the tensor group (sequence shards of the same tokens).
+  Tensor counts = Tensor::empty({experts + 1}, DType::I64);
+  int64_t dropped = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    counts.i64()[e] = rows.routed[e];
+    if (capacity >= 0) dropped += std::max<int64_t>(0, rows.routed[e] - capacity);
+  }
+  counts.i64()[experts] = dropped;
+  if (tp_.sequence_parallel && tp_.size() > 1) tp_.group->all_reduce(counts);
+  LossSums::Routing r;
+  r.routed.assign(static_cast<size_t>(config_.moe.total_experts()), 0.0);
+  const int64_t first = config_.moe.expert_offset(layer_number_);
+  for (int64_t e = 0; e < experts; ++e) {
+    r.routed[first + e] = static_cast<double>(counts.i64()[e]);
+    r.entries += r.routed[first + e];
+  }
+  r.dropped = static_cast<double>(counts.i64()[experts]);
+  losses.routing.add(r);
+}
+
 std::unique_ptr<SavedTensors> MoeLayer::make_record() const { return std::make_unique<MoeRecord>(); }
 
 Tensor MoeLayer::forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& record) const {
@@ -90,6 +116,7 @@ Tensor MoeLayer::forward(const Tensor& x, bool x_rounded, const SublayerContext&
       m.dropless() ? -1 : kernels::expert_capacity(T, m.router.topk, router_.experts(), m.capacity_factor);
   rec.rows = kernels::expert_rows(rec.router.indices, rec.router.probs, router_.experts(), capacity,
                                   m.token_drop_policy, m.pad_expert_input_to_capacity);
+  if (sc.ctx.losses) count_routing(rec.rows, capacity, *sc.ctx.losses);
   rec.dispatch = std::make_unique<parallel::ExpertDispatch>(ep_, rec.rows.counts);
   Tensor routed = Tensor::empty({rec.rows.token.numel(), h});
   kernels::gather_token_rows(x, rec.rows.token, routed);
@@ -171,8 +198,8 @@ Tensor MoeLayer::backward(const Tensor& dy_in, const Tensor& x, bool x_rounded, 
 }
 
 Tensor MoeLayer::decode(const Tensor& x, const Tensor&, int64_t, KvCache&) const {
-  TESSERA_CHECK(ep_.ep_size() == 1 && ep_.expert_tensor->size() == 1,
-                "MoE decoding needs every expert on this rank (expert model and tensor parallel size 1)");
+  // Under expert parallelism every rank of the expert groups decodes the same tokens in step, so the
+  // dispatcher carries each rank's rows to the experts as in training (each gets its own back).
   ForwardContext ctx;
   ctx.training = false;
   ctx.seq = x.dim(0);

@@ -29,13 +29,18 @@ class MoeLayer final : public Sublayer {
   Tensor forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec) const override;
   Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec,
                   bool rec_rounded) const override;
-  // Inference needs every expert on this rank (expert parallel size 1).
+  // Under expert parallelism every rank of the expert groups must decode the same tokens in step.
   Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const override;
 
   int64_t local_experts() const { return static_cast<int64_t>(experts_.size()); }
 
  private:
+  // Adds the routing counts (LossSums::Routing) of this micro-batch.
+  void count_routing(const kernels::ExpertRows& rows, int64_t capacity, LossSums& losses) const;
+
   const ModelConfig& config_;
+  int64_t layer_number_;
+  const parallel::TensorParallelContext& tp_;
   const parallel::ExpertParallelContext& ep_;
   // Each expert's MLP is split over the expert tensor group, its rows gathered by the dispatcher.
   parallel::TensorParallelContext expert_tp_;

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace tessera::train {
@@ -14,6 +15,21 @@ std::string text(float v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
   return buf;
+}
+
+// --num-experts as written: one count, or one per MoE layer when they differ (a pyramid).
+std::string experts_text(const std::vector<int64_t>& counts) {
+  std::string s;
+  for (int64_t e : counts) s += (s.empty() ? "" : " ") + std::to_string(e);
+  return s.empty() ? "0" : s;
+}
+std::vector<int64_t> moe_layer_counts(const model::MoeConfig& m) {
+  std::vector<int64_t> counts;
+  for (int64_t e : m.layer_experts)
+    if (e > 0) counts.push_back(e);
+  const bool one_count =
+      !counts.empty() && std::all_of(counts.begin(), counts.end(), [&](int64_t e) { return e == counts.front(); });
+  return one_count ? std::vector<int64_t>{counts.front()} : counts;
 }
 
 }  // namespace
@@ -53,6 +69,11 @@ std::vector<ModelFlagConflict> model_flag_conflicts(const CLI::App& app, const T
   compare("--untie-embeddings-and-output-weights", text(m.untie_embeddings_and_output_weights),
           text(c.untie_embeddings_and_output_weights));
   compare("--disable-bias-linear", text(!m.add_bias_linear), text(!c.add_bias_linear));
+  compare("--num-experts", experts_text(a.num_experts), experts_text(moe_layer_counts(c.moe)));
+  if (c.moe.enabled()) {
+    compare("--moe-router-topk", text(m.moe.router.topk), text(c.moe.router.topk));
+    compare("--moe-ffn-hidden-size", text(m.moe.ffn_hidden_size), text(c.moe.ffn_hidden_size));
+  }
   return out;
 }
 

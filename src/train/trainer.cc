@@ -368,6 +368,7 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   const std::vector<std::string> names = chunks_.front()->auxiliary_loss_names();
   std::vector<float> loss{static_cast<float>(sums.lm)};
   for (float v : auxiliary_values(sums)) loss.push_back(v);
+  interval_routing_.add(sums.routing);
   optimizer_->wait_for_params();  // any bucket no forward used
   for (int64_t at : args_.inject_nan_at_iterations)
     if (at == iteration_ + 1) params_.grads().f32()[0] = std::nanf("");
@@ -398,6 +399,23 @@ void Trainer::finalize_gradients() {
 Evaluation Trainer::evaluate() {
   TESSERA_CHECK(valid_data_ != nullptr, "--split=", args_.split, ": no validation documents to evaluate");
   return evaluate_on(*valid_data_);
+}
+
+ExpertLoad Trainer::interval_expert_load() {
+  // Every stage's layers and every data-parallel rank's tokens (the tensor ranks' are summed already).
+  model::LossSums::Routing& r = interval_routing_;
+  r.routed.resize(static_cast<size_t>(args_.model.moe.total_experts()), 0.0);
+  std::vector<float> counts(r.routed.begin(), r.routed.end());
+  counts.push_back(static_cast<float>(r.dropped));
+  counts.push_back(static_cast<float>(r.entries));
+  pipeline_sum(counts);
+  data_parallel_sum(counts);
+  model::LossSums::Routing total;
+  total.routed.assign(counts.begin(), counts.end() - 2);
+  total.dropped = counts[counts.size() - 2];
+  total.entries = counts.back();
+  r = model::LossSums::Routing();
+  return expert_load(args_.model.moe, total);
 }
 
 std::vector<float> Trainer::auxiliary_values(const model::LossSums& sums) const {
@@ -602,6 +620,7 @@ void Trainer::train() {
         for (size_t i = values.size() - static_cast<size_t>(interval_iters); i < values.size(); ++i) sum += values[i];
         s.auxiliary_losses.emplace_back(name, sum / static_cast<double>(interval_iters));
       }
+      if (args_.model.moe.enabled()) s.expert_load = interval_expert_load();
       s.grad_norm = step.grad_norm;
       s.skipped_iterations = interval_skipped;
       s.nan_iterations = interval_nan;

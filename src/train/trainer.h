@@ -76,6 +76,8 @@ class Trainer {
                                     double per_sample_loss_weight);
   // The auxiliary losses of `sums` in the order of the model's names (the same on every rank).
   std::vector<float> auxiliary_values(const model::LossSums& sums) const;
+  // The MoE layers' routing over the interval that a log line ends (collective), then restarts it.
+  ExpertLoad interval_expert_load();
   // Mean per-token loss over --eval-iters global batches of `data`, from its first sample.
   Evaluation evaluate_on(const BatchSource& data);
   // --exit-interval and --exit-duration-in-mins after an iteration, as Megatron's checkpoint_and_decide_exit:
@@ -107,7 +109,8 @@ class Trainer {
   std::unique_ptr<comm::ProcessGroup> single_world_;
   comm::ProcessGroup* world_ = nullptr;
   std::unique_ptr<comm::ParallelState> state_;
-  parallel::ExpertParallelContext experts_;  // the expert groups of state_, for the MoE layers
+  parallel::ExpertParallelContext experts_;
+  model::LossSums::Routing interval_routing_;  // the MoE layers' routing since the last log line  // the expert groups of state_, for the MoE layers
   parallel::TensorParallelContext tp_;
   model::ParameterSet params_;
   pipeline::ScheduleShape schedule_;

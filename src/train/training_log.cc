@@ -58,6 +58,9 @@ std::string format_iteration_line(const IterationStats& s) {
   line += printf_string(" global batch size: %5lld |", static_cast<long long>(s.global_batch_size));
   line += printf_string(" lm loss: %.6E |", s.lm_loss);
   for (const auto& [name, value] : s.auxiliary_losses) line += printf_string(" %s: %.6E |", name.c_str(), value);
+  if (s.expert_load)
+    line += printf_string(" expert load min/max/cv: %.3f/%.3f/%.3f | dropped tokens: %.4f |", s.expert_load->min,
+                          s.expert_load->max, s.expert_load->cv, s.expert_load->dropped);
   line += printf_string(" loss scale: %.1f |", s.loss_scale);
   line += printf_string(" grad norm: %.3f |", s.grad_norm);
   line += printf_string(" number of skipped iterations: %3lld |", static_cast<long long>(s.skipped_iterations));
@@ -110,11 +113,20 @@ void TrainingLog::iteration(const IterationStats& s) {
                         {"skipped_iterations", s.skipped_iterations},
                         {"nan_iterations", s.nan_iterations}};
     for (const auto& [name, value] : s.auxiliary_losses) j[name] = value;
+    if (s.expert_load)
+      j["expert_load"] = {{"min", s.expert_load->min}, {"max", s.expert_load->max}, {"cv", s.expert_load->cv},
+                          {"dropped", s.expert_load->dropped}};
     *jsonl_ << j.dump() << std::endl;
   }
   if (tensorboard_) {
     tensorboard_->add_scalar("lm loss", static_cast<float>(s.lm_loss), s.iteration);
     for (const auto& [name, value] : s.auxiliary_losses) tensorboard_->add_scalar(name, static_cast<float>(value), s.iteration);
+    if (s.expert_load) {
+      tensorboard_->add_scalar("moe/expert_load_min", static_cast<float>(s.expert_load->min), s.iteration);
+      tensorboard_->add_scalar("moe/expert_load_max", static_cast<float>(s.expert_load->max), s.iteration);
+      tensorboard_->add_scalar("moe/expert_load_cv", static_cast<float>(s.expert_load->cv), s.iteration);
+      tensorboard_->add_scalar("moe/dropped_tokens", static_cast<float>(s.expert_load->dropped), s.iteration);
+    }
     tensorboard_->add_scalar("learning-rate", static_cast<float>(s.learning_rate), s.iteration);
     tensorboard_->add_scalar("grad-norm", static_cast<float>(s.grad_norm), s.iteration);
     tensorboard_->flush();

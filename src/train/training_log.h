@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "train/expert_load.h"
 #include "train/tensorboard_writer.h"
 
 namespace tessera::train {
@@ -21,6 +22,7 @@ struct IterationStats {
   double learning_rate = 0, lm_loss = 0, loss_scale = 1, grad_norm = 0;
   int64_t skipped_iterations = 0, nan_iterations = 0;
   std::vector<std::pair<std::string, double>> auxiliary_losses;  // the model's, by name, after the lm loss
+  std::optional<ExpertLoad> expert_load;  // MoE models: routing over the interval
 };
 
 // Megatron's log line, e.g.

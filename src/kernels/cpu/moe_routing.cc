@@ -370,6 +370,7 @@ ExpertRowList expert_rows(const int32_t* indices, const float* probs, int64_t to
 
   ExpertRowList list;
   list.counts.resize(experts);
+  for (int64_t e = 0; e < experts; ++e) list.routed.push_back(begin[e + 1] - begin[e]);
   for (int64_t e = 0; e < experts; ++e) {
     list.counts[e] = static_cast<int64_t>(rows[e].size());
     for (const Row& r : rows[e]) {

@@ -40,6 +40,7 @@ void z_loss_backward(const float* logits, int64_t tokens, int64_t experts, float
 // The rows of kernels::ExpertRows on the host.
 struct ExpertRowList {
   std::vector<int64_t> counts;  // [experts]
+  std::vector<int64_t> routed;  // [experts]: routing entries before the capacity
   std::vector<int32_t> token, slot;
   std::vector<float> prob;
 };
