@@ -4,6 +4,7 @@
 // command line becomes a plan by changing the subcommand) plus the cluster and planner flags below.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -77,6 +78,34 @@ bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
   return false;
 }
 
+// Removes `flag` (as "--flag V" or "--flag=V", the last one winning) from args and returns its value, 0
+// when absent. The search fixes ep and etp from these instead of the parser, whose rules check them
+// against the flags' own tp x pp ranks.
+int take_int_flag(std::vector<std::string>& args, const std::string& flag) {
+  std::string value;
+  for (size_t i = 0; i < args.size();) {
+    if (args[i] == flag && i + 1 < args.size()) {
+      value = args[i + 1];
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i), args.begin() + static_cast<std::ptrdiff_t>(i + 2));
+    } else if (args[i].rfind(flag + "=", 0) == 0) {
+      value = args[i].substr(flag.size() + 1);
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  if (value.empty()) return 0;
+  size_t used = 0;
+  int n = 0;
+  try {
+    n = std::stoi(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  TESSERA_CHECK(used == value.size() && n > 0, flag, "=", value, ": must be a positive integer");
+  return n;
+}
+
 // `tessera train` requires flags that a plan does not use; supply harmless ones when they are absent.
 std::vector<std::string> with_training_defaults(std::vector<std::string> args) {
   if (!has_flag(args, "--train-iters")) args.insert(args.end(), {"--train-iters", "1"});
@@ -98,6 +127,15 @@ std::vector<std::string> with_training_defaults(std::vector<std::string> args) {
 
 std::string gib(double bytes) { return str_cat(std::round(bytes / GiB * 100) / 100); }
 
+// The fewest and most experts of an MoE layer (a pyramid has more in later layers).
+int64_t min_experts(const model::MoeConfig& m) {
+  int64_t fewest = 0;
+  for (int64_t e : m.layer_experts)
+    if (e > 0 && (fewest == 0 || e < fewest)) fewest = e;
+  return fewest;
+}
+int64_t max_experts(const model::MoeConfig& m) { return *std::max_element(m.layer_experts.begin(), m.layer_experts.end()); }
+
 nlohmann::json plan_json(const plan::Plan& p, const std::string& formula) {
   nlohmann::json memory = nlohmann::json::array();
   for (size_t r = 0; r < p.memory.size(); ++r) {
@@ -110,7 +148,8 @@ nlohmann::json plan_json(const plan::Plan& p, const std::string& formula) {
   const plan::Layout& l = p.layout;
   return {{"layout",
            {{"tensor_model_parallel_size", l.tp}, {"pipeline_model_parallel_size", l.pp}, {"data_parallel_size", l.dp},
-            {"virtual_stages", l.virtual_stages}, {"sequence_parallel", l.sequence_parallel},
+            {"expert_model_parallel_size", l.ep}, {"expert_tensor_parallel_size", l.expert_tp()},
+            {"expert_data_parallel_size", l.edp()}, {"virtual_stages", l.virtual_stages}, {"sequence_parallel", l.sequence_parallel},
             {"micro_batch_size", l.micro_batch_size}, {"global_batch_size", l.global_batch_size},
             {"micro_batches", l.micro_batches()}, {"recompute", plan::to_string(l.recompute)},
             {"distributed_optimizer", l.distributed_optimizer}, {"precision", plan::to_string(l.precision)}}},
@@ -123,7 +162,8 @@ nlohmann::json plan_json(const plan::Plan& p, const std::string& formula) {
           {"fits", p.fits},
           {"device_memory_bytes", p.cluster.device.memory_bytes},
           {"iteration_seconds",
-           {{"compute", t.compute}, {"tensor_parallel_communication", t.tensor_parallel}, {"pipeline_p2p", t.pipeline_p2p},
+           {{"compute", t.compute}, {"tensor_parallel_communication", t.tensor_parallel},
+            {"expert_parallel_communication", t.expert_parallel}, {"pipeline_p2p", t.pipeline_p2p},
             {"pipeline_bubble", t.pipeline_bubble}, {"data_parallel_reduction", t.data_parallel},
             {"optimizer", t.optimizer}, {"total", t.total()}}},
           {"critical_stage", p.critical_stage},
@@ -146,6 +186,14 @@ void print_plan(const plan::Plan& p) {
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.num_query_groups), static_cast<long long>(c.ffn_hidden_size),
               static_cast<long long>(c.seq_length), static_cast<long long>(c.padded_vocab_size));
+  const model::MoeConfig& moe = c.moe;
+  if (moe.enabled())
+    std::printf("experts: %lld of %lld layers are MoE (%lld to %lld experts), top-%lld, expert ffn %lld%s%s, capacity %s\n",
+                static_cast<long long>(moe.num_moe_layers()), static_cast<long long>(c.num_layers),
+                static_cast<long long>(min_experts(moe)), static_cast<long long>(max_experts(moe)),
+                static_cast<long long>(moe.router.topk), static_cast<long long>(moe.ffn_hidden_size),
+                moe.shared_expert_intermediate_size > 0 ? str_cat(", shared expert ", moe.shared_expert_intermediate_size).c_str() : "",
+                moe.residual ? ", residual MoE" : "", moe.dropless() ? "dropless" : str_cat(moe.capacity_factor).c_str());
   std::printf("cluster: %d x %s (%d per node), %.0f GiB and %.1f TFLOP/s peak each\n", p.cluster.num_devices,
               d.name.c_str(), d.devices_per_node, d.memory_bytes / GiB, d.peak_flops / 1e12);
   std::printf("layout: tensor %d, pipeline %d, data %d, virtual stages %d, sequence parallel %s, recompute %s, "
@@ -154,6 +202,9 @@ void print_plan(const plan::Plan& p) {
               l.distributed_optimizer ? "on" : "off", plan::to_string(l.precision).c_str(),
               static_cast<long long>(l.micro_batch_size), static_cast<long long>(l.global_batch_size),
               static_cast<long long>(l.micro_batches()));
+  if (moe.enabled())
+    std::printf("expert layout: expert tensor %d, expert parallel %d, expert data %d (%s dispatcher)\n", l.expert_tp(),
+                l.ep, l.edp(), l.allgather_dispatcher ? "allgather" : "alltoall");
   std::printf("\nmemory per rank (GiB):\n  %-6s %10s %10s %10s %12s %8s %9s %8s %10s\n", "stage", "parameters", "gradients",
               "optimizer", "activations", "comm", "reserved", "total", "in-flight");
   std::set<int> shown = {0, l.pp - 1, p.peak_memory_stage};
@@ -175,6 +226,7 @@ void print_plan(const plan::Plan& p) {
   std::printf("\niteration time (the rank that finishes last: pipeline stage %d):\n", p.critical_stage);
   row("compute", t.compute);
   row("tensor-parallel communication", t.tensor_parallel);
+  if (moe.enabled()) row("expert-parallel communication", t.expert_parallel);
   row("pipeline p2p", t.pipeline_p2p);
   row("pipeline bubble (simulated)", t.pipeline_bubble);
   row("data-parallel reduction (exposed)", t.data_parallel);
@@ -199,19 +251,23 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
               << std::endl;
     return;
   }
+  // An MoE model's table has one more column: the expert-parallel communication.
+  const bool moe = !r.ranked.empty() && r.ranked.front().config.moe.enabled();
   std::printf("%zu layouts fit; the best %d by predicted throughput:\n", r.ranked.size(),
               std::min<int>(top, static_cast<int>(r.ranked.size())));
-  std::printf("  %-4s %-48s %8s %6s %12s %9s | %8s %8s %8s %8s %8s %8s\n", "rank", "layout", "TFLOP/s", "MFU",
-              "iteration", "peak GiB", "compute", "tp comm", "p2p", "bubble", "dp", "optim");
+  std::printf("  %-4s %-48s %8s %6s %12s %9s | %8s %8s %8s %8s %8s %8s%s\n", "rank", "layout", "TFLOP/s", "MFU",
+              "iteration", "peak GiB", "compute", "tp comm", "p2p", "bubble", "dp", "optim", moe ? "  ep comm" : "");
   for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) {
     const plan::Plan& p = r.ranked[i];
     const plan::IterationTime& t = p.time;
     const double total = t.total();
     auto pct = [&](double x) { return str_cat(std::round(1000 * x / total) / 10, "%"); };
-    std::printf("  %-4zu %-48s %8.1f %5.1f%% %10.3f s %9s | %8s %8s %8s %8s %8s %8s\n", i + 1,
+    char expert[16] = "";
+    if (moe) std::snprintf(expert, sizeof expert, " %8s", pct(t.expert_parallel).c_str());
+    std::printf("  %-4zu %-48s %8.1f %5.1f%% %10.3f s %9s | %8s %8s %8s %8s %8s %8s%s\n", i + 1,
                 plan::describe(p.layout).c_str(), p.tflops_per_device, 100 * p.mfu, total, gib(p.peak_memory()).c_str(),
                 pct(t.compute).c_str(), pct(t.tensor_parallel).c_str(), pct(t.pipeline_p2p).c_str(),
-                pct(t.pipeline_bubble).c_str(), pct(t.data_parallel).c_str(), pct(t.optimizer).c_str());
+                pct(t.pipeline_bubble).c_str(), pct(t.data_parallel).c_str(), pct(t.optimizer).c_str(), expert);
   }
   std::map<std::string, std::vector<const plan::Rejected*>> families;
   for (const plan::Rejected& x : r.rejected) families[x.family].push_back(&x);
@@ -222,7 +278,8 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
     std::set<std::pair<int, int>> seen;
     for (const plan::Rejected* x : list) {
       if (!seen.insert({x->layout.tp, x->layout.pp}).second) continue;
-      std::printf("    tp%d pp%d dp%d: %s\n", x->layout.tp, x->layout.pp, x->layout.dp, x->reason.c_str());
+      const std::string experts = x->layout.etp > 0 ? str_cat(" ep", x->layout.ep, " etp", x->layout.etp) : "";
+      std::printf("    tp%d pp%d dp%d%s: %s\n", x->layout.tp, x->layout.pp, x->layout.dp, experts.c_str(), x->reason.c_str());
       if (seen.size() == 4) break;
     }
   }
@@ -265,6 +322,8 @@ int run_calibration(const model::ModelConfig& c, const plan::Layout& l, const Pl
 int run_sizing(const model::ModelConfig& base, const plan::Layout& l, const plan::ClusterSpec& cluster, const PlanFlags& f,
                plan::PlanOptions options, int64_t divisible_by) {
   TESSERA_CHECK(!(f.compute_budget > 0 && f.device_hours > 0), "--compute-budget and --device-hours: give one");
+  TESSERA_CHECK(!base.moe.enabled(), "--compute-budget and --device-hours size a dense GPT (Chinchilla's law): "
+                "leave out --num-experts");
   // A device-hours budget becomes FLOPs at the throughput the planner predicts for the recommended model;
   // that changes the model, so iterate a few times from a 40% MFU guess.
   double achieved = 0.4 * cluster.device.peak_flops;
@@ -334,6 +393,11 @@ int plan_command(const std::vector<std::string>& args) {
                 model_parallel);
   // The search and the sizing choose the layout themselves: the parser checks the model alone (dp = 1).
   const bool choose_layout = f.search || f.compute_budget > 0 || f.device_hours > 0;
+  plan::ExpertSearch experts;
+  if (choose_layout) {
+    experts.ep = take_int_flag(forwarded, "--expert-model-parallel-size");
+    experts.etp = take_int_flag(forwarded, "--expert-tensor-parallel-size");
+  }
   train::TrainArguments a;
   try {
     a = train::parse_train_arguments(forwarded, choose_layout ? model_parallel : devices);
@@ -355,7 +419,8 @@ int plan_command(const std::vector<std::string>& args) {
   if (f.compute_budget > 0 || f.device_hours > 0)
     return run_sizing(config, layout, cluster, f, options, a.make_vocab_size_divisible_by);
   if (f.search) {
-    plan::SearchResult r = plan::search_layouts(config, layout, cluster, options, a.make_vocab_size_divisible_by);
+    plan::SearchResult r =
+        plan::search_layouts(config, layout, cluster, options, a.make_vocab_size_divisible_by, experts);
     print_search(r, f.top, f.json, f.flops_formula);
     if (!f.trace.empty() && !r.ranked.empty()) plan::write_chrome_trace(r.ranked.front(), f.trace);
     return r.ranked.empty() ? 1 : 0;

@@ -88,6 +88,39 @@ check "--compute-budget runs: $out" $?
 grep -q "predicted loss" <<<"$out" && grep -q "time to train:" <<<"$out"
 check "--compute-budget prints the loss and the time to train: $out" $?
 
+# Mixture of experts: the expert layout is printed, its all-to-all time is a part of the iteration, the
+# search goes over ep (and keeps a fixed one), and the trainer's expert rules apply.
+moe="$small --micro-batch-size 1 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 512 --device A100-80GB --num-devices 8"
+out=$("$tessera" plan $moe --expert-model-parallel-size 4 2>&1)
+check "MoE plan runs: $out" $?
+grep -q "expert layout: expert tensor 1, expert parallel 4, expert data 2 (alltoall dispatcher)" <<<"$out" &&
+  grep -q "expert-parallel communication" <<<"$out" && grep -q "experts: 4 of 4 layers are MoE" <<<"$out"
+check "the MoE plan prints the expert layout and the expert-parallel time: $out" $?
+"$tessera" plan $moe --expert-model-parallel-size 4 --json > "$work/moe.json" 2>&1
+check "MoE --json runs" $?
+python3 - "$work/moe.json" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+l = p["layout"]
+assert (l["expert_model_parallel_size"], l["expert_tensor_parallel_size"], l["expert_data_parallel_size"]) == (4, 1, 2), l
+t = p["iteration_seconds"]
+assert t["expert_parallel_communication"] > 0, t
+assert abs(sum(v for k, v in t.items() if k != "total") - t["total"]) < 1e-9 * t["total"], t
+EOF
+check "the MoE JSON plan has the expert layout and consistent times" $?
+out=$("$tessera" plan $moe --search --top 100 2>&1)
+check "MoE --search runs: $out" $?
+grep -q "ep comm" <<<"$out" && grep -q " ep8 etp1 " <<<"$out" && grep -q " ep1 etp1 " <<<"$out"
+check "the MoE search tries ep from 1 to 8 and prints the expert-parallel share: $out" $?
+out=$("$tessera" plan $moe --search --top 100 --expert-model-parallel-size 2 2>&1)
+check "MoE --search with a fixed ep runs: $out" $?
+! grep -E "^ +[0-9]+ +tp" <<<"$out" | grep -qv " ep2 "
+check "a fixed --expert-model-parallel-size is the only ep searched: $out" $?
+expect_error "$moe --expert-model-parallel-size 3" "--expert-model-parallel-size=3"
+expect_error "$moe --tensor-model-parallel-size 2" "needs --sequence-parallel with MoE"
+expect_error "$moe --search --expert-model-parallel-size x" "--expert-model-parallel-size=x: must be a positive integer"
+expect_error "$moe --compute-budget 1e21" "leave out --num-experts"
+
 # Bad input: named flags, values and rules.
 expect_error "$small --device TPU-v9" "--device=TPU-v9: unknown device"
 expect_error "$small --flops-formula kaplan" "--flops-formula=kaplan: must be megatron or ptdp"

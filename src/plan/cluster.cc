@@ -159,6 +159,16 @@ double reduce_scatter_seconds(const DeviceSpec& d, double bytes, int group, int 
   return all_gather_seconds(d, bytes, group, stride);
 }
 
+double all_to_all_seconds(const DeviceSpec& d, double bytes, int group, int stride) {
+  if (group <= 1 || bytes <= 0) return 0;
+  const GroupLinks l = group_links(d, group, stride);
+  if (!l.crosses_nodes) return static_cast<double>(group - 1) / group * bytes / l.bandwidth + (group - 1) * l.latency;
+  const int same_node = std::clamp(d.devices_per_node / std::max(stride, 1), 1, group);  // this rank included
+  const double local = static_cast<double>(same_node - 1) / group * bytes / d.intra_node_bandwidth;
+  const double remote = static_cast<double>(group - same_node) / group * bytes / d.inter_node_bandwidth;
+  return std::max(local, remote) + (group - 1) * l.latency;
+}
+
 double p2p_seconds(const DeviceSpec& d, double bytes, int stride) {
   if (bytes <= 0) return 0;
   const bool same_node = stride < d.devices_per_node;

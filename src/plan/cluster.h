@@ -65,6 +65,10 @@ GroupLinks group_links(const DeviceSpec& d, int group, int stride);
 double all_reduce_seconds(const DeviceSpec& d, double bytes, int group, int stride);
 double all_gather_seconds(const DeviceSpec& d, double bytes, int group, int stride);  // bytes: gathered total
 double reduce_scatter_seconds(const DeviceSpec& d, double bytes, int group, int stride);
+// An all-to-all in which each member sends `bytes` in all, an equal share to every member (its own share
+// stays). The shares for members on other nodes leave through this device's NIC share, those for its
+// node's members over the intra-node links, both at once; one step per peer.
+double all_to_all_seconds(const DeviceSpec& d, double bytes, int group, int stride);
 // One message between pipeline neighbours `stride` ranks apart.
 double p2p_seconds(const DeviceSpec& d, double bytes, int stride);
 

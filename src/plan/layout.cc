@@ -3,6 +3,29 @@
 #include "core/check.h"
 
 namespace tessera::plan {
+namespace {
+
+// The rules of train::finalize_moe_layout, for the planner's layouts.
+std::string expert_problem(const model::ModelConfig& c, const Layout& l, int devices) {
+  const model::MoeConfig& m = c.moe;
+  if (l.ep < 1 || l.etp < 0) return str_cat("ep and etp must be positive (", describe(l), ")");
+  if (!m.enabled()) return l.ep == 1 ? "" : str_cat("expert parallelism (ep ", l.ep, ") needs --num-experts");
+  const int etp = l.expert_tp();
+  if (devices % (static_cast<int64_t>(etp) * l.ep * l.pp) != 0)
+    return str_cat("etp ", etp, " x ep ", l.ep, " x pp ", l.pp, " does not divide the ", devices, " devices");
+  for (int64_t e : m.layer_experts)
+    if (e % l.ep != 0) return str_cat("--num-experts=", e, " is not divisible by ep ", l.ep);
+  if (m.ffn_hidden_size % etp != 0)
+    return str_cat("--moe-ffn-hidden-size=", m.ffn_hidden_size, " is not divisible by etp ", etp);
+  if (m.shared_expert_intermediate_size % l.tp != 0)
+    return str_cat("--moe-shared-expert-intermediate-size=", m.shared_expert_intermediate_size,
+                   " is not divisible by tp ", l.tp);
+  // Each tensor rank routes its own sequence shard, so that no token is routed twice (Megatron's rule).
+  if (l.tp > 1 && !l.sequence_parallel) return str_cat("MoE under tp ", l.tp, " needs --sequence-parallel");
+  return "";
+}
+
+}  // namespace
 
 std::string layout_problem(const model::ModelConfig& c, const Layout& l, int devices, std::string* family) {
   auto fail = [&](const char* kind, std::string why) {
@@ -28,6 +51,7 @@ std::string layout_problem(const model::ModelConfig& c, const Layout& l, int dev
                                         l.virtual_stages, " model chunks"));
   if (l.virtual_stages > 1 && l.pp == 1)
     return fail("divisibility", "interleaving (v > 1) needs pipeline parallelism (pp > 1)");
+  if (std::string why = expert_problem(c, l, devices); !why.empty()) return fail("experts", why);
   if (l.micro_batch_size < 1 || l.global_batch_size % (l.micro_batch_size * l.dp) != 0)
     return fail("batch", str_cat("--global-batch-size=", l.global_batch_size, " is not divisible by --micro-batch-size=",
                                  l.micro_batch_size, " x dp ", l.dp));
@@ -58,7 +82,8 @@ std::string to_string(Precision p) {
 }
 
 std::string describe(const Layout& l) {
-  return str_cat("tp", l.tp, " pp", l.pp, " dp", l.dp, " v", l.virtual_stages, " mbs", l.micro_batch_size, " gbs",
+  const std::string experts = l.ep > 1 || l.etp > 0 ? str_cat(" ep", l.ep, " etp", l.expert_tp()) : "";
+  return str_cat("tp", l.tp, " pp", l.pp, " dp", l.dp, experts, " v", l.virtual_stages, " mbs", l.micro_batch_size, " gbs",
                  l.global_batch_size, l.sequence_parallel ? " sp" : "", " recompute=", to_string(l.recompute),
                  l.distributed_optimizer ? " distopt" : "");
 }

@@ -1,6 +1,8 @@
 // A parallel layout and the memory features of a training run, as `tessera train` (Megatron-LM) takes
 // them: tp x pp x dp devices, v model chunks per pipeline rank, sequence parallelism, activation
-// recomputation, the distributed optimizer, precision, micro and global batch.
+// recomputation, the distributed optimizer, precision, micro and global batch; and for a mixture of
+// experts the expert layout of Megatron-Core's "parallel folding": the expert layers run on the same
+// devices as etp x ep x edp x pp, edp = devices / (etp x ep x pp).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,10 @@ enum class Precision { Fp32, Bf16, Fp16 };
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
+  // Experts: each of the ep expert-parallel ranks holds E / ep experts of a layer, each expert's MLP split
+  // over etp ranks (0: tp, --expert-tensor-parallel-size's default). Ignored by a dense model.
+  int ep = 1, etp = 0;
+  bool allgather_dispatcher = false;  // --moe-token-dispatcher-type allgather (else alltoall)
   int virtual_stages = 1;  // v: model chunks per pipeline rank (> 1: interleaved 1F1B)
   bool sequence_parallel = false;
   int64_t micro_batch_size = 1, global_batch_size = 1;
@@ -27,6 +33,8 @@ struct Layout {
   bool flash_attention = false;  // attention without materialised s x s scores (Tessera's CPU kernel)
 
   int devices() const { return tp * pp * dp; }
+  int expert_tp() const { return etp > 0 ? etp : tp; }
+  int edp() const { return devices() / (expert_tp() * ep * pp); }  // the expert-data-parallel size
   int64_t micro_batches() const { return global_batch_size / (micro_batch_size * dp); }  // m per replica
   int activation_bytes() const { return precision == Precision::Fp32 ? 4 : 2; }
   // Bytes per element of the gradient buffer that is reduced: fp32 main gradients except fp16 (Megatron
@@ -36,12 +44,16 @@ struct Layout {
 
 // Why a layout cannot run the model on `devices` devices, or "" when it can. `family` is set to the kind of
 // rule broken: "divisibility" (heads, layers, vocabulary, sequence not divisible), "batch" (global batch
-// vs micro batch x dp, interleaving's micro-batch rule) or "devices" (tp x pp x dp != devices).
+// vs micro batch x dp, interleaving's micro-batch rule), "devices" (tp x pp x dp != devices) or
+// "experts" (the trainer's expert-parallel rules: etp x ep x pp dividing the devices, each MoE layer's
+// experts divisible by ep, the expert width by etp, the shared expert's by tp, sequence parallelism
+// under tp > 1; ep > 1 without experts).
 std::string layout_problem(const model::ModelConfig& c, const Layout& l, int devices, std::string* family = nullptr);
 
 std::string to_string(Recompute r);
 std::string to_string(Precision p);
-std::string describe(const Layout& l);  // "tp8 pp64 dp6 v1 mbs1 gbs3072 recompute=full"
+// "tp8 pp64 dp6 v1 mbs1 gbs3072 recompute=full", with " ep8 etp1" after dp when ep > 1 or etp is set.
+std::string describe(const Layout& l);
 
 // The model as seen by one tensor-parallel rank: the vocabulary padded for this tp (Megatron pads to a
 // multiple of make_vocab_size_divisible_by x tp).

@@ -2,48 +2,128 @@
 
 #include <algorithm>
 
+#include "kernels/moe_routing.h"
+#include "pipeline/schedules.h"
+
 namespace tessera::plan {
+namespace {
+
+double fc1_width(const model::ModelConfig& c, double f) { return c.swiglu ? 2 * f : f; }
+
+// An MLP of width f split over t ranks: fc1 by columns, fc2 by rows (its bias replicated).
+double mlp_parameters(const model::ModelConfig& c, double f, double t) {
+  const double h = c.hidden_size, bias = c.add_bias_linear ? 1 : 0;
+  return fc1_width(c, f) * (h + bias) / t + h * f / t + bias * h;
+}
+
+// The fc1 output and activation that a tp-split MLP of width f keeps for one micro-batch.
+double mlp_activation_bytes(const model::ModelConfig& c, const Layout& l, double f) {
+  return static_cast<double>(c.seq_length) * l.micro_batch_size * (fc1_width(c, f) + f) * l.activation_bytes() / l.tp;
+}
+
+// What an MoE layer's feed-forward slot keeps for backward for one micro-batch, an estimate: routing is
+// taken as balanced, so each rank receives as many rows as it sends (R = routed_rows). Per rank, with
+// T = s*b/tp tokens, E experts, top-k, expert width f and etp:
+//   the router's fp32 logits [T, E], top-k probabilities and indices [T, k] (4 bytes each), the jittered
+//   input [T, h] when jittered, and each routed row's token, slot and probability (4 bytes each);
+//   the experts' input rows after the all-to-all and the etp all-gather, etp * R rows of h, and their
+//   combined outputs back on this rank, R rows of h (kept for the probabilities' gradient);
+//   each local expert's fc1 output and activation for its rows: etp * R rows of (fc1 + f) / etp;
+//   the shared expert and the residual MLP as tp-split MLPs, and the residual form's two outputs [T, h]
+//   and its fp32 coefficient logits [T, 2].
+double moe_activation_bytes(const model::ModelConfig& c, const Layout& l, int64_t layer) {
+  const model::MoeConfig& m = c.moe;
+  const double e = l.activation_bytes(), h = c.hidden_size, k = static_cast<double>(m.router.topk);
+  const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size / (l.sequence_parallel ? l.tp : 1);
+  const double rows = routed_rows(c, l, layer), f = static_cast<double>(m.ffn_hidden_size);
+  double bytes = tokens * static_cast<double>(m.experts(layer)) * 4 + tokens * k * 8 + rows * 12;
+  if (m.input_jitter_eps > 0) bytes += tokens * h * e;
+  bytes += (l.expert_tp() + 1) * rows * h * e + rows * (fc1_width(c, f) + f) * e;
+  if (m.shared_expert_intermediate_size > 0)
+    bytes += mlp_activation_bytes(c, l, static_cast<double>(m.shared_expert_intermediate_size));
+  if (m.residual)
+    bytes += mlp_activation_bytes(c, l, static_cast<double>(c.ffn_hidden_size)) + tokens * (2 * h * e + 2 * 4);
+  return bytes;
+}
+
+}  // namespace
 
 double norm_parameters(const model::ModelConfig& c) {
   return c.normalization == model::Normalization::LayerNorm ? 2.0 * c.hidden_size : 1.0 * c.hidden_size;
 }
 
-// Parameters of one transformer layer on one tensor rank: the column- and row-parallel weights are split,
-// the norms and the row-parallel biases are replicated.
-double layer_parameters(const model::ModelConfig& c, int tp) {
-  const double h = c.hidden_size, t = tp, bias = c.add_bias_linear ? 1 : 0;
-  const double fc1_out = c.swiglu ? 2.0 * c.ffn_hidden_size : 1.0 * c.ffn_hidden_size;
+RankParameters layer_parameters(const model::ModelConfig& c, const Layout& l, int64_t layer) {
+  const double h = c.hidden_size, t = l.tp, bias = c.add_bias_linear ? 1 : 0;
   const double attn_out = static_cast<double>(c.num_attention_heads * c.kv_channels);
-  return 2 * norm_parameters(c) + c.qkv_size() * (h + bias) / t + h * attn_out / t + bias * h +
-         fc1_out * (h + bias) / t + h * c.ffn_hidden_size / t + bias * h;
+  RankParameters p;
+  p.dense = 2 * norm_parameters(c) + c.qkv_size() * (h + bias) / t + h * attn_out / t + bias * h;
+  const model::MoeConfig& m = c.moe;
+  const double experts = static_cast<double>(m.experts(layer));
+  if (experts == 0) {
+    p.dense += mlp_parameters(c, static_cast<double>(c.ffn_hidden_size), t);
+    return p;
+  }
+  p.expert = experts / l.ep * mlp_parameters(c, static_cast<double>(m.ffn_hidden_size), l.expert_tp());
+  p.dense += experts * h;  // the router
+  if (m.shared_expert_intermediate_size > 0)
+    p.dense += mlp_parameters(c, static_cast<double>(m.shared_expert_intermediate_size), t);
+  if (m.residual) p.dense += mlp_parameters(c, static_cast<double>(c.ffn_hidden_size), t) + 2 * (h + 1);
+  return p;
 }
 
-int64_t stage_parameters(const model::ModelConfig& c, const Layout& l, int stage) {
+std::vector<int64_t> chunk_layer_numbers(const model::ModelConfig& c, const Layout& l, int stage, int chunk) {
+  const pipeline::LayerRange r =
+      pipeline::chunk_layers(static_cast<int>(c.num_layers), {l.pp, 1, l.virtual_stages}, {stage, chunk});
+  std::vector<int64_t> layers;
+  for (int i = 0; i < r.count; ++i) layers.push_back(r.first + i + 1);
+  return layers;
+}
+
+RankParameters stage_parameters(const model::ModelConfig& c, const Layout& l, int stage) {
   const double h = c.hidden_size, vocab_shard = static_cast<double>(c.padded_vocab_size) / l.tp;
-  double n = static_cast<double>(c.num_layers / l.pp) * layer_parameters(c, l.tp);
+  RankParameters n;
+  for (int chunk = 0; chunk < l.virtual_stages; ++chunk)
+    for (int64_t layer : chunk_layer_numbers(c, l, stage, chunk)) {
+      const RankParameters p = layer_parameters(c, l, layer);
+      n.dense += p.dense;
+      n.expert += p.expert;
+    }
   if (stage == 0) {
-    n += vocab_shard * h;
-    if (c.position_embedding == model::PositionEmbedding::LearnedAbsolute) n += static_cast<double>(c.max_position_embeddings) * h;
+    n.dense += vocab_shard * h;
+    if (c.position_embedding == model::PositionEmbedding::LearnedAbsolute) n.dense += static_cast<double>(c.max_position_embeddings) * h;
   }
   if (stage == l.pp - 1) {
-    n += norm_parameters(c);
-    if (c.untie_embeddings_and_output_weights || l.pp > 1) n += vocab_shard * h;
+    n.dense += norm_parameters(c);
+    if (c.untie_embeddings_and_output_weights || l.pp > 1) n.dense += vocab_shard * h;
   }
-  return static_cast<int64_t>(n);
+  return n;
 }
 
-double layer_activation_bytes(const model::ModelConfig& c, const Layout& l) {
+double routed_rows(const model::ModelConfig& c, const Layout& l, int64_t layer) {
+  const model::MoeConfig& m = c.moe;
+  const int64_t experts = m.experts(layer);
+  if (experts == 0) return 0;
+  const int64_t tokens = c.seq_length * l.micro_batch_size / (l.sequence_parallel ? l.tp : 1);
+  const double rows = static_cast<double>(tokens * m.router.topk);
+  if (m.dropless()) return rows;
+  const double capacity =
+      static_cast<double>(experts * kernels::expert_capacity(tokens, m.router.topk, experts, m.capacity_factor));
+  return m.pad_expert_input_to_capacity ? capacity : std::min(rows, capacity);
+}
+
+double layer_activation_bytes(const model::ModelConfig& c, const Layout& l, int64_t layer) {
   const double s = c.seq_length, b = l.micro_batch_size, h = c.hidden_size, t = l.tp, e = l.activation_bytes();
   const double sp = l.sequence_parallel ? t : 1;
   const double hidden_mask = c.hidden_dropout > 0 ? 1 : 0, attention_mask = c.attention_dropout > 0 ? 1 : 0;
   const double q = static_cast<double>(c.num_attention_heads * c.kv_channels);
   const double kv = 2.0 * static_cast<double>(c.num_query_groups * c.kv_channels);
-  const double fc1_out = c.swiglu ? 2.0 * c.ffn_hidden_size : 1.0 * c.ffn_hidden_size;
   // Inputs of the two norms, their outputs (the QKV and fc1 inputs) and the two hidden-dropout masks:
   // Korthikanti's 10sbh, sharded along the sequence under sequence parallelism.
   double bytes = s * b * h * (4 * e + 2 * hidden_mask) / sp;
-  // Q, K, V, the attention output (projection input), fc1's output and fc2's input: 24sbh / t.
-  bytes += s * b * (q * e + kv * e + q * e + fc1_out * e + c.ffn_hidden_size * e) / t;
+  // Q, K, V, the attention output (projection input), and a dense layer's fc1 output and fc2 input: 24sbh / t.
+  bytes += s * b * (q * e + kv * e + q * e) / t;
+  bytes += c.moe.experts(layer) > 0 ? moe_activation_bytes(c, l, layer)
+                                    : mlp_activation_bytes(c, l, static_cast<double>(c.ffn_hidden_size));
   const double heads = static_cast<double>(c.num_attention_heads) / t;
   if (l.flash_attention) {
     bytes += b * heads * s * 4;  // the log-sum-exp of each row
@@ -62,33 +142,43 @@ double layer_input_bytes(const model::ModelConfig& c, const Layout& l) {
 MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage, int in_flight) {
   MemoryBreakdown m;
   m.in_flight = in_flight;
-  const double params = static_cast<double>(stage_parameters(c, l, stage));
+  const RankParameters params = stage_parameters(c, l, stage);
   const bool mixed = l.precision != Precision::Fp32;
-  m.parameters = params * (mixed ? 2 : 4);
-  m.gradients = params * l.gradient_bytes();
+  m.parameters = params.total() * (mixed ? 2 : 4);
+  m.gradients = params.total() * l.gradient_bytes();
   // Adam's two moments, plus fp32 master weights under mixed precision: Megatron's 12 (or 8) bytes per
-  // parameter, sharded over the data-parallel group by the distributed optimizer.
-  m.optimizer = params * (mixed ? 12 : 8) / (l.distributed_optimizer ? l.dp : 1);
+  // parameter, sharded by the distributed optimizer over the group that reduces the gradients: the
+  // data-parallel group for dense parameters, the expert-data-parallel group for expert ones.
+  const double state = mixed ? 12 : 8;
+  m.optimizer = params.dense * state / (l.distributed_optimizer ? l.dp : 1);
+  if (params.expert > 0) m.optimizer += params.expert * state / (l.distributed_optimizer ? l.edp() : 1);
 
+  // Layers differ when some are MoE layers (or a pyramid's have more experts): a held micro-batch of a
+  // chunk is priced as the stage's largest chunk, and the working memory as its largest layer.
+  Layout whole = l;
+  whole.recompute = Recompute::None;
+  double largest_chunk = 0, largest_layer = 0, largest_rows = 0;
+  for (int chunk = 0; chunk < l.virtual_stages; ++chunk) {
+    double bytes = 0;
+    for (int64_t layer : chunk_layer_numbers(c, l, stage, chunk)) {
+      bytes += layer_activation_bytes(c, l, layer);
+      largest_layer = std::max(largest_layer, layer_activation_bytes(c, whole, layer));
+      largest_rows = std::max(largest_rows, routed_rows(c, l, layer));
+    }
+    largest_chunk = std::max(largest_chunk, bytes);
+  }
   const int64_t layers_per_chunk = c.num_layers / (static_cast<int64_t>(l.pp) * l.virtual_stages);
   if (l.recompute == Recompute::Full) {
     const int64_t group = std::min<int64_t>(l.recompute_num_layers, layers_per_chunk);
     const int64_t groups_per_chunk = (layers_per_chunk + group - 1) / group;
-    Layout whole = l;
-    whole.recompute = Recompute::None;
     // Held chunk inputs, plus one group's full activations while it is recomputed for backward.
-    m.activations = in_flight * groups_per_chunk * layer_input_bytes(c, l) +
-                    static_cast<double>(group) * layer_activation_bytes(c, whole);
+    m.activations = in_flight * groups_per_chunk * layer_input_bytes(c, l) + static_cast<double>(group) * largest_layer;
   } else {
-    m.activations = in_flight * layers_per_chunk * layer_activation_bytes(c, l);
+    m.activations = in_flight * largest_chunk;
   }
   // While a layer's backward runs, its gradients of the same tensors exist besides the saved ones: one
   // more layer's worth of working memory.
-  {
-    Layout whole = l;
-    whole.recompute = Recompute::None;
-    m.activations += layer_activation_bytes(c, whole);
-  }
+  m.activations += largest_layer;
   const double s = c.seq_length, b = l.micro_batch_size, h = c.hidden_size, e = l.activation_bytes();
   const double sp = l.sequence_parallel ? l.tp : 1;
   if (stage == 0) {  // the embedding's output and its dropout mask, for each held micro-batch of chunk 0
@@ -98,9 +188,10 @@ MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const
   if (stage == l.pp - 1)  // fp32 logits of one micro-batch (their gradient is computed in place)
     m.activations += s * b * static_cast<double>(c.padded_vocab_size) / l.tp * 4;
   // Pipeline send and receive buffers (whole activations after the all-gather), the sequence-parallel
-  // all-gather buffer.
+  // all-gather buffer, and an MoE layer's routed rows gathered for the all-to-all.
   if (l.pp > 1) m.communication += 2 * s * b * h * e;
   if (l.sequence_parallel) m.communication += s * b * h * e;
+  m.communication += largest_rows * h * e;
   m.reserved = d.reserved_bytes;
   return m;
 }

@@ -1,5 +1,6 @@
 // Per-rank memory of a training run before it is launched: parameters, gradients and optimizer state
-// (Megatron's bytes per parameter, with and without the distributed optimizer), activations with the
+// (Megatron's bytes per parameter, with and without the distributed optimizer, which shards dense state
+// over dp and expert state over edp), activations with the
 // formulas of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 // Models") times the micro-batches the pipeline schedule holds at once plus one layer of backward
 // working memory, and communication buffers.
@@ -13,21 +14,43 @@
 
 namespace tessera::plan {
 
-// Parameters of one norm, and of one transformer layer on one tensor-parallel rank.
+// Parameters one rank holds, by the group that reduces their gradients and shards their optimizer
+// state: dense ones over dp, expert ones over edp (Megatron-Core's parallel folding).
+struct RankParameters {
+  double dense = 0, expert = 0;
+  double total() const { return dense + expert; }
+};
+
+// Parameters of one norm.
 double norm_parameters(const model::ModelConfig& c);
-double layer_parameters(const model::ModelConfig& c, int tp);
+// Parameters of 1-based layer `layer` on one rank. Attention and a dense MLP are split over tp (norms
+// and row-parallel biases replicated). An MoE layer holds its E / ep local experts, each an MLP of the
+// expert width split over etp (expert parameters); its router (replicated), shared expert and residual
+// MLP (split over tp like the MLP) and the residual coefficient Linear(h, 2) are dense.
+RankParameters layer_parameters(const model::ModelConfig& c, const Layout& l, int64_t layer);
 
-// Parameters held by pipeline stage `stage` of one tensor-parallel rank (layers of its chunks, plus the
-// embedding on the first stage and the final norm and output layer on the last; the tied output layer
-// is a second copy of the embedding when pp > 1).
-int64_t stage_parameters(const model::ModelConfig& c, const Layout& l, int stage);
+// The 1-based numbers of the layers of model chunk `chunk` on pipeline stage `stage`
+// (pipeline::chunk_layers: chunk j of stage r is model chunk j * pp + r).
+std::vector<int64_t> chunk_layer_numbers(const model::ModelConfig& c, const Layout& l, int stage, int chunk);
 
-// Activation bytes one transformer layer keeps for backward for one micro-batch on one tensor rank.
-// For 16-bit activations, dropout on, and standard attention this is Korthikanti's
+// Parameters held by one rank of pipeline stage `stage` (layers of its chunks, plus the embedding on the
+// first stage and the final norm and output layer on the last; the tied output layer is a second copy
+// of the embedding when pp > 1).
+RankParameters stage_parameters(const model::ModelConfig& c, const Layout& l, int stage);
+
+// Routed rows one rank sends to the experts of MoE layer `layer` per micro-batch, and (routing assumed
+// balanced) receives from the all-to-all before the etp all-gather: T * k for dropless routing, where T
+// = s * b / tp are the rank's tokens (each tensor rank routes its sequence shard); with a capacity
+// factor at most E * capacity (exactly that when padded to capacity). 0 for a dense layer.
+double routed_rows(const model::ModelConfig& c, const Layout& l, int64_t layer);
+
+// Activation bytes 1-based layer `layer` keeps for backward for one micro-batch on one tensor rank.
+// For 16-bit activations, dropout on, and standard attention a dense layer keeps Korthikanti's
 // s*b*h*(10 + 24/t + 5*a*s/(h*t)) (no sequence parallelism), s*b*h*(34/t + 5*a*s/(h*t)) (with it), the
 // a*s terms dropped by selective recomputation; generalised here to grouped-query attention, SwiGLU,
 // fp32 and flash attention (which keeps the 4-byte log-sum-exp instead of the s x s probabilities).
-double layer_activation_bytes(const model::ModelConfig& c, const Layout& l);
+// An MoE layer keeps the same attention and norm terms; its feed-forward terms are in memory_model.cc.
+double layer_activation_bytes(const model::ModelConfig& c, const Layout& l, int64_t layer);
 // With full recomputation a layer group keeps only its input: s*b*h*e (divided by t under sequence
 // parallelism).
 double layer_input_bytes(const model::ModelConfig& c, const Layout& l);

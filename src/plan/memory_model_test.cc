@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 #include "plan/chinchilla.h"
@@ -35,13 +36,13 @@ TEST(MemoryModel, LayerActivationsAreKorthikantisFormulas) {
     l.tp = t;
     l.micro_batch_size = 1;
     l.precision = Precision::Bf16;
-    EXPECT_NEAR(layer_activation_bytes(c, l), s * b * h * (10 + 24.0 / t + 5 * a * s / (h * t)), 1) << "t=" << t;
+    EXPECT_NEAR(layer_activation_bytes(c, l, 1), s * b * h * (10 + 24.0 / t + 5 * a * s / (h * t)), 1) << "t=" << t;
     l.sequence_parallel = true;
-    EXPECT_NEAR(layer_activation_bytes(c, l), s * b * h * (34.0 / t + 5 * a * s / (h * t)), 1) << "t=" << t;
+    EXPECT_NEAR(layer_activation_bytes(c, l, 1), s * b * h * (34.0 / t + 5 * a * s / (h * t)), 1) << "t=" << t;
     l.recompute = Recompute::Selective;
-    EXPECT_NEAR(layer_activation_bytes(c, l), s * b * h * 34.0 / t, 1) << "t=" << t;
+    EXPECT_NEAR(layer_activation_bytes(c, l, 1), s * b * h * 34.0 / t, 1) << "t=" << t;
     l.sequence_parallel = false;
-    EXPECT_NEAR(layer_activation_bytes(c, l), s * b * h * (10 + 24.0 / t), 1) << "t=" << t;
+    EXPECT_NEAR(layer_activation_bytes(c, l, 1), s * b * h * (10 + 24.0 / t), 1) << "t=" << t;
     l.recompute = Recompute::Full;
     EXPECT_NEAR(layer_input_bytes(c, l), 2 * s * b * h, 1);
   }
@@ -73,14 +74,14 @@ TEST(MemoryModel, StagesHoldTheWholeModel) {
     Layout l;
     l.pp = pp;
     int64_t total = 0;
-    for (int r = 0; r < pp; ++r) total += stage_parameters(c, l, r);
+    for (int r = 0; r < pp; ++r) total += static_cast<int64_t>(stage_parameters(c, l, r).total());
     EXPECT_EQ(total, c.parameter_count()) << "pp=" << pp;
   }
   // Tensor parallelism splits all but the norms and the row-parallel biases.
   Layout l;
   l.tp = 4;
   const double replicated = 8 * (2 * 2 * 512 + 2 * 512) + 2 * 512 + 128 * 512;  // norms, biases, final norm, positions
-  EXPECT_NEAR(static_cast<double>(stage_parameters(c, l, 0)),
+  EXPECT_NEAR(stage_parameters(c, l, 0).total(),
               (static_cast<double>(c.parameter_count()) - replicated) / 4 + replicated, 1);
 }
 
@@ -94,8 +95,109 @@ TEST(MemoryModel, PipelineMemoryUsesTheSchedulesInFlightMicroBatches) {
   // 1F1B: stage r holds min(p - r, m) micro-batches of its 4 layers.
   for (int r = 0; r < 4; ++r) EXPECT_EQ(p.memory[r].in_flight, 4 - r);
   // ... plus one layer of backward working memory.
-  EXPECT_NEAR(p.memory[1].activations, (3 * 4 + 1) * layer_activation_bytes(c, l), 1);
+  EXPECT_NEAR(p.memory[1].activations, (3 * 4 + 1) * layer_activation_bytes(c, l, 1), 1);
   EXPECT_EQ(p.peak_memory_stage, 0);
+}
+
+// A small MoE GPT without biases: every layer's experts are plain 2 h f weights.
+model::ModelConfig moe_gpt(std::vector<int64_t> layer_experts, int64_t moe_ffn) {
+  model::ModelConfig c = gpt(static_cast<int64_t>(layer_experts.size()), 64, 4, 32);
+  c.add_bias_linear = false;
+  c.moe.layer_experts = std::move(layer_experts);
+  c.moe.ffn_hidden_size = moe_ffn;
+  c.moe.router.topk = 2;
+  return c;
+}
+
+TEST(MoeMemory, ExpertParametersPerRankAndTheirShardedOptimizerState) {
+  const model::ModelConfig c = moe_gpt({8, 8, 8, 8}, 128);
+  const double expert = 2 * 64 * 128, all_experts = 4 * 8 * expert;  // one expert; every expert of the model
+  const double dense = static_cast<double>(c.parameter_count()) - all_experts;
+  const DeviceSpec d = find_device("A100-80GB");
+  for (int ep : {1, 2, 4})
+    for (int etp : {1, 2}) {
+      SCOPED_TRACE(str_cat("ep ", ep, " etp ", etp));
+      Layout l;
+      l.dp = 8;
+      l.ep = ep;
+      l.etp = etp;
+      l.global_batch_size = 8;
+      l.distributed_optimizer = true;
+      ASSERT_EQ(layout_problem(c, l, 8), "");
+      EXPECT_EQ(l.edp(), 8 / (ep * etp));
+      // Each rank holds 8 / ep experts of each of the 4 layers, each expert split over etp.
+      const RankParameters p = stage_parameters(c, l, 0);
+      EXPECT_DOUBLE_EQ(p.expert, 4 * (8.0 / ep) * expert / etp);
+      EXPECT_DOUBLE_EQ(p.dense, dense);
+      // bf16 weights and fp32 gradients of everything held; the 12 bytes of Adam state sharded over dp
+      // for dense parameters, over edp for expert ones.
+      const MemoryBreakdown m = stage_memory(c, l, d, 0, 1);
+      EXPECT_DOUBLE_EQ(m.parameters + m.gradients, 6 * (dense + p.expert));
+      EXPECT_DOUBLE_EQ(m.optimizer, 12 * dense / 8 + 12 * p.expert / l.edp());
+      l.distributed_optimizer = false;
+      EXPECT_DOUBLE_EQ(stage_memory(c, l, d, 0, 1).optimizer, 12 * (dense + p.expert));
+    }
+}
+
+TEST(MoeMemory, RanksHoldTheWholeModel) {
+  // A pyramid with dense layers between, a shared expert, and the residual form.
+  for (bool residual : {false, true}) {
+    model::ModelConfig c = moe_gpt({0, 4, 0, 8}, 96);
+    c.moe.shared_expert_intermediate_size = 32;
+    c.moe.residual = residual;
+    c.untie_embeddings_and_output_weights = true;
+    for (int pp : {1, 2})
+      for (int ep : {1, 2, 4})
+        for (int etp : {1, 2}) {
+          Layout l;
+          l.pp = pp;
+          l.dp = 16 / pp;
+          l.ep = ep;
+          l.etp = etp;
+          l.global_batch_size = 16;
+          ASSERT_EQ(layout_problem(c, l, 16), "") << describe(l);
+          // The dense parameters of a stage are on every one of its ranks (tp 1); its experts are split
+          // into ep x etp disjoint pieces (no biases to replicate).
+          double total = 0;
+          for (int r = 0; r < pp; ++r) {
+            const RankParameters p = stage_parameters(c, l, r);
+            total += p.dense + p.expert * ep * etp;
+          }
+          EXPECT_EQ(total, static_cast<double>(c.parameter_count())) << describe(l) << (residual ? " residual" : "");
+        }
+  }
+}
+
+TEST(MoeMemory, OneExpertOfTopOneIsTheDenseMlpPlusTheRouting) {
+  // Routed through one expert of the MLP's width, every token's row is kept twice more (the expert's
+  // input and its output) beside the router's logits, probabilities, indices and the rows' bookkeeping.
+  model::ModelConfig dense = gpt(2, 64, 4, 32);
+  model::ModelConfig c = dense;
+  c.moe.layer_experts = {1, 0};
+  c.moe.ffn_hidden_size = c.ffn_hidden_size;
+  c.moe.router.topk = 1;
+  Layout l;
+  l.micro_batch_size = 2;
+  const double tokens = 32 * 2, e = 2;
+  EXPECT_DOUBLE_EQ(routed_rows(c, l, 1), tokens);
+  EXPECT_EQ(routed_rows(c, l, 2), 0);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(c, l, 1) - layer_activation_bytes(dense, l, 1),
+                   tokens * (4 + 8 + 12) + 2 * tokens * 64 * e);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(c, l, 2), layer_activation_bytes(dense, l, 2));
+  // Under tp 2 with sequence parallelism a rank routes its half of the tokens (etp 1 and ep 1 here).
+  l.tp = 2;
+  l.etp = 1;
+  l.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(routed_rows(c, l, 1), tokens / 2);
+  // A capacity factor below 1 drops rows; padding to capacity keeps exactly E x capacity of them.
+  c.moe.router.topk = 1;
+  c.moe.layer_experts = {4, 0};
+  c.moe.capacity_factor = 0.5;
+  EXPECT_DOUBLE_EQ(routed_rows(c, l, 1), 4 * std::ceil(tokens / 2 / 4 * 0.5));
+  c.moe.capacity_factor = 2;
+  EXPECT_DOUBLE_EQ(routed_rows(c, l, 1), tokens / 2);
+  c.moe.pad_expert_input_to_capacity = true;
+  EXPECT_DOUBLE_EQ(routed_rows(c, l, 1), 4 * std::ceil(tokens / 2 / 4 * 2));
 }
 
 TEST(Cluster, CollectiveCostsAndWhichLinksAGroupUses) {
@@ -150,6 +252,39 @@ TEST(Layout, ProblemsNameTheRuleAndFamily) {
   l.global_batch_size = 8;
   EXPECT_EQ(layout_problem(c, l, 8), "");
   EXPECT_THROW(make_plan(c, l, {find_device("A100-80GB"), 16}, {}), Error);  // 8 ranks of 16 devices
+}
+
+TEST(Layout, ExpertParallelRulesAreTheTrainers) {
+  model::ModelConfig c = gpt(4, 256, 8, 128);
+  c.moe.layer_experts = {6, 6, 12, 12};
+  c.moe.ffn_hidden_size = 90;
+  c.moe.router.topk = 2;
+  Layout l;
+  l.dp = 8;
+  l.global_batch_size = 8;
+  std::string family;
+  l.ep = 4;  // 6 experts do not split over 4 ranks
+  EXPECT_NE(layout_problem(c, l, 8, &family).find("--num-experts=6 is not divisible by ep 4"), std::string::npos);
+  EXPECT_EQ(family, "experts");
+  l.ep = 3;
+  EXPECT_NE(layout_problem(c, l, 8).find("does not divide the 8 devices"), std::string::npos);
+  l.ep = 2;
+  l.etp = 4;
+  EXPECT_NE(layout_problem(c, l, 8).find("--moe-ffn-hidden-size=90 is not divisible by etp 4"), std::string::npos);
+  l.etp = 2;
+  EXPECT_EQ(layout_problem(c, l, 8), "");
+  l.tp = 2;
+  l.dp = 4;
+  EXPECT_NE(layout_problem(c, l, 8).find("needs --sequence-parallel"), std::string::npos);
+  l.sequence_parallel = true;
+  EXPECT_EQ(layout_problem(c, l, 8), "");
+  EXPECT_EQ(describe(l), "tp2 pp1 dp4 ep2 etp2 v1 mbs1 gbs8 sp recompute=none");
+  c.moe.layer_experts.clear();  // a dense model has no experts to split
+  EXPECT_NE(layout_problem(c, l, 8, &family).find("needs --num-experts"), std::string::npos);
+  l.ep = 1;
+  l.etp = 0;
+  EXPECT_EQ(layout_problem(c, l, 8), "");
+  EXPECT_EQ(describe(l), "tp2 pp1 dp4 v1 mbs1 gbs8 sp recompute=none");
 }
 
 TEST(Chinchilla, OptimumMinimisesTheLossOnTheBudget) {

@@ -20,6 +20,9 @@ struct PipelineCosts {
   std::vector<std::vector<double>> backward_compute, backward_comm;  // backward includes any recomputation
   double p2p_transfer = 0;  // a send's flight time to the neighbour (cross-node, 1/tp of the activation)
   double p2p_local = 0;     // the receiver's work on arrival (the all-gather of the scatter/gather optimisation)
+  // Not simulated, reported: the part of forward_comm + backward_comm that is expert-parallel (an MoE
+  // layer's token dispatch and combine), per (stage, chunk); empty for a dense model.
+  std::vector<std::vector<double>> expert_comm;
 };
 
 struct TimelineEvent {

@@ -62,8 +62,13 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
     if (end > iteration) {
       iteration = end;
       plan.critical_stage = r;
+      // The simulator's exposed communication of an op is tensor- and expert-parallel together.
+      double expert = 0;
+      if (!costs.expert_comm.empty())
+        for (double chunk : costs.expert_comm[r]) expert += chunk * shape.micro_batches;
       plan.time.compute = plan.pipeline.compute[r];
-      plan.time.tensor_parallel = plan.pipeline.tp_comm[r];
+      plan.time.tensor_parallel = std::max(0.0, plan.pipeline.tp_comm[r] - expert);  // not below by rounding
+      plan.time.expert_parallel = expert;
       plan.time.pipeline_p2p = plan.pipeline.p2p[r];
       plan.time.pipeline_bubble = plan.pipeline.bubble[r];
       plan.time.data_parallel = dp;
@@ -83,21 +88,33 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
 }
 
 SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, const ClusterSpec& cluster,
-                            const PlanOptions& options, int64_t make_vocab_size_divisible_by) {
+                            const PlanOptions& options, int64_t make_vocab_size_divisible_by,
+                            const ExpertSearch& experts) {
   const int n = cluster.num_devices;
+  const bool moe = c.moe.enabled();
   SearchResult result;
   PlanOptions memory_only = options;
   memory_only.memory_only = true;
   memory_only.record_timeline = false;
+  // ep: the common divisors of every MoE layer's experts, or the fixed value (1 for a dense model).
+  std::vector<int> eps = {moe && experts.ep > 0 ? experts.ep : 1};
+  for (int ep = 2; moe && experts.ep == 0 && ep <= n; ++ep)
+    if (std::all_of(c.moe.layer_experts.begin(), c.moe.layer_experts.end(), [&](int64_t e) { return e % ep == 0; }))
+      eps.push_back(ep);
   for (int tp = 1; tp <= n; ++tp) {
     if (n % tp != 0) continue;
     const model::ModelConfig ct = config_for_tp(c, tp, make_vocab_size_divisible_by);
+    const bool sequence_parallel = (base.sequence_parallel || moe) && tp > 1;
+    std::vector<int> etps = {moe ? experts.etp : 0};  // the fixed value (0 for a dense model: unused)
+    if (moe && experts.etp == 0) etps = tp > 1 ? std::vector<int>{1, tp} : std::vector<int>{1};
     Layout family_layout = base;
     family_layout.tp = tp;
     family_layout.dp = n / tp;
+    family_layout.ep = 1;
+    family_layout.etp = moe ? 1 : 0;
     family_layout.micro_batch_size = 1;
     family_layout.global_batch_size = family_layout.dp;  // only the tensor-parallel rules can fail here
-    family_layout.sequence_parallel = base.sequence_parallel && tp > 1;
+    family_layout.sequence_parallel = sequence_parallel;
     if (std::string family, problem = layout_problem(ct, family_layout, n, &family); !problem.empty()) {
       result.rejected.push_back({family_layout, family, problem});  // one entry for every layout with this tp
       continue;
@@ -115,30 +132,37 @@ SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, con
       const int64_t layers_per_stage = c.num_layers / pp;
       for (int v = 1; v <= layers_per_stage; ++v) {
         if (layers_per_stage % v != 0 || (v > 1 && pp == 1)) continue;
-        for (int64_t mbs = 1; mbs <= std::max<int64_t>(1, base.global_batch_size / dp); mbs *= 2) {
-          Layout l = base;
-          l.tp = tp;
-          l.pp = pp;
-          l.dp = dp;
-          l.virtual_stages = v;
-          l.micro_batch_size = mbs;
-          l.sequence_parallel = base.sequence_parallel && tp > 1;
-          std::string family;
-          std::string problem = layout_problem(ct, l, n, &family);
-          if (!problem.empty()) {
-            result.rejected.push_back({l, family, problem});
-            continue;
-          }
-          Plan p = make_plan(ct, l, cluster, memory_only);
-          if (!p.fits) {
-            result.rejected.push_back(
-                {l, "memory",
-                 str_cat("needs ", p.peak_memory() / (1 << 30), " GiB on pipeline stage ", p.peak_memory_stage, " of ",
-                         cluster.device.memory_bytes / (1 << 30), " GiB")});
-            continue;
-          }
-          result.ranked.push_back(make_plan(ct, l, cluster, options));
-        }
+        for (int64_t mbs = 1; mbs <= std::max<int64_t>(1, base.global_batch_size / dp); mbs *= 2)
+          for (int etp : etps)
+            for (int ep : eps) {
+              // Expert layouts the search made up that are not of these devices are skipped, as pp for tp
+              // (fixed ones are rejected with the rule).
+              if (moe && (n / pp) % (etp * ep) != 0 && experts.ep == 0 && experts.etp == 0) continue;
+              Layout l = base;
+              l.tp = tp;
+              l.pp = pp;
+              l.dp = dp;
+              l.ep = ep;
+              l.etp = etp;
+              l.virtual_stages = v;
+              l.micro_batch_size = mbs;
+              l.sequence_parallel = sequence_parallel;
+              std::string family;
+              std::string problem = layout_problem(ct, l, n, &family);
+              if (!problem.empty()) {
+                result.rejected.push_back({l, family, problem});
+                continue;
+              }
+              Plan p = make_plan(ct, l, cluster, memory_only);
+              if (!p.fits) {
+                result.rejected.push_back(
+                    {l, "memory",
+                     str_cat("needs ", p.peak_memory() / (1 << 30), " GiB on pipeline stage ", p.peak_memory_stage,
+                             " of ", cluster.device.memory_bytes / (1 << 30), " GiB")});
+                continue;
+              }
+              result.ranked.push_back(make_plan(ct, l, cluster, options));
+            }
       }
     }
   }

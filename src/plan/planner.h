@@ -23,7 +23,10 @@ double ptdp_flops_per_iteration(const model::ModelConfig& c, int64_t global_batc
 
 struct IterationTime {
   double compute = 0, tensor_parallel = 0, pipeline_p2p = 0, pipeline_bubble = 0, data_parallel = 0, optimizer = 0;
-  double total() const { return compute + tensor_parallel + pipeline_p2p + pipeline_bubble + data_parallel + optimizer; }
+  double expert_parallel = 0;  // MoE layers' token dispatch and combine (all-to-all over ep, etp gathers)
+  double total() const {
+    return compute + tensor_parallel + expert_parallel + pipeline_p2p + pipeline_bubble + data_parallel + optimizer;
+  }
 };
 
 struct Plan {
@@ -58,10 +61,16 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
 // Every layout of `devices` = tp x pp x dp for the model: tp over the divisors of the head count (and the
 // device count), pp over those of the layer count, v over those of the layers per stage, micro-batch
 // sizes 1, 2, 4, ... up to the batch per replica. The memory features (recomputation, sequence
-// parallelism, distributed optimizer, precision) and the global batch are the base layout's.
+// parallelism, distributed optimizer, precision) and the global batch are the base layout's. For an
+// MoE model also ep over the divisors of every MoE layer's experts (with etp x ep x pp dividing the
+// devices) and etp over {1, tp}, unless `experts` fixes them; and sequence parallelism is on whenever
+// tp > 1, as MoE under tensor parallelism requires.
+struct ExpertSearch {
+  int ep = 0, etp = 0;  // > 0: only this value (--expert-model-parallel-size, --expert-tensor-parallel-size)
+};
 struct Rejected {
   Layout layout;
-  std::string family;  // "memory", "divisibility", "batch"
+  std::string family;  // "memory", "divisibility", "batch", "experts"
   std::string reason;
 };
 struct SearchResult {
@@ -69,6 +78,7 @@ struct SearchResult {
   std::vector<Rejected> rejected;
 };
 SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, const ClusterSpec& cluster,
-                            const PlanOptions& options, int64_t make_vocab_size_divisible_by);
+                            const PlanOptions& options, int64_t make_vocab_size_divisible_by,
+                            const ExpertSearch& experts = {});
 
 }  // namespace tessera::plan

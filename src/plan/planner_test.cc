@@ -133,3 +133,110 @@ TEST(Planner, SearchOnTheTrillionModelPutsThePaperLayoutFirst) {
 
 }  // namespace
 }  // namespace tessera::plan
+
+namespace tessera::plan {
+namespace {
+
+// Dense plans must not change with the MoE additions: the numbers below were printed by the planner
+// before expert parallelism existed (commit 4e3f07d), for an interleaved, sequence-parallel layout with
+// the distributed optimizer and both overlaps, and for a search.
+TEST(Planner, DensePlansAreUnchangedByTheMoeModel) {
+  model::ModelConfig c = paper_gpt(24, 2048, 16, 2048, 51200);
+  c.swiglu = true;
+  c.ffn_hidden_size = 5504;
+  Layout l;
+  l.tp = 2;
+  l.pp = 4;
+  l.dp = 8;
+  l.virtual_stages = 3;
+  l.sequence_parallel = true;
+  l.micro_batch_size = 2;
+  l.global_batch_size = 256;
+  l.distributed_optimizer = l.overlap_grad_reduce = l.overlap_param_gather = true;
+  const Plan p = make_plan(c, l, {find_device("H100-SXM"), 64}, {});
+  EXPECT_DOUBLE_EQ(p.peak_memory(), 18663625600);
+  EXPECT_DOUBLE_EQ(p.memory[3].total(), 13244615552);
+  EXPECT_DOUBLE_EQ(p.memory[0].activations, 14901837824);
+  EXPECT_DOUBLE_EQ(p.time.compute, 0.17883627111934272);
+  EXPECT_DOUBLE_EQ(p.time.tensor_parallel, 0.024039697066666633);
+  EXPECT_DOUBLE_EQ(p.time.pipeline_p2p, 0.0032706018095873856);
+  EXPECT_DOUBLE_EQ(p.time.pipeline_bubble, 0.053873582794770537);
+  EXPECT_DOUBLE_EQ(p.time.data_parallel, 0.00695820768);
+  EXPECT_DOUBLE_EQ(p.time.optimizer, 0.00031123830447761194);
+  EXPECT_EQ(p.time.expert_parallel, 0);
+  EXPECT_DOUBLE_EQ(p.tflops_per_device, 279.59348696299963);
+  Layout base = l;
+  base.tp = base.pp = base.virtual_stages = 1;
+  base.dp = 64;
+  const SearchResult r = search_layouts(c, base, {find_device("H100-SXM"), 64}, {}, 128);
+  EXPECT_EQ(r.ranked.size(), 338u);
+  EXPECT_EQ(r.rejected.size(), 75u);
+  ASSERT_FALSE(r.ranked.empty());
+  EXPECT_EQ(describe(r.ranked.front().layout), "tp1 pp1 dp64 v1 mbs4 gbs256 recompute=none distopt");
+  EXPECT_DOUBLE_EQ(r.ranked.front().tflops_per_device, 378.82435965240717);
+  EXPECT_DOUBLE_EQ(r.ranked.back().tflops_per_device, 27.846133545568968);
+}
+
+// A GPT whose 256 experts per layer (17.2B parameters in each layer) fit in 80 GB only when split over
+// ep: without it a rank holds at least a quarter of them (tp <= 2 heads, pp <= 2 layers), 155 GB at
+// 18 bytes per parameter.
+model::ModelConfig huge_experts() {
+  model::ModelConfig c = paper_gpt(2, 1024, 2, 1024, 51200);
+  c.moe.layer_experts = {256, 256};
+  c.moe.ffn_hidden_size = 32768;
+  c.moe.router.topk = 2;
+  return c;
+}
+
+TEST(Planner, SearchSplitsExpertsThatDoNotFitOverExpertParallelism) {
+  const model::ModelConfig c = huge_experts();
+  const ClusterSpec cluster{find_device("A100-80GB"), 16};
+  Layout base;
+  base.dp = 16;
+  base.global_batch_size = 32;
+  base.precision = Precision::Bf16;
+  const SearchResult r = search_layouts(c, base, cluster, {}, 128);
+  // Every layout without ep that the rules allow is rejected for memory.
+  int rejected_without_ep = 0;
+  for (const Rejected& x : r.rejected)
+    if (x.layout.ep == 1 && x.family != "divisibility") {
+      EXPECT_EQ(x.family, "memory") << describe(x.layout) << ": " << x.reason;
+      ++rejected_without_ep;
+    }
+  EXPECT_GT(rejected_without_ep, 0);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const Plan& p : r.ranked) EXPECT_GT(p.layout.ep, 1) << describe(p.layout);
+  const Plan& best = r.ranked.front();
+  std::printf("huge experts: first %s at %.1f TFLOP/s/GPU, %.1f GiB, expert-parallel %.1f%% of the iteration\n",
+              describe(best.layout).c_str(), best.tflops_per_device, best.peak_memory() / (1 << 30),
+              100 * best.time.expert_parallel / best.time.total());
+  EXPECT_GT(best.time.expert_parallel, 0);
+  // Fixing ep and etp searches only them.
+  const SearchResult fixed = search_layouts(c, base, cluster, {}, 128, {16, 1});
+  ASSERT_FALSE(fixed.ranked.empty());
+  for (const Plan& p : fixed.ranked) EXPECT_TRUE(p.layout.ep == 16 && p.layout.expert_tp() == 1) << describe(p.layout);
+}
+
+TEST(Planner, ExpertParallelTimeIsItsOwnPartOfTheIteration) {
+  model::ModelConfig c = huge_experts();
+  c.moe.layer_experts = {16, 16};
+  const ClusterSpec cluster{find_device("A100-80GB"), 16};
+  Layout l;
+  l.dp = 16;
+  l.global_batch_size = 32;
+  l.etp = 1;
+  const Plan one = make_plan(c, l, cluster, {});
+  EXPECT_EQ(one.time.expert_parallel, 0);  // ep 1, etp 1: every expert on every rank, no dispatch
+  l.ep = 8;
+  const Plan eight = make_plan(c, l, cluster, {});
+  EXPECT_GT(eight.time.expert_parallel, 0);
+  EXPECT_EQ(eight.time.tensor_parallel, 0);
+  // Each rank holds an eighth of the experts, and their optimizer state is that of ep x edp = 16 ranks.
+  EXPECT_LT(eight.peak_memory(), one.peak_memory());
+  // The FLOPs per iteration are Megatron's MoE count whatever the layout.
+  EXPECT_DOUBLE_EQ(eight.model_flops, model::model_flops_per_iteration(c, 32));
+  EXPECT_DOUBLE_EQ(eight.model_flops, one.model_flops);
+}
+
+}  // namespace
+}  // namespace tessera::plan

@@ -10,6 +10,11 @@ Layout layout_of_run(const train::TrainArguments& a) {
   l.pp = static_cast<int>(a.pipeline_model_parallel_size);
   l.dp = static_cast<int>(a.data_parallel_size());
   l.virtual_stages = static_cast<int>(a.virtual_pipeline_size);
+  if (a.model.moe.enabled()) {  // a dense model keeps etp unset, so that its description has no experts
+    l.ep = static_cast<int>(a.expert_model_parallel_size);
+    l.etp = static_cast<int>(a.expert_tensor_parallel_size);
+    l.allgather_dispatcher = a.moe_token_dispatcher_type == "allgather";
+  }
   l.sequence_parallel = a.sequence_parallel;
   l.micro_batch_size = a.micro_batch_size;
   l.global_batch_size = a.global_batch_size;

@@ -2,34 +2,66 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "plan/memory_model.h"
 
 namespace tessera::plan {
 namespace {
 
+double fc1_width(const model::ModelConfig& c, double f) { return c.swiglu ? 2 * f : f; }
+
 // Bytes that norms, bias-dropout-add, activations and rotary move in one layer's forward, per the
 // passes each makes over its tensors (reads plus writes); backward moves about twice as much.
-double layer_elementwise_forward_bytes(const model::ModelConfig& c, const Layout& l) {
+double layer_elementwise_forward_bytes(const model::ModelConfig& c, const Layout& l, int64_t layer) {
   const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size, e = l.activation_bytes();
   const double h = c.hidden_size, t = l.tp, sp = l.sequence_parallel ? t : 1;
   const double mask = c.hidden_dropout > 0 ? 1 : 0;
+  // Bias and GELU over an MLP's fc1 output (read, write), or SwiGLU (read two halves, write one).
+  auto activation = [&](double rows, double width) { return rows * width * (c.swiglu ? 3 * e : 2 * e); };
   // Two norms (read, write) and two bias-dropout-residual-adds (read two, write one, write the mask).
   double bytes = tokens * h / sp * (2 * 2 * e + 2 * (3 * e + mask));
-  // Bias and GELU over fc1's output (read, write), or SwiGLU (read two halves, write one).
-  bytes += tokens * static_cast<double>(c.ffn_hidden_size) / t * (c.swiglu ? 3 * e : 2 * e);
+  const model::MoeConfig& m = c.moe;
+  if (m.experts(layer) == 0) {
+    bytes += activation(tokens, static_cast<double>(c.ffn_hidden_size) / t);
+  } else {
+    // The experts' activations over their rows; the routed rows gathered from the tokens (read, write)
+    // and their outputs scattered back into them (read the row and the token, write the token).
+    const double rows = routed_rows(c, l, layer), etp = l.expert_tp();
+    bytes += activation(etp * rows, static_cast<double>(m.ffn_hidden_size) / etp) + rows * h * 5 * e;
+    if (m.shared_expert_intermediate_size > 0)
+      bytes += activation(tokens, static_cast<double>(m.shared_expert_intermediate_size) / t);
+    if (m.residual) bytes += activation(tokens, static_cast<double>(c.ffn_hidden_size) / t);
+  }
   if (c.position_embedding == model::PositionEmbedding::Rope)
     bytes += tokens * static_cast<double>((c.num_attention_heads + c.num_query_groups) * c.kv_channels) / t * 2 * e;
   return bytes;
 }
 
-// The exposed cost of a layer's tensor-parallel collectives in one direction: two all-reduces of the
-// activation, or under sequence parallelism two all-gathers and two reduce-scatters (the same bytes).
-double tensor_parallel_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+// The exposed cost of a layer's tensor-parallel collectives in one direction: an all-reduce of the
+// activation after attention and after each tp-split MLP (an MoE layer's shared expert and residual
+// MLP; its experts have their own collectives), or under sequence parallelism an all-gather before and
+// a reduce-scatter after each (the same bytes).
+double tensor_parallel_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t layer) {
   const double bytes = static_cast<double>(c.seq_length) * l.micro_batch_size * c.hidden_size * l.activation_bytes();
+  const model::MoeConfig& m = c.moe;
+  const double blocks = 1 + (m.experts(layer) == 0 ? 1 : (m.shared_expert_intermediate_size > 0) + m.residual);
   if (l.sequence_parallel)
-    return 2 * (all_gather_seconds(d, bytes, l.tp, 1) + reduce_scatter_seconds(d, bytes, l.tp, 1));
-  return 2 * all_reduce_seconds(d, bytes, l.tp, 1);
+    return blocks * (all_gather_seconds(d, bytes, l.tp, 1) + reduce_scatter_seconds(d, bytes, l.tp, 1));
+  return blocks * all_reduce_seconds(d, bytes, l.tp, 1);
+}
+
+// An MoE layer's token dispatch and combine in one direction (see LayerTimes). Expert ranks are laid
+// out etp fastest, then ep, then edp: the etp group has stride 1, the ep group stride etp.
+double expert_parallel_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t layer) {
+  const double bytes = routed_rows(c, l, layer) * c.hidden_size * l.activation_bytes();  // each rank's rows
+  const int etp = l.expert_tp();
+  if (l.allgather_dispatcher) {
+    const int group = etp * l.ep;
+    return all_gather_seconds(d, group * bytes, group, 1) + reduce_scatter_seconds(d, group * bytes, group, 1);
+  }
+  return 2 * all_to_all_seconds(d, bytes, l.ep, etp) + all_gather_seconds(d, etp * bytes, etp, 1) +
+         reduce_scatter_seconds(d, etp * bytes, etp, 1);
 }
 
 // The embedding and the head (final norm, output layer, cross-entropy) of one micro-batch.
@@ -68,14 +100,27 @@ double gemm_seconds(const DeviceSpec& d, double m, double n, double k, double el
   return std::max(flops / rate, bytes / d.memory_bandwidth);
 }
 
-LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t layer) {
   const double s = c.seq_length, b = l.micro_batch_size, tokens = s * b, h = c.hidden_size, t = l.tp;
   const double e = l.activation_bytes(), head_dim = c.kv_channels;
   const double heads = static_cast<double>(c.num_attention_heads) / t;
-  const double fc1_out = c.swiglu ? 2.0 * c.ffn_hidden_size : 1.0 * c.ffn_hidden_size;
-  const double gemms = gemm_seconds(d, tokens, c.qkv_size() / t, h, e) +
-                       gemm_seconds(d, tokens, h, heads * head_dim, e) + gemm_seconds(d, tokens, fc1_out / t, h, e) +
-                       gemm_seconds(d, tokens, h, c.ffn_hidden_size / t, e);
+  auto mlp = [&](double rows, double f, double split, double count) {  // fc1, fc2 of `count` MLPs of width f
+    return gemm_seconds(d, rows, fc1_width(c, f) / split, h, e, count) + gemm_seconds(d, rows, h, f / split, e, count);
+  };
+  double gemms = gemm_seconds(d, tokens, c.qkv_size() / t, h, e) + gemm_seconds(d, tokens, h, heads * head_dim, e);
+  const model::MoeConfig& m = c.moe;
+  const double experts = static_cast<double>(m.experts(layer));
+  if (experts == 0) {
+    gemms += gemm_seconds(d, tokens, fc1_width(c, static_cast<double>(c.ffn_hidden_size)) / t, h, e);
+    gemms += gemm_seconds(d, tokens, h, static_cast<double>(c.ffn_hidden_size) / t, e);
+  } else {
+    const double local = experts / l.ep, etp = l.expert_tp();
+    gemms += gemm_seconds(d, tokens / (l.sequence_parallel ? t : 1), experts, h, 4);  // the fp32 router
+    gemms += mlp(etp * routed_rows(c, l, layer) / local, static_cast<double>(m.ffn_hidden_size), etp, local);
+    if (m.shared_expert_intermediate_size > 0)
+      gemms += mlp(tokens, static_cast<double>(m.shared_expert_intermediate_size), t, 1);
+    if (m.residual) gemms += mlp(tokens, static_cast<double>(c.ffn_hidden_size), t, 1);
+  }
 
   // Core attention: QK^T and .V over the full s x s (as Megatron's FLOPs formula counts them).
   double attention_forward, attention_backward;
@@ -91,17 +136,19 @@ LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const Devic
     attention_forward = score_gemms + scores * (2 * e + dropout * (2 * e + 1)) / d.memory_bandwidth;
     attention_backward = 2 * score_gemms + scores * (3 * e + dropout * (2 * e + 1)) / d.memory_bandwidth;
   }
-  const double elementwise = layer_elementwise_forward_bytes(c, l) / d.memory_bandwidth;
+  const double elementwise = layer_elementwise_forward_bytes(c, l, layer) / d.memory_bandwidth;
 
   LayerTimes out;
   out.core_attention_forward = attention_forward;
   out.forward_compute = gemms + attention_forward + elementwise;
-  out.forward_comm = tensor_parallel_seconds(c, l, d);
+  out.expert_forward_comm = out.expert_backward_comm = expert_parallel_seconds(c, l, d, layer);
+  out.forward_comm = tensor_parallel_seconds(c, l, d, layer) + out.expert_forward_comm;
   out.backward_compute = 2 * gemms + attention_backward + 2 * elementwise;
   out.backward_comm = out.forward_comm;
   if (l.recompute == Recompute::Full) {
     out.backward_compute += out.forward_compute;
     out.backward_comm += out.forward_comm;
+    out.expert_backward_comm += out.expert_forward_comm;
   } else if (l.recompute == Recompute::Selective && !l.flash_attention) {
     out.backward_compute += attention_forward;
   }
@@ -109,8 +156,6 @@ LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const Devic
 }
 
 PipelineCosts pipeline_costs(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
-  const double layers = static_cast<double>(c.num_layers) / (static_cast<double>(l.pp) * l.virtual_stages);
-  const LayerTimes layer = layer_times(c, l, d);
   const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size, h = c.hidden_size;
   const double e = l.activation_bytes(), t = l.tp;
   const double activation = tokens * h * e;
@@ -120,10 +165,26 @@ PipelineCosts pipeline_costs(const model::ModelConfig& c, const Layout& l, const
 
   PipelineCosts costs;
   auto grid = [&](double value) { return std::vector<std::vector<double>>(l.pp, std::vector<double>(l.virtual_stages, value)); };
-  costs.forward_compute = grid(layers * layer.forward_compute);
-  costs.forward_comm = grid(layers * layer.forward_comm);
-  costs.backward_compute = grid(layers * layer.backward_compute);
-  costs.backward_comm = grid(layers * layer.backward_comm);
+  costs.forward_compute = costs.forward_comm = costs.backward_compute = costs.backward_comm = grid(0);
+  if (c.moe.enabled()) costs.expert_comm = grid(0);
+  for (int r = 0; r < l.pp; ++r)
+    for (int j = 0; j < l.virtual_stages; ++j) {
+      // Layers of one kind (a dense MLP, or MoE with so many experts) cost the same: price each kind once.
+      std::map<int64_t, std::pair<int64_t, double>> kinds;  // experts -> (one such layer, how many)
+      for (int64_t layer : chunk_layer_numbers(c, l, r, j)) {
+        auto& kind = kinds[c.moe.experts(layer)];
+        kind.first = layer;
+        kind.second += 1;
+      }
+      for (const auto& [experts, kind] : kinds) {
+        const LayerTimes layer = layer_times(c, l, d, kind.first);
+        costs.forward_compute[r][j] += kind.second * layer.forward_compute;
+        costs.forward_comm[r][j] += kind.second * layer.forward_comm;
+        costs.backward_compute[r][j] += kind.second * layer.backward_compute;
+        costs.backward_comm[r][j] += kind.second * layer.backward_comm;
+        if (experts > 0) costs.expert_comm[r][j] += kind.second * (layer.expert_forward_comm + layer.expert_backward_comm);
+      }
+    }
   costs.forward_compute[0][0] += embed_forward;
   costs.backward_compute[0][0] += embed_backward;
   costs.forward_compute[l.pp - 1][l.virtual_stages - 1] += head_forward;
@@ -147,8 +208,7 @@ double exposed_after_compute(const std::vector<Collective>& collectives, double 
 }
 
 double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage) {
-  const double total = static_cast<double>(stage_parameters(c, l, stage));
-  const LayerTimes layer = layer_times(c, l, d);
+  const RankParameters total = stage_parameters(c, l, stage);
   const EndTimes ends = end_times(c, l, d);
   const double vocab_rows = static_cast<double>(c.padded_vocab_size) / l.tp * c.hidden_size;
   const double positions = c.position_embedding == model::PositionEmbedding::LearnedAbsolute
@@ -157,35 +217,41 @@ double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const
   // embedding (first stage), the layers, the head (last stage without interleaving; the tied output
   // layer's gradient lands in the embedding's rows when there is one stage).
   struct Segment {
-    double params, forward, backward;
+    RankParameters params;
+    double forward, backward;
   };
   std::vector<Segment> chunk;
-  if (stage == 0) chunk.push_back({vocab_rows + positions, ends.embed_forward, ends.embed_backward});
-  const int64_t layers = c.num_layers / (static_cast<int64_t>(l.pp) * l.virtual_stages);
-  for (int64_t i = 0; i < layers; ++i)
-    chunk.push_back({layer_parameters(c, l.tp), layer.forward_compute + layer.forward_comm,
-                     layer.backward_compute + layer.backward_comm});
+  if (stage == 0) chunk.push_back({{vocab_rows + positions, 0}, ends.embed_forward, ends.embed_backward});
+  std::map<int64_t, LayerTimes> times;  // by the layer's experts (0: dense)
+  for (int64_t layer : chunk_layer_numbers(c, l, stage, 0)) {
+    auto it = times.find(c.moe.experts(layer));
+    if (it == times.end()) it = times.emplace(c.moe.experts(layer), layer_times(c, l, d, layer)).first;
+    chunk.push_back({layer_parameters(c, l, layer), it->second.forward_compute + it->second.forward_comm,
+                     it->second.backward_compute + it->second.backward_comm});
+  }
   if (stage == l.pp - 1 && l.virtual_stages == 1)
-    chunk.push_back({norm_parameters(c) + (c.untie_embeddings_and_output_weights || l.pp > 1 ? vocab_rows : 0),
+    chunk.push_back({{norm_parameters(c) + (c.untie_embeddings_and_output_weights || l.pp > 1 ? vocab_rows : 0), 0},
                      ends.head_forward + ends.head_forward_comm, ends.head_backward + ends.head_backward_comm});
-  double chunk_params = 0, forward = 0, backward = 0;
-  for (const Segment& s : chunk) chunk_params += s.params, forward += s.forward, backward += s.backward;
-  // When backward has finished, and when forward first needs, flat offset x (the other chunks' parameters
-  // sit above chunk 0's).
-  auto final_at = [&](double x) {
-    double begin = chunk_params, t = 0;
+  double forward = 0, backward = 0;
+  for (const Segment& s : chunk) forward += s.forward, backward += s.backward;
+  // Each buffer (dense or expert parameters) in flat order: when backward has finished, and when forward
+  // first needs, its offset x (the other chunks' parameters sit above chunk 0's).
+  auto of = [](const Segment& s, bool expert) { return expert ? s.params.expert : s.params.dense; };
+  auto final_at = [&](double x, bool expert) {
+    double begin = 0, t = 0;
+    for (const Segment& s : chunk) begin += of(s, expert);
     if (x >= begin) return 0.0;
     for (auto it = chunk.rbegin(); it != chunk.rend(); ++it) {
-      begin -= it->params;
+      begin -= of(*it, expert);
       t += it->backward;
       if (x >= begin) break;
     }
     return t;
   };
-  auto needed_at = [&](double x) {
+  auto needed_at = [&](double x, bool expert) {
     double end = 0, t = 0;
     for (const Segment& s : chunk) {
-      end += s.params;
+      end += of(s, expert);
       if (x < end) return t;
       t += s.forward;
     }
@@ -195,15 +261,23 @@ double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const
   const double bucket = std::max<double>(1, static_cast<double>(l.ddp_bucket_size));
   const double param_bytes = l.precision == Precision::Fp32 ? 4 : 2;
   std::vector<Collective> reduces, gathers;  // gathers in increasing flat order
-  for (double end = total; end > 0; end -= bucket) {
-    const double begin = std::max(0.0, end - bucket), n = end - begin;
-    const double seconds = l.distributed_optimizer ? reduce_scatter_seconds(d, n * l.gradient_bytes(), l.dp, l.tp)
-                                                   : all_reduce_seconds(d, n * l.gradient_bytes(), l.dp, l.tp);
-    reduces.push_back({l.overlap_grad_reduce ? final_at(begin) : backward, seconds});
-    if (l.distributed_optimizer)
-      gathers.insert(gathers.begin(), {l.overlap_param_gather ? needed_at(begin) : 0.0,
-                                       all_gather_seconds(d, n * param_bytes, l.dp, l.tp)});
+  for (const bool expert : {false, true}) {
+    const int group = expert ? l.edp() : l.dp, stride = expert ? l.expert_tp() * l.ep : l.tp;
+    std::vector<Collective> buffer_gathers;
+    for (double end = expert ? total.expert : total.dense; end > 0; end -= bucket) {
+      const double begin = std::max(0.0, end - bucket), n = end - begin;
+      const double seconds = l.distributed_optimizer ? reduce_scatter_seconds(d, n * l.gradient_bytes(), group, stride)
+                                                     : all_reduce_seconds(d, n * l.gradient_bytes(), group, stride);
+      reduces.push_back({l.overlap_grad_reduce ? final_at(begin, expert) : backward, seconds});
+      if (l.distributed_optimizer)
+        buffer_gathers.insert(buffer_gathers.begin(), {l.overlap_param_gather ? needed_at(begin, expert) : 0.0,
+                                                       all_gather_seconds(d, n * param_bytes, group, stride)});
+    }
+    gathers.insert(gathers.end(), buffer_gathers.begin(), buffer_gathers.end());
   }
+  auto by_ready = [](const Collective& a, const Collective& b) { return a.ready < b.ready; };
+  std::stable_sort(reduces.begin(), reduces.end(), by_ready);
+  std::stable_sort(gathers.begin(), gathers.end(), by_ready);
   const double reduce = exposed_after_compute(reduces, backward);
   // The all-gathers start together when the optimizer ends and run in order; the forward stalls by the
   // most any of them is late for its first use (without overlap, the step waits for all of them).
@@ -217,7 +291,9 @@ double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const
 }
 
 double optimizer_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage) {
-  const double params = static_cast<double>(stage_parameters(c, l, stage)) / (l.distributed_optimizer ? l.dp : 1);
+  const RankParameters held = stage_parameters(c, l, stage);
+  const double params = held.dense / (l.distributed_optimizer ? l.dp : 1) +
+                        held.expert / (l.distributed_optimizer ? l.edp() : 1);
   // Adam reads the gradient, master weight and both moments and writes them back (plus the 16-bit copy);
   // the gradient norm reads the gradients once more.
   const double bytes_per_parameter = l.precision == Precision::Fp32 ? 32 : 34;

@@ -18,14 +18,24 @@ namespace tessera::plan {
 // times (a batched GEMM). Uses a calibrated rate when the device has one for this shape.
 double gemm_seconds(const DeviceSpec& d, double m, double n, double k, double element_bytes, double count = 1);
 
-// One transformer layer, one micro-batch, one tensor rank. Backward includes the recomputation that
-// the layout asks for (the whole forward for full, the core attention for selective).
+// Transformer layer `layer` (1-based), one micro-batch, one rank. Backward includes the recomputation
+// that the layout asks for (the whole forward for full, the core attention for selective).
+// An MoE layer's feed-forward is its router (an fp32 GEMM over the rank's T = s*b/tp tokens), its local
+// experts' GEMMs as one batched product over the rows they receive (etp x routed_rows, balanced routing:
+// each rank then does 1/tp of the micro-batch's T*k rows through experts of width f, the FLOPs of
+// Megatron's MoE formula), and the shared expert and residual MLP as tp-split MLPs.
 struct LayerTimes {
   double forward_compute = 0, forward_comm = 0;    // comm: tensor-parallel all-reduces (or all-gather +
-  double backward_compute = 0, backward_comm = 0;  //   reduce-scatter under sequence parallelism)
+  double backward_compute = 0, backward_comm = 0;  //   reduce-scatter under sequence parallelism), and
+                                                   //   the expert-parallel collectives below
   double core_attention_forward = 0;               // part of forward_compute: QK^T, softmax, dropout, .V
+  // Part of forward_comm and backward_comm: the token dispatch and combine of an MoE layer. With the
+  // alltoall dispatcher an all-to-all over ep of the routed rows each way plus the all-gather and
+  // reduce-scatter over etp; the allgather dispatcher all-gathers and reduce-scatters them over etp x ep.
+  // Backward runs the same collectives as forward (plus forward's again under full recomputation).
+  double expert_forward_comm = 0, expert_backward_comm = 0;
 };
-LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d);
+LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t layer);
 
 // The per-(stage, chunk) costs of one micro-batch for the pipeline simulator: the chunk's layers, the
 // embedding on the model's first chunk, final norm, output layer and vocab-parallel cross-entropy on
@@ -51,9 +61,12 @@ double exposed_after_compute(const std::vector<Collective>& collectives, double 
 // left after that (exposed_after_compute). Under --overlap-param-gather the buckets' all-gathers run in
 // buffer order from the end of the optimizer step, and the next forward waits for each bucket before
 // its first layer. Buckets of the stage's other model chunks are ready when the last op starts, and
-// needed when the first forward op ends.
+// needed when the first forward op ends. Expert parameters are a second buffer reduced over the
+// expert-data-parallel group (ranks etp x ep apart) instead; the two buffers' buckets share the links
+// and run one at a time in the order they become ready.
 double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage);
-// The optimizer step of one rank: Adam over its (sharded) parameters, memory-bound.
+// The optimizer step of one rank: Adam over its (sharded: dense over dp, expert over edp) parameters,
+// memory-bound.
 double optimizer_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage);
 
 }  // namespace tessera::plan

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/check.h"
 #include "plan/memory_model.h"
 
 namespace tessera::plan {
@@ -51,7 +52,7 @@ Layout data_parallel(int dp, bool distributed_optimizer) {
 
 // The reductions of the buckets that hold embedding rows: cut from the end like the trainer's.
 double embedding_buckets_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
-  const double total = static_cast<double>(stage_parameters(c, l, 0));
+  const double total = stage_parameters(c, l, 0).total();
   const double embedding = static_cast<double>(c.padded_vocab_size + c.max_position_embeddings) * c.hidden_size;
   double seconds = 0;
   for (double end = total; end > 0; end -= static_cast<double>(l.ddp_bucket_size)) {
@@ -111,7 +112,7 @@ TEST(DataParallelSeconds, ParamGatherIsExposedForTheFirstBucket) {
   const double gather_overlapped = data_parallel_seconds(c, l, d, 0);
   EXPECT_LT(gather_overlapped, gather_waited);
   // The first forward op needs the embedding at once: the gathers up to its rows are exposed.
-  const double total = static_cast<double>(stage_parameters(c, l, 0));
+  const double total = stage_parameters(c, l, 0).total();
   const double first_bucket = total - std::floor((total - 1) / static_cast<double>(l.ddp_bucket_size)) *
                                           static_cast<double>(l.ddp_bucket_size);
   l.overlap_param_gather = false;
@@ -123,6 +124,88 @@ TEST(DataParallelSeconds, ParamGatherIsExposedForTheFirstBucket) {
     return all;
   }();
   EXPECT_GE(gather_overlapped - reduce_only, all_gather_seconds(d, first_bucket * 4, l.dp, 1) * (1 - 1e-9));
+}
+
+}  // namespace
+}  // namespace tessera::plan
+
+namespace tessera::plan {
+namespace {
+
+// GPT-2 small with `experts` experts of its MLP's width in every layer, top-2.
+model::ModelConfig moe_gpt2(int64_t experts) {
+  model::ModelConfig c = gpt2_small();
+  c.moe.layer_experts.assign(12, experts);
+  c.moe.ffn_hidden_size = 3072;
+  c.moe.router.topk = 2;
+  return c;
+}
+
+TEST(ExpertParallel, AllToAllIsFreeAtEpOneAndGrowsWithEp) {
+  const model::ModelConfig c = moe_gpt2(64);
+  const DeviceSpec d = find_device("A100-80GB");  // 8 per node
+  Layout l;
+  l.etp = 1;
+  const double rows_bytes = 1024 * 2 * 768 * 2.0;  // each rank's T * k routed rows of h, bf16
+  double previous = 0;
+  for (int ep : {1, 2, 4, 8, 16, 32}) {
+    SCOPED_TRACE(str_cat("ep ", ep));
+    l.ep = l.dp = ep;
+    const LayerTimes t = layer_times(c, l, d, 1);
+    // Dispatch and combine, in forward and again in backward.
+    EXPECT_DOUBLE_EQ(t.expert_forward_comm + t.expert_backward_comm, 4 * all_to_all_seconds(d, rows_bytes, ep, 1));
+    if (ep == 1) EXPECT_EQ(t.expert_forward_comm, 0);
+    else EXPECT_GT(t.expert_forward_comm, previous);
+    previous = t.expert_forward_comm;
+  }
+  // Inside a node each rank sends (n - 1) / n of its rows over NVLink; across nodes the share for the
+  // other nodes' members leaves through its NIC.
+  EXPECT_NEAR(all_to_all_seconds(d, 1e9, 8, 1), 7.0 / 8 * 1e9 / d.intra_node_bandwidth + 7 * d.intra_node_latency, 1e-12);
+  EXPECT_NEAR(all_to_all_seconds(d, 1e9, 16, 1), 8.0 / 16 * 1e9 / d.inter_node_bandwidth + 15 * d.inter_node_latency,
+              1e-12);
+  // Under etp the rows are also all-gathered over etp before the experts and reduce-scattered after;
+  // each rank then routes its sequence shard (T = s * b / tp).
+  l.tp = 2;
+  l.etp = 2;
+  l.sequence_parallel = true;
+  l.ep = 4;
+  l.dp = 8;
+  const double shard = rows_bytes / 2;
+  EXPECT_DOUBLE_EQ(layer_times(c, l, d, 1).expert_forward_comm,
+                   2 * all_to_all_seconds(d, shard, 4, 2) + all_gather_seconds(d, 2 * shard, 2, 1) +
+                       reduce_scatter_seconds(d, 2 * shard, 2, 1));
+  // Full recomputation runs forward's dispatch and combine again in backward.
+  l.recompute = Recompute::Full;
+  const LayerTimes full = layer_times(c, l, d, 1);
+  EXPECT_DOUBLE_EQ(full.expert_backward_comm, 2 * full.expert_forward_comm);
+}
+
+TEST(ExpertParallel, ExpertComputeIsMegatronsMoeFlops) {
+  // On a device whose GEMMs run at exactly 1 TFLOP/s and whose memory traffic is free, an MoE layer's
+  // forward takes as long as a dense layer whose MLP is top-k times the expert width (the FLOPs that
+  // Megatron's MoE formula counts for it), plus the router's GEMM, whatever tp, ep and etp.
+  DeviceSpec d = find_device("A100-80GB");
+  d.peak_flops = 1e12;
+  d.gemm_efficiency = 1;
+  d.memory_bandwidth = 1e30;
+  const model::ModelConfig moe = moe_gpt2(8);
+  model::ModelConfig dense = gpt2_small();
+  dense.ffn_hidden_size = 2 * 3072;
+  EXPECT_DOUBLE_EQ(model::model_flops_per_iteration(moe, 8), model::model_flops_per_iteration(dense, 8));
+  for (int tp : {1, 2})
+    for (int ep : {1, 2, 4})
+      for (int etp : {1, tp}) {
+        SCOPED_TRACE(str_cat("tp ", tp, " ep ", ep, " etp ", etp));
+        Layout l;
+        l.tp = tp;
+        l.sequence_parallel = tp > 1;
+        l.ep = ep;
+        l.etp = etp;
+        l.micro_batch_size = 2;
+        const double tokens = 1024.0 * 2 / tp, router = 2 * tokens * 8 * 768 / 1e12;
+        const double expected = layer_times(dense, l, d, 1).forward_compute + router;
+        EXPECT_NEAR(layer_times(moe, l, d, 1).forward_compute, expected, 1e-9 * expected);
+      }
 }
 
 }  // namespace
