@@ -3,8 +3,8 @@
 //   tessera convert --loader tessera --saver hf --load-dir CKPT --save-dir HF [--max-shard-size 5GB]
 //   tessera convert --loader hf --saver tessera --load-dir HF --save-dir CKPT
 // and the hidden `tessera debug-forward`, which writes a checkpoint's logits and loss gradients on
-// given tokens for the parity tests against the PyTorch references (tests/hf_parity.sh, and for BERT
-// tests/hf_bert_parity.sh).
+// given tokens for the parity tests against the PyTorch references (tests/hf_parity.sh, for Mixtral
+// tests/hf_mixtral_parity.sh, for BERT tests/hf_bert_parity.sh).
 #include <iostream>
 
 #include "apps/command_line.h"
@@ -120,7 +120,7 @@ int bert_debug_forward(const model::ModelConfig& config, const std::string& load
 int convert_command(const std::vector<std::string>& args) {
   std::string loader, saver, load_dir, save_dir, max_shard = "5GB";
   CLI::App app{"tessera convert: Tessera checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM, "
-               "BertForPreTraining, MegatronBertForPreTraining, and their ForMaskedLM)",
+               "MixtralForCausalLM, BertForPreTraining, MegatronBertForPreTraining, and their ForMaskedLM)",
                "tessera convert"};
   app.option_defaults()->always_capture_default();
   app.add_option("--loader", loader, "Format read: tessera or hf")->required()->check(CLI::IsMember({"tessera", "hf"}));
@@ -186,8 +186,12 @@ int debug_forward_command(const std::vector<std::string>& args) {
     mb.loss_mask.f32()[i] = 1.0f;
   }
   model::ForwardContext ctx{0, 1, 0, /*training=*/false, n, 1};
+  // The trainer's weighting (n loss tokens in the one sample): an MoE router's losses then enter the
+  // objective, and its gradient, as in training (each layer's load-balancing loss times its coefficient).
+  ctx.per_sample_loss_weight = static_cast<double>(n);
   model::GptActivations rec;
-  const double loss_sum = gpt.forward(mb, ctx, rec);
+  model::LossSums losses;
+  gpt.forward(mb, Tensor(), ctx, rec, losses);
   Tensor logits = rec.logits.clone();
   params.zero_grad();
   gpt.backward(rec, ctx, static_cast<float>(1.0 / static_cast<double>(n)));  // gradient of the mean loss
@@ -195,9 +199,14 @@ int debug_forward_command(const std::vector<std::string>& args) {
   std::map<std::string, Tensor> grads;
   for (const model::Parameter& p : params.params()) grads[p.spec.name] = p.grad;
   std::vector<std::pair<std::string, Tensor>> outs{{"logits", logits}};
-  Tensor loss = Tensor::empty({1});
-  loss.f32()[0] = static_cast<float>(loss_sum / static_cast<double>(n));
-  outs.emplace_back("loss", loss);
+  auto scalar = [&](const std::string& name, double sum) {
+    Tensor t = Tensor::empty({1});
+    t.f32()[0] = static_cast<float>(sum / static_cast<double>(n));
+    outs.emplace_back(name, t);
+  };
+  scalar("loss", losses.lm);  // the mean LM loss
+  // The auxiliary losses as the trainer logs them (MoE: averaged over the layers, without coefficients).
+  for (const auto& [name, sum] : losses.auxiliary) scalar("aux." + name, sum);
   for (auto& [name, g] : ckpt::to_hugging_face_layout(config, grads)) outs.emplace_back("grad." + name, g);
   ckpt::write_safetensors(out, outs);
   return 0;

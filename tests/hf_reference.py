@@ -93,8 +93,20 @@ def gpt2_logits(c, w, ids):
     return h @ w["transformer.wte.weight"].t()
 
 
-def llama_logits(c, w, ids):
-    """LlamaForCausalLM: RMSNorm, rotary (rotate_half) on q and k, grouped-query attention, SwiGLU MLP."""
+def llama_mlp(c, w, p, x):
+    """LlamaMLP: down(silu(gate(x)) * up(x))."""
+    mb = c.get("mlp_bias", False)
+
+    def linear(y, name):
+        out = y @ w[p + name + ".weight"].t()
+        return out + w[p + name + ".bias"] if mb else out
+
+    return linear(torch.nn.functional.silu(linear(x, "mlp.gate_proj")) * linear(x, "mlp.up_proj"), "mlp.down_proj")
+
+
+def llama_logits(c, w, ids, mlp=llama_mlp):
+    """LlamaForCausalLM: RMSNorm, rotary (rotate_half) on q and k, grouped-query attention, SwiGLU MLP.
+    mlp(c, w, layer_prefix, x) is the feed-forward block (Mixtral's is a sparse mixture of experts)."""
     t = len(ids)
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     d = c.get("head_dim") or c["hidden_size"] // nh
@@ -131,26 +143,15 @@ def llama_logits(c, w, ids):
         rep = nh // nkv  # repeat_kv: query head j uses key/value head j // rep
         k, v = k.repeat_interleave(rep, dim=0), v.repeat_interleave(rep, dim=0)
         h = h + linear(causal_attention(q, k, v), p + "self_attn.o_proj", bias)
-        m = rms(h, p + "post_attention_layernorm")
-        mb = c.get("mlp_bias", False)
-        m = torch.nn.functional.silu(linear(m, p + "mlp.gate_proj", mb)) * linear(m, p + "mlp.up_proj", mb)
-        h = h + linear(m, p + "mlp.down_proj", mb)
+        h = h + mlp(c, w, p, rms(h, p + "post_attention_layernorm"))
     h = rms(h, "model.norm")
     head = w["model.embed_tokens.weight"] if c.get("tie_word_embeddings", False) else w["lm_head.weight"]
     return h @ head.t()
 
 
-def main():
-    hf_dir, tessera_out, tokens = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")]
-    tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
-    config, weights = read_model(hf_dir)
-    arch = config["architectures"][0]
-    forward = {"GPT2LMHeadModel": gpt2_logits, "LlamaForCausalLM": llama_logits}[arch]
-    ids, labels = torch.tensor(tokens[:-1]), torch.tensor(tokens[1:])
-    logits = forward(config, weights, ids)
-    loss = torch.nn.functional.cross_entropy(logits, labels)
-    loss.backward()
-
+def compare_with_tessera(tessera_out, references, weights, tol, hf_dir):
+    """Compares Tessera's file with the reference tensors [(name, tensor)] and with every weight's
+    gradient (a weight the loss does not reach has gradient zero). Returns (failures, worst)."""
     got = read_safetensors(tessera_out)
     worst = 0.0
     failures = 0
@@ -164,19 +165,38 @@ def main():
             failures += 1
             print(f"  MISMATCH {name}: relative difference {rel:.3e} > {tol:g}")
 
-    compare("logits", got["logits"], logits.detach())
-    compare("loss", got["loss"], loss.detach().reshape(1))
+    for name, ref in references:
+        if name not in got:
+            failures += 1
+            print(f"  MISSING {name} in {tessera_out}")
+            continue
+        compare(name, got[name], ref)
     for name, wt in weights.items():
         key = "grad." + name
         if key not in got:
             failures += 1
             print(f"  MISSING gradient of {name} in {tessera_out}")
             continue
-        compare(key, got[key], wt.grad)
+        compare(key, got[key], wt.grad if wt.grad is not None else torch.zeros_like(wt))
     extra = [k for k in got if k.startswith("grad.") and k[5:] not in weights]
     for k in extra:
         failures += 1
         print(f"  EXTRA {k}: no such weight in {hf_dir}")
+    return failures, worst
+
+
+def main():
+    hf_dir, tessera_out, tokens = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")]
+    tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
+    config, weights = read_model(hf_dir)
+    arch = config["architectures"][0]
+    forward = {"GPT2LMHeadModel": gpt2_logits, "LlamaForCausalLM": llama_logits}[arch]
+    ids, labels = torch.tensor(tokens[:-1]), torch.tensor(tokens[1:])
+    logits = forward(config, weights, ids)
+    loss = torch.nn.functional.cross_entropy(logits, labels)
+    loss.backward()
+    references = [("logits", logits.detach()), ("loss", loss.detach().reshape(1))]
+    failures, worst = compare_with_tessera(tessera_out, references, weights, tol, hf_dir)
     print(f"{arch}: logits, loss and {len(weights)} gradients; worst relative difference {worst:.3e} "
           f"(tolerance {tol:g}); {failures} failure(s)")
     sys.exit(1 if failures else 0)

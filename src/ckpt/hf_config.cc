@@ -44,6 +44,25 @@ void check_config(const model::ModelConfig& c, const std::string& path) {
                   " must be in [1, 2^40]");
   TESSERA_CHECK(c.num_attention_heads % c.num_query_groups == 0, "convert: ", path, ": num_attention_heads = ",
                 c.num_attention_heads, " must be divisible by the ", c.num_query_groups, " query groups");
+  const model::MoeConfig& m = c.moe;
+  double expert_params = 0;  // every expert and router of every layer
+  if (m.enabled()) {
+    int64_t fewest = INT64_MAX;
+    for (int64_t e : m.layer_experts) {
+      TESSERA_CHECK(e >= 0 && e <= (int64_t{1} << 20), "convert: ", path, ": a layer's experts = ", e,
+                    " must be in [0, 2^20]");
+      if (e > 0) fewest = std::min(fewest, e);
+      expert_params += static_cast<double>(e) * (3.0 * m.ffn_hidden_size + 1) * c.hidden_size;
+    }
+    TESSERA_CHECK(fewest != INT64_MAX, "convert: ", path, ": no layer has experts");
+    TESSERA_CHECK(m.router.topk >= 1 && m.router.topk <= fewest, "convert: ", path, ": experts per token = ",
+                  m.router.topk, " must be in [1, ", fewest, "]");
+    TESSERA_CHECK(m.ffn_hidden_size >= 1 && m.ffn_hidden_size <= (int64_t{1} << 40), "convert: ", path,
+                  ": the experts' intermediate size = ", m.ffn_hidden_size, " must be in [1, 2^40]");
+    TESSERA_CHECK(m.aux_loss_coeff >= 0 && m.input_jitter_eps >= 0 && m.input_jitter_eps < 1, "convert: ", path,
+                  ": router_aux_loss_coef = ", m.aux_loss_coeff, " must be >= 0 and router_jitter_noise = ",
+                  m.input_jitter_eps, " in [0, 1)");
+  }
   TESSERA_CHECK(c.padded_vocab_size >= c.vocab_size, "convert: ", path, ": padded_vocab_size = ",
                 c.padded_vocab_size, " is below vocab_size = ", c.vocab_size);
   // ModelConfig::parameter_count in floating point first, so the int64 one cannot overflow.
@@ -51,7 +70,7 @@ void check_config(const model::ModelConfig& c, const std::string& path) {
   const double qkv = static_cast<double>(c.num_attention_heads + 2 * c.num_query_groups) * c.kv_channels;
   const double attn_out = static_cast<double>(c.num_attention_heads) * c.kv_channels;
   const double layer = 4 * h + qkv * (h + 1) + h * (attn_out + 1) + 2 * ffn * (h + 1) + h * (ffn + 1);
-  const double params = static_cast<double>(c.num_layers) * layer + 2 * h +
+  const double params = static_cast<double>(c.num_layers) * layer + expert_params + 2 * h +
                         (2.0 * c.padded_vocab_size + c.max_position_embeddings) * h;
   TESSERA_CHECK(params < 0x1p53, "convert: ", path, ": a model of about ", params,
                 " parameters is implausible (more than 2^53)");
@@ -107,26 +126,47 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, 
       TESSERA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", "convert: GPT-2 activation_function '", act,
                     "' is not the tanh GELU Tessera implements");
     } else {
+      // Llama and Mixtral, with the defaults of their transformers configuration classes.
+      const bool mixtral = f == HfFamily::Mixtral;
       c.num_layers = int_field(hf, "num_hidden_layers");
       c.hidden_size = int_field(hf, "hidden_size");
       c.num_attention_heads = int_field(hf, "num_attention_heads");
       c.num_query_groups = hf.contains("num_key_value_heads") ? int_field(hf, "num_key_value_heads")
-                                                               : c.num_attention_heads;
+                           : mixtral                          ? 8
+                                                              : c.num_attention_heads;
       c.ffn_hidden_size = int_field(hf, "intermediate_size");
       c.max_position_embeddings = c.seq_length = int_field(hf, "max_position_embeddings");
-      c.norm_epsilon = hf.value("rms_norm_eps", 1e-6f);
-      c.rotary_base = hf.value("rope_theta", 10000.0f);
+      c.norm_epsilon = hf.value("rms_norm_eps", mixtral ? 1e-5f : 1e-6f);
+      c.rotary_base = hf.value("rope_theta", mixtral ? 1e6f : 10000.0f);
       c.position_embedding = model::PositionEmbedding::Rope;
       c.normalization = model::Normalization::RMSNorm;
       c.swiglu = true;
       c.untie_embeddings_and_output_weights = !hf.value("tie_word_embeddings", false);
-      c.add_bias_linear = hf.value("attention_bias", false);
-      TESSERA_CHECK(hf.value("attention_bias", false) == hf.value("mlp_bias", false),
-                    "convert: attention_bias and mlp_bias differ; Tessera has one --disable-bias-linear");
       TESSERA_CHECK(!hf.contains("rope_scaling") || hf["rope_scaling"].is_null(),
                     "convert: rope_scaling is not supported");
       c.hidden_dropout = 0.0f;
       c.attention_dropout = hf.value("attention_dropout", 0.0f);
+      if (!mixtral) {
+        c.add_bias_linear = hf.value("attention_bias", false);
+        TESSERA_CHECK(hf.value("attention_bias", false) == hf.value("mlp_bias", false),
+                      "convert: attention_bias and mlp_bias differ; Tessera has one --disable-bias-linear");
+      } else {
+        c.add_bias_linear = false;  // Mixtral has no biases
+        // A window at least the context long is full causal attention, which is what Tessera has.
+        const json window = hf.value("sliding_window", json());
+        TESSERA_CHECK(window.is_null() || int_field(hf, "sliding_window") >= c.max_position_embeddings,
+                      "convert: sliding_window ", window.dump(), " is shorter than max_position_embeddings ",
+                      c.max_position_embeddings, "; Tessera has no sliding-window attention");
+        // layer_experts has one entry per layer: bound them before allocating (check_config checks the rest).
+        TESSERA_CHECK(c.num_layers >= 1 && c.num_layers <= (int64_t{1} << 20), "convert: ", path,
+                      ": num_hidden_layers = ", c.num_layers, " must be in [1, 2^20]");
+        const int64_t experts = hf.contains("num_local_experts") ? int_field(hf, "num_local_experts") : 8;
+        c.moe.layer_experts.assign(static_cast<size_t>(c.num_layers), experts);
+        c.moe.ffn_hidden_size = c.ffn_hidden_size;
+        c.moe.router.topk = hf.contains("num_experts_per_tok") ? int_field(hf, "num_experts_per_tok") : 2;
+        c.moe.aux_loss_coeff = hf.value("router_aux_loss_coef", 0.001f);
+        c.moe.input_jitter_eps = hf.value("router_jitter_noise", 0.0f);
+      }
     }
     TESSERA_CHECK(c.hidden_size >= 1 && c.num_attention_heads >= 1, "convert: ", path, ": hidden size ",
                   c.hidden_size, " and attention heads ", c.num_attention_heads, " must be positive");
@@ -148,12 +188,13 @@ HfFamily architecture_of(const json& hf, const std::string& path, bool& binary_h
     arch = hf["architectures"][0].get<std::string>();
   if (arch == "GPT2LMHeadModel") return HfFamily::Gpt2;
   if (arch == "LlamaForCausalLM") return HfFamily::Llama;
+  if (arch == "MixtralForCausalLM") return HfFamily::Mixtral;
   binary_head = arch == "BertForPreTraining" || arch == "MegatronBertForPreTraining";
   if (arch == "BertForPreTraining" || arch == "BertForMaskedLM") return HfFamily::Bert;
   if (arch == "MegatronBertForPreTraining" || arch == "MegatronBertForMaskedLM") return HfFamily::MegatronBert;
   throw Error(str_cat("convert: ", path, ": architecture '", arch,
-                      "' is not GPT2LMHeadModel, LlamaForCausalLM, BertForPreTraining, BertForMaskedLM, "
-                      "MegatronBertForPreTraining or MegatronBertForMaskedLM"));
+                      "' is not GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, BertForPreTraining, "
+                      "BertForMaskedLM, MegatronBertForPreTraining or MegatronBertForMaskedLM"));
 }
 
 }  // namespace

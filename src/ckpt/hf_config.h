@@ -12,10 +12,11 @@
 
 namespace tessera::ckpt {
 
-// config.json's architectures[0]: GPT2LMHeadModel, LlamaForCausalLM; BertForPreTraining or BertForMaskedLM
+// config.json's architectures[0]: GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM (a Llama whose every
+// feed-forward slot is a mixture of experts: config.moe); BertForPreTraining or BertForMaskedLM
 // (post-LN BERT), MegatronBertForPreTraining or MegatronBertForMaskedLM (pre-LN BERT). The BERT heads
 // (ForPreTraining: with the pooler and the sentence-order head) are config.bert_binary_head.
-enum class HfFamily { Gpt2, Llama, Bert, MegatronBert };
+enum class HfFamily { Gpt2, Llama, Mixtral, Bert, MegatronBert };
 
 struct HfConfig {
   HfFamily family;

@@ -20,6 +20,12 @@ json llama() {
           {"intermediate_size", 688}, {"num_hidden_layers", 4}, {"num_attention_heads", 8},
           {"num_key_value_heads", 2}, {"max_position_embeddings", 2048}, {"tie_word_embeddings", false}};
 }
+json mixtral() {
+  return {{"architectures", {"MixtralForCausalLM"}}, {"vocab_size", 32000}, {"hidden_size", 256},
+          {"intermediate_size", 512}, {"num_hidden_layers", 3}, {"num_attention_heads", 8},
+          {"num_key_value_heads", 2}, {"max_position_embeddings", 4096}, {"num_local_experts", 8},
+          {"num_experts_per_tok", 2}, {"router_aux_loss_coef", 0.02}, {"sliding_window", nullptr}};
+}
 
 json bert(const char* arch) {
   return {{"architectures", {arch}}, {"vocab_size", 30522}, {"hidden_size", 768}, {"num_hidden_layers", 12},
@@ -49,6 +55,50 @@ TEST(HfConfig, ReadsBothFamilies) {
   EXPECT_EQ(l.config.kv_channels, 32);
   EXPECT_TRUE(l.config.swiglu);
   EXPECT_TRUE(l.config.untie_embeddings_and_output_weights);
+}
+
+TEST(HfConfig, ReadsMixtralAsAnAllMoeLlama) {
+  HfConfig m = parse_hf_config(mixtral().dump(), "config.json");
+  EXPECT_EQ(m.family, HfFamily::Mixtral);
+  EXPECT_TRUE(m.config.swiglu);
+  EXPECT_FALSE(m.config.add_bias_linear);
+  EXPECT_EQ(m.config.moe.layer_experts, (std::vector<int64_t>{8, 8, 8}));
+  EXPECT_EQ(m.config.moe.ffn_hidden_size, 512);
+  EXPECT_EQ(m.config.moe.router.topk, 2);
+  EXPECT_FALSE(m.config.moe.router.pre_softmax);
+  EXPECT_FLOAT_EQ(m.config.moe.aux_loss_coeff, 0.02f);
+  // Absent fields take MixtralConfig's defaults, not LlamaConfig's.
+  json defaults = mixtral();
+  for (const char* key : {"num_key_value_heads", "num_local_experts", "num_experts_per_tok"}) defaults.erase(key);
+  HfConfig d = parse_hf_config(defaults.dump(), "config.json");
+  EXPECT_EQ(d.config.num_query_groups, 8);
+  EXPECT_EQ(d.config.moe.layer_experts[0], 8);
+  EXPECT_EQ(d.config.moe.router.topk, 2);
+  EXPECT_FLOAT_EQ(d.config.rotary_base, 1e6f);
+  EXPECT_FLOAT_EQ(d.config.norm_epsilon, 1e-5f);
+  // A sliding window as long as the context is full attention; a shorter one is refused.
+  json window = mixtral();
+  window["sliding_window"] = 4096;
+  EXPECT_EQ(config_error(window), "");
+  window["sliding_window"] = 4095;
+  EXPECT_NE(config_error(window).find("sliding_window 4095 is shorter"), std::string::npos) << config_error(window);
+  auto with = [](json j, const char* key, json v) {
+    j[key] = std::move(v);
+    return j;
+  };
+  EXPECT_NE(config_error(with(mixtral(), "num_experts_per_tok", 9)).find("experts per token = 9 must be in [1, 8]"),
+            std::string::npos);
+  EXPECT_NE(config_error(with(mixtral(), "num_local_experts", 0)).find("no layer has experts"),
+            std::string::npos)
+      << config_error(with(mixtral(), "num_local_experts", 0));
+  EXPECT_NE(config_error(with(mixtral(), "num_local_experts", int64_t{1} << 30)).find("must be in [0, 2^20]"),
+            std::string::npos);
+  EXPECT_NE(config_error(with(mixtral(), "num_hidden_layers", int64_t{1} << 30)).find("must be in [1, 2^20]"),
+            std::string::npos);
+  EXPECT_NE(config_error(with(mixtral(), "router_aux_loss_coef", -1)).find("router_aux_loss_coef = -1"),
+            std::string::npos);
+  EXPECT_NE(config_error(with(mixtral(), "intermediate_size", int64_t{1} << 39)).find("parameters is implausible"),
+            std::string::npos);
 }
 
 TEST(HfConfig, ReadsTheBertArchitectures) {

@@ -28,9 +28,38 @@ using hf_layout::rows;
 using hf_layout::split_qkv;
 using hf_layout::transpose2d;
 
-// ---- the two families -------------------------------------------------------------------------
+// ---- the families -----------------------------------------------------------------------------
 
-enum class Family { Gpt2, Llama };
+enum class Family { Gpt2, Llama, Mixtral };
+
+const char* architecture(Family f) {
+  return f == Family::Gpt2 ? "GPT2LMHeadModel" : f == Family::Llama ? "LlamaForCausalLM" : "MixtralForCausalLM";
+}
+
+// What keeps a mixture-of-experts model from being a MixtralForCausalLM, or "" if nothing: every Mixtral
+// layer is one sparse block of the same experts, routed softmax -> top-k -> renormalised (Tessera's
+// default: a softmax over the k chosen logits is the same), dropless, with bias-free SwiGLU experts.
+// Training-only settings (the load-balancing and z-losses, router input jitter) do not change the model.
+std::string not_mixtral(const model::ModelConfig& c) {
+  const model::MoeConfig& m = c.moe;
+  if (c.position_embedding != model::PositionEmbedding::Rope || c.normalization != model::Normalization::RMSNorm ||
+      !c.swiglu)
+    return "it is not Llama style (--position-embedding-type rope, --normalization RMSNorm, --swiglu)";
+  if (c.add_bias_linear) return "it has biases (Mixtral has none: --disable-bias-linear)";
+  for (size_t i = 0; i < m.layer_experts.size(); ++i) {
+    if (m.layer_experts[i] == 0) return str_cat("layer ", i + 1, " is a dense MLP (--moe-layer-freq)");
+    if (m.layer_experts[i] != m.layer_experts[0])
+      return str_cat("layer ", i + 1, " has ", m.layer_experts[i], " experts and layer 1 ", m.layer_experts[0],
+                     " (a pyramid)");
+  }
+  if (m.shared_expert_intermediate_size > 0) return "it has a shared expert (--moe-shared-expert-intermediate-size)";
+  if (m.residual) return "it is a residual MoE (--mlp-type residual)";
+  if (m.router.score != kernels::RouterScoreFunction::Softmax) return "it routes by sigmoid scores";
+  if (m.router.pre_softmax) return "its top-k probabilities are not renormalised (--moe-router-pre-softmax)";
+  if (m.router.scaling_factor != 1.0f) return "it scales the routing probabilities (--moe-router-topk-scaling-factor)";
+  if (!m.dropless()) return "it drops tokens over capacity (--moe-expert-capacity-factor; Mixtral is dropless)";
+  return "";
+}
 
 Family family_of(const model::ModelConfig& c) {
   using model::Normalization;
@@ -38,18 +67,26 @@ Family family_of(const model::ModelConfig& c) {
   // The name and layout mapping below is GPT's; another family brings its own.
   TESSERA_CHECK(c.family == "gpt", "convert: Hugging Face conversion is for the gpt model family, not '", c.family,
                 "'");
-  if (c.position_embedding == PositionEmbedding::LearnedAbsolute && c.normalization == Normalization::LayerNorm &&
-      !c.swiglu && !c.untie_embeddings_and_output_weights && c.add_bias_linear &&
-      c.num_query_groups == c.num_attention_heads && c.kv_channels * c.num_attention_heads == c.hidden_size)
+  Family f = Family::Llama;
+  if (c.moe.enabled()) {
+    const std::string why = not_mixtral(c);
+    TESSERA_CHECK(why.empty(), "convert: this mixture-of-experts model has no MixtralForCausalLM equivalent: ", why);
+    f = Family::Mixtral;
+  } else if (c.position_embedding == PositionEmbedding::LearnedAbsolute &&
+             c.normalization == Normalization::LayerNorm && !c.swiglu && !c.untie_embeddings_and_output_weights &&
+             c.add_bias_linear && c.num_query_groups == c.num_attention_heads &&
+             c.kv_channels * c.num_attention_heads == c.hidden_size) {
     return Family::Gpt2;
-  if (c.position_embedding == PositionEmbedding::Rope && c.normalization == Normalization::RMSNorm && c.swiglu) {
-    TESSERA_CHECK(c.rotary_percent == 1.0f, "convert: --rotary-percent ", c.rotary_percent,
-                  " has no LlamaForCausalLM equivalent (it rotates whole heads)");
-    return Family::Llama;
+  } else if (c.position_embedding != PositionEmbedding::Rope || c.normalization != Normalization::RMSNorm ||
+             !c.swiglu) {
+    throw Error(
+        "convert: this model is neither GPT-2 style (learned positions, LayerNorm, GELU, biases, tied output, "
+        "multi-head attention) nor Llama style (rope, RMSNorm, SwiGLU); Hugging Face export supports those two "
+        "(and Llama style mixture-of-experts models as MixtralForCausalLM)");
   }
-  throw Error(
-      "convert: this model is neither GPT-2 style (learned positions, LayerNorm, GELU, biases, tied output, "
-      "multi-head attention) nor Llama style (rope, RMSNorm, SwiGLU); Hugging Face export supports those two");
+  TESSERA_CHECK(c.rotary_percent == 1.0f, "convert: --rotary-percent ", c.rotary_percent, " has no ",
+                architecture(f), " equivalent (it rotates whole heads)");
+  return f;
 }
 
 std::string layer(int64_t i) { return str_cat("decoder.layers.", i, "."); }
@@ -74,6 +111,35 @@ json hf_config(const model::ModelConfig& c, Family f, const json& tessera_args) 
             {"tie_word_embeddings", true},
             {"torch_dtype", "float32"},
             {"tessera_args", tessera_args}};
+  if (f == Family::Mixtral) {
+    const model::MoeConfig& m = c.moe;
+    return {{"architectures", {"MixtralForCausalLM"}},
+            {"model_type", "mixtral"},
+            {"vocab_size", c.padded_vocab_size},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", m.ffn_hidden_size},
+            {"num_hidden_layers", c.num_layers},
+            {"num_attention_heads", c.num_attention_heads},
+            {"num_key_value_heads", c.num_query_groups},
+            {"head_dim", c.kv_channels},
+            {"max_position_embeddings", c.max_position_embeddings},
+            {"rms_norm_eps", c.norm_epsilon},
+            {"rope_theta", c.rotary_base},
+            {"hidden_act", "silu"},
+            {"sliding_window", nullptr},  // full causal attention
+            {"attention_dropout", c.attention_dropout},
+            {"num_local_experts", m.layer_experts[0]},
+            {"num_experts_per_tok", m.router.topk},
+            // Training-only: HF's aux loss (one over all layers' tokens, times E rather than Megatron's E/k
+            // per layer) is not Megatron's, so this coefficient only carries the run's setting across.
+            {"router_aux_loss_coef", m.load_balancing == model::LoadBalancing::None ? 0.0f : m.aux_loss_coeff},
+            {"router_jitter_noise", m.input_jitter_eps},
+            {"output_router_logits", false},
+            {"initializer_range", c.init_method_std},
+            {"tie_word_embeddings", !c.untie_embeddings_and_output_weights},
+            {"torch_dtype", "float32"},
+            {"tessera_args", tessera_args}};
+  }
   return {{"architectures", {"LlamaForCausalLM"}},
           {"model_type", "llama"},
           {"vocab_size", c.padded_vocab_size},
@@ -176,6 +242,15 @@ TensorMap map_tensors(const model::ModelConfig& c, Family f, const TensorMap& sr
     return out;
   }
 
+  // SwiGLU's fc1 [gate; up] <-> Llama's gate_proj and up_proj, Mixtral's w1 and w3.
+  auto swiglu_fc1 = [&](const std::string& fc1, const std::string& gate, const std::string& up, int64_t width) {
+    if (to_hf) {
+      out[gate] = rows(get(fc1), 0, width);
+      out[up] = rows(get(fc1), width, width);
+    } else {
+      out[fc1] = concat_rows({get(gate), get(up)});
+    }
+  };
   rename("embedding.word_embeddings.weight", "model.embed_tokens.weight");
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string t = layer(i), h = str_cat("model.layers.", i, ".");
@@ -192,15 +267,19 @@ TensorMap map_tensors(const model::ModelConfig& c, Family f, const TensorMap& sr
         out[tn] = merge_qkv({get(q), get(k), get(v)}, groups, per_group, d);
       }
       rename(t + "self_attention.linear_proj." + p, h + "self_attn.o_proj." + p);
-      // fc1 is [gate; up].
-      const std::string fc1 = t + "mlp.linear_fc1." + p, gate = h + "mlp.gate_proj." + p, up = h + "mlp.up_proj." + p;
-      if (to_hf) {
-        out[gate] = rows(get(fc1), 0, c.ffn_hidden_size);
-        out[up] = rows(get(fc1), c.ffn_hidden_size, c.ffn_hidden_size);
-      } else {
-        out[fc1] = concat_rows({get(gate), get(up)});
+      if (f == Family::Llama) {
+        swiglu_fc1(t + "mlp.linear_fc1." + p, h + "mlp.gate_proj." + p, h + "mlp.up_proj." + p, c.ffn_hidden_size);
+        rename(t + "mlp.linear_fc2." + p, h + "mlp.down_proj." + p);
       }
-      rename(t + "mlp.linear_fc2." + p, h + "mlp.down_proj." + p);
+    }
+    if (f == Family::Mixtral) {  // no biases (not_mixtral); Megatron's loader_mixtral_hf.py mapping
+      const std::string moe = h + "block_sparse_moe.";
+      rename(t + "mlp.router.weight", moe + "gate.weight");
+      for (int64_t e = 0; e < c.moe.experts(i + 1); ++e) {
+        const std::string te = str_cat(t, "mlp.experts.local_experts.", e, "."), he = str_cat(moe, "experts.", e, ".");
+        swiglu_fc1(te + "linear_fc1.weight", he + "w1.weight", he + "w3.weight", c.moe.ffn_hidden_size);
+        rename(te + "linear_fc2.weight", he + "w2.weight");
+      }
     }
   }
   rename("decoder.final_layernorm.weight", "model.norm.weight");
@@ -297,7 +376,13 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
   const std::string config_text = read_text(config_path);
   const HfConfig parsed = parse_hf_config(config_text, config_path);
   const model::ModelConfig& c = parsed.config;
-  const Family f = parsed.family == HfFamily::Llama ? Family::Llama : Family::Gpt2;
+  const bool bert = parsed.family == HfFamily::Bert || parsed.family == HfFamily::MegatronBert;
+  const Family f = bert ? Family::Gpt2 : family_of(c);  // a recorded run must be its architecture's model
+  const Family named = parsed.family == HfFamily::Mixtral ? Family::Mixtral
+                       : parsed.family == HfFamily::Llama ? Family::Llama
+                                                          : Family::Gpt2;
+  TESSERA_CHECK(bert || f == named, "convert: ", config_path, " names ", architecture(named),
+                " but describes a ", architecture(f), " model");
   const json hf = json::parse(config_text);  // valid: parse_hf_config read it
 
   // Every tensor of every shard, by its Hugging Face name.
@@ -309,7 +394,6 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
     SafetensorsFile sf = SafetensorsFile::open((dir / name).string());
     for (const std::string& t : sf.names()) hf_tensors[t] = to_fp32(sf, t);
   }
-  const bool bert = parsed.family == HfFamily::Bert || parsed.family == HfFamily::MegatronBert;
   TensorMap tessera = bert ? bert_from_hugging_face(c, hf_tensors) : map_tensors(c, f, hf_tensors, /*to_hf=*/false);
 
   json args = hf.contains("tessera_args") && hf["tessera_args"].is_object() ? hf["tessera_args"]

@@ -2,6 +2,7 @@
 //
 //   GPT-2 style (learned positions, LayerNorm, GELU, tied output)  <->  GPT2LMHeadModel
 //   Llama style (rope, RMSNorm, SwiGLU, grouped-query attention)   <->  LlamaForCausalLM
+//   Llama style, every layer MoE with the same experts, no biases  <->  MixtralForCausalLM
 //   BERT, post-LN / pre-LN (the bert family; hf_bert.h)           <->  BertForPreTraining /
 //                                                                      MegatronBertForPreTraining
 //
@@ -13,7 +14,11 @@
 //  * Megatron's fused QKV weight holds, for each query group, its query heads, then its key head and
 //    value head; HF has separate q/k/v projections (Llama) or one [Q | K | V] projection (GPT-2).
 //  * GPT-2's Conv1D weights are stored [in, out], the transpose of Tessera's [out, in].
-//  * SwiGLU's fc1 is [gate; up] in Tessera, gate_proj and up_proj in Llama.
+//  * SwiGLU's fc1 is [gate; up] in Tessera, gate_proj and up_proj in Llama, w1 and w3 in each Mixtral
+//    expert (w2 is fc2; block_sparse_moe.gate is the router), as Megatron's loader_mixtral_hf.py maps them.
+//    Mixtral routes softmax -> top-k -> renormalise, which is Tessera's default routing (a softmax over
+//    the k chosen logits); a model Mixtral cannot express (dense layers, a pyramid, shared or residual
+//    experts, other routing, token dropping, biases) is refused, naming why.
 // Rotary embeddings need no permutation: Tessera's RoPE is Megatron's rotate-half form (dimension i
 // paired with i + head_dim/2), which is exactly HF Llama's rotate_half. (The permutation in HF's
 // convert_llama_weights_to_hf.py turns Meta's interleaved-pair checkpoints into that form; it does not
