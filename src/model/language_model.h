@@ -60,8 +60,8 @@ struct LossSums {
   double lm = 0;
   std::vector<std::pair<std::string, double>> auxiliary;
   void add_auxiliary(const std::string& name, double value);
-  // How the MoE layers routed the micro-batch (summed over the tensor group): routing entries (token,
-  // chosen expert) per expert before the capacity, flat over every expert of every MoE layer in layer
+  // How the MoE layers routed this rank's tokens of the micro-batch: routing entries (token, chosen
+  // expert) per expert before the capacity, flat over every expert of every MoE layer in layer
   // order (MoeConfig::expert_offset), and the entries that capacity dropped, of all entries.
   struct Routing {
     std::vector<double> routed;

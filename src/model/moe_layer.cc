@@ -54,7 +54,6 @@ MoeLayer::MoeLayer(const ModelConfig& config, int64_t layer_number, const std::s
                    const parallel::TensorParallelContext& tp)
     : config_(config),
       layer_number_(layer_number),
-      tp_(tp),
       ep_(tp.experts ? *tp.experts : parallel::ExpertParallelContext::single_process()),
       expert_tp_{ep_.expert_tensor, false},
       router_(config, layer_number, config.moe.experts(layer_number), prefix, params, tp) {
@@ -84,24 +83,14 @@ MoeLayer::MoeLayer(const ModelConfig& config, int64_t layer_number, const std::s
 }
 
 void MoeLayer::count_routing(const kernels::ExpertRows& rows, int64_t capacity, LossSums& losses) const {
-  const int64_t experts = router_.experts();
-  // This rank's counts, then their sum over the tensor group (sequence shards of the same tokens).
-  Tensor counts = Tensor::empty({experts + 1}, DType::I64);
-  int64_t dropped = 0;
-  for (int64_t e = 0; e < experts; ++e) {
-    counts.i64()[e] = rows.routed[e];
-    if (capacity >= 0) dropped += std::max<int64_t>(0, rows.routed[e] - capacity);
-  }
-  counts.i64()[experts] = dropped;
-  if (tp_.sequence_parallel && tp_.size() > 1) tp_.group->all_reduce(counts);
   LossSums::Routing r;
   r.routed.assign(static_cast<size_t>(config_.moe.total_experts()), 0.0);
   const int64_t first = config_.moe.expert_offset(layer_number_);
-  for (int64_t e = 0; e < experts; ++e) {
-    r.routed[first + e] = static_cast<double>(counts.i64()[e]);
+  for (int64_t e = 0; e < router_.experts(); ++e) {
+    r.routed[first + e] = static_cast<double>(rows.routed[e]);
     r.entries += r.routed[first + e];
+    if (capacity >= 0) r.dropped += static_cast<double>(std::max<int64_t>(0, rows.routed[e] - capacity));
   }
-  r.dropped = static_cast<double>(counts.i64()[experts]);
   losses.routing.add(r);
 }
 

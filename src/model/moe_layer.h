@@ -35,12 +35,11 @@ class MoeLayer final : public Sublayer {
   int64_t local_experts() const { return static_cast<int64_t>(experts_.size()); }
 
  private:
-  // Adds the routing counts (LossSums::Routing) of this micro-batch.
+  // Adds this rank's routing counts (LossSums::Routing) of the micro-batch.
   void count_routing(const kernels::ExpertRows& rows, int64_t capacity, LossSums& losses) const;
 
   const ModelConfig& config_;
   int64_t layer_number_;
-  const parallel::TensorParallelContext& tp_;
   const parallel::ExpertParallelContext& ep_;
   // Each expert's MLP is split over the expert tensor group, its rows gathered by the dispatcher.
   parallel::TensorParallelContext expert_tp_;

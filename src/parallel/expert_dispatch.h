@@ -30,7 +30,6 @@ struct ExpertParallelContext {
   comm::ProcessGroup* expert_tensor = nullptr;        // etp
   comm::ProcessGroup* expert_tensor_model = nullptr;  // etp x ep (the allgather dispatcher's group)
   TokenDispatcher dispatcher = TokenDispatcher::AllToAll;
-  bool grouped_gemm = false;  // --moe-grouped-gemm: a rank's local experts as one batched product
 
   int ep_size() const { return expert_model->size(); }
   int ep_rank() const { return expert_model->rank(); }

@@ -97,8 +97,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   state_ = std::make_unique<comm::ParallelState>(*world, layout);
   experts_ = {&state_->expert_model_group(), &state_->expert_tensor_group(), &state_->expert_tensor_model_group(),
               args_.moe_token_dispatcher_type == "allgather" ? parallel::TokenDispatcher::AllGather
-                                                              : parallel::TokenDispatcher::AllToAll,
-              args_.moe_grouped_gemm};
+                                                              : parallel::TokenDispatcher::AllToAll};
   tp_ = {&state_->tensor_group(), args_.sequence_parallel, &experts_};
   if (state_->world_rank() == 0) {
     log_ = std::make_unique<TrainingLog>(args_.log_dir, args_.tensorboard_dir);
@@ -158,6 +157,9 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                                                         " data-parallel ranks)") : std::string()));
   if (args_.loss_scaler) loss_scaler_.emplace(*args_.loss_scaler);
   if (args_.bf16 || args_.fp16) say(mixed_precision_summary(args_));
+  if (args_.moe_grouped_gemm)
+    say(" WARNING: --moe-grouped-gemm: the local experts run as one GEMM each, one after another (a batched "
+        "product is not implemented); the results are the same");
 
   if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
     bool load_optim = !args_.no_load_optim && !args_.finetune;
@@ -402,7 +404,8 @@ Evaluation Trainer::evaluate() {
 }
 
 ExpertLoad Trainer::interval_expert_load() {
-  // Every stage's layers and every data-parallel rank's tokens (the tensor ranks' are summed already).
+  // Every stage's layers and every data-parallel rank's tokens; under sequence parallelism also every
+  // tensor rank's sequence shard (without it the tensor ranks route the same tokens).
   model::LossSums::Routing& r = interval_routing_;
   r.routed.resize(static_cast<size_t>(args_.model.moe.total_experts()), 0.0);
   std::vector<float> counts(r.routed.begin(), r.routed.end());
@@ -410,6 +413,7 @@ ExpertLoad Trainer::interval_expert_load() {
   counts.push_back(static_cast<float>(r.entries));
   pipeline_sum(counts);
   data_parallel_sum(counts);
+  if (tp_.sequence_parallel) group_sum(state_->tensor_group(), counts);
   model::LossSums::Routing total;
   total.routed.assign(counts.begin(), counts.end() - 2);
   total.dropped = counts[counts.size() - 2];
