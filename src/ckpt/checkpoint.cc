@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <unistd.h>
 
@@ -23,20 +24,35 @@ constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
 constexpr const char* kIndex = "index.json";
 
 std::string two_digits(int r) { return str_cat(r < 10 ? "0" : "", r); }
-std::string model_file(const ShardPlacement& p) {
-  return str_cat("model.tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank), ".safetensors");
-}
 std::string three_digits(int r) { return str_cat(r < 10 ? "00" : r < 100 ? "0" : "", r); }
-std::string optim_file(const ShardPlacement& p) {
-  return str_cat("optim.tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank), ".dp",
-                 three_digits(p.data_rank), ".safetensors");
+
+// Where one kind of parameter (dense or expert) goes: its files, and this rank's tensor and data rank
+// in that kind's layout (dense: tp, dp; expert: etp, edp).
+struct Destination {
+  std::string model_file, optim_file;
+  int tensor_rank, data_rank;
+};
+Destination dense_destination(const ShardPlacement& p) {
+  const std::string at = str_cat("tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank));
+  return {str_cat("model.", at, ".safetensors"),
+          str_cat("optim.", at, ".dp", three_digits(p.data_rank), ".safetensors"), p.tensor_rank, p.data_rank};
 }
-std::string fragment_file(const ShardPlacement& p) {
-  return str_cat("index.tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank), ".dp",
-                 three_digits(p.data_rank), ".json");
+// Expert files are named by the expert coordinates: expert rank ZZZ of expert tensor rank XX, stage YY
+// holds the experts it owns, which no dense file name can tell apart.
+Destination expert_destination(const ShardPlacement& p) {
+  const std::string at = str_cat("etp", two_digits(p.expert_tensor_rank), ".pp", two_digits(p.pipeline_rank), ".ep",
+                                 three_digits(p.expert_rank));
+  return {str_cat("model.", at, ".safetensors"),
+          str_cat("optim.", at, ".edp", three_digits(p.expert_data_rank), ".safetensors"), p.expert_tensor_rank,
+          p.expert_data_rank};
 }
+bool is_expert(const model::ParameterSpec& spec) {
+  return spec.grad_reduce == model::ParameterSpec::GradReduce::ExpertDataParallel;
+}
+// One per writing rank (a world rank writes dense and expert files under different coordinates).
+std::string fragment_file(int world_rank) { return str_cat("index.rank", world_rank, ".json"); }
 bool is_fragment_file(const std::string& name) {
-  return name.rfind("index.tp", 0) == 0 && name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+  return name.rfind("index.rank", 0) == 0 && name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
 }
 
 // Writes a small text file atomically: temporary file, fsync, rename.
@@ -265,62 +281,66 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
   }
   barrier();
 
-  // Data-parallel rank 0 of every (tensor, pipeline) group writes its parameter shards and, with AdamW,
-  // their moments; with the distributed optimizer every data-parallel rank writes its own pieces of the
-  // moments. Each writer adds an index fragment.
+  // Data-parallel rank 0 of every (tensor, pipeline) group writes its dense parameter shards and, with
+  // AdamW, their moments; expert-data-parallel rank 0 of every (expert tensor, expert, pipeline) group
+  // the same of its expert parameters, into expert files. With the distributed optimizer every rank
+  // writes the moment pieces it owns of both kinds. Each writer adds an index fragment.
   const optim::MomentShard moments = optimizer ? optimizer->moments() : optim::MomentShard{};
-  const bool writes_model = placement.data_rank == 0;
-  const bool writes_moments = optimizer && (moments.sharded || placement.data_rank == 0);
-  if (writes_model || writes_moments) {
-    const std::string mfile = model_file(placement), ofile = optim_file(placement);
-    json tensors = json::object();
-    auto add_slice = [&](const std::string& tensor, const model::ParameterSpec& spec, json slice) {
-      json& entry = tensors[tensor];
-      entry["global_shape"] = spec.global_shape();
-      entry["slices"].push_back(std::move(slice));
-    };
-    // The first stage writes the tied embedding; a parameter replicated over the tensor group is the
-    // same on every tensor rank: tensor rank 0 writes it.
-    auto writes = [&](const model::Parameter& p) {
-      return !p.spec.tied_copy && (p.spec.sharding.sharded() || placement.tensor_rank == 0);
-    };
-    std::vector<std::pair<std::string, Tensor>> model_tensors, optim_tensors;
-    if (writes_model)
-      for (const model::Parameter& p : params.params()) {
-        if (!writes(p)) continue;
-        model_tensors.emplace_back(p.spec.name, p.value);
-        add_slice(p.spec.name, p.spec, slice_entry(mfile, p.spec.name, p.spec, p.value));
-      }
-    if (writes_moments)
-      for (const optim::MomentPiece& piece : moments.pieces) {
-        const model::Parameter& p = *piece.param;
-        if (!writes(p) || (piece.on_every_data_rank && placement.data_rank != 0)) continue;
-        const bool whole = piece.begin == 0 && piece.length == p.value.numel();
-        for (const auto& [moment, buffer] : {std::pair{"exp_avg", &moments.exp_avg},
-                                             std::pair{"exp_avg_sq", &moments.exp_avg_sq}}) {
-          const std::string tensor = str_cat("optimizer.", moment, ".", p.spec.name);
-          Tensor t = buffer->flat_range(piece.state, piece.length);
-          if (whole) t = t.view(p.spec.shape);
-          const std::string key =
-              whole ? tensor : str_cat(tensor, "[", piece.begin, ":", piece.begin + piece.length, "]");
-          json slice = slice_entry(ofile, key, p.spec, t);
-          if (!whole) slice["piece"] = {piece.begin, piece.begin + piece.length};
-          optim_tensors.emplace_back(key, t);
-          add_slice(tensor, p.spec, std::move(slice));
-        }
-      }
+  const Destination dense = dense_destination(placement), expert = expert_destination(placement);
+  auto destination = [&](const model::Parameter& p) -> const Destination& {
+    return is_expert(p.spec) ? expert : dense;
+  };
+  // The first stage writes the tied embedding; a parameter replicated over its tensor group (the expert
+  // tensor group for an expert parameter) is the same on every rank of it: its rank 0 writes it.
+  auto writes = [&](const model::Parameter& p) {
+    return !p.spec.tied_copy && (p.spec.sharding.sharded() || destination(p).tensor_rank == 0);
+  };
+  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> model_files, optim_files;
+  json tensors = json::object();
+  auto add_slice = [&](const std::string& tensor, const model::ParameterSpec& spec, json slice) {
+    json& entry = tensors[tensor];
+    entry["global_shape"] = spec.global_shape();
+    entry["slices"].push_back(std::move(slice));
+  };
+  for (const model::Parameter& p : params.params()) {
+    const Destination& d = destination(p);
+    if (!writes(p) || d.data_rank != 0) continue;
+    model_files[d.model_file].emplace_back(p.spec.name, p.value);
+    add_slice(p.spec.name, p.spec, slice_entry(d.model_file, p.spec.name, p.spec, p.value));
+  }
+  for (const optim::MomentPiece& piece : moments.pieces) {
+    const model::Parameter& p = *piece.param;
+    const Destination& d = destination(p);
+    // AdamW's whole moments, like a distributed optimizer's piece that every rank of its data group
+    // holds, are written by that group's rank 0.
+    if (!writes(p) || ((!moments.sharded || piece.on_every_data_rank) && d.data_rank != 0)) continue;
+    const bool whole = piece.begin == 0 && piece.length == p.value.numel();
+    for (const auto& [moment, buffer] : {std::pair{"exp_avg", &moments.exp_avg},
+                                         std::pair{"exp_avg_sq", &moments.exp_avg_sq}}) {
+      const std::string tensor = str_cat("optimizer.", moment, ".", p.spec.name);
+      Tensor t = buffer->flat_range(piece.state, piece.length);
+      if (whole) t = t.view(p.spec.shape);
+      const std::string key = whole ? tensor : str_cat(tensor, "[", piece.begin, ":", piece.begin + piece.length, "]");
+      json slice = slice_entry(d.optim_file, key, p.spec, t);
+      if (!whole) slice["piece"] = {piece.begin, piece.begin + piece.length};
+      optim_files[d.optim_file].emplace_back(key, t);
+      add_slice(tensor, p.spec, std::move(slice));
+    }
+  }
+  if (!model_files.empty() || !optim_files.empty()) {
     json files = json::object();
     auto write = [&](const std::string& name, const std::vector<std::pair<std::string, Tensor>>& ts) {
       uint32_t crc = write_safetensors((tmp_dir / name).string(), ts);
       files[name] = {{"bytes", fs::file_size(tmp_dir / name)}, {"crc32c", crc32c_str(crc)}};
     };
-    if (!model_tensors.empty()) write(mfile, model_tensors);
+    for (const auto& [name, ts] : model_files) write(name, ts);
     if (const char* crash = std::getenv("TESSERA_CKPT_CRASH_DURING_SAVE"); crash && std::string(crash) == "1") {
       std::fprintf(stderr, "TESSERA_CKPT_CRASH_DURING_SAVE: aborting mid-save\n");
       std::abort();
     }
-    if (!optim_tensors.empty()) write(ofile, optim_tensors);
-    write_file_atomically(tmp_dir / fragment_file(placement), json{{"files", files}, {"tensors", tensors}}.dump());
+    for (const auto& [name, ts] : optim_files) write(name, ts);
+    const int world_rank = placement.world ? placement.world->rank() : 0;
+    write_file_atomically(tmp_dir / fragment_file(world_rank), json{{"files", files}, {"tensors", tensors}}.dump());
   }
   barrier();
 

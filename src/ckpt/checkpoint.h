@@ -1,24 +1,36 @@
 // Megatron's checkpoint layout with safetensors inside:
 //   SAVE/latest_checkpointed_iteration.txt      the last complete iteration
-//   SAVE/iter_0000100/model.tpXX.ppYY.safetensors   the parameter shards of tensor rank XX of pipeline
-//                                                   stage YY, by name
-//   SAVE/iter_0000100/optim.tpXX.ppYY.dpZZZ.safetensors  their Adam moments ("optimizer.exp_avg.NAME", ...):
-//                                                   with AdamW all of them in dp000; with the distributed
-//                                                   optimizer each data-parallel rank ZZZ writes the pieces
-//                                                   it owns ("optimizer.exp_avg.NAME[begin:end]", element
-//                                                   ranges of the rank's shard of the parameter)
+//   SAVE/iter_0000100/model.tpXX.ppYY.safetensors   the dense parameter shards of tensor rank XX of
+//                                                   pipeline stage YY, by name
+//   SAVE/iter_0000100/model.etpXX.ppYY.epZZZ.safetensors  the expert parameters of expert rank ZZZ
+//                                                   (its experts, named by their global index) at
+//                                                   expert tensor rank XX of stage YY
+//   SAVE/iter_0000100/optim.tpXX.ppYY.dpZZZ.safetensors  the dense parameters' Adam moments
+//                                                   ("optimizer.exp_avg.NAME", ...): with AdamW all of
+//                                                   them in dp000; with the distributed optimizer each
+//                                                   data-parallel rank ZZZ writes the pieces it owns
+//                                                   ("optimizer.exp_avg.NAME[begin:end]", element ranges
+//                                                   of the rank's shard of the parameter)
+//   SAVE/iter_0000100/optim.etpXX.ppYY.epZZZ.edpWWW.safetensors  the same for the expert parameters,
+//                                                   by expert-data-parallel rank WWW (AdamW: edp000)
 //   SAVE/iter_0000100/index.json                iteration, data position, RNG seed, arguments; every
 //                                               file's size and CRC-32C; for every tensor its global
 //                                               shape and the slices held by each file (view, split
 //                                               dimension, offset, length, CRC-32C of the slice)
-// Each slice is written once, by data-parallel rank 0 of its (tensor, pipeline) group (the distributed
-// optimizer's moments: in pieces, by the data-parallel ranks that own them; the index lists a piece's
-// element range); a parameter replicated over the tensor group by tensor rank 0 only; the last stage's
-// copy of a tied embedding not at all (the first stage writes it).
+// Each slice is written once. Dense parameters (ParameterSpec::GradReduce::DataParallel): by
+// data-parallel rank 0 of their (tensor, pipeline) group, one replicated over the tensor group by tensor
+// rank 0 only. Expert parameters (GradReduce::ExpertDataParallel), which live on other dense
+// coordinates (MoE parallel folding: expert rank 1 is another dense data-parallel rank): by
+// expert-data-parallel rank 0 of their (expert tensor, expert, pipeline) group, one whole over the
+// expert tensor group by expert tensor rank 0 only. The distributed optimizer's moments: in pieces, by
+// the ranks that own them in the data group of their kind (the index lists a piece's element range; a
+// bucket tail every rank owns by the group's rank 0). The last stage's copy of a tied embedding not at
+// all (the first stage writes it).
 //
 // Loading reshards: each rank wants, for every parameter it holds, a range of the full tensor (its
 // model::Sharding), and copies it together from whichever saved slices overlap it (ckpt/reshard.h),
-// so a checkpoint saved at any tensor/pipeline/data-parallel layout loads into any other. The word
+// so a checkpoint saved at any tensor/pipeline/data-parallel/expert layout loads into any other (an
+// expert's parameters are found by their global name whichever expert rank saved them). The word
 // embedding and output layer, whose padded vocabulary depends on the tensor-parallel size, copy the rows
 // both layouts have and keep the rest as initialised (Adam moments: zero). Every slice read is checked
 // against its CRC-32C, and every file opened against its size and CRC-32C; a mismatch names the file
@@ -54,12 +66,13 @@ struct TrainingState {
 std::string iteration_dir_name(int64_t iteration);
 
 // Where this rank's shards go: its tensor-parallel rank, pipeline stage and data-parallel rank name its
-// files.
+// dense files; its expert coordinates (comm::RankCoordinates etp, ep, edp) its expert files.
 struct ShardPlacement {
   int tensor_rank = 0;
   int data_rank = 0;
   comm::ProcessGroup* world = nullptr;  // null for a single process
   int pipeline_rank = 0;
+  int expert_tensor_rank = 0, expert_rank = 0, expert_data_rank = 0;
 };
 
 // Saves into `save_dir`/iter_XXXXXXX and then updates the tracker file. optimizer (AdamW or the

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 
 #include "ckpt/safetensors.h"
 
@@ -160,6 +161,42 @@ TEST(Checkpoint, KeepLastRemovesOlderIterations) {
   EXPECT_TRUE(fs::exists(dir / "iter_0000003"));
   EXPECT_TRUE(fs::exists(dir / "iter_0000004"));
   EXPECT_EQ(latest_checkpointed_iteration(dir.string()), 4);
+  fs::remove_all(dir);
+}
+
+// Expert parameters go to files named by the expert coordinates, written by expert-data-parallel rank
+// 0 whatever the dense data-parallel rank; dense ones by data-parallel rank 0 whatever the expert one.
+TEST(Checkpoint, ExpertParametersGoToExpertFiles) {
+  fs::path dir = fresh_dir("experts");
+  model::ParameterSet params;
+  params.add({"a.weight", {4, 3}, model::Init::Normal, 1.0f, true});
+  model::ParameterSpec expert{"decoder.layers.0.mlp.experts.local_experts.3.linear_fc1.weight", {2, 3},
+                              model::Init::Normal, 1.0f, true};
+  expert.expert = true;
+  expert.grad_reduce = model::ParameterSpec::GradReduce::ExpertDataParallel;
+  params.add(expert);
+  params.allocate(1);
+  optim::AdamWOptimizer optimizer(params, optim::AdamWConfig{});
+  auto files = [&](const ShardPlacement& placement) {
+    fs::remove_all(dir);
+    save_checkpoint(dir.string(), TrainingState{1, 0, 0, 1, {}}, params, &optimizer, placement);
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir / "iter_0000001")) names.insert(e.path().filename().string());
+    return names;
+  };
+  EXPECT_EQ(files({0, 0, nullptr, 1, 0, 3, 0}),
+            (std::set<std::string>{"index.json", "model.tp00.pp01.safetensors", "optim.tp00.pp01.dp000.safetensors",
+                                   "model.etp00.pp01.ep003.safetensors", "optim.etp00.pp01.ep003.edp000.safetensors"}));
+  // Dense data-parallel rank 2 is expert-data-parallel rank 0 of its expert group.
+  EXPECT_EQ(files({0, 2, nullptr, 0, 0, 3, 0}),
+            (std::set<std::string>{"index.json", "model.etp00.pp00.ep003.safetensors",
+                                   "optim.etp00.pp00.ep003.edp000.safetensors"}));
+  // An expert parameter whole over the expert tensor group is written by its rank 0 only.
+  EXPECT_EQ(files({0, 2, nullptr, 0, 1, 3, 0}), (std::set<std::string>{"index.json"}));
+  EXPECT_EQ(files({0, 0, nullptr, 0, 0, 3, 1}),
+            (std::set<std::string>{"index.json", "model.tp00.pp00.safetensors", "optim.tp00.pp00.dp000.safetensors"}));
+  SafetensorsFile f = SafetensorsFile::open((dir / "iter_0000001" / "model.tp00.pp00.safetensors").string());
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"a.weight"}));
   fs::remove_all(dir);
 }
 

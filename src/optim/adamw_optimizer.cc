@@ -7,25 +7,49 @@
 
 namespace tessera::optim {
 
+double global_grad_norm(const std::vector<NormPart>& parts, Device device) {
+  double total = 0;
+  for (const NormPart& part : parts) {
+    Tensor t = kernels::scalar_tensor(part.squares, device);
+    for (comm::ProcessGroup* g : part.over)
+      if (g && g->size() > 1) g->all_reduce(t);
+    total += kernels::scalar_value(t);
+  }
+  return std::sqrt(total);
+}
+
+bool counts_in_grad_norm(const model::ParameterSpec& spec, bool counts_replicated) {
+  return !spec.tied_copy && (spec.sharding.sharded() || counts_replicated);
+}
+
 AdamWOptimizer::AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& config,
-                               comm::ProcessGroup* model_parallel_group, bool counts_replicated)
+                               comm::ProcessGroup* model_parallel_group, bool counts_replicated,
+                               comm::ProcessGroup* expert_model_group, bool counts_replicated_experts)
     : params_(params), config_(config), model_parallel_group_(model_parallel_group),
-      counts_replicated_(counts_replicated) {
+      counts_replicated_(counts_replicated), expert_model_group_(expert_model_group),
+      counts_replicated_experts_(counts_replicated_experts) {
   TESSERA_CHECK(params.allocated(), "AdamWOptimizer: parameters are not allocated");
+  // Without expert parallelism (ep 1, etp = tp) both groups hold the same ranks: one all-reduce sums both.
+  experts_apart_ = expert_model_group_ && !(model_parallel_group_ && expert_model_group_->world_ranks() ==
+                                                                         model_parallel_group_->world_ranks());
   exp_avg_ = Tensor::zeros({params.numel()});
   exp_avg_sq_ = Tensor::zeros({params.numel()});
 }
 
 double AdamWOptimizer::grad_norm() const {
-  bool single = model_parallel_group_ == nullptr || model_parallel_group_->size() == 1;
-  if (single) return std::sqrt(kernels::sum_of_squares(params_.grads().flat_range(0, params_.numel())));
-  double sum = 0;
-  for (const model::Parameter& p : params_.params())
-    if (!p.spec.tied_copy && (p.spec.sharding.sharded() || counts_replicated_)) sum += kernels::sum_of_squares(p.grad);
-  // An fp32 scalar on the gradients' device, as Megatron all-reduces the norm.
-  Tensor total = kernels::scalar_tensor(sum, params_.grads().device());
-  model_parallel_group_->all_reduce(total);
-  return std::sqrt(kernels::scalar_value(total));
+  auto spread = [](const comm::ProcessGroup* g) { return g != nullptr && g->size() > 1; };
+  if (!spread(model_parallel_group_) && !spread(expert_model_group_))
+    return std::sqrt(kernels::sum_of_squares(params_.grads().flat_range(0, params_.numel())));
+  // Every part on every rank, even one without expert parameters, so that the collectives match.
+  std::vector<NormPart> parts{{0, {model_parallel_group_}}};
+  if (experts_apart_) parts.push_back({0, {expert_model_group_}});
+  for (const model::Parameter& p : params_.params()) {
+    const bool is_expert =
+        expert_model_group_ && p.spec.grad_reduce == model::ParameterSpec::GradReduce::ExpertDataParallel;
+    if (counts_in_grad_norm(p.spec, is_expert ? counts_replicated_experts_ : counts_replicated_))
+      parts[is_expert && experts_apart_ ? 1 : 0].squares += kernels::sum_of_squares(p.grad);
+  }
+  return global_grad_norm(parts, params_.grads().device());
 }
 
 MomentShard AdamWOptimizer::moments() const {

@@ -2,6 +2,8 @@
 // Biases and norm weights are not decayed (ParameterSpec::weight_decay), as in Megatron.
 #pragma once
 
+#include <vector>
+
 #include "comm/process_group.h"
 #include "model/parameters.h"
 #include "optim/optimizer.h"
@@ -21,15 +23,35 @@ struct AdamWConfig {
 StepResult adamw_update(const MomentShard& shard, const AdamWConfig& config, float lr, float loss_scale,
                         double grad_norm, int64_t& steps);
 
+// One part of the global gradient norm: this rank's sum of squares of some gradients and the groups it
+// is summed over, in turn (null or of one rank: skipped).
+struct NormPart {
+  double squares = 0;
+  std::vector<comm::ProcessGroup*> over;
+};
+// The square root of the parts' sum, each part all-reduced over its groups first as an fp32 scalar on
+// `device` (as Megatron all-reduces the norm). Collective: the ranks of a group pass their parts in the
+// same order.
+double global_grad_norm(const std::vector<NormPart>& parts, Device device);
+// Whether this rank counts a parameter's gradient in the norm: never the tied embedding's copy on the
+// last stage (its original is counted on the first), and one replicated over its tensor group only where
+// counts_replicated (that group's rank 0), as Megatron's param_is_not_shared /
+// param_is_not_tensor_parallel_duplicate.
+bool counts_in_grad_norm(const model::ParameterSpec& spec, bool counts_replicated);
+
 class AdamWOptimizer : public Optimizer {
  public:
   // model_parallel_group: the ranks that hold the other parts of this model replica (tensor x pipeline);
-  // the gradient norm is taken over all of them. Parameters replicated over the tensor group are counted
-  // only where counts_replicated (tensor rank 0), and the tied embedding's copy on the last pipeline
-  // stage not at all, as Megatron's param_is_not_tensor_parallel_duplicate / param_is_not_shared.
-  // Null group: a single process.
+  // the dense gradients' norm is taken over all of them. Parameters replicated over the tensor group are
+  // counted only where counts_replicated (tensor rank 0), and the tied embedding's copy on the last
+  // pipeline stage not at all (counts_in_grad_norm). Null group: a single process.
+  // expert_model_group: the same for expert parameters (grad_reduce ExpertDataParallel), whose model is
+  // spread over expert tensor x expert x pipeline ranks (ParallelState::expert_tensor_model_pipeline_group);
+  // counts_replicated_experts: this rank is expert tensor rank 0. The two sums are added, as the
+  // distributed optimizer adds its gradient groups. Null: expert parameters count as dense ones.
   AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& config,
-                 comm::ProcessGroup* model_parallel_group = nullptr, bool counts_replicated = true);
+                 comm::ProcessGroup* model_parallel_group = nullptr, bool counts_replicated = true,
+                 comm::ProcessGroup* expert_model_group = nullptr, bool counts_replicated_experts = true);
 
   // The global L2 norm of the gradients over every shard of the model.
   double grad_norm() const override;
@@ -49,6 +71,9 @@ class AdamWOptimizer : public Optimizer {
   AdamWConfig config_;
   comm::ProcessGroup* model_parallel_group_;
   bool counts_replicated_;
+  comm::ProcessGroup* expert_model_group_;
+  bool counts_replicated_experts_;
+  bool experts_apart_;  // expert gradients are summed over other ranks than dense ones
   Tensor exp_avg_, exp_avg_sq_;  // same flat layout as the parameters
   int64_t steps_ = 0;
 };

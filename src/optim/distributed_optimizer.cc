@@ -65,27 +65,18 @@ std::vector<DistributedOptimizer::Segment> DistributedOptimizer::segments_for(si
 }
 
 double DistributedOptimizer::grad_norm() const {
-  std::vector<double> sums(groups_.size(), 0.0);
+  // Each group over its data-parallel ranks, then over the rest of the model beside them.
+  std::vector<NormPart> parts;
+  for (const GradientGroup& g : groups_) parts.push_back({0, {&g.buckets->group(), g.model_group}});
   for (const Segment& s : segments_) {
-    const model::ParameterSpec& spec = s.param->spec;
     const GradientGroup& group = groups_[s.group];
-    // Never the tied copy (its original is counted on the first stage), replicated-over-tensor
-    // parameters on one tensor rank, and bucket tails on one data-parallel rank.
-    if (spec.tied_copy || !(spec.sharding.sharded() || group.counts_replicated) ||
+    // Bucket tails, owned by every data-parallel rank, are counted on its rank 0.
+    if (!counts_in_grad_norm(s.param->spec, group.counts_replicated) ||
         (s.replicated && group.buckets->group().rank() != 0))
       continue;
-    sums[s.group] += kernels::sum_of_squares(params_.grads().flat_range(s.flat, s.length));
+    parts[s.group].squares += kernels::sum_of_squares(params_.grads().flat_range(s.flat, s.length));
   }
-  // Each group over its own ranks (in the same order on every rank), then the groups together.
-  double total = 0;
-  for (size_t i = 0; i < groups_.size(); ++i) {
-    Tensor t = kernels::scalar_tensor(sums[i], params_.grads().device());
-    comm::ProcessGroup& data = groups_[i].buckets->group();
-    if (data.size() > 1) data.all_reduce(t);
-    if (groups_[i].model_group && groups_[i].model_group->size() > 1) groups_[i].model_group->all_reduce(t);
-    total += kernels::scalar_value(t);
-  }
-  return std::sqrt(total);
+  return global_grad_norm(parts, params_.grads().device());
 }
 
 StepResult DistributedOptimizer::step(float lr, float loss_scale) {

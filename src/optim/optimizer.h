@@ -17,9 +17,12 @@ namespace tessera::optim {
 // holds, and where they are in its moment buffers.
 struct MomentPiece {
   const model::Parameter* param;
-  int64_t begin, length;  // elements [begin, begin + length) of the parameter (row-major)
+  int64_t begin, length;  // elements [begin, begin + length) of this rank's tensor of the parameter (row-major)
   int64_t state;          // where they start in exp_avg and exp_avg_sq
-  bool on_every_data_rank;  // the same piece is held by every data-parallel rank (save it once)
+  // The same piece is held by every rank of the data-parallel group that splits the parameter's
+  // gradients (its spec's grad_reduce: data x context for dense, expert data for expert parameters):
+  // save it once.
+  bool on_every_data_rank;
 };
 struct MomentShard {
   std::vector<MomentPiece> pieces;

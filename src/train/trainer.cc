@@ -136,8 +136,10 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     distributed_optimizer_ = distributed.get();
     optimizer_ = std::move(distributed);
   } else {
+    // Dense gradients' norm over tensor x pipeline, expert ones' over expert tensor x expert x pipeline.
     optimizer_ = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam, &state_->model_parallel_group(),
-                                                         rc.tp == 0);
+                                                         rc.tp == 0, &state_->expert_tensor_model_pipeline_group(),
+                                                         rc.etp == 0);
   }
   say(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", rc.tp, ", ", rc.pp,
               "): ", params_.numel()));
@@ -473,8 +475,8 @@ void Trainer::save() {
   comm::RankCoordinates rc = state_->coordinates();
   optimizer_->wait_for_params();
   // With the distributed optimizer every data-parallel rank writes the moments it owns.
-  ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(), {rc.tp, rc.dp, world_, rc.pp},
-                        args_.ckpt_keep_last);
+  ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(),
+                        {rc.tp, rc.dp, world_, rc.pp, rc.etp, rc.ep, rc.edp}, args_.ckpt_keep_last);
   say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
                      static_cast<int>(t.seconds() * 1000), " ms)"));
 }
