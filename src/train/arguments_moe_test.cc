@@ -65,6 +65,9 @@ TEST(MoeArguments, BadValuesAndLayoutsAreRejectedWithTheRule) {
   EXPECT_NE(error_of("--expert-tensor-parallel-size 3", 6).find("--moe-ffn-hidden-size=128: must be divisible by "
                                                                "--expert-tensor-parallel-size=3"),
             std::string::npos);
+  EXPECT_NE(error_of("--moe-layer-freq [1,1,0,0] --pipeline-model-parallel-size 2 --use-distributed-optimizer")
+                .find("leaves pipeline stage 1 without an MoE layer"),
+            std::string::npos);
   EXPECT_NE(error_of("--num-experts 0 --expert-model-parallel-size 2").find("needs --num-experts"), std::string::npos);
 }
 

@@ -30,7 +30,7 @@ std::string flags(const Layout& l, int64_t global_batch, int iters) {
                  "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 1 --lr 3e-3 --lr-warmup-iters 2 --lr-decay-iters 20 "
                  "--log-interval 100 --eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1 "
                  "--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 1e-2 "
-                 "--moe-z-loss-coeff 1e-3 --moe-router-pre-softmax --clip-grad 0 ",
+                 "--moe-z-loss-coeff 1e-3 --moe-router-pre-softmax ",
                  "--global-batch-size ", global_batch, " --train-iters ", iters,
                  " --make-vocab-size-divisible-by ", 64 / l.tp, " --tensor-model-parallel-size ", l.tp,
                  " --pipeline-model-parallel-size ", l.pp, " --expert-model-parallel-size ", l.ep,
