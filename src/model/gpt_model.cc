@@ -59,6 +59,7 @@ Tensor GptModel::forward(const MicroBatch& batch, const Tensor& input, const For
   check_ids(rec.labels, config_.vocab_size, "label");
   if (hooks.params_needed_below) hooks.params_needed_below(head_->end_offset());
   losses.lm += head_->forward(x, rec);
+  if (ctx.distillation) losses.add_auxiliary(kDistillationLossName, head_->distill(rec, *ctx.distillation));
   return Tensor();
 }
 
@@ -95,6 +96,21 @@ Tensor GptModel::score(const MicroBatch& batch, const Tensor& input, const Forwa
   Tensor labels = to_seq_major(batch.labels);
   check_ids(labels, config_.vocab_size, "label");
   return head_->score(x, labels);
+}
+
+Tensor GptModel::logits(const MicroBatch& batch, const ForwardContext& context) const {
+  TESSERA_CHECK(chunk_.pre_process && chunk_.post_process, "GptModel::logits needs the whole model; this object "
+                "holds a pipeline chunk");
+  GptActivations rec;  // the layers' records of one forward, dropped on return
+  ForwardContext ctx = context;
+  ctx.training = false;
+  ctx.doc_start = batch.doc_start;
+  ctx.losses = nullptr;
+  ctx.distillation = nullptr;
+  Tensor x = chunk_input(batch, Tensor(), ctx, rec);
+  x = block_->forward(x, rec.positions, ctx, rec.block, {});
+  rec.block = BlockRecord();
+  return head_->logits(x);
 }
 
 double GptModel::forward(const MicroBatch& batch, const ForwardContext& ctx, GptActivations& rec) const {

@@ -45,6 +45,7 @@ class GptModel final : public LanguageModelChunk {
   DecodeState start_decoding(int64_t capacity) const override;
   Tensor decode(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const override;
   Tensor score(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx) const override;
+  Tensor logits(const MicroBatch& batch, const ForwardContext& ctx) const override;
 
   // The whole model (a chunk that is both first and last): the masked loss sum, and its backward.
   double forward(const MicroBatch& batch, const ForwardContext& ctx, GptActivations& rec) const;

@@ -53,9 +53,10 @@ struct Recompute {
 // The losses of a forward, summed over the micro-batch's tokens: the LM loss (sum of loss * loss_mask)
 // and whatever auxiliary losses the model adds (MoE load balancing, sentence order, ...), by name, each
 // summed like the LM loss so that the trainer's division by the global batch's loss tokens gives the
-// value it logs by name: the sentence-order loss as it enters the objective, the MoE losses without
-// their coefficients, averaged over the MoE layers, as Megatron logs them. (The objective is what the
-// model's backward seeds with grad_scale.)
+// value it logs by name: the sentence-order loss and the KD term ("kd loss", β·τ²·KL) as they enter the
+// objective, the MoE losses without their coefficients, averaged over the MoE layers, as Megatron logs
+// them. (The objective is what the model's backward seeds with grad_scale; under distillation the LM
+// loss enters it times --kd-alpha-ce, and is logged as the plain cross-entropy.)
 struct LossSums {
   double lm = 0;
   std::vector<std::pair<std::string, double>> auxiliary;
@@ -136,6 +137,12 @@ class LanguageModelChunk {
   // layout (label logit, log-sum-exp, arg-max id over the padded vocabulary) as [3 * rows], the
   // others their output for the next chunk.
   virtual Tensor score(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx) const = 0;
+
+  // A distillation teacher's forward (the whole model: a chunk that is both first and last), without
+  // dropout, losses or a record for backward: this rank's vocabulary shard of the logits [T, padded
+  // vocabulary / tp], rows in the [seq, batch] order of the LM head's. Families without a next-token
+  // head refuse.
+  virtual Tensor logits(const MicroBatch& batch, const ForwardContext& ctx) const;
 };
 
 }  // namespace tessera::model

@@ -11,7 +11,8 @@ namespace tessera::model {
 
 int64_t LMHeadRecord::head_bytes() const {
   int64_t total = 0;
-  for (const Tensor* t : {&labels, &loss_mask, &final_input, &final_ln, &final_mean, &final_rstd, &logits, &lse})
+  for (const Tensor* t : {&labels, &loss_mask, &final_input, &final_ln, &final_mean, &final_rstd, &logits, &lse,
+                          &teacher_logits, &kd_lse})
     if (t->defined()) total += static_cast<int64_t>(t->nbytes());
   return total;
 }
@@ -62,7 +63,8 @@ LMHead::LMHead(const ModelConfig& c, ParameterSet& params, const parallel::Tenso
       vocab_local_(c.padded_vocab_size / tp.size()),
       begin_(params.numel()),
       final_norm_(std::make_unique<Norm>(params, "decoder.final_layernorm", c, tp.sequence_parallel)),
-      loss_(tp, vocab_begin_, vocab_local_) {
+      loss_(tp, vocab_begin_, vocab_local_),
+      distillation_(tp, vocab_begin_) {
   if (c.untie_embeddings_and_output_weights) {
     output_ = params.add(vocab_parallel_spec("output_layer.weight", c, tp));
   } else if (tied_word_embeddings) {
@@ -97,12 +99,28 @@ double LMHead::forward(const Tensor& x, LMHeadRecord& rec, Tensor* target) const
   return loss_.forward(rec.logits, rec.labels, rec.loss_mask, rec.lse, target);
 }
 
+double LMHead::distill(LMHeadRecord& rec, const Distillation& d) const {
+  TESSERA_CHECK(d.teacher_logits.defined() && d.teacher_logits.shape() == rec.logits.shape(),
+                "distillation: the teacher's logits are ",
+                d.teacher_logits.defined() ? shape_str(d.teacher_logits.shape()) : "missing",
+                ", the student's ", shape_str(rec.logits.shape()), " (the same rows and vocabulary shard)");
+  rec.teacher_logits = d.teacher_logits;
+  rec.kd = d.weights;
+  return distillation_.forward(rec.logits, rec.teacher_logits, rec.loss_mask, rec.kd, rec.kd_lse);
+}
+
 Tensor LMHead::backward(LMHeadRecord& rec, float grad_scale) const {
   const ModelConfig& c = config_;
   const int64_t rows = rec.logits.dim(0);
   // dlogits feed only the two GEMMs below: rounded once as they are made, for both.
   const DType rounding = kernels::gemm_rounding(c.params_dtype);
-  loss_.backward(rec.logits, rec.labels, rec.lse, rec.loss_mask, grad_scale, rounding);
+  if (rec.teacher_logits.defined()) {
+    distillation_.backward(rec.logits, rec.teacher_logits, rec.labels, rec.lse, rec.kd_lse, rec.loss_mask,
+                           grad_scale, rec.kd, rounding);
+    rec.teacher_logits = rec.kd_lse = Tensor();
+  } else {
+    loss_.backward(rec.logits, rec.labels, rec.lse, rec.loss_mask, grad_scale, rounding);
+  }
   const Tensor& dlogits = rec.logits;
   const bool dlogits_rounded = rounding != DType::F32;
 
@@ -119,6 +137,13 @@ Tensor LMHead::backward(LMHeadRecord& rec, float grad_scale) const {
   Tensor dx = Tensor::zeros(rec.final_input.shape());
   final_norm_->backward(dfinal, rec.final_input, rec.final_mean, rec.final_rstd, dx);
   return dx;
+}
+
+Tensor LMHead::logits(const Tensor& x) const {
+  Tensor ln, mean, rstd;
+  const DType rounding = kernels::gemm_rounding(config_.params_dtype);
+  final_norm_->forward(x, ln, mean, rstd, rounding);
+  return logits_of(parallel::gather_to_tensor_parallel(ln, tp_), rounding != DType::F32);
 }
 
 Tensor LMHead::score(const Tensor& x, const Tensor& labels) const {

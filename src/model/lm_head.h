@@ -1,8 +1,10 @@
 // The language-model head on one rank: the final norm, the output layer (tied to the word embedding
 // unless --untie-embeddings-and-output-weights) producing this rank's vocabulary shard of the logits,
-// and Megatron's VocabParallelCrossEntropy over the shards.
+// and Megatron's VocabParallelCrossEntropy over the shards (with knowledge distillation, also the KD term
+// against a teacher's logits, model/distillation_loss.h).
 #pragma once
 
+#include "model/distillation_loss.h"
 #include "model/language_model.h"
 
 namespace tessera::model {
@@ -12,6 +14,10 @@ struct LMHeadRecord {
   Tensor final_input, final_ln, final_mean, final_rstd;
   bool final_ln_rounded = false;  // final_ln holds values of the GEMM input type
   Tensor logits, lse;             // logits [T, padded vocab / tp] of this rank's vocabulary shard
+  // Distillation (LMHead::distill): the teacher's logits of the same shard and the log-sum-exps at τ
+  // (VocabParallelDistillation); undefined without it.
+  Tensor teacher_logits, kd_lse;
+  DistillationWeights kd;
   int64_t head_bytes() const;
 };
 
@@ -45,8 +51,14 @@ class LMHead {
   // x [T (/tp under sequence parallelism), hidden]; rec.labels and rec.loss_mask set by the caller.
   // Returns the masked loss sum; target, when given, receives the label logits.
   double forward(const Tensor& x, LMHeadRecord& rec, Tensor* target = nullptr) const;
+  // After forward: the KD term against d's teacher logits (β·τ²·KL summed over loss tokens, returned),
+  // kept in rec so that backward's gradient is that of α·CE + β·τ²·KL.
+  double distill(LMHeadRecord& rec, const Distillation& d) const;
   // Returns the gradient of x; accumulates the head's parameter gradients.
   Tensor backward(LMHeadRecord& rec, float grad_scale) const;
+  // A distillation teacher's forward: this rank's vocabulary shard of the logits [T, padded vocab / tp]
+  // of x [T (/tp under sequence parallelism), hidden], no loss.
+  Tensor logits(const Tensor& x) const;
   // Scoring: forward without a loss, returning VocabParallelCrossEntropy::scores.
   Tensor score(const Tensor& x, const Tensor& labels) const;
   // Inference: the logits over the padded vocabulary for the last row of x [n, hidden].
@@ -66,6 +78,7 @@ class LMHead {
   std::unique_ptr<Norm> final_norm_;
   Parameter* output_ = nullptr;  // the output layer's weight, or the word embedding it is tied to
   VocabParallelCrossEntropy loss_;
+  VocabParallelDistillation distillation_;
 };
 
 }  // namespace tessera::model

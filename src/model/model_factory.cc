@@ -19,6 +19,10 @@ std::map<std::string, ModelChunkBuilder>& builders() {
 
 }  // namespace
 
+Tensor LanguageModelChunk::logits(const MicroBatch&, const ForwardContext&) const {
+  throw Error(str_cat("the ", config().family, " model has no next-token logits to distil from"));
+}
+
 void LossSums::add_auxiliary(const std::string& name, double value) {
   for (auto& [n, v] : auxiliary)
     if (n == name) {

@@ -14,6 +14,7 @@ namespace tessera::model {
 
 // What varies between micro-batches and iterations: dropout keys and whether to drop at all.
 struct LossSums;
+struct Distillation;  // model/distillation_loss.h
 struct ForwardContext {
   uint64_t seed = 0;
   int64_t iteration = 0;
@@ -30,6 +31,9 @@ struct ForwardContext {
   // forward, which must not count them twice), and in backward the scale of the objective's gradient.
   LossSums* losses = nullptr;
   float grad_scale = 0;
+  // Knowledge distillation (set by the trainer for the chunk with the head): the teacher's logits of this
+  // micro-batch, which the head adds the KD term against. Null: the LM loss alone.
+  const Distillation* distillation = nullptr;
 };
 
 // The part of the [seq, batch, hidden] residual stream this rank holds: all of it, or its sequence

@@ -17,13 +17,13 @@ Parameter* ParameterSet::add(ParameterSpec spec) {
   return &p;
 }
 
-void ParameterSet::allocate(uint64_t seed) {
+void ParameterSet::allocate(uint64_t seed, bool with_grads) {
   values_ = Tensor::empty({numel_});
-  grads_ = Tensor::zeros({numel_});
+  if (with_grads) grads_ = Tensor::zeros({numel_});
   for (Parameter& p : params_) {
     int64_t n = shape_numel(p.spec.shape);
     p.value = values_.flat_range(p.offset, n).view(p.spec.shape);
-    p.grad = grads_.flat_range(p.offset, n).view(p.spec.shape);
+    if (with_grads) p.grad = grads_.flat_range(p.offset, n).view(p.spec.shape);
     initialize_parameter(p.spec, seed, p.value);
   }
 }

@@ -80,7 +80,8 @@ class ParameterSet {
   // Declares a parameter; its tensors exist after allocate(). The returned pointer stays valid.
   Parameter* add(ParameterSpec spec);
   // Creates the flat buffers in declaration order and initialises every parameter from (seed, name).
-  void allocate(uint64_t seed);
+  // with_grads = false: no gradient buffer (a model that only runs forward, a distillation teacher).
+  void allocate(uint64_t seed, bool with_grads = true);
 
   bool allocated() const { return values_.defined(); }
   int64_t numel() const { return numel_; }

@@ -111,6 +111,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
                 "Save (with --save) and exit 0 after the iteration that ends past this many minutes (0: never)");
   l->add_flag("--skip-train", a.skip_train, "Do not train: only evaluate the validation and test splits");
 
+  add_distillation_flags(*app.add_option_group("knowledge distillation"), a);
+
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
     app.parse(reversed);
@@ -130,6 +132,7 @@ void finalize(TrainArguments& a) {
   finalize_training_loop(a);  // before the optimizer: the schedule's length defaults to --train-iters
   finalize_optimizer(a);
   finalize_checkpointing(a);
+  finalize_distillation(a);  // last: it reads the teacher's checkpoint index, after every cheaper rule
 }
 
 }  // namespace tessera::train

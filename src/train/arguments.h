@@ -101,6 +101,15 @@ struct TrainArguments {
   double exit_duration_in_mins = 0;    // 0: never
   bool skip_train = false;             // only evaluate (validation and test splits) at the loaded iteration
 
+  // Knowledge distillation (Megatron-DeepSpeed's --kd; DeepSpeed-MoE's Mixture-of-Students): the loss per
+  // token is α·CE + β·τ²·KL(softmax(z_T / τ) ‖ softmax(z_S / τ)) against a frozen teacher loaded from the
+  // Tessera checkpoint in load_teacher and built from the configuration it records; staged: from
+  // iteration kd_stop_iteration on (0: never) the LM loss alone, and the teacher is released.
+  bool kd = false;
+  float kd_temp = 1.0f, kd_alpha_ce = 1.0f, kd_beta_ce = 1.0f;
+  std::string load_teacher;
+  int64_t kd_stop_iteration = 0;
+
   // Derived by finalize() (and model.vocab_size: the ids the tokenizer produces, end-of-document included).
   int32_t eod = -1;
   optim::LrSchedule lr_schedule;
@@ -109,6 +118,9 @@ struct TrainArguments {
   int64_t virtual_pipeline_size = 1;  // model chunks per pipeline rank
   model::Recompute recompute;         // what the model chunks recompute in backward
   std::optional<optim::LossScalerConfig> loss_scaler;  // --fp16, or --loss-scale with --bf16
+  // --kd: the teacher's configuration as its checkpoint records it, with this run's sequence length,
+  // padded vocabulary and precision (finalize_distillation).
+  model::ModelConfig teacher_model;
   // Testing hook, not a flag: the gradients are made NaN at these iterations (1-based); under loss
   // scaling that is an overflow.
   std::vector<int64_t> inject_nan_at_iterations;
@@ -139,6 +151,7 @@ void finalize_data(TrainArguments& a);             // data, tokenizer, vocabular
 void finalize_training_loop(TrainArguments& a);    // iterations, evaluation, logging, samples
 void finalize_optimizer(TrainArguments& a);        // AdamW, learning-rate schedule, mixed precision
 void finalize_checkpointing(TrainArguments& a);    // saving and exiting
+void finalize_distillation(TrainArguments& a);     // --kd and the teacher's checkpoint (reads its index)
 
 // Adds the flags that define the model (--num-layers ... --make-vocab-size-divisible-by; not the
 // parallel layout) to `app`, writing into `a.model` (and the few flags of `a` that need a rule).
@@ -146,6 +159,7 @@ void finalize_checkpointing(TrainArguments& a);    // saving and exiting
 void add_model_flags(CLI::App& app, TrainArguments& a);
 void add_moe_flags(CLI::App& app, TrainArguments& a);              // by add_model_flags
 void add_expert_parallel_flags(CLI::App& app, TrainArguments& a);  // --expert-model-parallel-size, ...
+void add_distillation_flags(CLI::App& app, TrainArguments& a);     // --kd, --load-teacher, ...
 
 // Megatron's flag values for the model's enums: "learned_absolute", "rope"; "LayerNorm", "RMSNorm".
 std::string megatron_name(model::PositionEmbedding p);

@@ -186,6 +186,30 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   } else if (!args_.load.empty()) {
     say(str_cat(" WARNING: no checkpoint in ", args_.load, "; training from random initialisation"));
   }
+  build_teacher();
+}
+
+void Trainer::build_teacher() {
+  if (!distilling(args_, iteration_)) {
+    if (args_.kd) say(str_cat(" > knowledge distillation ended at iteration ", args_.kd_stop_iteration,
+                              " (--kd-stop-iteration): the teacher is not loaded"));
+    return;
+  }
+  const model::ModelConfig& t = args_.teacher_model;
+  std::string experts;
+  if (t.moe.enabled()) {
+    experts = ", experts per layer";
+    for (int64_t e : t.moe.layer_experts) experts += str_cat(" ", e);
+  }
+  say(str_cat(" > knowledge distillation: loss alpha * CE + beta * tau^2 * KL(teacher || student) with alpha ",
+              args_.kd_alpha_ce, ", beta ", args_.kd_beta_ce, ", tau ", args_.kd_temp,
+              args_.kd_stop_iteration > 0 ? str_cat(", until iteration ", args_.kd_stop_iteration) : std::string(),
+              "; teacher from ", args_.load_teacher, ": ", t.num_layers, " layers, hidden size ", t.hidden_size,
+              experts, ", ", t.parameter_count(), " parameters",
+              schedule_.stages > 1 ? ", whole on each rank of the last pipeline stage" : ""));
+  if (state_->coordinates().pp != schedule_.stages - 1) return;
+  teacher_ = std::make_unique<Teacher>(args_, tp_, params_.rounded_value_type());
+  say(str_cat(" > loaded the teacher from ", args_.load_teacher, " at iteration ", teacher_->iteration()));
 }
 
 void Trainer::build_datasets() {
@@ -320,7 +344,16 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
     std::unique_ptr<model::ChunkRecord>& rec = records[{m, chunk}];
     rec = chunks_[chunk]->make_record();
     peak_live_activations_ = std::max(peak_live_activations_, static_cast<int>(records.size()));
-    Tensor out = chunks_[chunk]->forward(batches[m], input, context(m), *rec, losses, forward_hooks);
+    model::ForwardContext ctx = context(m);
+    // The teacher's forward on the same micro-batch, just before the student's chunk with the head
+    // uses its logits (and holds them until its backward).
+    model::Distillation kd;
+    if (teacher_ && chunks_[chunk]->chunk().post_process) {
+      kd = teacher_->target(batches[m], ctx);
+      ctx.distillation = &kd;
+      ++teacher_forwards_;
+    }
+    Tensor out = chunks_[chunk]->forward(batches[m], input, ctx, *rec, losses, forward_hooks);
     if (!training) {
       records.erase({m, chunk});
       return out;
@@ -369,7 +402,7 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   const double samples = static_cast<double>(args_.global_batch_size);
   const model::LossSums sums = run_micro_batches(batches, true, grad_scale * loss_scale, tokens / samples);
   // The LM loss, then the model's auxiliary losses in the order of its names.
-  const std::vector<std::string> names = chunks_.front()->auxiliary_loss_names();
+  const std::vector<std::string> names = auxiliary_loss_names();
   std::vector<float> loss{static_cast<float>(sums.lm)};
   for (float v : auxiliary_values(sums)) loss.push_back(v);
   interval_routing_.add(sums.routing);
@@ -424,8 +457,14 @@ ExpertLoad Trainer::interval_expert_load() {
   return expert_load(args_.model.moe, total);
 }
 
+std::vector<std::string> Trainer::auxiliary_loss_names() const {
+  std::vector<std::string> names = chunks_.front()->auxiliary_loss_names();
+  if (args_.kd) names.push_back(model::kDistillationLossName);
+  return names;
+}
+
 std::vector<float> Trainer::auxiliary_values(const model::LossSums& sums) const {
-  const std::vector<std::string> names = chunks_.front()->auxiliary_loss_names();
+  const std::vector<std::string> names = auxiliary_loss_names();
   std::vector<float> values(names.size(), 0.0f);
   for (const auto& [name, value] : sums.auxiliary) {
     auto at = std::find(names.begin(), names.end(), name);
@@ -463,7 +502,7 @@ Evaluation Trainer::evaluate_on(const BatchSource& data) {
   if (counts[kTokens] <= 0) return e;
   e.lm_loss = loss[0] / counts[kTokens];
   if (counts[kBytes] > 0) e.bits_per_byte = loss[0] / std::log(2.0) / counts[kBytes];
-  const std::vector<std::string> names = chunks_.front()->auxiliary_loss_names();
+  const std::vector<std::string> names = auxiliary_loss_names();
   for (size_t i = 0; i < names.size(); ++i) e.auxiliary.emplace_back(names[i], loss[1 + i] / counts[kTokens]);
   return e;
 }
@@ -620,7 +659,7 @@ void Trainer::train() {
       s.learning_rate = lr;
       s.loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0;
       s.lm_loss = interval_loss / static_cast<double>(interval_iters);
-      for (const std::string& name : chunks_.front()->auxiliary_loss_names()) {  // the interval's mean, as lm loss
+      for (const std::string& name : auxiliary_loss_names()) {  // the interval's mean, as lm loss
         const std::vector<double>& values = auxiliary_loss_history_.at(name);
         double sum = 0;
         for (size_t i = values.size() - static_cast<size_t>(interval_iters); i < values.size(); ++i) sum += values[i];
@@ -636,6 +675,11 @@ void Trainer::train() {
       interval_loss = 0;
       interval_iters = interval_skipped = interval_nan = 0;
       interval_seconds = 0;
+    }
+    if (args_.kd && iteration_ == args_.kd_stop_iteration) {
+      teacher_.reset();  // staged KD: from the next iteration on the LM loss alone, and the memory back
+      say(str_cat(" > knowledge distillation stopped after iteration ", iteration_,
+                  " (--kd-stop-iteration): training on the LM loss alone"));
     }
     if (valid_data_ && args_.eval_iters > 0 &&
         (iteration_ % args_.eval_interval == 0 || iteration_ == args_.train_iters))

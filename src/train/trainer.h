@@ -22,6 +22,7 @@
 #include "data/blended_dataset.h"
 #include "infer/training_sampler.h"
 #include "train/batching.h"
+#include "train/distillation.h"
 #include "train/fault_injection.h"
 #include "train/gradient_groups.h"
 #include "train/mock_data.h"
@@ -65,6 +66,9 @@ class Trainer {
   // The loss scale of the next iteration (1 without loss scaling).
   float loss_scale() const { return loss_scaler_ ? loss_scaler_->scale() : 1.0f; }
   const optim::Optimizer& optimizer() const { return *optimizer_; }
+  // --kd: the micro-batches the teacher has run forward for on this rank (tests: none after
+  // --kd-stop-iteration, none on the stages without the head).
+  int64_t teacher_forwards() const { return teacher_forwards_; }
 
  private:
   // One forward/backward/step over a global batch; returns the mean per-token loss.
@@ -74,10 +78,14 @@ class Trainer {
   // per_sample_loss_weight: the batches' loss tokens per sample (model::ForwardContext).
   model::LossSums run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale,
                                     double per_sample_loss_weight);
-  // The auxiliary losses of `sums` in the order of the model's names (the same on every rank).
+  // The names of the auxiliary losses, as logged: the model's, then with --kd the KD term's.
+  std::vector<std::string> auxiliary_loss_names() const;
+  // The auxiliary losses of `sums` in the order of those names (the same on every rank).
   std::vector<float> auxiliary_values(const model::LossSums& sums) const;
   // The MoE layers' routing over the interval that a log line ends (collective), then restarts it.
   ExpertLoad interval_expert_load();
+  // --kd: builds the teacher on the ranks with the LM head unless distillation is already over.
+  void build_teacher();
   // Mean per-token loss over --eval-iters global batches of `data`, from its first sample.
   Evaluation evaluate_on(const BatchSource& data);
   // --exit-interval and --exit-duration-in-mins after an iteration, as Megatron's checkpoint_and_decide_exit:
@@ -116,6 +124,8 @@ class Trainer {
   pipeline::ScheduleShape schedule_;
   std::vector<std::unique_ptr<model::LanguageModelChunk>> chunks_;  // this rank's model chunks (one unless interleaved)
   std::unique_ptr<pipeline::PipelineP2P> p2p_;            // null without pipeline parallelism
+  std::unique_ptr<Teacher> teacher_;  // --kd, on the ranks with the head, until --kd-stop-iteration
+  int64_t teacher_forwards_ = 0;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::DistributedOptimizer* distributed_optimizer_ = nullptr;  // optimizer_, with --use-distributed-optimizer
   std::shared_ptr<const BatchSource> train_data_, valid_data_, test_data_;  // test: null without documents
