@@ -31,10 +31,19 @@ def read_tensors(path):
     return {k: (e["dtype"], e["shape"], data[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]])
             for k, e in header.items()}
 '
-same_tensors() {  # same-named tensors of two safetensors files are bit-identical, and the names agree
+# same_tensors A B: same-named tensors of two safetensors files, or of every model.*.safetensors of two
+# checkpoint iterations (experts are in files of their own), are bit-identical, and the names agree.
+same_tensors() {
   "$python" -c "$read_tensors"'
-import sys
-a, b = read_tensors(sys.argv[1]), read_tensors(sys.argv[2])
+import glob, os, sys
+def load(path):
+    if not os.path.isdir(path):
+        return read_tensors(path)
+    tensors = {}
+    for f in sorted(glob.glob(os.path.join(path, "model.*.safetensors"))):
+        tensors.update(read_tensors(f))
+    return tensors
+a, b = load(sys.argv[1]), load(sys.argv[2])
 names = [k for k in a if k in b]
 bad = [k for k in names if a[k] != b[k]]
 missing = sorted(set(a) ^ set(b))
@@ -99,7 +108,7 @@ echo "$out" | tail -1
 # Round trip: HF -> Tessera gives the original weights bit for bit, and exports to the same bytes.
 out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/hf" --save-dir "$dir/back" 2>&1)
 check "import: $out" $?
-out=$(same_tensors "$dir/ckpt/iter_0000003/model.tp00.pp00.safetensors" "$dir/back/iter_0000000/model.tp00.pp00.safetensors" 2>&1)
+out=$(same_tensors "$dir/ckpt/iter_0000003" "$dir/back/iter_0000000" 2>&1)
 check "Tessera -> HF -> Tessera is bit-exact: $out" $?
 "$tessera" convert --loader tessera --saver hf --load-dir "$dir/back" --save-dir "$dir/hf2" >/dev/null 2>&1 &&
   cmp -s "$dir/hf/model.safetensors" "$dir/hf2/model.safetensors"
@@ -112,14 +121,14 @@ shards=$(ls "$dir/sharded"/model-*-of-*.safetensors 2>/dev/null | wc -l)
 [ "$shards" -gt 1 ] && [ -f "$dir/sharded/model.safetensors.index.json" ]
 check "sharded export has $shards files and an index" $?
 "$tessera" convert --loader hf --saver tessera --load-dir "$dir/sharded" --save-dir "$dir/back_sharded" >/dev/null 2>&1 &&
-  same_tensors "$dir/back/iter_0000000/model.tp00.pp00.safetensors" "$dir/back_sharded/iter_0000000/model.tp00.pp00.safetensors" >/dev/null
+  same_tensors "$dir/back/iter_0000000" "$dir/back_sharded/iter_0000000" >/dev/null
 check "importing the sharded export gives the same weights" $?
 
 # A plain Hugging Face config.json (no tessera_args): the MoE configuration comes from Mixtral's fields.
 cp -r "$dir/hf" "$dir/plain"
 edit_json "$dir/plain/config.json" 'del c["tessera_args"]'
 out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/plain" --save-dir "$dir/back_plain" 2>&1) &&
-  out=$(same_tensors "$dir/ckpt/iter_0000003/model.tp00.pp00.safetensors" "$dir/back_plain/iter_0000000/model.tp00.pp00.safetensors" 2>&1)
+  out=$(same_tensors "$dir/ckpt/iter_0000003" "$dir/back_plain/iter_0000000" 2>&1)
 check "importing without tessera_args gives the same weights: $out" $?
 out=$("$tessera" debug-forward --load "$dir/back_plain" --tokens "$tokens" --out "$dir/plain_out.safetensors" 2>&1) &&
   out=$(same_tensors "$dir/tessera_out.safetensors" "$dir/plain_out.safetensors" 2>&1)
