@@ -111,55 +111,44 @@ json hf_config(const model::ModelConfig& c, Family f, const json& tessera_args) 
             {"tie_word_embeddings", true},
             {"torch_dtype", "float32"},
             {"tessera_args", tessera_args}};
-  if (f == Family::Mixtral) {
-    const model::MoeConfig& m = c.moe;
-    return {{"architectures", {"MixtralForCausalLM"}},
-            {"model_type", "mixtral"},
-            {"vocab_size", c.padded_vocab_size},
-            {"hidden_size", c.hidden_size},
-            {"intermediate_size", m.ffn_hidden_size},
-            {"num_hidden_layers", c.num_layers},
-            {"num_attention_heads", c.num_attention_heads},
-            {"num_key_value_heads", c.num_query_groups},
-            {"head_dim", c.kv_channels},
-            {"max_position_embeddings", c.max_position_embeddings},
-            {"rms_norm_eps", c.norm_epsilon},
-            {"rope_theta", c.rotary_base},
-            {"hidden_act", "silu"},
-            {"sliding_window", nullptr},  // full causal attention
-            {"attention_dropout", c.attention_dropout},
-            {"num_local_experts", m.layer_experts[0]},
-            {"num_experts_per_tok", m.router.topk},
-            // Training-only: HF's aux loss (one over all layers' tokens, times E rather than Megatron's E/k
-            // per layer) is not Megatron's, so this coefficient only carries the run's setting across.
-            {"router_aux_loss_coef", m.load_balancing == model::LoadBalancing::None ? 0.0f : m.aux_loss_coeff},
-            {"router_jitter_noise", m.input_jitter_eps},
-            {"output_router_logits", false},
-            {"initializer_range", c.init_method_std},
-            {"tie_word_embeddings", !c.untie_embeddings_and_output_weights},
-            {"torch_dtype", "float32"},
-            {"tessera_args", tessera_args}};
-  }
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"vocab_size", c.padded_vocab_size},
-          {"hidden_size", c.hidden_size},
-          {"intermediate_size", c.ffn_hidden_size},
-          {"num_hidden_layers", c.num_layers},
-          {"num_attention_heads", c.num_attention_heads},
-          {"num_key_value_heads", c.num_query_groups},
-          {"head_dim", c.kv_channels},
-          {"max_position_embeddings", c.max_position_embeddings},
-          {"rms_norm_eps", c.norm_epsilon},
-          {"rope_theta", c.rotary_base},
-          {"hidden_act", "silu"},
-          {"attention_bias", c.add_bias_linear},
-          {"mlp_bias", c.add_bias_linear},
-          {"attention_dropout", c.attention_dropout},
-          {"initializer_range", c.init_method_std},
-          {"tie_word_embeddings", !c.untie_embeddings_and_output_weights},
-          {"torch_dtype", "float32"},
-          {"tessera_args", tessera_args}};
+  json llama = {{"architectures", {"LlamaForCausalLM"}},
+                {"model_type", "llama"},
+                {"vocab_size", c.padded_vocab_size},
+                {"hidden_size", c.hidden_size},
+                {"intermediate_size", c.ffn_hidden_size},
+                {"num_hidden_layers", c.num_layers},
+                {"num_attention_heads", c.num_attention_heads},
+                {"num_key_value_heads", c.num_query_groups},
+                {"head_dim", c.kv_channels},
+                {"max_position_embeddings", c.max_position_embeddings},
+                {"rms_norm_eps", c.norm_epsilon},
+                {"rope_theta", c.rotary_base},
+                {"hidden_act", "silu"},
+                {"attention_bias", c.add_bias_linear},
+                {"mlp_bias", c.add_bias_linear},
+                {"attention_dropout", c.attention_dropout},
+                {"initializer_range", c.init_method_std},
+                {"tie_word_embeddings", !c.untie_embeddings_and_output_weights},
+                {"torch_dtype", "float32"},
+                {"tessera_args", tessera_args}};
+  if (f != Family::Mixtral) return llama;
+  // Mixtral is Llama with a sparse MoE block in every layer (and no biases, which export refuses).
+  const model::MoeConfig& m = c.moe;
+  json mixtral = llama;
+  mixtral.erase("attention_bias");
+  mixtral.erase("mlp_bias");
+  mixtral["architectures"] = {"MixtralForCausalLM"};
+  mixtral["model_type"] = "mixtral";
+  mixtral["intermediate_size"] = m.ffn_hidden_size;
+  mixtral["sliding_window"] = nullptr;  // full causal attention
+  mixtral["num_local_experts"] = m.layer_experts[0];
+  mixtral["num_experts_per_tok"] = m.router.topk;
+  // Training-only: HF's aux loss (one over all layers' tokens, times E rather than Megatron's E/k per
+  // layer) is not Megatron's, so this coefficient only carries the run's setting across.
+  mixtral["router_aux_loss_coef"] = m.load_balancing == model::LoadBalancing::None ? 0.0f : m.aux_loss_coeff;
+  mixtral["router_jitter_noise"] = m.input_jitter_eps;
+  mixtral["output_router_logits"] = false;
+  return mixtral;
 }
 
 // A tensor the conversion did not use would be silently lost: an error, except for what Hugging Face

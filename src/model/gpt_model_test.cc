@@ -7,6 +7,7 @@
 #include "core/philox.h"
 #include "kernels/precision.h"
 #include "model/model_factory.h"
+#include "model/model_testing.h"
 
 namespace tessera::model {
 namespace {
@@ -34,30 +35,8 @@ ModelConfig tiny_config(bool llama_style) {
   return c;
 }
 
-MicroBatch random_batch(const ModelConfig& c, int64_t batch, uint64_t seed) {
-  MicroBatch mb;
-  mb.tokens = Tensor::empty({batch, c.seq_length}, DType::I32);
-  mb.labels = Tensor::empty({batch, c.seq_length}, DType::I32);
-  mb.loss_mask = Tensor::empty({batch, c.seq_length});
-  PhiloxStream s(seed, 1);
-  for (int64_t i = 0; i < mb.tokens.numel(); ++i) {
-    mb.tokens.i32()[i] = static_cast<int32_t>(s.bits(2 * i) % c.vocab_size);
-    mb.labels.i32()[i] = static_cast<int32_t>(s.bits(2 * i + 1) % c.vocab_size);
-    mb.loss_mask.f32()[i] = (i % 5 == 3) ? 0.0f : 1.0f;  // some masked tokens
-  }
-  return mb;
-}
-
-ForwardContext context(const ModelConfig& c, int64_t batch, bool training) {
-  ForwardContext ctx;
-  ctx.seed = 7;
-  ctx.iteration = 3;
-  ctx.sample_offset = 10;
-  ctx.training = training;
-  ctx.seq = c.seq_length;
-  ctx.batch = batch;
-  return ctx;
-}
+using testing::context;
+using testing::random_batch;
 
 // Every gradient of the whole model against central differences of its loss (dropout on: masks are a
 // function of the element's coordinates, so the perturbed forwards see the same masks).

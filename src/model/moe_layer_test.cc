@@ -11,6 +11,7 @@
 
 #include "core/philox.h"
 #include "model/gpt_model.h"
+#include "model/model_testing.h"
 
 namespace tessera::model {
 namespace {
@@ -44,27 +45,11 @@ ModelConfig moe_config(bool llama_style, int64_t experts = 4, int64_t topk = 2) 
   return c;
 }
 
-MicroBatch random_batch(const ModelConfig& c, int64_t batch, uint64_t seed) {
-  MicroBatch mb;
-  mb.tokens = Tensor::empty({batch, c.seq_length}, DType::I32);
-  mb.labels = Tensor::empty({batch, c.seq_length}, DType::I32);
-  mb.loss_mask = Tensor::empty({batch, c.seq_length});
-  PhiloxStream s(seed, 1);
-  for (int64_t i = 0; i < mb.tokens.numel(); ++i) {
-    mb.tokens.i32()[i] = static_cast<int32_t>(s.bits(2 * i) % c.vocab_size);
-    mb.labels.i32()[i] = static_cast<int32_t>(s.bits(2 * i + 1) % c.vocab_size);
-    mb.loss_mask.f32()[i] = (i % 5 == 3) ? 0.0f : 1.0f;
-  }
-  return mb;
-}
+using testing::random_batch;
 
 ForwardContext context(const ModelConfig& c, int64_t batch) {
-  ForwardContext ctx;
-  ctx.seed = 7;
-  ctx.iteration = 3;
-  ctx.training = true;
-  ctx.seq = c.seq_length;
-  ctx.batch = batch;
+  ForwardContext ctx = testing::context(c, batch, true);
+  ctx.sample_offset = 0;  // the samples (and dropout masks) these tests' routing margins were chosen with
   // The micro-batch is the global batch: the losses' weight per micro-batch is 1.
   ctx.per_sample_loss_weight = 1.0 / static_cast<double>(batch);
   return ctx;
