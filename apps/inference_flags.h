@@ -39,6 +39,7 @@ inline void add_load_flags(CLI::App& app, LoadFlags& f, bool seq_length_is_the_m
                  "MoE: ranks the experts are split over (any size dividing each layer's experts)");
   app.add_option("--expert-tensor-parallel-size", o.expert_tensor_parallel_size,
                  "MoE: ranks each expert is split over (default --tensor-model-parallel-size)");
+  app.add_flag("--moe-grouped-gemm", o.moe_grouped_gemm, "MoE: each rank's local experts as one batched product");
   app.add_option("--tokenizer-type", o.tokenizer.type, "Tokenizer (default: the checkpoint's)");
   app.add_option("--vocab-file", o.tokenizer.vocab_file, "GPT-2 vocabulary (encoder.json)");
   app.add_option("--merge-file", o.tokenizer.merge_file, "GPT-2 merges (vocab.bpe)");

@@ -29,11 +29,16 @@ int serve_command(const std::vector<std::string>& args) {
 
   return run_on_every_rank(app, args, "serve", [&](comm::ProcessGroup& world) {
     infer::LoadedModel model(flags.load, world);
-    TESSERA_CHECK(model.parallel_state().layout().data_parallel_size() == 1, "tessera serve: the world of ",
-                  world.size(), " ranks must equal --tensor-model-parallel-size x --pipeline-model-parallel-size (",
-                  load.tensor_model_parallel_size * load.pipeline_model_parallel_size, "): one model serves");
+    // One model on all the ranks: no replica of it. Under expert parallelism the experts' ranks (ep x etp
+    // x pp) may span data-parallel replicas of the dense layers, which then decode every request together.
+    const comm::ParallelLayout& layout = model.parallel_state().layout();
+    TESSERA_CHECK(layout.expert_data_parallel_size() == 1, "tessera serve: the world of ", world.size(),
+                  " ranks must equal --tensor-model-parallel-size x --pipeline-model-parallel-size (",
+                  load.tensor_model_parallel_size * load.pipeline_model_parallel_size,
+                  "), or for an MoE checkpoint --expert-model-parallel-size x --expert-tensor-parallel-size x "
+                  "--pipeline-model-parallel-size: one model serves");
     std::ostream null_log(nullptr);
-    infer::run_server(model, server, world.rank() == 0 ? std::cout : null_log);
+    infer::run_server(model, world, server, world.rank() == 0 ? std::cout : null_log);
   }, &flags);
 }
 

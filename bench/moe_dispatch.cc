@@ -32,6 +32,7 @@
 #include <numeric>
 #include <vector>
 
+#include "expert_counts.h"
 #include "comm/mpi_process_group.h"
 #include "comm/process_group.h"
 #include "core/timer.h"
@@ -66,18 +67,6 @@ const char* arg(int argc, char** argv, const char* name, const char* fallback) {
   return fallback;
 }
 
-// Rows of each expert from this rank: `rows` split in proportion to 1 + 0.5 sin(e + rank).
-std::vector<int64_t> route_counts(int64_t rows, int experts, int rank) {
-  std::vector<double> w(experts);
-  for (int e = 0; e < experts; ++e) w[e] = 1.0 + 0.5 * std::sin(static_cast<double>(e + rank));
-  const double total = std::accumulate(w.begin(), w.end(), 0.0);
-  std::vector<int64_t> counts(experts);
-  int64_t given = 0;
-  for (int e = 0; e < experts; ++e) given += counts[e] = static_cast<int64_t>(rows * w[e] / total);
-  counts[0] += rows - given;
-  return counts;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -109,7 +98,7 @@ int main(int argc, char** argv) {
   }
   std::vector<int64_t> sizes = only_rows > 0 ? std::vector<int64_t>{only_rows} : std::vector<int64_t>{1024, 4096, 16384};
   for (int64_t rows : sizes) {
-    const std::vector<int64_t> counts = route_counts(rows, experts, rank);
+    const std::vector<int64_t> counts = imbalanced_expert_counts(rows, experts, rank);
     Tensor in = Tensor::zeros({rows, hidden});
     // The raw exchange's plan, made once outside the timing: rows to each rank and from each rank.
     const int local = experts / n;

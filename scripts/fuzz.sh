@@ -16,7 +16,7 @@ out=${TESSERA_FUZZ_DIR:-$root/build/fuzz}  # binaries, logs, found inputs, crash
 export TESSERA_DATA_CACHE=${TESSERA_DATA_CACHE:-$root/data-cache}
 
 # The targets, in one place: name -> sources beyond fuzz/<name>.cc and the core files, then libraries.
-core="core/tensor.cc core/allocator.cc core/file_io.cc ckpt/crc32c.cc"
+core="core/tensor.cc core/allocator.cc core/host_allocator.cc core/file_io.cc ckpt/crc32c.cc"
 declare -A sources=(
   [safetensors_fuzzer]="ckpt/safetensors.cc"
   [checkpoint_index_fuzzer]="ckpt/checkpoint_index.cc ckpt/reshard.cc"

@@ -6,13 +6,13 @@ set -uo pipefail
 tessera=${1:?usage: serve_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
-server_pid=""
 cleanup() {
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
 source "$(dirname "$0")/lib/checks.sh"
+source "$(dirname "$0")/lib/server.sh"
 export OMPI_MCA_mpi_yield_when_idle=1
 mpi=(mpirun --oversubscribe --allow-run-as-root -np 2)
 model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 64
@@ -27,38 +27,6 @@ rc=$?
 check "tp2 training exits 0: $(tail -3 "$work/train2.log")" $rc
 
 limits=(--port 0 --max-prompts 4 --max-tokens-to-generate 40 --max-body-bytes 4096)
-# start_server LOG COMMAND...: runs it in the background and sets $server_pid and $port.
-start_server() {
-  local log=$1
-  shift
-  "$@" >"$log" 2>&1 &
-  server_pid=$!
-  port=""
-  for _ in $(seq 1 600); do
-    port=$(grep -o "serving .* on http://127.0.0.1:[0-9]*" "$log" | grep -o "[0-9]*$")
-    [ -n "$port" ] && return 0
-    kill -0 "$server_pid" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
-# stop_server: SIGTERM, then the exit status within 30 s (124 if it hangs).
-stop_server() {
-  kill -TERM "$server_pid"
-  for _ in $(seq 1 300); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-      wait "$server_pid"
-      local rc=$?
-      server_pid=""
-      return $rc
-    fi
-    sleep 0.1
-  done
-  kill -KILL "$server_pid"
-  server_pid=""
-  return 124
-}
-
 start_server "$work/serve1.log" "$tessera" serve --load "$work/tp1" "${limits[@]}"
 rc=$?
 check "the server starts and prints its port: $(cat "$work/serve1.log")" $rc

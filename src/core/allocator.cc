@@ -4,28 +4,15 @@
 #include <cstdlib>
 
 #include "core/check.h"
+#include "core/host_allocator.h"
 
 namespace tessera {
 namespace {
 
-// 64-byte aligned host memory: a cache line and an AVX-512 vector.
-class HostAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes, size_t alignment) override {
-    // aligned_alloc needs a size that is a multiple of the alignment, and a non-zero one.
-    size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-    void* p = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
-    TESSERA_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
-    return p;
-  }
-  void deallocate(void* p, size_t) override { std::free(p); }
-};
-
 // Slots are read at every tensor allocation, from any thread, so they are atomics rather than a map
-// under a lock. The host allocator is never destroyed: tensors with static storage duration may be
-// freed after any function-local static would be.
+// under a lock.
 std::atomic<Allocator*>* slots(DeviceType type) {
-  static std::atomic<Allocator*> cpu[1] = {new HostAllocator};
+  static std::atomic<Allocator*> cpu[1] = {&host_allocator()};
   static std::atomic<Allocator*> cuda[kMaxDevicesPerType] = {};
   return type == DeviceType::CPU ? cpu : cuda;
 }

@@ -1,5 +1,5 @@
 // Where tensor storage comes from: one Allocator per device. The CPU one is built in (64-byte aligned
-// host memory); a device backend (a caching CUDA allocator) registers its own at start-up, so core
+// host memory that keeps large blocks for reuse, core/host_allocator.h); a device backend (a caching CUDA allocator) registers its own at start-up, so core
 // never names CUDA. A Storage keeps the allocator that made it and hands its bytes back to the same one.
 #pragma once
 

@@ -13,6 +13,7 @@ LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
   nlohmann::json run = ckpt::latest_checkpoint_args(o.load);
   TESSERA_CHECK(run.contains("model"), "checkpoint in ", o.load, " does not record its model configuration");
   config_ = model::config_from_json(run["model"]);
+  config_.moe.grouped_gemm = o.moe_grouped_gemm;
   // Checkpoints reshard on load, so any tensor-parallel size works whose ranks split the saved padded
   // vocabulary evenly (the padding, and so the logits, stay those of the trained model).
   TESSERA_CHECK(config_.padded_vocab_size % o.tensor_model_parallel_size == 0, "--tensor-model-parallel-size=",

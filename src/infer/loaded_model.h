@@ -22,6 +22,7 @@ struct LoadOptions {
   // MoE checkpoints: experts split over ep ranks (each whole, or split over etp ranks; 0: the tensor-
   // parallel size). The ranks of an expert group decode the same tokens in step.
   int expert_model_parallel_size = 1, expert_tensor_parallel_size = 0;
+  bool moe_grouped_gemm = false;  // each rank's local experts as one batched product (model/grouped_mlp.h)
   int64_t seq_length = 0;  // 0: the checkpoint's (--seq-length of evaluation)
   DType params_dtype = DType::F32;  // GEMM inputs (--bf16, --fp16); checkpoints do not record the training's
 };

@@ -60,8 +60,7 @@ std::pair<int, json> execute(const json& command, const LoadedModel& model, cons
 
 }  // namespace
 
-void run_server(const LoadedModel& model, const ServerOptions& options, std::ostream& log) {
-  comm::ProcessGroup& group = model.parallel_state().model_parallel_group();
+void run_server(const LoadedModel& model, comm::ProcessGroup& group, const ServerOptions& options, std::ostream& log) {
   // Idle ranks wait for the next request inside a broadcast; it must not count as a hang.
   comm::set_collective_timeout(std::chrono::hours(24 * 365));
 

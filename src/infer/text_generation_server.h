@@ -21,8 +21,9 @@ struct ServerOptions {
   int read_timeout_seconds = 10;    // a client that sends nothing for this long is dropped
 };
 
-// Runs on every rank of the model's group until SIGINT or SIGTERM reaches rank 0 (or its HTTP
-// listener fails), then returns on every rank. `log` is written on rank 0 only.
-void run_server(const LoadedModel& model, const ServerOptions& options, std::ostream& log);
+// Runs on every rank of `group` (the ranks holding the model: the job's world) until SIGINT or SIGTERM
+// reaches its rank 0 (or its HTTP listener fails), then returns on every rank. Rank 0 answers HTTP and
+// every rank runs each request in the same order. `log` is written on rank 0 only.
+void run_server(const LoadedModel& model, comm::ProcessGroup& group, const ServerOptions& options, std::ostream& log);
 
 }  // namespace tessera::infer

@@ -50,9 +50,11 @@ struct GemmArgs {
   GemmEpilogue epilogue = GemmEpilogue::None;
   // Strided batching, as cuBLASLt's strided batched GEMM: matrix i of A is at a + i * stride_a (in
   // elements), likewise B and C. A stride of 0 for A or B shares one matrix across the batch; C's
-  // matrices must not overlap. The bias is shared by every matrix.
+  // matrices must not overlap. Matrix i adds the bias at bias + i * stride_bias (cuBLASLt's bias batch
+  // stride): 0 shares one bias across the batch, another stride gives each matrix its own (the local
+  // experts of a grouped GEMM, model/grouped_mlp.h).
   int64_t batch = 1;
-  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0, stride_bias = 0;
   // The stream the GEMM is ordered on; its device chooses the backend (kernels::gemm below). The CPU
   // runs it on the calling thread, so the handle itself is ignored there.
   Stream stream = Stream::default_for(Device::cpu());

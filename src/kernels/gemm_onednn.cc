@@ -76,25 +76,27 @@ void check_args(const GemmArgs& g) {
                 gemm_epilogue_name(e), g.bias ? " takes no bias, but one was given" : " needs a bias, but none was given");
   TESSERA_CHECK(g.batch >= 1, "gemm: batch must be at least 1, got ", g.batch);
   if (g.batch > 1) {
-    TESSERA_CHECK(g.stride_a >= 0 && g.stride_b >= 0, "gemm: negative batch stride stride_a=", g.stride_a,
-                  " stride_b=", g.stride_b);
+    TESSERA_CHECK(g.stride_a >= 0 && g.stride_b >= 0 && g.stride_bias >= 0, "gemm: negative batch stride stride_a=",
+                  g.stride_a, " stride_b=", g.stride_b, " stride_bias=", g.stride_bias);
     // Matrix i of C spans [i * stride_c, i * stride_c + (m - 1) * ldc + n).
     TESSERA_CHECK(g.m == 0 || g.n == 0 || g.stride_c >= (g.m - 1) * g.ldc + g.n, "gemm: stride_c ", g.stride_c,
                   " makes the ", g.batch, " output matrices of ", g.m, " x ", g.n, " (ldc ", g.ldc, ") overlap");
   }
 }
 
-// f(row) for every row of every matrix of C, in one parallel pass.
+// f(row, bias of its matrix) for every row of every matrix of C, in one parallel pass (the bias null
+// where there is none).
 template <typename F>
 void for_each_c_row(const GemmArgs& g, F f) {
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < g.batch * g.m; ++r) f(g.c + (r / g.m) * g.stride_c + (r % g.m) * g.ldc);
+  for (int64_t r = 0; r < g.batch * g.m; ++r)
+    f(g.c + (r / g.m) * g.stride_c + (r % g.m) * g.ldc, g.bias ? g.bias + (r / g.m) * g.stride_bias : nullptr);
 }
 
 // C = gelu(C), after the matmul (see the top of the file).
 void apply_gelu(const GemmArgs& g) {
   const int64_t n = g.n;
-  for_each_c_row(g, [n](float* c) {
+  for_each_c_row(g, [n](float* c, const float*) {
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) c[j] = math::gelu_tanh(c[j]);
   });
@@ -126,20 +128,21 @@ class OneDnnGemm final : public GemmBackend {
     if (g.m == 0 || g.n == 0) return;
     if (g.k == 0) {  // op(A) op(B) is zero: C = beta * C (+ bias), then GELU
       const int64_t n = g.n;
-      for_each_c_row(g, [&g, n](float* c) {
-        for (int64_t j = 0; j < n; ++j) c[j] = (g.beta == 0.0f ? 0.0f : g.beta * c[j]) + (g.bias ? g.bias[j] : 0.0f);
+      for_each_c_row(g, [&g, n](float* c, const float* bias) {
+        for (int64_t j = 0; j < n; ++j) c[j] = (g.beta == 0.0f ? 0.0f : g.beta * c[j]) + (bias ? bias[j] : 0.0f);
       });
-    } else if (g.bias && g.alpha != 1.0f) {
+    } else if (g.bias && (g.alpha != 1.0f || (g.batch > 1 && g.stride_bias != 0))) {
       // oneDNN scales its bias argument by the output scale, alpha (AB + bias), but the bias comes after
-      // alpha: here it is added in the pass after the matmul (with the GELU, if any). Its binary
-      // post-op would do it inside, but gives wrong sums on strided batches (oneDNN 2.6). With
-      // alpha == 1 the bias argument is the same sum, and what the GEMM has always used.
+      // alpha; and a bias per matrix of a batch (a [batch, 1, n] bias) sends oneDNN 2.7 to its reference
+      // kernel, 300x slower. Here the bias is added in the pass after the matmul (with the GELU, if
+      // any): the same fp32 sum as the bias argument's. Its binary post-op would do it inside, but gives
+      // wrong sums on strided batches (oneDNN 2.6).
       GemmArgs plain = g;
       plain.bias = nullptr;
       multiply(plain);
       const int64_t n = g.n;
-      for_each_c_row(g, [&g, n, gelu](float* c) {
-        for (int64_t j = 0; j < n; ++j) c[j] = gelu ? math::gelu_tanh(c[j] + g.bias[j]) : c[j] + g.bias[j];
+      for_each_c_row(g, [n, gelu](float* c, const float* bias) {
+        for (int64_t j = 0; j < n; ++j) c[j] = gelu ? math::gelu_tanh(c[j] + bias[j]) : c[j] + bias[j];
       });
       return;
     } else {

@@ -117,7 +117,7 @@ std::vector<double> reference_batched(const GemmArgs& g, const std::vector<float
     for (int64_t i = 0; i < g.m; ++i)
       for (int64_t j = 0; j < g.n; ++j) {
         double x = r[i * g.ldc + j];
-        if (e == GemmEpilogue::Bias || e == GemmEpilogue::BiasGeluTanh) x += g.bias[j];
+        if (e == GemmEpilogue::Bias || e == GemmEpilogue::BiasGeluTanh) x += g.bias[bi * g.stride_bias + j];
         if (e == GemmEpilogue::GeluTanh || e == GemmEpilogue::BiasGeluTanh) x = gelu64(x);
         c[off + i * g.ldc + j] = x;
       }
@@ -131,6 +131,7 @@ struct BatchedCase {
   float alpha, beta;
   GemmEpilogue epilogue;
   bool share_a, share_b;  // batch stride 0: one matrix for the whole batch
+  bool own_bias = false;  // a bias per matrix (GemmArgs::stride_bias)
 };
 
 void expect_batched_matches_reference(DType input_type) {
@@ -144,6 +145,9 @@ void expect_batched_matches_reference(DType input_type) {
       {Trans::N, Trans::N, 2, 4, 6, 0, 1, 1, GemmEpilogue::BiasGeluTanh, false, false},     // k = 0
       {Trans::N, Trans::T, 3, 8, 5, 6, 1, 1, GemmEpilogue::Bias, false, false},             // bias and beta
       {Trans::T, Trans::N, 1, 12, 10, 9, 1, 0.5f, GemmEpilogue::BiasGeluTanh, false, false},
+      {Trans::N, Trans::T, 4, 7, 9, 5, 1, 0, GemmEpilogue::Bias, false, false, true},  // the grouped experts' fc1
+      {Trans::N, Trans::N, 3, 6, 8, 4, 0.5f, 0, GemmEpilogue::BiasGeluTanh, false, true, true},
+      {Trans::N, Trans::N, 2, 4, 6, 0, 1, 1, GemmEpilogue::Bias, false, false, true},  // k = 0
   };
   uint64_t seed = 100;
   for (const BatchedCase& cs : cases) {
@@ -156,7 +160,8 @@ void expect_batched_matches_reference(DType input_type) {
     auto a = random_vector(std::max<int64_t>(1, (cs.share_a ? 1 : cs.batch) * (a_rows * lda + 5)), ++seed);
     auto b = random_vector(std::max<int64_t>(1, (cs.share_b ? 1 : cs.batch) * (b_rows * ldb + 3)), ++seed);
     auto c = random_vector(cs.batch * stride_c, ++seed);
-    auto bias = random_vector(cs.n, ++seed);
+    const int64_t stride_bias = cs.own_bias ? cs.n + 2 : 0;
+    auto bias = random_vector(cs.n + (cs.batch - 1) * stride_bias, ++seed);
     const bool has_bias = cs.epilogue == GemmEpilogue::Bias || cs.epilogue == GemmEpilogue::BiasGeluTanh;
     GemmArgs g;
     g.trans_a = cs.ta;
@@ -179,6 +184,7 @@ void expect_batched_matches_reference(DType input_type) {
     g.stride_a = stride_a;
     g.stride_b = stride_b;
     g.stride_c = stride_c;
+    g.stride_bias = stride_bias;
     const std::vector<float> before = c;
     const auto expected = reference_batched(g, c);
     gemm(g);

@@ -45,6 +45,13 @@ Tensor Mlp::activate(const Tensor& fc1, DType rounding) const {
   return act;
 }
 
+void Mlp::activation_backward(const Tensor& fc1, const Tensor& dact, const Tensor& dfc1) const {
+  if (config_.swiglu)
+    kernels::swiglu_backward(fc1, dact, dfc1);
+  else
+    kernels::gelu_backward(fc1, dact, dfc1);
+}
+
 Tensor Mlp::forward(const Tensor& x, bool x_rounded, const SublayerContext&, SavedTensors& record) const {
   auto& rec = static_cast<MlpRecord&>(record);
   // The activation feeds only fc2's GEMMs (and is kept in 16 bits for backward): rounded as it is made.
@@ -59,10 +66,7 @@ Tensor Mlp::backward(const Tensor& dy, const Tensor& x, bool x_rounded, const Su
   auto& rec = static_cast<MlpRecord&>(record);
   Tensor dact = fc2_.backward(dy, rec.act, rec_rounded);
   Tensor dfc1 = Tensor::empty(rec.fc1.shape());
-  if (config_.swiglu)
-    kernels::swiglu_backward(rec.fc1, dact, dfc1);
-  else
-    kernels::gelu_backward(rec.fc1, dact, dfc1);
+  activation_backward(rec.fc1, dact, dfc1);
   dact = Tensor();
   return fc1_.backward(dfc1, x, x_rounded);
 }

@@ -25,9 +25,15 @@ class Mlp final : public Sublayer {
                   bool rec_rounded) const override;
   Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const override;
 
- private:
-  // y = act(fc1) [rows, ffn / tp], rounded to `rounding` as it is written.
+  // The parts, for the grouped experts (model/grouped_mlp.h) that run several Mlps' products together.
+  const ColumnParallelLinear& fc1() const { return fc1_; }
+  const RowParallelLinear& fc2() const { return fc2_; }
+  // y = act(fc1) [rows, ffn / tp], rounded to `rounding` as it is written; and its backward, dfc1
+  // (overwritten) from dact.
   Tensor activate(const Tensor& fc1, DType rounding) const;
+  void activation_backward(const Tensor& fc1, const Tensor& dact, const Tensor& dfc1) const;
+
+ private:
 
   const ModelConfig& config_;
   int64_t ffn_local_;

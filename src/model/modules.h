@@ -71,6 +71,9 @@ class ColumnParallelLinear {
   // Accumulates weight/bias gradients; returns dx shaped like x (summed over the tensor group).
   Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded = false) const;
 
+  Parameter* weight() const { return weight_; }
+  Parameter* bias() const { return bias_; }  // null without one
+
  private:
   const parallel::TensorParallelContext& tp_;
   const ParameterSet* params_;
@@ -95,6 +98,11 @@ class RowParallelLinear {
   Tensor forward(const Tensor& x, bool x_rounded = false) const;
   // dy shaped like y -> dx [tokens, in / tp]; accumulates weight/bias gradients.
   Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded = false) const;
+
+  Parameter* weight() const { return weight_; }
+  Parameter* bias() const { return bias_; }  // null without one
+  // Whether forward's output on this rank includes the bias (reduce = false: tensor rank 0's only).
+  bool output_has_bias() const { return bias_ && (reduce_ || tp_.rank() == 0); }
 
  private:
   const parallel::TensorParallelContext& tp_;

@@ -29,6 +29,9 @@ struct MoeConfig {
   // DeepSpeed-MoE's residual MoE (--mlp-type residual): y = moe(x) c0 + mlp(x) c1 with
   // c = softmax(coefficient(x)), a learned two-way mix of the experts and a dense MLP.
   bool residual = false;
+  // --moe-grouped-gemm: each rank's local experts run as one batched product per linear layer
+  // (model/grouped_mlp.h). How the experts are multiplied, not what they are: not in the saved config.
+  bool grouped_gemm = false;
 
   bool enabled() const { return !layer_experts.empty(); }
   // Experts of 1-based layer `layer_number`, 0 for a dense one.

@@ -18,6 +18,7 @@ struct MoeRecord final : SavedTensors {
   Tensor expert_input;   // [rows of the local experts, h], expert by expert
   Tensor expert_output;  // [R, h]: each routed row's whole expert output, back on this rank
   std::vector<std::unique_ptr<SavedTensors>> experts;  // each local expert's (empty: it had no rows)
+  std::unique_ptr<SavedTensors> grouped;               // or all of theirs, under --moe-grouped-gemm
   std::unique_ptr<SavedTensors> shared, residual;
   Tensor moe_output, residual_output, coefficient_logits;  // residual MoE
 
@@ -30,6 +31,7 @@ struct MoeRecord final : SavedTensors {
     f(expert_output, true);
     for (auto& e : experts)
       if (e) e->visit(f);
+    if (grouped) grouped->visit(f);
     if (shared) shared->visit(f);
     if (residual) residual->visit(f);
     f(moe_output, true);
@@ -68,6 +70,11 @@ MoeLayer::MoeLayer(const ModelConfig& config, int64_t layer_number, const std::s
     experts_.push_back(std::make_unique<Mlp>(config, str_cat(prefix, "experts.local_experts.", global, "."), params,
                                              expert_tp_, MlpOptions{m.ffn_hidden_size, /*reduce=*/false}));
     mark_expert_parameters(params, first);
+  }
+  if (m.grouped_gemm) {
+    std::vector<const Mlp*> local_experts;
+    for (const auto& e : experts_) local_experts.push_back(e.get());
+    grouped_ = std::make_unique<GroupedMlp>(config, std::move(local_experts));
   }
   if (m.shared_expert_intermediate_size > 0)
     shared_expert_ = std::make_unique<Mlp>(config, prefix + "shared_experts.", params, tp,
@@ -111,16 +118,23 @@ Tensor MoeLayer::forward(const Tensor& x, bool x_rounded, const SublayerContext&
   kernels::gather_token_rows(x, rec.rows.token, routed);
   rec.expert_input = rec.dispatch->dispatch(routed);
   routed = Tensor();
-  Tensor expert_output = Tensor::zeros(rec.expert_input.shape());
+  const std::vector<int64_t>& local_rows = rec.dispatch->local_expert_rows();
+  Tensor expert_output;
   rec.experts.clear();
-  int64_t at = 0;
-  for (size_t j = 0; j < experts_.size(); at += rec.dispatch->local_expert_rows()[j], ++j) {
-    const int64_t n = rec.dispatch->local_expert_rows()[j];
-    rec.experts.emplace_back();
-    if (n == 0) continue;
-    rec.experts.back() = experts_[j]->make_record();
-    kernels::copy(expert_output.narrow(at, n),
-                  experts_[j]->forward(rec.expert_input.narrow(at, n), x_rounded, sc, *rec.experts.back()));
+  if (grouped_) {
+    rec.grouped = grouped_->make_record();
+    expert_output = grouped_->forward(rec.expert_input, local_rows, x_rounded, *rec.grouped);
+  } else {
+    expert_output = Tensor::zeros(rec.expert_input.shape());
+    int64_t at = 0;
+    for (size_t j = 0; j < experts_.size(); at += local_rows[j], ++j) {
+      const int64_t n = local_rows[j];
+      rec.experts.emplace_back();
+      if (n == 0) continue;
+      rec.experts.back() = experts_[j]->make_record();
+      kernels::copy(expert_output.narrow(at, n),
+                    experts_[j]->forward(rec.expert_input.narrow(at, n), x_rounded, sc, *rec.experts.back()));
+    }
   }
   rec.expert_output = rec.dispatch->combine(expert_output);
   Tensor y = Tensor::zeros({T, h});
@@ -167,15 +181,22 @@ Tensor MoeLayer::backward(const Tensor& dy_in, const Tensor& x, bool x_rounded, 
   kernels::scale_rows(drows, rec.rows.prob);
   Tensor dexpert_output = rec.dispatch->dispatch(drows);  // combine's adjoint
   drows = Tensor();
-  Tensor dexpert_input = Tensor::zeros(rec.expert_input.shape());
   const bool input_rounded = x_rounded || rec_rounded;  // the experts' rows: x's, kept as an activation
-  int64_t at = 0;
-  for (size_t j = 0; j < experts_.size(); at += rec.dispatch->local_expert_rows()[j], ++j) {
-    const int64_t n = rec.dispatch->local_expert_rows()[j];
-    if (n == 0) continue;
-    kernels::copy(dexpert_input.narrow(at, n),
-                  experts_[j]->backward(dexpert_output.narrow(at, n), rec.expert_input.narrow(at, n), input_rounded,
-                                        sc, *rec.experts[j], rec_rounded));
+  const std::vector<int64_t>& local_rows = rec.dispatch->local_expert_rows();
+  Tensor dexpert_input;
+  if (grouped_) {
+    dexpert_input = grouped_->backward(dexpert_output, rec.expert_input, local_rows, input_rounded, *rec.grouped,
+                                       rec_rounded);
+  } else {
+    dexpert_input = Tensor::zeros(rec.expert_input.shape());
+    int64_t at = 0;
+    for (size_t j = 0; j < experts_.size(); at += local_rows[j], ++j) {
+      const int64_t n = local_rows[j];
+      if (n == 0) continue;
+      kernels::copy(dexpert_input.narrow(at, n),
+                    experts_[j]->backward(dexpert_output.narrow(at, n), rec.expert_input.narrow(at, n),
+                                          input_rounded, sc, *rec.experts[j], rec_rounded));
+    }
   }
   Tensor drouted = rec.dispatch->combine(dexpert_input);  // dispatch's adjoint: the etp partials summed
   kernels::scatter_add_token_rows(drouted, rec.rows.token, Tensor(), dx);

@@ -8,12 +8,14 @@
 // Rows are routed expert-major (expert 0's first), tokens ascending within an expert.
 // Parameters (global expert index g = ep_rank * local experts + j, so a name means one tensor in any
 // layout): router.weight, experts.local_experts.<g>.linear_fc1/linear_fc2, shared_experts.*,
-// and for residual MoE residual_mlp.* and coefficient.*.
+// and for residual MoE residual_mlp.* and coefficient.*. With --moe-grouped-gemm the local experts
+// run together (model/grouped_mlp.h), on the same parameters.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "model/grouped_mlp.h"
 #include "model/mlp.h"
 #include "model/moe_router.h"
 #include "parallel/expert_dispatch.h"
@@ -45,6 +47,7 @@ class MoeLayer final : public Sublayer {
   parallel::TensorParallelContext expert_tp_;
   TopkRouter router_;
   std::vector<std::unique_ptr<Mlp>> experts_;
+  std::unique_ptr<GroupedMlp> grouped_;  // --moe-grouped-gemm: the local experts' products batched
   std::unique_ptr<Mlp> shared_expert_, residual_mlp_;
   Parameter* coefficient_weight_ = nullptr;  // residual MoE: [2, h]
   Parameter* coefficient_bias_ = nullptr;    // [2]

@@ -45,7 +45,6 @@ struct TrainArguments {
   // parallel size), tokens carried by an all-to-all or an all-gather dispatcher.
   int64_t expert_model_parallel_size = 1, expert_tensor_parallel_size = 0;
   std::string moe_token_dispatcher_type = "alltoall";
-  bool moe_grouped_gemm = false;
   // Activation recomputation, as Megatron: granularity "" (none), "full" or "selective".
   std::string recompute_granularity, recompute_method;
   bool recompute_activations = false;  // = --recompute-granularity selective

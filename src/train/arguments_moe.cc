@@ -155,7 +155,8 @@ void add_expert_parallel_flags(CLI::App& app, TrainArguments& a) {
   app.add_option("--expert-tensor-parallel-size", a.expert_tensor_parallel_size,
                  "Tensor-parallel size of the experts (default --tensor-model-parallel-size)");
   app.add_option("--moe-token-dispatcher-type", a.moe_token_dispatcher_type, "alltoall or allgather");
-  app.add_flag("--moe-grouped-gemm", a.moe_grouped_gemm, "Megatron's batched product of a rank's local experts (accepted; they run one after another)");
+  app.add_flag("--moe-grouped-gemm", a.model.moe.grouped_gemm,
+               "Run each rank's local experts as one batched product per linear layer");
 }
 
 void finalize_moe_model(TrainArguments& a) {

@@ -40,6 +40,8 @@ TEST(MoeArguments, LayerFrequencyAndPyramidGiveTheExpertsOfEachLayer) {
   EXPECT_TRUE(a.model.moe.residual);
   EXPECT_EQ(a.model.moe.router.score, kernels::RouterScoreFunction::Sigmoid);
   EXPECT_EQ(a.model.moe.ffn_hidden_size, a.model.ffn_hidden_size);  // --moe-ffn-hidden-size defaults to it
+  EXPECT_FALSE(a.model.moe.grouped_gemm);
+  EXPECT_TRUE(parse("--moe-grouped-gemm").model.moe.grouped_gemm);
   EXPECT_EQ(parse("--tensor-model-parallel-size 2 --sequence-parallel", 2).expert_tensor_parallel_size, 2);
   EXPECT_EQ(parse("--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 --global-batch-size 4", 4)
                 .expert_model_parallel_size, 2);

@@ -2,7 +2,7 @@
 // with tensor, sequence, pipeline (1F1B and interleaved) and data parallelism and the distributed
 // optimizer reproduces the single-process run of the same mixture-of-experts model: the losses of several
 // iterations (the LM loss and the logged auxiliary losses) and every gradient of the first step,
-// dropless and with a capacity.
+// dropless and with a capacity, with the local experts one by one and grouped (--moe-grouped-gemm).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -72,17 +72,17 @@ std::vector<Layout> layouts_for(int world) {
   const std::vector<Layout> all{
       {1, 1, 1, 1, 1, 2, "", ""},
       {1, 1, 2, 1, 1, 2, "", ""},
-      {1, 1, 2, 1, 1, 2, capacity, "--moe-token-dispatcher-type allgather"},
+      {1, 1, 2, 1, 1, 2, capacity, "--moe-token-dispatcher-type allgather --moe-grouped-gemm"},
       {1, 1, 1, 2, 1, 2, "--swiglu --moe-shared-expert-intermediate-size 16", ""},
       {1, 1, 2, 2, 1, 2, capacity, ""},
       {1, 1, 4, 1, 1, 2, "--moe-router-load-balancing-type seq_aux_loss", "--use-distributed-optimizer"},
       {2, 1, 2, 1, 1, 2, "", "--sequence-parallel"},
-      {2, 1, 2, 2, 1, 2, "--moe-input-jitter-eps 0.1", "--sequence-parallel --moe-token-dispatcher-type allgather"},
+      {2, 1, 2, 2, 1, 2, "--moe-input-jitter-eps 0.1", "--sequence-parallel --moe-token-dispatcher-type allgather --moe-grouped-gemm"},
       {1, 2, 2, 1, 1, 4, padded, ""},
-      {1, 2, 2, 2, 2, 4, "", "--use-distributed-optimizer"},
+      {1, 2, 2, 2, 2, 4, "--swiglu", "--use-distributed-optimizer --moe-grouped-gemm"},
       {2, 2, 2, 1, 1, 4, "--mlp-type residual", "--sequence-parallel --use-distributed-optimizer"},
       {2, 2, 4, 1, 2, 4, "", "--sequence-parallel"},
-      {1, 2, 4, 2, 1, 4, padded, "--moe-token-dispatcher-type allgather"},
+      {1, 2, 4, 1, 1, 4, padded, "--moe-token-dispatcher-type allgather --moe-grouped-gemm"},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)

@@ -159,9 +159,6 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                                                         " data-parallel ranks)") : std::string()));
   if (args_.loss_scaler) loss_scaler_.emplace(*args_.loss_scaler);
   if (args_.bf16 || args_.fp16) say(mixed_precision_summary(args_));
-  if (args_.moe_grouped_gemm)
-    say(" WARNING: --moe-grouped-gemm: the local experts run as one GEMM each, one after another (a batched "
-        "product is not implemented); the results are the same");
 
   if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
     bool load_optim = !args_.no_load_optim && !args_.finetune;

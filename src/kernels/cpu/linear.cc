@@ -39,6 +39,10 @@ void bias_grad(const float* dy, float* db, int64_t rows, int64_t out, DType type
 }
 }  // namespace
 
+void linear_bias_grad(const float* dy, float* db, int64_t rows, int64_t out) {
+  bias_grad(dy, db, rows, out, DType::F32, nullptr);
+}
+
 void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
                      int64_t rows, int64_t in, int64_t out, bool accumulate_dx,
                      DType input_type, bool x_rounded, bool w_rounded, bool dy_rounded) {
