@@ -19,6 +19,7 @@
 #include "plan/run_layout.h"
 #include "plan/chinchilla.h"
 #include "plan/planner.h"
+#include "plan/token_slicing.h"
 #include "plan/trace.h"
 #include "train/arguments.h"
 
@@ -36,6 +37,7 @@ struct PlanFlags {
   int top = 5;
   double compute_budget = 0, device_hours = 0;
   bool use_flash_attn = false;  // GPU plans: attention without materialised scores (always so on cpu)
+  std::string token_slices;     // --pipeline-token-slices: TeraPipe's token-level pipeline, priced
 };
 
 void add_plan_flags(CLI::App& app, PlanFlags& f) {
@@ -56,6 +58,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--compute-budget", f.compute_budget, "Compute budget in FLOPs: recommend a Chinchilla-optimal model");
   app.add_option("--device-hours", f.device_hours, "Compute budget in device-hours on the cluster");
   app.add_flag("--use-flash-attn", f.use_flash_attn, "Attention without materialised scores (always so on cpu)");
+  app.add_option("--pipeline-token-slices", f.token_slices,
+                 "Price TeraPipe's token-level pipeline: auto (its dynamic program), N equal slices, or lengths a,b,c");
 }
 
 // Splits the command line into the planner's flags and the rest (for `tessera train`'s parser). A value
@@ -285,6 +289,42 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
   }
 }
 
+// TeraPipe's token-level pipeline for the plan's layout, against the same pipeline unsliced (GPipe over
+// the replica's micro-batches); the time model prices every slice (plan/token_slicing.h).
+struct TokenSlicing {
+  std::vector<int64_t> slices;
+  double sliced = 0, unsliced = 0;  // pipeline latency, seconds
+};
+
+TokenSlicing price_token_slicing(const plan::Plan& p, const std::string& flag) {
+  const plan::SliceCost t = plan::stage_slice_cost(p.config, p.layout, p.cluster.device);
+  const int64_t m = p.layout.micro_batches();
+  TokenSlicing out;
+  out.slices = plan::parse_token_slices(flag, p.config.seq_length, t, m, p.layout.pp);
+  out.sliced = plan::token_pipeline_latency(out.slices, t, m, p.layout.pp);
+  out.unsliced = plan::token_pipeline_latency({p.config.seq_length}, t, m, p.layout.pp);
+  return out;
+}
+
+nlohmann::json token_slicing_json(const TokenSlicing& s) {
+  return {{"slices", s.slices}, {"pipeline_seconds", s.sliced}, {"unsliced_pipeline_seconds", s.unsliced},
+          {"speedup", s.unsliced / s.sliced}};
+}
+
+void print_token_slicing(const TokenSlicing& s, const plan::Plan& p, const std::string& flag) {
+  std::string lengths;
+  for (int64_t l : s.slices) {
+    if (!lengths.empty()) lengths += ',';
+    lengths += std::to_string(l);
+  }
+  std::printf("token-level pipeline (TeraPipe, --pipeline-token-slices %s): %zu slices [%s]\n", flag.c_str(),
+              s.slices.size(), lengths.c_str());
+  std::printf("  pipeline latency %.4g s against %.4g s unsliced (GPipe over %lld micro-batches on %d stages): "
+              "%.2fx faster\n",
+              s.sliced, s.unsliced, static_cast<long long>(p.layout.micro_batches()), p.layout.pp,
+              s.unsliced / s.sliced);
+}
+
 int run_calibration(const model::ModelConfig& c, const plan::Layout& l, const PlanFlags& f) {
   comm::MpiRuntime mpi;
   std::unique_ptr<comm::ProcessGroup> world = comm::make_mpi_world_group();
@@ -393,6 +433,8 @@ int plan_command(const std::vector<std::string>& args) {
                 model_parallel);
   // The search and the sizing choose the layout themselves: the parser checks the model alone (dp = 1).
   const bool choose_layout = f.search || f.compute_budget > 0 || f.device_hours > 0;
+  TESSERA_CHECK(f.token_slices.empty() || !choose_layout, "--pipeline-token-slices=", f.token_slices,
+                ": prices the token-level pipeline of one layout; it cannot be combined with --search or sizing");
   plan::ExpertSearch experts;
   if (choose_layout) {
     experts.ep = take_int_flag(forwarded, "--expert-model-parallel-size");
@@ -426,8 +468,15 @@ int plan_command(const std::vector<std::string>& args) {
     return r.ranked.empty() ? 1 : 0;
   }
   const plan::Plan p = plan::make_plan(config, layout, cluster, options);
-  if (f.json) std::cout << plan_json(p, f.flops_formula).dump(2) << std::endl;
-  else print_plan(p);
+  const bool sliced = !f.token_slices.empty();
+  if (f.json) {
+    nlohmann::json j = plan_json(p, f.flops_formula);
+    if (sliced) j["token_slicing"] = token_slicing_json(price_token_slicing(p, f.token_slices));
+    std::cout << j.dump(2) << std::endl;
+  } else {
+    print_plan(p);
+    if (sliced) print_token_slicing(price_token_slicing(p, f.token_slices), p, f.token_slices);
+  }
   if (!f.trace.empty()) {
     plan::write_chrome_trace(p, f.trace);
     if (!f.json) std::printf("wrote the simulated iteration to %s (open in https://ui.perfetto.dev)\n", f.trace.c_str());

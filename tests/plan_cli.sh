@@ -133,4 +133,23 @@ echo '{"device": {"base": "cpu", "memory_bandwidth": "fast"}}' > "$work/bad.json
 expect_error "$small --cluster $work/bad.json" "\"memory_bandwidth\": expected a number"
 expect_error "$small --no-such-flag 1" "--no-such-flag"
 
+# TeraPipe's token-level pipeline priced on its GPT-3 175B layout (384 V100s: batch 2, tp 8, pp 48).
+gpt3="--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048
+      --tokenizer-type NullTokenizer --vocab-size 50257 --micro-batch-size 1 --global-batch-size 2 --fp16
+      --device V100-32GB --num-devices 384 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 48"
+out=$("$tessera" plan $gpt3 --pipeline-token-slices auto 2>&1)
+check "the token-sliced plan runs: $out" $?
+speedup=$(grep -oE "unsliced \(GPipe over 2 micro-batches on 48 stages\): [0-9.]+x" <<<"$out" | grep -oE "[0-9.]+x$" | tr -d x)
+awk -v x="$speedup" 'BEGIN { exit !(x > 1) }'
+check "token slicing shortens the 48-stage pipeline of 2 micro-batches (${speedup}x): $out" $?
+"$tessera" plan $gpt3 --pipeline-token-slices 1024,1024 --json >"$work/sliced.json" 2>&1
+python3 - "$work/sliced.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))["token_slicing"]
+sys.exit(0 if s["slices"] == [1024, 1024] and s["pipeline_seconds"] < s["unsliced_pipeline_seconds"] else 1)
+EOF
+check "--json has the slicing and both latencies: $(head -c 300 "$work/sliced.json")" $?
+expect_error "$gpt3 --pipeline-token-slices 1000,1000" "the slice lengths sum to 2000, not --seq-length=2048"
+expect_error "$gpt3 --pipeline-token-slices auto --search" "cannot be combined with --search"
+
 finish plan_cli

@@ -100,6 +100,27 @@ double gemm_seconds(const DeviceSpec& d, double m, double n, double k, double el
   return std::max(flops / rate, bytes / d.memory_bandwidth);
 }
 
+AttentionTimes core_attention_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, double queries,
+                                    double keys) {
+  const double b = l.micro_batch_size, e = l.activation_bytes(), head_dim = c.kv_channels;
+  const double heads = static_cast<double>(c.num_attention_heads) / l.tp;
+  AttentionTimes out;
+  if (l.flash_attention) {
+    const double flops = 4 * b * heads * queries * keys * head_dim;
+    const double rate = d.attention_flops_per_second > 0 ? d.attention_flops_per_second : d.peak_flops * d.gemm_efficiency;
+    out.forward = flops / rate;
+    out.backward = 2.5 * out.forward;  // flash backward recomputes the scores: 5 GEMMs to forward's 2
+  } else {
+    const double score_gemms = gemm_seconds(d, queries, keys, head_dim, e, b * heads) +
+                               gemm_seconds(d, queries, head_dim, keys, e, b * heads);
+    const double scores = b * heads * queries * keys, dropout = c.attention_dropout > 0 ? 1 : 0;
+    // Fused scale-mask-softmax (read, write) then dropout (read, write, mask); backward one more read.
+    out.forward = score_gemms + scores * (2 * e + dropout * (2 * e + 1)) / d.memory_bandwidth;
+    out.backward = 2 * score_gemms + scores * (3 * e + dropout * (2 * e + 1)) / d.memory_bandwidth;
+  }
+  return out;
+}
+
 LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t layer) {
   const double s = c.seq_length, b = l.micro_batch_size, tokens = s * b, h = c.hidden_size, t = l.tp;
   const double e = l.activation_bytes(), head_dim = c.kv_channels;
@@ -123,19 +144,8 @@ LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const Devic
   }
 
   // Core attention: QK^T and .V over the full s x s (as Megatron's FLOPs formula counts them).
-  double attention_forward, attention_backward;
-  if (l.flash_attention) {
-    const double flops = 4 * b * heads * s * s * head_dim;
-    const double rate = d.attention_flops_per_second > 0 ? d.attention_flops_per_second : d.peak_flops * d.gemm_efficiency;
-    attention_forward = flops / rate;
-    attention_backward = 2.5 * attention_forward;  // flash backward recomputes the scores: 5 GEMMs to forward's 2
-  } else {
-    const double score_gemms = gemm_seconds(d, s, s, head_dim, e, b * heads) + gemm_seconds(d, s, head_dim, s, e, b * heads);
-    const double scores = b * heads * s * s, dropout = c.attention_dropout > 0 ? 1 : 0;
-    // Fused scale-mask-softmax (read, write) then dropout (read, write, mask); backward one more read.
-    attention_forward = score_gemms + scores * (2 * e + dropout * (2 * e + 1)) / d.memory_bandwidth;
-    attention_backward = 2 * score_gemms + scores * (3 * e + dropout * (2 * e + 1)) / d.memory_bandwidth;
-  }
+  const AttentionTimes attention = core_attention_times(c, l, d, s, s);
+  const double attention_forward = attention.forward, attention_backward = attention.backward;
   const double elementwise = layer_elementwise_forward_bytes(c, l, layer) / d.memory_bandwidth;
 
   LayerTimes out;

@@ -18,6 +18,15 @@ namespace tessera::plan {
 // times (a batched GEMM). Uses a calibrated rate when the device has one for this shape.
 double gemm_seconds(const DeviceSpec& d, double m, double n, double k, double element_bytes, double count = 1);
 
+// Core attention (QK^T, softmax, dropout, .V) of one micro-batch on one rank: `queries` rows against
+// `keys` keys per head, every score counted (as Megatron's FLOPs formula counts the causal s x s); the
+// flash kernel's FLOPs at its rate, else the score GEMMs plus the scores' memory traffic.
+struct AttentionTimes {
+  double forward = 0, backward = 0;
+};
+AttentionTimes core_attention_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, double queries,
+                                    double keys);
+
 // Transformer layer `layer` (1-based), one micro-batch, one rank. Backward includes the recomputation
 // that the layout asks for (the whole forward for full, the core attention for selective).
 // An MoE layer's feed-forward is its router (an fp32 GEMM over the rank's T = s*b/tp tokens), its local

@@ -1,0 +1,144 @@
+#include "plan/token_slicing.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+
+#include "core/check.h"
+#include "plan/time_model.h"
+
+namespace tessera::plan {
+
+double token_pipeline_latency(const std::vector<int64_t>& slices, const SliceCost& t, int64_t micro_batches,
+                              int stages) {
+  double sum = 0, worst = 0;
+  int64_t context = 0;
+  for (int64_t l : slices) {
+    const double ti = t(l, context);
+    sum += ti;
+    worst = std::max(worst, ti);
+    context += l;
+  }
+  return static_cast<double>(micro_batches) * sum + (stages - 1) * worst;
+}
+
+std::vector<int64_t> best_token_slicing(int64_t length, int64_t unit, const SliceCost& t, int64_t micro_batches,
+                                        int stages) {
+  TESSERA_CHECK(unit > 0 && length > 0 && length % unit == 0, "token slicing: a sequence of ", length,
+                " tokens is not a positive multiple of the unit ", unit);
+  const int64_t n = length / unit;
+  // cost[k][c]: a slice of k units after c units; the candidate bounds are all of them.
+  std::vector<std::vector<double>> cost(n + 1);
+  std::vector<double> bounds;
+  for (int64_t k = 1; k <= n; ++k) {
+    cost[k].resize(n - k + 1);
+    for (int64_t c = 0; c + k <= n; ++c) bounds.push_back(cost[k][c] = t(k * unit, c * unit));
+  }
+  std::sort(bounds.begin(), bounds.end());
+  const double inf = std::numeric_limits<double>::infinity();
+  double best = inf;
+  std::vector<int64_t> best_slices;
+  std::vector<double> sum(n + 1), used(n + 1);
+  std::vector<int64_t> last(n + 1);
+  double previous = -inf;
+  for (double t_max : bounds) {
+    if ((stages - 1) * t_max > best) break;  // every later candidate costs at least this much
+    if (t_max - previous <= 1e-12 * std::abs(t_max)) continue;  // the same bound again
+    previous = t_max;
+    sum[0] = 0;
+    used[0] = 0;
+    for (int64_t end = 1; end <= n; ++end) {
+      sum[end] = inf;
+      for (int64_t k = 1; k <= end; ++k) {
+        const double tk = cost[k][end - k];
+        if (tk > t_max || sum[end - k] == inf) continue;
+        if (sum[end - k] + tk < sum[end]) {
+          sum[end] = sum[end - k] + tk;
+          used[end] = std::max(used[end - k], tk);
+          last[end] = k;
+        }
+      }
+    }
+    if (sum[n] == inf) continue;
+    const double latency = static_cast<double>(micro_batches) * sum[n] + (stages - 1) * used[n];
+    if (latency < best) {
+      best = latency;
+      best_slices.clear();
+      for (int64_t end = n; end > 0; end -= last[end]) best_slices.push_back(last[end] * unit);
+      std::reverse(best_slices.begin(), best_slices.end());
+    }
+  }
+  return best_slices;
+}
+
+SliceCost stage_slice_cost(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+  const double layers_per_stage = static_cast<double>(c.num_layers) / l.pp;
+  // The stage's time at context 0 is the time model's for a shorter sequence; a slice's context adds
+  // only attention (its queries against the cached keys). Memoised per length: the dynamic program asks
+  // for every (length, context).
+  auto unsliced = std::make_shared<std::vector<double>>();
+  auto transfer = std::make_shared<std::vector<double>>();
+  return [=](int64_t length, int64_t context) {
+    if (static_cast<int64_t>(unsliced->size()) <= length) {
+      unsliced->resize(length + 1, -1.0);
+      transfer->resize(length + 1, 0.0);
+    }
+    double& base = (*unsliced)[length];
+    if (base < 0) {
+      model::ModelConfig sliced = c;
+      sliced.seq_length = length;
+      const PipelineCosts costs = pipeline_costs(sliced, l, d);
+      base = 0;
+      for (size_t stage = 0; stage < costs.forward_compute.size(); ++stage) {
+        double stage_seconds = 0;
+        for (size_t chunk = 0; chunk < costs.forward_compute[stage].size(); ++chunk)
+          stage_seconds += costs.forward_compute[stage][chunk] + costs.forward_comm[stage][chunk] +
+                           costs.backward_compute[stage][chunk] + costs.backward_comm[stage][chunk];
+        base = std::max(base, stage_seconds);
+      }
+      (*transfer)[length] = 2 * costs.p2p_transfer;
+    }
+    double seconds = base + (*transfer)[length];
+    if (context > 0) {
+      const AttentionTimes a = core_attention_times(c, l, d, static_cast<double>(length), static_cast<double>(context));
+      seconds += layers_per_stage * (a.forward + a.backward);
+    }
+    return seconds;
+  };
+}
+
+std::vector<int64_t> parse_token_slices(const std::string& value, int64_t seq_length, const SliceCost& t,
+                                        int64_t micro_batches, int stages) {
+  constexpr int64_t kUnit = 8;  // TeraPipe's STEP_GAP
+  if (value == "auto") {
+    TESSERA_CHECK(seq_length % kUnit == 0, "--pipeline-token-slices=auto: --seq-length=", seq_length,
+                  " must be a multiple of ", kUnit, " (the slicing's unit)");
+    return best_token_slicing(seq_length, kUnit, t, micro_batches, stages);
+  }
+  std::vector<int64_t> slices;
+  size_t at = 0;
+  while (at <= value.size()) {
+    const size_t comma = std::min(value.find(',', at), value.size());
+    const std::string item = value.substr(at, comma - at);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    TESSERA_CHECK(!item.empty() && *end == '\0' && v > 0, "--pipeline-token-slices=", value,
+                  ": must be auto, a number of slices, or slice lengths separated by commas (positive integers)");
+    slices.push_back(v);
+    at = comma + 1;
+  }
+  if (slices.size() == 1) {  // a count of equal slices
+    const int64_t count = slices[0];
+    TESSERA_CHECK(seq_length % count == 0, "--pipeline-token-slices=", value, ": ", count,
+                  " equal slices must divide --seq-length=", seq_length);
+    return std::vector<int64_t>(static_cast<size_t>(count), seq_length / count);
+  }
+  int64_t total = 0;
+  for (int64_t l : slices) total += l;
+  TESSERA_CHECK(total == seq_length, "--pipeline-token-slices=", value, ": the slice lengths sum to ", total,
+                ", not --seq-length=", seq_length);
+  return slices;
+}
+
+}  // namespace tessera::plan
