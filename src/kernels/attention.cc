@@ -11,9 +11,9 @@ AttentionShape checked_shape(const char* kernel, const AttentionShape& shape, co
                              std::initializer_list<const Tensor*> queries, std::initializer_list<const Tensor*> kv,
                              const Tensor& lse) {
   TESSERA_CHECK(shape.doc_start == nullptr && shape.key_valid == nullptr, kernel, ": pass the mask as a tensor");
-  const int64_t tokens = shape.seq * shape.batch;
+  const int64_t tokens = shape.seq * shape.batch, kv_tokens = (shape.kv_seq > 0 ? shape.kv_seq : shape.seq) * shape.batch;
   for (const Tensor* t : queries) check_numel(kernel, "a query-shaped operand", *t, tokens * shape.heads * shape.head_dim);
-  for (const Tensor* t : kv) check_numel(kernel, "a key/value operand", *t, tokens * shape.kv_heads * shape.head_dim);
+  for (const Tensor* t : kv) check_numel(kernel, "a key/value operand", *t, kv_tokens * shape.kv_heads * shape.head_dim);
   check_numel(kernel, "lse", lse, shape.batch * shape.heads * shape.seq);
   AttentionShape s = shape;
   if (mask.defined()) {

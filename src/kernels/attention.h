@@ -15,6 +15,11 @@ namespace tessera::kernels {
 struct AttentionShape {
   int64_t seq = 0, batch = 0;      // activations are [seq, batch, heads, head_dim] (Megatron's [s, b, h])
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  // Causal only: the keys and values, when more than the queries (0: seq). The queries are then the last
+  // seq of the kv_seq positions (query r at position kv_seq - seq + r, attending to keys [0, that]): a
+  // slice of a sequence against its cached prefix (TeraPipe), or a context-parallel chunk against the
+  // keys before it. lse stays [batch, heads, seq]; k, v, dk, dv are [kv_seq, batch, kv_heads, d].
+  int64_t kv_seq = 0;
   // Document-causal mask, as Megatron's --reset-attention-mask builds it: a token attends only to the
   // earlier tokens of its own document. Sample-major, unlike q/k/v. Entries must satisfy
   // 0 <= doc_start[b * seq + i] <= i and be non-decreasing in i within a sample (checked); nullptr is
@@ -33,11 +38,14 @@ struct AttentionShape {
 
 // Attention-probability dropout, keyed by global coordinates so it is layout-independent:
 // probability (sample_offset + b, head_offset + h, i, j) uses Philox element
-// ((sample_offset + b) * total_heads + head_offset + h) * seq * seq + i * seq + j of stream `stream`.
+// ((sample_offset + b) * total_heads + head_offset + h) * S * S + i * S + j of stream `stream`, with i and j
+// the query's and key's positions among the keys (see AttentionShape::kv_seq) and S = `seq`, the whole
+// sequence's length (0: the keys', kv_seq), so that a slice of a sequence draws the whole sequence's mask.
 struct AttentionDropout {
   float p = 0.0f;
   uint64_t seed = 0, stream = 0;
   int64_t sample_offset = 0, head_offset = 0, total_heads = 0;
+  int64_t seq = 0;
 };
 
 // q [seq, batch, heads, d], k and v [seq, batch, kv_heads, d] (any shapes of those sizes) -> out

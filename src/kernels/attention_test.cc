@@ -617,6 +617,65 @@ TEST(Attention, RejectsBadMaskCombinations) {
                Error);
 }
 
+// A sequence cut into slices, each slice's queries against its keys so far (AttentionShape::kv_seq, as
+// TeraPipe and context parallelism run attention), gives the whole sequence's outputs, log-sum-exps and
+// query gradients row for row, and its key and value gradients summed over the slices; with dropout
+// keyed by the whole sequence (AttentionDropout::seq), so the masks are the whole sequence's too.
+TEST(Attention, SlicesAgainstTheirPrefixGiveTheWholeSequence) {
+  const AttentionShape whole{.seq = 150, .batch = 2, .heads = 4, .kv_heads = 2, .head_dim = 16};
+  const std::vector<std::vector<int64_t>> slicings = {{150}, {37, 64, 49}, {1, 100, 49}, {64, 64, 22}, {70, 80}};
+  for (float p : {0.0f, 0.2f}) {
+    Problem full(whole, p, 21);
+    full.run();
+    const int64_t q_row = whole.batch * whole.heads * whole.head_dim, kv_row = whole.batch * whole.kv_heads * whole.head_dim;
+    for (const std::vector<int64_t>& slices : slicings) {
+      SCOPED_TRACE(::testing::Message() << "p " << p << ", " << slices.size() << " slices, the first " << slices[0]);
+      std::vector<float> dk(full.dk.size(), 0.0f), dv(full.dv.size(), 0.0f);
+      int64_t c = 0;
+      for (int64_t l : slices) {
+        AttentionShape s = whole;
+        s.seq = l;
+        s.kv_seq = c + l;
+        AttentionDropout drop = full.drop;
+        drop.seq = whole.seq;
+        const float* q = full.q.data() + c * q_row;
+        const float* dout = full.dout.data() + c * q_row;
+        std::vector<float> out(l * q_row, NAN), lse(whole.batch * whole.heads * l, NAN), dq(l * q_row, NAN);
+        std::vector<float> dk_s((c + l) * kv_row, NAN), dv_s((c + l) * kv_row, NAN);
+        attention_forward(q, full.k.data(), full.v.data(), out.data(), lse.data(), s, full.scale, drop);
+        attention_backward(q, full.k.data(), full.v.data(), out.data(), lse.data(), dout, dq.data(), dk_s.data(),
+                           dv_s.data(), s, full.scale, drop);
+        const std::vector<float> out_rows(full.out.begin() + c * q_row, full.out.begin() + (c + l) * q_row);
+        const std::vector<float> dq_rows(full.dq.begin() + c * q_row, full.dq.begin() + (c + l) * q_row);
+        EXPECT_LE(max_scaled_error(out, out_rows, 1e-5, 1e-5), 1.0) << "slice at " << c;
+        EXPECT_LE(max_scaled_error(dq, dq_rows, 1e-5, 1e-5), 1.0) << "slice at " << c;
+        for (int64_t bh = 0; bh < whole.batch * whole.heads; ++bh)
+          for (int64_t r = 0; r < l; ++r)
+            EXPECT_NEAR(lse[bh * l + r], full.lse[bh * whole.seq + c + r], 1e-5) << "slice at " << c << " row " << r;
+        for (size_t i = 0; i < dk_s.size(); ++i) dk[i] += dk_s[i], dv[i] += dv_s[i];
+        c += l;
+      }
+      EXPECT_LE(max_scaled_error(dk, full.dk, 1e-5, 1e-4), 1.0);
+      EXPECT_LE(max_scaled_error(dv, full.dv, 1e-5, 1e-4), 1.0);
+    }
+  }
+}
+
+TEST(Attention, RejectsBadKeyLengths) {
+  AttentionShape s{.seq = 8, .batch = 1, .heads = 2, .kv_heads = 2, .head_dim = 8, .kv_seq = 6};
+  std::vector<float> buf(16 * 2 * 8), lse(16);
+  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), lse.data(), s, 1.0f, {}), Error);
+  s.kv_seq = 12;
+  s.causal = false;  // more keys than queries needs causal attention
+  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), lse.data(), s, 1.0f, {}), Error);
+  s.causal = true;
+  AttentionDropout drop;
+  drop.p = 0.1f;
+  drop.total_heads = 2;
+  drop.seq = 10;  // the masks' sequence is shorter than the keys
+  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), buf.data(), lse.data(), s, 1.0f, drop), Error);
+}
+
 TEST(Attention, RejectsBadShapes) {
   AttentionShape s{.seq = 4, .batch = 1, .heads = 3, .kv_heads = 2, .head_dim = 8};
   std::vector<float> buf(4 * 3 * 8), lse(12);

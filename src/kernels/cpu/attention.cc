@@ -21,6 +21,11 @@
 //
 // Bidirectional attention (BERT) runs every query tile against every key tile up to the sample's last
 // valid key; in a tile holding padding the padded keys' scores are -inf for every row.
+//
+// With more keys than queries (AttentionShape::kv_seq) the queries are the last rows of the keys' span:
+// query r is at position offset + r (offset = kv_seq - seq), and causal masking is by that position. The
+// query tiles are then not aligned with the key tiles: every key tile past a tile's first query position
+// is masked per row, and a row that sees none of a tile's keys is handled as a document mask's is.
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/tile_gemm.h"
 
@@ -75,6 +80,8 @@ void dropout_factors(const PhiloxStream& rng, uint64_t start, int64_t n, float p
 // Geometry shared by forward and backward.
 struct Plan {
   int64_t seq, batch, heads, kv_heads, d, group;
+  int64_t kv_seq, offset;  // keys, and the position of query 0 among them (kv_seq - seq)
+  int64_t mask_seq;        // the sequence length dropout is keyed by (AttentionDropout::seq)
   int64_t q_stride, kv_stride;  // floats between consecutive positions of one (batch, head)
   int64_t tiles;
   bool dropout;
@@ -90,6 +97,14 @@ struct Plan {
   Plan(const AttentionShape& s, const AttentionDropout& drop)
       : seq(s.seq), batch(s.batch), heads(s.heads), kv_heads(s.kv_heads), d(s.head_dim) {
     TESSERA_CHECK(seq >= 0 && batch >= 0, "attention: negative seq ", seq, " or batch ", batch);
+    kv_seq = s.kv_seq > 0 ? s.kv_seq : seq;
+    offset = kv_seq - seq;
+    mask_seq = drop.seq > 0 ? drop.seq : kv_seq;
+    TESSERA_CHECK(offset >= 0, "attention: kv_seq ", kv_seq, " is shorter than the ", seq, " queries");
+    TESSERA_CHECK(offset == 0 || (s.causal && s.doc_start == nullptr), "attention: kv_seq ", kv_seq, " != seq ", seq,
+                  " needs causal attention without a document mask");
+    TESSERA_CHECK(mask_seq >= kv_seq, "attention: dropout keyed by a sequence of ", mask_seq, " shorter than the ",
+                  kv_seq, " keys");
     TESSERA_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, "attention: heads ", heads,
                   " must be a positive multiple of kv_heads ", kv_heads);
     TESSERA_CHECK(d > 0, "attention: head_dim must be positive, got ", d);
@@ -168,6 +183,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
       const int64_t tile = plan.tiles - 1 - item % plan.tiles, bh = item / plan.tiles;
       const int64_t b = bh / plan.heads, h = bh % plan.heads, kvh = h / plan.group;
       const int64_t i0 = tile * kTile, rows = std::min(kTile, plan.seq - i0);
+      const int64_t g0 = plan.offset + i0;  // the first row's position among the keys
       const float* kh = k + (b * plan.kv_heads + kvh) * d;  // position j of this kv head at kh + j * kv_stride
       const float* vh = v + (b * plan.kv_heads + kvh) * d;
 
@@ -178,23 +194,27 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
       std::fill(acc.begin(), acc.end(), 0.0f);
 
       // Key tiles from the one holding the first row's doc_start (the smallest in the tile, 0 without a
-      // document mask) up to the diagonal. Tiles are aligned (j0, i0 multiples of kTile), so the last one
-      // is the diagonal tile j0 == i0. Without a document mask every query row sees at least its first
-      // key in every tile; with one, a row whose document starts past this tile sees none of it.
+      // document mask) up to the one holding the last row's position. With as many keys as queries the
+      // tiles are aligned (j0, i0 multiples of kTile), so the last one is the diagonal tile j0 == i0.
+      // Without a document mask every query row sees at least its first key in every tile up to its
+      // first row's position; with one, a row whose document starts past this tile sees none of it, as
+      // does a row before a tile that starts past the first row's position (more keys than queries).
       // Bidirectional: every key tile up to the one holding the sample's last valid key.
       const int64_t doc_first = plan.doc_start(b, i0), doc_last = plan.doc_start(b, i0 + rows - 1);
       const int64_t j_first = plan.causal ? doc_first / kTile * kTile : 0;
-      const int64_t j_last = plan.causal ? i0 : (plan.key_end[b] - 1) / kTile * kTile;
+      const int64_t j_last = plan.causal ? (g0 + rows - 1) / kTile * kTile : (plan.key_end[b] - 1) / kTile * kTile;
       for (int64_t j0 = j_first; j0 <= j_last; j0 += kTile) {
-        const int64_t cols = std::min(kTile, plan.seq - j0);
+        const int64_t cols = std::min(kTile, plan.kv_seq - j0);
         float* s = st.data();
         // st = scale * K_tile Q^T: [cols, kTile]
         tile::gemm(s, kTile, {kh + j0 * plan.kv_stride, plan.kv_stride, 1}, qt.data(), kTile, cols, d, kTile, false);
-        if (plan.causal && j0 == i0)
-          for (int64_t j = 0; j < cols; ++j)  // causal: rows r < j
-            std::fill(s + j * kTile, s + j * kTile + j, -std::numeric_limits<float>::infinity());
-        // Some row's document starts inside or past this tile, or some key of it is padding.
-        const bool straddles = plan.causal ? doc_last > j0 : plan.padded_tile(b, j0);
+        if (plan.causal && j0 + cols - 1 > g0)
+          for (int64_t j = 0; j < cols; ++j)  // causal: rows r with g0 + r < j0 + j
+            std::fill(s + j * kTile, s + j * kTile + std::clamp<int64_t>(j0 + j - g0, 0, kTile),
+                      -std::numeric_limits<float>::infinity());
+        // Some row's document starts inside or past this tile, some row comes before all its keys, or
+        // some key of it is padding.
+        const bool straddles = plan.causal ? doc_last > j0 || j0 > g0 : plan.padded_tile(b, j0);
         if (straddles && plan.causal)
           for (int64_t r = 0; r < rows; ++r) {  // document: keys j < doc_start of row r
             const int64_t masked = std::min(cols, plan.doc_start(b, i0 + r) - j0);
@@ -233,9 +253,9 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
           // The weights of masked keys (before doc_start, past the diagonal) are exactly 0 here, so the
           // product below may run over the whole tile.
           if (plan.dropout) {  // ... while the output sums the dropped ones
-            const int64_t visible = plan.causal && j0 == i0 ? r + 1 : cols;
-            dropout_factors(rng, math::attention_dropout_row(dropout, plan.seq, b, h, i0 + r) + j0, visible, plan.p,
-                            plan.keep_scale, factor.data());
+            const int64_t visible = plan.causal ? std::clamp<int64_t>(g0 + r + 1 - j0, 0, cols) : cols;
+            dropout_factors(rng, math::attention_dropout_row(dropout, plan.mask_seq, b, h, g0 + r) + j0, visible,
+                            plan.p, plan.keep_scale, factor.data());
             for (int64_t j = 0; j < cols; ++j) s[j * kTile + r] *= factor[j];
           }
           float* a = acc.data() + r * d;
@@ -299,8 +319,8 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
         }
       }
 
-      for (int64_t j0 = 0; j0 < plan.seq; j0 += kTile) {
-        const int64_t cols = std::min(kTile, plan.seq - j0);
+      for (int64_t j0 = 0; j0 < plan.kv_seq; j0 += kTile) {
+        const int64_t cols = std::min(kTile, plan.kv_seq - j0);
         // Transposed key (pre-scaled) and value tiles, built once and reused by every query tile and head.
         transpose_tile(kh + j0 * plan.kv_stride, plan.kv_stride, cols, d, softmax_scale, kt.data());
         transpose_tile(vh + j0 * plan.kv_stride, plan.kv_stride, cols, d, 1.0f, vt.data());
@@ -317,10 +337,11 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
           const float* lse_h = lse + (b * plan.heads + h) * plan.seq;
           const float* D_h = D.data() + g * plan.seq;
 
-          // Query tiles on or below the diagonal, up to the first whose documents all start past this key
-          // tile (doc_start is non-decreasing, so all later ones do too).
+          // Query tiles from the one holding position j0 (on or below the diagonal), up to the first whose
+          // documents all start past this key tile (doc_start is non-decreasing, so all later ones do too).
           // Bidirectional: every query tile.
-          for (int64_t i0 = plan.causal ? j0 : 0; i0 < plan.seq && plan.doc_start(b, i0) < j0 + cols; i0 += kTile) {
+          const int64_t i_first = plan.causal ? std::max<int64_t>(0, j0 - plan.offset) / kTile * kTile : 0;
+          for (int64_t i0 = i_first; i0 < plan.seq && plan.doc_start(b, i0) < j0 + cols; i0 += kTile) {
             const int64_t rows = std::min(kTile, plan.seq - i0);
             // Rows [0, live) see some key of this tile; the rest (a suffix) see none and are skipped.
             int64_t live = rows;
@@ -335,20 +356,25 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
             tile::gemm(pz.data(), kTile, {q_tile, plan.q_stride, 1}, kt.data(), kTile, live, d, kTile, false);
             tile::gemm(dp.data(), kTile, {go_tile, plan.q_stride, 1}, vt.data(), kTile, live, d, kTile, false);
             for (int64_t r = 0; r < live; ++r) {
-              const int64_t i = i0 + r;
-              // Causal: keys j <= i, >= 1 since i >= j0.
-              const int64_t valid = plan.causal ? std::min(cols, i + 1 - j0) : cols;
-              // Keys j < first precede the document of row i; first < cols since r < live, and first <= i - j0.
-              const int64_t first = std::max<int64_t>(0, plan.doc_start(b, i) - j0);
+              const int64_t i = i0 + r, g = plan.offset + i;  // g: the row's position among the keys
+              // Causal: keys j <= g. With more keys than queries a row before this tile sees none of it.
+              const int64_t valid = plan.causal ? std::min(cols, g + 1 - j0) : cols;
               float* pz_r = pz.data() + r * kTile;
               float* ds_r = ds.data() + r * kTile;
               const float* dp_r = dp.data() + r * kTile;
+              if (valid <= 0) {
+                std::fill(pz_r, pz_r + kTile, 0.0f);
+                std::fill(ds_r, ds_r + kTile, 0.0f);
+                continue;
+              }
+              // Keys j < first precede the document of row i; first < cols since r < live, and first <= i - j0.
+              const int64_t first = std::max<int64_t>(0, plan.doc_start(b, i) - j0);
               std::fill(pz_r, pz_r + first, -std::numeric_limits<float>::infinity());  // document: P = 0
               if (padded)
                 for (int64_t j = 0; j < cols; ++j)  // padding: P = 0
                   if (plan.padded_key(b, j0 + j)) pz_r[j] = -std::numeric_limits<float>::infinity();
               if (plan.dropout) {
-                dropout_factors(rng, math::attention_dropout_row(dropout, plan.seq, b, h, i) + j0, valid, plan.p,
+                dropout_factors(rng, math::attention_dropout_row(dropout, plan.mask_seq, b, h, g) + j0, valid, plan.p,
                                 plan.keep_scale, factor.data());
               } else {  // the factor doubles as the causal mask
                 std::fill(factor.begin(), factor.begin() + valid, 1.0f);
