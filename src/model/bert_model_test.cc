@@ -8,6 +8,7 @@
 
 #include "core/philox.h"
 #include "model/model_factory.h"
+#include "model/model_testing.h"
 
 namespace tessera::model {
 namespace {
@@ -64,13 +65,7 @@ MicroBatch bert_batch(const ModelConfig& c, const std::vector<int64_t>& lengths,
 }
 
 ForwardContext context(const ModelConfig& c, int64_t batch, bool training) {
-  ForwardContext ctx;
-  ctx.seed = 7;
-  ctx.iteration = 3;
-  ctx.sample_offset = 10;
-  ctx.training = training;
-  ctx.seq = c.seq_length;
-  ctx.batch = batch;
+  ForwardContext ctx = testing::context(c, batch, training);
   ctx.per_sample_loss_weight = 2.5;  // the sentence-order loss enters the objective this much heavier
   return ctx;
 }

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "core/philox.h"
+#include "model/model_testing.h"
 #include "model/bert_model.h"
 #include "model/model_factory.h"
 
@@ -64,13 +65,8 @@ MicroBatch random_batch(const ModelConfig& c, int64_t questions, uint64_t seed) 
 Tensor rows_of(const Tensor& t, int64_t first, int64_t count) { return t.narrow(first, count).clone(); }
 
 ForwardContext context(const ModelConfig& c, int64_t rows, bool training) {
-  ForwardContext ctx;
-  ctx.seed = 7;
-  ctx.iteration = 3;
+  ForwardContext ctx = testing::context(c, rows, training);
   ctx.sample_offset = 0;
-  ctx.training = training;
-  ctx.seq = c.seq_length;
-  ctx.batch = rows;
   return ctx;
 }
 
