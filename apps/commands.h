@@ -20,5 +20,6 @@ int tokenizer_command(const std::vector<std::string>& args);  // `tokenizer trai
 int convert_command(const std::vector<std::string>& args);
 int debug_forward_command(const std::vector<std::string>& args);  // hidden: parity tests
 int plan_command(const std::vector<std::string>& args);
+int msdp_command(const std::vector<std::string>& args);  // `msdp [preprocess]`: Megatron's tasks/msdp
 
 }  // namespace tessera::apps

@@ -4,6 +4,7 @@
 // (--tensor-model-parallel-size) and rank 0 prints.
 #include <fstream>
 #include <iostream>
+#include <span>
 
 #include "apps/commands.h"
 #include "apps/inference_flags.h"
@@ -14,7 +15,7 @@ namespace tessera::apps {
 
 int generate_command(const std::vector<std::string>& args) {
   LoadFlags flags;
-  int64_t micro_batch_size = 1;  // accepted from Megatron launch scripts; prompts are decoded one at a time
+  int64_t micro_batch_size = 1;  // prompts decoded together
   std::vector<std::string> prompts;
   std::string prompt_file;
   infer::GenerationOptions options;
@@ -22,7 +23,9 @@ int generate_command(const std::vector<std::string>& args) {
   CLI::App app{"tessera generate: continue prompts with a trained checkpoint", "tessera generate"};
   app.option_defaults()->always_capture_default();
   add_load_flags(app, flags);
-  app.add_option("--micro-batch-size", micro_batch_size, "Accepted for Megatron's scripts (prompts run one at a time)");
+  app.add_option("--micro-batch-size", micro_batch_size,
+                 "Prompts decoded together (1: one after another, streaming the text as it is produced)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--prompt", prompts, "Prompt text (repeat for several prompts)");
   app.add_option("--prompt-file", prompt_file, "A file of prompts, one per line");
   app.add_option("--tokens-to-generate", sampling.tokens_to_generate, "Tokens to generate per prompt");
@@ -65,6 +68,23 @@ int generate_command(const std::vector<std::string>& args) {
       std::cerr << " > " << generated.size() << " tokens in " << timer.seconds() << " s ("
                 << static_cast<double>(generated.size()) / std::max(timer.seconds(), 1e-9) << " tokens/s)" << std::endl;
     };
+    if (micro_batch_size > 1) {  // the prompts run together: each printed whole when all are done
+      timer.reset();
+      std::vector<infer::Generation> out = infer::generate(model.runner(), ids, options, &tokenizer, {}, micro_batch_size);
+      int64_t tokens = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        std::span<const int32_t> all(out[i].tokens);
+        std::span<const int32_t> new_tokens = all.subspan(out[i].prompt_length);
+        if (!new_tokens.empty() && new_tokens.back() == sampling.eod) new_tokens = new_tokens.first(new_tokens.size() - 1);
+        tokens += static_cast<int64_t>(all.size()) - out[i].prompt_length;
+        if (printer) std::cout << prompts[i] << infer::continuation_text(tokenizer, ids[i], new_tokens) << std::endl;
+      }
+      if (printer)
+        std::cerr << " > " << tokens << " tokens for " << out.size() << " prompts in " << timer.seconds() << " s ("
+                  << static_cast<double>(tokens) / std::max(timer.seconds(), 1e-9) << " tokens/s, "
+                  << micro_batch_size << " at once)" << std::endl;
+      return;
+    }
     if (printer) std::cout << prompts[0] << std::flush;
     infer::generate(model.runner(), ids, options, &tokenizer, [&](size_t i, int32_t token) {
       if (i != current) {  // the next prompt
@@ -81,7 +101,7 @@ int generate_command(const std::vector<std::string>& args) {
       const std::string text = infer::continuation_text(tokenizer, ids[i], generated);
       std::cout << text.substr(std::min(printed.size(), text.size())) << std::flush;
       printed = text;
-    });
+    }, /*max_batch_size=*/1);
     finish_line();
   }, &flags);
 }

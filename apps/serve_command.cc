@@ -12,12 +12,26 @@ namespace tessera::apps {
 int serve_command(const std::vector<std::string>& args) {
   LoadFlags flags;
   const infer::LoadOptions& load = flags.load;
-  int64_t micro_batch_size = 1;  // accepted from Megatron launch scripts; prompts are decoded one at a time
+  int64_t micro_batch_size = 1;  // accepted from Megatron launch scripts; the batch is --inference-max-requests
   infer::ServerOptions server;
   CLI::App app{"tessera serve: Megatron's text generation REST server", "tessera serve"};
   app.option_defaults()->always_capture_default();
   add_load_flags(app, flags);
-  app.add_option("--micro-batch-size", micro_batch_size, "Accepted for Megatron's scripts (prompts run one at a time)");
+  app.add_option("--micro-batch-size", micro_batch_size,
+                 "Accepted for Megatron's scripts (sequences decoded together: --inference-max-requests)");
+  infer::BatchingOptions& batching = server.batching;
+  app.add_option("--inference-max-requests", batching.max_sequences,
+                 "Most sequences decoded together (continuous batching; 1: one at a time)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--inference-max-waiting-sequences", batching.max_waiting,
+                 "Most sequences waiting to join the batch; more get HTTP 503")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--inference-dynamic-batching-buffer-size-gb", batching.buffer_gb,
+                 "Key/value cache of the whole model for the running batch, GiB (each rank holds its share)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--inference-dynamic-batching-block-size", batching.block_size,
+                 "Positions per key/value cache block")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--host", server.host, "Address to listen on (127.0.0.1: this machine only)");
   app.add_option("--port", server.port, "Port to listen on (0: any free port)")->check(CLI::Range(0, 65535));
   app.add_option("--max-body-bytes", server.max_body_bytes, "Largest request body accepted (larger: HTTP 413)")
@@ -29,6 +43,7 @@ int serve_command(const std::vector<std::string>& args) {
 
   return run_on_every_rank(app, args, "serve", [&](comm::ProcessGroup& world) {
     infer::LoadedModel model(flags.load, world);
+    infer::kv_cache_blocks(batching, model.config());  // the flags' error before the server starts
     // One model on all the ranks: no replica of it. Under expert parallelism the experts' ranks (ep x etp
     // x pp) may span data-parallel replicas of the dense layers, which then decode every request together.
     const comm::ParallelLayout& layout = model.parallel_state().layout();

@@ -28,7 +28,8 @@ constexpr const char* kUsage =
     "  split-sentences   the sentences of jsonl documents, as preprocess --split-sentences splits them\n"
     "  merge-datasets    concatenate .bin/.idx datasets\n"
     "  convert           checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM)\n"
-    "  plan              memory, iteration time and throughput of a run before launching it; --search for layouts\n";
+    "  plan              memory, iteration time and throughput of a run before launching it; --search for layouts\n"
+    "  msdp              multi-stage prompting for knowledgeable dialogue (Megatron's tasks/msdp; msdp preprocess)\n";
 
 }  // namespace
 
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
     if (command == "convert") return tessera::apps::convert_command(args);
     if (command == "debug-forward") return tessera::apps::debug_forward_command(args);
     if (command == "plan") return tessera::apps::plan_command(args);
+    if (command == "msdp") return tessera::apps::msdp_command(args);
     std::cerr << "tessera: unknown command '" << command << "'\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

@@ -1,5 +1,6 @@
 #include "core/file_io.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +18,26 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
     if (w < 0) throw Error(str_cat(path, ": write failed: ", std::strerror(errno)));
     p += w;
     n -= static_cast<size_t>(w);
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(str_cat(path, ": cannot create ", temporary, ": ", std::strerror(errno)));
+  try {
+    write_all(fd, text.data(), text.size(), temporary);
+    if (::fsync(fd) != 0) throw Error(str_cat(temporary, ": fsync failed: ", std::strerror(errno)));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(temporary.c_str());
+    throw Error(str_cat(path, ": cannot rename ", temporary, " to it: ", std::strerror(e)));
   }
 }
 

@@ -95,8 +95,8 @@ class FixedRunner final : public infer::ModelRunner {
     config_.seq_length = 4;
   }
   const model::ModelConfig& config() const override { return config_; }
-  infer::DecodeSequence start(int64_t) const override { return {}; }
-  Tensor next_token_logits(const std::vector<int32_t>&, infer::DecodeSequence&) const override { return {}; }
+  model::KvPool make_kv_pool(int64_t, int64_t) const override { return {}; }
+  Tensor decode_step(const std::vector<model::DecodeStep>&, model::KvPool&) const override { return {}; }
   void agree(std::vector<int32_t>&) const override {}
   infer::Scores score(const model::MicroBatch& b) const override {
     infer::Scores s;

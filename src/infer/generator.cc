@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/philox.h"
+#include "infer/batch_decoder.h"
 
 namespace tessera::infer {
 
@@ -57,83 +58,45 @@ float token_logprob(const Tensor& logits, int32_t id) {
   return static_cast<float>(l[id] - max - std::log(sum));
 }
 
-namespace {
-
-// Whether generation of one sequence ends after `token` (Megatron's conditions, plus stop strings).
-class StopCondition {
- public:
-  StopCondition(const GenerationOptions& o, const data::Tokenizer* tokenizer) : o_(o), tokenizer_(tokenizer) {
-    TESSERA_CHECK(tokenizer != nullptr || (!o.stop_on_eol && !o.stop_on_double_eol && o.stop_strings.empty()),
-                  "generate: stop_on_eol, stop_on_double_eol and stop strings need the tokenizer");
-  }
-
-  bool after(const Generation& g) const {
-    int32_t token = g.tokens.back();
-    if (token == o_.sampling.eod) return true;
-    if (o_.stop_on_eol || o_.stop_on_double_eol) {
-      std::string text = tokenizer_->decode(std::span<const int32_t>(&token, 1));
-      if (text == "\n\n") return true;
-      if (text == "\n") {
-        if (o_.stop_on_eol) return true;
-        int32_t previous = g.tokens[g.tokens.size() - 2];
-        if (tokenizer_->decode(std::span<const int32_t>(&previous, 1)) == "\n") return true;
-      }
-    }
-    if (!o_.stop_strings.empty()) {
-      std::span<const int32_t> generated(g.tokens.data() + g.prompt_length, g.tokens.size() - g.prompt_length);
-      std::string text = tokenizer_->decode(generated);
-      for (const std::string& s : o_.stop_strings)
-        if (!s.empty() && text.find(s) != std::string::npos) return true;
-    }
-    return false;
-  }
-
- private:
-  const GenerationOptions& o_;
-  const data::Tokenizer* tokenizer_;
-};
-
-}  // namespace
-
 std::vector<Generation> generate(const ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerationOptions& options, const data::Tokenizer* tokenizer,
-                                 const std::function<void(size_t, int32_t)>& on_token) {
-  const SamplingOptions& sampling = options.sampling;
-  validate(sampling);
-  StopCondition stop(options, tokenizer);
+                                 const std::function<void(size_t, int32_t)>& on_token, int64_t max_batch_size) {
+  validate(options.sampling);
+  TESSERA_CHECK(max_batch_size > 0, "generate: at most ", max_batch_size, " prompts at once: must be > 0");
   const model::ModelConfig& c = runner.config();
-  std::vector<Generation> out(prompts.size());
+  const int64_t block_size = 16;
+  std::vector<int64_t> blocks;  // each prompt's, for its whole generation
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::vector<int32_t>& prompt = prompts[i];
-    TESSERA_CHECK(!prompt.empty(), "generate: prompt ", i, " is empty");
-    int64_t capacity = static_cast<int64_t>(prompt.size()) + sampling.tokens_to_generate;
+    TESSERA_CHECK(!prompts[i].empty(), "generate: prompt ", i, " is empty");
+    const int64_t capacity = static_cast<int64_t>(prompts[i].size()) + options.sampling.tokens_to_generate;
     if (c.position_embedding == model::PositionEmbedding::LearnedAbsolute)
-      TESSERA_CHECK(capacity <= c.max_position_embeddings, "prompt of ", prompt.size(),
-                    " tokens + tokens to generate ", sampling.tokens_to_generate, " exceeds the model's ",
+      TESSERA_CHECK(capacity <= c.max_position_embeddings, "prompt of ", prompts[i].size(),
+                    " tokens + tokens to generate ", options.sampling.tokens_to_generate, " exceeds the model's ",
                     c.max_position_embeddings, " positions");
-    Generation& g = out[i];
-    g.tokens = prompt;
-    g.prompt_length = static_cast<int64_t>(prompt.size());
-    DecodeSequence seq = runner.start(capacity);
-    Tensor logits;
-    if (options.return_logprobs) {  // the prompt one token at a time, for each token's probability
-      for (size_t j = 0; j < prompt.size(); ++j) {
-        if (j > 0) g.logprobs.push_back(token_logprob(logits, prompt[j]));
-        logits = runner.next_token_logits({prompt[j]}, seq);
-      }
-    } else {
-      logits = runner.next_token_logits(prompt, seq);
+    blocks.push_back((capacity + block_size - 1) / block_size);
+  }
+  std::vector<Generation> out(prompts.size());
+  if (prompts.empty()) return out;
+  // A pool for the largest prompts that can run together.
+  std::vector<int64_t> largest = blocks;
+  std::sort(largest.begin(), largest.end(), std::greater<>());
+  largest.resize(std::min<size_t>(largest.size(), static_cast<size_t>(max_batch_size)));
+  int64_t pool_blocks = 0;
+  for (int64_t b : largest) pool_blocks += b;
+
+  BatchDecoder decoder(runner, pool_blocks, block_size, tokenizer);
+  const auto shared_options = std::make_shared<const GenerationOptions>(options);
+  size_t next = 0;  // the next prompt to start; a sequence's id is its prompt index
+  while (next < prompts.size() || decoder.active() > 0) {
+    while (next < prompts.size() && decoder.active() < max_batch_size &&
+           blocks[next] <= decoder.cache().free_blocks()) {
+      decoder.add({prompts[next], shared_options, next});
+      ++next;
     }
-    for (int64_t step = 0; step < sampling.tokens_to_generate; ++step) {
-      uint64_t key = (static_cast<uint64_t>(i) << 32) | static_cast<uint64_t>(step);
-      std::vector<int32_t> token = {sample_token(logits.f32(), c.vocab_size, sampling, key)};
-      runner.agree(token);
-      g.tokens.push_back(token[0]);
-      if (options.return_logprobs) g.logprobs.push_back(token_logprob(logits, token[0]));
-      if (on_token) on_token(i, token[0]);
-      if (stop.after(g) || step + 1 == sampling.tokens_to_generate) break;
-      logits = runner.next_token_logits(token, seq);
-    }
+    auto report = [&](int64_t id, int32_t token) {
+      if (on_token) on_token(static_cast<size_t>(id), token);
+    };
+    for (BatchDecoder::Finished& f : decoder.step(report)) out[f.id] = std::move(f.generation);
   }
   return out;
 }

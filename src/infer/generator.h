@@ -1,5 +1,5 @@
 // Text generation by incremental decoding: the prompt fills the key/value caches once, then each new
-// token costs one step over a single position. Sampling is greedy, or by temperature with top-k and
+// token costs one step over a single position (of every sequence decoded together). Sampling is greedy, or by temperature with top-k and
 // top-p filtering, drawing from Philox keyed by (random seed, prompt index, step) so a seed
 // reproduces its output whatever the layout.
 #pragma once
@@ -51,12 +51,14 @@ struct Generation {
 };
 
 // Continues each prompt (ids) by up to tokens_to_generate tokens, stopping after the end-of-document
-// id or a stop condition, calling on_token(prompt index, token) as each is produced. Prompts are
-// decoded one after another, each with its own caches. Every rank of the model group calls it with
-// the same arguments; the tokens are those of the runner's deciding rank.
+// id or a stop condition, calling on_token(prompt index, token) as each is produced. Up to
+// max_batch_size prompts are decoded together, one forward step for all (infer/batch_decoder.h), the
+// next prompt joining as one finishes; each prompt's tokens are what it would get alone. Every rank of
+// the model group calls it with the same arguments; the tokens are those of the runner's deciding rank.
 std::vector<Generation> generate(const ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerationOptions& options, const data::Tokenizer* tokenizer = nullptr,
-                                 const std::function<void(size_t, int32_t)>& on_token = {});
+                                 const std::function<void(size_t, int32_t)>& on_token = {},
+                                 int64_t max_batch_size = 64);
 
 // The log-probabilities of `logits` over the padded vocabulary (as Megatron's log_softmax of the
 // model's output) at `id`.

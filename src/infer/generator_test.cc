@@ -142,6 +142,33 @@ TEST(Generate, LogprobsAreTheLogSoftmaxOfTheFullRecomputation) {
   }
 }
 
+// Prompts that want their log-probabilities read the prompt a token a step, beside others that read theirs
+// whole: every prompt's tokens and log-probabilities are what it gets alone.
+TEST(Generate, LogprobsInABatchEqualThePromptAlone) {
+  model::ModelConfig c = tiny_config();
+  model::ParameterSet params;
+  model::GptModel m(c, params);
+  params.allocate(17);
+  auto runner = make_model_runner(m, parallel::TensorParallelContext::single_process());
+  GenerationOptions o;
+  o.sampling.tokens_to_generate = 5;
+  o.sampling.top_p = 0.9f;
+  o.sampling.random_seed = 21;
+  o.return_logprobs = true;
+  const std::vector<std::vector<int32_t>> prompts = {{2, 7, 1, 8}, {5}, {9, 9, 3}};
+  const std::vector<Generation> together = generate(*runner, prompts, o);
+  ASSERT_EQ(together.size(), 3u);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    // Alone at the same index: the prompts before it, generating nothing, keep the sampling keys.
+    std::vector<std::vector<int32_t>> upto(prompts.begin(), prompts.begin() + i + 1);
+    const Generation alone = generate(*runner, upto, o, nullptr, {}, 1)[i];
+    EXPECT_EQ(together[i].tokens, alone.tokens) << "prompt " << i;
+    ASSERT_EQ(together[i].logprobs.size(), alone.logprobs.size());
+    ASSERT_EQ(alone.logprobs.size(), together[i].tokens.size() - 1);
+    for (size_t t = 0; t < alone.logprobs.size(); ++t) EXPECT_NEAR(together[i].logprobs[t], alone.logprobs[t], 1e-5);
+  }
+}
+
 TEST(Score, LabelLogprobsAndArgmaxMatchDecoding) {
   model::ModelConfig c = tiny_config();
   model::ParameterSet params;

@@ -13,13 +13,16 @@ class ChunkRunner final : public ModelRunner {
 
   const model::ModelConfig& config() const override { return model_.config(); }
 
-  DecodeSequence start(int64_t capacity) const override { return {model_.start_decoding(capacity)}; }
+  model::KvPool make_kv_pool(int64_t blocks, int64_t block_size) const override {
+    return model_.make_kv_pool(blocks, block_size);
+  }
 
-  Tensor next_token_logits(const std::vector<int32_t>& tokens, DecodeSequence& seq) const override {
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    Tensor input = receive_from_previous_stage({n, config().hidden_size});
-    Tensor out = model_.decode(tokens, input, seq.state);
-    return from_last_stage(out, {config().padded_vocab_size});
+  Tensor decode_step(const std::vector<model::DecodeStep>& steps, model::KvPool& pool) const override {
+    int64_t rows = 0;
+    for (const model::DecodeStep& s : steps) rows += static_cast<int64_t>(s.tokens.size());
+    Tensor input = receive_from_previous_stage({rows, config().hidden_size});
+    Tensor out = model_.decode_step(steps, input, pool);
+    return from_last_stage(out, {static_cast<int64_t>(steps.size()), config().padded_vocab_size});
   }
 
   void agree(std::vector<int32_t>& values) const override {
@@ -81,6 +84,13 @@ class ChunkRunner final : public ModelRunner {
 };
 
 }  // namespace
+
+Tensor ModelRunner::next_token_logits(const std::vector<int32_t>& tokens, DecodeSequence& seq) const {
+  model::DecodeState& state = seq.state;
+  Tensor logits = decode_step({model::DecodeStep{tokens, state.length, {0}}}, state.pool);
+  state.length += static_cast<int64_t>(tokens.size());
+  return logits.view({config().padded_vocab_size});
+}
 
 std::unique_ptr<ModelRunner> make_model_runner(const model::LanguageModelChunk& model,
                                                const parallel::TensorParallelContext& tp, comm::ProcessGroup* pipeline) {

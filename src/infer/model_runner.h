@@ -31,11 +31,16 @@ class ModelRunner {
   virtual ~ModelRunner() = default;
   virtual const model::ModelConfig& config() const = 0;
 
-  // An empty sequence that can hold up to `capacity` tokens.
-  virtual DecodeSequence start(int64_t capacity) const = 0;
-  // Feeds the next tokens of the sequence; returns the logits over the padded vocabulary after the
-  // last of them.
-  virtual Tensor next_token_logits(const std::vector<int32_t>& tokens, DecodeSequence& seq) const = 0;
+  // A key/value pool of `blocks` blocks of `block_size` positions for sequences decoded together.
+  virtual model::KvPool make_kv_pool(int64_t blocks, int64_t block_size) const = 0;
+  // One step of several sequences (model::DecodeStep): the logits over the padded vocabulary after each
+  // one's last token, [steps, padded vocab].
+  virtual Tensor decode_step(const std::vector<model::DecodeStep>& steps, model::KvPool& pool) const = 0;
+
+  // One sequence alone: an empty one that can hold up to `capacity` tokens, then its next tokens (the
+  // logits after the last of them, [padded vocab]).
+  DecodeSequence start(int64_t capacity) const { return {{make_kv_pool(1, capacity), 0}}; }
+  Tensor next_token_logits(const std::vector<int32_t>& tokens, DecodeSequence& seq) const;
   // Makes every rank of the model group hold the deciding rank's values (sampled tokens: ranks must
   // not drift apart on a last-bit difference of their logits).
   virtual void agree(std::vector<int32_t>& values) const = 0;

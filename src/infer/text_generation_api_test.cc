@@ -36,14 +36,17 @@ class ScriptedRunner final : public ModelRunner {
     config_.seq_length = 64;
   }
   const model::ModelConfig& config() const override { return config_; }
-  DecodeSequence start(int64_t) const override { return {}; }
-  Tensor next_token_logits(const std::vector<int32_t>& tokens, DecodeSequence& seq) const override {
-    seq.state.length += static_cast<int64_t>(tokens.size());
-    Tensor logits = Tensor::zeros({config_.padded_vocab_size});
-    char next = script_[std::min<size_t>(seq.state.length, script_.size() - 1)];
-    size_t id = next == '$' ? 18 : CharTokenizer::kChars.find(next);
-    TESSERA_CHECK(id < 19, "script character '", next, "' is not in the vocabulary");
-    logits.f32()[id] = 10.0f;
+  model::KvPool make_kv_pool(int64_t blocks, int64_t block_size) const override { return {{}, blocks, block_size}; }
+  Tensor decode_step(const std::vector<model::DecodeStep>& steps, model::KvPool&) const override {
+    const int64_t n = static_cast<int64_t>(steps.size());
+    Tensor logits = Tensor::zeros({n, config_.padded_vocab_size});
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t length = static_cast<size_t>(steps[i].past) + steps[i].tokens.size();
+      char next = script_[std::min<size_t>(length, script_.size() - 1)];
+      size_t id = next == '$' ? 18 : CharTokenizer::kChars.find(next);
+      TESSERA_CHECK(id < 19, "script character '", next, "' is not in the vocabulary");
+      logits.f32()[i * config_.padded_vocab_size + static_cast<int64_t>(id)] = 10.0f;
+    }
     return logits;
   }
   void agree(std::vector<int32_t>&) const override {}

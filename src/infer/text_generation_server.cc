@@ -8,13 +8,16 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <cmath>
 #include <deque>
+#include <map>
 #include <future>
 #include <mutex>
 #include <random>
 #include <thread>
 
 #include "comm/mpi_process_group.h"
+#include "infer/batch_decoder.h"
 #include "core/timer.h"
 
 namespace tessera::infer {
@@ -44,55 +47,134 @@ void reply_error(httplib::Response& res, int status, const std::string& message)
   res.set_content(dump({{"error", message}}), "application/json");
 }
 
-// One request as every rank runs it: {"kind": "api"|"completions", "body": ...} or {"kind": "stop"}.
-// Returns the response (status, JSON).
-std::pair<int, json> execute(const json& command, const LoadedModel& model, const ServerLimits& limits) {
+// What every rank does with one request of the batch: its sequences, from the request as rank 0
+// received it (with its seed), tokenized the same way everywhere.
+struct RequestSequences {
+  TextRequest request;
+  std::vector<std::vector<int32_t>> prompts;
+  std::shared_ptr<const GenerationOptions> options;
+};
+
+RequestSequences prepare(const std::string& kind, const json& body, const LoadedModel& model,
+                         const ServerLimits& limits) {
+  RequestSequences r;
+  r.request = kind == "api" ? parse_api_request(body, limits) : parse_completions_request(body, limits);
+  r.prompts = tokenize_prompts(r.request, model.tokenizer(), model.config());
+  auto options = std::make_shared<GenerationOptions>(r.request.options);
+  options->sampling.eod = model.tokenizer().eod();
+  r.options = options;
+  return r;
+}
+
+// The running batch as every rank holds it; `owner` maps a sequence id to its request's slot and prompt.
+struct Batch {
+  std::unique_ptr<BatchDecoder> decoder;
+  std::map<int64_t, std::pair<int64_t, size_t>> owner;
+};
+
+// Adds the joining requests' sequences (slots numbered by rank 0), then runs one step. Returns the
+// finished sequences as (slot, prompt, generation). An Error in the step (the same on every rank) ends
+// every running sequence: `failed` gets their slots, `error` the message, and the batch starts empty.
+struct Done {
+  int64_t slot;
+  size_t prompt;
+  Generation generation;
+};
+std::vector<Done> run_step(Batch& batch, const std::vector<std::pair<int64_t, RequestSequences>>& joining,
+                           std::vector<int64_t>& failed, std::string& error,
+                           const std::function<std::unique_ptr<BatchDecoder>()>& fresh) {
+  std::vector<Done> done;
   try {
-    const json& body = command["body"];
-    TextRequest r = command["kind"] == "api" ? parse_api_request(body, limits) : parse_completions_request(body, limits);
-    return {200, run_text_request(r, model.runner(), model.tokenizer(), model.config())};
-  } catch (const RequestError& e) {
-    return {400, {{"error", e.what()}}};
-  } catch (const Error& e) {  // every rank fails the same way (same request, same model)
-    return {500, {{"error", e.what()}}};
+    for (const auto& [slot, r] : joining)
+      for (size_t i = 0; i < r.prompts.size(); ++i)
+        batch.owner[batch.decoder->add({r.prompts[i], r.options, i})] = {slot, i};
+    for (BatchDecoder::Finished& f : batch.decoder->step()) {
+      auto [slot, prompt] = batch.owner.at(f.id);
+      batch.owner.erase(f.id);
+      done.push_back({slot, prompt, std::move(f.generation)});
+    }
+  } catch (const Error& e) {
+    error = e.what();
+    for (const auto& [id, owner] : batch.owner) failed.push_back(owner.first);
+    for (const auto& [slot, r] : joining) failed.push_back(slot);
+    batch.owner.clear();
+    batch.decoder = fresh();
   }
+  return done;
 }
 
 }  // namespace
 
+int64_t kv_cache_blocks(const BatchingOptions& o, const model::ModelConfig& c) {
+  TESSERA_CHECK(o.max_sequences >= 1, "--inference-max-requests=", o.max_sequences, ": must be >= 1");
+  TESSERA_CHECK(o.max_waiting >= 0, "--inference-max-waiting-sequences=", o.max_waiting, ": must be >= 0");
+  TESSERA_CHECK(o.block_size >= 1, "--inference-dynamic-batching-block-size=", o.block_size, ": must be >= 1");
+  TESSERA_CHECK(o.buffer_gb > 0, "--inference-dynamic-batching-buffer-size-gb=", o.buffer_gb, ": must be > 0");
+  const double bytes_per_block = 2.0 * static_cast<double>(c.num_layers * c.num_query_groups * c.kv_channels) *
+                                 sizeof(float) * static_cast<double>(o.block_size);
+  const double blocks = std::floor(o.buffer_gb * static_cast<double>(1 << 30) / bytes_per_block);
+  TESSERA_CHECK(blocks >= 1, "--inference-dynamic-batching-buffer-size-gb=", o.buffer_gb,
+                " holds no key/value block of --inference-dynamic-batching-block-size=", o.block_size, " positions (",
+                bytes_per_block / (1 << 20), " MiB each for this model)");
+  return static_cast<int64_t>(std::min(blocks, 1e9));
+}
+
 void run_server(const LoadedModel& model, comm::ProcessGroup& group, const ServerOptions& options, std::ostream& log) {
-  // Idle ranks wait for the next request inside a broadcast; it must not count as a hang.
+  // Idle ranks wait for the next step inside a broadcast; it must not count as a hang.
   comm::set_collective_timeout(std::chrono::hours(24 * 365));
 
-  // SIGINT/SIGTERM only set a flag; rank 0's loop below notices it between requests and tells the
-  // other ranks to stop (mpirun forwards the signal to every rank: they must outlive it too).
+  // SIGINT/SIGTERM only set a flag; rank 0's loop below notices it between steps, finishes the running
+  // batch and tells the other ranks to stop (mpirun forwards the signal to every rank: they must outlive
+  // it too).
   struct sigaction action = {};
   action.sa_handler = request_stop;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that went away must not kill the server
 
-  if (group.rank() != 0) {  // follow rank 0's requests until it says stop
+  const BatchingOptions& batching = options.batching;
+  const int64_t pool_blocks = kv_cache_blocks(batching, model.config());
+  auto fresh_decoder = [&] {
+    return std::make_unique<BatchDecoder>(model.runner(), pool_blocks, batching.block_size, &model.tokenizer());
+  };
+  Batch batch{fresh_decoder(), {}};
+
+  // A step command, from rank 0 to the others: {"stop": true} or {"join": [[slot, kind, body], ...]}.
+  auto joining_of = [&](const json& command) {
+    std::vector<std::pair<int64_t, RequestSequences>> joining;
+    for (const json& j : command["join"])
+      joining.emplace_back(j[0].get<int64_t>(), prepare(j[1].get<std::string>(), j[2], model, options.limits));
+    return joining;
+  };
+  if (group.rank() != 0) {  // follow rank 0's steps until it says stop
     for (;;) {
-      json command = json::parse(broadcast_string(group, ""));
-      if (command["kind"] == "stop") return;
-      execute(command, model, options.limits);
+      const json command = json::parse(broadcast_string(group, ""));
+      if (command.value("stop", false)) return;
+      std::vector<int64_t> failed;
+      std::string error;
+      run_step(batch, joining_of(command), failed, error, fresh_decoder);
     }
   }
 
-  // MPI is used only from this (the main) thread, and OpenMP kernels run best there too: HTTP
-  // threads queue accepted requests and wait; this thread runs them one at a time (the order every
-  // rank follows) and hands back the answers.
+  // MPI is used only from this (the main) thread, and OpenMP kernels run best there too: HTTP threads
+  // validate and queue requests, then wait; this thread runs the batch and hands back the answers.
   struct Job {
     std::string kind;
     json body;
+    RequestSequences sequences;  // as every rank will prepare them
+    int64_t blocks = 0;          // the cache blocks of all its sequences
+    std::vector<Generation> generations;
+    size_t remaining = 0;
     std::promise<std::pair<int, json>> answer;
   };
   std::mutex queue_mutex;
   std::condition_variable queue_changed;
   std::deque<Job*> queue;
+  int64_t queued_sequences = 0;
   bool stopping = false;
   std::mutex log_mutex;
+  std::mt19937_64 seeds{std::random_device{}()};
+  const int64_t max_sequences = batching.max_sequences;
 
   httplib::Server server;
   server.new_task_queue = [n = options.threads] { return new httplib::ThreadPool(n); };
@@ -108,36 +190,59 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   });
 
   auto handle = [&](const char* kind, const httplib::Request& req, httplib::Response& res) {
-    json body;
+    Job job;
+    job.kind = kind;
     try {
-      body = json::parse(req.body);
+      job.body = json::parse(req.body);
     } catch (const json::exception& e) {
       return reply_error(res, 400, std::string("malformed JSON: ") + e.what());
     }
-    // Validate here, so bad requests are answered at once without taking the model.
-    TextRequest parsed;
+    // No seed: draw one here, so every rank samples with the same.
+    const char* seed_field = job.kind == "api" ? "random_seed" : "seed";
+    if (job.body.is_object() && !job.body.contains(seed_field)) {
+      std::lock_guard<std::mutex> lock(queue_mutex);
+      job.body[seed_field] = seeds() >> 1;
+    }
+    // Validate and tokenize here, so bad requests are answered at once without taking the model.
     try {
-      parsed = std::string(kind) == "api" ? parse_api_request(body, options.limits)
-                                          : parse_completions_request(body, options.limits);
+      job.sequences = prepare(job.kind, job.body, model, options.limits);
     } catch (const RequestError& e) {
       return reply_error(res, 400, e.what());
     }
+    const RequestSequences& r = job.sequences;
+    for (const auto& prompt : r.prompts)  // as BatchDecoder::blocks_needed
+      job.blocks += (static_cast<int64_t>(prompt.size()) + r.options->sampling.tokens_to_generate +
+                     batching.block_size - 1) / batching.block_size;
+    if (job.blocks > pool_blocks)
+      return reply_error(res, 400, str_cat("the request's ", r.prompts.size(), " prompt(s) need ", job.blocks,
+                                           " key/value cache blocks of ", batching.block_size,
+                                           " positions, more than the server's ", pool_blocks,
+                                           " (--inference-dynamic-batching-buffer-size-gb)"));
+    const int64_t n = static_cast<int64_t>(r.prompts.size());
+    job.remaining = r.prompts.size();
+    job.generations.resize(r.prompts.size());
     Timer timer;
-    Job job{kind, std::move(body), {}};
     std::future<std::pair<int, json>> answer = job.answer.get_future();
     {
       std::lock_guard<std::mutex> lock(queue_mutex);
       if (stopping) return reply_error(res, 503, "the server is shutting down");
+      // A bounded number of sequences may wait (a request larger than the bound, only into an empty
+      // queue); beyond that the client is told to come back.
+      if (queued_sequences > 0 && queued_sequences + n > batching.max_waiting)
+        return reply_error(res, 503, str_cat("the server is full: ", queued_sequences,
+                                             " sequences are waiting (--inference-max-waiting-sequences ",
+                                             batching.max_waiting, ") to join the running batch of at most ",
+                                             max_sequences, " (--inference-max-requests); retry later"));
+      queued_sequences += n;
       queue.push_back(&job);
     }
     queue_changed.notify_all();
     auto [status, response] = answer.get();
-    if (!parsed.no_log) {
+    if (!r.request.no_log) {
       std::lock_guard<std::mutex> lock(log_mutex);
-      log << "request from " << req.remote_addr << ": " << req.method << " " << req.path << ", "
-          << (parsed.prompts.size() + parsed.prompt_ids.size()) << " prompt(s), "
-          << parsed.options.sampling.tokens_to_generate << " tokens to generate -> " << status << " in "
-          << timer.seconds() << " s" << std::endl;
+      log << "request from " << req.remote_addr << ": " << req.method << " " << req.path << ", " << n
+          << " prompt(s), " << r.request.options.sampling.tokens_to_generate << " tokens to generate -> " << status
+          << " in " << timer.seconds() << " s" << std::endl;
     }
     res.status = status;
     res.set_content(dump(response), "application/json");
@@ -148,9 +253,8 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     res.set_content(R"({"status":"ok"})", "application/json");
   });
 
-
   auto stop_others = [&] {
-    if (group.size() > 1) broadcast_string(group, json{{"kind", "stop"}}.dump());
+    if (group.size() > 1) broadcast_string(group, json{{"stop", true}}.dump());
   };
   // Debian's cpp-httplib 0.11 listens with a backlog of 5, so a burst of clients on a busy machine
   // can be reset before they are accepted; the socket is given a full backlog after binding.
@@ -169,7 +273,8 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   }
   if (listen_socket >= 0) ::listen(listen_socket, SOMAXCONN);
   log << " > serving " << model.config().num_layers << "-layer model on http://" << options.host << ":" << port
-      << " (PUT /api, POST /completions, GET /health)" << std::endl;
+      << " (PUT /api, POST /completions, GET /health); up to " << max_sequences << " sequences at once, "
+      << pool_blocks << " key/value blocks of " << batching.block_size << " positions" << std::endl;
   std::atomic<bool> listener_done{false};
   std::thread listener([&] {
     server.listen_after_bind();
@@ -177,30 +282,61 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     queue_changed.notify_all();
   });
 
-  std::mt19937_64 seeds{std::random_device{}()};
+  // The running requests by slot; a request is answered when its last sequence finishes.
+  std::map<int64_t, Job*> running;
+  int64_t next_slot = 0;
+  int64_t steps = 0, most_sequences = 0, sequence_steps = 0;  // for the closing line
+  auto answer = [&](int64_t slot, int status, json response) {
+    running.at(slot)->answer.set_value({status, std::move(response)});
+    running.erase(slot);
+  };
   for (;;) {
-    Job* job = nullptr;
+    json command = {{"join", json::array()}};
+    std::vector<std::pair<int64_t, RequestSequences>> joining;
     {
       std::unique_lock<std::mutex> lock(queue_mutex);
-      queue_changed.wait_for(lock, std::chrono::milliseconds(50), [&] {
-        return !queue.empty() || g_stop_requested.load() || listener_done.load();
-      });
-      if (!queue.empty()) {
-        job = queue.front();
+      if (running.empty())
+        queue_changed.wait_for(lock, std::chrono::milliseconds(50), [&] {
+          return !queue.empty() || g_stop_requested.load() || listener_done.load();
+        });
+      if (g_stop_requested.load() || listener_done.load()) stopping = true;
+      // Waiting requests join in order while their sequences and cache blocks fit (one larger than
+      // --inference-max-requests runs alone).
+      int64_t sequences = batch.decoder->active(), free_blocks = batch.decoder->cache().free_blocks();
+      while (!stopping && !queue.empty()) {
+        Job* job = queue.front();
+        const int64_t n = static_cast<int64_t>(job->sequences.prompts.size());
+        if ((sequences > 0 && sequences + n > max_sequences) || job->blocks > free_blocks) break;
         queue.pop_front();
-      } else if (g_stop_requested.load() || listener_done.load()) {
-        stopping = true;
-        break;
-      } else {
-        continue;
+        queued_sequences -= n;
+        sequences += n;
+        free_blocks -= job->blocks;
+        const int64_t slot = next_slot++;
+        running[slot] = job;
+        command["join"].push_back({slot, job->kind, job->body});
+        joining.emplace_back(slot, job->sequences);
       }
     }
-    // No seed: draw one here, so every rank samples with the same.
-    const char* seed_field = job->kind == "api" ? "random_seed" : "seed";
-    if (!job->body.contains(seed_field)) job->body[seed_field] = seeds() >> 1;
-    json command = {{"kind", job->kind}, {"body", std::move(job->body)}};
+    if (stopping && running.empty()) break;
+    if (running.empty()) continue;
     if (group.size() > 1) broadcast_string(group, command.dump());
-    job->answer.set_value(execute(command, model, options.limits));
+    int64_t stepping = batch.decoder->active();
+    for (const auto& [slot, r] : joining) stepping += static_cast<int64_t>(r.prompts.size());
+    ++steps;
+    sequence_steps += stepping;
+    most_sequences = std::max(most_sequences, stepping);
+    std::vector<int64_t> failed;
+    std::string error;
+    for (Done& d : run_step(batch, joining, failed, error, fresh_decoder)) {
+      Job* job = running.at(d.slot);
+      job->generations[d.prompt] = std::move(d.generation);
+      if (--job->remaining > 0) continue;
+      const TextRequest& r = job->sequences.request;
+      answer(d.slot, 200, r.kind == TextRequest::Kind::Api ? api_response(job->generations, r, model.tokenizer())
+                                                           : completions_response(job->generations, r, model.tokenizer()));
+    }
+    for (int64_t slot : failed)
+      if (running.count(slot)) answer(slot, 500, {{"error", error}});
   }
   // Stop listening; requests still queued (or in flight) are told the server is going away.
   server.stop();
@@ -214,7 +350,9 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   }
   listener.join();
   stop_others();
-  log << " > server stopped" << std::endl;
+  log << " > server stopped after " << steps << " decoding steps (at most " << most_sequences
+      << " sequences at once, " << (steps ? static_cast<double>(sequence_steps) / static_cast<double>(steps) : 0.0)
+      << " on average)" << std::endl;
 }
 
 }  // namespace tessera::infer

@@ -1,7 +1,9 @@
 // `tessera serve`: Megatron-LM's text generation server over cpp-httplib. World rank 0 answers HTTP
-// (PUT /api, POST /completions, GET /health); each accepted request is sent to the other ranks of
-// the model, and all of them generate together. Requests are served one at a time (as Megatron's
-// LOCK does), so ranks never disagree on the order of their collectives.
+// (PUT /api, POST /completions, GET /health). Requests are decoded together by continuous batching
+// (infer/batch_decoder.h): between two decoding steps, rank 0 lets the waiting requests that fit join
+// the running batch and tells the other ranks of the model which; every rank then runs the same step, so
+// ranks never disagree on the order of their collectives. A request is answered as soon as its last
+// sequence finishes; its tokens are those it would get alone.
 #pragma once
 
 #include <ostream>
@@ -12,12 +14,25 @@
 
 namespace tessera::infer {
 
+// The bounds of the running batch (Megatron-Core's dynamic inference flags).
+struct BatchingOptions {
+  int64_t max_sequences = 64;      // --inference-max-requests: sequences decoded together
+  int64_t max_waiting = 256;       // --inference-max-waiting-sequences: sequences waiting to join (then 503)
+  double buffer_gb = 1.0;          // --inference-dynamic-batching-buffer-size-gb: the whole model's key/value cache
+  int64_t block_size = 256;        // --inference-dynamic-batching-block-size: positions per cache block
+};
+
+// The cache blocks a buffer of options.buffer_gb holds for `config` (every layer's keys and values, fp32);
+// an Error naming the flags when not even one block fits.
+int64_t kv_cache_blocks(const BatchingOptions& options, const model::ModelConfig& config);
+
 struct ServerOptions {
   std::string host = "127.0.0.1";  // --host: loopback only unless asked
   int port = 5000;                 // --port (0: any free port, printed at start)
   ServerLimits limits;
   size_t max_body_bytes = 1 << 20;  // --max-body-bytes: larger bodies get 413
-  int threads = 8;                  // HTTP worker threads (requests still run one at a time)
+  BatchingOptions batching;
+  int threads = 8;                  // HTTP worker threads (each waits for its request's answer)
   int read_timeout_seconds = 10;    // a client that sends nothing for this long is dropped
 };
 

@@ -199,13 +199,24 @@ TEST(TensorEntryPoints, AttentionIsThePointerKernel) {
   with_pointer.doc_start = doc.i32();
   EXPECT_THROW(attention_forward(q, k, v, out, lse, Tensor(), with_pointer, scale, drop), Error);
 
-  // Decoding 2 new positions after 3 cached ones.
-  Tensor qd = random({2, 4, 8}, 5), kc = random({6, 2, 8}, 6), vc = random({6, 2, 8}, 7);
+  // Decoding 2 new positions after 3 cached ones, in a pool of 2 blocks of 3 positions.
+  Tensor qd = random({2, 4, 8}, 5), kc = random({2, 3, 2, 8}, 6), vc = random({2, 3, 2, 8}, 7);
   Tensor o = Tensor::empty({2, 32}), o_ref = o.clone();
-  attention_decode(qd, kc, vc, o, 3, scale);
-  cpu::attention_decode(qd.f32(), kc.f32(), vc.f32(), o_ref.f32(), 2, 3, 4, 2, 8, scale);
+  const std::vector<int32_t> blocks = {1, 0};
+  const std::vector<PagedRows> step = {{2, 3, blocks}};
+  attention_decode(qd, kc, vc, o, step, scale);
+  cpu::attention_decode(qd.f32(), kc.f32(), vc.f32(), o_ref.f32(), step, 3, 4, 2, 8, scale);
   EXPECT_TRUE(same_bits(o, o_ref));
-  EXPECT_THROW(attention_decode(qd, kc, vc, o, 5, scale), Error);  // the cache holds 6 positions, not 7
+  const std::vector<PagedRows> too_long = {{2, 5, blocks}};  // the blocks hold 6 positions, not 7
+  EXPECT_THROW(attention_decode(qd, kc, vc, o, too_long, scale), Error);
+  const std::vector<int32_t> outside = {0, 2};
+  const std::vector<PagedRows> bad_block = {{2, 3, outside}};  // block 2 is not in the pool of 2
+  EXPECT_THROW(attention_decode(qd, kc, vc, o, bad_block, scale), Error);
+  // The step's new keys and values land at positions 3 and 4: block 0's rows 0 and 1.
+  Tensor kn = random({2, 2, 8}, 8), vn = random({2, 2, 8}, 9);
+  write_kv_cache(kn, vn, kc, vc, step);
+  EXPECT_TRUE(same_bits(kc.narrow(0, 1).view({3, 2, 8}).narrow(0, 2).clone(), kn));
+  EXPECT_TRUE(same_bits(vc.narrow(0, 1).view({3, 2, 8}).narrow(0, 2).clone(), vn));
 }
 
 TEST(TensorEntryPoints, LossKernelsAreThePointerKernels) {
@@ -384,7 +395,8 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         {"attention_forward", [&] { attention_forward(q, kv, kv, q, dev({2, 2, 2}), Tensor(), shape, 1.0f, {}); }},
         {"attention_backward",
          [&] { attention_backward(q, kv, kv, q, dev({2, 2, 2}), q, q, kv, kv, Tensor(), shape, 1.0f, {}); }},
-        {"attention_decode", [&] { attention_decode(q, kv, kv, q, 0, 1.0f); }},
+        {"attention_decode", [&] { attention_decode(q, kv, kv, q, {}, 1.0f); }},
+        {"write_kv_cache", [&] { write_kv_cache(q, q, kv, kv, {}); }},
         {"cross_entropy_shard_stats", [&] { cross_entropy_shard_stats(x, idx, row, row, row, 0); }},
         {"cross_entropy_backward", [&] { cross_entropy_backward(x, idx, row, row, 0); }},
         {"rescale_sum_exp", [&] { rescale_sum_exp(row, row, row); }},

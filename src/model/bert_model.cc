@@ -102,11 +102,11 @@ Tensor BertModel::backward(ChunkRecord& record, const Tensor& doutput, const For
   return Tensor();
 }
 
-DecodeState BertModel::start_decoding(int64_t) const {
+KvPool BertModel::make_kv_pool(int64_t, int64_t) const {
   throw Error("BERT is a bidirectional encoder: it does not generate text token by token");
 }
 
-Tensor BertModel::decode(const std::vector<int32_t>&, const Tensor&, DecodeState&) const {
+Tensor BertModel::decode_step(const std::vector<DecodeStep>&, const Tensor&, KvPool&) const {
   throw Error("BERT is a bidirectional encoder: it does not generate text token by token");
 }
 

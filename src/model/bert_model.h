@@ -41,8 +41,8 @@ class BertModel final : public LanguageModelChunk {
   Tensor backward(ChunkRecord& rec, const Tensor& doutput, const ForwardContext& ctx, float grad_scale,
                   const ParamHooks& hooks = {}) const override;
   // BERT is not a causal language model: no incremental decoding, no next-token scores (Errors).
-  DecodeState start_decoding(int64_t capacity) const override;
-  Tensor decode(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const override;
+  KvPool make_kv_pool(int64_t blocks, int64_t block_size) const override;
+  Tensor decode_step(const std::vector<DecodeStep>& steps, const Tensor& input, KvPool& pool) const override;
   Tensor score(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx) const override;
 
  private:

@@ -125,35 +125,48 @@ void GptModel::backward(GptActivations& rec, const ForwardContext& ctx, float gr
   backward(rec, Tensor(), ctx, grad_scale);
 }
 
-DecodeState GptModel::start_decoding(int64_t capacity) const { return {block_->make_kv_caches(capacity), 0}; }
+KvPool GptModel::make_kv_pool(int64_t blocks, int64_t block_size) const {
+  TESSERA_CHECK(blocks > 0 && block_size > 0, "a key/value pool of ", blocks, " blocks of ", block_size, " positions");
+  return {block_->make_kv_caches(blocks, block_size), blocks, block_size};
+}
 
 Tensor GptModel::next_token_logits(const std::vector<int32_t>& tokens, DecodeState& state) const {
   TESSERA_CHECK(chunk_.pre_process && chunk_.post_process, "next_token_logits needs the whole model");
   return decode(tokens, Tensor(), state);
 }
 
-Tensor GptModel::decode(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const {
+Tensor GptModel::decode_step(const std::vector<DecodeStep>& steps, const Tensor& input, KvPool& pool) const {
   const ModelConfig& c = config_;
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  TESSERA_CHECK(n > 0, "next_token_logits: no tokens");
-  const Tensor token_ids = kernels::from_host(tokens);
-  check_ids(token_ids, c.vocab_size, "token");
-  TESSERA_CHECK(c.position_embedding != PositionEmbedding::LearnedAbsolute ||
-                    state.length + n <= c.max_position_embeddings,
-                "sequence of ", state.length + n, " tokens is longer than --max-position-embeddings=",
-                c.max_position_embeddings);
-  Tensor positions = Tensor::empty({n}, DType::I32);
-  kernels::fill_positions(positions, /*batch=*/1, state.length);
+  TESSERA_CHECK(!steps.empty(), "decode_step: no sequences");
+  std::vector<int32_t> tokens, positions;
+  std::vector<int64_t> last_rows;
+  DecodeLayout layout;
+  for (const DecodeStep& s : steps) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size()), end = s.past + n;
+    TESSERA_CHECK(n > 0, "decode_step: a sequence with no tokens");
+    TESSERA_CHECK(c.position_embedding != PositionEmbedding::LearnedAbsolute || end <= c.max_position_embeddings,
+                  "sequence of ", end, " tokens is longer than --max-position-embeddings=", c.max_position_embeddings);
+    TESSERA_CHECK(end <= static_cast<int64_t>(s.blocks.size()) * pool.block_size, "key/value cache of ",
+                  s.blocks.size(), " blocks of ", pool.block_size, " positions cannot hold ", end);
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    for (int64_t p = s.past; p < end; ++p) positions.push_back(static_cast<int32_t>(p));
+    last_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
+    layout.sequences.push_back({n, s.past, s.blocks});
+  }
+  const int64_t rows = static_cast<int64_t>(tokens.size());
+  layout.positions = kernels::from_host(positions);
   Tensor x = input;
   if (embedding_) {
-    x = embedding_->decode(token_ids, positions);
+    const Tensor token_ids = kernels::from_host(tokens);
+    check_ids(token_ids, c.vocab_size, "token");
+    x = embedding_->decode(token_ids, layout.positions);
   } else {
-    TESSERA_CHECK(input.defined() && input.shape() == Shape({n, c.hidden_size}), "decode_chunk: the input is ",
-                  input.defined() ? shape_str(input.shape()) : "missing", ", expected [", n, ", ", c.hidden_size, "]");
+    TESSERA_CHECK(input.defined() && input.shape() == Shape({rows, c.hidden_size}), "decode_step: the input is ",
+                  input.defined() ? shape_str(input.shape()) : "missing", ", expected [", rows, ", ", c.hidden_size,
+                  "]");
   }
-  x = block_->decode(x, positions, state.length, state.layers);
-  state.length += n;
-  return head_ ? head_->decode(x) : x;
+  x = block_->decode(x, layout, pool.layers);
+  return head_ ? head_->decode(x, last_rows) : x;
 }
 
 }  // namespace tessera::model

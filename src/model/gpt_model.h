@@ -42,8 +42,8 @@ class GptModel final : public LanguageModelChunk {
                  LossSums& losses, const ParamHooks& hooks = {}) const override;
   Tensor backward(ChunkRecord& rec, const Tensor& doutput, const ForwardContext& ctx, float grad_scale,
                   const ParamHooks& hooks = {}) const override;
-  DecodeState start_decoding(int64_t capacity) const override;
-  Tensor decode(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const override;
+  KvPool make_kv_pool(int64_t blocks, int64_t block_size) const override;
+  Tensor decode_step(const std::vector<DecodeStep>& steps, const Tensor& input, KvPool& pool) const override;
   Tensor score(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx) const override;
   Tensor logits(const MicroBatch& batch, const ForwardContext& ctx) const override;
 

@@ -88,14 +88,30 @@ struct ParamHooks {
   std::function<void(int64_t)> grads_final_from;
 };
 
-// One layer's keys and values for incrementally decoding one sequence: [capacity, query groups on this
-// rank, head dim], positions 0 .. (tokens fed so far) - 1 filled.
+// One layer's keys and values for incremental decoding, in blocks of a pool that the sequences decoded
+// together share (as vLLM's paged attention and Megatron-Core's dynamic inference context):
+// [blocks, block size, query groups on this rank, head dim].
 struct KvCache {
   Tensor k, v;
 };
-// The caches of every layer of a chunk for incrementally decoding one sequence.
-struct DecodeState {
+// Every layer's pool of a chunk; a block number names the same block in each layer.
+struct KvPool {
   std::vector<KvCache> layers;
+  int64_t blocks = 0, block_size = 0;
+};
+
+// One sequence's part of a decoding step: its next tokens, after `past` tokens already in its caches;
+// position p lies at row p % block_size of pool block blocks[p / block_size], and blocks cover
+// past + tokens.size() positions. A step's activations hold the sequences' rows one after another.
+struct DecodeStep {
+  std::vector<int32_t> tokens;
+  int64_t past = 0;
+  std::vector<int32_t> blocks;
+};
+
+// The caches of one sequence decoded alone: a pool of one block of its capacity.
+struct DecodeState {
+  KvPool pool;
   int64_t length = 0;  // tokens fed so far
 };
 
@@ -125,13 +141,18 @@ class LanguageModelChunk {
   virtual Tensor backward(ChunkRecord& rec, const Tensor& doutput, const ForwardContext& ctx, float grad_scale,
                           const ParamHooks& hooks = {}) const = 0;
 
-  // Incremental decoding (inference, no sequence parallelism): an empty state for up to `capacity`
-  // tokens; then the next tokens of a sequence (every chunk takes `tokens` for their positions; the first
-  // embeds them, the others take the previous chunk's hidden states `input` [n, hidden]). Returns the
-  // hidden states for the next chunk, or on the last chunk the logits over the padded vocabulary after
-  // the last token.
-  virtual DecodeState start_decoding(int64_t capacity) const = 0;
-  virtual Tensor decode(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const = 0;
+  // Incremental decoding (inference, no sequence parallelism) of several sequences in one step: a pool
+  // of `blocks` blocks of `block_size` positions; then one step of the sequences (every chunk takes their
+  // tokens for their positions; the first embeds them, the others take the previous chunk's hidden
+  // states `input` [Σ tokens, hidden]). Returns the hidden states for the next chunk, or on the last
+  // chunk the logits over the padded vocabulary after each sequence's last token, [steps, padded vocab].
+  virtual KvPool make_kv_pool(int64_t blocks, int64_t block_size) const = 0;
+  virtual Tensor decode_step(const std::vector<DecodeStep>& steps, const Tensor& input, KvPool& pool) const = 0;
+
+  // One sequence alone: an empty state for up to `capacity` tokens, then its next tokens (the last chunk
+  // returns the logits after the last of them, [padded vocab]).
+  DecodeState start_decoding(int64_t capacity) const { return {make_kv_pool(1, capacity), 0}; }
+  Tensor decode(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const;
 
   // Scoring (evaluation): a forward without dropout; the last chunk returns per row of the [seq, batch]
   // layout (label logit, log-sum-exp, arg-max id over the padded vocabulary) as [3 * rows], the

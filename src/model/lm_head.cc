@@ -4,6 +4,8 @@
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/precision.h"
+#include "kernels/shard_layout.h"
+#include "kernels/tensor_ops.h"
 #include "kernels/vocab_parallel_loss.h"
 #include "model/vocab_parallel_embedding.h"
 
@@ -155,13 +157,19 @@ Tensor LMHead::score(const Tensor& x, const Tensor& labels) const {
   return loss_.scores(rec.logits, rec.lse, target);
 }
 
-Tensor LMHead::decode(const Tensor& x) const {
-  const int64_t n = x.dim(0);
-  Tensor last = x.narrow(n - 1, 1), ln, mean, rstd;
-  final_norm_->forward(last, ln, mean, rstd);
-  Tensor local = Tensor::empty({1, vocab_local_});
+Tensor LMHead::decode(const Tensor& x, const std::vector<int64_t>& rows) const {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  Tensor picked = Tensor::empty({n, x.dim(1)}), ln, mean, rstd;
+  for (int64_t i = 0; i < n; ++i) kernels::copy(picked.narrow(i, 1), x.narrow(rows[i], 1));
+  final_norm_->forward(picked, ln, mean, rstd);
+  Tensor local = Tensor::empty({n, vocab_local_});
   kernels::linear_forward(ln, output_->value, Tensor(), local, config_.params_dtype);
-  return parallel::gather_rows(local, *tp_.group).view({config_.padded_vocab_size});
+  if (tp_.size() == 1) return local;
+  // The ranks' [n, vocab / tp] column shards side by side.
+  Tensor full = Tensor::empty({n, config_.padded_vocab_size});
+  kernels::place_shards(parallel::gather_rows(local, *tp_.group), tp_.size(), full,
+                        {{n, config_.padded_vocab_size}, 1, 0, vocab_local_});
+  return full;
 }
 
 }  // namespace tessera::model

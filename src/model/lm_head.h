@@ -61,8 +61,8 @@ class LMHead {
   Tensor logits(const Tensor& x) const;
   // Scoring: forward without a loss, returning VocabParallelCrossEntropy::scores.
   Tensor score(const Tensor& x, const Tensor& labels) const;
-  // Inference: the logits over the padded vocabulary for the last row of x [n, hidden].
-  Tensor decode(const Tensor& x) const;
+  // Inference: the logits over the padded vocabulary of the given rows of x [n, hidden], [rows, padded vocab].
+  Tensor decode(const Tensor& x, const std::vector<int64_t>& rows) const;
 
   int64_t begin_offset() const { return begin_; }
   int64_t end_offset() const { return end_; }

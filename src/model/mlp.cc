@@ -71,7 +71,7 @@ Tensor Mlp::backward(const Tensor& dy, const Tensor& x, bool x_rounded, const Su
   return fc1_.backward(dfc1, x, x_rounded);
 }
 
-Tensor Mlp::decode(const Tensor& x, const Tensor&, int64_t, KvCache&) const {
+Tensor Mlp::decode(const Tensor& x, const DecodeLayout&, KvCache&) const {
   return fc2_.forward(activate(fc1_.forward(x), DType::F32));
 }
 

@@ -23,7 +23,7 @@ class Mlp final : public Sublayer {
   Tensor forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec) const override;
   Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec,
                   bool rec_rounded) const override;
-  Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const override;
+  Tensor decode(const Tensor& x, const DecodeLayout& layout, KvCache& cache) const override;
 
   // The parts, for the grouped experts (model/grouped_mlp.h) that run several Mlps' products together.
   const ColumnParallelLinear& fc1() const { return fc1_; }

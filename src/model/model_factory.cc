@@ -19,6 +19,12 @@ std::map<std::string, ModelChunkBuilder>& builders() {
 
 }  // namespace
 
+Tensor LanguageModelChunk::decode(const std::vector<int32_t>& tokens, const Tensor& input, DecodeState& state) const {
+  Tensor out = decode_step({DecodeStep{tokens, state.length, {0}}}, input, state.pool);
+  state.length += static_cast<int64_t>(tokens.size());
+  return chunk().post_process ? out.view({config().padded_vocab_size}) : out;
+}
+
 Tensor LanguageModelChunk::logits(const MicroBatch&, const ForwardContext&) const {
   throw Error(str_cat("the ", config().family, " model has no next-token logits to distil from"));
 }

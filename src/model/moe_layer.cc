@@ -207,7 +207,7 @@ Tensor MoeLayer::backward(const Tensor& dy_in, const Tensor& x, bool x_rounded, 
   return dx;
 }
 
-Tensor MoeLayer::decode(const Tensor& x, const Tensor&, int64_t, KvCache&) const {
+Tensor MoeLayer::decode(const Tensor& x, const DecodeLayout&, KvCache&) const {
   // Under expert parallelism every rank of the expert groups decodes the same tokens in step, so the
   // dispatcher carries each rank's rows to the experts as in training (each gets its own back).
   ForwardContext ctx;

@@ -32,7 +32,7 @@ class MoeLayer final : public Sublayer {
   Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec,
                   bool rec_rounded) const override;
   // Under expert parallelism every rank of the expert groups must decode the same tokens in step.
-  Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const override;
+  Tensor decode(const Tensor& x, const DecodeLayout& layout, KvCache& cache) const override;
 
   int64_t local_experts() const { return static_cast<int64_t>(experts_.size()); }
 

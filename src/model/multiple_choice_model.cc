@@ -176,11 +176,11 @@ Tensor MultipleChoiceModel::backward(ChunkRecord& record, const Tensor& doutput,
   return Tensor();
 }
 
-DecodeState MultipleChoiceModel::start_decoding(int64_t) const {
+KvPool MultipleChoiceModel::make_kv_pool(int64_t, int64_t) const {
   throw Error("the multiple-choice model is a bidirectional encoder: it does not generate text");
 }
 
-Tensor MultipleChoiceModel::decode(const std::vector<int32_t>&, const Tensor&, DecodeState&) const {
+Tensor MultipleChoiceModel::decode_step(const std::vector<DecodeStep>&, const Tensor&, KvPool&) const {
   throw Error("the multiple-choice model is a bidirectional encoder: it does not generate text");
 }
 

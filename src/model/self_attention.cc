@@ -113,28 +113,26 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded
   return qkv_.backward(dqkv, x, x_rounded);
 }
 
-void SelfAttention::add_to_kv_cache(int64_t capacity, KvCache& cache) const {
-  cache.k = Tensor::empty({capacity, groups_, config_.kv_channels});
-  cache.v = Tensor::empty({capacity, groups_, config_.kv_channels});
+void SelfAttention::add_to_kv_cache(int64_t blocks, int64_t block_size, KvCache& cache) const {
+  cache.k = Tensor::empty({blocks, block_size, groups_, config_.kv_channels});
+  cache.v = Tensor::empty({blocks, block_size, groups_, config_.kv_channels});
 }
 
-Tensor SelfAttention::decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const {
+Tensor SelfAttention::decode(const Tensor& x, const DecodeLayout& layout, KvCache& cache) const {
   const ModelConfig& c = config_;
   const int64_t n = x.dim(0), d = c.kv_channels;
   TESSERA_CHECK(causal_, "incremental decoding needs causal attention");
-  TESSERA_CHECK(past + n <= cache.k.dim(0), "key/value cache of ", cache.k.dim(0), " positions cannot hold ",
-                past + n);
   Tensor qkv = qkv_.forward(x);
-  Tensor q = Tensor::empty({n, heads_, d});
-  Tensor k = cache.k.narrow(past, n), v = cache.v.narrow(past, n);
+  Tensor q = Tensor::empty({n, heads_, d}), k = Tensor::empty({n, groups_, d}), v = Tensor::empty({n, groups_, d});
   kernels::split_qkv(qkv, q, k, v, c.query_heads_per_group());
   if (c.position_embedding == PositionEmbedding::Rope) {
-    kernels::rope_forward(q, positions, c.rotary_dim(), c.rotary_base);
-    kernels::rope_forward(k, positions, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(q, layout.positions, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(k, layout.positions, c.rotary_dim(), c.rotary_base);
   }
   for (const Tensor* t : {&q, &k, &v}) round_for_attention(c.params_dtype, *t);
+  kernels::write_kv_cache(k, v, cache.k, cache.v, layout.sequences);
   Tensor attn = Tensor::empty({n, heads_ * d});
-  kernels::attention_decode(q, cache.k, cache.v, attn, past, 1.0f / std::sqrt(static_cast<float>(d)));
+  kernels::attention_decode(q, cache.k, cache.v, attn, layout.sequences, 1.0f / std::sqrt(static_cast<float>(d)));
   return proj_.forward(attn);
 }
 

@@ -18,8 +18,8 @@ class SelfAttention final : public Sublayer {
   Tensor forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec) const override;
   Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec,
                   bool rec_rounded) const override;
-  Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const override;
-  void add_to_kv_cache(int64_t capacity, KvCache& cache) const override;
+  Tensor decode(const Tensor& x, const DecodeLayout& layout, KvCache& cache) const override;
+  void add_to_kv_cache(int64_t blocks, int64_t block_size, KvCache& cache) const override;
 
  private:
   const ModelConfig& config_;

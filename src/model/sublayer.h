@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/decode_attention.h"
 #include "model/language_model.h"
 #include "model/saved_tensors.h"
 
@@ -18,6 +19,13 @@ namespace tessera::model {
 struct SublayerContext {
   const ForwardContext& ctx;
   const Tensor& positions;  // int32 [T] (rotary embeddings)
+};
+
+// Where the rows of a decoding step are: their positions and, sequence after sequence, each one's rows
+// and pool blocks (from its DecodeStep).
+struct DecodeLayout {
+  Tensor positions;  // int32 [rows]
+  std::vector<kernels::PagedRows> sequences;
 };
 
 class Sublayer {
@@ -31,11 +39,12 @@ class Sublayer {
   // to fp32; rec_rounded: they hold values of the GEMM input type (they were stored in it).
   virtual Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc,
                           SavedTensors& rec, bool rec_rounded) const = 0;
-  // Inference on the next n tokens of one sequence (no dropout, no record), x [n, hidden]. `cache` is
-  // the layer's key/value cache, filled at rows [past, past + n) by attention and ignored by the others.
-  virtual Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const = 0;
-  // The slot's part of a layer's decoding cache for `capacity` tokens (attention's keys and values).
-  virtual void add_to_kv_cache(int64_t capacity, KvCache& cache) const {}
+  // Inference on a decoding step's rows (no dropout, no record), x [rows, hidden]. `cache` is the layer's
+  // key/value pool, where attention stores the step's keys and values; the other slots ignore it.
+  virtual Tensor decode(const Tensor& x, const DecodeLayout& layout, KvCache& cache) const = 0;
+  // The slot's part of a layer's decoding pool of `blocks` blocks of `block_size` positions (attention's
+  // keys and values).
+  virtual void add_to_kv_cache(int64_t blocks, int64_t block_size, KvCache& cache) const {}
 };
 
 // Builds a slot of layer `layer_number` (1-based, global) whose parameters are named `prefix` + ...

@@ -65,16 +65,15 @@ Tensor TransformerBlock::backward(const Tensor& dy, const Tensor& positions, con
   return dx;
 }
 
-std::vector<KvCache> TransformerBlock::make_kv_caches(int64_t capacity) const {
+std::vector<KvCache> TransformerBlock::make_kv_caches(int64_t blocks, int64_t block_size) const {
   std::vector<KvCache> caches;
-  for (const auto& layer : layers_) caches.push_back(layer->make_kv_cache(capacity));
+  for (const auto& layer : layers_) caches.push_back(layer->make_kv_cache(blocks, block_size));
   return caches;
 }
 
-Tensor TransformerBlock::decode(const Tensor& input, const Tensor& positions, int64_t past,
-                                std::vector<KvCache>& caches) const {
+Tensor TransformerBlock::decode(const Tensor& input, const DecodeLayout& layout, std::vector<KvCache>& caches) const {
   Tensor x = input;
-  for (size_t l = 0; l < layers_.size(); ++l) x = layers_[l]->decode(x, positions, past, caches[l]);
+  for (size_t l = 0; l < layers_.size(); ++l) x = layers_[l]->decode(x, layout, caches[l]);
   return x;
 }
 

@@ -27,8 +27,9 @@ class TransformerBlock {
   Tensor backward(const Tensor& dy, const Tensor& positions, const ForwardContext& ctx, BlockRecord& rec,
                   const ParamHooks& hooks) const;
 
-  std::vector<KvCache> make_kv_caches(int64_t capacity) const;
-  Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, std::vector<KvCache>& caches) const;
+  // Each layer's decoding pool, and a decoding step through the layers (TransformerLayer::decode).
+  std::vector<KvCache> make_kv_caches(int64_t blocks, int64_t block_size) const;
+  Tensor decode(const Tensor& x, const DecodeLayout& layout, std::vector<KvCache>& caches) const;
 
   int64_t begin_offset() const { return offsets_.front(); }  // flat offset of the first layer's parameters
   int64_t end_offset() const { return offsets_.back(); }     // just past the last layer's

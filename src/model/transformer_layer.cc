@@ -127,22 +127,22 @@ Tensor TransformerLayer::backward(const Tensor& dy, const Tensor& positions, con
   return dx;
 }
 
-KvCache TransformerLayer::make_kv_cache(int64_t capacity) const {
+KvCache TransformerLayer::make_kv_cache(int64_t blocks, int64_t block_size) const {
   KvCache cache;
-  self_attention_->add_to_kv_cache(capacity, cache);
-  mlp_->add_to_kv_cache(capacity, cache);
+  self_attention_->add_to_kv_cache(blocks, block_size, cache);
+  mlp_->add_to_kv_cache(blocks, block_size, cache);
   return cache;
 }
 
-Tensor TransformerLayer::decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const {
+Tensor TransformerLayer::decode(const Tensor& x, const DecodeLayout& layout, KvCache& cache) const {
   TESSERA_CHECK(!tp_.sequence_parallel, "incremental decoding needs a model built without sequence parallelism");
   Tensor ln, mean, rstd;
   input_norm_.forward(x, ln, mean, rstd);
   const bool post_ln = config_.apply_residual_connection_post_layernorm;
-  Tensor h = self_attention_->decode(ln, positions, past, cache);
+  Tensor h = self_attention_->decode(ln, layout, cache);
   kernels::add_into(h, post_ln ? ln : x);
   pre_mlp_norm_.forward(h, ln, mean, rstd);
-  Tensor y = mlp_->decode(ln, positions, past, cache);
+  Tensor y = mlp_->decode(ln, layout, cache);
   kernels::add_into(y, post_ln ? ln : h);
   return y;
 }

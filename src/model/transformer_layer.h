@@ -35,11 +35,11 @@ class TransformerLayer {
   // dy [T, hidden] -> dx [T, hidden]; accumulates parameter gradients. Consumes rec.
   Tensor backward(const Tensor& dy, const Tensor& positions, const ForwardContext& ctx, LayerRecord& rec) const;
 
-  // Inference on the next n tokens of one sequence (x [n, hidden], no dropout, no record): appends their
-  // keys and values at rows [past, past + n) of the cache and attends over everything cached.
+  // Inference on a decoding step's rows (x [rows, hidden], no dropout, no record): stores their keys and
+  // values in the pool at their sequences' positions and attends over each sequence's cache.
   // Needs a model built without sequence parallelism.
-  Tensor decode(const Tensor& x, const Tensor& positions, int64_t past, KvCache& cache) const;
-  KvCache make_kv_cache(int64_t capacity) const;
+  Tensor decode(const Tensor& x, const DecodeLayout& layout, KvCache& cache) const;
+  KvCache make_kv_cache(int64_t blocks, int64_t block_size) const;
 
  private:
   enum DropoutSite { kAttentionOutput = 2, kMlpOutput = 3 };  // 1: attention probabilities

@@ -55,7 +55,7 @@ class LinearBottleneck final : public model::Sublayer {
     for (int64_t i = 0; i < middle.numel(); ++i) dmiddle.f32()[i] += sc.ctx.grad_scale * 2 * kPenalty * middle.f32()[i];
     return in_.backward(dmiddle, x, x_rounded);
   }
-  Tensor decode(const Tensor& x, const Tensor&, int64_t, model::KvCache&) const override {
+  Tensor decode(const Tensor& x, const model::DecodeLayout&, model::KvCache&) const override {
     return out_.forward(in_.forward(x));
   }
 

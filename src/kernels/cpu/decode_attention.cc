@@ -1,6 +1,7 @@
 #include "kernels/cpu/decode_attention.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/check.h"
@@ -8,27 +9,59 @@
 #include "kernels/vector_math.h"
 
 namespace tessera::kernels::cpu {
+namespace {
 
-void attention_decode(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n,
-                      int64_t past, int64_t heads, int64_t kv_heads, int64_t d, float softmax_scale) {
+// Each query row's sequence and position, so that one parallel loop covers every row of the step.
+struct QueryRow {
+  const PagedRows* sequence;
+  int64_t position;
+};
+
+std::vector<QueryRow> query_rows(std::span<const PagedRows> sequences, int64_t block_size) {
+  std::vector<QueryRow> rows;
+  for (const PagedRows& s : sequences) {
+    TESSERA_CHECK(s.rows >= 0 && s.past >= 0 &&
+                      s.past + s.rows <= static_cast<int64_t>(s.blocks.size()) * block_size,
+                  "attention_decode: ", s.blocks.size(), " blocks of ", block_size, " positions cannot hold ",
+                  s.past + s.rows);
+    for (int64_t i = 0; i < s.rows; ++i) rows.push_back({&s, s.past + i});
+  }
+  return rows;
+}
+
+// Position p's row in a pool of [blocks, block_size, kv_heads, d], as an offset in units of kv_heads * d.
+inline int64_t pool_row(const PagedRows& s, int64_t p, int64_t block_size) {
+  return static_cast<int64_t>(s.blocks[p / block_size]) * block_size + p % block_size;
+}
+
+}  // namespace
+
+void attention_decode(const float* q, const float* k_pool, const float* v_pool, float* out,
+                      std::span<const PagedRows> sequences, int64_t block_size, int64_t heads, int64_t kv_heads,
+                      int64_t d, float softmax_scale) {
   TESSERA_PROFILE_SCOPE("attention_decode");
   TESSERA_CHECK(kv_heads > 0 && heads % kv_heads == 0, "attention_decode: ", heads,
                 " query heads are not a multiple of ", kv_heads, " key/value heads");
+  TESSERA_CHECK(block_size > 0, "attention_decode: block size ", block_size);
   const int64_t per_group = heads / kv_heads;
+  const std::vector<QueryRow> rows = query_rows(sequences, block_size);
+  const int64_t n = static_cast<int64_t>(rows.size());
 #pragma omp parallel
   {
-    std::vector<float> scores(past + n);
+    std::vector<float> scores;
 #pragma omp for collapse(2) schedule(static)
     for (int64_t i = 0; i < n; ++i)
       for (int64_t h = 0; h < heads; ++h) {
-        const int64_t keys = past + i + 1, g = h / per_group;
+        const PagedRows& s = *rows[i].sequence;
+        const int64_t keys = rows[i].position + 1, g = h / per_group;
+        scores.resize(keys);
         const float* qi = q + (i * heads + h) * d;
         float max = -INFINITY;
         for (int64_t j = 0; j < keys; ++j) {
-          const float* kj = k_cache + (j * kv_heads + g) * d;
-          float s = 0;
-          for (int64_t x = 0; x < d; ++x) s += qi[x] * kj[x];
-          scores[j] = s * softmax_scale;
+          const float* kj = k_pool + (pool_row(s, j, block_size) * kv_heads + g) * d;
+          float dot = 0;
+          for (int64_t x = 0; x < d; ++x) dot += qi[x] * kj[x];
+          scores[j] = dot * softmax_scale;
           max = std::max(max, scores[j]);
         }
         float sum = 0;
@@ -37,10 +70,21 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
         std::fill(o, o + d, 0.0f);
         for (int64_t j = 0; j < keys; ++j) {
           const float p = scores[j] / sum;
-          const float* vj = v_cache + (j * kv_heads + g) * d;
+          const float* vj = v_pool + (pool_row(s, j, block_size) * kv_heads + g) * d;
           for (int64_t x = 0; x < d; ++x) o[x] += p * vj[x];
         }
       }
+  }
+}
+
+void write_kv_cache(const float* k, const float* v, float* k_pool, float* v_pool, std::span<const PagedRows> sequences,
+                    int64_t block_size, int64_t kv_heads, int64_t d) {
+  const std::vector<QueryRow> rows = query_rows(sequences, block_size);
+  const size_t row_bytes = static_cast<size_t>(kv_heads * d) * sizeof(float);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t to = pool_row(*rows[i].sequence, rows[i].position, block_size) * kv_heads * d;
+    std::memcpy(k_pool + to, k + i * kv_heads * d, row_bytes);
+    std::memcpy(v_pool + to, v + i * kv_heads * d, row_bytes);
   }
 }
 

@@ -1,0 +1,138 @@
+#include "infer/batch_decoder.h"
+
+#include <algorithm>
+
+namespace tessera::infer {
+namespace {
+
+// Whether generation of one sequence ends after its last token (Megatron's conditions, plus stop strings).
+bool stops_after(const Generation& g, const GenerationOptions& o, const data::Tokenizer* tokenizer) {
+  const int32_t token = g.tokens.back();
+  if (token == o.sampling.eod) return true;
+  if (o.stop_on_eol || o.stop_on_double_eol) {
+    const std::string text = tokenizer->decode(std::span<const int32_t>(&token, 1));
+    if (text == "\n\n") return true;
+    if (text == "\n") {
+      if (o.stop_on_eol) return true;
+      const int32_t previous = g.tokens[g.tokens.size() - 2];
+      if (tokenizer->decode(std::span<const int32_t>(&previous, 1)) == "\n") return true;
+    }
+  }
+  if (!o.stop_strings.empty()) {
+    std::span<const int32_t> generated(g.tokens.data() + g.prompt_length, g.tokens.size() - g.prompt_length);
+    const std::string text = tokenizer->decode(generated);
+    for (const std::string& s : o.stop_strings)
+      if (!s.empty() && text.find(s) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+struct BatchDecoder::Sequence {
+  int64_t id;
+  SequenceRequest request;
+  Generation generation;
+  std::vector<int32_t> blocks;
+  int64_t fed = 0;  // tokens in the cache
+};
+
+BatchDecoder::BatchDecoder(const ModelRunner& runner, int64_t blocks, int64_t block_size,
+                           const data::Tokenizer* tokenizer)
+    : runner_(runner), tokenizer_(tokenizer), blocks_(blocks, block_size), pool_(runner.make_kv_pool(blocks, block_size)) {}
+
+BatchDecoder::~BatchDecoder() = default;
+
+int64_t BatchDecoder::blocks_needed(int64_t prompt_length, const SamplingOptions& sampling) const {
+  return blocks_.blocks_for(prompt_length + sampling.tokens_to_generate);
+}
+
+int64_t BatchDecoder::add(SequenceRequest request) {
+  const GenerationOptions& o = *request.options;
+  validate(o.sampling);
+  TESSERA_CHECK(tokenizer_ != nullptr || (!o.stop_on_eol && !o.stop_on_double_eol && o.stop_strings.empty()),
+                "generate: stop_on_eol, stop_on_double_eol and stop strings need the tokenizer");
+  TESSERA_CHECK(!request.prompt.empty(), "generate: prompt ", request.prompt_index, " is empty");
+  const int64_t prompt_length = static_cast<int64_t>(request.prompt.size());
+  const int64_t needed = blocks_needed(prompt_length, o.sampling);
+  auto s = std::make_unique<Sequence>();
+  s->id = next_id_++;
+  s->generation.tokens = request.prompt;
+  s->generation.prompt_length = prompt_length;
+  s->request = std::move(request);
+  s->blocks = blocks_.take(needed);
+  sequences_.push_back(std::move(s));
+  return sequences_.back()->id;
+}
+
+std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(int64_t, int32_t)>& on_token) {
+  std::vector<Finished> finished;
+  if (sequences_.empty()) return finished;
+  // What each sequence feeds: its prompt (one token at a time when it wants the prompt's
+  // log-probabilities, which need the logits after every token), then its last sampled token.
+  std::vector<model::DecodeStep> steps;
+  for (const auto& s : sequences_) {
+    const std::vector<int32_t>& tokens = s->generation.tokens;
+    const int64_t prompt_length = s->generation.prompt_length;
+    model::DecodeStep step{{}, s->fed, s->blocks};
+    if (s->fed < prompt_length) {
+      const int64_t end = s->request.options->return_logprobs ? s->fed + 1 : prompt_length;
+      step.tokens.assign(tokens.begin() + s->fed, tokens.begin() + end);
+    } else {
+      step.tokens = {tokens.back()};
+    }
+    steps.push_back(std::move(step));
+  }
+  const Tensor logits = runner_.decode_step(steps, pool_);
+  const int64_t vocab = runner_.config().vocab_size;
+
+  // Sample the sequences that have read their prompt; the deciding rank's tokens for all of them at once.
+  std::vector<size_t> sampling;
+  std::vector<int32_t> sampled;
+  std::vector<bool> done(sequences_.size(), false);
+  for (size_t i = 0; i < sequences_.size(); ++i) {
+    Sequence& s = *sequences_[i];
+    const GenerationOptions& o = *s.request.options;
+    Generation& g = s.generation;
+    s.fed += static_cast<int64_t>(steps[i].tokens.size());
+    const Tensor row = logits.narrow(static_cast<int64_t>(i), 1);
+    if (s.fed < g.prompt_length) {  // still reading the prompt, one token a step
+      g.logprobs.push_back(token_logprob(row, g.tokens[s.fed]));
+      continue;
+    }
+    const int64_t generated = static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
+    if (generated == o.sampling.tokens_to_generate) {  // nothing to generate: the prompt was all
+      done[i] = true;
+      continue;
+    }
+    const uint64_t key = (s.request.prompt_index << 32) | static_cast<uint64_t>(generated);
+    sampling.push_back(i);
+    sampled.push_back(sample_token(row.f32(), vocab, o.sampling, key));
+  }
+  runner_.agree(sampled);
+  for (size_t j = 0; j < sampling.size(); ++j) {
+    const size_t i = sampling[j];
+    Sequence& s = *sequences_[i];
+    const GenerationOptions& o = *s.request.options;
+    Generation& g = s.generation;
+    g.tokens.push_back(sampled[j]);
+    if (o.return_logprobs) g.logprobs.push_back(token_logprob(logits.narrow(static_cast<int64_t>(i), 1), sampled[j]));
+    if (on_token) on_token(s.id, sampled[j]);
+    const int64_t generated = static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
+    done[i] = generated == o.sampling.tokens_to_generate || stops_after(g, o, tokenizer_);
+  }
+
+  std::vector<std::unique_ptr<Sequence>> running;
+  for (size_t i = 0; i < sequences_.size(); ++i) {
+    if (!done[i]) {
+      running.push_back(std::move(sequences_[i]));
+      continue;
+    }
+    blocks_.give_back(sequences_[i]->blocks);
+    finished.push_back({sequences_[i]->id, std::move(sequences_[i]->generation)});
+  }
+  sequences_ = std::move(running);
+  return finished;
+}
+
+}  // namespace tessera::infer

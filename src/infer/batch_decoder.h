@@ -1,0 +1,62 @@
+// Decoding many sequences together (continuous batching): every step runs one forward over the next
+// tokens of every active sequence, each with its key/value cache in blocks of one shared pool, and
+// sequences join between steps and leave as soon as they finish. A sequence's output does not depend on
+// what else is in the batch: its sampling is keyed by its own (seed, prompt index, step), as generate's.
+//
+// Every rank of the model group makes the same calls in the same order (a step holds the group's
+// collectives); the tokens are those of the runner's deciding rank.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "infer/generator.h"
+#include "infer/kv_block_allocator.h"
+
+namespace tessera::infer {
+
+// One sequence to generate.
+struct SequenceRequest {
+  std::vector<int32_t> prompt;
+  std::shared_ptr<const GenerationOptions> options;  // shared by the sequences of one request
+  uint64_t prompt_index = 0;                         // keys its sampling (prompt index << 32 | step)
+};
+
+class BatchDecoder {
+ public:
+  // The sequences' caches in `blocks` blocks of `block_size` positions (how many sequences run at once is
+  // the caller's choice, bounded by the blocks).
+  BatchDecoder(const ModelRunner& runner, int64_t blocks, int64_t block_size, const data::Tokenizer* tokenizer = nullptr);
+  ~BatchDecoder();
+
+  // The cache blocks a sequence of this prompt length and sampling needs for its whole generation.
+  int64_t blocks_needed(int64_t prompt_length, const SamplingOptions& sampling) const;
+  const KvBlockAllocator& cache() const { return blocks_; }
+  int64_t active() const { return static_cast<int64_t>(sequences_.size()); }
+
+  // Adds a sequence (an Error when its blocks are not free); returns its id (0, 1, ... in order of adding).
+  int64_t add(SequenceRequest request);
+
+  // One forward step over every active sequence: feeds each its prompt (all at once, or one token a step
+  // when it wants the prompt's log-probabilities) or its last token, then samples the next token of
+  // those that have read their prompt, calling on_token(id, token). Returns the sequences that finished,
+  // with their generations, and frees their caches.
+  struct Finished {
+    int64_t id;
+    Generation generation;
+  };
+  std::vector<Finished> step(const std::function<void(int64_t, int32_t)>& on_token = {});
+
+ private:
+  struct Sequence;
+  const ModelRunner& runner_;
+  const data::Tokenizer* tokenizer_;
+  KvBlockAllocator blocks_;
+  model::KvPool pool_;
+  std::vector<std::unique_ptr<Sequence>> sequences_;
+  int64_t next_id_ = 0;
+};
+
+}  // namespace tessera::infer
