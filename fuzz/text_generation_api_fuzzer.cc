@@ -18,7 +18,7 @@ namespace tessera::infer {
 // need not link the model.
 std::vector<Generation> generate(const ModelRunner&, const std::vector<std::vector<int32_t>>&,
                                  const GenerationOptions&, const data::Tokenizer*,
-                                 const std::function<void(size_t, int32_t)>&) {
+                                 const std::function<void(size_t, int32_t)>&, int64_t) {
   std::abort();
 }
 }  // namespace tessera::infer

@@ -54,12 +54,13 @@ same_answers() {  # same_answers A B: the same statuses, tokens and (to 1e-4) lo
 import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 assert len(a) == len(b) == 12, (len(a), len(b))
-for i, ((sa, ra), (sb, rb)) in enumerate(zip(a, b)):
+for i in range(len(a)):
+    (sa, ra), (sb, rb) = a[i], b[i]
     assert sa == sb == 200, (i, sa, sb, ra, rb)
     assert ra["tokens"] == rb["tokens"], (i, ra["tokens"], rb["tokens"])
     if ra["logprobs"] is not None:
-        for la, lb in zip(ra["logprobs"], rb["logprobs"]):
-            assert len(la) == len(lb) and all(abs(x - y) <= 1e-4 for x, y in zip(la, lb)), (i, la, lb)
+        for la, lb in [(ra["logprobs"][p], rb["logprobs"][p]) for p in range(len(ra["logprobs"]))]:
+            assert len(la) == len(lb) and all(abs(la[t] - lb[t]) <= 1e-4 for t in range(len(la))), (i, la, lb)
 PY
 }
 batching=(--port 0 --inference-max-requests 4 --inference-dynamic-batching-block-size 8)

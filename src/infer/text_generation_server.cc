@@ -72,14 +72,16 @@ struct Batch {
   std::map<int64_t, std::pair<int64_t, size_t>> owner;
 };
 
-// Adds the joining requests' sequences (slots numbered by rank 0), then runs one step. Returns the
-// finished sequences as (slot, prompt, generation). An Error in the step (the same on every rank) ends
-// every running sequence: `failed` gets their slots, `error` the message, and the batch starts empty.
+// A finished sequence: its request's slot, its prompt's index and what it generated.
 struct Done {
   int64_t slot;
   size_t prompt;
   Generation generation;
 };
+
+// Adds the joining requests' sequences (slots numbered by rank 0), then runs one step. Returns the
+// sequences that finished. An Error in the step (the same on every rank) ends every running sequence:
+// `failed` gets their slots, `error` the message, and the batch starts empty.
 std::vector<Done> run_step(Batch& batch, const std::vector<std::pair<int64_t, RequestSequences>>& joining,
                            std::vector<int64_t>& failed, std::string& error,
                            const std::function<std::unique_ptr<BatchDecoder>()>& fresh) {
