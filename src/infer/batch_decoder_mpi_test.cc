@@ -13,7 +13,9 @@
 namespace tessera::infer {
 namespace {
 
-model::ModelConfig config() {
+// GPT-2 style (learned positions, LayerNorm, GELU) or Llama style (RoPE, RMSNorm, SwiGLU); both with
+// grouped-query attention.
+model::ModelConfig config(bool llama = false) {
   model::ModelConfig c;
   c.num_layers = 4;
   c.hidden_size = 32;
@@ -26,6 +28,11 @@ model::ModelConfig config() {
   c.vocab_size = 40;
   c.padded_vocab_size = 48;
   c.init_method_std = 0.4f;
+  if (llama) {
+    c.position_embedding = model::PositionEmbedding::Rope;
+    c.normalization = model::Normalization::RMSNorm;
+    c.swiglu = true;
+  }
   return c;
 }
 
@@ -79,8 +86,10 @@ std::vector<Layout> layouts(int world, const model::ModelConfig& c) {
   return out;
 }
 
-TEST(BatchDecoding, GreedyBatchesEqualSequentialDecodingInEveryLayout) {
-  const model::ModelConfig c = config();
+class GreedyBatches : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GreedyBatches, EqualSequentialDecodingInEveryLayout) {
+  const model::ModelConfig c = config(GetParam());
   const int64_t tokens = 12;
   auto single = comm::ParallelState::single_process();
   const std::vector<std::vector<int32_t>> reference = sequential_greedy(*Model(c, *single).runner, tokens);
@@ -100,6 +109,9 @@ TEST(BatchDecoding, GreedyBatchesEqualSequentialDecodingInEveryLayout) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, GreedyBatches, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "llama" : "gpt2"; });
 
 // Runs `target` (added after `before` steps) to the end beside other sequences joining and leaving.
 std::vector<int32_t> sampled_in_company(const ModelRunner& runner, const SequenceRequest& target, int64_t before,
