@@ -21,5 +21,6 @@ int convert_command(const std::vector<std::string>& args);
 int debug_forward_command(const std::vector<std::string>& args);  // hidden: parity tests
 int plan_command(const std::vector<std::string>& args);
 int msdp_command(const std::vector<std::string>& args);  // `msdp [preprocess]`: Megatron's tasks/msdp
+int cntrl_command(const std::vector<std::string>& args);  // `cntrl preprocess`: MEGATRON-CNTRL's data
 
 }  // namespace tessera::apps

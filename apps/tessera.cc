@@ -29,7 +29,8 @@ constexpr const char* kUsage =
     "  merge-datasets    concatenate .bin/.idx datasets\n"
     "  convert           checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM)\n"
     "  plan              memory, iteration time and throughput of a run before launching it; --search for layouts\n"
-    "  msdp              multi-stage prompting for knowledgeable dialogue (Megatron's tasks/msdp; msdp preprocess)\n";
+    "  msdp              multi-stage prompting for knowledgeable dialogue (Megatron's tasks/msdp; msdp preprocess)\n"
+    "  cntrl preprocess  MEGATRON-CNTRL's training data: RAKE keywords, ConceptNet knowledge, ranker labels\n";
 
 }  // namespace
 
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
     if (command == "debug-forward") return tessera::apps::debug_forward_command(args);
     if (command == "plan") return tessera::apps::plan_command(args);
     if (command == "msdp") return tessera::apps::msdp_command(args);
+    if (command == "cntrl") return tessera::apps::cntrl_command(args);
     std::cerr << "tessera: unknown command '" << command << "'\n" << kUsage;
     return 2;
   } catch (const tessera::Error& e) {

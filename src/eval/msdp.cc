@@ -1,17 +1,16 @@
 #include "eval/msdp.h"
 
 #include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <map>
 #include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
-#include <unordered_map>
 
 #include "core/check.h"
 #include "eval/dialogue_f1.h"
+#include "eval/tfidf.h"
 #include "eval/word_tokenize.h"
 
 namespace tessera::eval {
@@ -50,43 +49,6 @@ std::vector<std::string> string_values(const nlohmann::json& object) {
     for (const auto& [key, value] : object.items()) out.push_back(value.get<std::string>());
   return out;
 }
-
-// TF-IDF vectors (sparse, L2-normalised) of texts over normalised words, IDF from `corpus`.
-class TfIdf {
- public:
-  explicit TfIdf(const std::vector<std::string>& corpus) : documents_(static_cast<double>(corpus.size())) {
-    for (const std::string& text : corpus) {
-      std::set<std::string> seen;
-      for (const std::string& w : split(normalize_answer(text), " "))
-        if (!w.empty() && seen.insert(w).second) ++document_frequency_[w];
-    }
-  }
-  using Vector = std::map<std::string, double>;
-  Vector operator()(const std::string& text) const {
-    Vector v;
-    for (const std::string& w : split(normalize_answer(text), " "))
-      if (!w.empty()) v[w] += 1;
-    double norm = 0;
-    for (auto& [w, x] : v) {
-      auto it = document_frequency_.find(w);
-      const double df = it == document_frequency_.end() ? 0 : it->second;
-      x *= std::log((1 + documents_) / (1 + df)) + 1;  // smoothed IDF
-      norm += x * x;
-    }
-    for (auto& [w, x] : v) x /= std::sqrt(norm);
-    return v;
-  }
-  static double dot(const Vector& a, const Vector& b) {
-    double s = 0;
-    for (const auto& [w, x] : a)
-      if (auto it = b.find(w); it != b.end()) s += x * it->second;
-    return s;
-  }
-
- private:
-  double documents_;
-  std::unordered_map<std::string, double> document_frequency_;
-};
 
 // The last three turns as one dialogue text, "( topic ) " first unless wow_seen (get_database).
 std::string dialogue_text(const std::vector<std::string>& turns, const std::string& topic, bool with_topic) {
@@ -211,7 +173,7 @@ std::vector<KnowledgePrompt> select_knowledge_prompts(const std::vector<Dialogue
       std::vector<size_t> order(all.size());
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        const double sa = TfIdf::dot(vectors[a], query), sb = TfIdf::dot(vectors[b], query);
+        const double sa = TfIdf::cosine(vectors[a], query), sb = TfIdf::cosine(vectors[b], query);
         return most_similar_unseen ? sa > sb : sa < sb;
       });
       std::set<std::string> topics;
@@ -222,7 +184,7 @@ std::vector<KnowledgePrompt> select_knowledge_prompts(const std::vector<Dialogue
     } else {
       std::vector<size_t> order = it->second;
       std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        return TfIdf::dot(vectors[a], query) > TfIdf::dot(vectors[b], query);
+        return TfIdf::cosine(vectors[a], query) > TfIdf::cosine(vectors[b], query);
       });
       order.resize(std::min<size_t>(order.size(), static_cast<size_t>(examples)));
       for (size_t i : order) p.examples.push_back(all[i].instance);
