@@ -19,6 +19,7 @@
 #include "core/timer.h"
 #include "eval/dialogue_f1.h"
 #include "eval/msdp.h"
+#include "eval/python_regex.h"
 #include "eval/word_tokenize.h"
 #include "infer/generator.h"
 
@@ -142,7 +143,7 @@ int evaluate_f1(const PromptFlags& f) {
   TESSERA_CHECK(!f.guess_file.empty() && !f.answer_file.empty(), "--task MSDP-EVAL-F1 needs --guess-file and --answer-file");
   std::vector<std::string> guesses = read_lines(f.guess_file), answers = read_lines(f.answer_file);
   for (std::string& g : guesses)
-    for (size_t at; (at = g.find("<|endoftext|>")) != std::string::npos;) g.erase(at, 13);
+    eval::replace_all(g, "<|endoftext|>", "");
   for (std::string& a : answers) {
     a = eval::msdp_output(a);  // stripped
     if (a == "no_passages_used") a.clear();  // as Megatron's evaluate.py: such pairs do not count

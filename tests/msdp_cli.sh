@@ -8,11 +8,7 @@ tessera=${1:?usage: msdp_cli.sh path/to/tessera}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${TESSERA_DATA_CACHE:-$root/data-cache}
 work=$(mktemp -d)
-cleanup() {
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'cleanup_server_and "$work"' EXIT
 source "$root/tests/lib/checks.sh"
 source "$root/tests/lib/server.sh"
 [ -f "$cache/gpt2/gpt2-vocab.json" ] || skip "no GPT-2 vocabulary in $cache/gpt2 (scripts/setup.sh fetches it)"

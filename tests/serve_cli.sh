@@ -6,11 +6,7 @@ set -uo pipefail
 tessera=${1:?usage: serve_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
-cleanup() {
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'cleanup_server_and "$work"' EXIT
 source "$(dirname "$0")/lib/checks.sh"
 source "$(dirname "$0")/lib/server.sh"
 export OMPI_MCA_mpi_yield_when_idle=1

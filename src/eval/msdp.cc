@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "eval/dialogue_f1.h"
+#include "eval/python_regex.h"
 #include "eval/tfidf.h"
 #include "eval/word_tokenize.h"
 
@@ -250,7 +251,7 @@ std::vector<DialogueSample> with_generated_knowledge(const std::vector<DialogueS
   std::vector<DialogueSample> out = test;
   for (size_t i = 0; i < out.size(); ++i) {
     std::string k = strip(knowledge[i]);
-    for (size_t at; (at = k.find("<|endoftext|>")) != std::string::npos;) k.erase(at, 13);
+    replace_all(k, "<|endoftext|>", "");
     out[i].knowledge = k;
   }
   return out;

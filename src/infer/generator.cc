@@ -73,7 +73,7 @@ std::vector<Generation> generate(const ModelRunner& runner, const std::vector<st
       TESSERA_CHECK(capacity <= c.max_position_embeddings, "prompt of ", prompts[i].size(),
                     " tokens + tokens to generate ", options.sampling.tokens_to_generate, " exceeds the model's ",
                     c.max_position_embeddings, " positions");
-    blocks.push_back((capacity + block_size - 1) / block_size);
+    blocks.push_back(KvBlockAllocator::blocks_for(capacity, block_size));
   }
   std::vector<Generation> out(prompts.size());
   if (prompts.empty()) return out;

@@ -17,8 +17,9 @@ class KvBlockAllocator {
   int64_t blocks() const { return blocks_; }
   int64_t block_size() const { return block_size_; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
-  // Blocks for `positions` positions.
-  int64_t blocks_for(int64_t positions) const { return (positions + block_size_ - 1) / block_size_; }
+  // Blocks of `block_size` positions for `positions` positions.
+  static int64_t blocks_for(int64_t positions, int64_t block_size) { return (positions + block_size - 1) / block_size; }
+  int64_t blocks_for(int64_t positions) const { return blocks_for(positions, block_size_); }
 
   // `count` free blocks (an Error when fewer are free), and their return.
   std::vector<int32_t> take(int64_t count);

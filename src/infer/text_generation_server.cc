@@ -213,8 +213,8 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     }
     const RequestSequences& r = job.sequences;
     for (const auto& prompt : r.prompts)  // as BatchDecoder::blocks_needed
-      job.blocks += (static_cast<int64_t>(prompt.size()) + r.options->sampling.tokens_to_generate +
-                     batching.block_size - 1) / batching.block_size;
+      job.blocks += KvBlockAllocator::blocks_for(
+          static_cast<int64_t>(prompt.size()) + r.options->sampling.tokens_to_generate, batching.block_size);
     if (job.blocks > pool_blocks)
       return reply_error(res, 400, str_cat("the request's ", r.prompts.size(), " prompt(s) need ", job.blocks,
                                            " key/value cache blocks of ", batching.block_size,

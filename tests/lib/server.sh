@@ -1,8 +1,13 @@
 # A server under test: start_server LOG COMMAND... runs COMMAND in the background and waits for the
 # port it prints ("serving ... on http://127.0.0.1:PORT"), setting $server_pid and $port (status 1 if
 # it exits first or prints none within 60 s); stop_server sends SIGTERM and returns its exit status
-# within 30 s (124 if it hangs, after SIGKILL). The caller's EXIT trap should kill "$server_pid" if set.
+# within 30 s (124 if it hangs, after SIGKILL). cleanup_server_and WORK, for the caller's EXIT trap,
+# kills a server still running and removes the directory WORK.
 server_pid=""
+cleanup_server_and() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  rm -rf "$1"
+}
 start_server() {
   local log=$1
   shift
