@@ -1,9 +1,10 @@
-// `tessera finetune --task RACE`: Megatron's tasks/main.py --task RACE (train/finetune_race.h), one process.
+// `tessera finetune --task RACE | CNTRL-RANKER | CNTRL-KEYWORDS | CNTRL-GENERATOR`: Megatron's tasks/main.py,
+// one process (train/finetune.h).
 #include <iostream>
 
 #include "apps/command_line.h"
 #include "apps/commands.h"
-#include "train/finetune_race.h"
+#include "train/finetune.h"
 
 namespace tessera::apps {
 
@@ -12,16 +13,21 @@ int finetune_command(const std::vector<std::string>& args) {
   a.micro_batch_size = 4;
   a.lr = 1e-5f;
   a.adam.weight_decay = 0.01f;  // Megatron's default; its RACE example gives --weight-decay 1.0e-1
-  CLI::App app{"Fine-tune a pretrained BERT on a task (Megatron's tasks/main.py; RACE)", "tessera finetune"};
-  app.add_option("--task", a.task, "The task: RACE")->required();
-  app.add_option("--train-data", a.train_data, "RACE directories to train on (RACE/train/middle ...)")->expected(1, -1);
-  app.add_option("--valid-data", a.valid_data, "RACE directories to report accuracy on, each on its own")
+  CLI::App app{"Fine-tune a pretrained model on a task (Megatron's tasks/main.py)", "tessera finetune"};
+  app.add_option("--task", a.task,
+                 "RACE or CNTRL-RANKER (a BERT, multiple choice), CNTRL-KEYWORDS or CNTRL-GENERATOR (a GPT)")
+      ->required();
+  app.add_option("--train-data", a.train_data,
+                 "RACE directories (RACE/train/middle ...) or `tessera cntrl preprocess` files to train on")
+      ->expected(1, -1);
+  app.add_option("--valid-data", a.valid_data, "Directories or files to evaluate on, each on its own")
       ->expected(1, -1);
   app.add_option("--pretrained-checkpoint", a.pretrained_checkpoint,
-                 "A BERT checkpoint (pretrain_bert --save), or a fine-tuned one");
+                 "A BERT (pretrain_bert --save) or GPT (train --save) checkpoint, or a fine-tuned one");
+  app.add_option("--ranker-choices", a.ranker_choices, "CNTRL-RANKER: knowledge sentences per training question");
   app.add_option("--save", a.save, "Save a checkpoint here after every epoch");
   app.add_option("--epochs", a.epochs, "Passes over the training data (0: evaluate only)");
-  app.add_option("--micro-batch-size", a.micro_batch_size, "Questions per step (4 sequences each)");
+  app.add_option("--micro-batch-size", a.micro_batch_size, "Questions (multiple choice) or sequences per step");
   app.add_flag("--keep-last", a.keep_last, "Keep the last, partial micro-batch of an epoch");
   app.add_option("--seq-length", a.seq_length, "Sequence length (default: the pretrained model's)");
   app.add_option("--lr", a.lr, "Peak learning rate");
@@ -36,12 +42,14 @@ int finetune_command(const std::vector<std::string>& args) {
   app.add_option("--hidden-dropout", a.hidden_dropout, "Dropout on hidden states and the pooled [CLS]");
   app.add_option("--attention-dropout", a.attention_dropout, "Dropout on attention probabilities");
   app.add_option("--tokenizer-type", a.tokenizer_type,
-                 "BertWordPieceLowerCase or BertWordPieceCase (default: the pretrained checkpoint's)");
-  app.add_option("--vocab-file", a.vocab_file, "vocab.txt (default: the pretrained checkpoint's)");
+                 "The tokenizer (default: the pretrained checkpoint's)");
+  app.add_option("--vocab-file", a.vocab_file, "Vocabulary file (default: the pretrained checkpoint's)");
+  app.add_option("--merge-file", a.merge_file, "GPT-2 BPE merges (default: the pretrained checkpoint's)");
+  app.add_option("--tokenizer-model", a.tokenizer_model, "SentencePiece model (default: the pretrained checkpoint's)");
   app.add_option("--seed", a.seed, "Initialisation, dropout and shuffling seed");
   app.add_option("--log-interval", a.log_interval, "Iterations per log line");
   if (!parse_command_line(app, args, "finetune")) return 0;
-  train::finetune_race(a, [](const std::string& line) { std::cout << line << std::endl; });
+  train::finetune(a, [](const std::string& line) { std::cout << line << std::endl; });
   return 0;
 }
 

@@ -18,7 +18,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train             train a GPT model (Megatron-LM flags; tessera train --help lists them)\n"
     "  pretrain_bert     train a BERT: masked LM and sentence order (= train --model-family bert)\n"
-    "  finetune          fine-tune a pretrained BERT on RACE (--task RACE; multiple choice, accuracy per subset)\n"
+    "  finetune          fine-tune a pretrained model: RACE, and MEGATRON-CNTRL's three stages (--task CNTRL-...)\n"
     "  generate          continue prompts with a trained checkpoint (key/value cache; greedy, top-k, top-p)\n"
     "  serve             Megatron's text generation REST server (PUT /api, POST /completions)\n"
     "  eval              zero-shot evaluation: WIKITEXT103 perplexity, LAMBADA accuracy\n"
@@ -30,7 +30,8 @@ constexpr const char* kUsage =
     "  convert           checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM)\n"
     "  plan              memory, iteration time and throughput of a run before launching it; --search for layouts\n"
     "  msdp              multi-stage prompting for knowledgeable dialogue (Megatron's tasks/msdp; msdp preprocess)\n"
-    "  cntrl preprocess  MEGATRON-CNTRL's training data: RAKE keywords, ConceptNet knowledge, ranker labels\n";
+    "  cntrl preprocess  MEGATRON-CNTRL's training data: RAKE keywords, ConceptNet knowledge, ranker labels\n"
+    "  cntrl generate    MEGATRON-CNTRL's stories, sentence by sentence, with keyword control\n";
 
 }  // namespace
 

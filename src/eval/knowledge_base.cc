@@ -1,5 +1,7 @@
 #include "eval/knowledge_base.h"
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -79,10 +81,13 @@ void KnowledgeBase::add(const Triple& t) {
   triples_.push_back(t);
 }
 
-std::vector<std::string> KnowledgeBase::retrieve(const std::string& keyword, int64_t limit) const {
+std::set<size_t> KnowledgeBase::matches(const std::string& keyword) const {
   std::vector<std::string> words;
   std::istringstream in(keyword);
-  for (std::string w; in >> w;) words.push_back(w);
+  for (std::string w; in >> w;) {  // ConceptNet's concepts are lower case; a user's keyword may not be
+    std::transform(w.begin(), w.end(), w.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    words.push_back(w);
+  }
   std::set<size_t> hits;
   for (size_t begin = 0; begin < words.size(); ++begin) {
     std::string run;
@@ -91,6 +96,17 @@ std::vector<std::string> KnowledgeBase::retrieve(const std::string& keyword, int
       if (auto it = by_concept_.find(run); it != by_concept_.end()) hits.insert(it->second.begin(), it->second.end());
     }
   }
+  return hits;
+}
+
+std::vector<std::string> KnowledgeBase::neighbours(const std::string& keyword) const {
+  std::set<std::string> concepts;
+  for (size_t i : matches(keyword)) concepts.insert({triples_[i].head, triples_[i].tail});
+  return {concepts.begin(), concepts.end()};
+}
+
+std::vector<std::string> KnowledgeBase::retrieve(const std::string& keyword, int64_t limit) const {
+  const std::set<size_t> hits = matches(keyword);
   std::vector<std::string> out;
   std::set<std::string> seen;
   for (size_t i : hits) {  // file order

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,13 +28,17 @@ class KnowledgeBase {
   void add(const Triple& t);
 
   int64_t size() const { return static_cast<int64_t>(triples_.size()); }
-  // The sentences of the triples whose head or tail is `keyword` or a run of its words ("bought fresh
-  // bread": "fresh bread", "bread", ...), in file order, at most `limit`, each once.
+  // The sentences of the triples whose head or tail is `keyword` or a run of its words, lower-cased
+  // ("Bought fresh bread": "fresh bread", "bread", ...), in file order, at most `limit`, each once.
   std::vector<std::string> retrieve(const std::string& keyword, int64_t limit) const;
+  // The concepts of those triples (heads and tails, the keyword's own among them), sorted.
+  std::vector<std::string> neighbours(const std::string& keyword) const;
   // All keywords' sentences, each once, at most `limit_per_keyword` per keyword.
   std::vector<std::string> retrieve(const std::vector<std::string>& keywords, int64_t limit_per_keyword) const;
 
  private:
+  std::set<size_t> matches(const std::string& keyword) const;  // the triples retrieve() draws on
+
   std::vector<Triple> triples_;
   std::map<std::string, std::vector<size_t>> by_concept_;
 };

@@ -4,18 +4,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <map>
+#include <filesystem>
 #include <numeric>
 
 #include "ckpt/checkpoint.h"
 #include "core/check.h"
+#include "data/cntrl_dataset.h"
 #include "data/numpy_random.h"
 #include "data/tokenizer_factory.h"
 #include "model/model_factory.h"
 #include "model/multiple_choice_model.h"
-#include "optim/lr_scheduler.h"
 #include "train/argument_rules.h"
-#include "train/training_log.h"
 
 namespace tessera::train {
 namespace {
@@ -79,6 +78,24 @@ std::vector<data::MultipleChoiceSample> build_race_dataset(const std::string& na
   return all;
 }
 
+// The questions of CNTRL-RANKER files (data/cntrl_dataset.h), with lines like RACE's.
+std::vector<data::MultipleChoiceSample> build_ranker_dataset(const std::string& name,
+                                                             const std::vector<std::string>& paths,
+                                                             const data::Tokenizer& tokenizer, int64_t seq_length,
+                                                             int64_t choices, uint64_t seed,
+                                                             const std::function<void(const std::string&)>& say) {
+  say(str_cat(" > building CNTRL-RANKER dataset for ", name, ":"));
+  std::vector<data::MultipleChoiceSample> all;
+  for (const std::string& path : paths) {
+    std::vector<data::MultipleChoiceSample> part =
+        data::read_cntrl_ranker_questions(path, tokenizer, seq_length, choices, seed);
+    say(str_cat("   > ", path, ": ", part.size(), " questions of ", choices, " knowledge sentences"));
+    for (auto& sample : part) all.push_back(std::move(sample));
+  }
+  say(str_cat("  >> total number of samples: ", all.size()));
+  return all;
+}
+
 struct ValidSet {
   std::string name;
   std::vector<data::MultipleChoiceSample> samples;
@@ -120,59 +137,7 @@ model::MicroBatch multiple_choice_micro_batch(const std::vector<data::MultipleCh
   return mb;
 }
 
-PretrainedLoad load_pretrained_weights(const std::string& dir, model::ParameterSet& params) {
-  ckpt::TrainingState state;
-  std::vector<std::pair<std::string, Tensor>> saved = ckpt::load_full_model(dir, &state);
-  std::map<std::string, Tensor> by_name(saved.begin(), saved.end());
-  PretrainedLoad out;
-  out.iteration = state.iteration;
-  for (model::Parameter& p : params.params()) {
-    auto it = by_name.find(p.spec.name);
-    if (it == by_name.end()) {
-      out.initialised.push_back(p.spec.name);
-      continue;
-    }
-    const Tensor& t = it->second;
-    if (t.shape() == p.value.shape()) {
-      std::copy(t.f32(), t.f32() + t.numel(), p.value.f32());
-    } else {
-      // A vocabulary padded to another multiple: the rows both have.
-      const bool rows = p.spec.vocab_rows && t.shape().size() == 2 && p.value.shape().size() == 2 &&
-                        t.dim(1) == p.value.dim(1);
-      TESSERA_CHECK(rows, "checkpoint tensor ", p.spec.name, " in ", dir, " has shape ", shape_str(t.shape()),
-                    ", the model expects ", shape_str(p.value.shape()));
-      const int64_t n = std::min(t.dim(0), p.value.dim(0)) * t.dim(1);
-      std::copy(t.f32(), t.f32() + n, p.value.f32());
-    }
-    out.loaded.push_back(p.spec.name);
-    by_name.erase(it);
-  }
-  for (const auto& [name, t] : by_name) out.discarded.push_back(name);
-  return out;
-}
-
-void validate(const FinetuneArguments& a) {
-  require(a.task == "RACE", "--task", a.task, "only RACE is implemented");
-  require(!a.pretrained_checkpoint.empty(), "--pretrained-checkpoint", a.pretrained_checkpoint,
-          "is required (a BERT checkpoint from pretrain_bert, or a fine-tuned one)");
-  require(a.epochs >= 0, "--epochs", a.epochs, "must be >= 0");
-  require(a.epochs == 0 || !a.train_data.empty(), "--train-data", "", "is required with --epochs > 0");
-  require(a.micro_batch_size > 0, "--micro-batch-size", a.micro_batch_size, "must be > 0");
-  require(a.seq_length >= 0, "--seq-length", a.seq_length, "must be >= 0 (0: the pretrained model's)");
-  require(a.lr >= 0, "--lr", a.lr, "must be >= 0");
-  require(a.min_lr >= 0 && a.min_lr <= a.lr, "--min-lr", a.min_lr, "must be in [0, --lr]");
-  optim::parse_lr_decay_style(a.lr_decay_style);
-  require(a.lr_warmup_fraction >= 0 && a.lr_warmup_fraction < 1, "--lr-warmup-fraction", a.lr_warmup_fraction,
-          "must be in [0, 1)");
-  require(a.hidden_dropout >= 0 && a.hidden_dropout < 1, "--hidden-dropout", a.hidden_dropout, "must be in [0, 1)");
-  require(a.attention_dropout >= 0 && a.attention_dropout < 1, "--attention-dropout", a.attention_dropout,
-          "must be in [0, 1)");
-  require(a.adam.weight_decay >= 0, "--weight-decay", a.adam.weight_decay, "must be >= 0");
-  require(a.adam.clip_grad >= 0, "--clip-grad", a.adam.clip_grad, "must be >= 0");
-  require(a.log_interval > 0, "--log-interval", a.log_interval, "must be > 0");
-}
-
-FinetuneResult finetune_race(const FinetuneArguments& a, const std::function<void(const std::string&)>& say) {
+FinetuneResult finetune_multiple_choice(const FinetuneArguments& a, const std::function<void(const std::string&)>& say) {
   validate(a);
   model::register_multiple_choice_family();
   const nlohmann::json recorded = ckpt::latest_checkpoint_args(a.pretrained_checkpoint);
@@ -190,23 +155,23 @@ FinetuneResult finetune_race(const FinetuneArguments& a, const std::function<voi
   require(config.seq_length <= config.max_position_embeddings, "--seq-length", config.seq_length,
           str_cat("must be at most the pretrained model's --max-position-embeddings=", config.max_position_embeddings));
 
-  auto recorded_string = [&](const char* key) {
-    return recorded.contains(key) && recorded.at(key).is_string() ? recorded.at(key).get<std::string>() : std::string();
-  };
-  data::TokenizerOptions tokenizer_options;
-  tokenizer_options.type = a.tokenizer_type.empty() ? recorded_string("tokenizer_type") : a.tokenizer_type;
-  tokenizer_options.vocab_file = a.vocab_file.empty() ? recorded_string("vocab_file") : a.vocab_file;
+  const data::TokenizerOptions tokenizer_options = finetune_tokenizer_options(a, recorded);
   const std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(tokenizer_options);
   TESSERA_CHECK(tokenizer->vocab_size() == config.vocab_size, "--tokenizer-type ", tokenizer_options.type,
                 " has ", tokenizer->vocab_size(), " ids but the pretrained model was trained with ", config.vocab_size);
 
   // Data (Megatron: the training and validation sets, then each --valid-data directory on its own).
+  const bool race = a.task == "RACE";
+  auto build = [&](const std::string& name, const std::vector<std::string>& paths, uint64_t seed) {
+    return race ? build_race_dataset(name, paths, *tokenizer, config.seq_length, say)
+                : build_ranker_dataset(name, paths, *tokenizer, config.seq_length, a.ranker_choices, seed, say);
+  };
   std::vector<data::MultipleChoiceSample> train;
-  if (a.epochs > 0) train = build_race_dataset("training", a.train_data, *tokenizer, config.seq_length, say);
+  if (a.epochs > 0) train = build("training", a.train_data, a.seed);
   std::vector<ValidSet> valid;
-  for (const std::string& dir : a.valid_data) {
-    ValidSet v{data::race_dataset_name(dir), {}};
-    v.samples = build_race_dataset(v.name, {dir}, *tokenizer, config.seq_length, say);
+  for (const std::string& path : a.valid_data) {
+    ValidSet v{race ? data::race_dataset_name(path) : std::filesystem::path(path).stem().string(), {}};
+    v.samples = build(v.name, {path}, a.seed + 1);
     valid.push_back(std::move(v));
   }
   const int64_t mbs = a.micro_batch_size, n = static_cast<int64_t>(train.size());
@@ -216,7 +181,7 @@ FinetuneResult finetune_race(const FinetuneArguments& a, const std::function<voi
   const int64_t train_iters = a.epochs * iters_per_epoch;
 
   // Model and optimizer.
-  say("building multichoice model for RACE ...");
+  say(str_cat("building multichoice model for ", a.task, " ..."));
   model::ParameterSet params;
   const std::unique_ptr<model::LanguageModelChunk> net = model::build_model_chunk(config, params);
   params.allocate(a.seed);
@@ -228,14 +193,7 @@ FinetuneResult finetune_race(const FinetuneArguments& a, const std::function<voi
   for (const std::string& name : load.initialised)
     say(str_cat(" ***WARNING*** could not find ", name, " in the checkpoint, initializing to random"));
   optim::AdamWOptimizer optimizer(params, a.adam);
-  // Megatron's schedule counts samples: decay over every iteration's, warm-up over the fraction of them.
-  const int64_t step_samples = mbs;
-  optim::LrSchedule schedule;
-  schedule.max_lr = a.lr;
-  schedule.min_lr = a.min_lr;
-  schedule.style = optim::parse_lr_decay_style(a.lr_decay_style);
-  schedule.decay_steps = train_iters * step_samples;
-  schedule.warmup_steps = static_cast<int64_t>(a.lr_warmup_fraction * static_cast<double>(schedule.decay_steps));
+  const optim::LrSchedule schedule = finetune_lr_schedule(a, train_iters);
 
   FinetuneResult result;
   int64_t iteration = 0;
@@ -288,7 +246,7 @@ FinetuneResult finetune_race(const FinetuneArguments& a, const std::function<voi
       const model::MicroBatch mb =
           multiple_choice_micro_batch(train, std::span<const int64_t>(order).subspan(static_cast<size_t>(first),
                                                                                      static_cast<size_t>(count)));
-      const float lr = schedule.lr(iteration * step_samples);
+      const float lr = schedule.lr(iteration * mbs);
       model::ForwardContext ctx{a.seed, iteration + 1, 0, true, config.seq_length, mb.tokens.dim(0)};
       params.zero_grad();
       params.weights_changed();
@@ -305,19 +263,8 @@ FinetuneResult finetune_race(const FinetuneArguments& a, const std::function<voi
       interval_seconds += seconds_since(start);
       ++interval_iters;
       if (iteration % a.log_interval == 0 || iteration == train_iters) {
-        IterationStats s;
-        s.iteration = iteration;
-        s.train_iters = train_iters;
-        s.consumed_samples = iteration * mbs;
-        s.global_batch_size = mbs;
-        s.elapsed_ms_per_iteration = interval_seconds * 1000 / static_cast<double>(interval_iters);
-        s.tflops_per_device = model::model_flops_per_iteration(config, mb.tokens.dim(0)) /
-                              (interval_seconds / static_cast<double>(interval_iters)) / 1e12;
-        s.learning_rate = lr;
-        s.lm_loss = interval_loss / static_cast<double>(interval_iters);
-        s.grad_norm = step.grad_norm;
-        s.skipped_iterations = step.skipped ? 1 : 0;
-        say(format_iteration_line(s));
+        say(finetune_iteration_line(a, config, iteration, train_iters, mb.tokens.dim(0), interval_iters,
+                                    interval_seconds, lr, interval_loss / static_cast<double>(interval_iters), step));
         interval_loss = interval_seconds = 0;
         interval_iters = 0;
       }

@@ -16,6 +16,11 @@
 //    > |epoch: 0| metrics for dev-middle: correct / total = 70 / 100 = 70.0000 %, elapsed time (sec): 1.234
 //    >> |epoch: 0| overall: correct / total = 140 / 200 = 70.0000 %
 // --epochs 0 only evaluates (epoch -1), e.g. a fine-tuned checkpoint given as --pretrained-checkpoint.
+//
+// --task CNTRL-RANKER trains MEGATRON-CNTRL's contextual knowledge ranker the same way: --train-data and
+// --valid-data are ranker files of `tessera cntrl preprocess`, each line a question of --ranker-choices
+// knowledge sentences, its pseudo-positive the right choice (data/cntrl_dataset.h); a validation file's
+// name in the metrics lines is its stem.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +31,7 @@
 
 #include "data/race_dataset.h"
 #include "model/language_model.h"
-#include "model/parameters.h"
-#include "optim/adamw_optimizer.h"
+#include "train/finetune.h"
 
 namespace tessera::train {
 
@@ -37,51 +41,8 @@ namespace tessera::train {
 model::MicroBatch multiple_choice_micro_batch(const std::vector<data::MultipleChoiceSample>& samples,
                                               std::span<const int64_t> indices);
 
-// Copies every parameter the checkpoint has (by name; a vocabulary padded differently copies the rows
-// both have) and says which it lacks (kept as initialised) and which of its tensors the model has no use
-// for (discarded). A tensor of another shape is an Error naming it.
-struct PretrainedLoad {
-  int64_t iteration = 0;
-  std::vector<std::string> loaded, initialised, discarded;
-};
-PretrainedLoad load_pretrained_weights(const std::string& dir, model::ParameterSet& params);
-
-struct FinetuneArguments {
-  std::string task = "RACE";
-  std::vector<std::string> train_data, valid_data;
-  std::string pretrained_checkpoint;
-  std::string save;  // empty: no checkpoints
-  int64_t epochs = 0;
-  int64_t micro_batch_size = 0;  // questions
-  bool keep_last = false;
-  int64_t seq_length = 0;        // 0: the pretrained model's
-  float lr = 0, min_lr = 0;
-  std::string lr_decay_style = "linear";
-  double lr_warmup_fraction = 0;
-  optim::AdamWConfig adam;
-  float hidden_dropout = 0.1f, attention_dropout = 0.1f;
-  std::string tokenizer_type, vocab_file;  // empty: the pretrained checkpoint's
-  uint64_t seed = 1234;
-  int64_t log_interval = 100;
-};
-
-// Every rule, as `--flag=value: rule` Errors, before anything is read.
-void validate(const FinetuneArguments& a);
-
-struct SubsetAccuracy {
-  std::string name;
-  int64_t correct = 0, total = 0;
-};
-struct EpochMetrics {
-  int64_t epoch = 0;
-  std::vector<SubsetAccuracy> subsets;  // one per --valid-data directory, then "overall"
-};
-struct FinetuneResult {
-  std::vector<EpochMetrics> metrics;
-  std::vector<double> losses;  // per iteration
-};
-
-// Runs the task; `say` receives each line of output.
-FinetuneResult finetune_race(const FinetuneArguments& args, const std::function<void(const std::string&)>& say);
+// Runs RACE or CNTRL-RANKER (a ranker file of `tessera cntrl preprocess` as questions,
+// data/cntrl_dataset.h); `say` receives each line of output.
+FinetuneResult finetune_multiple_choice(const FinetuneArguments& args, const std::function<void(const std::string&)>& say);
 
 }  // namespace tessera::train

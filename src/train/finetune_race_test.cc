@@ -103,7 +103,7 @@ TEST(FinetuneArguments, RulesNameTheFlag) {
   };
   FinetuneArguments b = a;
   b.task = "MNLI";
-  EXPECT_EQ(message(b), "--task=MNLI: only RACE is implemented");
+  EXPECT_EQ(message(b), "--task=MNLI: must be RACE, CNTRL-RANKER, CNTRL-KEYWORDS or CNTRL-GENERATOR");
   b = a;
   b.epochs = 2;
   EXPECT_EQ(message(b), "--train-data=: is required with --epochs > 0");

@@ -1,0 +1,84 @@
+// `tessera finetune`: Megatron's tasks/main.py, one process. What every task shares: the arguments and
+// their rules, the pretrained weights loaded by name, the learning-rate schedule and the log line. The
+// tasks are multiple choice with a BERT (RACE, CNTRL-RANKER: train/finetune_race.h) and a GPT trained on
+// prompt and target pairs (CNTRL-KEYWORDS, CNTRL-GENERATOR: train/finetune_lm.h).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer_factory.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "optim/adamw_optimizer.h"
+#include "optim/lr_scheduler.h"
+#include "optim/optimizer.h"
+
+namespace tessera::train {
+
+// Copies every parameter the checkpoint has (by name; a vocabulary padded differently copies the rows
+// both have) and says which it lacks (kept as initialised) and which of its tensors the model has no use
+// for (discarded). A tensor of another shape is an Error naming it.
+struct PretrainedLoad {
+  int64_t iteration = 0;
+  std::vector<std::string> loaded, initialised, discarded;
+};
+PretrainedLoad load_pretrained_weights(const std::string& dir, model::ParameterSet& params);
+
+struct FinetuneArguments {
+  std::string task = "RACE";
+  int64_t ranker_choices = 4;  // CNTRL-RANKER: sequences per training question
+  std::vector<std::string> train_data, valid_data;
+  std::string pretrained_checkpoint;
+  std::string save;  // empty: no checkpoints
+  int64_t epochs = 0;
+  int64_t micro_batch_size = 0;  // questions (RACE, CNTRL-RANKER) or sequences
+  bool keep_last = false;
+  int64_t seq_length = 0;        // 0: the pretrained model's
+  float lr = 0, min_lr = 0;
+  std::string lr_decay_style = "linear";
+  double lr_warmup_fraction = 0;
+  optim::AdamWConfig adam;
+  float hidden_dropout = 0.1f, attention_dropout = 0.1f;
+  // Empty: the pretrained checkpoint's.
+  std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;
+  uint64_t seed = 1234;
+  int64_t log_interval = 100;
+};
+
+// Every rule, as `--flag=value: rule` Errors, before anything is read.
+void validate(const FinetuneArguments& a);
+
+struct SubsetAccuracy {
+  std::string name;
+  int64_t correct = 0, total = 0;
+};
+struct EpochMetrics {
+  int64_t epoch = 0;
+  std::vector<SubsetAccuracy> subsets;  // one per --valid-data directory, then "overall"
+};
+struct FinetuneResult {
+  std::vector<EpochMetrics> metrics;  // multiple choice
+  std::vector<double> valid_losses;   // conditional LM: per epoch (or -1), over every --valid-data file
+  std::vector<double> losses;         // per iteration
+};
+
+// The tokenizer: the flags given, what they leave out from the pretrained checkpoint's arguments.
+data::TokenizerOptions finetune_tokenizer_options(const FinetuneArguments& a, const nlohmann::json& recorded);
+
+// Megatron's schedule counts samples: decay over every iteration's, warm-up over the fraction of them.
+optim::LrSchedule finetune_lr_schedule(const FinetuneArguments& a, int64_t train_iters);
+
+// Megatron's iteration line for the last `iterations` iterations of `rows` sequences each.
+std::string finetune_iteration_line(const FinetuneArguments& a, const model::ModelConfig& config, int64_t iteration,
+                                    int64_t train_iters, int64_t rows, int64_t iterations, double seconds, float lr,
+                                    double mean_loss, const optim::StepResult& step);
+
+// Runs --task; `say` receives each line of output.
+FinetuneResult finetune(const FinetuneArguments& a, const std::function<void(const std::string&)>& say);
+
+}  // namespace tessera::train
