@@ -5,8 +5,8 @@
 #    a row at np 2 and 20 at np 4 with --pipeline-model-parallel-size 2, each stopped at a random point
 #    after the first iteration's log line; the first of each resumes to the uninterrupted run's losses;
 #  - `kill -TERM <mpirun>` (systemd, PBS, LSF, container runtimes) saves when the ranks are given time
-#    with OMPI_MCA_odls_base_sigkill_timeout (mpirun then exits 1, as it does after any SIGTERM; it relays
-#    no output meanwhile, and the ranks drop theirs rather than block);
+#    with OMPI_MCA_odls_base_sigkill_timeout, at np 2 and np 4 with pp 2 (mpirun then exits 1, as it does
+#    after any SIGTERM; it relays no output meanwhile, and the ranks drop theirs rather than block);
 #  - under mpirun's default odls_base_sigkill_timeout (1 s) rank 0 warns once, at start-up, naming it.
 set -uo pipefail
 tessera=${1:?usage: mpirun_stop_cli.sh path/to/tessera}
@@ -95,16 +95,19 @@ for layout in "2:" "4:--pipeline-model-parallel-size 2"; do
   done
 done
 
-# --- kill -TERM <mpirun> with time given: the ranks get SIGTERM 3 s after mpirun does and have 3 s more.
+# --- kill -TERM <mpirun> with time given: the ranks get SIGTERM 2 s after mpirun does and have 2 s more.
 # mpirun relays no output meanwhile, so the log ends before the save: the checkpoint is the evidence.
-for i in 1 2; do
-  name=term_$i
-  OMPI_MCA_odls_base_sigkill_timeout=3 stop "$name" 2 TERM
+for run in "2:1:" "2:2:" "4:1:--pipeline-model-parallel-size 2" "4:2:--pipeline-model-parallel-size 2"; do
+  np=${run%%:*}
+  flags=${run#*:*:}
+  name=term_np${np}_$(cut -d: -f2 <<<"$run")
+  OMPI_MCA_odls_base_sigkill_timeout=2 stop "$name" "$np" TERM $flags
   saved=$(latest "$work/$name")
   [ -n "$saved" ] && [ "$saved" -ge 1 ] && [ -f "$work/$name/iter_$(printf %07d "$saved")/index.json" ]
-  ok=$?; check "$name: SIGTERM to mpirun with odls_base_sigkill_timeout=3 should save (mpirun rc $rc): $(tail -3 "$work/$name.log")" $ok
+  ok=$?; check "$name: SIGTERM to mpirun with odls_base_sigkill_timeout=2 should save (mpirun rc $rc): $(tail -3 "$work/$name.log")" $ok
   [ "$rc" -eq 1 ]
   ok=$?; check "$name: mpirun exits 1 after a SIGTERM, got $rc" $ok
+  rm -rf "$work/$name"
 done
 
 # --- The warning, once, under mpirun's default.
