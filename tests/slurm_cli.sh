@@ -5,7 +5,8 @@
 #  - a 2-task job through sbatch (srun --mpi=pmix, no mpirun) gives the losses of the same run under
 #    `mpirun -np 2`, character for character;
 #  - a job that stops at --exit-duration-in-mins saves and exits 0, and a second job submitted with
-#    --dependency=afterok on it resumes from that checkpoint to the uninterrupted run's losses.
+#    --dependency=afterok on it resumes from that checkpoint to the uninterrupted run's losses;
+#  - a job stopped by scancel saves (--exit-signal-handler) and is recorded CANCELLED.
 # Skipped (77), saying why, where Slurm is not installed or its daemons do not start. Every daemon, job
 # step and task is stopped on exit, also on failure, and by a watchdog if this script is killed.
 set -uo pipefail
@@ -253,6 +254,27 @@ check "the dependent job resumes after iteration $stop: $(grep -F checkpoint <<<
 diff "$work/ref.losses" "$work/split.losses" >"$work/split.diff"
 ok=$?
 check "the two jobs' losses (1-$stop, then $((stop + 1))-$iters) equal the uninterrupted run's: $(head -n 6 "$work/split.diff")" $ok
+
+# 3. scancel (a user, a preemption; the time limit does the same): Slurm sends SIGTERM to every task and
+#    SIGKILL KillWait seconds later (5 here). With --exit-signal-handler the ranks save in that time; the
+#    job is recorded CANCELLED whatever they do.
+cancel=$(submit cancel "$work/cancel" -- "${flags[@]}" --train-iters 100000 --exit-signal-handler)
+[[ $cancel =~ ^[0-9]+$ ]]
+check "sbatch accepts the job to cancel: $cancel" $?
+for _ in $(seq 1200); do
+  grep -qE "iteration +1/" "$work/jobs/cancel.out" 2>/dev/null && break
+  sleep 0.1
+done
+timeout 10 scancel "$cancel"
+state=$(wait_job "$cancel" 60)
+saved=$(latest "$work/cancel")
+[ "$state" = CANCELLED ] && [ -n "$saved" ] && [ "$saved" -ge 1 ] &&
+  [ -f "$work/cancel/iter_$(printf %07d "$saved")/index.json" ]
+ok=$?
+check "scancel: the job is CANCELLED ($state) with a checkpoint (${saved:-none}): $(tail_of "$work/jobs/cancel.out" 4)" $ok
+grep -qF "exiting program after receiving SIGTERM." "$work/jobs/cancel.out"
+ok=$?
+check "scancel: the ranks say they stopped on SIGTERM: $(tail_of "$work/jobs/cancel.out" 4)" $ok
 
 echo "slurm: ${SECONDS} s in all, the reference ${ref_seconds%.*} s under mpirun (fastest iteration ${fastest_ms} ms);" \
      "the first job stopped after iteration $stop of $iters"

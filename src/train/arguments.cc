@@ -104,7 +104,10 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   l->add_flag("--finetune", a.finetune, "Load only the model weights and start at iteration 0");
   l->add_option("--ckpt-keep-last", a.ckpt_keep_last, "Keep only the newest N checkpoints (0: all)");
   l->add_flag("--exit-signal-handler", a.exit_signal_handler,
-              "On SIGTERM or SIGINT, save a checkpoint at the end of the iteration and exit");
+              "On SIGTERM, SIGINT or --exit-signal, save a checkpoint at the end of the iteration and exit 0");
+  l->add_option("--exit-signal", a.exit_signal,
+                "Signal that --exit-signal-handler also catches: SIGTERM (default), SIGINT, SIGUSR1 or SIGUSR2. "
+                "Under mpirun use SIGUSR1 and send it to mpirun, which forwards it");
   l->add_option("--exit-interval", a.exit_interval,
                 "Save (with --save) and exit 0 after the iteration that is a multiple of this (0: never)");
   l->add_option("--exit-duration-in-mins", a.exit_duration_in_mins,

@@ -93,7 +93,8 @@ struct TrainArguments {
   int64_t save_interval = 0;
   bool no_load_optim = false, no_load_rng = false, finetune = false;
   int64_t ckpt_keep_last = 0;         // 0: keep every checkpoint
-  bool exit_signal_handler = false;   // SIGTERM/SIGINT: save at the end of the iteration and exit 0
+  bool exit_signal_handler = false;   // SIGTERM/SIGINT/exit_signal: save at the end of the iteration, exit 0
+  std::string exit_signal = "SIGTERM";  // also caught by the handler: SIGUSR1 is what mpirun forwards
   // As Megatron: save and exit 0 after an iteration that is a multiple of exit_interval, or that ends
   // more than exit_duration_in_mins after the start (Megatron takes whole minutes; fractions work here).
   int64_t exit_interval = 0;           // 0: never

@@ -3,6 +3,7 @@
 
 #include "train/argument_rules.h"
 #include "train/arguments.h"
+#include "train/exit_signal.h"
 
 namespace tessera::train {
 
@@ -15,6 +16,11 @@ void finalize_checkpointing(TrainArguments& a) {
   require(a.exit_interval >= 0, "--exit-interval", a.exit_interval, "must be >= 0 (0: never)");
   require(std::isfinite(a.exit_duration_in_mins) && a.exit_duration_in_mins >= 0, "--exit-duration-in-mins",
           a.exit_duration_in_mins, "must be a finite number >= 0 (0: never)");
+  require(exit_signal_number(a.exit_signal) != 0, "--exit-signal", a.exit_signal,
+          "must be one of " + exit_signal_choices());
+  // Without the handler the signal would still end the run unsaved: a flag that does nothing is an error.
+  require(a.exit_signal == "SIGTERM" || a.exit_signal_handler, "--exit-signal", a.exit_signal,
+          "needs --exit-signal-handler");
 }
 
 }  // namespace tessera::train

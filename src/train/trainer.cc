@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -81,7 +82,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     : args_(std::move(args)), injected_fault_(injected_fault_from_environment()) {
   // First of all, so that a preemption while the datasets are built or a checkpoint loads is not lost:
   // the flag is acted on at the end of the first iteration.
-  if (args_.exit_signal_handler) install_exit_signal_handler();
+  if (args_.exit_signal_handler) install_exit_signal_handler(exit_signal_number(args_.exit_signal));
   if (world == nullptr) {
     single_world_ = comm::make_single_process_group("world");
     world = single_world_.get();
@@ -102,6 +103,12 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   if (state_->world_rank() == 0) {
     log_ = std::make_unique<TrainingLog>(args_.log_dir, args_.tensorboard_dir);
     if (world->size() > 1) say(state_->describe());
+    // Said once, at start-up, so that a user who relies on the handler learns before losing a run.
+    if (args_.exit_signal_handler) {
+      const std::string warning = exit_signal_launcher_warning(exit_signal_number(args_.exit_signal),
+                                                               [](const char* n) { return std::getenv(n); });
+      if (!warning.empty()) say(warning);
+    }
   }
 
   build_datasets();
