@@ -11,6 +11,7 @@ int train_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
 int serve_command(const std::vector<std::string>& args);
 int eval_command(const std::vector<std::string>& args);
+int samples_command(const std::vector<std::string>& args);  // the samples training sees
 int finetune_command(const std::vector<std::string>& args);  // `finetune --task RACE`
 int tokenize_command(const std::vector<std::string>& args);
 int preprocess_command(const std::vector<std::string>& args);

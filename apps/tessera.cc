@@ -18,6 +18,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train             train a GPT model (Megatron-LM flags; tessera train --help lists them)\n"
     "  pretrain_bert     train a BERT: masked LM and sentence order (= train --model-family bert)\n"
+    "  samples           the samples training sees, from train's flags, as JSON lines or a listing\n"
     "  finetune          fine-tune a pretrained model: RACE, and MEGATRON-CNTRL's three stages (--task CNTRL-...)\n"
     "  generate          continue prompts with a trained checkpoint (key/value cache; greedy, top-k, top-p)\n"
     "  serve             Megatron's text generation REST server (PUT /api, POST /completions)\n"
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
       args.insert(args.begin(), {"--model-family", "bert"});
       return tessera::apps::train_command(args);
     }
+    if (command == "samples") return tessera::apps::samples_command(args);
     if (command == "finetune") return tessera::apps::finetune_command(args);
     if (command == "generate") return tessera::apps::generate_command(args);
     if (command == "serve") return tessera::apps::serve_command(args);

@@ -84,7 +84,7 @@ Family family_of(const model::ModelConfig& c) {
         "multi-head attention) nor Llama style (rope, RMSNorm, SwiGLU); Hugging Face export supports those two "
         "(and Llama style mixture-of-experts models as MixtralForCausalLM)");
   }
-  TESSERA_CHECK(c.rotary_percent == 1.0f, "convert: --rotary-percent ", c.rotary_percent, " has no ",
+  TESSERA_CHECK(c.rotary_percent == 1.0, "convert: --rotary-percent ", c.rotary_percent, " has no ",
                 architecture(f), " equivalent (it rotates whole heads)");
   return f;
 }

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "data/python_round.h"
 
 namespace tessera::data {
 
@@ -20,9 +21,6 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr const char* kClassName = "BERTMaskedWordPieceDataset";
 // pretrain_bert.py's masking_max_ngram.
 constexpr int kMaxNgram = 3;
-
-// Python's round() to an integer (half to even).
-int64_t python_round(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
 
 // numpy.random.RandomState.choice(arange(1, k + 1), p=q) with q = nprobs[:k] / nprobs[:k].sum(),
 // nprobs = (1 / arange(1, 4)) / sum: the cumulative distribution choice searches, computed in

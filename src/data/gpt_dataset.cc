@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "data/python_round.h"
 
 namespace tessera::data {
 
@@ -29,9 +30,6 @@ std::string trim(std::string_view s) {
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return std::string(s);
 }
-
-// Python's round() to an integer: half to even, which is nearbyint under the default rounding mode.
-int64_t python_round(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
 
 }  // namespace
 

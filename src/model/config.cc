@@ -169,7 +169,7 @@ ModelConfig config_from_json(const nlohmann::json& j) {
     c.position_embedding =
         j.at("position_embedding_type") == "rope" ? PositionEmbedding::Rope : PositionEmbedding::LearnedAbsolute;
     c.rotary_base = j.at("rotary_base").get<float>();
-    c.rotary_percent = j.at("rotary_percent").get<float>();
+    c.rotary_percent = j.at("rotary_percent").get<double>();
     c.normalization = j.at("normalization") == "RMSNorm" ? Normalization::RMSNorm : Normalization::LayerNorm;
     c.norm_epsilon = j.at("norm_epsilon").get<float>();
     c.swiglu = j.at("swiglu").get<bool>();

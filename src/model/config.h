@@ -29,7 +29,7 @@ struct ModelConfig {
   int64_t num_tokentypes = 0;     // token-type embeddings (BERT's segments); 0: none
   PositionEmbedding position_embedding = PositionEmbedding::LearnedAbsolute;
   float rotary_base = 10000.0f;
-  float rotary_percent = 1.0f;
+  double rotary_percent = 1.0;  // a double, as Python's: int(kv_channels * rotary_percent) truncates
   Normalization normalization = Normalization::LayerNorm;
   float norm_epsilon = 1e-5f;
   bool swiglu = false;

@@ -72,15 +72,16 @@ struct TrainArguments {
   int64_t vocab_size = 0;
   bool eod_mask_loss = false, reset_position_ids = false, reset_attention_mask = false;
   // BERT's samples (data/bert_dataset.h): the share of words masked, and of samples shorter than the
-  // sequence.
-  float mask_prob = 0.15f, short_seq_prob = 0.1f;
+  // sequence. Doubles, as Python's floats: Megatron rounds with them (round(n * mask_prob),
+  // round(1 / short_seq_prob)), and 0.15f times 30 is past the tie at 4.5 that 0.15 times 30 sits on.
+  double mask_prob = 0.15, short_seq_prob = 0.1;
 
   // Training.
   int64_t micro_batch_size = 1, global_batch_size = 0, train_iters = 0;
   float lr = 0, min_lr = 0, weight_decay = 0.01f, adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_eps = 1e-8f;
   std::string lr_decay_style = "linear";
   int64_t lr_warmup_iters = 0, lr_decay_iters = 0;
-  float lr_warmup_fraction = -1;  // unset
+  double lr_warmup_fraction = -1;  // unset; a double, as Python's: 0.7f x 10 iterations truncates to 6
   float clip_grad = 1.0f;
   uint64_t seed = 1234;
   int64_t eval_interval = 1000, eval_iters = 100, log_interval = 100;

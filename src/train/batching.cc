@@ -36,4 +36,16 @@ model::MicroBatch make_micro_batch(const data::TokenDataset& data, int64_t first
   return mb;
 }
 
+MegatronSample gpt_megatron_sample(const model::MicroBatch& mb) {
+  const int64_t seq = mb.tokens.shape()[1];
+  MegatronSample s{{"tokens", {}}, {"labels", {}}, {"loss_mask", {}}, {"position_ids", {}}};
+  for (int64_t j = 0; j < seq; ++j) {
+    s[0].values.push_back(mb.tokens.i32()[j]);
+    s[1].values.push_back(mb.labels.i32()[j]);
+    s[2].values.push_back(static_cast<int64_t>(mb.loss_mask.f32()[j]));
+    s[3].values.push_back(mb.positions.defined() ? mb.positions.i32()[j] : j);  // absent: 0, 1, ...
+  }
+  return s;
+}
+
 }  // namespace tessera::train

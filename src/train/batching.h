@@ -6,7 +6,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "data/gpt_dataset.h"
 #include "model/language_model.h"
@@ -24,6 +26,15 @@ struct BatchOptions {
 model::MicroBatch make_micro_batch(const data::TokenDataset& data, int64_t first, int64_t batch,
                                    const BatchOptions& options);
 
+// One sample as Megatron's dataset (GPTDataset, BERTMaskedWordPieceDataset) returns it from __getitem__:
+// its fields under Megatron's names, in Megatron's order. `tessera samples` prints these.
+struct SampleField {
+  std::string name;
+  std::vector<int64_t> values;  // one per position, or the one value of a scalar
+  bool scalar = false;
+};
+using MegatronSample = std::vector<SampleField>;
+
 // Where the trainer's micro-batches come from: one split (train, validation or test) of a dataset of
 // some model family's samples.
 class BatchSource {
@@ -32,10 +43,15 @@ class BatchSource {
   virtual int64_t size() const = 0;  // samples
   // Samples [first, first + batch).
   virtual model::MicroBatch micro_batch(int64_t first, int64_t batch) const = 0;
+  // Sample `index`, with Megatron's field names.
+  virtual MegatronSample megatron_sample(int64_t index) const = 0;
   // Whether the labels are the next tokens of running text, so that the bytes they stand for can be
   // counted (the validation line's bits per byte): GPT's, not BERT's masked words.
   virtual bool labels_are_text() const { return false; }
 };
+
+// GPTDataset's fields of the one sample of `mb`: tokens, labels, loss_mask, position_ids.
+MegatronSample gpt_megatron_sample(const model::MicroBatch& mb);
 
 // GPT's samples: make_micro_batch over a token dataset.
 class GptBatches final : public BatchSource {
@@ -45,6 +61,9 @@ class GptBatches final : public BatchSource {
   int64_t size() const override { return data_->size(); }
   model::MicroBatch micro_batch(int64_t first, int64_t batch) const override {
     return make_micro_batch(*data_, first, batch, options_);
+  }
+  MegatronSample megatron_sample(int64_t index) const override {
+    return gpt_megatron_sample(make_micro_batch(*data_, index, 1, options_));
   }
   bool labels_are_text() const override { return true; }
 

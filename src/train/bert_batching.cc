@@ -33,6 +33,32 @@ model::MicroBatch BertBatches::micro_batch(int64_t first, int64_t batch) const {
   return mb;
 }
 
+MegatronSample bert_megatron_sample(const data::BertSample& s) {
+  auto widen = [](const auto& v) { return std::vector<int64_t>(v.begin(), v.end()); };
+  return {{"text", widen(s.tokens)},
+          {"types", widen(s.types)},
+          {"labels", widen(s.labels)},
+          {"is_random", {s.is_random}, true},
+          {"padding_mask", widen(s.padding_mask)},
+          {"loss_mask", widen(s.loss_mask)},
+          {"truncated", {s.truncated ? 1 : 0}, true}};
+}
+
+MegatronSample bert_megatron_sample(const model::MicroBatch& mb) {
+  const int64_t seq = mb.tokens.shape()[1];
+  data::BertSample s;
+  for (int64_t j = 0; j < seq; ++j) {
+    const bool predicted = mb.loss_mask.f32()[j] != 0.0f;
+    s.tokens.push_back(mb.tokens.i32()[j]);
+    s.types.push_back(mb.token_types.defined() ? mb.token_types.i32()[j] : 0);
+    s.labels.push_back(predicted ? mb.labels.i32()[j] : -1);
+    s.loss_mask.push_back(mb.loss_mask.f32()[j]);
+    s.padding_mask.push_back(mb.padding_mask.i32()[j]);
+  }
+  s.is_random = mb.sentence_order.defined() ? mb.sentence_order.i32()[0] : 0;
+  return bert_megatron_sample(s);
+}
+
 data::MaskingVocabulary masking_vocabulary(const data::Tokenizer& t) {
   TESSERA_CHECK(t.cls() >= 0 && t.sep() >= 0 && t.mask() >= 0 && t.pad() >= 0, "--tokenizer-type ", t.name(),
                 " has no [CLS], [SEP], [MASK] and [PAD] tokens; BERT needs BertWordPieceLowerCase or "

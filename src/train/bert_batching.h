@@ -10,6 +10,12 @@
 
 namespace tessera::train {
 
+// BERTMaskedWordPieceDataset's fields: text, types, labels (-1 where not predicted), is_random,
+// padding_mask, loss_mask, truncated.
+MegatronSample bert_megatron_sample(const data::BertSample& s);
+// The same fields of the one sample of a BERT micro-batch (mock data; never truncated).
+MegatronSample bert_megatron_sample(const model::MicroBatch& mb);
+
 class BertBatches final : public BatchSource {
  public:
   BertBatches(std::shared_ptr<const data::MaskedLmDataset> data, bool binary_head)
@@ -18,6 +24,7 @@ class BertBatches final : public BatchSource {
   // Labels are the original ids at masked positions and 0 elsewhere (Megatron's -1, which the loss mask
   // excludes anyway); the padding mask is 1 on tokens.
   model::MicroBatch micro_batch(int64_t first, int64_t batch) const override;
+  MegatronSample megatron_sample(int64_t index) const override { return bert_megatron_sample(data_->get(index)); }
 
  private:
   std::shared_ptr<const data::MaskedLmDataset> data_;

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/philox.h"
+#include "train/bert_batching.h"
 
 namespace tessera::train {
 
@@ -88,6 +89,10 @@ model::MicroBatch MockBertBatches::micro_batch(int64_t first, int64_t batch) con
     }
   }
   return mb;
+}
+
+MegatronSample MockBertBatches::megatron_sample(int64_t index) const {
+  return bert_megatron_sample(micro_batch(index, 1));
 }
 
 }  // namespace tessera::train

@@ -41,6 +41,7 @@ class MockBertBatches final : public BatchSource {
   MockBertBatches(int64_t vocab, int64_t seq_length, uint64_t seed, int split, bool binary_head);
   int64_t size() const override { return std::numeric_limits<int64_t>::max() / 2; }
   model::MicroBatch micro_batch(int64_t first, int64_t batch) const override;
+  MegatronSample megatron_sample(int64_t index) const override;
 
  private:
   int64_t vocab_, seq_length_;

@@ -16,6 +16,12 @@ std::string text(float v) {
   std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
   return buf;
 }
+// Seventeen tell any two doubles apart (--rotary-percent, a double as Python's).
+std::string text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
 
 // --num-experts as written: one count, or one per MoE layer when they differ (a pyramid).
 std::string experts_text(const std::vector<int64_t>& counts) {

@@ -1,6 +1,6 @@
 #include "train/trainer.h"
 
-#include "train/bert_batching.h"
+#include "train/training_data.h"
 
 #include <algorithm>
 #include <cmath>
@@ -217,29 +217,21 @@ void Trainer::build_teacher() {
 }
 
 void Trainer::build_datasets() {
-  const bool bert = args_.model.family == "bert";
   std::array<std::shared_ptr<const BatchSource>, 3> sets;
   if (args_.mock_data) {
-    for (int split = 0; split < 3; ++split)
-      if (bert)
-        sets[split] = std::make_shared<MockBertBatches>(args_.vocab_size, args_.model.seq_length, args_.seed, split,
-                                                        args_.model.bert_binary_head);
-      else
-        sets[split] = std::make_shared<GptBatches>(
-            std::make_shared<MockGptDataset>(args_.vocab_size, args_.model.seq_length, args_.seed, split),
-            BatchOptions{args_.eod, args_.eod_mask_loss, args_.reset_position_ids, args_.reset_attention_mask});
+    sets = build_batch_sources(args_);
     train_data_ = sets[0];
     valid_data_ = sets[1];
     test_data_ = sets[2];
     return;
   }
   for (int turn = 0; turn < 2; ++turn) {  // rank 0 builds and caches; then the others load the cache
-    if ((state_->world_rank() == 0) == (turn == 0)) sets = bert ? build_bert_batches() : build_gpt_batches();
+    if ((state_->world_rank() == 0) == (turn == 0)) sets = build_batch_sources(args_);
     world_->barrier();
   }
   // ids without text have no bytes to count
   if (args_.tokenizer_type != "NullTokenizer" && sets[0]->labels_are_text())
-    text_tokenizer_ = data::build_tokenizer(tokenizer_options());
+    text_tokenizer_ = data::build_tokenizer(tokenizer_options(args_));
   train_data_ = sets[0];
   valid_data_ = sets[1];
   test_data_ = sets[2];
@@ -252,53 +244,11 @@ void Trainer::build_datasets() {
               test_data_ ? str_cat(", ", test_data_->size(), " test samples") : ""));
 }
 
-std::array<std::shared_ptr<const BatchSource>, 3> Trainer::build_bert_batches() const {
-  data::BertDataConfig config;
-  config.data_path = args_.data_path;
-  config.split = args_.split;
-  config.seq_length = args_.model.seq_length;
-  config.seed = static_cast<uint32_t>(args_.seed);
-  config.cache_path = args_.data_cache_path;
-  config.mask_prob = args_.mask_prob;
-  config.short_seq_prob = args_.short_seq_prob;
-  config.binary_head = args_.model.bert_binary_head;
-  config.test_split_optional = true;
-  const auto sizes = data::megatron_num_samples(args_.train_iters, args_.global_batch_size, args_.eval_interval,
-                                                args_.eval_iters);
-  const auto vocab =
-      std::make_shared<const data::MaskingVocabulary>(masking_vocabulary(*data::build_tokenizer(tokenizer_options())));
-  std::array<std::shared_ptr<const BatchSource>, 3> sets;
-  const auto datasets = data::build_bert_datasets(config, sizes, vocab);
-  for (int split = 0; split < 3; ++split)
-    if (datasets[split]) sets[split] = std::make_shared<BertBatches>(datasets[split], config.binary_head);
-  return sets;
-}
-
-std::array<std::shared_ptr<const BatchSource>, 3> Trainer::build_gpt_batches() const {
-  data::GptDataConfig config;
-  config.data_path = args_.data_path;
-  config.split = args_.split;
-  config.seq_length = args_.model.seq_length;
-  config.seed = static_cast<uint32_t>(args_.seed);
-  config.cache_path = args_.data_cache_path;
-  config.test_split_optional = true;  // evaluated after training only when it has documents
-  auto sizes = data::megatron_num_samples(args_.train_iters, args_.global_batch_size, args_.eval_interval,
-                                          args_.eval_iters);
-  const BatchOptions options{args_.eod, args_.eod_mask_loss, args_.reset_position_ids, args_.reset_attention_mask};
-  std::array<std::shared_ptr<const BatchSource>, 3> sets;
-  const auto datasets = data::build_gpt_datasets(config, sizes);
-  for (int split = 0; split < 3; ++split)
-    if (datasets[split]) sets[split] = std::make_shared<GptBatches>(datasets[split], options);
-  return sets;
-}
-
-data::TokenizerOptions Trainer::tokenizer_options() const {
-  return {args_.tokenizer_type, args_.vocab_file, args_.merge_file, args_.tokenizer_model, args_.vocab_size};
-}
-
 void Trainer::say(const std::string& line) {
   if (log_) log_->print(line);
 }
+
+model::MicroBatch Trainer::next_micro_batch(int64_t m) const { return micro_batch(*train_data_, consumed_samples_, m); }
 
 model::MicroBatch Trainer::micro_batch(const BatchSource& data, int64_t first, int64_t m) const {
   const int64_t mbs = args_.micro_batch_size;
@@ -390,7 +340,7 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   std::vector<model::MicroBatch> batches;
   std::vector<float> global_tokens(1, 0.0f);  // loss-counted tokens of the whole global batch
   for (int64_t m = 0; m < args_.num_micro_batches; ++m) {
-    batches.push_back(micro_batch(*train_data_, consumed_samples_, m));
+    batches.push_back(next_micro_batch(m));
     const Tensor& mask = batches.back().loss_mask;
     for (int64_t i = 0; i < mask.numel(); ++i) global_tokens[0] += mask.f32()[i];
   }
@@ -697,8 +647,7 @@ void Trainer::train() {
       if (!sampler_)
         sampler_ = std::make_unique<infer::TrainingSampler>(
             *chunks_[0], params_, state_->tensor_group(), args_.sequence_parallel,
-            tokenizer_options(),
-            args_.sample_prompt);
+            tokenizer_options(args_), args_.sample_prompt);
       say(str_cat(" sample at iteration ", iteration_, ": ", args_.sample_prompt, sampler_->sample()));
     }
     const bool save_now = !args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||

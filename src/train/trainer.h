@@ -57,6 +57,8 @@ class Trainer {
   std::function<std::string(double elapsed_ms)> first_interval_note;
 
   int64_t iteration() const { return iteration_; }
+  // This rank's micro-batch m of the next training iteration, as train() feeds it to the model.
+  model::MicroBatch next_micro_batch(int64_t m) const;
   // The lm loss of every iteration this Trainer ran, in order.
   const std::vector<double>& losses() const { return losses_; }
   // The model's auxiliary losses (per loss token) of every iteration this Trainer ran, by name.
@@ -102,12 +104,9 @@ class Trainer {
   // This rank's micro-batch m of the global batch starting at sample `first` (Megatron's sampler:
   // each step of mbs x dp samples is split over the data-parallel ranks).
   model::MicroBatch micro_batch(const BatchSource& data, int64_t first, int64_t m) const;
-  // --mock-data, or Megatron's GPT (BERT) datasets over --data-path (built on rank 0 first, which caches
-  // the sample indices, then loaded by the other ranks).
+  // build_batch_sources (train/training_data.h): built on rank 0 first, which caches the sample indices,
+  // then loaded by the other ranks.
   void build_datasets();
-  std::array<std::shared_ptr<const BatchSource>, 3> build_gpt_batches() const;
-  std::array<std::shared_ptr<const BatchSource>, 3> build_bert_batches() const;
-  data::TokenizerOptions tokenizer_options() const;  // --tokenizer-type and its files
   // Sums over the data-parallel group (in place).
   void data_parallel_sum(std::vector<float>& values) const;
   // Sums over the pipeline group (the loss lives on the last stage).
