@@ -4,6 +4,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/norms.h"
+#include "model/token_slices.h"
 
 namespace tessera::model {
 
@@ -56,6 +57,10 @@ ColumnParallelLinear::ColumnParallelLinear(ParameterSet& params, const std::stri
 
 kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden,
                                        const parallel::TensorParallelContext& tp) {
+  if (ctx.token_slice) {  // a token slice: its rows of the whole sequence's masks
+    TESSERA_CHECK(!tp.sequence_parallel, "token slices need a model built without sequence parallelism");
+    return {ctx.seq, ctx.batch, hidden, ctx.token_slice->offset, ctx.token_slice->total, ctx.sample_offset};
+  }
   if (!tp.sequence_parallel) return {ctx.seq, ctx.batch, hidden, 0, ctx.seq, ctx.sample_offset};
   int64_t local = ctx.seq / tp.size();
   return {local, ctx.batch, hidden, tp.rank() * local, ctx.seq, ctx.sample_offset};

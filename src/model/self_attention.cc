@@ -7,6 +7,8 @@
 #include "kernels/precision.h"
 #include "kernels/rotary.h"
 #include "kernels/token_layout.h"
+#include "kernels/elementwise.h"
+#include "model/token_slices.h"
 
 namespace tessera::model {
 namespace {
@@ -84,6 +86,11 @@ Tensor SelfAttention::forward(const Tensor& x, bool x_rounded, const SublayerCon
   for (const Tensor* t : {&rec.q, &rec.k, &rec.v}) round_for_attention(c.params_dtype, *t);
   rec.attn = Tensor::empty({rows, heads_ * d});
   rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
+  if (ctx.token_slice) {
+    slice_forward(ctx, rec.q, rec.k, rec.v, rec.attn, rec.lse);
+    rec.k = rec.v = Tensor();  // the layer's cache holds them
+    return proj_.forward(rec.attn, kernels::round_in_place_for_gemm(c.params_dtype, rec.attn));
+  }
   kernels::attention_forward(rec.q, rec.k, rec.v, rec.attn, rec.lse, causal_ ? ctx.doc_start : ctx.padding_mask,
                              attention_shape(ctx, heads_, groups_, d, causal_), 1.0f / std::sqrt(static_cast<float>(d)),
                              attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
@@ -98,10 +105,17 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded
   const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;
   Tensor dattn = proj_.backward(dy, rec.attn, rec_rounded);
   round_for_attention(c.params_dtype, dattn);
-  Tensor dq = Tensor::empty(rec.q.shape()), dk = Tensor::empty(rec.k.shape()), dv = Tensor::empty(rec.v.shape());
-  kernels::attention_backward(rec.q, rec.k, rec.v, rec.attn, rec.lse, dattn, dq, dk, dv,
-                              causal_ ? ctx.doc_start : ctx.padding_mask, attention_shape(ctx, heads_, groups_, d, causal_), 1.0f / std::sqrt(static_cast<float>(d)),
-                              attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
+  Tensor dq = Tensor::empty(rec.q.shape()), dk, dv;
+  if (ctx.token_slice) {
+    slice_backward(ctx, rec.q, rec.attn, rec.lse, dattn, dq, dk, dv);
+  } else {
+    dk = Tensor::empty(rec.k.shape());
+    dv = Tensor::empty(rec.v.shape());
+    kernels::attention_backward(rec.q, rec.k, rec.v, rec.attn, rec.lse, dattn, dq, dk, dv,
+                                causal_ ? ctx.doc_start : ctx.padding_mask,
+                                attention_shape(ctx, heads_, groups_, d, causal_), 1.0f / std::sqrt(static_cast<float>(d)),
+                                attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
+  }
   dattn = Tensor();
   if (c.position_embedding == PositionEmbedding::Rope) {
     kernels::rope_backward(dq, sc.positions, c.rotary_dim(), c.rotary_base);
@@ -111,6 +125,60 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded
   kernels::merge_qkv(dq, dk, dv, dqkv, c.query_heads_per_group());
   dq = dk = dv = Tensor();
   return qkv_.backward(dqkv, x, x_rounded);
+}
+
+// A token slice (model/token_slices.h): its keys and values go into the layer's cache at its positions,
+// and its queries attend to the cache up to its end, their positions the last of those keys.
+kernels::AttentionShape SelfAttention::slice_shape(const ForwardContext& ctx) const {
+  TESSERA_CHECK(causal_, "token slices need causal attention");
+  kernels::AttentionShape s = attention_shape(ctx, heads_, groups_, config_.kv_channels, true);
+  s.kv_seq = ctx.token_slice->offset + ctx.seq;
+  return s;
+}
+
+kernels::AttentionDropout SelfAttention::slice_dropout(const ForwardContext& ctx) const {
+  kernels::AttentionDropout drop = attention_dropout(config_, ctx, layer_number_, tp_.rank() * heads_);
+  drop.seq = ctx.token_slice->total;  // the whole sequence's masks
+  return drop;
+}
+
+void SelfAttention::slice_forward(const ForwardContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& attn, const Tensor& lse) const {
+  const TokenSlice& slice = *ctx.token_slice;
+  SliceKvCache& cache = slice.cache(layer_number_);
+  const int64_t b = ctx.batch, d = config_.kv_channels;
+  if (!cache.k.defined()) {  // the first slice: the whole sequence's cache (TeraPipe preallocates it)
+    TESSERA_CHECK(slice.offset == 0, "token slice at ", slice.offset, " before the slice at 0");
+    cache.k = Tensor::empty({slice.total * b, groups_, d});
+    cache.v = Tensor::empty({slice.total * b, groups_, d});
+  }
+  cache.k.narrow(slice.offset * b, ctx.seq * b).copy_from(k);
+  cache.v.narrow(slice.offset * b, ctx.seq * b).copy_from(v);
+  const int64_t keys = (slice.offset + ctx.seq) * b;
+  kernels::attention_forward(q, cache.k.narrow(0, keys), cache.v.narrow(0, keys), attn, lse, Tensor(),
+                             slice_shape(ctx), 1.0f / std::sqrt(static_cast<float>(d)), slice_dropout(ctx));
+}
+
+void SelfAttention::slice_backward(const ForwardContext& ctx, const Tensor& q, const Tensor& attn, const Tensor& lse,
+                                   const Tensor& dattn, const Tensor& dq, Tensor& dk, Tensor& dv) const {
+  const TokenSlice& slice = *ctx.token_slice;
+  SliceKvCache& cache = slice.cache(layer_number_);
+  const int64_t b = ctx.batch, d = config_.kv_channels, keys = (slice.offset + ctx.seq) * b;
+  TESSERA_CHECK(cache.k.defined(), "token-sliced backward without the forward's cache");
+  if (!cache.dk.defined()) {  // the last slice, first in backward
+    cache.dk = Tensor::zeros(cache.k.shape());
+    cache.dv = Tensor::zeros(cache.v.shape());
+  }
+  Tensor dk_all = Tensor::empty({keys, groups_, d}), dv_all = Tensor::empty({keys, groups_, d});
+  kernels::attention_backward(q, cache.k.narrow(0, keys), cache.v.narrow(0, keys), attn, lse, dattn, dq, dk_all,
+                              dv_all, Tensor(), slice_shape(ctx), 1.0f / std::sqrt(static_cast<float>(d)),
+                              slice_dropout(ctx));
+  // Gradients for the earlier slices' keys and values wait in the cache; the later slices' for this
+  // slice's own positions are there already, and join this slice's.
+  kernels::add_into(cache.dk.narrow(0, keys), dk_all);
+  kernels::add_into(cache.dv.narrow(0, keys), dv_all);
+  dk = cache.dk.narrow(slice.offset * b, ctx.seq * b);
+  dv = cache.dv.narrow(slice.offset * b, ctx.seq * b);
 }
 
 void SelfAttention::add_to_kv_cache(int64_t blocks, int64_t block_size, KvCache& cache) const {

@@ -3,6 +3,7 @@
 // dropout keyed by global head index, and the output projection.
 #pragma once
 
+#include "kernels/attention.h"
 #include "model/sublayer.h"
 
 namespace tessera::model {
@@ -22,6 +23,15 @@ class SelfAttention final : public Sublayer {
   void add_to_kv_cache(int64_t blocks, int64_t block_size, KvCache& cache) const override;
 
  private:
+  // Token slices (ForwardContext::token_slice): attention against the layer's cache of the earlier slices.
+  kernels::AttentionShape slice_shape(const ForwardContext& ctx) const;
+  kernels::AttentionDropout slice_dropout(const ForwardContext& ctx) const;
+  void slice_forward(const ForwardContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn,
+                     const Tensor& lse) const;
+  // dk, dv: the slice's own keys' and values' gradients (views of the cache's).
+  void slice_backward(const ForwardContext& ctx, const Tensor& q, const Tensor& attn, const Tensor& lse,
+                      const Tensor& dattn, const Tensor& dq, Tensor& dk, Tensor& dv) const;
+
   const ModelConfig& config_;
   int64_t layer_number_;
   const parallel::TensorParallelContext& tp_;

@@ -23,6 +23,9 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
                 "Layers per model chunk of the interleaved schedule");
   m->add_option("--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
                 "Model chunks per pipeline rank of the interleaved schedule");
+  m->add_option("--pipeline-token-slices", a.pipeline_token_slices,
+                "TeraPipe's token slices: N equal slices or lengths l1,l2,... of the sequence; each micro-batch "
+                "runs slice by slice with per-layer key/value caches (one pipeline stage for now)");
   add_expert_parallel_flags(*m, a);
   m->add_flag("--sequence-parallel", a.sequence_parallel, "Shard norms, dropout and residuals along the sequence");
   m->add_option("--recompute-granularity", a.recompute_granularity,
@@ -135,6 +138,7 @@ void finalize(TrainArguments& a) {
   finalize_training_loop(a);  // before the optimizer: the schedule's length defaults to --train-iters
   finalize_optimizer(a);
   finalize_checkpointing(a);
+  finalize_token_slices(a);
   finalize_distillation(a);  // last: it reads the teacher's checkpoint index, after every cheaper rule
 }
 

@@ -41,6 +41,10 @@ struct TrainArguments {
   // Interleaved 1F1B: either flag gives the model chunks per pipeline rank (0: not set).
   int64_t num_layers_per_virtual_pipeline_stage = 0, num_virtual_stages_per_pipeline_rank = 0;
   bool sequence_parallel = false;
+  // TeraPipe's token slicing (model/token_slices.h): --pipeline-token-slices N | l1,l2,... as given, and
+  // the slice lengths (finalize_token_slices; empty: the whole sequence at once).
+  std::string pipeline_token_slices;
+  std::vector<int64_t> token_slices;
   // Expert parallelism: experts split over ep ranks, each expert's MLP over etp ranks (0: the tensor-
   // parallel size), tokens carried by an all-to-all or an all-gather dispatcher.
   int64_t expert_model_parallel_size = 1, expert_tensor_parallel_size = 0;
@@ -153,6 +157,7 @@ void finalize_training_loop(TrainArguments& a);    // iterations, evaluation, lo
 void finalize_optimizer(TrainArguments& a);        // AdamW, learning-rate schedule, mixed precision
 void finalize_checkpointing(TrainArguments& a);    // saving and exiting
 void finalize_distillation(TrainArguments& a);     // --kd and the teacher's checkpoint (reads its index)
+void finalize_token_slices(TrainArguments& a);    // --pipeline-token-slices and the layouts it runs with
 
 // Adds the flags that define the model (--num-layers ... --make-vocab-size-divisible-by; not the
 // parallel layout) to `app`, writing into `a.model` (and the few flags of `a` that need a rule).

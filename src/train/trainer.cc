@@ -19,6 +19,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "kernels/precision.h"
+#include "model/token_slices.h"
 #include "train/exit_signal.h"
 #include "train/fault_injection.h"
 
@@ -122,8 +123,17 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(args_.model.num_layers), schedule_, {stage, k});
     model::ModelChunk chunk{layers.first, layers.count, pipeline::is_first_chunk(schedule_, {stage, k}),
                             pipeline::is_last_chunk(schedule_, {stage, k})};
-    chunks_.push_back(model::build_model_chunk(args_.model, params_, tp_, chunk));
+    std::unique_ptr<model::LanguageModelChunk> built = model::build_model_chunk(args_.model, params_, tp_, chunk);
+    // --pipeline-token-slices: each micro-batch runs slice by slice with per-layer key/value caches.
+    if (!args_.token_slices.empty()) built = model::with_token_slices(std::move(built), args_.token_slices);
+    chunks_.push_back(std::move(built));
     chunks_.back()->set_recompute(args_.recompute);
+  }
+  if (!args_.token_slices.empty()) {
+    std::string lengths;
+    for (int64_t l : args_.token_slices) lengths += str_cat(lengths.empty() ? "" : ",", l);
+    say(str_cat(" > token slices (TeraPipe, --pipeline-token-slices ", args_.pipeline_token_slices, "): ",
+                args_.token_slices.size(), " slices of [", lengths, "] tokens, run one after another"));
   }
   params_.allocate(args_.seed);
   if (schedule_.stages > 1) {

@@ -1,0 +1,211 @@
+#include "model/token_slices.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace tessera::model {
+
+int64_t SliceKvCache::bytes() const {
+  int64_t total = 0;
+  for (const Tensor* t : {&k, &v, &dk, &dv})
+    if (t->defined()) total += static_cast<int64_t>(t->nbytes());
+  return total;
+}
+
+SliceKvCache& TokenSlice::cache(int64_t layer_number) const {
+  TESSERA_CHECK(caches != nullptr && layer_number >= 1 && layer_number <= static_cast<int64_t>(caches->size()),
+                "token slice: no key/value cache for layer ", layer_number);
+  return (*caches)[static_cast<size_t>(layer_number - 1)];
+}
+
+std::vector<int64_t> parse_token_slice_lengths(const std::string& value, int64_t seq_length) {
+  TESSERA_CHECK(value != "auto", "--pipeline-token-slices=auto: training does not choose the slicing yet (the "
+                "planner's dynamic program, tessera plan --pipeline-token-slices auto, prints one); give a number "
+                "of equal slices or the slice lengths");
+  std::vector<int64_t> slices;
+  size_t at = 0;
+  while (at <= value.size()) {
+    const size_t comma = std::min(value.find(',', at), value.size());
+    const std::string item = value.substr(at, comma - at);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    TESSERA_CHECK(!item.empty() && *end == '\0' && v > 0, "--pipeline-token-slices=", value,
+                  ": must be a number of slices or slice lengths separated by commas (positive integers)");
+    slices.push_back(v);
+    at = comma + 1;
+  }
+  if (slices.size() == 1) {  // a count of equal slices
+    const int64_t count = slices[0];
+    TESSERA_CHECK(count <= seq_length && seq_length % count == 0, "--pipeline-token-slices=", value, ": ", count,
+                  " equal slices must divide --seq-length=", seq_length);
+    return std::vector<int64_t>(static_cast<size_t>(count), seq_length / count);
+  }
+  int64_t total = 0;
+  for (int64_t l : slices) total += l;
+  TESSERA_CHECK(total == seq_length, "--pipeline-token-slices=", value, ": the slice lengths sum to ", total,
+                ", not --seq-length=", seq_length);
+  return slices;
+}
+
+namespace {
+
+// Columns [offset, offset + length) of a [batch, seq] tensor (any 4-byte type).
+Tensor columns(const Tensor& t, int64_t offset, int64_t length) {
+  if (!t.defined()) return t;
+  TESSERA_CHECK(t.shape().size() == 2 && dtype_size(t.dtype()) == 4, "token slice of a ", shape_str(t.shape()),
+                " tensor");
+  const int64_t batch = t.dim(0), seq = t.dim(1);
+  Tensor out = Tensor::empty({batch, length}, t.dtype());
+  const auto* src = static_cast<const char*>(t.raw());
+  auto* dst = static_cast<char*>(out.raw());
+  for (int64_t b = 0; b < batch; ++b) std::memcpy(dst + b * length * 4, src + (b * seq + offset) * 4, length * 4);
+  return out;
+}
+
+// The slices' records of one micro-batch, and each layer's cache.
+struct SlicedRecord final : ChunkRecord {
+  std::vector<std::unique_ptr<ChunkRecord>> slices;
+  std::vector<SliceKvCache> caches;
+  int64_t bytes() const override {
+    int64_t total = 0;
+    for (const auto& s : slices) total += s->bytes();
+    for (const SliceKvCache& c : caches) total += c.bytes();
+    return total;
+  }
+};
+
+class TokenSlicedChunk final : public LanguageModelChunk {
+ public:
+  TokenSlicedChunk(std::unique_ptr<LanguageModelChunk> inner, std::vector<int64_t> slices)
+      : inner_(std::move(inner)), slices_(std::move(slices)) {
+    TESSERA_CHECK(inner_->causal_language_model(), "--pipeline-token-slices needs a causal model (GPT)");
+    int64_t total = 0;
+    for (int64_t l : slices_) {
+      TESSERA_CHECK(l > 0, "--pipeline-token-slices: a slice of ", l, " tokens");
+      total += l;
+    }
+    TESSERA_CHECK(total == inner_->config().seq_length, "--pipeline-token-slices: the slice lengths sum to ", total,
+                  ", not --seq-length=", inner_->config().seq_length);
+  }
+
+  const ModelConfig& config() const override { return inner_->config(); }
+  const ModelChunk& chunk() const override { return inner_->chunk(); }
+  void set_recompute(const Recompute& r) override { inner_->set_recompute(r); }
+  bool causal_language_model() const override { return true; }
+  std::vector<std::string> auxiliary_loss_names() const override { return inner_->auxiliary_loss_names(); }
+  std::unique_ptr<ChunkRecord> make_record() const override { return std::make_unique<SlicedRecord>(); }
+
+  Tensor forward(const MicroBatch& batch, const Tensor& input, const ForwardContext& context, ChunkRecord& record,
+                 LossSums& losses, const ParamHooks& hooks) const override {
+    auto& rec = static_cast<SlicedRecord&>(record);
+    check_context(context);
+    TESSERA_CHECK(!batch.doc_start.defined(), "--pipeline-token-slices does not support document masks "
+                  "(--reset-attention-mask) yet");
+    const int64_t rows_per_token = context.batch, hidden = config().hidden_size;
+    rec.slices.clear();
+    rec.caches.assign(static_cast<size_t>(config().num_layers), SliceKvCache());
+    Tensor output;
+    int64_t offset = 0;
+    for (int64_t length : slices_) {
+      TokenSlice slice{offset, context.seq, &rec.caches};
+      ForwardContext ctx = context;
+      ctx.seq = length;
+      ctx.token_slice = &slice;
+      const MicroBatch part = token_slice_of(batch, offset, length);
+      Tensor in = input.defined() ? input.narrow(offset * rows_per_token, length * rows_per_token) : input;
+      rec.slices.push_back(inner_->make_record());
+      Tensor out = inner_->forward(part, in, ctx, *rec.slices.back(), losses, hooks);
+      if (out.defined()) {  // a later chunk's input: the slices' outputs in sequence order
+        if (!output.defined()) output = Tensor::empty({context.seq * rows_per_token, hidden});
+        output.narrow(offset * rows_per_token, length * rows_per_token).copy_from(out);
+      }
+      offset += length;
+    }
+    return output;
+  }
+
+  Tensor backward(ChunkRecord& record, const Tensor& doutput, const ForwardContext& context, float grad_scale,
+                  const ParamHooks& hooks) const override {
+    auto& rec = static_cast<SlicedRecord&>(record);
+    check_context(context);
+    TESSERA_CHECK(rec.slices.size() == slices_.size(), "token-sliced backward without its forward");
+    const int64_t rows_per_token = context.batch, hidden = config().hidden_size;
+    Tensor dinput;
+    int64_t end = context.seq;
+    for (size_t i = slices_.size(); i-- > 0;) {
+      const int64_t length = slices_[i], offset = end - length;
+      TokenSlice slice{offset, context.seq, &rec.caches};
+      ForwardContext ctx = context;
+      ctx.seq = length;
+      ctx.token_slice = &slice;
+      Tensor dout =
+          doutput.defined() ? doutput.narrow(offset * rows_per_token, length * rows_per_token) : doutput;
+      // A gradient is final only once the first slice (the last to run backward) has added to it.
+      Tensor dx = inner_->backward(*rec.slices[i], dout, ctx, grad_scale, i == 0 ? hooks : ParamHooks());
+      rec.slices[i].reset();
+      if (dx.defined()) {
+        if (!dinput.defined()) dinput = Tensor::empty({context.seq * rows_per_token, hidden});
+        dinput.narrow(offset * rows_per_token, length * rows_per_token).copy_from(dx);
+      }
+      end = offset;
+    }
+    rec.slices.clear();
+    rec.caches.clear();
+    return dinput;
+  }
+
+  KvPool make_kv_pool(int64_t blocks, int64_t block_size) const override {
+    return inner_->make_kv_pool(blocks, block_size);
+  }
+  Tensor decode_step(const std::vector<DecodeStep>& steps, const Tensor& input, KvPool& pool) const override {
+    return inner_->decode_step(steps, input, pool);
+  }
+  Tensor score(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx) const override {
+    return inner_->score(batch, input, ctx);
+  }
+  Tensor logits(const MicroBatch& batch, const ForwardContext& ctx) const override { return inner_->logits(batch, ctx); }
+
+ private:
+  void check_context(const ForwardContext& ctx) const {
+    TESSERA_CHECK(ctx.token_slice == nullptr, "token slices of a token slice");
+    TESSERA_CHECK(ctx.seq == config().seq_length, "--pipeline-token-slices: a micro-batch of ", ctx.seq,
+                  " tokens per sample, sliced for --seq-length=", config().seq_length);
+  }
+
+  std::unique_ptr<LanguageModelChunk> inner_;
+  std::vector<int64_t> slices_;
+};
+
+}  // namespace
+
+MicroBatch token_slice_of(const MicroBatch& batch, int64_t offset, int64_t length) {
+  TESSERA_CHECK(batch.tokens.defined() && batch.tokens.shape().size() == 2, "token slice of a micro-batch without "
+                "[batch, seq] tokens");
+  const int64_t samples = batch.tokens.dim(0), seq = batch.tokens.dim(1);
+  TESSERA_CHECK(offset >= 0 && length > 0 && offset + length <= seq, "token slice [", offset, ", ", offset + length,
+                ") of a sequence of ", seq);
+  TESSERA_CHECK(!batch.doc_start.defined() && !batch.padding_mask.defined(), "token slices need plain causal "
+                "attention (no document or padding mask)");
+  MicroBatch part;
+  part.tokens = columns(batch.tokens, offset, length);
+  part.labels = columns(batch.labels, offset, length);
+  part.loss_mask = columns(batch.loss_mask, offset, length);
+  part.token_types = columns(batch.token_types, offset, length);
+  if (batch.positions.defined()) {
+    part.positions = columns(batch.positions, offset, length);
+  } else {
+    part.positions = Tensor::empty({samples, length}, DType::I32);
+    for (int64_t b = 0; b < samples; ++b)
+      for (int64_t s = 0; s < length; ++s) part.positions.i32()[b * length + s] = static_cast<int32_t>(offset + s);
+  }
+  part.sample_offset = batch.sample_offset;
+  return part;
+}
+
+std::unique_ptr<LanguageModelChunk> with_token_slices(std::unique_ptr<LanguageModelChunk> chunk,
+                                                      std::vector<int64_t> slices) {
+  return std::make_unique<TokenSlicedChunk>(std::move(chunk), std::move(slices));
+}
+
+}  // namespace tessera::model

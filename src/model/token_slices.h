@@ -1,0 +1,60 @@
+// TeraPipe's token slicing (Li et al., ICML 2021) inside one pipeline stage: a micro-batch's sequence is
+// cut along its tokens into slices l_1..l_n (sum L), and the chunk runs each slice through all of its
+// layers before the next. Causal attention at slice i needs the keys and values of the earlier tokens
+// only, so each layer keeps, per micro-batch, the keys and values of the whole sequence, preallocated at
+// full length (TeraPipe's cache): slice i writes its own at positions [c_i, c_i + l_i), c_i = l_1 + ... +
+// l_{i-1}, and attends to positions [0, c_i + l_i) (kernels::AttentionShape::kv_seq). Backward runs the
+// slices in reverse: the key and value gradients a slice's attention gives to earlier positions are
+// accumulated in the cache, and each slice adds the sum for its own positions into its keys' and
+// values' gradient when its turn comes. Everything keyed by position follows global positions: position
+// embeddings and rotary embeddings (the slice's MicroBatch carries its global positions), dropout (the
+// residual stream's masks through residual_region, attention's through AttentionDropout::seq), and the
+// losses (sums over each slice's tokens, which add up to the micro-batch's). So a sliced step gives the
+// unsliced step's losses and gradients, up to the order of floating-point sums.
+//
+// Today the slices run one after another on one stage (no pipeline schedule yet, issue 36); with_token_slices
+// wraps any GPT-style chunk, and the layers' attention reads ForwardContext::token_slice.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/language_model.h"
+
+namespace tessera::model {
+
+// One layer's cache for one micro-batch: keys and values of the whole sequence (after rotary
+// embeddings), [seq * batch, query groups on this rank, head dim] in the activations' [seq, batch] row
+// order, allocated by the first slice's forward; and in backward the gradients that later slices' queries
+// send to each position's key and value (allocated, zeroed, by the last slice's backward).
+struct SliceKvCache {
+  Tensor k, v, dk, dv;
+  int64_t bytes() const;
+};
+
+// What a slice's forward and backward see of the slicing (ForwardContext::token_slice).
+struct TokenSlice {
+  int64_t offset = 0;  // the slice's first position in the sequence
+  int64_t total = 0;   // the whole sequence's length
+  std::vector<SliceKvCache>* caches = nullptr;  // one per layer of the model, by global layer number - 1
+  SliceKvCache& cache(int64_t layer_number) const;
+};
+
+// --pipeline-token-slices for training: a count n (n equal slices; it must divide the sequence) or
+// comma-separated positive lengths summing to the sequence. Throws an Error naming the flag and the rule
+// (also for "auto", which needs the planner's cost model and is not run by training yet).
+std::vector<int64_t> parse_token_slice_lengths(const std::string& value, int64_t seq_length);
+
+// Positions [offset, offset + length) of a micro-batch's [batch, seq] tensors (copies), with their global
+// positions (batch.positions, or offset ..). A document mask or padding mask is refused.
+MicroBatch token_slice_of(const MicroBatch& batch, int64_t offset, int64_t length);
+
+// `chunk` running each micro-batch slice by slice (the lengths sum to the sequence length) with the
+// caches above; evaluation, scoring and decoding pass through unsliced. The chunk must be causal and built
+// without sequence parallelism; a record's bytes count its caches.
+std::unique_ptr<LanguageModelChunk> with_token_slices(std::unique_ptr<LanguageModelChunk> chunk,
+                                                      std::vector<int64_t> slices);
+
+}  // namespace tessera::model

@@ -1,0 +1,34 @@
+// The rules of --pipeline-token-slices (TeraPipe's token slicing, model/token_slices.h). Step 1 of issue
+// 36 runs the slices one after another on one stage with the key/value caches; the layouts and features
+// whose composition with slices is not built (or not tested) yet are refused, naming the flag.
+#include "model/token_slices.h"
+#include "train/argument_rules.h"
+#include "train/arguments.h"
+
+namespace tessera::train {
+
+using rules::require;
+
+void finalize_token_slices(TrainArguments& a) {
+  a.token_slices.clear();
+  if (a.pipeline_token_slices.empty()) return;
+  const std::string& v = a.pipeline_token_slices;
+  const char* flag = "--pipeline-token-slices";
+  a.token_slices = model::parse_token_slice_lengths(v, a.model.seq_length);
+  require(a.pipeline_model_parallel_size == 1, flag, v,
+          str_cat("needs --pipeline-model-parallel-size 1 (got ", a.pipeline_model_parallel_size,
+                  "): the slices run one after another on one stage until the token-level pipeline schedule "
+                  "lands (issue 36)"));
+  require(a.tensor_model_parallel_size == 1, flag, v,
+          str_cat("needs --tensor-model-parallel-size 1 (got ", a.tensor_model_parallel_size,
+                  ") for now: token slices are not composed with tensor or sequence parallelism yet"));
+  require(a.data_parallel_size() == 1, flag, v,
+          str_cat("runs on one process for now (got a data-parallel size of ", a.data_parallel_size(), ")"));
+  require(a.model.family == "gpt", flag, v, str_cat("needs a causal GPT model (got --model-family ", a.model.family, ")"));
+  require(!a.reset_attention_mask, flag, v, "cannot be combined with --reset-attention-mask yet");
+  require(!a.model.moe.enabled(), flag, v, "cannot be combined with mixture-of-experts layers yet (their "
+          "load-balancing losses are per micro-batch)");
+  require(!a.kd, flag, v, "cannot be combined with --kd yet");
+}
+
+}  // namespace tessera::train
