@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `tessera train --pipeline-token-slices` (TeraPipe's token slicing, step 1 of issue 36: the slices of
+# each micro-batch run one after another on one stage, with per-layer key/value caches): the same loss
+# values as the unsliced run, GPT-2 and Llama style with dropout on, and the refusals naming the flag.
+set -uo pipefail
+tessera=${1:?usage: token_slices_cli.sh path/to/tessera}
+source "$(dirname "$0")/lib/checks.sh"
+export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+mpirun="mpirun --oversubscribe --allow-run-as-root"
+
+model="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data
+       --tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
+       --train-iters 4 --log-interval 1 --eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1"
+llama="--position-embedding-type rope --normalization RMSNorm --swiglu --group-query-attention
+       --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights"
+
+losses() { grep -o 'lm loss: [0-9.E+-]*' <<<"$1" | awk '{print $3}'; }
+
+# same_losses "name" "extra flags" "slices"
+same_losses() {
+  local whole sliced
+  whole=$("$tessera" train $model $2 2>&1)
+  check "$1 unsliced run exits 0: $whole" $?
+  sliced=$("$tessera" train $model $2 --pipeline-token-slices "$3" 2>&1)
+  check "$1 run with --pipeline-token-slices $3 exits 0: $sliced" $?
+  grep -qF "token slices (TeraPipe, --pipeline-token-slices $3)" <<<"$sliced"
+  check "$1 log names the slices: $sliced" $?
+  local a b
+  a=$(losses "$whole"); b=$(losses "$sliced")
+  [ "$(wc -l <<<"$a")" -eq 4 ] && [ -n "$b" ]
+  check "$1 should log 4 losses: $a" $?
+  python3 - "$a" "$b" <<'PY'
+import sys
+a = [float(x) for x in sys.argv[1].split()]
+b = [float(x) for x in sys.argv[2].split()]
+ok = len(a) == len(b) and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b))
+sys.exit(0 if ok else 1)
+PY
+  check "$1 losses with --pipeline-token-slices $3 ($(echo $b)) should be the unsliced ones ($(echo $a))" $?
+}
+
+same_losses "gpt2" "" 4
+same_losses "llama" "$llama" 3,5,8
+
+# Refusals, before any work, naming the flag and the rule.
+expect_failure "--pipeline-token-slices=5: 5 equal slices must divide --seq-length=16" \
+  "$tessera" train $model --pipeline-token-slices 5
+expect_failure "--pipeline-token-slices=8,4: the slice lengths sum to 12, not --seq-length=16" \
+  "$tessera" train $model --pipeline-token-slices 8,4
+expect_failure "--pipeline-token-slices=auto: training does not choose the slicing yet" \
+  "$tessera" train $model --pipeline-token-slices auto
+expect_failure "--pipeline-token-slices=4: cannot be combined with --reset-attention-mask" \
+  "$tessera" train $model --pipeline-token-slices 4 --reset-attention-mask
+expect_failure "--pipeline-token-slices=4: needs --pipeline-model-parallel-size 1" \
+  $mpirun -np 2 "$tessera" train $model --pipeline-token-slices 4 --pipeline-model-parallel-size 2
+expect_failure "--pipeline-token-slices=4: needs --tensor-model-parallel-size 1" \
+  $mpirun -np 2 "$tessera" train $model --pipeline-token-slices 4 --tensor-model-parallel-size 2
+
+finish token_slices_cli
