@@ -1,8 +1,11 @@
 #include "model/token_slices.h"
 
+#include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <utility>
+
+#include "kernels/token_layout.h"
+#include "model/batch_layout.h"
 
 namespace tessera::model {
 
@@ -50,16 +53,12 @@ std::vector<int64_t> parse_token_slice_lengths(const std::string& value, int64_t
 
 namespace {
 
-// Columns [offset, offset + length) of a [batch, seq] tensor (any 4-byte type).
+// Columns [offset, offset + length) of a [batch, seq] tensor: rows of its [seq, batch] transpose.
 Tensor columns(const Tensor& t, int64_t offset, int64_t length) {
   if (!t.defined()) return t;
-  TESSERA_CHECK(t.shape().size() == 2 && dtype_size(t.dtype()) == 4, "token slice of a ", shape_str(t.shape()),
-                " tensor");
-  const int64_t batch = t.dim(0), seq = t.dim(1);
-  Tensor out = Tensor::empty({batch, length}, t.dtype());
-  const auto* src = static_cast<const char*>(t.raw());
-  auto* dst = static_cast<char*>(out.raw());
-  for (int64_t b = 0; b < batch; ++b) std::memcpy(dst + b * length * 4, src + (b * seq + offset) * 4, length * 4);
+  TESSERA_CHECK(t.shape().size() == 2, "token slice of a ", shape_str(t.shape()), " tensor");
+  Tensor out = Tensor::empty({t.dim(0), length}, t.dtype());
+  kernels::transpose_rows(to_seq_major(t).narrow(offset, length), out);
   return out;
 }
 
@@ -195,9 +194,10 @@ MicroBatch token_slice_of(const MicroBatch& batch, int64_t offset, int64_t lengt
   if (batch.positions.defined()) {
     part.positions = columns(batch.positions, offset, length);
   } else {
+    Tensor seq_major = Tensor::empty({length, samples}, DType::I32);
+    kernels::fill_positions(seq_major, samples, offset);
     part.positions = Tensor::empty({samples, length}, DType::I32);
-    for (int64_t b = 0; b < samples; ++b)
-      for (int64_t s = 0; s < length; ++s) part.positions.i32()[b * length + s] = static_cast<int32_t>(offset + s);
+    kernels::transpose_rows(seq_major, part.positions);
   }
   part.sample_offset = batch.sample_offset;
   return part;
