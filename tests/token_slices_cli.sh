@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tessera train --pipeline-token-slices` (TeraPipe's token slicing, step 1 of issue 36: the slices of
 # each micro-batch run one after another on one stage, with per-layer key/value caches): the same loss
-# values as the unsliced run, GPT-2 and Llama style with dropout on, and the refusals naming the flag.
+# values as the unsliced run, GPT-2 and Llama style with dropout on, at tp 2 and dp 2 too, and the
+# refusals naming the flag.
 set -uo pipefail
 tessera=${1:?usage: token_slices_cli.sh path/to/tessera}
 source "$(dirname "$0")/lib/checks.sh"
@@ -16,12 +17,13 @@ llama="--position-embedding-type rope --normalization RMSNorm --swiglu --group-q
 
 losses() { grep -o 'lm loss: [0-9.E+-]*' <<<"$1" | awk '{print $3}'; }
 
-# same_losses "name" "extra flags" "slices"
+# same_losses "name" "extra flags" "slices" [ranks]
 same_losses() {
-  local whole sliced
-  whole=$("$tessera" train $model $2 2>&1)
+  local whole sliced run="$tessera"
+  [ -n "${4:-}" ] && run="$mpirun -np $4 $tessera"
+  whole=$($run train $model $2 2>&1)
   check "$1 unsliced run exits 0: $whole" $?
-  sliced=$("$tessera" train $model $2 --pipeline-token-slices "$3" 2>&1)
+  sliced=$($run train $model $2 --pipeline-token-slices "$3" 2>&1)
   check "$1 run with --pipeline-token-slices $3 exits 0: $sliced" $?
   grep -qF "token slices (TeraPipe, --pipeline-token-slices $3)" <<<"$sliced"
   check "$1 log names the slices: $sliced" $?
@@ -41,6 +43,10 @@ PY
 
 same_losses "gpt2" "" 4
 same_losses "llama" "$llama" 3,5,8
+# Each rank slices its own micro-batches: tensor parallelism (heads and caches split by rank) and data
+# parallelism (with the distributed optimizer and overlapped reduction) give their unsliced losses.
+same_losses "llama tp 2" "$llama --tensor-model-parallel-size 2" 4 2
+same_losses "gpt2 dp 2" "--use-distributed-optimizer --overlap-grad-reduce --global-batch-size 8" 5,3,8 2
 
 # Refusals, before any work, naming the flag and the rule.
 expect_failure "--pipeline-token-slices=5: 5 equal slices must divide --seq-length=16" \
@@ -53,7 +59,7 @@ expect_failure "--pipeline-token-slices=4: cannot be combined with --reset-atten
   "$tessera" train $model --pipeline-token-slices 4 --reset-attention-mask
 expect_failure "--pipeline-token-slices=4: needs --pipeline-model-parallel-size 1" \
   $mpirun -np 2 "$tessera" train $model --pipeline-token-slices 4 --pipeline-model-parallel-size 2
-expect_failure "--pipeline-token-slices=4: needs --tensor-model-parallel-size 1" \
-  $mpirun -np 2 "$tessera" train $model --pipeline-token-slices 4 --tensor-model-parallel-size 2
+expect_failure "--pipeline-token-slices=4: cannot be combined with --sequence-parallel" \
+  $mpirun -np 2 "$tessera" train $model --pipeline-token-slices 4 --tensor-model-parallel-size 2 --sequence-parallel
 
 finish token_slices_cli

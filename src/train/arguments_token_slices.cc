@@ -19,11 +19,8 @@ void finalize_token_slices(TrainArguments& a) {
           str_cat("needs --pipeline-model-parallel-size 1 (got ", a.pipeline_model_parallel_size,
                   "): the slices run one after another on one stage until the token-level pipeline schedule "
                   "lands (issue 36)"));
-  require(a.tensor_model_parallel_size == 1, flag, v,
-          str_cat("needs --tensor-model-parallel-size 1 (got ", a.tensor_model_parallel_size,
-                  ") for now: token slices are not composed with tensor or sequence parallelism yet"));
-  require(a.data_parallel_size() == 1, flag, v,
-          str_cat("runs on one process for now (got a data-parallel size of ", a.data_parallel_size(), ")"));
+  require(!a.sequence_parallel, flag, v, "cannot be combined with --sequence-parallel yet (a slice's rows "
+          "would be split over the tensor group)");
   require(a.model.family == "gpt", flag, v, str_cat("needs a causal GPT model (got --model-family ", a.model.family, ")"));
   require(!a.reset_attention_mask, flag, v, "cannot be combined with --reset-attention-mask yet");
   require(!a.model.moe.enabled(), flag, v, "cannot be combined with mixture-of-experts layers yet (their "
