@@ -47,6 +47,21 @@ same_losses "llama" "$llama" 3,5,8
 # parallelism (with the distributed optimizer and overlapped reduction) give their unsliced losses.
 same_losses "llama tp 2" "$llama --tensor-model-parallel-size 2" 4 2
 same_losses "gpt2 dp 2" "--use-distributed-optimizer --overlap-grad-reduce --global-batch-size 8" 5,3,8 2
+same_losses "gpt2 bf16 recomputed" "--bf16 --recompute-granularity full --recompute-method uniform" 6,10
+
+# Checkpoints hold no trace of the slicing: saved sliced and resumed unsliced, or the reverse, the
+# resumed iterations log the same losses.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+short="${model/--train-iters 4/--train-iters 2} --save-interval 2"
+"$tessera" train $short --save "$work/sliced" --pipeline-token-slices 4 >/dev/null 2>&1
+check "sliced run saves" $?
+"$tessera" train $short --save "$work/whole" >/dev/null 2>&1
+check "unsliced run saves" $?
+a=$(losses "$("$tessera" train $model --load "$work/sliced" 2>&1)")
+b=$(losses "$("$tessera" train $model --load "$work/whole" --pipeline-token-slices 2,14 2>&1)")
+[ "$(wc -l <<<"$a")" -eq 2 ] && [ "$a" = "$b" ]
+check "resumed losses: saved sliced, resumed whole ($(echo $a)) vs saved whole, resumed sliced ($(echo $b))" $?
 
 # Refusals, before any work, naming the flag and the rule.
 expect_failure "--pipeline-token-slices=5: 5 equal slices must divide --seq-length=16" \
