@@ -49,6 +49,26 @@ same_losses "llama tp 2" "$llama --tensor-model-parallel-size 2" 4 2
 same_losses "gpt2 dp 2" "--use-distributed-optimizer --overlap-grad-reduce --global-batch-size 8" 5,3,8 2
 same_losses "gpt2 bf16 recomputed" "--bf16 --recompute-granularity full --recompute-method uniform" 6,10
 
+# Memory: the report lists the caches, and the measured activation peak (which counts them) is the
+# theory's, in bf16 (fp32 caches instead of 16-bit stored keys and values) and under full recomputation
+# (the caches outlive the recomputed layers' records), and above the unsliced run's.
+big="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --mock-data --tokenizer-type
+     NullTokenizer --vocab-size 40 --micro-batch-size 4 --global-batch-size 8 --lr 1e-3 --train-iters 1
+     --log-interval 1 --eval-iters 0"
+peak() { grep -o 'activations peak (max over ranks) [0-9.]* (theory [0-9.]*)' <<<"$1" | head -1 | tr -d '()' |
+         awk '{print $6, $8}'; }
+for extra in "--bf16" "--recompute-granularity full --recompute-method uniform"; do
+  whole=$("$tessera" train $big $extra 2>&1)
+  sliced=$("$tessera" train $big $extra --pipeline-token-slices 4 2>&1)
+  grep -qF "token-slice key/value caches per micro-batch (--pipeline-token-slices, fp32" <<<"$sliced" &&
+    grep -qE "backward\): 0\.25 MB" <<<"$sliced"
+  check "$extra: the report lists 0.25 MB of caches: $sliced" $?
+  read -r measured theory <<<"$(peak "$sliced")"
+  read -r unsliced _ <<<"$(peak "$whole")"
+  [ -n "$measured" ] && [ "$measured" = "$theory" ] && python3 -c "import sys; sys.exit(not $measured > $unsliced)"
+  check "$extra: sliced activation peak $measured should be its theory $theory and above the unsliced $unsliced" $?
+done
+
 # Checkpoints hold no trace of the slicing: saved sliced and resumed unsliced, or the reverse, the
 # resumed iterations log the same losses.
 work=$(mktemp -d)

@@ -1,5 +1,6 @@
 #include "train/memory_report.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "model/activation_memory.h"
@@ -30,10 +31,27 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   // schedule rather than taken as records in flight times one size.
   const int64_t chunk_layers = a.model.num_layers / (schedule.stages * schedule.chunks);
   const double layers_bytes = model::chunk_record_bytes(a.model, layout, chunk_layers, a.recompute);
+  // Token slices: the caches replace the keys and values a layer record keeps (none under full
+  // recomputation, 16-bit ones under mixed precision), in fp32.
+  double slice_caches_extra = 0;
+  if (!a.token_slices.empty()) {
+    const double kv_per_layer = 2.0 * static_cast<double>(a.model.seq_length * a.micro_batch_size *
+                                                          (a.model.num_query_groups / a.tensor_model_parallel_size) *
+                                                          a.model.kv_channels);
+    int64_t recomputed = 0;  // layers of a chunk whose records keep only a group input
+    if (a.recompute.method == model::RecomputeMethod::Uniform) recomputed = chunk_layers;
+    if (a.recompute.method == model::RecomputeMethod::Block)
+      recomputed = std::min<int64_t>(a.recompute.num_layers, chunk_layers);
+    const double kept = kv_per_layer * static_cast<double>((chunk_layers - recomputed) *
+                                                           dtype_size(a.model.params_dtype));
+    p.token_slice_caches = kv_per_layer * 4.0 * static_cast<double>(chunk_layers * schedule.chunks);
+    slice_caches_extra = kv_per_layer * 4.0 * static_cast<double>(chunk_layers) - kept;
+  }
   p.activations = pipeline::peak_in_flight_bytes(pipeline::build_schedule(schedule, stage), [&](int chunk) {
     const pipeline::ChunkId id{stage, chunk};
-    return layers_bytes + model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id),
-                                                   pipeline::is_last_chunk(schedule, id));
+    return layers_bytes + slice_caches_extra +
+           model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id),
+                                    pipeline::is_last_chunk(schedule, id));
   });
   return p;
 }
@@ -54,6 +72,11 @@ std::string memory_report(const TrainArguments& a, const MemoryPrediction& p) {
       " MB)", recompute, "\n",
       "   output layer per micro-batch (fp32 logits shard, final norm, labels): ", megabytes(p.head_per_micro_batch),
       " MB, on the last pipeline stage\n",
+      p.token_slice_caches > 0
+          ? str_cat("   token-slice key/value caches per micro-batch (--pipeline-token-slices, fp32, held from the "
+                    "first slice's forward to the last slice's backward, their gradients as much again during "
+                    "backward): ", megabytes(p.token_slice_caches), " MB\n")
+          : std::string(),
       "   Theoretical memory footprints: weight and optimizer=", megabytes(p.weight_and_optimizer),
       " MB, activation=", megabytes(p.activations), " MB, total=", megabytes(p.weight_and_optimizer + p.activations),
       " MB");

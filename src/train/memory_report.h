@@ -17,6 +17,10 @@ struct MemoryPrediction {
   double korthikanti_per_layer = 0;  // the paper's 16-bit figure for the same layer
   double head_per_micro_batch = 0;  // bytes the last stage's output layer keeps per micro-batch (logits)
   double activations = 0;           // bytes held at the schedule's peak: layer records, ids and the head
+  // --pipeline-token-slices: each micro-batch's key/value caches on this rank (every layer's keys and
+  // values of the whole sequence, fp32), held from its first slice's forward to its last backward; the
+  // layer records then keep no keys and values, and activations count the difference.
+  double token_slice_caches = 0;
   // Mixed precision on the fp32 kernels: bytes of the GEMM weights' copies rounded once per step
   // (model::ParameterSet::cache_rounded_weights), part of weight_and_optimizer. Set by the trainer.
   double rounded_weights = 0;
