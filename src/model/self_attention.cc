@@ -4,10 +4,10 @@
 
 #include "kernels/attention.h"
 #include "kernels/decode_attention.h"
+#include "kernels/elementwise.h"
 #include "kernels/precision.h"
 #include "kernels/rotary.h"
 #include "kernels/token_layout.h"
-#include "kernels/elementwise.h"
 #include "model/token_slices.h"
 
 namespace tessera::model {
