@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tessera train --pipeline-token-slices` (TeraPipe's token slicing, step 1 of issue 36: the slices of
 # each micro-batch run one after another on one stage, with per-layer key/value caches): the same loss
-# values as the unsliced run, GPT-2 and Llama style with dropout on, at tp 2 and dp 2 too, and the
+# values as the unsliced run, GPT-2 and Llama style with dropout on, at tp 2 (with and without sequence
+# parallelism) and dp 2 too, and the
 # refusals naming the flag.
 set -uo pipefail
 tessera=${1:?usage: token_slices_cli.sh path/to/tessera}
@@ -46,6 +47,7 @@ same_losses "llama" "$llama" 3,5,8
 # Each rank slices its own micro-batches: tensor parallelism (heads and caches split by rank) and data
 # parallelism (with the distributed optimizer and overlapped reduction) give their unsliced losses.
 same_losses "llama tp 2" "$llama --tensor-model-parallel-size 2" 4 2
+same_losses "gpt2 tp 2 sequence parallel" "--tensor-model-parallel-size 2 --sequence-parallel" 4,8,4 2
 same_losses "gpt2 dp 2" "--use-distributed-optimizer --overlap-grad-reduce --global-batch-size 8" 5,3,8 2
 same_losses "gpt2 bf16 recomputed" "--bf16 --recompute-granularity full --recompute-method uniform" 6,10
 
@@ -94,7 +96,7 @@ expect_failure "--pipeline-token-slices=4: cannot be combined with --reset-atten
   "$tessera" train $model --pipeline-token-slices 4 --reset-attention-mask
 expect_failure "--pipeline-token-slices=4: needs --pipeline-model-parallel-size 1" \
   $mpirun -np 2 "$tessera" train $model --pipeline-token-slices 4 --pipeline-model-parallel-size 2
-expect_failure "--pipeline-token-slices=4: cannot be combined with --sequence-parallel" \
-  $mpirun -np 2 "$tessera" train $model --pipeline-token-slices 4 --tensor-model-parallel-size 2 --sequence-parallel
+expect_failure "--pipeline-token-slices=5,11: slice length 5 must be divisible by --tensor-model-parallel-size=2 with --sequence-parallel" \
+  $mpirun -np 2 "$tessera" train $model --pipeline-token-slices 5,11 --tensor-model-parallel-size 2 --sequence-parallel
 
 finish token_slices_cli

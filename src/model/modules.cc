@@ -57,13 +57,12 @@ ColumnParallelLinear::ColumnParallelLinear(ParameterSet& params, const std::stri
 
 kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden,
                                        const parallel::TensorParallelContext& tp) {
-  if (ctx.token_slice) {  // a token slice: its rows of the whole sequence's masks
-    TESSERA_CHECK(!tp.sequence_parallel, "token slices need a model built without sequence parallelism");
-    return {ctx.seq, ctx.batch, hidden, ctx.token_slice->offset, ctx.token_slice->total, ctx.sample_offset};
-  }
-  if (!tp.sequence_parallel) return {ctx.seq, ctx.batch, hidden, 0, ctx.seq, ctx.sample_offset};
+  // A token slice (ForwardContext::token_slice) is rows [offset, offset + seq) of the whole sequence's.
+  const int64_t first = ctx.token_slice ? ctx.token_slice->offset : 0;
+  const int64_t total = ctx.token_slice ? ctx.token_slice->total : ctx.seq;
+  if (!tp.sequence_parallel) return {ctx.seq, ctx.batch, hidden, first, total, ctx.sample_offset};
   int64_t local = ctx.seq / tp.size();
-  return {local, ctx.batch, hidden, tp.rank() * local, ctx.seq, ctx.sample_offset};
+  return {local, ctx.batch, hidden, first + tp.rank() * local, total, ctx.sample_offset};
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {

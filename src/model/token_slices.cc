@@ -102,6 +102,9 @@ class TokenSlicedChunk final : public LanguageModelChunk {
     TESSERA_CHECK(!batch.doc_start.defined(), "--pipeline-token-slices does not support document masks "
                   "(--reset-attention-mask) yet");
     const int64_t rows_per_token = context.batch, hidden = config().hidden_size;
+    TESSERA_CHECK(!input.defined() || input.dim(0) == context.seq * rows_per_token, "--pipeline-token-slices: a "
+                  "later pipeline chunk's input of ", input.dim(0), " rows (sequence-parallel shards are not sliced "
+                  "yet)");
     rec.slices.clear();
     rec.caches.assign(static_cast<size_t>(config().num_layers), SliceKvCache());
     Tensor output;

@@ -52,8 +52,9 @@ std::vector<int64_t> parse_token_slice_lengths(const std::string& value, int64_t
 MicroBatch token_slice_of(const MicroBatch& batch, int64_t offset, int64_t length);
 
 // `chunk` running each micro-batch slice by slice (the lengths sum to the sequence length) with the
-// caches above; evaluation, scoring and decoding pass through unsliced. The chunk must be causal and built
-// without sequence parallelism; a record's bytes count its caches.
+// caches above; evaluation, scoring and decoding pass through unsliced. The chunk must be causal; under
+// sequence parallelism each slice's length must split over the tensor group, and a later pipeline chunk's
+// sharded input is not sliced yet. A record's bytes count its caches.
 std::unique_ptr<LanguageModelChunk> with_token_slices(std::unique_ptr<LanguageModelChunk> chunk,
                                                       std::vector<int64_t> slices);
 

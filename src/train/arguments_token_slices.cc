@@ -19,8 +19,11 @@ void finalize_token_slices(TrainArguments& a) {
           str_cat("needs --pipeline-model-parallel-size 1 (got ", a.pipeline_model_parallel_size,
                   "): the slices run one after another on one stage until the token-level pipeline schedule "
                   "lands (issue 36)"));
-  require(!a.sequence_parallel, flag, v, "cannot be combined with --sequence-parallel yet (a slice's rows "
-          "would be split over the tensor group)");
+  if (a.sequence_parallel)  // each slice's rows are split over the tensor group
+    for (int64_t l : a.token_slices)
+      require(l % a.tensor_model_parallel_size == 0, flag, v,
+              str_cat("slice length ", l, " must be divisible by --tensor-model-parallel-size=",
+                      a.tensor_model_parallel_size, " with --sequence-parallel"));
   require(a.model.family == "gpt", flag, v, str_cat("needs a causal GPT model (got --model-family ", a.model.family, ")"));
   require(!a.reset_attention_mask, flag, v, "cannot be combined with --reset-attention-mask yet");
   require(!a.model.moe.enabled(), flag, v, "cannot be combined with mixture-of-experts layers yet (their "
