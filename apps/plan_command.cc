@@ -294,6 +294,9 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
 struct TokenSlicing {
   std::vector<int64_t> slices;
   double sliced = 0, unsliced = 0;  // pipeline latency, seconds
+  // Bytes of one micro-batch's key/value caches on a stage: each of its layers' keys and values of the
+  // whole sequence (this rank's query groups), in the activations' precision.
+  double cache_bytes = 0;
 };
 
 TokenSlicing price_token_slicing(const plan::Plan& p, const std::string& flag) {
@@ -303,12 +306,16 @@ TokenSlicing price_token_slicing(const plan::Plan& p, const std::string& flag) {
   out.slices = plan::parse_token_slices(flag, p.config.seq_length, t, m, p.layout.pp);
   out.sliced = plan::token_pipeline_latency(out.slices, t, m, p.layout.pp);
   out.unsliced = plan::token_pipeline_latency({p.config.seq_length}, t, m, p.layout.pp);
+  const model::ModelConfig& c = p.config;
+  out.cache_bytes = 2.0 * static_cast<double>(c.seq_length * p.layout.micro_batch_size *
+                                              (c.num_query_groups / p.layout.tp) * c.kv_channels *
+                                              (c.num_layers / p.layout.pp) * p.layout.activation_bytes());
   return out;
 }
 
 nlohmann::json token_slicing_json(const TokenSlicing& s) {
   return {{"slices", s.slices}, {"pipeline_seconds", s.sliced}, {"unsliced_pipeline_seconds", s.unsliced},
-          {"speedup", s.unsliced / s.sliced}};
+          {"speedup", s.unsliced / s.sliced}, {"kv_cache_bytes_per_micro_batch", s.cache_bytes}};
 }
 
 void print_token_slicing(const TokenSlicing& s, const plan::Plan& p, const std::string& flag) {
@@ -323,6 +330,10 @@ void print_token_slicing(const TokenSlicing& s, const plan::Plan& p, const std::
               "%.2fx faster\n",
               s.sliced, s.unsliced, static_cast<long long>(p.layout.micro_batches()), p.layout.pp,
               s.unsliced / s.sliced);
+  std::printf("  key/value caches: %.4g MiB per micro-batch on a stage (each layer's keys and values of the whole "
+              "sequence, from the first slice's forward to the last slice's backward: keys and values the "
+              "plan's activation memory counts already; their gradients take as much again during the micro-batch's backward)\n",
+              s.cache_bytes / (1024.0 * 1024.0));
 }
 
 int run_calibration(const model::ModelConfig& c, const plan::Layout& l, const PlanFlags& f) {

@@ -141,12 +141,17 @@ out=$("$tessera" plan $gpt3 --pipeline-token-slices auto 2>&1)
 check "the token-sliced plan runs: $out" $?
 speedup=$(grep -oE "unsliced \(GPipe over 2 micro-batches on 48 stages\): [0-9.]+x" <<<"$out" | grep -oE "[0-9.]+x$" | tr -d x)
 awk -v x="$speedup" 'BEGIN { exit !(x > 1) }'
+grep -qF "key/value caches: 24 MiB per micro-batch on a stage" <<<"$out"
+check "the plan prints the caches' memory: $out" $?
 check "token slicing shortens the 48-stage pipeline of 2 micro-batches (${speedup}x): $out" $?
 "$tessera" plan $gpt3 --pipeline-token-slices 1024,1024 --json >"$work/sliced.json" 2>&1
 python3 - "$work/sliced.json" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))["token_slicing"]
-sys.exit(0 if s["slices"] == [1024, 1024] and s["pipeline_seconds"] < s["unsliced_pipeline_seconds"] else 1)
+# keys and values of 2048 tokens x 12 query groups per tensor rank x 128 channels x 2 layers per stage, fp16
+cache = 2 * 2048 * 12 * 128 * 2 * 2
+sys.exit(0 if s["slices"] == [1024, 1024] and s["pipeline_seconds"] < s["unsliced_pipeline_seconds"] and
+         s["kv_cache_bytes_per_micro_batch"] == cache else 1)
 EOF
 check "--json has the slicing and both latencies: $(head -c 300 "$work/sliced.json")" $?
 expect_error "$gpt3 --pipeline-token-slices 1000,1000" "the slice lengths sum to 2000, not --seq-length=2048"
