@@ -9,6 +9,7 @@
 
 #include "apps/commands.h"
 #include "core/check.h"
+#include "core/thread_policy.h"
 
 namespace {
 
@@ -37,6 +38,8 @@ constexpr const char* kUsage =
 }  // namespace
 
 int main(int argc, char** argv) {
+  // How OpenMP's workers wait between kernels (core/thread_policy.h): may re-execute the program.
+  tessera::settle_openmp_wait_policy(argv);
   // Activations are allocated and freed every micro-batch; keep freed blocks in the heap instead of
   // returning them to the OS, or every step pays for page faults on hundreds of MB.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);

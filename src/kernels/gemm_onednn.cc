@@ -22,6 +22,7 @@
 #include "kernels/gemm.h"
 #include "kernels/math/activations.h"
 #include "kernels/precision.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels {
 namespace {
@@ -88,7 +89,7 @@ void check_args(const GemmArgs& g) {
 // where there is none).
 template <typename F>
 void for_each_c_row(const GemmArgs& g, F f) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * g.batch * g.m * g.n))
   for (int64_t r = 0; r < g.batch * g.m; ++r)
     f(g.c + (r / g.m) * g.stride_c + (r % g.m) * g.ldc, g.bias ? g.bias + (r / g.m) * g.stride_bias : nullptr);
 }

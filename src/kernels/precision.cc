@@ -3,6 +3,7 @@
 #include "core/check.h"
 #include "core/profiler.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels {
 namespace {
@@ -46,7 +47,7 @@ void check_16bit(DType t, const char* what) {
 template <typename Run>
 void in_parallel(int64_t n, const Run& run) {
   constexpr int64_t kPiece = 1 << 14;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(n))
   for (int64_t b = 0; b < n; b += kPiece) run(b, b + kPiece < n ? b + kPiece : n);
 }
 
@@ -74,13 +75,13 @@ void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n) {
 void round_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, float* out) {
   TESSERA_PROFILE_SCOPE("round_rows_16bit");
   if (t != DType::F32 && t != DType::BF16 && t != DType::F16) throw not_a_compute_type(t);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(rows * cols))
   for (int64_t r = 0; r < rows; ++r) round_run(t, in + r * ld, out + r * cols, cols);
 }
 
 void encode_rows(DType t, const float* in, int64_t rows, int64_t cols, int64_t ld, uint16_t* out) {
   check_16bit(t, "encode_rows");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(rows * cols))
   for (int64_t r = 0; r < rows; ++r) encode_run(t, in + r * ld, out + r * cols, cols);
 }
 
@@ -129,7 +130,9 @@ void widen_run(DType t, const uint16_t* in, float* out, int64_t n) {
 template <typename Run>
 void pieces_in_parallel(const std::vector<int64_t>& n, const Run& run) {
   constexpr int64_t kPiece = 1 << 14;
-#pragma omp parallel
+  int64_t total = 0;
+  for (int64_t size : n) total += size;
+#pragma omp parallel if (parallel : parallel_worth(total))
   for (size_t k = 0; k < n.size(); ++k) {
 #pragma omp for schedule(static) nowait
     for (int64_t b = 0; b < n[k]; b += kPiece) run(k, b, b + kPiece < n[k] ? b + kPiece : n[k]);
@@ -187,10 +190,10 @@ Tensor to_fp32(const Tensor& stored) {
   float* o = out.f32();
   const int64_t n = stored.numel();
   if (stored.dtype() == DType::BF16) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : parallel_worth(n))
     for (int64_t i = 0; i < n; ++i) o[i] = bf16_to_fp32(in[i]);
   } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(n))
     for (int64_t i = 0; i < n; ++i) o[i] = fp16_to_fp32(in[i]);
   }
   return out;

@@ -9,13 +9,14 @@
 #include "core/profiler.h"
 #include "kernels/math/activations.h"
 #include "kernels/precision.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 
 void gelu_forward(const float* x, float* y, int64_t n, DType round_output) {
   TESSERA_PROFILE_SCOPE("gelu_forward");
   if (round_output == DType::F32) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : parallel_worth(4 * n))
     for (int64_t i = 0; i < n; ++i) {
       y[i] = math::gelu_tanh(x[i]);
     }
@@ -24,7 +25,7 @@ void gelu_forward(const float* x, float* y, int64_t n, DType round_output) {
   // In pieces, each rounded while it is in cache (the same values as above, then rounded: the mixed
   // precision tests compare the two bitwise).
   constexpr int64_t kPiece = 4096;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(4 * n))
   for (int64_t b = 0; b < n; b += kPiece) {
     const int64_t e = std::min(n, b + kPiece);
 #pragma omp simd
@@ -38,7 +39,7 @@ void gelu_forward(const float* x, float* y, int64_t n, DType round_output) {
 // `omp simd` also tells the compiler the loop is safe when dx == dy (each lane reads before it writes).
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   TESSERA_PROFILE_SCOPE("gelu_backward");
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : parallel_worth(4 * n))
   for (int64_t i = 0; i < n; ++i) {
     dx[i] = math::gelu_tanh_backward(x[i], dy[i]);
   }
@@ -47,7 +48,7 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
 // y = silu(gate) * up, gate the first half of each row and up the second.
 void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width, DType round_output) {
   TESSERA_PROFILE_SCOPE("swiglu_forward");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(4 * rows * width))
   for (int64_t r = 0; r < rows; ++r) {
     const float* gate = x + r * 2 * width;
     const float* up = gate + width;
@@ -62,7 +63,7 @@ void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width, DType
 
 void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t width) {
   TESSERA_PROFILE_SCOPE("swiglu_backward");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(4 * rows * width))
   for (int64_t r = 0; r < rows; ++r) {
     const float* gate = x + r * 2 * width;
     const float* up = gate + width;
@@ -78,13 +79,13 @@ void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, i
 
 void tanh_forward(const float* x, float* y, int64_t n) {
   TESSERA_PROFILE_SCOPE("tanh_forward");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(4 * n))
   for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
 }
 
 void tanh_backward(const float* y, const float* dy, float* dx, int64_t n) {
   TESSERA_PROFILE_SCOPE("tanh_backward");
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel : parallel_worth(n))
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
 }
 

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/profiler.h"
 #include "kernels/math/adamw.h"
+#include "kernels/parallel_grain.h"
 
 #if defined(__AVX__)
 #include <immintrin.h>
@@ -75,7 +76,7 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   k.eps = h.eps;
   k.grad_scale = h.grad_scale;
   int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(4 * n))
   for (int64_t c = 0; c < chunks; ++c) {
     int64_t i = c * kChunk, len = std::min(kChunk, n - i);
     update_chunk(param + i, grad + i, exp_avg + i, exp_avg_sq + i, len, k);
@@ -86,7 +87,7 @@ double sum_of_squares(const float* x, int64_t n) {
   TESSERA_PROFILE_SCOPE("sum_of_squares");
   int64_t chunks = (n + kChunk - 1) / kChunk;
   std::unique_ptr<double[]> partial(new double[chunks]);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(n))
   for (int64_t c = 0; c < chunks; ++c) {
     int64_t i = c * kChunk;
     partial[c] = chunk_sum_of_squares(x + i, std::min(kChunk, n - i));

@@ -43,6 +43,7 @@
 #include "core/progress.h"
 #include "kernels/math/dropout.h"
 #include "kernels/math/softmax.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -168,7 +169,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
   const PhiloxStream rng(dropout.seed, dropout.stream);
   const int64_t items = plan.batch * plan.heads * plan.tiles;
 
-#pragma omp parallel
+#pragma omp parallel if (parallel : parallel_worth(plan.batch * plan.heads * plan.seq * plan.kv_seq * d))
   {
     // Per-thread scratch, allocated once per call rather than per tile. The scores are kept transposed,
     // st[j * kTile + r] for key j and query row r, so that the softmax statistics of the 64 query rows
@@ -293,7 +294,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
   const PhiloxStream rng(dropout.seed, dropout.stream);
   const int64_t items = plan.batch * plan.kv_heads;
 
-#pragma omp parallel
+#pragma omp parallel if (parallel : parallel_worth(2 * plan.batch * plan.heads * plan.seq * plan.kv_seq * d))
   {
     std::vector<float> kt(d * kTile), vt(d * kTile), dk_acc(kTile * d), dv_acc(kTile * d);
     std::vector<float> pz(kTile * kTile), ds(kTile * kTile), dp(kTile * kTile), factor(kTile);

@@ -16,6 +16,7 @@
 #include "core/profiler.h"
 #include "kernels/math/softmax.h"
 #include "kernels/precision.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -48,7 +49,7 @@ void cross_entropy_shard_stats(const float* logits, const int32_t* targets, floa
                                float* target_logit_out, int64_t rows, int64_t vocab_local, int64_t vocab_begin) {
   TESSERA_PROFILE_SCOPE("cross_entropy_shard_stats");
   TESSERA_CHECK(vocab_local > 0, "cross_entropy_shard_stats: empty vocabulary shard");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * rows * vocab_local))
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * vocab_local;
     RowStats st = row_stats(x, vocab_local);
@@ -67,7 +68,7 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, float* l
   for (int64_t r = 0; r < rows; ++r)
     TESSERA_CHECK(targets[r] >= 0 && targets[r] < vocab, "cross_entropy_forward: target id ", targets[r],
                   " of row ", r, " is outside the vocabulary [0, ", vocab, ")");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * rows * vocab))
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * vocab;
     RowStats st = row_stats(x, vocab);
@@ -81,7 +82,7 @@ void cross_entropy_backward(float* logits, const int32_t* targets, const float* 
                             int64_t rows, int64_t vocab_local, int64_t vocab_begin, DType round_output) {
   TESSERA_PROFILE_SCOPE("cross_entropy_backward");
   int64_t chunks = (vocab_local + kColChunk - 1) / kColChunk;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel : parallel_worth(2 * rows * vocab_local))
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < chunks; ++c) {
       int64_t j0 = c * kColChunk, n = std::min(kColChunk, vocab_local - j0);

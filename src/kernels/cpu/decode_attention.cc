@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/profiler.h"
 #include "kernels/vector_math.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -46,7 +47,9 @@ void attention_decode(const float* q, const float* k_pool, const float* v_pool, 
   const int64_t per_group = heads / kv_heads;
   const std::vector<QueryRow> rows = query_rows(sequences, block_size);
   const int64_t n = static_cast<int64_t>(rows.size());
-#pragma omp parallel
+  int64_t keys = 0;  // keys read by all rows: the work
+  for (const QueryRow& r : rows) keys += r.position + 1;
+#pragma omp parallel if (parallel : parallel_worth(2 * keys * heads * d))
   {
     std::vector<float> scores;
 #pragma omp for collapse(2) schedule(static)

@@ -16,6 +16,7 @@
 #include "kernels/distillation_loss.h"
 #include "kernels/math/softmax.h"
 #include "kernels/precision.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -30,7 +31,7 @@ void distillation_shard_stats(const float* student, const float* teacher, float 
   TESSERA_CHECK(vocab_local > 0, "distillation_shard_stats: empty vocabulary shard");
   TESSERA_CHECK(temperature > 0, "distillation_shard_stats: temperature ", temperature, " is not positive");
   const float inv = 1.0f / temperature;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(4 * rows * vocab_local))
   for (int64_t r = 0; r < rows; ++r) {
     const float* s = student + r * vocab_local;
     const float* t = teacher + r * vocab_local;
@@ -76,7 +77,7 @@ void distillation_backward(float* logits, const float* teacher, const int32_t* t
   TESSERA_CHECK(temperature > 0, "distillation_backward: temperature ", temperature, " is not positive");
   const float inv = 1.0f / temperature;
   const int64_t chunks = (vocab_local + kColChunk - 1) / kColChunk;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel : parallel_worth(4 * rows * vocab_local))
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t j0 = c * kColChunk, n = std::min(kColChunk, vocab_local - j0);

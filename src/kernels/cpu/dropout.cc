@@ -15,6 +15,7 @@
 #include "core/philox.h"
 #include "core/profiler.h"
 #include "kernels/math/dropout.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -67,7 +68,7 @@ void dropout_apply(const float* in, float* out, float p, uint64_t seed, uint64_t
   }
   float scale = 1.0f / (1.0f - p);
   int64_t chunks = (r.hidden + kChunk - 1) / kChunk;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel : parallel_worth(2 * rows * r.hidden))
   for (int64_t row = 0; row < rows; ++row) {
     for (int64_t c = 0; c < chunks; ++c) {
       int64_t s = row / r.batch, b = row % r.batch;

@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/profiler.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 
@@ -19,7 +20,7 @@ void embedding_forward(const int32_t* tokens, const int32_t* positions, const fl
                        float* out, int64_t rows, int64_t hidden, int64_t vocab_begin, int64_t vocab_end) {
   TESSERA_PROFILE_SCOPE("embedding_forward");
   TESSERA_CHECK(wpe == nullptr || positions != nullptr, "embedding_forward: wpe given without positions");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(rows * hidden))
   for (int64_t t = 0; t < rows; ++t) {
     float* o = out + t * hidden;
     const int64_t id = tokens[t];
@@ -41,7 +42,7 @@ void embedding_backward(const int32_t* tokens, const int32_t* positions, const f
                         float* dwpe, int64_t rows, int64_t hidden, int64_t vocab_begin, int64_t vocab_end) {
   TESSERA_PROFILE_SCOPE("embedding_backward");
   TESSERA_CHECK(dwpe == nullptr || positions != nullptr, "embedding_backward: dwpe given without positions");
-#pragma omp parallel
+#pragma omp parallel if (parallel : parallel_worth(rows * hidden))
   {
     // One contiguous column range per thread (whole cache lines), so each thread streams through the
     // rows once. How the columns are split does not matter for the result.

@@ -8,6 +8,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/gemm.h"
 #include "kernels/precision.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -112,7 +113,7 @@ void pad_row_groups(const float* x, const std::vector<int64_t>& counts, int64_t 
   const int64_t groups = static_cast<int64_t>(counts.size());
   std::vector<int64_t> first(counts.size() + 1, 0);
   for (size_t g = 0; g < counts.size(); ++g) first[g + 1] = first[g] + counts[g];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(groups * rows * d))
   for (int64_t r = 0; r < groups * rows; ++r) {
     const int64_t g = r / rows, i = r % rows;
     float* to = padded + r * d;

@@ -3,6 +3,7 @@
 #include "core/profiler.h"
 #include "kernels/gemm.h"
 #include "kernels/precision.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 
@@ -26,7 +27,7 @@ namespace {
 void bias_grad(const float* dy, float* db, int64_t rows, int64_t out, DType type, float* dy_rounded) {
   TESSERA_PROFILE_SCOPE("linear_bias_grad");
   constexpr int64_t kBlock = 64;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(rows * out))
   for (int64_t j0 = 0; j0 < out; j0 += kBlock) {
     int64_t j1 = j0 + kBlock < out ? j0 + kBlock : out;
     float sum[kBlock] = {};

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -17,7 +18,7 @@ void softmax2(const float* logits, double& c0, double& c1) {
 }  // namespace
 
 void scale_rows(float* rows, const float* weight, int64_t n, int64_t h) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(n * h))
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < h; ++j) rows[r * h + j] *= weight[r];
 }
@@ -31,7 +32,7 @@ void scatter_slot_values(const float* values, const int32_t* slot, int64_t n, fl
 }
 
 void two_way_mix_forward(const float* a, const float* b, const float* logits, float* y, int64_t rows, int64_t h) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * rows * h))
   for (int64_t t = 0; t < rows; ++t) {
     double c0, c1;
     softmax2(logits + 2 * t, c0, c1);
@@ -42,7 +43,7 @@ void two_way_mix_forward(const float* a, const float* b, const float* logits, fl
 
 void two_way_mix_backward(const float* a, const float* b, const float* logits, const float* dy, float* da,
                           float* db, float* dlogits, int64_t rows, int64_t h) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(4 * rows * h))
   for (int64_t t = 0; t < rows; ++t) {
     double c0, c1;
     softmax2(logits + 2 * t, c0, c1);

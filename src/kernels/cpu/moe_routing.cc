@@ -18,6 +18,7 @@
 #include "kernels/math/dropout.h"
 #include "kernels/math/moe_routing.h"
 #include "kernels/math/softmax.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -114,7 +115,7 @@ void topk_router_forward(const float* logits, int64_t tokens, int64_t experts, c
   const int64_t k = opt.topk, E = experts;
   check_topk("topk_router_forward", k, E);
   const bool softmax = opt.score == RouterScoreFunction::Softmax;
-#pragma omp parallel
+#pragma omp parallel if (parallel : parallel_worth(2 * tokens * E))
   {
     std::vector<float> scores(E), vals(k);
 #pragma omp for schedule(static)
@@ -157,7 +158,7 @@ void topk_router_backward(const float* logits, const int32_t* indices, const flo
   check_topk("topk_router_backward", k, E);
   check_indices("topk_router_backward", indices, tokens * k, E);
   const bool softmax = opt.score == RouterScoreFunction::Softmax;
-#pragma omp parallel
+#pragma omp parallel if (parallel : parallel_worth(4 * tokens * E))
   {
     std::vector<float> full(E), gfull(E), p(k), g(k);
 #pragma omp for schedule(static)
@@ -215,7 +216,7 @@ void aux_loss_counts(const float* logits, int64_t tokens, int64_t experts, int64
   TESSERA_PROFILE_SCOPE("aux_loss_counts");
   check_groups("aux_loss_counts", tokens, experts, groups, topk);
   std::vector<int32_t> top(static_cast<size_t>(tokens * topk));
-#pragma omp parallel
+#pragma omp parallel if (parallel : parallel_worth(2 * tokens * experts))
   {
     std::vector<float> p(experts), vals(topk);
 #pragma omp for schedule(static)
@@ -234,7 +235,7 @@ double aux_loss_forward(const float* logits, const float* counts, int64_t tokens
   TESSERA_PROFILE_SCOPE("aux_loss_forward");
   check_aux("aux_loss_forward", tokens, experts, groups, topk, tokens_per_group);
   std::vector<double> per_token(static_cast<size_t>(tokens));  // sum_i p_ti n_{g(t) i}
-#pragma omp parallel
+#pragma omp parallel if (parallel : parallel_worth(2 * tokens * experts))
   {
     std::vector<float> p(experts);
 #pragma omp for schedule(static)
@@ -261,7 +262,7 @@ void aux_loss_backward(const float* logits, const float* counts, int64_t tokens,
   const float c = static_cast<float>(static_cast<double>(coeff) * dloss *
                                      aux_scale(experts, groups, topk, tokens_per_group));
   const bool softmax = score == RouterScoreFunction::Softmax;
-#pragma omp parallel
+#pragma omp parallel if (parallel : parallel_worth(2 * tokens * experts))
   {
     std::vector<float> p(experts);
 #pragma omp for schedule(static)
@@ -287,7 +288,7 @@ double z_loss_forward(const float* logits, int64_t tokens, int64_t experts, floa
   TESSERA_CHECK(experts >= 1 && total_tokens >= 1 && total_tokens >= tokens, "z_loss_forward: ", tokens,
                 " local tokens of ", total_tokens, ", ", experts, " experts");
   std::vector<double> sq(static_cast<size_t>(tokens));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * tokens * experts))
   for (int64_t t = 0; t < tokens; ++t) {
     const double l = row_lse(logits + t * experts, experts);
     sq[t] = l * l;
@@ -303,7 +304,7 @@ void z_loss_backward(const float* logits, int64_t tokens, int64_t experts, float
   TESSERA_CHECK(experts >= 1 && total_tokens >= 1 && total_tokens >= tokens, "z_loss_backward: ", tokens,
                 " local tokens of ", total_tokens, ", ", experts, " experts");
   const float c = static_cast<float>(static_cast<double>(coeff) * dloss / static_cast<double>(total_tokens));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * tokens * experts))
   for (int64_t t = 0; t < tokens; ++t) {
     const float* x = logits + t * experts;
     const float lse = row_lse(x, experts);
@@ -337,7 +338,7 @@ ExpertRowList expert_rows(const int32_t* indices, const float* probs, int64_t to
     int32_t token, slot;
   };
   std::vector<std::vector<Row>> rows(experts);
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (parallel : parallel_worth(16 * entries))
   for (int64_t e = 0; e < experts; ++e) {
     std::vector<int32_t> kept(by_expert.begin() + begin[e], by_expert.begin() + begin[e + 1]);
     if (cap >= 0 && static_cast<int64_t>(kept.size()) > cap) {
@@ -385,7 +386,7 @@ ExpertRowList expert_rows(const int32_t* indices, const float* probs, int64_t to
 void gather_token_rows(const float* x, const int32_t* token, float* out, int64_t rows, int64_t hidden, int64_t tokens) {
   TESSERA_PROFILE_SCOPE("gather_token_rows");
   check_tokens("gather_token_rows", token, rows, tokens);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(rows * hidden))
   for (int64_t r = 0; r < rows; ++r) std::copy_n(x + static_cast<int64_t>(token[r]) * hidden, hidden, out + r * hidden);
 }
 
@@ -403,7 +404,7 @@ void scatter_add_token_rows(const float* src, const int32_t* token, const float*
     std::vector<int64_t> next(begin.begin(), begin.end() - 1);
     for (int64_t r = 0; r < rows; ++r) order[next[token[r]]++] = r;
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(rows * hidden))
   for (int64_t t = 0; t < tokens; ++t) {
     float* yt = y + t * hidden;
     for (int64_t i = begin[t]; i < begin[t + 1]; ++i) {
@@ -420,7 +421,7 @@ void token_row_dots(const float* dy, const int32_t* token, const float* src, flo
                     int64_t hidden, int64_t tokens) {
   TESSERA_PROFILE_SCOPE("token_row_dots");
   check_tokens("token_row_dots", token, rows, tokens);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(rows * hidden))
   for (int64_t r = 0; r < rows; ++r) {
     const float* a = dy + static_cast<int64_t>(token[r]) * hidden;
     const float* b = src + r * hidden;
@@ -444,7 +445,7 @@ void jitter_multiply(const float* x, float* y, float eps, uint64_t seed, uint64_
     return;
   }
   const PhiloxStream rng(seed, stream);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * rows * r.hidden))
   for (int64_t row = 0; row < rows; ++row) {
     // Along h the global index is consecutive, so one Philox block serves 4 neighbours.
     const uint64_t g0 = math::dropout_element(r, row / r.batch, row % r.batch, 0);

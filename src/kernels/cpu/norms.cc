@@ -12,6 +12,7 @@
 
 #include "core/profiler.h"
 #include "kernels/precision.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -23,7 +24,7 @@ int64_t num_chunks(int64_t rows) { return (rows + kChunk - 1) / kChunk; }
 
 // out[c] += sum over k (in order) of partial[k * cols + c], summed in double.
 void reduce_partials(const float* partial, int64_t chunks, int64_t cols, float* out) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(chunks * cols))
   for (int64_t c0 = 0; c0 < cols; c0 += kColBlock) {
     int64_t n = std::min(kColBlock, cols - c0);
     double acc[kColBlock] = {};
@@ -40,7 +41,7 @@ void reduce_partials(const float* partial, int64_t chunks, int64_t cols, float* 
 void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                        int64_t rows, int64_t cols, float eps, DType round_output) {
   TESSERA_PROFILE_SCOPE("layernorm_forward");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * rows * cols))
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
@@ -79,7 +80,7 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
   std::unique_ptr<float[]> dw_part(new float[chunks * cols]);
   std::unique_ptr<float[]> db_part(db ? new float[chunks * cols] : nullptr);
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * rows * cols))
   for (int64_t k = 0; k < chunks; ++k) {
     float* dwp = dw_part.get() + k * cols;
     float* dbp = db ? db_part.get() + k * cols : nullptr;
@@ -120,7 +121,7 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
 void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t cols, float eps,
                      DType round_output) {
   TESSERA_PROFILE_SCOPE("rmsnorm_forward");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * rows * cols))
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
@@ -142,7 +143,7 @@ void rmsnorm_backward(const float* dy, const float* x, const float* w, const flo
   int64_t chunks = num_chunks(rows);
   std::unique_ptr<float[]> dw_part(new float[chunks * cols]);
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * rows * cols))
   for (int64_t k = 0; k < chunks; ++k) {
     float* dwp = dw_part.get() + k * cols;
     for (int64_t c = 0; c < cols; ++c) dwp[c] = 0.0f;

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/profiler.h"
 #include "kernels/math/rotary.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -21,7 +22,7 @@ void rope_apply(float* x, const int32_t* positions, int64_t rows, int64_t heads,
   std::vector<double> inv_freq(half);
   for (int64_t i = 0; i < half; ++i) inv_freq[i] = math::rope_inv_freq(i, rot_dim, base);
 
-#pragma omp parallel
+#pragma omp parallel if (parallel : parallel_worth(2 * rows * heads * rot_dim))
   {
     // cos/sin depend on the row's position only, so they are computed once per row and shared by its heads.
     std::vector<float> cos_t(half), sin_t(half);

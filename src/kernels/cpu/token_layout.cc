@@ -1,4 +1,5 @@
 #include "kernels/cpu/token_layout.h"
+#include "kernels/parallel_grain.h"
 
 #include <cstring>
 
@@ -18,7 +19,7 @@ void fill_positions(int32_t* positions, int64_t seq, int64_t batch, int64_t firs
 void split_qkv(const float* qkv, float* q, float* k, float* v, int64_t rows, int64_t groups, int64_t per_group,
                int64_t d) {
   const int64_t row_width = groups * (per_group + 2) * d;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(rows * row_width))
   for (int64_t t = 0; t < rows; ++t) {
     const float* src = qkv + t * row_width;
     for (int64_t g = 0; g < groups; ++g) {
@@ -33,7 +34,7 @@ void split_qkv(const float* qkv, float* q, float* k, float* v, int64_t rows, int
 void merge_qkv(const float* q, const float* k, const float* v, float* qkv, int64_t rows, int64_t groups,
                int64_t per_group, int64_t d) {
   const int64_t row_width = groups * (per_group + 2) * d;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(rows * row_width))
   for (int64_t t = 0; t < rows; ++t) {
     float* dst = qkv + t * row_width;
     for (int64_t g = 0; g < groups; ++g) {
