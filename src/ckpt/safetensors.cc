@@ -182,7 +182,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number beyond a double
     fail(path, "header is not valid JSON: ", e.what());
   }
   if (!header.is_object()) fail(path, "header is not a JSON object");
