@@ -1,9 +1,12 @@
 #include "train/finetune.h"
 
+#include <chrono>
 #include <map>
+#include <numeric>
 
 #include "ckpt/checkpoint.h"
 #include "core/check.h"
+#include "data/numpy_random.h"
 #include "train/argument_rules.h"
 #include "train/finetune_lm.h"
 #include "train/finetune_race.h"
@@ -114,6 +117,68 @@ std::string finetune_iteration_line(const FinetuneArguments& a, const model::Mod
   s.grad_norm = step.grad_norm;
   s.skipped_iterations = step.skipped ? 1 : 0;
   return format_iteration_line(s);
+}
+
+std::vector<double> run_finetune_epochs(
+    const FinetuneArguments& a, const model::ModelConfig& config, int64_t n, int64_t iters_per_epoch,
+    model::ParameterSet& params, model::LanguageModelChunk& net, optim::AdamWOptimizer& optimizer,
+    const std::function<FinetuneStep(std::span<const int64_t>, int64_t)>& step_for,
+    const std::function<void(int64_t)>& save, const std::function<void(int64_t, int64_t)>& evaluate,
+    const std::function<void(const std::string&)>& say) {
+  const int64_t mbs = a.micro_batch_size, train_iters = a.epochs * iters_per_epoch;
+  const optim::LrSchedule schedule = finetune_lr_schedule(a, train_iters);
+  std::vector<double> losses;
+  int64_t iteration = 0;
+  say("training ...");
+  if (a.epochs == 0) {
+    say("evaluation only mode, setting epoch to -1");
+    evaluate(-1, iteration);
+    say("done :-)");
+    return losses;
+  }
+  double interval_loss = 0, interval_seconds = 0;
+  int64_t interval_iters = 0;
+  for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
+    say(str_cat("working on epoch ", epoch + 1, " ..."));
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    data::NumpyRandomState rng(static_cast<uint32_t>(a.seed + static_cast<uint64_t>(epoch)));
+    rng.shuffle(std::span<int64_t>(order));
+    for (int64_t it = 0; it < iters_per_epoch; ++it) {
+      const auto start = std::chrono::steady_clock::now();
+      const int64_t first = it * mbs, count = std::min(mbs, n - first);
+      const FinetuneStep s = step_for(
+          std::span<const int64_t>(order).subspan(static_cast<size_t>(first), static_cast<size_t>(count)), first);
+      const float lr = schedule.lr(iteration * mbs);
+      const model::ForwardContext ctx{a.seed, iteration + 1, s.sample_offset, true, s.seq, s.rows};
+      params.zero_grad();
+      params.weights_changed();
+      model::LossSums sums;
+      const std::unique_ptr<model::ChunkRecord> rec = net.make_record();
+      net.forward(s.mb, Tensor(), ctx, *rec, sums);
+      net.backward(*rec, Tensor(), ctx, static_cast<float>(1.0 / s.normalizer));
+      const optim::StepResult step = optimizer.step(lr);
+      ++iteration;
+      const double loss = sums.lm / s.normalizer;
+      losses.push_back(loss);
+      interval_loss += loss;
+      interval_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++interval_iters;
+      if (iteration % a.log_interval == 0 || iteration == train_iters) {
+        say(finetune_iteration_line(a, config, iteration, train_iters, s.logged_rows, interval_iters,
+                                    interval_seconds, lr, interval_loss / static_cast<double>(interval_iters), step));
+        interval_loss = interval_seconds = 0;
+        interval_iters = 0;
+      }
+    }
+    if (!a.save.empty()) {
+      save(iteration);
+      say(str_cat(" saved checkpoint at iteration ", iteration, " to ", a.save));
+    }
+    evaluate(epoch, iteration);
+  }
+  say("done :-)");
+  return losses;
 }
 
 FinetuneResult finetune(const FinetuneArguments& a, const std::function<void(const std::string&)>& say) {

@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "data/tokenizer_factory.h"
 #include "model/config.h"
+#include "model/language_model.h"
 #include "model/parameters.h"
 #include "optim/adamw_optimizer.h"
 #include "optim/lr_scheduler.h"
@@ -77,6 +79,28 @@ optim::LrSchedule finetune_lr_schedule(const FinetuneArguments& a, int64_t train
 std::string finetune_iteration_line(const FinetuneArguments& a, const model::ModelConfig& config, int64_t iteration,
                                     int64_t train_iters, int64_t rows, int64_t iterations, double seconds, float lr,
                                     double mean_loss, const optim::StepResult& step);
+
+// One training micro-batch of a task: the batch, its forward context's offset and shape, the batch size
+// the iteration line reports, and what the objective averages over (target tokens, or questions).
+struct FinetuneStep {
+  model::MicroBatch mb;
+  int64_t sample_offset = 0, seq = 0, rows = 0;  // the ForwardContext's
+  int64_t logged_rows = 0;
+  double normalizer = 1;  // the loss is the micro-batch's sum over this
+};
+
+// Megatron's epoch loop (tasks/finetune_utils.py): --epochs passes over the n training examples in
+// NumPy's shuffled order (seed --seed + epoch), one optimizer step per micro-batch of
+// --micro-batch-size, the iteration line every --log-interval, then `save(iteration)` (with --save) and
+// `evaluate(epoch, iteration)` after each epoch; with --epochs 0, evaluation-only mode: one evaluation as
+// epoch -1. `step_for(examples, first)` builds the micro-batch of the shuffled `examples`, the first of
+// which is number `first` of its epoch. Returns the loss of every iteration.
+std::vector<double> run_finetune_epochs(
+    const FinetuneArguments& a, const model::ModelConfig& config, int64_t n, int64_t iters_per_epoch,
+    model::ParameterSet& params, model::LanguageModelChunk& net, optim::AdamWOptimizer& optimizer,
+    const std::function<FinetuneStep(std::span<const int64_t>, int64_t)>& step_for,
+    const std::function<void(int64_t)>& save, const std::function<void(int64_t, int64_t)>& evaluate,
+    const std::function<void(const std::string&)>& say);
 
 // Runs --task; `say` receives each line of output.
 FinetuneResult finetune(const FinetuneArguments& a, const std::function<void(const std::string&)>& say);

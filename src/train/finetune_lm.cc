@@ -1,7 +1,6 @@
 #include "train/finetune_lm.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,7 +8,6 @@
 
 #include "ckpt/checkpoint.h"
 #include "core/check.h"
-#include "data/numpy_random.h"
 #include "model/model_factory.h"
 #include "train/argument_rules.h"
 
@@ -17,10 +15,6 @@ namespace tessera::train {
 namespace {
 
 using rules::require;
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 std::vector<TokenizedPair> tokenize_file(const std::string& path, const std::string& task,
                                          const data::Tokenizer& tokenizer, int64_t seq_length,
@@ -111,7 +105,6 @@ FinetuneResult finetune_conditional_lm(const FinetuneArguments& a,
   const int64_t iters_per_epoch = a.keep_last ? (n + mbs - 1) / mbs : n / mbs;
   require(a.epochs == 0 || iters_per_epoch > 0, "--micro-batch-size", mbs,
           str_cat("leaves no full micro-batch of the ", n, " training pairs (--keep-last keeps a partial one)"));
-  const int64_t train_iters = a.epochs * iters_per_epoch;
 
   say(str_cat("building GPT model for ", a.task, " ..."));
   model::ParameterSet params;
@@ -124,12 +117,10 @@ FinetuneResult finetune_conditional_lm(const FinetuneArguments& a,
   for (const std::string& name : load.initialised)
     say(str_cat(" ***WARNING*** could not find ", name, " in the checkpoint, initializing to random"));
   optim::AdamWOptimizer optimizer(params, a.adam);
-  const optim::LrSchedule schedule = finetune_lr_schedule(a, train_iters);
 
   FinetuneResult result;
-  int64_t iteration = 0;
   // Megatron's validation line per file: the mean loss over the target tokens.
-  auto evaluate = [&](int64_t epoch) {
+  auto evaluate = [&](int64_t epoch, int64_t iteration) {
     double total_loss = 0, total_tokens = 0;
     for (const auto& [name, pairs] : valid) {
       double loss = 0, tokens = 0;
@@ -160,70 +151,32 @@ FinetuneResult finetune_conditional_lm(const FinetuneArguments& a,
     if (!valid.empty()) result.valid_losses.push_back(total_loss / std::max(total_tokens, 1.0));
   };
 
-  say("training ...");
-  if (a.epochs == 0) {
-    say("evaluation only mode, setting epoch to -1");
-    evaluate(-1);
-    say("done :-)");
-    return result;
-  }
-  double interval_loss = 0, interval_seconds = 0;
-  int64_t interval_iters = 0;
-  for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
-    say(str_cat("working on epoch ", epoch + 1, " ..."));
-    std::vector<int64_t> order(static_cast<size_t>(n));
-    std::iota(order.begin(), order.end(), 0);
-    data::NumpyRandomState rng(static_cast<uint32_t>(a.seed + static_cast<uint64_t>(epoch)));
-    rng.shuffle(std::span<int64_t>(order));
-    for (int64_t it = 0; it < iters_per_epoch; ++it) {
-      const auto start = std::chrono::steady_clock::now();
-      const int64_t first = it * mbs, count = std::min(mbs, n - first);
-      const model::MicroBatch mb = prompt_target_micro_batch(
-          train, std::span<const int64_t>(order).subspan(static_cast<size_t>(first), static_cast<size_t>(count)), seq,
-          pad);
-      double tokens = 0;
-      for (int64_t i = 0; i < mb.loss_mask.numel(); ++i) tokens += mb.loss_mask.f32()[i];
-      const float lr = schedule.lr(iteration * mbs);
-      model::ForwardContext ctx{a.seed, iteration + 1, first, true, seq, count};
-      params.zero_grad();
-      params.weights_changed();
-      model::LossSums losses;
-      const std::unique_ptr<model::ChunkRecord> rec = net->make_record();
-      net->forward(mb, Tensor(), ctx, *rec, losses);
-      // The objective is the mean over the micro-batch's target tokens.
-      net->backward(*rec, Tensor(), ctx, static_cast<float>(1.0 / tokens));
-      const optim::StepResult step = optimizer.step(lr);
-      ++iteration;
-      const double loss = losses.lm / tokens;
-      result.losses.push_back(loss);
-      interval_loss += loss;
-      interval_seconds += seconds_since(start);
-      ++interval_iters;
-      if (iteration % a.log_interval == 0 || iteration == train_iters) {
-        say(finetune_iteration_line(a, config, iteration, train_iters, count, interval_iters, interval_seconds, lr,
-                                    interval_loss / static_cast<double>(interval_iters), step));
-        interval_loss = interval_seconds = 0;
-        interval_iters = 0;
-      }
-    }
-    if (!a.save.empty()) {
-      nlohmann::json args = recorded;
-      args["model"] = model::to_json(config);
-      args["tokenizer_type"] = tokenizer_options.type;
-      args["vocab_file"] = tokenizer_options.vocab_file;
-      args["merge_file"] = tokenizer_options.merge_file;
-      args["tokenizer_model"] = tokenizer_options.tokenizer_model;
-      args["task"] = a.task;
-      args["micro_batch_size"] = mbs;
-      args["lr"] = a.lr;
-      args["seed"] = a.seed;
-      ckpt::save_checkpoint(a.save, {iteration, iteration * mbs, 0, a.seed, args, nlohmann::json()}, params,
-                            &optimizer);
-      say(str_cat(" saved checkpoint at iteration ", iteration, " to ", a.save));
-    }
-    evaluate(epoch);
-  }
-  say("done :-)");
+  auto step_for = [&](std::span<const int64_t> examples, int64_t first) {
+    FinetuneStep s;
+    s.mb = prompt_target_micro_batch(train, examples, seq, pad);
+    s.sample_offset = first;
+    s.seq = seq;
+    s.rows = s.logged_rows = static_cast<int64_t>(examples.size());
+    // The objective is the mean over the micro-batch's target tokens.
+    s.normalizer = 0;
+    for (int64_t i = 0; i < s.mb.loss_mask.numel(); ++i) s.normalizer += s.mb.loss_mask.f32()[i];
+    return s;
+  };
+  auto save = [&](int64_t iteration) {
+    nlohmann::json args = recorded;
+    args["model"] = model::to_json(config);
+    args["tokenizer_type"] = tokenizer_options.type;
+    args["vocab_file"] = tokenizer_options.vocab_file;
+    args["merge_file"] = tokenizer_options.merge_file;
+    args["tokenizer_model"] = tokenizer_options.tokenizer_model;
+    args["task"] = a.task;
+    args["micro_batch_size"] = mbs;
+    args["lr"] = a.lr;
+    args["seed"] = a.seed;
+    ckpt::save_checkpoint(a.save, {iteration, iteration * mbs, 0, a.seed, args, nlohmann::json()}, params, &optimizer);
+  };
+  result.losses = run_finetune_epochs(a, config, n, iters_per_epoch, params, *net, optimizer, step_for, save,
+                                      evaluate, say);
   return result;
 }
 

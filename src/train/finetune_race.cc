@@ -10,7 +10,6 @@
 #include "ckpt/checkpoint.h"
 #include "core/check.h"
 #include "data/cntrl_dataset.h"
-#include "data/numpy_random.h"
 #include "data/tokenizer_factory.h"
 #include "model/model_factory.h"
 #include "model/multiple_choice_model.h"
@@ -178,7 +177,6 @@ FinetuneResult finetune_multiple_choice(const FinetuneArguments& a, const std::f
   const int64_t iters_per_epoch = a.keep_last ? (n + mbs - 1) / mbs : n / mbs;
   require(a.epochs == 0 || iters_per_epoch > 0, "--micro-batch-size", mbs,
           str_cat("leaves no full micro-batch of the ", n, " training questions (--keep-last keeps a partial one)"));
-  const int64_t train_iters = a.epochs * iters_per_epoch;
 
   // Model and optimizer.
   say(str_cat("building multichoice model for ", a.task, " ..."));
@@ -193,11 +191,9 @@ FinetuneResult finetune_multiple_choice(const FinetuneArguments& a, const std::f
   for (const std::string& name : load.initialised)
     say(str_cat(" ***WARNING*** could not find ", name, " in the checkpoint, initializing to random"));
   optim::AdamWOptimizer optimizer(params, a.adam);
-  const optim::LrSchedule schedule = finetune_lr_schedule(a, train_iters);
 
   FinetuneResult result;
-  int64_t iteration = 0;
-  auto evaluate = [&](int64_t epoch) {
+  auto evaluate = [&](int64_t epoch, int64_t iteration) {
     say("calculating metrics ...");
     EpochMetrics m{epoch, {}};
     int64_t correct = 0, total = 0;
@@ -225,65 +221,27 @@ FinetuneResult finetune_multiple_choice(const FinetuneArguments& a, const std::f
     result.metrics.push_back(m);
   };
 
-  say("training ...");
-  if (a.epochs == 0) {
-    say("evaluation only mode, setting epoch to -1");
-    evaluate(-1);
-    say("done :-)");
-    return result;
-  }
-  double interval_loss = 0, interval_seconds = 0;
-  int64_t interval_iters = 0;
-  for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
-    say(str_cat("working on epoch ", epoch + 1, " ..."));
-    std::vector<int64_t> order(static_cast<size_t>(n));
-    std::iota(order.begin(), order.end(), 0);
-    data::NumpyRandomState rng(static_cast<uint32_t>(a.seed + static_cast<uint64_t>(epoch)));
-    rng.shuffle(std::span<int64_t>(order));
-    for (int64_t it = 0; it < iters_per_epoch; ++it) {
-      const auto start = std::chrono::steady_clock::now();
-      const int64_t first = it * mbs, count = std::min(mbs, n - first);
-      const model::MicroBatch mb =
-          multiple_choice_micro_batch(train, std::span<const int64_t>(order).subspan(static_cast<size_t>(first),
-                                                                                     static_cast<size_t>(count)));
-      const float lr = schedule.lr(iteration * mbs);
-      model::ForwardContext ctx{a.seed, iteration + 1, 0, true, config.seq_length, mb.tokens.dim(0)};
-      params.zero_grad();
-      params.weights_changed();
-      model::LossSums losses;
-      const std::unique_ptr<model::ChunkRecord> rec = net->make_record();
-      net->forward(mb, Tensor(), ctx, *rec, losses);
-      // The objective is the mean over the micro-batch's questions (torch's CrossEntropyLoss).
-      net->backward(*rec, Tensor(), ctx, 1.0f / static_cast<float>(count));
-      const optim::StepResult step = optimizer.step(lr);
-      ++iteration;
-      const double loss = losses.lm / static_cast<double>(count);
-      result.losses.push_back(loss);
-      interval_loss += loss;
-      interval_seconds += seconds_since(start);
-      ++interval_iters;
-      if (iteration % a.log_interval == 0 || iteration == train_iters) {
-        say(finetune_iteration_line(a, config, iteration, train_iters, mb.tokens.dim(0), interval_iters,
-                                    interval_seconds, lr, interval_loss / static_cast<double>(interval_iters), step));
-        interval_loss = interval_seconds = 0;
-        interval_iters = 0;
-      }
-    }
-    if (!a.save.empty()) {
-      nlohmann::json args = {{"model", model::to_json(config)},
-                             {"tokenizer_type", tokenizer_options.type},
-                             {"vocab_file", tokenizer_options.vocab_file},
-                             {"task", a.task},
-                             {"micro_batch_size", mbs},
-                             {"lr", a.lr},
-                             {"seed", a.seed}};
-      ckpt::save_checkpoint(a.save, {iteration, iteration * mbs, 0, a.seed, args, nlohmann::json()}, params,
-                            &optimizer);
-      say(str_cat(" saved checkpoint at iteration ", iteration, " to ", a.save));
-    }
-    evaluate(epoch);
-  }
-  say("done :-)");
+  auto step_for = [&](std::span<const int64_t> questions, int64_t) {
+    FinetuneStep s;
+    s.mb = multiple_choice_micro_batch(train, questions);
+    s.seq = config.seq_length;
+    s.rows = s.logged_rows = s.mb.tokens.dim(0);
+    // The objective is the mean over the micro-batch's questions (torch's CrossEntropyLoss).
+    s.normalizer = static_cast<double>(questions.size());
+    return s;
+  };
+  auto save = [&](int64_t iteration) {
+    nlohmann::json args = {{"model", model::to_json(config)},
+                           {"tokenizer_type", tokenizer_options.type},
+                           {"vocab_file", tokenizer_options.vocab_file},
+                           {"task", a.task},
+                           {"micro_batch_size", mbs},
+                           {"lr", a.lr},
+                           {"seed", a.seed}};
+    ckpt::save_checkpoint(a.save, {iteration, iteration * mbs, 0, a.seed, args, nlohmann::json()}, params, &optimizer);
+  };
+  result.losses = run_finetune_epochs(a, config, n, iters_per_epoch, params, *net, optimizer, step_for, save,
+                                      evaluate, say);
   return result;
 }
 
