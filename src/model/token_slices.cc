@@ -34,7 +34,7 @@ std::vector<int64_t> parse_token_slice_lengths(const std::string& value, int64_t
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str(), &end, 10);
     TESSERA_CHECK(!item.empty() && *end == '\0' && v > 0, "--pipeline-token-slices=", value,
-                  ": must be a number of slices or slice lengths separated by commas (positive integers)");
+                  ": must be auto, a number of slices, or slice lengths separated by commas (positive integers)");
     slices.push_back(v);
     at = comma + 1;
   }

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "model/token_slices.h"
 #include "plan/time_model.h"
 
 namespace tessera::plan {
@@ -116,29 +117,7 @@ std::vector<int64_t> parse_token_slices(const std::string& value, int64_t seq_le
                   " must be a multiple of ", kUnit, " (the slicing's unit)");
     return best_token_slicing(seq_length, kUnit, t, micro_batches, stages);
   }
-  std::vector<int64_t> slices;
-  size_t at = 0;
-  while (at <= value.size()) {
-    const size_t comma = std::min(value.find(',', at), value.size());
-    const std::string item = value.substr(at, comma - at);
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    TESSERA_CHECK(!item.empty() && *end == '\0' && v > 0, "--pipeline-token-slices=", value,
-                  ": must be auto, a number of slices, or slice lengths separated by commas (positive integers)");
-    slices.push_back(v);
-    at = comma + 1;
-  }
-  if (slices.size() == 1) {  // a count of equal slices
-    const int64_t count = slices[0];
-    TESSERA_CHECK(seq_length % count == 0, "--pipeline-token-slices=", value, ": ", count,
-                  " equal slices must divide --seq-length=", seq_length);
-    return std::vector<int64_t>(static_cast<size_t>(count), seq_length / count);
-  }
-  int64_t total = 0;
-  for (int64_t l : slices) total += l;
-  TESSERA_CHECK(total == seq_length, "--pipeline-token-slices=", value, ": the slice lengths sum to ", total,
-                ", not --seq-length=", seq_length);
-  return slices;
+  return model::parse_token_slice_lengths(value, seq_length);
 }
 
 }  // namespace tessera::plan
