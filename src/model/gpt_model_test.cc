@@ -12,28 +12,7 @@
 namespace tessera::model {
 namespace {
 
-ModelConfig tiny_config(bool llama_style) {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 4;
-  c.num_query_groups = llama_style ? 2 : 4;
-  c.kv_channels = 4;
-  c.ffn_hidden_size = llama_style ? 24 : 64;
-  c.seq_length = 6;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 13;
-  c.padded_vocab_size = 16;
-  c.position_embedding = llama_style ? PositionEmbedding::Rope : PositionEmbedding::LearnedAbsolute;
-  c.normalization = llama_style ? Normalization::RMSNorm : Normalization::LayerNorm;
-  c.swiglu = llama_style;
-  c.untie_embeddings_and_output_weights = llama_style;
-  c.add_bias_linear = !llama_style;
-  c.hidden_dropout = 0.1f;
-  c.attention_dropout = 0.1f;
-  c.init_method_std = 0.2f;  // large enough that every path carries gradient
-  return c;
-}
+ModelConfig tiny_config(bool llama_style) { return testing::tiny_gpt_config(llama_style, 2, 6, 8); }
 
 using testing::context;
 using testing::random_batch;

@@ -6,6 +6,32 @@
 
 namespace tessera::model::testing {
 
+// A tiny GPT of `layers` layers over `seq` tokens: GPT-2 style (learned positions, LayerNorm, GELU,
+// biases, tied) or Llama style (RoPE, RMSNorm, SwiGLU, grouped-query attention: 4 heads in 2 groups,
+// untied), dropout on, initialised large enough that every path carries gradient.
+inline ModelConfig tiny_gpt_config(bool llama_style, int64_t layers, int64_t seq, int64_t max_positions) {
+  ModelConfig c;
+  c.num_layers = layers;
+  c.hidden_size = 16;
+  c.num_attention_heads = 4;
+  c.num_query_groups = llama_style ? 2 : 4;
+  c.kv_channels = 4;
+  c.ffn_hidden_size = llama_style ? 24 : 64;
+  c.seq_length = seq;
+  c.max_position_embeddings = max_positions;
+  c.vocab_size = 13;
+  c.padded_vocab_size = 16;
+  c.position_embedding = llama_style ? PositionEmbedding::Rope : PositionEmbedding::LearnedAbsolute;
+  c.normalization = llama_style ? Normalization::RMSNorm : Normalization::LayerNorm;
+  c.swiglu = llama_style;
+  c.untie_embeddings_and_output_weights = llama_style;
+  c.add_bias_linear = !llama_style;
+  c.hidden_dropout = 0.1f;
+  c.attention_dropout = 0.1f;
+  c.init_method_std = 0.2f;
+  return c;
+}
+
 // batch samples of random tokens and labels, every fifth position left out of the loss.
 inline MicroBatch random_batch(const ModelConfig& c, int64_t batch, uint64_t seed) {
   MicroBatch mb;

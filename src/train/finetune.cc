@@ -119,6 +119,29 @@ std::string finetune_iteration_line(const FinetuneArguments& a, const model::Mod
   return format_iteration_line(s);
 }
 
+int64_t finetune_iters_per_epoch(const FinetuneArguments& a, int64_t n, const char* examples) {
+  const int64_t mbs = a.micro_batch_size;
+  const int64_t iters = a.keep_last ? (n + mbs - 1) / mbs : n / mbs;
+  require(a.epochs == 0 || iters > 0, "--micro-batch-size", mbs,
+          str_cat("leaves no full micro-batch of the ", n, " training ", examples,
+                  " (--keep-last keeps a partial one)"));
+  return iters;
+}
+
+void load_pretrained_and_report(const FinetuneArguments& a, model::ParameterSet& params, const char* discarded_by,
+                                const std::function<void(const std::string&)>& say) {
+  const PretrainedLoad load = load_pretrained_weights(a.pretrained_checkpoint, params);
+  say(str_cat(" loaded pretrained checkpoint from ", a.pretrained_checkpoint, " at iteration ", load.iteration, ": ",
+              load.loaded.size(), " tensors"));
+  if (discarded_by && !load.discarded.empty()) {
+    std::string names;
+    for (const std::string& n : load.discarded) names += (names.empty() ? "" : ", ") + n;
+    say(str_cat(" > not used by the ", discarded_by, ": ", names));
+  }
+  for (const std::string& name : load.initialised)
+    say(str_cat(" ***WARNING*** could not find ", name, " in the checkpoint, initializing to random"));
+}
+
 std::vector<double> run_finetune_epochs(
     const FinetuneArguments& a, const model::ModelConfig& config, int64_t n, int64_t iters_per_epoch,
     model::ParameterSet& params, model::LanguageModelChunk& net, optim::AdamWOptimizer& optimizer,

@@ -55,6 +55,15 @@ struct FinetuneArguments {
 // Every rule, as `--flag=value: rule` Errors, before anything is read.
 void validate(const FinetuneArguments& a);
 
+// Iterations per epoch of n training examples (a partial last micro-batch with --keep-last); an Error
+// naming --micro-batch-size when training would have none. `examples` names them in the message.
+int64_t finetune_iters_per_epoch(const FinetuneArguments& a, int64_t n, const char* examples);
+
+// Loads --pretrained-checkpoint into params by name and says what was loaded and what stays initialised;
+// with `discarded_by`, also the checkpoint's tensors that model has no use for.
+void load_pretrained_and_report(const FinetuneArguments& a, model::ParameterSet& params, const char* discarded_by,
+                                const std::function<void(const std::string&)>& say);
+
 struct SubsetAccuracy {
   std::string name;
   int64_t correct = 0, total = 0;

@@ -102,20 +102,14 @@ FinetuneResult finetune_conditional_lm(const FinetuneArguments& a,
   for (const std::string& path : a.valid_data)
     valid.emplace_back(std::filesystem::path(path).stem().string(), tokenize_file(path, a.task, *tokenizer, seq, say));
   const int64_t mbs = a.micro_batch_size, n = static_cast<int64_t>(train.size());
-  const int64_t iters_per_epoch = a.keep_last ? (n + mbs - 1) / mbs : n / mbs;
-  require(a.epochs == 0 || iters_per_epoch > 0, "--micro-batch-size", mbs,
-          str_cat("leaves no full micro-batch of the ", n, " training pairs (--keep-last keeps a partial one)"));
+  const int64_t iters_per_epoch = finetune_iters_per_epoch(a, n, "pairs");
 
   say(str_cat("building GPT model for ", a.task, " ..."));
   model::ParameterSet params;
   const std::unique_ptr<model::LanguageModelChunk> net = model::build_model_chunk(config, params);
   params.allocate(a.seed);
   say(str_cat(" > number of parameters: ", params.numel()));
-  const PretrainedLoad load = load_pretrained_weights(a.pretrained_checkpoint, params);
-  say(str_cat(" loaded pretrained checkpoint from ", a.pretrained_checkpoint, " at iteration ", load.iteration, ": ",
-              load.loaded.size(), " tensors"));
-  for (const std::string& name : load.initialised)
-    say(str_cat(" ***WARNING*** could not find ", name, " in the checkpoint, initializing to random"));
+  load_pretrained_and_report(a, params, nullptr, say);
   optim::AdamWOptimizer optimizer(params, a.adam);
 
   FinetuneResult result;

@@ -24,12 +24,6 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-std::string join(const std::vector<std::string>& names) {
-  std::string s;
-  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 double percent(int64_t correct, int64_t total) {
   return total > 0 ? 100.0 * static_cast<double>(correct) / static_cast<double>(total) : 0.0;
 }
@@ -174,9 +168,7 @@ FinetuneResult finetune_multiple_choice(const FinetuneArguments& a, const std::f
     valid.push_back(std::move(v));
   }
   const int64_t mbs = a.micro_batch_size, n = static_cast<int64_t>(train.size());
-  const int64_t iters_per_epoch = a.keep_last ? (n + mbs - 1) / mbs : n / mbs;
-  require(a.epochs == 0 || iters_per_epoch > 0, "--micro-batch-size", mbs,
-          str_cat("leaves no full micro-batch of the ", n, " training questions (--keep-last keeps a partial one)"));
+  const int64_t iters_per_epoch = finetune_iters_per_epoch(a, n, "questions");
 
   // Model and optimizer.
   say(str_cat("building multichoice model for ", a.task, " ..."));
@@ -184,12 +176,7 @@ FinetuneResult finetune_multiple_choice(const FinetuneArguments& a, const std::f
   const std::unique_ptr<model::LanguageModelChunk> net = model::build_model_chunk(config, params);
   params.allocate(a.seed);
   say(str_cat(" > number of parameters: ", params.numel()));
-  const PretrainedLoad load = load_pretrained_weights(a.pretrained_checkpoint, params);
-  say(str_cat(" loaded pretrained checkpoint from ", a.pretrained_checkpoint, " at iteration ", load.iteration, ": ",
-              load.loaded.size(), " tensors"));
-  if (!load.discarded.empty()) say(str_cat(" > not used by the multiple-choice model: ", join(load.discarded)));
-  for (const std::string& name : load.initialised)
-    say(str_cat(" ***WARNING*** could not find ", name, " in the checkpoint, initializing to random"));
+  load_pretrained_and_report(a, params, "multiple-choice model", say);
   optim::AdamWOptimizer optimizer(params, a.adam);
 
   FinetuneResult result;
