@@ -88,13 +88,13 @@ class SentencePieceTokenizer final : public Tokenizer {
   // ones where the model has none); kGpt and kLlama2 give the model's ids, -1 where it has none.
   int32_t bos() const;
   int32_t eos() const;
-  int32_t pad() const;
+  int32_t pad() const override;
   // The model's unknown-piece id (SentencePiece models always have one).
   int32_t unk() const;
   // Megatron's cls/sep/mask: the added tokens' ids for kMegatron, -1 for the other flavors.
-  int32_t cls() const;
-  int32_t sep() const;
-  int32_t mask() const;
+  int32_t cls() const override;
+  int32_t sep() const override;
+  int32_t mask() const override;
   // The number of pieces in the .model file (vocab_size() less the added special tokens).
   int32_t piece_size() const;
   // The piece (or added special token) an id stands for, e.g. "▁the" or "<EOD>". Throws on a bad id.
