@@ -1,0 +1,116 @@
+#include "kernels/cuda/cuda_runtime.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/check.h"
+
+namespace tessera::cuda {
+namespace {
+
+// Device memory from cudaMalloc, one device's.
+class CudaBlockSource final : public BlockSource {
+ public:
+  explicit CudaBlockSource(int ordinal) : ordinal_(ordinal) {}
+
+  void* allocate_block(size_t bytes) override {
+    check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clears the sticky error so that the caller may retry after a flush
+      return nullptr;
+    }
+    check(status, "cudaMalloc");
+    return p;
+  }
+  void free_block(void* p, size_t) override {
+    check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    check(cudaFree(p), "cudaFree");
+  }
+  void synchronize() override {
+    check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+
+ private:
+  int ordinal_;
+};
+
+struct DeviceBackend {
+  std::unique_ptr<CudaBlockSource> source;
+  std::unique_ptr<StreamCachingAllocator> allocator;
+};
+
+std::mutex g_mutex;
+// Never destroyed: storages may be freed during static destruction, after a vector would be gone.
+std::vector<DeviceBackend>& backends() {
+  static auto* b = new std::vector<DeviceBackend>();
+  return *b;
+}
+
+}  // namespace
+
+void check(int status, const char* what) {
+  const auto s = static_cast<cudaError_t>(status);
+  TESSERA_CHECK(s == cudaSuccess, what, " failed: ", cudaGetErrorName(s), ": ", cudaGetErrorString(s));
+}
+
+int device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t status = cudaGetDeviceCount(&n);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string("no CUDA device: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
+    return 0;
+  }
+  if (n == 0 && why) *why = "no CUDA device: the driver reports none";
+  return n;
+}
+
+MemoryInfo memory_info(int ordinal) {
+  check(cudaSetDevice(ordinal), "cudaSetDevice");
+  MemoryInfo m{};
+  check(cudaMemGetInfo(&m.free_bytes, &m.total_bytes), "cudaMemGetInfo");
+  return m;
+}
+
+int register_device_allocators(size_t cap_bytes) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto& b = backends();
+  if (!b.empty()) return static_cast<int>(b.size());
+  const int n = device_count();
+  if (cap_bytes == 0) {
+    if (const char* mib = std::getenv("TESSERA_CUDA_MEMORY_CAP_MIB")) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(mib, &end, 10);
+      TESSERA_CHECK(end != mib && *end == '\0' && v > 0, "TESSERA_CUDA_MEMORY_CAP_MIB='", mib,
+                    "' must be a positive number of MiB");
+      cap_bytes = static_cast<size_t>(v) << 20;
+    }
+  }
+  b.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    const size_t cap = cap_bytes ? cap_bytes : memory_info(i).free_bytes;
+    DeviceBackend d;
+    d.source = std::make_unique<CudaBlockSource>(i);
+    d.allocator = std::make_unique<StreamCachingAllocator>(Device{DeviceType::CUDA, i}, *d.source, cap);
+    register_allocator(Device{DeviceType::CUDA, i}, d.allocator.get());
+    b.push_back(std::move(d));
+  }
+  return n;
+}
+
+StreamCachingAllocator& device_allocator(int ordinal) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto& b = backends();
+  TESSERA_CHECK(ordinal >= 0 && ordinal < static_cast<int>(b.size()), "no CUDA allocator for cuda:", ordinal,
+                " (", b.size(), " registered)");
+  return *b[ordinal].allocator;
+}
+
+}  // namespace tessera::cuda
