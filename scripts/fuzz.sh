@@ -8,7 +8,9 @@
 #   scripts/fuzz.sh [RUNS] [TARGET...]     (no TARGET: all of them)
 #   CLANGXX=clang++-15 scripts/fuzz.sh     (another clang); TESSERA_DATA_CACHE: GPT-2's files;
 #   TESSERA_FUZZ_DIR: where to build and run (default build/fuzz); FUZZ_MAX_LEN: the longest input
-#   (default 4096; SentencePiece slows to ~200 exec/s as its inputs approach that)
+#   (default 4096; SentencePiece slows to ~200 exec/s as its inputs approach that); FUZZ_TIMEOUT: seconds
+#   before libFuzzer calls one input a hang (default 10; raise it on a loaded machine, where a 0.5 s input
+#   has been seen to take 13 s)
 set -euo pipefail
 runs=${1:-100000}
 shift || true
@@ -78,7 +80,7 @@ for t in "${targets[@]}"; do
   log=$out/$t.log
   echo "fuzz.sh: running $t for $runs executions"
   rc=0
-  (cd "$out" && nice ./"$t" -runs="$runs" -max_len="${FUZZ_MAX_LEN:-4096}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -error_exitcode=1 \
+  (cd "$out" && nice ./"$t" -runs="$runs" -max_len="${FUZZ_MAX_LEN:-4096}" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 -print_final_stats=1 -error_exitcode=1 \
      "${dict[@]}" "$out/corpus/$t" "$root/fuzz/corpus/$t" >"$log" 2>&1) || rc=$?
   stat() { grep -o "stat::$1: *[0-9]*" "$log" | grep -o '[0-9]*$' || echo "?"; }
   if [ $rc -eq 0 ]; then
