@@ -68,8 +68,12 @@ class GemmBackend {
  public:
   virtual ~GemmBackend() = default;
   virtual void gemm(const GemmArgs& args) = 0;
-  // The backend for a device (oneDNN on CPU).
+  // The backend for a device (oneDNN on CPU; another device's is the one registered for its type, an
+  // Error naming the device where none is).
   static GemmBackend& for_device(Device device);
+  // Makes `backend` the one of every device of `type` (not the CPU) and returns the previous one; a
+  // device backend calls it when it starts (kernels/cuda/gemm_cublaslt.h).
+  static GemmBackend* register_backend(DeviceType type, GemmBackend* backend);
   // Whether 16-bit inputs of type t run on a 16-bit kernel of this device (oneDNN: AVX512-BF16, AMX,
   // AVX512-FP16). Where not, they are rounded into fp32 copies and run on the fp32 kernel: the same
   // arithmetic, at fp32 speed.

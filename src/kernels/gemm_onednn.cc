@@ -287,8 +287,7 @@ const char* gemm_epilogue_name(GemmEpilogue e) {
   return "?";
 }
 
-GemmBackend& GemmBackend::for_device(Device device) {
-  TESSERA_CHECK(device.type == DeviceType::CPU, "GEMM on ", device.str(), " is not available in this build");
+GemmBackend& cpu_gemm_backend() {
   static OneDnnGemm cpu_backend;
   return cpu_backend;
 }

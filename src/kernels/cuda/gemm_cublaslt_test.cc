@@ -1,0 +1,142 @@
+// The cuBLASLt GEMM backend against the CPU's oneDNN one on random products (every transpose, leading
+// dimensions with padding, strided batches, each epilogue, fp32, fp32 multiplied as bf16/fp16, and bf16
+// buffers). Loading and registering needs only the toolkit; the products need a GPU and are skipped,
+// with CUDA's reason, without one.
+#include "kernels/cuda/gemm_cublaslt.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/dtype.h"
+#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/gemm.h"
+
+namespace tessera::cuda {
+namespace {
+
+using kernels::GemmArgs;
+using kernels::GemmEpilogue;
+using kernels::Trans;
+
+const Device kGpu{DeviceType::CUDA, 0};
+
+TEST(CublasLtGemm, RegisteringMakesItTheCudaDevicesBackend) {
+  register_gemm_backend();
+  register_gemm_backend();  // idempotent
+  kernels::GemmBackend& b = kernels::GemmBackend::for_device(kGpu);
+  EXPECT_NE(&b, &kernels::GemmBackend::for_device(Device::cpu()));
+  EXPECT_TRUE(b.native_16bit(DType::BF16));
+  EXPECT_TRUE(b.native_16bit(DType::F16));
+}
+
+// A device copy of host floats (as fp32, or rounded to bf16 when `bf16`), freed with the object.
+struct DeviceBuffer {
+  void* p = nullptr;
+  DeviceBuffer(const std::vector<float>& host, bool bf16 = false) {
+    const size_t bytes = host.size() * (bf16 ? 2 : 4);
+    check(cudaMalloc(&p, bytes ? bytes : 4), "cudaMalloc");
+    if (bf16) {
+      std::vector<uint16_t> h(host.size());
+      for (size_t i = 0; i < h.size(); ++i) h[i] = fp32_to_bf16(host[i]);
+      check(cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    } else {
+      check(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    }
+  }
+  ~DeviceBuffer() { cudaFree(p); }
+  std::vector<float> read(size_t n) const {
+    std::vector<float> h(n);
+    check(cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return h;
+  }
+};
+
+class CublasLtOnDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (device_count(&why) == 0) GTEST_SKIP() << why;
+    register_gemm_backend();
+  }
+};
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+TEST_F(CublasLtOnDevice, RandomProductsMatchTheCpuBackend) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> dim(1, 70), pad(0, 5), coin(0, 1), batches(1, 3), epilogue(0, 3);
+  const DType input_types[] = {DType::F32, DType::BF16, DType::F16};
+  for (int trial = 0; trial < 120; ++trial) {
+    GemmArgs g;
+    g.trans_a = coin(rng) ? Trans::T : Trans::N;
+    g.trans_b = coin(rng) ? Trans::T : Trans::N;
+    g.m = dim(rng), g.n = dim(rng), g.k = dim(rng);
+    const int64_t a_rows = g.trans_a == Trans::N ? g.m : g.k, a_row = g.trans_a == Trans::N ? g.k : g.m;
+    const int64_t b_rows = g.trans_b == Trans::N ? g.k : g.n, b_row = g.trans_b == Trans::N ? g.n : g.k;
+    g.lda = a_row + pad(rng), g.ldb = b_row + pad(rng), g.ldc = g.n + pad(rng);
+    g.batch = batches(rng);
+    g.stride_a = a_rows * g.lda, g.stride_b = coin(rng) ? 0 : b_rows * g.ldb, g.stride_c = g.m * g.ldc;
+    g.epilogue = static_cast<GemmEpilogue>(epilogue(rng));
+    const bool with_bias = g.epilogue == GemmEpilogue::Bias || g.epilogue == GemmEpilogue::BiasGeluTanh;
+    g.stride_bias = with_bias && coin(rng) ? g.n : 0;
+    g.beta = coin(rng) ? 0.0f : 0.5f;
+    const bool bf16_buffers = trial % 5 == 4;
+    g.input_type = bf16_buffers ? DType::BF16 : input_types[trial % 3];
+    auto a = random_floats(g.stride_a * (g.batch - 1) + a_rows * g.lda, rng);
+    auto b = random_floats(g.stride_b * (g.batch - 1) + b_rows * g.ldb, rng);
+    auto c = random_floats(g.stride_c * g.batch, rng);
+    auto bias = random_floats(g.stride_bias * (g.batch - 1) + g.n, rng);
+    if (bf16_buffers) {  // the CPU multiplies the same bf16 values
+      for (float& x : a) x = bf16_to_fp32(fp32_to_bf16(x));
+      for (float& x : b) x = bf16_to_fp32(fp32_to_bf16(x));
+    }
+
+    GemmArgs cpu = g;
+    std::vector<float> c_cpu = c;
+    cpu.a = a.data(), cpu.b = b.data(), cpu.c = c_cpu.data(), cpu.bias = with_bias ? bias.data() : nullptr;
+    kernels::gemm(cpu);
+
+    DeviceBuffer da(a, bf16_buffers), db(b, bf16_buffers), dc(c), dbias(bias);
+    GemmArgs gpu = g;
+    gpu.a = static_cast<const float*>(da.p), gpu.b = static_cast<const float*>(db.p);
+    gpu.c = static_cast<float*>(dc.p), gpu.bias = with_bias ? static_cast<const float*>(dbias.p) : nullptr;
+    if (bf16_buffers) gpu.a_type = gpu.b_type = DType::BF16;
+    gpu.stream = Stream::default_for(kGpu);
+    kernels::gemm(gpu);
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    const std::vector<float> c_gpu = dc.read(c.size());
+
+    // fp32 accumulates k products in another order; 16-bit inputs round each to 8 (bf16) or 11 bits.
+    const double tolerance = g.input_type == DType::F32 ? 1e-5 : 1e-2;
+    for (size_t i = 0; i < c.size(); ++i) {
+      ASSERT_NEAR(c_gpu[i], c_cpu[i], tolerance * (1.0 + std::sqrt(static_cast<double>(g.k))))
+          << "trial " << trial << " element " << i << " m=" << g.m << " n=" << g.n << " k=" << g.k
+          << " epilogue " << kernels::gemm_epilogue_name(g.epilogue) << " input " << dtype_name(g.input_type);
+    }
+  }
+}
+
+TEST_F(CublasLtOnDevice, MixedBufferTypesAreAClearError) {
+  std::vector<float> x(16, 1.0f);
+  DeviceBuffer a(x), b(x, true), c(x);
+  GemmArgs g;
+  g.m = g.n = g.k = 2, g.lda = g.ldb = g.ldc = 2;
+  g.a = static_cast<const float*>(a.p), g.b = static_cast<const float*>(b.p), g.c = static_cast<float*>(c.p);
+  g.b_type = DType::BF16;
+  g.stream = Stream::default_for(kGpu);
+  EXPECT_THROW(kernels::gemm(g), Error);
+}
+
+}  // namespace
+}  // namespace tessera::cuda
