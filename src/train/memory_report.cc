@@ -47,12 +47,26 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
     p.token_slice_caches = kv_per_layer * 4.0 * static_cast<double>(chunk_layers * schedule.chunks);
     slice_caches_extra = kv_per_layer * 4.0 * static_cast<double>(chunk_layers) - kept;
   }
-  p.activations = pipeline::peak_in_flight_bytes(pipeline::build_schedule(schedule, stage), [&](int chunk) {
+  auto chunk_bytes = [&](int chunk) {
     const pipeline::ChunkId id{stage, chunk};
-    return layers_bytes + slice_caches_extra +
-           model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id),
-                                    pipeline::is_last_chunk(schedule, id));
-  });
+    return layers_bytes + model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id),
+                                                   pipeline::is_last_chunk(schedule, id));
+  };
+  const std::vector<pipeline::Op> ops = pipeline::build_schedule(schedule, stage);
+  if (schedule.slices == 1) {
+    p.activations = pipeline::peak_in_flight_bytes(ops, [&](int chunk) { return chunk_bytes(chunk) + slice_caches_extra; });
+  } else {  // TeraPipe across stages: a slice's records are its share of the tokens; the caches live from
+            // slice 0's forward to slice 0's backward
+    double live = 0;
+    for (const pipeline::Op& op : ops) {
+      if (op.kind != pipeline::OpKind::Forward && op.kind != pipeline::OpKind::Backward) continue;
+      const double share = static_cast<double>(a.token_slices[static_cast<size_t>(op.slice)]) /
+                           static_cast<double>(a.model.seq_length);
+      const double bytes = chunk_bytes(op.chunk) * share + (op.slice == 0 ? slice_caches_extra : 0.0);
+      live += op.kind == pipeline::OpKind::Forward ? bytes : -bytes;
+      p.activations = std::max(p.activations, live);
+    }
+  }
   return p;
 }
 
