@@ -1,8 +1,9 @@
 // TeraPipe across pipeline stages (--pipeline-token-slices with --pipeline-model-parallel-size > 1): each
 // micro-batch's token slices flow through the stages one after another, 1F1B over the slices, with dropout
-// on. Equal and uneven slicings at pp 2 and pp 4, also with tensor parallelism (with and without sequence
-// parallelism) and data parallelism (distributed optimizer, overlapped reduction), give the single-process
-// unsliced run's losses and every gradient, to 1e-5 relative.
+// on. Equal and uneven slicings at pp 2 and pp 4, GPT-2 and Llama style (RoPE, grouped-query attention),
+// also with tensor parallelism (with and without sequence parallelism), data parallelism (distributed
+// optimizer, overlapped reduction) and recomputation, give the single-process unsliced run's losses and
+// every gradient, to 1e-5 relative.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,8 +21,14 @@ using testing::split_flags;
 struct Layout {
   int tp, pp, dp, m;   // m: micro-batches per data-parallel replica
   std::string slices;  // --pipeline-token-slices
-  std::string extra;
+  std::string extra;   // flags of the layout only
+  std::string model;   // flags of the model, given to the single-process run too
 };
+
+// Llama-style: rotary positions (keyed by the slice's global positions), grouped-query attention with
+// its smaller caches, SwiGLU, RMSNorm, untied output layer.
+const char* kLlama = "--position-embedding-type rope --normalization RMSNorm --swiglu --group-query-attention "
+                     "--num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights";
 
 // 4 layers (1 per stage at pp 4), sequence 16, micro-batches of 2, dropout on; the padded vocabulary is 64
 // at every tp, so every layout trains one model.
@@ -33,12 +40,12 @@ std::string flags(int tp, int pp, int64_t global_batch, int iters, const std::st
                  " --tensor-model-parallel-size ", tp, " --pipeline-model-parallel-size ", pp, " ", extra);
 }
 
-// The single-process unsliced run, computed once per process.
-Trainer& reference(int64_t global_batch, int iters) {
-  static std::map<std::pair<int64_t, int>, std::unique_ptr<Trainer>> cache;
-  auto& t = cache[{global_batch, iters}];
+// The single-process unsliced run of a model, computed once per process.
+Trainer& reference(int64_t global_batch, int iters, const std::string& model) {
+  static std::map<std::string, std::unique_ptr<Trainer>> cache;
+  auto& t = cache[str_cat(global_batch, "/", iters, "/", model)];
   if (!t) {
-    t = std::make_unique<Trainer>(parse_train_arguments(split_flags(flags(1, 1, global_batch, iters, ""))));
+    t = std::make_unique<Trainer>(parse_train_arguments(split_flags(flags(1, 1, global_batch, iters, model))));
     t->train();
   }
   return *t;
@@ -66,14 +73,14 @@ void expect_gradients_match(Trainer& t, Trainer& single) {
 // The layouts that use exactly `world` ranks: each world size runs its own few.
 std::vector<Layout> layouts_for(int world) {
   const std::vector<Layout> all{
-      {1, 2, 1, 3, "4", ""},
-      {1, 2, 1, 2, "3,5,8", "--recompute-activations"},
-      {1, 4, 1, 3, "2,6,8", ""},
-      {2, 2, 1, 2, "4", "--sequence-parallel"},
-      {2, 2, 1, 2, "6,10", "--untie-embeddings-and-output-weights"},
-      {1, 2, 2, 2, "5,11", "--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 2000"},
-      {2, 4, 1, 2, "4,4,8", "--sequence-parallel"},
-      {2, 2, 2, 2, "8,8", ""},
+      {1, 2, 1, 3, "4", "", ""},
+      {1, 2, 1, 2, "3,5,8", "--recompute-activations", kLlama},
+      {1, 4, 1, 3, "2,6,8", "", ""},
+      {2, 2, 1, 2, "4", "--sequence-parallel", ""},
+      {2, 2, 1, 2, "6,10", "", kLlama},
+      {1, 2, 2, 2, "5,11", "--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 2000", ""},
+      {2, 4, 1, 2, "4,4,8", "--sequence-parallel", ""},
+      {2, 2, 2, 2, "8,8", "--recompute-granularity full --recompute-method uniform", "--untie-embeddings-and-output-weights"},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)
@@ -88,24 +95,11 @@ TEST(TokenSlicesAcrossStages, LossesAndGradientsMatchTheSingleProcessUnslicedRun
   if (layouts.empty()) GTEST_SKIP() << "token slices across pipeline stages need 2, 4 or 8 ranks, not " << n;
   for (const Layout& l : layouts) {
     const int64_t global_batch = static_cast<int64_t>(l.m) * 2 * l.dp;
-    const std::string extra = str_cat("--pipeline-token-slices ", l.slices, " ", l.extra);
+    const std::string extra = str_cat("--pipeline-token-slices ", l.slices, " ", l.extra, " ", l.model);
     SCOPED_TRACE(str_cat("tp=", l.tp, " pp=", l.pp, " dp=", l.dp, " m=", l.m, " ", extra));
-    // The untied output layer is another model: compare it with its own unsliced single-process run.
-    const bool untied = l.extra.find("untie") != std::string::npos;
-    auto single = [&](int iters) -> Trainer& {
-      if (!untied) return reference(global_batch, iters);
-      static std::map<std::pair<int64_t, int>, std::unique_ptr<Trainer>> cache;
-      auto& t = cache[{global_batch, iters}];
-      if (!t) {
-        t = std::make_unique<Trainer>(parse_train_arguments(
-            split_flags(flags(1, 1, global_batch, iters, "--untie-embeddings-and-output-weights"))));
-        t->train();
-      }
-      return *t;
-    };
     Trainer t(parse_train_arguments(split_flags(flags(l.tp, l.pp, global_batch, 3, extra)), n), world.get());
     t.train();
-    Trainer& ref = single(3);
+    Trainer& ref = reference(global_batch, 3, l.model);
     ASSERT_EQ(t.losses().size(), ref.losses().size());
     for (size_t i = 0; i < t.losses().size(); ++i)
       EXPECT_NEAR(t.losses()[i], ref.losses()[i], 1e-5 * std::abs(ref.losses()[i])) << "iteration " << i + 1;
@@ -117,7 +111,7 @@ TEST(TokenSlicesAcrossStages, LossesAndGradientsMatchTheSingleProcessUnslicedRun
       grad_extra.erase(at, std::string("--use-distributed-optimizer").size());
     Trainer one(parse_train_arguments(split_flags(flags(l.tp, l.pp, global_batch, 1, grad_extra)), n), world.get());
     one.train();
-    expect_gradients_match(one, single(1));
+    expect_gradients_match(one, reference(global_batch, 1, l.model));
   }
 }
 
