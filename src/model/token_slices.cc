@@ -66,6 +66,7 @@ Tensor columns(const Tensor& t, int64_t offset, int64_t length) {
 struct SlicedRecord final : ChunkRecord {
   std::vector<std::unique_ptr<ChunkRecord>> slices;
   std::vector<SliceKvCache> caches;
+  bool all_forwarded = false;  // every slice's forward has run (backward may start)
   int64_t bytes() const override {
     int64_t total = 0;
     for (const auto& s : slices) total += s->bytes();
@@ -74,9 +75,9 @@ struct SlicedRecord final : ChunkRecord {
   }
 };
 
-class TokenSlicedChunk final : public LanguageModelChunk {
+class SlicedChunk final : public TokenSlicedChunk {
  public:
-  TokenSlicedChunk(std::unique_ptr<LanguageModelChunk> inner, std::vector<int64_t> slices)
+  SlicedChunk(std::unique_ptr<LanguageModelChunk> inner, std::vector<int64_t> slices)
       : inner_(std::move(inner)), slices_(std::move(slices)) {
     TESSERA_CHECK(inner_->causal_language_model(), "--pipeline-token-slices needs a causal model (GPT)");
     int64_t total = 0;
@@ -86,6 +87,8 @@ class TokenSlicedChunk final : public LanguageModelChunk {
     }
     TESSERA_CHECK(total == inner_->config().seq_length, "--pipeline-token-slices: the slice lengths sum to ", total,
                   ", not --seq-length=", inner_->config().seq_length);
+    int64_t offset = 0;
+    for (int64_t l : slices_) offsets_.push_back(std::exchange(offset, offset + l));
   }
 
   const ModelConfig& config() const override { return inner_->config(); }
@@ -94,67 +97,87 @@ class TokenSlicedChunk final : public LanguageModelChunk {
   bool causal_language_model() const override { return true; }
   std::vector<std::string> auxiliary_loss_names() const override { return inner_->auxiliary_loss_names(); }
   std::unique_ptr<ChunkRecord> make_record() const override { return std::make_unique<SlicedRecord>(); }
+  const std::vector<int64_t>& slice_lengths() const override { return slices_; }
 
+  // The whole micro-batch: its slices one after another (the input and output are the whole sequence's
+  // rows; a later chunk's sequence-parallel shard is not cut into slices here).
   Tensor forward(const MicroBatch& batch, const Tensor& input, const ForwardContext& context, ChunkRecord& record,
                  LossSums& losses, const ParamHooks& hooks) const override {
-    auto& rec = static_cast<SlicedRecord&>(record);
     check_context(context);
-    TESSERA_CHECK(!batch.doc_start.defined(), "--pipeline-token-slices does not support document masks "
-                  "(--reset-attention-mask) yet");
     const int64_t rows_per_token = context.batch, hidden = config().hidden_size;
     TESSERA_CHECK(!input.defined() || input.dim(0) == context.seq * rows_per_token, "--pipeline-token-slices: a "
-                  "later pipeline chunk's input of ", input.dim(0), " rows (sequence-parallel shards are not sliced "
-                  "yet)");
-    rec.slices.clear();
-    rec.caches.assign(static_cast<size_t>(config().num_layers), SliceKvCache());
+                  "later pipeline chunk's input of ", input.dim(0), " rows (sequence-parallel shards are sliced by "
+                  "the pipeline schedule, not here)");
     Tensor output;
-    int64_t offset = 0;
-    for (int64_t length : slices_) {
-      TokenSlice slice{offset, context.seq, &rec.caches};
-      ForwardContext ctx = context;
-      ctx.seq = length;
-      ctx.token_slice = &slice;
-      const MicroBatch part = token_slice_of(batch, offset, length);
+    for (size_t i = 0; i < slices_.size(); ++i) {
+      const int64_t offset = offsets_[i], length = slices_[i];
       Tensor in = input.defined() ? input.narrow(offset * rows_per_token, length * rows_per_token) : input;
-      rec.slices.push_back(inner_->make_record());
-      Tensor out = inner_->forward(part, in, ctx, *rec.slices.back(), losses, hooks);
+      Tensor out = forward_slice(static_cast<int>(i), batch, in, context, record, losses, hooks);
       if (out.defined()) {  // a later chunk's input: the slices' outputs in sequence order
         if (!output.defined()) output = Tensor::empty({context.seq * rows_per_token, hidden});
         output.narrow(offset * rows_per_token, length * rows_per_token).copy_from(out);
       }
-      offset += length;
     }
     return output;
   }
 
   Tensor backward(ChunkRecord& record, const Tensor& doutput, const ForwardContext& context, float grad_scale,
                   const ParamHooks& hooks) const override {
-    auto& rec = static_cast<SlicedRecord&>(record);
     check_context(context);
-    TESSERA_CHECK(rec.slices.size() == slices_.size(), "token-sliced backward without its forward");
     const int64_t rows_per_token = context.batch, hidden = config().hidden_size;
     Tensor dinput;
-    int64_t end = context.seq;
     for (size_t i = slices_.size(); i-- > 0;) {
-      const int64_t length = slices_[i], offset = end - length;
-      TokenSlice slice{offset, context.seq, &rec.caches};
-      ForwardContext ctx = context;
-      ctx.seq = length;
-      ctx.token_slice = &slice;
+      const int64_t offset = offsets_[i], length = slices_[i];
       Tensor dout =
           doutput.defined() ? doutput.narrow(offset * rows_per_token, length * rows_per_token) : doutput;
-      // A gradient is final only once the first slice (the last to run backward) has added to it.
-      Tensor dx = inner_->backward(*rec.slices[i], dout, ctx, grad_scale, i == 0 ? hooks : ParamHooks());
-      rec.slices[i].reset();
+      Tensor dx = backward_slice(static_cast<int>(i), record, dout, context, grad_scale, hooks);
       if (dx.defined()) {
         if (!dinput.defined()) dinput = Tensor::empty({context.seq * rows_per_token, hidden});
         dinput.narrow(offset * rows_per_token, length * rows_per_token).copy_from(dx);
       }
-      end = offset;
     }
-    rec.slices.clear();
-    rec.caches.clear();
     return dinput;
+  }
+
+  Tensor forward_slice(int i, const MicroBatch& batch, const Tensor& input, const ForwardContext& context,
+                       ChunkRecord& record, LossSums& losses, const ParamHooks& hooks) const override {
+    auto& rec = static_cast<SlicedRecord&>(record);
+    check_context(context);
+    check_slice(i);
+    TESSERA_CHECK(!batch.doc_start.defined(), "--pipeline-token-slices does not support document masks "
+                  "(--reset-attention-mask) yet");
+    TESSERA_CHECK(static_cast<int>(rec.slices.size()) == i, "token slice ", i, "'s forward after ", rec.slices.size(),
+                  " slices' (the slices of a micro-batch run forward in order)");
+    if (i == 0) rec.caches.assign(static_cast<size_t>(config().num_layers), SliceKvCache());
+    const int64_t offset = offsets_[static_cast<size_t>(i)], length = slices_[static_cast<size_t>(i)];
+    TokenSlice slice{offset, context.seq, &rec.caches};
+    ForwardContext ctx = context;
+    ctx.seq = length;
+    ctx.token_slice = &slice;
+    const MicroBatch part = token_slice_of(batch, offset, length);
+    rec.slices.push_back(inner_->make_record());
+    rec.all_forwarded = rec.slices.size() == slices_.size();
+    return inner_->forward(part, input, ctx, *rec.slices.back(), losses, hooks);
+  }
+
+  Tensor backward_slice(int i, ChunkRecord& record, const Tensor& doutput, const ForwardContext& context,
+                        float grad_scale, const ParamHooks& hooks) const override {
+    auto& rec = static_cast<SlicedRecord&>(record);
+    check_context(context);
+    check_slice(i);
+    TESSERA_CHECK(rec.all_forwarded && rec.slices.size() == static_cast<size_t>(i) + 1,
+                  "token slice ", i, "'s backward out of order (the slices of a micro-batch run backward in reverse, "
+                  "after all their forwards)");
+    const int64_t offset = offsets_[static_cast<size_t>(i)], length = slices_[static_cast<size_t>(i)];
+    TokenSlice slice{offset, context.seq, &rec.caches};
+    ForwardContext ctx = context;
+    ctx.seq = length;
+    ctx.token_slice = &slice;
+    // A gradient is final only once the first slice (the last to run backward) has added to it.
+    Tensor dx = inner_->backward(*rec.slices.back(), doutput, ctx, grad_scale, i == 0 ? hooks : ParamHooks());
+    rec.slices.pop_back();
+    if (i == 0) rec.caches.clear();
+    return dx;
   }
 
   KvPool make_kv_pool(int64_t blocks, int64_t block_size) const override {
@@ -169,6 +192,9 @@ class TokenSlicedChunk final : public LanguageModelChunk {
   Tensor logits(const MicroBatch& batch, const ForwardContext& ctx) const override { return inner_->logits(batch, ctx); }
 
  private:
+  void check_slice(int i) const {
+    TESSERA_CHECK(i >= 0 && static_cast<size_t>(i) < slices_.size(), "token slice ", i, " of ", slices_.size());
+  }
   void check_context(const ForwardContext& ctx) const {
     TESSERA_CHECK(ctx.token_slice == nullptr, "token slices of a token slice");
     TESSERA_CHECK(ctx.seq == config().seq_length, "--pipeline-token-slices: a micro-batch of ", ctx.seq,
@@ -176,7 +202,7 @@ class TokenSlicedChunk final : public LanguageModelChunk {
   }
 
   std::unique_ptr<LanguageModelChunk> inner_;
-  std::vector<int64_t> slices_;
+  std::vector<int64_t> slices_, offsets_;  // lengths, and first positions
 };
 
 }  // namespace
@@ -206,9 +232,9 @@ MicroBatch token_slice_of(const MicroBatch& batch, int64_t offset, int64_t lengt
   return part;
 }
 
-std::unique_ptr<LanguageModelChunk> with_token_slices(std::unique_ptr<LanguageModelChunk> chunk,
-                                                      std::vector<int64_t> slices) {
-  return std::make_unique<TokenSlicedChunk>(std::move(chunk), std::move(slices));
+std::unique_ptr<TokenSlicedChunk> with_token_slices(std::unique_ptr<LanguageModelChunk> chunk,
+                                                    std::vector<int64_t> slices) {
+  return std::make_unique<SlicedChunk>(std::move(chunk), std::move(slices));
 }
 
 }  // namespace tessera::model

@@ -12,8 +12,9 @@
 // losses (sums over each slice's tokens, which add up to the micro-batch's). So a sliced step gives the
 // unsliced step's losses and gradients, up to the order of floating-point sums.
 //
-// Today the slices run one after another on one stage (no pipeline schedule yet, issue 36); with_token_slices
-// wraps any GPT-style chunk, and the layers' attention reads ForwardContext::token_slice.
+// with_token_slices wraps any GPT-style chunk, and the layers' attention reads ForwardContext::token_slice.
+// Across pipeline stages the schedule runs the slices one at a time (forward_slice, backward_slice), so
+// slice i leaves a stage while the stage works on slice i + 1.
 #pragma once
 
 #include <cstdint>
@@ -53,9 +54,26 @@ MicroBatch token_slice_of(const MicroBatch& batch, int64_t offset, int64_t lengt
 
 // `chunk` running each micro-batch slice by slice (the lengths sum to the sequence length) with the
 // caches above; evaluation, scoring and decoding pass through unsliced. The chunk must be causal; under
-// sequence parallelism each slice's length must split over the tensor group, and a later pipeline chunk's
-// sharded input is not sliced yet. A record's bytes count its caches.
-std::unique_ptr<LanguageModelChunk> with_token_slices(std::unique_ptr<LanguageModelChunk> chunk,
-                                                      std::vector<int64_t> slices);
+// sequence parallelism each slice's length must split over the tensor group. A record's bytes count its
+// caches.
+//
+// forward runs a micro-batch's slices one after another; a pipeline schedule with token slices
+// (pipeline/schedules.h, TeraPipe) instead calls forward_slice and backward_slice, one slice at a time,
+// with the micro-batch's record (make_record) kept from slice 0's forward to slice 0's backward: forwards
+// in slice order, backwards in reverse. Their input and output are the slice's rows only (the rows of
+// positions [offset, offset + length), or under sequence parallelism this rank's shard of them), and the
+// context is the whole micro-batch's.
+class TokenSlicedChunk : public LanguageModelChunk {
+ public:
+  virtual const std::vector<int64_t>& slice_lengths() const = 0;
+  virtual Tensor forward_slice(int slice, const MicroBatch& batch, const Tensor& input, const ForwardContext& context,
+                               ChunkRecord& record, LossSums& losses, const ParamHooks& hooks) const = 0;
+  // The parameter hooks run on slice 0 only: a gradient is final once the first slice has added to it.
+  virtual Tensor backward_slice(int slice, ChunkRecord& record, const Tensor& doutput, const ForwardContext& context,
+                                float grad_scale, const ParamHooks& hooks) const = 0;
+};
+
+std::unique_ptr<TokenSlicedChunk> with_token_slices(std::unique_ptr<LanguageModelChunk> chunk,
+                                                    std::vector<int64_t> slices);
 
 }  // namespace tessera::model

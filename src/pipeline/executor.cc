@@ -39,14 +39,14 @@ void run_schedule(const std::vector<Op>& ops, PipelineP2P* p2p, const StageCallb
         break;
       case OpKind::Forward: {
         Timer t;
-        produced = callbacks.forward(op.micro_batch, op.chunk, received);
+        produced = callbacks.forward(op.micro_batch, op.chunk, op.slice, received);
         times.forward += t.seconds();
         received = Tensor();
         break;
       }
       case OpKind::Backward: {
         Timer t;
-        produced = callbacks.backward(op.micro_batch, op.chunk, received);
+        produced = callbacks.backward(op.micro_batch, op.chunk, op.slice, received);
         times.backward += t.seconds();
         received = Tensor();
         if (p2p) p2p->reap_sends();

@@ -10,11 +10,12 @@ namespace tessera::pipeline {
 
 struct StageCallbacks {
   // The forward of (micro_batch, chunk) from `input` (undefined on the model's first chunk); returns the
-  // output activation (undefined on the model's last chunk).
-  std::function<Tensor(int micro_batch, int chunk, const Tensor& input)> forward;
+  // output activation (undefined on the model's last chunk). With token slices (TeraPipe), of token slice
+  // `slice` only: its input and output are the slice's rows.
+  std::function<Tensor(int micro_batch, int chunk, int slice, const Tensor& input)> forward;
   // The backward from the gradient of the output (undefined on the last chunk); returns the gradient of
   // the input (undefined on the first chunk).
-  std::function<Tensor(int micro_batch, int chunk, const Tensor& grad_output)> backward;
+  std::function<Tensor(int micro_batch, int chunk, int slice, const Tensor& grad_output)> backward;
 };
 
 // Seconds per category, accumulated over the iterations run.

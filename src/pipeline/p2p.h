@@ -10,6 +10,7 @@
 #pragma once
 
 #include <map>
+#include <vector>
 #include <tuple>
 
 #include "comm/process_group.h"
@@ -22,6 +23,9 @@ class PipelineP2P {
   // `activation` is the shape of one micro-batch's activation on this rank. scatter_gather_group: the
   // tensor group when the activation is replicated over it (null or a group of one otherwise).
   PipelineP2P(comm::ProcessGroup& pipeline, const ScheduleShape& shape, Shape activation,
+              comm::ProcessGroup* scatter_gather_group);
+  // With token slices (TeraPipe): the activation shape of each slice, shape.slices of them.
+  PipelineP2P(comm::ProcessGroup& pipeline, const ScheduleShape& shape, std::vector<Shape> slice_activations,
               comm::ProcessGroup* scatter_gather_group);
 
   // Posts the receive of a RecvForward or RecvBackward op (once; later calls do nothing).
@@ -37,19 +41,21 @@ class PipelineP2P {
   double wait_seconds() const { return wait_seconds_; }
 
  private:
-  // The message tag of a transfer, named by the receiving chunk: unique within an iteration.
-  int tag(bool forward, int micro_batch, int receiving_chunk) const;
-  bool split() const { return gather_ != nullptr; }
+  // The message tag of a transfer, named by the receiving chunk and the slice: unique within an iteration.
+  int tag(bool forward, const Op& op, int receiving_chunk) const;
+  const Shape& activation(const Op& op) const;
+  // Whether the slice's activation is sent in 1/tp parts and all-gathered (it splits evenly).
+  bool split(const Op& op) const;
 
   comm::ProcessGroup& pipeline_;
   ScheduleShape shape_;
-  Shape activation_;
+  std::vector<Shape> activations_;        // per token slice (one when unsliced)
   comm::ProcessGroup* gather_ = nullptr;  // scatter/gather over this tensor group
   struct Pending {
     Tensor buffer;
     comm::WorkHandle work;
   };
-  using Key = std::tuple<OpKind, int, int>;  // (kind, micro-batch, chunk) of the op on this rank
+  using Key = std::tuple<OpKind, int, int, int>;  // (kind, micro-batch, chunk, slice) of the op on this rank
   std::map<Key, Pending> recvs_, sends_;
   double wait_seconds_ = 0;
 };

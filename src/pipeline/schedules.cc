@@ -12,18 +12,18 @@ namespace tessera::pipeline {
 namespace {
 
 // Appends the forward of (micro_batch, chunk) with its receive and send.
-void add_forward(const ScheduleShape& s, int stage, int micro_batch, int chunk, std::vector<Op>& ops) {
+void add_forward(const ScheduleShape& s, int stage, int micro_batch, int chunk, int slice, std::vector<Op>& ops) {
   ChunkId c{stage, chunk};
-  if (!is_first_chunk(s, c)) ops.push_back({OpKind::RecvForward, micro_batch, chunk});
-  ops.push_back({OpKind::Forward, micro_batch, chunk});
-  if (!is_last_chunk(s, c)) ops.push_back({OpKind::SendForward, micro_batch, chunk});
+  if (!is_first_chunk(s, c)) ops.push_back({OpKind::RecvForward, micro_batch, chunk, slice});
+  ops.push_back({OpKind::Forward, micro_batch, chunk, slice});
+  if (!is_last_chunk(s, c)) ops.push_back({OpKind::SendForward, micro_batch, chunk, slice});
 }
 
-void add_backward(const ScheduleShape& s, int stage, int micro_batch, int chunk, std::vector<Op>& ops) {
+void add_backward(const ScheduleShape& s, int stage, int micro_batch, int chunk, int slice, std::vector<Op>& ops) {
   ChunkId c{stage, chunk};
-  if (!is_last_chunk(s, c)) ops.push_back({OpKind::RecvBackward, micro_batch, chunk});
-  ops.push_back({OpKind::Backward, micro_batch, chunk});
-  if (!is_first_chunk(s, c)) ops.push_back({OpKind::SendBackward, micro_batch, chunk});
+  if (!is_last_chunk(s, c)) ops.push_back({OpKind::RecvBackward, micro_batch, chunk, slice});
+  ops.push_back({OpKind::Backward, micro_batch, chunk, slice});
+  if (!is_first_chunk(s, c)) ops.push_back({OpKind::SendBackward, micro_batch, chunk, slice});
 }
 
 // Megatron's interleaved numbering of the m * v (micro-batch, chunk) pairs: groups of p micro-batches
@@ -36,10 +36,10 @@ int virtual_micro_batch(const ScheduleShape& s, int k) {
   return (k / (s.stages * s.chunks)) * s.stages + k % s.stages;
 }
 
-// The number of forwards run before the first backward.
+// The number of forwards (of slices, with token slices) run before the first backward.
 int warmup_forwards(const ScheduleShape& s, int stage) {
-  const int total = s.micro_batches * s.chunks;
-  if (s.chunks == 1) return std::min(s.stages - stage - 1, s.micro_batches);
+  const int total = s.micro_batches * s.chunks * s.slices;
+  if (s.chunks == 1) return std::min(s.stages - stage - 1 + s.slices - 1, total);
   if (s.micro_batches == s.stages) return total;  // Megatron: all forwards first when m == p
   return std::min((s.stages - stage - 1) * 2 + (s.chunks - 1) * s.stages, total);
 }
@@ -50,6 +50,10 @@ void validate_schedule(const ScheduleShape& s) {
   TESSERA_CHECK(s.stages >= 1, "pipeline-parallel size ", s.stages, " must be at least 1");
   TESSERA_CHECK(s.micro_batches >= 1, "number of micro-batches ", s.micro_batches, " must be at least 1");
   TESSERA_CHECK(s.chunks >= 1, "virtual pipeline stages per rank ", s.chunks, " must be at least 1");
+  TESSERA_CHECK(s.slices >= 1, "token slices per micro-batch ", s.slices, " must be at least 1");
+  TESSERA_CHECK(s.slices == 1 || s.chunks == 1, "--pipeline-token-slices (", s.slices, " slices) cannot be combined "
+                "with the interleaved schedule (", s.chunks, " virtual stages per rank) yet: TeraPipe's schedule "
+                "here is 1F1B over the slices");
   if (s.chunks > 1) {
     TESSERA_CHECK(s.stages > 1, "the interleaved schedule (", s.chunks,
                   " virtual stages per rank) needs --pipeline-model-parallel-size > 1");
@@ -63,11 +67,17 @@ std::vector<Op> build_schedule(const ScheduleShape& s, int stage, bool forward_o
   validate_schedule(s);
   TESSERA_CHECK(stage >= 0 && stage < s.stages, "pipeline stage ", stage, " is outside [0, ", s.stages, ")");
   std::vector<Op> ops;
-  const int total = s.micro_batches * s.chunks;
-  // With v = 1 the numbering reduces to micro-batch k on chunk 0.
-  auto forward = [&](int k) { add_forward(s, stage, virtual_micro_batch(s, k), virtual_chunk(s, k, true), ops); };
+  const int total = s.micro_batches * s.chunks * s.slices;
+  // With v = 1 the numbering reduces to micro-batch k on chunk 0. With n token slices (v = 1) unit k is
+  // slice k % n of micro-batch k / n, the slices of a micro-batch's backward in reverse.
+  const int n = s.slices;
+  auto forward = [&](int k) {
+    if (n > 1) return add_forward(s, stage, k / n, 0, k % n, ops);
+    add_forward(s, stage, virtual_micro_batch(s, k), virtual_chunk(s, k, true), 0, ops);
+  };
   auto backward = [&](int k) {
-    add_backward(s, stage, virtual_micro_batch(s, k), virtual_chunk(s, k, false), ops);
+    if (n > 1) return add_backward(s, stage, k / n, 0, n - 1 - k % n, ops);
+    add_backward(s, stage, virtual_micro_batch(s, k), virtual_chunk(s, k, false), 0, ops);
   };
   if (forward_only) {
     for (int k = 0; k < total; ++k) forward(k);
@@ -93,11 +103,11 @@ bool is_first_chunk(const ScheduleShape&, ChunkId c) { return c.stage == 0 && c.
 bool is_last_chunk(const ScheduleShape& s, ChunkId c) { return c.stage == s.stages - 1 && c.chunk == s.chunks - 1; }
 
 int peak_in_flight(const std::vector<Op>& ops) {
-  std::set<std::pair<int, int>> live;
+  std::set<std::tuple<int, int, int>> live;
   size_t peak = 0;
   for (const Op& op : ops) {
-    if (op.kind == OpKind::Forward) live.insert({op.micro_batch, op.chunk});
-    if (op.kind == OpKind::Backward) live.erase({op.micro_batch, op.chunk});
+    if (op.kind == OpKind::Forward) live.insert({op.micro_batch, op.chunk, op.slice});
+    if (op.kind == OpKind::Backward) live.erase({op.micro_batch, op.chunk, op.slice});
     peak = std::max(peak, live.size());
   }
   return static_cast<int>(peak);
@@ -114,12 +124,12 @@ double peak_in_flight_bytes(const std::vector<Op>& ops, const std::function<doub
 }
 
 int theoretical_peak_in_flight(const ScheduleShape& s, int stage) {
-  const int total = s.micro_batches * s.chunks, warmup = warmup_forwards(s, stage);
+  const int total = s.micro_batches * s.chunks * s.slices, warmup = warmup_forwards(s, stage);
   return warmup < total ? warmup + 1 : total;
 }
 
 double theoretical_bubble_fraction(const ScheduleShape& s) {
-  return static_cast<double>(s.stages - 1) / (static_cast<double>(s.chunks) * s.micro_batches);
+  return static_cast<double>(s.stages - 1) / (static_cast<double>(s.chunks) * s.micro_batches * s.slices);
 }
 
 void validate_layer_split(int num_layers, const ScheduleShape& s) {
@@ -148,8 +158,8 @@ SimulatedRun simulate_ops(const ScheduleShape& s, const std::vector<std::vector<
   run.start.resize(p);
   std::vector<size_t> next(p, 0);
   std::vector<double> clock(p, 0.0);
-  // When each message was sent: key (kind, micro-batch, receiving stage, receiving chunk).
-  std::map<std::tuple<OpKind, int, int, int>, double> sent;
+  // When each message was sent: key (kind, micro-batch, receiving stage, receiving chunk, slice).
+  std::map<std::tuple<OpKind, int, int, int, int>, double> sent;
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < p; ++r) {
@@ -159,13 +169,13 @@ SimulatedRun simulate_ops(const ScheduleShape& s, const std::vector<std::vector<
         if (op.kind == OpKind::SendForward || op.kind == OpKind::SendBackward) {
           bool fwd = op.kind == OpKind::SendForward;
           ChunkId to = fwd ? next_chunk(s, {r, op.chunk}) : previous_chunk(s, {r, op.chunk});
-          sent[{fwd ? OpKind::RecvForward : OpKind::RecvBackward, op.micro_batch, to.stage, to.chunk}] = start;
+          sent[{fwd ? OpKind::RecvForward : OpKind::RecvBackward, op.micro_batch, to.stage, to.chunk, op.slice}] = start;
         } else if (op.kind == OpKind::RecvForward || op.kind == OpKind::RecvBackward) {
-          auto it = sent.find({op.kind, op.micro_batch, r, op.chunk});
+          auto it = sent.find({op.kind, op.micro_batch, r, op.chunk, op.slice});
           if (it == sent.end()) break;  // blocked until the peer sends
           start = std::max(start, it->second + costs.p2p_seconds);
         } else {
-          duration = op.kind == OpKind::Forward ? costs.forward_seconds : costs.backward_seconds;
+          duration = (op.kind == OpKind::Forward ? costs.forward_seconds : costs.backward_seconds) / s.slices;
           run.busy_seconds[r] += duration;
         }
         run.start[r].push_back(start);
@@ -185,7 +195,8 @@ SimulatedRun simulate_ops(const ScheduleShape& s, const std::vector<std::vector<
 
 std::string to_string(const Op& op) {
   static const char* names[] = {"RF", "F", "SF", "RB", "B", "SB"};
-  return str_cat(names[static_cast<int>(op.kind)], op.micro_batch, ".", op.chunk);
+  return str_cat(names[static_cast<int>(op.kind)], op.micro_batch, ".", op.chunk,
+                 op.slice > 0 ? str_cat("s", op.slice) : std::string());
 }
 
 }  // namespace tessera::pipeline

@@ -5,6 +5,12 @@
 //
 // The model is cut into p * v chunks. Chunk c of pipeline rank r (c < v) is model chunk c * p + r, so a
 // micro-batch's forward runs rank 0 chunk 0, rank 1 chunk 0, ..., rank p-1 chunk 0, rank 0 chunk 1, ...
+//
+// TeraPipe (Li et al., ICML 2021; --pipeline-token-slices): with n > 1 token slices each micro-batch is cut
+// along its tokens into n slices, and every op names its slice. A slice is the unit that flows between
+// stages: slice i leaves stage k while stage k works on slice i + 1, since causal attention needs only the
+// earlier tokens (kept in the stage's key/value caches). Backward runs a micro-batch's slices in reverse, as
+// the gradients of the cached keys and values flow from later slices to earlier ones.
 #pragma once
 
 #include <functional>
@@ -25,7 +31,8 @@ enum class OpKind {
 struct Op {
   OpKind kind;
   int micro_batch;
-  int chunk;  // model chunk on this rank, 0 .. v-1
+  int chunk;      // model chunk on this rank, 0 .. v-1
+  int slice = 0;  // token slice of the micro-batch, 0 .. n-1 (TeraPipe); 0 when unsliced
   bool operator==(const Op&) const = default;
 };
 
@@ -33,10 +40,11 @@ struct ScheduleShape {
   int stages = 1;         // p: pipeline-parallel size
   int micro_batches = 1;  // m: micro-batches per global batch on one data-parallel replica
   int chunks = 1;         // v: model chunks per rank (virtual pipeline stages); > 1 selects interleaving
+  int slices = 1;         // n: token slices per micro-batch (TeraPipe); > 1 needs v = 1
 };
 
 // Throws an Error naming the rule unless the shape is schedulable: p, m, v >= 1; v > 1 needs p > 1
-// and m a multiple of p (Megatron's interleaving constraint).
+// and m a multiple of p (Megatron's interleaving constraint); n >= 1, and n > 1 needs v = 1.
 void validate_schedule(const ScheduleShape& shape);
 
 // The operations of pipeline rank `stage`, in the order it runs them. forward_only: evaluation (every
@@ -44,6 +52,11 @@ void validate_schedule(const ScheduleShape& shape);
 //   p = 1: forward and backward of each micro-batch in turn (gradient accumulation).
 //   v = 1: 1F1B: min(p - stage - 1, m) warm-up forwards, then one forward one backward, then cool-down.
 //   v > 1: Megatron's interleaved 1F1B over the m * v (micro-batch, chunk) pairs.
+//   n > 1: 1F1B over the m * n (micro-batch, slice) units: forwards in the order (0, 0), (0, 1), ...,
+//          (0, n-1), (1, 0), ...; backwards micro-batch by micro-batch with the slices in reverse. The
+//          warm-up is min(p - stage - 1 + n - 1, m n) slice forwards: the last stage needs a micro-batch's
+//          every slice before that micro-batch's first backward (slice n-1), and each earlier stage runs one
+//          slice ahead of the next, as in 1F1B. n = 1 is 1F1B exactly.
 // Each Forward is preceded by its RecvForward unless it is the model's first chunk, and followed by its
 // SendForward unless it is the last; likewise for Backward with RecvBackward/SendBackward.
 std::vector<Op> build_schedule(const ScheduleShape& shape, int stage, bool forward_only = false);
@@ -59,16 +72,18 @@ ChunkId previous_chunk(const ScheduleShape& shape, ChunkId c);
 bool is_first_chunk(const ScheduleShape& shape, ChunkId c);  // holds the embedding
 bool is_last_chunk(const ScheduleShape& shape, ChunkId c);   // holds the output layer and the loss
 
-// The largest number of (micro-batch, chunk) forwards whose backward has not yet run, that `stage`
+// The largest number of (micro-batch, chunk, slice) forwards whose backward has not yet run, that `stage`
 // holds at once under the schedule: min(p - stage, m) for 1F1B; Megatron's warm-up + 1 when
-// interleaved. (Counts from the op list; see the tests for the closed forms.)
+// interleaved; min(p - stage + n - 1, m n) slices with n token slices. (Counts from the op list; see the
+// tests for the closed forms.)
 int peak_in_flight(const std::vector<Op>& ops);
 // The most bytes of activation records held at once when a forward of chunk c keeps bytes_of_chunk(c)
 // until its backward: the memory peak when chunks keep different amounts (the last one holds the logits).
 double peak_in_flight_bytes(const std::vector<Op>& ops, const std::function<double(int chunk)>& bytes_of_chunk);
 // The schedule's closed-form maximum: the number the docs and the planner quote.
 int theoretical_peak_in_flight(const ScheduleShape& shape, int stage);
-// The pipeline bubble as a fraction of the ideal compute time: (p - 1) / (v * m).
+// The pipeline bubble as a fraction of the ideal compute time: (p - 1) / (v * m), and (p - 1) / (m * n)
+// with n equal token slices (TeraPipe: the pipeline fills and drains by slices, not micro-batches).
 double theoretical_bubble_fraction(const ScheduleShape& shape);
 
 // The first global layer (0-based) and number of layers of chunk `chunk` on `stage`, for num_layers
@@ -83,7 +98,7 @@ LayerRange chunk_layers(int num_layers, const ScheduleShape& shape, ChunkId c);
 // receive waits for its matching send (and then p2p_seconds more). Throws an Error naming each rank's
 // blocked operation when the lists deadlock.
 struct OpCosts {
-  double forward_seconds = 1, backward_seconds = 2;  // per (micro-batch, chunk)
+  double forward_seconds = 1, backward_seconds = 2;  // per (micro-batch, chunk); a slice costs 1/n of it
   double p2p_seconds = 0;
 };
 struct SimulatedRun {
@@ -95,6 +110,8 @@ SimulatedRun simulate_schedule(const ScheduleShape& shape, const OpCosts& costs,
 // The same for given op lists, one per rank.
 SimulatedRun simulate_ops(const ScheduleShape& shape, const std::vector<std::vector<Op>>& ops, const OpCosts& costs);
 
-std::string to_string(const Op& op);  // "F3.1" = forward of micro-batch 3 on chunk 1, "RB", "SF", ...
+// "F3.1" = forward of micro-batch 3 on chunk 1, "RB", "SF", ...; "F3.0s2" = its token slice 2 (slice 0 of a
+// sliced schedule prints as the unsliced op).
+std::string to_string(const Op& op);
 
 }  // namespace tessera::pipeline

@@ -11,15 +11,19 @@ using pipeline::Op;
 using pipeline::OpKind;
 
 PipelineRun simulate_pipeline(const pipeline::ScheduleShape& shape, const PipelineCosts& costs, bool record_events) {
-  const int p = shape.stages, v = shape.chunks, m = shape.micro_batches;
+  const int p = shape.stages, v = shape.chunks, m = shape.micro_batches, n = shape.slices;
   TESSERA_CHECK(static_cast<int>(costs.forward_compute.size()) == p, "simulate_pipeline: costs for ",
                 costs.forward_compute.size(), " stages, the schedule has ", p);
   std::vector<std::vector<Op>> ops(p);
   for (int r = 0; r < p; ++r) ops[r] = pipeline::build_schedule(shape, r);
 
-  // arrival[direction][stage][micro_batch * v + chunk]: when the message for that receive lands (< 0: not sent).
-  std::vector<std::vector<std::vector<double>>> arrival(2, std::vector<std::vector<double>>(p, std::vector<double>(
-                                                                                                    static_cast<size_t>(m) * v, -1.0)));
+  // arrival[direction][stage][(micro_batch * n + slice) * v + chunk]: when the message for that receive
+  // lands (< 0: not sent).
+  auto slot_of = [&](const Op& op, int chunk) {
+    return (static_cast<size_t>(op.micro_batch) * n + static_cast<size_t>(op.slice)) * v + chunk;
+  };
+  std::vector<std::vector<std::vector<double>>> arrival(
+      2, std::vector<std::vector<double>>(p, std::vector<double>(static_cast<size_t>(m) * n * v, -1.0)));
   PipelineRun run;
   run.finish.assign(p, 0);
   run.compute.assign(p, 0);
@@ -39,12 +43,12 @@ PipelineRun simulate_pipeline(const pipeline::ScheduleShape& shape, const Pipeli
     for (int r = 0; r < p; ++r) {
       while (next[r] < ops[r].size()) {
         const Op& op = ops[r][next[r]];
-        const size_t slot = static_cast<size_t>(op.micro_batch) * v + op.chunk;
+        const size_t slot = slot_of(op, op.chunk);
         double& now = clock[r];
         if (op.kind == OpKind::SendForward || op.kind == OpKind::SendBackward) {
           const bool forward = op.kind == OpKind::SendForward;
           ChunkId to = forward ? pipeline::next_chunk(shape, {r, op.chunk}) : pipeline::previous_chunk(shape, {r, op.chunk});
-          arrival[forward ? 0 : 1][to.stage][static_cast<size_t>(op.micro_batch) * v + to.chunk] = now + costs.p2p_transfer;
+          arrival[forward ? 0 : 1][to.stage][slot_of(op, to.chunk)] = now + costs.p2p_transfer;
         } else if (op.kind == OpKind::RecvForward || op.kind == OpKind::RecvBackward) {
           const double lands = arrival[op.kind == OpKind::RecvForward ? 0 : 1][r][slot];
           if (lands < 0) break;  // the peer has not sent it yet: run the other ranks first
@@ -57,8 +61,9 @@ PipelineRun simulate_pipeline(const pipeline::ScheduleShape& shape, const Pipeli
           now += wait + costs.p2p_local;
         } else {
           const bool forward = op.kind == OpKind::Forward;
-          const double compute = forward ? costs.forward_compute[r][op.chunk] : costs.backward_compute[r][op.chunk];
-          const double comm = forward ? costs.forward_comm[r][op.chunk] : costs.backward_comm[r][op.chunk];
+          const double compute =
+              (forward ? costs.forward_compute[r][op.chunk] : costs.backward_compute[r][op.chunk]) / n;
+          const double comm = (forward ? costs.forward_comm[r][op.chunk] : costs.backward_comm[r][op.chunk]) / n;
           event(r, pipeline::to_string(op), forward ? "forward" : "backward", now, compute + comm);
           run.compute[r] += compute;
           run.tp_comm[r] += comm;

@@ -14,7 +14,9 @@
 
 namespace tessera::plan {
 
-// Seconds per (micro-batch, chunk) op on each pipeline rank: cost[stage][chunk].
+// Seconds per (micro-batch, chunk) op on each pipeline rank: cost[stage][chunk]. With token slices
+// (shape.slices = n > 1, TeraPipe) a slice's forward and backward cost 1/n of the micro-batch's (equal
+// slices, no fixed per-slice cost yet); p2p_transfer and p2p_local are per message, i.e. a slice's.
 struct PipelineCosts {
   std::vector<std::vector<double>> forward_compute, forward_comm;    // comm: exposed tensor-parallel collectives
   std::vector<std::vector<double>> backward_compute, backward_comm;  // backward includes any recomputation
@@ -39,7 +41,7 @@ struct PipelineRun {
   std::vector<double> tp_comm;       // per stage: exposed tensor-parallel communication seconds
   std::vector<double> p2p;           // per stage: seconds spent receiving (transfer + local gather)
   std::vector<double> bubble;        // per stage: finish - compute - tp_comm - p2p (waiting for neighbours)
-  std::vector<int> peak_in_flight;   // per stage: (micro-batch, chunk) forwards held at once
+  std::vector<int> peak_in_flight;   // per stage: (micro-batch, chunk, slice) forwards held at once
   std::vector<TimelineEvent> events;  // when asked for
 };
 

@@ -41,6 +41,22 @@ TEST(PipelineSimulator, BubbleOfOneFOneBAndInterleavedIsTheClosedForm) {
   }
 }
 
+TEST(PipelineSimulator, TokenSlicesShrinkTheBubbleToTeraPipesClosedForm) {
+  // TeraPipe with n equal slices: the pipeline fills and drains by slices, (p - 1) / (m n).
+  for (int p : {2, 4})
+    for (int m : {1, 2, 4})
+      for (int n : {2, 4}) {
+        const pipeline::ScheduleShape shape{p, m, 1, n};
+        PipelineRun run = simulate_pipeline(shape, uniform(p, 1, 1, 2), false);
+        const double ideal = m * 3.0;
+        for (int r = 0; r < p; ++r) EXPECT_DOUBLE_EQ(run.compute[r], ideal);
+        EXPECT_NEAR((run.makespan - ideal) / ideal, pipeline::theoretical_bubble_fraction(shape), 1e-9)
+            << "p=" << p << " m=" << m << " n=" << n;
+        for (int r = 0; r < p; ++r)
+          EXPECT_EQ(run.peak_in_flight[r], pipeline::theoretical_peak_in_flight(shape, r)) << "stage " << r;
+      }
+}
+
 TEST(PipelineSimulator, AgreesWithTheScheduleLayersSimulator) {
   const pipeline::ScheduleShape shape{4, 8, 2};
   pipeline::OpCosts costs;

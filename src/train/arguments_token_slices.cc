@@ -1,6 +1,7 @@
-// The rules of --pipeline-token-slices (TeraPipe's token slicing, model/token_slices.h). Step 1 of issue
-// 36 runs the slices one after another on one stage with the key/value caches; the layouts and features
-// whose composition with slices is not built (or not tested) yet are refused, naming the flag.
+// The rules of --pipeline-token-slices (TeraPipe's token slicing, model/token_slices.h). On one stage the
+// slices run one after another with the key/value caches; across pipeline stages the 1F1B schedule runs
+// them slice by slice (pipeline/schedules.h). The layouts and features whose composition with slices is
+// not built (or not tested) yet are refused, naming the flag.
 #include "model/token_slices.h"
 #include "train/argument_rules.h"
 #include "train/arguments.h"
@@ -15,10 +16,10 @@ void finalize_token_slices(TrainArguments& a) {
   const std::string& v = a.pipeline_token_slices;
   const char* flag = "--pipeline-token-slices";
   a.token_slices = model::parse_token_slice_lengths(v, a.model.seq_length);
-  require(a.pipeline_model_parallel_size == 1, flag, v,
-          str_cat("needs --pipeline-model-parallel-size 1 (got ", a.pipeline_model_parallel_size,
-                  "): the slices run one after another on one stage until the token-level pipeline schedule "
-                  "lands (issue 36)"));
+  require(a.virtual_pipeline_size == 1, flag, v,
+          str_cat("cannot be combined with the interleaved schedule (--num-virtual-stages-per-pipeline-rank ",
+                  a.virtual_pipeline_size, ") yet: the token slices flow through one model chunk per stage "
+                  "(1F1B over the slices)"));
   if (a.sequence_parallel)  // each slice's rows are split over the tensor group
     for (int64_t l : a.token_slices)
       require(l % a.tensor_model_parallel_size == 0, flag, v,

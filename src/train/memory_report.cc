@@ -33,7 +33,9 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   const double layers_bytes = model::chunk_record_bytes(a.model, layout, chunk_layers, a.recompute);
   // Token slices: the caches replace the keys and values a layer record keeps (none under full
   // recomputation, 16-bit ones under mixed precision), in fp32.
-  double slice_caches_extra = 0;
+  // The caches' bytes beyond what the records would keep; a layer's keys and values in fp32 (one cache);
+  // and the keys and values the chunk's records would keep.
+  double slice_caches_extra = 0, kv_per_layer_fp32 = 0, kept = 0;
   if (!a.token_slices.empty()) {
     const double kv_per_layer = 2.0 * static_cast<double>(a.model.seq_length * a.micro_batch_size *
                                                           (a.model.num_query_groups / a.tensor_model_parallel_size) *
@@ -42,17 +44,39 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
     if (a.recompute.method == model::RecomputeMethod::Uniform) recomputed = chunk_layers;
     if (a.recompute.method == model::RecomputeMethod::Block)
       recomputed = std::min<int64_t>(a.recompute.num_layers, chunk_layers);
-    const double kept = kv_per_layer * static_cast<double>((chunk_layers - recomputed) *
-                                                           dtype_size(a.model.params_dtype));
+    kept = kv_per_layer * static_cast<double>((chunk_layers - recomputed) * dtype_size(a.model.params_dtype));
+    kv_per_layer_fp32 = kv_per_layer * 4.0;
     p.token_slice_caches = kv_per_layer * 4.0 * static_cast<double>(chunk_layers * schedule.chunks);
     slice_caches_extra = kv_per_layer * 4.0 * static_cast<double>(chunk_layers) - kept;
   }
-  p.activations = pipeline::peak_in_flight_bytes(pipeline::build_schedule(schedule, stage), [&](int chunk) {
+  auto chunk_bytes = [&](int chunk) {
     const pipeline::ChunkId id{stage, chunk};
-    return layers_bytes + slice_caches_extra +
-           model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id),
-                                    pipeline::is_last_chunk(schedule, id));
-  });
+    return layers_bytes + model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id),
+                                                   pipeline::is_last_chunk(schedule, id));
+  };
+  const std::vector<pipeline::Op> ops = pipeline::build_schedule(schedule, stage);
+  if (schedule.slices == 1) {
+    p.activations = pipeline::peak_in_flight_bytes(ops, [&](int chunk) { return chunk_bytes(chunk) + slice_caches_extra; });
+  } else {  // TeraPipe across stages: a slice's records are its share of the tokens (less the keys and
+            // values, which are in the caches); the caches live from slice 0's forward to slice 0's
+            // backward, their gradients from the last slice's backward on (a later micro-batch's forwards
+            // run meanwhile). Like the measured peak, taken after forwards.
+    const double caches = kv_per_layer_fp32 * static_cast<double>(chunk_layers), cache_grads = caches;
+    const int last = schedule.slices - 1;
+    double live = 0;
+    for (const pipeline::Op& op : ops) {
+      if (op.kind != pipeline::OpKind::Forward && op.kind != pipeline::OpKind::Backward) continue;
+      const double share = static_cast<double>(a.token_slices[static_cast<size_t>(op.slice)]) /
+                           static_cast<double>(a.model.seq_length);
+      const double bytes = (chunk_bytes(op.chunk) - kept) * share + (op.slice == 0 ? caches : 0.0);
+      if (op.kind == pipeline::OpKind::Forward) {
+        live += bytes;
+        p.activations = std::max(p.activations, live);
+      } else {
+        live += (op.slice == last ? cache_grads : 0.0) - bytes - (op.slice == 0 ? cache_grads : 0.0);
+      }
+    }
+  }
   return p;
 }
 

@@ -115,8 +115,12 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   build_datasets();
   // This rank's chunks of the model: Megatron's layer ranges for (pipeline rank, virtual stage).
   const int stage = state_->coordinates().pp;
+  // Token slices flow through the stages one by one (TeraPipe) when there is a pipeline; on one stage the
+  // chunk runs a micro-batch's slices one after another in a single forward (model/token_slices.h).
+  const bool slices_in_schedule = !args_.token_slices.empty() && args_.pipeline_model_parallel_size > 1;
   schedule_ = {static_cast<int>(args_.pipeline_model_parallel_size), static_cast<int>(args_.num_micro_batches),
-               static_cast<int>(args_.virtual_pipeline_size)};
+               static_cast<int>(args_.virtual_pipeline_size),
+               slices_in_schedule ? static_cast<int>(args_.token_slices.size()) : 1};
   pipeline::validate_schedule(schedule_);
   pipeline::validate_layer_split(static_cast<int>(args_.model.num_layers), schedule_);
   for (int k = 0; k < schedule_.chunks; ++k) {
@@ -125,7 +129,11 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                             pipeline::is_last_chunk(schedule_, {stage, k})};
     std::unique_ptr<model::LanguageModelChunk> built = model::build_model_chunk(args_.model, params_, tp_, chunk);
     // --pipeline-token-slices: each micro-batch runs slice by slice with per-layer key/value caches.
-    if (!args_.token_slices.empty()) built = model::with_token_slices(std::move(built), args_.token_slices);
+    if (!args_.token_slices.empty()) {
+      std::unique_ptr<model::TokenSlicedChunk> sliced = model::with_token_slices(std::move(built), args_.token_slices);
+      if (slices_in_schedule) sliced_chunks_.push_back(sliced.get());
+      built = std::move(sliced);
+    }
     chunks_.push_back(std::move(built));
     chunks_.back()->set_recompute(args_.recompute);
   }
@@ -133,13 +141,18 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     std::string lengths;
     for (int64_t l : args_.token_slices) lengths += str_cat(lengths.empty() ? "" : ",", l);
     say(str_cat(" > token slices (TeraPipe, --pipeline-token-slices ", args_.pipeline_token_slices, "): ",
-                args_.token_slices.size(), " slices of [", lengths, "] tokens, run one after another"));
+                args_.token_slices.size(), " slices of [", lengths, "] tokens, ",
+                slices_in_schedule ? str_cat("pipelined over ", schedule_.stages, " stages (1F1B over the slices)")
+                                   : std::string("run one after another")));
   }
   params_.allocate(args_.seed);
   if (schedule_.stages > 1) {
-    const int64_t rows = args_.model.seq_length * args_.micro_batch_size / (tp_.sequence_parallel ? tp_.size() : 1);
-    p2p_ = std::make_unique<pipeline::PipelineP2P>(state_->pipeline_group(), schedule_,
-                                                   Shape{rows, args_.model.hidden_size},
+    // The activation that crosses a stage boundary: a micro-batch's, or with token slices each slice's.
+    std::vector<Shape> activations;
+    for (int64_t tokens : schedule_.slices > 1 ? args_.token_slices : std::vector<int64_t>{args_.model.seq_length})
+      activations.push_back(
+          {tokens * args_.micro_batch_size / (tp_.sequence_parallel ? tp_.size() : 1), args_.model.hidden_size});
+    p2p_ = std::make_unique<pipeline::PipelineP2P>(state_->pipeline_group(), schedule_, std::move(activations),
                                                    tp_.sequence_parallel ? nullptr : tp_.group);
   }
   comm::RankCoordinates rc = state_->coordinates();
@@ -303,39 +316,56 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
     forward_hooks.params_needed_below = [this](int64_t end) { buckets_->wait_param_gather_below(end); };
   overlapped_backward_hooks.grads_final_from = [this](int64_t first) { buckets_->mark_final_from(first); };
   pipeline::StageCallbacks callbacks;
-  callbacks.forward = [&](int m, int chunk, const Tensor& input) {
-    if (training && m == 0) maybe_inject_fault(injected_fault_, state_->world_rank(), iteration_ + 1, false);
+  // With token slices in the schedule a micro-batch's record lives from its slice 0's forward to its
+  // slice 0's backward and grows and shrinks slice by slice; the records' bytes are counted as they change.
+  const bool sliced = shape.slices > 1;
+  const int last_slice = shape.slices - 1;
+  int live_slices = 0;
+  callbacks.forward = [&](int m, int chunk, int slice, const Tensor& input) {
+    if (training && m == 0 && slice == 0) maybe_inject_fault(injected_fault_, state_->world_rank(), iteration_ + 1, false);
     std::unique_ptr<model::ChunkRecord>& rec = records[{m, chunk}];
-    rec = chunks_[chunk]->make_record();
-    peak_live_activations_ = std::max(peak_live_activations_, static_cast<int>(records.size()));
+    if (slice == 0) rec = chunks_[chunk]->make_record();
+    const int64_t bytes_before = rec->bytes();
+    live_slices += 1;
+    peak_live_activations_ =
+        std::max(peak_live_activations_, sliced ? live_slices : static_cast<int>(records.size()));
     model::ForwardContext ctx = context(m);
     // The teacher's forward on the same micro-batch, just before the student's chunk with the head
-    // uses its logits (and holds them until its backward).
+    // uses its logits (and holds them until its backward). (--kd is refused with token slices.)
     model::Distillation kd;
     if (teacher_ && chunks_[chunk]->chunk().post_process) {
       kd = teacher_->target(batches[m], ctx);
       ctx.distillation = &kd;
       ++teacher_forwards_;
     }
-    Tensor out = chunks_[chunk]->forward(batches[m], input, ctx, *rec, losses, forward_hooks);
+    Tensor out = sliced ? sliced_chunks_[chunk]->forward_slice(slice, batches[m], input, ctx, *rec, losses, forward_hooks)
+                        : chunks_[chunk]->forward(batches[m], input, ctx, *rec, losses, forward_hooks);
     if (!training) {
-      records.erase({m, chunk});
+      if (slice == last_slice) records.erase({m, chunk}), live_slices -= shape.slices;
       return out;
     }
-    live_activation_bytes_ += rec->bytes();
+    live_activation_bytes_ += rec->bytes() - bytes_before;
     peak_activation_bytes_ = std::max(peak_activation_bytes_, live_activation_bytes_);
     return out;
   };
-  callbacks.backward = [&](int m, int chunk, const Tensor& grad_output) {
-    if (m == 0) maybe_inject_fault(injected_fault_, state_->world_rank(), iteration_ + 1, true);
+  callbacks.backward = [&](int m, int chunk, int slice, const Tensor& grad_output) {
+    if (m == 0 && slice == last_slice) maybe_inject_fault(injected_fault_, state_->world_rank(), iteration_ + 1, true);
     // During each chunk's last backward, gradient buckets start their data-parallel all-reduce as soon
-    // as they are final.
+    // as they are final (with token slices, in the backward of the last micro-batch's slice 0).
     bool overlap = args_.overlap_grad_reduce && m + 1 == shape.micro_batches;
     auto it = records.find({m, chunk});
-    live_activation_bytes_ -= it->second->bytes();
-    Tensor grad_input = chunks_[chunk]->backward(*it->second, grad_output, context(m), grad_scale,
-                                                 overlap ? overlapped_backward_hooks : model::ParamHooks());
-    records.erase(it);
+    const int64_t bytes_before = it->second->bytes();
+    const model::ParamHooks& hooks = overlap ? overlapped_backward_hooks : model::ParamHooks();
+    Tensor grad_input = sliced ? sliced_chunks_[chunk]->backward_slice(slice, *it->second, grad_output, context(m),
+                                                                       grad_scale, hooks)
+                               : chunks_[chunk]->backward(*it->second, grad_output, context(m), grad_scale, hooks);
+    live_slices -= 1;
+    if (slice == 0) {  // the record goes (backward may have widened what it held: count what it had)
+      live_activation_bytes_ -= bytes_before;
+      records.erase(it);
+    } else {  // the slice's own record went; the caches' gradients came
+      live_activation_bytes_ -= bytes_before - it->second->bytes();
+    }
     return grad_input;
   };
   pipeline::run_schedule(ops, p2p_.get(), callbacks, times_);
@@ -554,9 +584,11 @@ void Trainer::log_timers(int64_t iterations) {
   for (int s = 0; s < schedule_.stages; ++s)
     held += str_cat(s ? " " : "", peak[s], "/", pipeline::theoretical_peak_in_flight(schedule_, s));
   char buf[160];
-  std::snprintf(buf, sizeof buf, "    pipeline bubble: measured %.3f, theory (p-1)/(v*m) = %.3f | ", bubble,
+  std::snprintf(buf, sizeof buf, "    pipeline bubble: measured %.3f, theory %s = %.3f | ", bubble,
+                schedule_.slices > 1 ? "(p-1)/(m*n) with n token slices" : "(p-1)/(v*m)",
                 pipeline::theoretical_bubble_fraction(schedule_));
-  say(str_cat(buf, "activations held per stage (measured/schedule max): ", held));
+  say(str_cat(buf, schedule_.slices > 1 ? "token-slice activations" : "activations",
+              " held per stage (measured/schedule max): ", held));
 }
 
 void Trainer::train() {

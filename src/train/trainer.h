@@ -13,6 +13,7 @@
 #include "comm/parallel_state.h"
 #include "core/timer.h"
 #include "model/model_factory.h"
+#include "model/token_slices.h"
 #include "parallel/expert_dispatch.h"
 #include "parallel/grad_buckets.h"
 #include "pipeline/executor.h"
@@ -122,6 +123,8 @@ class Trainer {
   model::ParameterSet params_;
   pipeline::ScheduleShape schedule_;
   std::vector<std::unique_ptr<model::LanguageModelChunk>> chunks_;  // this rank's model chunks (one unless interleaved)
+  // chunks_ run one token slice at a time by the schedule (TeraPipe across stages, schedule_.slices > 1).
+  std::vector<const model::TokenSlicedChunk*> sliced_chunks_;
   std::unique_ptr<pipeline::PipelineP2P> p2p_;            // null without pipeline parallelism
   std::unique_ptr<Teacher> teacher_;  // --kd, on the ranks with the head, until --kd-stop-iteration
   int64_t teacher_forwards_ = 0;
@@ -137,7 +140,7 @@ class Trainer {
   // Accounting since the last log line.
   pipeline::PipelineTimes times_;
   double reduce_seconds_ = 0, optimizer_seconds_ = 0;
-  int peak_live_activations_ = 0;  // most micro-batch activation records held at once
+  int peak_live_activations_ = 0;  // most micro-batch activation records (token slices' when sliced) held at once
   int64_t live_activation_bytes_ = 0, peak_activation_bytes_ = 0;  // held by the layer records
   MemoryPrediction memory_;
   int64_t consecutive_nan_iterations_ = 0;
