@@ -13,6 +13,7 @@
 #include "plan/calibration.h"
 #include "plan/planner.h"
 #include "plan/run_layout.h"
+#include "plan/token_slicing.h"
 #include "train/arguments.h"
 #include "train/trainer.h"
 
@@ -64,6 +65,31 @@ std::string plan_note(const train::TrainArguments& a, double measured_ms) try {
   return str_cat(" plan: no prediction (", e.what(), ")");
 }
 
+// The cost --pipeline-token-slices auto gives TeraPipe's dynamic program: the planner's slice cost
+// (plan/token_slicing.h) for this run's layout on the cluster the plan line uses, calibrated when
+// tessera_cluster.json was written for this run; the stated model if the planner cannot price the run.
+train::TokenSliceCosts planner_token_slice_cost(const train::TrainArguments& a) try {
+  const plan::Layout l = plan::layout_of_run(a);
+  std::string source;
+  const plan::ClusterSpec cluster = cluster_for_plan(a.model, l, static_cast<int>(a.world_size), source);
+  return {plan::stage_slice_cost(a.model, l, cluster.device), str_cat("the planner's time model (", source, ")")};
+} catch (const std::exception& e) {
+  train::TokenSliceCosts stated = train::stated_token_slice_cost(a);
+  stated.source += str_cat(", as the planner could not price the run: ", e.what());
+  return stated;
+}
+
+// Rank 0's automatic slicing on every rank: each chose from its own view of tessera_cluster.json, which
+// on several machines need not be the same file. Every choice is in units that pass the flag's rules.
+void share_token_slices(train::TrainArguments& a, comm::ProcessGroup& world) {
+  if (a.pipeline_token_slices != "auto" || world.size() == 1) return;
+  Tensor t = Tensor::zeros({a.model.seq_length + 1}, DType::I64);  // the count, then the lengths
+  t.i64()[0] = static_cast<int64_t>(a.token_slices.size());
+  std::copy(a.token_slices.begin(), a.token_slices.end(), t.i64() + 1);
+  world.broadcast(t, 0);
+  a.token_slices.assign(t.i64() + 1, t.i64() + 1 + t.i64()[0]);
+}
+
 }  // namespace
 
 // Every rank parses and validates the same flags, so a bad flag fails identically everywhere: rank 0
@@ -75,7 +101,7 @@ int train_command(const std::vector<std::string>& args) {
   const bool reporter = world->rank() == 0;
   train::TrainArguments parsed;
   try {
-    parsed = train::parse_train_arguments(args, world->size());
+    parsed = train::parse_train_arguments(args, world->size(), planner_token_slice_cost);
   } catch (const train::HelpRequested& help) {
     if (reporter) std::cout << help.text;
     return 0;
@@ -85,6 +111,7 @@ int train_command(const std::vector<std::string>& args) {
   }
   comm::set_collective_timeout(std::chrono::minutes(parsed.distributed_timeout_minutes));
   try {
+    share_token_slices(parsed, *world);
     const train::TrainArguments planned = parsed;
     train::Trainer trainer(std::move(parsed), world.get());
     trainer.first_interval_note = [&planned](double measured_ms) { return plan_note(planned, measured_ms); };

@@ -23,9 +23,9 @@ SliceKvCache& TokenSlice::cache(int64_t layer_number) const {
 }
 
 std::vector<int64_t> parse_token_slice_lengths(const std::string& value, int64_t seq_length) {
-  TESSERA_CHECK(value != "auto", "--pipeline-token-slices=auto: training does not choose the slicing yet (the "
-                "planner's dynamic program, tessera plan --pipeline-token-slices auto, prints one); give a number "
-                "of equal slices or the slice lengths");
+  TESSERA_CHECK(value != "auto", "--pipeline-token-slices=auto: is chosen by TeraPipe's dynamic program with a "
+                "cost model (pipeline/token_slicing.h), which its caller supplies; here give a number of equal "
+                "slices or the slice lengths");
   std::vector<int64_t> slices;
   size_t at = 0;
   while (at <= value.size()) {

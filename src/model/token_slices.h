@@ -45,7 +45,7 @@ struct TokenSlice {
 
 // --pipeline-token-slices for training: a count n (n equal slices; it must divide the sequence) or
 // comma-separated positive lengths summing to the sequence. Throws an Error naming the flag and the rule
-// (also for "auto", which needs the planner's cost model and is not run by training yet).
+// (also for "auto", which needs a cost model: train's arguments and the planner resolve it before this).
 std::vector<int64_t> parse_token_slice_lengths(const std::string& value, int64_t seq_length);
 
 // Positions [offset, offset + length) of a micro-batch's [batch, seq] tensors (copies), with their global

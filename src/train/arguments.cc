@@ -6,8 +6,14 @@
 namespace tessera::train {
 
 TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size) {
+  return parse_train_arguments(args, world_size, TokenSliceCostModel{});
+}
+
+TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size,
+                                     const TokenSliceCostModel& token_slice_cost_model) {
   TrainArguments a;
   a.world_size = world_size;
+  a.token_slice_cost_model = token_slice_cost_model;
   CLI::App app{"tessera train: train a GPT (or, with --model-family bert, a BERT) with Megatron-LM's flags",
                "tessera train"};
   app.option_defaults()->always_capture_default();
@@ -24,8 +30,9 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   m->add_option("--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
                 "Model chunks per pipeline rank of the interleaved schedule");
   m->add_option("--pipeline-token-slices", a.pipeline_token_slices,
-                "TeraPipe's token slices: N equal slices or lengths l1,l2,... of the sequence; each micro-batch "
-                "runs slice by slice with per-layer key/value caches (one pipeline stage for now)");
+                "TeraPipe's token slices: N equal slices, lengths l1,l2,... of the sequence, or auto (TeraPipe's "
+                "dynamic program, from the calibration when there is one); each micro-batch runs slice by slice "
+                "with per-layer key/value caches, pipelined across stages");
   add_expert_parallel_flags(*m, a);
   m->add_flag("--sequence-parallel", a.sequence_parallel, "Shard norms, dropout and residuals along the sequence");
   m->add_option("--recompute-granularity", a.recompute_granularity,

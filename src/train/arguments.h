@@ -12,6 +12,7 @@
 #include "optim/adamw_optimizer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"
+#include "train/token_slice_cost.h"
 
 namespace CLI {
 class App;
@@ -41,10 +42,14 @@ struct TrainArguments {
   // Interleaved 1F1B: either flag gives the model chunks per pipeline rank (0: not set).
   int64_t num_layers_per_virtual_pipeline_stage = 0, num_virtual_stages_per_pipeline_rank = 0;
   bool sequence_parallel = false;
-  // TeraPipe's token slicing (model/token_slices.h): --pipeline-token-slices N | l1,l2,... as given, and
-  // the slice lengths (finalize_token_slices; empty: the whole sequence at once).
+  // TeraPipe's token slicing (model/token_slices.h): --pipeline-token-slices N | l1,l2,... | auto as
+  // given, and the slice lengths (finalize_token_slices; empty: the whole sequence at once). With auto,
+  // TeraPipe's dynamic program chooses them from token_slice_cost_model's cost (the stated model when
+  // unset) and token_slices_source says whose costs those were.
   std::string pipeline_token_slices;
   std::vector<int64_t> token_slices;
+  TokenSliceCostModel token_slice_cost_model;
+  std::string token_slices_source;
   // Expert parallelism: experts split over ep ranks, each expert's MLP over etp ranks (0: the tensor-
   // parallel size), tokens carried by an all-to-all or an all-gather dispatcher.
   int64_t expert_model_parallel_size = 1, expert_tensor_parallel_size = 0;
@@ -137,6 +142,9 @@ struct TrainArguments {
 // --help prints usage and throws HelpRequested.
 // world_size is the number of processes (ranks) of the job: layout rules are checked against it.
 TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size = 1);
+// The same, with the cost that --pipeline-token-slices auto prices slices with (train/token_slice_cost.h).
+TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size,
+                                     const TokenSliceCostModel& token_slice_cost_model);
 
 struct HelpRequested {
   std::string text;

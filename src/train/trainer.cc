@@ -140,10 +140,15 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   if (!args_.token_slices.empty()) {
     std::string lengths;
     for (int64_t l : args_.token_slices) lengths += str_cat(lengths.empty() ? "" : ",", l);
-    say(str_cat(" > token slices (TeraPipe, --pipeline-token-slices ", args_.pipeline_token_slices, "): ",
-                args_.token_slices.size(), " slices of [", lengths, "] tokens, ",
-                slices_in_schedule ? str_cat("pipelined over ", schedule_.stages, " stages (1F1B over the slices)")
-                                   : std::string("run one after another")));
+    const std::string how = slices_in_schedule
+                                ? str_cat("pipelined over ", schedule_.stages, " stages (1F1B over the slices)")
+                                : std::string("run one after another");
+    if (args_.pipeline_token_slices == "auto")  // the chosen slices first, then whose costs chose them
+      say(str_cat(" > token slices (auto): ", lengths, " (TeraPipe's dynamic program, costs from ",
+                  args_.token_slices_source, "), ", how));
+    else
+      say(str_cat(" > token slices (TeraPipe, --pipeline-token-slices ", args_.pipeline_token_slices, "): ",
+                  args_.token_slices.size(), " slices of [", lengths, "] tokens, ", how));
   }
   params_.allocate(args_.seed);
   if (schedule_.stages > 1) {
