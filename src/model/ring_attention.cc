@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "core/progress.h"
 #include "kernels/attention_merge.h"
 #include "kernels/elementwise.h"
 
@@ -50,6 +51,27 @@ void check_shapes(const RingAttentionShape& s, const Tensor& q, const Tensor& k,
                 "ring attention: q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ", lse ",
                 shape_str(lse.shape()), " do not hold 2 chunks of ", s.chunk, " positions x batch ", s.batch);
 }
+
+// Open MPI advances a nonblocking transfer only inside an MPI call: while a step computes, the ring's
+// transfers in flight are tested at the kernels' progress points (core/progress.h), so that the next
+// block moves during the current block's attention rather than at the wait.
+class ProgressWhileComputing {
+ public:
+  explicit ProgressWhileComputing(std::vector<comm::WorkHandle>& work) : work_(work) {
+    if (!work_.empty())
+      progress::add_hook(this, [this] {
+        for (comm::WorkHandle& w : work_) w->test();
+      });
+  }
+  ~ProgressWhileComputing() {
+    if (!work_.empty()) progress::remove_hook(this);
+  }
+  ProgressWhileComputing(const ProgressWhileComputing&) = delete;
+  ProgressWhileComputing& operator=(const ProgressWhileComputing&) = delete;
+
+ private:
+  std::vector<comm::WorkHandle>& work_;
+};
 
 }  // namespace
 
@@ -126,7 +148,10 @@ void ring_attention_forward(const parallel::ContextParallelContext& cp, const Te
       next_v = Tensor::empty(v.shape());
       work = parallel::ring_shift_async(*cp.group, {cur_k, cur_v}, {next_k, next_v}, kKeyValueTag);
     }
-    ring_step_forward(s, rank, source, q, cur_k, cur_v, out, lse, softmax_scale, dropout);
+    {
+      const ProgressWhileComputing progress(work);
+      ring_step_forward(s, rank, source, q, cur_k, cur_v, out, lse, softmax_scale, dropout);
+    }
     parallel::wait_all(work);
     cur_k = next_k;
     cur_v = next_v;
@@ -152,8 +177,11 @@ void ring_attention_backward(const parallel::ContextParallelContext& cp, const T
       next_v = Tensor::empty(v.shape());
       kv_work = parallel::ring_shift_async(*cp.group, {cur_k, cur_v}, {next_k, next_v}, kKeyValueTag);
     }
-    ring_step_backward(s, rank, source, q, cur_k, cur_v, out, lse, dout, dq_sum, cur_dk, cur_dv, softmax_scale,
-                       dropout);
+    {
+      const ProgressWhileComputing progress(kv_work);
+      ring_step_backward(s, rank, source, q, cur_k, cur_v, out, lse, dout, dq_sum, cur_dk, cur_dv, softmax_scale,
+                         dropout);
+    }
     if (n > 1) {  // the gradients follow their block around the ring, one step behind it
       Tensor next_dk = Tensor::empty(k.shape()), next_dv = Tensor::empty(v.shape());
       grad_work = parallel::ring_shift_async(*cp.group, {cur_dk, cur_dv}, {next_dk, next_dv}, kKeyValueGradTag);
