@@ -1,7 +1,8 @@
 // Context parallelism (--context-parallel-size: load-balanced chunks, ring attention, gradients reduced
-// over data x context) reproduces the single-process run with dropout on: the losses of 3 iterations
-// and every gradient of one step, at cp 2, cp 4 and cp 2 x dp 2 (and cp 4 x dp 2, cp 8 at 8 ranks), with
-// learned positions and with RoPE and grouped-query attention. Combinations not built yet are refused.
+// over data x context) reproduces the single-process run with dropout on: the losses of 3 iterations,
+// the validation loss after them (the ring without dropout) and every gradient of one step, at cp 2,
+// cp 4 and cp 2 x dp 2 (and cp 4 x dp 2, cp 8 at 8 ranks), with learned positions and with RoPE and
+// grouped-query attention. Combinations not built yet are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,7 +21,7 @@ using testing::split_flags;
 std::string flags(int cp, int64_t global_batch, int iters, const std::string& extra) {
   return str_cat("--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
                  "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 1 --lr 3e-3 --log-interval 100 "
-                 "--eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size ", global_batch,
+                 "--eval-iters 1 --eval-interval 100 --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size ", global_batch,
                  " --train-iters ", iters, " --context-parallel-size ", cp, " ", extra);
 }
 
@@ -82,6 +83,9 @@ TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
     ASSERT_EQ(t.losses().size(), single.losses().size());
     for (size_t i = 0; i < t.losses().size(); ++i)
       EXPECT_NEAR(t.losses()[i], single.losses()[i], 1e-5 * std::abs(single.losses()[i])) << "iteration " << i + 1;
+    // Evaluation runs the ring without dropout.
+    const double validation = single.evaluate().lm_loss;
+    EXPECT_NEAR(t.evaluate().lm_loss, validation, 1e-5 * std::abs(validation));
 
     Trainer one(parse_train_arguments(split_flags(flags(l.cp, global_batch, 1, layout_flags)), n), world.get());
     one.train();
