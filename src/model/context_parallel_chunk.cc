@@ -62,7 +62,9 @@ class ContextParallelChunk final : public LanguageModelChunk {
   Tensor score(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx) const override {
     return inner_->score(batch, input, ctx);
   }
-  Tensor logits(const MicroBatch& batch, const ForwardContext& ctx) const override { return inner_->logits(batch, ctx); }
+  Tensor logits(const MicroBatch& batch, const ForwardContext& ctx) const override {
+    return inner_->logits(batch, ctx);
+  }
 
  private:
   ForwardContext local_context(const ForwardContext& ctx) const {

@@ -1,5 +1,6 @@
 #include "model/ring_attention.h"
 
+#include <initializer_list>
 #include <vector>
 
 #include "core/progress.h"
@@ -57,20 +58,18 @@ void check_shapes(const RingAttentionShape& s, const Tensor& q, const Tensor& k,
 // block moves during the current block's attention rather than at the wait.
 class ProgressWhileComputing {
  public:
-  explicit ProgressWhileComputing(std::vector<comm::WorkHandle>& work) : work_(work) {
-    if (!work_.empty())
-      progress::add_hook(this, [this] {
-        for (comm::WorkHandle& w : work_) w->test();
-      });
+  explicit ProgressWhileComputing(std::initializer_list<std::vector<comm::WorkHandle>*> work) : work_(work) {
+    progress::add_hook(this, [this] {
+      for (std::vector<comm::WorkHandle>* list : work_)
+        for (comm::WorkHandle& w : *list) w->test();
+    });
   }
-  ~ProgressWhileComputing() {
-    if (!work_.empty()) progress::remove_hook(this);
-  }
+  ~ProgressWhileComputing() { progress::remove_hook(this); }
   ProgressWhileComputing(const ProgressWhileComputing&) = delete;
   ProgressWhileComputing& operator=(const ProgressWhileComputing&) = delete;
 
  private:
-  std::vector<comm::WorkHandle>& work_;
+  std::vector<std::vector<comm::WorkHandle>*> work_;
 };
 
 }  // namespace
@@ -149,7 +148,7 @@ void ring_attention_forward(const parallel::ContextParallelContext& cp, const Te
       work = parallel::ring_shift_async(*cp.group, {cur_k, cur_v}, {next_k, next_v}, kKeyValueTag);
     }
     {
-      const ProgressWhileComputing progress(work);
+      const ProgressWhileComputing progress({&work});
       ring_step_forward(s, rank, source, q, cur_k, cur_v, out, lse, softmax_scale, dropout);
     }
     parallel::wait_all(work);
@@ -165,37 +164,56 @@ void ring_attention_backward(const parallel::ContextParallelContext& cp, const T
   TESSERA_CHECK(cp.size() == s.cp, "ring attention: a group of ", cp.size(), " ranks for cp ", s.cp);
   const int n = cp.size(), rank = cp.rank();
   const Tensor dq_sum = Tensor::zeros(q.shape());
-  // The block held at this step, and the gradients of its keys and values summed over the ranks it has
-  // visited; after the last step's shift each rank holds its own keys' and values' whole gradients.
-  Tensor cur_k = k, cur_v = v, cur_dk = Tensor::zeros(k.shape()), cur_dv = Tensor::zeros(v.shape());
+  // At step s this rank holds rank (rank - s)'s keys and values. Their gradient summed over the ranks
+  // they visited before arrives from the previous rank while this rank computes its own part; the sum
+  // then goes on to the next rank, in flight during the next step. After the last step the previous
+  // rank sends each rank its own keys' and values' gradient, summed over every rank's queries.
+  Tensor cur_k = k, cur_v = v, sum_dk, sum_dv;
+  std::vector<comm::WorkHandle> grad_send;
   for (int step = 0; step < n; ++step) {
     const int source = (rank - step + n) % n;
-    std::vector<comm::WorkHandle> kv_work, grad_work;
-    Tensor next_k, next_v;
+    std::vector<comm::WorkHandle> kv_work, grad_recv;
+    Tensor next_k, next_v, earlier_dk, earlier_dv;
     if (step + 1 < n) {
       next_k = Tensor::empty(k.shape());
       next_v = Tensor::empty(v.shape());
       kv_work = parallel::ring_shift_async(*cp.group, {cur_k, cur_v}, {next_k, next_v}, kKeyValueTag);
     }
+    if (step > 0) {
+      earlier_dk = Tensor::empty(k.shape());
+      earlier_dv = Tensor::empty(v.shape());
+      grad_recv = parallel::ring_shift_async(*cp.group, {}, {earlier_dk, earlier_dv}, kKeyValueGradTag);
+    }
+    const Tensor part_dk = Tensor::zeros(k.shape()), part_dv = Tensor::zeros(v.shape());
     {
-      const ProgressWhileComputing progress(kv_work);
-      ring_step_backward(s, rank, source, q, cur_k, cur_v, out, lse, dout, dq_sum, cur_dk, cur_dv, softmax_scale,
+      const ProgressWhileComputing progress({&kv_work, &grad_recv, &grad_send});
+      ring_step_backward(s, rank, source, q, cur_k, cur_v, out, lse, dout, dq_sum, part_dk, part_dv, softmax_scale,
                          dropout);
     }
-    if (n > 1) {  // the gradients follow their block around the ring, one step behind it
-      Tensor next_dk = Tensor::empty(k.shape()), next_dv = Tensor::empty(v.shape());
-      grad_work = parallel::ring_shift_async(*cp.group, {cur_dk, cur_dv}, {next_dk, next_dv}, kKeyValueGradTag);
-      parallel::wait_all(grad_work);
-      cur_dk = next_dk;
-      cur_dv = next_dv;
+    parallel::wait_all(grad_recv);
+    if (step > 0) {
+      kernels::add_into(part_dk, earlier_dk);
+      kernels::add_into(part_dv, earlier_dv);
     }
+    parallel::wait_all(grad_send);  // the previous sum's buffers are released once it has left
+    sum_dk = part_dk;
+    sum_dv = part_dv;
+    if (n > 1) grad_send = parallel::ring_shift_async(*cp.group, {sum_dk, sum_dv}, {}, kKeyValueGradTag);
     parallel::wait_all(kv_work);
     cur_k = next_k;
     cur_v = next_v;
   }
+  if (n > 1) {  // this rank's own keys' and values' gradient, from the previous rank's last step
+    Tensor own_dk = Tensor::empty(k.shape()), own_dv = Tensor::empty(v.shape());
+    std::vector<comm::WorkHandle> own = parallel::ring_shift_async(*cp.group, {}, {own_dk, own_dv}, kKeyValueGradTag);
+    parallel::wait_all(own);
+    parallel::wait_all(grad_send);
+    sum_dk = own_dk;
+    sum_dv = own_dv;
+  }
   dq.copy_from(dq_sum);
-  dk.copy_from(cur_dk);
-  dv.copy_from(cur_dv);
+  dk.copy_from(sum_dk);
+  dv.copy_from(sum_dv);
 }
 
 }  // namespace tessera::model

@@ -63,8 +63,9 @@ TEST_P(RingAttention, MergedBlocksGiveTheWholeSequencesAttentionAndGradients) {
   drop.sample_offset = 5;
   drop.head_offset = 4;
   drop.total_heads = 12;
-  const Tensor q = random_tensor({rows, s.heads, s.head_dim}, 1), k = random_tensor({rows, s.kv_heads, s.head_dim}, 2),
-               v = random_tensor({rows, s.kv_heads, s.head_dim}, 3), dout = random_tensor({rows, s.heads * s.head_dim}, 4);
+  const Tensor q = random_tensor({rows, s.heads, s.head_dim}, 1), k = random_tensor({rows, s.kv_heads, s.head_dim}, 2);
+  const Tensor v = random_tensor({rows, s.kv_heads, s.head_dim}, 3);
+  const Tensor dout = random_tensor({rows, s.heads * s.head_dim}, 4);
 
   // The whole sequence at once, its dropout keyed by the same sequence.
   kernels::AttentionShape whole{seq, s.batch, s.heads, s.kv_heads, s.head_dim};

@@ -21,8 +21,9 @@ using testing::split_flags;
 std::string flags(int cp, int64_t global_batch, int iters, const std::string& extra) {
   return str_cat("--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
                  "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 1 --lr 3e-3 --log-interval 100 "
-                 "--eval-iters 1 --eval-interval 100 --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size ", global_batch,
-                 " --train-iters ", iters, " --context-parallel-size ", cp, " ", extra);
+                 "--eval-iters 1 --eval-interval 100 --hidden-dropout 0.1 --attention-dropout 0.1 "
+                 "--global-batch-size ", global_batch, " --train-iters ", iters, " --context-parallel-size ", cp,
+                 " ", extra);
 }
 
 const char* const kLlamaStyle =
