@@ -57,12 +57,31 @@ ColumnParallelLinear::ColumnParallelLinear(ParameterSet& params, const std::stri
 
 kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden,
                                        const parallel::TensorParallelContext& tp) {
+  TESSERA_CHECK(ctx.context_parallel == nullptr, "a single dropout region for a context-parallel rank's two chunks "
+                "(residual_dropout keys each)");
   // A token slice (ForwardContext::token_slice) is rows [offset, offset + seq) of the whole sequence's.
   const int64_t first = ctx.token_slice ? ctx.token_slice->offset : 0;
   const int64_t total = ctx.token_slice ? ctx.token_slice->total : ctx.seq;
   if (!tp.sequence_parallel) return {ctx.seq, ctx.batch, hidden, first, total, ctx.sample_offset};
   int64_t local = ctx.seq / tp.size();
   return {local, ctx.batch, hidden, first + tp.rank() * local, total, ctx.sample_offset};
+}
+
+void residual_dropout(const Tensor& x, float p, uint64_t seed, uint64_t stream, const ForwardContext& ctx,
+                      int64_t hidden, const parallel::TensorParallelContext& tp, bool backward) {
+  auto apply = [&](const Tensor& part, const kernels::DropoutRegion& region) {
+    if (backward) kernels::dropout_backward(part, part, p, seed, stream, region);
+    else kernels::dropout_forward(part, part, p, seed, stream, region);
+  };
+  if (ctx.context_parallel == nullptr) return apply(x, residual_region(ctx, hidden, tp));
+  const parallel::ContextParallelContext& cp = *ctx.context_parallel;
+  TESSERA_CHECK(!tp.sequence_parallel && ctx.token_slice == nullptr, "context parallelism with sequence parallelism "
+                "or token slices");
+  const int64_t chunk = ctx.seq / 2, total = ctx.seq * cp.size();
+  const auto chunks = parallel::load_balanced_chunks(cp.size(), cp.rank());
+  for (int c = 0; c < 2; ++c)
+    apply(x.narrow(c * chunk * ctx.batch, chunk * ctx.batch),
+          {chunk, ctx.batch, hidden, chunks[c] * chunk, total, ctx.sample_offset});
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {
