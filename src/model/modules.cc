@@ -3,6 +3,7 @@
 #include "core/philox.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
+#include "kernels/packed_linear.h"
 #include "kernels/norms.h"
 #include "model/token_slices.h"
 
@@ -37,6 +38,17 @@ GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DTyp
   Tensor rounded = params.rounded_value(weight, input_type);
   if (rounded.defined()) return {rounded, true};
   return {weight.value, false};
+}
+
+void linear_forward(const ParameterSet& params, const Parameter& weight, const Tensor& x, const Tensor& b,
+                    const Tensor& y, DType input_type, bool x_rounded) {
+  const int64_t rows = x.numel() / weight.value.dim(1);
+  if (input_type == DType::F32 && rows <= kernels::kPackedLinearMaxRows) {
+    const Tensor packed = params.packed_value(weight);
+    if (packed.defined()) return kernels::packed_linear_forward(x, packed, b, y);
+  }
+  const GemmWeight w = gemm_weight(params, weight, input_type);
+  kernels::linear_forward(x, w.values, b, y, input_type, x_rounded, w.rounded);
 }
 
 ColumnParallelLinear::ColumnParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in,
@@ -88,8 +100,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {
   Tensor full = reduce_ ? parallel::gather_to_tensor_parallel(x, tp_) : x;
   int64_t rows = full.numel() / in_;
   Tensor y = Tensor::empty({rows, out_local_});
-  GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
-  kernels::linear_forward(full, w.values, bias_ ? bias_->value : Tensor(), y, input_type_, x_rounded, w.rounded);
+  linear_forward(*params_, *weight_, full, bias_ ? bias_->value : Tensor(), y, input_type_, x_rounded);
   return y;
 }
 
@@ -122,8 +133,7 @@ RowParallelLinear::RowParallelLinear(ParameterSet& params, const std::string& pr
 Tensor RowParallelLinear::forward(const Tensor& x, bool x_rounded) const {
   int64_t rows = x.numel() / in_local_;
   Tensor partial = Tensor::empty({rows, out_});
-  GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
-  kernels::linear_forward(x, w.values, Tensor(), partial, input_type_, x_rounded, w.rounded);
+  linear_forward(*params_, *weight_, x, Tensor(), partial, input_type_, x_rounded);
   if (!reduce_) {
     if (bias_ && tp_.rank() == 0) kernels::add_bias_rows(partial, bias_->value);
     return partial;

@@ -67,6 +67,11 @@ struct GemmWeight {
 };
 GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DType input_type);
 
+// y = x W^T + b with a parameter's weight: from its packed copy (ParameterSet::keep_packed_weights) when
+// the rows are a decoding step's few and the inputs fp32, else through kernels::linear_forward.
+void linear_forward(const ParameterSet& params, const Parameter& weight, const Tensor& x, const Tensor& b,
+                    const Tensor& y, DType input_type, bool x_rounded = false);
+
 // A linear layer whose output features are split over the tensor group (Megatron's
 // ColumnParallelLinear). The full weight [out, in] is seen as out_view + [in] (e.g. [2, F, in] for
 // SwiGLU's fc1, [groups, per_group_rows, in] for the fused QKV) and split along out_view[split_dim], so
