@@ -97,8 +97,11 @@ expect_failure "--pipeline-token-slices=5: 5 equal slices must divide --seq-leng
   "$tessera" train $model --pipeline-token-slices 5
 expect_failure "--pipeline-token-slices=8,4: the slice lengths sum to 12, not --seq-length=16" \
   "$tessera" train $model --pipeline-token-slices 8,4
-expect_failure "--pipeline-token-slices=auto: training does not choose the slicing yet" \
-  "$tessera" train $model --pipeline-token-slices auto
+# auto: TeraPipe's dynamic program chooses at start-up and says what it chose and from whose costs.
+out=$("$tessera" train $model --pipeline-token-slices auto 2>&1); ok=$?
+check "--pipeline-token-slices auto trains: $(tail -3 <<<"$out")" $ok
+grep -qE '> token slices \(auto\): [0-9,]+ \(TeraPipe.s dynamic program, costs from ' <<<"$out"; ok=$?
+check "auto logs the chosen slices and the source of its costs: $(grep -m1 'token slices' <<<"$out")" $ok
 expect_failure "--pipeline-token-slices=4: cannot be combined with --reset-attention-mask" \
   "$tessera" train $model --pipeline-token-slices 4 --reset-attention-mask
 # Across pipeline stages (src/train/token_slices_mpi_test.cc) the slices flow through one chunk per stage.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/profiler.h"
+
 namespace tessera::infer {
 namespace {
 
@@ -87,6 +89,7 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
   const int64_t vocab = runner_.config().vocab_size;
 
   // Sample the sequences that have read their prompt; the deciding rank's tokens for all of them at once.
+  TESSERA_PROFILE_SCOPE("sampling");
   std::vector<size_t> sampling;
   std::vector<int32_t> sampled;
   std::vector<bool> done(sequences_.size(), false);

@@ -18,17 +18,62 @@ void validate(const SamplingOptions& o) {
                 ": use one of them, as in Megatron");
 }
 
+namespace {
+
+// Up to this top_k, the candidates are found in one pass (top_ids) rather than by sorting every id.
+constexpr int64_t kSmallTopK = 256;
+
+// The `keep` ids of largest logit, by descending logit and ascending id among equals: what a partial
+// sort of all ids by that order puts first (the order is total, so the set and its order are the same).
+// One pass keeps the best so far in a heap whose worst is at the front; a block of 64 logits none of
+// which beats that worst (nearly all of a 50,000-id vocabulary once the heap is full) costs one
+// vectorised maximum. Sorting all 50,257 ids of GPT-2 took 0.1 ms a row, most of a 32-sequence step's
+// sampling (issue 40).
+std::vector<int32_t> top_ids(const float* logits, int64_t vocab, int64_t keep) {
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::vector<int32_t> heap;
+  heap.reserve(keep);
+  constexpr int64_t kBlock = 64;
+  for (int64_t start = 0; start < vocab; start += kBlock) {
+    const int64_t end = std::min(vocab, start + kBlock);
+    if (static_cast<int64_t>(heap.size()) == keep) {
+      float block_max = -INFINITY;
+#pragma omp simd reduction(max : block_max)
+      for (int64_t i = start; i < end; ++i) block_max = logits[i] > block_max ? logits[i] : block_max;
+      // Later ids lose ties, so a block can only enter with a logit above the worst kept one.
+      if (!(block_max > logits[heap.front()]) && !std::isnan(block_max)) continue;
+    }
+    for (int64_t i = start; i < end; ++i) {
+      const int32_t id = static_cast<int32_t>(i);
+      if (static_cast<int64_t>(heap.size()) < keep) {
+        heap.push_back(id);
+        std::push_heap(heap.begin(), heap.end(), by_logit);
+      } else if (by_logit(id, heap.front())) {
+        std::pop_heap(heap.begin(), heap.end(), by_logit);
+        heap.back() = id;
+        std::push_heap(heap.begin(), heap.end(), by_logit);
+      }
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), by_logit);
+  return heap;
+}
+
+}  // namespace
+
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, uint64_t key) {
   if (o.temperature == 0 || o.top_k == 1)
     return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
 
   // Candidates by descending logit (only as many as the filters can keep).
-  std::vector<int32_t> ids(vocab);
-  std::iota(ids.begin(), ids.end(), 0);
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   int64_t keep = o.top_k > 0 ? std::min(o.top_k, vocab) : vocab;
-  std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), by_logit);
-  ids.resize(keep);
+  std::vector<int32_t> ids = keep <= kSmallTopK ? top_ids(logits, vocab, keep) : std::vector<int32_t>(vocab);
+  if (keep > kSmallTopK) {
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), by_logit);
+    ids.resize(keep);
+  }
 
   std::vector<double> p(keep);
   const double max = logits[ids[0]];

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+
+#include "core/philox.h"
 
 namespace tessera::infer {
 namespace {
@@ -31,6 +34,44 @@ TEST(SampleToken, GreedyTopKAndTopP) {
   SamplingOptions t;
   t.random_seed = 9;
   EXPECT_EQ(sample_token(logits.data(), 4, t, 17), sample_token(logits.data(), 4, t, 17));
+}
+
+// sample_token as it was before top_ids: every id sorted by (logit descending, id ascending).
+int32_t sample_by_sorting(const float* logits, int64_t vocab, const SamplingOptions& o, uint64_t key) {
+  std::vector<int32_t> ids(vocab);
+  std::iota(ids.begin(), ids.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const int64_t keep = std::min(o.top_k, vocab);
+  std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), by_logit);
+  std::vector<double> p(keep);
+  double sum = 0;
+  for (int64_t i = 0; i < keep; ++i) sum += p[i] = std::exp((logits[ids[i]] - logits[ids[0]]) / o.temperature);
+  double u = PhiloxStream(o.random_seed, 0x73616d70).uniform(key) * sum;
+  for (int64_t i = 0; i < keep; ++i) {
+    u -= p[i];
+    if (u < 0) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+// The one-pass top-k draws what sorting every id drew, ties (equal logits: the lower id first) included,
+// for k below and above the one-pass limit and vocabularies around its 64-logit blocks.
+TEST(SampleToken, TopKOfOnePassEqualsSortingEveryId) {
+  for (int64_t vocab : {5, 64, 200, 50257})
+    for (int64_t k : {1, 3, 20, 256, 300}) {
+      SCOPED_TRACE(str_cat("vocab ", vocab, " top_k ", k));
+      PhiloxStream r(vocab, 1);
+      std::vector<float> logits(vocab);
+      // Few distinct values, so that the k-th place is often a tie; rising late, so the heap is replaced.
+      for (int64_t i = 0; i < vocab; ++i) logits[i] = std::floor(8 * r.uniform(i)) + (i > vocab / 2 ? 0.5f : 0.0f);
+      SamplingOptions o;
+      o.top_k = k;
+      o.temperature = 0.7f;
+      o.random_seed = 5;
+      for (uint64_t key = 0; key < 40; ++key)
+        ASSERT_EQ(sample_token(logits.data(), vocab, o, key), sample_by_sorting(logits.data(), vocab, o, key))
+            << "key " << key;
+    }
 }
 
 TEST(SampleToken, OptionsAreValidated) {
@@ -115,6 +156,34 @@ TEST(Generate, BatchedPromptsOfDifferentLengthsEqualOneAtATime) {
   EXPECT_EQ(generate(*runner, {prompts[0]}, o)[0].tokens, batch[0].tokens);
   // The same seed reproduces the output; another seed (almost surely) changes it.
   EXPECT_EQ(generate(*runner, prompts, o)[2].tokens, batch[2].tokens);
+}
+
+// Decoding from packed weights (a loaded model's, kernels/packed_linear.h) gives the logits of oneDNN's
+// GEMMs on the weights as stored, to rounding, and the same greedy tokens, one sequence or several.
+TEST(Generate, PackedWeightsGiveTheLogitsOfTheStoredWeights) {
+  model::ModelConfig c = tiny_config();
+  model::ParameterSet params;
+  model::GptModel m(c, params);
+  params.allocate(13);
+  auto runner = make_model_runner(m, parallel::TensorParallelContext::single_process());
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+  auto logits = [&] {
+    DecodeSequence seq = runner->start(c.seq_length);
+    Tensor l = runner->next_token_logits(prompt, seq);
+    return std::vector<float>(l.f32(), l.f32() + l.numel());
+  };
+  GenerationOptions o;
+  o.sampling.temperature = 0;
+  o.sampling.tokens_to_generate = 6;
+  const std::vector<std::vector<int32_t>> prompts = {prompt, {9, 2}, {7}};
+  const std::vector<float> stored = logits();
+  const std::vector<Generation> stored_tokens = generate(*runner, prompts, o);
+  params.keep_packed_weights();
+  const std::vector<float> packed = logits();
+  const std::vector<Generation> packed_tokens = generate(*runner, prompts, o);
+  ASSERT_EQ(packed.size(), stored.size());
+  for (size_t i = 0; i < stored.size(); ++i) EXPECT_NEAR(packed[i], stored[i], 1e-5 + 1e-5 * std::abs(stored[i]));
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(packed_tokens[i].tokens, stored_tokens[i].tokens);
 }
 
 TEST(Generate, LogprobsAreTheLogSoftmaxOfTheFullRecomputation) {

@@ -67,6 +67,8 @@ LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
                 "language model (gpt)");
   params_.allocate(0);
   iteration_ = ckpt::load_checkpoint(o.load, params_, nullptr).iteration;
+  // The weights stay as loaded: decoding steps read fp32 GEMM weights from packed copies (issue 40).
+  if (o.packed_weights) params_.keep_packed_weights();
   runner_ = make_model_runner(*model_, tp_, &state_->pipeline_group());
 }
 

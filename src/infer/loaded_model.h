@@ -25,6 +25,9 @@ struct LoadOptions {
   bool moe_grouped_gemm = false;  // each rank's local experts as one batched product (model/grouped_mlp.h)
   int64_t seq_length = 0;  // 0: the checkpoint's (--seq-length of evaluation)
   DType params_dtype = DType::F32;  // GEMM inputs (--bf16, --fp16); checkpoints do not record the training's
+  // Decoding steps multiply fp32 weights from packed copies (model::ParameterSet::keep_packed_weights),
+  // which doubles the memory of the weights; false: oneDNN's matmul on the weights as stored.
+  bool packed_weights = true;
 };
 
 class LoadedModel {

@@ -46,6 +46,11 @@ struct AttentionDropout {
   uint64_t seed = 0, stream = 0;
   int64_t sample_offset = 0, head_offset = 0, total_heads = 0;
   int64_t seq = 0;
+  // Where this call's queries and keys sit in the sequence of length `seq` that the masks are keyed by:
+  // i and j above are query_offset + the query's position among the keys and key_offset + the key's.
+  // A context-parallel block pair (model/ring_attention.h) is a chunk of queries against a chunk of keys
+  // elsewhere in the sequence; 0 and 0 otherwise.
+  int64_t query_offset = 0, key_offset = 0;
 };
 
 // q [seq, batch, heads, d], k and v [seq, batch, kv_heads, d] (any shapes of those sizes) -> out

@@ -33,6 +33,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
+#include "kernels/packed_linear.h"
 #include "kernels/norms.h"
 #include "kernels/precision.h"
 #include "kernels/rotary.h"
@@ -378,6 +379,8 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
     const std::vector<std::pair<std::string, std::function<void()>>> calls = {
         {"linear_forward", [&] { linear_forward(x, w, Tensor(), y); }},
         {"linear_backward", [&] { linear_backward(y, x, w, x, w, Tensor()); }},
+        {"pack_linear_weight", [&] { pack_linear_weight(w); }},
+        {"packed_linear_forward", [&] { packed_linear_forward(x, dev({1, 8, 32}), Tensor(), y); }},
         {"layernorm_forward", [&] { layernorm_forward(x, col, col, x, row, row, 1e-5f); }},
         {"layernorm_backward", [&] { layernorm_backward(x, x, col, row, row, x, col, col); }},
         {"rmsnorm_forward", [&] { rmsnorm_forward(x, col, x, row, 1e-5f); }},

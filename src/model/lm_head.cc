@@ -163,7 +163,7 @@ Tensor LMHead::decode(const Tensor& x, const std::vector<int64_t>& rows) const {
   for (int64_t i = 0; i < n; ++i) kernels::copy(picked.narrow(i, 1), x.narrow(rows[i], 1));
   final_norm_->forward(picked, ln, mean, rstd);
   Tensor local = Tensor::empty({n, vocab_local_});
-  kernels::linear_forward(ln, output_->value, Tensor(), local, config_.params_dtype);
+  linear_forward(*params_, *output_, ln, Tensor(), local, config_.params_dtype);
   if (tp_.size() == 1) return local;
   // The ranks' [n, vocab / tp] column shards side by side.
   Tensor full = Tensor::empty({n, config_.padded_vocab_size});

@@ -3,6 +3,7 @@
 #include "core/philox.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
+#include "kernels/packed_linear.h"
 #include "kernels/norms.h"
 #include "model/token_slices.h"
 
@@ -39,6 +40,17 @@ GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DTyp
   return {weight.value, false};
 }
 
+void linear_forward(const ParameterSet& params, const Parameter& weight, const Tensor& x, const Tensor& b,
+                    const Tensor& y, DType input_type, bool x_rounded) {
+  const int64_t rows = x.numel() / weight.value.dim(1);
+  if (input_type == DType::F32 && rows <= kernels::kPackedLinearMaxRows) {
+    const Tensor packed = params.packed_value(weight);
+    if (packed.defined()) return kernels::packed_linear_forward(x, packed, b, y);
+  }
+  const GemmWeight w = gemm_weight(params, weight, input_type);
+  kernels::linear_forward(x, w.values, b, y, input_type, x_rounded, w.rounded);
+}
+
 ColumnParallelLinear::ColumnParallelLinear(ParameterSet& params, const std::string& prefix, int64_t in,
                                            const Shape& out_view, int split_dim, bool bias, float init_std,
                                            const parallel::TensorParallelContext& tp, DType gemm_input_type,
@@ -57,6 +69,8 @@ ColumnParallelLinear::ColumnParallelLinear(ParameterSet& params, const std::stri
 
 kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden,
                                        const parallel::TensorParallelContext& tp) {
+  TESSERA_CHECK(ctx.context_parallel == nullptr, "a single dropout region for a context-parallel rank's two chunks "
+                "(residual_dropout keys each)");
   // A token slice (ForwardContext::token_slice) is rows [offset, offset + seq) of the whole sequence's.
   const int64_t first = ctx.token_slice ? ctx.token_slice->offset : 0;
   const int64_t total = ctx.token_slice ? ctx.token_slice->total : ctx.seq;
@@ -65,12 +79,28 @@ kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden
   return {local, ctx.batch, hidden, first + tp.rank() * local, total, ctx.sample_offset};
 }
 
+void residual_dropout(const Tensor& x, float p, uint64_t seed, uint64_t stream, const ForwardContext& ctx,
+                      int64_t hidden, const parallel::TensorParallelContext& tp, bool backward) {
+  auto apply = [&](const Tensor& part, const kernels::DropoutRegion& region) {
+    if (backward) kernels::dropout_backward(part, part, p, seed, stream, region);
+    else kernels::dropout_forward(part, part, p, seed, stream, region);
+  };
+  if (ctx.context_parallel == nullptr) return apply(x, residual_region(ctx, hidden, tp));
+  const parallel::ContextParallelContext& cp = *ctx.context_parallel;
+  TESSERA_CHECK(!tp.sequence_parallel && ctx.token_slice == nullptr, "context parallelism with sequence parallelism "
+                "or token slices");
+  const int64_t chunk = ctx.seq / 2, total = ctx.seq * cp.size();
+  const auto chunks = parallel::load_balanced_chunks(cp.size(), cp.rank());
+  for (int c = 0; c < 2; ++c)
+    apply(x.narrow(c * chunk * ctx.batch, chunk * ctx.batch),
+          {chunk, ctx.batch, hidden, chunks[c] * chunk, total, ctx.sample_offset});
+}
+
 Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {
   Tensor full = reduce_ ? parallel::gather_to_tensor_parallel(x, tp_) : x;
   int64_t rows = full.numel() / in_;
   Tensor y = Tensor::empty({rows, out_local_});
-  GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
-  kernels::linear_forward(full, w.values, bias_ ? bias_->value : Tensor(), y, input_type_, x_rounded, w.rounded);
+  linear_forward(*params_, *weight_, full, bias_ ? bias_->value : Tensor(), y, input_type_, x_rounded);
   return y;
 }
 
@@ -103,8 +133,7 @@ RowParallelLinear::RowParallelLinear(ParameterSet& params, const std::string& pr
 Tensor RowParallelLinear::forward(const Tensor& x, bool x_rounded) const {
   int64_t rows = x.numel() / in_local_;
   Tensor partial = Tensor::empty({rows, out_});
-  GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
-  kernels::linear_forward(x, w.values, Tensor(), partial, input_type_, x_rounded, w.rounded);
+  linear_forward(*params_, *weight_, x, Tensor(), partial, input_type_, x_rounded);
   if (!reduce_) {
     if (bias_ && tp_.rank() == 0) kernels::add_bias_rows(partial, bias_->value);
     return partial;

@@ -8,6 +8,7 @@
 #include "kernels/dropout.h"
 #include "model/config.h"
 #include "model/parameters.h"
+#include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
 
 namespace tessera::model {
@@ -39,12 +40,20 @@ struct ForwardContext {
   // micro-batch (seq is the slice's length), attending to the keys and values of the earlier slices
   // in the slice's caches. Null: the whole sequence.
   TokenSlice* token_slice = nullptr;
+  // Context parallelism (model/context_parallel_chunk.h): this rank holds two chunks of each sequence
+  // (parallel/context_parallel.h), seq being their total length; attention runs around the group's
+  // ring and dropout is keyed by the chunks' global rows. Null: the whole sequence.
+  const parallel::ContextParallelContext* context_parallel = nullptr;
 };
 
 // The part of the [seq, batch, hidden] residual stream this rank holds: all of it, or its sequence
 // shard under sequence parallelism (dropout masks are keyed by global coordinates).
 kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden,
                                        const parallel::TensorParallelContext& tp);
+// Dropout (backward: its gradient) in place on the residual stream this rank holds: residual_region, or
+// under context parallelism each of its two chunks keyed by the chunk's rows of the whole sequence.
+void residual_dropout(const Tensor& x, float p, uint64_t seed, uint64_t stream, const ForwardContext& ctx,
+                      int64_t hidden, const parallel::TensorParallelContext& tp, bool backward);
 
 // Dropout stream of one site (embedding, attention probabilities, attention output, MLP output) of one
 // layer at one iteration.
@@ -57,6 +66,11 @@ struct GemmWeight {
   bool rounded;
 };
 GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DType input_type);
+
+// y = x W^T + b with a parameter's weight: from its packed copy (ParameterSet::keep_packed_weights) when
+// the rows are a decoding step's few and the inputs fp32, else through kernels::linear_forward.
+void linear_forward(const ParameterSet& params, const Parameter& weight, const Tensor& x, const Tensor& b,
+                    const Tensor& y, DType input_type, bool x_rounded = false);
 
 // A linear layer whose output features are split over the tensor group (Megatron's
 // ColumnParallelLinear). The full weight [out, in] is seen as out_view + [in] (e.g. [2, F, in] for

@@ -2,6 +2,7 @@
 
 #include "core/philox.h"
 #include "core/profiler.h"
+#include "kernels/packed_linear.h"
 #include "kernels/precision.h"
 #include "kernels/shard_layout.h"
 
@@ -35,6 +36,18 @@ Tensor ParameterSet::rounded_value(const Parameter& p, DType t) const {
     TESSERA_PROFILE_SCOPE("round_weights");
     if (!copy.values.defined()) copy.values = Tensor::empty(p.value.shape());
     kernels::round_to(t, p.value, copy.values);
+    copy.epoch = weights_epoch_;
+  }
+  return copy.values;
+}
+
+Tensor ParameterSet::packed_value(const Parameter& p) const {
+  if (!keep_packed_) return Tensor();
+  std::lock_guard<std::mutex> lock(packed_mutex_);
+  RoundedCopy& copy = packed_[&p];
+  if (copy.epoch != weights_epoch_) {
+    TESSERA_PROFILE_SCOPE("pack_weights");
+    copy.values = kernels::pack_linear_weight(p.value);
     copy.epoch = weights_epoch_;
   }
   return copy.values;

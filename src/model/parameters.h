@@ -6,6 +6,7 @@
 
 #include <deque>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,15 @@ class ParameterSet {
   int64_t rounded_weight_bytes() const;
   int64_t gemm_weight_bytes() const;
 
+  // Decoding on fp32 weights: each GEMM weight also kept packed for kernels::packed_linear_forward, which
+  // a decoding step's few rows multiply without oneDNN's per-call reorder (issue 40). Off until
+  // keep_packed_weights(): a model loaded to serve or generate, whose weights then stay as loaded; like
+  // the rounded copies, a copy is refreshed at its first use after weights_changed(). Doubles the
+  // memory of the weights decoded with.
+  void keep_packed_weights() { keep_packed_ = true; }
+  // p's packed copy (made at the first call), or an undefined tensor when none are kept.
+  Tensor packed_value(const Parameter& p) const;
+
  private:
   struct RoundedCopy {
     Tensor values;
@@ -118,6 +128,9 @@ class ParameterSet {
   DType rounded_type_ = DType::F32;
   uint64_t weights_epoch_ = 1;
   mutable std::map<const Parameter*, RoundedCopy> rounded_;
+  bool keep_packed_ = false;
+  mutable std::mutex packed_mutex_;  // eval and the server may decode from several threads
+  mutable std::map<const Parameter*, RoundedCopy> packed_;
 };
 
 // The full tensor of a parameter split over `group` (every rank holding the slice its spec describes,

@@ -8,6 +8,7 @@
 #include "kernels/precision.h"
 #include "kernels/rotary.h"
 #include "kernels/token_layout.h"
+#include "model/ring_attention.h"
 #include "model/token_slices.h"
 
 namespace tessera::model {
@@ -85,6 +86,13 @@ Tensor SelfAttention::forward(const Tensor& x, bool x_rounded, const SublayerCon
   }
   for (const Tensor* t : {&rec.q, &rec.k, &rec.v}) round_for_attention(c.params_dtype, *t);
   rec.attn = Tensor::empty({rows, heads_ * d});
+  if (ctx.context_parallel) {  // per query chunk: [2, batch, heads, seq / 2]
+    rec.lse = Tensor::empty({2, ctx.batch, heads_, ctx.seq / 2});
+    ring_attention_forward(*ctx.context_parallel, rec.q, rec.k, rec.v, rec.attn, rec.lse, ring_shape(ctx),
+                           1.0f / std::sqrt(static_cast<float>(d)),
+                           attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
+    return proj_.forward(rec.attn, kernels::round_in_place_for_gemm(c.params_dtype, rec.attn));
+  }
   rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
   if (ctx.token_slice) {
     slice_forward(ctx, rec.q, rec.k, rec.v, rec.attn, rec.lse);
@@ -108,6 +116,12 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded
   Tensor dq = Tensor::empty(rec.q.shape()), dk, dv;
   if (ctx.token_slice) {
     slice_backward(ctx, rec.q, rec.attn, rec.lse, dattn, dq, dk, dv);
+  } else if (ctx.context_parallel) {
+    dk = Tensor::empty(rec.k.shape());
+    dv = Tensor::empty(rec.v.shape());
+    ring_attention_backward(*ctx.context_parallel, rec.q, rec.k, rec.v, rec.attn, rec.lse, dattn, dq, dk, dv,
+                            ring_shape(ctx), 1.0f / std::sqrt(static_cast<float>(d)),
+                            attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
   } else {
     dk = Tensor::empty(rec.k.shape());
     dv = Tensor::empty(rec.v.shape());
@@ -125,6 +139,14 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded
   kernels::merge_qkv(dq, dk, dv, dqkv, c.query_heads_per_group());
   dq = dk = dv = Tensor();
   return qkv_.backward(dqkv, x, x_rounded);
+}
+
+// Context parallelism: this rank's two chunks of the sequence against the ring's key/value blocks.
+RingAttentionShape SelfAttention::ring_shape(const ForwardContext& ctx) const {
+  TESSERA_CHECK(causal_ && !ctx.doc_start.defined() && ctx.token_slice == nullptr, "context parallelism needs plain "
+                "causal attention (no document mask, padding mask or token slices yet)");
+  TESSERA_CHECK(ctx.seq % 2 == 0, "context parallelism: a rank's ", ctx.seq, " positions are not two equal chunks");
+  return {ctx.seq / 2, ctx.batch, heads_, groups_, config_.kv_channels, ctx.context_parallel->size()};
 }
 
 // A token slice (model/token_slices.h): its keys and values go into the layer's cache at its positions,

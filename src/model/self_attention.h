@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/attention.h"
+#include "model/ring_attention.h"
 #include "model/sublayer.h"
 
 namespace tessera::model {
@@ -23,6 +24,8 @@ class SelfAttention final : public Sublayer {
   void add_to_kv_cache(int64_t blocks, int64_t block_size, KvCache& cache) const override;
 
  private:
+  // Context parallelism (ForwardContext::context_parallel): ring attention over this rank's two chunks.
+  RingAttentionShape ring_shape(const ForwardContext& ctx) const;
   // Token slices (ForwardContext::token_slice): attention against the layer's cache of the earlier slices.
   kernels::AttentionShape slice_shape(const ForwardContext& ctx) const;
   kernels::AttentionDropout slice_dropout(const ForwardContext& ctx) const;

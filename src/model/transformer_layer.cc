@@ -63,12 +63,8 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer_numb
 
 void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx, int site, bool backward) const {
   if (!ctx.training || config_.hidden_dropout == 0.0f) return;
-  kernels::DropoutRegion region = residual_region(ctx, config_.hidden_size, tp_);
-  uint64_t stream = dropout_stream(ctx.iteration, layer_number_, site);
-  if (backward)
-    kernels::dropout_backward(x, x, config_.hidden_dropout, ctx.seed, stream, region);
-  else
-    kernels::dropout_forward(x, x, config_.hidden_dropout, ctx.seed, stream, region);
+  residual_dropout(x, config_.hidden_dropout, ctx.seed, dropout_stream(ctx.iteration, layer_number_, site), ctx,
+                   config_.hidden_size, tp_, backward);
 }
 
 Tensor TransformerLayer::forward(const Tensor& x, const Tensor& positions, const ForwardContext& ctx,

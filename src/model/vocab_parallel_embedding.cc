@@ -65,9 +65,8 @@ Tensor VocabParallelEmbedding::forward(const Tensor& tokens, const Tensor& posit
   Tensor x = parallel::reduce_to_input(partial, tp_);
   kernels::round_to(c.params_dtype, x, x);  // a 16-bit embedding's output
   if (ctx.training && c.hidden_dropout > 0.0f)
-    kernels::dropout_forward(x, x, c.hidden_dropout, ctx.seed,
-                             dropout_stream(ctx.iteration, 0, kEmbeddingDropoutSite),
-                             residual_region(ctx, c.hidden_size, tp_));
+    residual_dropout(x, c.hidden_dropout, ctx.seed, dropout_stream(ctx.iteration, 0, kEmbeddingDropoutSite), ctx,
+                     c.hidden_size, tp_, /*backward=*/false);
   return x;
 }
 
@@ -75,9 +74,8 @@ void VocabParallelEmbedding::backward(const Tensor& dy, const Tensor& tokens, co
                                       const Tensor& token_types, const ForwardContext& ctx) const {
   const ModelConfig& c = config_;
   if (ctx.training && c.hidden_dropout > 0.0f)
-    kernels::dropout_backward(dy, dy, c.hidden_dropout, ctx.seed,
-                              dropout_stream(ctx.iteration, 0, kEmbeddingDropoutSite),
-                              residual_region(ctx, c.hidden_size, tp_));
+    residual_dropout(dy, c.hidden_dropout, ctx.seed, dropout_stream(ctx.iteration, 0, kEmbeddingDropoutSite), ctx,
+                     c.hidden_size, tp_, /*backward=*/true);
   // The forward ended in a reduction over the tensor group; the backward needs the full gradient on every
   // rank (all-gathered from sequence shards under sequence parallelism).
   Tensor dfull = parallel::gather_to_tensor_parallel(dy, tp_);

@@ -5,6 +5,8 @@
 namespace tessera::plan {
 
 Layout layout_of_run(const train::TrainArguments& a) {
+  TESSERA_CHECK(a.context_parallel_size == 1, "--context-parallel-size=", a.context_parallel_size,
+                ": the planner does not price context parallelism yet (issue 37)");
   Layout l;
   l.tp = static_cast<int>(a.tensor_model_parallel_size);
   l.pp = static_cast<int>(a.pipeline_model_parallel_size);

@@ -25,6 +25,9 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
     m->get_option(flag)->required();
   m->add_option("--tensor-model-parallel-size", a.tensor_model_parallel_size, "Tensor-parallel size");
   m->add_option("--pipeline-model-parallel-size", a.pipeline_model_parallel_size, "Pipeline-parallel size");
+  m->add_option("--context-parallel-size", a.context_parallel_size,
+                "Context-parallel size: each sequence split over this many ranks (2 x cp load-balanced chunks), "
+                "attention exchanging key/value blocks around their ring");
   m->add_option("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
                 "Layers per model chunk of the interleaved schedule");
   m->add_option("--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
@@ -146,6 +149,7 @@ void finalize(TrainArguments& a) {
   finalize_optimizer(a);
   finalize_checkpointing(a);
   finalize_token_slices(a);
+  finalize_context_parallel(a);
   finalize_distillation(a);  // last: it reads the teacher's checkpoint index, after every cheaper rule
 }
 

@@ -42,6 +42,9 @@ struct TrainArguments {
   // Interleaved 1F1B: either flag gives the model chunks per pipeline rank (0: not set).
   int64_t num_layers_per_virtual_pipeline_stage = 0, num_virtual_stages_per_pipeline_rank = 0;
   bool sequence_parallel = false;
+  // Context parallelism (parallel/context_parallel.h): each sequence split over cp ranks, attention
+  // around their ring. Step 1 of issue 37: dense GPT layers with data parallelism (finalize_context_parallel).
+  int64_t context_parallel_size = 1;
   // TeraPipe's token slicing (model/token_slices.h): --pipeline-token-slices N | l1,l2,... | auto as
   // given, and the slice lengths (finalize_token_slices; empty: the whole sequence at once). With auto,
   // TeraPipe's dynamic program chooses them from token_slice_cost_model's cost (the stated model when
@@ -135,7 +138,9 @@ struct TrainArguments {
   // scaling that is an overflow.
   std::vector<int64_t> inject_nan_at_iterations;
   int64_t world_size = 1;
-  int64_t data_parallel_size() const { return world_size / (tensor_model_parallel_size * pipeline_model_parallel_size); }
+  int64_t data_parallel_size() const {
+    return world_size / (tensor_model_parallel_size * context_parallel_size * pipeline_model_parallel_size);
+  }
 };
 
 // Parses `args` (without the subcommand). Unknown flags and violated rules throw tessera::Error;
@@ -165,7 +170,8 @@ void finalize_training_loop(TrainArguments& a);    // iterations, evaluation, lo
 void finalize_optimizer(TrainArguments& a);        // AdamW, learning-rate schedule, mixed precision
 void finalize_checkpointing(TrainArguments& a);    // saving and exiting
 void finalize_distillation(TrainArguments& a);     // --kd and the teacher's checkpoint (reads its index)
-void finalize_token_slices(TrainArguments& a);    // --pipeline-token-slices and the layouts it runs with
+void finalize_token_slices(TrainArguments& a);
+void finalize_context_parallel(TrainArguments& a);  // --context-parallel-size and what it runs with (yet)    // --pipeline-token-slices and the layouts it runs with
 
 // Adds the flags that define the model (--num-layers ... --make-vocab-size-divisible-by; not the
 // parallel layout) to `app`, writing into `a.model` (and the few flags of `a` that need a rule).

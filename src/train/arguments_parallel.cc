@@ -43,6 +43,11 @@ void finalize_parallel_layout(TrainArguments& a) {
   require(a.world_size % (tp * a.pipeline_model_parallel_size) == 0, "--tensor-model-parallel-size", tp,
           str_cat("x --pipeline-model-parallel-size=", a.pipeline_model_parallel_size,
                   " must divide the number of ranks (", a.world_size, ")"));
+  require_positive("--context-parallel-size", a.context_parallel_size);
+  require(a.world_size % (tp * a.context_parallel_size * a.pipeline_model_parallel_size) == 0,
+          "--context-parallel-size", a.context_parallel_size,
+          str_cat("x --tensor-model-parallel-size=", tp, " x --pipeline-model-parallel-size=",
+                  a.pipeline_model_parallel_size, " must divide the number of ranks (", a.world_size, ")"));
   // What tensor parallelism splits: heads, key/value groups and the MLP's columns; with sequence
   // parallelism also the sequence.
   require(c.num_attention_heads % tp == 0, "--num-attention-heads", c.num_attention_heads,

@@ -20,8 +20,11 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   // fp32 weight and gradient, and Adam's two fp32 moments, which the distributed optimizer splits over dp.
   p.bytes_per_parameter = 8.0 + 8.0 / static_cast<double>(a.use_distributed_optimizer ? a.data_parallel_size() : 1);
   p.weight_and_optimizer = p.bytes_per_parameter * static_cast<double>(parameters);
-  model::ActivationLayout layout{a.micro_batch_size, a.model.seq_length, a.tensor_model_parallel_size,
-                                 a.sequence_parallel, a.recompute_granularity == "selective"};
+  // Under context parallelism a rank's records hold its seq / cp tokens of each sample (the flash
+  // attention kernel keeps no scores, so nothing grows with the whole sequence).
+  model::ActivationLayout layout{a.micro_batch_size, a.model.seq_length / a.context_parallel_size,
+                                 a.tensor_model_parallel_size, a.sequence_parallel,
+                                 a.recompute_granularity == "selective"};
   p.activation_per_layer = model::layer_record_bytes(a.model, layout);
   p.korthikanti_per_layer = model::korthikanti_layer_bytes(a.model, layout);
   p.head_per_micro_batch = model::chunk_extra_bytes(a.model, layout, false, true) -

@@ -19,6 +19,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "kernels/precision.h"
+#include "model/context_parallel_chunk.h"
 #include "model/token_slices.h"
 #include "train/exit_signal.h"
 #include "train/fault_injection.h"
@@ -92,6 +93,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                 "checked for ", args_.world_size);
   comm::ParallelLayout layout{world->size(), static_cast<int>(args_.tensor_model_parallel_size),
                               static_cast<int>(args_.pipeline_model_parallel_size)};
+  layout.context_parallel_size = static_cast<int>(args_.context_parallel_size);
   layout.expert_model_parallel_size = static_cast<int>(args_.expert_model_parallel_size);
   if (args_.expert_tensor_parallel_size > 0)
     layout.expert_tensor_parallel_size = static_cast<int>(args_.expert_tensor_parallel_size);
@@ -101,6 +103,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
               args_.moe_token_dispatcher_type == "allgather" ? parallel::TokenDispatcher::AllGather
                                                               : parallel::TokenDispatcher::AllToAll};
   tp_ = {&state_->tensor_group(), args_.sequence_parallel, &experts_};
+  cp_ = {&state_->context_group()};
   if (state_->world_rank() == 0) {
     log_ = std::make_unique<TrainingLog>(args_.log_dir, args_.tensorboard_dir);
     if (world->size() > 1) say(state_->describe());
@@ -134,6 +137,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
       if (slices_in_schedule) sliced_chunks_.push_back(sliced.get());
       built = std::move(sliced);
     }
+    // --context-parallel-size: this rank's two chunks of each sequence, attention around the ring.
+    built = model::with_context_parallel(std::move(built), cp_);
     chunks_.push_back(std::move(built));
     chunks_.back()->set_recompute(args_.recompute);
   }
@@ -150,6 +155,11 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
       say(str_cat(" > token slices (TeraPipe, --pipeline-token-slices ", args_.pipeline_token_slices, "): ",
                   args_.token_slices.size(), " slices of [", lengths, "] tokens, ", how));
   }
+  if (cp_.size() > 1)
+    say(str_cat(" > context parallelism: each sequence of ", args_.model.seq_length, " tokens in ", 2 * cp_.size(),
+                " chunks of ", parallel::context_parallel_chunk_length(args_.model.seq_length, cp_.size()),
+                ", rank i of the ", cp_.size(), " holding chunks i and ", 2 * cp_.size() - 1,
+                " - i; ring attention (p2p)"));
   params_.allocate(args_.seed);
   if (schedule_.stages > 1) {
     // The activation that crosses a stage boundary: a micro-batch's, or with token slices each slice's.
@@ -297,6 +307,7 @@ void group_sum(comm::ProcessGroup& group, std::vector<float>& values) {
 
 void Trainer::data_parallel_sum(std::vector<float>& values) const { group_sum(state_->data_group(), values); }
 void Trainer::pipeline_sum(std::vector<float>& values) const { group_sum(state_->pipeline_group(), values); }
+void Trainer::context_parallel_sum(std::vector<float>& values) const { group_sum(state_->context_group(), values); }
 
 model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale,
                                            double per_sample_loss_weight) {
@@ -415,6 +426,7 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   step = optimizer_->step(lr, loss_scale);
   optimizer_seconds_ += optimizer.seconds();
   pipeline_sum(loss);
+  context_parallel_sum(loss);
   data_parallel_sum(loss);
   for (size_t i = 0; i < names.size(); ++i) auxiliary_loss_history_[names[i]].push_back(tokens > 0 ? loss[1 + i] / tokens : 0.0);
   return tokens > 0 ? loss[0] / tokens : 0.0;
@@ -496,6 +508,7 @@ Evaluation Trainer::evaluate_on(const BatchSource& data) {
   std::vector<float> loss{static_cast<float>(sums.lm)};
   for (float v : auxiliary_values(sums)) loss.push_back(v);
   pipeline_sum(loss);
+  context_parallel_sum(loss);
   data_parallel_sum(loss);
   Evaluation e;
   if (counts[kTokens] <= 0) return e;

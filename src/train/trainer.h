@@ -112,6 +112,8 @@ class Trainer {
   void data_parallel_sum(std::vector<float>& values) const;
   // Sums over the pipeline group (the loss lives on the last stage).
   void pipeline_sum(std::vector<float>& values) const;
+  // Sums over the context-parallel group (each of its ranks' losses covers its chunks of the sequences).
+  void context_parallel_sum(std::vector<float>& values) const;
   Timer start_timer_;  // --exit-duration-in-mins counts from here (Megatron: from the start of pretrain)
   TrainArguments args_;
   std::unique_ptr<comm::ProcessGroup> single_world_;
@@ -120,6 +122,7 @@ class Trainer {
   parallel::ExpertParallelContext experts_;
   model::LossSums::Routing interval_routing_;  // the MoE layers' routing since the last log line  // the expert groups of state_, for the MoE layers
   parallel::TensorParallelContext tp_;
+  parallel::ContextParallelContext cp_;  // the context group of state_ (each sequence split over it)
   model::ParameterSet params_;
   pipeline::ScheduleShape schedule_;
   std::vector<std::unique_ptr<model::LanguageModelChunk>> chunks_;  // this rank's model chunks (one unless interleaved)

@@ -83,6 +83,7 @@ struct Plan {
   int64_t seq, batch, heads, kv_heads, d, group;
   int64_t kv_seq, offset;  // keys, and the position of query 0 among them (kv_seq - seq)
   int64_t mask_seq;        // the sequence length dropout is keyed by (AttentionDropout::seq)
+  int64_t query_offset = 0, key_offset = 0;  // AttentionDropout's: added to the rows' and keys' positions
   int64_t q_stride, kv_stride;  // floats between consecutive positions of one (batch, head)
   int64_t tiles;
   bool dropout;
@@ -104,8 +105,12 @@ struct Plan {
     TESSERA_CHECK(offset >= 0, "attention: kv_seq ", kv_seq, " is shorter than the ", seq, " queries");
     TESSERA_CHECK(offset == 0 || (s.causal && s.doc_start == nullptr), "attention: kv_seq ", kv_seq, " != seq ", seq,
                   " needs causal attention without a document mask");
-    TESSERA_CHECK(mask_seq >= kv_seq, "attention: dropout keyed by a sequence of ", mask_seq, " shorter than the ",
-                  kv_seq, " keys");
+    TESSERA_CHECK(drop.query_offset >= 0 && drop.key_offset >= 0 && mask_seq >= drop.key_offset + kv_seq &&
+                      mask_seq >= drop.query_offset + kv_seq,
+                  "attention: dropout keyed by a sequence of ", mask_seq, " shorter than the ", kv_seq,
+                  " keys at offset ", drop.key_offset, " (queries at offset ", drop.query_offset, ")");
+    query_offset = drop.query_offset;
+    key_offset = drop.key_offset;
     TESSERA_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, "attention: heads ", heads,
                   " must be a positive multiple of kv_heads ", kv_heads);
     TESSERA_CHECK(d > 0, "attention: head_dim must be positive, got ", d);
@@ -255,8 +260,10 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
           // product below may run over the whole tile.
           if (plan.dropout) {  // ... while the output sums the dropped ones
             const int64_t visible = plan.causal ? std::clamp<int64_t>(g0 + r + 1 - j0, 0, cols) : cols;
-            dropout_factors(rng, math::attention_dropout_row(dropout, plan.mask_seq, b, h, g0 + r) + j0, visible,
-                            plan.p, plan.keep_scale, factor.data());
+            dropout_factors(rng,
+                            math::attention_dropout_row(dropout, plan.mask_seq, b, h, plan.query_offset + g0 + r) +
+                                plan.key_offset + j0,
+                            visible, plan.p, plan.keep_scale, factor.data());
             for (int64_t j = 0; j < cols; ++j) s[j * kTile + r] *= factor[j];
           }
           float* a = acc.data() + r * d;
@@ -375,8 +382,10 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
                 for (int64_t j = 0; j < cols; ++j)  // padding: P = 0
                   if (plan.padded_key(b, j0 + j)) pz_r[j] = -std::numeric_limits<float>::infinity();
               if (plan.dropout) {
-                dropout_factors(rng, math::attention_dropout_row(dropout, plan.mask_seq, b, h, g) + j0, valid, plan.p,
-                                plan.keep_scale, factor.data());
+                dropout_factors(rng,
+                                math::attention_dropout_row(dropout, plan.mask_seq, b, h, plan.query_offset + g) +
+                                    plan.key_offset + j0,
+                                valid, plan.p, plan.keep_scale, factor.data());
               } else {  // the factor doubles as the causal mask
                 std::fill(factor.begin(), factor.begin() + valid, 1.0f);
                 std::fill(factor.begin() + valid, factor.end(), 0.0f);

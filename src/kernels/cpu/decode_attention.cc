@@ -51,18 +51,29 @@ void attention_decode(const float* q, const float* k_pool, const float* v_pool, 
   for (const QueryRow& r : rows) keys += r.position + 1;
 #pragma omp parallel if (parallel : parallel_worth(2 * keys * heads * d))
   {
-    std::vector<float> scores;
+    // Per thread, kept between calls: a decoding step calls this once per layer (no allocation per call).
+    thread_local std::vector<float> scores;
+    thread_local std::vector<int64_t> key_rows;  // element offsets in either pool
 #pragma omp for collapse(2) schedule(static)
     for (int64_t i = 0; i < n; ++i)
       for (int64_t h = 0; h < heads; ++h) {
         const PagedRows& s = *rows[i].sequence;
         const int64_t keys = rows[i].position + 1, g = h / per_group;
         scores.resize(keys);
+        // Each cached position's row offset, block by block: no division per key (issue 40 found the
+        // per-key p / block_size and p % block_size a good part of the kernel's time).
+        key_rows.resize(keys);
+        for (int64_t j0 = 0, b = 0; j0 < keys; j0 += block_size, ++b) {
+          const int64_t base = (static_cast<int64_t>(s.blocks[b]) * block_size * kv_heads + g) * d;
+          const int64_t end = std::min(keys, j0 + block_size);
+          for (int64_t j = j0; j < end; ++j) key_rows[j] = base + (j - j0) * kv_heads * d;
+        }
         const float* qi = q + (i * heads + h) * d;
         float max = -INFINITY;
         for (int64_t j = 0; j < keys; ++j) {
-          const float* kj = k_pool + (pool_row(s, j, block_size) * kv_heads + g) * d;
+          const float* kj = k_pool + key_rows[j];
           float dot = 0;
+#pragma omp simd reduction(+ : dot)
           for (int64_t x = 0; x < d; ++x) dot += qi[x] * kj[x];
           scores[j] = dot * softmax_scale;
           max = std::max(max, scores[j]);
@@ -73,7 +84,8 @@ void attention_decode(const float* q, const float* k_pool, const float* v_pool, 
         std::fill(o, o + d, 0.0f);
         for (int64_t j = 0; j < keys; ++j) {
           const float p = scores[j] / sum;
-          const float* vj = v_pool + (pool_row(s, j, block_size) * kv_heads + g) * d;
+          const float* vj = v_pool + key_rows[j];
+#pragma omp simd
           for (int64_t x = 0; x < d; ++x) o[x] += p * vj[x];
         }
       }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds what scripts/gpu_check.sh runs on the GPU machine, which has the CUDA toolkit but none of
+# Tessera's Debian packages: the CUDA tests (every src/*/cuda/*_test.cc) and the shared libraries they
+# load besides glibc and CUDA's own (libstdc++, libgomp, oneDNN for the CPU references, ...), into
+# BUNDLE/bin and BUNDLE/lib. cuBLASLt is not carried: the device image has its own, found at run time.
+#   scripts/build_cuda_bundle.sh [BUILD_DIR (build/release)] [BUNDLE (build/cuda-bundle)]
+# Then: run(command="bash scripts/gpu_check.sh", carry=["build/cuda-bundle"]).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build/release}
+bundle=${2:-$root/build/cuda-bundle}
+[ -f "$build/build.ninja" ] || { echo "build_cuda_bundle: $build is not a configured build (scripts/build.sh release)" >&2; exit 2; }
+
+# The CUDA tests' targets: src/<layer>/cuda/<stem>.cc is <layer>_<stem> (CMakeLists.txt).
+targets=()
+for src in "$root"/src/*/cuda/*_test.cc; do
+  [ -e "$src" ] || continue
+  layer=$(basename "$(dirname "$(dirname "$src")")")
+  targets+=("${layer}_$(basename "$src" .cc)")
+done
+[ ${#targets[@]} -gt 0 ] || { echo "build_cuda_bundle: no CUDA tests under src/*/cuda/" >&2; exit 2; }
+for t in "${targets[@]}"; do
+  grep -qE "^build $t[ :]" "$build/build.ninja" ||
+    { echo "build_cuda_bundle: $build has no target $t: configure it where CMake finds the CUDA toolkit" >&2; exit 2; }
+done
+cmake --build "$build" --target "${targets[@]}" >/dev/null
+
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/lib"
+for t in "${targets[@]}"; do cp "$build/$t" "$bundle/bin/"; done
+# Every library a binary loads, but glibc's (the device has a newer one) and CUDA's (the device's own
+# matches its driver).
+for t in "${targets[@]}"; do
+  ldd "$build/$t" | awk '$3 ~ /^\// {print $3}'
+done | sort -u | while read -r lib; do
+  case $(basename "$lib") in
+    libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*) continue ;;
+  esac
+  case $lib in /usr/local/cuda*) continue ;; esac
+  cp -L "$lib" "$bundle/lib/"
+done
+du -sh "$bundle" | awk -v n=${#targets[@]} '{print "build_cuda_bundle: " n " test programs and their libraries, " $1 " in " $2}'

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The device check (issue 39): on a machine with a GPU, runs the CUDA tests that
+# scripts/build_cuda_bundle.sh built here (each compares a CUDA kernel with its CPU kernel), then the
+# same under compute-sanitizer's memcheck where it is installed, and prints a summary table last (the
+# end of the output is what comes back from the device machine). Results go to $OUT (gtest XML, log).
+#   bash scripts/gpu_check.sh [BUNDLE (build/cuda-bundle)]
+# From a development machine: scripts/build_cuda_bundle.sh, then the device tool's
+#   run(command="bash scripts/gpu_check.sh", carry=["build/cuda-bundle"], timeout_s=480).
+# Without a GPU every device test reports itself skipped with CUDA's reason, and the summary says so.
+# Exits 1 when a test fails or a step times out.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bundle=${1:-$root/build/cuda-bundle}
+out=${OUT:-$root/build/gpu-check}
+mkdir -p "$out"
+[ -d "$bundle/bin" ] || { echo "gpu_check: no bundle at $bundle (scripts/build_cuda_bundle.sh builds it)" >&2; exit 2; }
+exec > >(tee "$out/log.txt") 2>&1
+
+# The bundle's libraries, then the device image's cuBLASLt (and later NCCL), wherever the image keeps them.
+cuda_libs=$(find /usr/local /opt /usr/lib /usr/lib64 -xdev -name 'libcublasLt.so.1[0-9]*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
+export LD_LIBRARY_PATH="$bundle/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+summary=()
+failed=0
+# step NAME SECONDS COMMAND...: runs it under a time limit and records its status and counts.
+step() {
+  local name=$1 limit=$2 start=$SECONDS
+  shift 2
+  echo "=== $name"
+  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  local rc=$?
+  cat "$out/$name.txt"
+  local counts
+  counts=$(grep -hoE '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ tests?' "$out/$name.txt" | sed -E 's/\[ *([A-Z]+) *\] ([0-9]+).*/\2 \1/' | paste -sd' ' -)
+  [ $rc -eq 0 ] || failed=1
+  [ $rc -eq 124 ] && counts="timed out after ${limit}s"
+  summary+=("$(printf '%-40s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - start)) "${counts:-}")")
+}
+
+if command -v nvidia-smi >/dev/null; then
+  step nvidia-smi 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+else
+  echo "=== nvidia-smi: not installed (no NVIDIA driver here)"
+fi
+for test in "$bundle"/bin/*_test; do
+  name=$(basename "$test")
+  step "$name" 180 "$test" --gtest_output="xml:$out/$name.xml"
+done
+if command -v compute-sanitizer >/dev/null && command -v nvidia-smi >/dev/null; then
+  for test in "$bundle"/bin/*_test; do
+    step "memcheck $(basename "$test")" 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$test"
+  done
+fi
+
+echo
+echo "=== gpu_check summary ($(date -u '+%Y-%m-%d %H:%M UTC'), $(hostname))"
+printf '%s\n' "${summary[@]}"
+if grep -qh 'no CUDA device' "$out"/*.txt 2>/dev/null; then
+  echo "no GPU here: the device tests were skipped ($(grep -hom1 'no CUDA device[^$]*' "$out"/*.txt | head -1))"
+fi
+[ $failed -eq 0 ] && echo "gpu_check: OK" || echo "gpu_check: FAILED"
+exit $failed

@@ -1,0 +1,37 @@
+// The rules of --context-parallel-size (Megatron-Core's context parallelism: parallel/context_parallel.h,
+// model/ring_attention.h). Step 1 of issue 37 runs ring attention on dense GPT layers with data
+// parallelism; the layouts and features whose composition with it is not built (or not tested) yet
+// are refused, naming the flag.
+#include "train/argument_rules.h"
+#include "train/arguments.h"
+
+namespace tessera::train {
+
+using rules::require;
+
+void finalize_context_parallel(TrainArguments& a) {
+  const int64_t cp = a.context_parallel_size;
+  if (cp == 1) return;
+  const char* flag = "--context-parallel-size";
+  require(a.model.seq_length % (2 * cp) == 0, "--seq-length", a.model.seq_length,
+          str_cat("must be divisible by 2 x --context-parallel-size=", cp,
+                  " (the sequence is cut into 2 x cp chunks, rank i holding chunks i and 2 x cp - 1 - i)"));
+  auto not_yet = [&](bool ok, const std::string& what) {
+    require(ok, flag, cp, str_cat("cannot be combined with ", what, " yet (issue 37)"));
+  };
+  not_yet(a.model.family == "gpt", str_cat("--model-family ", a.model.family, " (ring attention needs a causal GPT)"));
+  not_yet(a.tensor_model_parallel_size == 1, str_cat("--tensor-model-parallel-size=", a.tensor_model_parallel_size));
+  not_yet(a.pipeline_model_parallel_size == 1,
+          str_cat("--pipeline-model-parallel-size=", a.pipeline_model_parallel_size));
+  not_yet(!a.sequence_parallel, "--sequence-parallel");
+  not_yet(!a.model.moe.enabled(), "mixture-of-experts layers (--num-experts)");
+  not_yet(!a.reset_attention_mask, "--reset-attention-mask (document masks)");
+  not_yet(a.token_slices.empty(), "--pipeline-token-slices");
+  not_yet(!a.kd, "--kd");
+  not_yet(!a.use_distributed_optimizer, "--use-distributed-optimizer");
+  not_yet(!a.bf16 && !a.fp16, a.bf16 ? "--bf16" : "--fp16");
+  not_yet(a.save.empty(), "--save (checkpoints that reshard across cp)");
+  not_yet(a.load.empty(), "--load (checkpoints that reshard across cp)");
+}
+
+}  // namespace tessera::train
