@@ -261,3 +261,34 @@ TEST(TrainArguments, EnumFlagsUseMegatronNames) {
 
 }  // namespace
 }  // namespace tessera::train
+
+namespace tessera::train {
+namespace {
+
+// --pipeline-token-slices auto: TeraPipe's dynamic program over the cost the caller hands in (tessera
+// train: the planner's), or the stated model; the lengths always cover the sequence.
+TEST(TokenSlicesAuto, TheDynamicProgramChoosesFromTheGivenCost) {
+  // No fixed cost per slice, work growing with the context: the program cuts the sequence.
+  const pipeline::SliceCost cost = [](int64_t l, int64_t c) { return 1e-3 * l + 1e-5 * l * (c + l); };
+  const TokenSliceCostModel model = [&](const TrainArguments&) { return TokenSliceCosts{cost, "a test's costs"}; };
+  const std::string flags = kBase + "--seq-length 64 --pipeline-model-parallel-size 4 --num-layers 4 "
+                                    "--pipeline-token-slices auto";
+  const TrainArguments a = parse_train_arguments(split_flags(flags), 4, model);
+  EXPECT_EQ(a.token_slices, pipeline::best_token_slicing(64, pipeline::kTokenSliceUnit, cost, a.num_micro_batches, 4));
+  EXPECT_GT(a.token_slices.size(), 1u);
+  int64_t sum = 0;
+  for (int64_t l : a.token_slices) sum += l;
+  EXPECT_EQ(sum, 64);
+  EXPECT_EQ(a.token_slices_source, "a test's costs");
+
+  const TrainArguments stated = parse("--pipeline-token-slices auto");
+  int64_t stated_sum = 0;
+  for (int64_t l : stated.token_slices) stated_sum += l;
+  EXPECT_EQ(stated_sum, 16);
+  EXPECT_FALSE(stated.token_slices_source.empty());
+  EXPECT_NE(error_of(kBase + "--seq-length 20 --pipeline-token-slices auto").find("must be a multiple of 8"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::train
