@@ -156,7 +156,8 @@ nlohmann::json plan_json(const plan::Plan& p, const std::string& formula) {
             {"expert_data_parallel_size", l.edp()}, {"virtual_stages", l.virtual_stages}, {"sequence_parallel", l.sequence_parallel},
             {"micro_batch_size", l.micro_batch_size}, {"global_batch_size", l.global_batch_size},
             {"micro_batches", l.micro_batches()}, {"recompute", plan::to_string(l.recompute)},
-            {"distributed_optimizer", l.distributed_optimizer}, {"precision", plan::to_string(l.precision)}}},
+            {"distributed_optimizer", l.distributed_optimizer}, {"precision", plan::to_string(l.precision)},
+            {"token_slices", l.token_slices}}},
           {"device", p.cluster.device.name},
           {"num_devices", p.cluster.num_devices},
           {"parameters", p.config.parameter_count()},
@@ -206,6 +207,9 @@ void print_plan(const plan::Plan& p) {
               l.distributed_optimizer ? "on" : "off", plan::to_string(l.precision).c_str(),
               static_cast<long long>(l.micro_batch_size), static_cast<long long>(l.global_batch_size),
               static_cast<long long>(l.micro_batches()));
+  if (!l.token_slices.empty())
+    std::printf("token slices (TeraPipe): %zu per sequence, %s tokens; the simulated schedule is 1F1B over them\n",
+                l.token_slices.size(), plan::token_slices_string(l).c_str());
   if (moe.enabled())
     std::printf("expert layout: expert tensor %d, expert parallel %d, expert data %d (%s dispatcher)\n", l.expert_tp(),
                 l.ep, l.edp(), l.allgather_dispatcher ? "allgather" : "alltoall");
@@ -259,7 +263,7 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
   const bool moe = !r.ranked.empty() && r.ranked.front().config.moe.enabled();
   std::printf("%zu layouts fit; the best %d by predicted throughput:\n", r.ranked.size(),
               std::min<int>(top, static_cast<int>(r.ranked.size())));
-  std::printf("  %-4s %-48s %8s %6s %12s %9s | %8s %8s %8s %8s %8s %8s%s\n", "rank", "layout", "TFLOP/s", "MFU",
+  std::printf("  %-4s %-62s %8s %6s %12s %9s | %8s %8s %8s %8s %8s %8s%s\n", "rank", "layout", "TFLOP/s", "MFU",
               "iteration", "peak GiB", "compute", "tp comm", "p2p", "bubble", "dp", "optim", moe ? "  ep comm" : "");
   for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) {
     const plan::Plan& p = r.ranked[i];
@@ -268,7 +272,7 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
     auto pct = [&](double x) { return str_cat(std::round(1000 * x / total) / 10, "%"); };
     char expert[16] = "";
     if (moe) std::snprintf(expert, sizeof expert, " %8s", pct(t.expert_parallel).c_str());
-    std::printf("  %-4zu %-48s %8.1f %5.1f%% %10.3f s %9s | %8s %8s %8s %8s %8s %8s%s\n", i + 1,
+    std::printf("  %-4zu %-62s %8.1f %5.1f%% %10.3f s %9s | %8s %8s %8s %8s %8s %8s%s\n", i + 1,
                 plan::describe(p.layout).c_str(), p.tflops_per_device, 100 * p.mfu, total, gib(p.peak_memory()).c_str(),
                 pct(t.compute).c_str(), pct(t.tensor_parallel).c_str(), pct(t.pipeline_p2p).c_str(),
                 pct(t.pipeline_bubble).c_str(), pct(t.data_parallel).c_str(), pct(t.optimizer).c_str(), expert);
@@ -299,11 +303,12 @@ struct TokenSlicing {
   double cache_bytes = 0;
 };
 
-TokenSlicing price_token_slicing(const plan::Plan& p, const std::string& flag) {
+// The plan's own slices (plan.layout.token_slices, from the flag) priced by TeraPipe's latency model.
+TokenSlicing price_token_slicing(const plan::Plan& p) {
   const plan::SliceCost t = plan::stage_slice_cost(p.config, p.layout, p.cluster.device);
   const int64_t m = p.layout.micro_batches();
   TokenSlicing out;
-  out.slices = plan::parse_token_slices(flag, p.config.seq_length, t, m, p.layout.pp);
+  out.slices = p.layout.token_slices;
   out.sliced = plan::token_pipeline_latency(out.slices, t, m, p.layout.pp);
   out.unsliced = plan::token_pipeline_latency({p.config.seq_length}, t, m, p.layout.pp);
   const model::ModelConfig& c = p.config;
@@ -445,7 +450,7 @@ int plan_command(const std::vector<std::string>& args) {
   // The search and the sizing choose the layout themselves: the parser checks the model alone (dp = 1).
   const bool choose_layout = f.search || f.compute_budget > 0 || f.device_hours > 0;
   TESSERA_CHECK(f.token_slices.empty() || !choose_layout, "--pipeline-token-slices=", f.token_slices,
-                ": prices the token-level pipeline of one layout; it cannot be combined with --search or sizing");
+                ": prices the token-level pipeline of one layout; --search and sizing plan token slices by themselves");
   plan::ExpertSearch experts;
   if (choose_layout) {
     experts.ep = take_int_flag(forwarded, "--expert-model-parallel-size");
@@ -478,15 +483,21 @@ int plan_command(const std::vector<std::string>& args) {
     if (!f.trace.empty() && !r.ranked.empty()) plan::write_chrome_trace(r.ranked.front(), f.trace);
     return r.ranked.empty() ? 1 : 0;
   }
-  const plan::Plan p = plan::make_plan(config, layout, cluster, options);
+  // --pipeline-token-slices: the plan simulates the token-level schedule with the flag's slices (auto:
+  // TeraPipe's dynamic program over the time model's slice costs).
   const bool sliced = !f.token_slices.empty();
+  if (sliced)
+    layout.token_slices =
+        plan::parse_token_slices(f.token_slices, config.seq_length, plan::stage_slice_cost(config, layout, cluster.device),
+                                 layout.micro_batches(), layout.pp);
+  const plan::Plan p = plan::make_plan(config, layout, cluster, options);
   if (f.json) {
     nlohmann::json j = plan_json(p, f.flops_formula);
-    if (sliced) j["token_slicing"] = token_slicing_json(price_token_slicing(p, f.token_slices));
+    if (sliced) j["token_slicing"] = token_slicing_json(price_token_slicing(p));
     std::cout << j.dump(2) << std::endl;
   } else {
     print_plan(p);
-    if (sliced) print_token_slicing(price_token_slicing(p, f.token_slices), p, f.token_slices);
+    if (sliced) print_token_slicing(price_token_slicing(p), p, f.token_slices);
   }
   if (!f.trace.empty()) {
     plan::write_chrome_trace(p, f.trace);

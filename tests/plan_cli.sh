@@ -154,7 +154,20 @@ sys.exit(0 if s["slices"] == [1024, 1024] and s["pipeline_seconds"] < s["unslice
          s["kv_cache_bytes_per_micro_batch"] == cache else 1)
 EOF
 check "--json has the slicing and both latencies: $(head -c 300 "$work/sliced.json")" $?
+# The plan simulates 1F1B over the slices: its layout has them and its trace draws each slice's ops.
+"$tessera" plan $gpt3 --pipeline-token-slices 4 --json --trace "$work/sliced_trace.json" >"$work/sliced4.json" 2>&1
+python3 - "$work/sliced4.json" "$work/sliced_trace.json" <<'EOF'
+import json, sys
+plan, trace = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+names = {e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+sys.exit(0 if plan["layout"]["token_slices"] == [512] * 4 and {"F0.0s3", "B1.0s1"} <= names else 1)
+EOF
+check "the sliced plan's layout and Chrome trace show the slices" $?
+# --search plans each pipelined layout with the slices TeraPipe's dynamic program picks as well.
+out=$("$tessera" plan ${gpt3/--tensor-model-parallel-size 8 --pipeline-model-parallel-size 48/} --search --top 3 2>&1)
+grep -qE "^  1 +tp[0-9]+ pp[0-9]+ .* slices=[0-9x,]+ " <<<"$out"
+check "--search ranks a token-sliced layout first for 2 sequences on 384 V100s: $out" $?
 expect_error "$gpt3 --pipeline-token-slices 1000,1000" "the slice lengths sum to 2000, not --seq-length=2048"
-expect_error "$gpt3 --pipeline-token-slices auto --search" "cannot be combined with --search"
+expect_error "$gpt3 --pipeline-token-slices auto --search" "--search and sizing plan token slices by themselves"
 
 finish plan_cli

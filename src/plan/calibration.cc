@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "core/timer.h"
 #include "kernels/attention.h"
+#include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 
 namespace tessera::plan {
@@ -111,6 +112,17 @@ double memory_bandwidth(comm::ProcessGroup& world, double budget) {
   return 12.0 * n / seconds;
 }
 
+// The floor every kernel pays however little it does (DeviceSpec::kernel_seconds): a call of a
+// 64-element add, the dispatch and checks a layer's small kernels repeat.
+double kernel_floor(comm::ProcessGroup& world, double budget) {
+  constexpr int kCalls = 200;
+  Tensor a = Tensor::zeros({64}), b = Tensor::zeros({64});
+  return time_per_run(world, budget, [&] {
+           for (int i = 0; i < kCalls; ++i) kernels::add_into(a, b);
+         }) /
+         kCalls;
+}
+
 }  // namespace
 
 std::string cpu_model_name() {
@@ -182,6 +194,7 @@ DeviceSpec calibrate_device(const model::ModelConfig& c, const Layout& l, comm::
     largest_buffers = std::max(largest_buffers, 4.0 * (2 * s.m * s.k + 2 * s.n * s.k + s.m * s.n));
   d.reserved_bytes = std::max(d.reserved_bytes, resident_bytes() - largest_buffers);
   d.memory_bandwidth = memory_bandwidth(world, seconds_per_measurement);
+  d.kernel_seconds = kernel_floor(world, seconds_per_measurement);
   // All ranks of this job share one machine: its "node" is the job.
   d.devices_per_node = world.size();
   if (world.size() > 1) {

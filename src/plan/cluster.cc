@@ -25,22 +25,26 @@ std::string lower(std::string s) {
 // cuBLAS gave Megatron's transformer GEMMs in 2021; V100's 0.38 is fitted to Megatron-LM's own
 // single-GPU baseline (Shoeybi et al. 2019: 39 TFLOP/s for the 1.2B model, with their unfused 2019
 // kernels). The tests in planner_test.cc check the other published points against these.
+// The fixed costs are stated, not fitted: 5 us per GPU kernel (CUDA's launch latency and the ramp of a
+// small kernel, paid in full by Megatron's eager, graph-less execution) and a 128-row GEMM tile (the
+// tile height of cuBLAS's large tensor-core kernels); 2 us per CPU kernel (bench_small_kernels: a call
+// of a few thousand elements costs 1.7 to 2.8 us, BENCHMARKS.md), which --calibrate measures.
 const std::vector<DeviceSpec>& builtin_devices() {
   static const std::vector<DeviceSpec> devices = [] {
     std::vector<DeviceSpec> d;
     // DGX-2H: 16 V100 on NVSwitch, 8 x 100 Gb/s InfiniBand.
     d.push_back({"V100-32GB", 125 * TFLOPS, 0.38, 32 * GiB, 900 * GB * 0.85, 130 * GB, 2e-6, 100 * GB / 16,
-                 10e-6, 16, 1.0 * GiB, {}, 0});
+                 10e-6, 16, 1.0 * GiB, {}, 0, 5e-6, 128});
     // DGX A100 (Selene): 8 A100-80GB, NVSwitch, 8 x 200 Gb/s HDR InfiniBand.
     d.push_back({"A100-80GB", 312 * TFLOPS, 0.70, 80 * GiB, 2039 * GB * 0.85, 230 * GB, 2e-6, 25 * GB, 10e-6, 8,
-                 2.0 * GiB, {}, 0});
+                 2.0 * GiB, {}, 0, 5e-6, 128});
     // DGX H100: 8 H100-SXM, NVLink 4, 8 x 400 Gb/s NDR InfiniBand.
     d.push_back({"H100-SXM", 989 * TFLOPS, 0.70, 80 * GiB, 3350 * GB * 0.85, 360 * GB, 8e-6, 50 * GB, 10e-6, 8,
-                 2.0 * GiB, {}, 0});
+                 2.0 * GiB, {}, 0, 5e-6, 128});
     d.push_back({"H200", 989 * TFLOPS, 0.70, 141 * GiB, 4800 * GB * 0.85, 360 * GB, 8e-6, 50 * GB, 10e-6, 8,
-                 2.0 * GiB, {}, 0});
+                 2.0 * GiB, {}, 0, 5e-6, 128});
     // A small x86 machine: a guess to be replaced by `tessera plan --calibrate`.
-    d.push_back({"cpu", 100e9, 0.8, 16 * GiB, 10 * GB, 5 * GB, 5e-6, 1 * GB, 50e-6, 1, 64.0 * (1 << 20), {}, 0});
+    d.push_back({"cpu", 100e9, 0.8, 16 * GiB, 10 * GB, 5 * GB, 5e-6, 1 * GB, 50e-6, 1, 64.0 * (1 << 20), {}, 0, 2e-6, 0});
     return d;
   }();
   return devices;
@@ -70,7 +74,9 @@ nlohmann::json to_json(const DeviceSpec& d) {
           {"devices_per_node", d.devices_per_node},
           {"reserved_bytes", d.reserved_bytes},
           {"gemm_rates", rates},
-          {"attention_flops_per_second", d.attention_flops_per_second}};
+          {"attention_flops_per_second", d.attention_flops_per_second},
+          {"kernel_seconds", d.kernel_seconds},
+          {"gemm_min_rows", d.gemm_min_rows}};
 }
 
 DeviceSpec device_from_json(const nlohmann::json& j) {
@@ -94,6 +100,8 @@ DeviceSpec device_from_json(const nlohmann::json& j) {
   number("inter_node_latency", d.inter_node_latency, false);
   number("reserved_bytes", d.reserved_bytes, false);
   number("attention_flops_per_second", d.attention_flops_per_second, false);
+  number("kernel_seconds", d.kernel_seconds, false);
+  number("gemm_min_rows", d.gemm_min_rows, false);
   if (j.contains("devices_per_node")) {
     d.devices_per_node = j.at("devices_per_node").get<int>();
     TESSERA_CHECK(d.devices_per_node > 0, "device field \"devices_per_node\"=", d.devices_per_node, ": must be positive");

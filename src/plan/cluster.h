@@ -30,6 +30,13 @@ struct DeviceSpec {
   };
   std::vector<GemmRate> gemm_rates;
   double attention_flops_per_second = 0;  // measured flash-attention rate (CPU); 0: roofline
+  // Fixed costs that do not shrink with the work, which decide how short a TeraPipe token slice may be:
+  // every kernel costs at least kernel_seconds (launch and ramp on a GPU, a parallel region's start on
+  // a CPU), paid per kernel of a layer (time_model.h); and a GEMM with fewer than gemm_min_rows rows
+  // takes as long as one with gemm_min_rows (a GPU's tensor-core kernels compute whole row tiles, so a
+  // 64-row product fills half of each 128-row tile). 0: none.
+  double kernel_seconds = 0;
+  double gemm_min_rows = 0;
 };
 
 struct ClusterSpec {

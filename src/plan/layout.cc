@@ -60,7 +60,30 @@ std::string layout_problem(const model::ModelConfig& c, const Layout& l, int dev
                                  ") to be a multiple of pp ", l.pp));
   if (l.recompute == Recompute::Full && l.recompute_num_layers < 1)
     return fail("divisibility", str_cat("--recompute-num-layers=", l.recompute_num_layers, " must be positive"));
+  if (!l.token_slices.empty()) {
+    int64_t total = 0;
+    for (int64_t length : l.token_slices) {
+      if (length < 1) return fail("divisibility", str_cat("token slices ", token_slices_string(l), " must be positive"));
+      total += length;
+    }
+    if (total != c.seq_length)
+      return fail("divisibility", str_cat("token slices ", token_slices_string(l), " sum to ", total,
+                                          ", not --seq-length=", c.seq_length));
+    if (l.virtual_stages > 1)
+      return fail("divisibility", "token slices need v = 1 (the token-level schedule is 1F1B over the slices)");
+  }
   return "";
+}
+
+std::string token_slices_string(const Layout& l) {
+  std::string out;  // runs of equal lengths as "count x length": 26 slices read "22x80,4x72"
+  for (size_t i = 0; i < l.token_slices.size();) {
+    size_t j = i;
+    while (j < l.token_slices.size() && l.token_slices[j] == l.token_slices[i]) ++j;
+    out += str_cat(out.empty() ? "" : ",", j - i > 1 ? str_cat(j - i, "x") : std::string(), l.token_slices[i]);
+    i = j;
+  }
+  return out;
 }
 
 std::string to_string(Recompute r) {
@@ -85,7 +108,8 @@ std::string describe(const Layout& l) {
   const std::string experts = l.ep > 1 || l.etp > 0 ? str_cat(" ep", l.ep, " etp", l.expert_tp()) : "";
   return str_cat("tp", l.tp, " pp", l.pp, " dp", l.dp, experts, " v", l.virtual_stages, " mbs", l.micro_batch_size, " gbs",
                  l.global_batch_size, l.sequence_parallel ? " sp" : "", " recompute=", to_string(l.recompute),
-                 l.distributed_optimizer ? " distopt" : "");
+                 l.distributed_optimizer ? " distopt" : "",
+                 l.token_slices.empty() ? "" : str_cat(" slices=", token_slices_string(l)));
 }
 
 model::ModelConfig config_for_tp(const model::ModelConfig& c, int tp, int64_t make_vocab_size_divisible_by) {

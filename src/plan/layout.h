@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 
@@ -31,6 +32,9 @@ struct Layout {
   int64_t ddp_bucket_size = 40000000;  // elements per data-parallel bucket (Megatron's default)
   Precision precision = Precision::Bf16;
   bool flash_attention = false;  // attention without materialised s x s scores (Tessera's CPU kernel)
+  // TeraPipe (--pipeline-token-slices): the lengths each sequence is cut into, in order (summing to the
+  // sequence length); empty: whole micro-batches flow through the pipeline. Needs virtual_stages = 1.
+  std::vector<int64_t> token_slices;
 
   int devices() const { return tp * pp * dp; }
   int expert_tp() const { return etp > 0 ? etp : tp; }
@@ -52,8 +56,12 @@ std::string layout_problem(const model::ModelConfig& c, const Layout& l, int dev
 
 std::string to_string(Recompute r);
 std::string to_string(Precision p);
-// "tp8 pp64 dp6 v1 mbs1 gbs3072 recompute=full", with " ep8 etp1" after dp when ep > 1 or etp is set.
+// "tp8 pp64 dp6 v1 mbs1 gbs3072 recompute=full", with " ep8 etp1" after dp when ep > 1 or etp is set
+// and " slices=32x64" at the end with token slices.
 std::string describe(const Layout& l);
+// The token slices, runs of equal lengths as count x length: "32x64", "22x80,4x72", "40,16,8"; "" when
+// there are none.
+std::string token_slices_string(const Layout& l);
 
 // The model as seen by one tensor-parallel rank: the vocabulary padded for this tp (Megatron pads to a
 // multiple of make_vocab_size_divisible_by x tp).

@@ -11,9 +11,22 @@ using pipeline::Op;
 using pipeline::OpKind;
 
 PipelineRun simulate_pipeline(const pipeline::ScheduleShape& shape, const PipelineCosts& costs, bool record_events) {
+  PipelineCosts slice = costs;
+  for (auto* grid : {&slice.forward_compute, &slice.forward_comm, &slice.backward_compute, &slice.backward_comm,
+                     &slice.expert_comm})
+    for (auto& stage : *grid)
+      for (double& seconds : stage) seconds /= shape.slices;
+  return simulate_pipeline(shape, std::vector<PipelineCosts>(shape.slices, slice), record_events);
+}
+
+PipelineRun simulate_pipeline(const pipeline::ScheduleShape& shape, const std::vector<PipelineCosts>& slice_costs,
+                              bool record_events) {
   const int p = shape.stages, v = shape.chunks, m = shape.micro_batches, n = shape.slices;
-  TESSERA_CHECK(static_cast<int>(costs.forward_compute.size()) == p, "simulate_pipeline: costs for ",
-                costs.forward_compute.size(), " stages, the schedule has ", p);
+  TESSERA_CHECK(static_cast<int>(slice_costs.size()) == n, "simulate_pipeline: costs for ", slice_costs.size(),
+                " token slices, the schedule has ", n);
+  for (const PipelineCosts& costs : slice_costs)
+    TESSERA_CHECK(static_cast<int>(costs.forward_compute.size()) == p, "simulate_pipeline: costs for ",
+                  costs.forward_compute.size(), " stages, the schedule has ", p);
   std::vector<std::vector<Op>> ops(p);
   for (int r = 0; r < p; ++r) ops[r] = pipeline::build_schedule(shape, r);
 
@@ -43,6 +56,7 @@ PipelineRun simulate_pipeline(const pipeline::ScheduleShape& shape, const Pipeli
     for (int r = 0; r < p; ++r) {
       while (next[r] < ops[r].size()) {
         const Op& op = ops[r][next[r]];
+        const PipelineCosts& costs = slice_costs[op.slice];
         const size_t slot = slot_of(op, op.chunk);
         double& now = clock[r];
         if (op.kind == OpKind::SendForward || op.kind == OpKind::SendBackward) {
@@ -61,9 +75,8 @@ PipelineRun simulate_pipeline(const pipeline::ScheduleShape& shape, const Pipeli
           now += wait + costs.p2p_local;
         } else {
           const bool forward = op.kind == OpKind::Forward;
-          const double compute =
-              (forward ? costs.forward_compute[r][op.chunk] : costs.backward_compute[r][op.chunk]) / n;
-          const double comm = (forward ? costs.forward_comm[r][op.chunk] : costs.backward_comm[r][op.chunk]) / n;
+          const double compute = forward ? costs.forward_compute[r][op.chunk] : costs.backward_compute[r][op.chunk];
+          const double comm = forward ? costs.forward_comm[r][op.chunk] : costs.backward_comm[r][op.chunk];
           event(r, pipeline::to_string(op), forward ? "forward" : "backward", now, compute + comm);
           run.compute[r] += compute;
           run.tp_comm[r] += comm;

@@ -14,9 +14,9 @@
 
 namespace tessera::plan {
 
-// Seconds per (micro-batch, chunk) op on each pipeline rank: cost[stage][chunk]. With token slices
-// (shape.slices = n > 1, TeraPipe) a slice's forward and backward cost 1/n of the micro-batch's (equal
-// slices, no fixed per-slice cost yet); p2p_transfer and p2p_local are per message, i.e. a slice's.
+// Seconds per (micro-batch, chunk) op on each pipeline rank: cost[stage][chunk]; with token slices
+// (TeraPipe) per (micro-batch, chunk, slice) op, one PipelineCosts per slice (plan/token_slicing.h).
+// p2p_transfer and p2p_local are per message, i.e. a slice's.
 struct PipelineCosts {
   std::vector<std::vector<double>> forward_compute, forward_comm;    // comm: exposed tensor-parallel collectives
   std::vector<std::vector<double>> backward_compute, backward_comm;  // backward includes any recomputation
@@ -45,7 +45,13 @@ struct PipelineRun {
   std::vector<TimelineEvent> events;  // when asked for
 };
 
-// Throws an Error naming the blocked op of each rank if the op lists deadlock.
+// Throws an Error naming the blocked op of each rank if the op lists deadlock. slice_costs[i] prices the
+// ops of token slice i (shape.slices of them: each slice's length and the context it attends to make
+// it cost what it does).
+PipelineRun simulate_pipeline(const pipeline::ScheduleShape& shape, const std::vector<PipelineCosts>& slice_costs,
+                              bool record_events);
+// The same with n = shape.slices equal slices each costing 1/n of `costs`' compute and communication and
+// a whole message's p2p time (no fixed per-slice cost).
 PipelineRun simulate_pipeline(const pipeline::ScheduleShape& shape, const PipelineCosts& costs, bool record_events);
 
 }  // namespace tessera::plan

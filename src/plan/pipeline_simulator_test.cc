@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "core/check.h"
 #include "plan/trace.h"
 
 namespace tessera::plan {
@@ -55,6 +56,20 @@ TEST(PipelineSimulator, TokenSlicesShrinkTheBubbleToTeraPipesClosedForm) {
         for (int r = 0; r < p; ++r)
           EXPECT_EQ(run.peak_in_flight[r], pipeline::theoretical_peak_in_flight(shape, r)) << "stage " << r;
       }
+}
+
+TEST(PipelineSimulator, UnevenSlicesFlowLikeTeraPipesLatencyModel) {
+  // One micro-batch of uneven slices costing the same on every stage, no p2p: 1F1B runs every forward,
+  // then the backwards in reverse, each a proportionate flow shop, so the makespan is
+  // sum f + (p - 1) max f + sum b + (p - 1) max b (TeraPipe's T with m = 1).
+  const int p = 3;
+  const std::vector<double> f = {1, 2, 0.5}, b = {2, 4, 1};
+  std::vector<PipelineCosts> slices;
+  for (size_t i = 0; i < f.size(); ++i) slices.push_back(uniform(p, 1, f[i], b[i]));
+  const PipelineRun run = simulate_pipeline({p, 1, 1, 3}, slices, false);
+  EXPECT_DOUBLE_EQ(run.makespan, (3.5 + (p - 1) * 2.0) + (7.0 + (p - 1) * 4.0));
+  for (int r = 0; r < p; ++r) EXPECT_DOUBLE_EQ(run.compute[r], 10.5);
+  EXPECT_THROW(simulate_pipeline({p, 1, 1, 2}, slices, false), Error);  // three costs for two slices
 }
 
 TEST(PipelineSimulator, AgreesWithTheScheduleLayersSimulator) {

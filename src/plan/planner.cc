@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "plan/time_model.h"
+#include "plan/token_slicing.h"
 
 namespace tessera::plan {
 namespace {
@@ -18,6 +19,17 @@ double recompute_flops(const model::ModelConfig& c, const Layout& l, double mega
   return 0;
 }
 
+// The slices TeraPipe's dynamic program picks for a pipelined layout (its latency model over the time
+// model's slice costs); empty where the layout has no pipeline or is interleaved. The search cuts in
+// units of 1/32 of the sequence (a multiple of TeraPipe's 8 tokens): the program's cost grows with the
+// fourth power of the units, and a search plans thousands of layouts (`--pipeline-token-slices auto`
+// refines one layout at 8 tokens).
+std::vector<int64_t> searched_token_slices(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+  const int64_t unit = std::max<int64_t>(1, c.seq_length / 32 / pipeline::kTokenSliceUnit) * pipeline::kTokenSliceUnit;
+  if (l.pp == 1 || l.virtual_stages > 1 || c.seq_length % unit != 0) return {};
+  return best_token_slicing(c.seq_length, unit, stage_slice_cost(c, l, d), l.micro_batches(), l.pp);
+}
+
 }  // namespace
 
 double ptdp_flops_per_iteration(const model::ModelConfig& c, int64_t global_batch) {
@@ -30,7 +42,8 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
   const std::string problem = layout_problem(c, l, cluster.num_devices);
   TESSERA_CHECK(problem.empty(), problem);
   const DeviceSpec& d = cluster.device;
-  const pipeline::ScheduleShape shape{l.pp, static_cast<int>(l.micro_batches()), l.virtual_stages};
+  const int slices = l.token_slices.empty() ? 1 : static_cast<int>(l.token_slices.size());
+  const pipeline::ScheduleShape shape{l.pp, static_cast<int>(l.micro_batches()), l.virtual_stages, slices};
   pipeline::validate_schedule(shape);
 
   Plan plan;
@@ -46,14 +59,25 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
       if (plan.memory[r].total() > plan.memory[plan.peak_memory_stage].total()) plan.peak_memory_stage = r;
     plan.fits = plan.peak_memory() <= d.memory_bytes;
   };
+  // With token slices the schedule holds slices: priced as the micro-batches their tokens make up, each
+  // held slice counted at the longest slice's length.
+  auto micro_batches_held = [&](std::vector<int> held) {
+    if (slices == 1) return held;
+    const int64_t longest = *std::max_element(l.token_slices.begin(), l.token_slices.end());
+    for (int& h : held) h = static_cast<int>((h * longest + c.seq_length - 1) / c.seq_length);
+    return held;
+  };
   std::vector<int> in_flight(l.pp);
   for (int r = 0; r < l.pp; ++r) in_flight[r] = pipeline::theoretical_peak_in_flight(shape, r);
-  fill_memory(in_flight);
+  fill_memory(micro_batches_held(in_flight));
   if (options.memory_only) return plan;
 
+  // Token slices: each slice priced at its own length and context (fixed costs included), so the
+  // simulated pipeline is TeraPipe's with uneven slices.
   const PipelineCosts costs = pipeline_costs(c, l, d);
-  plan.pipeline = simulate_pipeline(shape, costs, options.record_timeline);
-  fill_memory(plan.pipeline.peak_in_flight);  // the op lists' own count (equal to the closed form)
+  plan.pipeline = slices == 1 ? simulate_pipeline(shape, costs, options.record_timeline)
+                              : simulate_pipeline(shape, token_slice_costs(c, l, d), options.record_timeline);
+  fill_memory(micro_batches_held(plan.pipeline.peak_in_flight));  // the op lists' own count (= the closed form)
 
   double iteration = -1;
   for (int r = 0; r < l.pp; ++r) {
@@ -162,6 +186,12 @@ SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, con
                 continue;
               }
               result.ranked.push_back(make_plan(ct, l, cluster, options));
+              // TeraPipe: the same layout with the token slices its dynamic program picks, when that cuts
+              // the sequence at all.
+              if (std::vector<int64_t> slices = searched_token_slices(ct, l, cluster.device); slices.size() > 1) {
+                l.token_slices = std::move(slices);
+                if (make_plan(ct, l, cluster, memory_only).fits) result.ranked.push_back(make_plan(ct, l, cluster, options));
+              }
             }
       }
     }

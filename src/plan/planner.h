@@ -64,7 +64,9 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
 // parallelism, distributed optimizer, precision) and the global batch are the base layout's. For an
 // MoE model also ep over the divisors of every MoE layer's experts (with etp x ep x pp dividing the
 // devices) and etp over {1, tp}, unless `experts` fixes them; and sequence parallelism is on whenever
-// tp > 1, as MoE under tensor parallelism requires.
+// tp > 1, as MoE under tensor parallelism requires. Each pipelined layout (pp > 1, v = 1) is also
+// planned with TeraPipe's token slices as its dynamic program picks them (plan/token_slicing.h), when it
+// cuts the sequence.
 struct ExpertSearch {
   int ep = 0, etp = 0;  // > 0: only this value (--expert-model-parallel-size, --expert-tensor-parallel-size)
 };

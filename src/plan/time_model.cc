@@ -11,6 +11,15 @@ namespace {
 
 double fc1_width(const model::ModelConfig& c, double f) { return c.swiglu ? 2 * f : f; }
 
+// A kernel takes at least DeviceSpec::kernel_seconds however little it does (a GPU waits for eager
+// launches that arrive slower than tiny kernels finish): `kernels` kernels that move or compute
+// `seconds` worth of work take the larger of the two. A layer's elementwise kernels are its two norms,
+// two bias-dropout-adds, the activation and rotary in forward, each with its gradient in backward.
+double at_least_kernels(double seconds, double kernels, const DeviceSpec& d) {
+  return std::max(seconds, kernels * d.kernel_seconds);
+}
+constexpr double kLayerElementwiseKernels = 6;
+
 // Bytes that norms, bias-dropout-add, activations and rotary move in one layer's forward, per the
 // passes each makes over its tensors (reads plus writes); backward moves about twice as much.
 double layer_elementwise_forward_bytes(const model::ModelConfig& c, const Layout& l, int64_t layer) {
@@ -74,13 +83,16 @@ EndTimes end_times(const model::ModelConfig& c, const Layout& l, const DeviceSpe
   const double e = l.activation_bytes(), t = l.tp, sp = l.sequence_parallel ? t : 1;
   const double vocab = static_cast<double>(c.padded_vocab_size) / t, activation = tokens * h * e;
   // Embedding: gather rows, add positions, dropout; backward scatters into the (fp32) gradient rows.
-  const double embed_forward = tokens * h / sp * 4 * e / d.memory_bandwidth;
-  const double embed_backward = tokens * h * (e + 8) / d.memory_bandwidth;
+  const double embed_forward = at_least_kernels(tokens * h / sp * 4 * e / d.memory_bandwidth, 1, d);
+  const double embed_backward = at_least_kernels(tokens * h * (e + 8) / d.memory_bandwidth, 1, d);
   // Final norm, output GEMM and vocab-parallel cross-entropy over fp32 logits (max, sum, in-place grad).
-  const double head_forward = tokens * h / sp * 2 * e / d.memory_bandwidth + gemm_seconds(d, tokens, vocab, h, e) +
-                              tokens * vocab * 4 * 2 / d.memory_bandwidth;
-  const double head_backward = tokens * h / sp * 3 * e / d.memory_bandwidth + 2 * gemm_seconds(d, tokens, vocab, h, e) +
-                               tokens * vocab * 4 * 2 / d.memory_bandwidth;
+  // (The final norm and the cross-entropy's two passes each take a kernel's floor at least.)
+  const double head_forward = at_least_kernels(tokens * h / sp * 2 * e / d.memory_bandwidth, 1, d) +
+                              gemm_seconds(d, tokens, vocab, h, e) +
+                              at_least_kernels(tokens * vocab * 4 * 2 / d.memory_bandwidth, 2, d);
+  const double head_backward = at_least_kernels(tokens * h / sp * 3 * e / d.memory_bandwidth, 1, d) +
+                               2 * gemm_seconds(d, tokens, vocab, h, e) +
+                               at_least_kernels(tokens * vocab * 4 * 2 / d.memory_bandwidth, 2, d);
   // The output layer's input is all-gathered under sequence parallelism (reduce-scattered in backward);
   // without it, its gradient is all-reduced. The cross-entropy's statistics are tiny all-reduces.
   const double head_forward_comm = (l.sequence_parallel ? all_gather_seconds(d, activation, l.tp, 1) : 0) +
@@ -94,10 +106,14 @@ EndTimes end_times(const model::ModelConfig& c, const Layout& l, const DeviceSpe
 
 double gemm_seconds(const DeviceSpec& d, double m, double n, double k, double element_bytes, double count) {
   double rate = d.peak_flops * d.gemm_efficiency;
+  double rows = std::max(m, d.gemm_min_rows);  // a short GEMM computes whole row tiles
   for (const auto& r : d.gemm_rates)
-    if (r.m == std::llround(m) && r.n == std::llround(n) && r.k == std::llround(k)) rate = r.flops_per_second;
-  const double flops = 2 * m * n * k * count, bytes = (m * k + k * n + m * n) * element_bytes * count;
-  return std::max(flops / rate, bytes / d.memory_bandwidth);
+    if (r.m == std::llround(m) && r.n == std::llround(n) && r.k == std::llround(k)) {
+      rate = r.flops_per_second;  // measured on this very shape: tiles included
+      rows = m;
+    }
+  const double flops = 2 * rows * n * k * count, bytes = (m * k + k * n + m * n) * element_bytes * count;
+  return at_least_kernels(std::max(flops / rate, bytes / d.memory_bandwidth), 1, d);
 }
 
 AttentionTimes core_attention_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, double queries,
@@ -108,15 +124,15 @@ AttentionTimes core_attention_times(const model::ModelConfig& c, const Layout& l
   if (l.flash_attention) {
     const double flops = 4 * b * heads * queries * keys * head_dim;
     const double rate = d.attention_flops_per_second > 0 ? d.attention_flops_per_second : d.peak_flops * d.gemm_efficiency;
-    out.forward = flops / rate;
-    out.backward = 2.5 * out.forward;  // flash backward recomputes the scores: 5 GEMMs to forward's 2
+    out.forward = at_least_kernels(flops / rate, 1, d);
+    out.backward = at_least_kernels(2.5 * flops / rate, 1, d);  // flash backward recomputes the scores: 5 GEMMs to 2
   } else {
     const double score_gemms = gemm_seconds(d, queries, keys, head_dim, e, b * heads) +
                                gemm_seconds(d, queries, head_dim, keys, e, b * heads);
     const double scores = b * heads * queries * keys, dropout = c.attention_dropout > 0 ? 1 : 0;
     // Fused scale-mask-softmax (read, write) then dropout (read, write, mask); backward one more read.
-    out.forward = score_gemms + scores * (2 * e + dropout * (2 * e + 1)) / d.memory_bandwidth;
-    out.backward = 2 * score_gemms + scores * (3 * e + dropout * (2 * e + 1)) / d.memory_bandwidth;
+    out.forward = score_gemms + at_least_kernels(scores * (2 * e + dropout * (2 * e + 1)) / d.memory_bandwidth, 2, d);
+    out.backward = 2 * score_gemms + at_least_kernels(scores * (3 * e + dropout * (2 * e + 1)) / d.memory_bandwidth, 2, d);
   }
   return out;
 }
@@ -150,10 +166,10 @@ LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const Devic
 
   LayerTimes out;
   out.core_attention_forward = attention_forward;
-  out.forward_compute = gemms + attention_forward + elementwise;
+  out.forward_compute = gemms + attention_forward + at_least_kernels(elementwise, kLayerElementwiseKernels, d);
   out.expert_forward_comm = out.expert_backward_comm = expert_parallel_seconds(c, l, d, layer);
   out.forward_comm = tensor_parallel_seconds(c, l, d, layer) + out.expert_forward_comm;
-  out.backward_compute = 2 * gemms + attention_backward + 2 * elementwise;
+  out.backward_compute = 2 * gemms + attention_backward + at_least_kernels(2 * elementwise, kLayerElementwiseKernels, d);
   out.backward_comm = out.forward_comm;
   if (l.recompute == Recompute::Full) {
     out.backward_compute += out.forward_compute;

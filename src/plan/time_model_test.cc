@@ -208,5 +208,28 @@ TEST(ExpertParallel, ExpertComputeIsMegatronsMoeFlops) {
       }
 }
 
+TEST(FixedCosts, ShortGemmsPayWholeRowTilesAndEveryKernelItsFloor) {
+  DeviceSpec d = find_device("A100-80GB");
+  ASSERT_EQ(d.gemm_min_rows, 128);
+  d.memory_bandwidth = 1e30;  // compute-bound however few the rows
+  // Compute-bound shapes: 64 rows cost what 128 do, 256 rows twice that; a measured rate for the very
+  // shape replaces both the rate and the tile rule.
+  EXPECT_DOUBLE_EQ(gemm_seconds(d, 64, 8192, 8192, 2), gemm_seconds(d, 128, 8192, 8192, 2));
+  EXPECT_NEAR(gemm_seconds(d, 256, 8192, 8192, 2), 2 * gemm_seconds(d, 128, 8192, 8192, 2), 1e-15);
+  d.gemm_rates.push_back({64, 8192, 8192, 100e12});
+  EXPECT_DOUBLE_EQ(gemm_seconds(d, 64, 8192, 8192, 2), 2.0 * 64 * 8192 * 8192 / 100e12);
+  // Every kernel takes at least the device's floor: a tiny GEMM, and a layer of a tiny model whose
+  // kernels are all below it (4 GEMMs, attention, 6 elementwise kernels forward).
+  EXPECT_DOUBLE_EQ(gemm_seconds(d, 1, 8, 8, 2), 5e-6);
+  model::ModelConfig tiny = gpt2_small();
+  tiny.hidden_size = tiny.ffn_hidden_size = 8;
+  tiny.num_attention_heads = tiny.num_query_groups = 1;
+  tiny.kv_channels = 8;
+  tiny.seq_length = 1;
+  Layout l;
+  l.flash_attention = true;
+  EXPECT_DOUBLE_EQ(layer_times(tiny, l, d, 1).forward_compute, 11 * 5e-6);
+}
+
 }  // namespace
 }  // namespace tessera::plan

@@ -5,9 +5,47 @@
 
 #include "core/check.h"
 #include "model/token_slices.h"
+#include "plan/memory_model.h"
 #include "plan/time_model.h"
 
 namespace tessera::plan {
+
+namespace {
+
+// Seconds one layer spends on the attention of `length` queries to `context` cached keys (forward,
+// backward) beyond its own causal block.
+AttentionTimes context_attention(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t length,
+                                 int64_t context) {
+  if (context == 0) return {};
+  return core_attention_times(c, l, d, static_cast<double>(length), static_cast<double>(context));
+}
+
+}  // namespace
+
+PipelineCosts slice_pipeline_costs(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t length,
+                                   int64_t context) {
+  model::ModelConfig sliced = c;
+  sliced.seq_length = length;
+  PipelineCosts costs = pipeline_costs(sliced, l, d);
+  const AttentionTimes a = context_attention(c, l, d, length, context);
+  for (int r = 0; r < l.pp; ++r)
+    for (int j = 0; j < l.virtual_stages; ++j) {
+      const double layers = static_cast<double>(chunk_layer_numbers(c, l, r, j).size());
+      costs.forward_compute[r][j] += layers * a.forward;
+      costs.backward_compute[r][j] += layers * (a.backward + (l.recompute == Recompute::Full ? a.forward : 0));
+    }
+  return costs;
+}
+
+std::vector<PipelineCosts> token_slice_costs(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+  std::vector<PipelineCosts> out;
+  int64_t context = 0;
+  for (int64_t length : l.token_slices) {
+    out.push_back(slice_pipeline_costs(c, l, d, length, context));
+    context += length;
+  }
+  return out;
+}
 
 SliceCost stage_slice_cost(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
   const double layers_per_stage = static_cast<double>(c.num_layers) / l.pp;
@@ -36,12 +74,8 @@ SliceCost stage_slice_cost(const model::ModelConfig& c, const Layout& l, const D
       }
       (*transfer)[length] = 2 * costs.p2p_transfer;
     }
-    double seconds = base + (*transfer)[length];
-    if (context > 0) {
-      const AttentionTimes a = core_attention_times(c, l, d, static_cast<double>(length), static_cast<double>(context));
-      seconds += layers_per_stage * (a.forward + a.backward);
-    }
-    return seconds;
+    const AttentionTimes a = context_attention(c, l, d, length, context);
+    return base + (*transfer)[length] + layers_per_stage * (a.forward + a.backward);
   };
 }
 

@@ -12,6 +12,7 @@
 #include "pipeline/token_slicing.h"
 #include "plan/cluster.h"
 #include "plan/layout.h"
+#include "plan/pipeline_simulator.h"
 
 namespace tessera::plan {
 
@@ -24,6 +25,14 @@ using pipeline::token_pipeline_latency;
 // its l queries to the c cached keys in each of the stage's layers, plus two point-to-point transfers
 // (the slice's activation in, its gradient out).
 SliceCost stage_slice_cost(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d);
+
+// The pipeline simulator's costs of one token slice of `length` tokens after `context` earlier ones:
+// pipeline_costs at the slice's length (fixed per-kernel costs and short GEMMs' row tiles included, see
+// DeviceSpec) plus each layer's attention of the slice's queries to the cached keys.
+PipelineCosts slice_pipeline_costs(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t length,
+                                   int64_t context);
+// One PipelineCosts per slice of l.token_slices, in order.
+std::vector<PipelineCosts> token_slice_costs(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d);
 
 // --pipeline-token-slices: "auto" (best_token_slicing in units of 8 tokens), a count n (n equal slices;
 // it must divide the sequence) or a comma-separated list of lengths summing to the sequence. Throws an

@@ -48,6 +48,30 @@ TEST(StageSliceCost, TheUnslicedSequenceIsTheSlowestStagePlusItsTransfersAndCont
   EXPECT_LT(t(64, 0), t(128, 0));
 }
 
+TEST(SlicePipelineCosts, ASliceIsAShortSequencePlusItsLayersAttentionToTheCache) {
+  const model::ModelConfig c = small_gpt();
+  Layout l;
+  l.pp = 4;
+  l.global_batch_size = 4;
+  l.token_slices = {448, 64};
+  const DeviceSpec d = find_device("A100-80GB");
+  model::ModelConfig short_sequence = c;
+  short_sequence.seq_length = 64;
+  const PipelineCosts alone = pipeline_costs(short_sequence, l, d);
+  const std::vector<PipelineCosts> slices = token_slice_costs(c, l, d);
+  ASSERT_EQ(slices.size(), 2u);
+  const AttentionTimes a = core_attention_times(c, l, d, 64, 448);
+  for (int r = 0; r < 4; ++r) {  // two layers per stage, each attending to the 448 cached keys
+    EXPECT_NEAR(slices[1].forward_compute[r][0], alone.forward_compute[r][0] + 2 * a.forward, 1e-15);
+    EXPECT_NEAR(slices[1].backward_compute[r][0], alone.backward_compute[r][0] + 2 * a.backward, 1e-15);
+    EXPECT_DOUBLE_EQ(slices[1].forward_comm[r][0], alone.forward_comm[r][0]);
+  }
+  EXPECT_DOUBLE_EQ(slices[1].p2p_transfer, alone.p2p_transfer);
+  model::ModelConfig first = c;
+  first.seq_length = 448;
+  EXPECT_DOUBLE_EQ(slices[0].forward_compute[0][0], pipeline_costs(first, l, d).forward_compute[0][0]);
+}
+
 TEST(ParseTokenSlices, AutoACountOrALengthList) {
   const SliceCost t = [](int64_t l, int64_t c) { return 1.0 + 0.5 * l + 0.01 * l * c; };
   EXPECT_EQ(parse_token_slices("4", 64, t, 1, 4), (std::vector<int64_t>{16, 16, 16, 16}));
