@@ -135,6 +135,8 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, floa
 
   update(lr);
   ++iteration_;
+  last_loss_sum_ = losses.lm;
+  last_tokens_ = tokens;
   return tokens > 0 ? losses.lm / tokens : 0.0;
 }
 
@@ -156,6 +158,7 @@ void OuroborosDriver::update(float lr) {
   }
   squares += kernels::sum_of_squares(tied_grad_);
   const double norm = std::sqrt(squares);
+  last_grad_norm_ = norm;
   for (int k = 0; k < K; ++k)
     if (modules_[k].last_backward_batch >= 0)
       optim::adamw_update(units[k], options_.adam, lr, 1.0f, norm, modules_[k].steps);
@@ -166,6 +169,13 @@ void OuroborosDriver::update(float lr) {
   optim::MomentShard tied{{{&v, 0, v.value.numel(), 0, false}}, tied_exp_avg_, tied_exp_avg_sq_, false};
   optim::adamw_update(tied, options_.adam, lr, 1.0f, norm, tied_steps_);
   if (K > 1) kernels::copy(modules_[K - 1].tied->value, v.value);
+}
+
+void OuroborosDriver::copy_weights_to(model::ParameterSet& params) const {
+  for (const Module& mod : modules_)
+    for (const model::Parameter& p : mod.params->params())
+      if (!p.spec.tied_copy) kernels::copy(params.get(p.spec.name).value, p.value);
+  params.weights_changed();
 }
 
 }  // namespace tessera::train

@@ -49,6 +49,16 @@ class OuroborosDriver {
   int64_t last_backward_batch(int module) const { return modules_[module].last_backward_batch; }
   // The tied embedding's gradient applied at the last step: output layer's term + input embedding's.
   const Tensor& tied_gradient() const { return tied_grad_; }
+  // The last step's mini-batch: its summed masked token losses and its loss tokens (the trainer logs
+  // them as it logs its own: the sum as an fp32 value, divided by the tokens).
+  double last_loss_sum() const { return last_loss_sum_; }
+  double last_loss_tokens() const { return last_tokens_; }
+  // The global gradient norm of the last step (before clipping): every unit that stepped, V once.
+  double last_grad_norm() const { return last_grad_norm_; }
+  // Copies the current weights into `params` by name (a whole-model ParameterSet, as the trainer's on
+  // one process), so that evaluation, sampling and the log read the trained model.
+  void copy_weights_to(model::ParameterSet& params) const;
+
   // Weight versions, activation records and error gradients held now (tests: what the rule keeps).
   int64_t held_weight_versions(int module) const { return static_cast<int64_t>(modules_[module].versions.size()); }
   int64_t held_records(int module) const { return static_cast<int64_t>(modules_[module].records.size()); }
@@ -83,6 +93,7 @@ class OuroborosDriver {
   std::map<int64_t, BatchInfo> batch_info_;
   Tensor tied_grad_, tied_exp_avg_, tied_exp_avg_sq_;
   int64_t tied_steps_ = 0;
+  double last_grad_norm_ = 0, last_loss_sum_ = 0, last_tokens_ = 0;
   int64_t iteration_ = 0;
 };
 
