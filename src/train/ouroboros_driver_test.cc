@@ -155,10 +155,9 @@ struct Reference {
   const Tensor& grad(int k, const std::string& name) { return params[k]->get(name).grad; }
 };
 
-TEST(OuroborosDriver, EachModuleAppliesTheGradientOfItsMiniBatchAtThatIterationsWeights) {
-  const int K = 3;
-  const int64_t warmup = 1, iters = 7;
-  const model::ModelConfig c = config(3);
+void expect_each_module_applies_the_rule(int K, int64_t warmup, int64_t iters) {
+  SCOPED_TRACE(str_cat("K=", K, " warm-up ", warmup));
+  const model::ModelConfig c = config(K);
   OuroborosDriver d(c, {K, warmup, adam(), kSeed});
   Reference ref(c, K);
   std::vector<std::vector<Tensor>> snapshots;  // [iteration][module]: the weights w^t
@@ -201,6 +200,11 @@ TEST(OuroborosDriver, EachModuleAppliesTheGradientOfItsMiniBatchAtThatIterations
     EXPECT_EQ(d.held_weight_versions(k), K - 1 - k) << "module " << k;
     EXPECT_EQ(d.held_records(k), (K - 1 - k) * kMicroBatches) << "module " << k;
   }
+}
+
+TEST(OuroborosDriver, EachModuleAppliesTheGradientOfItsMiniBatchAtThatIterationsWeights) {
+  expect_each_module_applies_the_rule(3, 1, 7);
+  expect_each_module_applies_the_rule(4, 2, 8);
 }
 
 TEST(OuroborosDriver, TiedEmbeddingGradientIsFreshOutputTermPlusStaleInputTerm) {
