@@ -36,6 +36,13 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
                 "TeraPipe's token slices: N equal slices, lengths l1,l2,... of the sequence, or auto (TeraPipe's "
                 "dynamic program, from the calibration when there is one); each micro-batch runs slice by slice "
                 "with per-layer key/value caches, pipelined across stages");
+  m->add_option("--pipeline-schedule", a.pipeline_schedule,
+                "1f1b (Megatron's; interleaved with virtual stages) or ouroboros (delayed gradients without backward "
+                "locking, K = pipeline size + 1 modules, first and last on rank 0 sharing the tied embedding)");
+  m->add_option("--ouroboros-warmup-iters", a.ouroboros_warmup_iters,
+                "Ouroboros: synchronous iterations (plain backpropagation) before the delayed gradients");
+  m->add_option("--ouroboros-modules", a.ouroboros_modules,
+                "Ouroboros: modules K (default pipeline size + 1; one process emulates any K)");
   add_expert_parallel_flags(*m, a);
   m->add_flag("--sequence-parallel", a.sequence_parallel, "Shard norms, dropout and residuals along the sequence");
   m->add_option("--recompute-granularity", a.recompute_granularity,
@@ -150,6 +157,7 @@ void finalize(TrainArguments& a) {
   finalize_checkpointing(a);
   finalize_token_slices(a);
   finalize_context_parallel(a);
+  finalize_ouroboros(a);
   finalize_distillation(a);  // last: it reads the teacher's checkpoint index, after every cheaper rule
 }
 

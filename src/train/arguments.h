@@ -45,6 +45,12 @@ struct TrainArguments {
   // Context parallelism (parallel/context_parallel.h): each sequence split over cp ranks, attention
   // around their ring. Step 1 of issue 37: dense GPT layers with data parallelism (finalize_context_parallel).
   int64_t context_parallel_size = 1;
+  // Ouroboros (issue 38, docs/ouroboros.md): --pipeline-schedule 1f1b (Megatron's, interleaved with
+  // virtual stages) or ouroboros (delayed gradients, K = pipeline size + 1 modules, the first and last
+  // sharing the tied embedding), after --ouroboros-warmup-iters synchronous iterations.
+  // --ouroboros-modules: K (0: pipeline size + 1; one process emulates any K).
+  std::string pipeline_schedule = "1f1b";
+  int64_t ouroboros_warmup_iters = 0, ouroboros_modules = 0;
   // TeraPipe's token slicing (model/token_slices.h): --pipeline-token-slices N | l1,l2,... | auto as
   // given, and the slice lengths (finalize_token_slices; empty: the whole sequence at once). With auto,
   // TeraPipe's dynamic program chooses them from token_slice_cost_model's cost (the stated model when
@@ -171,6 +177,7 @@ void finalize_optimizer(TrainArguments& a);        // AdamW, learning-rate sched
 void finalize_checkpointing(TrainArguments& a);    // saving and exiting
 void finalize_distillation(TrainArguments& a);     // --kd and the teacher's checkpoint (reads its index)
 void finalize_token_slices(TrainArguments& a);
+void finalize_ouroboros(TrainArguments& a);  // --pipeline-schedule ouroboros and what it runs with (yet)
 void finalize_context_parallel(TrainArguments& a);  // --context-parallel-size and what it runs with (yet)    // --pipeline-token-slices and the layouts it runs with
 
 // Adds the flags that define the model (--num-layers ... --make-vocab-size-divisible-by; not the

@@ -177,6 +177,39 @@ const RuleCase kCheckpointingRules[] = {
 };
 INSTANTIATE_TEST_SUITE_P(Checkpointing, TrainArgumentsRule, ::testing::ValuesIn(kCheckpointingRules));
 
+const RuleCase kOuroborosRules[] = {
+    {"--pipeline-schedule gpipe", 1, "--pipeline-schedule=gpipe: must be 1f1b or ouroboros"},
+    {"--ouroboros-warmup-iters 2", 1, "--ouroboros-warmup-iters=2: needs --pipeline-schedule ouroboros"},
+    {"--ouroboros-modules 3", 1, "--ouroboros-modules=3: needs --pipeline-schedule ouroboros"},
+    {"--pipeline-schedule ouroboros --ouroboros-warmup-iters -1", 1, "--ouroboros-warmup-iters=-1: must be >= 0"},
+    {"--pipeline-schedule ouroboros --ouroboros-modules -1", 1, "--ouroboros-modules=-1: must be positive"},
+    {"--pipeline-schedule ouroboros --ouroboros-modules 3", 1,
+     "--num-layers=2: must be a multiple of the 3 Ouroboros modules"},
+    {"--pipeline-schedule ouroboros --untie-embeddings-and-output-weights", 1,
+     "--pipeline-schedule=ouroboros: needs the input embedding tied to the output layer (the first and last "
+     "modules share it): drop --untie-embeddings-and-output-weights"},
+    {"--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --ouroboros-modules 2", 2,
+     "--ouroboros-modules=2: must be --pipeline-model-parallel-size + 1 = 3 (the first and last module share rank 0)"},
+    {"--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --num-layers 6", 2,
+     "--pipeline-model-parallel-size=2: Ouroboros runs in one process for now (the run on P ranks is issue 38's "
+     "next step); --ouroboros-modules K emulates K modules there"},
+    {"--pipeline-schedule ouroboros --tensor-model-parallel-size 2", 2,
+     "--pipeline-schedule=ouroboros: cannot be combined with a job of 2 ranks (tensor, data or context "
+     "parallelism) yet (issue 38)"},
+    {"--pipeline-schedule ouroboros --bf16", 1, "--pipeline-schedule=ouroboros: cannot be combined with --bf16 yet (issue 38)"},
+    {"--pipeline-schedule ouroboros --save /tmp/x", 1,
+     "--pipeline-schedule=ouroboros: cannot be combined with --save (the weight versions and delayed gradients "
+     "are not checkpointed) yet (issue 38)"},
+};
+INSTANTIATE_TEST_SUITE_P(Ouroboros, TrainArgumentsRule, ::testing::ValuesIn(kOuroborosRules));
+
+TEST(TrainArguments, OuroborosDefaultsToPipelineSizePlusOneModules) {
+  TrainArguments a = parse("--pipeline-schedule ouroboros --ouroboros-warmup-iters 5");
+  EXPECT_EQ(a.ouroboros_modules, 2);
+  EXPECT_EQ(a.ouroboros_warmup_iters, 5);
+  EXPECT_EQ(parse("").pipeline_schedule, "1f1b");
+}
+
 TEST(TrainArguments, DataPathOrMockDataIsRequired) {
   std::string without_data = kBase;
   without_data.replace(without_data.find("--mock-data "), 12, "");

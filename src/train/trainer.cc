@@ -188,6 +188,14 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   }
   say(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", rc.tp, ", ", rc.pp,
               "): ", params_.numel()));
+  if (args_.pipeline_schedule == "ouroboros") {
+    const OuroborosOptions o{static_cast<int>(args_.ouroboros_modules), args_.ouroboros_warmup_iters, args_.adam,
+                             args_.seed};
+    ouroboros_ = std::make_unique<OuroborosDriver>(args_.model, o);
+    say(str_cat(" > Ouroboros (one process): ", o.modules, " modules of ", args_.model.num_layers / o.modules,
+                " layers, module k's gradient K-1-k iterations late after ", o.warmup_iters,
+                " synchronous iterations; the tied embedding from both ends (docs/ouroboros.md)"));
+  }
   // Mixed precision on the fp32 kernels: each GEMM weight is rounded once per step, not in every GEMM.
   const DType gemm_type = args_.model.params_dtype;
   if (gemm_type != DType::F32 && !kernels::GemmBackend::for_device(Device::cpu()).native_16bit(gemm_type) &&
@@ -391,6 +399,16 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
 
 double Trainer::train_step(float lr, optim::StepResult& step) {
   TESSERA_PROFILE_SCOPE("train_step");
+  if (ouroboros_) {  // the delayed-gradient rule in one process (train/ouroboros_driver.h)
+    std::vector<model::MicroBatch> batches;
+    for (int64_t m = 0; m < args_.num_micro_batches; ++m) batches.push_back(next_micro_batch(m));
+    ouroboros_->step(batches, lr);
+    ouroboros_->copy_weights_to(params_);
+    step.grad_norm = ouroboros_->last_grad_norm();
+    // As the pipelined path reports it: the loss sum as an fp32 value over the loss tokens.
+    const double tokens = ouroboros_->last_loss_tokens();
+    return tokens > 0 ? static_cast<float>(ouroboros_->last_loss_sum()) / tokens : 0.0;
+  }
   // The previous step's parameter all-gather: with --overlap-param-gather the forward waits for it bucket
   // by bucket (run_micro_batches), otherwise it is already complete.
   std::vector<model::MicroBatch> batches;

@@ -27,6 +27,7 @@
 #include "train/fault_injection.h"
 #include "train/gradient_groups.h"
 #include "train/mock_data.h"
+#include "train/ouroboros_driver.h"
 #include "train/memory_report.h"
 #include "train/training_log.h"
 
@@ -132,6 +133,9 @@ class Trainer {
   std::unique_ptr<Teacher> teacher_;  // --kd, on the ranks with the head, until --kd-stop-iteration
   int64_t teacher_forwards_ = 0;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  // --pipeline-schedule ouroboros (one process): the K modules train in the driver, which copies its
+  // weights into params_ after each step for evaluation, sampling and the log; optimizer_ stays unused.
+  std::unique_ptr<OuroborosDriver> ouroboros_;
   optim::DistributedOptimizer* distributed_optimizer_ = nullptr;  // optimizer_, with --use-distributed-optimizer
   std::shared_ptr<const BatchSource> train_data_, valid_data_, test_data_;  // test: null without documents
   std::unique_ptr<data::Tokenizer> text_tokenizer_;  // counts the bytes of evaluated text; null for mock data

@@ -1,0 +1,54 @@
+// The rules of --pipeline-schedule ouroboros (issue 38, docs/ouroboros.md): Ouroboros' delayed-gradient
+// model parallelism, K = pipeline size + 1 modules. Step 1 runs it in one process (the emulation of
+// train/ouroboros_driver, any K); the multi-rank run and everything it is not yet composed with are
+// refused, naming the flag.
+#include "train/argument_rules.h"
+#include "train/arguments.h"
+
+namespace tessera::train {
+
+using rules::require;
+
+void finalize_ouroboros(TrainArguments& a) {
+  require(a.pipeline_schedule == "1f1b" || a.pipeline_schedule == "ouroboros", "--pipeline-schedule",
+          a.pipeline_schedule, "must be 1f1b or ouroboros");
+  if (a.pipeline_schedule != "ouroboros") {
+    require(a.ouroboros_warmup_iters == 0, "--ouroboros-warmup-iters", a.ouroboros_warmup_iters,
+            "needs --pipeline-schedule ouroboros");
+    require(a.ouroboros_modules == 0, "--ouroboros-modules", a.ouroboros_modules,
+            "needs --pipeline-schedule ouroboros");
+    return;
+  }
+  const char* flag = "--pipeline-schedule";
+  const int64_t pp = a.pipeline_model_parallel_size;
+  require(a.ouroboros_warmup_iters >= 0, "--ouroboros-warmup-iters", a.ouroboros_warmup_iters, "must be >= 0");
+  // K = P + 1 modules on P ranks; one process emulates any K (default 2, as on one pipeline rank).
+  if (a.ouroboros_modules == 0) a.ouroboros_modules = pp + 1;
+  require(a.ouroboros_modules >= 1, "--ouroboros-modules", a.ouroboros_modules, "must be positive");
+  require(pp == 1 || a.ouroboros_modules == pp + 1, "--ouroboros-modules", a.ouroboros_modules,
+          str_cat("must be --pipeline-model-parallel-size + 1 = ", pp + 1, " (the first and last module share rank 0)"));
+  require(a.model.num_layers % a.ouroboros_modules == 0, "--num-layers", a.model.num_layers,
+          str_cat("must be a multiple of the ", a.ouroboros_modules, " Ouroboros modules"));
+  require(a.model.family == "gpt", flag, "ouroboros", str_cat("trains GPT models only, not --model-family ", a.model.family));
+  require(!a.model.untie_embeddings_and_output_weights, flag, "ouroboros",
+          "needs the input embedding tied to the output layer (the first and last modules share it): drop "
+          "--untie-embeddings-and-output-weights");
+  auto not_yet = [&](bool ok, const std::string& what) {
+    require(ok, flag, "ouroboros", str_cat("cannot be combined with ", what, " yet (issue 38)"));
+  };
+  require(pp == 1, "--pipeline-model-parallel-size", pp,
+          "Ouroboros runs in one process for now (the run on P ranks is issue 38's next step); "
+          "--ouroboros-modules K emulates K modules there");
+  not_yet(a.world_size == 1, str_cat("a job of ", a.world_size, " ranks (tensor, data or context parallelism)"));
+  not_yet(a.virtual_pipeline_size == 1, "virtual pipeline stages (interleaving)");
+  not_yet(a.token_slices.empty(), "--pipeline-token-slices");
+  not_yet(!a.model.moe.enabled(), "mixture-of-experts layers (--num-experts)");
+  not_yet(!a.kd, "--kd");
+  not_yet(!a.bf16 && !a.fp16, a.bf16 ? "--bf16" : "--fp16");
+  not_yet(a.recompute.method == model::RecomputeMethod::None, "--recompute-granularity full");
+  not_yet(a.save.empty(), "--save (the weight versions and delayed gradients are not checkpointed)");
+  not_yet(a.load.empty(), "--load");
+  not_yet(a.inject_nan_at_iterations.empty(), "injected NaN gradients");
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,100 @@
+// Ouroboros (issue 38, docs/ouroboros.md) emulated in one process: a GPT cut into K modules of
+// consecutive layers, each a LanguageModelChunk in its own ParameterSet (as it will be on its own rank),
+// trained with the delayed-gradient rule that pipeline/ouroboros_schedule writes as data. Deterministic:
+// the MPI run on K - 1 ranks must equal it bit for bit.
+//
+// Per module it keeps what the rule needs: the weight versions its later backwards run with, the
+// activation records of the mini-batches whose backward is still to come, and the error gradients the
+// module above sent for them. The tied word embedding V (module 0's, and module K-1's copy) has one
+// gradient accumulator: the output layer's fresh term plus the input embedding's stale one.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "model/language_model.h"
+#include "model/parameters.h"
+#include "optim/adamw_optimizer.h"
+#include "pipeline/ouroboros_schedule.h"
+
+namespace tessera::train {
+
+struct OuroborosOptions {
+  int modules = 2;           // K; num_layers must be a multiple of it
+  int64_t warmup_iters = 0;  // N synchronous iterations first
+  optim::AdamWConfig adam;
+  uint64_t seed = 1234;      // parameter initialisation and dropout keys, as --seed
+};
+
+class OuroborosDriver {
+ public:
+  // Builds the K modules of a GPT with tied embeddings; throws an Error naming the rule otherwise.
+  OuroborosDriver(const model::ModelConfig& config, const OuroborosOptions& options);
+
+  // Runs iteration t = iteration(): the forward of mini-batch t (`batches`, its micro-batches) with the
+  // current weights, each module's backward of the mini-batch the schedule gives it with that
+  // mini-batch's weights, and the AdamW update of every unit that has a gradient. Returns mini-batch t's
+  // mean loss per loss token (at w^t).
+  double step(const std::vector<model::MicroBatch>& batches, float lr);
+
+  int64_t iteration() const { return iteration_; }
+  int modules() const { return static_cast<int>(modules_.size()); }
+  const pipeline::OuroborosShape& shape() const { return shape_; }
+  model::ParameterSet& parameters(int module) { return *modules_[module].params; }
+  const model::LanguageModelChunk& chunk(int module) const { return *modules_[module].chunk; }
+  // The mini-batch whose gradient module k applied at the last step (-1: none).
+  int64_t last_backward_batch(int module) const { return modules_[module].last_backward_batch; }
+  // The tied embedding's gradient applied at the last step: output layer's term + input embedding's.
+  const Tensor& tied_gradient() const { return tied_grad_; }
+  // The last step's mini-batch: its summed masked token losses and its loss tokens (the trainer logs
+  // them as it logs its own: the sum as an fp32 value, divided by the tokens).
+  double last_loss_sum() const { return last_loss_sum_; }
+  double last_loss_tokens() const { return last_tokens_; }
+  // The global gradient norm of the last step (before clipping): every unit that stepped, V once.
+  double last_grad_norm() const { return last_grad_norm_; }
+  // Copies the current weights into `params` by name (a whole-model ParameterSet, as the trainer's on
+  // one process), so that evaluation, sampling and the log read the trained model.
+  void copy_weights_to(model::ParameterSet& params) const;
+
+  // Weight versions, activation records and error gradients held now (tests: what the rule keeps).
+  int64_t held_weight_versions(int module) const { return static_cast<int64_t>(modules_[module].versions.size()); }
+  int64_t held_records(int module) const { return static_cast<int64_t>(modules_[module].records.size()); }
+
+ private:
+  using Key = std::pair<int64_t, int>;  // (mini-batch, micro-batch)
+  struct Module {
+    std::unique_ptr<model::ParameterSet> params;
+    std::unique_ptr<model::LanguageModelChunk> chunk;
+    model::Parameter* tied = nullptr;     // V (module 0) or its copy (module K-1); null elsewhere
+    Tensor exp_avg, exp_avg_sq;           // AdamW moments over the flat buffer (V's part unused)
+    int64_t steps = 0;                    // this module's AdamW steps (bias correction)
+    std::map<int64_t, Tensor> versions;   // iteration -> the flat weights of that iteration
+    std::map<Key, std::unique_ptr<model::ChunkRecord>> records;
+    std::map<Key, Tensor> output_grads;   // from the module above, for a later backward
+    int64_t last_backward_batch = -1;
+  };
+  // What a later backward needs of a mini-batch besides the records: its dropout keys and loss scale.
+  struct BatchInfo {
+    std::vector<int64_t> sample_offsets;  // per micro-batch
+    int64_t micro_batch_size = 0;
+    float grad_scale = 0;                 // 1 / loss tokens of the mini-batch
+    double per_sample_loss_weight = 1;
+  };
+  model::ForwardContext context(int64_t batch, int micro) const;
+  void update(float lr);
+
+  model::ModelConfig config_;
+  OuroborosOptions options_;
+  pipeline::OuroborosShape shape_;
+  std::vector<Module> modules_;
+  std::map<int64_t, BatchInfo> batch_info_;
+  Tensor tied_grad_, tied_exp_avg_, tied_exp_avg_sq_;
+  int64_t tied_steps_ = 0;
+  double last_grad_norm_ = 0, last_loss_sum_ = 0, last_tokens_ = 0;
+  int64_t iteration_ = 0;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,253 @@
+// The single-process Ouroboros emulation against the rule (docs/ouroboros.md): with every delay 0 it is
+// plain training bit for bit; after the warm-up each module's gradient is exactly the synchronous
+// gradient of the right mini-batch at the right iteration's weights; the tied embedding's gradient is the
+// fresh output-layer term plus the stale input-embedding term.
+#include "train/ouroboros_driver.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "model/model_factory.h"
+#include "model/model_testing.h"
+
+namespace tessera::train {
+namespace {
+
+constexpr uint64_t kSeed = 1234;
+constexpr int kMicroBatches = 2, kBatch = 2;
+constexpr float kLr = 3e-3f;
+
+model::ModelConfig config(int64_t layers) {
+  model::ModelConfig c = model::testing::tiny_gpt_config(/*llama_style=*/false, layers, /*seq=*/8, 8);
+  c.hidden_size = 32;
+  c.kv_channels = 8;
+  return c;
+}
+
+optim::AdamWConfig adam() {
+  optim::AdamWConfig a;
+  a.clip_grad = 0;  // the emulation's clipping norm sums per module, plain training's over one buffer
+  return a;
+}
+
+// Mini-batch t: its micro-batches, each with its own tokens and dropout keys.
+std::vector<model::MicroBatch> mini_batch(const model::ModelConfig& c, int64_t t) {
+  std::vector<model::MicroBatch> out;
+  for (int m = 0; m < kMicroBatches; ++m) {
+    out.push_back(model::testing::random_batch(c, kBatch, 100 * t + m));
+    out.back().sample_offset = (t * kMicroBatches + m) * kBatch;
+  }
+  return out;
+}
+
+double tokens_of(const std::vector<model::MicroBatch>& batches) {
+  double tokens = 0;
+  for (const model::MicroBatch& mb : batches)
+    for (int64_t i = 0; i < mb.loss_mask.numel(); ++i) tokens += mb.loss_mask.f32()[i];
+  return tokens;
+}
+
+model::ForwardContext context(const model::ModelConfig& c, int64_t t, const model::MicroBatch& mb, double tokens) {
+  model::ForwardContext ctx{kSeed, t + 1, mb.sample_offset, true, c.seq_length, kBatch};
+  ctx.per_sample_loss_weight = tokens / (kBatch * kMicroBatches);
+  return ctx;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.numel() == b.numel() && std::memcmp(a.f32(), b.f32(), a.numel() * sizeof(float)) == 0;
+}
+
+// Plain training as the trainer does it on one stage: forward and backward of each micro-batch, AdamW.
+std::vector<double> plain_losses(const model::ModelConfig& c, int64_t iters, model::ParameterSet& params) {
+  std::unique_ptr<model::LanguageModelChunk> chunk = model::build_model_chunk(c, params);
+  params.allocate(kSeed);
+  optim::AdamWOptimizer opt(params, adam());
+  std::vector<double> losses;
+  for (int64_t t = 0; t < iters; ++t) {
+    std::vector<model::MicroBatch> batches = mini_batch(c, t);
+    const double tokens = tokens_of(batches);
+    params.zero_grad();
+    model::LossSums sums;
+    for (const model::MicroBatch& mb : batches) {
+      std::unique_ptr<model::ChunkRecord> rec = chunk->make_record();
+      chunk->forward(mb, Tensor(), context(c, t, mb, tokens), *rec, sums);
+      chunk->backward(*rec, Tensor(), context(c, t, mb, tokens), static_cast<float>(1.0 / tokens));
+    }
+    opt.step(kLr);
+    losses.push_back(sums.lm / tokens);
+  }
+  return losses;
+}
+
+std::vector<double> ouroboros_losses(OuroborosDriver& d, const model::ModelConfig& c, int64_t iters) {
+  std::vector<double> losses;
+  for (int64_t t = 0; t < iters; ++t) losses.push_back(d.step(mini_batch(c, t), kLr));
+  return losses;
+}
+
+TEST(OuroborosDriver, EveryDelayZeroIsPlainTrainingBitForBit) {
+  const int64_t iters = 4;
+  for (int K : {1, 3}) {
+    SCOPED_TRACE(str_cat("K=", K));
+    const model::ModelConfig c = config(3);
+    model::ParameterSet plain;
+    const std::vector<double> expected = plain_losses(c, iters, plain);
+    // K = 1 has no delay; K = 3 with a warm-up over every iteration is synchronous throughout.
+    OuroborosDriver d(c, {K, K == 1 ? 0 : iters, adam(), kSeed});
+    const std::vector<double> got = ouroboros_losses(d, c, iters);
+    for (int64_t t = 0; t < iters; ++t) EXPECT_EQ(got[t], expected[t]) << "iteration " << t;
+    // And the weights: every module's parameters equal plain training's of the same name.
+    for (int k = 0; k < K; ++k)
+      for (const model::Parameter& p : d.parameters(k).params())
+        EXPECT_TRUE(same_bits(p.value, plain.get(p.spec.name).value)) << "module " << k << " " << p.spec.name;
+  }
+  // The check can fail: without the warm-up the modules below the last learn late, and the losses part.
+  const model::ModelConfig c = config(3);
+  model::ParameterSet plain;
+  const std::vector<double> expected = plain_losses(c, iters, plain);
+  OuroborosDriver delayed(c, {3, 0, adam(), kSeed});
+  const std::vector<double> got = ouroboros_losses(delayed, c, iters);
+  EXPECT_EQ(got[0], expected[0]);  // the first forward is at the same weights
+  EXPECT_NE(got[iters - 1], expected[iters - 1]);
+}
+
+// The rule's reference: module k's gradient at iteration t is the synchronous gradient of mini-batch
+// s = t - (K-1-k) with every module at its weights of iteration s. A second set of K modules, set to
+// stored snapshots, computes it by plain backpropagation through the chunks.
+struct Reference {
+  std::vector<std::unique_ptr<model::ParameterSet>> params;
+  std::vector<std::unique_ptr<model::LanguageModelChunk>> chunks;
+
+  Reference(const model::ModelConfig& c, int K) {
+    const int64_t per = c.num_layers / K;
+    for (int k = 0; k < K; ++k) {
+      params.push_back(std::make_unique<model::ParameterSet>());
+      chunks.push_back(model::build_model_chunk(c, *params.back(), parallel::TensorParallelContext::single_process(),
+                                                model::ModelChunk{k * per, per, k == 0, k == K - 1}));
+      params.back()->allocate(kSeed);
+    }
+  }
+  // Gradients of mini-batch s at the weights `weights` (one flat buffer per module) left in params.
+  void backprop(const model::ModelConfig& c, int64_t s, const std::vector<Tensor>& weights) {
+    const int K = static_cast<int>(chunks.size());
+    std::vector<model::MicroBatch> batches = mini_batch(c, s);
+    const double tokens = tokens_of(batches);
+    for (int k = 0; k < K; ++k) {
+      std::memcpy(params[k]->values().f32(), weights[k].f32(), weights[k].numel() * sizeof(float));
+      params[k]->weights_changed();
+      params[k]->zero_grad();
+    }
+    for (const model::MicroBatch& mb : batches) {
+      std::vector<std::unique_ptr<model::ChunkRecord>> recs;
+      model::LossSums sums;
+      Tensor x;
+      for (int k = 0; k < K; ++k) {
+        recs.push_back(chunks[k]->make_record());
+        x = chunks[k]->forward(mb, x, context(c, s, mb, tokens), *recs[k], sums);
+      }
+      Tensor g;
+      for (int k = K - 1; k >= 0; --k)
+        g = chunks[k]->backward(*recs[k], g, context(c, s, mb, tokens), static_cast<float>(1.0 / tokens));
+    }
+  }
+  const Tensor& grad(int k, const std::string& name) { return params[k]->get(name).grad; }
+};
+
+void expect_each_module_applies_the_rule(int K, int64_t warmup, int64_t iters) {
+  SCOPED_TRACE(str_cat("K=", K, " warm-up ", warmup));
+  const model::ModelConfig c = config(K);
+  OuroborosDriver d(c, {K, warmup, adam(), kSeed});
+  Reference ref(c, K);
+  std::vector<std::vector<Tensor>> snapshots;  // [iteration][module]: the weights w^t
+  const std::string V = "embedding.word_embeddings.weight";
+  int checked_stale = 0;
+  for (int64_t t = 0; t < iters; ++t) {
+    snapshots.emplace_back();
+    for (int k = 0; k < K; ++k) snapshots.back().push_back(d.parameters(k).values().clone());
+    d.step(mini_batch(c, t), kLr);
+    for (int k = 0; k < K; ++k) {
+      const int64_t s = d.last_backward_batch(k);
+      EXPECT_EQ(s, pipeline::ouroboros_backward_batch(d.shape(), k, t));
+      if (s < 0) {  // no gradient: the module kept its weights (but V, which module K-1 updates)
+        for (const model::Parameter& p : d.parameters(k).params()) {
+          if (p.spec.name == V) continue;
+          EXPECT_TRUE(same_bits(p.value, snapshots[t][k].flat_range(p.offset, p.value.numel())))
+              << "iteration " << t << " module " << k << " " << p.spec.name;
+        }
+        continue;
+      }
+      ref.backprop(c, s, snapshots[s]);
+      for (const model::Parameter& p : d.parameters(k).params()) {
+        if (p.spec.name == V) continue;  // the tied embedding: next test
+        EXPECT_TRUE(same_bits(p.grad, ref.grad(k, p.spec.name)))
+            << "iteration " << t << " module " << k << " (mini-batch " << s << ") " << p.spec.name;
+      }
+      if (s < t) ++checked_stale;
+    }
+    // The check can fail: at a stale module, the fresh gradient (mini-batch t at w^t) differs.
+    if (t == iters - 1) {
+      ref.backprop(c, t, snapshots[t]);
+      const std::string w = "decoder.layers.0.self_attention.linear_qkv.weight";
+      EXPECT_FALSE(same_bits(d.parameters(0).get(w).grad, ref.grad(0, w)));
+    }
+  }
+  EXPECT_GT(checked_stale, 0);
+  // What the rule keeps in the steady state: module k holds K-1-k weight versions and the activations of
+  // K-1-k mini-batches (each of its micro-batches) beyond the one it just ran.
+  for (int k = 0; k < K; ++k) {
+    EXPECT_EQ(d.held_weight_versions(k), K - 1 - k) << "module " << k;
+    EXPECT_EQ(d.held_records(k), (K - 1 - k) * kMicroBatches) << "module " << k;
+  }
+}
+
+TEST(OuroborosDriver, EachModuleAppliesTheGradientOfItsMiniBatchAtThatIterationsWeights) {
+  expect_each_module_applies_the_rule(3, 1, 7);
+  expect_each_module_applies_the_rule(4, 2, 8);
+}
+
+TEST(OuroborosDriver, TiedEmbeddingGradientIsFreshOutputTermPlusStaleInputTerm) {
+  const int K = 3;
+  const int64_t warmup = 1, iters = 6;
+  const model::ModelConfig c = config(3);
+  OuroborosDriver d(c, {K, warmup, adam(), kSeed});
+  Reference ref(c, K);
+  std::vector<std::vector<Tensor>> snapshots;
+  const std::string V = "embedding.word_embeddings.weight";
+  int checked_both = 0;
+  for (int64_t t = 0; t < iters; ++t) {
+    snapshots.emplace_back();
+    for (int k = 0; k < K; ++k) snapshots.back().push_back(d.parameters(k).values().clone());
+    d.step(mini_batch(c, t), kLr);
+    // The output layer's term: mini-batch t at w^t, from module K-1.
+    ref.backprop(c, t, snapshots[t]);
+    const Tensor out = ref.grad(K - 1, V).clone();
+    const int64_t s0 = d.last_backward_batch(0);
+    const Tensor& got = d.tied_gradient();
+    if (s0 < 0) {  // module 0 has no gradient yet: the output term alone, accumulated in the same order
+      EXPECT_TRUE(same_bits(got, out)) << "iteration " << t;
+      continue;
+    }
+    // The input embedding's term: mini-batch s0 at w^{s0}, from module 0.
+    ref.backprop(c, s0, snapshots[s0]);
+    const Tensor in = ref.grad(0, V);
+    double worst = 0, in_size = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const double want = static_cast<double>(out.f32()[i]) + in.f32()[i];
+      // fp32 sums in another order: within a few ulps of the terms' size.
+      const double tol = 1e-6 * (std::fabs(out.f32()[i]) + std::fabs(in.f32()[i])) + 1e-12;
+      worst = std::max(worst, std::fabs(got.f32()[i] - want) / tol);
+      in_size = std::max(in_size, static_cast<double>(std::fabs(in.f32()[i])));
+    }
+    EXPECT_LE(worst, 1.0) << "iteration " << t;
+    EXPECT_GT(in_size, 1e-6) << "the input term must matter for the check to mean anything";
+    if (s0 < t) ++checked_both;
+  }
+  EXPECT_GT(checked_both, 0);
+  // The two copies of V (module 0's and module K-1's) stay equal.
+  EXPECT_TRUE(same_bits(d.parameters(0).get(V).value, d.parameters(K - 1).get(V).value));
+}
+
+}  // namespace
+}  // namespace tessera::train
