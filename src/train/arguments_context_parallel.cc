@@ -30,8 +30,6 @@ void finalize_context_parallel(TrainArguments& a) {
   not_yet(!a.kd, "--kd");
   not_yet(!a.use_distributed_optimizer, "--use-distributed-optimizer");
   not_yet(!a.bf16 && !a.fp16, a.bf16 ? "--bf16" : "--fp16");
-  not_yet(a.save.empty(), "--save (checkpoints that reshard across cp)");
-  not_yet(a.load.empty(), "--load (checkpoints that reshard across cp)");
 }
 
 }  // namespace tessera::train

@@ -40,6 +40,7 @@ nlohmann::json arguments_json(const TrainArguments& a) {
           {"tensor_model_parallel_size", a.tensor_model_parallel_size},
           {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
           {"virtual_pipeline_model_parallel_size", a.virtual_pipeline_size},
+          {"context_parallel_size", a.context_parallel_size},
           {"micro_batch_size", a.micro_batch_size},
           {"global_batch_size", a.global_batch_size},
           {"train_iters", a.train_iters},
@@ -525,9 +526,12 @@ void Trainer::save() {
   Timer t;
   comm::RankCoordinates rc = state_->coordinates();
   optimizer_->wait_for_params();
-  // With the distributed optimizer every data-parallel rank writes the moments it owns.
+  // With the distributed optimizer every data-parallel rank writes the moments it owns. The ranks of a
+  // context-parallel group hold replicas of the dense weights (as data-parallel ones do), so the writer
+  // of a dense shard is rank 0 of the data x context group: one rank per (tensor, pipeline) shard.
+  const int dense_data_rank = state_->data_context_group().rank();
   ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(),
-                        {rc.tp, rc.dp, world_, rc.pp, rc.etp, rc.ep, rc.edp}, args_.ckpt_keep_last);
+                        {rc.tp, dense_data_rank, world_, rc.pp, rc.etp, rc.ep, rc.edp}, args_.ckpt_keep_last);
   say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
                      static_cast<int>(t.seconds() * 1000), " ms)"));
 }
