@@ -42,22 +42,34 @@ Trainer& reference(int64_t global_batch, int iters, const std::string& model_fla
   return *t;
 }
 
-// Every parameter's gradient equals the single-process one to 1e-5 of that tensor's largest gradient.
+// Every parameter's gradient (a tensor-parallel shard: its part of the single-process one) equals the
+// single-process one to 1e-5 of that tensor's largest gradient.
 void expect_gradients_match(Trainer& t, Trainer& single) {
   for (const model::Parameter& p : t.parameters().params()) {
     const model::Parameter& ref = single.parameters().get(p.spec.name);
-    ASSERT_EQ(p.grad.numel(), ref.grad.numel()) << p.spec.name;
+    const model::Sharding& shard = p.spec.sharding;
+    ASSERT_EQ(shard.sharded() ? shape_numel(shard.full_shape) : p.grad.numel(), ref.grad.numel()) << p.spec.name;
     float scale = 0, worst = 0;
     for (int64_t i = 0; i < ref.grad.numel(); ++i) scale = std::max(scale, std::abs(ref.grad.f32()[i]));
-    for (int64_t i = 0; i < p.grad.numel(); ++i) worst = std::max(worst, std::abs(p.grad.f32()[i] - ref.grad.f32()[i]));
+    for (int64_t i = 0; i < p.grad.numel(); ++i) {
+      const int64_t at = shard.sharded() ? shard.global_index(i) : i;
+      worst = std::max(worst, std::abs(p.grad.f32()[i] - ref.grad.f32()[at]));
+    }
     EXPECT_LE(worst, 1e-5f * scale + 1e-9f) << p.spec.name;
   }
 }
 
 struct Layout {
-  int cp;
+  int cp, tp, pp;
   std::string model_flags;  // the reference runs with these too
   std::string extra;        // this layout's own flags
+  int model_parallel() const { return cp * tp * pp; }
+  // The padded vocabulary is 128 rows at every tp (the reference's default divisible-by 128).
+  std::string parallel_flags() const {
+    return str_cat(tp > 1 ? str_cat("--tensor-model-parallel-size ", tp, " --make-vocab-size-divisible-by ", 128 / tp)
+                          : std::string(),
+                   pp > 1 ? str_cat(" --pipeline-model-parallel-size ", pp) : std::string());
+  }
 };
 
 TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
@@ -66,19 +78,21 @@ TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
   if (n == 1) GTEST_SKIP() << "context parallelism needs at least 2 ranks";
   // At most 2 data-parallel replicas, to keep the test small.
   const std::vector<Layout> all{
-      {2, "", ""},
-      {2, "", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
-              "--overlap-grad-reduce --ddp-bucket-size 2000"},
-      {4, kLlamaStyle, ""},
-      {8, kLlamaStyle, ""},
+      {2, 1, 1, "", ""},
+      {2, 1, 1, "", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+                    "--overlap-grad-reduce --ddp-bucket-size 2000"},
+      {4, 1, 1, kLlamaStyle, ""},
+      {8, 1, 1, kLlamaStyle, ""},
+      {2, 2, 1, "", ""},                                 // ring attention on each tensor rank's heads
+      {2, 2, 1, kLlamaStyle, "--sequence-parallel"},  // a rank's two chunks split over the tensor group
   };
   int ran = 0;
   for (const Layout& l : all) {
-    if (n % l.cp != 0 || n / l.cp > 2) continue;
-    const int dp = n / l.cp;
+    if (n % l.model_parallel() != 0 || n / l.model_parallel() > 2) continue;
+    const int dp = n / l.model_parallel();
     const int64_t global_batch = 2 * dp;
-    SCOPED_TRACE(str_cat("cp=", l.cp, " dp=", dp, " ", l.model_flags, " ", l.extra));
-    const std::string layout_flags = str_cat(l.model_flags, " ", l.extra);
+    SCOPED_TRACE(str_cat("cp=", l.cp, " tp=", l.tp, " pp=", l.pp, " dp=", dp, " ", l.model_flags, " ", l.extra));
+    const std::string layout_flags = str_cat(l.model_flags, " ", l.parallel_flags(), " ", l.extra);
     Trainer t(parse_train_arguments(split_flags(flags(l.cp, global_batch, 3, layout_flags)), n), world.get());
     t.train();
     Trainer& single = reference(global_batch, 3, l.model_flags);
@@ -153,8 +167,9 @@ TEST(ContextParallel, CombinationsNotBuiltYetAreRefusedByName) {
   expect_error("", 3, 4,
                "--context-parallel-size=3: x --tensor-model-parallel-size=1 x --pipeline-model-parallel-size=1 must "
                "divide the number of ranks (4)");
-  expect_error("--tensor-model-parallel-size 2", 2, 4,
-               "--context-parallel-size=2: cannot be combined with --tensor-model-parallel-size=2 yet (issue 37)");
+  expect_error("--seq-length 20 --tensor-model-parallel-size 4 --sequence-parallel", 2, 8,
+               "--seq-length=20: divided by --context-parallel-size=2 (10 positions per rank) must be divisible by "
+               "--tensor-model-parallel-size=4 with --sequence-parallel");
   expect_error("--pipeline-model-parallel-size 2", 2, 4,
                "--context-parallel-size=2: cannot be combined with --pipeline-model-parallel-size=2 yet (issue 37)");
   expect_error("--reset-attention-mask", 2, 2,
