@@ -43,7 +43,8 @@ class ContextParallelChunk final : public LanguageModelChunk {
 
   Tensor forward(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx, ChunkRecord& record,
                  LossSums& losses, const ParamHooks& hooks) const override {
-    TESSERA_CHECK(!input.defined(), "--context-parallel-size with pipeline stages is not supported yet");
+    // A later pipeline stage's input is the previous stage's output for this rank's two chunks already;
+    // its batch is cut all the same, for the labels and loss mask the last stage reads.
     const MicroBatch part = context_parallel_part(batch, cp_.size(), cp_.rank());
     return inner_->forward(part, input, local_context(ctx), record, losses, hooks);
   }

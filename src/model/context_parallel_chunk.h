@@ -8,8 +8,9 @@
 // so the trainer sums them over the context-parallel group. Scoring, logits and decoding pass through to
 // the whole chunk.
 //
-// Not yet (refused): a later pipeline chunk's input, document masks (--reset-attention-mask), padding
-// masks (BERT), sequence parallelism and token slices.
+// A later pipeline chunk's input is already this rank's part ([2 chunk x batch, hidden], or its
+// sequence-parallel share); every chunk cuts its batch, so the last stage has its labels and loss mask.
+// Not yet (refused): document masks (--reset-attention-mask), padding masks (BERT) and token slices.
 #pragma once
 
 #include <memory>

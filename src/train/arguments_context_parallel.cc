@@ -1,7 +1,7 @@
 // The rules of --context-parallel-size (Megatron-Core's context parallelism: parallel/context_parallel.h,
-// model/ring_attention.h). Issue 37 runs ring attention on dense GPT layers with data, tensor and
-// sequence parallelism, and checkpoints across cp; the layouts and features whose composition with it
-// is not built (or not tested) yet are refused, naming the flag.
+// model/ring_attention.h). Issue 37 runs ring attention on dense GPT layers with data, tensor,
+// sequence and pipeline (1F1B and interleaved) parallelism, and checkpoints across cp; the layouts and
+// features whose composition with it is not built (or not tested) yet are refused, naming the flag.
 #include "train/argument_rules.h"
 #include "train/arguments.h"
 
@@ -20,8 +20,6 @@ void finalize_context_parallel(TrainArguments& a) {
     require(ok, flag, cp, str_cat("cannot be combined with ", what, " yet (issue 37)"));
   };
   not_yet(a.model.family == "gpt", str_cat("--model-family ", a.model.family, " (ring attention needs a causal GPT)"));
-  not_yet(a.pipeline_model_parallel_size == 1,
-          str_cat("--pipeline-model-parallel-size=", a.pipeline_model_parallel_size));
   // Sequence parallelism splits a rank's two chunks (seq / cp positions) over the tensor group.
   require(!a.sequence_parallel || (a.model.seq_length / cp) % a.tensor_model_parallel_size == 0, "--seq-length",
           a.model.seq_length,

@@ -2,7 +2,8 @@
 // over data x context) reproduces the single-process run with dropout on: the losses of 3 iterations,
 // the validation loss after them (the ring without dropout) and every gradient of one step, at cp 2,
 // cp 4 and cp 2 x dp 2 (and cp 4 x dp 2, cp 8 at 8 ranks), with learned positions and with RoPE and
-// grouped-query attention. Combinations not built yet are refused.
+// grouped-query attention, and cp 2 with tp 2 (with and without sequence parallelism) and with pp 2
+// (1F1B and interleaved). A checkpoint resumes at another cp. Combinations not built yet are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,6 +86,9 @@ TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
       {8, 1, 1, kLlamaStyle, ""},
       {2, 2, 1, "", ""},                                 // ring attention on each tensor rank's heads
       {2, 2, 1, kLlamaStyle, "--sequence-parallel"},  // a rank's two chunks split over the tensor group
+      {2, 1, 2, "", ""},                                 // 1F1B: a stage boundary carries a rank's two chunks
+      {2, 1, 2, "--num-layers 4", "--num-virtual-stages-per-pipeline-rank 2"},  // interleaved, 2 chunks a stage
+      {2, 2, 2, kLlamaStyle, "--sequence-parallel"},  // all three at 8 ranks
   };
   int ran = 0;
   for (const Layout& l : all) {
@@ -170,8 +174,6 @@ TEST(ContextParallel, CombinationsNotBuiltYetAreRefusedByName) {
   expect_error("--seq-length 20 --tensor-model-parallel-size 4 --sequence-parallel", 2, 8,
                "--seq-length=20: divided by --context-parallel-size=2 (10 positions per rank) must be divisible by "
                "--tensor-model-parallel-size=4 with --sequence-parallel");
-  expect_error("--pipeline-model-parallel-size 2", 2, 4,
-               "--context-parallel-size=2: cannot be combined with --pipeline-model-parallel-size=2 yet (issue 37)");
   expect_error("--reset-attention-mask", 2, 2,
                "--context-parallel-size=2: cannot be combined with --reset-attention-mask (document masks) yet "
                "(issue 37)");

@@ -163,9 +163,11 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                 " - i; ring attention (p2p)"));
   params_.allocate(args_.seed);
   if (schedule_.stages > 1) {
-    // The activation that crosses a stage boundary: a micro-batch's, or with token slices each slice's.
+    // The activation that crosses a stage boundary: a micro-batch's, or with token slices each slice's;
+    // under context parallelism this rank's two chunks of it (seq / cp tokens per sample).
     std::vector<Shape> activations;
-    for (int64_t tokens : schedule_.slices > 1 ? args_.token_slices : std::vector<int64_t>{args_.model.seq_length})
+    const int64_t local_seq = args_.model.seq_length / cp_.size();
+    for (int64_t tokens : schedule_.slices > 1 ? args_.token_slices : std::vector<int64_t>{local_seq})
       activations.push_back(
           {tokens * args_.micro_batch_size / (tp_.sequence_parallel ? tp_.size() : 1), args_.model.hidden_size});
     p2p_ = std::make_unique<pipeline::PipelineP2P>(state_->pipeline_group(), schedule_, std::move(activations),
