@@ -87,8 +87,6 @@ class ContextParallelChunk final : public LanguageModelChunk {
 MicroBatch context_parallel_part(const MicroBatch& batch, int cp, int rank) {
   TESSERA_CHECK(batch.tokens.defined() && batch.tokens.shape().size() == 2, "context parallelism: a micro-batch "
                 "without [batch, seq] tokens");
-  TESSERA_CHECK(!batch.doc_start.defined(), "--context-parallel-size does not support document masks "
-                "(--reset-attention-mask) yet");
   TESSERA_CHECK(!batch.padding_mask.defined(), "--context-parallel-size needs causal attention (no padding mask)");
   const int64_t samples = batch.tokens.dim(0), seq = batch.tokens.dim(1);
   parallel::check_context_parallel_sequence(seq, cp);
@@ -97,6 +95,7 @@ MicroBatch context_parallel_part(const MicroBatch& batch, int cp, int rank) {
   part.labels = chunks_of(batch.labels, cp, rank);
   part.loss_mask = chunks_of(batch.loss_mask, cp, rank);
   part.token_types = chunks_of(batch.token_types, cp, rank);
+  part.doc_start = chunks_of(batch.doc_start, cp, rank);  // global positions: ring attention keys by them
   if (batch.positions.defined()) {
     part.positions = chunks_of(batch.positions, cp, rank);
   } else {

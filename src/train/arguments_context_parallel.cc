@@ -1,7 +1,8 @@
 // The rules of --context-parallel-size (Megatron-Core's context parallelism: parallel/context_parallel.h,
 // model/ring_attention.h). Issue 37 runs ring attention on dense GPT layers with data, tensor,
-// sequence and pipeline (1F1B and interleaved) parallelism, and checkpoints across cp; the layouts and
-// features whose composition with it is not built (or not tested) yet are refused, naming the flag.
+// sequence and pipeline (1F1B and interleaved) parallelism, document masks, and checkpoints across cp;
+// the layouts and features whose composition with it is not built (or not tested) yet are refused,
+// naming the flag.
 #include "train/argument_rules.h"
 #include "train/arguments.h"
 
@@ -27,7 +28,6 @@ void finalize_context_parallel(TrainArguments& a) {
                   " positions per rank) must be divisible by --tensor-model-parallel-size=",
                   a.tensor_model_parallel_size, " with --sequence-parallel"));
   not_yet(!a.model.moe.enabled(), "mixture-of-experts layers (--num-experts)");
-  not_yet(!a.reset_attention_mask, "--reset-attention-mask (document masks)");
   not_yet(a.token_slices.empty(), "--pipeline-token-slices");
   not_yet(!a.kd, "--kd");
   not_yet(!a.use_distributed_optimizer, "--use-distributed-optimizer");

@@ -3,7 +3,7 @@
 // the validation loss after them (the ring without dropout) and every gradient of one step, at cp 2,
 // cp 4 and cp 2 x dp 2 (and cp 4 x dp 2, cp 8 at 8 ranks), with learned positions and with RoPE and
 // grouped-query attention, and cp 2 with tp 2 (with and without sequence parallelism) and with pp 2
-// (1F1B and interleaved). A checkpoint resumes at another cp. Combinations not built yet are refused.
+// (1F1B and interleaved), and with document masks (--reset-attention-mask). A checkpoint resumes at another cp. Combinations not built yet are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 #include <map>
 
 #include "comm/mpi_test_main.h"
+#include "data/indexed_dataset.h"
 #include "train/trainer.h"
 #include "train/trainer_testing.h"
 
@@ -19,9 +20,11 @@ namespace {
 
 using testing::split_flags;
 
-// 2 layers, hidden 32, 16 tokens, dropout on both sites.
+// 2 layers, hidden 32, 16 tokens, dropout on both sites; mock data unless `extra` gives --data-path.
 std::string flags(int cp, int64_t global_batch, int iters, const std::string& extra) {
-  return str_cat("--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
+  const bool mock = extra.find("--data-path") == std::string::npos;
+  return str_cat("--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 ",
+                 mock ? "--mock-data " : "",
                  "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 1 --lr 3e-3 --log-interval 100 "
                  "--eval-iters 1 --eval-interval 100 --hidden-dropout 0.1 --attention-dropout 0.1 "
                  "--global-batch-size ", global_batch, " --train-iters ", iters, " --context-parallel-size ", cp,
@@ -31,6 +34,28 @@ std::string flags(int cp, int64_t global_batch, int iters, const std::string& ex
 const char* const kLlamaStyle =
     "--position-embedding-type rope --group-query-attention --num-query-groups 2 --swiglu --normalization RMSNorm "
     "--disable-bias-linear";
+
+// Mock data has no end-of-document token, so document masks need a dataset: documents of 2 to 11 ids
+// and the NullTokenizer's end of document (id 40), written by rank 0 of `world` under `dir`. Each
+// process caches its sample indices apart (the single-process reference builds them on every rank).
+std::string document_data_flags(comm::ProcessGroup& world, const std::filesystem::path& dir) {
+  if (world.rank() == 0) {
+    std::filesystem::create_directories(dir);
+    data::IndexedDatasetBuilder builder((dir / "docs").string(), data::TokenDType::kInt32);
+    uint32_t x = 12345u;
+    for (int d = 0; d < 80; ++d) {
+      x = x * 1103515245u + 12345u;
+      std::vector<int32_t> ids(2 + (x >> 16) % 10);
+      for (int32_t& id : ids) id = static_cast<int32_t>((x = x * 1103515245u + 12345u) >> 16) % 40;
+      ids.push_back(40);
+      builder.add_document(ids);
+    }
+    builder.finalize();
+  }
+  world.barrier();
+  return str_cat("--data-path ", (dir / "docs").string(), " --split 90,10,0 --data-cache-path ",
+                 (dir / str_cat("cache_rank", world.rank())).string());
+}
 
 // The single-process run, computed once per process.
 Trainer& reference(int64_t global_batch, int iters, const std::string& model_flags) {
@@ -77,6 +102,9 @@ TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
   auto world = comm::make_mpi_world_group();
   const int n = world->size();
   if (n == 1) GTEST_SKIP() << "context parallelism needs at least 2 ranks";
+  namespace fs = std::filesystem;
+  const fs::path data_dir = testing::shared_scratch_dir(*world, str_cat("tessera_context_parallel_docs_np", n));
+  const std::string documents = str_cat("--reset-attention-mask ", document_data_flags(*world, data_dir));
   // At most 2 data-parallel replicas, to keep the test small.
   const std::vector<Layout> all{
       {2, 1, 1, "", ""},
@@ -89,6 +117,9 @@ TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
       {2, 1, 2, "", ""},                                 // 1F1B: a stage boundary carries a rank's two chunks
       {2, 1, 2, "--num-layers 4", "--num-virtual-stages-per-pipeline-rank 2"},  // interleaved, 2 chunks a stage
       {2, 2, 2, kLlamaStyle, "--sequence-parallel"},  // all three at 8 ranks
+      // Document masks: each block pair's queries see only their own document's keys.
+      {2, 1, 1, documents, ""},
+      {4, 1, 1, str_cat(kLlamaStyle, " --reset-position-ids ", documents), ""},
   };
   int ran = 0;
   for (const Layout& l : all) {
@@ -112,6 +143,8 @@ TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
     expect_gradients_match(one, reference(global_batch, 1, l.model_flags));
     ++ran;
   }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(data_dir);
   if (ran == 0) GTEST_SKIP() << "no context-parallel layout of this test fits " << n << " ranks";
 }
 
@@ -174,9 +207,6 @@ TEST(ContextParallel, CombinationsNotBuiltYetAreRefusedByName) {
   expect_error("--seq-length 20 --tensor-model-parallel-size 4 --sequence-parallel", 2, 8,
                "--seq-length=20: divided by --context-parallel-size=2 (10 positions per rank) must be divisible by "
                "--tensor-model-parallel-size=4 with --sequence-parallel");
-  expect_error("--reset-attention-mask", 2, 2,
-               "--context-parallel-size=2: cannot be combined with --reset-attention-mask (document masks) yet "
-               "(issue 37)");
   expect_error("--use-distributed-optimizer", 2, 4,
                "--context-parallel-size=2: cannot be combined with --use-distributed-optimizer yet (issue 37)");
 }
