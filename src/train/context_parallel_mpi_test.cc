@@ -2,8 +2,9 @@
 // over data x context) reproduces the single-process run with dropout on: the losses of 3 iterations,
 // the validation loss after them (the ring without dropout) and every gradient of one step, at cp 2,
 // cp 4 and cp 2 x dp 2 (and cp 4 x dp 2, cp 8 at 8 ranks), with learned positions and with RoPE and
-// grouped-query attention, and cp 2 with tp 2 (with and without sequence parallelism) and with pp 2
-// (1F1B and interleaved), and with document masks (--reset-attention-mask). A checkpoint resumes at another cp. Combinations not built yet are refused.
+// grouped-query attention, cp 2 with tp 2 (with and without sequence parallelism) and with pp 2 (1F1B
+// and interleaved), cp 4 with tp 2 and with pp 2, and with document masks (--reset-attention-mask).
+// A checkpoint resumes at another cp. Combinations not built yet are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,6 +118,8 @@ TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
       {2, 1, 2, "", ""},                                 // 1F1B: a stage boundary carries a rank's two chunks
       {2, 1, 2, "--num-layers 4", "--num-virtual-stages-per-pipeline-rank 2"},  // interleaved, 2 chunks a stage
       {2, 2, 2, kLlamaStyle, "--sequence-parallel"},  // all three at 8 ranks
+      {4, 2, 1, kLlamaStyle, "--sequence-parallel"},  // cp 4 with tp 2, and with pp 2, at 8 ranks
+      {4, 1, 2, "", ""},
       // Document masks: each block pair's queries see only their own document's keys.
       {2, 1, 1, documents, ""},
       {4, 1, 1, str_cat(kLlamaStyle, " --reset-position-ids ", documents), ""},
