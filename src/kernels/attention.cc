@@ -17,8 +17,9 @@ AttentionShape checked_shape(const char* kernel, const AttentionShape& shape, co
   check_numel(kernel, "lse", lse, shape.batch * shape.heads * shape.seq);
   AttentionShape s = shape;
   if (mask.defined()) {
-    check_numel(kernel, shape.causal ? "doc_start" : "the padding mask", mask, tokens);
-    (shape.causal ? s.doc_start : s.key_valid) = mask.i32();
+    const bool doc = shape.causal || shape.bidirectional_doc_start;
+    check_numel(kernel, doc ? "doc_start" : "the padding mask", mask, tokens);
+    (doc ? s.doc_start : s.key_valid) = mask.i32();
   }
   return s;
 }
@@ -42,6 +43,16 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       checked_shape("attention_backward", shape, mask, {&q, &out, &dout, &dq}, {&k, &v, &dk, &dv}, lse);
   cpu::attention_backward(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32(), s,
                           softmax_scale, dropout);
+}
+
+void block_doc_start(const Tensor& doc_start, int64_t column, int64_t first_key, const Tensor& out) {
+  kernel_device("block_doc_start", {&doc_start, &out});
+  TESSERA_CHECK(doc_start.dtype() == DType::I32 && out.dtype() == DType::I32 && doc_start.shape().size() == 2 &&
+                    out.shape().size() == 2 && out.dim(0) == doc_start.dim(0) && column >= 0 &&
+                    column + out.dim(1) <= doc_start.dim(1),
+                "block_doc_start: int32 ", shape_str(out.shape()), " block at column ", column, " of int32 ",
+                shape_str(doc_start.shape()), " document starts");
+  cpu::block_doc_start(doc_start.i32(), doc_start.dim(0), doc_start.dim(1), column, out.dim(1), first_key, out.i32());
 }
 
 }  // namespace tessera::kernels

@@ -29,6 +29,12 @@ struct AttentionShape {
   const int32_t* doc_start = nullptr;  // optional [batch, seq]: query i of sample b attends to keys [doc_start[b*seq+i], i]
   // Bidirectional attention (BERT's encoder) when false: every query sees every key that is not padding.
   bool causal = true;
+  // Bidirectional only: the mask is a document start per query instead of a padding mask, query i of
+  // sample b seeing keys [doc_start[b * seq + i], seq). Entries lie in [0, seq] and are non-decreasing
+  // (checked); a row whose entry is seq sees no key, and gets a zero output and a log-sum-exp of -inf
+  // (which attention_merge_into ignores). Context parallelism's block of queries against an earlier
+  // chunk of keys under a document mask (model/ring_attention.h).
+  bool bidirectional_doc_start = false;
   // Bidirectional only, how the CPU implementation receives the padding mask (the entry points take it as
   // a tensor): [batch, seq], key j of sample b is seen iff key_valid[b * seq + j] != 0; each sample needs
   // at least one (checked). nullptr: no padding. Padded query rows still attend to the valid keys (as
@@ -57,7 +63,7 @@ struct AttentionDropout {
 // [seq, batch, heads, d], lse [batch, heads, seq] (log-sum-exp of the scaled scores of each query row,
 // saved for backward). mask: int32 [batch, seq] or undefined: with shape.causal the document mask
 // (AttentionShape::doc_start; undefined: plain causal), otherwise the padding mask (AttentionShape::key_valid;
-// undefined: no padding).
+// undefined: no padding), or with shape.bidirectional_doc_start each query's first key.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const Tensor& mask, const AttentionShape& shape, float softmax_scale,
                        const AttentionDropout& dropout);
@@ -66,5 +72,11 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& mask, const AttentionShape& shape, float softmax_scale,
                         const AttentionDropout& dropout);
+
+// A block's first keys for the mask above (causal doc_start or bidirectional_doc_start), from document
+// starts at global positions: out [batch, width] (int32) gets clamp(doc_start[b, column + r] - first_key,
+// 0, width), doc_start being [batch, n] (int32). Context parallelism's query chunk (columns [column,
+// column + width) of its rank's) against the key chunk that starts at global position first_key.
+void block_doc_start(const Tensor& doc_start, int64_t column, int64_t first_key, const Tensor& out);
 
 }  // namespace tessera::kernels

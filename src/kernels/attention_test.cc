@@ -40,8 +40,9 @@ double reference_factor(const AttentionDropout& drop, const AttentionShape& s, i
 }
 
 // Whether query i of sample b sees key j: causal, keys [doc_start (0 without documents), i]; bidirectional,
-// every key the padding mask keeps.
+// every key the padding mask keeps, or with bidirectional_doc_start keys [doc_start, seq).
 bool sees(const AttentionShape& s, int64_t b, int64_t i, int64_t j) {
+  if (!s.causal && s.bidirectional_doc_start) return j >= s.doc_start[b * s.seq + i];
   if (!s.causal) return s.key_valid == nullptr || s.key_valid[b * s.seq + j] != 0;
   return j <= i && j >= (s.doc_start == nullptr ? 0 : s.doc_start[b * s.seq + i]);
 }
@@ -177,8 +178,9 @@ void expect_matches_reference(const AttentionShape& s, float p, uint64_t seed, c
                                     << s.kv_heads << " d " << s.head_dim << " p " << p
                                     << (mask.empty() ? "" : " with a mask"));
   Problem pr(s, p, seed);
-  if (!mask.empty() && s.causal) pr.set_docs(mask);
-  if (!mask.empty() && !s.causal) pr.set_padding(mask);
+  const bool docs = s.causal || s.bidirectional_doc_start;
+  if (!mask.empty() && docs) pr.set_docs(mask);
+  if (!mask.empty() && !docs) pr.set_padding(mask);
   pr.run();
   const auto q = to_double(pr.q), k = to_double(pr.k), v = to_double(pr.v);
   Reference ref = reference_forward(q, k, v, pr.shape, pr.scale, pr.drop);
@@ -517,6 +519,52 @@ TEST(Attention, BidirectionalMatchesFloat64Reference) {
         expect_matches_reference(s, p, 500 + case_id, padding_mask(seq, 3, lengths, true, case_id));
       }
   }
+}
+
+// bidirectional_doc_start (a context-parallel query chunk against an earlier key chunk under document
+// masks): query i sees keys [doc_start_i, seq), the first key anywhere from 0 to the last, across tiles.
+std::vector<int32_t> first_keys(int64_t seq, int64_t batch) {
+  std::vector<int32_t> doc(seq * batch);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < seq; ++i) doc[b * seq + i] = static_cast<int32_t>(std::min(seq - 1, (3 * i + 5 * b) / 4));
+  return doc;
+}
+
+TEST(Attention, BidirectionalDocumentStartMatchesFloat64Reference) {
+  int case_id = 0;
+  for (int64_t seq : {1, 7, 130})
+    for (int64_t kv_heads : {4, 1})
+      for (float p : {0.0f, 0.1f}) {
+        AttentionShape s{.seq = seq, .batch = 3, .heads = 4, .kv_heads = kv_heads, .head_dim = 16};
+        s.causal = false;
+        s.bidirectional_doc_start = true;
+        expect_matches_reference(s, p, 700 + ++case_id, first_keys(seq, 3));
+      }
+}
+
+// A row whose first key is past the last (doc_start = seq) sees nothing: a zero output and lse -inf,
+// which attention_merge_into ignores; the other rows are unaffected, and backward skips it.
+TEST(Attention, BidirectionalDocumentStartPastEveryKeyIsAnEmptyRow) {
+  AttentionShape s{.seq = 70, .batch = 2, .heads = 2, .kv_heads = 1, .head_dim = 8};
+  s.causal = false;
+  s.bidirectional_doc_start = true;
+  std::vector<int32_t> doc = first_keys(70, 2);
+  for (int64_t i = 60; i < 70; ++i) doc[70 + i] = 70;  // sample 1's last 10 queries
+  Problem pr(s, 0.1f, 9);
+  pr.set_docs(doc);
+  pr.run();
+  for (int64_t i = 0; i < 70; ++i)
+    for (int64_t h = 0; h < 2; ++h) {
+      const float lse = pr.lse[(1 * 2 + h) * 70 + i];
+      if (i < 60) {
+        EXPECT_TRUE(std::isfinite(lse)) << i;
+        continue;
+      }
+      EXPECT_EQ(lse, -INFINITY) << i;
+      for (int64_t x = 0; x < 8; ++x) EXPECT_EQ(pr.out[at(s, 2, i, 1, h, x)], 0.0f) << i;
+    }
+  for (float g : pr.dq) EXPECT_TRUE(std::isfinite(g));
+  for (float g : pr.dk) EXPECT_TRUE(std::isfinite(g));
 }
 
 TEST(Attention, BidirectionalReferenceBackwardMatchesNumericGradient) {

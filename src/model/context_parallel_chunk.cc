@@ -43,7 +43,8 @@ class ContextParallelChunk final : public LanguageModelChunk {
 
   Tensor forward(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx, ChunkRecord& record,
                  LossSums& losses, const ParamHooks& hooks) const override {
-    TESSERA_CHECK(!input.defined(), "--context-parallel-size with pipeline stages is not supported yet");
+    // A later pipeline stage's input is the previous stage's output for this rank's two chunks already;
+    // its batch is cut all the same, for the labels and loss mask the last stage reads.
     const MicroBatch part = context_parallel_part(batch, cp_.size(), cp_.rank());
     return inner_->forward(part, input, local_context(ctx), record, losses, hooks);
   }
@@ -86,8 +87,6 @@ class ContextParallelChunk final : public LanguageModelChunk {
 MicroBatch context_parallel_part(const MicroBatch& batch, int cp, int rank) {
   TESSERA_CHECK(batch.tokens.defined() && batch.tokens.shape().size() == 2, "context parallelism: a micro-batch "
                 "without [batch, seq] tokens");
-  TESSERA_CHECK(!batch.doc_start.defined(), "--context-parallel-size does not support document masks "
-                "(--reset-attention-mask) yet");
   TESSERA_CHECK(!batch.padding_mask.defined(), "--context-parallel-size needs causal attention (no padding mask)");
   const int64_t samples = batch.tokens.dim(0), seq = batch.tokens.dim(1);
   parallel::check_context_parallel_sequence(seq, cp);
@@ -96,6 +95,7 @@ MicroBatch context_parallel_part(const MicroBatch& batch, int cp, int rank) {
   part.labels = chunks_of(batch.labels, cp, rank);
   part.loss_mask = chunks_of(batch.loss_mask, cp, rank);
   part.token_types = chunks_of(batch.token_types, cp, rank);
+  part.doc_start = chunks_of(batch.doc_start, cp, rank);  // global positions: ring attention keys by them
   if (batch.positions.defined()) {
     part.positions = chunks_of(batch.positions, cp, rank);
   } else {

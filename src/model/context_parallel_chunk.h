@@ -8,8 +8,10 @@
 // so the trainer sums them over the context-parallel group. Scoring, logits and decoding pass through to
 // the whole chunk.
 //
-// Not yet (refused): a later pipeline chunk's input, document masks (--reset-attention-mask), padding
-// masks (BERT), sequence parallelism and token slices.
+// A later pipeline chunk's input is already this rank's part ([2 chunk x batch, hidden], or its
+// sequence-parallel share); every chunk cuts its batch, so the last stage has its labels and loss mask.
+// Document masks (--reset-attention-mask) are cut alike, their values global positions, for ring
+// attention. Not yet (refused): padding masks (BERT) and token slices.
 #pragma once
 
 #include <memory>
@@ -20,7 +22,7 @@
 namespace tessera::model {
 
 // Columns of this rank's two chunks of a micro-batch, positions made global (batch.positions, or 0 ..
-// seq - 1 cut alike). A document or padding mask is refused.
+// seq - 1 cut alike), document starts cut alike. A padding mask is refused.
 MicroBatch context_parallel_part(const MicroBatch& batch, int cp, int rank);
 
 // `cp` must outlive the returned chunk. With a group of one rank the chunk is returned unwrapped.

@@ -1,5 +1,6 @@
 // The load-balanced split of a micro-batch over the context-parallel group: rank i of cp gets global
-// chunks i and 2 cp - 1 - i of every [batch, seq] tensor, with their global positions.
+// chunks i and 2 cp - 1 - i of every [batch, seq] tensor, with their global positions and document
+// starts.
 #include "model/context_parallel_chunk.h"
 
 #include <gtest/gtest.h>
@@ -41,9 +42,13 @@ TEST(ContextParallelSplit, RankHoldsChunksIAndTwoCpMinusOneMinusIWithGlobalPosit
   EXPECT_EQ(values(context_parallel_part(batch, 4, 3).positions),
             (std::vector<int32_t>{1003, 1004, 1100 + 3, 1100 + 4}));
 
-  batch.doc_start = Tensor::zeros({2, 8}, DType::I32);
-  EXPECT_THROW(context_parallel_part(batch, 2, 0), Error);
-  batch.doc_start = Tensor();
+  // Document starts (--reset-attention-mask) are cut alike, their values staying global positions.
+  batch.doc_start = ids(2, 8, 2000);
+  EXPECT_EQ(values(context_parallel_part(batch, 2, 1).doc_start),
+            (std::vector<int32_t>{2002, 2003, 2004, 2005, 2102, 2103, 2104, 2105}));
+  batch.padding_mask = Tensor::zeros({2, 8}, DType::I32);
+  EXPECT_THROW(context_parallel_part(batch, 2, 0), Error);  // causal attention only
+  batch.padding_mask = Tensor();
   EXPECT_THROW(context_parallel_part(batch, 3, 0), Error);  // 8 positions are not 6 chunks
 }
 

@@ -1,5 +1,7 @@
 #include "model/modules.h"
 
+#include <algorithm>
+
 #include "core/philox.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
@@ -87,13 +89,19 @@ void residual_dropout(const Tensor& x, float p, uint64_t seed, uint64_t stream, 
   };
   if (ctx.context_parallel == nullptr) return apply(x, residual_region(ctx, hidden, tp));
   const parallel::ContextParallelContext& cp = *ctx.context_parallel;
-  TESSERA_CHECK(!tp.sequence_parallel && ctx.token_slice == nullptr, "context parallelism with sequence parallelism "
-                "or token slices");
+  TESSERA_CHECK(ctx.token_slice == nullptr, "context parallelism with token slices");
   const int64_t chunk = ctx.seq / 2, total = ctx.seq * cp.size();
   const auto chunks = parallel::load_balanced_chunks(cp.size(), cp.rank());
-  for (int c = 0; c < 2; ++c)
-    apply(x.narrow(c * chunk * ctx.batch, chunk * ctx.batch),
-          {chunk, ctx.batch, hidden, chunks[c] * chunk, total, ctx.sample_offset});
+  // Under sequence parallelism x is tensor rank t's rows [t local, (t + 1) local) of the two chunks' 2 chunk
+  // rows; each part of it that falls in one chunk is keyed by that chunk's global rows.
+  const int64_t local = tp.sequence_parallel ? ctx.seq / tp.size() : ctx.seq;
+  const int64_t first = tp.sequence_parallel ? tp.rank() * local : 0;
+  for (int c = 0; c < 2; ++c) {
+    const int64_t begin = std::max(first, c * chunk), end = std::min(first + local, (c + 1) * chunk);
+    if (begin >= end) continue;
+    apply(x.narrow((begin - first) * ctx.batch, (end - begin) * ctx.batch),
+          {end - begin, ctx.batch, hidden, chunks[c] * chunk + (begin - c * chunk), total, ctx.sample_offset});
+  }
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {

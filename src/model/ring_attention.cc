@@ -23,10 +23,21 @@ BlockMask block_mask(int64_t query_chunk, int64_t key_chunk) {
   return query_chunk == key_chunk ? BlockMask::Causal : BlockMask::Full;
 }
 
-kernels::AttentionShape block_shape(const RingAttentionShape& s, BlockMask mask) {
+kernels::AttentionShape block_shape(const RingAttentionShape& s, BlockMask mask, const Tensor& doc_start) {
   kernels::AttentionShape shape{s.chunk, s.batch, s.heads, s.kv_heads, s.head_dim};
   shape.causal = mask == BlockMask::Causal;  // a full block is bidirectional attention without padding
+  shape.bidirectional_doc_start = !shape.causal && doc_start.defined();
   return shape;
+}
+
+// A block's document mask, [batch, chunk] in the key chunk's positions, from the rank's [batch, 2 chunk]
+// global document starts (undefined: none). The diagonal block's is the kernel's causal doc_start; a
+// full block's is each query's first visible key of the earlier chunk (chunk: none of it).
+Tensor block_doc_start(const RingAttentionShape& s, const Tensor& doc_start, int a, int64_t key_chunk) {
+  if (!doc_start.defined()) return Tensor();
+  Tensor block = Tensor::empty({s.batch, s.chunk}, DType::I32);
+  kernels::block_doc_start(doc_start.view({s.batch, 2 * s.chunk}), a * s.chunk, key_chunk * s.chunk, block);
+  return block;
 }
 
 kernels::AttentionDropout block_dropout(const RingAttentionShape& s, const kernels::AttentionDropout& layer,
@@ -43,7 +54,11 @@ Tensor chunk_rows(const Tensor& t, const RingAttentionShape& s, int c) {
   return t.narrow(c * s.chunk * s.batch, s.chunk * s.batch);
 }
 
-void check_shapes(const RingAttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& lse) {
+void check_shapes(const RingAttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& lse,
+                  const Tensor& doc_start) {
+  TESSERA_CHECK(!doc_start.defined() || (doc_start.dtype() == DType::I32 && doc_start.numel() == 2 * s.chunk * s.batch),
+                "ring attention: a document mask of ", doc_start.defined() ? shape_str(doc_start.shape()) : "",
+                " for batch ", s.batch, " x 2 chunks of ", s.chunk);
   TESSERA_CHECK(s.chunk > 0 && s.batch > 0 && s.cp >= 1, "ring attention: chunk ", s.chunk, ", batch ", s.batch,
                 ", cp ", s.cp);
   TESSERA_CHECK(q.numel() == 2 * s.chunk * s.batch * s.heads * s.head_dim &&
@@ -76,8 +91,8 @@ class ProgressWhileComputing {
 
 void ring_step_forward(const RingAttentionShape& s, int rank, int source, const Tensor& q, const Tensor& k,
                        const Tensor& v, const Tensor& out, const Tensor& lse, float softmax_scale,
-                       const kernels::AttentionDropout& dropout) {
-  check_shapes(s, q, k, lse);
+                       const kernels::AttentionDropout& dropout, const Tensor& doc_start) {
+  check_shapes(s, q, k, lse, doc_start);
   const auto queries = parallel::load_balanced_chunks(s.cp, rank), keys = parallel::load_balanced_chunks(s.cp, source);
   // Step 0 (source == rank) comes first and gives each query chunk its diagonal block.
   bool written[2] = {source != rank, source != rank};
@@ -87,9 +102,10 @@ void ring_step_forward(const RingAttentionShape& s, int rank, int source, const 
       const BlockMask mask = block_mask(queries[a], keys[b]);
       if (mask == BlockMask::Skipped) continue;
       const Tensor out_a = chunk_rows(out, s, a), lse_a = lse.narrow(a, 1);
+      const Tensor doc = block_doc_start(s, doc_start, a, keys[b]);
       if (!written[a]) {
         kernels::attention_forward(chunk_rows(q, s, a), chunk_rows(k, s, b), chunk_rows(v, s, b), out_a, lse_a,
-                                   Tensor(), block_shape(s, mask), softmax_scale,
+                                   doc, block_shape(s, mask, doc), softmax_scale,
                                    block_dropout(s, dropout, queries[a], keys[b]));
         written[a] = true;
         continue;
@@ -99,7 +115,7 @@ void ring_step_forward(const RingAttentionShape& s, int rank, int source, const 
         part_lse = Tensor::empty(lse_a.shape());
       }
       kernels::attention_forward(chunk_rows(q, s, a), chunk_rows(k, s, b), chunk_rows(v, s, b), part_out, part_lse,
-                                 Tensor(), block_shape(s, mask), softmax_scale,
+                                 doc, block_shape(s, mask, doc), softmax_scale,
                                  block_dropout(s, dropout, queries[a], keys[b]));
       kernels::attention_merge_into(out_a, lse_a, part_out, part_lse, s.chunk, s.batch, s.heads, s.head_dim);
     }
@@ -108,8 +124,8 @@ void ring_step_forward(const RingAttentionShape& s, int rank, int source, const 
 void ring_step_backward(const RingAttentionShape& s, int rank, int source, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
                         const Tensor& dk, const Tensor& dv, float softmax_scale,
-                        const kernels::AttentionDropout& dropout) {
-  check_shapes(s, q, k, lse);
+                        const kernels::AttentionDropout& dropout, const Tensor& doc_start) {
+  check_shapes(s, q, k, lse, doc_start);
   const auto queries = parallel::load_balanced_chunks(s.cp, rank), keys = parallel::load_balanced_chunks(s.cp, source);
   Tensor dq_part, dk_part, dv_part;
   for (int a = 0; a < 2; ++a)
@@ -123,8 +139,9 @@ void ring_step_backward(const RingAttentionShape& s, int rank, int source, const
         dv_part = Tensor::empty(k_b.shape());
       }
       // The merged output and log-sum-exp make each block's probabilities those of the whole row.
+      const Tensor doc = block_doc_start(s, doc_start, a, keys[b]);
       kernels::attention_backward(q_a, k_b, chunk_rows(v, s, b), chunk_rows(out, s, a), lse.narrow(a, 1),
-                                  chunk_rows(dout, s, a), dq_part, dk_part, dv_part, Tensor(), block_shape(s, mask),
+                                  chunk_rows(dout, s, a), dq_part, dk_part, dv_part, doc, block_shape(s, mask, doc),
                                   softmax_scale, block_dropout(s, dropout, queries[a], keys[b]));
       kernels::add_into(chunk_rows(dq, s, a), dq_part);
       kernels::add_into(chunk_rows(dk, s, b), dk_part);
@@ -134,7 +151,8 @@ void ring_step_backward(const RingAttentionShape& s, int rank, int source, const
 
 void ring_attention_forward(const parallel::ContextParallelContext& cp, const Tensor& q, const Tensor& k,
                             const Tensor& v, const Tensor& out, const Tensor& lse, const RingAttentionShape& s,
-                            float softmax_scale, const kernels::AttentionDropout& dropout) {
+                            float softmax_scale, const kernels::AttentionDropout& dropout,
+                            const Tensor& doc_start) {
   TESSERA_CHECK(cp.size() == s.cp, "ring attention: a group of ", cp.size(), " ranks for cp ", s.cp);
   const int n = cp.size(), rank = cp.rank();
   Tensor cur_k = k, cur_v = v;  // the block held at this step: rank `source`'s keys and values
@@ -149,7 +167,7 @@ void ring_attention_forward(const parallel::ContextParallelContext& cp, const Te
     }
     {
       const ProgressWhileComputing progress({&work});
-      ring_step_forward(s, rank, source, q, cur_k, cur_v, out, lse, softmax_scale, dropout);
+      ring_step_forward(s, rank, source, q, cur_k, cur_v, out, lse, softmax_scale, dropout, doc_start);
     }
     parallel::wait_all(work);
     cur_k = next_k;
@@ -160,7 +178,8 @@ void ring_attention_forward(const parallel::ContextParallelContext& cp, const Te
 void ring_attention_backward(const parallel::ContextParallelContext& cp, const Tensor& q, const Tensor& k,
                              const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout,
                              const Tensor& dq, const Tensor& dk, const Tensor& dv, const RingAttentionShape& s,
-                             float softmax_scale, const kernels::AttentionDropout& dropout) {
+                             float softmax_scale, const kernels::AttentionDropout& dropout,
+                             const Tensor& doc_start) {
   TESSERA_CHECK(cp.size() == s.cp, "ring attention: a group of ", cp.size(), " ranks for cp ", s.cp);
   const int n = cp.size(), rank = cp.rank();
   const Tensor dq_sum = Tensor::zeros(q.shape());
@@ -188,7 +207,7 @@ void ring_attention_backward(const parallel::ContextParallelContext& cp, const T
     {
       const ProgressWhileComputing progress({&kv_work, &grad_recv, &grad_send});
       ring_step_backward(s, rank, source, q, cur_k, cur_v, out, lse, dout, dq_sum, part_dk, part_dv, softmax_scale,
-                         dropout);
+                         dropout, doc_start);
     }
     parallel::wait_all(grad_recv);
     if (step > 0) {

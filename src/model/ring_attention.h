@@ -35,14 +35,21 @@ struct RingAttentionShape {
 
 // out [2 chunk, batch, heads * head_dim]; lse [2, batch, heads, chunk] (per query chunk). `dropout` is
 // the layer's (seed, stream, sample and head offsets, total heads); its seq and offsets are set here.
+// doc_start: int32 [batch, 2 chunk], the global position where the document of each of this rank's
+// query positions starts (--reset-attention-mask; undefined: plain causal). A query only sees keys
+// from there on: the diagonal block gets the kernel's document-causal mask, a full block each query's
+// first key of the earlier chunk (AttentionShape::bidirectional_doc_start), so a query whose document
+// starts after that chunk gets nothing from it. It stays on its rank: it is the queries' own.
 void ring_attention_forward(const parallel::ContextParallelContext& cp, const Tensor& q, const Tensor& k,
                             const Tensor& v, const Tensor& out, const Tensor& lse, const RingAttentionShape& shape,
-                            float softmax_scale, const kernels::AttentionDropout& dropout);
+                            float softmax_scale, const kernels::AttentionDropout& dropout,
+                            const Tensor& doc_start = Tensor());
 // dq, dk, dv (shaped as q, k, v) are overwritten with this rank's positions' gradients.
 void ring_attention_backward(const parallel::ContextParallelContext& cp, const Tensor& q, const Tensor& k,
                              const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout,
                              const Tensor& dq, const Tensor& dk, const Tensor& dv, const RingAttentionShape& shape,
-                             float softmax_scale, const kernels::AttentionDropout& dropout);
+                             float softmax_scale, const kernels::AttentionDropout& dropout,
+                             const Tensor& doc_start = Tensor());
 
 // One step of the ring on rank `rank`, without communication (what the functions above run at each
 // step, exposed for the test that checks the merge against whole-sequence attention): this rank's
@@ -51,12 +58,12 @@ void ring_attention_backward(const parallel::ContextParallelContext& cp, const T
 // source == rank, gives every query chunk one) is written rather than merged.
 void ring_step_forward(const RingAttentionShape& shape, int rank, int source, const Tensor& q, const Tensor& k,
                        const Tensor& v, const Tensor& out, const Tensor& lse, float softmax_scale,
-                       const kernels::AttentionDropout& dropout);
+                       const kernels::AttentionDropout& dropout, const Tensor& doc_start = Tensor());
 // Backward: adds the blocks' gradients into dq (this rank's queries) and dk, dv (rank source's keys and
 // values); out and lse are the merged forward's.
 void ring_step_backward(const RingAttentionShape& shape, int rank, int source, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
                         const Tensor& dk, const Tensor& dv, float softmax_scale,
-                        const kernels::AttentionDropout& dropout);
+                        const kernels::AttentionDropout& dropout, const Tensor& doc_start = Tensor());
 
 }  // namespace tessera::model

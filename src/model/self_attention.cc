@@ -90,7 +90,7 @@ Tensor SelfAttention::forward(const Tensor& x, bool x_rounded, const SublayerCon
     rec.lse = Tensor::empty({2, ctx.batch, heads_, ctx.seq / 2});
     ring_attention_forward(*ctx.context_parallel, rec.q, rec.k, rec.v, rec.attn, rec.lse, ring_shape(ctx),
                            1.0f / std::sqrt(static_cast<float>(d)),
-                           attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
+                           attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_), ctx.doc_start);
     return proj_.forward(rec.attn, kernels::round_in_place_for_gemm(c.params_dtype, rec.attn));
   }
   rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
@@ -121,7 +121,7 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded
     dv = Tensor::empty(rec.v.shape());
     ring_attention_backward(*ctx.context_parallel, rec.q, rec.k, rec.v, rec.attn, rec.lse, dattn, dq, dk, dv,
                             ring_shape(ctx), 1.0f / std::sqrt(static_cast<float>(d)),
-                            attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
+                            attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_), ctx.doc_start);
   } else {
     dk = Tensor::empty(rec.k.shape());
     dv = Tensor::empty(rec.v.shape());
@@ -143,8 +143,8 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded
 
 // Context parallelism: this rank's two chunks of the sequence against the ring's key/value blocks.
 RingAttentionShape SelfAttention::ring_shape(const ForwardContext& ctx) const {
-  TESSERA_CHECK(causal_ && !ctx.doc_start.defined() && ctx.token_slice == nullptr, "context parallelism needs plain "
-                "causal attention (no document mask, padding mask or token slices yet)");
+  TESSERA_CHECK(causal_ && ctx.token_slice == nullptr, "context parallelism needs causal attention (no padding "
+                "mask) and no token slices");
   TESSERA_CHECK(ctx.seq % 2 == 0, "context parallelism: a rank's ", ctx.seq, " positions are not two equal chunks");
   return {ctx.seq / 2, ctx.batch, heads_, groups_, config_.kv_channels, ctx.context_parallel->size()};
 }

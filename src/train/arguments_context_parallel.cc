@@ -1,7 +1,8 @@
 // The rules of --context-parallel-size (Megatron-Core's context parallelism: parallel/context_parallel.h,
-// model/ring_attention.h). Step 1 of issue 37 runs ring attention on dense GPT layers with data
-// parallelism; the layouts and features whose composition with it is not built (or not tested) yet
-// are refused, naming the flag.
+// model/ring_attention.h). Issue 37 runs ring attention on dense GPT layers with data, tensor,
+// sequence and pipeline (1F1B and interleaved) parallelism, document masks, and checkpoints across cp;
+// the layouts and features whose composition with it is not built (or not tested) yet are refused,
+// naming the flag.
 #include "train/argument_rules.h"
 #include "train/arguments.h"
 
@@ -20,18 +21,17 @@ void finalize_context_parallel(TrainArguments& a) {
     require(ok, flag, cp, str_cat("cannot be combined with ", what, " yet (issue 37)"));
   };
   not_yet(a.model.family == "gpt", str_cat("--model-family ", a.model.family, " (ring attention needs a causal GPT)"));
-  not_yet(a.tensor_model_parallel_size == 1, str_cat("--tensor-model-parallel-size=", a.tensor_model_parallel_size));
-  not_yet(a.pipeline_model_parallel_size == 1,
-          str_cat("--pipeline-model-parallel-size=", a.pipeline_model_parallel_size));
-  not_yet(!a.sequence_parallel, "--sequence-parallel");
+  // Sequence parallelism splits a rank's two chunks (seq / cp positions) over the tensor group.
+  require(!a.sequence_parallel || (a.model.seq_length / cp) % a.tensor_model_parallel_size == 0, "--seq-length",
+          a.model.seq_length,
+          str_cat("divided by --context-parallel-size=", cp, " (", a.model.seq_length / cp,
+                  " positions per rank) must be divisible by --tensor-model-parallel-size=",
+                  a.tensor_model_parallel_size, " with --sequence-parallel"));
   not_yet(!a.model.moe.enabled(), "mixture-of-experts layers (--num-experts)");
-  not_yet(!a.reset_attention_mask, "--reset-attention-mask (document masks)");
   not_yet(a.token_slices.empty(), "--pipeline-token-slices");
   not_yet(!a.kd, "--kd");
   not_yet(!a.use_distributed_optimizer, "--use-distributed-optimizer");
   not_yet(!a.bf16 && !a.fp16, a.bf16 ? "--bf16" : "--fp16");
-  not_yet(a.save.empty(), "--save (checkpoints that reshard across cp)");
-  not_yet(a.load.empty(), "--load (checkpoints that reshard across cp)");
 }
 
 }  // namespace tessera::train

@@ -2,13 +2,17 @@
 // over data x context) reproduces the single-process run with dropout on: the losses of 3 iterations,
 // the validation loss after them (the ring without dropout) and every gradient of one step, at cp 2,
 // cp 4 and cp 2 x dp 2 (and cp 4 x dp 2, cp 8 at 8 ranks), with learned positions and with RoPE and
-// grouped-query attention. Combinations not built yet are refused.
+// grouped-query attention, cp 2 with tp 2 (with and without sequence parallelism) and with pp 2 (1F1B
+// and interleaved), cp 4 with tp 2 and with pp 2, and with document masks (--reset-attention-mask).
+// A checkpoint resumes at another cp. Combinations not built yet are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "comm/mpi_test_main.h"
+#include "data/indexed_dataset.h"
 #include "train/trainer.h"
 #include "train/trainer_testing.h"
 
@@ -17,9 +21,11 @@ namespace {
 
 using testing::split_flags;
 
-// 2 layers, hidden 32, 16 tokens, dropout on both sites.
+// 2 layers, hidden 32, 16 tokens, dropout on both sites; mock data unless `extra` gives --data-path.
 std::string flags(int cp, int64_t global_batch, int iters, const std::string& extra) {
-  return str_cat("--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
+  const bool mock = extra.find("--data-path") == std::string::npos;
+  return str_cat("--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 ",
+                 mock ? "--mock-data " : "",
                  "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 1 --lr 3e-3 --log-interval 100 "
                  "--eval-iters 1 --eval-interval 100 --hidden-dropout 0.1 --attention-dropout 0.1 "
                  "--global-batch-size ", global_batch, " --train-iters ", iters, " --context-parallel-size ", cp,
@@ -29,6 +35,28 @@ std::string flags(int cp, int64_t global_batch, int iters, const std::string& ex
 const char* const kLlamaStyle =
     "--position-embedding-type rope --group-query-attention --num-query-groups 2 --swiglu --normalization RMSNorm "
     "--disable-bias-linear";
+
+// Mock data has no end-of-document token, so document masks need a dataset: documents of 2 to 11 ids
+// and the NullTokenizer's end of document (id 40), written by rank 0 of `world` under `dir`. Each
+// process caches its sample indices apart (the single-process reference builds them on every rank).
+std::string document_data_flags(comm::ProcessGroup& world, const std::filesystem::path& dir) {
+  if (world.rank() == 0) {
+    std::filesystem::create_directories(dir);
+    data::IndexedDatasetBuilder builder((dir / "docs").string(), data::TokenDType::kInt32);
+    uint32_t x = 12345u;
+    for (int d = 0; d < 80; ++d) {
+      x = x * 1103515245u + 12345u;
+      std::vector<int32_t> ids(2 + (x >> 16) % 10);
+      for (int32_t& id : ids) id = static_cast<int32_t>((x = x * 1103515245u + 12345u) >> 16) % 40;
+      ids.push_back(40);
+      builder.add_document(ids);
+    }
+    builder.finalize();
+  }
+  world.barrier();
+  return str_cat("--data-path ", (dir / "docs").string(), " --split 90,10,0 --data-cache-path ",
+                 (dir / str_cat("cache_rank", world.rank())).string());
+}
 
 // The single-process run, computed once per process.
 Trainer& reference(int64_t global_batch, int iters, const std::string& model_flags) {
@@ -41,43 +69,68 @@ Trainer& reference(int64_t global_batch, int iters, const std::string& model_fla
   return *t;
 }
 
-// Every parameter's gradient equals the single-process one to 1e-5 of that tensor's largest gradient.
+// Every parameter's gradient (a tensor-parallel shard: its part of the single-process one) equals the
+// single-process one to 1e-5 of that tensor's largest gradient.
 void expect_gradients_match(Trainer& t, Trainer& single) {
   for (const model::Parameter& p : t.parameters().params()) {
     const model::Parameter& ref = single.parameters().get(p.spec.name);
-    ASSERT_EQ(p.grad.numel(), ref.grad.numel()) << p.spec.name;
+    const model::Sharding& shard = p.spec.sharding;
+    ASSERT_EQ(shard.sharded() ? shape_numel(shard.full_shape) : p.grad.numel(), ref.grad.numel()) << p.spec.name;
     float scale = 0, worst = 0;
     for (int64_t i = 0; i < ref.grad.numel(); ++i) scale = std::max(scale, std::abs(ref.grad.f32()[i]));
-    for (int64_t i = 0; i < p.grad.numel(); ++i) worst = std::max(worst, std::abs(p.grad.f32()[i] - ref.grad.f32()[i]));
+    for (int64_t i = 0; i < p.grad.numel(); ++i) {
+      const int64_t at = shard.sharded() ? shard.global_index(i) : i;
+      worst = std::max(worst, std::abs(p.grad.f32()[i] - ref.grad.f32()[at]));
+    }
     EXPECT_LE(worst, 1e-5f * scale + 1e-9f) << p.spec.name;
   }
 }
 
 struct Layout {
-  int cp;
+  int cp, tp, pp;
   std::string model_flags;  // the reference runs with these too
   std::string extra;        // this layout's own flags
+  int model_parallel() const { return cp * tp * pp; }
+  // The padded vocabulary is 128 rows at every tp (the reference's default divisible-by 128).
+  std::string parallel_flags() const {
+    return str_cat(tp > 1 ? str_cat("--tensor-model-parallel-size ", tp, " --make-vocab-size-divisible-by ", 128 / tp)
+                          : std::string(),
+                   pp > 1 ? str_cat(" --pipeline-model-parallel-size ", pp) : std::string());
+  }
 };
 
 TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
   auto world = comm::make_mpi_world_group();
   const int n = world->size();
   if (n == 1) GTEST_SKIP() << "context parallelism needs at least 2 ranks";
+  namespace fs = std::filesystem;
+  const fs::path data_dir = testing::shared_scratch_dir(*world, str_cat("tessera_context_parallel_docs_np", n));
+  const std::string documents = str_cat("--reset-attention-mask ", document_data_flags(*world, data_dir));
   // At most 2 data-parallel replicas, to keep the test small.
   const std::vector<Layout> all{
-      {2, "", ""},
-      {2, "", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
-              "--overlap-grad-reduce --ddp-bucket-size 2000"},
-      {4, kLlamaStyle, ""},
-      {8, kLlamaStyle, ""},
+      {2, 1, 1, "", ""},
+      {2, 1, 1, "", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+                    "--overlap-grad-reduce --ddp-bucket-size 2000"},
+      {4, 1, 1, kLlamaStyle, ""},
+      {8, 1, 1, kLlamaStyle, ""},
+      {2, 2, 1, "", ""},                                 // ring attention on each tensor rank's heads
+      {2, 2, 1, kLlamaStyle, "--sequence-parallel"},  // a rank's two chunks split over the tensor group
+      {2, 1, 2, "", ""},                                 // 1F1B: a stage boundary carries a rank's two chunks
+      {2, 1, 2, "--num-layers 4", "--num-virtual-stages-per-pipeline-rank 2"},  // interleaved, 2 chunks a stage
+      {2, 2, 2, kLlamaStyle, "--sequence-parallel"},  // all three at 8 ranks
+      {4, 2, 1, kLlamaStyle, "--sequence-parallel"},  // cp 4 with tp 2, and with pp 2, at 8 ranks
+      {4, 1, 2, "", ""},
+      // Document masks: each block pair's queries see only their own document's keys.
+      {2, 1, 1, documents, ""},
+      {4, 1, 1, str_cat(kLlamaStyle, " --reset-position-ids ", documents), ""},
   };
   int ran = 0;
   for (const Layout& l : all) {
-    if (n % l.cp != 0 || n / l.cp > 2) continue;
-    const int dp = n / l.cp;
+    if (n % l.model_parallel() != 0 || n / l.model_parallel() > 2) continue;
+    const int dp = n / l.model_parallel();
     const int64_t global_batch = 2 * dp;
-    SCOPED_TRACE(str_cat("cp=", l.cp, " dp=", dp, " ", l.model_flags, " ", l.extra));
-    const std::string layout_flags = str_cat(l.model_flags, " ", l.extra);
+    SCOPED_TRACE(str_cat("cp=", l.cp, " tp=", l.tp, " pp=", l.pp, " dp=", dp, " ", l.model_flags, " ", l.extra));
+    const std::string layout_flags = str_cat(l.model_flags, " ", l.parallel_flags(), " ", l.extra);
     Trainer t(parse_train_arguments(split_flags(flags(l.cp, global_batch, 3, layout_flags)), n), world.get());
     t.train();
     Trainer& single = reference(global_batch, 3, l.model_flags);
@@ -93,7 +146,50 @@ TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
     expect_gradients_match(one, reference(global_batch, 1, l.model_flags));
     ++ran;
   }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(data_dir);
   if (ran == 0) GTEST_SKIP() << "no context-parallel layout of this test fits " << n << " ranks";
+}
+
+// A checkpoint saved at one context-parallel size resumes at another to the losses of an uninterrupted
+// run there: cp ranks hold weight replicas, so exactly one of them writes each shard, and the data
+// iterator (consumed samples) and the dropout keys do not depend on cp. cp 2 -> cp 1 and back, with the
+// data-parallel size making up the world (at most 2 x 2 ranks, to keep it small).
+TEST(ContextParallel, CheckpointSavedAtOneContextSizeResumesAtAnother) {
+  auto world = comm::make_mpi_world_group();
+  const int n = world->size();
+  if (n == 1 || n > 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  namespace fs = std::filesystem;
+  const fs::path dir = testing::shared_scratch_dir(*world, str_cat("tessera_context_parallel_ckpt_np", n));
+  constexpr int kIters = 4, kSavedAt = 2;
+  // The learning-rate schedule is fixed, so the first run's shorter --train-iters does not change it.
+  const std::string schedule = str_cat("--lr-decay-iters ", kIters);
+  const int64_t global_batch = n;
+  for (const auto& [saved, resumed] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    SCOPED_TRACE(str_cat("saved at cp ", saved, ", resumed at cp ", resumed, " (", n, " ranks)"));
+    Trainer whole(parse_train_arguments(split_flags(flags(resumed, global_batch, kIters, schedule)), n), world.get());
+    whole.train();
+    if (world->rank() == 0) fs::remove_all(dir);
+    world->barrier();
+    {
+      Trainer first(parse_train_arguments(split_flags(flags(saved, global_batch, kSavedAt,
+                                                            schedule + " --save " + dir.string())), n),
+                    world.get());
+      first.train();
+    }
+    Trainer second(parse_train_arguments(split_flags(flags(resumed, global_batch, kIters,
+                                                           schedule + " --load " + dir.string())), n),
+                   world.get());
+    EXPECT_EQ(second.iteration(), kSavedAt);
+    second.train();
+    const std::vector<double>& want = whole.losses();
+    ASSERT_EQ(second.losses().size(), static_cast<size_t>(kIters - kSavedAt));
+    for (size_t i = 0; i < second.losses().size(); ++i)
+      EXPECT_NEAR(second.losses()[i], want[kSavedAt + i], 1e-5 * std::abs(want[kSavedAt + i]))
+          << "iteration " << kSavedAt + i + 1;
+  }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
 }
 
 TEST(ContextParallel, CombinationsNotBuiltYetAreRefusedByName) {
@@ -111,16 +207,11 @@ TEST(ContextParallel, CombinationsNotBuiltYetAreRefusedByName) {
   expect_error("", 3, 4,
                "--context-parallel-size=3: x --tensor-model-parallel-size=1 x --pipeline-model-parallel-size=1 must "
                "divide the number of ranks (4)");
-  expect_error("--tensor-model-parallel-size 2", 2, 4,
-               "--context-parallel-size=2: cannot be combined with --tensor-model-parallel-size=2 yet (issue 37)");
-  expect_error("--pipeline-model-parallel-size 2", 2, 4,
-               "--context-parallel-size=2: cannot be combined with --pipeline-model-parallel-size=2 yet (issue 37)");
-  expect_error("--reset-attention-mask", 2, 2,
-               "--context-parallel-size=2: cannot be combined with --reset-attention-mask (document masks) yet "
-               "(issue 37)");
-  expect_error("--save /nonexistent", 2, 2,
-               "--context-parallel-size=2: cannot be combined with --save (checkpoints that reshard across cp) yet "
-               "(issue 37)");
+  expect_error("--seq-length 20 --tensor-model-parallel-size 4 --sequence-parallel", 2, 8,
+               "--seq-length=20: divided by --context-parallel-size=2 (10 positions per rank) must be divisible by "
+               "--tensor-model-parallel-size=4 with --sequence-parallel");
+  expect_error("--use-distributed-optimizer", 2, 4,
+               "--context-parallel-size=2: cannot be combined with --use-distributed-optimizer yet (issue 37)");
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ nlohmann::json arguments_json(const TrainArguments& a) {
           {"tensor_model_parallel_size", a.tensor_model_parallel_size},
           {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
           {"virtual_pipeline_model_parallel_size", a.virtual_pipeline_size},
+          {"context_parallel_size", a.context_parallel_size},
           {"micro_batch_size", a.micro_batch_size},
           {"global_batch_size", a.global_batch_size},
           {"train_iters", a.train_iters},
@@ -162,9 +163,11 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                 " - i; ring attention (p2p)"));
   params_.allocate(args_.seed);
   if (schedule_.stages > 1) {
-    // The activation that crosses a stage boundary: a micro-batch's, or with token slices each slice's.
+    // The activation that crosses a stage boundary: a micro-batch's, or with token slices each slice's;
+    // under context parallelism this rank's two chunks of it (seq / cp tokens per sample).
     std::vector<Shape> activations;
-    for (int64_t tokens : schedule_.slices > 1 ? args_.token_slices : std::vector<int64_t>{args_.model.seq_length})
+    const int64_t local_seq = args_.model.seq_length / cp_.size();
+    for (int64_t tokens : schedule_.slices > 1 ? args_.token_slices : std::vector<int64_t>{local_seq})
       activations.push_back(
           {tokens * args_.micro_batch_size / (tp_.sequence_parallel ? tp_.size() : 1), args_.model.hidden_size});
     p2p_ = std::make_unique<pipeline::PipelineP2P>(state_->pipeline_group(), schedule_, std::move(activations),
@@ -543,9 +546,12 @@ void Trainer::save() {
   Timer t;
   comm::RankCoordinates rc = state_->coordinates();
   optimizer_->wait_for_params();
-  // With the distributed optimizer every data-parallel rank writes the moments it owns.
+  // With the distributed optimizer every data-parallel rank writes the moments it owns. The ranks of a
+  // context-parallel group hold replicas of the dense weights (as data-parallel ones do), so the writer
+  // of a dense shard is rank 0 of the data x context group: one rank per (tensor, pipeline) shard.
+  const int dense_data_rank = state_->data_context_group().rank();
   ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(),
-                        {rc.tp, rc.dp, world_, rc.pp, rc.etp, rc.ep, rc.edp}, args_.ckpt_keep_last);
+                        {rc.tp, dense_data_rank, world_, rc.pp, rc.etp, rc.ep, rc.edp}, args_.ckpt_keep_last);
   say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
                      static_cast<int>(t.seconds() * 1000), " ms)"));
 }

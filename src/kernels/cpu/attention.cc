@@ -125,7 +125,10 @@ struct Plan {
     doc = s.doc_start;
     causal = s.causal;
     key_valid = s.key_valid;
-    TESSERA_CHECK(causal || doc == nullptr, "attention: a document mask needs causal attention");
+    TESSERA_CHECK(!(causal && s.bidirectional_doc_start), "attention: bidirectional_doc_start with causal attention");
+    TESSERA_CHECK(causal || doc == nullptr || s.bidirectional_doc_start,
+                  "attention: a document mask needs causal attention (or bidirectional_doc_start)");
+    TESSERA_CHECK(doc == nullptr || key_valid == nullptr, "attention: a document mask and a padding mask at once");
     TESSERA_CHECK(!causal || key_valid == nullptr, "attention: a padding mask needs bidirectional attention");
     if (!causal) {
       key_end.assign(batch, seq);
@@ -144,10 +147,12 @@ struct Plan {
     if (doc != nullptr)  // O(batch * seq), negligible next to the attention itself
       for (int64_t b = 0; b < batch; ++b) {
         const int32_t* ds = doc + b * seq;
-        for (int64_t i = 0; i < seq; ++i)
-          TESSERA_CHECK(ds[i] >= (i == 0 ? 0 : ds[i - 1]) && ds[i] <= i, "attention: doc_start of sample ", b,
-                        " position ", i, " is ", ds[i], "; it must lie in [", i == 0 ? 0 : ds[i - 1], ", ", i,
-                        "] (at most i, never below the previous position's, never negative)");
+        for (int64_t i = 0; i < seq; ++i) {
+          const int64_t last = causal ? i : seq;  // bidirectional: seq is a row that sees no key
+          TESSERA_CHECK(ds[i] >= (i == 0 ? 0 : ds[i - 1]) && ds[i] <= last, "attention: doc_start of sample ", b,
+                        " position ", i, " is ", ds[i], "; it must lie in [", i == 0 ? 0 : ds[i - 1], ", ", last,
+                        "] (at most ", causal ? "i" : "seq", ", never below the previous position's, never negative)");
+        }
       }
     if (dropout)
       TESSERA_CHECK(drop.head_offset >= 0 && drop.sample_offset >= 0 && drop.head_offset + heads <= drop.total_heads,
@@ -205,9 +210,11 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
       // Without a document mask every query row sees at least its first key in every tile up to its
       // first row's position; with one, a row whose document starts past this tile sees none of it, as
       // does a row before a tile that starts past the first row's position (more keys than queries).
-      // Bidirectional: every key tile up to the one holding the sample's last valid key.
+      // Bidirectional: every key tile up to the one holding the sample's last valid key, from the one
+      // holding the first row's first key under bidirectional_doc_start (a row whose first key is past
+      // every key sees none, l = 0: see the end of the item).
       const int64_t doc_first = plan.doc_start(b, i0), doc_last = plan.doc_start(b, i0 + rows - 1);
-      const int64_t j_first = plan.causal ? doc_first / kTile * kTile : 0;
+      const int64_t j_first = doc_first / kTile * kTile;  // 0 without a document mask
       const int64_t j_last = plan.causal ? (g0 + rows - 1) / kTile * kTile : (plan.key_end[b] - 1) / kTile * kTile;
       for (int64_t j0 = j_first; j0 <= j_last; j0 += kTile) {
         const int64_t cols = std::min(kTile, plan.kv_seq - j0);
@@ -220,13 +227,13 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
                       -std::numeric_limits<float>::infinity());
         // Some row's document starts inside or past this tile, some row comes before all its keys, or
         // some key of it is padding.
-        const bool straddles = plan.causal ? doc_last > j0 || j0 > g0 : plan.padded_tile(b, j0);
-        if (straddles && plan.causal)
+        const bool straddles = doc_last > j0 || (plan.causal ? j0 > g0 : plan.padded_tile(b, j0));
+        if (straddles && plan.doc != nullptr)
           for (int64_t r = 0; r < rows; ++r) {  // document: keys j < doc_start of row r
             const int64_t masked = std::min(cols, plan.doc_start(b, i0 + r) - j0);
             for (int64_t j = 0; j < masked; ++j) s[j * kTile + r] = -std::numeric_limits<float>::infinity();
           }
-        if (straddles && !plan.causal)
+        if (plan.padded_tile(b, j0))
           for (int64_t j = 0; j < cols; ++j)  // padding: the key's column, for every row
             if (plan.padded_key(b, j0 + j))
               std::fill(s + j * kTile, s + (j + 1) * kTile, -std::numeric_limits<float>::infinity());
@@ -275,10 +282,16 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
 
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
-        const float inv_l = 1.0f / l[r];
         float* o = out + i * plan.q_stride + (b * plan.heads + h) * d;
+        float* lse_i = lse + (b * plan.heads + h) * plan.seq + i;
+        if (l[r] == 0.0f) {  // bidirectional_doc_start: a row whose document starts past every key
+          std::fill(o, o + d, 0.0f);
+          *lse_i = -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        const float inv_l = 1.0f / l[r];
         for (int64_t x = 0; x < d; ++x) o[x] = acc[r * d + x] * inv_l;
-        lse[(b * plan.heads + h) * plan.seq + i] = math::softmax_lse(m[r], l[r]);
+        *lse_i = math::softmax_lse(m[r], l[r]);
       }
     }
   }
@@ -416,6 +429,13 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
       }
     }
   }
+}
+
+void block_doc_start(const int32_t* doc, int64_t batch, int64_t n, int64_t column, int64_t width, int64_t first_key,
+                     int32_t* out) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < width; ++r)
+      out[b * width + r] = static_cast<int32_t>(std::clamp<int64_t>(doc[b * n + column + r] - first_key, 0, width));
 }
 
 }  // namespace tessera::kernels::cpu

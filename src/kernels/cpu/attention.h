@@ -22,4 +22,8 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
                         const float* dout, float* dq, float* dk, float* dv, const AttentionShape& shape,
                         float softmax_scale, const AttentionDropout& dropout);
 
+// kernels::block_doc_start on host buffers: doc [batch, n], out [batch, width].
+void block_doc_start(const int32_t* doc, int64_t batch, int64_t n, int64_t column, int64_t width, int64_t first_key,
+                     int32_t* out);
+
 }  // namespace tessera::kernels::cpu
