@@ -2,14 +2,15 @@
 // micro-batch's token slices flow through the stages one after another, 1F1B over the slices, with dropout
 // on. Equal and uneven slicings at pp 2 and pp 4, GPT-2 and Llama style (RoPE, grouped-query attention),
 // also with tensor parallelism (with and without sequence parallelism), data parallelism (distributed
-// optimizer, overlapped reduction) and recomputation, give the single-process unsliced run's losses and
-// every gradient, to 1e-5 relative.
+// optimizer, overlapped reduction) and recomputation, and `auto` (TeraPipe's dynamic program over a given
+// cost) give the single-process unsliced run's losses and every gradient, to 1e-5 relative.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 
 #include "comm/mpi_test_main.h"
+#include "pipeline/token_slicing.h"
 #include "train/trainer.h"
 #include "train/trainer_testing.h"
 
@@ -81,11 +82,23 @@ std::vector<Layout> layouts_for(int world) {
       {1, 2, 2, 2, "5,11", "--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 2000", ""},
       {2, 4, 1, 2, "4,4,8", "--sequence-parallel", ""},
       {2, 2, 2, 2, "8,8", "--recompute-granularity full --recompute-method uniform", "--untie-embeddings-and-output-weights"},
+      {1, 4, 1, 2, "auto", "", ""},
+      {2, 2, 2, 2, "auto", "--sequence-parallel", ""},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)
     if (l.tp * l.pp * l.dp == world) out.push_back(l);
   return out;
+}
+
+// For `auto`: a cost with a small fixed part per slice, so that TeraPipe's dynamic program cuts the 16
+// tokens into two slices of 8 (the stated model keeps so short a sequence whole).
+TokenSliceCosts cheap_slices(const TrainArguments&) {
+  return {[](int64_t length, int64_t context) { return 1e-4 + 1e-4 * length + 1e-6 * length * context; }, "the test"};
+}
+
+TrainArguments arguments(const Layout& l, int64_t global_batch, int iters, const std::string& extra, int world) {
+  return parse_train_arguments(split_flags(flags(l.tp, l.pp, global_batch, iters, extra)), world, cheap_slices);
 }
 
 TEST(TokenSlicesAcrossStages, LossesAndGradientsMatchTheSingleProcessUnslicedRun) {
@@ -97,7 +110,13 @@ TEST(TokenSlicesAcrossStages, LossesAndGradientsMatchTheSingleProcessUnslicedRun
     const int64_t global_batch = static_cast<int64_t>(l.m) * 2 * l.dp;
     const std::string extra = str_cat("--pipeline-token-slices ", l.slices, " ", l.extra, " ", l.model);
     SCOPED_TRACE(str_cat("tp=", l.tp, " pp=", l.pp, " dp=", l.dp, " m=", l.m, " ", extra));
-    Trainer t(parse_train_arguments(split_flags(flags(l.tp, l.pp, global_batch, 3, extra)), n), world.get());
+    const TrainArguments args = arguments(l, global_batch, 3, extra, n);
+    if (l.slices == "auto") {
+      EXPECT_EQ(args.token_slices, (std::vector<int64_t>{8, 8}));
+      EXPECT_EQ(args.token_slices,
+                pipeline::best_token_slicing(16, 8, cheap_slices(args).cost, l.m, static_cast<int>(l.pp)));
+    }
+    Trainer t(args, world.get());
     t.train();
     Trainer& ref = reference(global_batch, 3, l.model);
     ASSERT_EQ(t.losses().size(), ref.losses().size());
@@ -109,7 +128,7 @@ TEST(TokenSlicesAcrossStages, LossesAndGradientsMatchTheSingleProcessUnslicedRun
     std::string grad_extra = extra;
     if (size_t at = grad_extra.find("--use-distributed-optimizer"); at != std::string::npos)
       grad_extra.erase(at, std::string("--use-distributed-optimizer").size());
-    Trainer one(parse_train_arguments(split_flags(flags(l.tp, l.pp, global_batch, 1, grad_extra)), n), world.get());
+    Trainer one(arguments(l, global_batch, 1, grad_extra, n), world.get());
     one.train();
     expect_gradients_match(one, reference(global_batch, 1, l.model));
   }
