@@ -27,13 +27,15 @@ cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.start
 want = {"hidden_size": 64, "num_layers": 2, "seq_length": 32, "micro_batch_size": 2, "tensor_model_parallel_size": 1,
         "precision": "bf16", "cpu": cpu, "threads_per_rank": 1, "ranks": 1}
 bad = {k: (key.get(k), v) for k, v in want.items() if key.get(k) != v}
-rates = [r["flops_per_second"] for r in j["device"]["gemm_rates"]]
+rates = [r["flops_per_second"] for r in j["device"]["gemm_rates"] if r["m"] == 64]  # 32 tokens x 2
+short = sorted({r["m"] for r in j["device"]["gemm_rates"] if r["m"] != 64})  # the same shapes on 8 and 32 rows
 floor = j["device"]["kernel_seconds"]  # one small kernel's call: well under a millisecond, never free
-if bad or len(rates) != 5 or min(rates) <= 0 or not 0 < floor < 1e-3:
-    print("recorded vs expected:", bad, "rates:", rates, "kernel_seconds:", floor)
+if bad or len(rates) != 5 or min(rates) <= 0 or not 0 < floor < 1e-3 or short != [8, 32] or \
+        len(j["device"]["gemm_rates"]) != 15:
+    print("recorded vs expected:", bad, "rates:", rates, "short rows:", short, "kernel_seconds:", floor)
     sys.exit(1)
 PY
-check "tessera_cluster.json should record the model, precision and machine, five positive GEMM rates and the kernel floor" $?
+check "tessera_cluster.json should record the model, precision and machine, five positive GEMM rates (and each at 8 and 32 rows) and the kernel floor" $?
 
 # The same run uses the calibration; its plan line names the run's layout and precision.
 out=$("$tessera" train $train --bf16 2>&1)

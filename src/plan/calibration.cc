@@ -123,6 +123,9 @@ double kernel_floor(comm::ProcessGroup& world, double budget) {
          kCalls;
 }
 
+// Row counts at which each of the model's GEMM shapes is also measured (when it has more rows).
+constexpr long long kShortGemmRows[] = {8, 32, 128};
+
 }  // namespace
 
 std::string cpu_model_name() {
@@ -185,6 +188,14 @@ DeviceSpec calibrate_device(const model::ModelConfig& c, const Layout& l, comm::
     const double rate = linear_gemm_rate(world, s, gemm_input_type(l.precision), seconds_per_measurement);
     d.gemm_rates.push_back({s.m, s.n, s.k, rate});
     d.peak_flops = std::max(d.peak_flops, rate);
+    // The same product on a token slice's few rows, where a GEMM reaches far less of its rate (the time
+    // model interpolates between these for --pipeline-token-slices).
+    for (long long rows : kShortGemmRows)
+      if (rows < s.m) {
+        const GemmShape short_shape{rows, s.n, s.k};
+        d.gemm_rates.push_back(
+            {rows, s.n, s.k, linear_gemm_rate(world, short_shape, gemm_input_type(l.precision), seconds_per_measurement / 4)});
+      }
   }
   d.attention_flops_per_second = attention_rate(world, c, l, seconds_per_measurement);
   // What a process holds besides the model: the runtime, oneDNN's kernels and the thread pools, loaded
@@ -199,13 +210,16 @@ DeviceSpec calibrate_device(const model::ModelConfig& c, const Layout& l, comm::
   d.devices_per_node = world.size();
   if (world.size() > 1) {
     const double n = world.size(), factor = 2 * (n - 1) / n;
-    const int64_t small = 64 << 10, large = 8 << 20;  // floats
-    Tensor a = Tensor::zeros({small}), b = Tensor::zeros({large});
+    // Bandwidth from two large messages; latency from a one-float message, whose time is all latency (a
+    // 256 KiB one's is mostly bandwidth, and fitting both from it gave 0 here).
+    const int64_t tiny = 1, small = 64 << 10, large = 8 << 20;  // floats
+    Tensor a = Tensor::zeros({small}), b = Tensor::zeros({large}), one = Tensor::zeros({tiny});
     const double t_small = time_per_run(world, seconds_per_measurement, [&] { world.all_reduce(a); });
     const double t_large = time_per_run(world, seconds_per_measurement, [&] { world.all_reduce(b); });
+    const double t_tiny = time_per_run(world, seconds_per_measurement, [&] { world.all_reduce(one); });
     const double bytes_small = 4.0 * small, bytes_large = 4.0 * large;
     d.intra_node_bandwidth = factor * (bytes_large - bytes_small) / std::max(t_large - t_small, 1e-9);
-    d.intra_node_latency = std::max(0.0, (t_small - factor * bytes_small / d.intra_node_bandwidth) / (2 * (n - 1)));
+    d.intra_node_latency = t_tiny / (2 * (n - 1));
     d.inter_node_bandwidth = d.intra_node_bandwidth;
     d.inter_node_latency = d.intra_node_latency;
   }

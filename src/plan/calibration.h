@@ -1,7 +1,8 @@
 // `tessera plan --calibrate`: measure the machine at hand so that its plans are predictions about it.
 // Every rank of the job measures at once (as every rank computes at once in training): the GEMM rates
 // of the model's own shapes for the layout (forward, input-gradient and weight-gradient products through
-// kernels::gemm), the flash-attention rate, the streaming memory bandwidth, the MPI all-reduce's
+// kernels::gemm), each also on 8, 32 and 128 rows (a token slice's GEMMs), the flash-attention rate, the
+// streaming memory bandwidth, a small kernel's call (the floor every kernel pays), the MPI all-reduce's
 // bandwidth and latency over the world group, and the memory a process holds before any model (the
 // "reserved" bytes). The result is a device entry for --cluster files.
 #pragma once

@@ -213,7 +213,8 @@ TEST(Planner, DensePlansAreUnchangedByTheMoeModel) {
   ASSERT_FALSE(whole.empty());
   EXPECT_EQ(describe(whole.front()->layout), "tp1 pp1 dp64 v1 mbs4 gbs256 recompute=none distopt");
   EXPECT_DOUBLE_EQ(whole.front()->tflops_per_device, 378.82435965240717);
-  EXPECT_DOUBLE_EQ(whole.back()->tflops_per_device, 27.846133545568968);
+  // 27.846133545568968 before a weight gradient paid its fp32 traffic (issue 36): this layout has few rows
+  EXPECT_DOUBLE_EQ(whole.back()->tflops_per_device, 27.800110247993526);
 }
 
 // A GPT whose 256 experts per layer (17.2B parameters in each layer) fit in 80 GB only when split over

@@ -104,16 +104,48 @@ EndTimes end_times(const model::ModelConfig& c, const Layout& l, const DeviceSpe
 
 }  // namespace
 
+namespace {
+
+// The measured rate of an (m, n, k) product (0: none), and the rows it is priced at: the very shape's;
+// else, where the calibration measured the same (n, k) at other row counts (it measures each of the
+// model's shapes at a few short ones too, for token slices), the rate interpolated in m between the
+// nearest two, the largest's above them, and below the smallest the smallest's time (fewer rows than
+// that cost as much).
+double measured_rate(const DeviceSpec& d, double m, double n, double k, double& rows) {
+  const DeviceSpec::GemmRate *below = nullptr, *above = nullptr;
+  for (const auto& r : d.gemm_rates) {
+    if (r.n != std::llround(n) || r.k != std::llround(k)) continue;
+    if (r.m == std::llround(m)) return r.flops_per_second;
+    if (r.m < m && (!below || r.m > below->m)) below = &r;
+    if (r.m > m && (!above || r.m < above->m)) above = &r;
+  }
+  if (!below && !above) return 0;
+  if (!below) {
+    rows = static_cast<double>(above->m);
+    return above->flops_per_second;
+  }
+  if (!above) return below->flops_per_second;
+  const double f = (m - static_cast<double>(below->m)) / static_cast<double>(above->m - below->m);
+  return below->flops_per_second + f * (above->flops_per_second - below->flops_per_second);
+}
+
+}  // namespace
+
 double gemm_seconds(const DeviceSpec& d, double m, double n, double k, double element_bytes, double count) {
-  double rate = d.peak_flops * d.gemm_efficiency;
-  double rows = std::max(m, d.gemm_min_rows);  // a short GEMM computes whole row tiles
-  for (const auto& r : d.gemm_rates)
-    if (r.m == std::llround(m) && r.n == std::llround(n) && r.k == std::llround(k)) {
-      rate = r.flops_per_second;  // measured on this very shape: tiles included
-      rows = m;
-    }
+  double rows = m;
+  double rate = measured_rate(d, m, n, k, rows);  // measured: row tiles included
+  if (rate == 0) {
+    rate = d.peak_flops * d.gemm_efficiency;
+    rows = std::max(m, d.gemm_min_rows);  // a short GEMM computes whole row tiles
+  }
   const double flops = 2 * rows * n * k * count, bytes = (m * k + k * n + m * n) * element_bytes * count;
   return at_least_kernels(std::max(flops / rate, bytes / d.memory_bandwidth), 1, d);
+}
+
+double weight_gradient_extra(const DeviceSpec& d, double m, double n, double k, double element_bytes, double count) {
+  const double as_forward = gemm_seconds(d, m, n, k, element_bytes, count);
+  const double bytes = ((m * k + m * n) * element_bytes + 2.0 * 4 * k * n) * count;
+  return std::max(0.0, bytes / d.memory_bandwidth - as_forward);
 }
 
 AttentionTimes core_attention_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, double queries,
@@ -141,22 +173,28 @@ LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const Devic
   const double s = c.seq_length, b = l.micro_batch_size, tokens = s * b, h = c.hidden_size, t = l.tp;
   const double e = l.activation_bytes(), head_dim = c.kv_channels;
   const double heads = static_cast<double>(c.num_attention_heads) / t;
-  auto mlp = [&](double rows, double f, double split, double count) {  // fc1, fc2 of `count` MLPs of width f
-    return gemm_seconds(d, rows, fc1_width(c, f) / split, h, e, count) + gemm_seconds(d, rows, h, f / split, e, count);
+  // Each linear layer: its forward GEMM, and what its weight gradient costs beyond that GEMM again.
+  double gemms = 0, weight_gradients = 0;
+  auto linear = [&](double rows, double n, double k, double element_bytes, double count = 1) {
+    gemms += gemm_seconds(d, rows, n, k, element_bytes, count);
+    weight_gradients += weight_gradient_extra(d, rows, n, k, element_bytes, count);
   };
-  double gemms = gemm_seconds(d, tokens, c.qkv_size() / t, h, e) + gemm_seconds(d, tokens, h, heads * head_dim, e);
+  auto mlp = [&](double rows, double f, double split, double count) {  // fc1, fc2 of `count` MLPs of width f
+    linear(rows, fc1_width(c, f) / split, h, e, count);
+    linear(rows, h, f / split, e, count);
+  };
+  linear(tokens, c.qkv_size() / t, h, e);
+  linear(tokens, h, heads * head_dim, e);
   const model::MoeConfig& m = c.moe;
   const double experts = static_cast<double>(m.experts(layer));
   if (experts == 0) {
-    gemms += gemm_seconds(d, tokens, fc1_width(c, static_cast<double>(c.ffn_hidden_size)) / t, h, e);
-    gemms += gemm_seconds(d, tokens, h, static_cast<double>(c.ffn_hidden_size) / t, e);
+    mlp(tokens, static_cast<double>(c.ffn_hidden_size), t, 1);
   } else {
     const double local = experts / l.ep, etp = l.expert_tp();
-    gemms += gemm_seconds(d, tokens / (l.sequence_parallel ? t : 1), experts, h, 4);  // the fp32 router
-    gemms += mlp(etp * routed_rows(c, l, layer) / local, static_cast<double>(m.ffn_hidden_size), etp, local);
-    if (m.shared_expert_intermediate_size > 0)
-      gemms += mlp(tokens, static_cast<double>(m.shared_expert_intermediate_size), t, 1);
-    if (m.residual) gemms += mlp(tokens, static_cast<double>(c.ffn_hidden_size), t, 1);
+    linear(tokens / (l.sequence_parallel ? t : 1), experts, h, 4);  // the fp32 router
+    mlp(etp * routed_rows(c, l, layer) / local, static_cast<double>(m.ffn_hidden_size), etp, local);
+    if (m.shared_expert_intermediate_size > 0) mlp(tokens, static_cast<double>(m.shared_expert_intermediate_size), t, 1);
+    if (m.residual) mlp(tokens, static_cast<double>(c.ffn_hidden_size), t, 1);
   }
 
   // Core attention: QK^T and .V over the full s x s (as Megatron's FLOPs formula counts them).
@@ -169,7 +207,7 @@ LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const Devic
   out.forward_compute = gemms + attention_forward + at_least_kernels(elementwise, kLayerElementwiseKernels, d);
   out.expert_forward_comm = out.expert_backward_comm = expert_parallel_seconds(c, l, d, layer);
   out.forward_comm = tensor_parallel_seconds(c, l, d, layer) + out.expert_forward_comm;
-  out.backward_compute = 2 * gemms + attention_backward + at_least_kernels(2 * elementwise, kLayerElementwiseKernels, d);
+  out.backward_compute = 2 * gemms + weight_gradients + attention_backward + at_least_kernels(2 * elementwise, kLayerElementwiseKernels, d);
   out.backward_comm = out.forward_comm;
   if (l.recompute == Recompute::Full) {
     out.backward_compute += out.forward_compute;

@@ -15,8 +15,15 @@
 namespace tessera::plan {
 
 // Seconds of one GEMM C[m x n] = A[m x k] B[k x n] with elements of `element_bytes`, repeated `count`
-// times (a batched GEMM). Uses a calibrated rate when the device has one for this shape.
+// times (a batched GEMM). Uses a calibrated rate when the device has one for this shape, or for its (n, k)
+// at other row counts (interpolated in m); else the device's rate with at least gemm_min_rows rows.
+// Never less than the device's kernel floor.
 double gemm_seconds(const DeviceSpec& d, double m, double n, double k, double element_bytes, double count = 1);
+
+// What the weight gradient of a linear layer with m rows costs beyond its forward GEMM's time: the same
+// FLOPs, but it reads and writes the fp32 gradient (k x n) as well as reading its inputs, which only a
+// GEMM of many rows hides behind its FLOPs. A token slice of few rows pays it in full, once per slice.
+double weight_gradient_extra(const DeviceSpec& d, double m, double n, double k, double element_bytes, double count = 1);
 
 // Core attention (QK^T, softmax, dropout, .V) of one micro-batch on one rank: `queries` rows against
 // `keys` keys per head, every score counted (as Megatron's FLOPs formula counts the causal s x s); the

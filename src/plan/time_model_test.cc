@@ -218,6 +218,12 @@ TEST(FixedCosts, ShortGemmsPayWholeRowTilesAndEveryKernelItsFloor) {
   EXPECT_NEAR(gemm_seconds(d, 256, 8192, 8192, 2), 2 * gemm_seconds(d, 128, 8192, 8192, 2), 1e-15);
   d.gemm_rates.push_back({64, 8192, 8192, 100e12});
   EXPECT_DOUBLE_EQ(gemm_seconds(d, 64, 8192, 8192, 2), 2.0 * 64 * 8192 * 8192 / 100e12);
+  // Rates measured for this (n, k) at other rows: interpolated in m between the nearest two, the
+  // largest's above them, and below the smallest its time.
+  d.gemm_rates.push_back({1024, 8192, 8192, 200e12});
+  EXPECT_DOUBLE_EQ(gemm_seconds(d, 544, 8192, 8192, 2), 2.0 * 544 * 8192 * 8192 / 150e12);
+  EXPECT_DOUBLE_EQ(gemm_seconds(d, 4096, 8192, 8192, 2), 2.0 * 4096 * 8192 * 8192 / 200e12);
+  EXPECT_DOUBLE_EQ(gemm_seconds(d, 16, 8192, 8192, 2), gemm_seconds(d, 64, 8192, 8192, 2));
   // Every kernel takes at least the device's floor: a tiny GEMM, and a layer of a tiny model whose
   // kernels are all below it (4 GEMMs, attention, 6 elementwise kernels forward).
   EXPECT_DOUBLE_EQ(gemm_seconds(d, 1, 8, 8, 2), 5e-6);
