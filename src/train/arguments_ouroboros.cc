@@ -1,7 +1,7 @@
 // The rules of --pipeline-schedule ouroboros (issue 38, docs/ouroboros.md): Ouroboros' delayed-gradient
-// model parallelism, K = pipeline size + 1 modules. Step 1 runs it in one process (the emulation of
-// train/ouroboros_driver, any K); the multi-rank run and everything it is not yet composed with are
-// refused, naming the flag.
+// model parallelism, K = pipeline size + 1 modules: in one process the emulation of train/ouroboros_driver
+// (any K), on P > 1 pipeline ranks the same driver with each rank's modules. What it is not yet composed
+// with is refused, naming the flag.
 #include "train/argument_rules.h"
 #include "train/arguments.h"
 
@@ -36,10 +36,13 @@ void finalize_ouroboros(TrainArguments& a) {
   auto not_yet = [&](bool ok, const std::string& what) {
     require(ok, flag, "ouroboros", str_cat("cannot be combined with ", what, " yet (issue 38)"));
   };
-  require(pp == 1, "--pipeline-model-parallel-size", pp,
-          "Ouroboros runs in one process for now (the run on P ranks is issue 38's next step); "
-          "--ouroboros-modules K emulates K modules there");
-  not_yet(a.world_size == 1, str_cat("a job of ", a.world_size, " ranks (tensor, data or context parallelism)"));
+  // On P > 1 ranks: the pipeline ranks alone, module k on rank k and module K-1 beside module 0.
+  not_yet(a.world_size == pp, str_cat("a job of ", a.world_size, " ranks for ", pp,
+                                      " pipeline ranks (tensor, data or context parallelism)"));
+  if (pp > 1) {  // (--sample-interval is refused with any pipeline)
+    require(a.eval_iters == 0, "--eval-iters", a.eval_iters,
+            "Ouroboros on P > 1 ranks does not evaluate yet: pass --eval-iters 0 (issue 38)");
+  }
   not_yet(a.virtual_pipeline_size == 1, "virtual pipeline stages (interleaving)");
   not_yet(a.token_slices.empty(), "--pipeline-token-slices");
   not_yet(!a.model.moe.enabled(), "mixture-of-experts layers (--num-experts)");

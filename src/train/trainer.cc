@@ -125,8 +125,11 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                static_cast<int>(args_.virtual_pipeline_size),
                slices_in_schedule ? static_cast<int>(args_.token_slices.size()) : 1};
   pipeline::validate_schedule(schedule_);
-  pipeline::validate_layer_split(static_cast<int>(args_.model.num_layers), schedule_);
-  for (int k = 0; k < schedule_.chunks; ++k) {
+  // Ouroboros on P ranks: the driver builds this rank's modules (K = P + 1 of them, not P stages);
+  // params_ and chunks_ stay empty.
+  const bool ouroboros_ring = args_.pipeline_schedule == "ouroboros" && schedule_.stages > 1;
+  if (!ouroboros_ring) pipeline::validate_layer_split(static_cast<int>(args_.model.num_layers), schedule_);
+  for (int k = 0; k < (ouroboros_ring ? 0 : schedule_.chunks); ++k) {
     pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(args_.model.num_layers), schedule_, {stage, k});
     model::ModelChunk chunk{layers.first, layers.count, pipeline::is_first_chunk(schedule_, {stage, k}),
                             pipeline::is_last_chunk(schedule_, {stage, k})};
@@ -161,7 +164,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                 ", rank i of the ", cp_.size(), " holding chunks i and ", 2 * cp_.size() - 1,
                 " - i; ring attention (p2p)"));
   params_.allocate(args_.seed);
-  if (schedule_.stages > 1) {
+  if (schedule_.stages > 1 && !ouroboros_ring) {
     // The activation that crosses a stage boundary: a micro-batch's, or with token slices each slice's.
     std::vector<Shape> activations;
     for (int64_t tokens : schedule_.slices > 1 ? args_.token_slices : std::vector<int64_t>{args_.model.seq_length})
@@ -190,9 +193,11 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
               "): ", params_.numel()));
   if (args_.pipeline_schedule == "ouroboros") {
     const OuroborosOptions o{static_cast<int>(args_.ouroboros_modules), args_.ouroboros_warmup_iters, args_.adam,
-                             args_.seed};
+                             args_.seed, ouroboros_ring ? &state_->pipeline_group() : nullptr};
     ouroboros_ = std::make_unique<OuroborosDriver>(args_.model, o);
-    say(str_cat(" > Ouroboros (one process): ", o.modules, " modules of ", args_.model.num_layers / o.modules,
+    say(str_cat(" > Ouroboros (", ouroboros_ring ? str_cat(schedule_.stages, " pipeline ranks, rank 0 holding modules 0 and ",
+                                                        o.modules - 1) : std::string("one process"), "): ",
+                o.modules, " modules of ", args_.model.num_layers / o.modules,
                 " layers, module k's gradient K-1-k iterations late after ", o.warmup_iters,
                 " synchronous iterations; the tied embedding from both ends (docs/ouroboros.md)"));
   }
@@ -403,7 +408,7 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
     std::vector<model::MicroBatch> batches;
     for (int64_t m = 0; m < args_.num_micro_batches; ++m) batches.push_back(next_micro_batch(m));
     ouroboros_->step(batches, lr);
-    ouroboros_->copy_weights_to(params_);
+    if (schedule_.stages == 1) ouroboros_->copy_weights_to(params_);
     step.grad_norm = ouroboros_->last_grad_norm();
     // As the pipelined path reports it: the loss sum as an fp32 value over the loss tokens.
     const double tokens = ouroboros_->last_loss_tokens();
@@ -487,7 +492,8 @@ ExpertLoad Trainer::interval_expert_load() {
 }
 
 std::vector<std::string> Trainer::auxiliary_loss_names() const {
-  std::vector<std::string> names = chunks_.front()->auxiliary_loss_names();
+  // (No chunks here under Ouroboros on P ranks: it trains GPT, which declares none.)
+  std::vector<std::string> names = chunks_.empty() ? std::vector<std::string>() : chunks_.front()->auxiliary_loss_names();
   if (args_.kd) names.push_back(model::kDistillationLossName);
   return names;
 }
@@ -606,7 +612,7 @@ void Trainer::log_timers(int64_t iterations) {
               megabytes(max_over_ranks(kActivationsTheory)), ") | all tensors peak (max over ranks) ",
               megabytes(max_over_ranks(kAllTensors)), " | peak RSS (max over ranks) ",
               megabytes(max_over_ranks(kPeakRss))));
-  if (schedule_.stages == 1) return;
+  if (schedule_.stages == 1 || ouroboros_) return;
   // The bubble as (schedule time - compute) / compute, averaged over ranks, beside (p - 1) / (v m); and
   // each stage's most activation records held at once beside the schedule's maximum.
   double bubble = 0;
