@@ -36,9 +36,12 @@ void finalize_ouroboros(TrainArguments& a) {
   auto not_yet = [&](bool ok, const std::string& what) {
     require(ok, flag, "ouroboros", str_cat("cannot be combined with ", what, " yet (issue 38)"));
   };
-  // On P > 1 ranks: the pipeline ranks alone, module k on rank k and module K-1 beside module 0.
-  not_yet(a.world_size == pp, str_cat("a job of ", a.world_size, " ranks for ", pp,
-                                      " pipeline ranks (tensor, data or context parallelism)"));
+  // On P > 1 ranks module k on rank k and module K-1 beside module 0; each module may be split over T
+  // tensor ranks (without sequence parallelism: the activation between modules is whole on each).
+  const int64_t tp = a.tensor_model_parallel_size;
+  not_yet(a.world_size == pp * tp, str_cat("a job of ", a.world_size, " ranks for ", pp, " pipeline x ", tp,
+                                           " tensor ranks (data or context parallelism)"));
+  not_yet(!a.sequence_parallel, "--sequence-parallel");
   if (pp > 1) {  // (--sample-interval is refused with any pipeline)
     require(a.eval_iters == 0, "--eval-iters", a.eval_iters,
             "Ouroboros on P > 1 ranks does not evaluate yet: pass --eval-iters 0 (issue 38)");

@@ -192,12 +192,14 @@ const RuleCase kOuroborosRules[] = {
      "--ouroboros-modules=2: must be --pipeline-model-parallel-size + 1 = 3 (the first and last module share rank 0)"},
     {"--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --num-layers 6", 2,
      "--eval-iters=100: Ouroboros on P > 1 ranks does not evaluate yet: pass --eval-iters 0 (issue 38)"},
-    {"--pipeline-schedule ouroboros --tensor-model-parallel-size 2", 2,
-     "--pipeline-schedule=ouroboros: cannot be combined with a job of 2 ranks for 1 pipeline ranks (tensor, data "
-     "or context parallelism) yet (issue 38)"},
+    {"--pipeline-schedule ouroboros --tensor-model-parallel-size 2 --sequence-parallel", 2,
+     "--pipeline-schedule=ouroboros: cannot be combined with --sequence-parallel yet (issue 38)"},
     {"--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --num-layers 6 --eval-iters 0", 4,
-     "--pipeline-schedule=ouroboros: cannot be combined with a job of 4 ranks for 2 pipeline ranks (tensor, data "
-     "or context parallelism) yet (issue 38)"},
+     "--pipeline-schedule=ouroboros: cannot be combined with a job of 4 ranks for 2 pipeline x 1 tensor ranks "
+     "(data or context parallelism) yet (issue 38)"},
+    {"--pipeline-schedule ouroboros --tensor-model-parallel-size 2", 4,
+     "--pipeline-schedule=ouroboros: cannot be combined with a job of 4 ranks for 1 pipeline x 2 tensor ranks "
+     "(data or context parallelism) yet (issue 38)"},
     {"--pipeline-schedule ouroboros --bf16", 1, "--pipeline-schedule=ouroboros: cannot be combined with --bf16 yet (issue 38)"},
     {"--pipeline-schedule ouroboros --save /tmp/x", 1,
      "--pipeline-schedule=ouroboros: cannot be combined with --save (the weight versions and delayed gradients "

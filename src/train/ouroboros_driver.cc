@@ -26,6 +26,8 @@ OuroborosDriver::OuroborosDriver(const model::ModelConfig& config, const Ourobor
     TESSERA_CHECK(K == ring_->size() + 1, "--ouroboros-modules ", K, " must be --pipeline-model-parallel-size + 1 = ",
                   ring_->size() + 1, " (the first and last module share rank 0)");
   }
+  TESSERA_CHECK(!tp().sequence_parallel, "--pipeline-schedule ouroboros cannot be combined with --sequence-parallel yet "
+                "(issue 38)");
   const int rank = ring_ ? ring_->rank() : 0;
   const int64_t per = config.num_layers / K;
   for (int k = 0; k < K; ++k) {
@@ -35,8 +37,7 @@ OuroborosDriver::OuroborosDriver(const model::ModelConfig& config, const Ourobor
       continue;
     }
     m.params = std::make_unique<model::ParameterSet>();
-    m.chunk = model::build_model_chunk(config, *m.params, parallel::TensorParallelContext::single_process(),
-                                       model::ModelChunk{k * per, per, k == 0, k == K - 1});
+    m.chunk = model::build_model_chunk(config, *m.params, tp(), model::ModelChunk{k * per, per, k == 0, k == K - 1});
     m.params->allocate(options.seed);
     // Initial values are a function of (seed, name): module K-1's copy of V starts equal to module 0's V.
     for (model::Parameter& p : m.params->params())
@@ -53,6 +54,10 @@ OuroborosDriver::OuroborosDriver(const model::ModelConfig& config, const Ourobor
     tied_exp_avg_ = Tensor::zeros(v);
     tied_exp_avg_sq_ = Tensor::zeros(v);
   }
+}
+
+const parallel::TensorParallelContext& OuroborosDriver::tp() const {
+  return options_.tp ? *options_.tp : parallel::TensorParallelContext::single_process();
 }
 
 model::ParameterSet& OuroborosDriver::parameters(int module) {
@@ -228,8 +233,27 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, floa
   return tokens > 0 ? loss_sum / tokens : 0.0;
 }
 
-double OuroborosDriver::global_squares(const std::vector<double>& module_squares, double tied_squares) {
+double OuroborosDriver::global_squares(std::vector<double> module_squares, double tied_squares) {
   const int K = modules();
+  if (tp().size() > 1) {
+    // Each module's sum and V's over the tensor group, as int64 bits, added in tensor-rank order.
+    comm::ProcessGroup& group = *tp().group;
+    module_squares.push_back(tied_squares);
+    const int64_t n = static_cast<int64_t>(module_squares.size());
+    Tensor mine = Tensor::empty({n}, DType::I64);
+    std::memcpy(mine.i64(), module_squares.data(), n * sizeof(double));
+    Tensor all = Tensor::empty({group.size() * n}, DType::I64);
+    group.all_gather(mine, all);
+    std::vector<double> gathered(static_cast<size_t>(all.numel()));
+    std::memcpy(gathered.data(), all.i64(), gathered.size() * sizeof(double));
+    for (int64_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (int r = 0; r < group.size(); ++r) sum += gathered[r * n + i];
+      module_squares[i] = sum;
+    }
+    tied_squares = module_squares.back();
+    module_squares.pop_back();
+  }
   std::vector<double> parts = module_squares;
   if (ring_) {
     // Three slots per rank: its first module's part, rank 0's module K-1 part, V's part (rank 0). The
@@ -269,10 +293,14 @@ void OuroborosDriver::update(float lr) {
     for (const model::Parameter& p : mod.params->params()) {
       if (&p == mod.tied) continue;
       units[k].pieces.push_back({&p, 0, p.value.numel(), p.offset, false});
-      module_squares[k] += kernels::sum_of_squares(p.grad);
+      // Under tensor parallelism a parameter whole on every tensor rank counts once (tensor rank 0's).
+      if (p.spec.sharding.sharded() || tp().size() == 1 || tp().rank() == 0)
+        module_squares[k] += kernels::sum_of_squares(p.grad);
     }
   }
-  const double norm = std::sqrt(global_squares(module_squares, holds(0) ? kernels::sum_of_squares(tied_grad_) : 0.0));
+  // (V is split over the tensor ranks by vocabulary: every rank's part counts.)
+  const double norm = std::sqrt(global_squares(std::move(module_squares),
+                                               holds(0) ? kernels::sum_of_squares(tied_grad_) : 0.0));
   last_grad_norm_ = norm;
   for (int k = 0; k < K; ++k)
     if (holds(k) && modules_[k].last_backward_batch >= 0)

@@ -25,6 +25,7 @@
 #include "model/language_model.h"
 #include "model/parameters.h"
 #include "optim/adamw_optimizer.h"
+#include "parallel/tensor_parallel.h"
 #include "pipeline/ouroboros_schedule.h"
 
 namespace tessera::train {
@@ -37,6 +38,9 @@ struct OuroborosOptions {
   // The K - 1 ranks of the MPI run, in ring order (the pipeline group); null or a group of one: every
   // module in this process (the emulation). Not owned.
   comm::ProcessGroup* ring = nullptr;
+  // Tensor parallelism inside every module (its group: the ranks of one pipeline rank); null: none. The
+  // activation between modules is whole on every tensor rank (no sequence parallelism). Not owned.
+  const parallel::TensorParallelContext* tp = nullptr;
 };
 
 class OuroborosDriver {
@@ -107,8 +111,10 @@ class OuroborosDriver {
   void send(const Tensor& t, int to_module, int kind, int64_t batch, int micro);
   Tensor receive(int from_module, int kind, int64_t batch, int micro);
   bool distributed() const { return ring_ != nullptr; }
-  // The sum of each module's part (in module order), then V's: the same on every rank.
-  double global_squares(const std::vector<double>& module_squares, double tied_squares);
+  // The sum of each module's part (in module order), then V's: the same on every rank. Each part is
+  // first summed over the tensor group (in its rank order).
+  double global_squares(std::vector<double> module_squares, double tied_squares);
+  const parallel::TensorParallelContext& tp() const;
 
   model::ModelConfig config_;
   OuroborosOptions options_;

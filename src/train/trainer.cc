@@ -193,10 +193,11 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
               "): ", params_.numel()));
   if (args_.pipeline_schedule == "ouroboros") {
     const OuroborosOptions o{static_cast<int>(args_.ouroboros_modules), args_.ouroboros_warmup_iters, args_.adam,
-                             args_.seed, ouroboros_ring ? &state_->pipeline_group() : nullptr};
+                             args_.seed, ouroboros_ring ? &state_->pipeline_group() : nullptr, &tp_};
     ouroboros_ = std::make_unique<OuroborosDriver>(args_.model, o);
     say(str_cat(" > Ouroboros (", ouroboros_ring ? str_cat(schedule_.stages, " pipeline ranks, rank 0 holding modules 0 and ",
-                                                        o.modules - 1) : std::string("one process"), "): ",
+                                                        o.modules - 1) : std::string("one pipeline rank"),
+                tp_.size() > 1 ? str_cat(", tensor parallel over ", tp_.size()) : std::string(), "): ",
                 o.modules, " modules of ", args_.model.num_layers / o.modules,
                 " layers, module k's gradient K-1-k iterations late after ", o.warmup_iters,
                 " synchronous iterations; the tied embedding from both ends (docs/ouroboros.md)"));
