@@ -201,6 +201,13 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                 o.modules, " modules of ", args_.model.num_layers / o.modules,
                 " layers, module k's gradient K-1-k iterations late after ", o.warmup_iters,
                 " synchronous iterations; the tied embedding from both ends (docs/ouroboros.md)"));
+    if (ouroboros_ring) {  // params_ is empty there: what the modules hold
+      int64_t held = 0;
+      for (int k = 0; k < ouroboros_->modules(); ++k)
+        if (ouroboros_->holds(k)) held += ouroboros_->parameters(k).numel();
+      say(str_cat(" > number of parameters in the Ouroboros modules of (tensor, pipeline) rank (", tp_.rank(), ", ",
+                  stage, "): ", held));
+    }
   }
   // Mixed precision on the fp32 kernels: each GEMM weight is rounded once per step, not in every GEMM.
   const DType gemm_type = args_.model.params_dtype;
@@ -405,7 +412,7 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
 
 double Trainer::train_step(float lr, optim::StepResult& step) {
   TESSERA_PROFILE_SCOPE("train_step");
-  if (ouroboros_) {  // the delayed-gradient rule in one process (train/ouroboros_driver.h)
+  if (ouroboros_) {  // the delayed-gradient rule: every module here, or this rank's (train/ouroboros_driver.h)
     std::vector<model::MicroBatch> batches;
     for (int64_t m = 0; m < args_.num_micro_batches; ++m) batches.push_back(next_micro_batch(m));
     ouroboros_->step(batches, lr);
