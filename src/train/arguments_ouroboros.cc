@@ -42,10 +42,6 @@ void finalize_ouroboros(TrainArguments& a) {
   not_yet(a.world_size == pp * tp, str_cat("a job of ", a.world_size, " ranks for ", pp, " pipeline x ", tp,
                                            " tensor ranks (data or context parallelism)"));
   not_yet(!a.sequence_parallel, "--sequence-parallel");
-  if (pp > 1) {  // (--sample-interval is refused with any pipeline)
-    require(a.eval_iters == 0, "--eval-iters", a.eval_iters,
-            "Ouroboros on P > 1 ranks does not evaluate yet: pass --eval-iters 0 (issue 38)");
-  }
   not_yet(a.virtual_pipeline_size == 1, "virtual pipeline stages (interleaving)");
   not_yet(a.token_slices.empty(), "--pipeline-token-slices");
   not_yet(!a.model.moe.enabled(), "mixture-of-experts layers (--num-experts)");

@@ -190,8 +190,6 @@ const RuleCase kOuroborosRules[] = {
      "modules share it): drop --untie-embeddings-and-output-weights"},
     {"--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --ouroboros-modules 2", 2,
      "--ouroboros-modules=2: must be --pipeline-model-parallel-size + 1 = 3 (the first and last module share rank 0)"},
-    {"--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --num-layers 6", 2,
-     "--eval-iters=100: Ouroboros on P > 1 ranks does not evaluate yet: pass --eval-iters 0 (issue 38)"},
     {"--pipeline-schedule ouroboros --tensor-model-parallel-size 2 --sequence-parallel", 2,
      "--pipeline-schedule=ouroboros: cannot be combined with --sequence-parallel yet (issue 38)"},
     {"--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --num-layers 6 --eval-iters 0", 4,

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "core/check.h"
 #include "kernels/adamw.h"
@@ -80,11 +81,13 @@ model::ForwardContext OuroborosDriver::context(int64_t batch, int micro) const {
 }
 
 // Unique among the messages that can be in flight between two ranks at once: forward or backward, the
-// mini-batch modulo 4 (a rank is never more than one iteration ahead of its neighbour), the micro-batch.
+// mini-batch modulo 4 (a rank is never more than one iteration ahead of its neighbour), the micro-batch;
+// kind 2 (evaluation's forward, between steps) has tags of its own.
 int OuroborosDriver::tag(int kind, int64_t batch, int micro) const {
-  TESSERA_CHECK(micro < 4096, "Ouroboros on ", ring_->size(), " ranks: at most 4096 micro-batches per iteration, got ",
+  TESSERA_CHECK(micro < 2048, "Ouroboros on ", ring_->size(), " ranks: at most 2048 micro-batches per iteration, got ",
                 micro + 1);
-  return static_cast<int>(((batch & 3) * 2 + kind) * 4096 + micro);
+  if (kind == 2) return 8 * 2048 + micro;
+  return static_cast<int>(((batch & 3) * 2 + kind) * 2048 + micro);
 }
 
 void OuroborosDriver::send(const Tensor& t, int to_module, int kind, int64_t batch, int micro) {
@@ -96,6 +99,45 @@ Tensor OuroborosDriver::receive(int from_module, int kind, int64_t batch, int mi
   Tensor t = Tensor::empty(activation_);
   ring_->recv(t, pipeline::ouroboros_rank_of_module(shape_, from_module), tag(kind, batch, micro));
   return t;
+}
+
+// Module by module, each module's micro-batches in order (the loss is the last module's). On a ring each
+// rank runs its modules, the input of each micro-batch coming from the rank before. t < 0: evaluation
+// (no records kept; its messages complete here).
+void OuroborosDriver::forward_modules(const std::vector<model::MicroBatch>& batches,
+                                      const std::function<model::ForwardContext(int)>& context,
+                                      model::LossSums& losses, int64_t t) {
+  const int K = modules();
+  const int M = static_cast<int>(batches.size());
+  const int kind = t < 0 ? 2 : 0;
+  activation_ = {batches[0].tokens.shape()[0] * config_.seq_length, config_.hidden_size};
+  std::vector<Tensor> below(M);  // the outputs of the module below, when held here
+  for (int k = 0; k < K; ++k) {
+    if (!holds(k)) continue;
+    for (int m = 0; m < M; ++m) {
+      Tensor input;
+      if (k > 0) input = holds(k - 1) ? std::move(below[m]) : receive(k - 1, kind, t, m);
+      std::unique_ptr<model::ChunkRecord> rec = modules_[k].chunk->make_record();
+      Tensor out = modules_[k].chunk->forward(batches[m], input, context(m), *rec, losses);
+      if (t >= 0) modules_[k].records[{t, m}] = std::move(rec);
+      if (k + 1 < K) {
+        if (holds(k + 1)) below[m] = out;
+        else send(out, k + 1, kind, t, m);
+      }
+    }
+  }
+  if (t < 0 && ring_) {
+    for (auto& [buffer, work] : sends_) work->wait();
+    sends_.clear();
+  }
+}
+
+void OuroborosDriver::forward_only(const std::vector<model::MicroBatch>& batches,
+                                   const std::function<model::ForwardContext(int)>& context, model::LossSums& losses) {
+  TESSERA_CHECK(!batches.empty(), "Ouroboros: an evaluation needs at least one micro-batch");
+  for (int k = 0; k < modules(); ++k)
+    if (holds(k)) modules_[k].params->weights_changed();
+  forward_modules(batches, context, losses, -1);
 }
 
 double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, float lr) {
@@ -116,32 +158,15 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, floa
   info.grad_scale = tokens > 0 ? static_cast<float>(1.0 / tokens) : 0.0f;
   info.per_sample_loss_weight = tokens / static_cast<double>(info.micro_batch_size * batches.size());
   batch_info_[t] = info;
-  activation_ = {info.micro_batch_size * config_.seq_length, config_.hidden_size};
 
   // The weights of iteration t, for the modules whose backward of mini-batch t comes later.
   for (int k = 0; k < K; ++k)
     if (holds(k) && pipeline::ouroboros_keeps_record(shape_, k, t))
       modules_[k].versions[t] = modules_[k].params->values().clone();
 
-  // Forward of mini-batch t through modules 0 .. K-1 with the current weights w^t, module by module
-  // (each module's micro-batches in order; the loss is the last module's). On a ring each rank runs its
-  // modules, the input of each micro-batch coming from the rank before.
+  // Forward of mini-batch t through modules 0 .. K-1 with the current weights w^t.
   model::LossSums losses;
-  std::vector<Tensor> below(M);  // the outputs of the module below, when held here
-  for (int k = 0; k < K; ++k) {
-    if (!holds(k)) continue;
-    for (int m = 0; m < M; ++m) {
-      Tensor input;
-      if (k > 0) input = holds(k - 1) ? std::move(below[m]) : receive(k - 1, 0, t, m);
-      std::unique_ptr<model::ChunkRecord> rec = modules_[k].chunk->make_record();
-      Tensor out = modules_[k].chunk->forward(batches[m], input, context(t, m), *rec, losses);
-      modules_[k].records[{t, m}] = std::move(rec);
-      if (k + 1 < K) {
-        if (holds(k + 1)) below[m] = out;
-        else send(out, k + 1, 0, t, m);
-      }
-    }
-  }
+  forward_modules(batches, [&](int m) { return context(t, m); }, losses, t);
 
   // Each module's backward runs with the weights of the iteration its mini-batch ran forward at: swap
   // them in, keeping the current ones to restore.

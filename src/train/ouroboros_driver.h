@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -56,6 +57,13 @@ class OuroborosDriver {
   // its modules' part; every rank returns the same loss and norm. Every message of the step is
   // complete when it returns (the error gradients for the next iteration have arrived).
   double step(const std::vector<model::MicroBatch>& batches, float lr);
+
+  // Forward only through the modules at the current weights (evaluation), micro-batch m with
+  // context(m): adds the last module's losses into `losses` where it is held (rank 0 on a ring).
+  // Changes no state; on a ring every rank calls it with the same micro-batches, and its messages are
+  // complete when it returns.
+  void forward_only(const std::vector<model::MicroBatch>& batches,
+                    const std::function<model::ForwardContext(int)>& context, model::LossSums& losses);
 
   int64_t iteration() const { return iteration_; }
   int modules() const { return static_cast<int>(modules_.size()); }
@@ -105,6 +113,8 @@ class OuroborosDriver {
     double per_sample_loss_weight = 1;
   };
   model::ForwardContext context(int64_t batch, int micro) const;
+  void forward_modules(const std::vector<model::MicroBatch>& batches,
+                       const std::function<model::ForwardContext(int)>& context, model::LossSums& losses, int64_t t);
   void update(float lr);
   // Point to point over the ring: kind 0 an activation (forward), 1 an error gradient (backward).
   int tag(int kind, int64_t batch, int micro) const;

@@ -136,14 +136,14 @@ std::string ouroboros_flags(int pp, int tp, int K, int64_t warmup, int iters) {
   return str_cat("--num-layers ", K, " --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
                  "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 1 --global-batch-size 2 "
                  "--lr 3e-3 --lr-warmup-iters 2 --lr-decay-iters 20 --lr-decay-style cosine --log-interval 100 "
-                 "--eval-iters 0 --hidden-dropout 0.1 --attention-dropout 0.1 --clip-grad ", kOuroborosClip,
+                 "--eval-iters 2 --eval-interval 100 --hidden-dropout 0.1 --attention-dropout 0.1 --clip-grad ", kOuroborosClip,
                  " --train-iters ", iters, " --pipeline-schedule ouroboros --ouroboros-modules ", K,
                  " --ouroboros-warmup-iters ", warmup, " --pipeline-model-parallel-size ", pp,
                  " --tensor-model-parallel-size ", tp, " --make-vocab-size-divisible-by ", 64 / tp);
 }
 
-// The losses of every iteration, the gradient norm and every module's final weights equal the
-// one-process emulation's (on the same tensor ranks), bit for bit: K = 3 on 2 ranks; on 4 ranks K = 4
+// The losses of every iteration, the gradient norm, every module's final weights and the evaluation
+// after training equal the one-process emulation's (on the same tensor ranks), bit for bit: K = 3 on 2 ranks; on 4 ranks K = 4
 // on 3 of them (the last one idle), then K = 3 on 2 pipeline x 2 tensor ranks against the emulation on
 // 2 tensor ranks. A wrong exchange (an activation or error gradient from the wrong micro-batch,
 // mini-batch or iteration) changes the weights of the modules below it and the losses after.
@@ -188,6 +188,10 @@ TEST(Ouroboros, RunOnPRanksEqualsTheOneProcessEmulationBitForBit) {
       }
       EXPECT_EQ(got.last_backward_batch(k), want.last_backward_batch(k)) << "module " << k;
     }
+    // Evaluation (forward only around the ring) equals the emulation's on its whole-model copy.
+    const Evaluation got_eval = run.evaluate(), want_eval = emulation.evaluate();
+    EXPECT_EQ(got_eval.lm_loss, want_eval.lm_loss);
+    EXPECT_GT(want_eval.lm_loss, 0);
     // The check sees the delays: every iteration synchronous trains another sequence.
     Trainer sync(parse_train_arguments(split_flags(ouroboros_flags(1, T, K, iters, iters)), T), tensor.get());
     sync.train();

@@ -535,7 +535,25 @@ Evaluation Trainer::evaluate_on(const BatchSource& data) {
   data_parallel_sum(counts);
   const double samples = static_cast<double>(args_.eval_iters * args_.global_batch_size);
   pipeline::PipelineTimes saved = times_;  // evaluation is not part of the training timers
-  const model::LossSums sums = run_micro_batches(batches, false, 0.0f, counts[kTokens] / samples);
+  model::LossSums sums;
+  if (ouroboros_ && schedule_.stages > 1) {
+    // Ouroboros on P ranks: forward through the driver's modules, a global batch's micro-batches at a
+    // time (what training holds at once), keyed as run_micro_batches keys an evaluation.
+    const int64_t step = args_.num_micro_batches;
+    for (size_t first = 0; first < batches.size(); first += static_cast<size_t>(step)) {
+      const std::vector<model::MicroBatch> part(batches.begin() + static_cast<std::ptrdiff_t>(first),
+                                                batches.begin() + static_cast<std::ptrdiff_t>(
+                                                                      std::min(batches.size(), first + step)));
+      ouroboros_->forward_only(part, [&](int m) {
+        model::ForwardContext ctx{args_.seed, iteration_, part[m].sample_offset, false, args_.model.seq_length,
+                                  args_.micro_batch_size};
+        ctx.per_sample_loss_weight = counts[kTokens] / samples;
+        return ctx;
+      }, sums);
+    }
+  } else {
+    sums = run_micro_batches(batches, false, 0.0f, counts[kTokens] / samples);
+  }
   times_ = saved;
   std::vector<float> loss{static_cast<float>(sums.lm)};
   for (float v : auxiliary_values(sums)) loss.push_back(v);
