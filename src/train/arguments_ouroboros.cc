@@ -1,7 +1,7 @@
 // The rules of --pipeline-schedule ouroboros (issue 38, docs/ouroboros.md): Ouroboros' delayed-gradient
-// model parallelism, K = pipeline size + 1 modules. Step 1 runs it in one process (the emulation of
-// train/ouroboros_driver, any K); the multi-rank run and everything it is not yet composed with are
-// refused, naming the flag.
+// model parallelism, K = pipeline size + 1 modules: in one process the emulation of train/ouroboros_driver
+// (any K), on P > 1 pipeline ranks the same driver with each rank's modules. What it is not yet composed
+// with is refused, naming the flag.
 #include "train/argument_rules.h"
 #include "train/arguments.h"
 
@@ -36,10 +36,12 @@ void finalize_ouroboros(TrainArguments& a) {
   auto not_yet = [&](bool ok, const std::string& what) {
     require(ok, flag, "ouroboros", str_cat("cannot be combined with ", what, " yet (issue 38)"));
   };
-  require(pp == 1, "--pipeline-model-parallel-size", pp,
-          "Ouroboros runs in one process for now (the run on P ranks is issue 38's next step); "
-          "--ouroboros-modules K emulates K modules there");
-  not_yet(a.world_size == 1, str_cat("a job of ", a.world_size, " ranks (tensor, data or context parallelism)"));
+  // On P > 1 ranks module k on rank k and module K-1 beside module 0; each module may be split over T
+  // tensor ranks (without sequence parallelism: the activation between modules is whole on each).
+  const int64_t tp = a.tensor_model_parallel_size;
+  not_yet(a.world_size == pp * tp, str_cat("a job of ", a.world_size, " ranks for ", pp, " pipeline x ", tp,
+                                           " tensor ranks (data or context parallelism)"));
+  not_yet(!a.sequence_parallel, "--sequence-parallel");
   not_yet(a.virtual_pipeline_size == 1, "virtual pipeline stages (interleaving)");
   not_yet(a.token_slices.empty(), "--pipeline-token-slices");
   not_yet(!a.model.moe.enabled(), "mixture-of-experts layers (--num-experts)");

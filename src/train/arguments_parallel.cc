@@ -16,7 +16,8 @@ void finalize_parallel_layout(TrainArguments& a) {
   require_positive("--tensor-model-parallel-size", tp);
   const int64_t pp = a.pipeline_model_parallel_size;
   require_positive("--pipeline-model-parallel-size", pp);
-  require(c.num_layers % pp == 0, "--num-layers", c.num_layers,
+  // (Ouroboros cuts the layers into pp + 1 modules instead: finalize_ouroboros checks that multiple.)
+  require(c.num_layers % pp == 0 || a.pipeline_schedule == "ouroboros", "--num-layers", c.num_layers,
           str_cat("must be divisible by --pipeline-model-parallel-size=", pp));
   require(a.num_layers_per_virtual_pipeline_stage == 0 || a.num_virtual_stages_per_pipeline_rank == 0,
           "--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,

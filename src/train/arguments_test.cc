@@ -190,12 +190,14 @@ const RuleCase kOuroborosRules[] = {
      "modules share it): drop --untie-embeddings-and-output-weights"},
     {"--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --ouroboros-modules 2", 2,
      "--ouroboros-modules=2: must be --pipeline-model-parallel-size + 1 = 3 (the first and last module share rank 0)"},
-    {"--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --num-layers 6", 2,
-     "--pipeline-model-parallel-size=2: Ouroboros runs in one process for now (the run on P ranks is issue 38's "
-     "next step); --ouroboros-modules K emulates K modules there"},
-    {"--pipeline-schedule ouroboros --tensor-model-parallel-size 2", 2,
-     "--pipeline-schedule=ouroboros: cannot be combined with a job of 2 ranks (tensor, data or context "
-     "parallelism) yet (issue 38)"},
+    {"--pipeline-schedule ouroboros --tensor-model-parallel-size 2 --sequence-parallel", 2,
+     "--pipeline-schedule=ouroboros: cannot be combined with --sequence-parallel yet (issue 38)"},
+    {"--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --num-layers 6 --eval-iters 0", 4,
+     "--pipeline-schedule=ouroboros: cannot be combined with a job of 4 ranks for 2 pipeline x 1 tensor ranks "
+     "(data or context parallelism) yet (issue 38)"},
+    {"--pipeline-schedule ouroboros --tensor-model-parallel-size 2", 4,
+     "--pipeline-schedule=ouroboros: cannot be combined with a job of 4 ranks for 1 pipeline x 2 tensor ranks "
+     "(data or context parallelism) yet (issue 38)"},
     {"--pipeline-schedule ouroboros --bf16", 1, "--pipeline-schedule=ouroboros: cannot be combined with --bf16 yet (issue 38)"},
     {"--pipeline-schedule ouroboros --save /tmp/x", 1,
      "--pipeline-schedule=ouroboros: cannot be combined with --save (the weight versions and delayed gradients "
@@ -208,6 +210,9 @@ TEST(TrainArguments, OuroborosDefaultsToPipelineSizePlusOneModules) {
   EXPECT_EQ(a.ouroboros_modules, 2);
   EXPECT_EQ(a.ouroboros_warmup_iters, 5);
   EXPECT_EQ(parse("").pipeline_schedule, "1f1b");
+  // On P ranks: K = P + 1 (the MPI run, issue 38).
+  EXPECT_EQ(parse("--pipeline-schedule ouroboros --pipeline-model-parallel-size 3 --num-layers 8 --eval-iters 0", 3)
+                .ouroboros_modules, 4);
 }
 
 TEST(TrainArguments, DataPathOrMockDataIsRequired) {

@@ -3,6 +3,12 @@
 // trained with the delayed-gradient rule that pipeline/ouroboros_schedule writes as data. Deterministic:
 // the MPI run on K - 1 ranks must equal it bit for bit.
 //
+// On K - 1 ranks (the MPI run) each rank holds only its modules (pipeline::ouroboros_rank_of_module:
+// module k on rank k, module K-1 on rank 0 beside module 0) and runs the same per-module code; the
+// activations go forward around the ring rank 0 -> 1 -> ... -> K-2 -> 0 and the error gradients back,
+// point to point, tagged by (mini-batch, micro-batch). All ranks agree on the gradient norm (each
+// module's sum of squares gathered and added in module order) and on the loss (from rank 0).
+//
 // Per module it keeps what the rule needs: the weight versions its later backwards run with, the
 // activation records of the mini-batches whose backward is still to come, and the error gradients the
 // module above sent for them. The tied word embedding V (module 0's, and module K-1's copy) has one
@@ -10,14 +16,17 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "comm/process_group.h"
 #include "model/language_model.h"
 #include "model/parameters.h"
 #include "optim/adamw_optimizer.h"
+#include "parallel/tensor_parallel.h"
 #include "pipeline/ouroboros_schedule.h"
 
 namespace tessera::train {
@@ -27,27 +36,47 @@ struct OuroborosOptions {
   int64_t warmup_iters = 0;  // N synchronous iterations first
   optim::AdamWConfig adam;
   uint64_t seed = 1234;      // parameter initialisation and dropout keys, as --seed
+  // The K - 1 ranks of the MPI run, in ring order (the pipeline group); null or a group of one: every
+  // module in this process (the emulation). Not owned.
+  comm::ProcessGroup* ring = nullptr;
+  // Tensor parallelism inside every module (its group: the ranks of one pipeline rank); null: none. The
+  // activation between modules is whole on every tensor rank (no sequence parallelism). Not owned.
+  const parallel::TensorParallelContext* tp = nullptr;
 };
 
 class OuroborosDriver {
  public:
-  // Builds the K modules of a GPT with tied embeddings; throws an Error naming the rule otherwise.
+  // Builds this rank's modules (all K in one process) of a GPT with tied embeddings; throws an Error
+  // naming the rule otherwise. With a ring of P ranks, K must be P + 1.
   OuroborosDriver(const model::ModelConfig& config, const OuroborosOptions& options);
 
   // Runs iteration t = iteration(): the forward of mini-batch t (`batches`, its micro-batches) with the
   // current weights, each module's backward of the mini-batch the schedule gives it with that
   // mini-batch's weights, and the AdamW update of every unit that has a gradient. Returns mini-batch t's
-  // mean loss per loss token (at w^t).
+  // mean loss per loss token (at w^t). On a ring, every rank calls it with the same mini-batch and runs
+  // its modules' part; every rank returns the same loss and norm. Every message of the step is
+  // complete when it returns (the error gradients for the next iteration have arrived).
   double step(const std::vector<model::MicroBatch>& batches, float lr);
+
+  // Forward only through the modules at the current weights (evaluation), micro-batch m with
+  // context(m): adds the last module's losses into `losses` where it is held (rank 0 on a ring).
+  // Changes no state; on a ring every rank calls it with the same micro-batches, and its messages are
+  // complete when it returns.
+  void forward_only(const std::vector<model::MicroBatch>& batches,
+                    const std::function<model::ForwardContext(int)>& context, model::LossSums& losses);
 
   int64_t iteration() const { return iteration_; }
   int modules() const { return static_cast<int>(modules_.size()); }
   const pipeline::OuroborosShape& shape() const { return shape_; }
-  model::ParameterSet& parameters(int module) { return *modules_[module].params; }
-  const model::LanguageModelChunk& chunk(int module) const { return *modules_[module].chunk; }
+  // Whether this process holds module k (every module in one process).
+  bool holds(int module) const { return modules_[module].params != nullptr; }
+  // Module k's weights and chunk; only for a module this process holds.
+  model::ParameterSet& parameters(int module);
+  const model::LanguageModelChunk& chunk(int module) const;
   // The mini-batch whose gradient module k applied at the last step (-1: none).
   int64_t last_backward_batch(int module) const { return modules_[module].last_backward_batch; }
-  // The tied embedding's gradient applied at the last step: output layer's term + input embedding's.
+  // The tied embedding's gradient applied at the last step: output layer's term + input embedding's
+  // (where module 0 is held).
   const Tensor& tied_gradient() const { return tied_grad_; }
   // The last step's mini-batch: its summed masked token losses and its loss tokens (the trainer logs
   // them as it logs its own: the sum as an fp32 value, divided by the tokens).
@@ -55,7 +84,7 @@ class OuroborosDriver {
   double last_loss_tokens() const { return last_tokens_; }
   // The global gradient norm of the last step (before clipping): every unit that stepped, V once.
   double last_grad_norm() const { return last_grad_norm_; }
-  // Copies the current weights into `params` by name (a whole-model ParameterSet, as the trainer's on
+  // Copies the current weights of the modules held here into `params` by name (a whole-model ParameterSet, as the trainer's on
   // one process), so that evaluation, sampling and the log read the trained model.
   void copy_weights_to(model::ParameterSet& params) const;
 
@@ -84,13 +113,27 @@ class OuroborosDriver {
     double per_sample_loss_weight = 1;
   };
   model::ForwardContext context(int64_t batch, int micro) const;
+  void forward_modules(const std::vector<model::MicroBatch>& batches,
+                       const std::function<model::ForwardContext(int)>& context, model::LossSums& losses, int64_t t);
   void update(float lr);
+  // Point to point over the ring: kind 0 an activation (forward), 1 an error gradient (backward).
+  int tag(int kind, int64_t batch, int micro) const;
+  void send(const Tensor& t, int to_module, int kind, int64_t batch, int micro);
+  Tensor receive(int from_module, int kind, int64_t batch, int micro);
+  bool distributed() const { return ring_ != nullptr; }
+  // The sum of each module's part (in module order), then V's: the same on every rank. Each part is
+  // first summed over the tensor group (in its rank order).
+  double global_squares(std::vector<double> module_squares, double tied_squares);
+  const parallel::TensorParallelContext& tp() const;
 
   model::ModelConfig config_;
   OuroborosOptions options_;
   pipeline::OuroborosShape shape_;
   std::vector<Module> modules_;
   std::map<int64_t, BatchInfo> batch_info_;
+  comm::ProcessGroup* ring_ = nullptr;  // null in one process
+  Shape activation_;                    // one micro-batch's activation between modules
+  std::vector<std::pair<Tensor, comm::WorkHandle>> sends_;  // in flight until the step ends
   Tensor tied_grad_, tied_exp_avg_, tied_exp_avg_sq_;
   int64_t tied_steps_ = 0;
   double last_grad_norm_ = 0, last_loss_sum_ = 0, last_tokens_ = 0;

@@ -1,9 +1,11 @@
 // Pipeline parallelism (1F1B and interleaved), alone and combined with tensor, sequence and data
 // parallelism and with activation recomputation, reproduces the single-process run without
-// recomputation: the losses of 20 iterations and every gradient.
+// recomputation: the losses of 20 iterations and every gradient. Ouroboros on P ranks (issue 38) equals
+// its one-process emulation bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "comm/mpi_test_main.h"
@@ -125,6 +127,76 @@ TEST(PipelineLayouts, BadLayoutsAreRejectedBeforeTraining) {
   expect_error(flags(1, 2, 3, 4, 1, ""), 2, "--num-virtual-stages-per-pipeline-rank");
   // Interleaving without a pipeline.
   expect_error(flags(1, 1, 2, 4, 1, ""), 1, "--pipeline-model-parallel-size > 1");
+}
+
+// --pipeline-schedule ouroboros on P pipeline ranks x T tensor ranks, K = P + 1 modules of one layer,
+// dropout on and the gradient clipped (the norm's order matters), one synchronous iteration first.
+constexpr double kOuroborosClip = 0.05;
+std::string ouroboros_flags(int pp, int tp, int K, int64_t warmup, int iters) {
+  return str_cat("--num-layers ", K, " --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
+                 "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 1 --global-batch-size 2 "
+                 "--lr 3e-3 --lr-warmup-iters 2 --lr-decay-iters 20 --lr-decay-style cosine --log-interval 100 "
+                 "--eval-iters 2 --eval-interval 100 --hidden-dropout 0.1 --attention-dropout 0.1 --clip-grad ", kOuroborosClip,
+                 " --train-iters ", iters, " --pipeline-schedule ouroboros --ouroboros-modules ", K,
+                 " --ouroboros-warmup-iters ", warmup, " --pipeline-model-parallel-size ", pp,
+                 " --tensor-model-parallel-size ", tp, " --make-vocab-size-divisible-by ", 64 / tp);
+}
+
+// The losses of every iteration, the gradient norm, every module's final weights and the evaluation
+// after training equal the one-process emulation's (on the same tensor ranks), bit for bit: K = 3 on 2 ranks; on 4 ranks K = 4
+// on 3 of them (the last one idle), then K = 3 on 2 pipeline x 2 tensor ranks against the emulation on
+// 2 tensor ranks. A wrong exchange (an activation or error gradient from the wrong micro-batch,
+// mini-batch or iteration) changes the weights of the modules below it and the losses after.
+TEST(Ouroboros, RunOnPRanksEqualsTheOneProcessEmulationBitForBit) {
+  auto world = comm::make_mpi_world_group();
+  struct Case {
+    int pp, tp;
+  };
+  std::vector<Case> cases;
+  if (world->size() == 2) cases = {{2, 1}};
+  if (world->size() == 4) cases = {{3, 1}, {2, 2}};
+  if (cases.empty()) GTEST_SKIP() << "K = 3 runs on 2 ranks, K = 4 and K = 3 with tp 2 on 4";
+  const int iters = 5;
+  for (const Case& c : cases) {
+    const int P = c.pp, T = c.tp, K = P + 1, n = P * T;
+    SCOPED_TRACE(str_cat("K=", K, " on ", P, " pipeline x ", T, " tensor ranks"));
+    std::unique_ptr<comm::ProcessGroup> ranks = world->split(world->rank() < n ? 0 : -1, world->rank(), "ouroboros");
+    if (!ranks) continue;  // the fourth rank of 4 sits K = 4 out
+    Trainer run(parse_train_arguments(split_flags(ouroboros_flags(P, T, K, 1, iters)), n), ranks.get());
+    run.train();
+    // The emulation on the T ranks of this rank's tensor group (tensor ranks come first in the layout:
+    // world rank w is tensor rank w % T, as in the run).
+    std::unique_ptr<comm::ProcessGroup> tensor = ranks->split(ranks->rank() / T, ranks->rank(), "emulation");
+    Trainer emulation(parse_train_arguments(split_flags(ouroboros_flags(1, T, K, 1, iters)), T), tensor.get());
+    emulation.train();
+    ASSERT_EQ(run.losses().size(), static_cast<size_t>(iters));
+    ASSERT_EQ(emulation.losses().size(), static_cast<size_t>(iters));
+    for (int i = 0; i < iters; ++i) EXPECT_EQ(run.losses()[i], emulation.losses()[i]) << "iteration " << i + 1;
+    OuroborosDriver& got = *run.ouroboros();
+    OuroborosDriver& want = *emulation.ouroboros();
+    EXPECT_EQ(got.last_grad_norm(), want.last_grad_norm());
+    EXPECT_GT(got.last_grad_norm(), kOuroborosClip) << "the clipping must be on for the norm's order to be checked";
+    // Module k on pipeline rank k, module K-1 beside module 0.
+    const int stage = ranks->rank() / T;
+    for (int k = 0; k < K; ++k) EXPECT_EQ(got.holds(k), k == stage || (stage == 0 && k == K - 1)) << "module " << k;
+    for (int k = 0; k < K; ++k) {
+      if (!got.holds(k)) continue;
+      for (const model::Parameter& p : got.parameters(k).params()) {
+        const Tensor& w = want.parameters(k).get(p.spec.name).value;
+        ASSERT_EQ(w.numel(), p.value.numel());
+        EXPECT_EQ(std::memcmp(p.value.f32(), w.f32(), w.numel() * sizeof(float)), 0) << "module " << k << " " << p.spec.name;
+      }
+      EXPECT_EQ(got.last_backward_batch(k), want.last_backward_batch(k)) << "module " << k;
+    }
+    // Evaluation (forward only around the ring) equals the emulation's on its whole-model copy.
+    const Evaluation got_eval = run.evaluate(), want_eval = emulation.evaluate();
+    EXPECT_EQ(got_eval.lm_loss, want_eval.lm_loss);
+    EXPECT_GT(want_eval.lm_loss, 0);
+    // The check sees the delays: every iteration synchronous trains another sequence.
+    Trainer sync(parse_train_arguments(split_flags(ouroboros_flags(1, T, K, iters, iters)), T), tensor.get());
+    sync.train();
+    EXPECT_NE(sync.losses()[iters - 1], run.losses()[iters - 1]);
+  }
 }
 
 }  // namespace

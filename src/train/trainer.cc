@@ -126,8 +126,11 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                static_cast<int>(args_.virtual_pipeline_size),
                slices_in_schedule ? static_cast<int>(args_.token_slices.size()) : 1};
   pipeline::validate_schedule(schedule_);
-  pipeline::validate_layer_split(static_cast<int>(args_.model.num_layers), schedule_);
-  for (int k = 0; k < schedule_.chunks; ++k) {
+  // Ouroboros on P ranks: the driver builds this rank's modules (K = P + 1 of them, not P stages);
+  // params_ and chunks_ stay empty.
+  const bool ouroboros_ring = args_.pipeline_schedule == "ouroboros" && schedule_.stages > 1;
+  if (!ouroboros_ring) pipeline::validate_layer_split(static_cast<int>(args_.model.num_layers), schedule_);
+  for (int k = 0; k < (ouroboros_ring ? 0 : schedule_.chunks); ++k) {
     pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(args_.model.num_layers), schedule_, {stage, k});
     model::ModelChunk chunk{layers.first, layers.count, pipeline::is_first_chunk(schedule_, {stage, k}),
                             pipeline::is_last_chunk(schedule_, {stage, k})};
@@ -162,7 +165,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                 ", rank i of the ", cp_.size(), " holding chunks i and ", 2 * cp_.size() - 1,
                 " - i; ring attention (p2p)"));
   params_.allocate(args_.seed);
-  if (schedule_.stages > 1) {
+  if (schedule_.stages > 1 && !ouroboros_ring) {
     // The activation that crosses a stage boundary: a micro-batch's, or with token slices each slice's;
     // under context parallelism this rank's two chunks of it (seq / cp tokens per sample).
     std::vector<Shape> activations;
@@ -193,11 +196,21 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
               "): ", params_.numel()));
   if (args_.pipeline_schedule == "ouroboros") {
     const OuroborosOptions o{static_cast<int>(args_.ouroboros_modules), args_.ouroboros_warmup_iters, args_.adam,
-                             args_.seed};
+                             args_.seed, ouroboros_ring ? &state_->pipeline_group() : nullptr, &tp_};
     ouroboros_ = std::make_unique<OuroborosDriver>(args_.model, o);
-    say(str_cat(" > Ouroboros (one process): ", o.modules, " modules of ", args_.model.num_layers / o.modules,
+    say(str_cat(" > Ouroboros (", ouroboros_ring ? str_cat(schedule_.stages, " pipeline ranks, rank 0 holding modules 0 and ",
+                                                        o.modules - 1) : std::string("one pipeline rank"),
+                tp_.size() > 1 ? str_cat(", tensor parallel over ", tp_.size()) : std::string(), "): ",
+                o.modules, " modules of ", args_.model.num_layers / o.modules,
                 " layers, module k's gradient K-1-k iterations late after ", o.warmup_iters,
                 " synchronous iterations; the tied embedding from both ends (docs/ouroboros.md)"));
+    if (ouroboros_ring) {  // params_ is empty there: what the modules hold
+      int64_t held = 0;
+      for (int k = 0; k < ouroboros_->modules(); ++k)
+        if (ouroboros_->holds(k)) held += ouroboros_->parameters(k).numel();
+      say(str_cat(" > number of parameters in the Ouroboros modules of (tensor, pipeline) rank (", tp_.rank(), ", ",
+                  stage, "): ", held));
+    }
   }
   // Mixed precision on the fp32 kernels: each GEMM weight is rounded once per step, not in every GEMM.
   const DType gemm_type = args_.model.params_dtype;
@@ -402,11 +415,11 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
 
 double Trainer::train_step(float lr, optim::StepResult& step) {
   TESSERA_PROFILE_SCOPE("train_step");
-  if (ouroboros_) {  // the delayed-gradient rule in one process (train/ouroboros_driver.h)
+  if (ouroboros_) {  // the delayed-gradient rule: every module here, or this rank's (train/ouroboros_driver.h)
     std::vector<model::MicroBatch> batches;
     for (int64_t m = 0; m < args_.num_micro_batches; ++m) batches.push_back(next_micro_batch(m));
     ouroboros_->step(batches, lr);
-    ouroboros_->copy_weights_to(params_);
+    if (schedule_.stages == 1) ouroboros_->copy_weights_to(params_);
     step.grad_norm = ouroboros_->last_grad_norm();
     // As the pipelined path reports it: the loss sum as an fp32 value over the loss tokens.
     const double tokens = ouroboros_->last_loss_tokens();
@@ -490,7 +503,8 @@ ExpertLoad Trainer::interval_expert_load() {
 }
 
 std::vector<std::string> Trainer::auxiliary_loss_names() const {
-  std::vector<std::string> names = chunks_.front()->auxiliary_loss_names();
+  // (No chunks here under Ouroboros on P ranks: it trains GPT, which declares none.)
+  std::vector<std::string> names = chunks_.empty() ? std::vector<std::string>() : chunks_.front()->auxiliary_loss_names();
   if (args_.kd) names.push_back(model::kDistillationLossName);
   return names;
 }
@@ -524,7 +538,25 @@ Evaluation Trainer::evaluate_on(const BatchSource& data) {
   data_parallel_sum(counts);
   const double samples = static_cast<double>(args_.eval_iters * args_.global_batch_size);
   pipeline::PipelineTimes saved = times_;  // evaluation is not part of the training timers
-  const model::LossSums sums = run_micro_batches(batches, false, 0.0f, counts[kTokens] / samples);
+  model::LossSums sums;
+  if (ouroboros_ && schedule_.stages > 1) {
+    // Ouroboros on P ranks: forward through the driver's modules, a global batch's micro-batches at a
+    // time (what training holds at once), keyed as run_micro_batches keys an evaluation.
+    const int64_t step = args_.num_micro_batches;
+    for (size_t first = 0; first < batches.size(); first += static_cast<size_t>(step)) {
+      const std::vector<model::MicroBatch> part(batches.begin() + static_cast<std::ptrdiff_t>(first),
+                                                batches.begin() + static_cast<std::ptrdiff_t>(
+                                                                      std::min(batches.size(), first + step)));
+      ouroboros_->forward_only(part, [&](int m) {
+        model::ForwardContext ctx{args_.seed, iteration_, part[m].sample_offset, false, args_.model.seq_length,
+                                  args_.micro_batch_size};
+        ctx.per_sample_loss_weight = counts[kTokens] / samples;
+        return ctx;
+      }, sums);
+    }
+  } else {
+    sums = run_micro_batches(batches, false, 0.0f, counts[kTokens] / samples);
+  }
   times_ = saved;
   std::vector<float> loss{static_cast<float>(sums.lm)};
   for (float v : auxiliary_values(sums)) loss.push_back(v);
@@ -612,7 +644,7 @@ void Trainer::log_timers(int64_t iterations) {
               megabytes(max_over_ranks(kActivationsTheory)), ") | all tensors peak (max over ranks) ",
               megabytes(max_over_ranks(kAllTensors)), " | peak RSS (max over ranks) ",
               megabytes(max_over_ranks(kPeakRss))));
-  if (schedule_.stages == 1) return;
+  if (schedule_.stages == 1 || ouroboros_) return;
   // The bubble as (schedule time - compute) / compute, averaged over ranks, beside (p - 1) / (v m); and
   // each stage's most activation records held at once beside the schedule's maximum.
   double bubble = 0;

@@ -67,6 +67,8 @@ class Trainer {
   const std::map<std::string, std::vector<double>>& auxiliary_losses() const { return auxiliary_loss_history_; }
   model::ParameterSet& parameters() { return params_; }
   int64_t skipped_iterations() const { return skipped_iterations_; }
+  // --pipeline-schedule ouroboros: the driver that holds this rank's modules (null otherwise).
+  OuroborosDriver* ouroboros() { return ouroboros_.get(); }
   // The loss scale of the next iteration (1 without loss scaling).
   float loss_scale() const { return loss_scaler_ ? loss_scaler_->scale() : 1.0f; }
   const optim::Optimizer& optimizer() const { return *optimizer_; }
@@ -133,8 +135,9 @@ class Trainer {
   std::unique_ptr<Teacher> teacher_;  // --kd, on the ranks with the head, until --kd-stop-iteration
   int64_t teacher_forwards_ = 0;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  // --pipeline-schedule ouroboros (one process): the K modules train in the driver, which copies its
-  // weights into params_ after each step for evaluation, sampling and the log; optimizer_ stays unused.
+  // --pipeline-schedule ouroboros: the K modules (this rank's on P ranks) train in the driver; in one
+  // process it copies its weights into params_ after each step for evaluation, sampling and the log (on
+  // P ranks params_ is empty); optimizer_ stays unused.
   std::unique_ptr<OuroborosDriver> ouroboros_;
   optim::DistributedOptimizer* distributed_optimizer_ = nullptr;  // optimizer_, with --use-distributed-optimizer
   std::shared_ptr<const BatchSource> train_data_, valid_data_, test_data_;  // test: null without documents
