@@ -13,17 +13,8 @@ brown=$cache/brown
 vocab=4096
 tokenizer=(--tokenizer-type SentencePieceTokenizer --tokenizer-model "$brown/brown_sp$vocab.model")
 
-# Once: the documents in a fixed random order (so that the 2% held out spans Brown's genres), a BPE
-# tokenizer trained on the other 98% only (lossless on Brown: identity normalisation, byte fallback and
-# a newline piece, so bits per byte count every byte of the text), and the .bin/.idx dataset.
-if [ ! -f "$brown/brown_sp${vocab}_text_document.idx" ]; then
-  /usr/bin/python3 scripts/brown_split.py "$brown/brown.jsonl" "$brown/brown_shuffled.jsonl" "$brown/brown_train.txt"
-  "$tessera" tokenizer train --input "$brown/brown_train.txt" --model-prefix "$brown/brown_sp$vocab" \
-    --vocab-size $vocab --model-type bpe --normalization-rule-name identity --byte-fallback \
-    --user-defined-symbols $'\n'
-  "$tessera" preprocess --input "$brown/brown_shuffled.jsonl" --json-keys text --append-eod --workers "$(nproc)" \
-    --output-prefix "$brown/brown_sp$vocab" "${tokenizer[@]}"
-fi
+# Once: the Brown corpus's SentencePiece tokenizer and .bin/.idx dataset (scripts/prepare_brown.sh).
+scripts/prepare_brown.sh "$tessera" "$brown" "$vocab"
 
 rm -rf "$out"
 mkdir -p "$out"
