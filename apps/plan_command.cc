@@ -151,7 +151,8 @@ nlohmann::json plan_json(const plan::Plan& p, const std::string& formula) {
   const plan::IterationTime& t = p.time;
   const plan::Layout& l = p.layout;
   return {{"layout",
-           {{"tensor_model_parallel_size", l.tp}, {"pipeline_model_parallel_size", l.pp}, {"data_parallel_size", l.dp},
+           {{"tensor_model_parallel_size", l.tp}, {"context_parallel_size", l.cp},
+            {"pipeline_model_parallel_size", l.pp}, {"data_parallel_size", l.dp},
             {"expert_model_parallel_size", l.ep}, {"expert_tensor_parallel_size", l.expert_tp()},
             {"expert_data_parallel_size", l.edp()}, {"virtual_stages", l.virtual_stages}, {"sequence_parallel", l.sequence_parallel},
             {"micro_batch_size", l.micro_batch_size}, {"global_batch_size", l.global_batch_size},
@@ -168,7 +169,8 @@ nlohmann::json plan_json(const plan::Plan& p, const std::string& formula) {
           {"device_memory_bytes", p.cluster.device.memory_bytes},
           {"iteration_seconds",
            {{"compute", t.compute}, {"tensor_parallel_communication", t.tensor_parallel},
-            {"expert_parallel_communication", t.expert_parallel}, {"pipeline_p2p", t.pipeline_p2p},
+            {"expert_parallel_communication", t.expert_parallel},
+            {"context_parallel_communication", t.context_parallel}, {"pipeline_p2p", t.pipeline_p2p},
             {"pipeline_bubble", t.pipeline_bubble}, {"data_parallel_reduction", t.data_parallel},
             {"optimizer", t.optimizer}, {"total", t.total()}}},
           {"critical_stage", p.critical_stage},
@@ -207,6 +209,10 @@ void print_plan(const plan::Plan& p) {
               l.distributed_optimizer ? "on" : "off", plan::to_string(l.precision).c_str(),
               static_cast<long long>(l.micro_batch_size), static_cast<long long>(l.global_batch_size),
               static_cast<long long>(l.micro_batches()));
+  if (l.cp > 1)
+    std::printf("context parallel %d: each rank holds %lld tokens of a sequence (2 chunks of %lld), attention around "
+                "the ring of %d ranks\n",
+                l.cp, static_cast<long long>(c.seq_length / l.cp), static_cast<long long>(c.seq_length / (2 * l.cp)), l.cp);
   if (!l.token_slices.empty())
     std::printf("token slices (TeraPipe): %zu per sequence, %s tokens; the simulated schedule is 1F1B over them\n",
                 l.token_slices.size(), plan::token_slices_string(l).c_str());
@@ -235,6 +241,7 @@ void print_plan(const plan::Plan& p) {
   row("compute", t.compute);
   row("tensor-parallel communication", t.tensor_parallel);
   if (moe.enabled()) row("expert-parallel communication", t.expert_parallel);
+  if (l.cp > 1) row("context-parallel ring (exposed)", t.context_parallel);
   row("pipeline p2p", t.pipeline_p2p);
   row("pipeline bubble (simulated)", t.pipeline_bubble);
   row("data-parallel reduction (exposed)", t.data_parallel);
@@ -259,12 +266,16 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
               << std::endl;
     return;
   }
-  // An MoE model's table has one more column: the expert-parallel communication.
+  // An MoE model's table has one more column: the expert-parallel communication; so has a search whose
+  // shown layouts use context parallelism: the ring's exposed exchange.
   const bool moe = !r.ranked.empty() && r.ranked.front().config.moe.enabled();
+  bool context = false;
+  for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) context |= r.ranked[i].layout.cp > 1;
   std::printf("%zu layouts fit; the best %d by predicted throughput:\n", r.ranked.size(),
               std::min<int>(top, static_cast<int>(r.ranked.size())));
-  std::printf("  %-4s %-62s %8s %6s %12s %9s | %8s %8s %8s %8s %8s %8s%s\n", "rank", "layout", "TFLOP/s", "MFU",
-              "iteration", "peak GiB", "compute", "tp comm", "p2p", "bubble", "dp", "optim", moe ? "  ep comm" : "");
+  std::printf("  %-4s %-62s %8s %6s %12s %9s | %8s %8s %8s %8s %8s %8s%s%s\n", "rank", "layout", "TFLOP/s", "MFU",
+              "iteration", "peak GiB", "compute", "tp comm", "p2p", "bubble", "dp", "optim", moe ? "  ep comm" : "",
+              context ? "  cp comm" : "");
   for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) {
     const plan::Plan& p = r.ranked[i];
     const plan::IterationTime& t = p.time;
@@ -272,10 +283,12 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
     auto pct = [&](double x) { return str_cat(std::round(1000 * x / total) / 10, "%"); };
     char expert[16] = "";
     if (moe) std::snprintf(expert, sizeof expert, " %8s", pct(t.expert_parallel).c_str());
-    std::printf("  %-4zu %-62s %8.1f %5.1f%% %10.3f s %9s | %8s %8s %8s %8s %8s %8s%s\n", i + 1,
+    char ring[16] = "";
+    if (context) std::snprintf(ring, sizeof ring, " %8s", pct(t.context_parallel).c_str());
+    std::printf("  %-4zu %-62s %8.1f %5.1f%% %10.3f s %9s | %8s %8s %8s %8s %8s %8s%s%s\n", i + 1,
                 plan::describe(p.layout).c_str(), p.tflops_per_device, 100 * p.mfu, total, gib(p.peak_memory()).c_str(),
                 pct(t.compute).c_str(), pct(t.tensor_parallel).c_str(), pct(t.pipeline_p2p).c_str(),
-                pct(t.pipeline_bubble).c_str(), pct(t.data_parallel).c_str(), pct(t.optimizer).c_str(), expert);
+                pct(t.pipeline_bubble).c_str(), pct(t.data_parallel).c_str(), pct(t.optimizer).c_str(), expert, ring);
   }
   std::map<std::string, std::vector<const plan::Rejected*>> families;
   for (const plan::Rejected& x : r.rejected) families[x.family].push_back(&x);
@@ -287,7 +300,9 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
     for (const plan::Rejected* x : list) {
       if (!seen.insert({x->layout.tp, x->layout.pp}).second) continue;
       const std::string experts = x->layout.etp > 0 ? str_cat(" ep", x->layout.ep, " etp", x->layout.etp) : "";
-      std::printf("    tp%d pp%d dp%d%s: %s\n", x->layout.tp, x->layout.pp, x->layout.dp, experts.c_str(), x->reason.c_str());
+      const std::string context = x->layout.cp > 1 ? str_cat(" cp", x->layout.cp) : "";
+      std::printf("    tp%d%s pp%d dp%d%s: %s\n", x->layout.tp, context.c_str(), x->layout.pp, x->layout.dp, experts.c_str(),
+                  x->reason.c_str());
       if (seen.size() == 4) break;
     }
   }
@@ -437,15 +452,16 @@ int plan_command(const std::vector<std::string>& args) {
   const bool on_cpu = cluster.device.name.rfind("cpu", 0) == 0;
 
   // `tessera train`'s parser checks every flag and rule of the run as if it were launched on `devices`
-  // ranks (dp = devices / (tp x pp)), so a plan accepts exactly the runs that train accepts.
+  // ranks (dp = devices / (tp x cp x pp)), so a plan accepts exactly the runs that train accepts.
   int64_t devices = f.num_devices > 0 ? f.num_devices : (f.cluster_file.empty() ? 0 : cluster.num_devices);
   std::vector<std::string> forwarded = with_training_defaults(train_args);
-  int64_t model_parallel = 1;  // tp x pp of the flags (the parser validates the values themselves)
+  int64_t model_parallel = 1;  // tp x cp x pp of the flags (the parser validates the values themselves)
   for (size_t i = 0; i + 1 < forwarded.size(); ++i)
-    if (forwarded[i] == "--tensor-model-parallel-size" || forwarded[i] == "--pipeline-model-parallel-size")
+    if (forwarded[i] == "--tensor-model-parallel-size" || forwarded[i] == "--pipeline-model-parallel-size" ||
+        forwarded[i] == "--context-parallel-size")
       model_parallel *= std::max<int64_t>(1, std::atoll(forwarded[i + 1].c_str()));
   if (devices == 0) devices = model_parallel;  // exactly the flags' model-parallel ranks unless told otherwise
-  TESSERA_CHECK(devices % model_parallel == 0, "--num-devices=", devices, ": must be a multiple of tp x pp = ",
+  TESSERA_CHECK(devices % model_parallel == 0, "--num-devices=", devices, ": must be a multiple of tp x cp x pp = ",
                 model_parallel);
   // The search and the sizing choose the layout themselves: the parser checks the model alone (dp = 1).
   const bool choose_layout = f.search || f.compute_budget > 0 || f.device_hours > 0;
@@ -455,6 +471,8 @@ int plan_command(const std::vector<std::string>& args) {
   if (choose_layout) {
     experts.ep = take_int_flag(forwarded, "--expert-model-parallel-size");
     experts.etp = take_int_flag(forwarded, "--expert-tensor-parallel-size");
+    experts.cp = take_int_flag(forwarded, "--context-parallel-size");
+    if (experts.cp > 0) model_parallel /= experts.cp;  // the search places cp itself
   }
   train::TrainArguments a;
   try {

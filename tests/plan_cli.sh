@@ -81,6 +81,13 @@ check "plan with --cluster: $out" $?
 grep -q "layout: tensor 2, pipeline 1, data 2" <<<"$out"
 check "the cluster file's 4 devices give dp 2: $out" $?
 
+# Context parallelism (issue 37): the plan prices the ring; cp counts in the devices (dp = 4 / (tp 1 x cp 2)).
+out=$("$tessera" plan $small --seq-length 1024 --context-parallel-size 2 --cluster "$work/cluster.json" 2>&1)
+check "plan with --context-parallel-size: $out" $?
+grep -q "layout: tensor 1, pipeline 1, data 2" <<<"$out" && grep -q "context parallel 2: each rank holds 512 tokens" <<<"$out" &&
+  grep -q "context-parallel ring (exposed)" <<<"$out"
+check "the cp plan prints its tokens per rank and the ring's exposed time: $out" $?
+
 # Sizing: a compute budget gives a Chinchilla-optimal model, its loss, layout and time.
 out=$("$tessera" plan $small --seq-length 2048 --global-batch-size 1024 --bf16 --recompute-activations --sequence-parallel \
       --device H100-SXM --num-devices 1024 --compute-budget 5.76e23 2>&1)

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/progress.h"
+#include "core/timer.h"
 #include "kernels/attention_merge.h"
 #include "kernels/elementwise.h"
 
@@ -87,6 +88,17 @@ class ProgressWhileComputing {
   std::vector<std::vector<comm::WorkHandle>*> work_;
 };
 
+// Waits for `work`, adding the wait to the context's exposed-exchange seconds when it counts them.
+void wait_exposed(const parallel::ContextParallelContext& cp, std::vector<comm::WorkHandle>& work) {
+  if (cp.exchange_wait_seconds == nullptr || work.empty()) {
+    parallel::wait_all(work);
+    return;
+  }
+  const Timer timer;
+  parallel::wait_all(work);
+  *cp.exchange_wait_seconds += timer.seconds();
+}
+
 }  // namespace
 
 void ring_step_forward(const RingAttentionShape& s, int rank, int source, const Tensor& q, const Tensor& k,
@@ -169,7 +181,7 @@ void ring_attention_forward(const parallel::ContextParallelContext& cp, const Te
       const ProgressWhileComputing progress({&work});
       ring_step_forward(s, rank, source, q, cur_k, cur_v, out, lse, softmax_scale, dropout, doc_start);
     }
-    parallel::wait_all(work);
+    wait_exposed(cp, work);
     cur_k = next_k;
     cur_v = next_v;
   }
@@ -209,24 +221,24 @@ void ring_attention_backward(const parallel::ContextParallelContext& cp, const T
       ring_step_backward(s, rank, source, q, cur_k, cur_v, out, lse, dout, dq_sum, part_dk, part_dv, softmax_scale,
                          dropout, doc_start);
     }
-    parallel::wait_all(grad_recv);
+    wait_exposed(cp, grad_recv);
     if (step > 0) {
       kernels::add_into(part_dk, earlier_dk);
       kernels::add_into(part_dv, earlier_dv);
     }
-    parallel::wait_all(grad_send);  // the previous sum's buffers are released once it has left
+    wait_exposed(cp, grad_send);  // the previous sum's buffers are released once it has left
     sum_dk = part_dk;
     sum_dv = part_dv;
     if (n > 1) grad_send = parallel::ring_shift_async(*cp.group, {sum_dk, sum_dv}, {}, kKeyValueGradTag);
-    parallel::wait_all(kv_work);
+    wait_exposed(cp, kv_work);
     cur_k = next_k;
     cur_v = next_v;
   }
   if (n > 1) {  // this rank's own keys' and values' gradient, from the previous rank's last step
     Tensor own_dk = Tensor::empty(k.shape()), own_dv = Tensor::empty(v.shape());
     std::vector<comm::WorkHandle> own = parallel::ring_shift_async(*cp.group, {}, {own_dk, own_dv}, kKeyValueGradTag);
-    parallel::wait_all(own);
-    parallel::wait_all(grad_send);
+    wait_exposed(cp, own);
+    wait_exposed(cp, grad_send);
     sum_dk = own_dk;
     sum_dv = own_dv;
   }

@@ -15,6 +15,9 @@ namespace tessera::parallel {
 
 struct ContextParallelContext {
   comm::ProcessGroup* group = nullptr;
+  // When set, ring attention adds here the seconds it waits for the ring's exchanges after computing a
+  // step's blocks: the exchange that the blocks did not hide (the trainer's cp-ring-wait timer).
+  double* exchange_wait_seconds = nullptr;
   int rank() const { return group->rank(); }
   int size() const { return group->size(); }
 };

@@ -76,7 +76,7 @@ double linear_gemm_rate(comm::ProcessGroup& world, const GemmShape& s, DType inp
 // measured forward + backward of the flash-attention kernel.
 double attention_rate(comm::ProcessGroup& world, const model::ModelConfig& c, const Layout& l, double budget) {
   kernels::AttentionShape shape;
-  shape.seq = c.seq_length;
+  shape.seq = c.seq_length / l.cp;  // under context parallelism a ring step's seq / cp queries and keys
   shape.batch = l.micro_batch_size;
   shape.heads = c.num_attention_heads / l.tp;
   shape.kv_heads = c.num_query_groups / l.tp;
@@ -140,21 +140,23 @@ std::string cpu_model_name() {
 }
 
 nlohmann::json calibration_key(const model::ModelConfig& c, const Layout& l, int ranks) {
-  return {{"num_layers", c.num_layers},
-          {"hidden_size", c.hidden_size},
-          {"ffn_hidden_size", c.ffn_hidden_size},
-          {"num_attention_heads", c.num_attention_heads},
-          {"num_query_groups", c.num_query_groups},
-          {"kv_channels", c.kv_channels},
-          {"seq_length", c.seq_length},
-          {"padded_vocab_size", c.padded_vocab_size},
-          {"swiglu", c.swiglu},
-          {"tensor_model_parallel_size", l.tp},
-          {"micro_batch_size", l.micro_batch_size},
-          {"precision", to_string(l.precision)},
-          {"cpu", cpu_model_name()},
-          {"threads_per_rank", omp_get_max_threads()},
-          {"ranks", ranks}};
+  nlohmann::json key = {{"num_layers", c.num_layers},
+                        {"hidden_size", c.hidden_size},
+                        {"ffn_hidden_size", c.ffn_hidden_size},
+                        {"num_attention_heads", c.num_attention_heads},
+                        {"num_query_groups", c.num_query_groups},
+                        {"kv_channels", c.kv_channels},
+                        {"seq_length", c.seq_length},
+                        {"padded_vocab_size", c.padded_vocab_size},
+                        {"swiglu", c.swiglu},
+                        {"tensor_model_parallel_size", l.tp},
+                        {"micro_batch_size", l.micro_batch_size},
+                        {"precision", to_string(l.precision)},
+                        {"cpu", cpu_model_name()},
+                        {"threads_per_rank", omp_get_max_threads()},
+                        {"ranks", ranks}};
+  if (l.cp > 1) key["context_parallel_size"] = l.cp;  // (absent at cp 1: earlier files stay valid)
+  return key;
 }
 
 std::vector<std::string> calibration_mismatches(const nlohmann::json& have, const nlohmann::json& want) {
@@ -168,7 +170,7 @@ std::vector<std::string> calibration_mismatches(const nlohmann::json& have, cons
 }
 
 std::vector<GemmShape> model_gemm_shapes(const model::ModelConfig& c, const Layout& l) {
-  const long long tokens = c.seq_length * l.micro_batch_size, h = c.hidden_size, t = l.tp;
+  const long long tokens = c.seq_length / l.cp * l.micro_batch_size, h = c.hidden_size, t = l.tp;
   const long long fc1_out = c.swiglu ? 2 * c.ffn_hidden_size : c.ffn_hidden_size;
   return {{tokens, c.qkv_size() / t, h},
           {tokens, h, c.num_attention_heads * c.kv_channels / t},

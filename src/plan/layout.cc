@@ -25,6 +25,20 @@ std::string expert_problem(const model::ModelConfig& c, const Layout& l, int dev
   return "";
 }
 
+// The rules of train::finalize_context_parallel that concern the layout.
+std::string context_problem(const model::ModelConfig& c, const Layout& l) {
+  if (l.cp == 1) return "";
+  if (c.seq_length % (2 * l.cp) != 0)
+    return str_cat("--seq-length=", c.seq_length, " is not divisible by 2 x cp ", l.cp,
+                   " (the sequence is cut into 2 x cp chunks)");
+  if (l.sequence_parallel && (c.seq_length / l.cp) % l.tp != 0)
+    return str_cat("--seq-length=", c.seq_length, " / cp ", l.cp, " is not divisible by tp ", l.tp,
+                   " with --sequence-parallel");
+  if (c.moe.enabled()) return str_cat("context parallelism (cp ", l.cp, ") with mixture-of-experts layers is not built yet");
+  if (!l.token_slices.empty()) return str_cat("context parallelism (cp ", l.cp, ") with token slices is not built yet");
+  return "";
+}
+
 }  // namespace
 
 std::string layout_problem(const model::ModelConfig& c, const Layout& l, int devices, std::string* family) {
@@ -32,11 +46,11 @@ std::string layout_problem(const model::ModelConfig& c, const Layout& l, int dev
     if (family) *family = kind;
     return why;
   };
-  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.virtual_stages < 1)
-    return fail("devices", str_cat("tp, pp, dp and v must be positive (", describe(l), ")"));
+  if (l.tp < 1 || l.cp < 1 || l.pp < 1 || l.dp < 1 || l.virtual_stages < 1)
+    return fail("devices", str_cat("tp, cp, pp, dp and v must be positive (", describe(l), ")"));
   if (l.devices() != devices)
-    return fail("devices", str_cat("tp ", l.tp, " x pp ", l.pp, " x dp ", l.dp, " = ", l.devices(), " is not the ",
-                                   devices, " devices"));
+    return fail("devices", str_cat("tp ", l.tp, l.cp > 1 ? str_cat(" x cp ", l.cp) : std::string(), " x pp ", l.pp,
+                                   " x dp ", l.dp, " = ", l.devices(), " is not the ", devices, " devices"));
   if (c.num_attention_heads % l.tp != 0)
     return fail("divisibility", str_cat("--num-attention-heads=", c.num_attention_heads, " is not divisible by tp ", l.tp));
   if (c.num_query_groups % l.tp != 0)
@@ -46,6 +60,7 @@ std::string layout_problem(const model::ModelConfig& c, const Layout& l, int dev
   if (l.sequence_parallel && c.seq_length % l.tp != 0)
     return fail("divisibility", str_cat("--seq-length=", c.seq_length, " is not divisible by tp ", l.tp,
                                         " with --sequence-parallel"));
+  if (std::string why = context_problem(c, l); !why.empty()) return fail("divisibility", why);
   if (c.num_layers % (static_cast<int64_t>(l.pp) * l.virtual_stages) != 0)
     return fail("divisibility", str_cat("--num-layers=", c.num_layers, " does not split over pp ", l.pp, " x v ",
                                         l.virtual_stages, " model chunks"));
@@ -106,7 +121,7 @@ std::string to_string(Precision p) {
 
 std::string describe(const Layout& l) {
   const std::string experts = l.ep > 1 || l.etp > 0 ? str_cat(" ep", l.ep, " etp", l.expert_tp()) : "";
-  return str_cat("tp", l.tp, " pp", l.pp, " dp", l.dp, experts, " v", l.virtual_stages, " mbs", l.micro_batch_size, " gbs",
+  return str_cat("tp", l.tp, l.cp > 1 ? str_cat(" cp", l.cp) : std::string(), " pp", l.pp, " dp", l.dp, experts, " v", l.virtual_stages, " mbs", l.micro_batch_size, " gbs",
                  l.global_batch_size, l.sequence_parallel ? " sp" : "", " recompute=", to_string(l.recompute),
                  l.distributed_optimizer ? " distopt" : "",
                  l.token_slices.empty() ? "" : str_cat(" slices=", token_slices_string(l)));

@@ -1,5 +1,6 @@
 // A parallel layout and the memory features of a training run, as `tessera train` (Megatron-LM) takes
-// them: tp x pp x dp devices, v model chunks per pipeline rank, sequence parallelism, activation
+// them: tp x cp x pp x dp devices, v model chunks per pipeline rank, context parallelism (each sequence
+// split over cp ranks, attention around their ring), sequence parallelism, activation
 // recomputation, the distributed optimizer, precision, micro and global batch; and for a mixture of
 // experts the expert layout of Megatron-Core's "parallel folding": the expert layers run on the same
 // devices as etp x ep x edp x pp, edp = devices / (etp x ep x pp).
@@ -18,6 +19,12 @@ enum class Precision { Fp32, Bf16, Fp16 };
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
+  // Context parallelism (--context-parallel-size): each sequence cut into 2 cp chunks, rank i of the cp
+  // group holding chunks i and 2 cp - 1 - i (seq / cp tokens), attention by ring attention
+  // (model/ring_attention.h). Ranks are laid out as the trainer's tp-cp-ep-dp-pp: the cp group has
+  // stride tp, the data-parallel group stride tp x cp, pipeline neighbours tp x cp x dp; dense gradients
+  // are reduced (and the distributed optimizer's state sharded) over dp x cp.
+  int cp = 1;
   // Experts: each of the ep expert-parallel ranks holds E / ep experts of a layer, each expert's MLP split
   // over etp ranks (0: tp, --expert-tensor-parallel-size's default). Ignored by a dense model.
   int ep = 1, etp = 0;
@@ -36,7 +43,10 @@ struct Layout {
   // sequence length); empty: whole micro-batches flow through the pipeline. Needs virtual_stages = 1.
   std::vector<int64_t> token_slices;
 
-  int devices() const { return tp * pp * dp; }
+  int devices() const { return tp * cp * pp * dp; }
+  // Tokens of one sequence that a rank holds: seq / cp (exactly seq when cp = 1).
+  double sequence_per_rank(int64_t seq_length) const { return static_cast<double>(seq_length) / cp; }
+  int gradient_group() const { return dp * cp; }  // the ranks that reduce a dense gradient
   int expert_tp() const { return etp > 0 ? etp : tp; }
   int edp() const { return devices() / (expert_tp() * ep * pp); }  // the expert-data-parallel size
   int64_t micro_batches() const { return global_batch_size / (micro_batch_size * dp); }  // m per replica
@@ -48,16 +58,18 @@ struct Layout {
 
 // Why a layout cannot run the model on `devices` devices, or "" when it can. `family` is set to the kind of
 // rule broken: "divisibility" (heads, layers, vocabulary, sequence not divisible), "batch" (global batch
-// vs micro batch x dp, interleaving's micro-batch rule), "devices" (tp x pp x dp != devices) or
+// vs micro batch x dp, interleaving's micro-batch rule), "devices" (tp x cp x pp x dp != devices) or
 // "experts" (the trainer's expert-parallel rules: etp x ep x pp dividing the devices, each MoE layer's
 // experts divisible by ep, the expert width by etp, the shared expert's by tp, sequence parallelism
-// under tp > 1; ep > 1 without experts).
+// under tp > 1; ep > 1 without experts). Context parallelism (cp > 1) needs the sequence divisible by
+// 2 cp, with sequence parallelism seq / cp divisible by tp, and (as the trainer) a dense model without
+// token slices ("divisibility").
 std::string layout_problem(const model::ModelConfig& c, const Layout& l, int devices, std::string* family = nullptr);
 
 std::string to_string(Recompute r);
 std::string to_string(Precision p);
 // "tp8 pp64 dp6 v1 mbs1 gbs3072 recompute=full", with " ep8 etp1" after dp when ep > 1 or etp is set
-// and " slices=32x64" at the end with token slices.
+// and " slices=32x64" at the end with token slices; " cp2" after tp when cp > 1.
 std::string describe(const Layout& l);
 // The token slices, runs of equal lengths as count x length: "32x64", "22x80,4x72", "40,16,8"; "" when
 // there are none.

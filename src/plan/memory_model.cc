@@ -18,7 +18,7 @@ double mlp_parameters(const model::ModelConfig& c, double f, double t) {
 
 // The fc1 output and activation that a tp-split MLP of width f keeps for one micro-batch.
 double mlp_activation_bytes(const model::ModelConfig& c, const Layout& l, double f) {
-  return static_cast<double>(c.seq_length) * l.micro_batch_size * (fc1_width(c, f) + f) * l.activation_bytes() / l.tp;
+  return l.sequence_per_rank(c.seq_length) * l.micro_batch_size * (fc1_width(c, f) + f) * l.activation_bytes() / l.tp;
 }
 
 // What an MoE layer's feed-forward slot keeps for backward for one micro-batch, an estimate: routing is
@@ -34,7 +34,7 @@ double mlp_activation_bytes(const model::ModelConfig& c, const Layout& l, double
 double moe_activation_bytes(const model::ModelConfig& c, const Layout& l, int64_t layer) {
   const model::MoeConfig& m = c.moe;
   const double e = l.activation_bytes(), h = c.hidden_size, k = static_cast<double>(m.router.topk);
-  const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size / (l.sequence_parallel ? l.tp : 1);
+  const double tokens = l.sequence_per_rank(c.seq_length) * l.micro_batch_size / (l.sequence_parallel ? l.tp : 1);
   const double rows = routed_rows(c, l, layer), f = static_cast<double>(m.ffn_hidden_size);
   double bytes = tokens * static_cast<double>(m.experts(layer)) * 4 + tokens * k * 8 + rows * 12;
   if (m.input_jitter_eps > 0) bytes += tokens * h * e;
@@ -47,6 +47,12 @@ double moe_activation_bytes(const model::ModelConfig& c, const Layout& l, int64_
 }
 
 }  // namespace
+
+double ring_buffer_bytes(const model::ModelConfig& c, const Layout& l) {
+  if (l.cp == 1) return 0;
+  const double kv = 2.0 * static_cast<double>(c.num_query_groups * c.kv_channels) / l.tp;
+  return 4 * l.sequence_per_rank(c.seq_length) * l.micro_batch_size * kv * l.activation_bytes();
+}
 
 double norm_parameters(const model::ModelConfig& c) {
   return c.normalization == model::Normalization::LayerNorm ? 2.0 * c.hidden_size : 1.0 * c.hidden_size;
@@ -103,7 +109,7 @@ double routed_rows(const model::ModelConfig& c, const Layout& l, int64_t layer) 
   const model::MoeConfig& m = c.moe;
   const int64_t experts = m.experts(layer);
   if (experts == 0) return 0;
-  const int64_t tokens = c.seq_length * l.micro_batch_size / (l.sequence_parallel ? l.tp : 1);
+  const int64_t tokens = c.seq_length / l.cp * l.micro_batch_size / (l.sequence_parallel ? l.tp : 1);
   const double rows = static_cast<double>(tokens * m.router.topk);
   if (m.dropless()) return rows;
   const double capacity =
@@ -112,7 +118,7 @@ double routed_rows(const model::ModelConfig& c, const Layout& l, int64_t layer) 
 }
 
 double layer_activation_bytes(const model::ModelConfig& c, const Layout& l, int64_t layer) {
-  const double s = c.seq_length, b = l.micro_batch_size, h = c.hidden_size, t = l.tp, e = l.activation_bytes();
+  const double s = l.sequence_per_rank(c.seq_length), b = l.micro_batch_size, h = c.hidden_size, t = l.tp, e = l.activation_bytes();
   const double sp = l.sequence_parallel ? t : 1;
   const double hidden_mask = c.hidden_dropout > 0 ? 1 : 0, attention_mask = c.attention_dropout > 0 ? 1 : 0;
   const double q = static_cast<double>(c.num_attention_heads * c.kv_channels);
@@ -125,7 +131,7 @@ double layer_activation_bytes(const model::ModelConfig& c, const Layout& l, int6
   bytes += c.moe.experts(layer) > 0 ? moe_activation_bytes(c, l, layer)
                                     : mlp_activation_bytes(c, l, static_cast<double>(c.ffn_hidden_size));
   const double heads = static_cast<double>(c.num_attention_heads) / t;
-  if (l.flash_attention) {
+  if (l.flash_attention || l.cp > 1) {  // ring attention is the flash kernel's blocks merged by their lse
     bytes += b * heads * s * 4;  // the log-sum-exp of each row
   } else if (l.recompute != Recompute::Selective) {
     // Softmax output, dropout mask and dropout output: 5as^2b / t.
@@ -136,7 +142,7 @@ double layer_activation_bytes(const model::ModelConfig& c, const Layout& l, int6
 
 double layer_input_bytes(const model::ModelConfig& c, const Layout& l) {
   const double sp = l.sequence_parallel ? l.tp : 1;
-  return static_cast<double>(c.seq_length) * l.micro_batch_size * c.hidden_size * l.activation_bytes() / sp;
+  return l.sequence_per_rank(c.seq_length) * l.micro_batch_size * c.hidden_size * l.activation_bytes() / sp;
 }
 
 MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage, int in_flight) {
@@ -150,7 +156,7 @@ MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const
   // parameter, sharded by the distributed optimizer over the group that reduces the gradients: the
   // data-parallel group for dense parameters, the expert-data-parallel group for expert ones.
   const double state = mixed ? 12 : 8;
-  m.optimizer = params.dense * state / (l.distributed_optimizer ? l.dp : 1);
+  m.optimizer = params.dense * state / (l.distributed_optimizer ? l.gradient_group() : 1);
   if (params.expert > 0) m.optimizer += params.expert * state / (l.distributed_optimizer ? l.edp() : 1);
 
   // Layers differ when some are MoE layers (or a pyramid's have more experts): a held micro-batch of a
@@ -179,8 +185,8 @@ MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const
   // While a layer's backward runs, its gradients of the same tensors exist besides the saved ones: one
   // more layer's worth of working memory.
   m.activations += largest_layer;
-  const double s = c.seq_length, b = l.micro_batch_size, h = c.hidden_size, e = l.activation_bytes();
-  const double sp = l.sequence_parallel ? l.tp : 1;
+  const double s = l.sequence_per_rank(c.seq_length), b = l.micro_batch_size, h = c.hidden_size;
+  const double e = l.activation_bytes(), sp = l.sequence_parallel ? l.tp : 1;
   if (stage == 0) {  // the embedding's output and its dropout mask, for each held micro-batch of chunk 0
     const int chunk0 = (in_flight + l.virtual_stages - 1) / l.virtual_stages;
     m.activations += chunk0 * s * b * h * (e + (c.hidden_dropout > 0 ? 1 : 0)) / sp;
@@ -192,6 +198,7 @@ MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const
   if (l.pp > 1) m.communication += 2 * s * b * h * e;
   if (l.sequence_parallel) m.communication += s * b * h * e;
   m.communication += largest_rows * h * e;
+  m.communication += ring_buffer_bytes(c, l);
   m.reserved = d.reserved_bytes;
   return m;
 }

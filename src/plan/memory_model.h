@@ -55,6 +55,12 @@ double layer_activation_bytes(const model::ModelConfig& c, const Layout& l, int6
 // parallelism).
 double layer_input_bytes(const model::ModelConfig& c, const Layout& l);
 
+// The ring's buffers of context parallelism (0 at cp 1), held while one layer's attention runs: in
+// backward, the next rank's keys and values arriving, the earlier ranks' dK and dV arriving, this step's
+// dK and dV, and the previous step's sum in flight to the next rank: four times the K and V of the
+// seq / cp tokens a rank holds (a forward step holds only the first).
+double ring_buffer_bytes(const model::ModelConfig& c, const Layout& l);
+
 struct MemoryBreakdown {
   double parameters = 0, gradients = 0, optimizer = 0, activations = 0, communication = 0, reserved = 0;
   int in_flight = 0;  // (micro-batch, chunk) pairs whose activations the stage holds at its peak

@@ -200,6 +200,50 @@ TEST(MoeMemory, OneExpertOfTopOneIsTheDenseMlpPlusTheRouting) {
   EXPECT_DOUBLE_EQ(routed_rows(c, l, 1), 4 * std::ceil(tokens / 2 / 4 * 2));
 }
 
+// Context parallelism (issue 37): each rank keeps the activations of its seq / cp tokens, plus the ring's
+// four key/value-sized buffers; dense optimizer state is sharded over dp x cp.
+TEST(ContextParallelMemory, ActivationsPerRankShrinkByCpAndTheRingAddsItsBuffers) {
+  model::ModelConfig c = gpt(8, 1024, 16, 8192);
+  c.num_query_groups = 4;  // grouped-query attention: K and V are a quarter of Q
+  Layout one;
+  one.tp = 2;
+  one.sequence_parallel = true;
+  one.dp = 2;
+  one.global_batch_size = 2;
+  one.flash_attention = true;
+  Layout two = one;
+  two.cp = 2;
+  two.dp = 1;
+  const DeviceSpec d = find_device("A100-80GB");
+  EXPECT_EQ(layout_problem(c, two, 4), "");
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(c, two, 1), layer_activation_bytes(c, one, 1) / 2);
+  const MemoryBreakdown m1 = stage_memory(c, one, d, 0, 1), m2 = stage_memory(c, two, d, 0, 1);
+  EXPECT_DOUBLE_EQ(m2.activations, m1.activations / 2);  // the layers, the embedding's output, the logits
+  const double kv_bytes = 2.0 * 4 * 64 / 2 * 2;  // K and V per token on one tensor rank, bf16
+  EXPECT_DOUBLE_EQ(ring_buffer_bytes(c, two), 4 * 4096 * kv_bytes);
+  EXPECT_DOUBLE_EQ(m2.communication - m1.communication / 2, ring_buffer_bytes(c, two));  // sp's gather halves
+  EXPECT_EQ(ring_buffer_bytes(c, one), 0);
+  EXPECT_DOUBLE_EQ(m2.parameters + m2.gradients + m2.optimizer, m1.parameters + m1.gradients + m1.optimizer);
+  one.distributed_optimizer = two.distributed_optimizer = true;  // sharded over dp 2, and over dp 1 x cp 2
+  EXPECT_DOUBLE_EQ(stage_memory(c, two, d, 0, 1).optimizer, stage_memory(c, one, d, 0, 1).optimizer);
+  // Without flash attention a cp 1 layer keeps the s x s scores; the ring is the flash kernel's blocks.
+  one.flash_attention = two.flash_attention = false;
+  EXPECT_GT(layer_activation_bytes(c, one, 1), 4 * layer_activation_bytes(c, two, 1));
+  // The trainer's rules: 2 cp chunks, and under sequence parallelism seq / cp divisible by tp.
+  two.cp = 3;
+  two.dp = 1;
+  two.tp = 1;
+  two.sequence_parallel = false;
+  std::string family;
+  EXPECT_NE(layout_problem(c, two, 3, &family).find("2 x cp 3"), std::string::npos);
+  EXPECT_EQ(family, "divisibility");
+  c.seq_length = 8196;  // 2 x cp 2 chunks, but 4098 tokens per rank are not divisible by tp 4
+  two.cp = 2;
+  two.tp = 4;
+  two.sequence_parallel = true;
+  EXPECT_NE(layout_problem(c, two, 8).find("with --sequence-parallel"), std::string::npos);
+}
+
 TEST(Cluster, CollectiveCostsAndWhichLinksAGroupUses) {
   const DeviceSpec d = find_device("A100-80GB");
   // A tensor group of 8 stays in the node; its all-reduce is the ring's 2 (n-1)/n bytes over NVLink.

@@ -25,6 +25,8 @@ struct PipelineCosts {
   // Not simulated, reported: the part of forward_comm + backward_comm that is expert-parallel (an MoE
   // layer's token dispatch and combine), per (stage, chunk); empty for a dense model.
   std::vector<std::vector<double>> expert_comm;
+  // Likewise the part that is the ring's exposed exchange under context parallelism; empty at cp 1.
+  std::vector<std::vector<double>> context_comm;
 };
 
 struct TimelineEvent {

@@ -26,7 +26,7 @@ double recompute_flops(const model::ModelConfig& c, const Layout& l, double mega
 // refines one layout at 8 tokens).
 std::vector<int64_t> searched_token_slices(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
   const int64_t unit = std::max<int64_t>(1, c.seq_length / 32 / pipeline::kTokenSliceUnit) * pipeline::kTokenSliceUnit;
-  if (l.pp == 1 || l.virtual_stages > 1 || c.seq_length % unit != 0) return {};
+  if (l.pp == 1 || l.virtual_stages > 1 || l.cp > 1 || c.seq_length % unit != 0) return {};
   return best_token_slicing(c.seq_length, unit, stage_slice_cost(c, l, d), l.micro_batches(), l.pp);
 }
 
@@ -87,12 +87,16 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
       iteration = end;
       plan.critical_stage = r;
       // The simulator's exposed communication of an op is tensor- and expert-parallel together.
-      double expert = 0;
+      // (and the ring's exposed exchange under context parallelism).
+      double expert = 0, context = 0;
       if (!costs.expert_comm.empty())
         for (double chunk : costs.expert_comm[r]) expert += chunk * shape.micro_batches;
+      if (!costs.context_comm.empty())
+        for (double chunk : costs.context_comm[r]) context += chunk * shape.micro_batches;
       plan.time.compute = plan.pipeline.compute[r];
-      plan.time.tensor_parallel = std::max(0.0, plan.pipeline.tp_comm[r] - expert);  // not below by rounding
+      plan.time.tensor_parallel = std::max(0.0, plan.pipeline.tp_comm[r] - expert - context);  // not below by rounding
       plan.time.expert_parallel = expert;
+      plan.time.context_parallel = context;
       plan.time.pipeline_p2p = plan.pipeline.p2p[r];
       plan.time.pipeline_bubble = plan.pipeline.bubble[r];
       plan.time.data_parallel = dp;
@@ -125,6 +129,11 @@ SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, con
   for (int ep = 2; moe && experts.ep == 0 && ep <= n; ++ep)
     if (std::all_of(c.moe.layer_experts.begin(), c.moe.layer_experts.end(), [&](int64_t e) { return e % ep == 0; }))
       eps.push_back(ep);
+  // cp: the fixed value, or 1 and the divisors of the devices that cut the sequence into 2 cp chunks of
+  // which each rank keeps at least kSearchMinContextTokens (tp's own divisibility is checked below).
+  std::vector<int> cps = {experts.cp > 0 ? experts.cp : 1};
+  for (int cp = 2; experts.cp == 0 && !moe && cp <= n; ++cp)
+    if (n % cp == 0 && c.seq_length % (2 * cp) == 0 && c.seq_length / cp >= kSearchMinContextTokens) cps.push_back(cp);
   for (int tp = 1; tp <= n; ++tp) {
     if (n % tp != 0) continue;
     const model::ModelConfig ct = config_for_tp(c, tp, make_vocab_size_divisible_by);
@@ -134,6 +143,7 @@ SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, con
     Layout family_layout = base;
     family_layout.tp = tp;
     family_layout.dp = n / tp;
+    family_layout.cp = 1;
     family_layout.ep = 1;
     family_layout.etp = moe ? 1 : 0;
     family_layout.micro_batch_size = 1;
@@ -143,11 +153,14 @@ SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, con
       result.rejected.push_back({family_layout, family, problem});  // one entry for every layout with this tp
       continue;
     }
+    for (int cp : cps)
     for (int pp = 1; pp <= n / tp; ++pp) {
-      if ((n / tp) % pp != 0) continue;
-      const int dp = n / (tp * pp);
+      if (n % (static_cast<int64_t>(tp) * cp) != 0) break;  // a searched cp that does not fit beside this tp
+      if ((n / (tp * cp)) % pp != 0) continue;
+      const int dp = n / (tp * cp * pp);
       if (c.num_layers % pp != 0) {
         Layout l = family_layout;
+        l.cp = cp;
         l.pp = pp;
         l.dp = dp;
         result.rejected.push_back({l, "divisibility", str_cat("--num-layers=", c.num_layers, " does not split over pp ", pp)});
@@ -164,6 +177,7 @@ SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, con
               if (moe && (n / pp) % (etp * ep) != 0 && experts.ep == 0 && experts.etp == 0) continue;
               Layout l = base;
               l.tp = tp;
+              l.cp = cp;
               l.pp = pp;
               l.dp = dp;
               l.ep = ep;

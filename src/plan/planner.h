@@ -24,8 +24,10 @@ double ptdp_flops_per_iteration(const model::ModelConfig& c, int64_t global_batc
 struct IterationTime {
   double compute = 0, tensor_parallel = 0, pipeline_p2p = 0, pipeline_bubble = 0, data_parallel = 0, optimizer = 0;
   double expert_parallel = 0;  // MoE layers' token dispatch and combine (all-to-all over ep, etp gathers)
+  double context_parallel = 0;  // the ring's key/value exchange not hidden by the blocks' attention (cp > 1)
   double total() const {
-    return compute + tensor_parallel + expert_parallel + pipeline_p2p + pipeline_bubble + data_parallel + optimizer;
+    return compute + tensor_parallel + expert_parallel + context_parallel + pipeline_p2p + pipeline_bubble +
+           data_parallel + optimizer;
   }
 };
 
@@ -66,10 +68,18 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
 // devices) and etp over {1, tp}, unless `experts` fixes them; and sequence parallelism is on whenever
 // tp > 1, as MoE under tensor parallelism requires. Each pipelined layout (pp > 1, v = 1) is also
 // planned with TeraPipe's token slices as its dynamic program picks them (plan/token_slicing.h), when it
-// cuts the sequence.
+// cuts the sequence. Context parallelism: cp over the divisors of devices / tp that cut the sequence into
+// 2 cp chunks and leave each rank at least kSearchMinContextTokens tokens (cp 1 always), or only the
+// fixed value; cp x tp x pp x dp = devices.
 struct ExpertSearch {
   int ep = 0, etp = 0;  // > 0: only this value (--expert-model-parallel-size, --expert-tensor-parallel-size)
+  int cp = 0;           // > 0: only this context-parallel size (--context-parallel-size)
 };
+// The fewest tokens of a sequence the search leaves a rank under cp > 1. Megatron applies context
+// parallelism to long sequences (8k tokens and more); a shorter share makes the ring's steps as short as
+// its per-hop latency and the kernels' floors, and searching it would multiply every search's layouts
+// for sequences that fit without it.
+inline constexpr int64_t kSearchMinContextTokens = 2048;
 struct Rejected {
   Layout layout;
   std::string family;  // "memory", "divisibility", "batch", "experts"

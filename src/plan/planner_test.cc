@@ -217,6 +217,77 @@ TEST(Planner, DensePlansAreUnchangedByTheMoeModel) {
   EXPECT_DOUBLE_EQ(whole.back()->tflops_per_device, 27.800110247993526);
 }
 
+// Plans of context parallelism 1 must not change with it (issue 37): numbers printed by the planner
+// before it priced cp, for a sliced pipeline with full recomputation, fp16 and an untied head, and for
+// a non-flash, selectively recomputed layout with the fixed per-kernel costs on.
+std::vector<double> plan_fingerprint(const Plan& p) {
+  std::vector<double> out = {p.peak_memory(), p.time.compute, p.time.tensor_parallel, p.time.pipeline_p2p,
+                             p.time.pipeline_bubble, p.time.data_parallel, p.time.optimizer, p.tflops_per_device};
+  for (const MemoryBreakdown& m : p.memory) out.insert(out.end(), {m.activations, m.communication, m.total()});
+  return out;
+}
+
+TEST(Planner, PlansOfContextParallelOneAreUnchanged) {
+  model::ModelConfig c = paper_gpt(8, 1024, 16, 2048, 51200);
+  c.untie_embeddings_and_output_weights = true;
+  Layout sliced;
+  sliced.tp = 4;
+  sliced.pp = 2;
+  sliced.dp = 2;
+  sliced.global_batch_size = 16;
+  sliced.recompute = Recompute::Full;
+  sliced.recompute_num_layers = 2;
+  sliced.precision = Precision::Fp16;
+  sliced.flash_attention = true;
+  sliced.token_slices = {768, 640, 640};
+  Layout plain;
+  plain.tp = 2;
+  plain.dp = 8;
+  plain.micro_batch_size = 2;
+  plain.global_batch_size = 64;
+  plain.recompute = Recompute::Selective;
+  plain.overlap_grad_reduce = true;
+  plain.ddp_bucket_size = 4000000;
+  const ClusterSpec cluster{find_device("A100-80GB"), 16};
+  const std::vector<double> sliced_golden = {
+      0x1.4c938p+31, 0x1.4fa4593938124p-6, 0x1.8e9702e94e0efp-7, 0x1.b29d41398ef4cp-11, 0x1.4a0358974aecp-7,
+      0x1.01d976e3e43dp-12, 0x1.1e1fbff6a538p-11, 0x1.9dc9cac4c5cddp+5, 0x1.f06p+26, 0x1p+23, 0x1.45928p+31,
+      0x1.a83p+27, 0x1p+23, 0x1.4c938p+31};
+  const std::vector<double> plain_golden = {
+      0x1.4fd5fp+32, 0x1.a41a12f03f6d8p-4, 0x1.61511920105f3p-8, 0x0p+0, 0x0p+0, 0x1.039da46527b88p-8,
+      0x1.0dd36023ce777p-9, 0x1.41f77962cc9dep+6, 0x1.7dp+30, 0x0p+0, 0x1.4fd5fp+32};
+  EXPECT_EQ(plan_fingerprint(make_plan(c, sliced, cluster, {})), sliced_golden);  // bit for bit
+  EXPECT_EQ(plan_fingerprint(make_plan(c, plain, cluster, {})), plain_golden);
+}
+
+// A 256k-token sequence of a 7B-wide model does not fit one A100 at any tp x pp of 8 devices (with flash
+// attention): the search finds context parallelism, with the ring's exposed exchange its own part.
+TEST(Planner, SearchFindsContextParallelismForASequenceThatDoesNotFitWithoutIt) {
+  model::ModelConfig c = paper_gpt(8, 4096, 32, 262144, 32000);
+  c.position_embedding = model::PositionEmbedding::Rope;
+  const ClusterSpec cluster{find_device("A100-80GB"), 8};
+  Layout base;
+  base.dp = 8;
+  base.global_batch_size = 8;
+  base.flash_attention = true;
+  const SearchResult r = search_layouts(c, base, cluster, {}, 128);
+  int rejected_without_cp = 0;
+  for (const Rejected& x : r.rejected)
+    if (x.layout.cp == 1 && x.family != "divisibility" && x.family != "batch") {
+      EXPECT_EQ(x.family, "memory") << describe(x.layout) << ": " << x.reason;
+      ++rejected_without_cp;
+    }
+  EXPECT_GT(rejected_without_cp, 0);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const Plan& p : r.ranked) EXPECT_GT(p.layout.cp, 1) << describe(p.layout);
+  EXPECT_GT(r.ranked.front().time.context_parallel, 0);
+  EXPECT_NE(describe(r.ranked.front().layout).find(" cp"), std::string::npos);
+  // Fixing cp searches only it.
+  const SearchResult fixed = search_layouts(c, base, cluster, {}, 128, {0, 0, 4});
+  ASSERT_FALSE(fixed.ranked.empty());
+  for (const Plan& p : fixed.ranked) EXPECT_EQ(p.layout.cp, 4) << describe(p.layout);
+}
+
 // A GPT whose 256 experts per layer (17.2B parameters in each layer) fit in 80 GB only when split over
 // ep: without it a rank holds at least a quarter of them (tp <= 2 heads, pp <= 2 layers), 155 GB at
 // 18 bytes per parameter.

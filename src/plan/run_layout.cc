@@ -5,10 +5,9 @@
 namespace tessera::plan {
 
 Layout layout_of_run(const train::TrainArguments& a) {
-  TESSERA_CHECK(a.context_parallel_size == 1, "--context-parallel-size=", a.context_parallel_size,
-                ": the planner does not price context parallelism yet (issue 37)");
   Layout l;
   l.tp = static_cast<int>(a.tensor_model_parallel_size);
+  l.cp = static_cast<int>(a.context_parallel_size);
   l.pp = static_cast<int>(a.pipeline_model_parallel_size);
   l.dp = static_cast<int>(a.data_parallel_size());
   l.virtual_stages = static_cast<int>(a.virtual_pipeline_size);

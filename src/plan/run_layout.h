@@ -7,7 +7,7 @@
 
 namespace tessera::plan {
 
-// tp, pp, dp, virtual stages, ep, etp and the token dispatcher (an MoE model), sequence parallelism, batches, recomputation, the distributed optimizer and
+// tp, cp, pp, dp, virtual stages, ep, etp and the token dispatcher (an MoE model), sequence parallelism, batches, recomputation, the distributed optimizer and
 // its overlaps, and the precision (--bf16/--fp16) of the run. Attention is the flash kind (Tessera's CPU
 // kernel); a GPU plan without --use-flash-attn clears it.
 Layout layout_of_run(const train::TrainArguments& a);

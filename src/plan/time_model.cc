@@ -23,7 +23,7 @@ constexpr double kLayerElementwiseKernels = 6;
 // Bytes that norms, bias-dropout-add, activations and rotary move in one layer's forward, per the
 // passes each makes over its tensors (reads plus writes); backward moves about twice as much.
 double layer_elementwise_forward_bytes(const model::ModelConfig& c, const Layout& l, int64_t layer) {
-  const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size, e = l.activation_bytes();
+  const double tokens = l.sequence_per_rank(c.seq_length) * l.micro_batch_size, e = l.activation_bytes();
   const double h = c.hidden_size, t = l.tp, sp = l.sequence_parallel ? t : 1;
   const double mask = c.hidden_dropout > 0 ? 1 : 0;
   // Bias and GELU over an MLP's fc1 output (read, write), or SwiGLU (read two halves, write one).
@@ -52,7 +52,7 @@ double layer_elementwise_forward_bytes(const model::ModelConfig& c, const Layout
 // MLP; its experts have their own collectives), or under sequence parallelism an all-gather before and
 // a reduce-scatter after each (the same bytes).
 double tensor_parallel_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t layer) {
-  const double bytes = static_cast<double>(c.seq_length) * l.micro_batch_size * c.hidden_size * l.activation_bytes();
+  const double bytes = l.sequence_per_rank(c.seq_length) * l.micro_batch_size * c.hidden_size * l.activation_bytes();
   const model::MoeConfig& m = c.moe;
   const double blocks = 1 + (m.experts(layer) == 0 ? 1 : (m.shared_expert_intermediate_size > 0) + m.residual);
   if (l.sequence_parallel)
@@ -79,7 +79,7 @@ struct EndTimes {
 };
 
 EndTimes end_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
-  const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size, h = c.hidden_size;
+  const double tokens = l.sequence_per_rank(c.seq_length) * l.micro_batch_size, h = c.hidden_size;
   const double e = l.activation_bytes(), t = l.tp, sp = l.sequence_parallel ? t : 1;
   const double vocab = static_cast<double>(c.padded_vocab_size) / t, activation = tokens * h * e;
   // Embedding: gather rows, add positions, dropout; backward scatters into the (fp32) gradient rows.
@@ -169,8 +169,40 @@ AttentionTimes core_attention_times(const model::ModelConfig& c, const Layout& l
   return out;
 }
 
+RingTimes ring_attention_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+  RingTimes out;
+  if (l.cp == 1) return out;
+  // A step's blocks, counted as the whole-sequence attention counts them: every score of a causal
+  // block (the kernel's rate is per counted score), so a full block, twice a diagonal one's work, is
+  // two: each step's four chunk x chunk units are those of the rank's seq / cp queries and keys.
+  Layout flash = l;
+  flash.flash_attention = true;
+  const double s = l.sequence_per_rank(c.seq_length);
+  const AttentionTimes step = core_attention_times(c, flash, d, s, s);
+  out.step_forward = step.forward;
+  out.step_backward = step.backward;
+  // The keys and values of the rank's seq / cp tokens (their gradients as large), to the next rank of
+  // the cp group (stride tp): the ring is as slow as its slowest hop, across nodes when the group spans them.
+  const double kv = 2.0 * static_cast<double>(c.num_query_groups * c.kv_channels) / l.tp;
+  out.block_bytes = s * l.micro_batch_size * kv * l.activation_bytes();
+  const GroupLinks links = group_links(d, l.cp, l.tp);
+  out.exchange = out.block_bytes / links.bandwidth + links.latency;
+  // Forward: steps 0 .. cp - 2 pass the held block on while computing. Backward: steps 0 .. cp - 2 pass
+  // the keys and values on, steps 1 .. cp - 1 the previous step's dK, dV sum; the last sum goes home
+  // after the last step, exposed in full.
+  for (int step = 0; step < l.cp; ++step) {
+    const double forward = step + 1 < l.cp ? out.exchange : 0;
+    const double backward = forward + (step > 0 ? out.exchange : 0);
+    out.exposed_forward += std::max(0.0, forward - out.step_forward);
+    out.exposed_backward += std::max(0.0, backward - out.step_backward);
+  }
+  out.exposed_backward += out.exchange;
+  return out;
+}
+
 LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t layer) {
-  const double s = c.seq_length, b = l.micro_batch_size, tokens = s * b, h = c.hidden_size, t = l.tp;
+  const double s = l.sequence_per_rank(c.seq_length), b = l.micro_batch_size, tokens = s * b, h = c.hidden_size;
+  const double t = l.tp;
   const double e = l.activation_bytes(), head_dim = c.kv_channels;
   const double heads = static_cast<double>(c.num_attention_heads) / t;
   // Each linear layer: its forward GEMM, and what its weight gradient costs beyond that GEMM again.
@@ -197,22 +229,36 @@ LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const Devic
     if (m.residual) mlp(tokens, static_cast<double>(c.ffn_hidden_size), t, 1);
   }
 
-  // Core attention: QK^T and .V over the full s x s (as Megatron's FLOPs formula counts them).
-  const AttentionTimes attention = core_attention_times(c, l, d, s, s);
-  const double attention_forward = attention.forward, attention_backward = attention.backward;
+  // Core attention: QK^T and .V over the full s x s (as Megatron's FLOPs formula counts them); under
+  // context parallelism the ring's cp steps (ring_attention_times).
+  double attention_forward, attention_backward;
+  RingTimes ring;
+  if (l.cp == 1) {
+    const AttentionTimes attention = core_attention_times(c, l, d, s, s);
+    attention_forward = attention.forward;
+    attention_backward = attention.backward;
+  } else {
+    ring = ring_attention_times(c, l, d);
+    attention_forward = l.cp * ring.step_forward;
+    attention_backward = l.cp * ring.step_backward;
+  }
   const double elementwise = layer_elementwise_forward_bytes(c, l, layer) / d.memory_bandwidth;
 
   LayerTimes out;
   out.core_attention_forward = attention_forward;
   out.forward_compute = gemms + attention_forward + at_least_kernels(elementwise, kLayerElementwiseKernels, d);
   out.expert_forward_comm = out.expert_backward_comm = expert_parallel_seconds(c, l, d, layer);
-  out.forward_comm = tensor_parallel_seconds(c, l, d, layer) + out.expert_forward_comm;
-  out.backward_compute = 2 * gemms + weight_gradients + attention_backward + at_least_kernels(2 * elementwise, kLayerElementwiseKernels, d);
-  out.backward_comm = out.forward_comm;
+  out.context_forward_comm = ring.exposed_forward;
+  out.context_backward_comm = ring.exposed_backward;
+  out.forward_comm = tensor_parallel_seconds(c, l, d, layer) + out.expert_forward_comm + out.context_forward_comm;
+  out.backward_compute =
+      2 * gemms + weight_gradients + attention_backward + at_least_kernels(2 * elementwise, kLayerElementwiseKernels, d);
+  out.backward_comm = out.forward_comm - out.context_forward_comm + out.context_backward_comm;
   if (l.recompute == Recompute::Full) {
     out.backward_compute += out.forward_compute;
     out.backward_comm += out.forward_comm;
     out.expert_backward_comm += out.expert_forward_comm;
+    out.context_backward_comm += out.context_forward_comm;
   } else if (l.recompute == Recompute::Selective && !l.flash_attention) {
     out.backward_compute += attention_forward;
   }
@@ -220,7 +266,7 @@ LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const Devic
 }
 
 PipelineCosts pipeline_costs(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
-  const double tokens = static_cast<double>(c.seq_length) * l.micro_batch_size, h = c.hidden_size;
+  const double tokens = l.sequence_per_rank(c.seq_length) * l.micro_batch_size, h = c.hidden_size;
   const double e = l.activation_bytes(), t = l.tp;
   const double activation = tokens * h * e;
 
@@ -231,6 +277,7 @@ PipelineCosts pipeline_costs(const model::ModelConfig& c, const Layout& l, const
   auto grid = [&](double value) { return std::vector<std::vector<double>>(l.pp, std::vector<double>(l.virtual_stages, value)); };
   costs.forward_compute = costs.forward_comm = costs.backward_compute = costs.backward_comm = grid(0);
   if (c.moe.enabled()) costs.expert_comm = grid(0);
+  if (l.cp > 1) costs.context_comm = grid(0);
   for (int r = 0; r < l.pp; ++r)
     for (int j = 0; j < l.virtual_stages; ++j) {
       // Layers of one kind (a dense MLP, or MoE with so many experts) cost the same: price each kind once.
@@ -247,6 +294,8 @@ PipelineCosts pipeline_costs(const model::ModelConfig& c, const Layout& l, const
         costs.backward_compute[r][j] += kind.second * layer.backward_compute;
         costs.backward_comm[r][j] += kind.second * layer.backward_comm;
         if (experts > 0) costs.expert_comm[r][j] += kind.second * (layer.expert_forward_comm + layer.expert_backward_comm);
+        if (l.cp > 1)
+          costs.context_comm[r][j] += kind.second * (layer.context_forward_comm + layer.context_backward_comm);
       }
     }
   costs.forward_compute[0][0] += embed_forward;
@@ -255,11 +304,11 @@ PipelineCosts pipeline_costs(const model::ModelConfig& c, const Layout& l, const
   costs.forward_comm[l.pp - 1][l.virtual_stages - 1] += head_forward_comm;
   costs.backward_compute[l.pp - 1][l.virtual_stages - 1] += head_backward;
   costs.backward_comm[l.pp - 1][l.virtual_stages - 1] += head_backward_comm;
-  // Neighbouring stages are tp * dp ranks apart. Each tensor rank sends 1/tp of the activation (PTD-P's
+  // Neighbouring stages are tp * cp * dp ranks apart. Each tensor rank sends 1/tp of the activation (PTD-P's
   // scatter/gather); the receiver all-gathers it over the fast intra-node links. Under sequence
   // parallelism the activation is already sharded, so no gather is needed.
   if (l.pp > 1) {
-    costs.p2p_transfer = p2p_seconds(d, activation / t, l.tp * l.dp);
+    costs.p2p_transfer = p2p_seconds(d, activation / t, l.tp * l.cp * l.dp);
     costs.p2p_local = l.sequence_parallel ? 0 : all_gather_seconds(d, activation, l.tp, 1);
   }
   return costs;
@@ -326,7 +375,7 @@ double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const
   const double param_bytes = l.precision == Precision::Fp32 ? 4 : 2;
   std::vector<Collective> reduces, gathers;  // gathers in increasing flat order
   for (const bool expert : {false, true}) {
-    const int group = expert ? l.edp() : l.dp, stride = expert ? l.expert_tp() * l.ep : l.tp;
+    const int group = expert ? l.edp() : l.gradient_group(), stride = expert ? l.expert_tp() * l.ep : l.tp;
     std::vector<Collective> buffer_gathers;
     for (double end = expert ? total.expert : total.dense; end > 0; end -= bucket) {
       const double begin = std::max(0.0, end - bucket), n = end - begin;
@@ -350,13 +399,13 @@ double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const
   double embedding = 0;
   const bool holds_tied_embedding = !c.untie_embeddings_and_output_weights && l.pp > 1 && (stage == 0 || stage == l.pp - 1);
   if (holds_tied_embedding)
-    embedding = all_reduce_seconds(d, vocab_rows * l.gradient_bytes(), 2, (l.pp - 1) * l.tp * l.dp);
+    embedding = all_reduce_seconds(d, vocab_rows * l.gradient_bytes(), 2, (l.pp - 1) * l.tp * l.cp * l.dp);
   return reduce + gather + embedding;
 }
 
 double optimizer_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage) {
   const RankParameters held = stage_parameters(c, l, stage);
-  const double params = held.dense / (l.distributed_optimizer ? l.dp : 1) +
+  const double params = held.dense / (l.distributed_optimizer ? l.gradient_group() : 1) +
                         held.expert / (l.distributed_optimizer ? l.edp() : 1);
   // Adam reads the gradient, master weight and both moments and writes them back (plus the 16-bit copy);
   // the gradient norm reads the gradients once more.

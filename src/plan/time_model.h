@@ -34,7 +34,26 @@ struct AttentionTimes {
 AttentionTimes core_attention_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, double queries,
                                     double keys);
 
-// Transformer layer `layer` (1-based), one micro-batch, one rank. Backward includes the recomputation
+// Ring attention (context parallelism, model/ring_attention.h) of one layer, one micro-batch, one rank:
+// cp steps, at each of which the rank's two query chunks attend to the key/value chunks it holds, only
+// the causal block pairs (Megatron's load balance: three chunk x chunk blocks at step 0, of which two
+// diagonal, two full ones at the others, the same on every rank). Counted as core_attention_times counts
+// the whole sequence (every score of a causal block), a step is core attention on seq / cp queries and
+// keys, and the rank's cp steps are 1 / cp of the whole sequence's. The exchange of a step sends the held
+// keys and values (seq / cp tokens) to the next rank of the cp group while the step computes: forward
+// cp - 1 exchanges; backward cp - 1 of keys and values and, from step 1, the dK, dV sums with them, and
+// the final sum's hop home after the last step. Exposed per step: max(0, exchange - step compute).
+// All zero at cp 1.
+struct RingTimes {
+  double step_forward = 0, step_backward = 0;  // one step's attention compute
+  double block_bytes = 0, exchange = 0;        // one step's keys and values, and their hop's seconds
+  double exposed_forward = 0, exposed_backward = 0;
+};
+RingTimes ring_attention_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d);
+
+// Transformer layer `layer` (1-based), one micro-batch, one rank. Under context parallelism it holds
+// seq / cp tokens of each sequence (its GEMMs, elementwise kernels and tensor-parallel collectives scale
+// with them) and attention is the ring's (ring_attention_times). Backward includes the recomputation
 // that the layout asks for (the whole forward for full, the core attention for selective).
 // An MoE layer's feed-forward is its router (an fp32 GEMM over the rank's T = s*b/tp tokens), its local
 // experts' GEMMs as one batched product over the rows they receive (etp x routed_rows, balanced routing:
@@ -50,6 +69,9 @@ struct LayerTimes {
   // reduce-scatter over etp; the allgather dispatcher all-gathers and reduce-scatters them over etp x ep.
   // Backward runs the same collectives as forward (plus forward's again under full recomputation).
   double expert_forward_comm = 0, expert_backward_comm = 0;
+  // Part of forward_comm and backward_comm: the exposed part of the ring's exchange under context
+  // parallelism (RingTimes; 0 at cp 1).
+  double context_forward_comm = 0, context_backward_comm = 0;
 };
 LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t layer);
 
@@ -67,7 +89,8 @@ struct Collective {
 };
 double exposed_after_compute(const std::vector<Collective>& collectives, double compute);
 
-// After the last backward: the gradient reduction over the data-parallel group (all-reduce, or
+// After the last backward: the gradient reduction over the data-parallel group (dp x cp for dense
+// gradients under context parallelism; all-reduce, or
 // reduce-scatter plus the all-gather of updated parameters with the distributed optimizer) and the tied
 // embedding's all-reduce between the first and last stage. The reduction is priced per bucket of
 // --ddp-bucket-size, cut from the end of the stage's buffer as the trainer does. Under

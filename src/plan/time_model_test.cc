@@ -141,6 +141,59 @@ model::ModelConfig moe_gpt2(int64_t experts) {
   return c;
 }
 
+// Ring attention (issue 37): a rank computes 1 / cp of the sequence's attention in cp steps; each step's
+// exchange of keys and values is hidden by the step's blocks when they take longer, else its excess is
+// exposed (forward cp - 1 steps; backward the keys and values with the dK, dV sums, and the last sum's
+// hop home, never hidden).
+TEST(ContextParallelTime, RingExchangeIsExposedOnlyWhereItOutlastsTheBlocks) {
+  model::ModelConfig c;
+  c.num_layers = 4;
+  c.hidden_size = 2048;
+  c.num_attention_heads = c.num_query_groups = 16;
+  c.kv_channels = 128;
+  c.ffn_hidden_size = 8192;
+  c.seq_length = c.max_position_embeddings = 32768;
+  c.vocab_size = c.padded_vocab_size = 32768;
+  DeviceSpec d = find_device("A100-80GB");
+  d.kernel_seconds = 0;
+  Layout l;
+  l.flash_attention = true;
+  l.cp = 4;
+  const RingTimes ring = ring_attention_times(c, l, d);
+  const AttentionTimes whole = core_attention_times(c, l, d, 32768, 32768);
+  EXPECT_NEAR(l.cp * ring.step_forward, whole.forward / l.cp, 1e-12 * whole.forward);
+  EXPECT_NEAR(l.cp * ring.step_backward, whole.backward / l.cp, 1e-12 * whole.backward);
+  EXPECT_DOUBLE_EQ(ring.block_bytes, 8192.0 * 2 * 2048 * 2);  // K and V of seq / cp tokens, bf16
+  EXPECT_GT(ring.step_forward, ring.exchange);                   // NVLink: the blocks hide the exchange
+  EXPECT_EQ(ring.exposed_forward, 0);
+  EXPECT_DOUBLE_EQ(ring.exposed_backward, ring.exchange);  // only the last dK, dV hop
+  const LayerTimes t = layer_times(c, l, d, 1);
+  EXPECT_DOUBLE_EQ(t.context_forward_comm, 0);
+  EXPECT_DOUBLE_EQ(t.context_backward_comm, ring.exchange);
+  // A link a thousand times slower: each step's exchange outlasts its blocks.
+  d.intra_node_bandwidth /= 1000;
+  const RingTimes slow = ring_attention_times(c, l, d);
+  ASSERT_GT(slow.exchange, slow.step_forward);
+  EXPECT_DOUBLE_EQ(slow.exposed_forward, 3 * (slow.exchange - slow.step_forward));
+  EXPECT_DOUBLE_EQ(slow.exposed_backward, 2 * (slow.exchange - slow.step_backward) +
+                                              2 * std::max(0.0, 2 * slow.exchange - slow.step_backward) +
+                                              slow.exchange);
+  EXPECT_DOUBLE_EQ(layer_times(c, l, d, 1).context_forward_comm, slow.exposed_forward);
+  l.cp = 1;
+  EXPECT_EQ(ring_attention_times(c, l, d).exposed_backward, 0);
+  // Dense gradients are reduced over dp x cp: cp 2 x dp 1 reduces as dp 2 does.
+  d = find_device("A100-80GB");
+  Layout dp2;
+  dp2.dp = 2;
+  dp2.global_batch_size = 2;
+  Layout cp2 = dp2;
+  cp2.dp = 1;
+  cp2.cp = 2;
+  EXPECT_NEAR(data_parallel_seconds(c, cp2, d, 0), data_parallel_seconds(c, dp2, d, 0),
+              1e-9 * data_parallel_seconds(c, dp2, d, 0));  // (less the backward they follow, rounded)
+  EXPECT_GT(data_parallel_seconds(c, cp2, d, 0), 0);
+}
+
 TEST(ExpertParallel, AllToAllIsFreeAtEpOneAndGrowsWithEp) {
   const model::ModelConfig c = moe_gpt2(64);
   const DeviceSpec d = find_device("A100-80GB");  // 8 per node

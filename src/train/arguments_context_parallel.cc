@@ -30,8 +30,10 @@ void finalize_context_parallel(TrainArguments& a) {
   not_yet(!a.model.moe.enabled(), "mixture-of-experts layers (--num-experts)");
   not_yet(a.token_slices.empty(), "--pipeline-token-slices");
   not_yet(!a.kd, "--kd");
-  not_yet(!a.use_distributed_optimizer, "--use-distributed-optimizer");
-  not_yet(!a.bf16 && !a.fp16, a.bf16 ? "--bf16" : "--fp16");
+  // The distributed optimizer reduce-scatters the dense gradients over data x context as the all-reduce
+  // sums them; --bf16 runs the ring on 16-bit inputs with the log-sum-exp merge in fp32. fp16's loss
+  // scaling with the ring is not tested yet.
+  not_yet(!a.fp16, "--fp16");
 }
 
 }  // namespace tessera::train

@@ -104,7 +104,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
               args_.moe_token_dispatcher_type == "allgather" ? parallel::TokenDispatcher::AllGather
                                                               : parallel::TokenDispatcher::AllToAll};
   tp_ = {&state_->tensor_group(), args_.sequence_parallel, &experts_};
-  cp_ = {&state_->context_group()};
+  cp_ = {&state_->context_group(), &ring_wait_seconds_};
   if (state_->world_rank() == 0) {
     log_ = std::make_unique<TrainingLog>(args_.log_dir, args_.tensorboard_dir);
     if (world->size() > 1) say(state_->describe());
@@ -593,7 +593,7 @@ void Trainer::log_timers(int64_t iterations) {
   const pipeline::PipelineTimes& t = times_;
   const int stage = state_->coordinates().pp;
   enum { kForward, kBackward, kP2p, kReduce, kOptimizer, kBubble, kPeak, kStage, kActivations, kActivationsTheory,
-         kAllTensors, kPeakRss, kFields };
+         kAllTensors, kPeakRss, kRingWait, kFields };
   Tensor mine = Tensor::empty({kFields});
   float* v = mine.f32();
   v[kForward] = static_cast<float>(t.forward * per_iteration_ms);
@@ -608,10 +608,11 @@ void Trainer::log_timers(int64_t iterations) {
   v[kActivationsTheory] = static_cast<float>(memory_.activations);
   v[kAllTensors] = static_cast<float>(TensorMemory::peak_bytes());
   v[kPeakRss] = static_cast<float>(peak_resident_bytes());  // the kernel's count, to check the one above
+  v[kRingWait] = static_cast<float>(ring_wait_seconds_ * per_iteration_ms);
   times_ = {};
   peak_activation_bytes_ = live_activation_bytes_;
   TensorMemory::reset_peak();
-  reduce_seconds_ = optimizer_seconds_ = 0;
+  reduce_seconds_ = optimizer_seconds_ = ring_wait_seconds_ = 0;
   peak_live_activations_ = 0;
   Tensor all = Tensor::empty({world_->size() * kFields});
   world_->all_gather(mine, all);
@@ -630,7 +631,9 @@ void Trainer::log_timers(int64_t iterations) {
   };
   say(str_cat("    timers (ms per iteration, min and max over ranks): forward-compute ", min_max(kForward),
               " | backward-compute ", min_max(kBackward), " | pipeline-p2p-wait ", min_max(kP2p),
-              " | grads-reduce ", min_max(kReduce), " | optimizer ", min_max(kOptimizer)));
+              " | grads-reduce ", min_max(kReduce), " | optimizer ", min_max(kOptimizer),
+              // The ring's exchange that its blocks did not hide (inside the compute timers above).
+              args_.context_parallel_size > 1 ? str_cat(" | cp-ring-wait (in compute) ", min_max(kRingWait)) : ""));
   // Memory of world rank 0, and the largest over ranks of what differs between them.
   auto max_over_ranks = [&](int field) {
     float hi = 0;

@@ -150,6 +150,7 @@ class Trainer {
   // Accounting since the last log line.
   pipeline::PipelineTimes times_;
   double reduce_seconds_ = 0, optimizer_seconds_ = 0;
+  double ring_wait_seconds_ = 0;  // ring attention's exposed exchange (cp > 1), part of the compute timers
   int peak_live_activations_ = 0;  // most micro-batch activation records (token slices' when sliced) held at once
   int64_t live_activation_bytes_ = 0, peak_activation_bytes_ = 0;  // held by the layer records
   MemoryPrediction memory_;
