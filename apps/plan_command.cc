@@ -19,6 +19,7 @@
 #include "plan/run_layout.h"
 #include "plan/chinchilla.h"
 #include "plan/planner.h"
+#include "plan/ouroboros.h"
 #include "plan/token_slicing.h"
 #include "plan/trace.h"
 #include "train/arguments.h"
@@ -356,6 +357,58 @@ void print_token_slicing(const TokenSlicing& s, const plan::Plan& p, const std::
               s.cache_bytes / (1024.0 * 1024.0));
 }
 
+// --pipeline-schedule ouroboros: its price (plan/ouroboros.h) beside 1F1B's on the same ranks, where the
+// layers also split over the P stages.
+int print_ouroboros(const model::ModelConfig& c, const plan::Layout& l, const plan::ClusterSpec& cluster, bool json) {
+  const plan::OuroborosPlan o = plan::plan_ouroboros(c, l, cluster.device);
+  double one_f_one_b = 0;  // 0: the layers do not split over P stages
+  if (plan::layout_problem(c, l, cluster.num_devices).empty())
+    one_f_one_b = plan::make_plan(c, l, cluster, {}).time.total();
+  const int P = l.pp;
+  if (json) {
+    std::cout << nlohmann::json{{"modules", o.modules},
+                                {"pipeline_ranks", P},
+                                {"module_forward_seconds", o.module_forward},
+                                {"module_backward_seconds", o.module_backward},
+                                {"forward_chain_seconds", o.forward_chain},
+                                {"rank_backward_seconds", o.rank_backward},
+                                {"error_gradient_seconds", o.error_gradients},
+                                {"rank_optimizer_seconds", o.rank_optimizer},
+                                {"iteration_seconds", o.iteration},
+                                {"rank_idle_seconds", o.rank_idle},
+                                {"weight_copy_bytes", o.weight_copy_bytes},
+                                {"activation_copy_bytes", o.activation_copy_bytes},
+                                {"one_f_one_b_iteration_seconds", one_f_one_b}}
+                     .dump(2)
+              << std::endl;
+    return 0;
+  }
+  std::printf("Ouroboros (--pipeline-schedule ouroboros): K = %d modules on %d pipeline ranks, rank 0 holding modules 0 "
+              "and %d (the tied embedding's two ends), %lld micro-batches per iteration\n",
+              o.modules, P, o.modules - 1, static_cast<long long>(l.micro_batches()));
+  std::printf("  %-7s %6s %12s %13s %8s\n", "module", "rank", "forward (s)", "backward (s)", "delay");
+  for (int k = 0; k < o.modules; ++k)
+    std::printf("  %-7d %6d %12.4g %13.4g %8d\n", k, k == o.modules - 1 ? 0 : k, o.module_forward[k],
+                o.module_backward[k], o.modules - 1 - k);
+  double slowest = 0;
+  for (int r = 0; r < P; ++r) slowest = std::max(slowest, o.rank_backward[r] + o.rank_optimizer[r]);
+  std::printf("  iteration %.4g s = the forward chain %.4g s (every module's forward and hand-off, one after another) "
+              "+ error gradients %.4g s + the slowest rank's backward and optimizer step %.4g s (every rank's "
+              "backward at once)\n",
+              o.iteration, o.forward_chain, o.error_gradients, slowest);
+  for (int r = 0; r < P; ++r)
+    std::printf("  rank %d: idle %.4g s per iteration; the delays keep %.4g MiB of earlier weights and %.4g MiB of "
+                "activations of earlier mini-batches\n",
+                r, o.rank_idle[r], o.weight_copy_bytes[r] / (1 << 20), o.activation_copy_bytes[r] / (1 << 20));
+  if (one_f_one_b > 0)
+    std::printf("  1F1B on the same %d ranks: %.4g s per iteration (Ouroboros %.2fx its speed)\n", P, one_f_one_b,
+                one_f_one_b / o.iteration);
+  else
+    std::printf("  1F1B on the same %d ranks: --num-layers=%lld does not split over %d stages\n", P,
+                static_cast<long long>(c.num_layers), P);
+  return 0;
+}
+
 int run_calibration(const model::ModelConfig& c, const plan::Layout& l, const PlanFlags& f) {
   comm::MpiRuntime mpi;
   std::unique_ptr<comm::ProcessGroup> world = comm::make_mpi_world_group();
@@ -501,6 +554,7 @@ int plan_command(const std::vector<std::string>& args) {
     if (!f.trace.empty() && !r.ranked.empty()) plan::write_chrome_trace(r.ranked.front(), f.trace);
     return r.ranked.empty() ? 1 : 0;
   }
+  if (a.pipeline_schedule == "ouroboros") return print_ouroboros(config, layout, cluster, f.json);
   // --pipeline-token-slices: the plan simulates the token-level schedule with the flag's slices (auto:
   // TeraPipe's dynamic program over the time model's slice costs).
   const bool sliced = !f.token_slices.empty();

@@ -177,4 +177,25 @@ check "--search ranks a token-sliced layout first for 2 sequences on 384 V100s: 
 expect_error "$gpt3 --pipeline-token-slices 1000,1000" "the slice lengths sum to 2000, not --seq-length=2048"
 expect_error "$gpt3 --pipeline-token-slices auto --search" "--search and sizing plan token slices by themselves"
 
+# Ouroboros priced on 2 pipeline ranks (K = 3 modules): the forward chain, every rank's backward at once,
+# the copies its delays keep, beside 1F1B on the same ranks.
+ouro="--num-layers 6 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --tokenizer-type NullTokenizer
+      --vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --pipeline-model-parallel-size 2
+      --pipeline-schedule ouroboros --device A100-80GB"
+out=$("$tessera" plan $ouro 2>&1)
+grep -q "K = 3 modules on 2 pipeline ranks" <<<"$out" && grep -q "1F1B on the same 2 ranks: " <<<"$out"
+check "plan --pipeline-schedule ouroboros prices the schedule beside 1F1B: $out" $?
+"$tessera" plan $ouro --json > "$work/ouro.json" 2>&1
+python3 - "$work/ouro.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+chain = sum(j["module_forward_seconds"])
+slowest = max(b + o for b, o in zip(j["rank_backward_seconds"], j["rank_optimizer_seconds"]))
+ok = (j["modules"] == 3 and chain < j["forward_chain_seconds"] and j["one_f_one_b_iteration_seconds"] > 0 and
+      abs(j["iteration_seconds"] - (j["forward_chain_seconds"] + j["error_gradient_seconds"] + slowest)) < 1e-12 and
+      j["weight_copy_bytes"][0] > j["weight_copy_bytes"][1] > 0)
+sys.exit(0 if ok else 1)
+EOF
+check "--json has the Ouroboros price's parts, adding up: $(head -c 400 "$work/ouro.json")" $?
+
 finish plan_cli
