@@ -4,12 +4,13 @@
 # Prints each run's iteration time (median of the logged intervals after the first) and final training
 # and validation loss, and draws loss against iterations and against wall time for both
 # (OUT/ouroboros_brown.png; the metrics stay in OUT/<schedule>/metrics.jsonl).
-# usage: bench/ouroboros_brown.sh [path/to/tessera] [iterations] [warm-up iterations]
+# usage: LR=1e-3 bench/ouroboros_brown.sh [path/to/tessera] [iterations] [warm-up iterations]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tessera=${1:-build/release/tessera}
 iters=${2:-300}
 warmup=${3:-20}
+lr=${LR:-1e-3}  # peak learning rate (cosine decay to a tenth)
 cache=${TESSERA_DATA_CACHE:-data-cache}
 out=${OUT_DIR:-out/ouroboros_brown}
 brown=$cache/brown
@@ -19,11 +20,11 @@ export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 model=(--num-layers 6 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128
        --data-path "$brown/brown_sp4096_text_document" --split 98,2,0
        --tokenizer-type SentencePieceTokenizer --tokenizer-model "$brown/brown_sp4096.model"
-       --micro-batch-size 4 --global-batch-size 8 --train-iters "$iters" --lr 1e-3 --min-lr 1e-4
+       --micro-batch-size 4 --global-batch-size 8 --train-iters "$iters" --lr "$lr" --min-lr "$(awk -v x="$lr" 'BEGIN { print x / 10 }')"
        --lr-decay-style cosine --lr-warmup-fraction 0.05 --weight-decay 0.1 --clip-grad 1.0
        --hidden-dropout 0 --attention-dropout 0 --log-interval 10 --eval-interval "$iters" --eval-iters 8
        --pipeline-model-parallel-size 2)
-echo "command: bench/ouroboros_brown.sh $tessera $iters $warmup"
+echo "command: LR=$lr bench/ouroboros_brown.sh $tessera $iters $warmup"
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(getconf _NPROCESSORS_ONLN) CPUs), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 rm -rf "$out"
 mkdir -p "$out"
