@@ -647,7 +647,19 @@ void Trainer::log_timers(int64_t iterations) {
               megabytes(max_over_ranks(kActivationsTheory)), ") | all tensors peak (max over ranks) ",
               megabytes(max_over_ranks(kAllTensors)), " | peak RSS (max over ranks) ",
               megabytes(max_over_ranks(kPeakRss))));
-  if (schedule_.stages == 1 || ouroboros_) return;
+  if (ouroboros_) {  // what the delays keep on this rank (docs/ouroboros.md, "What each module keeps")
+    std::string kept;
+    for (int k = 0; k < ouroboros_->modules(); ++k)
+      if (ouroboros_->holds(k))
+        kept += str_cat(kept.empty() ? "" : " | ", "module ", k, ": ", ouroboros_->held_weight_versions(k),
+                        " earlier weight versions (",
+                        megabytes(static_cast<double>(ouroboros_->held_weight_versions(k)) *
+                                  static_cast<double>(ouroboros_->parameters(k).values().nbytes())),
+                        " MB), ", ouroboros_->held_records(k), " activation records");
+    say(str_cat("    ouroboros delays keep (rank 0): ", kept));
+    return;
+  }
+  if (schedule_.stages == 1) return;
   // The bubble as (schedule time - compute) / compute, averaged over ranks, beside (p - 1) / (v m); and
   // each stage's most activation records held at once beside the schedule's maximum.
   double bubble = 0;

@@ -96,7 +96,12 @@ TEST(Trainer, OuroborosWithEveryIterationSynchronousIsPlainTraining) {
   ASSERT_EQ(a.numel(), b.numel());
   EXPECT_EQ(std::memcmp(a.f32(), b.f32(), a.numel() * sizeof(float)), 0);
   Trainer delayed = make_trainer(run + "--pipeline-schedule ouroboros --ouroboros-modules 2 --ouroboros-warmup-iters 1");
+  ::testing::internal::CaptureStdout();
   delayed.train();
+  const std::string log = ::testing::internal::GetCapturedStdout();
+  // The log's memory report shows the copies the delay keeps: module 0 (delay 1) its last weights.
+  EXPECT_NE(log.find("ouroboros delays keep (rank 0): module 0: 1 earlier weight versions ("), std::string::npos) << log;
+  EXPECT_NE(log.find("module 1: 0 earlier weight versions (0"), std::string::npos) << log;
   EXPECT_EQ(delayed.losses()[1], plain.losses()[1]);  // iteration 2 runs forward at the synchronous weights
   EXPECT_NE(delayed.losses()[2], plain.losses()[2]);
   EXPECT_TRUE(std::isfinite(delayed.losses()[2]));
