@@ -204,23 +204,27 @@ TEST(ContextParallel, CheckpointSavedAtOneContextSizeResumesAtAnother) {
 // partial sums round at other places than one process's, so cp 2 (with the distributed optimizer at
 // 4 ranks) follows the single-process bf16 run closely rather than bitwise (the tolerance of the other
 // bf16 layout tests).
-TEST(ContextParallel, Bf16FollowsTheSingleProcessBf16Run) {
+TEST(ContextParallel, SixteenBitRunsFollowTheSingleProcessRunInTheirPrecision) {
   auto world = comm::make_mpi_world_group();
   const int n = world->size();
   if (n != 2 && n != 4) GTEST_SKIP() << "runs cp 2 at 2 and 4 ranks";
   const int64_t global_batch = n;  // 2 micro-batches per data-parallel replica
   const std::string extra = n == 4 ? "--use-distributed-optimizer" : "";
-  Trainer t(parse_train_arguments(split_flags(flags(2, global_batch, 6, str_cat("--bf16 ", extra))), n), world.get());
-  t.train();
-  Trainer& single = reference(global_batch, 6, "--bf16");
-  ASSERT_EQ(t.losses().size(), 6u);
-  for (size_t i = 0; i < t.losses().size(); ++i)
-    EXPECT_NEAR(t.losses()[i], single.losses()[i], 2e-3 * std::abs(single.losses()[i])) << "iteration " << i + 1;
-  // And the rounding happened: bf16 is not fp32, and the cp run is nearer the bf16 run than the fp32 one
-  // (they differ by about 1e-4 here, less than the tolerance above).
-  const double fp32 = reference(global_batch, 6, "").losses()[5];
-  EXPECT_NE(single.losses()[5], fp32);
-  EXPECT_LT(std::abs(t.losses()[5] - single.losses()[5]), std::abs(t.losses()[5] - fp32));
+  for (const std::string precision : {"--bf16", "--fp16"}) {
+    SCOPED_TRACE(precision);
+    Trainer t(parse_train_arguments(split_flags(flags(2, global_batch, 6, str_cat(precision, " ", extra))), n),
+              world.get());
+    t.train();
+    Trainer& single = reference(global_batch, 6, precision);
+    ASSERT_EQ(t.losses().size(), 6u);
+    for (size_t i = 0; i < t.losses().size(); ++i)
+      EXPECT_NEAR(t.losses()[i], single.losses()[i], 2e-3 * std::abs(single.losses()[i])) << "iteration " << i + 1;
+    // And the rounding happened: 16-bit is not fp32, and the cp run is nearer the 16-bit run than the fp32
+    // one (they differ by about 1e-4 here, less than the tolerance above).
+    const double fp32 = reference(global_batch, 6, "").losses()[5];
+    EXPECT_NE(single.losses()[5], fp32);
+    EXPECT_LT(std::abs(t.losses()[5] - single.losses()[5]), std::abs(t.losses()[5] - fp32));
+  }
 }
 
 TEST(ContextParallel, CombinationsNotBuiltYetAreRefusedByName) {
@@ -241,7 +245,6 @@ TEST(ContextParallel, CombinationsNotBuiltYetAreRefusedByName) {
   expect_error("--seq-length 20 --tensor-model-parallel-size 4 --sequence-parallel", 2, 8,
                "--seq-length=20: divided by --context-parallel-size=2 (10 positions per rank) must be divisible by "
                "--tensor-model-parallel-size=4 with --sequence-parallel");
-  expect_error("--fp16", 2, 4, "--context-parallel-size=2: cannot be combined with --fp16 yet (issue 37)");
 }
 
 }  // namespace
