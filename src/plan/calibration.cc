@@ -53,21 +53,40 @@ DType gemm_input_type(Precision p) {
 
 // Forward C = A B^T, input gradient dA = dC B, weight gradient dB = dC^T A: the three products of a linear
 // layer with m tokens, n outputs and k inputs, with the run's GEMM input type (16-bit under --bf16/--fp16).
+// As in training, each product reads a weight and accumulates into a weight gradient that other layers'
+// work has pushed out of the caches: the measurement cycles through copies of them that together exceed
+// the caches (kColdBytes), which is what a token slice's few rows cannot hide behind their FLOPs.
+constexpr double kColdBytes = 64.0 * (1 << 20);
+int cold_copies(const GemmShape& s) {
+  return static_cast<int>(std::clamp(kColdBytes / (2 * 4.0 * static_cast<double>(s.n * s.k)), 1.0, 64.0));
+}
+
 double linear_gemm_rate(comm::ProcessGroup& world, const GemmShape& s, DType input_type, double budget) {
-  Tensor a = Tensor::empty({s.m, s.k}), b = Tensor::empty({s.n, s.k}), c = Tensor::empty({s.m, s.n});
-  Tensor da = Tensor::empty({s.m, s.k}), db = Tensor::empty({s.n, s.k});
+  Tensor a = Tensor::empty({s.m, s.k}), c = Tensor::empty({s.m, s.n}), da = Tensor::empty({s.m, s.k});
   fill(a, 0.01f);
-  fill(b, 0.02f);
   fill(c, 0.03f);
+  const int copies = cold_copies(s);
+  std::vector<Tensor> weights, weight_grads;
+  for (int i = 0; i < copies; ++i) {
+    weights.push_back(Tensor::empty({s.n, s.k}));
+    weight_grads.push_back(Tensor::zeros({s.n, s.k}));
+    fill(weights.back(), 0.02f);
+  }
   using kernels::Trans;
   auto gemm = [input_type](kernels::GemmArgs g) {
     g.input_type = input_type;
     kernels::gemm(g);
   };
+  int next = 0;
   const double seconds = time_per_run(world, budget, [&] {
+    const Tensor& b = weights[next];
+    const Tensor& db = weight_grads[next];
+    next = (next + 1) % copies;
     gemm({Trans::N, Trans::T, s.m, s.n, s.k, a.f32(), s.k, b.f32(), s.k, c.f32(), s.n});
     gemm({Trans::N, Trans::N, s.m, s.k, s.n, c.f32(), s.n, b.f32(), s.k, da.f32(), s.k});
-    gemm({Trans::T, Trans::N, s.n, s.k, s.m, c.f32(), s.n, a.f32(), s.k, db.f32(), s.k});
+    kernels::GemmArgs accumulate{Trans::T, Trans::N, s.n, s.k, s.m, c.f32(), s.n, a.f32(), s.k, db.f32(), s.k};
+    accumulate.beta = 1.0f;  // the weight gradient accumulates, as over micro-batches and slices
+    gemm(accumulate);
   });
   return 3 * 2.0 * static_cast<double>(s.m) * s.n * s.k / seconds;
 }
@@ -204,7 +223,7 @@ DeviceSpec calibrate_device(const model::ModelConfig& c, const Layout& l, comm::
   // by now; less the largest measurement buffers (the heap keeps them, as it keeps training's).
   double largest_buffers = 0;
   for (const GemmShape& s : model_gemm_shapes(c, l))
-    largest_buffers = std::max(largest_buffers, 4.0 * (2 * s.m * s.k + 2 * s.n * s.k + s.m * s.n));
+    largest_buffers = std::max(largest_buffers, 4.0 * (2 * s.m * s.k + 2 * cold_copies(s) * s.n * s.k + s.m * s.n));
   d.reserved_bytes = std::max(d.reserved_bytes, resident_bytes() - largest_buffers);
   d.memory_bandwidth = memory_bandwidth(world, seconds_per_measurement);
   d.kernel_seconds = kernel_floor(world, seconds_per_measurement);
