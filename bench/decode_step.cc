@@ -9,6 +9,7 @@
 // Run: build/release/bench_decode_step [--rounds R] [--layers L] [--hidden H] [--packed 0|1] (0: oneDNN's
 // matmul on the weights as stored, as before kernels/packed_linear.h). With TESSERA_PROFILE=1 it
 // also prints, per batch size, where the timed steps' time went (kernels/profiler rows, ms per step).
+// Last, the roofline of a step's products on this machine at this thread count (see weight_stream_gbs).
 // A benchmark, not a test: generation's outputs are checked in infer/*_test.cc.
 #include <malloc.h>
 #include <omp.h>
@@ -22,9 +23,12 @@
 #include <vector>
 
 #include "core/profiler.h"
+#include "core/testing.h"
 #include "core/thread_policy.h"
 #include "core/timer.h"
+#include "fma_peak.h"
 #include "infer/batch_decoder.h"
+#include "kernels/cpu/packed_linear.h"
 #include "model/model_factory.h"
 
 using namespace tessera;
@@ -75,6 +79,23 @@ std::vector<double> run_batch(const infer::ModelRunner& runner, int64_t batch, u
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// GB/s at which a one-row packed product streams an [out, in] weight from memory (median of 25 calls):
+// the rate at which a step of one sequence reads its weights.
+double weight_stream_gbs(int64_t out, int64_t in) {
+  const std::vector<float> w = testing::random_vector(out * in, 1), x = testing::random_vector(in, 2);
+  std::vector<float> packed((out + kernels::cpu::kPackedColumns - 1) / kernels::cpu::kPackedColumns *
+                            kernels::cpu::kPackedColumns * in),
+      y(out);
+  kernels::cpu::pack_linear_weight(w.data(), packed.data(), out, in);
+  std::vector<double> seconds;
+  for (int c = 0; c < 28; ++c) {
+    Timer t;
+    kernels::cpu::packed_linear_forward(x.data(), packed.data(), nullptr, y.data(), 1, in, out);
+    if (c >= 3) seconds.push_back(t.seconds());
+  }
+  return 4.0 * static_cast<double>(out * in) / median(seconds) / 1e9;
 }
 
 }  // namespace
@@ -132,6 +153,16 @@ int main(int argc, char** argv) {
     std::printf("%10lld %12.3f %12.3f %12.2f\n", static_cast<long long>(b), 1e3 * median(s),
                 1e3 * s[s.size() * 9 / 10], median(s) / one);
   }
+
+  // A step reads every weight of the products once (4 bytes each, at the stream rate B) and does 2 n
+  // FLOP per weight for n sequences (at most the FMA peak F): its products take at least
+  // max(4 / B, 2 n / F) per weight, so against a step of one at least max(1, n B / (2 F)). No kernel
+  // beats this bound on this machine; the rest of a step (attention, sampling) only adds to it.
+  const double stream = weight_stream_gbs(config.padded_vocab_size, hidden), peak = bench::fma_peak_gflops();
+  std::printf("\nroofline of the products: weights streamed at %.1f GB/s (one-row product of the output layer),"
+              " FMA peak %.1f GFLOP/s\n%10s %22s\n", stream, peak, "sequences", "products bound x 1");
+  for (int64_t b : batches)
+    std::printf("%10lld %22.2f\n", static_cast<long long>(b), std::max(1.0, b * stream / (2 * peak)));
   for (int64_t b : batches)
     if (profiles.count(b))
       std::printf("\nprofile, %lld sequences (%lld timed steps and %d prompt steps):\n%s",

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/profiler.h"
+#include "kernels/parallel_grain.h"
 
 namespace tessera::infer {
 namespace {
@@ -91,6 +92,7 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
   // Sample the sequences that have read their prompt; the deciding rank's tokens for all of them at once.
   TESSERA_PROFILE_SCOPE("sampling");
   std::vector<size_t> sampling;
+  std::vector<uint64_t> keys;
   std::vector<int32_t> sampled;
   std::vector<bool> done(sequences_.size(), false);
   for (size_t i = 0; i < sequences_.size(); ++i) {
@@ -108,9 +110,18 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
       done[i] = true;
       continue;
     }
-    const uint64_t key = (s.request.prompt_index << 32) | static_cast<uint64_t>(generated);
     sampling.push_back(i);
-    sampled.push_back(sample_token(row.f32(), vocab, o.sampling, key));
+    keys.push_back((s.request.prompt_index << 32) | static_cast<uint64_t>(generated));
+  }
+  // Each row's token depends only on its logits, options and key, so the rows are sampled in parallel
+  // (a 32-sequence step spent 0.9 ms sampling one row after another; issue 40).
+  sampled.resize(sampling.size());
+  const int64_t rows = static_cast<int64_t>(sampling.size());
+#pragma omp parallel for schedule(dynamic) if (parallel : rows > 1 && kernels::parallel_worth(rows * vocab))
+  for (int64_t j = 0; j < rows; ++j) {
+    const size_t i = sampling[static_cast<size_t>(j)];
+    sampled[static_cast<size_t>(j)] = sample_token(logits.narrow(static_cast<int64_t>(i), 1).f32(), vocab,
+                                                   sequences_[i]->request.options->sampling, keys[static_cast<size_t>(j)]);
   }
   runner_.agree(sampled);
   for (size_t j = 0; j < sampling.size(); ++j) {

@@ -4,6 +4,7 @@
 #include "model/gpt_model.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -156,6 +157,35 @@ TEST(Generate, BatchedPromptsOfDifferentLengthsEqualOneAtATime) {
   EXPECT_EQ(generate(*runner, {prompts[0]}, o)[0].tokens, batch[0].tokens);
   // The same seed reproduces the output; another seed (almost surely) changes it.
   EXPECT_EQ(generate(*runner, prompts, o)[2].tokens, batch[2].tokens);
+}
+
+// With a vocabulary large enough for the rows of a step to be sampled in parallel, two threads draw the
+// tokens one thread draws, whichever thread samples which row (both top-k paths: one pass and sorting).
+TEST(Generate, RowsSampledInParallelEqualOneThread) {
+  model::ModelConfig c = tiny_config();
+  c.vocab_size = 20000;
+  c.padded_vocab_size = 20032;
+  model::ParameterSet params;
+  model::GptModel m(c, params);
+  params.allocate(11);
+  auto runner = make_model_runner(m, parallel::TensorParallelContext::single_process());
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {9}, {4, 4, 2, 7}, {5, 6}, {11, 12}, {13}};
+  const int threads = omp_get_max_threads();
+  for (int64_t top_k : {40, 0}) {
+    SCOPED_TRACE(str_cat("top_k=", top_k));
+    GenerationOptions o;
+    o.sampling.tokens_to_generate = 5;
+    o.sampling.top_k = top_k;
+    o.sampling.random_seed = 21;
+    omp_set_num_threads(1);
+    const std::vector<Generation> serial = generate(*runner, prompts, o);
+    omp_set_num_threads(2);
+    const std::vector<Generation> parallel = generate(*runner, prompts, o);
+    omp_set_num_threads(threads);
+    ASSERT_EQ(parallel.size(), serial.size());
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(parallel[i].tokens, serial[i].tokens) << "prompt " << i;
+    EXPECT_EQ(generate(*runner, {prompts[0]}, o)[0].tokens, serial[0].tokens);
+  }
 }
 
 // Decoding from packed weights (a loaded model's, kernels/packed_linear.h) gives the logits of oneDNN's
