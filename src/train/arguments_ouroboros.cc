@@ -37,10 +37,9 @@ void finalize_ouroboros(TrainArguments& a) {
     require(ok, flag, "ouroboros", str_cat("cannot be combined with ", what, " yet (issue 38)"));
   };
   // On P > 1 ranks module k on rank k and module K-1 beside module 0; each module may be split over T
-  // tensor ranks (without sequence parallelism: the activation between modules is whole on each).
-  const int64_t tp = a.tensor_model_parallel_size;
-  not_yet(a.world_size == pp * tp, str_cat("a job of ", a.world_size, " ranks for ", pp, " pipeline x ", tp,
-                                           " tensor ranks (data or context parallelism)"));
+  // tensor ranks (without sequence parallelism: the activation between modules is whole on each), and
+  // the whole ring replicated over D data-parallel ranks (world = P x T x D).
+  not_yet(a.context_parallel_size == 1, "--context-parallel-size");
   not_yet(!a.sequence_parallel, "--sequence-parallel");
   not_yet(a.virtual_pipeline_size == 1, "virtual pipeline stages (interleaving)");
   not_yet(a.token_slices.empty(), "--pipeline-token-slices");

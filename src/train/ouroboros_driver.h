@@ -42,6 +42,14 @@ struct OuroborosOptions {
   // Tensor parallelism inside every module (its group: the ranks of one pipeline rank); null: none. The
   // activation between modules is whole on every tensor rank (no sequence parallelism). Not owned.
   const parallel::TensorParallelContext* tp = nullptr;
+  // Data parallelism: the replicas of this rank's modules (the data-parallel group), each running the
+  // ring on its share of the global batch; null or a group of one: none. Not owned.
+  comm::ProcessGroup* data = nullptr;
+  // The emulation of `data` in one process (no group): the gradients, losses and tokens of D shares of
+  // the mini-batch (micro-batch j in share j % D, as the trainer deals micro-batches to replicas) are
+  // summed share by share and the shares added in share order, the operations D replicas do, so that
+  // their run equals this one bit for bit. 1: plain accumulation.
+  int data_shares = 1;
 };
 
 class OuroborosDriver {
@@ -113,8 +121,10 @@ class OuroborosDriver {
     double per_sample_loss_weight = 1;
   };
   model::ForwardContext context(int64_t batch, int micro) const;
+  // losses(m): where micro-batch m's last-module losses go.
   void forward_modules(const std::vector<model::MicroBatch>& batches,
-                       const std::function<model::ForwardContext(int)>& context, model::LossSums& losses, int64_t t);
+                       const std::function<model::ForwardContext(int)>& context,
+                       const std::function<model::LossSums&(int)>& losses, int64_t t);
   void update(float lr);
   // Point to point over the ring: kind 0 an activation (forward), 1 an error gradient (backward).
   int tag(int kind, int64_t batch, int micro) const;
@@ -124,6 +134,11 @@ class OuroborosDriver {
   // The sum of each module's part (in module order), then V's: the same on every rank. Each part is
   // first summed over the tensor group (in its rank order).
   double global_squares(std::vector<double> module_squares, double tied_squares);
+  // The replicas' (or the emulated shares') parts added in replica order, the same on every replica.
+  int replicas() const;
+  std::vector<double> sum_over_replicas(const std::vector<double>& mine);
+  void reduce_gradients(const std::vector<pipeline::OuroborosStep>& plan,
+                        std::vector<std::vector<Tensor>>& module_shares, std::vector<Tensor>& tied_shares);
   const parallel::TensorParallelContext& tp() const;
 
   model::ModelConfig config_;
@@ -132,6 +147,7 @@ class OuroborosDriver {
   std::vector<Module> modules_;
   std::map<int64_t, BatchInfo> batch_info_;
   comm::ProcessGroup* ring_ = nullptr;  // null in one process
+  comm::ProcessGroup* data_ = nullptr;  // the replicas; null without data parallelism
   Shape activation_;                    // one micro-batch's activation between modules
   std::vector<std::pair<Tensor, comm::WorkHandle>> sends_;  // in flight until the step ends
   Tensor tied_grad_, tied_exp_avg_, tied_exp_avg_sq_;

@@ -195,12 +195,17 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   say(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", rc.tp, ", ", rc.pp,
               "): ", params_.numel()));
   if (args_.pipeline_schedule == "ouroboros") {
+    // Data parallelism: each replica runs the ring on its micro-batches (next_micro_batch deals them);
+    // the driver adds the replicas' gradients in replica order before each update.
     const OuroborosOptions o{static_cast<int>(args_.ouroboros_modules), args_.ouroboros_warmup_iters, args_.adam,
-                             args_.seed, ouroboros_ring ? &state_->pipeline_group() : nullptr, &tp_};
+                             args_.seed, ouroboros_ring ? &state_->pipeline_group() : nullptr, &tp_,
+                             &state_->data_group(), static_cast<int>(args_.ouroboros_emulated_replicas)};
     ouroboros_ = std::make_unique<OuroborosDriver>(args_.model, o);
     say(str_cat(" > Ouroboros (", ouroboros_ring ? str_cat(schedule_.stages, " pipeline ranks, rank 0 holding modules 0 and ",
                                                         o.modules - 1) : std::string("one pipeline rank"),
-                tp_.size() > 1 ? str_cat(", tensor parallel over ", tp_.size()) : std::string(), "): ",
+                tp_.size() > 1 ? str_cat(", tensor parallel over ", tp_.size()) : std::string(),
+                args_.data_parallel_size() > 1 ? str_cat(", ", args_.data_parallel_size(), " data-parallel replicas")
+                                               : std::string(), "): ",
                 o.modules, " modules of ", args_.model.num_layers / o.modules,
                 " layers, module k's gradient K-1-k iterations late after ", o.warmup_iters,
                 " synchronous iterations; the tied embedding from both ends (docs/ouroboros.md)"));
