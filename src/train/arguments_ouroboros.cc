@@ -47,8 +47,9 @@ void finalize_ouroboros(TrainArguments& a) {
   not_yet(!a.kd, "--kd");
   not_yet(!a.bf16 && !a.fp16, a.bf16 ? "--bf16" : "--fp16");
   not_yet(a.recompute.method == model::RecomputeMethod::None, "--recompute-granularity full");
-  not_yet(a.save.empty(), "--save (the weight versions and delayed gradients are not checkpointed)");
-  not_yet(a.load.empty(), "--load");
+  // Checkpoints hold the whole delayed state (train/ouroboros_checkpoint.cc); a resumed run loads all of it.
+  not_yet(a.load.empty() || (!a.finetune && !a.no_load_optim), "--finetune or --no-load-optim (a resumed Ouroboros "
+          "run loads its whole state: weight versions, delayed gradients, moments)");
   not_yet(a.inject_nan_at_iterations.empty(), "injected NaN gradients");
 }
 

@@ -110,8 +110,8 @@ Tensor OuroborosDriver::receive(int from_module, int kind, int64_t batch, int mi
 // (no records kept; its messages complete here).
 void OuroborosDriver::forward_modules(const std::vector<model::MicroBatch>& batches,
                                       const std::function<model::ForwardContext(int)>& context,
-                                      const std::function<model::LossSums&(int)>& losses, int64_t t) {
-  const int K = modules();
+                                      const std::function<model::LossSums&(int)>& losses, int64_t t, int through) {
+  const int K = through >= 0 ? through + 1 : modules();
   const int M = static_cast<int>(batches.size());
   const int kind = t < 0 ? 2 : 0;
   activation_ = {batches[0].tokens.shape()[0] * config_.seq_length, config_.hidden_size};
