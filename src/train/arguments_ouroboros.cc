@@ -1,7 +1,8 @@
 // The rules of --pipeline-schedule ouroboros (issue 38, docs/ouroboros.md): Ouroboros' delayed-gradient
 // model parallelism, K = pipeline size + 1 modules: in one process the emulation of train/ouroboros_driver
-// (any K), on P > 1 pipeline ranks the same driver with each rank's modules. What it is not yet composed
-// with is refused, naming the flag.
+// (any K), on P > 1 pipeline ranks the same driver with each rank's modules, on T tensor ranks each and
+// replicated over D data-parallel ranks; checkpoints hold its whole delayed state
+// (train/ouroboros_checkpoint.cc). What it is not yet composed with is refused, naming the flag.
 #include "train/argument_rules.h"
 #include "train/arguments.h"
 
@@ -41,6 +42,8 @@ void finalize_ouroboros(TrainArguments& a) {
   // the whole ring replicated over D data-parallel ranks (world = P x T x D).
   not_yet(a.context_parallel_size == 1, "--context-parallel-size");
   not_yet(!a.sequence_parallel, "--sequence-parallel");
+  // The replicas add their delayed gradients and each keeps whole moments (the driver's own AdamW).
+  not_yet(!a.use_distributed_optimizer, "--use-distributed-optimizer");
   not_yet(a.virtual_pipeline_size == 1, "virtual pipeline stages (interleaving)");
   not_yet(a.token_slices.empty(), "--pipeline-token-slices");
   not_yet(!a.model.moe.enabled(), "mixture-of-experts layers (--num-experts)");

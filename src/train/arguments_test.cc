@@ -194,6 +194,8 @@ const RuleCase kOuroborosRules[] = {
      "--pipeline-schedule=ouroboros: cannot be combined with --sequence-parallel yet (issue 38)"},
     {"--pipeline-schedule ouroboros --context-parallel-size 2", 2,
      "--pipeline-schedule=ouroboros: cannot be combined with --context-parallel-size yet (issue 38)"},
+    {"--pipeline-schedule ouroboros --use-distributed-optimizer", 2,
+     "--pipeline-schedule=ouroboros: cannot be combined with --use-distributed-optimizer yet (issue 38)"},
     {"--pipeline-schedule ouroboros --bf16", 1, "--pipeline-schedule=ouroboros: cannot be combined with --bf16 yet (issue 38)"},
     {"--pipeline-schedule ouroboros --save /tmp/x --load /tmp/x --finetune", 1,
      "--pipeline-schedule=ouroboros: cannot be combined with --finetune or --no-load-optim (a resumed Ouroboros run "
