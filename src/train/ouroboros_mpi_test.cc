@@ -73,28 +73,30 @@ TEST(Ouroboros, DataParallelRunEqualsTheOneProcessEmulationBitForBit) {
   EXPECT_NEAR(got_eval, want_eval, 1e-6 * want_eval);
 }
 
-// K = 3 on 2 ranks (and on 2 pipeline x 2 data-parallel ranks at 4) saved after 3 iterations, when
-// module 0 (rank 0) waits for the error gradient of mini-batch 1 from rank 1 and both ranks hold
-// activation records whose backward is to come, resumed for 3 more: every loss and every module's
-// weights equal the uninterrupted run's.
+// K = 3 on 2 ranks (on 2 pipeline x 2 data-parallel ranks at 4, x 2 tensor ranks at 8) saved after 3
+// iterations, when module 0 (pipeline rank 0) waits for the error gradient of mini-batch 1 from pipeline
+// rank 1 and both hold activation records whose backward is to come, resumed for 3 more: every loss
+// and every module's weights equal the uninterrupted run's.
 TEST(Ouroboros, ResumedRunOnTheRingEqualsTheUninterruptedOneBitForBit) {
   auto world = comm::make_mpi_world_group();
-  if (world->size() != 2 && world->size() != 4) GTEST_SKIP() << "K = 3 runs on 2 ranks, with dp 2 on 4";
-  const int P = 2, K = 3, D = world->size() / P, save_at = 3, iters = 6;
+  if (world->size() != 2 && world->size() != 4 && world->size() != 8)
+    GTEST_SKIP() << "K = 3 runs on 2 ranks, with dp 2 on 4, with tp 2 dp 2 on 8";
+  const int P = 2, K = 3, T = world->size() == 8 ? 2 : 1, D = world->size() / (P * T), save_at = 3, iters = 6;
   namespace fs = std::filesystem;
   const fs::path dir = testing::shared_scratch_dir(*world, str_cat("tessera_ouroboros_resume_np", world->size()));
   if (world->rank() == 0) fs::remove_all(dir);
   world->barrier();
   const int n = world->size();
-  Trainer full(parse_train_arguments(split_flags(flags(P, 1, K, 2 * D, iters)), n), world.get());
+  Trainer full(parse_train_arguments(split_flags(flags(P, T, K, 2 * D, iters)), n), world.get());
   full.train();
   {
-    Trainer first(parse_train_arguments(split_flags(flags(P, 1, K, 2 * D, save_at) + " --save " + dir.string()), n),
+    Trainer first(parse_train_arguments(split_flags(flags(P, T, K, 2 * D, save_at) + " --save " + dir.string()), n),
                   world.get());
     first.train();
-    EXPECT_GT(first.ouroboros()->held_records(world->rank() / D == 0 ? 0 : 1), 0);  // pipeline rank = world rank / D
+    // World rank = tensor rank + T * (data rank + D * pipeline rank).
+    EXPECT_GT(first.ouroboros()->held_records(world->rank() / (T * D) == 0 ? 0 : 1), 0);
   }
-  Trainer second(parse_train_arguments(split_flags(flags(P, 1, K, 2 * D, iters) + " --load " + dir.string()), n),
+  Trainer second(parse_train_arguments(split_flags(flags(P, T, K, 2 * D, iters) + " --load " + dir.string()), n),
                  world.get());
   EXPECT_EQ(second.iteration(), save_at);
   second.train();
