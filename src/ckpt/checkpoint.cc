@@ -266,7 +266,8 @@ std::string iteration_dir_name(int64_t iteration) {
 }
 
 void save_checkpoint(const std::string& save_dir, const TrainingState& state, const model::ParameterSet& params,
-                     const optim::Optimizer* optimizer, const ShardPlacement& placement, int64_t keep_last) {
+                     const optim::Optimizer* optimizer, const ShardPlacement& placement, int64_t keep_last,
+                     const std::vector<ExtraFile>& extra) {
   fs::path root(save_dir);
   fs::path final_dir = root / iteration_dir_name(state.iteration);
   fs::path tmp_dir = root / (iteration_dir_name(state.iteration) + ".tmp");
@@ -327,7 +328,7 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
       add_slice(tensor, p.spec, std::move(slice));
     }
   }
-  if (!model_files.empty() || !optim_files.empty()) {
+  if (!model_files.empty() || !optim_files.empty() || !extra.empty()) {
     json files = json::object();
     auto write = [&](const std::string& name, const std::vector<std::pair<std::string, Tensor>>& ts) {
       uint32_t crc = write_safetensors((tmp_dir / name).string(), ts);
@@ -339,6 +340,12 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
       std::abort();
     }
     for (const auto& [name, ts] : optim_files) write(name, ts);
+    for (const ExtraFile& e : extra) {
+      TESSERA_CHECK(!model_files.count(e.name) && !optim_files.count(e.name) && !files.contains(e.name),
+                    "checkpoint: extra file ", e.name, " written twice");
+      uint32_t crc = write_safetensors((tmp_dir / e.name).string(), e.tensors, e.metadata);
+      files[e.name] = {{"bytes", fs::file_size(tmp_dir / e.name)}, {"crc32c", crc32c_str(crc)}};
+    }
     const int world_rank = placement.world ? placement.world->rank() : 0;
     write_file_atomically(tmp_dir / fragment_file(world_rank), json{{"files", files}, {"tensors", tensors}}.dump());
   }
@@ -386,6 +393,17 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
     if (keep_last > 0) prune_checkpoints(root, keep_last);
   }
   barrier();
+}
+
+SafetensorsFile open_extra_file(const std::string& load_dir, const std::string& name) {
+  int64_t iteration = latest_checkpointed_iteration(load_dir);
+  TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
+  fs::path dir;
+  const CheckpointIndex index = read_index(load_dir, iteration, &dir);
+  TESSERA_CHECK(index.files.count(name), "checkpoint ", dir.string(), " has no file ", name,
+                " (saved by another run or layout)");
+  CheckpointReader reader(dir, index, (dir / kIndex).string());
+  return reader.file(name);
 }
 
 int64_t latest_checkpointed_iteration(const std::string& load_dir) {

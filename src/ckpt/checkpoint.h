@@ -43,10 +43,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ckpt/safetensors.h"
 #include "comm/process_group.h"
 #include "model/parameters.h"
 #include "optim/adamw_optimizer.h"
@@ -75,15 +77,29 @@ struct ShardPlacement {
   int expert_tensor_rank = 0, expert_rank = 0, expert_data_rank = 0;
 };
 
+// State beyond the parameters and their moments that one rank writes beside them (Ouroboros' weight
+// versions and delayed gradients, train/ouroboros_checkpoint.cc): a safetensors file of its own, listed
+// in the index with its size and CRC-32C, saved and swapped into place with the rest.
+struct ExtraFile {
+  std::string name;  // a plain file name, unique among the ranks
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
 // Saves into `save_dir`/iter_XXXXXXX and then updates the tracker file. optimizer (AdamW or the
 // distributed optimizer: its moments()) may be null.
 // keep_last > 0: afterwards only the newest keep_last iteration directories are kept.
+// extra: this rank's extra files.
 // Collective over placement.world.
 // Test hook: with TESSERA_CKPT_CRASH_DURING_SAVE=1 in the environment the process aborts after writing
 // its model file, before the index (a crash mid-save).
 void save_checkpoint(const std::string& save_dir, const TrainingState& state, const model::ParameterSet& params,
                      const optim::Optimizer* optimizer, const ShardPlacement& placement = {},
-                     int64_t keep_last = 0);
+                     int64_t keep_last = 0, const std::vector<ExtraFile>& extra = {});
+
+// An extra file of the latest checkpoint of `load_dir`, checked against the index's size and CRC-32C;
+// an Error naming the directory and the file when the index lists no such file.
+SafetensorsFile open_extra_file(const std::string& load_dir, const std::string& name);
 
 // The iteration named by `load_dir`/latest_checkpointed_iteration.txt, or -1 when there is none.
 int64_t latest_checkpointed_iteration(const std::string& load_dir);

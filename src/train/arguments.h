@@ -143,6 +143,10 @@ struct TrainArguments {
   // Testing hook, not a flag: the gradients are made NaN at these iterations (1-based); under loss
   // scaling that is an overflow.
   std::vector<int64_t> inject_nan_at_iterations;
+  // Testing hook, not a flag: under --pipeline-schedule ouroboros in one process, add the gradients of
+  // this many shares of the global batch as that many data-parallel replicas add them (train/
+  // ouroboros_driver.h, OuroborosOptions::data_shares), the reference of the data-parallel run.
+  int64_t ouroboros_emulated_replicas = 1;
   int64_t world_size = 1;
   int64_t data_parallel_size() const {
     return world_size / (tensor_model_parallel_size * context_parallel_size * pipeline_model_parallel_size);

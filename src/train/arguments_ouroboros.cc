@@ -1,7 +1,8 @@
 // The rules of --pipeline-schedule ouroboros (issue 38, docs/ouroboros.md): Ouroboros' delayed-gradient
 // model parallelism, K = pipeline size + 1 modules: in one process the emulation of train/ouroboros_driver
-// (any K), on P > 1 pipeline ranks the same driver with each rank's modules. What it is not yet composed
-// with is refused, naming the flag.
+// (any K), on P > 1 pipeline ranks the same driver with each rank's modules, on T tensor ranks each and
+// replicated over D data-parallel ranks; checkpoints hold its whole delayed state
+// (train/ouroboros_checkpoint.cc). What it is not yet composed with is refused, naming the flag.
 #include "train/argument_rules.h"
 #include "train/arguments.h"
 
@@ -37,19 +38,21 @@ void finalize_ouroboros(TrainArguments& a) {
     require(ok, flag, "ouroboros", str_cat("cannot be combined with ", what, " yet (issue 38)"));
   };
   // On P > 1 ranks module k on rank k and module K-1 beside module 0; each module may be split over T
-  // tensor ranks (without sequence parallelism: the activation between modules is whole on each).
-  const int64_t tp = a.tensor_model_parallel_size;
-  not_yet(a.world_size == pp * tp, str_cat("a job of ", a.world_size, " ranks for ", pp, " pipeline x ", tp,
-                                           " tensor ranks (data or context parallelism)"));
+  // tensor ranks (without sequence parallelism: the activation between modules is whole on each), and
+  // the whole ring replicated over D data-parallel ranks (world = P x T x D).
+  not_yet(a.context_parallel_size == 1, "--context-parallel-size");
   not_yet(!a.sequence_parallel, "--sequence-parallel");
+  // The replicas add their delayed gradients and each keeps whole moments (the driver's own AdamW).
+  not_yet(!a.use_distributed_optimizer, "--use-distributed-optimizer");
   not_yet(a.virtual_pipeline_size == 1, "virtual pipeline stages (interleaving)");
   not_yet(a.token_slices.empty(), "--pipeline-token-slices");
   not_yet(!a.model.moe.enabled(), "mixture-of-experts layers (--num-experts)");
   not_yet(!a.kd, "--kd");
   not_yet(!a.bf16 && !a.fp16, a.bf16 ? "--bf16" : "--fp16");
   not_yet(a.recompute.method == model::RecomputeMethod::None, "--recompute-granularity full");
-  not_yet(a.save.empty(), "--save (the weight versions and delayed gradients are not checkpointed)");
-  not_yet(a.load.empty(), "--load");
+  // Checkpoints hold the whole delayed state (train/ouroboros_checkpoint.cc); a resumed run loads all of it.
+  not_yet(a.load.empty() || (!a.finetune && !a.no_load_optim), "--finetune or --no-load-optim (a resumed Ouroboros "
+          "run loads its whole state: weight versions, delayed gradients, moments)");
   not_yet(a.inject_nan_at_iterations.empty(), "injected NaN gradients");
 }
 

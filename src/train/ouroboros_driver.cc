@@ -27,6 +27,10 @@ OuroborosDriver::OuroborosDriver(const model::ModelConfig& config, const Ourobor
     TESSERA_CHECK(K == ring_->size() + 1, "--ouroboros-modules ", K, " must be --pipeline-model-parallel-size + 1 = ",
                   ring_->size() + 1, " (the first and last module share rank 0)");
   }
+  if (options.data && options.data->size() > 1) data_ = options.data;
+  TESSERA_CHECK(options.data_shares >= 1 && (data_ == nullptr || options.data_shares == 1),
+                "Ouroboros: ", options.data_shares, " emulated data-parallel shares need one replica, not ",
+                data_ ? data_->size() : 1);
   TESSERA_CHECK(!tp().sequence_parallel, "--pipeline-schedule ouroboros cannot be combined with --sequence-parallel yet "
                 "(issue 38)");
   const int rank = ring_ ? ring_->rank() : 0;
@@ -106,8 +110,8 @@ Tensor OuroborosDriver::receive(int from_module, int kind, int64_t batch, int mi
 // (no records kept; its messages complete here).
 void OuroborosDriver::forward_modules(const std::vector<model::MicroBatch>& batches,
                                       const std::function<model::ForwardContext(int)>& context,
-                                      model::LossSums& losses, int64_t t) {
-  const int K = modules();
+                                      const std::function<model::LossSums&(int)>& losses, int64_t t, int through) {
+  const int K = through >= 0 ? through + 1 : modules();
   const int M = static_cast<int>(batches.size());
   const int kind = t < 0 ? 2 : 0;
   activation_ = {batches[0].tokens.shape()[0] * config_.seq_length, config_.hidden_size};
@@ -118,7 +122,7 @@ void OuroborosDriver::forward_modules(const std::vector<model::MicroBatch>& batc
       Tensor input;
       if (k > 0) input = holds(k - 1) ? std::move(below[m]) : receive(k - 1, kind, t, m);
       std::unique_ptr<model::ChunkRecord> rec = modules_[k].chunk->make_record();
-      Tensor out = modules_[k].chunk->forward(batches[m], input, context(m), *rec, losses);
+      Tensor out = modules_[k].chunk->forward(batches[m], input, context(m), *rec, losses(m));
       if (t >= 0) modules_[k].records[{t, m}] = std::move(rec);
       if (k + 1 < K) {
         if (holds(k + 1)) below[m] = out;
@@ -137,7 +141,7 @@ void OuroborosDriver::forward_only(const std::vector<model::MicroBatch>& batches
   TESSERA_CHECK(!batches.empty(), "Ouroboros: an evaluation needs at least one micro-batch");
   for (int k = 0; k < modules(); ++k)
     if (holds(k)) modules_[k].params->weights_changed();
-  forward_modules(batches, context, losses, -1);
+  forward_modules(batches, context, [&](int) -> model::LossSums& { return losses; }, -1);
 }
 
 double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, float lr) {
@@ -147,16 +151,23 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, floa
   const int M = static_cast<int>(batches.size());
   const std::vector<pipeline::OuroborosStep> plan = pipeline::ouroboros_iteration(shape_, t);
 
-  // Mini-batch t's loss tokens scale its gradients (the objective is its mean loss), whenever they run.
+  // Mini-batch t's loss tokens (over every replica) scale its gradients (the objective is its mean
+  // loss), whenever they run. D shares: micro-batch m is share m % D's (one process emulating replicas).
+  const int D = options_.data_shares;
+  TESSERA_CHECK(M % D == 0, "Ouroboros: ", M, " micro-batches do not split into ", D, " data-parallel shares");
   BatchInfo info;
-  double tokens = 0;
-  for (const model::MicroBatch& mb : batches) {
-    for (int64_t i = 0; i < mb.loss_mask.numel(); ++i) tokens += mb.loss_mask.f32()[i];
+  std::vector<double> share_tokens(D, 0.0);
+  for (int m = 0; m < M; ++m) {
+    const model::MicroBatch& mb = batches[m];
+    for (int64_t i = 0; i < mb.loss_mask.numel(); ++i) share_tokens[m % D] += mb.loss_mask.f32()[i];
     info.sample_offsets.push_back(mb.sample_offset);
   }
+  double tokens = 0;
+  for (double v : sum_over_replicas(share_tokens)) tokens += v;
   info.micro_batch_size = batches[0].tokens.shape()[0];
   info.grad_scale = tokens > 0 ? static_cast<float>(1.0 / tokens) : 0.0f;
-  info.per_sample_loss_weight = tokens / static_cast<double>(info.micro_batch_size * batches.size());
+  info.per_sample_loss_weight =
+      tokens / static_cast<double>(info.micro_batch_size * static_cast<int64_t>(batches.size()) * replicas());
   batch_info_[t] = info;
 
   // The weights of iteration t, for the modules whose backward of mini-batch t comes later.
@@ -165,8 +176,9 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, floa
       modules_[k].versions[t] = modules_[k].params->values().clone();
 
   // Forward of mini-batch t through modules 0 .. K-1 with the current weights w^t.
-  model::LossSums losses;
-  forward_modules(batches, [&](int m) { return context(t, m); }, losses, t);
+  std::vector<model::LossSums> losses(D);
+  forward_modules(batches, [&](int m) { return context(t, m); },
+                  [&](int m) -> model::LossSums& { return losses[m % D]; }, t);
 
   // Each module's backward runs with the weights of the iteration its mini-batch ran forward at: swap
   // them in, keeping the current ones to restore.
@@ -188,36 +200,52 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, floa
   // mini-batch s with the error gradient module k + 1 produced for s (this iteration in the warm-up,
   // received now; the previous one after it, received at the end of that step). V's accumulator takes
   // the output layer's term, then the input embedding's, in plain training's order.
+  // D shares run one after another (micro-batches d, d + D, ...), each summing its gradients alone.
   if (holds(0)) tied_grad_.zero_();
-  for (int m = 0; m < M; ++m) {
-    for (int k = K - 1; k >= 0; --k) {
-      if (!holds(k)) continue;
-      Module& mod = modules_[k];
-      const int64_t s = plan[k].backward_batch;
-      if (s < 0) continue;
-      auto rec = mod.records.find({s, m});
-      TESSERA_CHECK(rec != mod.records.end(), "Ouroboros: module ", k, " holds no activations of mini-batch ", s);
-      Tensor dout;
-      if (k + 1 < K) {
-        if (!holds(k + 1) && plan[k].output_grad_from_iteration == t) {
-          dout = receive(k + 1, 1, s, m);
-        } else {
-          auto g = mod.output_grads.find({s, m});
-          TESSERA_CHECK(g != mod.output_grads.end(), "Ouroboros: module ", k, " has no error gradient for mini-batch ", s);
-          dout = g->second;
-          mod.output_grads.erase(g);
+  std::vector<std::vector<Tensor>> module_shares(K);
+  std::vector<Tensor> tied_shares;
+  for (int d = 0; d < D; ++d) {
+    for (int m = d; m < M; m += D) {
+      for (int k = K - 1; k >= 0; --k) {
+        if (!holds(k)) continue;
+        Module& mod = modules_[k];
+        const int64_t s = plan[k].backward_batch;
+        if (s < 0) continue;
+        auto rec = mod.records.find({s, m});
+        TESSERA_CHECK(rec != mod.records.end(), "Ouroboros: module ", k, " holds no activations of mini-batch ", s);
+        Tensor dout;
+        if (k + 1 < K) {
+          if (!holds(k + 1) && plan[k].output_grad_from_iteration == t) {
+            dout = receive(k + 1, 1, s, m);
+          } else {
+            auto g = mod.output_grads.find({s, m});
+            TESSERA_CHECK(g != mod.output_grads.end(), "Ouroboros: module ", k, " has no error gradient for mini-batch ", s);
+            dout = g->second;
+            mod.output_grads.erase(g);
+          }
+        }
+        if (mod.tied) kernels::copy(mod.tied->grad, tied_grad_);
+        Tensor din = mod.chunk->backward(*rec->second, dout, context(s, m), batch_info_.at(s).grad_scale);
+        if (mod.tied) kernels::copy(tied_grad_, mod.tied->grad);
+        mod.records.erase(rec);
+        if (k > 0) {
+          if (holds(k - 1)) modules_[k - 1].output_grads[{s, m}] = din;
+          else send(din, k - 1, 1, s, m);
         }
       }
-      if (mod.tied) kernels::copy(mod.tied->grad, tied_grad_);
-      Tensor din = mod.chunk->backward(*rec->second, dout, context(s, m), batch_info_.at(s).grad_scale);
-      if (mod.tied) kernels::copy(tied_grad_, mod.tied->grad);
-      mod.records.erase(rec);
-      if (k > 0) {
-        if (holds(k - 1)) modules_[k - 1].output_grads[{s, m}] = din;
-        else send(din, k - 1, 1, s, m);
+    }
+    if (D == 1) break;
+    for (int k = 0; k < K; ++k)
+      if (holds(k) && plan[k].backward_batch >= 0) {
+        module_shares[k].push_back(modules_[k].params->grads().clone());
+        modules_[k].params->zero_grad();
       }
+    if (holds(0)) {
+      tied_shares.push_back(tied_grad_.clone());
+      tied_grad_.zero_();
     }
   }
+  reduce_gradients(plan, module_shares, tied_shares);
   for (int k = 0; k < K; ++k)
     if (current[k].defined()) {
       kernels::copy(modules_[k].params->values(), current[k]);
@@ -246,16 +274,83 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, floa
   update(lr);
   ++iteration_;
   // The loss is on rank 0 (the last module's): every rank takes its bits.
-  double loss_sum = losses.lm;
+  std::vector<double> share_losses;
+  for (const model::LossSums& l : losses) share_losses.push_back(l.lm);
   if (ring_) {
     Tensor bits = Tensor::empty({1}, DType::I64);
-    std::memcpy(bits.i64(), &loss_sum, sizeof loss_sum);
+    std::memcpy(bits.i64(), share_losses.data(), sizeof(double));
     ring_->broadcast(bits, 0);
-    std::memcpy(&loss_sum, bits.i64(), sizeof loss_sum);
+    std::memcpy(share_losses.data(), bits.i64(), sizeof(double));
   }
+  double loss_sum = 0;
+  for (double v : sum_over_replicas(share_losses)) loss_sum += v;
   last_loss_sum_ = loss_sum;
   last_tokens_ = tokens;
   return tokens > 0 ? loss_sum / tokens : 0.0;
+}
+
+int OuroborosDriver::replicas() const { return data_ ? data_->size() : 1; }
+
+// Every replica's values (each replica passes one per share: one), in replica order, as int64 bits so
+// that no rank rounds them; in one process the shares themselves.
+std::vector<double> OuroborosDriver::sum_over_replicas(const std::vector<double>& mine) {
+  if (!data_) return mine;
+  const int64_t n = static_cast<int64_t>(mine.size());
+  Tensor bits = Tensor::empty({n}, DType::I64);
+  std::memcpy(bits.i64(), mine.data(), n * sizeof(double));
+  Tensor all = Tensor::empty({data_->size() * n}, DType::I64);
+  data_->all_gather(bits, all);
+  std::vector<double> out(static_cast<size_t>(all.numel()));
+  std::memcpy(out.data(), all.i64(), out.size() * sizeof(double));
+  return out;
+}
+
+namespace {
+
+// out = ((parts[0] + parts[1]) + parts[2]) + ...: the one order in which replicas' (or shares')
+// gradients are added, wherever that happens, so that the emulation and the replicas agree bit for bit.
+void add_in_order(float* out, const std::vector<const float*>& parts, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float sum = parts[0][i];
+    for (size_t d = 1; d < parts.size(); ++d) sum += parts[d][i];
+    out[i] = sum;
+  }
+}
+
+// Every rank's `t` gathered over `group`, added in rank order into `t`.
+void sum_in_rank_order(comm::ProcessGroup& group, const Tensor& t) {
+  const int64_t n = t.numel();
+  Tensor all = Tensor::empty({group.size() * n});
+  group.all_gather(t, all);
+  std::vector<const float*> parts;
+  for (int r = 0; r < group.size(); ++r) parts.push_back(all.f32() + r * n);
+  add_in_order(t.f32(), parts, n);
+}
+
+}  // namespace
+
+// Before any update: with D emulated shares, each module's gradient (and V's) is the sum of the shares'
+// in share order; with replicas, the sum of the replicas' in replica order (gathered, not all-reduced:
+// an all-reduce's order is MPI's choice). Every replica then holds the same gradients.
+void OuroborosDriver::reduce_gradients(const std::vector<pipeline::OuroborosStep>& plan,
+                                       std::vector<std::vector<Tensor>>& module_shares,
+                                       std::vector<Tensor>& tied_shares) {
+  auto add_shares = [](const Tensor& out, const std::vector<Tensor>& shares) {
+    std::vector<const float*> parts;
+    for (const Tensor& s : shares) parts.push_back(s.f32());
+    add_in_order(out.f32(), parts, out.numel());
+  };
+  for (int k = 0; k < modules(); ++k) {
+    if (!holds(k) || plan[k].backward_batch < 0) continue;
+    Module& mod = modules_[k];
+    if (!module_shares[k].empty()) add_shares(mod.params->grads(), module_shares[k]);
+    if (data_)
+      for (model::Parameter& p : mod.params->params())
+        if (&p != mod.tied) sum_in_rank_order(*data_, p.grad);
+  }
+  if (!holds(0)) return;
+  if (!tied_shares.empty()) add_shares(tied_grad_, tied_shares);
+  if (data_) sum_in_rank_order(*data_, tied_grad_);
 }
 
 double OuroborosDriver::global_squares(std::vector<double> module_squares, double tied_squares) {

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
 #include "comm/process_group.h"
 #include "model/language_model.h"
 #include "model/parameters.h"
@@ -42,6 +43,14 @@ struct OuroborosOptions {
   // Tensor parallelism inside every module (its group: the ranks of one pipeline rank); null: none. The
   // activation between modules is whole on every tensor rank (no sequence parallelism). Not owned.
   const parallel::TensorParallelContext* tp = nullptr;
+  // Data parallelism: the replicas of this rank's modules (the data-parallel group), each running the
+  // ring on its share of the global batch; null or a group of one: none. Not owned.
+  comm::ProcessGroup* data = nullptr;
+  // The emulation of `data` in one process (no group): the gradients, losses and tokens of D shares of
+  // the mini-batch (micro-batch j in share j % D, as the trainer deals micro-batches to replicas) are
+  // summed share by share and the shares added in share order, the operations D replicas do, so that
+  // their run equals this one bit for bit. 1: plain accumulation.
+  int data_shares = 1;
 };
 
 class OuroborosDriver {
@@ -88,9 +97,23 @@ class OuroborosDriver {
   // one process), so that evaluation, sampling and the log read the trained model.
   void copy_weights_to(model::ParameterSet& params) const;
 
+  // Checkpoints (train/ouroboros_checkpoint.cc). What this rank's modules hold between iterations: the
+  // current weights, the earlier weight versions, the error gradients waiting, the AdamW moments and
+  // step counts, the iteration, and what each pending mini-batch's backward needs (dropout keys, loss
+  // scale), as an extra checkpoint file named `name`. The activation records are not saved: loading
+  // runs the pending mini-batches' forwards again at their saved weight versions (deterministic, so
+  // the records are the same bits), and the resumed run continues the same sequence.
+  ckpt::ExtraFile checkpoint_file(const std::string& name) const;
+  // Restores what checkpoint_file saved. batches(s): this rank's micro-batches of mini-batch s, for the
+  // forwards run again; seed: the run's (dropout keys) from now on. Collective over the ring; an Error
+  // names what differs from the saving run.
+  void load_checkpoint_file(const ckpt::SafetensorsFile& file,
+                            const std::function<std::vector<model::MicroBatch>(int64_t)>& batches, uint64_t seed);
+
   // Weight versions, activation records and error gradients held now (tests: what the rule keeps).
   int64_t held_weight_versions(int module) const { return static_cast<int64_t>(modules_[module].versions.size()); }
   int64_t held_records(int module) const { return static_cast<int64_t>(modules_[module].records.size()); }
+  int64_t held_output_grads(int module) const { return static_cast<int64_t>(modules_[module].output_grads.size()); }
 
  private:
   using Key = std::pair<int64_t, int>;  // (mini-batch, micro-batch)
@@ -113,8 +136,10 @@ class OuroborosDriver {
     double per_sample_loss_weight = 1;
   };
   model::ForwardContext context(int64_t batch, int micro) const;
+  // losses(m): where micro-batch m's last-module losses go. through >= 0: modules 0 .. through only.
   void forward_modules(const std::vector<model::MicroBatch>& batches,
-                       const std::function<model::ForwardContext(int)>& context, model::LossSums& losses, int64_t t);
+                       const std::function<model::ForwardContext(int)>& context,
+                       const std::function<model::LossSums&(int)>& losses, int64_t t, int through = -1);
   void update(float lr);
   // Point to point over the ring: kind 0 an activation (forward), 1 an error gradient (backward).
   int tag(int kind, int64_t batch, int micro) const;
@@ -124,6 +149,11 @@ class OuroborosDriver {
   // The sum of each module's part (in module order), then V's: the same on every rank. Each part is
   // first summed over the tensor group (in its rank order).
   double global_squares(std::vector<double> module_squares, double tied_squares);
+  // The replicas' (or the emulated shares') parts added in replica order, the same on every replica.
+  int replicas() const;
+  std::vector<double> sum_over_replicas(const std::vector<double>& mine);
+  void reduce_gradients(const std::vector<pipeline::OuroborosStep>& plan,
+                        std::vector<std::vector<Tensor>>& module_shares, std::vector<Tensor>& tied_shares);
   const parallel::TensorParallelContext& tp() const;
 
   model::ModelConfig config_;
@@ -132,6 +162,7 @@ class OuroborosDriver {
   std::vector<Module> modules_;
   std::map<int64_t, BatchInfo> batch_info_;
   comm::ProcessGroup* ring_ = nullptr;  // null in one process
+  comm::ProcessGroup* data_ = nullptr;  // the replicas; null without data parallelism
   Shape activation_;                    // one micro-batch's activation between modules
   std::vector<std::pair<Tensor, comm::WorkHandle>> sends_;  // in flight until the step ends
   Tensor tied_grad_, tied_exp_avg_, tied_exp_avg_sq_;

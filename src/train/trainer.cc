@@ -41,6 +41,7 @@ nlohmann::json arguments_json(const TrainArguments& a) {
           {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
           {"virtual_pipeline_model_parallel_size", a.virtual_pipeline_size},
           {"context_parallel_size", a.context_parallel_size},
+          {"pipeline_schedule", a.pipeline_schedule},
           {"micro_batch_size", a.micro_batch_size},
           {"global_batch_size", a.global_batch_size},
           {"train_iters", a.train_iters},
@@ -195,12 +196,17 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   say(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", rc.tp, ", ", rc.pp,
               "): ", params_.numel()));
   if (args_.pipeline_schedule == "ouroboros") {
+    // Data parallelism: each replica runs the ring on its micro-batches (next_micro_batch deals them);
+    // the driver adds the replicas' gradients in replica order before each update.
     const OuroborosOptions o{static_cast<int>(args_.ouroboros_modules), args_.ouroboros_warmup_iters, args_.adam,
-                             args_.seed, ouroboros_ring ? &state_->pipeline_group() : nullptr, &tp_};
+                             args_.seed, ouroboros_ring ? &state_->pipeline_group() : nullptr, &tp_,
+                             &state_->data_group(), static_cast<int>(args_.ouroboros_emulated_replicas)};
     ouroboros_ = std::make_unique<OuroborosDriver>(args_.model, o);
     say(str_cat(" > Ouroboros (", ouroboros_ring ? str_cat(schedule_.stages, " pipeline ranks, rank 0 holding modules 0 and ",
                                                         o.modules - 1) : std::string("one pipeline rank"),
-                tp_.size() > 1 ? str_cat(", tensor parallel over ", tp_.size()) : std::string(), "): ",
+                tp_.size() > 1 ? str_cat(", tensor parallel over ", tp_.size()) : std::string(),
+                args_.data_parallel_size() > 1 ? str_cat(", ", args_.data_parallel_size(), " data-parallel replicas")
+                                               : std::string(), "): ",
                 o.modules, " modules of ", args_.model.num_layers / o.modules,
                 " layers, module k's gradient K-1-k iterations late after ", o.warmup_iters,
                 " synchronous iterations; the tied embedding from both ends (docs/ouroboros.md)"));
@@ -230,6 +236,15 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   if (args_.bf16 || args_.fp16) say(mixed_precision_summary(args_));
 
   if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
+    // An Ouroboros checkpoint holds the delayed rule's state beside (on P ranks: instead of) the
+    // parameters, which the other schedule cannot continue, and the reverse: refused by name.
+    const nlohmann::json saved_args = ckpt::latest_checkpoint_args(args_.load);
+    const std::string saved_schedule = saved_args.value("pipeline_schedule", std::string("1f1b"));
+    TESSERA_CHECK(saved_schedule == args_.pipeline_schedule, "--load ", args_.load, ": the checkpoint was saved with "
+                  "--pipeline-schedule ", saved_schedule, ", this run has --pipeline-schedule ", args_.pipeline_schedule,
+                  saved_schedule == "ouroboros" || args_.pipeline_schedule == "ouroboros"
+                      ? " (an Ouroboros run resumes only from its own state: weight versions and delayed gradients)"
+                      : "");
     bool load_optim = !args_.no_load_optim && !args_.finetune;
     Timer load_timer;
     // Loading assembles the moments in AdamW's full layout (whatever layout saved them): the distributed
@@ -245,6 +260,18 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
       consumed_samples_ = state.consumed_train_samples;
       skipped_iterations_ = state.skipped_iterations;
       if (!args_.no_load_rng) args_.seed = state.seed;
+    }
+    if (ouroboros_) {  // the delayed rule's state, the pending mini-batches' forwards run again
+      const int64_t gbs = args_.global_batch_size;
+      ouroboros_->load_checkpoint_file(ckpt::open_extra_file(args_.load, ouroboros_file_name()), [&](int64_t s) {
+        std::vector<model::MicroBatch> batches;
+        for (int64_t m = 0; m < args_.num_micro_batches; ++m)
+          batches.push_back(micro_batch(*train_data_, consumed_samples_ - (iteration_ - s) * gbs, m));
+        return batches;
+      }, args_.seed);
+      TESSERA_CHECK(ouroboros_->iteration() == iteration_, "--load ", args_.load, ": the Ouroboros state is at iteration ",
+                    ouroboros_->iteration(), ", the checkpoint at ", iteration_);
+      if (schedule_.stages == 1) ouroboros_->copy_weights_to(params_);
     }
     say(str_cat(" loaded checkpoint from ", args_.load, " at iteration ", state.iteration,
                 args_.finetune ? " (finetune: starting at iteration 0)" : "", " (",
@@ -572,6 +599,13 @@ Evaluation Trainer::evaluate_on(const BatchSource& data) {
   return e;
 }
 
+std::string Trainer::ouroboros_file_name() const {
+  const comm::RankCoordinates rc = state_->coordinates();
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "ouroboros.tp%02d.pp%02d.dp%03d.safetensors", rc.tp, rc.pp, rc.dp);
+  return buf;
+}
+
 void Trainer::save() {
   ckpt::TrainingState state{iteration_, consumed_samples_, skipped_iterations_, args_.seed, arguments_json(args_),
                             loss_scaler_ ? loss_scaler_->state() : nlohmann::json()};
@@ -582,8 +616,11 @@ void Trainer::save() {
   // context-parallel group hold replicas of the dense weights (as data-parallel ones do), so the writer
   // of a dense shard is rank 0 of the data x context group: one rank per (tensor, pipeline) shard.
   const int dense_data_rank = state_->data_context_group().rank();
+  // Ouroboros: every rank writes its modules' delayed state (replicas differ in their waiting gradients).
+  std::vector<ckpt::ExtraFile> extra;
+  if (ouroboros_) extra.push_back(ouroboros_->checkpoint_file(ouroboros_file_name()));
   ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(),
-                        {rc.tp, dense_data_rank, world_, rc.pp, rc.etp, rc.ep, rc.edp}, args_.ckpt_keep_last);
+                        {rc.tp, dense_data_rank, world_, rc.pp, rc.etp, rc.ep, rc.edp}, args_.ckpt_keep_last, extra);
   say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
                      static_cast<int>(t.seconds() * 1000), " ms)"));
 }

@@ -139,6 +139,8 @@ class Trainer {
   // process it copies its weights into params_ after each step for evaluation, sampling and the log (on
   // P ranks params_ is empty); optimizer_ stays unused.
   std::unique_ptr<OuroborosDriver> ouroboros_;
+  // This rank's Ouroboros state file in a checkpoint (train/ouroboros_checkpoint.cc).
+  std::string ouroboros_file_name() const;
   optim::DistributedOptimizer* distributed_optimizer_ = nullptr;  // optimizer_, with --use-distributed-optimizer
   std::shared_ptr<const BatchSource> train_data_, valid_data_, test_data_;  // test: null without documents
   std::unique_ptr<data::Tokenizer> text_tokenizer_;  // counts the bytes of evaluated text; null for mock data
