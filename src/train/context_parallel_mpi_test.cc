@@ -4,8 +4,9 @@
 // cp 4 and cp 2 x dp 2 (and cp 4 x dp 2, cp 8 at 8 ranks), with learned positions and with RoPE and
 // grouped-query attention, cp 2 with tp 2 (with and without sequence parallelism) and with pp 2 (1F1B
 // and interleaved), cp 4 with tp 2 and with pp 2, with document masks (--reset-attention-mask), and
-// with the distributed optimizer (its losses); bf16 follows the single-process bf16 run. A checkpoint
-// resumes at another cp. Combinations not built yet are refused.
+// with the distributed optimizer (its losses); mixture-of-experts layers at cp 2 with expert parallelism
+// 1, 2 and 4 and with tp 2 (their auxiliary losses and expert load too); bf16 follows the single-process
+// bf16 run. A checkpoint resumes at another cp. Combinations not built yet are refused, saying why.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -337,6 +338,18 @@ TEST(ContextParallel, CombinationsNotBuiltYetAreRefusedByName) {
   expect_error("--seq-length 20 --tensor-model-parallel-size 4 --sequence-parallel", 2, 8,
                "--seq-length=20: divided by --context-parallel-size=2 (10 positions per rank) must be divisible by "
                "--tensor-model-parallel-size=4 with --sequence-parallel");
+  // A capacity caps the tokens of one rank's chunks, not of the whole sequence.
+  expect_error(str_cat(kMoe, " --moe-expert-capacity-factor 1.5"), 2, 2,
+               "--moe-expert-capacity-factor=1.5: cannot be combined with --context-parallel-size=2 yet (issue 37): "
+               "each rank would cap the tokens of its own chunks, not the whole sequence's, so the tokens dropped "
+               "would depend on cp");
+  expect_error("--pipeline-token-slices 8,8", 2, 2,
+               "--context-parallel-size=2: cannot be combined with --pipeline-token-slices (TeraPipe's slices are "
+               "consecutive and attend to the earlier slices' caches on the same rank, while a cp rank holds two "
+               "distant chunks whose earlier keys are on other ranks) yet (issue 37)");
+  expect_error("--kd --load-teacher /nonexistent", 2, 2,
+               "--context-parallel-size=2: cannot be combined with --kd (the teacher runs the whole sequence on each "
+               "rank and its logits are not cut to the rank's two chunks) yet (issue 37)");
 }
 
 }  // namespace
