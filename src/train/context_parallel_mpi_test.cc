@@ -5,7 +5,7 @@
 // grouped-query attention, cp 2 with tp 2 (with and without sequence parallelism) and with pp 2 (1F1B
 // and interleaved), cp 4 with tp 2 and with pp 2, with document masks (--reset-attention-mask), and
 // with the distributed optimizer (its losses); mixture-of-experts layers at cp 2 with expert parallelism
-// 1, 2 and 4 and with tp 2 (their auxiliary losses and expert load too); bf16 follows the single-process
+// 1, 2 and 4, with tp 2 and with pp 2 (their auxiliary losses and expert load too); bf16 follows the single-process
 // bf16 run. A checkpoint resumes at another cp. Combinations not built yet are refused, saying why.
 #include <gtest/gtest.h>
 
@@ -169,10 +169,10 @@ TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
 // ranks the expert group does not) and dense ones over data x context. Losses (the LM loss and the logged
 // auxiliary losses) and every gradient match the single-process run, with dropout and input jitter.
 struct MoeLayout {
-  int cp, tp, ep, etp;        // etp 0: the tensor-parallel size (Megatron's default)
+  int cp, tp, pp, ep, etp;    // etp 0: the tensor-parallel size (Megatron's default)
   std::string model_flags;    // the reference runs with these too
   std::string extra;          // this layout's own flags
-  int expert_parallel() const { return (etp > 0 ? etp : tp) * ep; }
+  int expert_parallel() const { return (etp > 0 ? etp : tp) * ep * pp; }
 };
 
 // The expert load of the last iteration logged in `dir`'s metrics.jsonl: min, max, cv of the experts'
@@ -201,24 +201,26 @@ TEST(ContextParallel, MixtureOfExpertsMatchesTheSingleProcessRun) {
   const fs::path logs = testing::shared_scratch_dir(*world, str_cat("tessera_context_parallel_moe_np", n));
   const std::string moe_jitter = str_cat(kMoe, " --moe-input-jitter-eps 0.1 --moe-router-load-balancing-type seq_aux_loss");
   const std::vector<MoeLayout> all{
-      {2, 1, 1, 0, kMoe, ""},        // every rank holds every expert of its own tokens
-      {2, 1, 2, 0, moe_jitter, ""},  // the experts split over the cp ranks (with dp 2: ep within cp)
+      {2, 1, 1, 1, 0, kMoe, ""},        // every rank holds every expert of its own tokens
+      {2, 1, 1, 2, 0, moe_jitter, ""},  // the experts split over the cp ranks (with dp 2: ep within cp)
       // ep 4 over cp x dp, the allgather dispatcher and grouped experts.
-      {2, 1, 4, 0, kMoe, "--moe-token-dispatcher-type allgather --moe-grouped-gemm"},
+      {2, 1, 1, 4, 0, kMoe, "--moe-token-dispatcher-type allgather --moe-grouped-gemm"},
       // Each tensor rank routes its sequence shard of the two chunks; the counts summed over tp x cp.
       // etp 2 x ep 2: the expert group is the cp pair of each tensor rank (and dp 2 at 8 ranks).
-      {2, 2, 2, 0, str_cat(kLlamaStyle, " ", moe_jitter), "--sequence-parallel"},
+      {2, 2, 1, 2, 0, str_cat(kLlamaStyle, " ", moe_jitter), "--sequence-parallel"},
+      // 1F1B with an MoE layer a stage, recomputed (its forward sums the counts over cp again).
+      {2, 1, 2, 2, 0, kMoe, "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"},
   };
   int ran = 0;
   for (const MoeLayout& l : all) {
-    const int model_parallel = l.cp * l.tp;
+    const int model_parallel = l.cp * l.tp * l.pp;
     if (n % model_parallel != 0 || n / model_parallel > 2 || n % l.expert_parallel() != 0) continue;
     const int dp = n / model_parallel;
     const int64_t global_batch = 2 * dp;
-    SCOPED_TRACE(str_cat("cp=", l.cp, " tp=", l.tp, " ep=", l.ep, " etp=", l.etp, " dp=", dp, " ", l.model_flags,
+    SCOPED_TRACE(str_cat("cp=", l.cp, " tp=", l.tp, " pp=", l.pp, " ep=", l.ep, " etp=", l.etp, " dp=", dp, " ", l.model_flags,
                          " ", l.extra));
     const std::string layout_flags =
-        str_cat(l.model_flags, " ", Layout{l.cp, l.tp, 1, "", ""}.parallel_flags(), " --expert-model-parallel-size ",
+        str_cat(l.model_flags, " ", Layout{l.cp, l.tp, l.pp, "", ""}.parallel_flags(), " --expert-model-parallel-size ",
                 l.ep, l.etp > 0 ? str_cat(" --expert-tensor-parallel-size ", l.etp) : std::string(), " ", l.extra);
     // Both runs log their expert load (the routing counts of every rank) at the last iteration.
     const fs::path cp_log = logs / str_cat("cp", ran), single_log = logs / str_cat("single", ran, "_rank", world->rank());
