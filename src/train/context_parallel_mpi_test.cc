@@ -6,8 +6,8 @@
 // and interleaved), cp 4 with tp 2 and with pp 2, with document masks (--reset-attention-mask), and
 // with the distributed optimizer (its losses); mixture-of-experts layers at cp 2 with expert parallelism
 // 1, 2 and 4, with tp 2, pp 2 and the distributed optimizer (their auxiliary losses and expert load
-// too); bf16 follows the single-process bf16 run. A checkpoint resumes at another cp. Combinations not
-// built yet are refused, saying why.
+// too); bf16 follows the single-process bf16 run. A checkpoint resumes at another cp (with MoE too).
+// Combinations not built yet are refused, saying why.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -296,6 +296,39 @@ TEST(ContextParallel, CheckpointSavedAtOneContextSizeResumesAtAnother) {
       EXPECT_NEAR(second.losses()[i], want[kSavedAt + i], 1e-5 * std::abs(want[kSavedAt + i]))
           << "iteration " << kSavedAt + i + 1;
   }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+// With MoE layers whose experts are split over the cp pair (ep 2): saved at cp 2, each cp rank writes its
+// own experts (it is rank 0 of its expert-data group) and one the dense shard; resumed at cp 1 (dp 2,
+// the experts now split over the data-parallel pair) to the losses of an uninterrupted cp 1 run.
+TEST(ContextParallel, MoeCheckpointSavedAtContextSizeTwoResumesAtOne) {
+  auto world = comm::make_mpi_world_group();
+  const int n = world->size();
+  if (n != 2) GTEST_SKIP() << "runs at 2 ranks";
+  namespace fs = std::filesystem;
+  const fs::path dir = testing::shared_scratch_dir(*world, "tessera_context_parallel_moe_ckpt");
+  constexpr int kIters = 4, kSavedAt = 2;
+  const std::string moe = str_cat(kMoe, " --expert-model-parallel-size 2 --lr-decay-iters ", kIters);
+  Trainer whole(parse_train_arguments(split_flags(flags(1, 2, kIters, moe)), n), world.get());
+  whole.train();
+  if (world->rank() == 0) fs::remove_all(dir);
+  world->barrier();
+  {
+    Trainer first(parse_train_arguments(split_flags(flags(2, 2, kSavedAt, moe + " --save " + dir.string())), n),
+                  world.get());
+    first.train();
+  }
+  Trainer second(parse_train_arguments(split_flags(flags(1, 2, kIters, moe + " --load " + dir.string())), n),
+                 world.get());
+  EXPECT_EQ(second.iteration(), kSavedAt);
+  second.train();
+  const std::vector<double>& want = whole.losses();
+  ASSERT_EQ(second.losses().size(), static_cast<size_t>(kIters - kSavedAt));
+  for (size_t i = 0; i < second.losses().size(); ++i)
+    EXPECT_NEAR(second.losses()[i], want[kSavedAt + i], 1e-5 * std::abs(want[kSavedAt + i]))
+        << "iteration " << kSavedAt + i + 1;
   world->barrier();
   if (world->rank() == 0) fs::remove_all(dir);
 }
