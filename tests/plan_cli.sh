@@ -127,6 +127,13 @@ expect_error "$moe --expert-model-parallel-size 3" "--expert-model-parallel-size
 expect_error "$moe --tensor-model-parallel-size 2" "needs --sequence-parallel with MoE"
 expect_error "$moe --search --expert-model-parallel-size x" "--expert-model-parallel-size=x: must be a positive integer"
 expect_error "$moe --compute-budget 1e21" "leave out --num-experts"
+# MoE with context parallelism (issue 37): ep folds over cp x dp; a capacity is refused with cp.
+out=$("$tessera" plan $moe --context-parallel-size 2 --expert-model-parallel-size 4 2>&1)
+check "MoE plan with --context-parallel-size runs: $out" $?
+grep -q "context parallel 2: each rank holds 64 tokens" <<<"$out" &&
+  grep -q "expert layout: expert tensor 1, expert parallel 4, expert data 2" <<<"$out"
+check "the MoE cp plan prints its tokens per rank and the expert layout: $out" $?
+expect_error "$moe --context-parallel-size 2 --moe-expert-capacity-factor 1.0" "--moe-expert-capacity-factor=1: cannot be combined with --context-parallel-size=2"
 
 # Bad input: named flags, values and rules.
 expect_error "$small --device TPU-v9" "--device=TPU-v9: unknown device"

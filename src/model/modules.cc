@@ -81,13 +81,12 @@ kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden
   return {local, ctx.batch, hidden, first + tp.rank() * local, total, ctx.sample_offset};
 }
 
-void residual_dropout(const Tensor& x, float p, uint64_t seed, uint64_t stream, const ForwardContext& ctx,
-                      int64_t hidden, const parallel::TensorParallelContext& tp, bool backward) {
-  auto apply = [&](const Tensor& part, const kernels::DropoutRegion& region) {
-    if (backward) kernels::dropout_backward(part, part, p, seed, stream, region);
-    else kernels::dropout_forward(part, part, p, seed, stream, region);
-  };
-  if (ctx.context_parallel == nullptr) return apply(x, residual_region(ctx, hidden, tp));
+void for_each_residual_part(const ForwardContext& ctx, int64_t hidden, const parallel::TensorParallelContext& tp,
+                            const std::function<void(int64_t, int64_t, const kernels::DropoutRegion&)>& f) {
+  if (ctx.context_parallel == nullptr) {
+    const kernels::DropoutRegion region = residual_region(ctx, hidden, tp);
+    return f(0, region.seq * region.batch, region);
+  }
   const parallel::ContextParallelContext& cp = *ctx.context_parallel;
   TESSERA_CHECK(ctx.token_slice == nullptr, "context parallelism with token slices");
   const int64_t chunk = ctx.seq / 2, total = ctx.seq * cp.size();
@@ -99,9 +98,18 @@ void residual_dropout(const Tensor& x, float p, uint64_t seed, uint64_t stream, 
   for (int c = 0; c < 2; ++c) {
     const int64_t begin = std::max(first, c * chunk), end = std::min(first + local, (c + 1) * chunk);
     if (begin >= end) continue;
-    apply(x.narrow((begin - first) * ctx.batch, (end - begin) * ctx.batch),
-          {end - begin, ctx.batch, hidden, chunks[c] * chunk + (begin - c * chunk), total, ctx.sample_offset});
+    f((begin - first) * ctx.batch, (end - begin) * ctx.batch,
+      {end - begin, ctx.batch, hidden, chunks[c] * chunk + (begin - c * chunk), total, ctx.sample_offset});
   }
+}
+
+void residual_dropout(const Tensor& x, float p, uint64_t seed, uint64_t stream, const ForwardContext& ctx,
+                      int64_t hidden, const parallel::TensorParallelContext& tp, bool backward) {
+  for_each_residual_part(ctx, hidden, tp, [&](int64_t row, int64_t rows, const kernels::DropoutRegion& region) {
+    const Tensor part = ctx.context_parallel ? x.narrow(row, rows) : x;
+    if (backward) kernels::dropout_backward(part, part, p, seed, stream, region);
+    else kernels::dropout_forward(part, part, p, seed, stream, region);
+  });
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "kernels/dropout.h"
@@ -50,6 +51,11 @@ struct ForwardContext {
 // shard under sequence parallelism (dropout masks are keyed by global coordinates).
 kernels::DropoutRegion residual_region(const ForwardContext& ctx, int64_t hidden,
                                        const parallel::TensorParallelContext& tp);
+// The residual stream this rank holds as parts each keyed by one DropoutRegion: under context parallelism
+// its rows of each of its two chunks (keyed by the chunk's rows of the whole sequence), else all of it
+// (residual_region). f(first row, rows, region), rows counting [seq, batch] rows of the rank's tensor.
+void for_each_residual_part(const ForwardContext& ctx, int64_t hidden, const parallel::TensorParallelContext& tp,
+                            const std::function<void(int64_t, int64_t, const kernels::DropoutRegion&)>& f);
 // Dropout (backward: its gradient) in place on the residual stream this rank holds: residual_region, or
 // under context parallelism each of its two chunks keyed by the chunk's rows of the whole sequence.
 void residual_dropout(const Tensor& x, float p, uint64_t seed, uint64_t stream, const ForwardContext& ctx,

@@ -107,6 +107,11 @@ Tensor MoeLayer::forward(const Tensor& x, bool x_rounded, const SublayerContext&
   auto& rec = static_cast<MoeRecord&>(record);
   const MoeConfig& m = config_.moe;
   const int64_t T = x.dim(0), h = config_.hidden_size;
+  // A capacity is of the tokens one rank routes (Megatron's get_capacity), so under context parallelism
+  // it would cap each rank's chunks apart, not the whole sequence as one process does (refused in the
+  // arguments, train/arguments_context_parallel.cc).
+  TESSERA_CHECK(m.dropless() || sc.ctx.context_parallel == nullptr,
+                "--moe-expert-capacity-factor cannot be combined with --context-parallel-size");
   router_.forward(x, sc, rec.router);
   const int64_t capacity =
       m.dropless() ? -1 : kernels::expert_capacity(T, m.router.topk, router_.experts(), m.capacity_factor);

@@ -10,12 +10,18 @@ namespace {
 
 constexpr int kJitterSite = 4;  // dropout_stream's site of the router input noise (1-3: dropout)
 
-// The sum over the tensor group of one rank's share of a loss.
+// The sum over the tensor group of one rank's share of a loss. (Not over the context group: the trainer
+// sums every loss over it, as it sums the LM loss of each rank's tokens.)
 double tensor_group_sum(double share, const parallel::TensorParallelContext& tp) {
   if (!tp.sequence_parallel || tp.size() == 1) return share;
   Tensor t = kernels::scalar_tensor(share);
   tp.group->all_reduce(t);
   return kernels::scalar_value(t);
+}
+
+// The tokens of each whole sequence: under context parallelism ctx.seq is this rank's two chunks of it.
+int64_t sequence_tokens(const ForwardContext& ctx) {
+  return ctx.context_parallel ? ctx.seq * ctx.context_parallel->size() : ctx.seq;
 }
 
 }  // namespace
@@ -38,11 +44,18 @@ int64_t TopkRouter::groups(const ForwardContext& ctx) const {
 }
 
 int64_t TopkRouter::tokens_per_group(const ForwardContext& ctx) const {
-  return config_.moe.load_balancing == LoadBalancing::SeqAuxLoss ? ctx.seq : ctx.seq * ctx.batch;
+  const int64_t seq = sequence_tokens(ctx);
+  return config_.moe.load_balancing == LoadBalancing::SeqAuxLoss ? seq : seq * ctx.batch;
 }
 
-kernels::DropoutRegion TopkRouter::jitter_region(const ForwardContext& ctx) const {
-  return residual_region(ctx, config_.hidden_size, tp_);
+void TopkRouter::jitter(const Tensor& x, const Tensor& y, const ForwardContext& ctx) const {
+  const uint64_t stream = dropout_stream(ctx.iteration, layer_number_, kJitterSite);
+  for_each_residual_part(ctx, config_.hidden_size, tp_,
+                         [&](int64_t row, int64_t rows, const kernels::DropoutRegion& region) {
+                           const bool whole = ctx.context_parallel == nullptr;
+                           kernels::jitter_multiply(whole ? x : x.narrow(row, rows), whole ? y : y.narrow(row, rows),
+                                                    config_.moe.input_jitter_eps, ctx.seed, stream, region);
+                         });
 }
 
 void TopkRouter::forward(const Tensor& x, const SublayerContext& sc, RouterRecord& rec) const {
@@ -52,8 +65,7 @@ void TopkRouter::forward(const Tensor& x, const SublayerContext& sc, RouterRecor
   Tensor input = x;
   if (ctx.training && m.input_jitter_eps > 0) {
     rec.jittered = Tensor::empty(x.shape());
-    kernels::jitter_multiply(x, rec.jittered, m.input_jitter_eps, ctx.seed,
-                             dropout_stream(ctx.iteration, layer_number_, kJitterSite), jitter_region(ctx));
+    jitter(x, rec.jittered, ctx);
     input = rec.jittered;
   }
   // fp32 gating, as Megatron creates the router in fp32 (the routing decision is sensitive to rounding).
@@ -65,7 +77,9 @@ void TopkRouter::forward(const Tensor& x, const SublayerContext& sc, RouterRecor
   if (m.load_balancing != LoadBalancing::None) {
     rec.counts = Tensor::empty({groups(ctx), experts_});
     kernels::aux_loss_counts(rec.logits, k, m.router.score, groups(ctx), rec.counts);
+    // Summed over the ranks holding the rest of the sequences' tokens (Megatron's TP x CP group).
     if (tp_.sequence_parallel && tp_.size() > 1) tp_.group->all_reduce(rec.counts);
+    if (ctx.context_parallel && ctx.context_parallel->size() > 1) ctx.context_parallel->group->all_reduce(rec.counts);
   }
   if (!ctx.losses) return;
   // Logged as Megatron does: each loss without its coefficient, averaged over the MoE layers.
@@ -76,7 +90,7 @@ void TopkRouter::forward(const Tensor& x, const SublayerContext& sc, RouterRecor
     ctx.losses->add_auxiliary("load_balancing_loss", tensor_group_sum(share, tp_) * per_layer);
   }
   if (m.z_loss_coeff > 0) {
-    const double share = kernels::z_loss_forward(rec.logits, 1.0f, ctx.seq * ctx.batch);
+    const double share = kernels::z_loss_forward(rec.logits, 1.0f, sequence_tokens(ctx) * ctx.batch);
     ctx.losses->add_auxiliary("z_loss", tensor_group_sum(share, tp_) * per_layer);
   }
 }
@@ -92,14 +106,13 @@ void TopkRouter::backward(const Tensor& dprobs, const Tensor& x, const SublayerC
   if (m.load_balancing != LoadBalancing::None && m.aux_loss_coeff > 0)
     kernels::aux_loss_backward(rec.logits, rec.counts, k, m.router.score, tokens_per_group(ctx), m.aux_loss_coeff,
                                seed, dlogits);
-  if (m.z_loss_coeff > 0) kernels::z_loss_backward(rec.logits, m.z_loss_coeff, ctx.seq * ctx.batch, seed, dlogits);
+  if (m.z_loss_coeff > 0)
+    kernels::z_loss_backward(rec.logits, m.z_loss_coeff, sequence_tokens(ctx) * ctx.batch, seed, dlogits);
   const Tensor& input = rec.jittered.defined() ? rec.jittered : x;
   Tensor dinput = Tensor::empty(x.shape());
   kernels::linear_backward(dlogits, input, weight_->value, dinput, weight_->grad, Tensor());
   // The jitter multiplies the router's input only: its gradient reaches x through the same factors.
-  if (rec.jittered.defined())
-    kernels::jitter_multiply(dinput, dinput, m.input_jitter_eps, ctx.seed,
-                             dropout_stream(ctx.iteration, layer_number_, kJitterSite), jitter_region(ctx));
+  if (rec.jittered.defined()) jitter(dinput, dinput, ctx);
   kernels::add_into(dx, dinput);
   rec = RouterRecord();
 }

@@ -1,8 +1,10 @@
 // Megatron-Core's TopKRouter on one rank: the gating GEMM (router.weight [E, h], fp32), optional input
 // jitter, top-k routing, and the load-balancing and z-losses, which it adds to the forward's losses and
-// seeds in backward. Under sequence parallelism each tensor rank routes its own sequence shard and the
-// losses' token counts are summed over the tensor group, so the ranks' shares add up to the loss of
-// the whole sequence. (Without sequence parallelism every tensor rank routes the same tokens alike.)
+// seeds in backward. Under sequence parallelism each tensor rank routes its own sequence shard, and under
+// context parallelism each context rank its two chunks of every sequence; the losses' token counts are
+// summed over those ranks (Megatron's TP x CP group) and the token totals are the whole sequence's, so
+// the ranks' shares add up to the loss of the whole sequence, as one process computes it. (Without
+// sequence parallelism every tensor rank routes the same tokens alike.)
 #pragma once
 
 #include "model/sublayer.h"
@@ -14,7 +16,8 @@ struct RouterRecord final : SavedTensors {
   Tensor logits;    // [T, E]
   Tensor indices;   // int32 [T, k]
   Tensor probs;     // [T, k]
-  Tensor counts;    // [groups, E]: the load-balancing loss's routed tokens, summed over the tensor group
+  Tensor counts;    // [groups, E]: the load-balancing loss's routed tokens, summed over the ranks of the
+                    // sequences (the tensor group under sequence parallelism, the context group)
   void visit(const std::function<void(Tensor&, bool)>& f) override;
 };
 
@@ -38,8 +41,9 @@ class TopkRouter {
   // over micro-batches of each micro-batch's loss (Megatron's scale 1 / num_microbatches).
   static double micro_batch_weight(const ForwardContext& ctx) { return ctx.per_sample_loss_weight * ctx.batch; }
   int64_t groups(const ForwardContext& ctx) const;           // 1, or the sequences (seq_aux_loss)
-  int64_t tokens_per_group(const ForwardContext& ctx) const;  // over the tensor group
-  kernels::DropoutRegion jitter_region(const ForwardContext& ctx) const;
+  int64_t tokens_per_group(const ForwardContext& ctx) const;  // over the tensor and context groups
+  // y = x times the input jitter, keyed by the global rows of the tokens this rank holds. y may be x.
+  void jitter(const Tensor& x, const Tensor& y, const ForwardContext& ctx) const;
 
   const ModelConfig& config_;
   int64_t layer_number_, experts_;

@@ -34,7 +34,11 @@ std::string context_problem(const model::ModelConfig& c, const Layout& l) {
   if (l.sequence_parallel && (c.seq_length / l.cp) % l.tp != 0)
     return str_cat("--seq-length=", c.seq_length, " / cp ", l.cp, " is not divisible by tp ", l.tp,
                    " with --sequence-parallel");
-  if (c.moe.enabled()) return str_cat("context parallelism (cp ", l.cp, ") with mixture-of-experts layers is not built yet");
+  // MoE layers compose (each rank routes its seq / cp tokens, which routed_rows counts), token dropping
+  // does not: a capacity caps one rank's tokens, so the tokens dropped would depend on cp.
+  if (c.moe.enabled() && !c.moe.dropless())
+    return str_cat("context parallelism (cp ", l.cp, ") with an expert capacity (--moe-expert-capacity-factor) "
+                   "is not built yet");
   if (!l.token_slices.empty()) return str_cat("context parallelism (cp ", l.cp, ") with token slices is not built yet");
   return "";
 }

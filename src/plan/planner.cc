@@ -132,7 +132,8 @@ SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, con
   // cp: the fixed value, or 1 and the divisors of the devices that cut the sequence into 2 cp chunks of
   // which each rank keeps at least kSearchMinContextTokens (tp's own divisibility is checked below).
   std::vector<int> cps = {experts.cp > 0 ? experts.cp : 1};
-  for (int cp = 2; experts.cp == 0 && !moe && cp <= n; ++cp)
+  // (Not with an expert capacity, which cp does not compose with.)
+  for (int cp = 2; experts.cp == 0 && (!moe || c.moe.dropless()) && cp <= n; ++cp)
     if (n % cp == 0 && c.seq_length % (2 * cp) == 0 && c.seq_length / cp >= kSearchMinContextTokens) cps.push_back(cp);
   for (int tp = 1; tp <= n; ++tp) {
     if (n % tp != 0) continue;

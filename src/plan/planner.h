@@ -69,8 +69,8 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
 // tp > 1, as MoE under tensor parallelism requires. Each pipelined layout (pp > 1, v = 1) is also
 // planned with TeraPipe's token slices as its dynamic program picks them (plan/token_slicing.h), when it
 // cuts the sequence. Context parallelism: cp over the divisors of devices / tp that cut the sequence into
-// 2 cp chunks and leave each rank at least kSearchMinContextTokens tokens (cp 1 always), or only the
-// fixed value; cp x tp x pp x dp = devices.
+// 2 cp chunks and leave each rank at least kSearchMinContextTokens tokens (cp 1 always; for an MoE model
+// only when dropless), or only the fixed value; cp x tp x pp x dp = devices, ep folded over tp x cp x dp.
 struct ExpertSearch {
   int ep = 0, etp = 0;  // > 0: only this value (--expert-model-parallel-size, --expert-tensor-parallel-size)
   int cp = 0;           // > 0: only this context-parallel size (--context-parallel-size)

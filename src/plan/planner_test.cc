@@ -351,5 +351,44 @@ TEST(Planner, ExpertParallelTimeIsItsOwnPartOfTheIteration) {
   EXPECT_DOUBLE_EQ(eight.model_flops, one.model_flops);
 }
 
+// MoE layers under context parallelism (issue 37): each rank routes its seq / cp tokens, so at cp 2 its
+// routed rows, their dispatch and its experts' activations are half of cp 1's at the same devices (ep
+// folded over cp x dp); token dropping is refused with cp, and the search tries cp for a dropless MoE.
+TEST(Planner, MoeUnderContextParallelismRoutesEachRanksTokens) {
+  model::ModelConfig c = huge_experts();
+  c.moe.layer_experts = {16, 16};
+  c.seq_length = 8192;
+  const ClusterSpec cluster{find_device("A100-80GB"), 16};
+  Layout one;
+  one.dp = 16;
+  one.global_batch_size = 16;
+  one.etp = 1;
+  one.ep = 8;
+  one.flash_attention = true;
+  Layout two = one;  // one micro-batch a rank in both, of half the tokens at cp 2
+  two.cp = 2;
+  two.dp = 8;
+  two.global_batch_size = 8;
+  ASSERT_EQ(layout_problem(c, two, 16), "");
+  EXPECT_DOUBLE_EQ(routed_rows(c, two, 1), routed_rows(c, one, 1) / 2);
+  const Plan p1 = make_plan(c, one, cluster, {}), p2 = make_plan(c, two, cluster, {});
+  EXPECT_GT(p2.time.expert_parallel, 0);
+  EXPECT_LT(p2.time.expert_parallel, p1.time.expert_parallel);
+  EXPECT_GT(p2.time.context_parallel, 0);
+  EXPECT_LT(p2.peak_memory(), p1.peak_memory());
+  c.moe.capacity_factor = 1.0;
+  EXPECT_NE(layout_problem(c, two, 16).find("with an expert capacity (--moe-expert-capacity-factor)"), std::string::npos);
+  c.moe.capacity_factor = -1;
+  c.seq_length = 4096;  // cp 2 leaves 2048 tokens a rank: searched
+  Layout base;
+  base.dp = 8;
+  base.global_batch_size = 8;
+  base.flash_attention = true;
+  const SearchResult r = search_layouts(c, base, {find_device("A100-80GB"), 8}, {}, 128, {8, 1});
+  bool any_cp = false;
+  for (const Plan& p : r.ranked) any_cp = any_cp || p.layout.cp == 2;
+  EXPECT_TRUE(any_cp);
+}
+
 }  // namespace
 }  // namespace tessera::plan

@@ -1,8 +1,9 @@
 // The rules of --context-parallel-size (Megatron-Core's context parallelism: parallel/context_parallel.h,
-// model/ring_attention.h). Issue 37 runs ring attention on dense GPT layers with data, tensor,
-// sequence and pipeline (1F1B and interleaved) parallelism, document masks, and checkpoints across cp;
-// the layouts and features whose composition with it is not built (or not tested) yet are refused,
-// naming the flag.
+// model/ring_attention.h). Issue 37 runs ring attention on GPT layers with data, tensor, sequence,
+// pipeline (1F1B and interleaved) and expert parallelism (mixture-of-experts layers: each cp rank routes
+// its own tokens, the expert-parallel group may span cp ranks, the load-balancing statistics are summed
+// over cp), document masks, and checkpoints across cp; the layouts and features whose composition with
+// it is not built (or not tested) yet are refused, naming the flag and why.
 #include "train/argument_rules.h"
 #include "train/arguments.h"
 
@@ -27,9 +28,18 @@ void finalize_context_parallel(TrainArguments& a) {
           str_cat("divided by --context-parallel-size=", cp, " (", a.model.seq_length / cp,
                   " positions per rank) must be divisible by --tensor-model-parallel-size=",
                   a.tensor_model_parallel_size, " with --sequence-parallel"));
-  not_yet(!a.model.moe.enabled(), "mixture-of-experts layers (--num-experts)");
-  not_yet(a.token_slices.empty(), "--pipeline-token-slices");
-  not_yet(!a.kd, "--kd");
+  // Megatron's capacity is of the tokens one rank routes, so each cp rank would cap its own chunks: the
+  // tokens dropped would depend on cp, unlike the single-process run over the whole sequence.
+  require(a.model.moe.dropless(), "--moe-expert-capacity-factor", a.model.moe.capacity_factor,
+          str_cat("cannot be combined with --context-parallel-size=", cp,
+                  " yet (issue 37): each rank would cap the tokens of its own chunks, not the whole sequence's, "
+                  "so the tokens dropped would depend on cp"));
+  not_yet(a.token_slices.empty(),
+          "--pipeline-token-slices (TeraPipe's slices are consecutive and attend to the earlier slices' caches on "
+          "the same rank, while a cp rank holds two distant chunks whose earlier keys are on other ranks)");
+  not_yet(!a.kd,
+          "--kd (the teacher runs the whole sequence on each rank and its logits are not cut to the rank's two "
+          "chunks)");
   // The distributed optimizer reduce-scatters the dense gradients over data x context as the all-reduce
   // sums them; --bf16 and --fp16 run the ring on 16-bit inputs with the log-sum-exp merge in fp32, and
   // fp16's overflow check reads gradients already reduced over data x context, so every rank skips alike.

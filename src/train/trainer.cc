@@ -511,8 +511,9 @@ Evaluation Trainer::evaluate() {
 }
 
 ExpertLoad Trainer::interval_expert_load() {
-  // Every stage's layers and every data-parallel rank's tokens; under sequence parallelism also every
-  // tensor rank's sequence shard (without it the tensor ranks route the same tokens).
+  // Every stage's layers and every data-parallel rank's tokens, every context-parallel rank's chunks;
+  // under sequence parallelism also every tensor rank's sequence shard (without it the tensor ranks
+  // route the same tokens).
   model::LossSums::Routing& r = interval_routing_;
   r.routed.resize(static_cast<size_t>(args_.model.moe.total_experts()), 0.0);
   std::vector<float> counts(r.routed.begin(), r.routed.end());
@@ -520,6 +521,7 @@ ExpertLoad Trainer::interval_expert_load() {
   counts.push_back(static_cast<float>(r.entries));
   pipeline_sum(counts);
   data_parallel_sum(counts);
+  context_parallel_sum(counts);
   if (tp_.sequence_parallel) group_sum(state_->tensor_group(), counts);
   model::LossSums::Routing total;
   total.routed.assign(counts.begin(), counts.end() - 2);
