@@ -371,8 +371,9 @@ class FakeDeviceAllocator final : public Allocator {
 // cuda:0 to it; in a CPU-only build they are refused like the rest.
 bool has_cuda_kernel(const std::string& kernel) {
   static const std::set<std::string> with_cuda = {
-      "add_into",     "add_bias_rows", "scale",        "round_to",      "gelu_forward",     "gelu_backward",
-      "tanh_forward", "tanh_backward", "swiglu_forward", "swiglu_backward"};
+      "add_into",          "add_bias_rows",      "scale",           "round_to",        "gelu_forward",
+      "gelu_backward",     "tanh_forward",       "tanh_backward",   "swiglu_forward",  "swiglu_backward",
+      "layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward"};
   return with_cuda.count(kernel) > 0;
 }
 
@@ -451,7 +452,7 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
       }
     }
-    EXPECT_EQ(cuda_kernels, 10);  // each name of has_cuda_kernel is a call above
+    EXPECT_EQ(cuda_kernels, 14);  // each name of has_cuda_kernel is a call above
     try {
       add_into(host, x);
       ADD_FAILURE() << "add_into mixed devices";

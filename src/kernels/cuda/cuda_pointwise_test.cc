@@ -20,7 +20,7 @@ namespace tessera::cuda {
 namespace {
 
 using namespace testing;
-using PointwiseOnGpu = CudaKernelTest;
+using CudaPointwise = CudaKernelTest;
 
 const int64_t kSizes[] = {1, 7, 256, 1000, 4097, 300001};
 // fp32 results differ from the CPU's by the order of fused multiply-adds (and tanhf's last bits);
@@ -28,7 +28,7 @@ const int64_t kSizes[] = {1, 7, 256, 1000, 4097, 300001};
 constexpr float kF32Tol = 2e-6f;
 float rounded_tol(DType t) { return t == DType::BF16 ? 8e-3f : t == DType::F16 ? 1e-3f : kF32Tol; }
 
-TEST_F(PointwiseOnGpu, ElementwiseArithmeticMatchesTheCpu) {
+TEST_F(CudaPointwise, ElementwiseArithmeticMatchesTheCpu) {
   for (int64_t n : kSizes) {
     SCOPED_TRACE(n);
     Tensor a = random({n}, 1), b = random({n}, 2);
@@ -64,7 +64,7 @@ Tensor rounding_corners(int64_t n, uint64_t seed) {
   return t;
 }
 
-TEST_F(PointwiseOnGpu, PrecisionConversionsAreTheCpusBitForBit) {
+TEST_F(CudaPointwise, PrecisionConversionsAreTheCpusBitForBit) {
   for (int64_t n : kSizes) {
     SCOPED_TRACE(n);
     const Tensor x = rounding_corners(n, 5);
@@ -88,7 +88,7 @@ TEST_F(PointwiseOnGpu, PrecisionConversionsAreTheCpusBitForBit) {
   }
 }
 
-TEST_F(PointwiseOnGpu, StoringSeveralTensorsConvertsEachOnTheGpu) {
+TEST_F(CudaPointwise, StoringSeveralTensorsConvertsEachOnTheGpu) {
   Tensor a = to_device(random({5, 3}, 6)), b = to_device(random({1001}, 7)), none;
   const Tensor a_host = to_host(a), b_host = to_host(b);
   std::vector<Tensor*> tensors = {&a, &none, &b};
@@ -105,7 +105,7 @@ TEST_F(PointwiseOnGpu, StoringSeveralTensorsConvertsEachOnTheGpu) {
   EXPECT_THROW(kernels::store_all_as(DType::BF16, two_devices), Error);
 }
 
-TEST_F(PointwiseOnGpu, GeluAndTanhMatchTheCpu) {
+TEST_F(CudaPointwise, GeluAndTanhMatchTheCpu) {
   for (int64_t n : kSizes) {
     SCOPED_TRACE(n);
     const Tensor x = random({n}, 9, -6.0f, 6.0f), dy = random({n}, 10);
@@ -133,7 +133,7 @@ TEST_F(PointwiseOnGpu, GeluAndTanhMatchTheCpu) {
   }
 }
 
-TEST_F(PointwiseOnGpu, SwigluMatchesTheCpu) {
+TEST_F(CudaPointwise, SwigluMatchesTheCpu) {
   for (auto [rows, width] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {17, 130}, {5, 1031}, {64, 2048}}) {
     SCOPED_TRACE(::testing::Message() << rows << "x" << width);
     const Tensor x = random({rows, 2 * width}, 11, -5.0f, 5.0f), dy = random({rows, width}, 12);
