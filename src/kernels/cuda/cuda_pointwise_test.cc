@@ -1,7 +1,7 @@
 // The CUDA pointwise kernels (kernels/cuda/pointwise.cu) through the tensor entry points, on tensors
 // on cuda:0, against the CPU kernels on the same random inputs: elementwise arithmetic, the precision
 // conversions (bit for bit: both round to nearest even), GELU, SwiGLU and tanh with their gradients,
-// over several sizes including odd ones. Skipped, with CUDA's reason, where no GPU is present.
+// dropout (bit for bit: the same Philox mask), over several sizes including odd ones. Skipped, with CUDA's reason, where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "kernels/activations.h"
+#include "kernels/dropout.h"
 #include "kernels/cuda/device_testing.h"
 #include "kernels/elementwise.h"
 #include "kernels/precision.h"
@@ -148,6 +149,31 @@ TEST_F(CudaPointwise, SwigluMatchesTheCpu) {
     kernels::swiglu_backward(x, dy, dx);
     EXPECT_TRUE(all_close(to_host(dx_gpu), dx, kF32Tol, 1e-6f));
   }
+}
+
+// The mask is drawn from the same Philox elements as on the CPU, so forward and backward are the CPU's
+// bit for bit, for regions placed anywhere in the global tensor (hidden sizes not a multiple of the
+// 4-word Philox block, offsets that start mid-block), in place too.
+TEST_F(CudaPointwise, DropoutIsTheCpusBitForBit) {
+  const kernels::DropoutRegion regions[] = {
+      {1, 1, 1, 0, 1, 0}, {5, 3, 7, 2, 9, 1}, {16, 2, 1030, 16, 64, 3}, {128, 4, 768, 0, 128, 0}};
+  for (const kernels::DropoutRegion& r : regions) {
+    const int64_t n = r.seq * r.batch * r.hidden;
+    SCOPED_TRACE(n);
+    const Tensor x = random({n}, 13);
+    for (float p : {0.0f, 0.1f, 0.5f}) {
+      Tensor y = Tensor::empty({n}), y_gpu = to_device(y);
+      kernels::dropout_forward(to_device(x), y_gpu, p, 1234, 7, r);
+      kernels::dropout_forward(x, y, p, 1234, 7, r);
+      EXPECT_TRUE(same_bits(to_host(y_gpu), y)) << "p " << p;
+      Tensor dx = to_device(x);  // dx may be dy
+      kernels::dropout_backward(dx, dx, p, 1234, 7, r);
+      kernels::dropout_backward(x, y, p, 1234, 7, r);
+      EXPECT_TRUE(same_bits(to_host(dx), y)) << "p " << p;
+    }
+  }
+  Tensor x = to_device(random({4}, 14));
+  EXPECT_THROW(kernels::dropout_forward(x, x, 1.0f, 1, 2, {4, 1, 1, 0, 4, 0}), Error);  // p must be < 1
 }
 
 }  // namespace

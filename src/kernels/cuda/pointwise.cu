@@ -1,18 +1,22 @@
 // The CUDA pointwise kernels: elementwise arithmetic (kernels/cuda/elementwise.h), precision
-// conversions (kernels/cuda/precision.h) and the MLP's activations (kernels/cuda/activations.h). One
+// conversions (kernels/cuda/precision.h), the MLP's activations (kernels/cuda/activations.h) and dropout
+// (kernels/cuda/dropout.h). One
 // grid-stride loop each, the per-element math shared with the CPU (kernels/math/activations.h,
-// core/dtype.h's bf16 rounding). In one translation unit because nvcc's fixed cost per file dominates
+// core/dtype.h's bf16 rounding, the dropout keying and core/philox.h). In one translation unit because nvcc's fixed cost per file dominates
 // kernels this small.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 
 #include "core/check.h"
+#include "core/philox.h"
 #include "kernels/cuda/activations.h"
+#include "kernels/cuda/dropout.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/precision.h"
 #include "kernels/math/activations.h"
+#include "kernels/math/dropout.h"
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -75,6 +79,32 @@ __global__ void tanh_forward_kernel(const float* x, float* y, int64_t n) {
 
 __global__ void tanh_backward_kernel(const float* y, const float* dy, float* dx, int64_t n) {
   for (int64_t i = grid_index(); i < n; i += grid_stride()) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+}
+
+// Element i of the region's [seq, batch, hidden] slice keeps its value (times 1 / (1 - p)) iff its
+// global Philox element passes the keep test. Each thread draws the Philox block of its element (four
+// words, one used): simple, and the mask is the CPU's bit for bit; sharing blocks is for the speed step.
+__global__ void dropout_kernel(const float* in, float* out, int64_t n, float p, float scale, uint64_t seed,
+                               uint64_t stream, DropoutRegion r) {
+  const PhiloxStream philox(seed, stream);
+  for (int64_t i = grid_index(); i < n; i += grid_stride()) {
+    const int64_t row = i / r.hidden, h = i % r.hidden;
+    const uint64_t g = math::dropout_element(r, row / r.batch, row % r.batch, h);
+    out[i] = in[i] * (math::dropout_keeps(philox.bits(g), p) ? scale : 0.0f);
+  }
+}
+
+void dropout_apply(const char* kernel, const float* in, float* out, float p, uint64_t seed, uint64_t stream,
+                   const DropoutRegion& r) {
+  math::check_dropout(p, r);
+  const int64_t n = r.seq * r.batch * r.hidden;
+  if (n == 0) return;
+  if (p == 0.0f) {  // identity: nothing to draw
+    if (in != out) tessera::cuda::check(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice), kernel);
+    return;
+  }
+  dropout_kernel<<<grid_for(n), kThreads>>>(in, out, n, p, 1.0f / (1.0f - p), seed, stream, r);
+  check_launch(kernel);
 }
 
 void check_compute_type(DType t, const char* kernel) {
@@ -167,6 +197,14 @@ void tanh_backward(const float* y, const float* dy, float* dx, int64_t n) {
   if (n == 0) return;
   tanh_backward_kernel<<<grid_for(n), kThreads>>>(y, dy, dx, n);
   check_launch("tanh_backward");
+}
+
+void dropout_forward(const float* x, float* y, float p, uint64_t seed, uint64_t stream, const DropoutRegion& r) {
+  dropout_apply("dropout_forward", x, y, p, seed, stream, r);
+}
+
+void dropout_backward(const float* dy, float* dx, float p, uint64_t seed, uint64_t stream, const DropoutRegion& r) {
+  dropout_apply("dropout_backward", dy, dx, p, seed, stream, r);
 }
 
 }  // namespace tessera::kernels::cuda
