@@ -375,7 +375,8 @@ bool has_cuda_kernel(const std::string& kernel) {
       "gelu_backward",     "tanh_forward",       "tanh_backward",   "swiglu_forward",  "swiglu_backward",
       "layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward", "dropout_forward",
       "dropout_backward",  "embedding_forward",  "embedding_backward", "cross_entropy_shard_stats",
-      "cross_entropy_backward", "from_host"};
+      "cross_entropy_backward", "from_host",
+      "rope_forward",      "rope_backward"};
   return with_cuda.count(kernel) > 0;
 }
 
@@ -454,7 +455,7 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
       }
     }
-    EXPECT_EQ(cuda_kernels, 21);  // each name of has_cuda_kernel is a call above
+    EXPECT_EQ(cuda_kernels, 23);  // each name of has_cuda_kernel is a call above
     try {
       add_into(host, x);
       ADD_FAILURE() << "add_into mixed devices";

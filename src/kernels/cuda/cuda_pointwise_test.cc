@@ -1,7 +1,8 @@
 // The CUDA pointwise kernels (kernels/cuda/pointwise.cu) through the tensor entry points, on tensors
 // on cuda:0, against the CPU kernels on the same random inputs: elementwise arithmetic, the precision
 // conversions (bit for bit: both round to nearest even), GELU, SwiGLU and tanh with their gradients,
-// dropout (bit for bit: the same Philox mask), over several sizes including odd ones. Skipped, with CUDA's reason, where no GPU is present.
+// dropout (bit for bit: the same Philox mask), RoPE forward and backward, over several sizes including
+// odd ones. Skipped, with CUDA's reason, where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,8 @@
 #include "kernels/cuda/device_testing.h"
 #include "kernels/elementwise.h"
 #include "kernels/precision.h"
+#include "kernels/rotary.h"
+#include "kernels/tensor_ops.h"
 
 namespace tessera::cuda {
 namespace {
@@ -174,6 +177,31 @@ TEST_F(CudaPointwise, DropoutIsTheCpusBitForBit) {
   }
   Tensor x = to_device(random({4}, 14));
   EXPECT_THROW(kernels::dropout_forward(x, x, 1.0f, 1, 2, {4, 1, 1, 0, 4, 0}), Error);  // p must be < 1
+}
+
+// Angles and cos/sin in double on both (the GPU's pow, cos and sin may differ from glibc's in the last
+// double bits, rarely a float ulp of cos/sin), the rotation in fp32; dimensions past rot_dim untouched.
+TEST_F(CudaPointwise, RopeMatchesTheCpu) {
+  struct Case {
+    int64_t rows, heads, head_dim, rot_dim;
+  };
+  for (const Case& c : {Case{1, 1, 2, 2}, Case{7, 3, 64, 64}, Case{33, 4, 128, 64}, Case{129, 12, 80, 20}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows, " << c.heads << " heads, " << c.head_dim << "/" << c.rot_dim);
+    std::vector<int32_t> pos(static_cast<size_t>(c.rows));
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>((i * 97) % 4099);
+    const Tensor positions = kernels::from_host(pos), positions_gpu = to_device(positions);
+    const Tensor x = random({c.rows, c.heads, c.head_dim}, 15);
+    Tensor y = x.clone(), y_gpu = to_device(x);
+    kernels::rope_forward(y_gpu, positions_gpu, c.rot_dim, 10000.0f);
+    kernels::rope_forward(y, positions, c.rot_dim, 10000.0f);
+    EXPECT_TRUE(all_close(to_host(y_gpu), y, 2e-6f, 1e-6f)) << "forward";
+    kernels::rope_backward(y_gpu, positions_gpu, c.rot_dim, 10000.0f);
+    kernels::rope_backward(y, positions, c.rot_dim, 10000.0f);
+    EXPECT_TRUE(all_close(to_host(y_gpu), y, 2e-6f, 1e-6f)) << "backward";
+    EXPECT_TRUE(all_close(to_host(y_gpu), x, 1e-5f, 1e-5f)) << "the backward undoes the forward";
+  }
+  Tensor x = to_device(random({2, 1, 8}, 16));
+  EXPECT_THROW(kernels::rope_forward(x, to_device(kernels::from_host({0, 1})), 3, 10000.0f), Error);  // odd rot_dim
 }
 
 }  // namespace

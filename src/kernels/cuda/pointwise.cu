@@ -1,8 +1,8 @@
 // The CUDA pointwise kernels: elementwise arithmetic (kernels/cuda/elementwise.h), precision
-// conversions (kernels/cuda/precision.h), the MLP's activations (kernels/cuda/activations.h) and dropout
-// (kernels/cuda/dropout.h). One
+// conversions (kernels/cuda/precision.h), the MLP's activations (kernels/cuda/activations.h), dropout
+// (kernels/cuda/dropout.h) and RoPE (kernels/cuda/rotary.h). One
 // grid-stride loop each, the per-element math shared with the CPU (kernels/math/activations.h,
-// core/dtype.h's bf16 rounding, the dropout keying and core/philox.h). In one translation unit because nvcc's fixed cost per file dominates
+// core/dtype.h's bf16 rounding, the dropout keying and core/philox.h, RoPE's pair). In one translation unit because nvcc's fixed cost per file dominates
 // kernels this small.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -15,8 +15,10 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/precision.h"
+#include "kernels/cuda/rotary.h"
 #include "kernels/math/activations.h"
 #include "kernels/math/dropout.h"
+#include "kernels/math/rotary.h"
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -104,6 +106,29 @@ void dropout_apply(const char* kernel, const float* in, float* out, float p, uin
     return;
   }
   dropout_kernel<<<grid_for(n), kThreads>>>(in, out, n, p, 1.0f / (1.0f - p), seed, stream, r);
+  check_launch(kernel);
+}
+
+// Pair i of head h of row r per thread: its frequency, angle and cos/sin in double as on the CPU
+// (math/rotary.h; the CPU shares a row's cos/sin between its heads, recomputing them gives the same).
+__global__ void rope_kernel(float* x, const int32_t* positions, int64_t n, int64_t heads, int64_t head_dim,
+                            int64_t rot_dim, float base, double sign) {
+  const int64_t half = rot_dim / 2;
+  for (int64_t k = grid_index(); k < n; k += grid_stride()) {
+    const int64_t i = k % half, rh = k / half;  // rh = r * heads + h
+    float c, s;
+    math::rope_cos_sin(static_cast<double>(positions[rh / heads]), math::rope_inv_freq(i, rot_dim, base), sign, c, s);
+    float* lo = x + rh * head_dim;
+    math::rope_rotate_pair(lo[i], lo[i + half], c, s);
+  }
+}
+
+void rope_apply(const char* kernel, float* x, const int32_t* positions, int64_t rows, int64_t heads,
+                int64_t head_dim, int64_t rot_dim, float base, double sign) {
+  math::check_rope_dims(rot_dim, head_dim);
+  const int64_t n = rows * heads * (rot_dim / 2);
+  if (n == 0) return;
+  rope_kernel<<<grid_for(n), kThreads>>>(x, positions, n, heads, head_dim, rot_dim, base, sign);
   check_launch(kernel);
 }
 
@@ -197,6 +222,16 @@ void tanh_backward(const float* y, const float* dy, float* dx, int64_t n) {
   if (n == 0) return;
   tanh_backward_kernel<<<grid_for(n), kThreads>>>(y, dy, dx, n);
   check_launch("tanh_backward");
+}
+
+void rope_forward(float* x, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
+                  int64_t rot_dim, float base) {
+  rope_apply("rope_forward", x, positions, rows, heads, head_dim, rot_dim, base, 1.0);
+}
+
+void rope_backward(float* dx, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
+                   int64_t rot_dim, float base) {
+  rope_apply("rope_backward", dx, positions, rows, heads, head_dim, rot_dim, base, -1.0);
 }
 
 void dropout_forward(const float* x, float* y, float p, uint64_t seed, uint64_t stream, const DropoutRegion& r) {
