@@ -2,13 +2,17 @@
 // statistics: one block per row; the max over the logits' bits mapped to ordered integers, as the CPU
 // takes it (kernels/cpu/cross_entropy.cc: exact in any order, and a NaN wins so it reaches the loss),
 // then sum exp(x - max) in double across the block. The backward: one element per thread, in place.
+// And the per-row combination of the vocab-parallel loss (kernels/cuda/vocab_parallel_loss.h): the
+// rescaling elementwise, the masked loss sum by one block in a fixed order.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "core/allocator.h"
 #include "core/check.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/vocab_parallel_loss.h"
 #include "kernels/math/softmax.h"
 
 namespace tessera::kernels::cuda {
@@ -63,7 +67,50 @@ __global__ void backward_kernel(float* logits, const int32_t* targets, const flo
   }
 }
 
+__global__ void rescale_sum_exp_kernel(float* sumexp, const float* max, const float* global_max, int64_t rows) {
+  for (int64_t r = grid_index(); r < rows; r += grid_stride()) sumexp[r] *= expf(max[r] - global_max[r]);
+}
+
+// lse[r] = max[r] + log(sumexp[r]); *total = sum_r (lse[r] - target[r]) * loss_mask[r] in double.
+__global__ void masked_loss_sum_kernel(const float* max, const float* sumexp, const float* target,
+                                       const float* loss_mask, float* lse, int64_t rows, double* total) {
+  __shared__ double scratch[32];
+  double acc = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    lse[r] = max[r] + logf(sumexp[r]);
+    acc += static_cast<double>(lse[r] - target[r]) * loss_mask[r];
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) *total = acc;
+}
+
 }  // namespace
+
+void rescale_sum_exp(float* sumexp, const float* max, const float* global_max, int64_t rows) {
+  if (rows == 0) return;
+  rescale_sum_exp_kernel<<<grid_for(rows), kThreads>>>(sumexp, max, global_max, rows);
+  check_launch("rescale_sum_exp");
+}
+
+double masked_loss_sum(const float* max, const float* sumexp, const float* target, const float* loss_mask,
+                       float* lse, int64_t rows, int device) {
+  if (rows == 0) return 0.0;
+  // The total, from the device's caching allocator (stream-ordered: freed right after the copy, which
+  // waits for the kernel).
+  Allocator& allocator = allocator_for(Device{DeviceType::CUDA, device});
+  double* total = static_cast<double*>(allocator.allocate(sizeof(double), 256));
+  double result = 0;
+  try {
+    masked_loss_sum_kernel<<<1, kThreads>>>(max, sumexp, target, loss_mask, lse, rows, total);
+    check_launch("masked_loss_sum");
+    tessera::cuda::check(cudaMemcpy(&result, total, sizeof(double), cudaMemcpyDeviceToHost), "masked_loss_sum");
+  } catch (...) {
+    allocator.deallocate(total, sizeof(double));
+    throw;
+  }
+  allocator.deallocate(total, sizeof(double));
+  return result;
+}
 
 void cross_entropy_shard_stats(const float* logits, const int32_t* targets, float* max_out, float* sumexp_out,
                                float* target_logit_out, int64_t rows, int64_t vocab_local, int64_t vocab_begin) {

@@ -1,7 +1,8 @@
 // The CUDA softmax cross-entropy (kernels/cuda/cross_entropy.cu) through the tensor entry points, on
 // tensors on cuda:0, against the CPU kernel on the same random logits: the shard statistics (the max
 // and the target's logit bit for bit, the sum of exponentials to fp32 rounding), whole vocabularies and
-// shards, and the in-place backward with fp32 and 16-bit outputs. Skipped, with CUDA's reason, where no
+// shards, the in-place backward with fp32 and 16-bit outputs, and the vocab-parallel combination
+// (rescaled sums, masked loss sum). Skipped, with CUDA's reason, where no
 // GPU is present.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda/device_testing.h"
 #include "kernels/tensor_ops.h"
+#include "kernels/vocab_parallel_loss.h"
 
 namespace tessera::cuda {
 namespace {
@@ -79,6 +81,27 @@ TEST_F(CudaCrossEntropy, BackwardMatchesTheCpu) {
       const float rtol = t == DType::BF16 ? 8e-3f : t == DType::F16 ? 1e-3f : 2e-6f;
       EXPECT_TRUE(all_close(to_host(d_gpu), d, rtol, t == DType::F16 ? 6e-8f : 1e-12f)) << dtype_name(t);
     }
+  }
+}
+
+// The per-row combination after the group's reductions: expf/logf on the GPU, std::exp/log on the CPU
+// (a few ulps apart); the loss sum in double, the same on repeated calls.
+TEST_F(CudaCrossEntropy, VocabParallelCombinationMatchesTheCpu) {
+  for (int64_t rows : {1, 7, 300, 8193}) {
+    SCOPED_TRACE(rows);
+    const Tensor max = random({rows}, 8, -2.0f, 6.0f), global_max = random({rows}, 9, 6.0f, 8.0f);
+    const Tensor target = random({rows}, 10, -3.0f, 3.0f), mask = random({rows}, 11, 0.0f, 1.0f);
+    Tensor sumexp = random({rows}, 12, 1.0f, 500.0f), sumexp_gpu = to_device(sumexp);
+    kernels::rescale_sum_exp(sumexp_gpu, to_device(max), to_device(global_max));
+    kernels::rescale_sum_exp(sumexp, max, global_max);
+    EXPECT_TRUE(all_close(to_host(sumexp_gpu), sumexp, 1e-6f, 0.0f));
+    Tensor lse = Tensor::empty({rows}), lse_gpu = to_device(lse);
+    const Tensor max_gpu = to_device(max), target_gpu = to_device(target), mask_gpu = to_device(mask);
+    const double gpu = kernels::masked_loss_sum(max_gpu, sumexp_gpu, target_gpu, mask_gpu, lse_gpu);
+    const double cpu = kernels::masked_loss_sum(max, sumexp, target, mask, lse);
+    EXPECT_TRUE(all_close(to_host(lse_gpu), lse, 1e-6f, 1e-6f));
+    EXPECT_NEAR(gpu, cpu, 1e-5 * (1.0 + std::fabs(cpu)));
+    EXPECT_EQ(kernels::masked_loss_sum(max_gpu, sumexp_gpu, target_gpu, mask_gpu, lse_gpu), gpu);
   }
 }
 
