@@ -1,6 +1,7 @@
 #include "kernels/cross_entropy.h"
 
 #include "kernels/cpu/cross_entropy.h"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
@@ -8,10 +9,14 @@ namespace tessera::kernels {
 void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, const Tensor& max_out,
                                const Tensor& sumexp_out, const Tensor& target_logit_out, int64_t vocab_begin) {
   const char* kernel = "cross_entropy_shard_stats";
-  kernel_device(kernel, {&logits, &targets, &max_out, &sumexp_out, &target_logit_out});
+  const Device d = kernel_device(kernel, {&logits, &targets, &max_out, &sumexp_out, &target_logit_out}, Impl::kCpuAndCuda);
   TESSERA_CHECK(logits.ndim() == 2, kernel, ": logits ", shape_str(logits.shape()), " are not [rows, vocab]");
   const int64_t rows = logits.dim(0);
   for (const Tensor* t : {&targets, &max_out, &sumexp_out, &target_logit_out}) check_numel(kernel, "a per-row operand", *t, rows);
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::cross_entropy_shard_stats(logits.f32(), targets.i32(), max_out.f32(), sumexp_out.f32(),
+                                             target_logit_out.f32(), rows, logits.dim(1), vocab_begin);
   cpu::cross_entropy_shard_stats(logits.f32(), targets.i32(), max_out.f32(), sumexp_out.f32(), target_logit_out.f32(),
                                  rows, logits.dim(1), vocab_begin);
 }
@@ -19,10 +24,14 @@ void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, cons
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& dloss,
                             int64_t vocab_begin, DType round_output) {
   const char* kernel = "cross_entropy_backward";
-  kernel_device(kernel, {&logits, &targets, &lse, &dloss});
+  const Device d = kernel_device(kernel, {&logits, &targets, &lse, &dloss}, Impl::kCpuAndCuda);
   TESSERA_CHECK(logits.ndim() == 2, kernel, ": logits ", shape_str(logits.shape()), " are not [rows, vocab]");
   const int64_t rows = logits.dim(0);
   for (const Tensor* t : {&targets, &lse, &dloss}) check_numel(kernel, "a per-row operand", *t, rows);
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::cross_entropy_backward(logits.f32(), targets.i32(), lse.f32(), dloss.f32(), rows, logits.dim(1),
+                                          vocab_begin, round_output);
   cpu::cross_entropy_backward(logits.f32(), targets.i32(), lse.f32(), dloss.f32(), rows, logits.dim(1), vocab_begin,
                               round_output);
 }

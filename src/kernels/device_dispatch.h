@@ -1,7 +1,12 @@
-// How a kernel that takes tensors chooses its implementation: by the tensors' device. Only the CPU has
-// implementations in this build (kernels/cpu/); a tensor on another device (one whose backend
-// registered an allocator, core/allocator.h) is refused with an Error naming the kernel and the device,
-// rather than read as host memory.
+// How a kernel that takes tensors chooses its implementation: by the tensors' device.
+//
+// Every tensor entry point (kernels/<name>.cc) first calls kernel_device(name, tensors, impl), which
+// returns the one device its tensors are on, or throws an Error naming the kernel and the device when
+// that device has no implementation in this build (rather than reading device memory as host memory).
+// The CPU implementations are kernels/cpu/; a kernel with a CUDA one (kernels/cuda/<name>.h, device
+// pointers, compiled by nvcc where CMake found the toolkit: TESSERA_WITH_CUDA) passes Impl::kCpuAndCuda
+// and then calls it under `if constexpr (kWithCuda)`: a CPU-only build discards that call at compile
+// time, so it neither compiles nor links the CUDA code, and refuses such tensors as before.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +17,22 @@
 
 namespace tessera::kernels {
 
+// Whether this build has the CUDA kernels (CMake defines TESSERA_WITH_CUDA where it found the toolkit).
+#if defined(TESSERA_WITH_CUDA)
+inline constexpr bool kWithCuda = true;
+#else
+inline constexpr bool kWithCuda = false;
+#endif
+
+// The devices a kernel has implementations for: the CPU always, CUDA when it has a kernels/cuda/ one.
+enum class Impl { kCpu, kCpuAndCuda };
+
 // The device all defined tensors of `tensors` are on; an Error if they differ or it has no
-// implementation of `kernel`. Undefined tensors are the optional operands a call leaves out (a bias,
-// a gradient not wanted) and are skipped.
-inline Device kernel_device(const char* kernel, std::initializer_list<const Tensor*> tensors) {
+// implementation of `kernel` (`impl` says which devices have one; CUDA counts only in a CUDA build).
+// Undefined tensors are the optional operands a call leaves out (a bias, a gradient not wanted) and
+// are skipped.
+inline Device kernel_device(const char* kernel, std::initializer_list<const Tensor*> tensors,
+                            Impl impl = Impl::kCpu) {
   const Tensor* first = nullptr;
   for (const Tensor* t : tensors)
     if (t->defined()) {
@@ -25,9 +42,14 @@ inline Device kernel_device(const char* kernel, std::initializer_list<const Tens
   const Device d = first ? first->device() : Device::cpu();
   for (const Tensor* t : tensors)
     TESSERA_CHECK(!t->defined() || t->device() == d, kernel, ": tensors on ", d.str(), " and ", t->device().str());
-  TESSERA_CHECK(d.type == DeviceType::CPU, kernel, " on ", d.str(), " is not available in this build");
+  const bool available =
+      d.type == DeviceType::CPU || (kWithCuda && impl == Impl::kCpuAndCuda && d.type == DeviceType::CUDA);
+  TESSERA_CHECK(available, kernel, " on ", d.str(), " is not available in this build");
   return d;
 }
+
+// Whether the implementation to run is the CUDA one (always false in a CPU-only build).
+inline bool on_cuda(Device d) { return kWithCuda && d.type == DeviceType::CUDA; }
 
 // For the CPU implementations' optional pointers: the tensor's fp32 data, or null when it is undefined.
 inline float* f32_or_null(const Tensor& t) { return t.defined() ? t.f32() : nullptr; }

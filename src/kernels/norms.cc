@@ -1,6 +1,7 @@
 #include "kernels/norms.h"
 
 #include "kernels/cpu/norms.h"
+#include "kernels/cuda/norms.h"
 #include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
@@ -21,35 +22,49 @@ int64_t norm_rows(const char* kernel, const Tensor& x, const Tensor& w, std::ini
 
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& mean,
                        const Tensor& rstd, float eps, DType round_output) {
-  kernel_device("layernorm_forward", {&x, &w, &b, &y, &mean, &rstd});
+  const Device d = kernel_device("layernorm_forward", {&x, &w, &b, &y, &mean, &rstd}, Impl::kCpuAndCuda);
   const int64_t rows = norm_rows("layernorm_forward", x, w, {&y}, {&mean, &rstd});
   if (b.defined()) check_numel("layernorm_forward", "bias", b, w.numel());
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::layernorm_forward(x.f32(), w.f32(), f32_or_null(b), y.f32(), mean.f32(), rstd.f32(), rows,
+                                     w.numel(), eps, round_output);
   cpu::layernorm_forward(x.f32(), w.f32(), f32_or_null(b), y.f32(), mean.f32(), rstd.f32(), rows, w.numel(), eps,
                          round_output);
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  kernel_device("layernorm_backward", {&dy, &x, &w, &mean, &rstd, &dx, &dw, &db});
+  const Device d = kernel_device("layernorm_backward", {&dy, &x, &w, &mean, &rstd, &dx, &dw, &db}, Impl::kCpuAndCuda);
   const int64_t rows = norm_rows("layernorm_backward", x, w, {&dy, &dx}, {&mean, &rstd});
   check_numel("layernorm_backward", "dw", dw, w.numel());
   if (db.defined()) check_numel("layernorm_backward", "db", db, w.numel());
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::layernorm_backward(dy.f32(), x.f32(), w.f32(), mean.f32(), rstd.f32(), dx.f32(), dw.f32(),
+                                      f32_or_null(db), rows, w.numel());
   cpu::layernorm_backward(dy.f32(), x.f32(), w.f32(), mean.f32(), rstd.f32(), dx.f32(), dw.f32(), f32_or_null(db),
                           rows, w.numel());
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, float eps,
                      DType round_output) {
-  kernel_device("rmsnorm_forward", {&x, &w, &y, &rstd});
+  const Device d = kernel_device("rmsnorm_forward", {&x, &w, &y, &rstd}, Impl::kCpuAndCuda);
   const int64_t rows = norm_rows("rmsnorm_forward", x, w, {&y}, {&rstd});
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::rmsnorm_forward(x.f32(), w.f32(), y.f32(), rstd.f32(), rows, w.numel(), eps, round_output);
   cpu::rmsnorm_forward(x.f32(), w.f32(), y.f32(), rstd.f32(), rows, w.numel(), eps, round_output);
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                       const Tensor& dw) {
-  kernel_device("rmsnorm_backward", {&dy, &x, &w, &rstd, &dx, &dw});
+  const Device d = kernel_device("rmsnorm_backward", {&dy, &x, &w, &rstd, &dx, &dw}, Impl::kCpuAndCuda);
   const int64_t rows = norm_rows("rmsnorm_backward", x, w, {&dy, &dx}, {&rstd});
   check_numel("rmsnorm_backward", "dw", dw, w.numel());
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::rmsnorm_backward(dy.f32(), x.f32(), w.f32(), rstd.f32(), dx.f32(), dw.f32(), rows, w.numel());
   cpu::rmsnorm_backward(dy.f32(), x.f32(), w.f32(), rstd.f32(), dx.f32(), dw.f32(), rows, w.numel());
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 #include "core/profiler.h"
+#include "kernels/cuda/precision.h"
 #include "kernels/device_dispatch.h"
 #include "kernels/parallel_grain.h"
 
@@ -95,8 +96,10 @@ void set_reuse_rounded_inputs(bool on) { reuse_rounded = on; }
 DType gemm_rounding(DType t) { return reuse_rounded ? t : DType::F32; }
 
 void round_to(DType t, const Tensor& in, const Tensor& out) {
-  kernel_device("round_to", {&in, &out});
+  const Device d = kernel_device("round_to", {&in, &out}, Impl::kCpuAndCuda);
   check_numel("round_to", "out", out, in.numel());
+  if constexpr (kWithCuda)
+    if (on_cuda(d)) return cuda::round_to(t, in.f32(), out.f32(), in.numel());
   round_to(t, in.f32(), out.f32(), in.numel());
 }
 
@@ -108,9 +111,15 @@ bool round_in_place_for_gemm(DType t, const Tensor& x) {
 
 Tensor store_as(DType t, const Tensor& fp32) {
   if (t == DType::F32 || !fp32.defined()) return fp32;
-  kernel_device("store_as", {&fp32});
+  const Device d = kernel_device("store_as", {&fp32}, Impl::kCpuAndCuda);
   TESSERA_PROFILE_SCOPE("store_16bit");
-  Tensor out = Tensor::empty(fp32.shape(), t);
+  Tensor out = Tensor::empty(fp32.shape(), t, d);
+  if constexpr (kWithCuda) {
+    if (on_cuda(d)) {
+      cuda::encode_16bit(t, fp32.f32(), static_cast<uint16_t*>(out.raw()), fp32.numel());
+      return out;
+    }
+  }
   encode_16bit(t, fp32.f32(), static_cast<uint16_t*>(out.raw()), fp32.numel());
   return out;
 }
@@ -123,6 +132,13 @@ void widen_run(DType t, const uint16_t* in, float* out, int64_t n) {
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(in[i]);
   }
+}
+
+// The first defined tensor of `tensors`, or null: its device is the one all must share.
+[[maybe_unused]] const Tensor* first_defined(const std::vector<Tensor*>& tensors) {
+  for (const Tensor* t : tensors)
+    if (t->defined()) return t;
+  return nullptr;
 }
 
 // Calls run(k, begin, end) on pieces of every n[k] in one parallel region, without a barrier between
@@ -143,6 +159,16 @@ void pieces_in_parallel(const std::vector<int64_t>& n, const Run& run) {
 void store_all_as(DType t, const std::vector<Tensor*>& tensors) {
   if (t == DType::F32) return;
   check_16bit(t, "store_all_as");
+  if constexpr (kWithCuda) {
+    // On a GPU each tensor is one launch of store_as's kernel: there is no thread team to share.
+    if (const Tensor* first = first_defined(tensors); first && on_cuda(first->device())) {
+      for (Tensor* x : tensors) {
+        kernel_device("store_all_as", {first, x}, Impl::kCpuAndCuda);
+        if (x->defined() && x->dtype() == DType::F32) *x = store_as(t, *x);
+      }
+      return;
+    }
+  }
   for (const Tensor* x : tensors) kernel_device("store_all_as", {x});
   TESSERA_PROFILE_SCOPE("store_16bit");
   std::vector<Tensor> out(tensors.size());
@@ -160,6 +186,15 @@ void store_all_as(DType t, const std::vector<Tensor*>& tensors) {
 }
 
 void all_to_fp32(const std::vector<Tensor*>& tensors) {
+  if constexpr (kWithCuda) {
+    if (const Tensor* first = first_defined(tensors); first && on_cuda(first->device())) {
+      for (Tensor* x : tensors) {
+        kernel_device("all_to_fp32", {first, x}, Impl::kCpuAndCuda);
+        *x = to_fp32(*x);
+      }
+      return;
+    }
+  }
   for (const Tensor* x : tensors) kernel_device("all_to_fp32", {x});
   TESSERA_PROFILE_SCOPE("widen_16bit");
   std::vector<Tensor> out(tensors.size());
@@ -181,11 +216,17 @@ void all_to_fp32(const std::vector<Tensor*>& tensors) {
 
 Tensor to_fp32(const Tensor& stored) {
   if (!stored.defined() || stored.dtype() == DType::F32) return stored;
-  kernel_device("to_fp32", {&stored});
+  const Device d = kernel_device("to_fp32", {&stored}, Impl::kCpuAndCuda);
   TESSERA_PROFILE_SCOPE("widen_16bit");
   TESSERA_CHECK(stored.dtype() == DType::BF16 || stored.dtype() == DType::F16, "to_fp32: ",
                 dtype_name(stored.dtype()), " is not a 16-bit floating-point type");
-  Tensor out = Tensor::empty(stored.shape());
+  Tensor out = Tensor::empty(stored.shape(), DType::F32, d);
+  if constexpr (kWithCuda) {
+    if (on_cuda(d)) {
+      cuda::widen_16bit(stored.dtype(), static_cast<const uint16_t*>(stored.raw()), out.f32(), stored.numel());
+      return out;
+    }
+  }
   const uint16_t* in = static_cast<const uint16_t*>(stored.raw());
   float* o = out.f32();
   const int64_t n = stored.numel();

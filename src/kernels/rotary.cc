@@ -1,6 +1,7 @@
 #include "kernels/rotary.h"
 
 #include "kernels/cpu/rotary.h"
+#include "kernels/cuda/rotary.h"
 #include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
@@ -14,14 +15,19 @@ void check_rope(const char* kernel, const Tensor& x, const Tensor& positions) {
 }  // namespace
 
 void rope_forward(const Tensor& x, const Tensor& positions, int64_t rot_dim, float base) {
-  kernel_device("rope_forward", {&x, &positions});
+  const Device d = kernel_device("rope_forward", {&x, &positions}, Impl::kCpuAndCuda);
   check_rope("rope_forward", x, positions);
+  if constexpr (kWithCuda)
+    if (on_cuda(d)) return cuda::rope_forward(x.f32(), positions.i32(), x.dim(0), x.dim(1), x.dim(2), rot_dim, base);
   cpu::rope_forward(x.f32(), positions.i32(), x.dim(0), x.dim(1), x.dim(2), rot_dim, base);
 }
 
 void rope_backward(const Tensor& dx, const Tensor& positions, int64_t rot_dim, float base) {
-  kernel_device("rope_backward", {&dx, &positions});
+  const Device d = kernel_device("rope_backward", {&dx, &positions}, Impl::kCpuAndCuda);
   check_rope("rope_backward", dx, positions);
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::rope_backward(dx.f32(), positions.i32(), dx.dim(0), dx.dim(1), dx.dim(2), rot_dim, base);
   cpu::rope_backward(dx.f32(), positions.i32(), dx.dim(0), dx.dim(1), dx.dim(2), rot_dim, base);
 }
 

@@ -1,23 +1,29 @@
 #include "kernels/vocab_parallel_loss.h"
 
 #include "kernels/cpu/vocab_parallel_loss.h"
+#include "kernels/cuda/vocab_parallel_loss.h"
 #include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
 
 void rescale_sum_exp(const Tensor& sumexp, const Tensor& max, const Tensor& global_max) {
-  kernel_device("rescale_sum_exp", {&sumexp, &max, &global_max});
+  const Device d = kernel_device("rescale_sum_exp", {&sumexp, &max, &global_max}, Impl::kCpuAndCuda);
   const int64_t rows = sumexp.numel();
   check_numel("rescale_sum_exp", "max", max, rows);
   check_numel("rescale_sum_exp", "global_max", global_max, rows);
+  if constexpr (kWithCuda)
+    if (on_cuda(d)) return cuda::rescale_sum_exp(sumexp.f32(), max.f32(), global_max.f32(), rows);
   cpu::rescale_sum_exp(sumexp.f32(), max.f32(), global_max.f32(), rows);
 }
 
 double masked_loss_sum(const Tensor& max, const Tensor& sumexp, const Tensor& target, const Tensor& loss_mask,
                        const Tensor& lse) {
-  kernel_device("masked_loss_sum", {&max, &sumexp, &target, &loss_mask, &lse});
+  const Device d = kernel_device("masked_loss_sum", {&max, &sumexp, &target, &loss_mask, &lse}, Impl::kCpuAndCuda);
   const int64_t rows = max.numel();
   for (const Tensor* t : {&sumexp, &target, &loss_mask, &lse}) check_numel("masked_loss_sum", "a per-row operand", *t, rows);
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::masked_loss_sum(max.f32(), sumexp.f32(), target.f32(), loss_mask.f32(), lse.f32(), rows, d.index);
   return cpu::masked_loss_sum(max.f32(), sumexp.f32(), target.f32(), loss_mask.f32(), lse.f32(), rows);
 }
 

@@ -63,18 +63,7 @@ double chunk_sum_of_squares(const float* x, int64_t n) {
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWHyper& h) {
   TESSERA_PROFILE_SCOPE("adamw_step");
-  TESSERA_CHECK(h.step >= 1, "adamw_step: step counts from 1, got ", h.step);
-  double t = static_cast<double>(h.step);
-  math::AdamWCoeffs k;
-  k.decay = static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay);
-  k.step_size = static_cast<float>(h.lr / (1.0 - std::pow(static_cast<double>(h.beta1), t)));
-  k.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(h.beta2), t)));
-  k.b1 = h.beta1;
-  k.one_minus_b1 = static_cast<float>(1.0 - h.beta1);
-  k.b2 = h.beta2;
-  k.one_minus_b2 = static_cast<float>(1.0 - h.beta2);
-  k.eps = h.eps;
-  k.grad_scale = h.grad_scale;
+  const math::AdamWCoeffs k = math::adamw_coeffs(h);
   int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (parallel : parallel_worth(4 * n))
   for (int64_t c = 0; c < chunks; ++c) {

@@ -56,11 +56,7 @@ void keep_mask(uint64_t seed, uint64_t stream, uint64_t g0, int64_t n, float p, 
 }
 
 void dropout_apply(const float* in, float* out, float p, uint64_t seed, uint64_t stream, const DropoutRegion& r) {
-  TESSERA_CHECK(p >= 0.0f && p < 1.0f, "dropout: p must be in [0, 1), got ", p);
-  TESSERA_CHECK(r.seq >= 0 && r.batch >= 0 && r.hidden >= 0 && r.seq_offset >= 0 && r.sample_offset >= 0,
-                "dropout: negative region size or offset");
-  TESSERA_CHECK(r.seq_offset + r.seq <= r.seq_total, "dropout: region rows [", r.seq_offset, ", ",
-                r.seq_offset + r.seq, ") exceed seq_total ", r.seq_total);
+  math::check_dropout(p, r);
   int64_t rows = r.seq * r.batch;
   if (p == 0.0f) {  // identity: nothing to draw
     if (in != out) std::copy(in, in + rows * r.hidden, out);

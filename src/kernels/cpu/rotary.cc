@@ -16,8 +16,7 @@ namespace {
 // Rotates every head of every row by +angle (sign = 1) or -angle (sign = -1, the transpose).
 void rope_apply(float* x, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim, int64_t rot_dim,
                 float base, double sign) {
-  TESSERA_CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim, "rope: rot_dim ", rot_dim,
-                " must be even, positive and <= head_dim ", head_dim);
+  math::check_rope_dims(rot_dim, head_dim);
   const int64_t half = rot_dim / 2;
   std::vector<double> inv_freq(half);
   for (int64_t i = 0; i < half; ++i) inv_freq[i] = math::rope_inv_freq(i, rot_dim, base);

@@ -1,10 +1,15 @@
-// The AdamW update of one element, shared by the CPU kernel (kernels/adamw.cc: its scalar tail, and the
-// formula its AVX loop spells out in 8 lanes) and a GPU's (one element per thread).
+// The AdamW update of one element, shared by the CPU kernel (kernels/cpu/adamw.cc: its scalar tail, and the
+// formula its AVX loop spells out in 8 lanes) and a GPU's (one element per thread), and the step's scalars
+// that both compute once on the host.
 #pragma once
 
 #include <math.h>  // sqrtf, which device code has too
 
+#include <cmath>
+
+#include "core/check.h"
 #include "core/host_device.h"
+#include "kernels/adamw.h"
 
 namespace tessera::kernels::math {
 
@@ -16,6 +21,23 @@ struct AdamWCoeffs {
   float b1, one_minus_b1, b2, one_minus_b2, eps;
   float grad_scale;    // the clipping (and unscaling) factor, applied as the gradient is read
 };
+
+// The step's scalars from its hyperparameters, on the host: what the CPU and the CUDA kernels both use.
+inline AdamWCoeffs adamw_coeffs(const AdamWHyper& h) {
+  TESSERA_CHECK(h.step >= 1, "adamw_step: step counts from 1, got ", h.step);
+  double t = static_cast<double>(h.step);
+  AdamWCoeffs k;
+  k.decay = static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay);
+  k.step_size = static_cast<float>(h.lr / (1.0 - std::pow(static_cast<double>(h.beta1), t)));
+  k.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(h.beta2), t)));
+  k.b1 = h.beta1;
+  k.one_minus_b1 = static_cast<float>(1.0 - h.beta1);
+  k.b2 = h.beta2;
+  k.one_minus_b2 = static_cast<float>(1.0 - h.beta2);
+  k.eps = h.eps;
+  k.grad_scale = h.grad_scale;
+  return k;
+}
 
 // torch.optim.AdamW (single-tensor path): p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // p -= step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps). g is the gradient already times grad_scale.

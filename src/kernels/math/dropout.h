@@ -6,11 +6,21 @@
 
 #include <cstdint>
 
+#include "core/check.h"
 #include "core/host_device.h"
 #include "kernels/attention.h"
 #include "kernels/dropout.h"
 
 namespace tessera::kernels::math {
+
+// The checks of a dropout call's arguments, on the host (the CPU and the CUDA kernels make the same).
+inline void check_dropout(float p, const DropoutRegion& r) {
+  TESSERA_CHECK(p >= 0.0f && p < 1.0f, "dropout: p must be in [0, 1), got ", p);
+  TESSERA_CHECK(r.seq >= 0 && r.batch >= 0 && r.hidden >= 0 && r.seq_offset >= 0 && r.sample_offset >= 0,
+                "dropout: negative region size or offset");
+  TESSERA_CHECK(r.seq_offset + r.seq <= r.seq_total, "dropout: region rows [", r.seq_offset, ", ",
+                r.seq_offset + r.seq, ") exceed seq_total ", r.seq_total);
+}
 
 // Philox element of local activation (s, b, h) of a DropoutRegion: its index in the global
 // [samples, seq_total, hidden] order, ((sample_offset + b) * seq_total + seq_offset + s) * hidden + h.

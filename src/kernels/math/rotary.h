@@ -8,9 +8,16 @@
 
 #include <cstdint>
 
+#include "core/check.h"
 #include "core/host_device.h"
 
 namespace tessera::kernels::math {
+
+// The check of rot_dim against head_dim, on the host (the CPU and the CUDA kernels make the same).
+inline void check_rope_dims(int64_t rot_dim, int64_t head_dim) {
+  TESSERA_CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim, "rope: rot_dim ", rot_dim,
+                " must be even, positive and <= head_dim ", head_dim);
+}
 
 // base^(-2i / rot_dim), the frequency of pair i.
 TESSERA_HOST_DEVICE inline double rope_inv_freq(int64_t i, int64_t rot_dim, float base) {

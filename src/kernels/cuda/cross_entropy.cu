@@ -1,0 +1,134 @@
+// Fused softmax cross-entropy over a vocabulary shard on the GPU (kernels/cuda/cross_entropy.h). The
+// statistics: one block per row; the max over the logits' bits mapped to ordered integers, as the CPU
+// takes it (kernels/cpu/cross_entropy.cc: exact in any order, and a NaN wins so it reaches the loss),
+// then sum exp(x - max) in double across the block. The backward: one element per thread, in place.
+// And the per-row combination of the vocab-parallel loss (kernels/cuda/vocab_parallel_loss.h): the
+// rescaling elementwise, the masked loss sum by one block in a fixed order.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/allocator.h"
+#include "core/check.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/vocab_parallel_loss.h"
+#include "kernels/math/softmax.h"
+
+namespace tessera::kernels::cuda {
+namespace {
+
+// Float bits mapped to int32 so that integer order is float order (its own inverse), as on the CPU.
+__device__ inline int32_t ordered_bits(int32_t b) { return b ^ ((b >> 31) & 0x7fffffff); }
+
+// The max of v over the block, returned to every thread. `scratch` is __shared__ int32_t[32].
+__device__ inline int32_t block_max(int32_t v, int32_t* scratch) {
+  v = __reduce_max_sync(0xffffffffu, v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : INT32_MIN;
+  return __reduce_max_sync(0xffffffffu, v);
+}
+
+__global__ void shard_stats_kernel(const float* logits, const int32_t* targets, float* max_out, float* sumexp_out,
+                                   float* target_logit_out, int64_t vocab_local, int64_t vocab_begin) {
+  __shared__ int32_t int_scratch[32];
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  const float* x = logits + r * vocab_local;
+  int32_t mo = ordered_bits(__float_as_int(-INFINITY));
+  for (int64_t j = threadIdx.x; j < vocab_local; j += blockDim.x) {
+    const int32_t o = ordered_bits(__float_as_int(x[j]));
+    mo = o > mo ? o : mo;
+  }
+  const float m = __int_as_float(ordered_bits(block_max(mo, int_scratch)));
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < vocab_local; j += blockDim.x) s += math::softmax_weight(x[j], m);
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) {
+    const int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin;
+    max_out[r] = m;
+    sumexp_out[r] = static_cast<float>(s);
+    target_logit_out[r] = t >= 0 && t < vocab_local ? x[t] : 0.0f;
+  }
+}
+
+// logits[r, j] <- (softmax - one-hot) * dloss[r], the one-hot term taken before scaling (math/softmax.h).
+__global__ void backward_kernel(float* logits, const int32_t* targets, const float* lse, const float* dloss, int64_t n,
+                                int64_t vocab_local, int64_t vocab_begin, DType round_output) {
+  for (int64_t i = grid_index(); i < n; i += grid_stride()) {
+    const int64_t r = i / vocab_local, j = i % vocab_local;
+    const bool target = static_cast<int64_t>(targets[r]) - vocab_begin == j;
+    const float g = target ? math::cross_entropy_dlogit_target(logits[i], lse[r], dloss[r])
+                           : math::cross_entropy_dlogit(logits[i], lse[r], dloss[r]);
+    logits[i] = round_value(round_output, g);
+  }
+}
+
+__global__ void rescale_sum_exp_kernel(float* sumexp, const float* max, const float* global_max, int64_t rows) {
+  for (int64_t r = grid_index(); r < rows; r += grid_stride()) sumexp[r] *= expf(max[r] - global_max[r]);
+}
+
+// lse[r] = max[r] + log(sumexp[r]); *total = sum_r (lse[r] - target[r]) * loss_mask[r] in double.
+__global__ void masked_loss_sum_kernel(const float* max, const float* sumexp, const float* target,
+                                       const float* loss_mask, float* lse, int64_t rows, double* total) {
+  __shared__ double scratch[32];
+  double acc = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    lse[r] = max[r] + logf(sumexp[r]);
+    acc += static_cast<double>(lse[r] - target[r]) * loss_mask[r];
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) *total = acc;
+}
+
+}  // namespace
+
+void rescale_sum_exp(float* sumexp, const float* max, const float* global_max, int64_t rows) {
+  if (rows == 0) return;
+  rescale_sum_exp_kernel<<<grid_for(rows), kThreads>>>(sumexp, max, global_max, rows);
+  check_launch("rescale_sum_exp");
+}
+
+double masked_loss_sum(const float* max, const float* sumexp, const float* target, const float* loss_mask,
+                       float* lse, int64_t rows, int device) {
+  if (rows == 0) return 0.0;
+  // The total, from the device's caching allocator (stream-ordered: freed right after the copy, which
+  // waits for the kernel).
+  Allocator& allocator = allocator_for(Device{DeviceType::CUDA, device});
+  double* total = static_cast<double*>(allocator.allocate(sizeof(double), 256));
+  double result = 0;
+  try {
+    masked_loss_sum_kernel<<<1, kThreads>>>(max, sumexp, target, loss_mask, lse, rows, total);
+    check_launch("masked_loss_sum");
+    tessera::cuda::check(cudaMemcpy(&result, total, sizeof(double), cudaMemcpyDeviceToHost), "masked_loss_sum");
+  } catch (...) {
+    allocator.deallocate(total, sizeof(double));
+    throw;
+  }
+  allocator.deallocate(total, sizeof(double));
+  return result;
+}
+
+void cross_entropy_shard_stats(const float* logits, const int32_t* targets, float* max_out, float* sumexp_out,
+                               float* target_logit_out, int64_t rows, int64_t vocab_local, int64_t vocab_begin) {
+  TESSERA_CHECK(vocab_local > 0, "cross_entropy_shard_stats: empty vocabulary shard");
+  if (rows == 0) return;
+  shard_stats_kernel<<<static_cast<unsigned>(rows), kThreads>>>(logits, targets, max_out, sumexp_out,
+                                                                target_logit_out, vocab_local, vocab_begin);
+  check_launch("cross_entropy_shard_stats");
+}
+
+void cross_entropy_backward(float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                            int64_t rows, int64_t vocab_local, int64_t vocab_begin, DType round_output) {
+  TESSERA_CHECK(round_output == DType::F32 || round_output == DType::BF16 || round_output == DType::F16,
+                "cross_entropy_backward: ", dtype_name(round_output), " is not a floating-point compute type");
+  if (rows * vocab_local == 0) return;
+  backward_kernel<<<grid_for(rows * vocab_local), kThreads>>>(logits, targets, lse, dloss, rows * vocab_local,
+                                                              vocab_local, vocab_begin, round_output);
+  check_launch("cross_entropy_backward");
+}
+
+}  // namespace tessera::kernels::cuda

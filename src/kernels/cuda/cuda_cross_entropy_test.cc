@@ -1,0 +1,109 @@
+// The CUDA softmax cross-entropy (kernels/cuda/cross_entropy.cu) through the tensor entry points, on
+// tensors on cuda:0, against the CPU kernel on the same random logits: the shard statistics (the max
+// and the target's logit bit for bit, the sum of exponentials to fp32 rounding), whole vocabularies and
+// shards, the in-place backward with fp32 and 16-bit outputs, and the vocab-parallel combination
+// (rescaled sums, masked loss sum). Skipped, with CUDA's reason, where no
+// GPU is present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/cuda/device_testing.h"
+#include "kernels/tensor_ops.h"
+#include "kernels/vocab_parallel_loss.h"
+
+namespace tessera::cuda {
+namespace {
+
+using namespace testing;
+using CudaCrossEntropy = CudaKernelTest;
+
+Tensor random_ids(int64_t n, int32_t limit, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, limit - 1);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int32_t& x : v) x = id(rng);
+  return kernels::from_host(v);
+}
+
+struct Case {
+  int64_t rows, vocab_local, vocab_begin;
+  int32_t vocab_total;
+};
+const Case kCases[] = {{1, 1, 0, 1}, {3, 7, 0, 7}, {5, 1031, 1031, 3000}, {16, 4099, 0, 8000}, {4, 50304, 0, 50304}};
+
+TEST_F(CudaCrossEntropy, ShardStatisticsMatchTheCpu) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << c.rows << "x" << c.vocab_local << " from " << c.vocab_begin);
+    Tensor logits = random({c.rows, c.vocab_local}, 1, -8.0f, 8.0f);
+    if (c.rows > 2) logits.f32()[c.vocab_local + c.vocab_local / 2] = 40.0f;  // one dominant logit
+    const Tensor targets = random_ids(c.rows, c.vocab_total, 2);
+    Tensor max = Tensor::empty({c.rows}), sum = Tensor::empty({c.rows}), tl = Tensor::empty({c.rows});
+    Tensor max_gpu = to_device(max), sum_gpu = to_device(sum), tl_gpu = to_device(tl);
+    kernels::cross_entropy_shard_stats(to_device(logits), to_device(targets), max_gpu, sum_gpu, tl_gpu, c.vocab_begin);
+    kernels::cross_entropy_shard_stats(logits, targets, max, sum, tl, c.vocab_begin);
+    EXPECT_TRUE(same_bits(to_host(max_gpu), max));
+    EXPECT_TRUE(same_bits(to_host(tl_gpu), tl));
+    EXPECT_TRUE(all_close(to_host(sum_gpu), sum, 2e-6f, 0.0f));  // exp_approx's FMAs, another order
+  }
+}
+
+TEST_F(CudaCrossEntropy, ANanLogitReachesTheStatistics) {
+  Tensor logits = random({2, 100}, 3);
+  logits.f32()[150] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor targets = kernels::from_host({1, 2});
+  Tensor max = to_device(Tensor::zeros({2})), sum = to_device(Tensor::zeros({2})), tl = to_device(Tensor::zeros({2}));
+  kernels::cross_entropy_shard_stats(to_device(logits), to_device(targets), max, sum, tl, 0);
+  const Tensor m = to_host(max);
+  EXPECT_FALSE(std::isnan(m.f32()[0]));
+  EXPECT_TRUE(std::isnan(m.f32()[1]));
+}
+
+TEST_F(CudaCrossEntropy, BackwardMatchesTheCpu) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << c.rows << "x" << c.vocab_local << " from " << c.vocab_begin);
+    const Tensor logits = random({c.rows, c.vocab_local}, 4, -8.0f, 8.0f);
+    const Tensor targets = random_ids(c.rows, c.vocab_total, 5);
+    const Tensor lse = random({c.rows}, 6, 8.0f, 12.0f), dloss = random({c.rows}, 7, 0.1f, 1.0f);
+    for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+      Tensor d = logits.clone(), d_gpu = to_device(logits);
+      kernels::cross_entropy_backward(d_gpu, to_device(targets), to_device(lse), to_device(dloss), c.vocab_begin, t);
+      kernels::cross_entropy_backward(d, targets, lse, dloss, c.vocab_begin, t);
+      // An ulp apart before rounding can be one unit of the 16-bit type apart after (fp16's subnormal
+      // step is 6e-8 where the gradients are that small).
+      const float rtol = t == DType::BF16 ? 8e-3f : t == DType::F16 ? 1e-3f : 2e-6f;
+      EXPECT_TRUE(all_close(to_host(d_gpu), d, rtol, t == DType::F16 ? 6e-8f : 1e-12f)) << dtype_name(t);
+    }
+  }
+}
+
+// The per-row combination after the group's reductions: expf/logf on the GPU, std::exp/log on the CPU
+// (a few ulps apart); the loss sum in double, the same on repeated calls.
+TEST_F(CudaCrossEntropy, VocabParallelCombinationMatchesTheCpu) {
+  for (int64_t rows : {1, 7, 300, 8193}) {
+    SCOPED_TRACE(rows);
+    const Tensor max = random({rows}, 8, -2.0f, 6.0f), global_max = random({rows}, 9, 6.0f, 8.0f);
+    const Tensor target = random({rows}, 10, -3.0f, 3.0f), mask = random({rows}, 11, 0.0f, 1.0f);
+    Tensor sumexp = random({rows}, 12, 1.0f, 500.0f), sumexp_gpu = to_device(sumexp);
+    kernels::rescale_sum_exp(sumexp_gpu, to_device(max), to_device(global_max));
+    kernels::rescale_sum_exp(sumexp, max, global_max);
+    EXPECT_TRUE(all_close(to_host(sumexp_gpu), sumexp, 1e-6f, 0.0f));
+    Tensor lse = Tensor::empty({rows}), lse_gpu = to_device(lse);
+    const Tensor max_gpu = to_device(max), target_gpu = to_device(target), mask_gpu = to_device(mask);
+    const double gpu = kernels::masked_loss_sum(max_gpu, sumexp_gpu, target_gpu, mask_gpu, lse_gpu);
+    const double cpu = kernels::masked_loss_sum(max, sumexp, target, mask, lse);
+    EXPECT_TRUE(all_close(to_host(lse_gpu), lse, 1e-6f, 1e-6f));
+    EXPECT_NEAR(gpu, cpu, 1e-5 * (1.0 + std::fabs(cpu)));
+    EXPECT_EQ(kernels::masked_loss_sum(max_gpu, sumexp_gpu, target_gpu, mask_gpu, lse_gpu), gpu);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cuda

@@ -1,0 +1,103 @@
+// The CUDA LayerNorm and RMSNorm (kernels/cuda/norms.cu) through the tensor entry points, on tensors on
+// cuda:0, against the CPU kernels on the same random inputs, forward (fp32 and rounded outputs) and
+// backward (dx, dw, db accumulated into what they held), over row and column counts including odd ones.
+// Skipped, with CUDA's reason, where no GPU is present.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "kernels/cuda/device_testing.h"
+#include "kernels/norms.h"
+
+namespace tessera::cuda {
+namespace {
+
+using namespace testing;
+using CudaNorms = CudaKernelTest;
+
+const std::pair<int64_t, int64_t> kShapes[] = {{1, 1}, {3, 7}, {17, 130}, {64, 768}, {5, 1031}, {300, 4099}};
+// Row statistics are double on both; the rest is fp32 arithmetic whose fused multiply-adds and sum
+// orders differ (dw and db: the CPU sums in float per 32 rows, the GPU in double).
+constexpr float kTol = 2e-5f;
+float rounded_tol(DType t) { return t == DType::BF16 ? 8e-3f : t == DType::F16 ? 1e-3f : kTol; }
+
+TEST_F(CudaNorms, LayerNormMatchesTheCpu) {
+  for (auto [rows, cols] : kShapes) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+    // An offset mean, as residual streams have: the two-pass variance must hold up.
+    const Tensor x = random({rows, cols}, 1, 2.0f, 5.0f), w = random({cols}, 2), b = random({cols}, 3);
+    for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+      for (bool bias : {true, false}) {
+        Tensor y = Tensor::empty({rows, cols}), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+        Tensor y_gpu = to_device(y), mean_gpu = to_device(mean), rstd_gpu = to_device(rstd);
+        kernels::layernorm_forward(to_device(x), to_device(w), bias ? to_device(b) : Tensor(), y_gpu, mean_gpu,
+                                   rstd_gpu, 1e-5f, t);
+        kernels::layernorm_forward(x, w, bias ? b : Tensor(), y, mean, rstd, 1e-5f, t);
+        EXPECT_TRUE(all_close(to_host(y_gpu), y, rounded_tol(t), 1e-5f)) << dtype_name(t) << " bias " << bias;
+        EXPECT_TRUE(all_close(to_host(mean_gpu), mean, 1e-6f, 0.0f));  // an ulp where the double sums round apart
+        EXPECT_TRUE(all_close(to_host(rstd_gpu), rstd, 1e-6f, 0.0f));
+      }
+    }
+    Tensor y = Tensor::empty({rows, cols}), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+    kernels::layernorm_forward(x, w, b, y, mean, rstd, 1e-5f);
+    const Tensor dy = random({rows, cols}, 4);
+    for (bool with_db : {true, false}) {
+      Tensor dx = random({rows, cols}, 5), dw = random({cols}, 6), db = random({cols}, 7);
+      Tensor dx_gpu = to_device(dx), dw_gpu = to_device(dw), db_gpu = to_device(db);
+      kernels::layernorm_backward(to_device(dy), to_device(x), to_device(w), to_device(mean), to_device(rstd), dx_gpu,
+                                  dw_gpu, with_db ? db_gpu : Tensor());
+      kernels::layernorm_backward(dy, x, w, mean, rstd, dx, dw, with_db ? db : Tensor());
+      EXPECT_TRUE(all_close(to_host(dx_gpu), dx, kTol, 1e-5f)) << "dx";
+      EXPECT_TRUE(all_close(to_host(dw_gpu), dw, kTol, 1e-4f)) << "dw";
+      EXPECT_TRUE(all_close(to_host(db_gpu), db, kTol, 1e-4f)) << "db";  // untouched when left out
+    }
+  }
+}
+
+TEST_F(CudaNorms, RmsNormMatchesTheCpu) {
+  for (auto [rows, cols] : kShapes) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+    const Tensor x = random({rows, cols}, 8, -3.0f, 3.0f), w = random({cols}, 9);
+    for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+      Tensor y = Tensor::empty({rows, cols}), rstd = Tensor::empty({rows});
+      Tensor y_gpu = to_device(y), rstd_gpu = to_device(rstd);
+      kernels::rmsnorm_forward(to_device(x), to_device(w), y_gpu, rstd_gpu, 1e-6f, t);
+      kernels::rmsnorm_forward(x, w, y, rstd, 1e-6f, t);
+      EXPECT_TRUE(all_close(to_host(y_gpu), y, rounded_tol(t), 1e-5f)) << dtype_name(t);
+      EXPECT_TRUE(all_close(to_host(rstd_gpu), rstd, 1e-6f, 0.0f));
+    }
+    Tensor y = Tensor::empty({rows, cols}), rstd = Tensor::empty({rows});
+    kernels::rmsnorm_forward(x, w, y, rstd, 1e-6f);
+    const Tensor dy = random({rows, cols}, 10);
+    Tensor dx = random({rows, cols}, 11), dw = random({cols}, 12);
+    Tensor dx_gpu = to_device(dx), dw_gpu = to_device(dw);
+    kernels::rmsnorm_backward(to_device(dy), to_device(x), to_device(w), to_device(rstd), dx_gpu, dw_gpu);
+    kernels::rmsnorm_backward(dy, x, w, rstd, dx, dw);
+    EXPECT_TRUE(all_close(to_host(dx_gpu), dx, kTol, 1e-5f)) << "dx";
+    EXPECT_TRUE(all_close(to_host(dw_gpu), dw, kTol, 1e-4f)) << "dw";
+  }
+}
+
+// The weight gradients are sums over rows in a fixed order: the same inputs give the same bits.
+TEST_F(CudaNorms, WeightGradientsAreDeterministic) {
+  const int64_t rows = 513, cols = 257;
+  const Tensor x = to_device(random({rows, cols}, 13)), w = to_device(random({cols}, 14));
+  const Tensor dy = to_device(random({rows, cols}, 15));
+  Tensor y = to_device(Tensor::zeros({rows, cols})), mean = to_device(Tensor::zeros({rows}));
+  Tensor rstd = to_device(Tensor::zeros({rows}));
+  kernels::layernorm_forward(x, w, Tensor(), y, mean, rstd, 1e-5f);
+  Tensor first;
+  for (int run = 0; run < 3; ++run) {
+    Tensor dx = to_device(Tensor::zeros({rows, cols})), dw = to_device(Tensor::zeros({cols}));
+    Tensor db = to_device(Tensor::zeros({cols}));
+    kernels::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
+    if (run == 0) first = to_host(dw);
+    EXPECT_TRUE(same_bits(to_host(dw), first)) << run;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cuda

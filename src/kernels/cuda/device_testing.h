@@ -1,0 +1,80 @@
+// What the CUDA kernel tests share (kernels/cuda/*_test.cc): a fixture that skips, with CUDA's reason,
+// where no GPU is present, host <-> device copies of tensors, random inputs, and comparisons of a GPU
+// result with the CPU kernel's (by tolerance or bit for bit).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/tensor.h"
+#include "core/testing.h"
+#include "kernels/cuda/cuda_runtime.h"
+
+namespace tessera::cuda::testing {
+
+inline const Device kGpu{DeviceType::CUDA, 0};
+
+// Skips each test where no GPU is usable (CUDA's reason in the message); otherwise registers the
+// device allocators, so that tensors on cuda:0 can be made.
+class CudaKernelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (device_count(&why) == 0) GTEST_SKIP() << why;  // "no CUDA device: <CUDA's reason>"
+    register_device_allocators();
+  }
+};
+
+// A copy of a host tensor on the GPU, and of a GPU tensor on the host (after the GPU's work is done).
+inline Tensor to_device(const Tensor& host) {
+  Tensor d = Tensor::empty(host.shape(), host.dtype(), kGpu);
+  check(cudaMemcpy(d.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice), "to_device");
+  return d;
+}
+inline Tensor to_host(const Tensor& device) {
+  Tensor h = Tensor::empty(device.shape(), device.dtype());
+  check(cudaDeviceSynchronize(), "the kernels before to_host");
+  check(cudaMemcpy(h.raw(), device.raw(), device.nbytes(), cudaMemcpyDeviceToHost), "to_host");
+  return h;
+}
+
+// An fp32 host tensor of uniform values in [lo, hi), the same for the same seed.
+inline Tensor random(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  Tensor t = Tensor::empty(shape);
+  auto v = tessera::testing::random_vector(static_cast<size_t>(t.numel()), seed, lo, hi);
+  if (!v.empty()) std::memcpy(t.raw(), v.data(), t.nbytes());
+  return t;
+}
+
+// Every element of the fp32 host tensors within atol + rtol * |want| (NaN only where want is NaN,
+// infinities equal); the first few that are not are named.
+inline ::testing::AssertionResult all_close(const Tensor& got, const Tensor& want, float rtol, float atol) {
+  if (got.numel() != want.numel())
+    return ::testing::AssertionFailure() << got.numel() << " elements vs " << want.numel();
+  int bad = 0;
+  auto failure = ::testing::AssertionFailure();
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float g = got.f32()[i], w = want.f32()[i];
+    const bool ok = std::isnan(w) ? std::isnan(g) : (g == w || std::fabs(g - w) <= atol + rtol * std::fabs(w));
+    if (!ok && bad++ < 5) failure << "[" << i << "] got " << g << " want " << w << "; ";
+  }
+  if (bad) return failure << bad << " of " << got.numel() << " elements differ";
+  return ::testing::AssertionSuccess();
+}
+
+// The host tensors hold the same bytes.
+inline ::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  if (got.nbytes() != want.nbytes())
+    return ::testing::AssertionFailure() << got.nbytes() << " bytes vs " << want.nbytes();
+  for (size_t i = 0; i < got.nbytes(); ++i)
+    if (static_cast<const uint8_t*>(got.raw())[i] != static_cast<const uint8_t*>(want.raw())[i])
+      return ::testing::AssertionFailure() << "byte " << i << " of " << got.nbytes() << " differs";
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace tessera::cuda::testing

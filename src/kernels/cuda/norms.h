@@ -1,0 +1,22 @@
+// The CUDA implementation of kernels/norms.h over device pointers (kernels/cuda/norms.cu): one block per
+// row with the row statistics in double, as the CPU; the weight gradients summed over rows in a fixed
+// order (deterministic). Declared in every build, defined only in a CUDA one.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tessera::kernels::cuda {
+
+void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                       int64_t rows, int64_t cols, float eps, DType round_output);
+// dx, dw and db (b may be null) are accumulated into, as on the CPU.
+void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
+                        float* dx, float* dw, float* db, int64_t rows, int64_t cols);
+void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t cols, float eps,
+                     DType round_output);
+void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
+                      int64_t rows, int64_t cols);
+
+}  // namespace tessera::kernels::cuda
