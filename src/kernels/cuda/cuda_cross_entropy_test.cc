@@ -25,14 +25,6 @@ namespace {
 using namespace testing;
 using CudaCrossEntropy = CudaKernelTest;
 
-Tensor random_ids(int64_t n, int32_t limit, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> id(0, limit - 1);
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int32_t& x : v) x = id(rng);
-  return kernels::from_host(v);
-}
-
 struct Case {
   int64_t rows, vocab_local, vocab_begin;
   int32_t vocab_total;

@@ -19,15 +19,6 @@ namespace {
 using namespace testing;
 using CudaEmbedding = CudaKernelTest;
 
-// `n` int32 ids uniform in [0, limit), as a host tensor.
-Tensor random_ids(int64_t n, int32_t limit, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> id(0, limit - 1);
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int32_t& x : v) x = id(rng);
-  return kernels::from_host(v);
-}
-
 TEST_F(CudaEmbedding, LookupAndScatterAddAreTheCpusBitForBit) {
   struct Case {
     int64_t rows, hidden;

@@ -9,11 +9,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "core/testing.h"
 #include "kernels/cuda/cuda_runtime.h"
+#include "kernels/tensor_ops.h"
 
 namespace tessera::cuda::testing {
 
@@ -75,6 +78,15 @@ inline ::testing::AssertionResult same_bits(const Tensor& got, const Tensor& wan
     if (static_cast<const uint8_t*>(got.raw())[i] != static_cast<const uint8_t*>(want.raw())[i])
       return ::testing::AssertionFailure() << "byte " << i << " of " << got.nbytes() << " differs";
   return ::testing::AssertionSuccess();
+}
+
+// `n` int32 ids uniform in [0, limit), as a host tensor.
+inline Tensor random_ids(int64_t n, int32_t limit, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, limit - 1);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int32_t& x : v) x = id(rng);
+  return kernels::from_host(v);
 }
 
 }  // namespace tessera::cuda::testing
