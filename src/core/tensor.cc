@@ -131,18 +131,25 @@ Tensor Tensor::flat_range(int64_t start, int64_t length) const {
   return t;
 }
 
-void Tensor::zero_() const { std::memset(raw(), 0, nbytes()); }
+// Through the storage's allocator, which knows how to reach its device's memory (core/allocator.h).
+void Tensor::zero_() const {
+  void* p = raw();  // checks that the tensor is defined
+  storage_->allocator().set_zero(p, nbytes());
+}
 
 void Tensor::fill_(float value) const {
   float* p = f32();
-  for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = value;
+  storage_->allocator().fill_f32(p, value, static_cast<size_t>(numel()));
 }
 
 void Tensor::copy_from(const Tensor& src) const {
   check_same_shape(*this, src, "copy_from");
   TESSERA_CHECK(dtype_ == src.dtype_, "copy_from: dtype mismatch, ", dtype_name(dtype_), " vs ",
                 dtype_name(src.dtype_));
-  std::memmove(raw(), src.raw(), nbytes());
+  TESSERA_CHECK(device() == src.device(), "copy_from: ", src.device().str(), " to ", device().str(),
+                " is a transfer (kernels::transfer), not a copy");
+  void* dst = raw();
+  storage_->allocator().copy_bytes(dst, src.raw(), nbytes());
 }
 
 Tensor Tensor::clone() const {

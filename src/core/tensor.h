@@ -38,6 +38,8 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // The allocator that made it: its set_zero, fill_f32 and copy_bytes work on this memory.
+  Allocator& allocator() const { return *allocator_; }
 
  private:
   void* data_ = nullptr;

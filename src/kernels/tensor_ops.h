@@ -19,5 +19,10 @@ double scalar_value(const Tensor& t);
 Tensor from_host(const std::vector<int32_t>& values, Device device = Device::cpu());
 // dst = src elementwise: the same dtype and number of elements (shapes may differ, as for flat views).
 void copy(const Tensor& dst, const Tensor& src);
+// dst = src between devices (host to GPU, GPU to host) or within one: the same dtype and number of
+// elements. How parameters, batches and checkpoints move between the host and a GPU.
+void transfer(const Tensor& dst, const Tensor& src);
+// t on `device`: t itself when it is there already (as PyTorch's Tensor.to), else a new copy.
+Tensor to_device(const Tensor& t, Device device);
 
 }  // namespace tessera::kernels
