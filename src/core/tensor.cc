@@ -51,6 +51,16 @@ int64_t TensorMemory::live_bytes() { return live_tensor_bytes.load(); }
 int64_t TensorMemory::peak_bytes() { return peak_tensor_bytes.load(); }
 void TensorMemory::reset_peak() { peak_tensor_bytes.store(live_tensor_bytes.load()); }
 
+namespace {
+thread_local Device t_default_device = Device::cpu();
+}  // namespace
+
+Device default_device() { return t_default_device; }
+
+DefaultDeviceScope::DefaultDeviceScope(Device device) : previous_(t_default_device) { t_default_device = device; }
+
+DefaultDeviceScope::~DefaultDeviceScope() { t_default_device = previous_; }
+
 Storage::Storage(size_t bytes, Device device)
     : bytes_(bytes), device_(device), allocator_(&allocator_for(device)) {
   constexpr size_t kAlign = 64;  // a cache line, and an AVX-512 vector
