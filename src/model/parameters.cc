@@ -40,7 +40,7 @@ Tensor ParameterSet::rounded_value(const Parameter& p, DType t) const {
   RoundedCopy& copy = rounded_[&p];
   if (copy.epoch != weights_epoch_) {
     TESSERA_PROFILE_SCOPE("round_weights");
-    if (!copy.values.defined()) copy.values = Tensor::empty(p.value.shape());
+    if (!copy.values.defined()) copy.values = Tensor::empty(p.value.shape(), DType::F32, p.value.device());
     kernels::round_to(t, p.value, copy.values);
     copy.epoch = weights_epoch_;
   }
