@@ -119,6 +119,44 @@ TEST_F(CudaLinear, BackwardWithRoundedInputsMatchesTheCpu) {
   EXPECT_TRUE(same_bits(to_host(db_gpu), db));
 }
 
+// Parameters are views into one flat buffer (model::ParameterSet) and activations may be row ranges, at
+// any 4-byte offset: the GEMMs must not assume cuBLASLt's default 256-byte alignment, nor the bias
+// epilogue a 16-byte aligned bias.
+TEST_F(CudaLinear, ViewsAtOddOffsetsMatchTheCpu) {
+  const int64_t rows = 19, in = 45, out = 23;
+  for (int64_t shift : {1, 2, 3, 4}) {
+    SCOPED_TRACE(shift);
+    // Each buffer starts with `shift` floats before its views: values [w][b], grads [dw][db], acts [x],
+    // douts [dy], and below y and dx.
+    const Tensor values = random({shift + out * in + out}, 30), grads = random({shift + out * in + out}, 31);
+    const Tensor acts = random({shift + rows * in}, 32), douts = random({shift + rows * out}, 33);
+    auto views = [&](const Tensor& v, const Tensor& g, const Tensor& a, const Tensor& d) {
+      return std::tuple{v.flat_range(shift, out * in).view({out, in}), v.flat_range(shift + out * in, out),
+                        g.flat_range(shift, out * in).view({out, in}), g.flat_range(shift + out * in, out),
+                        a.flat_range(shift, rows * in).view({rows, in}),
+                        d.flat_range(shift, rows * out).view({rows, out})};
+    };
+    const Tensor values_gpu = to_device(values), grads_gpu = to_device(grads);
+    const Tensor acts_gpu = to_device(acts), douts_gpu = to_device(douts);
+    auto [w, b, dw, db, x, dy] = views(values, grads, acts, douts);
+    auto [w_gpu, b_gpu, dw_gpu, db_gpu, x_gpu, dy_gpu] = views(values_gpu, grads_gpu, acts_gpu, douts_gpu);
+    for (DType t : {DType::F32, DType::BF16}) {
+      Tensor y_buf = Tensor::zeros({shift + rows * out}), y_buf_gpu = to_device(y_buf);
+      const Tensor y = y_buf.flat_range(shift, rows * out).view({rows, out});
+      const Tensor y_gpu = y_buf_gpu.flat_range(shift, rows * out).view({rows, out});
+      kernels::linear_forward(x_gpu, w_gpu, b_gpu, y_gpu, t);
+      kernels::linear_forward(x, w, b, y, t);
+      EXPECT_TRUE(all_close(to_host(y_buf_gpu), y_buf, 0.0f, gemm_tol(t, in))) << dtype_name(t) << " y";
+    }
+    Tensor dx_buf = Tensor::zeros({shift + rows * in}), dx_buf_gpu = to_device(dx_buf);
+    kernels::linear_backward(dy_gpu, x_gpu, w_gpu, dx_buf_gpu.flat_range(shift, rows * in).view({rows, in}), dw_gpu,
+                             db_gpu);
+    kernels::linear_backward(dy, x, w, dx_buf.flat_range(shift, rows * in).view({rows, in}), dw, db);
+    EXPECT_TRUE(all_close(to_host(dx_buf_gpu), dx_buf, 0.0f, gemm_tol(DType::F32, out))) << "dx";
+    EXPECT_TRUE(all_close(to_host(grads_gpu), grads, 0.0f, gemm_tol(DType::F32, rows))) << "dw, db";
+  }
+}
+
 // The bias gradient sums in a fixed order: the same inputs give the same bits, run after run.
 TEST_F(CudaLinear, BiasGradientIsDeterministic) {
   const int64_t rows = 4099, in = 8, out = 300;

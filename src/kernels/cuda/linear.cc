@@ -6,7 +6,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/gemm.h"
 
@@ -40,10 +43,15 @@ void linear_forward(const float* x, const float* w, const float* b, float* y, in
   g.a = x, g.lda = in;
   g.b = w, g.ldb = in;
   g.c = y, g.ldc = out;
-  g.bias = b;
+  // cuBLASLt's bias epilogue may run a kernel that needs a 16-byte aligned bias (its alignment
+  // preferences cover the matrices only), and a bias viewed in a flat parameter buffer need not be one:
+  // such a bias is added after the product instead, the same fp32 sum of the same fp32 product.
+  const bool fused_bias = b != nullptr && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+  g.bias = fused_bias ? b : nullptr;
   g.input_type = input_type;
   g.a_rounded = x_rounded, g.b_rounded = w_rounded;
   gemm(g);
+  if (b != nullptr && !fused_bias && rows > 0) add_bias_rows(y, b, rows, out);
 }
 
 void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db, int64_t rows,
