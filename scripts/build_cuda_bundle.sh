@@ -4,7 +4,8 @@
 # load besides glibc and CUDA's own (libstdc++, libgomp, oneDNN for the CPU references, ...), into
 # BUNDLE/bin and BUNDLE/lib. cuBLASLt is not carried: the device image has its own, found at run time.
 #   scripts/build_cuda_bundle.sh [BUILD_DIR (build/release)] [BUNDLE (build/cuda-bundle)]
-# Then: run(command="bash scripts/gpu_check.sh", carry=["build/cuda-bundle"]).
+# Also packs it as BUNDLE.tar.gz (a third of the size: the device tool carries at most 64 MiB, and oneDNN
+# alone is 40 MB). Then: run(command="bash scripts/gpu_check.sh", carry=["build/cuda-bundle.tar.gz"]).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/release}
@@ -18,6 +19,8 @@ for src in "$root"/src/*/cuda/*_test.cc; do
   layer=$(basename "$(dirname "$(dirname "$src")")")
   targets+=("${layer}_$(basename "$src" .cc)")
 done
+# The GPU benchmarks too (bench_gpu_*: CMake makes them in a CUDA build).
+for t in $(grep -oE '^build bench_gpu_[a-z_0-9]+:' "$build/build.ninja" | sed -E 's/^build ([^:]+):/\1/'); do targets+=("$t"); done
 [ ${#targets[@]} -gt 0 ] || { echo "build_cuda_bundle: no CUDA tests under src/*/cuda/" >&2; exit 2; }
 for t in "${targets[@]}"; do
   grep -qE "^build $t[ :]" "$build/build.ninja" ||
@@ -39,4 +42,5 @@ done | sort -u | while read -r lib; do
   case $lib in /usr/local/cuda*) continue ;; esac
   cp -L "$lib" "$bundle/lib/"
 done
-du -sh "$bundle" | awk -v n=${#targets[@]} '{print "build_cuda_bundle: " n " test programs and their libraries, " $1 " in " $2}'
+tar -C "$bundle" -czf "$bundle.tar.gz" .
+du -sh "$bundle" "$bundle.tar.gz" | paste -sd' ' | awk -v n=${#targets[@]} '{print "build_cuda_bundle: " n " test programs and their libraries, " $1 " in " $2 ", packed " $3 " in " $4}'

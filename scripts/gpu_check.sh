@@ -3,9 +3,9 @@
 # scripts/build_cuda_bundle.sh built here (each compares a CUDA kernel with its CPU kernel), then the
 # same under compute-sanitizer's memcheck where it is installed, and prints a summary table last (the
 # end of the output is what comes back from the device machine). Results go to $OUT (gtest XML, log).
-#   bash scripts/gpu_check.sh [BUNDLE (build/cuda-bundle)]
+#   bash scripts/gpu_check.sh [BUNDLE (build/cuda-bundle, or build/cuda-bundle.tar.gz when that is absent)]
 # From a development machine: scripts/build_cuda_bundle.sh, then the device tool's
-#   run(command="bash scripts/gpu_check.sh", carry=["build/cuda-bundle"], timeout_s=480).
+#   run(command="bash scripts/gpu_check.sh", carry=["build/cuda-bundle.tar.gz"], timeout_s=480).
 # Without a GPU every device test reports itself skipped with CUDA's reason, and the summary says so.
 # Exits 1 when a test fails or a step times out.
 set -uo pipefail
@@ -13,6 +13,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=${1:-$root/build/cuda-bundle}
 out=${OUT:-$root/build/gpu-check}
 mkdir -p "$out"
+# The packed bundle (what the device tool carries) is unpacked beside it.
+if [ ! -d "$bundle" ] && [ -f "${bundle%.tar.gz}.tar.gz" ]; then
+  packed=${bundle%.tar.gz}.tar.gz
+  bundle=${packed%.tar.gz}
+  mkdir -p "$bundle" && tar -C "$bundle" -xzf "$packed" || { echo "gpu_check: cannot unpack $packed" >&2; exit 2; }
+fi
 [ -d "$bundle/bin" ] || { echo "gpu_check: no bundle at $bundle (scripts/build_cuda_bundle.sh builds it)" >&2; exit 2; }
 exec > >(tee "$out/log.txt") 2>&1
 
@@ -46,6 +52,11 @@ for test in "$bundle"/bin/*_test; do
   name=$(basename "$test")
   step "$name" 180 "$test" --gtest_output="xml:$out/$name.xml"
 done
+# Training steps of GPT-2 124M on the GPU: tokens/s and MFU (bench/gpu_train.cc), fp32 and bf16.
+if [ -x "$bundle/bin/bench_gpu_train" ]; then
+  step "bench_gpu_train gpt2-124M fp32" 150 "$bundle/bin/bench_gpu_train" --preset gpt2-124M --mbs 8 --iters 10
+  step "bench_gpu_train gpt2-124M bf16" 150 "$bundle/bin/bench_gpu_train" --preset gpt2-124M --bf16 --mbs 8 --iters 10
+fi
 if command -v compute-sanitizer >/dev/null && command -v nvidia-smi >/dev/null; then
   for test in "$bundle"/bin/*_test; do
     step "memcheck $(basename "$test")" 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$test"
@@ -55,6 +66,7 @@ fi
 echo
 echo "=== gpu_check summary ($(date -u '+%Y-%m-%d %H:%M UTC'), $(hostname))"
 printf '%s\n' "${summary[@]}"
+grep -h -A1 '^model ' "$out"/bench_gpu_train*.txt 2>/dev/null | grep -v '^--'
 if grep -qh 'no CUDA device' "$out"/*.txt 2>/dev/null; then
   echo "no GPU here: the device tests were skipped ($(grep -hom1 'no CUDA device[^$]*' "$out"/*.txt | head -1))"
 fi

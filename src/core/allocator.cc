@@ -1,7 +1,9 @@
 #include "core/allocator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/check.h"
 #include "core/host_allocator.h"
@@ -25,6 +27,16 @@ std::atomic<Allocator*>& slot(Device device) {
 }
 
 }  // namespace
+
+void Allocator::set_zero(void* p, size_t bytes) {
+  if (bytes) std::memset(p, 0, bytes);
+}
+
+void Allocator::fill_f32(float* p, float value, size_t count) { std::fill(p, p + count, value); }
+
+void Allocator::copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memmove(dst, src, bytes);
+}
 
 Allocator& allocator_for(Device device) {
   Allocator* a = slot(device).load(std::memory_order_acquire);

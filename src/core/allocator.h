@@ -17,6 +17,14 @@ class Allocator {
   virtual void* allocate(size_t bytes, size_t alignment) = 0;
   // Gives back what allocate(bytes, ...) returned.
   virtual void deallocate(void* p, size_t bytes) = 0;
+
+  // Operations on memory of this allocator's device, in order with the device's kernels (a device's
+  // allocator queues them on the kernels' stream; the host's run at once). Tensor::zero_, fill_ and
+  // copy_from go through these, so a tensor's own methods are right wherever it lives. The defaults
+  // are the host's: memset, a loop, memmove.
+  virtual void set_zero(void* p, size_t bytes);
+  virtual void fill_f32(float* p, float value, size_t count);
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes);  // may overlap on the host only
 };
 
 // The allocator of `device`. Throws a tessera::Error naming the device when none is registered (a

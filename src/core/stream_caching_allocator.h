@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/host_allocator.h"
 #include "core/stream.h"
 
 namespace tessera {
@@ -46,6 +47,11 @@ class BlockSource {
   virtual void free_block(void* p, size_t bytes) = 0;
   // Waits for the work queued on every stream of the device, so that cached blocks may be freed.
   virtual void synchronize() = 0;
+  // The device's memory operations (Allocator::set_zero, fill_f32, copy_bytes), which the caching
+  // allocator passes on. The defaults are the host's, for a fake source of host memory in the tests.
+  virtual void set_zero(void* p, size_t bytes) { host_allocator().set_zero(p, bytes); }
+  virtual void fill_f32(float* p, float value, size_t count) { host_allocator().fill_f32(p, value, count); }
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes) { host_allocator().copy_bytes(dst, src, bytes); }
 };
 
 // What cudaMalloc guarantees, and the most a caller may ask for.
@@ -74,6 +80,9 @@ class StreamCachingAllocator final : public Allocator {
   void* allocate(size_t bytes, size_t alignment) override;
   void deallocate(void* p, size_t bytes) override;
   void* allocate_on(Stream stream, size_t bytes, size_t alignment);
+  void set_zero(void* p, size_t bytes) override { source_.set_zero(p, bytes); }
+  void fill_f32(float* p, float value, size_t count) override { source_.fill_f32(p, value, count); }
+  void copy_bytes(void* dst, const void* src, size_t bytes) override { source_.copy_bytes(dst, src, bytes); }
 
   // Synchronizes the device and gives every cached block back to it.
   void release_cached();

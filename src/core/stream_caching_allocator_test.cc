@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/tensor.h"
 
 namespace tessera {
 namespace {
@@ -35,14 +36,29 @@ class FakeDevice final : public BlockSource {
     std::free(p);
   }
   void synchronize() override { ++syncs_; }
+  // The memory operations, counted, then done on the host memory that stands in for the device's.
+  void set_zero(void* p, size_t bytes) override {
+    ++memory_ops_["set_zero"];
+    BlockSource::set_zero(p, bytes);
+  }
+  void fill_f32(float* p, float value, size_t count) override {
+    ++memory_ops_["fill_f32"];
+    BlockSource::fill_f32(p, value, count);
+  }
+  void copy_bytes(void* dst, const void* src, size_t bytes) override {
+    ++memory_ops_["copy_bytes"];
+    BlockSource::copy_bytes(dst, src, bytes);
+  }
 
   size_t used() const { return used_; }
   int syncs() const { return syncs_; }
+  int memory_ops(const std::string& name) const { return memory_ops_.count(name) ? memory_ops_.at(name) : 0; }
 
  private:
   size_t capacity_, used_ = 0;
   int syncs_ = 0;
   std::map<void*, size_t> live_;
+  std::map<std::string, int> memory_ops_;
 };
 
 Stream stream(uintptr_t id) { return Stream{kGpu, reinterpret_cast<void*>(id)}; }
@@ -177,6 +193,33 @@ TEST(StreamCachingAllocator, AllocateUsesTheThreadsAllocationStream) {
   }
   EXPECT_TRUE(allocation_stream(kGpu).is_default());
   EXPECT_TRUE(allocation_stream(Device::cpu()).is_default());
+}
+
+// A tensor's own zero_, fill_, copy_from and clone reach the device's memory through its allocator
+// (on a GPU: cudaMemsetAsync, a fill kernel, a device copy), never by host memset or memcpy.
+TEST(StreamCachingAllocator, TensorMethodsUseTheDevicesMemoryOperations) {
+  FakeDevice device(size_t{1} << 30);
+  StreamCachingAllocator a(kGpu, device, size_t{1} << 30);
+  Allocator* before = register_allocator(kGpu, &a);
+  {
+    const Tensor t = Tensor::zeros({3, 5}, DType::F32, kGpu);
+    EXPECT_EQ(device.memory_ops("set_zero"), 1);
+    EXPECT_EQ(t.f32()[14], 0.0f);  // host memory stands in for the device's
+    t.fill_(2.5f);
+    EXPECT_EQ(device.memory_ops("fill_f32"), 1);
+    const Tensor u = t.clone();
+    EXPECT_EQ(device.memory_ops("copy_bytes"), 1);
+    EXPECT_EQ(u.device(), kGpu);
+    EXPECT_EQ(u.f32()[7], 2.5f);
+    u.zero_();
+    t.copy_from(u);
+    EXPECT_EQ(device.memory_ops("set_zero"), 2);
+    EXPECT_EQ(device.memory_ops("copy_bytes"), 2);
+    EXPECT_EQ(t.f32()[0], 0.0f);
+    EXPECT_THROW(t.copy_from(Tensor::zeros({3, 5})), Error);  // the host to a device is a transfer
+  }
+  register_allocator(kGpu, before);
+  a.release_cached();
 }
 
 }  // namespace

@@ -51,6 +51,16 @@ int64_t TensorMemory::live_bytes() { return live_tensor_bytes.load(); }
 int64_t TensorMemory::peak_bytes() { return peak_tensor_bytes.load(); }
 void TensorMemory::reset_peak() { peak_tensor_bytes.store(live_tensor_bytes.load()); }
 
+namespace {
+thread_local Device t_default_device = Device::cpu();
+}  // namespace
+
+Device default_device() { return t_default_device; }
+
+DefaultDeviceScope::DefaultDeviceScope(Device device) : previous_(t_default_device) { t_default_device = device; }
+
+DefaultDeviceScope::~DefaultDeviceScope() { t_default_device = previous_; }
+
 Storage::Storage(size_t bytes, Device device)
     : bytes_(bytes), device_(device), allocator_(&allocator_for(device)) {
   constexpr size_t kAlign = 64;  // a cache line, and an AVX-512 vector
@@ -131,18 +141,25 @@ Tensor Tensor::flat_range(int64_t start, int64_t length) const {
   return t;
 }
 
-void Tensor::zero_() const { std::memset(raw(), 0, nbytes()); }
+// Through the storage's allocator, which knows how to reach its device's memory (core/allocator.h).
+void Tensor::zero_() const {
+  void* p = raw();  // checks that the tensor is defined
+  storage_->allocator().set_zero(p, nbytes());
+}
 
 void Tensor::fill_(float value) const {
   float* p = f32();
-  for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = value;
+  storage_->allocator().fill_f32(p, value, static_cast<size_t>(numel()));
 }
 
 void Tensor::copy_from(const Tensor& src) const {
   check_same_shape(*this, src, "copy_from");
   TESSERA_CHECK(dtype_ == src.dtype_, "copy_from: dtype mismatch, ", dtype_name(dtype_), " vs ",
                 dtype_name(src.dtype_));
-  std::memmove(raw(), src.raw(), nbytes());
+  TESSERA_CHECK(device() == src.device(), "copy_from: ", src.device().str(), " to ", device().str(),
+                " is a transfer (kernels::transfer), not a copy");
+  void* dst = raw();
+  storage_->allocator().copy_bytes(dst, src.raw(), nbytes());
 }
 
 Tensor Tensor::clone() const {

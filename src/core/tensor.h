@@ -38,6 +38,8 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // The allocator that made it: its set_zero, fill_f32 and copy_bytes work on this memory.
+  Allocator& allocator() const { return *allocator_; }
 
  private:
   void* data_ = nullptr;
@@ -46,12 +48,29 @@ class Storage {
   Allocator* allocator_;  // the one that allocated data_, which gets it back
 };
 
+// The device a tensor is made on when its maker names none: the CPU, or the device of the innermost
+// DefaultDeviceScope of this thread (as torch.set_default_device, but scoped). The model names no
+// device (it reaches memory only through kernels), so a model built and run inside
+// `DefaultDeviceScope scope(Device{DeviceType::CUDA, 0})` has its parameters and activations on the GPU.
+// Code that reads memory on the host names Device::cpu() for what it reads.
+Device default_device();
+class DefaultDeviceScope {
+ public:
+  explicit DefaultDeviceScope(Device device);
+  ~DefaultDeviceScope();
+  DefaultDeviceScope(const DefaultDeviceScope&) = delete;
+  DefaultDeviceScope& operator=(const DefaultDeviceScope&) = delete;
+
+ private:
+  Device previous_;
+};
+
 class Tensor {
  public:
   Tensor() = default;
 
-  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
-  static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = default_device());
+  static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = default_device());
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <thread>
 
 #include "core/philox.h"
 
@@ -104,6 +105,27 @@ TEST(TensorMemory, CountsLiveAndPeakBytes) {
   EXPECT_EQ(TensorMemory::peak_bytes(), before + 8000);
   TensorMemory::reset_peak();
   EXPECT_EQ(TensorMemory::peak_bytes(), before);
+}
+
+// Tensors made without a device go to the innermost scope's device, per thread; the scope restores
+// the previous one. A device with no allocator (a CPU-only build's GPU) is a clear error.
+TEST(DefaultDeviceScope, NestsAndRestores) {
+  const Device gpu{DeviceType::CUDA, 0};
+  EXPECT_EQ(default_device(), Device::cpu());
+  {
+    DefaultDeviceScope outer(gpu);
+    EXPECT_EQ(default_device(), gpu);
+    {
+      DefaultDeviceScope inner(Device::cpu());
+      EXPECT_EQ(Tensor::zeros({2}).device(), Device::cpu());
+    }
+    EXPECT_EQ(default_device(), gpu);
+    Device other_thread = gpu;
+    std::thread([&] { other_thread = default_device(); }).join();
+    EXPECT_EQ(other_thread, Device::cpu());
+    EXPECT_EQ(Tensor::empty({2}, DType::F32, Device::cpu()).device(), Device::cpu());  // named: as named
+  }
+  EXPECT_EQ(default_device(), Device::cpu());
 }
 
 }  // namespace

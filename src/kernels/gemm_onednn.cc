@@ -53,7 +53,7 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, int64_t ld, Trans t, DType 
 // count * rows rows: their 16-bit encodings of type t (encode), or fp32 values rounded to t.
 Tensor pack(const float* p, int64_t count, int64_t stride, int64_t rows, int64_t cols, int64_t ld, DType t,
             bool encode) {
-  Tensor out = Tensor::empty({count * rows, cols}, encode ? t : DType::F32);
+  Tensor out = Tensor::empty({count * rows, cols}, encode ? t : DType::F32, Device::cpu());
   for (int64_t i = 0; i < count; ++i) {
     if (encode)
       encode_rows(t, p + i * stride, rows, cols, ld, static_cast<uint16_t*>(out.raw()) + i * rows * cols);

@@ -79,7 +79,7 @@ Tensor pad_row_groups(const Tensor& x, const std::vector<int64_t>& counts, int64
   TESSERA_CHECK(x.ndim() == 2 && x.dim(0) == total, "pad_row_groups: x ", shape_str(x.shape()), " is not the [",
                 total, ", d] rows of the groups");
   const int64_t d = x.dim(1);
-  Tensor padded = Tensor::empty({static_cast<int64_t>(counts.size()), rows, d});
+  Tensor padded = Tensor::empty({static_cast<int64_t>(counts.size()), rows, d}, DType::F32, Device::cpu());
   cpu::pad_row_groups(x.f32(), counts, rows, d, padded.f32());
   return padded;
 }

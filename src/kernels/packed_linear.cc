@@ -9,7 +9,8 @@ Tensor pack_linear_weight(const Tensor& w) {
   kernel_device("pack_linear_weight", {&w});
   TESSERA_CHECK(w.ndim() == 2, "pack_linear_weight: weight ", shape_str(w.shape()), " is not [out, in]");
   const int64_t out = w.dim(0), in = w.dim(1);
-  Tensor packed = Tensor::empty({(out + cpu::kPackedColumns - 1) / cpu::kPackedColumns, in, cpu::kPackedColumns});
+  Tensor packed = Tensor::empty({(out + cpu::kPackedColumns - 1) / cpu::kPackedColumns, in, cpu::kPackedColumns},
+                                 DType::F32, Device::cpu());
   cpu::pack_linear_weight(w.f32(), packed.f32(), out, in);
   return packed;
 }

@@ -175,7 +175,7 @@ void store_all_as(DType t, const std::vector<Tensor*>& tensors) {
   std::vector<int64_t> n(tensors.size(), 0);
   for (size_t k = 0; k < tensors.size(); ++k) {
     if (!tensors[k]->defined() || tensors[k]->dtype() != DType::F32) continue;
-    out[k] = Tensor::empty(tensors[k]->shape(), t);
+    out[k] = Tensor::empty(tensors[k]->shape(), t, Device::cpu());
     n[k] = tensors[k]->numel();
   }
   pieces_in_parallel(n, [&](size_t k, int64_t b, int64_t e) {
@@ -204,7 +204,7 @@ void all_to_fp32(const std::vector<Tensor*>& tensors) {
     if (!s.defined() || s.dtype() == DType::F32) continue;
     TESSERA_CHECK(s.dtype() == DType::BF16 || s.dtype() == DType::F16, "to_fp32: ", dtype_name(s.dtype()),
                   " is not a 16-bit floating-point type");
-    out[k] = Tensor::empty(s.shape());
+    out[k] = Tensor::empty(s.shape(), DType::F32, Device::cpu());
     n[k] = s.numel();
   }
   pieces_in_parallel(n, [&](size_t k, int64_t b, int64_t e) {

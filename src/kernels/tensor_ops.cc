@@ -56,4 +56,27 @@ void copy(const Tensor& dst, const Tensor& src) {
   std::memmove(dst.raw(), src.raw(), dst.nbytes());
 }
 
+void transfer(const Tensor& dst, const Tensor& src) {
+  TESSERA_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(), "transfer: ", src.numel(), " ",
+                dtype_name(src.dtype()), " elements into ", dst.numel(), " ", dtype_name(dst.dtype()));
+  const Device from = src.device(), to = dst.device();
+  if (from == to) return copy(dst, src);
+  // One side is the host (a CPU-only build has no other device, so it never gets here).
+  kernel_device("transfer", {&src}, Impl::kCpuAndCuda);
+  kernel_device("transfer", {&dst}, Impl::kCpuAndCuda);
+  TESSERA_CHECK(from.type == DeviceType::CPU || to.type == DeviceType::CPU, "transfer: ", from.str(), " to ",
+                to.str(), " goes through the host");
+  if constexpr (kWithCuda) {
+    if (on_cuda(to)) return cuda::copy_to_device(dst.raw(), src.raw(), dst.nbytes(), "transfer");
+    return cuda::copy_to_host(dst.raw(), src.raw(), dst.nbytes(), "transfer");
+  }
+}
+
+Tensor to_device(const Tensor& t, Device device) {
+  if (t.device() == device) return t;
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), device);
+  transfer(out, t);
+  return out;
+}
+
 }  // namespace tessera::kernels

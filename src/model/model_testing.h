@@ -35,9 +35,10 @@ inline ModelConfig tiny_gpt_config(bool llama_style, int64_t layers, int64_t seq
 // batch samples of random tokens and labels, every fifth position left out of the loss.
 inline MicroBatch random_batch(const ModelConfig& c, int64_t batch, uint64_t seed) {
   MicroBatch mb;
-  mb.tokens = Tensor::empty({batch, c.seq_length}, DType::I32);
-  mb.labels = Tensor::empty({batch, c.seq_length}, DType::I32);
-  mb.loss_mask = Tensor::empty({batch, c.seq_length});
+  // On the host (whatever the default device), since it is written here.
+  mb.tokens = Tensor::empty({batch, c.seq_length}, DType::I32, Device::cpu());
+  mb.labels = Tensor::empty({batch, c.seq_length}, DType::I32, Device::cpu());
+  mb.loss_mask = Tensor::empty({batch, c.seq_length}, DType::F32, Device::cpu());
   PhiloxStream s(seed, 1);
   for (int64_t i = 0; i < mb.tokens.numel(); ++i) {
     mb.tokens.i32()[i] = static_cast<int32_t>(s.bits(2 * i) % c.vocab_size);

@@ -5,6 +5,7 @@
 #include "kernels/packed_linear.h"
 #include "kernels/precision.h"
 #include "kernels/shard_layout.h"
+#include "kernels/tensor_ops.h"
 
 namespace tessera::model {
 
@@ -21,12 +22,17 @@ Parameter* ParameterSet::add(ParameterSpec spec) {
 void ParameterSet::allocate(uint64_t seed, bool with_grads) {
   values_ = Tensor::empty({numel_});
   if (with_grads) grads_ = Tensor::zeros({numel_});
+  // The initial values are made on the host (the initialisers are CPU kernels, run once) and moved to
+  // the buffers' device (the default device: core/tensor.h) in one transfer.
+  const bool on_host = values_.device() == Device::cpu();
+  const Tensor initial = on_host ? values_ : Tensor::empty({numel_}, DType::F32, Device::cpu());
   for (Parameter& p : params_) {
     int64_t n = shape_numel(p.spec.shape);
     p.value = values_.flat_range(p.offset, n).view(p.spec.shape);
     if (with_grads) p.grad = grads_.flat_range(p.offset, n).view(p.spec.shape);
-    initialize_parameter(p.spec, seed, p.value);
+    initialize_parameter(p.spec, seed, initial.flat_range(p.offset, n).view(p.spec.shape));
   }
+  if (!on_host) kernels::transfer(values_, initial);
 }
 
 Tensor ParameterSet::rounded_value(const Parameter& p, DType t) const {
@@ -34,7 +40,7 @@ Tensor ParameterSet::rounded_value(const Parameter& p, DType t) const {
   RoundedCopy& copy = rounded_[&p];
   if (copy.epoch != weights_epoch_) {
     TESSERA_PROFILE_SCOPE("round_weights");
-    if (!copy.values.defined()) copy.values = Tensor::empty(p.value.shape());
+    if (!copy.values.defined()) copy.values = Tensor::empty(p.value.shape(), DType::F32, p.value.device());
     kernels::round_to(t, p.value, copy.values);
     copy.epoch = weights_epoch_;
   }

@@ -32,8 +32,9 @@ AdamWOptimizer::AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& c
   // Without expert parallelism (ep 1, etp = tp) both groups hold the same ranks: one all-reduce sums both.
   experts_apart_ = expert_model_group_ && !(model_parallel_group_ && expert_model_group_->world_ranks() ==
                                                                          model_parallel_group_->world_ranks());
-  exp_avg_ = Tensor::zeros({params.numel()});
-  exp_avg_sq_ = Tensor::zeros({params.numel()});
+  // Beside the parameters, on their device.
+  exp_avg_ = Tensor::zeros({params.numel()}, DType::F32, params.values().device());
+  exp_avg_sq_ = Tensor::zeros({params.numel()}, DType::F32, params.values().device());
 }
 
 double AdamWOptimizer::grad_norm() const {

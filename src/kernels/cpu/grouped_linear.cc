@@ -78,7 +78,7 @@ void grouped_linear_backward(const float* dy, const float* x, const std::vector<
   Tensor dy_rounded_copy;
   const float* dy_gemm = dy;
   if (input_type != DType::F32 && !dy_rounded && dx && !dw.empty() && reuse_rounded_inputs()) {
-    dy_rounded_copy = Tensor::empty({groups * rows * out});
+    dy_rounded_copy = Tensor::empty({groups * rows * out}, DType::F32, Device::cpu());
     round_to(input_type, dy, dy_rounded_copy.f32(), groups * rows * out);
     dy_gemm = dy_rounded_copy.f32();
   }

@@ -54,7 +54,7 @@ void linear_backward(const float* dy, const float* x, const float* w, float* dx,
   if (dy_rounded) {
     if (db) bias_grad(dy, db, rows, out, input_type, nullptr);
   } else if (input_type != DType::F32 && dx && dw && reuse_rounded_inputs()) {
-    dy_rounded_copy = Tensor::empty({rows, out});
+    dy_rounded_copy = Tensor::empty({rows, out}, DType::F32, Device::cpu());
     if (db)
       bias_grad(dy, db, rows, out, input_type, dy_rounded_copy.f32());
     else

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/transfer.h"
 
 namespace tessera::cuda {
 namespace {
@@ -35,6 +37,19 @@ class CudaBlockSource final : public BlockSource {
   void synchronize() override {
     check(cudaSetDevice(ordinal_), "cudaSetDevice");
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+  // On the default stream, where the kernels run, so in order with them.
+  void set_zero(void* p, size_t bytes) override {
+    check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    if (bytes) check(cudaMemsetAsync(p, 0, bytes, nullptr), "Tensor::zero_ (cudaMemsetAsync)");
+  }
+  void fill_f32(float* p, float value, size_t count) override {
+    check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    kernels::cuda::fill(p, value, static_cast<int64_t>(count));
+  }
+  void copy_bytes(void* dst, const void* src, size_t bytes) override {
+    check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    kernels::cuda::copy_on_device(dst, src, bytes, "Tensor::copy_from");
   }
 
  private:

@@ -40,5 +40,39 @@ TEST_F(CudaTensorOps, HostIdsAndCopies) {
   EXPECT_THROW(kernels::copy(y_gpu, x), Error);  // two devices
 }
 
+// A tensor's own methods on device memory (through the CUDA allocator's memory operations), and
+// transfers between the host and the GPU.
+TEST_F(CudaTensorOps, TensorMethodsAndTransfers) {
+  const Tensor x = random({257, 3}, 3);
+  const Tensor x_gpu = kernels::to_device(x, kGpu);
+  EXPECT_EQ(x_gpu.device(), kGpu);
+  EXPECT_EQ(kernels::to_device(x_gpu, kGpu).raw(), x_gpu.raw());  // already there
+  EXPECT_TRUE(same_bits(kernels::to_device(x_gpu, Device::cpu()), x));
+
+  const Tensor z = Tensor::zeros({1000}, DType::F32, kGpu);
+  EXPECT_TRUE(same_bits(to_host(z), Tensor::zeros({1000})));
+  const Tensor ones = Tensor::empty({1000}, DType::F32, kGpu);
+  ones.fill_(1.5f);
+  Tensor want = Tensor::empty({1000});
+  want.fill_(1.5f);
+  EXPECT_TRUE(same_bits(to_host(ones), want));
+
+  const Tensor c = x_gpu.clone();
+  EXPECT_NE(c.raw(), x_gpu.raw());
+  EXPECT_TRUE(same_bits(to_host(c), x));
+  c.narrow(1, 2).zero_();  // rows 1 and 2 only
+  Tensor partly = x.clone();
+  partly.narrow(1, 2).zero_();
+  EXPECT_TRUE(same_bits(to_host(c), partly));
+  x_gpu.copy_from(c);
+  EXPECT_TRUE(same_bits(to_host(x_gpu), partly));
+
+  Tensor back = Tensor::empty({3, 257});
+  kernels::transfer(back, x_gpu);  // shapes may differ
+  EXPECT_TRUE(same_bits(back.view({257, 3}), partly));
+  EXPECT_THROW(x_gpu.copy_from(x), Error);  // the host to the GPU is a transfer
+  EXPECT_THROW(kernels::transfer(x_gpu, Tensor::empty({5})), Error);
+}
+
 }  // namespace
 }  // namespace tessera::cuda

@@ -31,6 +31,10 @@ __global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t n, int
   for (int64_t i = grid_index(); i < n; i += grid_stride()) y[i] += bias[i % cols];
 }
 
+__global__ void fill_kernel(float* x, float value, int64_t n) {
+  for (int64_t i = grid_index(); i < n; i += grid_stride()) x[i] = value;
+}
+
 __global__ void scale_kernel(const float* x, float s, float* out, int64_t n) {
   for (int64_t i = grid_index(); i < n; i += grid_stride()) out[i] = s * x[i];
 }
@@ -159,6 +163,12 @@ void scale(const float* x, float s, float* out, int64_t n) {
   if (n == 0) return;
   scale_kernel<<<grid_for(n), kThreads>>>(x, s, out, n);
   check_launch("scale");
+}
+
+void fill(float* x, float value, int64_t n) {
+  if (n == 0) return;
+  fill_kernel<<<grid_for(n), kThreads>>>(x, value, n);
+  check_launch("fill");
 }
 
 void round_to(DType t, const float* in, float* out, int64_t n) {

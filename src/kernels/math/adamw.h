@@ -42,9 +42,11 @@ inline AdamWCoeffs adamw_coeffs(const AdamWHyper& h) {
 // torch.optim.AdamW (single-tensor path): p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // p -= step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps). g is the gradient already times grad_scale.
 TESSERA_HOST_DEVICE inline void adamw_update_one(float& p, float g, float& m, float& v, const AdamWCoeffs& k) {
-  m = k.b1 * m + k.one_minus_b1 * g;
-  v = k.b2 * v + k.one_minus_b2 * g * g;
-  p = p * k.decay - k.step_size * m / (sqrtf(v) * k.inv_bc2_sqrt + k.eps);
+  // Each product rounded on its own, as the CPU's AVX loop computes it, so the GPU's bits are the CPU's
+  // (sqrtf and the division are correctly rounded on both).
+  m = add_rn(mul_rn(k.b1, m), mul_rn(k.one_minus_b1, g));
+  v = add_rn(mul_rn(k.b2, v), mul_rn(mul_rn(k.one_minus_b2, g), g));
+  p = sub_rn(mul_rn(p, k.decay), mul_rn(k.step_size, m) / add_rn(mul_rn(sqrtf(v), k.inv_bc2_sqrt), k.eps));
 }
 
 }  // namespace tessera::kernels::math
