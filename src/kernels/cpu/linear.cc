@@ -2,6 +2,7 @@
 
 #include "core/profiler.h"
 #include "kernels/gemm.h"
+#include "kernels/linear_gemms.h"
 #include "kernels/precision.h"
 #include "kernels/parallel_grain.h"
 
@@ -9,14 +10,8 @@ namespace tessera::kernels::cpu {
 
 void linear_forward(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t in,
                     int64_t out, DType input_type, bool x_rounded, bool w_rounded) {
-  GemmArgs g;
-  g.trans_b = Trans::T;  // y = x w^T
-  g.m = rows, g.n = out, g.k = in;
-  g.a = x, g.lda = in;
-  g.b = w, g.ldb = in;
-  g.c = y, g.ldc = out;
+  GemmArgs g = linear_y_gemm(GemmArgs{}, x, w, y, rows, in, out, input_type);
   g.bias = b;
-  g.input_type = input_type;
   g.a_rounded = x_rounded, g.b_rounded = w_rounded;
   gemm(g);
 }
@@ -65,25 +60,13 @@ void linear_backward(const float* dy, const float* x, const float* w, float* dx,
   }
   const bool dy_is_rounded = dy_rounded || dy_gemm != dy;
   if (dx) {  // dx = dy w
-    GemmArgs g;
-    g.m = rows, g.n = in, g.k = out;
-    g.a = dy_gemm, g.lda = out;
-    g.b = w, g.ldb = in;
-    g.c = dx, g.ldc = in;
+    GemmArgs g = linear_dx_gemm(GemmArgs{}, dy_gemm, w, dx, rows, in, out, input_type);
     g.beta = accumulate_dx ? 1.0f : 0.0f;
-    g.input_type = input_type;
     g.a_rounded = dy_is_rounded, g.b_rounded = w_rounded;
     gemm(g);
   }
   if (dw) {  // dw += dy^T x
-    GemmArgs g;
-    g.trans_a = Trans::T;
-    g.m = out, g.n = in, g.k = rows;
-    g.a = dy_gemm, g.lda = out;
-    g.b = x, g.ldb = in;
-    g.c = dw, g.ldc = in;
-    g.beta = 1.0f;
-    g.input_type = input_type;
+    GemmArgs g = linear_dw_gemm(GemmArgs{}, dy_gemm, x, dw, rows, in, out, input_type);
     g.a_rounded = dy_is_rounded, g.b_rounded = x_rounded;
     gemm(g);
   }

@@ -12,6 +12,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/gemm.h"
+#include "kernels/linear_gemms.h"
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -37,18 +38,12 @@ GemmArgs device_gemm(int device) {
 void linear_forward(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t in, int64_t out,
                     DType input_type, bool x_rounded, bool w_rounded, int device) {
   start("linear_forward", device);
-  GemmArgs g = device_gemm(device);
-  g.trans_b = Trans::T;  // y = x w^T
-  g.m = rows, g.n = out, g.k = in;
-  g.a = x, g.lda = in;
-  g.b = w, g.ldb = in;
-  g.c = y, g.ldc = out;
+  GemmArgs g = linear_y_gemm(device_gemm(device), x, w, y, rows, in, out, input_type);
   // cuBLASLt's bias epilogue may run a kernel that needs a 16-byte aligned bias (its alignment
   // preferences cover the matrices only), and a bias viewed in a flat parameter buffer need not be one:
   // such a bias is added after the product instead, the same fp32 sum of the same fp32 product.
   const bool fused_bias = b != nullptr && reinterpret_cast<uintptr_t>(b) % 16 == 0;
   g.bias = fused_bias ? b : nullptr;
-  g.input_type = input_type;
   g.a_rounded = x_rounded, g.b_rounded = w_rounded;
   gemm(g);
   if (b != nullptr && !fused_bias && rows > 0) add_bias_rows(y, b, rows, out);
@@ -63,26 +58,13 @@ void linear_backward(const float* dy, const float* x, const float* w, float* dx,
     if (out == 0) {  // an empty product: the backend takes no k = 0, and dx is overwritten
       tessera::cuda::check(cudaMemsetAsync(dx, 0, static_cast<size_t>(rows * in) * sizeof(float)), "linear_backward");
     } else {
-      GemmArgs g = device_gemm(device);
-      g.m = rows, g.n = in, g.k = out;
-      g.a = dy, g.lda = out;
-      g.b = w, g.ldb = in;
-      g.c = dx, g.ldc = in;
-      g.beta = 0.0f;
-      g.input_type = input_type;
+      GemmArgs g = linear_dx_gemm(device_gemm(device), dy, w, dx, rows, in, out, input_type);
       g.a_rounded = dy_rounded, g.b_rounded = w_rounded;
       gemm(g);
     }
   }
   if (dw && rows > 0) {  // dw += dy^T x (no rows: nothing to add)
-    GemmArgs g = device_gemm(device);
-    g.trans_a = Trans::T;
-    g.m = out, g.n = in, g.k = rows;
-    g.a = dy, g.lda = out;
-    g.b = x, g.ldb = in;
-    g.c = dw, g.ldc = in;
-    g.beta = 1.0f;
-    g.input_type = input_type;
+    GemmArgs g = linear_dw_gemm(device_gemm(device), dy, x, dw, rows, in, out, input_type);
     g.a_rounded = dy_rounded, g.b_rounded = x_rounded;
     gemm(g);
   }
