@@ -367,7 +367,7 @@ namespace {
 
 void group_sum(comm::ProcessGroup& group, std::vector<float>& values) {
   if (group.size() == 1) return;
-  Tensor t = Tensor::empty({static_cast<int64_t>(values.size())});
+  Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::F32, Device::cpu());  // host values
   std::copy(values.begin(), values.end(), t.f32());
   group.all_reduce(t);
   std::copy(t.f32(), t.f32() + t.numel(), values.begin());
@@ -668,7 +668,7 @@ void Trainer::log_timers(int64_t iterations) {
   const int stage = state_->coordinates().pp;
   enum { kForward, kBackward, kP2p, kReduce, kOptimizer, kBubble, kPeak, kStage, kActivations, kActivationsTheory,
          kAllTensors, kPeakRss, kRingWait, kFields };
-  Tensor mine = Tensor::empty({kFields});
+  Tensor mine = Tensor::empty({kFields}, DType::F32, Device::cpu());  // the log's numbers, on the host
   float* v = mine.f32();
   v[kForward] = static_cast<float>(t.forward * per_iteration_ms);
   v[kBackward] = static_cast<float>(t.backward * per_iteration_ms);
@@ -688,7 +688,7 @@ void Trainer::log_timers(int64_t iterations) {
   TensorMemory::reset_peak();
   reduce_seconds_ = optimizer_seconds_ = ring_wait_seconds_ = 0;
   peak_live_activations_ = 0;
-  Tensor all = Tensor::empty({world_->size() * kFields});
+  Tensor all = Tensor::empty({world_->size() * kFields}, DType::F32, Device::cpu());
   world_->all_gather(mine, all);
   if (!log_) return;
 
@@ -884,7 +884,7 @@ bool Trainer::exit_by_interval_or_duration(bool saved) {
   };
   if (args_.exit_duration_in_mins > 0) {
     // Clocks differ between ranks: all take the largest elapsed time, so they stop after the same iteration.
-    Tensor minutes = Tensor::zeros({1});
+    Tensor minutes = Tensor::zeros({1}, DType::F32, Device::cpu());
     minutes.f32()[0] = static_cast<float>(start_timer_.seconds() / 60.0);
     if (world_->size() > 1) world_->all_reduce(minutes, comm::ReduceOp::Max);
     if (minutes.f32()[0] > args_.exit_duration_in_mins) {
