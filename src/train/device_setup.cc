@@ -45,6 +45,8 @@ void prepare_device(Device device) {
 model::MicroBatch micro_batch_on(const model::MicroBatch& batch, Device device) {
   auto on = [&](const Tensor& t) { return t.defined() ? kernels::to_device(t, device) : Tensor(); };
   model::MicroBatch b = batch;  // sample_offset and anything not a tensor
+  // Every tensor of a MicroBatch. One added there belongs here too: left on the host, the first kernel
+  // given it beside device tensors refuses it, naming both devices (kernels/device_dispatch.h).
   for (Tensor model::MicroBatch::*field :
        {&model::MicroBatch::tokens, &model::MicroBatch::labels, &model::MicroBatch::loss_mask,
         &model::MicroBatch::positions, &model::MicroBatch::doc_start, &model::MicroBatch::token_types,
