@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
       ctx.iteration = iteration;
       params.grads().zero_();
       model::GptActivations rec;
-      loss = gpt.forward(mb, ctx, rec);
+      loss = gpt.forward(mb, ctx, rec) / static_cast<double>(o.mbs * c.seq_length);  // the summed loss, per token
       gpt.backward(rec, ctx, 1.0f / static_cast<float>(o.mbs * c.seq_length));
       optimizer.step(1e-4f);
       params.weights_changed();

@@ -43,6 +43,14 @@ for bin in "$work"/bundle/bin/*_test; do
   [ -f "$work/out/$name.xml" ]; ok=$?
   check "gpu_check.sh writes $name.xml" $ok
 done
+# The packed bundle (what the device tool carries, being under its 64 MiB) runs the same, unpacked beside it.
+[ -f "$work/bundle.tar.gz" ]; ok=$?
+check "build_cuda_bundle.sh packs the bundle as bundle.tar.gz" $ok
+mv "$work/bundle" "$work/unpacked"
+out_packed=$(env -i PATH=/usr/bin:/bin HOME="$work" OUT="$work/out2" bash "$root/scripts/gpu_check.sh" "$work/bundle.tar.gz" 2>&1); ok=$?
+check "gpu_check.sh runs the packed bundle (exit $ok): $(tail -4 <<<"$out_packed")" $ok
+[ "$(grep -c ' rc=0 ' <<<"$out_packed")" = "$(grep -c ' rc=0 ' <<<"$out")" ]; ok=$?
+check "the packed bundle runs the same steps: $(tail -4 <<<"$out_packed")" $ok
 if ! command -v nvidia-smi >/dev/null; then
   grep -q '^no GPU here: the device tests were skipped (no CUDA device' <<<"$out"; ok=$?
   check "without a GPU the summary says the device tests were skipped, and why: $(tail -4 <<<"$out")" $ok

@@ -1,6 +1,7 @@
 #include "kernels/attention.h"
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
@@ -29,8 +30,11 @@ AttentionShape checked_shape(const char* kernel, const AttentionShape& shape, co
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const Tensor& mask, const AttentionShape& shape, float softmax_scale,
                        const AttentionDropout& dropout) {
-  kernel_device("attention_forward", {&q, &k, &v, &out, &lse, &mask});
+  const Device d = kernel_device("attention_forward", {&q, &k, &v, &out, &lse, &mask}, Impl::kCpuAndCuda);
   const AttentionShape s = checked_shape("attention_forward", shape, mask, {&q, &out}, {&k, &v}, lse);
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::attention_forward(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), s, softmax_scale, dropout);
   cpu::attention_forward(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), s, softmax_scale, dropout);
 }
 
@@ -38,20 +42,29 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& mask, const AttentionShape& shape, float softmax_scale,
                         const AttentionDropout& dropout) {
-  kernel_device("attention_backward", {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv, &mask});
+  const Device d =
+      kernel_device("attention_backward", {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv, &mask}, Impl::kCpuAndCuda);
   const AttentionShape s =
       checked_shape("attention_backward", shape, mask, {&q, &out, &dout, &dq}, {&k, &v, &dk, &dv}, lse);
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::attention_backward(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(),
+                                      dk.f32(), dv.f32(), s, softmax_scale, dropout, d.index);
   cpu::attention_backward(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(), dq.f32(), dk.f32(), dv.f32(), s,
                           softmax_scale, dropout);
 }
 
 void block_doc_start(const Tensor& doc_start, int64_t column, int64_t first_key, const Tensor& out) {
-  kernel_device("block_doc_start", {&doc_start, &out});
+  const Device d = kernel_device("block_doc_start", {&doc_start, &out}, Impl::kCpuAndCuda);
   TESSERA_CHECK(doc_start.dtype() == DType::I32 && out.dtype() == DType::I32 && doc_start.shape().size() == 2 &&
                     out.shape().size() == 2 && out.dim(0) == doc_start.dim(0) && column >= 0 &&
                     column + out.dim(1) <= doc_start.dim(1),
                 "block_doc_start: int32 ", shape_str(out.shape()), " block at column ", column, " of int32 ",
                 shape_str(doc_start.shape()), " document starts");
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::block_doc_start(doc_start.i32(), doc_start.dim(0), doc_start.dim(1), column, out.dim(1), first_key,
+                                   out.i32());
   cpu::block_doc_start(doc_start.i32(), doc_start.dim(0), doc_start.dim(1), column, out.dim(1), first_key, out.i32());
 }
 

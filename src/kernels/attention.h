@@ -2,8 +2,8 @@
 // per query row is saved, and backward recomputes the probabilities tile by tile (kernels/cpu/attention.h
 // has the algorithm). Grouped-query attention: query head h reads key/value head h / (heads / kv_heads).
 // Optionally document-causal (Megatron's --reset-attention-mask), or bidirectional with a padding mask
-// (BERT). Dispatched on the tensors' device
-// (kernels/device_dispatch.h).
+// (BERT). Dispatched on the tensors' device (kernels/device_dispatch.h): kernels/cpu/attention.h or, on a
+// GPU, kernels/cuda/attention.h.
 #pragma once
 
 #include <cstdint>

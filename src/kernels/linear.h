@@ -1,6 +1,7 @@
 // Linear layer y = x W^T + b on tensors (weights stored [out, in] as in Megatron and PyTorch), on top
 // of the GEMM interface; rows of x are tokens. What the model's linear layers and output layer call,
-// dispatched on the tensors' device (kernels/device_dispatch.h; the CPU code is kernels/cpu/linear.h).
+// dispatched on the tensors' device (kernels/device_dispatch.h; the CPU code is kernels/cpu/linear.h,
+// the CUDA code kernels/cuda/linear.h: cuBLASLt's GEMMs).
 #pragma once
 
 #include "core/tensor.h"

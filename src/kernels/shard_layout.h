@@ -1,7 +1,7 @@
 // Elements of a tensor-parallel shard by their place in the full tensor: how a parameter is
 // initialised so that a shard equals the slice of the single-process tensor, and how the shards of a
 // parameter are put back together. Dispatched on the tensors' device (kernels/device_dispatch.h; the
-// CPU code is kernels/cpu/shard_layout.h).
+// CPU code is kernels/cpu/shard_layout.h, the CUDA code kernels/cuda/shard_layout.h).
 #pragma once
 
 #include <cstdint>

@@ -15,6 +15,7 @@
 #include "core/testing.h"
 #include "kernels/activations.h"
 #include "kernels/attention.h"
+#include "kernels/attention_merge.h"
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -376,7 +377,11 @@ bool has_cuda_kernel(const std::string& kernel) {
       "layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward", "dropout_forward",
       "dropout_backward",  "embedding_forward",  "embedding_backward", "cross_entropy_shard_stats",
       "cross_entropy_backward", "from_host",
-      "rope_forward",      "rope_backward",      "rescale_sum_exp", "masked_loss_sum"};
+      "rope_forward",      "rope_backward",      "rescale_sum_exp", "masked_loss_sum",
+      "linear_forward",    "linear_backward",    "transpose_rows",  "fill_positions",  "split_qkv",
+      "merge_qkv",         "first_id_outside",   "shard_argmax",    "pick_scores",
+      "fill_normal",       "place_shards",
+      "attention_forward", "attention_backward", "block_doc_start", "attention_merge_into"};
   return with_cuda.count(kernel) > 0;
 }
 
@@ -419,6 +424,8 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         {"attention_forward", [&] { attention_forward(q, kv, kv, q, dev({2, 2, 2}), Tensor(), shape, 1.0f, {}); }},
         {"attention_backward",
          [&] { attention_backward(q, kv, kv, q, dev({2, 2, 2}), q, q, kv, kv, Tensor(), shape, 1.0f, {}); }},
+        {"block_doc_start", [&] { block_doc_start(dev({2, 2}, DType::I32), 0, 0, dev({2, 2}, DType::I32)); }},
+        {"attention_merge_into", [&] { attention_merge_into(q, dev({2, 2, 2}), q, dev({2, 2, 2}), 2, 2, 2, 4); }},
         {"attention_decode", [&] { attention_decode(q, kv, kv, q, {}, 1.0f); }},
         {"write_kv_cache", [&] { write_kv_cache(q, q, kv, kv, {}); }},
         {"cross_entropy_shard_stats", [&] { cross_entropy_shard_stats(x, idx, row, row, row, 0); }},
@@ -455,7 +462,7 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
       }
     }
-    EXPECT_EQ(cuda_kernels, 25);  // each name of has_cuda_kernel is a call above
+    EXPECT_EQ(cuda_kernels, 40);  // each name of has_cuda_kernel is a call above
     try {
       add_into(host, x);
       ADD_FAILURE() << "add_into mixed devices";

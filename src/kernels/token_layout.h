@@ -1,7 +1,8 @@
 // Rearrangements of per-token data between the model's layouts, on tensors: sample-major micro-batches
 // to the [seq, batch] activation layout, Megatron's grouped QKV rows to separate q, k, v and back,
 // positions, and id range checks. Plain copies, with no arithmetic. Dispatched on the tensors' device
-// (kernels/device_dispatch.h; the CPU code is kernels/cpu/token_layout.h).
+// (kernels/device_dispatch.h; the CPU code is kernels/cpu/token_layout.h, the CUDA code
+// kernels/cuda/token_layout.h).
 #pragma once
 
 #include <cstdint>

@@ -28,19 +28,23 @@ double masked_loss_sum(const Tensor& max, const Tensor& sumexp, const Tensor& ta
 }
 
 void shard_argmax(const Tensor& logits, const Tensor& best, int64_t vocab_begin) {
-  kernel_device("shard_argmax", {&logits, &best});
+  const Device d = kernel_device("shard_argmax", {&logits, &best}, Impl::kCpuAndCuda);
   TESSERA_CHECK(logits.ndim() == 2, "shard_argmax: logits ", shape_str(logits.shape()), " are not [rows, vocab]");
   check_numel("shard_argmax", "best", best, 2 * logits.dim(0));
+  if constexpr (kWithCuda)
+    if (on_cuda(d)) return cuda::shard_argmax(logits.f32(), best.f32(), logits.dim(0), logits.dim(1), vocab_begin);
   cpu::shard_argmax(logits.f32(), best.f32(), logits.dim(0), logits.dim(1), vocab_begin);
 }
 
 void pick_scores(const Tensor& best, const Tensor& target, const Tensor& lse, const Tensor& out) {
-  kernel_device("pick_scores", {&best, &target, &lse, &out});
+  const Device d = kernel_device("pick_scores", {&best, &target, &lse, &out}, Impl::kCpuAndCuda);
   const int64_t rows = target.numel();
   TESSERA_CHECK(best.ndim() == 2 && best.dim(1) == 2 * rows, "pick_scores: best ", shape_str(best.shape()),
                 " is not [shards, 2 * ", rows, "]");
   check_numel("pick_scores", "lse", lse, rows);
   check_numel("pick_scores", "out", out, 3 * rows);
+  if constexpr (kWithCuda)
+    if (on_cuda(d)) return cuda::pick_scores(best.f32(), best.dim(0), target.f32(), lse.f32(), out.f32(), rows);
   cpu::pick_scores(best.f32(), best.dim(0), target.f32(), lse.f32(), out.f32(), rows);
 }
 

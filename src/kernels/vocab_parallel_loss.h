@@ -1,7 +1,8 @@
 // The per-row arithmetic of Megatron's vocab-parallel cross-entropy around the reductions over the
 // tensor group, on tensors: no rank holds all logits, so each computes its shard's statistics
 // (kernels/cross_entropy.h), the group reduces them, and these combine the results. Dispatched on the
-// tensors' device (kernels/device_dispatch.h; the CPU code is kernels/cpu/vocab_parallel_loss.h).
+// tensors' device (kernels/device_dispatch.h; the CPU code is kernels/cpu/vocab_parallel_loss.h, the
+// CUDA code kernels/cuda/vocab_parallel_loss.h).
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_runtime.h"
@@ -124,6 +125,16 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
   return layout;
 }
 
+// The largest power of two up to 256 dividing the address of every matrix of a batch (matrix i at p +
+// i * stride_bytes). cuBLASLt's heuristic assumes 256-byte aligned buffers unless told otherwise, and
+// may then pick a kernel that faults on a view into a larger buffer (a parameter of a ParameterSet's
+// flat buffer, a row range of an activation).
+uint32_t alignment(const void* p, int64_t batch, int64_t stride_bytes) {
+  uintptr_t bits = reinterpret_cast<uintptr_t>(p) | 256u;
+  if (batch > 1) bits |= static_cast<uintptr_t>(stride_bytes);
+  return static_cast<uint32_t>(bits & (~bits + 1));  // the lowest set bit
+}
+
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what NVIDIA suggests for Hopper
 
 // Everything about one GEMM shape that cuBLASLt can reuse: descriptors and the chosen algorithm. Kept for
@@ -135,7 +146,8 @@ struct Plan {
 };
 
 using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int, int, int, int, int, int, int64_t, int64_t, int64_t, bool>;
+                           int64_t, int, int, int, int, int, int, int64_t, int64_t, int64_t, bool, uint32_t,
+                           uint32_t, uint32_t>;
 
 class CublasLtGemm final : public kernels::GemmBackend {
  public:
@@ -171,11 +183,14 @@ class CublasLtGemm final : public kernels::GemmBackend {
   }
 
   Plan& plan_for(int device, const ColumnMajorGemm& g, cublasComputeType_t compute) {
+    const uint32_t align_a = alignment(g.a.data, g.batch, g.a.stride * static_cast<int64_t>(dtype_size(g.a.type)));
+    const uint32_t align_b = alignment(g.b.data, g.batch, g.b.stride * static_cast<int64_t>(dtype_size(g.b.type)));
+    const uint32_t align_c = alignment(g.c, g.batch, g.stride_c * static_cast<int64_t>(dtype_size(g.c_type)));
     const PlanKey key{device,  g.m,        g.n,        g.k,       g.a.rows, g.a.ld, g.a.stride,
                       g.b.rows, g.b.ld,    g.b.stride, g.ldc,     g.a.trans, g.b.trans,
                       static_cast<int>(g.a.type), static_cast<int>(g.b.type), static_cast<int>(g.c_type),
                       static_cast<int>(g.epilogue) * 1000 + static_cast<int>(compute), g.batch, g.stride_c,
-                      g.stride_bias, g.beta != 0.0f};
+                      g.stride_bias, g.beta != 0.0f, align_a, align_b, align_c};
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
     const CublasLt& lt = load_cublaslt();
     Plan p;
@@ -198,6 +213,14 @@ class CublasLtGemm final : public kernels::GemmBackend {
     check_lt(lt.cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &workspace_bytes, sizeof workspace_bytes),
              "cublasLtMatmulPreferenceSetAttribute");
+    // The buffers' real alignments (C and D are one buffer), so that only kernels that work on them are
+    // offered.
+    for (auto [attribute, bytes] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+                                    std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}})
+      check_lt(lt.cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof bytes),
+               "cublasLtMatmulPreferenceSetAttribute");
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status = lt.cublasLtMatmulAlgoGetHeuristic(handle(device), p.desc, p.a, p.b, p.c, p.c,

@@ -127,6 +127,41 @@ TEST_F(CublasLtOnDevice, RandomProductsMatchTheCpuBackend) {
   }
 }
 
+// Operands that start at any 4-byte offset (views into larger buffers, as a ParameterSet's parameters
+// are): the backend tells cuBLASLt each buffer's alignment instead of its default 256 bytes.
+TEST_F(CublasLtOnDevice, OperandsAtOddOffsetsMatchTheCpuBackend) {
+  std::mt19937 rng(12);
+  for (int64_t shift : {1, 2, 3, 5}) {
+    for (DType input_type : {DType::F32, DType::BF16}) {
+      GemmArgs g;
+      g.trans_b = Trans::T;
+      g.m = 37, g.n = 29, g.k = 53;
+      g.lda = g.k, g.ldb = g.k, g.ldc = g.n;
+      g.beta = 0.5f;
+      g.input_type = input_type;
+      auto a = random_floats(shift + g.m * g.k, rng), b = random_floats(shift + g.n * g.k, rng);
+      auto c = random_floats(shift + g.m * g.n, rng);
+      GemmArgs cpu = g;
+      std::vector<float> c_cpu = c;
+      cpu.a = a.data() + shift, cpu.b = b.data() + shift, cpu.c = c_cpu.data() + shift;
+      kernels::gemm(cpu);
+
+      DeviceBuffer da(a), db(b), dc(c);
+      GemmArgs gpu = g;
+      gpu.a = static_cast<const float*>(da.p) + shift, gpu.b = static_cast<const float*>(db.p) + shift;
+      gpu.c = static_cast<float*>(dc.p) + shift;
+      gpu.stream = Stream::default_for(kGpu);
+      kernels::gemm(gpu);
+      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      const std::vector<float> c_gpu = dc.read(c.size());
+      const double tolerance = (input_type == DType::F32 ? 1e-5 : 1e-2) * (1.0 + std::sqrt(static_cast<double>(g.k)));
+      for (size_t i = 0; i < c.size(); ++i)
+        ASSERT_NEAR(c_gpu[i], c_cpu[i], tolerance) << "shift " << shift << " element " << i << " input "
+                                                   << dtype_name(input_type);
+    }
+  }
+}
+
 TEST_F(CublasLtOnDevice, MixedBufferTypesAreAClearError) {
   std::vector<float> x(16, 1.0f);
   DeviceBuffer a(x), b(x, true), c(x);

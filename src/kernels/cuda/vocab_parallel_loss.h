@@ -1,7 +1,7 @@
-// The CUDA implementation of the training half of kernels/vocab_parallel_loss.h over device pointers
-// (kernels/cuda/cross_entropy.cu): the shards' sums rescaled to the group's max, and the masked loss
-// sum with each row's log-sum-exp. (shard_argmax and pick_scores, for evaluation, are CPU-only yet.)
-// Declared in every build, defined only in a CUDA one.
+// The CUDA implementation of kernels/vocab_parallel_loss.h over device pointers: the training half
+// (kernels/cuda/cross_entropy.cu: the shards' sums rescaled to the group's max, and the masked loss sum
+// with each row's log-sum-exp) and the scoring half (kernels/cuda/vocab_parallel_scores.cu: each
+// shard's argmax, and the pick over the shards). Declared in every build, defined only in a CUDA one.
 #pragma once
 
 #include <cstdint>
@@ -13,5 +13,10 @@ void rescale_sum_exp(float* sumexp, const float* max, const float* global_max, i
 // CUDA ordinal the tensors live on (its allocator holds the total).
 double masked_loss_sum(const float* max, const float* sumexp, const float* target, const float* loss_mask,
                        float* lse, int64_t rows, int device);
+
+// The CPU's choices exactly (kernels/cpu/vocab_parallel_loss.h): the first of equal maxima, a NaN
+// skipped unless it is a row's first logit (then it is the row's answer, as a scan from it keeps it).
+void shard_argmax(const float* logits, float* best, int64_t rows, int64_t vocab_local, int64_t vocab_begin);
+void pick_scores(const float* best, int64_t shards, const float* target, const float* lse, float* out, int64_t rows);
 
 }  // namespace tessera::kernels::cuda

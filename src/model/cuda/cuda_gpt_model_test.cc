@@ -33,18 +33,27 @@ struct Run {
 };
 
 // One forward and backward of the tiny GPT on `device`, from the same seed and batch.
-Run forward_backward(const ModelConfig& c, Device device) {
+// documents > 0: packed documents of that many tokens (Megatron's --reset-attention-mask).
+Run forward_backward(const ModelConfig& c, Device device, const Recompute& recompute = {}, int64_t documents = 0) {
   const int64_t batch = 2;
-  const MicroBatch host_batch = testing::random_batch(c, batch, 5);
+  MicroBatch host_batch = testing::random_batch(c, batch, 5);
+  if (documents > 0) {
+    host_batch.doc_start = Tensor::empty({batch, c.seq_length}, DType::I32, Device::cpu());
+    for (int64_t i = 0; i < host_batch.doc_start.numel(); ++i)
+      host_batch.doc_start.i32()[i] = static_cast<int32_t>((i % c.seq_length) / documents * documents);
+  }
   DefaultDeviceScope scope(device);
   ParameterSet params;
   GptModel model(c, params);
+  model.set_recompute(recompute);
   params.allocate(42);
+  if (c.params_dtype != DType::F32) params.cache_rounded_weights(c.params_dtype);  // as the trainer does
   EXPECT_EQ(params.values().device(), device);
   MicroBatch mb;
   mb.tokens = kernels::to_device(host_batch.tokens, device);
   mb.labels = kernels::to_device(host_batch.labels, device);
   mb.loss_mask = kernels::to_device(host_batch.loss_mask, device);
+  if (documents > 0) mb.doc_start = kernels::to_device(host_batch.doc_start, device);
   const ForwardContext ctx = testing::context(c, batch, true);
   GptActivations rec;
   Run run;
@@ -62,11 +71,20 @@ Run forward_backward(const ModelConfig& c, Device device) {
   return cuda::testing::all_close(gpu, cpu, rtol, atol_fraction * largest);
 }
 
-void expect_gpu_matches_cpu(const ModelConfig& c) {
-  const Run cpu = forward_backward(c, Device::cpu());
-  const Run gpu = forward_backward(c, kGpu);
-  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * std::fabs(cpu.loss));
-  EXPECT_TRUE(grads_close(gpu.grads, cpu.grads, 1e-3f, 1e-4f));
+// fp32: only the order of sums differs. bf16: the GEMM inputs and attention's q, k, v are rounded to
+// bf16 on both (the same values), the products accumulated in fp32 in another order, and a value near a
+// rounding boundary may round the other way downstream: looser.
+void expect_gpu_matches_cpu(const ModelConfig& c, const Recompute& recompute = {}, int64_t documents = 0) {
+  const Run cpu = forward_backward(c, Device::cpu(), {}, documents);
+  const Run gpu = forward_backward(c, kGpu, recompute, documents);
+  const bool fp32 = c.params_dtype == DType::F32;
+  EXPECT_NEAR(gpu.loss, cpu.loss, (fp32 ? 1e-5 : 1e-3) * std::fabs(cpu.loss));
+  EXPECT_TRUE(grads_close(gpu.grads, cpu.grads, fp32 ? 1e-3f : 2e-2f, fp32 ? 1e-4f : 2e-3f));
+}
+
+ModelConfig in_bf16(ModelConfig c) {
+  c.params_dtype = DType::BF16;
+  return c;
 }
 
 TEST_F(CudaGptModel, Gpt2StyleMatchesTheCpu) {
@@ -75,6 +93,23 @@ TEST_F(CudaGptModel, Gpt2StyleMatchesTheCpu) {
 
 TEST_F(CudaGptModel, LlamaStyleMatchesTheCpu) {
   expect_gpu_matches_cpu(testing::tiny_gpt_config(true, 2, 24, 32));
+}
+
+// Full recomputation on the GPU (each layer's forward run again in backward) against the CPU's plain run.
+TEST_F(CudaGptModel, RecomputedLayersMatchTheCpu) {
+  expect_gpu_matches_cpu(testing::tiny_gpt_config(true, 3, 24, 32), Recompute{RecomputeMethod::Uniform, 1});
+}
+
+TEST_F(CudaGptModel, PackedDocumentsMatchTheCpu) {
+  expect_gpu_matches_cpu(testing::tiny_gpt_config(false, 2, 24, 32), {}, 7);
+}
+
+TEST_F(CudaGptModel, Gpt2StyleInBf16MatchesTheCpu) {
+  expect_gpu_matches_cpu(in_bf16(testing::tiny_gpt_config(false, 2, 24, 32)));
+}
+
+TEST_F(CudaGptModel, LlamaStyleInBf16MatchesTheCpu) {
+  expect_gpu_matches_cpu(in_bf16(testing::tiny_gpt_config(true, 2, 24, 32)));
 }
 
 }  // namespace

@@ -1,0 +1,372 @@
+// Attention on the GPU (kernels/cuda/attention.h): the CPU kernel's semantics (kernels/cpu/attention.cc)
+// with a plain, obviously bounded layout, as a first correct step.
+//
+// Forward: one warp per query row (b, h, i). Lane t takes the keys j = lo + t, lo + 32 + t, ... of the
+// row's visible span [lo, hi), so no score matrix is ever stored. Pass 1 keeps per lane a running max
+// and sum (kernels/math/softmax.h), merged across the warp into the row's log-sum-exp; pass 2 recomputes
+// the scores tile by tile (32 keys), P = exp(s - lse) times the dropout factor, and adds P V into the
+// output row (each lane owns the row's columns x = lane, lane + 32, ...; the tile's P is passed round by
+// shuffles). The output row belongs to the warp alone, so it is the accumulator.
+//
+// Backward (FlashAttention-2's formulas, as the CPU): D_i = dO_i . O_i, one thread per query row; dQ one
+// warp per query row over its keys, as forward's pass 2; dK and dV one warp per key row over the query
+// rows (of every query head of its GQA group) that see it, P recomputed from lse. Each gradient row is
+// written by one warp, summing in a fixed order: deterministic, no atomics.
+//
+// Dropout draws each probability's Philox element with the CPU's keying (kernels/math/dropout.h), so the
+// masks are the same bits. The mask tensors are device data; they are copied to the host once per call
+// and checked as the CPU checks them (a synchronisation a faster kernel may drop).
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/check.h"
+#include "core/philox.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/math/dropout.h"
+#include "kernels/math/softmax.h"
+
+namespace tessera::kernels::cuda {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarp = 32;
+
+// What every kernel needs of the call, by value (the masks are device pointers).
+struct Geometry {
+  int64_t seq, batch, heads, kv_heads, d, group;
+  int64_t kv_seq, offset;       // keys, and query 0's position among them (kv_seq - seq)
+  int64_t mask_seq;             // the sequence length dropout is keyed by (AttentionDropout::seq)
+  int64_t q_stride, kv_stride;  // floats between consecutive positions of one (batch, head)
+  bool causal;
+  const int32_t* doc;        // first key per query ([batch, seq]) or nullptr
+  const int32_t* key_valid;  // bidirectional padding mask ([batch, seq]) or nullptr
+  float scale;
+  bool dropout;
+  float p, keep_scale;
+  AttentionDropout drop;
+};
+
+// The checks kernels/cpu/attention.cc's Plan makes, with its messages, the masks' on a host copy.
+Geometry checked_geometry(const AttentionShape& s, float scale, const AttentionDropout& drop) {
+  Geometry g{};
+  g.seq = s.seq;
+  g.batch = s.batch;
+  g.heads = s.heads;
+  g.kv_heads = s.kv_heads;
+  g.d = s.head_dim;
+  TESSERA_CHECK(g.seq >= 0 && g.batch >= 0, "attention: negative seq ", g.seq, " or batch ", g.batch);
+  g.kv_seq = s.kv_seq > 0 ? s.kv_seq : g.seq;
+  g.offset = g.kv_seq - g.seq;
+  g.mask_seq = drop.seq > 0 ? drop.seq : g.kv_seq;
+  TESSERA_CHECK(g.offset >= 0, "attention: kv_seq ", g.kv_seq, " is shorter than the ", g.seq, " queries");
+  TESSERA_CHECK(g.offset == 0 || (s.causal && s.doc_start == nullptr), "attention: kv_seq ", g.kv_seq, " != seq ",
+                g.seq, " needs causal attention without a document mask");
+  TESSERA_CHECK(drop.query_offset >= 0 && drop.key_offset >= 0 && g.mask_seq >= drop.key_offset + g.kv_seq &&
+                    g.mask_seq >= drop.query_offset + g.kv_seq,
+                "attention: dropout keyed by a sequence of ", g.mask_seq, " shorter than the ", g.kv_seq,
+                " keys at offset ", drop.key_offset, " (queries at offset ", drop.query_offset, ")");
+  TESSERA_CHECK(g.heads > 0 && g.kv_heads > 0 && g.heads % g.kv_heads == 0, "attention: heads ", g.heads,
+                " must be a positive multiple of kv_heads ", g.kv_heads);
+  TESSERA_CHECK(g.d > 0, "attention: head_dim must be positive, got ", g.d);
+  TESSERA_CHECK(drop.p >= 0.0f && drop.p < 1.0f, "attention: dropout p must be in [0, 1), got ", drop.p);
+  g.group = g.heads / g.kv_heads;
+  g.q_stride = g.batch * g.heads * g.d;
+  g.kv_stride = g.batch * g.kv_heads * g.d;
+  g.causal = s.causal;
+  g.doc = s.doc_start;
+  g.key_valid = s.key_valid;
+  g.scale = scale;
+  g.dropout = drop.p > 0.0f;
+  g.p = drop.p;
+  g.keep_scale = g.dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
+  g.drop = drop;
+  TESSERA_CHECK(!(g.causal && s.bidirectional_doc_start), "attention: bidirectional_doc_start with causal attention");
+  TESSERA_CHECK(g.causal || g.doc == nullptr || s.bidirectional_doc_start,
+                "attention: a document mask needs causal attention (or bidirectional_doc_start)");
+  TESSERA_CHECK(g.doc == nullptr || g.key_valid == nullptr, "attention: a document mask and a padding mask at once");
+  TESSERA_CHECK(!g.causal || g.key_valid == nullptr, "attention: a padding mask needs bidirectional attention");
+  const int32_t* device_mask = g.doc != nullptr ? g.doc : g.key_valid;
+  if (device_mask != nullptr && g.batch * g.seq > 0) {
+    std::vector<int32_t> mask(static_cast<size_t>(g.batch * g.seq));
+    tessera::cuda::check(
+        cudaMemcpy(mask.data(), device_mask, mask.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+        "attention: copying the mask to check it");
+    for (int64_t b = 0; b < g.batch; ++b) {
+      const int32_t* m = mask.data() + b * g.seq;
+      if (g.key_valid != nullptr) {
+        TESSERA_CHECK(std::any_of(m, m + g.seq, [](int32_t x) { return x != 0; }),
+                      "attention: the padding mask of sample ", b, " hides every key");
+        continue;
+      }
+      for (int64_t i = 0; i < g.seq; ++i) {
+        const int64_t last = g.causal ? i : g.seq;  // bidirectional: seq is a row that sees no key
+        TESSERA_CHECK(m[i] >= (i == 0 ? 0 : m[i - 1]) && m[i] <= last, "attention: doc_start of sample ", b,
+                      " position ", i, " is ", m[i], "; it must lie in [", i == 0 ? 0 : m[i - 1], ", ", last,
+                      "] (at most ", g.causal ? "i" : "seq", ", never below the previous position's, never negative)");
+      }
+    }
+  }
+  if (g.dropout)
+    TESSERA_CHECK(drop.head_offset >= 0 && drop.sample_offset >= 0 && drop.head_offset + g.heads <= drop.total_heads,
+                  "attention: dropout heads [", drop.head_offset, ", ", drop.head_offset + g.heads,
+                  ") do not fit in total_heads ", drop.total_heads);
+  return g;
+}
+
+// The keys [lo, hi) query row i of sample b may see before the padding mask: causal, up to its position
+// offset + i, from its document's start; bidirectional, every key from its first (doc_start; seq: none).
+struct Span {
+  int64_t lo, hi;
+};
+__device__ Span key_span(const Geometry& g, int64_t b, int64_t i) {
+  const int64_t lo = g.doc != nullptr ? g.doc[b * g.seq + i] : 0;
+  return {lo, g.causal ? g.offset + i + 1 : g.kv_seq};
+}
+
+// Whether key j of sample b survives the padding mask (always, causal or without one).
+__device__ bool key_kept(const Geometry& g, int64_t b, int64_t j) {
+  return g.key_valid == nullptr || g.key_valid[b * g.seq + j] != 0;
+}
+
+// The scaled score of query row qi against key row kj: (scale q) . k, the query scaled first as the CPU's
+// forward does.
+__device__ float score(const float* qi, const float* kj, int64_t d, float scale) {
+  float s = 0.0f;
+  for (int64_t x = 0; x < d; ++x) s += qi[x] * scale * kj[x];
+  return s;
+}
+
+__device__ float dot(const float* a, const float* b, int64_t d) {
+  float s = 0.0f;
+  for (int64_t x = 0; x < d; ++x) s += a[x] * b[x];
+  return s;
+}
+
+// The dropout factor of probability (b, h, i, j), i a query row and j a key: 1/(1-p) where its Philox
+// element is kept, 0 where dropped (1 without dropout). The element as the CPU keys it: positions among
+// the keys, plus AttentionDropout's offsets.
+__device__ float dropout_factor(const Geometry& g, const PhiloxStream& rng, int64_t b, int64_t h, int64_t i,
+                                int64_t j) {
+  if (!g.dropout) return 1.0f;
+  const uint64_t e = math::attention_dropout_row(g.drop, g.mask_seq, b, h, g.drop.query_offset + g.offset + i) +
+                     static_cast<uint64_t>(g.drop.key_offset + j);
+  return math::dropout_keeps(rng.bits(e), g.p) ? g.keep_scale : 0.0f;
+}
+
+// This thread's warp among all the grid's, and its lane.
+__device__ int64_t global_warp() { return grid_index() / kWarp; }
+__device__ int lane_id() { return static_cast<int>(threadIdx.x) & (kWarp - 1); }
+
+// row[x] += sum_{t < n} w_t * src[t * stride + x] for every column x < d, with w_t lane t's `w`: each
+// lane adds into its own columns (lane, lane + 32, ...). Every lane of the warp must call it with the same
+// n and d (the shuffles need all 32), so the column loop runs to d rounded up and guards the access.
+__device__ void add_weighted_rows(float* row, float w, const float* src, int64_t stride, int n, int64_t d) {
+  const int lane = lane_id();
+  for (int64_t x0 = 0; x0 < d; x0 += kWarp) {
+    const int64_t x = x0 + lane;
+    float acc = 0.0f;
+    for (int t = 0; t < n; ++t) {
+      const float wt = __shfl_sync(kFullMask, w, t);
+      if (x < d) acc += wt * src[t * stride + x];
+    }
+    if (x < d) row[x] += acc;
+  }
+}
+
+// Zeroes a row of d floats with the warp's lanes.
+__device__ void zero_row(float* row, int64_t d) {
+  for (int64_t x = lane_id(); x < d; x += kWarp) row[x] = 0.0f;
+}
+
+// One warp per query row r = (b * heads + h) * seq + i: lse's order.
+__global__ void forward_kernel(Geometry g, const float* q, const float* k, const float* v, float* out, float* lse) {
+  const int64_t row = global_warp();
+  if (row >= g.batch * g.heads * g.seq) return;  // the whole warp
+  const int lane = lane_id();
+  const int64_t i = row % g.seq, b = row / g.seq / g.heads, h = row / g.seq % g.heads, kvh = h / g.group;
+  const float* qi = q + i * g.q_stride + (b * g.heads + h) * g.d;
+  const float* kh = k + (b * g.kv_heads + kvh) * g.d;  // key j at kh + j * kv_stride
+  const float* vh = v + (b * g.kv_heads + kvh) * g.d;
+  float* oi = out + i * g.q_stride + (b * g.heads + h) * g.d;
+  const Span span = key_span(g, b, i);
+
+  // Pass 1: each lane's max and sum of exp over its keys, then the warp's.
+  math::SoftmaxStats st{-INFINITY, 0.0f};
+  for (int64_t j = span.lo + lane; j < span.hi; j += kWarp)
+    if (key_kept(g, b, j)) st = math::softmax_merge(st, {score(qi, kh + j * g.kv_stride, g.d, g.scale), 1.0f});
+  for (int o = kWarp / 2; o > 0; o >>= 1)
+    st = math::softmax_merge(st, {__shfl_xor_sync(kFullMask, st.max, o), __shfl_xor_sync(kFullMask, st.sum, o)});
+  // Lane 0's for all: merges in mirrored order can round apart (fused multiply-adds).
+  st.max = __shfl_sync(kFullMask, st.max, 0);
+  st.sum = __shfl_sync(kFullMask, st.sum, 0);
+
+  zero_row(oi, g.d);
+  // A row that sees no key (bidirectional_doc_start past every key): output 0, log-sum-exp -inf.
+  const float row_lse = st.sum == 0.0f ? -INFINITY : math::softmax_lse(st.max, st.sum);
+  if (lane == 0) lse[row] = row_lse;
+  if (st.sum == 0.0f) return;  // the whole warp
+
+  // Pass 2: out_i = sum_j exp(s_ij - lse_i) z_ij v_j, a tile of 32 keys at a time.
+  const PhiloxStream rng(g.drop.seed, g.drop.stream);
+  for (int64_t j0 = span.lo; j0 < span.hi; j0 += kWarp) {
+    const int64_t j = j0 + lane;
+    float w = 0.0f;
+    if (j < span.hi && key_kept(g, b, j))
+      w = math::softmax_weight(score(qi, kh + j * g.kv_stride, g.d, g.scale), row_lse) *
+          dropout_factor(g, rng, b, h, i, j);
+    const int n = static_cast<int>(std::min<int64_t>(kWarp, span.hi - j0));
+    add_weighted_rows(oi, w, vh + j0 * g.kv_stride, g.kv_stride, n, g.d);
+  }
+}
+
+// D_i = dO_i . O_i, one thread per query row r = (b * heads + h) * seq + i, summed in column order.
+__global__ void row_dot_kernel(Geometry g, const float* out, const float* dout, float* D) {
+  const int64_t rows = g.batch * g.heads * g.seq;
+  for (int64_t row = grid_index(); row < rows; row += grid_stride()) {
+    const int64_t i = row % g.seq, bh = row / g.seq;
+    const int64_t off = i * g.q_stride + bh * g.d;  // bh = b * heads + h
+    D[row] = dot(dout + off, out + off, g.d);
+  }
+}
+
+// dS_ij = scale P_ij (dP_ij Z_ij - D_i) with P_ij = exp(s_ij - lse_i), dP_ij = dO_i . v_j, Z the dropout
+// factor; pz = P_ij Z_ij (dV's weight). The score as forward computed it.
+struct Grad {
+  float pz, ds;
+};
+__device__ Grad prob_grad(const Geometry& g, const PhiloxStream& rng, const float* qi, const float* doi,
+                          const float* kj, const float* vj, float lse_i, float D_i, int64_t b, int64_t h, int64_t i,
+                          int64_t j) {
+  const float prob = math::softmax_weight(score(qi, kj, g.d, g.scale), lse_i), z = dropout_factor(g, rng, b, h, i, j);
+  return {prob * z, g.scale * prob * (dot(doi, vj, g.d) * z - D_i)};
+}
+
+// dQ_i = sum_j dS_ij k_j, one warp per query row (forward's order of rows and keys).
+__global__ void dq_kernel(Geometry g, const float* q, const float* k, const float* v, const float* lse,
+                          const float* dout, const float* D, float* dq) {
+  const int64_t row = global_warp();
+  if (row >= g.batch * g.heads * g.seq) return;  // the whole warp
+  const int lane = lane_id();
+  const int64_t i = row % g.seq, b = row / g.seq / g.heads, h = row / g.seq % g.heads, kvh = h / g.group;
+  const int64_t off = i * g.q_stride + (b * g.heads + h) * g.d;
+  const float* kh = k + (b * g.kv_heads + kvh) * g.d;
+  const float* vh = v + (b * g.kv_heads + kvh) * g.d;
+  float* dqi = dq + off;
+  zero_row(dqi, g.d);
+  const Span span = key_span(g, b, i);  // empty for a row that sees no key, whose lse is -inf
+  const PhiloxStream rng(g.drop.seed, g.drop.stream);
+  for (int64_t j0 = span.lo; j0 < span.hi; j0 += kWarp) {
+    const int64_t j = j0 + lane;
+    float ds = 0.0f;
+    if (j < span.hi && key_kept(g, b, j))
+      ds = prob_grad(g, rng, q + off, dout + off, kh + j * g.kv_stride, vh + j * g.kv_stride, lse[row], D[row], b, h,
+                     i, j)
+               .ds;
+    const int n = static_cast<int>(std::min<int64_t>(kWarp, span.hi - j0));
+    add_weighted_rows(dqi, ds, kh + j0 * g.kv_stride, g.kv_stride, n, g.d);
+  }
+}
+
+// dV_j = sum_i P_ij Z_ij dO_i and dK_j = sum_i dS_ij q_i over the query rows i of every head of key j's
+// group that see key j; one warp per key row r = (b * kv_heads + kvh) * kv_seq + j.
+__global__ void dkdv_kernel(Geometry g, const float* q, const float* k, const float* v, const float* lse,
+                            const float* dout, const float* D, float* dk, float* dv) {
+  const int64_t row = global_warp();
+  if (row >= g.batch * g.kv_heads * g.kv_seq) return;  // the whole warp
+  const int lane = lane_id();
+  const int64_t j = row % g.kv_seq, b = row / g.kv_seq / g.kv_heads, kvh = row / g.kv_seq % g.kv_heads;
+  const int64_t kv_off = j * g.kv_stride + (b * g.kv_heads + kvh) * g.d;
+  float* dkj = dk + kv_off;
+  float* dvj = dv + kv_off;
+  zero_row(dkj, g.d);
+  zero_row(dvj, g.d);
+  if (!key_kept(g, b, j)) return;  // padding: no query sees it (the whole warp)
+  // The query rows that may see key j: causal, those at or after it; with a document mask (doc_start
+  // non-decreasing), of those the prefix whose document starts at or before j, which is checked per row.
+  const int64_t i_lo = g.causal ? std::max<int64_t>(0, j - g.offset) : 0;
+  const PhiloxStream rng(g.drop.seed, g.drop.stream);
+  for (int64_t gi = 0; gi < g.group; ++gi) {
+    const int64_t h = kvh * g.group + gi, bh = b * g.heads + h;
+    for (int64_t i0 = i_lo; i0 < g.seq; i0 += kWarp) {
+      const int64_t i = i0 + lane;
+      Grad gr{0.0f, 0.0f};
+      if (i < g.seq && (g.doc == nullptr || g.doc[b * g.seq + i] <= j)) {
+        const int64_t off = i * g.q_stride + bh * g.d;
+        gr = prob_grad(g, rng, q + off, dout + off, k + kv_off, v + kv_off, lse[bh * g.seq + i], D[bh * g.seq + i],
+                       b, h, i, j);
+      }
+      const int n = static_cast<int>(std::min<int64_t>(kWarp, g.seq - i0));
+      add_weighted_rows(dvj, gr.pz, dout + i0 * g.q_stride + bh * g.d, g.q_stride, n, g.d);
+      add_weighted_rows(dkj, gr.ds, q + i0 * g.q_stride + bh * g.d, g.q_stride, n, g.d);
+    }
+  }
+}
+
+__global__ void block_doc_start_kernel(const int32_t* doc, int64_t batch, int64_t n, int64_t column, int64_t width,
+                                       int64_t first_key, int32_t* out) {
+  for (int64_t e = grid_index(); e < batch * width; e += grid_stride()) {
+    const int64_t b = e / width, r = e % width;
+    const int64_t x = doc[b * n + column + r] - first_key;
+    out[e] = static_cast<int32_t>(x < 0 ? 0 : x > width ? width : x);
+  }
+}
+
+// Blocks of kThreads for one warp per each of `warps` rows.
+unsigned blocks_for_warps(int64_t warps) {
+  constexpr int64_t per_block = kThreads / kWarp;
+  return static_cast<unsigned>((warps + per_block - 1) / per_block);
+}
+
+}  // namespace
+
+void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                       const AttentionShape& shape, float softmax_scale, const AttentionDropout& dropout) {
+  const Geometry g = checked_geometry(shape, softmax_scale, dropout);
+  const int64_t rows = g.batch * g.heads * g.seq;
+  if (rows == 0) return;
+  forward_kernel<<<blocks_for_warps(rows), kThreads>>>(g, q, k, v, out, lse);
+  check_launch("attention_forward");
+}
+
+void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                        const float* dout, float* dq, float* dk, float* dv, const AttentionShape& shape,
+                        float softmax_scale, const AttentionDropout& dropout, int device) {
+  const Geometry g = checked_geometry(shape, softmax_scale, dropout);
+  const int64_t rows = g.batch * g.heads * g.seq, key_rows = g.batch * g.kv_heads * g.kv_seq;
+  if (rows == 0 && key_rows == 0) return;
+  // D per query row, from the device's caching allocator (stream-ordered: freed once the kernels that
+  // read it are queued).
+  Allocator& allocator = allocator_for(Device{DeviceType::CUDA, device});
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(rows, 1)) * sizeof(float);
+  float* D = static_cast<float*>(allocator.allocate(bytes, 256));
+  try {
+    if (rows > 0) {
+      row_dot_kernel<<<grid_for(rows), kThreads>>>(g, out, dout, D);
+      check_launch("attention_backward");
+      dq_kernel<<<blocks_for_warps(rows), kThreads>>>(g, q, k, v, lse, dout, D, dq);
+      check_launch("attention_backward");
+    }
+    if (key_rows > 0) {  // rows == 0 (no queries): every key's gradient is zero
+      dkdv_kernel<<<blocks_for_warps(key_rows), kThreads>>>(g, q, k, v, lse, dout, D, dk, dv);
+      check_launch("attention_backward");
+    }
+  } catch (...) {
+    allocator.deallocate(D, bytes);
+    throw;
+  }
+  allocator.deallocate(D, bytes);
+}
+
+void block_doc_start(const int32_t* doc, int64_t batch, int64_t n, int64_t column, int64_t width, int64_t first_key,
+                     int32_t* out) {
+  if (batch * width == 0) return;
+  block_doc_start_kernel<<<grid_for(batch * width), kThreads>>>(doc, batch, n, column, width, first_key, out);
+  check_launch("block_doc_start");
+}
+
+}  // namespace tessera::kernels::cuda

@@ -1,0 +1,91 @@
+// The linear layer's products on CUDA devices (kernels/cuda/linear.h): the GemmArgs of the CPU path
+// (kernels/cpu/linear.cc) on the device's default stream, where the other CUDA kernels run, so the
+// backend's GEMMs and those kernels are ordered without synchronising. cuBLASLt rounds fp32 inputs to
+// input_type itself (its fast-16-bit compute types), so dy is not rounded into a copy as on the CPU.
+#include "kernels/cuda/linear.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm_cublaslt.h"
+#include "kernels/gemm.h"
+
+namespace tessera::kernels::cuda {
+namespace {
+
+// Makes `device` current (the bias-gradient kernel launches there; a missing GPU is an Error naming the
+// kernel) and registers the cuBLASLt backend, once per process: the first CUDA linear layer loads
+// libcublasLt, which a CPU run never does.
+void start(const char* kernel, int device) {
+  tessera::cuda::check(cudaSetDevice(device), kernel);
+  static const bool registered = (tessera::cuda::register_gemm_backend(), true);
+  (void)registered;
+}
+
+// GemmArgs on `device`'s default stream.
+GemmArgs device_gemm(int device) {
+  GemmArgs g;
+  g.stream = Stream::default_for(Device{DeviceType::CUDA, device});
+  return g;
+}
+
+}  // namespace
+
+void linear_forward(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t in, int64_t out,
+                    DType input_type, bool x_rounded, bool w_rounded, int device) {
+  start("linear_forward", device);
+  GemmArgs g = device_gemm(device);
+  g.trans_b = Trans::T;  // y = x w^T
+  g.m = rows, g.n = out, g.k = in;
+  g.a = x, g.lda = in;
+  g.b = w, g.ldb = in;
+  g.c = y, g.ldc = out;
+  // cuBLASLt's bias epilogue may run a kernel that needs a 16-byte aligned bias (its alignment
+  // preferences cover the matrices only), and a bias viewed in a flat parameter buffer need not be one:
+  // such a bias is added after the product instead, the same fp32 sum of the same fp32 product.
+  const bool fused_bias = b != nullptr && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+  g.bias = fused_bias ? b : nullptr;
+  g.input_type = input_type;
+  g.a_rounded = x_rounded, g.b_rounded = w_rounded;
+  gemm(g);
+  if (b != nullptr && !fused_bias && rows > 0) add_bias_rows(y, b, rows, out);
+}
+
+void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db, int64_t rows,
+                     int64_t in, int64_t out, DType input_type, bool x_rounded, bool w_rounded, bool dy_rounded,
+                     int device) {
+  start("linear_backward", device);
+  if (db) linear_bias_grad(dy, db, rows, out);  // sums the unrounded dy, as the CPU
+  if (dx && rows > 0 && in > 0) {  // dx = dy w
+    if (out == 0) {  // an empty product: the backend takes no k = 0, and dx is overwritten
+      tessera::cuda::check(cudaMemsetAsync(dx, 0, static_cast<size_t>(rows * in) * sizeof(float)), "linear_backward");
+    } else {
+      GemmArgs g = device_gemm(device);
+      g.m = rows, g.n = in, g.k = out;
+      g.a = dy, g.lda = out;
+      g.b = w, g.ldb = in;
+      g.c = dx, g.ldc = in;
+      g.beta = 0.0f;
+      g.input_type = input_type;
+      g.a_rounded = dy_rounded, g.b_rounded = w_rounded;
+      gemm(g);
+    }
+  }
+  if (dw && rows > 0) {  // dw += dy^T x (no rows: nothing to add)
+    GemmArgs g = device_gemm(device);
+    g.trans_a = Trans::T;
+    g.m = out, g.n = in, g.k = rows;
+    g.a = dy, g.lda = out;
+    g.b = x, g.ldb = in;
+    g.c = dw, g.ldc = in;
+    g.beta = 1.0f;
+    g.input_type = input_type;
+    g.a_rounded = dy_rounded, g.b_rounded = x_rounded;
+    gemm(g);
+  }
+}
+
+}  // namespace tessera::kernels::cuda
