@@ -57,6 +57,24 @@ if [ -x "$bundle/bin/bench_gpu_train" ]; then
   step "bench_gpu_train gpt2-124M fp32" 150 "$bundle/bin/bench_gpu_train" --preset gpt2-124M --mbs 8 --iters 10
   step "bench_gpu_train gpt2-124M bf16" 150 "$bundle/bin/bench_gpu_train" --preset gpt2-124M --bf16 --mbs 8 --iters 10
 fi
+# `tessera train` itself, 20 iterations of a small GPT on the GPU and on the CPU from the same seed:
+# every logged loss within 1e-4 relative. tessera runs as an isolated MPI singleton (no mpirun, no
+# daemon) with the bundle's Open MPI plugins.
+if [ -x "$bundle/bin/tessera" ] && command -v nvidia-smi >/dev/null; then
+  export OMPI_MCA_mca_base_component_path="$bundle/lib/openmpi" OMPI_MCA_ess_singleton_isolated=1
+  small_gpt=(train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --mock-data
+             --tokenizer-type NullTokenizer --vocab-size 100 --micro-batch-size 4 --global-batch-size 8
+             --lr 1e-3 --train-iters 20 --log-interval 1 --eval-iters 0 --seed 1234)
+  pushd "$out" >/dev/null
+  step "tessera train --device cuda" 120 "$bundle/bin/tessera" "${small_gpt[@]}" --device cuda
+  step "tessera train --device cpu" 120 "$bundle/bin/tessera" "${small_gpt[@]}" --device cpu
+  popd >/dev/null
+  losses() { grep -oE 'lm loss: [0-9.E+-]+' "$out/tessera train --device $1.txt" | awk '{print $3}'; }
+  worst=$(paste <(losses cuda) <(losses cpu) | awk 'BEGIN {w = -1} NF == 2 {n++; d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d} END {print (n == 20 ? w : "missing")}')
+  verdict=$(awk -v w="$worst" 'BEGIN {print (w != "missing" && w <= 1e-4) ? "OK" : "FAILED"}')
+  [ "$verdict" = OK ] || failed=1
+  summary+=("$(printf '%-40s %s' "train losses, GPU against CPU" "largest relative difference $worst over 20 iterations: $verdict")")
+fi
 # GPU_CHECK_MEMCHECK=0 leaves memcheck out (a quick rerun after a fix).
 if [ "${GPU_CHECK_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null && command -v nvidia-smi >/dev/null; then
   for test in "$bundle"/bin/*_test; do
