@@ -13,6 +13,7 @@
 #include "ckpt/crc32c.h"
 #include "ckpt/reshard.h"
 #include "ckpt/safetensors.h"
+#include "kernels/tensor_ops.h"
 
 namespace tessera::ckpt {
 namespace fs = std::filesystem;
@@ -183,8 +184,17 @@ class CheckpointReader {
                   " do not cover its ", dst.numel(), " elements exactly once (pieces missing or overlapping)");
   }
 
-  // Fills dst, this rank's part of `name` described by spec, from the saved slices that overlap it.
+  // Fills dst, this rank's part of `name` described by spec, from the saved slices that overlap it. A
+  // tensor on a GPU (a model trained there) is read into a host copy of it, which keeps its values where
+  // the checkpoint has none (vocabulary rows), and moved there once: the format is the same either way.
   void load(const std::string& name, const model::ParameterSpec& spec, const Tensor& dst) {
+    if (dst.device() == Device::cpu()) return load_on_host(name, spec, dst);
+    const Tensor host = kernels::to_device(dst, Device::cpu());
+    load_on_host(name, spec, host);
+    kernels::transfer(dst, host);
+  }
+
+  void load_on_host(const std::string& name, const model::ParameterSpec& spec, const Tensor& dst) {
     auto it = index_.tensors.find(name);
     TESSERA_CHECK(it != index_.tensors.end(), "checkpoint ", index_path_, " has no tensor ", name);
     const SavedTensor& saved = it->second;
@@ -230,7 +240,7 @@ class CheckpointReader {
       }
       std::vector<CopyRun> runs = plan_copy(box, wanted, limit);
       if (runs.empty()) continue;
-      Tensor buf = Tensor::empty({s.box.numel()});
+      Tensor buf = Tensor::empty({s.box.numel()}, DType::F32, Device::cpu());
       read_box(name, parts, buf);
       const float* src = buf.f32();
       float* out = dst.f32();
@@ -303,11 +313,15 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
     entry["global_shape"] = spec.global_shape();
     entry["slices"].push_back(std::move(slice));
   };
+  // What is written is read on the host: tensors on a GPU are staged there (on the CPU these are the
+  // tensors themselves), so a checkpoint saved from a GPU is the same files as one saved on the CPU.
+  auto on_host = [](const Tensor& t) { return kernels::to_device(t, Device::cpu()); };
   for (const model::Parameter& p : params.params()) {
     const Destination& d = destination(p);
     if (!writes(p) || d.data_rank != 0) continue;
-    model_files[d.model_file].emplace_back(p.spec.name, p.value);
-    add_slice(p.spec.name, p.spec, slice_entry(d.model_file, p.spec.name, p.spec, p.value));
+    const Tensor value = on_host(p.value);
+    model_files[d.model_file].emplace_back(p.spec.name, value);
+    add_slice(p.spec.name, p.spec, slice_entry(d.model_file, p.spec.name, p.spec, value));
   }
   for (const optim::MomentPiece& piece : moments.pieces) {
     const model::Parameter& p = *piece.param;
@@ -319,7 +333,7 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
     for (const auto& [moment, buffer] : {std::pair{"exp_avg", &moments.exp_avg},
                                          std::pair{"exp_avg_sq", &moments.exp_avg_sq}}) {
       const std::string tensor = str_cat("optimizer.", moment, ".", p.spec.name);
-      Tensor t = buffer->flat_range(piece.state, piece.length);
+      Tensor t = on_host(buffer->flat_range(piece.state, piece.length));
       if (whole) t = t.view(p.spec.shape);
       const std::string key = whole ? tensor : str_cat(tensor, "[", piece.begin, ":", piece.begin + piece.length, "]");
       json slice = slice_entry(d.optim_file, key, p.spec, t);
@@ -469,7 +483,7 @@ std::vector<std::pair<std::string, Tensor>> load_full_model(const std::string& l
   for (const auto& [name, saved] : index.tensors) {
     if (name.rfind("optimizer.", 0) == 0) continue;
     model::ParameterSpec spec{name, saved.global_shape};
-    Tensor t = Tensor::empty(saved.global_shape);
+    Tensor t = Tensor::empty(saved.global_shape, DType::F32, Device::cpu());
     reader.load(name, spec, t);
     out.emplace_back(name, t);
   }

@@ -136,6 +136,12 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
 
   add_distillation_flags(*app.add_option_group("knowledge distillation"), a);
 
+  app.add_option_group("device")
+      ->add_option("--device", a.device_flag,
+                   "cpu, cuda or cuda:N (Tessera's own flag). Default: cuda:0 where this build has CUDA, a GPU is "
+                   "usable and the GPU path runs this job (one rank, a dense GPT), else cpu; the start-up line says "
+                   "which and why");
+
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
     app.parse(reversed);
@@ -158,6 +164,7 @@ void finalize(TrainArguments& a) {
   finalize_token_slices(a);
   finalize_context_parallel(a);
   finalize_ouroboros(a);
+  finalize_device(a);        // after every rule of what the GPU path refuses
   finalize_distillation(a);  // last: it reads the teacher's checkpoint index, after every cheaper rule
 }
 

@@ -148,6 +148,11 @@ struct TrainArguments {
   // ouroboros_driver.h, OuroborosOptions::data_shares), the reference of the data-parallel run.
   int64_t ouroboros_emulated_replicas = 1;
   int64_t world_size = 1;
+  // --device (Tessera's own flag; Megatron has none): cpu, cuda or cuda:N as given, empty when left out;
+  // the device the trainer runs on and why, as its start-up line says (finalize_device).
+  std::string device_flag;
+  Device device = Device::cpu();
+  std::string device_reason = "--device cpu";
   int64_t data_parallel_size() const {
     return world_size / (tensor_model_parallel_size * context_parallel_size * pipeline_model_parallel_size);
   }
@@ -183,6 +188,8 @@ void finalize_distillation(TrainArguments& a);     // --kd and the teacher's che
 void finalize_token_slices(TrainArguments& a);
 void finalize_ouroboros(TrainArguments& a);  // --pipeline-schedule ouroboros and what it runs with (yet)
 void finalize_context_parallel(TrainArguments& a);  // --context-parallel-size and what it runs with (yet)    // --pipeline-token-slices and the layouts it runs with
+// --device against this build and machine, and what the GPU path runs (train/device_setup.h).
+void finalize_device(TrainArguments& a);
 
 // Adds the flags that define the model (--num-layers ... --make-vocab-size-divisible-by; not the
 // parallel layout) to `app`, writing into `a.model` (and the few flags of `a` that need a rule).

@@ -7,12 +7,15 @@ namespace tessera::train {
 model::MicroBatch make_micro_batch(const data::TokenDataset& data, int64_t first, int64_t batch,
                                    const BatchOptions& o) {
   const int64_t seq = data.seq_length();
+  // On the host, whatever the default device: the loop below writes them (the trainer moves a copy to
+  // the device the model is on).
+  const Device host = Device::cpu();
   model::MicroBatch mb;
-  mb.tokens = Tensor::empty({batch, seq}, DType::I32);
-  mb.labels = Tensor::empty({batch, seq}, DType::I32);
-  mb.loss_mask = Tensor::empty({batch, seq});
-  if (o.reset_position_ids) mb.positions = Tensor::empty({batch, seq}, DType::I32);
-  if (o.reset_attention_mask) mb.doc_start = Tensor::empty({batch, seq}, DType::I32);
+  mb.tokens = Tensor::empty({batch, seq}, DType::I32, host);
+  mb.labels = Tensor::empty({batch, seq}, DType::I32, host);
+  mb.loss_mask = Tensor::empty({batch, seq}, DType::F32, host);
+  if (o.reset_position_ids) mb.positions = Tensor::empty({batch, seq}, DType::I32, host);
+  if (o.reset_attention_mask) mb.doc_start = Tensor::empty({batch, seq}, DType::I32, host);
   mb.sample_offset = first;
   std::vector<int32_t> sample(seq + 1);
   for (int64_t b = 0; b < batch; ++b) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "ckpt/checkpoint.h"
@@ -21,6 +22,8 @@
 #include "kernels/precision.h"
 #include "model/context_parallel_chunk.h"
 #include "model/token_slices.h"
+#include "kernels/tensor_ops.h"
+#include "train/device_setup.h"
 #include "train/exit_signal.h"
 #include "train/fault_injection.h"
 
@@ -57,21 +60,26 @@ std::string scale_str(float scale) {
 }
 
 // The start-up line of a --bf16/--fp16 run: what is 16-bit, which CPU features decided the GEMM path
-// and which path it is, and the loss scale.
+// and which path it is (on a GPU: cuBLASLt's), and the loss scale.
 std::string mixed_precision_summary(const TrainArguments& a) {
   const DType t = a.model.params_dtype;
   const char* name = dtype_name(t);
-  const kernels::CpuFeatures& cpu = kernels::cpu_features();
-  const char* instructions = t == DType::BF16 ? "AVX512-BF16 or AMX-BF16" : "AVX512-FP16 or AMX-FP16";
-  std::string path;
-  if (kernels::GemmBackend::for_device(Device::cpu()).native_16bit(t))
-    path = str_cat("native: oneDNN ", name, " kernels");
-  else if (cpu.native_16bit(t))
-    path = str_cat("this oneDNN has no ", name, " kernel for them, so rounded to ", name, " on the fp32 kernels");
-  else
-    path = str_cat("no ", instructions, ", so rounded to ", name, " on the fp32 kernels");
-  std::string s = str_cat(" > mixed precision: ", name, " GEMM inputs with fp32 accumulation (CPU features: ",
-                          cpu.str(), "; ", path,
+  std::string where;
+  if (a.device.type == DeviceType::CUDA) {
+    where = str_cat("cuBLASLt on ", a.device.str(), ", the weights rounded to ", name, " once per step");
+  } else {
+    const kernels::CpuFeatures& cpu = kernels::cpu_features();
+    const char* instructions = t == DType::BF16 ? "AVX512-BF16 or AMX-BF16" : "AVX512-FP16 or AMX-FP16";
+    std::string path;
+    if (kernels::GemmBackend::for_device(Device::cpu()).native_16bit(t))
+      path = str_cat("native: oneDNN ", name, " kernels");
+    else if (cpu.native_16bit(t))
+      path = str_cat("this oneDNN has no ", name, " kernel for them, so rounded to ", name, " on the fp32 kernels");
+    else
+      path = str_cat("no ", instructions, ", so rounded to ", name, " on the fp32 kernels");
+    where = str_cat("CPU features: ", cpu.str(), "; ", path);
+  }
+  std::string s = str_cat(" > mixed precision: ", name, " GEMM inputs with fp32 accumulation (", where,
                           "), fp32 master weights, gradients accumulated and all-reduced in fp32");
   if (!a.loss_scaler) return s;
   const optim::LossScalerConfig& c = *a.loss_scaler;
@@ -116,6 +124,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
       if (!warning.empty()) say(warning);
     }
   }
+  say(device_line(args_));
+  prepare_device(args_.device);
 
   build_datasets();
   // This rank's chunks of the model: Megatron's layer ranges for (pipeline rank, virtual stage).
@@ -131,6 +141,11 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   // params_ and chunks_ stay empty.
   const bool ouroboros_ring = args_.pipeline_schedule == "ouroboros" && schedule_.stages > 1;
   if (!ouroboros_ring) pipeline::validate_layer_split(static_cast<int>(args_.model.num_layers), schedule_);
+  // The model, its parameters (initialised on the host, moved once) and the optimizer's moments on the
+  // device: what is made from here to the rounded weights names no device. Released before the
+  // checkpoint loads, which reads into host tensors of its own.
+  std::optional<DefaultDeviceScope> on_device;
+  on_device.emplace(args_.device);
   for (int k = 0; k < (ouroboros_ring ? 0 : schedule_.chunks); ++k) {
     pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(args_.model.num_layers), schedule_, {stage, k});
     model::ModelChunk chunk{layers.first, layers.count, pipeline::is_first_chunk(schedule_, {stage, k}),
@@ -218,11 +233,15 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                   stage, "): ", held));
     }
   }
-  // Mixed precision on the fp32 kernels: each GEMM weight is rounded once per step, not in every GEMM.
+  // Mixed precision on the fp32 kernels: each GEMM weight is rounded once per step, not in every GEMM. On a
+  // GPU too, as bench_gpu_train runs it (the configuration scripts/gpu_check.sh has checked).
   const DType gemm_type = args_.model.params_dtype;
-  if (gemm_type != DType::F32 && !kernels::GemmBackend::for_device(Device::cpu()).native_16bit(gemm_type) &&
-      kernels::reuse_rounded_inputs())
+  const bool on_gpu = args_.device.type == DeviceType::CUDA;
+  if (gemm_type != DType::F32 &&
+      (on_gpu || (!kernels::GemmBackend::for_device(Device::cpu()).native_16bit(gemm_type) &&
+                  kernels::reuse_rounded_inputs())))
     params_.cache_rounded_weights(gemm_type);
+  on_device.reset();
   memory_ = predict_memory(args_, schedule_, stage, params_.numel());
   if (params_.rounded_value_type() != DType::F32) {
     memory_.rounded_weights = static_cast<double>(params_.gemm_weight_bytes());
@@ -348,7 +367,7 @@ namespace {
 
 void group_sum(comm::ProcessGroup& group, std::vector<float>& values) {
   if (group.size() == 1) return;
-  Tensor t = Tensor::empty({static_cast<int64_t>(values.size())});
+  Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::F32, Device::cpu());  // host values
   std::copy(values.begin(), values.end(), t.f32());
   group.all_reduce(t);
   std::copy(t.f32(), t.f32() + t.numel(), values.begin());
@@ -362,6 +381,15 @@ void Trainer::context_parallel_sum(std::vector<float>& values) const { group_sum
 
 model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale,
                                            double per_sample_loss_weight) {
+  // The forwards and backwards make their activations on the device. The host batches stay for the
+  // host's reads (the loss tokens); each micro-batch is on the device from its first forward to its last
+  // use on this rank (micro_batch_on: the same tensors on the CPU).
+  DefaultDeviceScope on_device(args_.device);
+  std::vector<std::optional<model::MicroBatch>> device_batches(batches.size());
+  auto device_batch = [&](int m) -> const model::MicroBatch& {
+    if (!device_batches[m]) device_batches[m] = micro_batch_on(batches[m], args_.device);
+    return *device_batches[m];
+  };
   const int stage = state_->coordinates().pp;
   pipeline::ScheduleShape shape = schedule_;
   shape.micro_batches = static_cast<int>(batches.size());
@@ -401,14 +429,16 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
     // uses its logits (and holds them until its backward). (--kd is refused with token slices.)
     model::Distillation kd;
     if (teacher_ && chunks_[chunk]->chunk().post_process) {
-      kd = teacher_->target(batches[m], ctx);
+      kd = teacher_->target(device_batch(m), ctx);
       ctx.distillation = &kd;
       ++teacher_forwards_;
     }
-    Tensor out = sliced ? sliced_chunks_[chunk]->forward_slice(slice, batches[m], input, ctx, *rec, losses, forward_hooks)
-                        : chunks_[chunk]->forward(batches[m], input, ctx, *rec, losses, forward_hooks);
+    const model::MicroBatch& batch = device_batch(m);
+    Tensor out = sliced ? sliced_chunks_[chunk]->forward_slice(slice, batch, input, ctx, *rec, losses, forward_hooks)
+                        : chunks_[chunk]->forward(batch, input, ctx, *rec, losses, forward_hooks);
     if (!training) {
       if (slice == last_slice) records.erase({m, chunk}), live_slices -= shape.slices;
+      if (slice == last_slice && chunk + 1 == static_cast<int>(chunks_.size())) device_batches[m].reset();
       return out;
     }
     live_activation_bytes_ += rec->bytes() - bytes_before;
@@ -430,6 +460,7 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
     if (slice == 0) {  // the record goes (backward may have widened what it held: count what it had)
       live_activation_bytes_ -= bytes_before;
       records.erase(it);
+      if (chunk == 0) device_batches[m].reset();  // the micro-batch's last use on this rank
     } else {  // the slice's own record went; the caches' gradients came
       live_activation_bytes_ -= bytes_before - it->second->bytes();
     }
@@ -479,12 +510,16 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   interval_routing_.add(sums.routing);
   optimizer_->wait_for_params();  // any bucket no forward used
   for (int64_t at : args_.inject_nan_at_iterations)
-    if (at == iteration_ + 1) params_.grads().f32()[0] = std::nanf("");
+    if (at == iteration_ + 1)  // through a transfer: the gradients may be on a GPU
+      kernels::transfer(params_.grads().flat_range(0, 1), kernels::scalar_tensor(std::nan(""), Device::cpu()));
   Timer reduce;
   finalize_gradients();
   reduce_seconds_ += reduce.seconds();
   Timer optimizer;
-  step = optimizer_->step(lr, loss_scale);
+  {
+    DefaultDeviceScope on_device(args_.device);  // what the step makes (it reads back only the norm)
+    step = optimizer_->step(lr, loss_scale);
+  }
   optimizer_seconds_ += optimizer.seconds();
   pipeline_sum(loss);
   context_parallel_sum(loss);
@@ -633,7 +668,7 @@ void Trainer::log_timers(int64_t iterations) {
   const int stage = state_->coordinates().pp;
   enum { kForward, kBackward, kP2p, kReduce, kOptimizer, kBubble, kPeak, kStage, kActivations, kActivationsTheory,
          kAllTensors, kPeakRss, kRingWait, kFields };
-  Tensor mine = Tensor::empty({kFields});
+  Tensor mine = Tensor::empty({kFields}, DType::F32, Device::cpu());  // the log's numbers, on the host
   float* v = mine.f32();
   v[kForward] = static_cast<float>(t.forward * per_iteration_ms);
   v[kBackward] = static_cast<float>(t.backward * per_iteration_ms);
@@ -653,7 +688,7 @@ void Trainer::log_timers(int64_t iterations) {
   TensorMemory::reset_peak();
   reduce_seconds_ = optimizer_seconds_ = ring_wait_seconds_ = 0;
   peak_live_activations_ = 0;
-  Tensor all = Tensor::empty({world_->size() * kFields});
+  Tensor all = Tensor::empty({world_->size() * kFields}, DType::F32, Device::cpu());
   world_->all_gather(mine, all);
   if (!log_) return;
 
@@ -685,7 +720,7 @@ void Trainer::log_timers(int64_t iterations) {
               " | activations peak (max over ranks) ", megabytes(max_over_ranks(kActivations)), " (theory ",
               megabytes(max_over_ranks(kActivationsTheory)), ") | all tensors peak (max over ranks) ",
               megabytes(max_over_ranks(kAllTensors)), " | peak RSS (max over ranks) ",
-              megabytes(max_over_ranks(kPeakRss))));
+              megabytes(max_over_ranks(kPeakRss)), device_memory_summary(args_.device)));
   if (ouroboros_) {  // what the delays keep on this rank (docs/ouroboros.md, "What each module keeps")
     std::string kept;
     for (int k = 0; k < ouroboros_->modules(); ++k)
@@ -849,7 +884,7 @@ bool Trainer::exit_by_interval_or_duration(bool saved) {
   };
   if (args_.exit_duration_in_mins > 0) {
     // Clocks differ between ranks: all take the largest elapsed time, so they stop after the same iteration.
-    Tensor minutes = Tensor::zeros({1});
+    Tensor minutes = Tensor::zeros({1}, DType::F32, Device::cpu());
     minutes.f32()[0] = static_cast<float>(start_timer_.seconds() / 60.0);
     if (world_->size() > 1) world_->all_reduce(minutes, comm::ReduceOp::Max);
     if (minutes.f32()[0] > args_.exit_duration_in_mins) {

@@ -1,0 +1,71 @@
+#include "train/device_setup.h"
+
+#include "kernels/device_dispatch.h"
+#include "kernels/tensor_ops.h"
+#include "train/memory_report.h"
+
+// The CUDA runtime only where the build has it: a CPU-only build compiles none of this.
+#if defined(TESSERA_WITH_CUDA)
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/gemm_cublaslt.h"
+#endif
+
+namespace tessera::train {
+
+DeviceProbe probe_devices() {
+  DeviceProbe p;
+  p.cuda_build = kernels::kWithCuda;
+#if defined(TESSERA_WITH_CUDA)
+  p.cuda_devices = cuda::device_count(&p.why_none);
+  for (int i = 0; i < p.cuda_devices; ++i) {
+    cudaDeviceProp prop{};
+    // A name is only for the start-up line: a device that will not say it is still usable.
+    p.names.push_back(cudaGetDeviceProperties(&prop, i) == cudaSuccess ? std::string(prop.name) : "a CUDA device");
+  }
+#else
+  p.why_none = "this tessera was built without CUDA (no CUDA toolkit where it was built)";
+#endif
+  return p;
+}
+
+void prepare_device(Device device) {
+  if (device.type != DeviceType::CUDA) return;
+#if defined(TESSERA_WITH_CUDA)
+  cuda::register_device_allocators();
+  cuda::register_gemm_backend();
+  // The kernels launch on the current device: this one, for the thread that trains.
+  cuda::check(cudaSetDevice(device.index), "cudaSetDevice");
+#else
+  TESSERA_CHECK(false, "--device=", device.str(), ": this tessera was built without CUDA");
+#endif
+}
+
+model::MicroBatch micro_batch_on(const model::MicroBatch& batch, Device device) {
+  auto on = [&](const Tensor& t) { return t.defined() ? kernels::to_device(t, device) : Tensor(); };
+  model::MicroBatch b = batch;  // sample_offset and anything not a tensor
+  // Every tensor of a MicroBatch. One added there belongs here too: left on the host, the first kernel
+  // given it beside device tensors refuses it, naming both devices (kernels/device_dispatch.h).
+  for (Tensor model::MicroBatch::*field :
+       {&model::MicroBatch::tokens, &model::MicroBatch::labels, &model::MicroBatch::loss_mask,
+        &model::MicroBatch::positions, &model::MicroBatch::doc_start, &model::MicroBatch::token_types,
+        &model::MicroBatch::padding_mask, &model::MicroBatch::sentence_order, &model::MicroBatch::choice_label})
+    b.*field = on(batch.*field);
+  return b;
+}
+
+std::string device_memory_summary(Device device) {
+  if (device.type != DeviceType::CUDA) return "";
+#if defined(TESSERA_WITH_CUDA)
+  const CachingAllocatorStats s = cuda::device_allocator(device.index).stats();
+  return str_cat(" | ", device.str(), " allocator (MB): in use ", megabytes(static_cast<double>(s.in_use_bytes)),
+                 " (peak ", megabytes(static_cast<double>(s.peak_in_use_bytes)), "), reserved ",
+                 megabytes(static_cast<double>(s.reserved_bytes)), " (peak ",
+                 megabytes(static_cast<double>(s.peak_reserved_bytes)), ")");
+#else
+  return "";
+#endif
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,51 @@
+// The device `tessera train` runs on (--device, Tessera's own flag; Megatron has none): what this build
+// and machine offer, the rules of the flag, what the GPU path does not run yet, and the moves between the
+// host and the device that the trainer makes. The data loader, the collectives' scalars and the log stay
+// on the host; the model, its parameters and the optimizer's moments live on the device, each micro-batch
+// is moved there just before its forward, and checkpoints are staged through the host (ckpt/).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/language_model.h"
+#include "train/arguments.h"
+
+namespace tessera::train {
+
+// What this build on this machine offers (probe_devices), or what a test pretends it does.
+struct DeviceProbe {
+  bool cuda_build = false;         // compiled with the CUDA backend (TESSERA_WITH_CUDA)
+  int cuda_devices = 0;            // usable CUDA devices
+  std::string why_none;            // why there are none: CUDA's reason, or that the build has no CUDA
+  std::vector<std::string> names;  // each device's name ("NVIDIA H200"), by ordinal
+};
+DeviceProbe probe_devices();
+
+// The rule that keeps run `a` off the GPU path, e.g. "does not run --tensor-model-parallel-size=2 yet
+// (...)"; empty when the path runs it (one rank, a dense GPT in GPT-2 or Llama style, fp32/bf16/fp16,
+// recomputation, checkpoints).
+std::string gpu_path_refusal(const TrainArguments& a);
+
+// The rules of --device against `probe`; fills a.device and a.device_reason (finalize_device in
+// arguments.h asks probe_devices). Without the flag: cuda:0 where the build has CUDA, a GPU is usable
+// and the run is one the GPU path runs, else the CPU, saying why.
+void finalize_device(TrainArguments& a, const DeviceProbe& probe);
+
+// "device: cuda:0 (NVIDIA H200)", "device: cpu (no CUDA device: ...)": the start-up line.
+std::string device_line(const TrainArguments& a);
+
+// Makes `device` ready before anything is allocated on it: on a CUDA device (CUDA builds only) the
+// caching allocators, the cuBLASLt GEMM backend and the current device; nothing on the CPU.
+void prepare_device(Device device);
+
+// The micro-batch with every tensor it has on `device` (the same tensors where they are there already,
+// so the CPU path runs this too): the host batch the data loader made stays for the host's reads.
+model::MicroBatch micro_batch_on(const model::MicroBatch& batch, Device device);
+
+// The device allocator's counts for the memory log line (" | cuda:0 allocator (MB): ..."); empty on the
+// CPU, whose tensors the log line's other fields count.
+std::string device_memory_summary(Device device);
+
+}  // namespace tessera::train

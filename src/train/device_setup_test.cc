@@ -1,0 +1,167 @@
+// --device: its rules against a machine with a GPU and one without (fake probes, so every case runs
+// here), what the GPU path refuses by name, the start-up line, and the per-micro-batch move, which on the
+// CPU is the same tensors.
+#include "train/device_setup.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/check.h"
+#include "train/arguments.h"
+#include "train/trainer_testing.h"
+
+namespace tessera::train {
+namespace {
+
+using testing::split_flags;
+
+const std::string kBase =
+    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
+    "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 "
+    "--train-iters 1 ";
+
+// Parsed as `tessera train` parses them, on the CPU (the fake probes below then decide the device).
+TrainArguments parse(const std::string& extra, int64_t world = 1) {
+  return parse_train_arguments(split_flags(kBase + "--device cpu " + extra), world);
+}
+
+std::string error_of(const std::string& extra, int64_t world = 1) {
+  try {
+    parse_train_arguments(split_flags(kBase + extra), world);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+DeviceProbe one_gpu() { return {true, 1, "", {"NVIDIA H200"}}; }
+DeviceProbe no_gpu() { return {true, 0, "no CUDA device: cudaErrorNoDevice: no CUDA-capable device is detected", {}}; }
+DeviceProbe cpu_build() { return {false, 0, "this tessera was built without CUDA", {}}; }
+
+// finalize_device with `flag` (empty: left out) on `probe`; the device's name or the error.
+std::string choose(TrainArguments a, const std::string& flag, const DeviceProbe& probe) {
+  a.device_flag = flag;
+  try {
+    finalize_device(a, probe);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return device_line(a);
+}
+
+TEST(Device, LeftOutItIsTheGpuWhereOneIsUsableElseTheCpuSayingWhy) {
+  const TrainArguments a = parse("");
+  EXPECT_EQ(choose(a, "", one_gpu()), "device: cuda:0 (NVIDIA H200)");
+  EXPECT_EQ(choose(a, "", no_gpu()),
+            "device: cpu (no CUDA device: cudaErrorNoDevice: no CUDA-capable device is detected)");
+  EXPECT_EQ(choose(a, "", cpu_build()), "device: cpu (this tessera was built without CUDA)");
+}
+
+TEST(Device, LeftOutARunTheGpuPathDoesNotRunTrainsOnTheCpu) {
+  TrainArguments a = parse("--num-experts 4");
+  EXPECT_EQ(choose(a, "", one_gpu()),
+            "device: cpu (cuda:0 is present, but the GPU path does not run mixture of experts (--num-experts) yet)");
+  EXPECT_EQ(choose(parse("", 2), "", one_gpu()),
+            "device: cpu (cuda:0 is present, but the GPU path trains on one rank; this job has 2 ranks (several GPUs "
+            "come later))");
+}
+
+TEST(Device, NamedItIsThatDeviceOrAnErrorWithCudasReason) {
+  const TrainArguments a = parse("");
+  EXPECT_EQ(choose(a, "cpu", one_gpu()), "device: cpu (--device cpu)");
+  EXPECT_EQ(choose(a, "cuda", one_gpu()), "device: cuda:0 (NVIDIA H200, --device cuda)");
+  EXPECT_EQ(choose(a, "cuda:0", one_gpu()), "device: cuda:0 (NVIDIA H200, --device cuda:0)");
+  EXPECT_EQ(choose(a, "cuda:1", one_gpu()), "--device=cuda:1: this machine has 1 CUDA device (cuda:0)");
+  EXPECT_EQ(choose(a, "cuda", no_gpu()),
+            "--device=cuda: no usable GPU: no CUDA device: cudaErrorNoDevice: no CUDA-capable device is detected");
+  EXPECT_EQ(choose(a, "cuda", cpu_build()), "--device=cuda: no usable GPU: this tessera was built without CUDA");
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CUDA", "cuda:123456"})
+    EXPECT_EQ(choose(a, bad, one_gpu()), str_cat("--device=", bad, ": must be cpu, cuda or cuda:N")) << bad;
+}
+
+// Each setting the GPU path does not run yet, with --device cuda on a machine with a GPU: the message
+// names the flag (and the answer is the same on a machine without one).
+TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
+  const std::string tail = " yet; leave --device out or use --device cpu";
+  auto refused = [&](TrainArguments a, const std::string& what) {
+    EXPECT_EQ(choose(a, "cuda", one_gpu()), str_cat("--device=cuda: the GPU path does not run ", what, tail));
+    EXPECT_EQ(choose(a, "cuda", no_gpu()), str_cat("--device=cuda: the GPU path does not run ", what, tail));
+  };
+  TrainArguments a = parse("");
+  a.tensor_model_parallel_size = 2;
+  refused(a, "--tensor-model-parallel-size=2");
+  a = parse("");
+  a.pipeline_model_parallel_size = 2;
+  refused(a, "--pipeline-model-parallel-size=2");
+  a = parse("");
+  a.context_parallel_size = 2;
+  refused(a, "--context-parallel-size=2");
+  a = parse("");
+  a.expert_model_parallel_size = 2;
+  refused(a, "--expert-model-parallel-size=2");
+  refused(parse("--num-experts 4"), "mixture of experts (--num-experts)");
+  refused(parse("--model-family bert"), "--model-family=bert (GPT models only)");
+  refused(parse("--pipeline-schedule ouroboros"), "--pipeline-schedule=ouroboros");
+  refused(parse("--pipeline-token-slices 2"), "--pipeline-token-slices=2");
+  a = parse("");
+  a.kd = true;  // (parsing --kd reads a teacher checkpoint)
+  refused(a, "knowledge distillation (--kd)");
+  refused(parse("--use-distributed-optimizer"), "--use-distributed-optimizer");
+  refused(parse("--sample-interval 1 --sample-prompt hi"),
+          "--sample-interval=1 (generation on the GPU comes later)");
+  EXPECT_EQ(choose(parse("", 2), "cuda", one_gpu()),
+            "--device=cuda: the GPU path trains on one rank; this job has 2 ranks (several GPUs come later); leave "
+            "--device out or use --device cpu");
+}
+
+// What it runs: GPT-2 and Llama styles, fp32, bf16 and fp16 (the loss scaler reads only the step's
+// result on the host), recomputation, checkpoints.
+TEST(Device, TheGpuPathRunsDenseGptsInEveryPrecisionWithRecomputationAndCheckpoints) {
+  for (const char* flags :
+       {"", "--bf16", "--fp16", "--normalization RMSNorm --swiglu --position-embedding-type rope",
+        "--recompute-granularity full --recompute-method uniform", "--recompute-activations",
+        "--save /tmp/x --load /tmp/x --save-interval 1", "--num-experts 0"})
+    EXPECT_EQ(choose(parse(flags), "cuda", one_gpu()), "device: cuda:0 (NVIDIA H200, --device cuda)") << flags;
+}
+
+// Through parse_train_arguments, on this machine: refusals first, then what CUDA says here.
+TEST(Device, ParsedHereTheFlagIsCheckedBeforeAnyWork) {
+  EXPECT_EQ(error_of("--device tpu"), "--device=tpu: must be cpu, cuda or cuda:N");
+  EXPECT_EQ(error_of("--device cuda --model-family bert"),
+            "--device=cuda: the GPU path does not run --model-family=bert (GPT models only) yet; leave --device out "
+            "or use --device cpu");
+  EXPECT_EQ(error_of("--device cuda", 2).rfind("--device=cuda: the GPU path trains on one rank; this job has 2", 0), 0u);
+  EXPECT_EQ(parse_train_arguments(split_flags(kBase + "--device cpu")).device, Device::cpu());
+  // Left out on several ranks: the CPU, whatever this machine has.
+  EXPECT_EQ(parse_train_arguments(split_flags(kBase), 2).device, Device::cpu());
+  const DeviceProbe here = probe_devices();
+  if (here.cuda_devices > 0) GTEST_SKIP() << "a GPU is usable here: --device cuda is accepted";
+  EXPECT_EQ(error_of("--device cuda"), str_cat("--device=cuda: no usable GPU: ", here.why_none));
+  const TrainArguments a = parse_train_arguments(split_flags(kBase));
+  EXPECT_EQ(a.device, Device::cpu());
+  EXPECT_EQ(device_line(a), str_cat("device: cpu (", here.why_none, ")"));
+}
+
+// The per-micro-batch move runs on the CPU path too: there it hands over the very tensors.
+TEST(Device, AMicroBatchOnTheCpuIsTheSameTensors) {
+  model::MicroBatch b;
+  b.tokens = Tensor::zeros({2, 4}, DType::I32, Device::cpu());
+  b.labels = Tensor::zeros({2, 4}, DType::I32, Device::cpu());
+  b.loss_mask = Tensor::zeros({2, 4}, DType::F32, Device::cpu());
+  b.doc_start = Tensor::zeros({2, 4}, DType::I32, Device::cpu());
+  b.sample_offset = 42;
+  const model::MicroBatch on = micro_batch_on(b, Device::cpu());
+  EXPECT_EQ(on.tokens.raw(), b.tokens.raw());
+  EXPECT_EQ(on.labels.raw(), b.labels.raw());
+  EXPECT_EQ(on.loss_mask.raw(), b.loss_mask.raw());
+  EXPECT_EQ(on.doc_start.raw(), b.doc_start.raw());
+  EXPECT_FALSE(on.positions.defined());
+  EXPECT_FALSE(on.token_types.defined());
+  EXPECT_EQ(on.sample_offset, 42);
+  EXPECT_EQ(device_memory_summary(Device::cpu()), "");
+  prepare_device(Device::cpu());  // nothing to prepare
+}
+
+}  // namespace
+}  // namespace tessera::train
