@@ -40,7 +40,7 @@ inline Tensor to_device(const Tensor& host) {
   return d;
 }
 inline Tensor to_host(const Tensor& device) {
-  Tensor h = Tensor::empty(device.shape(), device.dtype());
+  Tensor h = Tensor::empty(device.shape(), device.dtype(), Device::cpu());
   check(cudaDeviceSynchronize(), "the kernels before to_host");
   check(cudaMemcpy(h.raw(), device.raw(), device.nbytes(), cudaMemcpyDeviceToHost), "to_host");
   return h;
@@ -48,7 +48,7 @@ inline Tensor to_host(const Tensor& device) {
 
 // An fp32 host tensor of uniform values in [lo, hi), the same for the same seed.
 inline Tensor random(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t = Tensor::empty(shape);
+  Tensor t = Tensor::empty(shape, DType::F32, Device::cpu());  // on the host whatever the default device
   auto v = tessera::testing::random_vector(static_cast<size_t>(t.numel()), seed, lo, hi);
   if (!v.empty()) std::memcpy(t.raw(), v.data(), t.nbytes());
   return t;
@@ -86,7 +86,7 @@ inline Tensor random_ids(int64_t n, int32_t limit, uint32_t seed) {
   std::uniform_int_distribution<int32_t> id(0, limit - 1);
   std::vector<int32_t> v(static_cast<size_t>(n));
   for (int32_t& x : v) x = id(rng);
-  return kernels::from_host(v);
+  return kernels::from_host(v, Device::cpu());
 }
 
 }  // namespace tessera::cuda::testing
