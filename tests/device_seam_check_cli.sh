@@ -17,7 +17,7 @@ check "the check says OK: $out" $?
 # A fresh copy of src/model, changed by `edit` (a command run in the copy).
 copy() {
   rm -rf "$work/tree" && mkdir -p "$work/tree/src"
-  cp -r "$root/src/model" "$work/tree/src/"
+  cp -r "$root/src/model" "$root/src/optim" "$root/src/pipeline" "$work/tree/src/"
   (cd "$work/tree" && eval "$1")
 }
 expect_check_failure() {
@@ -39,6 +39,11 @@ expect_check_failure 'echo "const int32_t* ids(const Tensor& t);" >> src/model/g
   "src/model/gpt_model.h:"
 expect_check_failure 'echo "void g(float *x, int64_t n) { for (int64_t i = 0; i < n; ++i) x[i] = 0; }" >> src/model/lm_head.cc' \
   "model code declares a pointer to numbers (float *)"
+# The optimizers and the schedules too (they run on the GPU with the model).
+expect_check_failure 'echo "float lr0(const Tensor& t) { return t.f32()[0]; }" >> src/optim/lr_scheduler.cc' \
+  "optim code takes a tensor's memory (.f32())"
+expect_check_failure 'echo "int first(const Tensor& t) { return t.i32()[0]; }" >> src/pipeline/schedules.h' \
+  "pipeline code takes a tensor's memory (.i32())"
 # Tests may read tensors; comments are not code.
 expect_check_pass 'echo "float first(const Tensor& t) { return t.f32()[0]; }" >> src/model/gpt_model_test.cc'
 expect_check_pass 'echo "// x.f32() is what kernels read, float* p" >> src/model/modules.cc'
