@@ -38,6 +38,11 @@ struct GemmArgs {
   // F32, or BF16/F16: op(A) and op(B) are rounded to that type before they are multiplied (fp32
   // accumulation; C, alpha, beta and the bias stay fp32).
   DType input_type = DType::F32;
+  // With input_type F32: the backend may multiply the fp32 inputs as TF32 (10-bit mantissa, fp32
+  // accumulation), as a GPU's tensor cores do (cuBLASLt's CUBLAS_COMPUTE_32F_FAST_TF32, PyTorch's
+  // allow_tf32). The CPU backend has no TF32 kernel and multiplies in fp32: within TF32's rounding of
+  // the GPU's result.
+  bool tf32 = false;
   // The caller's promise that A (B) already holds values of input_type, each an fp32 number that a
   // 16-bit one can hold (a weight rounded once per step, an activation its producer wrote rounded, one
   // widened from 16-bit storage). Such an input is not rounded again: rounding is idempotent, so the

@@ -78,8 +78,8 @@ cudaDataType_t cuda_type(DType t, const char* operand) {
   return CUDA_R_32F;
 }
 
-// fp32 buffers multiplied as input_type (gemm.h) are cuBLASLt's fast-16-bit compute types; 16-bit
-// buffers are multiplied as they are, accumulating in fp32.
+// fp32 buffers multiplied as input_type (gemm.h) are cuBLASLt's fast-16-bit compute types, and as TF32
+// its fast-TF32 one; 16-bit buffers are multiplied as they are, accumulating in fp32.
 cublasComputeType_t compute_type(const GemmArgs& g) {
   const bool fp32_inputs = g.a_type == DType::F32 && g.b_type == DType::F32;
   if (!fp32_inputs) {
@@ -89,7 +89,7 @@ cublasComputeType_t compute_type(const GemmArgs& g) {
   }
   if (g.input_type == DType::BF16) return CUBLAS_COMPUTE_32F_FAST_16BF;
   if (g.input_type == DType::F16) return CUBLAS_COMPUTE_32F_FAST_16F;
-  return CUBLAS_COMPUTE_32F;
+  return g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {

@@ -1,5 +1,5 @@
-// The CUDA devices' GemmBackend (kernels/gemm.h) on cuBLASLt: fp32, and bf16/fp16 either as 16-bit
-// buffers or as GemmArgs::input_type over fp32 buffers (cuBLASLt's fast-16-bit compute types, fp32
+// The CUDA devices' GemmBackend (kernels/gemm.h) on cuBLASLt: fp32 (as TF32 with GemmArgs::tf32), and
+// bf16/fp16 either as 16-bit buffers or as GemmArgs::input_type over fp32 buffers (cuBLASLt's fast-16-bit compute types, fp32
 // accumulation); bias, GELU (tanh) and bias+GELU epilogues; strided batches with a bias batch stride.
 // The row-major contract maps to cuBLASLt's column-major through kernels/gemm_column_major.h. Each
 // distinct shape's descriptors and the algorithm cuBLASLt's heuristic picks for it are made once and

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -160,6 +161,47 @@ TEST_F(CublasLtOnDevice, OperandsAtOddOffsetsMatchTheCpuBackend) {
                                                    << dtype_name(input_type);
     }
   }
+}
+
+// GemmArgs::tf32: fp32 buffers multiplied on TF32 tensor cores. Each element is within TF32's rounding
+// of the CPU's fp32 product (both inputs rounded to 10-bit mantissas: at most 2^-10 of sum |a||b|, plus
+// fp32 accumulation), and some element differs from the GPU's own fp32 product by more than fp32's
+// tolerance, which says TF32 was used.
+TEST_F(CublasLtOnDevice, Tf32ProductsAreWithinTf32OfTheCpus) {
+  std::mt19937 rng(13);
+  GemmArgs g;
+  g.trans_b = Trans::T;
+  g.m = 64, g.n = 48, g.k = 512;
+  g.lda = g.k, g.ldb = g.k, g.ldc = g.n;
+  const auto a = random_floats(g.m * g.k, rng), b = random_floats(g.n * g.k, rng);
+  std::vector<float> c_cpu(g.m * g.n);
+  GemmArgs cpu = g;
+  cpu.a = a.data(), cpu.b = b.data(), cpu.c = c_cpu.data();
+  kernels::gemm(cpu);
+
+  auto on_gpu = [&](bool tf32) {
+    DeviceBuffer da(a), db(b), dc(c_cpu);
+    GemmArgs gpu = g;
+    gpu.tf32 = tf32;
+    gpu.a = static_cast<const float*>(da.p), gpu.b = static_cast<const float*>(db.p);
+    gpu.c = static_cast<float*>(dc.p);
+    gpu.stream = Stream::default_for(kGpu);
+    kernels::gemm(gpu);
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    return dc.read(c_cpu.size());
+  };
+  const std::vector<float> tf32 = on_gpu(true), fp32 = on_gpu(false);
+  const double fp32_tolerance = 1e-5 * (1.0 + std::sqrt(static_cast<double>(g.k)));
+  double largest_tf32_gap = 0;
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t j = 0; j < g.n; ++j) {
+      double magnitude = 0;
+      for (int64_t p = 0; p < g.k; ++p) magnitude += std::fabs(a[i * g.k + p] * b[j * g.k + p]);
+      const size_t e = static_cast<size_t>(i * g.n + j);
+      ASSERT_NEAR(tf32[e], c_cpu[e], std::ldexp(magnitude, -10) + fp32_tolerance) << "element " << e;
+      largest_tf32_gap = std::max(largest_tf32_gap, std::fabs(static_cast<double>(tf32[e]) - fp32[e]));
+    }
+  EXPECT_GT(largest_tf32_gap, fp32_tolerance) << "the TF32 product is the fp32 one: TF32 was not used";
 }
 
 TEST_F(CublasLtOnDevice, MixedBufferTypesAreAClearError) {
