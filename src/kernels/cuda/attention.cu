@@ -1,5 +1,4 @@
-// Attention on the GPU (kernels/cuda/attention.h): the CPU kernel's semantics (kernels/cpu/attention.cc)
-// with a plain, obviously bounded layout, as a first correct step.
+// Attention on the GPU (kernels/cuda/attention.h): the CPU kernel's semantics (kernels/cpu/attention.cc).
 //
 // Forward: one warp per query row (b, h, i). Lane t takes the keys j = lo + t, lo + 32 + t, ... of the
 // row's visible span [lo, hi), so no score matrix is ever stored. Pass 1 keeps per lane a running max
@@ -12,6 +11,13 @@
 // warp per query row over its keys, as forward's pass 2; dK and dV one warp per key row over the query
 // rows (of every query head of its GQA group) that see it, P recomputed from lse. Each gradient row is
 // written by one warp, summing in a fixed order: deterministic, no atomics.
+//
+// Two implementations of that scheme: the tiled kernels (the default) put 8 rows of one (batch, head) in
+// a block and load each tile of 32 keys (dK/dV: queries) into shared memory once for the block, so K and
+// V (Q and dO) are read from global memory once per 8 rows, coalesced, rather than once per row with each
+// lane on its own row; the row-per-warp kernels, which read them straight from global memory, remain for
+// head dims whose tiles exceed the 48 KiB of shared memory a block gets by default (dQ past 139, the
+// others past 152).
 //
 // Dropout draws each probability's Philox element with the CPU's keying (kernels/math/dropout.h), so the
 // masks are the same bits. The mask tensors are device data; they are copied to the host once per call
