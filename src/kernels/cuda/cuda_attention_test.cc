@@ -2,7 +2,8 @@
 // tensors on cuda:0, against the CPU kernels on the same random inputs: out, lse, dq, dk, dv for each
 // option (causal, more keys than queries with dropout offsets, document mask, bidirectional with and
 // without padding, bidirectional_doc_start with rows that see no key, GQA and MQA, dropout), over sizes
-// that are not multiples of the 32-key tile and head dims 16, 24, 64; backward determinism; the masks'
+// that are not multiples of the 32-key tile or the 8-row block, head dims 16, 24, 64, 128 (the tiled kernels) and
+// 160 (the row-per-warp kernels they fall back to); backward determinism; the masks'
 // checks; block_doc_start and attention_merge_into. Skipped, with CUDA's reason, where no GPU is present.
 #include <gtest/gtest.h>
 
@@ -194,6 +195,20 @@ TEST_F(CudaAttention, BidirectionalDocStartMatchesTheCpu) {
     for (int64_t i = 0; i < 45; ++i) first[i] = static_cast<int32_t>(i < 10 ? 0 : i < 40 ? i - 5 : 45);
     expect_matches_cpu({label(s, p) + " bidirectional_doc_start", s, dropout(s, p), first}, 41);
   }
+}
+
+// Long rows: many key tiles per block of query rows (and query tiles per block of key rows), head_dim 128
+// (the widest the tiled kernels take), GQA, dropout, documents; head_dim 160 takes the row-per-warp kernels.
+TEST_F(CudaAttention, LongRowsAndWideHeadsMatchTheCpu) {
+  for (float p : {0.0f, 0.1f}) {
+    const AttentionShape s{.seq = 300, .batch = 1, .heads = 4, .kv_heads = 2, .head_dim = 128};
+    expect_matches_cpu({label(s, p), s, dropout(s, p), {}}, 81 + (p > 0));
+  }
+  const AttentionShape docs{.seq = 300, .batch = 2, .heads = 2, .kv_heads = 2, .head_dim = 64};
+  expect_matches_cpu({label(docs, 0) + " documents", docs, dropout(docs, 0), doc_starts(300, {{0, 37, 200}, {0, 150}})},
+                     83);
+  const AttentionShape wide{.seq = 45, .batch = 2, .heads = 2, .kv_heads = 1, .head_dim = 160};
+  expect_matches_cpu({label(wide, 0.1f), wide, dropout(wide, 0.1f), {}}, 84);
 }
 
 // Backward writes each gradient row from one warp in a fixed order: the same inputs give the same bits.
