@@ -12,7 +12,8 @@
 // rows (of every query head of its GQA group) that see it, P recomputed from lse. Each gradient row is
 // written by one warp, summing in a fixed order: deterministic, no atomics.
 //
-// Two implementations of that scheme: the tiled kernels (the default) put 8 rows of one (batch, head) in
+// Two implementations of that scheme (cuda/attention.h's attention_kernels() chooses): the tiled kernels
+// (opt-in until the device check has run them) put 8 rows of one (batch, head) in
 // a block and load each tile of 32 keys (dK/dV: queries) into shared memory once for the block, so K and
 // V (Q and dO) are read from global memory once per 8 rows, coalesced, rather than once per row with each
 // lane on its own row; the row-per-warp kernels, which read them straight from global memory, remain for
@@ -26,6 +27,9 @@
 #include <math.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/allocator.h"
@@ -555,15 +559,36 @@ unsigned tiled_blocks(int64_t heads, int64_t rows) {
 
 }  // namespace
 
+namespace {
+// -1: not chosen yet (the environment decides at the first call).
+std::atomic<int> g_kernels{-1};
+
+bool tiled() { return attention_kernels() == AttentionKernels::kTiled; }
+}  // namespace
+
+AttentionKernels attention_kernels() {
+  int k = g_kernels.load();
+  if (k < 0) {
+    const char* env = std::getenv("TESSERA_CUDA_ATTENTION");
+    const std::string v = env ? env : "rows";
+    TESSERA_CHECK(v == "rows" || v == "tiled", "TESSERA_CUDA_ATTENTION='", v, "' must be rows or tiled");
+    k = static_cast<int>(v == "tiled" ? AttentionKernels::kTiled : AttentionKernels::kRowPerWarp);
+    g_kernels.store(k);
+  }
+  return static_cast<AttentionKernels>(k);
+}
+
+void set_attention_kernels(AttentionKernels kernels) { g_kernels.store(static_cast<int>(kernels)); }
+
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                        const AttentionShape& shape, float softmax_scale, const AttentionDropout& dropout) {
   const Geometry g = checked_geometry(shape, softmax_scale, dropout);
   const int64_t rows = g.batch * g.heads * g.seq;
   if (rows == 0) return;
-  // The tiled kernel where its tiles fit in the default shared memory (head_dim up to 153; 152 for dK/dV,
-  // 139 for dQ), else the row-per-warp one.
+  // The tiled kernel where chosen (attention_kernels()) and its tiles fit in the default shared memory
+  // (head_dim up to 153; 152 for dK/dV, 139 for dQ), else the row-per-warp one.
   const size_t shared = tile_shared_bytes(g.d, 2, 0);
-  if (shared <= kMaxTileShared) {
+  if (tiled() && shared <= kMaxTileShared) {
     const unsigned blocks = tiled_blocks(g.batch * g.heads, g.seq);
     forward_tiled_kernel<<<blocks, kTileThreads, shared>>>(g, q, k, v, out, lse);
   } else {
@@ -588,7 +613,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
       row_dot_kernel<<<grid_for(rows), kThreads>>>(g, out, dout, D);
       check_launch("attention_backward");
       const size_t shared = tile_shared_bytes(g.d, 3, 0);
-      if (shared <= kMaxTileShared) {
+      if (tiled() && shared <= kMaxTileShared) {
         const unsigned blocks = tiled_blocks(g.batch * g.heads, g.seq);
         dq_tiled_kernel<<<blocks, kTileThreads, shared>>>(g, q, k, v, lse, dout, D, dq);
       } else {
@@ -598,7 +623,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
     }
     if (key_rows > 0) {  // rows == 0 (no queries): every key's gradient is zero
       const size_t shared = tile_shared_bytes(g.d, 2, 2 * kTile);
-      if (shared <= kMaxTileShared) {
+      if (tiled() && shared <= kMaxTileShared) {
         const unsigned blocks = tiled_blocks(g.batch * g.kv_heads, g.kv_seq);
         dkdv_tiled_kernel<<<blocks, kTileThreads, shared>>>(g, q, k, v, lse, dout, D, dk, dv);
       } else {

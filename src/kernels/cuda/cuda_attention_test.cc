@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "kernels/attention.h"
 #include "kernels/attention_merge.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_testing.h"
 #include "kernels/tensor_ops.h"
 
@@ -26,7 +27,14 @@ namespace {
 using namespace testing;
 using kernels::AttentionDropout;
 using kernels::AttentionShape;
-using CudaAttention = CudaKernelTest;
+// Every case with both kernel sets (cuda/attention.h): the row-per-warp ones and the tiled ones.
+class CudaAttention : public CudaKernelTest, public ::testing::WithParamInterface<kernels::cuda::AttentionKernels> {
+ protected:
+  void SetUp() override {
+    CudaKernelTest::SetUp();
+    kernels::cuda::set_attention_kernels(GetParam());
+  }
+};
 
 // The CPU kernel meets a float64 reference within 1e-5 (kernels/attention_test.cc); the GPU sums the same
 // terms in another order (per-lane running statistics, lse-normalised weights), so the two may differ by
@@ -127,7 +135,7 @@ std::string label(const AttentionShape& s, float p) {
 }
 
 // Plain causal attention: MHA, GQA and MQA, with and without dropout, around and across the 32-key tile.
-TEST_F(CudaAttention, CausalMatchesTheCpu) {
+TEST_P(CudaAttention, CausalMatchesTheCpu) {
   const int64_t seqs[] = {1, 7, 33, 67, 130};
   const int64_t kv_heads[] = {4, 2, 1};
   const int64_t dims[] = {16, 64, 24};
@@ -142,7 +150,7 @@ TEST_F(CudaAttention, CausalMatchesTheCpu) {
 
 // More keys than queries (a slice against its prefix), dropout keyed by a longer sequence with the
 // queries and keys at offsets in it.
-TEST_F(CudaAttention, MoreKeysThanQueriesMatchesTheCpu) {
+TEST_P(CudaAttention, MoreKeysThanQueriesMatchesTheCpu) {
   for (int64_t d : {16, 24}) {
     for (float p : {0.0f, 0.1f}) {
       const AttentionShape s{.seq = 37, .batch = 2, .heads = 4, .kv_heads = 2, .head_dim = d, .kv_seq = 100};
@@ -160,7 +168,7 @@ TEST_F(CudaAttention, MoreKeysThanQueriesMatchesTheCpu) {
 }
 
 // Document-causal: boundaries inside and on the 32-key tiles, a one-token document, a sample of one document.
-TEST_F(CudaAttention, DocumentMaskMatchesTheCpu) {
+TEST_P(CudaAttention, DocumentMaskMatchesTheCpu) {
   for (float p : {0.0f, 0.1f}) {
     const AttentionShape s{.seq = 130, .batch = 3, .heads = 4, .kv_heads = 2, .head_dim = 24};
     const auto mask = doc_starts(130, {{0, 5, 6, 40, 100}, {0, 32, 64, 127}, {0}});
@@ -171,7 +179,7 @@ TEST_F(CudaAttention, DocumentMaskMatchesTheCpu) {
 }
 
 // Bidirectional without padding and with it: a padded tail, padded keys in the middle, one valid key.
-TEST_F(CudaAttention, BidirectionalMatchesTheCpu) {
+TEST_P(CudaAttention, BidirectionalMatchesTheCpu) {
   for (float p : {0.0f, 0.1f}) {
     AttentionShape s{.seq = 67, .batch = 3, .heads = 4, .kv_heads = 1, .head_dim = 16};
     s.causal = false;
@@ -186,7 +194,7 @@ TEST_F(CudaAttention, BidirectionalMatchesTheCpu) {
 
 // bidirectional_doc_start: first keys rising through the sequence, the last rows past every key (output
 // 0, lse -inf, no gradient), a sample that sees everything.
-TEST_F(CudaAttention, BidirectionalDocStartMatchesTheCpu) {
+TEST_P(CudaAttention, BidirectionalDocStartMatchesTheCpu) {
   for (float p : {0.0f, 0.1f}) {
     AttentionShape s{.seq = 45, .batch = 2, .heads = 4, .kv_heads = 2, .head_dim = 24};
     s.causal = false;
@@ -199,7 +207,7 @@ TEST_F(CudaAttention, BidirectionalDocStartMatchesTheCpu) {
 
 // Long rows: many key tiles per block of query rows (and query tiles per block of key rows), head_dim 128
 // (the widest the tiled kernels take), GQA, dropout, documents; head_dim 160 takes the row-per-warp kernels.
-TEST_F(CudaAttention, LongRowsAndWideHeadsMatchTheCpu) {
+TEST_P(CudaAttention, LongRowsAndWideHeadsMatchTheCpu) {
   for (float p : {0.0f, 0.1f}) {
     const AttentionShape s{.seq = 300, .batch = 1, .heads = 4, .kv_heads = 2, .head_dim = 128};
     expect_matches_cpu({label(s, p), s, dropout(s, p), {}}, 81 + (p > 0));
@@ -212,7 +220,7 @@ TEST_F(CudaAttention, LongRowsAndWideHeadsMatchTheCpu) {
 }
 
 // Backward writes each gradient row from one warp in a fixed order: the same inputs give the same bits.
-TEST_F(CudaAttention, BackwardIsDeterministic) {
+TEST_P(CudaAttention, BackwardIsDeterministic) {
   const AttentionShape s{.seq = 130, .batch = 2, .heads = 4, .kv_heads = 1, .head_dim = 24};
   const Case c{"deterministic", s, dropout(s, 0.1f), doc_starts(130, {{0, 70}, {0, 3}})};
   const Inputs in = inputs(c, 51);
@@ -233,7 +241,7 @@ TEST_F(CudaAttention, BackwardIsDeterministic) {
 }
 
 // The masks live on the GPU; they are checked as the CPU checks them, with an Error.
-TEST_F(CudaAttention, RejectsBadMasks) {
+TEST_P(CudaAttention, RejectsBadMasks) {
   AttentionShape s{.seq = 8, .batch = 1, .heads = 2, .kv_heads = 2, .head_dim = 16};
   const Tensor q = to_device(random({8, 1, 2, 16}, 61)), lse = to_device(nans({1, 2, 8}));
   Tensor out = to_device(nans({8, 1, 2, 16}));
@@ -250,7 +258,7 @@ TEST_F(CudaAttention, RejectsBadMasks) {
   EXPECT_NO_THROW(run(s, {0, 0, 0, 0, 0, 0, 0, 8}));      // seq: a row that sees no key
 }
 
-TEST_F(CudaAttention, BlockDocStartMatchesTheCpu) {
+TEST_P(CudaAttention, BlockDocStartMatchesTheCpu) {
   const Tensor doc = kernels::from_host(doc_starts(20, {{0, 3, 9, 15}, {0}, {0, 11}}));
   Tensor doc2d = Tensor::empty({3, 20}, DType::I32);
   std::copy(doc.i32(), doc.i32() + 60, doc2d.i32());
@@ -264,7 +272,7 @@ TEST_F(CudaAttention, BlockDocStartMatchesTheCpu) {
 }
 
 // Merging partial results, including rows one block (or neither) has no key for (lse -inf).
-TEST_F(CudaAttention, MergeMatchesTheCpu) {
+TEST_P(CudaAttention, MergeMatchesTheCpu) {
   const int64_t seq = 19, batch = 2, heads = 3, d = 24;
   Tensor out = random({seq, batch, heads, d}, 71), part = random({seq, batch, heads, d}, 72);
   Tensor lse = random({batch, heads, seq}, 73, -3.0f, 6.0f), part_lse = random({batch, heads, seq}, 74, -3.0f, 6.0f);
@@ -276,6 +284,13 @@ TEST_F(CudaAttention, MergeMatchesTheCpu) {
   EXPECT_TRUE(all_close(to_host(out_gpu), out, kTol, 1e-6f)) << "out";
   EXPECT_TRUE(all_close(to_host(lse_gpu), lse, kTol, 1e-6f)) << "lse";
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttention,
+                         ::testing::Values(kernels::cuda::AttentionKernels::kRowPerWarp,
+                                           kernels::cuda::AttentionKernels::kTiled),
+                         [](const auto& info) {
+                           return info.param == kernels::cuda::AttentionKernels::kTiled ? "tiled" : "rows";
+                         });
 
 }  // namespace
 }  // namespace tessera::cuda
