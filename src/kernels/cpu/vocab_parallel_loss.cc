@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/math/vocab_scores.h"
+
 namespace tessera::kernels::cpu {
 
 void rescale_sum_exp(float* sumexp, const float* max, const float* global_max, int64_t rows) {
@@ -31,14 +33,7 @@ void shard_argmax(const float* logits_all, float* best, int64_t rows, int64_t vo
 
 void pick_scores(const float* best, int64_t shards, const float* target, const float* lse, float* out,
                  int64_t rows) {
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t winner = 0;
-    for (int64_t s = 1; s < shards; ++s)
-      if (best[s * 2 * rows + 2 * r] > best[winner * 2 * rows + 2 * r]) winner = s;
-    out[3 * r] = target[r];
-    out[3 * r + 1] = lse[r];
-    out[3 * r + 2] = best[winner * 2 * rows + 2 * r + 1];
-  }
+  for (int64_t r = 0; r < rows; ++r) math::pick_score_row(best, shards, target, lse, out, rows, r);
 }
 
 }  // namespace tessera::kernels::cpu

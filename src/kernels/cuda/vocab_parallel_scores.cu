@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/vocab_parallel_loss.h"
+#include "kernels/math/vocab_scores.h"
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -62,14 +63,7 @@ __global__ void shard_argmax_kernel(const float* logits, float* best, int64_t vo
 
 __global__ void pick_scores_kernel(const float* best, int64_t shards, const float* target, const float* lse,
                                    float* out, int64_t rows) {
-  for (int64_t r = grid_index(); r < rows; r += grid_stride()) {
-    int64_t winner = 0;
-    for (int64_t s = 1; s < shards; ++s)
-      if (best[s * 2 * rows + 2 * r] > best[winner * 2 * rows + 2 * r]) winner = s;
-    out[3 * r] = target[r];
-    out[3 * r + 1] = lse[r];
-    out[3 * r + 2] = best[winner * 2 * rows + 2 * r + 1];
-  }
+  for (int64_t r = grid_index(); r < rows; r += grid_stride()) math::pick_score_row(best, shards, target, lse, out, rows, r);
 }
 
 }  // namespace
