@@ -18,6 +18,7 @@
 
 #include "core/philox.h"
 #include "core/timer.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/tensor_ops.h"
@@ -153,10 +154,12 @@ int main(int argc, char** argv) {
     std::printf("bench_gpu_train: %s on %s, %s, micro-batch %lld x %lld, %d steps after %d warm-up\n",
                 o.preset.c_str(), prop.name, o.bf16 ? "bf16" : "fp32", static_cast<long long>(o.mbs),
                 static_cast<long long>(c.seq_length), o.iters, o.warmup);
-    std::printf("%-10s %-5s %10s %12s %12s %10s %8s  (MFU against %.0f TFLOP/s dense)\n", "model", "type",
-                "ms/step", "tokens/s", "TFLOP/s", "loss", "MFU", o.peak_tflops);
-    std::printf("%-10s %-5s %10.1f %12.0f %12.1f %10.4f %7.2f%%\n", o.preset.c_str(), o.bf16 ? "bf16" : "fp32",
-                seconds * 1e3, tokens / seconds, tflops, loss, 100.0 * tflops / o.peak_tflops);
+    const char* attention =
+        kernels::cuda::attention_kernels() == kernels::cuda::AttentionKernels::kTiled ? "tiled" : "rows";
+    std::printf("%-10s %-5s %-9s %10s %12s %12s %10s %8s  (MFU against %.0f TFLOP/s dense)\n", "model", "type",
+                "attention", "ms/step", "tokens/s", "TFLOP/s", "loss", "MFU", o.peak_tflops);
+    std::printf("%-10s %-5s %-9s %10.1f %12.0f %12.1f %10.4f %7.2f%%\n", o.preset.c_str(), o.bf16 ? "bf16" : "fp32",
+                attention, seconds * 1e3, tokens / seconds, tflops, loss, 100.0 * tflops / o.peak_tflops);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
     return 1;

@@ -56,6 +56,8 @@ done
 if [ -x "$bundle/bin/bench_gpu_train" ]; then
   step "bench_gpu_train gpt2-124M fp32" 150 "$bundle/bin/bench_gpu_train" --preset gpt2-124M --mbs 8 --iters 10
   step "bench_gpu_train gpt2-124M bf16" 150 "$bundle/bin/bench_gpu_train" --preset gpt2-124M --bf16 --mbs 8 --iters 10
+  # The other attention kernel set (kernels/cuda/attention.h) on the same step, for the speed-up.
+  step "bench_gpu_train gpt2-124M bf16 rows" 150 env TESSERA_CUDA_ATTENTION=rows "$bundle/bin/bench_gpu_train" --preset gpt2-124M --bf16 --mbs 8 --iters 10
 fi
 # `tessera train` itself, 20 iterations of a small GPT on the GPU and on the CPU from the same seed:
 # every logged loss within 1e-4 relative. tessera runs as an isolated MPI singleton (no mpirun, no
@@ -80,6 +82,10 @@ if [ "${GPU_CHECK_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/nul
   for test in "$bundle"/bin/*_test; do
     step "memcheck $(basename "$test")" 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$test"
   done
+  # The tiled attention kernels share K/V tiles in shared memory: racecheck finds a missing barrier.
+  attention_test=$(ls "$bundle"/bin/*cuda_attention_test 2>/dev/null | head -1)
+  [ -n "$attention_test" ] && step "racecheck $(basename "$attention_test") tiled" 240 \
+    compute-sanitizer --tool racecheck --error-exitcode 9 "$attention_test" --gtest_filter='*tiled*'
 fi
 
 echo

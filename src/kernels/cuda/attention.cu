@@ -570,7 +570,7 @@ AttentionKernels attention_kernels() {
   int k = g_kernels.load();
   if (k < 0) {
     const char* env = std::getenv("TESSERA_CUDA_ATTENTION");
-    const std::string v = env ? env : "rows";
+    const std::string v = env ? env : "tiled";
     TESSERA_CHECK(v == "rows" || v == "tiled", "TESSERA_CUDA_ATTENTION='", v, "' must be rows or tiled");
     k = static_cast<int>(v == "tiled" ? AttentionKernels::kTiled : AttentionKernels::kRowPerWarp);
     g_kernels.store(k);
