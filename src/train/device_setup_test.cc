@@ -16,10 +16,7 @@ namespace {
 
 using testing::split_flags;
 
-const std::string kBase =
-    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
-    "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 "
-    "--train-iters 1 ";
+const std::string kBase = testing::kSmallRunFlags;
 
 // Parsed as `tessera train` parses them, on the CPU (the fake probes below then decide the device).
 TrainArguments parse(const std::string& extra, int64_t world = 1) {

@@ -13,13 +13,11 @@
 namespace tessera::train {
 namespace {
 
-const char* kBase =
-    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data --tokenizer-type "
-    "NullTokenizer --vocab-size 40 --train-iters 1 --lr 1e-3 ";
+const std::string kBase = testing::kSmallRunFlags;
 
 std::string error_of(const std::string& extra) {
   try {
-    parse_train_arguments(testing::split_flags(std::string(kBase) + extra), 1);
+    parse_train_arguments(testing::split_flags(kBase + extra), 1);
   } catch (const Error& e) {
     return e.what();
   }

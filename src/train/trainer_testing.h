@@ -24,6 +24,13 @@ inline std::vector<std::string> split_flags(const std::string& s) {
   return out;
 }
 
+// A small valid run of `tessera train` (2 layers, hidden 32, mock data, one iteration); tests append
+// flags to it (a flag given twice takes its last value).
+inline const std::string kSmallRunFlags =
+    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
+    "--tokenizer-type NullTokenizer --vocab-size 40 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 "
+    "--train-iters 1 ";
+
 // 8 layers split over up to 4 stages x 2 chunks, at tensor-parallel size tp, pipeline size pp and v
 // model chunks per stage; the padded vocabulary is 64 at every tp, so every layout trains one model.
 inline std::string pipeline_model_flags(int tp, int pp, int v, int64_t global_batch, int iters,
