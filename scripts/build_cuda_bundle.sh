@@ -13,7 +13,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/release}
 bundle=${2:-$root/build/cuda-bundle}
-deps=${TESSERA_DEPS_PREFIX:-}
+deps=${TESSERA_DEPS_PREFIX:+$(realpath "$TESSERA_DEPS_PREFIX")}  # absolute: ldd prints the paths it was given
 [ -f "$build/build.ninja" ] || { echo "build_cuda_bundle: $build is not a configured build (scripts/build.sh release)" >&2; exit 2; }
 # cmake --build, its output kept in the build folder and its end shown when it fails.
 build_targets() {
@@ -35,12 +35,11 @@ for t in "${targets[@]}"; do
   grep -qE "^build $t[ :]" "$build/build.ninja" ||
     { echo "build_cuda_bundle: $build has no target $t: configure it where CMake finds the CUDA toolkit" >&2; exit 2; }
 done
+# And the `tessera` binary itself, for `tessera train --device cuda`, with Open MPI's plugins (dlopen'd,
+# so ldd does not list them): gpu_check.sh runs it as an isolated MPI singleton that loads them from here.
+# One build of them all, so that a machine with many cores (the device's fallback) keeps them busy.
 start=$SECONDS
-build_targets "${targets[@]}"
-
-# The `tessera` binary itself, for `tessera train --device cuda`, with Open MPI's plugins (dlopen'd, so
-# ldd does not list them): gpu_check.sh runs it as an isolated MPI singleton that loads them from here.
-build_targets tessera
+build_targets "${targets[@]}" tessera
 built=$((SECONDS - start))
 mpi_plugins=$(dirname "$(find ${deps:+"$deps"} /usr/lib /usr/local/lib -name mca_ess_singleton.so 2>/dev/null | head -1)")
 [ -f "$mpi_plugins/mca_ess_singleton.so" ] ||

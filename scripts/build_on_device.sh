@@ -14,8 +14,9 @@
 #       carry=["build/device-deps.tar.gz"], timeout_s=600).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-deps=${1:-$root/build/device-deps.tar.gz}
-build=${2:-$root/build/device}
+# Absolute paths: the build's RUNPATH and ldd's answers, which build_cuda_bundle.sh reads, hold them.
+deps=$(realpath -m "${1:-$root/build/device-deps.tar.gz}")
+build=$(realpath -m "${2:-$root/build/device}")
 shift $(($# < 2 ? $# : 2))
 prefix=${deps%.tar.gz}
 [ -f "$deps" ] || { echo "build_on_device: no $deps (scripts/pack_device_deps.sh packs it)" >&2; exit 2; }
