@@ -6,6 +6,9 @@
 #   bash scripts/gpu_check.sh [BUNDLE (build/cuda-bundle, or build/cuda-bundle.tar.gz when that is absent)]
 # From a development machine: scripts/build_cuda_bundle.sh, then the device tool's
 #   run(command="bash scripts/gpu_check.sh", carry=["build/cuda-bundle.tar.gz"], timeout_s=480).
+# Where a bundle built here does not run there, the fallback builds it on the GPU machine first:
+# scripts/pack_device_deps.sh here, then
+#   run(command="bash scripts/build_on_device.sh && bash scripts/gpu_check.sh", carry=["build/device-deps.tar.gz"]).
 # Without a GPU every device test reports itself skipped with CUDA's reason, and the summary says so.
 # Exits 1 when a test fails or a step times out.
 set -uo pipefail
