@@ -64,7 +64,7 @@ int bert_debug_forward(const model::ModelConfig& config, const std::string& load
   model::MicroBatch mb;
   auto ints = [](const Shape& shape, const std::vector<int32_t>& v, int32_t fill) {
     Tensor t = Tensor::empty(shape, DType::I32);
-    for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = v.empty() ? fill : v[i];
+    for (int64_t i = 0; i < t.numel(); ++i) t.host_i32()[i] = v.empty() ? fill : v[i];
     return t;
   };
   mb.tokens = ints({b, s}, tokens, 0);
@@ -78,8 +78,8 @@ int bert_debug_forward(const model::ModelConfig& config, const std::string& load
   double labelled = 0;
   for (int64_t i = 0; i < n; ++i) {
     const bool scored = in.labels[i] >= 0;  // -1: not a masked position
-    mb.labels.i32()[i] = scored ? in.labels[i] : 0;
-    mb.loss_mask.f32()[i] = scored ? 1.0f : 0.0f;
+    mb.labels.host_i32()[i] = scored ? in.labels[i] : 0;
+    mb.loss_mask.host_f32()[i] = scored ? 1.0f : 0.0f;
     labelled += scored ? 1 : 0;
   }
   TESSERA_CHECK(labelled > 0, "--labels: no position is labelled (all -1)");
@@ -96,14 +96,14 @@ int bert_debug_forward(const model::ModelConfig& config, const std::string& load
   Tensor logits = Tensor::empty({b, s, v});
   for (int64_t i = 0; i < s; ++i)
     for (int64_t j = 0; j < b; ++j)
-      std::copy(rec.logits.f32() + (i * b + j) * v, rec.logits.f32() + (i * b + j + 1) * v,
-                logits.f32() + (j * s + i) * v);
+      std::copy(rec.logits.host_f32() + (i * b + j) * v, rec.logits.host_f32() + (i * b + j + 1) * v,
+                logits.host_f32() + (j * s + i) * v);
   std::vector<std::pair<std::string, Tensor>> outs{{"mlm_logits", logits}};
   if (config.bert_binary_head) outs.emplace_back("binary_logits", rec.binary_logits.clone());
   double total = losses.lm;
   for (const auto& [name, value] : losses.auxiliary) total += value;
   Tensor loss = Tensor::empty({1});
-  loss.f32()[0] = static_cast<float>(total / labelled);
+  loss.host_f32()[0] = static_cast<float>(total / labelled);
   outs.emplace_back("loss", loss);
 
   params.zero_grad();
@@ -181,9 +181,9 @@ int debug_forward_command(const std::vector<std::string>& args) {
   mb.labels = Tensor::empty({1, n}, DType::I32);
   mb.loss_mask = Tensor::empty({1, n});
   for (int64_t i = 0; i < n; ++i) {
-    mb.tokens.i32()[i] = tokens[i];
-    mb.labels.i32()[i] = tokens[i + 1];
-    mb.loss_mask.f32()[i] = 1.0f;
+    mb.tokens.host_i32()[i] = tokens[i];
+    mb.labels.host_i32()[i] = tokens[i + 1];
+    mb.loss_mask.host_f32()[i] = 1.0f;
   }
   model::ForwardContext ctx{0, 1, 0, /*training=*/false, n, 1};
   // The trainer's weighting (n loss tokens in the one sample): an MoE router's losses then enter the
@@ -201,7 +201,7 @@ int debug_forward_command(const std::vector<std::string>& args) {
   std::vector<std::pair<std::string, Tensor>> outs{{"logits", logits}};
   auto scalar = [&](const std::string& name, double sum) {
     Tensor t = Tensor::empty({1});
-    t.f32()[0] = static_cast<float>(sum / static_cast<double>(n));
+    t.host_f32()[0] = static_cast<float>(sum / static_cast<double>(n));
     outs.emplace_back(name, t);
   };
   scalar("loss", losses.lm);  // the mean LM loss

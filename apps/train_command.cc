@@ -84,10 +84,10 @@ train::TokenSliceCosts planner_token_slice_cost(const train::TrainArguments& a) 
 void share_token_slices(train::TrainArguments& a, comm::ProcessGroup& world) {
   if (a.pipeline_token_slices != "auto" || world.size() == 1) return;
   Tensor t = Tensor::zeros({a.model.seq_length + 1}, DType::I64);  // the count, then the lengths
-  t.i64()[0] = static_cast<int64_t>(a.token_slices.size());
-  std::copy(a.token_slices.begin(), a.token_slices.end(), t.i64() + 1);
+  t.host_i64()[0] = static_cast<int64_t>(a.token_slices.size());
+  std::copy(a.token_slices.begin(), a.token_slices.end(), t.host_i64() + 1);
   world.broadcast(t, 0);
-  a.token_slices.assign(t.i64() + 1, t.i64() + 1 + t.i64()[0]);
+  a.token_slices.assign(t.host_i64() + 1, t.host_i64() + 1 + t.host_i64()[0]);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The device-seam check (scripts/check_device_seam.py) on this tree: it passes, and on a copy it fails,
 # naming the file, the line and what it found, when model code takes a tensor's memory or declares a
-# pointer to numbers; tests and comments are not read.
+# pointer to numbers, or code of another layer (train, ckpt, comm, ..., apps/) takes it with a raw accessor
+# rather than a host one; core and kernels, tests and comments are not read.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
@@ -14,10 +15,10 @@ check "the check passes on this tree: $out" $?
 grep -q "^check_device_seam: OK" <<<"$out"
 check "the check says OK: $out" $?
 
-# A fresh copy of src/model, changed by `edit` (a command run in the copy).
+# A fresh copy of src/ and apps/, changed by `edit` (a command run in the copy).
 copy() {
-  rm -rf "$work/tree" && mkdir -p "$work/tree/src"
-  cp -r "$root/src/model" "$root/src/optim" "$root/src/pipeline" "$work/tree/src/"
+  rm -rf "$work/tree" && mkdir -p "$work/tree"
+  cp -r "$root/src" "$root/apps" "$work/tree/"
   (cd "$work/tree" && eval "$1")
 }
 expect_check_failure() {
@@ -44,8 +45,25 @@ expect_check_failure 'echo "float lr0(const Tensor& t) { return t.f32()[0]; }" >
   "optim code takes a tensor's memory (.f32())"
 expect_check_failure 'echo "int first(const Tensor& t) { return t.i32()[0]; }" >> src/pipeline/schedules.h' \
   "pipeline code takes a tensor's memory (.i32())"
+# The model's layers take no memory even with the host accessors.
+expect_check_failure 'echo "float first(const Tensor& t) { return t.host_f32()[0]; }" >> src/model/modules.cc' \
+  "model code takes a tensor's memory (.host_f32()); call a tensor-level kernel"
+# The other layers and the commands take a tensor's memory only with the host accessors, which refuse
+# a tensor on a device; the kernels (and core) take any device's.
+line=$(($(wc -l < "$root/src/train/trainer.cc") + 1))
+expect_check_failure 'echo "float first(const Tensor& t) { return t.f32()[0]; }" >> src/train/trainer.cc' \
+  "src/train/trainer.cc:$line: float first(const Tensor& t) { return t.f32()[0]; }: train code takes a tensor's memory (.f32()); use the host accessor (.host_f32()"
+expect_check_failure 'echo "void* p(const Tensor& t) { return t.raw(); }" >> src/ckpt/safetensors.cc' \
+  "ckpt code takes a tensor's memory (.raw()); use the host accessor (.host_raw()"
+expect_check_failure 'echo "int64_t n(const Tensor& t) { return t.i64()[0]; }" >> src/comm/process_group.h' \
+  "comm code takes a tensor's memory (.i64())"
+expect_check_failure 'echo "void f(const Tensor& t) { auto* p = t.data<float>(); }" >> apps/convert_command.cc' \
+  "apps/convert_command.cc:"
+expect_check_pass 'echo "float first(const Tensor& t) { const float* p = t.host_f32(); return p[0]; }" >> src/infer/generator.cc'
+expect_check_pass 'echo "float first(const Tensor& t) { return t.f32()[0]; }" >> src/kernels/embedding.cc'
 # Tests may read tensors; comments are not code.
 expect_check_pass 'echo "float first(const Tensor& t) { return t.f32()[0]; }" >> src/model/gpt_model_test.cc'
+expect_check_pass 'echo "float first(const Tensor& t) { return t.f32()[0]; }" >> src/train/trainer_test.cc'
 expect_check_pass 'echo "// x.f32() is what kernels read, float* p" >> src/model/modules.cc'
 
 finish device_seam_check_cli

@@ -93,7 +93,7 @@ json slice_entry(const std::string& file, const std::string& key, const model::P
           {"dim", s.dim},
           {"offset", s.offset},
           {"length", s.length},
-          {"crc32c", crc32c_str(crc32c(value.raw(), value.nbytes()))}};
+          {"crc32c", crc32c_str(crc32c(value.host_raw(), value.nbytes()))}};
 }
 
 // The part of the full tensor this rank holds.
@@ -147,7 +147,7 @@ class CheckpointReader {
       for (const SavedSlice& s : saved.slices) {
         if (s.file != file || !s.crc32c || !f.contains(s.key)) continue;
         Tensor t = f.read(s.key);
-        if (crc32c(t.raw(), t.nbytes()) != *s.crc32c) bad.push_back(s.key);
+        if (crc32c(t.host_raw(), t.nbytes()) != *s.crc32c) bad.push_back(s.key);
       }
     if (bad.empty()) return "its tensors' own checksums hold, so the damage is in the header";
     std::string out = "damaged tensor(s):";
@@ -162,7 +162,7 @@ class CheckpointReader {
                   ") that the index lists");
     f.read_into(s.key, dst);
     if (s.crc32c) {
-      uint32_t crc = crc32c(dst.raw(), dst.nbytes());
+      uint32_t crc = crc32c(dst.host_raw(), dst.nbytes());
       TESSERA_CHECK(crc == *s.crc32c, "checkpoint file ", f.path(), ": tensor ", s.key, " is corrupt: its checksum is ",
                     crc32c_str(crc), ", the index says ", crc32c_str(*s.crc32c));
     }
@@ -242,8 +242,8 @@ class CheckpointReader {
       if (runs.empty()) continue;
       Tensor buf = Tensor::empty({s.box.numel()}, DType::F32, Device::cpu());
       read_box(name, parts, buf);
-      const float* src = buf.f32();
-      float* out = dst.f32();
+      const float* src = buf.host_f32();
+      float* out = dst.host_f32();
       for (const CopyRun& r : runs) std::copy(src + r.src, src + r.src + r.count, out + r.dst);
       copied += copied_elements(runs);
     }
@@ -495,7 +495,7 @@ void save_full_model(const std::string& save_dir, const TrainingState& state,
   model::ParameterSet params;
   for (const auto& [name, t] : tensors) params.add({name, t.shape(), model::Init::Zeros});
   params.allocate(0);
-  for (const auto& [name, t] : tensors) std::copy(t.f32(), t.f32() + t.numel(), params.get(name).value.f32());
+  for (const auto& [name, t] : tensors) std::copy(t.host_f32(), t.host_f32() + t.numel(), params.get(name).value.host_f32());
   save_checkpoint(save_dir, state, params, nullptr);
 }
 

@@ -16,7 +16,7 @@ namespace {
 bool post_ln(const model::ModelConfig& c) { return c.apply_residual_connection_post_layernorm; }
 
 bool bit_equal(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.f32(), b.f32(), a.nbytes()) == 0;
+  return a.shape() == b.shape() && std::memcmp(a.host_f32(), b.host_f32(), a.nbytes()) == 0;
 }
 
 // HF's old TensorFlow-era LayerNorm names (gamma/beta), as transformers renames them on load.
@@ -71,7 +71,7 @@ TensorMap map_bert(const model::ModelConfig& c, const TensorMap& src, bool to_hf
       TESSERA_CHECK(types.ndim() == 2 && types.dim(1) == h && pos.ndim() == 2 && pos.dim(1) == h, "convert: ",
                     e, "token_type_embeddings.weight is ", shape_str(types.shape()), ", expected [types, ", h, "]");
       for (int64_t p = 0; p < pos.dim(0); ++p)
-        for (int64_t j = 0; j < h; ++j) pos.f32()[p * h + j] += types.f32()[j];
+        for (int64_t j = 0; j < h; ++j) pos.host_f32()[p * h + j] += types.host_f32()[j];
     }
     out["embedding.position_embeddings.weight"] = pos;
   }

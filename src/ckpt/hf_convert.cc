@@ -302,8 +302,8 @@ Tensor to_fp32(const SafetensorsFile& f, const std::string& name) {
   TESSERA_CHECK(t.dtype() == DType::BF16, "convert: ", f.path(), ": tensor ", name, " is ", dtype_name(t.dtype()),
                 "; fp32 and bf16 are supported");
   Tensor out = Tensor::empty(t.shape());
-  const auto* src = static_cast<const uint16_t*>(t.raw());
-  for (int64_t i = 0; i < t.numel(); ++i) out.f32()[i] = bf16_to_fp32(src[i]);
+  const auto* src = static_cast<const uint16_t*>(t.host_raw());
+  for (int64_t i = 0; i < t.numel(); ++i) out.host_f32()[i] = bf16_to_fp32(src[i]);
   return out;
 }
 

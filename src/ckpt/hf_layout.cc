@@ -8,7 +8,7 @@ Tensor transpose2d(const Tensor& t) {
   const int64_t r = t.shape()[0], c = t.shape()[1];
   Tensor out = Tensor::empty({c, r});
   for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < c; ++j) out.f32()[j * r + i] = t.f32()[i * c + j];
+    for (int64_t j = 0; j < c; ++j) out.host_f32()[j * r + i] = t.host_f32()[i * c + j];
   return out;
 }
 
@@ -27,7 +27,7 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
   Tensor out = Tensor::empty(s);
   int64_t at = 0;
   for (const Tensor& p : parts) {
-    std::copy(p.f32(), p.f32() + p.numel(), out.f32() + at);
+    std::copy(p.host_f32(), p.host_f32() + p.numel(), out.host_f32() + at);
     at += p.numel();
   }
   return out;

@@ -127,8 +127,8 @@ uint32_t write_safetensors(const std::string& path, const std::vector<std::pair<
     write_all(fd, json.data(), json.size(), tmp);
     crc = crc32c_extend(crc32c(len, sizeof(len)), json.data(), json.size());
     for (const auto& [name, t] : tensors) {
-      write_all(fd, t.raw(), t.nbytes(), tmp);
-      crc = crc32c_extend(crc, t.raw(), t.nbytes());
+      write_all(fd, t.host_raw(), t.nbytes(), tmp);
+      crc = crc32c_extend(crc, t.host_raw(), t.nbytes());
     }
     if (::fsync(fd) != 0) fail(tmp, "fsync failed: ", errno_str());
     int rc = ::close(fd);
@@ -292,7 +292,7 @@ void SafetensorsFile::read_into(const std::string& name, const Tensor& dst) cons
     fail(path_, "read_into '", name, "': file has ", dtype_name(e.dtype), " ", shape_str(e.shape),
          ", destination is ", dtype_name(dst.dtype()), " ", shape_str(dst.shape()));
   }
-  read_exact(fd_->fd, dst.raw(), static_cast<size_t>(e.end - e.begin), data_start_ + e.begin, path_,
+  read_exact(fd_->fd, dst.host_raw(), static_cast<size_t>(e.end - e.begin), data_start_ + e.begin, path_,
              str_cat("tensor '", name, "'"));
 }
 

@@ -198,7 +198,7 @@ class MpiProcessGroup : public ProcessGroup {
   WorkHandle all_reduce_async(const Tensor& t, ReduceOp op) override {
     detail::check_tensor(*this, "all_reduce", "t", t);
     auto work = start("all_reduce", t.nbytes(), {t});
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, t.raw(), count(t), mpi_type(t.dtype()), mpi_op(op), comm_,
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, t.host_raw(), count(t), mpi_type(t.dtype()), mpi_op(op), comm_,
                             work->request());
     return launched(std::move(work), rc);
   }
@@ -209,11 +209,11 @@ class MpiProcessGroup : public ProcessGroup {
       detail::check_numel(*this, "all_gather", "out", out, size_ * in.numel(),
                           str_cat("size() * in.numel() = ", size_, " * ", in.numel()));
     // `in` may already sit in this rank's chunk of `out` (sequence-parallel buffers often do).
-    const char* own_chunk = static_cast<const char*>(out.raw()) + rank_ * in.nbytes();
-    const void* send = in.raw() == own_chunk ? MPI_IN_PLACE : in.raw();
+    const char* own_chunk = static_cast<const char*>(out.host_raw()) + rank_ * in.nbytes();
+    const void* send = in.host_raw() == own_chunk ? MPI_IN_PLACE : in.host_raw();
     MPI_Datatype type = mpi_type(in.dtype());
     auto work = start("all_gather", in.nbytes(), {in, out});
-    int rc = MPI_Iallgather(send, count(in), type, out.raw(), count(in), type, comm_, work->request());
+    int rc = MPI_Iallgather(send, count(in), type, out.host_raw(), count(in), type, comm_, work->request());
     return launched(std::move(work), rc);
   }
 
@@ -223,7 +223,7 @@ class MpiProcessGroup : public ProcessGroup {
       detail::check_numel(*this, "reduce_scatter", "in", in, size_ * out.numel(),
                           str_cat("size() * out.numel() = ", size_, " * ", out.numel()));
     auto work = start("reduce_scatter", in.nbytes(), {in, out});
-    int rc = MPI_Ireduce_scatter_block(in.raw(), out.raw(), count(out), mpi_type(in.dtype()), mpi_op(op), comm_,
+    int rc = MPI_Ireduce_scatter_block(in.host_raw(), out.host_raw(), count(out), mpi_type(in.dtype()), mpi_op(op), comm_,
                                        work->request());
     return launched(std::move(work), rc);
   }
@@ -232,7 +232,7 @@ class MpiProcessGroup : public ProcessGroup {
     detail::check_tensor(*this, "broadcast", "t", t);
     detail::check_peer(*this, "broadcast", "root", root, /*allow_self=*/true);
     auto work = start("broadcast", t.nbytes(), {t});
-    int rc = MPI_Ibcast(t.raw(), count(t), mpi_type(t.dtype()), root, comm_, work->request());
+    int rc = MPI_Ibcast(t.host_raw(), count(t), mpi_type(t.dtype()), root, comm_, work->request());
     return launched(std::move(work), rc);
   }
 
@@ -244,7 +244,7 @@ class MpiProcessGroup : public ProcessGroup {
     int chunk = count(in) / size_;
     MPI_Datatype type = mpi_type(in.dtype());
     auto work = start("all_to_all", in.nbytes(), {in, out});
-    int rc = MPI_Ialltoall(in.raw(), chunk, type, out.raw(), chunk, type, comm_, work->request());
+    int rc = MPI_Ialltoall(in.host_raw(), chunk, type, out.host_raw(), chunk, type, comm_, work->request());
     return launched(std::move(work), rc);
   }
 
@@ -271,7 +271,7 @@ class MpiProcessGroup : public ProcessGroup {
       r += recv_n[i];
     }
     MPI_Datatype type = mpi_type(in.dtype());
-    int rc = MPI_Ialltoallv(in.raw(), send_n, send_at, type, out.raw(), recv_n, recv_at, type, comm_,
+    int rc = MPI_Ialltoallv(in.host_raw(), send_n, send_at, type, out.host_raw(), recv_n, recv_at, type, comm_,
                             work->request());
     return launched(std::move(work), rc);
   }
@@ -281,7 +281,7 @@ class MpiProcessGroup : public ProcessGroup {
     detail::check_peer(*this, "send", "dst", dst, /*allow_self=*/false);
     check_tag("send", tag);
     auto work = start("send", t.nbytes(), {t});
-    int rc = MPI_Isend(t.raw(), count(t), mpi_type(t.dtype()), dst, tag, comm_, work->request());
+    int rc = MPI_Isend(t.host_raw(), count(t), mpi_type(t.dtype()), dst, tag, comm_, work->request());
     return launched(std::move(work), rc);
   }
 
@@ -291,7 +291,7 @@ class MpiProcessGroup : public ProcessGroup {
     check_tag("recv", tag);
     auto work = start("recv", t.nbytes(), {t});
     work->expect_count(count(t), mpi_type(t.dtype()), src);
-    int rc = MPI_Irecv(t.raw(), count(t), mpi_type(t.dtype()), src, tag, comm_, work->request());
+    int rc = MPI_Irecv(t.host_raw(), count(t), mpi_type(t.dtype()), src, tag, comm_, work->request());
     return launched(std::move(work), rc);
   }
 

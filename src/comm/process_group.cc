@@ -70,7 +70,7 @@ class CompletedWork : public Work {
 WorkHandle completed() { return std::make_unique<CompletedWork>(); }
 
 void copy_elements(const Tensor& from, const Tensor& to) {
-  std::memmove(to.raw(), from.raw(), from.nbytes());  // memmove: in and out may alias
+  std::memmove(to.host_raw(), from.host_raw(), from.nbytes());  // memmove: in and out may alias
 }
 
 class SingleProcessGroup : public ProcessGroup {

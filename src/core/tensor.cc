@@ -113,6 +113,32 @@ TESSERA_TYPED_ACCESSOR(i32, int32_t, DType::I32)
 TESSERA_TYPED_ACCESSOR(i64, int64_t, DType::I64)
 #undef TESSERA_TYPED_ACCESSOR
 
+namespace {
+// An Error naming `accessor`, the tensor and its device unless the tensor is on the CPU.
+void check_on_host(const Tensor& t, const char* accessor) {
+  TESSERA_CHECK(t.device().type == DeviceType::CPU, accessor, "() of a ", shape_str(t.shape()), " ",
+                dtype_name(t.dtype()), " tensor on ", t.device().str(),
+                ", which is not host memory: copy it to the host first (kernels::to_device(t, Device::cpu()),",
+                " kernels/tensor_ops.h)");
+}
+}  // namespace
+
+void* Tensor::host_raw() const {
+  check_on_host(*this, "host_raw");
+  return raw();
+}
+
+#define TESSERA_HOST_ACCESSOR(name, ctype)  \
+  ctype* Tensor::host_##name() const {     \
+    check_on_host(*this, "host_" #name);   \
+    return name(); /* checks the dtype */  \
+  }
+TESSERA_HOST_ACCESSOR(f32, float)
+TESSERA_HOST_ACCESSOR(bf16, uint16_t)
+TESSERA_HOST_ACCESSOR(i32, int32_t)
+TESSERA_HOST_ACCESSOR(i64, int64_t)
+#undef TESSERA_HOST_ACCESSOR
+
 Tensor Tensor::view(const Shape& shape) const {
   TESSERA_CHECK(shape_numel(shape) == numel(), "view: cannot view ", shape_str(shape_), " as ",
                 shape_str(shape));

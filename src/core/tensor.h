@@ -81,12 +81,22 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
 
+  // The memory itself, on the tensor's device: for kernels (kernels/, core/), which pass it to that
+  // device's code. Typed pointers check the element type, so a bf16 tensor is never read as fp32 by mistake.
   void* raw() const;
-  // Typed pointers check the element type, so a bf16 tensor is never read as fp32 by mistake.
   float* f32() const;
   uint16_t* bf16() const;
   int32_t* i32() const;
   int64_t* i64() const;
+
+  // The same, for code that reads or writes the elements on the host (the layers above the model:
+  // scripts/check_device_seam.py keeps them to these): an Error naming the device unless the tensor is
+  // on the CPU, so a GPU's memory is never read by mistake; copy it first (kernels::to_device).
+  void* host_raw() const;
+  float* host_f32() const;
+  uint16_t* host_bf16() const;
+  int32_t* host_i32() const;
+  int64_t* host_i64() const;
 
   // Same elements, new shape (numel must match).
   Tensor view(const Shape& shape) const;

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "core/philox.h"
@@ -40,6 +42,59 @@ TEST(Tensor, ErrorsNameBothShapes) {
   EXPECT_THROW(a.view({7}), Error);
   EXPECT_THROW(a.narrow(1, 2), Error);
   EXPECT_THROW(a.i32(), Error);
+}
+
+// The host accessors are the raw ones on the CPU (element type checked too).
+TEST(Tensor, HostAccessorsReadCpuTensors) {
+  Tensor t = Tensor::zeros({2, 3});
+  t.host_f32()[4] = 2.5f;
+  EXPECT_EQ(t.host_f32(), t.f32());
+  EXPECT_EQ(t.host_raw(), t.raw());
+  EXPECT_EQ(t.narrow(1, 1).host_f32()[1], 2.5f);
+  EXPECT_EQ(Tensor::zeros({2}, DType::BF16).host_bf16()[1], 0);
+  EXPECT_EQ(Tensor::zeros({2}, DType::I32).host_i32()[1], 0);
+  EXPECT_EQ(Tensor::zeros({2}, DType::I64).host_i64()[1], 0);
+  EXPECT_THROW(t.host_i32(), Error);
+  EXPECT_THROW(Tensor().host_raw(), Error);
+}
+
+// Host memory standing in for a device's (a test needs no GPU to make a tensor on cuda:0).
+class FakeDeviceAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes, size_t alignment) override {
+    return std::aligned_alloc(alignment, (bytes + alignment) / alignment * alignment);
+  }
+  void deallocate(void* p, size_t) override { std::free(p); }
+};
+
+// On another device they refuse, naming the tensor and its device and saying to copy it to the host;
+// the raw ones (for kernels) do not.
+TEST(Tensor, HostAccessorsRefuseDeviceTensors) {
+  const Device gpu{DeviceType::CUDA, 0};
+  FakeDeviceAllocator fake;
+  Allocator* previous = register_allocator(gpu, &fake);
+  {
+    Tensor t = Tensor::zeros({2, 3}, DType::F32, gpu);
+    Tensor ids = Tensor::zeros({4}, DType::I32, gpu);
+    EXPECT_NE(t.raw(), nullptr);
+    auto expect_refused = [](auto read, const std::string& what) {  // what: "host_f32() of a [2, 3] fp32"
+      try {
+        read();
+        ADD_FAILURE() << "expected an error";
+      } catch (const Error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(what + " tensor on cuda:0, which is not host memory"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("copy it to the host first (kernels::to_device"), std::string::npos) << msg;
+      }
+    };
+    expect_refused([&] { t.host_f32(); }, "host_f32() of a [2, 3] fp32");
+    expect_refused([&] { t.host_raw(); }, "host_raw() of a [2, 3] fp32");
+    expect_refused([&] { t.narrow(1, 1).host_f32(); }, "host_f32() of a [1, 3] fp32");
+    expect_refused([&] { ids.host_i32(); }, "host_i32() of a [4] int32");
+    expect_refused([&] { Tensor::zeros({1}, DType::I64, gpu).host_i64(); }, "host_i64() of a [1] int64");
+    expect_refused([&] { Tensor::zeros({1}, DType::BF16, gpu).host_bf16(); }, "host_bf16() of a [1] bf16");
+  }
+  register_allocator(gpu, previous);
 }
 
 TEST(Tensor, Bf16RoundsToNearestEven) {

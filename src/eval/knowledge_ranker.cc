@@ -42,7 +42,7 @@ std::vector<float> KnowledgeRanker::scores(const std::string& context, const std
   const model::ForwardContext ctx{0, 0, 0, false, config_.seq_length, mb.tokens.dim(0)};
   const Tensor out = model_->score(mb, Tensor(), ctx);
   std::vector<float> scores(knowledge.size());
-  for (size_t i = 0; i < scores.size(); ++i) scores[i] = out.f32()[3 * i];
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = out.host_f32()[3 * i];
   return scores;
 }
 

@@ -109,9 +109,9 @@ ZeroShotResult evaluate_zeroshot(const ZeroShotOptions& o, const infer::ModelRun
     mb.loss_mask = Tensor::empty({n, len});
     for (int64_t k = 0; k < n; ++k) {
       const EvalSample& s = samples[k];
-      std::copy(s.tokens.begin(), s.tokens.begin() + len, mb.tokens.i32() + k * len);
-      std::copy(s.tokens.begin() + 1, s.tokens.begin() + len + 1, mb.labels.i32() + k * len);
-      std::copy(s.mask.begin(), s.mask.begin() + len, mb.loss_mask.f32() + k * len);
+      std::copy(s.tokens.begin(), s.tokens.begin() + len, mb.tokens.host_i32() + k * len);
+      std::copy(s.tokens.begin() + 1, s.tokens.begin() + len + 1, mb.labels.host_i32() + k * len);
+      std::copy(s.mask.begin(), s.mask.begin() + len, mb.loss_mask.host_f32() + k * len);
     }
     infer::Scores scores = runner.score(mb);
     for (int64_t k = 0; k < n; ++k) {
@@ -127,9 +127,9 @@ ZeroShotResult evaluate_zeroshot(const ZeroShotOptions& o, const infer::ModelRun
   }
   if (data_group.size() > 1) {
     Tensor bits = Tensor::zeros({std::max<int64_t>(1, r.num_examples)}, DType::I64);
-    std::memcpy(bits.raw(), value.data(), value.size() * sizeof(double));  // zero bits on other ranks' slots
+    std::memcpy(bits.host_raw(), value.data(), value.size() * sizeof(double));  // zero bits on other ranks' slots
     data_group.all_reduce(bits);
-    std::memcpy(value.data(), bits.raw(), value.size() * sizeof(double));
+    std::memcpy(value.data(), bits.host_raw(), value.size() * sizeof(double));
   }
   for (double v : value) r.total += v;
   say(str_cat("> evaluated ", r.num_examples, " samples in ", duration(timer.seconds())));

@@ -120,7 +120,7 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
 #pragma omp parallel for schedule(dynamic) if (parallel : rows > 1 && kernels::parallel_worth(rows * vocab))
   for (int64_t j = 0; j < rows; ++j) {
     const size_t i = sampling[static_cast<size_t>(j)];
-    sampled[static_cast<size_t>(j)] = sample_token(logits.narrow(static_cast<int64_t>(i), 1).f32(), vocab,
+    sampled[static_cast<size_t>(j)] = sample_token(logits.narrow(static_cast<int64_t>(i), 1).host_f32(), vocab,
                                                    sequences_[i]->request.options->sampling, keys[static_cast<size_t>(j)]);
   }
   runner_.agree(sampled);

@@ -95,7 +95,7 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
 }
 
 float token_logprob(const Tensor& logits, int32_t id) {
-  const float* l = logits.f32();
+  const float* l = logits.host_f32();
   const int64_t n = logits.numel();
   const float max = *std::max_element(l, l + n);
   double sum = 0;

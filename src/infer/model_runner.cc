@@ -28,10 +28,10 @@ class ChunkRunner final : public ModelRunner {
   void agree(std::vector<int32_t>& values) const override {
     if ((tp_.size() == 1 && !pipeline_) || values.empty()) return;
     Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::I32);
-    std::copy(values.begin(), values.end(), t.i32());
+    std::copy(values.begin(), values.end(), t.host_i32());
     if (tp_.size() > 1) tp_.group->broadcast(t, 0);
     if (pipeline_) pipeline_->broadcast(t, 0);  // tensor rank 0 of stage 0 decides
-    std::copy(t.i32(), t.i32() + t.numel(), values.begin());
+    std::copy(t.host_i32(), t.host_i32() + t.numel(), values.begin());
   }
 
   Scores score(const model::MicroBatch& batch) const override {
@@ -72,8 +72,8 @@ class ChunkRunner final : public ModelRunner {
     s.argmax.resize(rows);
     for (int64_t t = 0; t < rows; ++t) {
       int64_t out = (t % batch) * seq + t / batch;  // [seq, batch] row -> [batch, seq]
-      s.label_logprob[out] = static_cast<double>(results.f32()[3 * t]) - results.f32()[3 * t + 1];
-      s.argmax[out] = static_cast<int32_t>(results.f32()[3 * t + 2]);
+      s.label_logprob[out] = static_cast<double>(results.host_f32()[3 * t]) - results.host_f32()[3 * t + 1];
+      s.argmax[out] = static_cast<int32_t>(results.host_f32()[3 * t + 2]);
     }
     return s;
   }

@@ -31,13 +31,13 @@ extern "C" void request_stop(int) { g_stop_requested.store(true); }
 // Sends a string from rank 0 of `group` to the others (length, then the bytes in int32 words).
 std::string broadcast_string(comm::ProcessGroup& group, const std::string& text) {
   Tensor length = Tensor::empty({1}, DType::I64);
-  length.i64()[0] = static_cast<int64_t>(text.size());
+  length.host_i64()[0] = static_cast<int64_t>(text.size());
   group.broadcast(length, 0);
-  const int64_t n = length.i64()[0];
+  const int64_t n = length.host_i64()[0];
   Tensor words = Tensor::zeros({std::max<int64_t>(1, (n + 3) / 4)}, DType::I32);
-  if (group.rank() == 0) std::memcpy(words.raw(), text.data(), text.size());
+  if (group.rank() == 0) std::memcpy(words.host_raw(), text.data(), text.size());
   group.broadcast(words, 0);
-  return std::string(static_cast<const char*>(words.raw()), static_cast<size_t>(n));
+  return std::string(static_cast<const char*>(words.host_raw()), static_cast<size_t>(n));
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }

@@ -33,7 +33,7 @@ TrainingSampler::~TrainingSampler() = default;
 
 std::string TrainingSampler::sample() {
   if (copy_params_)
-    std::memcpy(copy_params_->values().raw(), params_.values().raw(), params_.values().nbytes());
+    std::memcpy(copy_params_->values().host_raw(), params_.values().host_raw(), params_.values().nbytes());
   GenerationOptions greedy;
   greedy.sampling.temperature = 0;
   greedy.sampling.tokens_to_generate = tokens_;

@@ -15,10 +15,10 @@ std::vector<int64_t> all_gather_counts(comm::ProcessGroup& group, const std::vec
   const int64_t n = static_cast<int64_t>(values.size());
   if (group.size() == 1) return values;
   Tensor in = Tensor::empty({n}, DType::I64);
-  std::copy(values.begin(), values.end(), in.i64());
+  std::copy(values.begin(), values.end(), in.host_i64());
   Tensor out = Tensor::empty({n * group.size()}, DType::I64);
   group.all_gather(in, out);
-  return std::vector<int64_t>(out.i64(), out.i64() + out.numel());
+  return std::vector<int64_t>(out.host_i64(), out.host_i64() + out.numel());
 }
 
 // Each member's rows (member i has rows[i] of them), back to back in member order. Padded to the

@@ -150,7 +150,7 @@ void GradBuckets::finish() {
     if (b.work) b.work->wait();
     if (b.tail_work) b.tail_work->wait();
     if (b.reduced_piece.defined()) {
-      std::memcpy(grads_.f32() + b.span.begin + group_.rank() * b.span.piece, b.reduced_piece.f32(),
+      std::memcpy(grads_.host_f32() + b.span.begin + group_.rank() * b.span.piece, b.reduced_piece.host_f32(),
                   b.reduced_piece.nbytes());
       b.reduced_piece = Tensor();
     }

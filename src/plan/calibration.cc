@@ -25,9 +25,9 @@ template <typename Work>
 double time_per_run(comm::ProcessGroup& world, double budget, Work work) {
   auto over_ranks = [&](double x, comm::ReduceOp op) {
     Tensor t = Tensor::zeros({1});
-    t.f32()[0] = static_cast<float>(x);
+    t.host_f32()[0] = static_cast<float>(x);
     world.all_reduce(t, op);
-    return static_cast<double>(t.f32()[0]) / (op == comm::ReduceOp::Sum ? world.size() : 1);
+    return static_cast<double>(t.host_f32()[0]) / (op == comm::ReduceOp::Sum ? world.size() : 1);
   };
   work();  // warm-up: caches, oneDNN primitives, MPI connections
   world.barrier();
@@ -45,7 +45,7 @@ double time_per_run(comm::ProcessGroup& world, double budget, Work work) {
   return over_ranks(fastest, comm::ReduceOp::Sum);
 }
 
-void fill(Tensor& t, float value) { std::fill(t.f32(), t.f32() + t.numel(), value); }
+void fill(Tensor& t, float value) { std::fill(t.host_f32(), t.host_f32() + t.numel(), value); }
 
 DType gemm_input_type(Precision p) {
   return p == Precision::Bf16 ? DType::BF16 : p == Precision::Fp16 ? DType::F16 : DType::F32;
@@ -82,9 +82,9 @@ double linear_gemm_rate(comm::ProcessGroup& world, const GemmShape& s, DType inp
     const Tensor& b = weights[next];
     const Tensor& db = weight_grads[next];
     next = (next + 1) % copies;
-    gemm({Trans::N, Trans::T, s.m, s.n, s.k, a.f32(), s.k, b.f32(), s.k, c.f32(), s.n});
-    gemm({Trans::N, Trans::N, s.m, s.k, s.n, c.f32(), s.n, b.f32(), s.k, da.f32(), s.k});
-    kernels::GemmArgs accumulate{Trans::T, Trans::N, s.n, s.k, s.m, c.f32(), s.n, a.f32(), s.k, db.f32(), s.k};
+    gemm({Trans::N, Trans::T, s.m, s.n, s.k, a.host_f32(), s.k, b.host_f32(), s.k, c.host_f32(), s.n});
+    gemm({Trans::N, Trans::N, s.m, s.k, s.n, c.host_f32(), s.n, b.host_f32(), s.k, da.host_f32(), s.k});
+    kernels::GemmArgs accumulate{Trans::T, Trans::N, s.n, s.k, s.m, c.host_f32(), s.n, a.host_f32(), s.k, db.host_f32(), s.k};
     accumulate.beta = 1.0f;  // the weight gradient accumulates, as over micro-batches and slices
     gemm(accumulate);
   });

@@ -22,13 +22,13 @@ model::MicroBatch BertBatches::micro_batch(int64_t first, int64_t batch) const {
                   " tokens, expected ", seq);
     for (int64_t j = 0; j < seq; ++j) {
       const int64_t at = b * seq + j;
-      mb.tokens.i32()[at] = s.tokens[j];
-      mb.loss_mask.f32()[at] = s.loss_mask[j];
-      mb.labels.i32()[at] = s.loss_mask[j] != 0.0f ? s.labels[j] : 0;
-      mb.padding_mask.i32()[at] = s.padding_mask[j] == 1 ? 1 : 0;
-      if (binary_head_) mb.token_types.i32()[at] = s.padding_mask[j] == 1 ? s.types[j] : 0;
+      mb.tokens.host_i32()[at] = s.tokens[j];
+      mb.loss_mask.host_f32()[at] = s.loss_mask[j];
+      mb.labels.host_i32()[at] = s.loss_mask[j] != 0.0f ? s.labels[j] : 0;
+      mb.padding_mask.host_i32()[at] = s.padding_mask[j] == 1 ? 1 : 0;
+      if (binary_head_) mb.token_types.host_i32()[at] = s.padding_mask[j] == 1 ? s.types[j] : 0;
     }
-    if (binary_head_) mb.sentence_order.i32()[b] = s.is_random;
+    if (binary_head_) mb.sentence_order.host_i32()[b] = s.is_random;
   }
   return mb;
 }
@@ -48,14 +48,14 @@ MegatronSample bert_megatron_sample(const model::MicroBatch& mb) {
   const int64_t seq = mb.tokens.shape()[1];
   data::BertSample s;
   for (int64_t j = 0; j < seq; ++j) {
-    const bool predicted = mb.loss_mask.f32()[j] != 0.0f;
-    s.tokens.push_back(mb.tokens.i32()[j]);
-    s.types.push_back(mb.token_types.defined() ? mb.token_types.i32()[j] : 0);
-    s.labels.push_back(predicted ? mb.labels.i32()[j] : -1);
-    s.loss_mask.push_back(mb.loss_mask.f32()[j]);
-    s.padding_mask.push_back(mb.padding_mask.i32()[j]);
+    const bool predicted = mb.loss_mask.host_f32()[j] != 0.0f;
+    s.tokens.push_back(mb.tokens.host_i32()[j]);
+    s.types.push_back(mb.token_types.defined() ? mb.token_types.host_i32()[j] : 0);
+    s.labels.push_back(predicted ? mb.labels.host_i32()[j] : -1);
+    s.loss_mask.push_back(mb.loss_mask.host_f32()[j]);
+    s.padding_mask.push_back(mb.padding_mask.host_i32()[j]);
   }
-  s.is_random = mb.sentence_order.defined() ? mb.sentence_order.i32()[0] : 0;
+  s.is_random = mb.sentence_order.defined() ? mb.sentence_order.host_i32()[0] : 0;
   return bert_megatron_sample(s);
 }
 

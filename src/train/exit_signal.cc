@@ -73,9 +73,9 @@ void install_exit_signal_handler(int exit_signal) {
 
 bool exit_signal_received_anywhere(comm::ProcessGroup& world) {
   Tensor flag = Tensor::zeros({1}, DType::F32, Device::cpu());  // read here
-  flag.f32()[0] = received_signal != 0 ? 1.0f : 0.0f;
+  flag.host_f32()[0] = received_signal != 0 ? 1.0f : 0.0f;
   if (world.size() > 1) world.all_reduce(flag);
-  return flag.f32()[0] > 0;
+  return flag.host_f32()[0] > 0;
 }
 
 const char* exit_signal_name() {

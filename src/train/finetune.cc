@@ -36,7 +36,7 @@ PretrainedLoad load_pretrained_weights(const std::string& dir, model::ParameterS
     }
     const Tensor& t = it->second;
     if (t.shape() == p.value.shape()) {
-      std::copy(t.f32(), t.f32() + t.numel(), p.value.f32());
+      std::copy(t.host_f32(), t.host_f32() + t.numel(), p.value.host_f32());
     } else {
       // A vocabulary padded to another multiple: the rows both have.
       const bool rows = p.spec.vocab_rows && t.shape().size() == 2 && p.value.shape().size() == 2 &&
@@ -44,7 +44,7 @@ PretrainedLoad load_pretrained_weights(const std::string& dir, model::ParameterS
       TESSERA_CHECK(rows, "checkpoint tensor ", p.spec.name, " in ", dir, " has shape ", shape_str(t.shape()),
                     ", the model expects ", shape_str(p.value.shape()));
       const int64_t n = std::min(t.dim(0), p.value.dim(0)) * t.dim(1);
-      std::copy(t.f32(), t.f32() + n, p.value.f32());
+      std::copy(t.host_f32(), t.host_f32() + n, p.value.host_f32());
     }
     out.loaded.push_back(p.spec.name);
     by_name.erase(it);

@@ -61,9 +61,9 @@ model::MicroBatch prompt_target_micro_batch(const std::vector<TokenizedPair>& pa
                   seq_length);
     for (int64_t j = 0; j < seq_length; ++j) {
       const bool real = j + 1 < n;
-      mb.tokens.i32()[r * seq_length + j] = j < n ? p.ids[static_cast<size_t>(j)] : pad;
-      mb.labels.i32()[r * seq_length + j] = real ? p.ids[static_cast<size_t>(j + 1)] : pad;
-      if (real && j + 1 >= p.target_start) mb.loss_mask.f32()[r * seq_length + j] = 1.0f;
+      mb.tokens.host_i32()[r * seq_length + j] = j < n ? p.ids[static_cast<size_t>(j)] : pad;
+      mb.labels.host_i32()[r * seq_length + j] = real ? p.ids[static_cast<size_t>(j + 1)] : pad;
+      if (real && j + 1 >= p.target_start) mb.loss_mask.host_f32()[r * seq_length + j] = 1.0f;
     }
   }
   return mb;
@@ -128,9 +128,9 @@ FinetuneResult finetune_conditional_lm(const FinetuneArguments& a,
         const Tensor scores = net->score(mb, Tensor(), ctx);  // per [seq, batch] row
         for (int64_t s = 0; s < seq; ++s)
           for (int64_t r = 0; r < rows; ++r) {
-            const float m = mb.loss_mask.f32()[r * seq + s];
+            const float m = mb.loss_mask.host_f32()[r * seq + s];
             const int64_t row = s * rows + r;
-            loss += m * (scores.f32()[3 * row + 1] - scores.f32()[3 * row]);
+            loss += m * (scores.host_f32()[3 * row + 1] - scores.host_f32()[3 * row]);
             tokens += m;
           }
       }
@@ -153,7 +153,7 @@ FinetuneResult finetune_conditional_lm(const FinetuneArguments& a,
     s.rows = s.logged_rows = static_cast<int64_t>(examples.size());
     // The objective is the mean over the micro-batch's target tokens.
     s.normalizer = 0;
-    for (int64_t i = 0; i < s.mb.loss_mask.numel(); ++i) s.normalizer += s.mb.loss_mask.f32()[i];
+    for (int64_t i = 0; i < s.mb.loss_mask.numel(); ++i) s.normalizer += s.mb.loss_mask.host_f32()[i];
     return s;
   };
   auto save = [&](int64_t iteration) {

@@ -113,7 +113,7 @@ model::MicroBatch multiple_choice_micro_batch(const std::vector<data::MultipleCh
     const data::MultipleChoiceSample& s = samples.at(static_cast<size_t>(indices[q]));
     TESSERA_CHECK(static_cast<int64_t>(s.choices.size()) == choices, "sample ", s.uid, " has ", s.choices.size(),
                   " choices, the micro-batch's first ", choices);
-    mb.choice_label.i32()[q] = s.label;
+    mb.choice_label.host_i32()[q] = s.label;
     for (int64_t c = 0; c < choices; ++c) {
       const data::TokensTypesPaddings& t = s.choices[static_cast<size_t>(c)];
       TESSERA_CHECK(static_cast<int64_t>(t.ids.size()) == seq, "sample ", s.uid, " has a sequence of ", t.ids.size(),
@@ -121,9 +121,9 @@ model::MicroBatch multiple_choice_micro_batch(const std::vector<data::MultipleCh
       const int64_t row = (q * choices + c) * seq;
       for (int64_t j = 0; j < seq; ++j) {
         const bool token = t.paddings[static_cast<size_t>(j)] != 0;
-        mb.tokens.i32()[row + j] = t.ids[static_cast<size_t>(j)];
-        mb.token_types.i32()[row + j] = token ? t.types[static_cast<size_t>(j)] : 0;
-        mb.padding_mask.i32()[row + j] = token ? 1 : 0;
+        mb.tokens.host_i32()[row + j] = t.ids[static_cast<size_t>(j)];
+        mb.token_types.host_i32()[row + j] = token ? t.types[static_cast<size_t>(j)] : 0;
+        mb.padding_mask.host_i32()[row + j] = token ? 1 : 0;
       }
     }
   }
@@ -195,7 +195,7 @@ FinetuneResult finetune_multiple_choice(const FinetuneArguments& a, const std::f
         const model::ForwardContext ctx{a.seed, iteration, 0, false, config.seq_length, mb.tokens.dim(0)};
         const Tensor scores = net->score(mb, Tensor(), ctx);
         for (size_t q = 0; q < indices.size(); ++q)
-          s.correct += static_cast<int32_t>(scores.f32()[3 * q + 2]) == mb.choice_label.i32()[q] ? 1 : 0;
+          s.correct += static_cast<int32_t>(scores.host_f32()[3 * q + 2]) == mb.choice_label.host_i32()[q] ? 1 : 0;
         s.total += static_cast<int64_t>(indices.size());
       }
       say(subset_line(epoch, v.name, s.correct, s.total, seconds_since(start)));

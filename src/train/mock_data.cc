@@ -59,13 +59,13 @@ model::MicroBatch MockBertBatches::micro_batch(int64_t first, int64_t batch) con
     for (int64_t j = 0; j < count; ++j)
       (j < a_len ? a : bseg).push_back(static_cast<int32_t>(kFirstWord + (start + j * stride) % words));
     if (swapped) std::swap(a, bseg);
-    int32_t* tokens = mb.tokens.i32() + b * seq;
-    int32_t* types = binary_head_ ? mb.token_types.i32() + b * seq : nullptr;
+    int32_t* tokens = mb.tokens.host_i32() + b * seq;
+    int32_t* types = binary_head_ ? mb.token_types.host_i32() + b * seq : nullptr;
     int64_t at = 0;
     auto put = [&](int32_t id, int32_t type) {
       tokens[at] = id;
       if (types) types[at] = type;
-      mb.padding_mask.i32()[b * seq + at] = 1;
+      mb.padding_mask.host_i32()[b * seq + at] = 1;
       ++at;
     };
     put(kCls, 0);
@@ -74,7 +74,7 @@ model::MicroBatch MockBertBatches::micro_batch(int64_t first, int64_t batch) con
     if (binary_head_) {
       for (int32_t id : bseg) put(id, 1);
       put(kSep, 1);
-      mb.sentence_order.i32()[b] = swapped ? 1 : 0;
+      mb.sentence_order.host_i32()[b] = swapped ? 1 : 0;
     }
     // Mask words with probability 0.15, at least one.
     int64_t masked = 0;
@@ -82,8 +82,8 @@ model::MicroBatch MockBertBatches::micro_batch(int64_t first, int64_t batch) con
       if (tokens[j] < kFirstWord) continue;
       const bool mask = stream.uniform(key + 4 + static_cast<uint64_t>(j)) < 0.15f;
       if (!mask && !(masked == 0 && j == n - 2)) continue;  // the last word if none was drawn
-      mb.labels.i32()[b * seq + j] = tokens[j];
-      mb.loss_mask.f32()[b * seq + j] = 1.0f;
+      mb.labels.host_i32()[b * seq + j] = tokens[j];
+      mb.loss_mask.host_f32()[b * seq + j] = 1.0f;
       tokens[j] = kMask;
       ++masked;
     }

@@ -159,7 +159,7 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, floa
   std::vector<double> share_tokens(D, 0.0);
   for (int m = 0; m < M; ++m) {
     const model::MicroBatch& mb = batches[m];
-    for (int64_t i = 0; i < mb.loss_mask.numel(); ++i) share_tokens[m % D] += mb.loss_mask.f32()[i];
+    for (int64_t i = 0; i < mb.loss_mask.numel(); ++i) share_tokens[m % D] += mb.loss_mask.host_f32()[i];
     info.sample_offsets.push_back(mb.sample_offset);
   }
   double tokens = 0;
@@ -278,9 +278,9 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, floa
   for (const model::LossSums& l : losses) share_losses.push_back(l.lm);
   if (ring_) {
     Tensor bits = Tensor::empty({1}, DType::I64);
-    std::memcpy(bits.i64(), share_losses.data(), sizeof(double));
+    std::memcpy(bits.host_i64(), share_losses.data(), sizeof(double));
     ring_->broadcast(bits, 0);
-    std::memcpy(share_losses.data(), bits.i64(), sizeof(double));
+    std::memcpy(share_losses.data(), bits.host_i64(), sizeof(double));
   }
   double loss_sum = 0;
   for (double v : sum_over_replicas(share_losses)) loss_sum += v;
@@ -297,11 +297,11 @@ std::vector<double> OuroborosDriver::sum_over_replicas(const std::vector<double>
   if (!data_) return mine;
   const int64_t n = static_cast<int64_t>(mine.size());
   Tensor bits = Tensor::empty({n}, DType::I64);
-  std::memcpy(bits.i64(), mine.data(), n * sizeof(double));
+  std::memcpy(bits.host_i64(), mine.data(), n * sizeof(double));
   Tensor all = Tensor::empty({data_->size() * n}, DType::I64);
   data_->all_gather(bits, all);
   std::vector<double> out(static_cast<size_t>(all.numel()));
-  std::memcpy(out.data(), all.i64(), out.size() * sizeof(double));
+  std::memcpy(out.data(), all.host_i64(), out.size() * sizeof(double));
   return out;
 }
 
@@ -323,8 +323,8 @@ void sum_in_rank_order(comm::ProcessGroup& group, const Tensor& t) {
   Tensor all = Tensor::empty({group.size() * n});
   group.all_gather(t, all);
   std::vector<const float*> parts;
-  for (int r = 0; r < group.size(); ++r) parts.push_back(all.f32() + r * n);
-  add_in_order(t.f32(), parts, n);
+  for (int r = 0; r < group.size(); ++r) parts.push_back(all.host_f32() + r * n);
+  add_in_order(t.host_f32(), parts, n);
 }
 
 }  // namespace
@@ -337,8 +337,8 @@ void OuroborosDriver::reduce_gradients(const std::vector<pipeline::OuroborosStep
                                        std::vector<Tensor>& tied_shares) {
   auto add_shares = [](const Tensor& out, const std::vector<Tensor>& shares) {
     std::vector<const float*> parts;
-    for (const Tensor& s : shares) parts.push_back(s.f32());
-    add_in_order(out.f32(), parts, out.numel());
+    for (const Tensor& s : shares) parts.push_back(s.host_f32());
+    add_in_order(out.host_f32(), parts, out.numel());
   };
   for (int k = 0; k < modules(); ++k) {
     if (!holds(k) || plan[k].backward_batch < 0) continue;
@@ -361,11 +361,11 @@ double OuroborosDriver::global_squares(std::vector<double> module_squares, doubl
     module_squares.push_back(tied_squares);
     const int64_t n = static_cast<int64_t>(module_squares.size());
     Tensor mine = Tensor::empty({n}, DType::I64);
-    std::memcpy(mine.i64(), module_squares.data(), n * sizeof(double));
+    std::memcpy(mine.host_i64(), module_squares.data(), n * sizeof(double));
     Tensor all = Tensor::empty({group.size() * n}, DType::I64);
     group.all_gather(mine, all);
     std::vector<double> gathered(static_cast<size_t>(all.numel()));
-    std::memcpy(gathered.data(), all.i64(), gathered.size() * sizeof(double));
+    std::memcpy(gathered.data(), all.host_i64(), gathered.size() * sizeof(double));
     for (int64_t i = 0; i < n; ++i) {
       double sum = 0;
       for (int r = 0; r < group.size(); ++r) sum += gathered[r * n + i];
@@ -384,11 +384,11 @@ double OuroborosDriver::global_squares(std::vector<double> module_squares, doubl
     const int rank = ring_->rank();
     slots[kFirst] = module_squares[rank];
     if (rank == 0) slots[kLast] = module_squares[K - 1], slots[kTied] = tied_squares;
-    std::memcpy(mine.i64(), slots, sizeof slots);
+    std::memcpy(mine.host_i64(), slots, sizeof slots);
     Tensor all = Tensor::empty({ring_->size() * kSlots}, DType::I64);
     ring_->all_gather(mine, all);
     std::vector<double> gathered(static_cast<size_t>(all.numel()));
-    std::memcpy(gathered.data(), all.i64(), gathered.size() * sizeof(double));
+    std::memcpy(gathered.data(), all.host_i64(), gathered.size() * sizeof(double));
     for (int k = 0; k < K; ++k)
       parts[k] = k == K - 1 ? gathered[kLast] : gathered[pipeline::ouroboros_rank_of_module(shape_, k) * kSlots + kFirst];
     tied_squares = gathered[kTied];

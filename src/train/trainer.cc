@@ -368,9 +368,9 @@ namespace {
 void group_sum(comm::ProcessGroup& group, std::vector<float>& values) {
   if (group.size() == 1) return;
   Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::F32, Device::cpu());  // host values
-  std::copy(values.begin(), values.end(), t.f32());
+  std::copy(values.begin(), values.end(), t.host_f32());
   group.all_reduce(t);
-  std::copy(t.f32(), t.f32() + t.numel(), values.begin());
+  std::copy(t.host_f32(), t.host_f32() + t.numel(), values.begin());
 }
 
 }  // namespace
@@ -490,7 +490,7 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   for (int64_t m = 0; m < args_.num_micro_batches; ++m) {
     batches.push_back(next_micro_batch(m));
     const Tensor& mask = batches.back().loss_mask;
-    for (int64_t i = 0; i < mask.numel(); ++i) global_tokens[0] += mask.f32()[i];
+    for (int64_t i = 0; i < mask.numel(); ++i) global_tokens[0] += mask.host_f32()[i];
   }
   data_parallel_sum(global_tokens);
   const double tokens = global_tokens[0];
@@ -593,11 +593,11 @@ Evaluation Trainer::evaluate_on(const BatchSource& data) {
   for (int64_t m = 0; m < args_.eval_iters * args_.num_micro_batches; ++m) {
     batches.push_back(micro_batch(data, 0, m));
     const model::MicroBatch& b = batches.back();
-    const std::span<const float> mask(b.loss_mask.f32(), static_cast<size_t>(b.loss_mask.numel()));
+    const std::span<const float> mask(b.loss_mask.host_f32(), static_cast<size_t>(b.loss_mask.numel()));
     for (float w : mask) counts[kTokens] += w;
     if (text_tokenizer_ && data.labels_are_text())
       counts[kBytes] += static_cast<float>(data::text_bytes(
-          *text_tokenizer_, std::span<const int32_t>(b.labels.i32(), mask.size()), mask));
+          *text_tokenizer_, std::span<const int32_t>(b.labels.host_i32(), mask.size()), mask));
   }
   data_parallel_sum(counts);
   const double samples = static_cast<double>(args_.eval_iters * args_.global_batch_size);
@@ -669,7 +669,7 @@ void Trainer::log_timers(int64_t iterations) {
   enum { kForward, kBackward, kP2p, kReduce, kOptimizer, kBubble, kPeak, kStage, kActivations, kActivationsTheory,
          kAllTensors, kPeakRss, kRingWait, kFields };
   Tensor mine = Tensor::empty({kFields}, DType::F32, Device::cpu());  // the log's numbers, on the host
-  float* v = mine.f32();
+  float* v = mine.host_f32();
   v[kForward] = static_cast<float>(t.forward * per_iteration_ms);
   v[kBackward] = static_cast<float>(t.backward * per_iteration_ms);
   v[kP2p] = static_cast<float>(t.p2p_wait * per_iteration_ms);
@@ -694,10 +694,10 @@ void Trainer::log_timers(int64_t iterations) {
 
   // Megatron's timers: each as (min, max) over ranks, in ms per iteration.
   auto min_max = [&](int field) {
-    float lo = all.f32()[field], hi = lo;
+    float lo = all.host_f32()[field], hi = lo;
     for (int r = 1; r < world_->size(); ++r) {
-      lo = std::min(lo, all.f32()[r * kFields + field]);
-      hi = std::max(hi, all.f32()[r * kFields + field]);
+      lo = std::min(lo, all.host_f32()[r * kFields + field]);
+      hi = std::max(hi, all.host_f32()[r * kFields + field]);
     }
     char buf[64];
     std::snprintf(buf, sizeof buf, "(%.1f, %.1f)", lo, hi);
@@ -711,7 +711,7 @@ void Trainer::log_timers(int64_t iterations) {
   // Memory of world rank 0, and the largest over ranks of what differs between them.
   auto max_over_ranks = [&](int field) {
     float hi = 0;
-    for (int r = 0; r < world_->size(); ++r) hi = std::max(hi, all.f32()[r * kFields + field]);
+    for (int r = 0; r < world_->size(); ++r) hi = std::max(hi, all.host_f32()[r * kFields + field]);
     return static_cast<double>(hi);
   };
   say(str_cat("    memory (MB): parameters ", megabytes(static_cast<double>(params_.values().nbytes())),
@@ -739,9 +739,9 @@ void Trainer::log_timers(int64_t iterations) {
   double bubble = 0;
   std::vector<int> peak(schedule_.stages, 0);
   for (int r = 0; r < world_->size(); ++r) {
-    bubble += all.f32()[r * kFields + kBubble] / world_->size();
-    int s = static_cast<int>(all.f32()[r * kFields + kStage]);
-    peak[s] = std::max(peak[s], static_cast<int>(all.f32()[r * kFields + kPeak]));
+    bubble += all.host_f32()[r * kFields + kBubble] / world_->size();
+    int s = static_cast<int>(all.host_f32()[r * kFields + kStage]);
+    peak[s] = std::max(peak[s], static_cast<int>(all.host_f32()[r * kFields + kPeak]));
   }
   std::string held;
   for (int s = 0; s < schedule_.stages; ++s)
@@ -885,10 +885,10 @@ bool Trainer::exit_by_interval_or_duration(bool saved) {
   if (args_.exit_duration_in_mins > 0) {
     // Clocks differ between ranks: all take the largest elapsed time, so they stop after the same iteration.
     Tensor minutes = Tensor::zeros({1}, DType::F32, Device::cpu());
-    minutes.f32()[0] = static_cast<float>(start_timer_.seconds() / 60.0);
+    minutes.host_f32()[0] = static_cast<float>(start_timer_.seconds() / 60.0);
     if (world_->size() > 1) world_->all_reduce(minutes, comm::ReduceOp::Max);
-    if (minutes.f32()[0] > args_.exit_duration_in_mins) {
-      save_and_say(str_cat("exiting program after ", minutes.f32()[0], " minutes"));
+    if (minutes.host_f32()[0] > args_.exit_duration_in_mins) {
+      save_and_say(str_cat("exiting program after ", minutes.host_f32()[0], " minutes"));
       return true;
     }
   }
