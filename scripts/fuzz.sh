@@ -10,7 +10,7 @@
 #   TESSERA_FUZZ_DIR: where to build and run (default build/fuzz); FUZZ_MAX_LEN: the longest input
 #   (default 4096; SentencePiece slows to ~200 exec/s as its inputs approach that); FUZZ_TIMEOUT: seconds
 #   before libFuzzer calls one input a hang (default 10; raise it on a loaded machine, where a 0.5 s input
-#   has been seen to take 13 s)
+#   has been seen to take 13 s); ASAN_OPTIONS: by default malloc_context_size=0 (no allocation stacks: below)
 set -euo pipefail
 runs=${1:-100000}
 shift || true
