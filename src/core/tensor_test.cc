@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "core/fake_device_testing.h"
 #include "core/philox.h"
 
 namespace tessera {
@@ -58,14 +59,7 @@ TEST(Tensor, HostAccessorsReadCpuTensors) {
   EXPECT_THROW(Tensor().host_raw(), Error);
 }
 
-// Host memory standing in for a device's (a test needs no GPU to make a tensor on cuda:0).
-class FakeDeviceAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes, size_t alignment) override {
-    return std::aligned_alloc(alignment, (bytes + alignment) / alignment * alignment);
-  }
-  void deallocate(void* p, size_t) override { std::free(p); }
-};
+using testing::FakeDeviceAllocator;
 
 // On another device they refuse, naming the tensor and its device and saying to copy it to the host;
 // the raw ones (for kernels) do not.

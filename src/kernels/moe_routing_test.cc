@@ -18,6 +18,7 @@
 
 #include "core/allocator.h"
 #include "core/check.h"
+#include "core/fake_device_testing.h"
 #include "core/philox.h"
 #include "core/testing.h"
 #include "kernels/dropout.h"
@@ -662,13 +663,7 @@ TEST(MoeRouting, ResultsAreBitwiseIndependentOfThreadCount) {
 
 // ---- device dispatch ----
 
-class FakeDeviceAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes, size_t alignment) override {
-    return std::aligned_alloc(alignment, (bytes + alignment) / alignment * alignment);
-  }
-  void deallocate(void* p, size_t) override { std::free(p); }
-};
+using testing::FakeDeviceAllocator;
 
 TEST(MoeRouting, TensorsOnAnotherDeviceAreRefused) {
   FakeDeviceAllocator fake;

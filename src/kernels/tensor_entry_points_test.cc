@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/fake_device_testing.h"
 #include "core/philox.h"
 #include "core/testing.h"
 #include "kernels/activations.h"
@@ -37,8 +38,8 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
-#include "kernels/packed_linear.h"
 #include "kernels/norms.h"
+#include "kernels/packed_linear.h"
 #include "kernels/precision.h"
 #include "kernels/rotary.h"
 #include "kernels/shard_layout.h"
@@ -359,14 +360,7 @@ TEST(TensorEntryPoints, ShardsArePlacedAndInitialisedByTheirPlaceInTheFullTensor
   EXPECT_THROW(place_shards(shards, 4, full, {{2, 6, 3}, 1, 0, 2}), Error);  // 4 shards of 2 rows are not 6
 }
 
-// Host memory standing in for a CUDA device's, so that tensors "on cuda:0" exist in this build.
-class FakeDeviceAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes, size_t alignment) override {
-    return std::aligned_alloc(alignment, (bytes + alignment) / alignment * alignment);
-  }
-  void deallocate(void* p, size_t) override { std::free(p); }
-};
+using testing::FakeDeviceAllocator;
 
 // The entry points with a CUDA implementation (kernels/cuda/): in a CUDA build they take tensors on
 // cuda:0 to it; in a CPU-only build they are refused like the rest.

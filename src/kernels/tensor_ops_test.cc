@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/fake_device_testing.h"
 #include "core/testing.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cuda/cuda_runtime.h"
@@ -19,15 +20,7 @@ namespace {
 // The CPU implementations over host buffers (kernels/cpu/), beside the tensor entry points.
 using namespace cpu;
 
-// Host memory standing in for a CUDA device's, so that tensors "on cuda:0" exist in this build and
-// the kernels' refusal of them can be tested.
-class FakeDeviceAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes, size_t alignment) override {
-    return std::aligned_alloc(alignment, (bytes + alignment) / alignment * alignment);
-  }
-  void deallocate(void* p, size_t) override { std::free(p); }
-};
+using testing::FakeDeviceAllocator;
 
 Tensor from(const std::vector<float>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())});
