@@ -1,7 +1,8 @@
 // `tessera samples`: the samples a training run would see, from the same flags. The flags of `train` (or,
 // with --model-family bert, of `pretrain_bert`) go through train's parser and build_batch_sources, the
 // trainer's own dataset builder, so the samples printed are the samples trained on: sample i of the
-// train split is the i-th sample of the run (iteration i / global batch), on whichever rank takes it.
+// train split is the i-th sample of the run (in iteration i / global batch, or where a batch-size ramp
+// puts it), on whichever rank takes it.
 #include <algorithm>
 #include <cstdint>
 #include <fstream>

@@ -394,6 +394,7 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
                   {"loss_scaler", state.loss_scaler},
                   {"files", files},
                   {"tensors", tensors}};
+    if (state.skipped_train_samples >= 0) index["skipped_train_samples"] = state.skipped_train_samples;
     // The index is written last: a directory without it is incomplete.
     write_file_atomically(tmp_dir / kIndex, index.dump(1));
 
@@ -453,7 +454,7 @@ TrainingState load_checkpoint(const std::string& load_dir, model::ParameterSet& 
     TESSERA_CHECK(fs::exists(dir / name), "checkpoint file ", (dir / name).string(), " is missing");
 
   TrainingState state{index.iteration, index.consumed_train_samples, index.skipped_iterations, index.seed, index.args,
-                      index.loss_scaler};
+                      index.loss_scaler, index.skipped_train_samples};
   CheckpointReader reader(dir, index, (dir / kIndex).string());
   for (model::Parameter& p : params.params()) reader.load(p.spec.name, p.spec, p.value);
   if (optimizer) {
@@ -477,7 +478,7 @@ std::vector<std::pair<std::string, Tensor>> load_full_model(const std::string& l
   const CheckpointIndex index = read_index(load_dir, iteration, &dir);
   if (state)
     *state = {index.iteration, index.consumed_train_samples, index.skipped_iterations, index.seed, index.args,
-              index.loss_scaler};
+              index.loss_scaler, index.skipped_train_samples};
   CheckpointReader reader(dir, index, (dir / kIndex).string());
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& [name, saved] : index.tensors) {

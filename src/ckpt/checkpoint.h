@@ -62,6 +62,9 @@ struct TrainingState {
   uint64_t seed = 0;  // all randomness is Philox keyed by (seed, iteration, element): this is the RNG state
   nlohmann::json args;  // the run's flags, for the record
   nlohmann::json loss_scaler;  // optim::LossScaler::state() under loss scaling, else null
+  // The samples of the skipped iterations, which a schedule in samples does not count (they differ from
+  // skipped_iterations x global batch under a batch-size ramp); -1 where a checkpoint does not record them.
+  int64_t skipped_train_samples = -1;
 };
 
 // "iter_0000100"

@@ -143,6 +143,7 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
   index.iteration = int_field(j, "iteration", path, "");
   index.consumed_train_samples = int_field(j, "consumed_train_samples", path, "");
   index.skipped_iterations = int_field(j, "skipped_iterations", path, "");
+  if (j.contains("skipped_train_samples")) index.skipped_train_samples = int_field(j, "skipped_train_samples", path, "");
   index.seed = field(j, "seed", json::value_t::number_unsigned, path, "").get<uint64_t>();
   index.optimizer_steps = int_field(j, "optimizer_steps", path, "");
   index.has_optimizer = field(j, "has_optimizer", json::value_t::boolean, path, "").get<bool>();

@@ -40,6 +40,7 @@ struct SavedTensor {
 struct CheckpointIndex {
   int version = 0;
   int64_t iteration = 0, consumed_train_samples = 0, skipped_iterations = 0;
+  int64_t skipped_train_samples = -1;  // optional: -1 where absent
   uint64_t seed = 0;
   int64_t optimizer_steps = 0;
   bool has_optimizer = false;

@@ -42,6 +42,7 @@ TEST(Checkpoint, RoundTripsModelOptimizerAndState) {
   fs::path dir = fresh_dir("roundtrip");
   Fixture saved(1), loaded(2);
   TrainingState state{7, 56, 1, 99, {{"hidden_size", 3}}};
+  state.skipped_train_samples = 6;  // a skipped iteration of a ramp's batch of 6
   save_checkpoint(dir.string(), state, saved.params, saved.optimizer.get());
   EXPECT_EQ(latest_checkpointed_iteration(dir.string()), 7);
   EXPECT_TRUE(fs::exists(dir / "iter_0000007" / "index.json"));
@@ -51,6 +52,7 @@ TEST(Checkpoint, RoundTripsModelOptimizerAndState) {
   EXPECT_EQ(got.iteration, 7);
   EXPECT_EQ(got.consumed_train_samples, 56);
   EXPECT_EQ(got.skipped_iterations, 1);
+  EXPECT_EQ(got.skipped_train_samples, 6);
   EXPECT_EQ(got.seed, 99u);
   EXPECT_EQ(got.args["hidden_size"], 3);
   expect_equal(loaded.params.values(), saved.params.values());

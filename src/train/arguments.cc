@@ -92,7 +92,12 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   auto* t = app.add_option_group("training");
   t->add_option("--micro-batch-size", a.micro_batch_size, "Samples per micro-batch");
   t->add_option("--global-batch-size", a.global_batch_size, "Samples per iteration (default: micro batch size)");
-  t->add_option("--train-iters", a.train_iters, "Iterations to train")->required();
+  t->add_option("--train-iters", a.train_iters, "Iterations to train (or --train-samples)");
+  t->add_option("--train-samples", a.train_samples, "Samples to train on, instead of --train-iters");
+  t->add_option("--rampup-batch-size", a.rampup_batch_size,
+                "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT to --global-batch-size "
+                "over SAMPLES samples (needs --train-samples)")
+      ->expected(3);
   t->add_option("--lr", a.lr, "Peak learning rate")->required();
   t->add_option("--min-lr", a.min_lr, "Learning rate at the end of the decay");
   t->add_option("--weight-decay", a.weight_decay, "AdamW weight decay");
@@ -103,6 +108,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   t->add_option("--lr-warmup-iters", a.lr_warmup_iters, "Warm-up iterations");
   t->add_option("--lr-warmup-fraction", a.lr_warmup_fraction, "Warm-up as a fraction of the decay iterations");
   t->add_option("--lr-decay-iters", a.lr_decay_iters, "Decay iterations (default: train iters)");
+  t->add_option("--lr-warmup-samples", a.lr_warmup_samples, "Warm-up samples (with --train-samples)");
+  t->add_option("--lr-decay-samples", a.lr_decay_samples, "Decay samples (with --train-samples; default: train samples)");
   t->add_option("--clip-grad", a.clip_grad, "Clip gradients to this global norm (0: off)");
   t->add_option("--seed", a.seed, "Random seed");
   t->add_option("--eval-interval", a.eval_interval, "Iterations between evaluations");

@@ -12,6 +12,7 @@
 #include "optim/adamw_optimizer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"
+#include "train/batch_size_rampup.h"
 #include "train/token_slice_cost.h"
 
 namespace CLI {
@@ -96,6 +97,10 @@ struct TrainArguments {
 
   // Training.
   int64_t micro_batch_size = 1, global_batch_size = 0, train_iters = 0;
+  // Megatron's sample-based training: --train-samples instead of --train-iters, the learning-rate
+  // schedule in samples, and the global batch's ramp-up (train/batch_size_rampup.h).
+  int64_t train_samples = 0, lr_warmup_samples = 0, lr_decay_samples = 0;
+  std::vector<int64_t> rampup_batch_size;  // START INCREMENT SAMPLES, or empty
   float lr = 0, min_lr = 0, weight_decay = 0.01f, adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_eps = 1e-8f;
   std::string lr_decay_style = "linear";
   int64_t lr_warmup_iters = 0, lr_decay_iters = 0;
@@ -133,7 +138,8 @@ struct TrainArguments {
   int32_t eod = -1;
   optim::LrSchedule lr_schedule;
   optim::AdamWConfig adam;
-  int64_t num_micro_batches = 0;   // per data-parallel rank
+  int64_t num_micro_batches = 0;   // per data-parallel rank, at the final global batch size
+  GlobalBatchSchedule batch_schedule;  // the global batch of each iteration (--rampup-batch-size)
   int64_t virtual_pipeline_size = 1;  // model chunks per pipeline rank
   model::Recompute recompute;         // what the model chunks recompute in backward
   std::optional<optim::LossScalerConfig> loss_scaler;  // --fp16, or --loss-scale with --bf16
@@ -180,8 +186,9 @@ void finalize_model(TrainArguments& a);            // sizes, defaults by rule, p
 void finalize_parallel_layout(TrainArguments& a);  // tp, pp, virtual stages, recomputation, buckets
 void finalize_moe_model(TrainArguments& a);        // experts per layer, router, losses, capacity (by finalize_model)
 void finalize_moe_layout(TrainArguments& a);       // ep, etp, dispatcher (by finalize_parallel_layout)
-void finalize_data(TrainArguments& a);             // data, tokenizer, vocabulary, batches
-void finalize_training_loop(TrainArguments& a);    // iterations, evaluation, logging, samples
+void finalize_data(TrainArguments& a);             // data, tokenizer, vocabulary, batches and their ramp
+void finalize_training_loop(TrainArguments& a);    // iterations (or samples), evaluation, logging, samples
+std::string rampup_text(const TrainArguments& a);  // --rampup-batch-size as given ("16 16 5859375")
 void finalize_optimizer(TrainArguments& a);        // AdamW, learning-rate schedule, mixed precision
 void finalize_checkpointing(TrainArguments& a);    // saving and exiting
 void finalize_distillation(TrainArguments& a);     // --kd and the teacher's checkpoint (reads its index)

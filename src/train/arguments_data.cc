@@ -9,6 +9,12 @@ namespace tessera::train {
 using rules::require;
 using rules::require_positive;
 
+std::string rampup_text(const TrainArguments& a) {
+  std::string text;
+  for (int64_t v : a.rampup_batch_size) text += str_cat(text.empty() ? "" : " ", v);
+  return text;
+}
+
 void finalize_data(TrainArguments& a) {
   // The tokenizer's files are loaded here, so a bad path is reported before any memory is allocated.
   require(a.mock_data != !a.data_path.empty(), "--data-path", a.data_path.empty() ? "(none)" : a.data_path[0],
@@ -35,16 +41,38 @@ void finalize_data(TrainArguments& a) {
   require_positive("--micro-batch-size", a.micro_batch_size);
   if (a.global_batch_size == 0) a.global_batch_size = a.micro_batch_size;
   require_positive("--global-batch-size", a.global_batch_size);
-  require(a.global_batch_size % (a.micro_batch_size * a.data_parallel_size()) == 0, "--global-batch-size",
-          a.global_batch_size,
-          str_cat("must be divisible by --micro-batch-size=", a.micro_batch_size, " x data-parallel size=",
-                  a.data_parallel_size()));
-  a.num_micro_batches = a.global_batch_size / (a.micro_batch_size * a.data_parallel_size());
-  const int64_t pp = a.pipeline_model_parallel_size;
-  require(a.virtual_pipeline_size == 1 || a.num_micro_batches % pp == 0, "--global-batch-size", a.global_batch_size,
-          str_cat("gives ", a.num_micro_batches, " micro-batches per pipeline (global batch / (micro batch x "
-                  "data-parallel size)); the interleaved schedule needs a multiple of "
-                  "--pipeline-model-parallel-size=", pp));
+  std::optional<BatchSizeRampup> rampup;
+  const std::string given = rampup_text(a);
+  if (!a.rampup_batch_size.empty()) {
+    const int64_t start = a.rampup_batch_size[0], increment = a.rampup_batch_size[1], samples = a.rampup_batch_size[2];
+    require(start > 0 && increment > 0 && samples >= 0, "--rampup-batch-size", given,
+            "START and INCREMENT must be positive and SAMPLES at least 0");
+    require(start <= a.global_batch_size, "--rampup-batch-size", given,
+            str_cat("START must not exceed --global-batch-size=", a.global_batch_size));
+    require((a.global_batch_size - start) % increment == 0, "--rampup-batch-size", given,
+            str_cat("--global-batch-size=", a.global_batch_size, " minus START must be a multiple of INCREMENT"));
+    rampup = BatchSizeRampup{start, increment, samples};
+  }
+  a.batch_schedule = GlobalBatchSchedule(a.global_batch_size, rampup);
+  // Every global batch of the run (each size of a ramp, then --global-batch-size) splits into whole
+  // micro-batches on every data-parallel rank, checked here rather than when the ramp reaches it.
+  const int64_t per_micro_batch = a.micro_batch_size * a.data_parallel_size(), pp = a.pipeline_model_parallel_size;
+  for (int64_t size : a.batch_schedule.sizes()) {
+    // The final size is --global-batch-size's; the others are the ramp's ("passes through a global batch of 6").
+    const bool final_size = size == a.global_batch_size;
+    const char* flag = final_size ? "--global-batch-size" : "--rampup-batch-size";
+    const std::string value = final_size ? std::to_string(size) : given;
+    const std::string which = final_size ? "" : str_cat("passes through a global batch of ", size, ", which ");
+    require(size % per_micro_batch == 0, flag, value,
+            str_cat(which, "must be divisible by --micro-batch-size=", a.micro_batch_size, " x data-parallel size=",
+                    a.data_parallel_size()));
+    const int64_t micro_batches = size / per_micro_batch;
+    require(a.virtual_pipeline_size == 1 || micro_batches % pp == 0, flag, value,
+            str_cat(which, "gives ", micro_batches, " micro-batches per pipeline (global batch / (micro batch x "
+                    "data-parallel size)); the interleaved schedule needs a multiple of "
+                    "--pipeline-model-parallel-size=", pp));
+  }
+  a.num_micro_batches = a.global_batch_size / per_micro_batch;
 }
 
 }  // namespace tessera::train

@@ -16,18 +16,36 @@ void finalize_optimizer(TrainArguments& a) {
   require(a.adam_beta2 >= 0 && a.adam_beta2 < 1, "--adam-beta2", a.adam_beta2, "must be in [0, 1)");
   require(a.adam_eps > 0, "--adam-eps", a.adam_eps, "must be positive");
   require(a.clip_grad >= 0, "--clip-grad", a.clip_grad, "must be >= 0");
-  if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
-  require_positive("--lr-decay-iters", a.lr_decay_iters);
-  require(a.lr_warmup_iters >= 0, "--lr-warmup-iters", a.lr_warmup_iters, "must be >= 0");
-  if (a.lr_warmup_fraction >= 0) {
-    require(a.lr_warmup_iters == 0, "--lr-warmup-fraction", a.lr_warmup_fraction,
-            "cannot be combined with --lr-warmup-iters");
+  if (a.lr_warmup_fraction >= 0)
     require(a.lr_warmup_fraction <= 1, "--lr-warmup-fraction", a.lr_warmup_fraction, "must be in [0, 1]");
-    a.lr_warmup_iters = static_cast<int64_t>(a.lr_warmup_fraction * static_cast<double>(a.lr_decay_iters));
+  const optim::LrDecayStyle style = optim::parse_lr_decay_style(a.lr_decay_style);
+  if (a.train_samples == 0) {  // the schedule in iterations
+    if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
+    require_positive("--lr-decay-iters", a.lr_decay_iters);
+    require(a.lr_warmup_iters >= 0, "--lr-warmup-iters", a.lr_warmup_iters, "must be >= 0");
+    if (a.lr_warmup_fraction >= 0) {
+      require(a.lr_warmup_iters == 0, "--lr-warmup-fraction", a.lr_warmup_fraction,
+              "cannot be combined with --lr-warmup-iters");
+      a.lr_warmup_iters = static_cast<int64_t>(a.lr_warmup_fraction * static_cast<double>(a.lr_decay_iters));
+    }
+    require(a.lr_warmup_iters < a.lr_decay_iters || a.lr_decay_style == "constant", "--lr-warmup-iters",
+            a.lr_warmup_iters, str_cat("must be less than --lr-decay-iters=", a.lr_decay_iters));
+    a.lr_schedule = {a.lr, a.min_lr, static_cast<double>(a.lr_warmup_iters), static_cast<double>(a.lr_decay_iters),
+                     style};
+  } else {  // in samples, as Megatron's (the fraction of the decay samples not rounded)
+    if (a.lr_decay_samples == 0) a.lr_decay_samples = a.train_samples;
+    require_positive("--lr-decay-samples", a.lr_decay_samples);
+    require(a.lr_warmup_samples >= 0, "--lr-warmup-samples", a.lr_warmup_samples, "must be >= 0");
+    double warmup = static_cast<double>(a.lr_warmup_samples);
+    if (a.lr_warmup_fraction >= 0) {
+      require(a.lr_warmup_samples == 0, "--lr-warmup-fraction", a.lr_warmup_fraction,
+              "cannot be combined with --lr-warmup-samples");
+      warmup = a.lr_warmup_fraction * static_cast<double>(a.lr_decay_samples);
+    }
+    require(warmup < static_cast<double>(a.lr_decay_samples) || a.lr_decay_style == "constant",
+            "--lr-warmup-samples", warmup, str_cat("must be less than --lr-decay-samples=", a.lr_decay_samples));
+    a.lr_schedule = {a.lr, a.min_lr, warmup, static_cast<double>(a.lr_decay_samples), style};
   }
-  require(a.lr_warmup_iters < a.lr_decay_iters || a.lr_decay_style == "constant", "--lr-warmup-iters",
-          a.lr_warmup_iters, str_cat("must be less than --lr-decay-iters=", a.lr_decay_iters));
-  a.lr_schedule = {a.lr, a.min_lr, a.lr_warmup_iters, a.lr_decay_iters, optim::parse_lr_decay_style(a.lr_decay_style)};
   a.adam = {a.weight_decay, a.adam_beta1, a.adam_beta2, a.adam_eps, a.clip_grad};
 
   // Mixed precision.

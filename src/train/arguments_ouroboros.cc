@@ -54,6 +54,8 @@ void finalize_ouroboros(TrainArguments& a) {
   not_yet(a.load.empty() || (!a.finetune && !a.no_load_optim), "--finetune or --no-load-optim (a resumed Ouroboros "
           "run loads its whole state: weight versions, delayed gradients, moments)");
   not_yet(a.inject_nan_at_iterations.empty(), "injected NaN gradients");
+  // A resumed run replays its pending mini-batches at --global-batch-size.
+  not_yet(!a.batch_schedule.ramps(), "--rampup-batch-size");
 }
 
 }  // namespace tessera::train

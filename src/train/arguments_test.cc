@@ -139,6 +139,68 @@ const RuleCase kTrainingLoopRules[] = {
 };
 INSTANTIATE_TEST_SUITE_P(TrainingLoop, TrainArgumentsRule, ::testing::ValuesIn(kTrainingLoopRules));
 
+// Megatron's sample-based training and batch-size ramp (the base run has --train-iters 1, a global
+// batch of 4 and micro-batches of 2).
+#define SAMPLES "--train-iters 0 --train-samples 16 "
+const RuleCase kSampleBasedRules[] = {
+    {"--train-samples 16", 1, "--train-iters=1: cannot be combined with --train-samples"},
+    {"--train-iters 0 --train-samples -4", 1, "--train-samples=-4: must be positive"},
+    {"--train-iters 0 --train-samples 3", 1, "--train-samples=3: is less than one global batch of 4 samples"},
+    {"--lr-decay-samples 8", 1, "--lr-decay-samples=8: is for --train-samples; with --train-iters use --lr-decay-iters"},
+    {"--lr-warmup-samples 8", 1,
+     "--lr-warmup-samples=8: is for --train-samples; with --train-iters use --lr-warmup-iters"},
+    {"--rampup-batch-size 2 2 8", 1,
+     "--rampup-batch-size=2 2 8: needs --train-samples: Megatron ramps the batch size only in sample-based training"},
+    {SAMPLES "--lr-decay-iters 4", 1,
+     "--lr-decay-iters=4: is for --train-iters; with --train-samples use --lr-decay-samples"},
+    {SAMPLES "--lr-warmup-iters 1", 1,
+     "--lr-warmup-iters=1: is for --train-iters; with --train-samples use --lr-warmup-samples"},
+    {SAMPLES "--lr-decay-samples -1", 1, "--lr-decay-samples=-1: must be positive"},
+    {SAMPLES "--lr-warmup-samples 16", 1, "--lr-warmup-samples=16: must be less than --lr-decay-samples=16"},
+    {SAMPLES "--lr-warmup-samples 2 --lr-warmup-fraction 0.5", 1,
+     "--lr-warmup-fraction=0.5: cannot be combined with --lr-warmup-samples"},
+    {SAMPLES "--rampup-batch-size 0 2 8", 1,
+     "--rampup-batch-size=0 2 8: START and INCREMENT must be positive and SAMPLES at least 0"},
+    {SAMPLES "--rampup-batch-size 8 2 8", 1, "--rampup-batch-size=8 2 8: START must not exceed --global-batch-size=4"},
+    {SAMPLES "--global-batch-size 8 --rampup-batch-size 2 4 8", 1,
+     "--rampup-batch-size=2 4 8: --global-batch-size=8 minus START must be a multiple of INCREMENT"},
+    {SAMPLES "--global-batch-size 8 --rampup-batch-size 3 5 8", 1,
+     "--rampup-batch-size=3 5 8: passes through a global batch of 3, which must be divisible by "
+     "--micro-batch-size=2 x data-parallel size=1"},
+    {SAMPLES "--num-layers 4 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+             "--micro-batch-size 1 --rampup-batch-size 2 1 8",
+     2,
+     "--rampup-batch-size=2 1 8: passes through a global batch of 3, which gives 3 micro-batches per pipeline "
+     "(global batch / (micro batch x data-parallel size)); the interleaved schedule needs a multiple of "
+     "--pipeline-model-parallel-size=2"},
+    {SAMPLES "--pipeline-schedule ouroboros --rampup-batch-size 2 2 8", 1,
+     "--pipeline-schedule=ouroboros: cannot be combined with --rampup-batch-size yet (issue 38)"},
+};
+#undef SAMPLES
+INSTANTIATE_TEST_SUITE_P(SampleBased, TrainArgumentsRule, ::testing::ValuesIn(kSampleBasedRules));
+
+// --train-samples sets the iterations as Megatron's update_train_iters and the schedule in samples: the
+// decay over --lr-decay-samples (default: all), the warm-up a fraction of it unrounded.
+TEST(TrainArguments, SampleBasedTrainingCountsIterationsAndSchedulesInSamples) {
+  const TrainArguments constant = parse("--train-iters 0 --train-samples 10 --lr-warmup-samples 2");
+  EXPECT_EQ(constant.train_iters, 2);  // 10 / 4, the partial batch dropped
+  EXPECT_EQ(constant.lr_schedule.decay_steps, 10);
+  EXPECT_EQ(constant.lr_schedule.warmup_steps, 2);
+  const TrainArguments ramp = parse(
+      "--train-iters 0 --micro-batch-size 1 --global-batch-size 8 --train-samples 30 --rampup-batch-size 2 2 12 "
+      "--lr-decay-samples 25 --lr-warmup-fraction 0.1");
+  EXPECT_EQ(ramp.train_iters, 6);  // 2, 2, 4, 6, then 8 and 8
+  EXPECT_EQ(ramp.num_micro_batches, 8);
+  EXPECT_EQ(ramp.batch_schedule.at(4), 4);
+  EXPECT_EQ(ramp.lr_schedule.decay_steps, 25);
+  EXPECT_DOUBLE_EQ(ramp.lr_schedule.warmup_steps, 2.5);
+  // Iteration-based runs keep their schedule in iterations.
+  const TrainArguments iterations = parse("--train-iters 10 --lr-warmup-iters 3");
+  EXPECT_EQ(iterations.lr_schedule.decay_steps, 10);
+  EXPECT_EQ(iterations.lr_schedule.warmup_steps, 3);
+  EXPECT_FALSE(iterations.batch_schedule.ramps());
+}
+
 const RuleCase kOptimizerRules[] = {
     {"--lr 0", 1, "--lr=0: must be positive"},
     {"--min-lr 0.01", 1, "--min-lr=0.01: must be in [0, --lr=0.001]"},

@@ -97,8 +97,8 @@ optim::LrSchedule finetune_lr_schedule(const FinetuneArguments& a, int64_t train
   schedule.max_lr = a.lr;
   schedule.min_lr = a.min_lr;
   schedule.style = optim::parse_lr_decay_style(a.lr_decay_style);
-  schedule.decay_steps = train_iters * a.micro_batch_size;
-  schedule.warmup_steps = static_cast<int64_t>(a.lr_warmup_fraction * static_cast<double>(schedule.decay_steps));
+  schedule.decay_steps = static_cast<double>(train_iters * a.micro_batch_size);
+  schedule.warmup_steps = static_cast<double>(static_cast<int64_t>(a.lr_warmup_fraction * schedule.decay_steps));
   return schedule;
 }
 

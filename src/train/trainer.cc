@@ -128,6 +128,12 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   prepare_device(args_.device);
 
   build_datasets();
+  // Megatron's lines for sample-based training and the batch-size ramp.
+  if (args_.train_samples > 0) say(str_cat("setting training iterations to ", args_.train_iters));
+  if (const auto& r = args_.batch_schedule.rampup(); r && args_.batch_schedule.ramps())
+    say(str_cat("will use batch size rampup starting from global batch size ", r->start, " to global batch size ",
+                args_.global_batch_size, " with batch size increments ", r->increment, " over ", r->samples,
+                " samples."));
   // This rank's chunks of the model: Megatron's layer ranges for (pipeline rank, virtual stage).
   const int stage = state_->coordinates().pp;
   // Token slices flow through the stages one by one (TeraPipe) when there is a pipeline; on one stage the
@@ -278,6 +284,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
       iteration_ = state.iteration;
       consumed_samples_ = state.consumed_train_samples;
       skipped_iterations_ = state.skipped_iterations;
+      skipped_samples_ = state.skipped_train_samples >= 0 ? state.skipped_train_samples
+                                                          : state.skipped_iterations * args_.global_batch_size;
       if (!args_.no_load_rng) args_.seed = state.seed;
     }
     if (ouroboros_) {  // the delayed rule's state, the pending mini-batches' forwards run again
@@ -350,6 +358,14 @@ void Trainer::build_datasets() {
   say(str_cat(" > datasets: ", train_data_->size(), " training samples",
               valid_data_ ? str_cat(", ", valid_data_->size(), " validation samples") : "",
               test_data_ ? str_cat(", ", test_data_->size(), " test samples") : ""));
+}
+
+int64_t Trainer::current_global_batch() {
+  const int64_t size = args_.batch_schedule.at(consumed_samples_);
+  if (announced_global_batch_ != 0 && size != announced_global_batch_)
+    say(str_cat("ramping up batch size from ", announced_global_batch_, " to ", size));
+  announced_global_batch_ = size;
+  return size;
 }
 
 void Trainer::say(const std::string& line) {
@@ -471,11 +487,12 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   return losses;
 }
 
-double Trainer::train_step(float lr, optim::StepResult& step) {
+double Trainer::train_step(float lr, int64_t global_batch, optim::StepResult& step) {
   TESSERA_PROFILE_SCOPE("train_step");
+  const int64_t micro_batches = global_batch / (args_.micro_batch_size * args_.data_parallel_size());
   if (ouroboros_) {  // the delayed-gradient rule: every module here, or this rank's (train/ouroboros_driver.h)
     std::vector<model::MicroBatch> batches;
-    for (int64_t m = 0; m < args_.num_micro_batches; ++m) batches.push_back(next_micro_batch(m));
+    for (int64_t m = 0; m < micro_batches; ++m) batches.push_back(next_micro_batch(m));
     ouroboros_->step(batches, lr);
     if (schedule_.stages == 1) ouroboros_->copy_weights_to(params_);
     step.grad_norm = ouroboros_->last_grad_norm();
@@ -487,7 +504,7 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   // by bucket (run_micro_batches), otherwise it is already complete.
   std::vector<model::MicroBatch> batches;
   std::vector<float> global_tokens(1, 0.0f);  // loss-counted tokens of the whole global batch
-  for (int64_t m = 0; m < args_.num_micro_batches; ++m) {
+  for (int64_t m = 0; m < micro_batches; ++m) {
     batches.push_back(next_micro_batch(m));
     const Tensor& mask = batches.back().loss_mask;
     for (int64_t i = 0; i < mask.numel(); ++i) global_tokens[0] += mask.host_f32()[i];
@@ -501,8 +518,8 @@ double Trainer::train_step(float lr, optim::StepResult& step) {
   // Loss scaling multiplies the backward seed; the optimizer divides the gradients by it again.
   const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
   params_.zero_grad();
-  const double samples = static_cast<double>(args_.global_batch_size);
-  const model::LossSums sums = run_micro_batches(batches, true, grad_scale * loss_scale, tokens / samples);
+  const model::LossSums sums =
+      run_micro_batches(batches, true, grad_scale * loss_scale, tokens / static_cast<double>(global_batch));
   // The LM loss, then the model's auxiliary losses in the order of its names.
   const std::vector<std::string> names = auxiliary_loss_names();
   std::vector<float> loss{static_cast<float>(sums.lm)};
@@ -644,8 +661,10 @@ std::string Trainer::ouroboros_file_name() const {
 }
 
 void Trainer::save() {
-  ckpt::TrainingState state{iteration_, consumed_samples_, skipped_iterations_, args_.seed, arguments_json(args_),
-                            loss_scaler_ ? loss_scaler_->state() : nlohmann::json()};
+  ckpt::TrainingState state{iteration_,          consumed_samples_,
+                            skipped_iterations_, args_.seed,
+                            arguments_json(args_), loss_scaler_ ? loss_scaler_->state() : nlohmann::json(),
+                            skipped_samples_};
   Timer t;
   comm::RankCoordinates rc = state_->coordinates();
   optimizer_->wait_for_params();
@@ -755,7 +774,6 @@ void Trainer::log_timers(int64_t iterations) {
 }
 
 void Trainer::train() {
-  const double flops_per_iteration = model::model_flops_per_iteration(args_.model, args_.global_batch_size);
   Timer run_timer;
   const int64_t first_iteration = iteration_;
   double interval_loss = 0, interval_seconds = 0;  // training steps only, not evaluation or saving
@@ -768,17 +786,21 @@ void Trainer::train() {
   while (iteration_ < args_.train_iters) {
     if (iteration_ == first_iteration + 1) profiler::reset();  // TESSERA_PROFILE: leave out the warm-up step
     optim::StepResult step;
-    // As Megatron, the schedule advances only with updates that were made.
-    float lr = args_.lr_schedule.lr(iteration_ - skipped_iterations_);
+    const int64_t global_batch = current_global_batch();
+    // As Megatron, the schedule advances only with updates that were made: in iterations, or in samples
+    // under --train-samples.
+    float lr = args_.lr_schedule.lr(args_.train_samples > 0 ? consumed_samples_ - skipped_samples_
+                                                            : iteration_ - skipped_iterations_);
     const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
     Timer step_timer;
-    double loss = train_step(lr, step);
+    double loss = train_step(lr, global_batch, step);
     interval_seconds += step_timer.seconds();
     ++iteration_;
-    consumed_samples_ += args_.global_batch_size;
+    consumed_samples_ += global_batch;
     losses_.push_back(loss);
     if (step.skipped) {
       ++skipped_iterations_;
+      skipped_samples_ += global_batch;
       ++interval_skipped;
     }
     // Under loss scaling, scaled gradients that overflow are expected now and then: the step is skipped
@@ -811,10 +833,11 @@ void Trainer::train() {
       s.iteration = iteration_;
       s.train_iters = args_.train_iters;
       s.consumed_samples = consumed_samples_;
-      s.global_batch_size = args_.global_batch_size;
+      s.global_batch_size = global_batch;  // Megatron's: the ramp's current size
       s.elapsed_ms_per_iteration = seconds * 1000;
-      s.tflops_per_device = flops_per_iteration / seconds / 1e12 / static_cast<double>(args_.world_size);
-      s.tokens_per_second = static_cast<double>(args_.global_batch_size * args_.model.seq_length) / seconds;
+      s.tflops_per_device = model::model_flops_per_iteration(args_.model, global_batch) / seconds / 1e12 /
+                            static_cast<double>(args_.world_size);
+      s.tokens_per_second = static_cast<double>(global_batch * args_.model.seq_length) / seconds;
       s.learning_rate = lr;
       s.loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0;
       s.lm_loss = interval_loss / static_cast<double>(interval_iters);

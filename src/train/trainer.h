@@ -77,8 +77,11 @@ class Trainer {
   int64_t teacher_forwards() const { return teacher_forwards_; }
 
  private:
-  // One forward/backward/step over a global batch; returns the mean per-token loss.
-  double train_step(float lr, optim::StepResult& step);
+  // One forward/backward/step over a global batch of `global_batch` samples (the ramp's size, or
+  // --global-batch-size); returns the mean per-token loss.
+  double train_step(float lr, int64_t global_batch, optim::StepResult& step);
+  // The global batch of the next iteration (it grows under --rampup-batch-size, said as Megatron says it).
+  int64_t current_global_batch();
   // Runs this rank's pipeline schedule over the micro-batches `batches` (forward only when not
   // training) and returns the sums of the masked token losses (non-zero on the last stage only).
   // per_sample_loss_weight: the batches' loss tokens per sample (model::ForwardContext).
@@ -149,6 +152,8 @@ class Trainer {
   std::unique_ptr<infer::TrainingSampler> sampler_;  // --sample-interval, made at the first sample
   std::optional<optim::LossScaler> loss_scaler_;      // --fp16, or --loss-scale
   int64_t iteration_ = 0, consumed_samples_ = 0, skipped_iterations_ = 0;
+  int64_t skipped_samples_ = 0;  // the skipped iterations' samples: a schedule in samples leaves them out
+  int64_t announced_global_batch_ = 0;  // the global batch last used (0: none yet)
   // Accounting since the last log line.
   pipeline::PipelineTimes times_;
   double reduce_seconds_ = 0, optimizer_seconds_ = 0;

@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "kernels/gemm.h"
@@ -173,6 +176,48 @@ TEST(Trainer, NonFiniteIterationsAreSkippedThenStopTraining) {
         << e.what();
   }
   EXPECT_EQ(t.iteration(), 4);
+}
+
+// The learning rates a run logged to DIR/metrics.jsonl, iteration by iteration.
+std::vector<double> logged_learning_rates(const fs::path& dir) {
+  std::vector<double> rates;
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("learning_rate")) rates.push_back(j["learning_rate"].get<double>());
+  }
+  return rates;
+}
+
+// --train-samples: the schedule counts the samples of the updates made, as Megatron's scheduler steps
+// only then; a skipped iteration's samples (a ramp's batch of 2 here) stay out, after a resume too.
+TEST(Trainer, ASampleScheduleLeavesOutTheSamplesOfSkippedIterations) {
+  const fs::path dir = fs::temp_directory_path() / "tessera_trainer_sample_schedule";
+  fs::remove_all(dir);
+  const std::string flags = kSmallModel +
+                            "--micro-batch-size 1 --global-batch-size 8 --train-samples 30 --rampup-batch-size 2 2 12 "
+                            "--lr-warmup-samples 8 --lr-decay-style constant --log-interval 1 --save " +
+                            (dir / "ckpt").string();
+  TrainArguments a = parse_train_arguments(split_flags(flags + " --log-dir " + (dir / "whole").string()));
+  a.inject_nan_at_iterations = {2};
+  Trainer whole(a);
+  whole.train();
+  // Samples before each iteration: 0, 2, 4, 8, 14, 22; the schedule's (iteration 2 skipped): 0, 2, 2, 6, 12, 20.
+  const std::vector<double> rates = logged_learning_rates(dir / "whole");
+  const std::vector<double> expected = {0, 3e-3 * 2 / 8, 3e-3 * 2 / 8, 3e-3 * 6 / 8, 3e-3, 3e-3};
+  ASSERT_EQ(rates.size(), expected.size());
+  for (size_t i = 0; i < rates.size(); ++i) EXPECT_NEAR(rates[i], expected[i], 1e-9) << "iteration " << i + 1;
+
+  // Stopped after iteration 3 and resumed: the checkpoint carries the skipped samples.
+  fs::remove_all(dir / "ckpt");
+  TrainArguments first = parse_train_arguments(split_flags(flags + " --exit-interval 3"));
+  first.inject_nan_at_iterations = {2};
+  Trainer(first).train();
+  Trainer resumed(parse_train_arguments(split_flags(flags + " --load " + (dir / "ckpt").string() + " --log-dir " +
+                                                    (dir / "resumed").string())));
+  resumed.train();
+  EXPECT_EQ(logged_learning_rates(dir / "resumed"), std::vector<double>(rates.begin() + 3, rates.end()));
+  fs::remove_all(dir);
 }
 
 // The skipped step leaves the weights as they were.

@@ -1,5 +1,7 @@
 #include "train/training_data.h"
 
+#include <algorithm>
+
 #include "data/bert_dataset.h"
 #include "data/blended_dataset.h"
 #include "train/bert_batching.h"
@@ -23,7 +25,11 @@ std::array<std::shared_ptr<const BatchSource>, 3> mock_batches(const TrainArgume
 }
 
 std::array<int64_t, 3> num_samples(const TrainArguments& a) {
-  return data::megatron_num_samples(a.train_iters, a.global_batch_size, a.eval_interval, a.eval_iters);
+  std::array<int64_t, 3> n = data::megatron_num_samples(a.train_iters, a.global_batch_size, a.eval_interval, a.eval_iters);
+  // Sample-based training (Megatron: --train-samples itself), and at least what the iterations take: a
+  // ramp's last iteration may reach past --train-samples, as Megatron's count of iterations allows.
+  if (a.train_samples > 0) n[0] = std::max(a.train_samples, a.batch_schedule.samples_for(a.train_iters));
+  return n;
 }
 
 std::array<std::shared_ptr<const BatchSource>, 3> bert_batches(const TrainArguments& a) {

@@ -104,6 +104,7 @@ void TrainingLog::iteration(const IterationStats& s) {
   if (jsonl_) {
     nlohmann::json j = {{"iteration", s.iteration},
                         {"consumed_samples", s.consumed_samples},
+                        {"global_batch_size", s.global_batch_size},
                         {"lm_loss", s.lm_loss},
                         {"learning_rate", s.learning_rate},
                         {"grad_norm", s.grad_norm},
