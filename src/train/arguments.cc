@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "train/megatron_compat_flags.h"
+
 namespace tessera::train {
 
 TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size) {
@@ -142,6 +144,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   l->add_flag("--skip-train", a.skip_train, "Do not train: only evaluate the validation and test splits");
 
   add_distillation_flags(*app.add_option_group("knowledge distillation"), a);
+  add_megatron_compat_flags(*app.add_option_group("Megatron flags accepted with no effect here"),
+                            a.megatron_compat_flags);
 
   app.add_option_group("device")
       ->add_option("--device", a.device_flag,

@@ -124,6 +124,9 @@ struct TrainArguments {
   int64_t exit_interval = 0;           // 0: never
   double exit_duration_in_mins = 0;    // 0: never
   bool skip_train = false;             // only evaluate (validation and test splits) at the loaded iteration
+  // Megatron flags given that have no effect here, each with what Tessera does instead
+  // (train/megatron_compat_flags.h), said at start-up.
+  std::vector<std::string> megatron_compat_flags;
 
   // Knowledge distillation (Megatron-DeepSpeed's --kd; DeepSpeed-MoE's Mixture-of-Students): the loss per
   // token is α·CE + β·τ²·KL(softmax(z_T / τ) ‖ softmax(z_S / τ)) against a frozen teacher loaded from the

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "train/megatron_compat_flags.h"
 #include "train/trainer_testing.h"
 
 namespace tessera::train {
@@ -178,6 +179,26 @@ const RuleCase kSampleBasedRules[] = {
 };
 #undef SAMPLES
 INSTANTIATE_TEST_SUITE_P(SampleBased, TrainArgumentsRule, ::testing::ValuesIn(kSampleBasedRules));
+
+// Megatron's flags for GPU implementations (fused kernels, Transformer Engine, NCCL, workers) are
+// accepted, so that its scripts run, each recorded with what Tessera does instead; a value Megatron
+// would refuse is refused.
+TEST(TrainArguments, MegatronFlagsWithoutEffectHereAreAcceptedAndNamed) {
+  const TrainArguments a = parse(
+      "--use-flash-attn --no-masked-softmax-fusion --transformer-impl transformer_engine --distributed-backend nccl "
+      "--num-workers 2 --ckpt-format torch_dist");
+  const std::string note = megatron_compat_note(a.megatron_compat_flags);
+  EXPECT_EQ(a.megatron_compat_flags.size(), 6u) << note;
+  for (const char* line : {"--use-flash-attn (attention is always", "--no-masked-softmax-fusion (",
+                           "--transformer-impl transformer_engine (", "--distributed-backend nccl (ranks talk through MPI",
+                           "--num-workers 2 (", "--ckpt-format torch_dist (checkpoints are Tessera's"})
+    EXPECT_NE(note.find(line), std::string::npos) << line << " not in " << note;
+  EXPECT_EQ(megatron_compat_note(parse("").megatron_compat_flags), "");
+  EXPECT_EQ(error_of(kBase + "--transformer-impl te"),
+            "--transformer-impl=te: must be one of local transformer_engine (Megatron's; accepted, no effect here)");
+  EXPECT_EQ(error_of(kBase + "--num-workers x"), "--num-workers=x: must be a count >= 0 (Megatron's; accepted, no effect here)");
+  EXPECT_NE(error_of(kBase + "--use-flash-attention").find("not expected"), std::string::npos);  // not Megatron's
+}
 
 // --train-samples sets the iterations as Megatron's update_train_iters and the schedule in samples: the
 // decay over --lr-decay-samples (default: all), the warm-up a fraction of it unrounded.

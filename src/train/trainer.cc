@@ -26,6 +26,7 @@
 #include "train/device_setup.h"
 #include "train/exit_signal.h"
 #include "train/fault_injection.h"
+#include "train/megatron_compat_flags.h"
 
 namespace tessera::train {
 namespace {
@@ -125,6 +126,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     }
   }
   say(device_line(args_));
+  if (const std::string note = megatron_compat_note(args_.megatron_compat_flags); !note.empty()) say(note);
   prepare_device(args_.device);
 
   build_datasets();

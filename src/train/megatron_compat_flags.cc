@@ -1,0 +1,88 @@
+#include "train/megatron_compat_flags.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace tessera::train {
+namespace {
+
+// A flag without a value, and what Tessera does in its place.
+struct Switch {
+  const char* name;
+  const char* instead;
+};
+
+const Switch kSwitches[] = {
+    {"--use-flash-attn", "attention is always Tessera's own tiled kernel, never an s x s matrix"},
+    {"--use-mcore-models", "the model is Tessera's own (Megatron-Core's layout)"},
+    {"--no-persist-layer-norm", "LayerNorm is Tessera's kernel"},
+    {"--attention-softmax-in-fp32", "the softmax is always computed in fp32"},
+    {"--apply-query-key-layer-scaling", "the softmax is always computed in fp32 (the scaling cancels out)"},
+    {"--no-masked-softmax-fusion", "Tessera's kernels, fused or not, compute the same values"},
+    {"--no-bias-gelu-fusion", "Tessera's kernels, fused or not, compute the same values"},
+    {"--no-bias-swiglu-fusion", "Tessera's kernels, fused or not, compute the same values"},
+    {"--no-bias-dropout-fusion", "Tessera's kernels, fused or not, compute the same values"},
+    {"--no-rope-fusion", "Tessera's kernels, fused or not, compute the same values"},
+    {"--no-gradient-accumulation-fusion", "gradients accumulate in their fp32 buffer either way"},
+    {"--no-async-tensor-model-parallel-allreduce", "Tessera's tensor-parallel collectives"},
+    {"--log-throughput", "the log line always has the throughput"},
+    {"--log-validation-ppl-to-tensorboard", "TensorBoard always gets the validation perplexity"},
+    {"--log-timers-to-tensorboard", "the timers are in the log, not in TensorBoard"},
+};
+
+// A flag with a value, the values Megatron accepts (empty: a count >= 0), and what Tessera does.
+struct Choice {
+  const char* name;
+  std::vector<std::string> values;
+  const char* instead;
+};
+
+const Choice kChoices[] = {
+    {"--transformer-impl", {"local", "transformer_engine"}, "the layers are Tessera's own"},
+    {"--distributed-backend", {"nccl", "gloo"}, "ranks talk through MPI (NCCL is the GPU path's)"},
+    {"--ckpt-format", {"torch", "torch_dist", "zarr"},
+     "checkpoints are Tessera's: Megatron's directory layout, safetensors files, resharded on load"},
+    {"--num-workers", {}, "samples are read on the training thread"},
+    {"--timing-log-level", {"0", "1", "2"}, "the log has Tessera's timers"},
+};
+
+}  // namespace
+
+void add_megatron_compat_flags(CLI::App& group, std::vector<std::string>& given) {
+  for (const Switch& s : kSwitches) {
+    const std::string name = s.name, instead = s.instead;
+    group.add_flag_callback(name, [&given, name, instead] { given.push_back(name + " (" + instead + ")"); },
+                            "Megatron's; accepted, no effect here: " + instead);
+  }
+  for (const Choice& c : kChoices) {
+    const std::string name = c.name, instead = c.instead;
+    const std::vector<std::string> values = c.values;
+    group
+        .add_option_function<std::string>(
+            name,
+            [&given, name, instead, values](const std::string& v) {
+              bool ok = values.empty() ? !v.empty() && v.find_first_not_of("0123456789") == std::string::npos
+                                       : std::find(values.begin(), values.end(), v) != values.end();
+              std::string rule = "must be a count >= 0";
+              if (!values.empty()) {
+                rule = "must be one of";
+                for (const std::string& x : values) rule += " " + x;
+              }
+              TESSERA_CHECK(ok, name, "=", v, ": ", rule, " (Megatron's; accepted, no effect here)");
+              given.push_back(name + " " + v + " (" + instead + ")");
+            },
+            "Megatron's; accepted, no effect here: " + instead)
+        ->type_name(values.empty() ? "INT" : "TEXT");
+  }
+}
+
+std::string megatron_compat_note(const std::vector<std::string>& given) {
+  if (given.empty()) return "";
+  std::string note = " > Megatron flags accepted with no effect here:";
+  for (const std::string& g : given) note += "\n     " + g;
+  return note;
+}
+
+}  // namespace tessera::train
