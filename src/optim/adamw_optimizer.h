@@ -58,6 +58,7 @@ class AdamWOptimizer : public Optimizer {
 
   // Clips the gradients by their global norm and applies one AdamW step with learning rate lr.
   StepResult step(float lr, float loss_scale = 1.0f) override;
+  void set_weight_decay(float weight_decay) override { config_.weight_decay = weight_decay; }
 
   int64_t steps() const override { return steps_; }
   void set_steps(int64_t steps) override { steps_ = steps; }

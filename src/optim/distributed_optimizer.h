@@ -51,6 +51,7 @@ class DistributedOptimizer : public Optimizer {
   // group, then over the groups. Call after the buckets' finish() and the tensor/embedding gradient sums.
   double grad_norm() const override;
   StepResult step(float lr, float loss_scale = 1.0f) override;
+  void set_weight_decay(float weight_decay) override { config_.weight_decay = weight_decay; }
   void wait_for_params() override;
 
   int64_t steps() const override { return steps_; }

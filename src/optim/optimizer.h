@@ -53,6 +53,8 @@ class Optimizer {
   // loss_scale: the gradients are those of the loss times this (optim/loss_scaler.h); the norm and the
   // update are of the gradients divided by it. Non-finite gradients skip the step.
   virtual StepResult step(float lr, float loss_scale = 1.0f) = 0;
+  // The weight decay of the next steps (--weight-decay-incr-style changes it step by step).
+  virtual void set_weight_decay(float weight_decay) = 0;
   // Blocks until the parameters are complete again (the distributed optimizer's overlapped parameter
   // all-gather); call before anything reads them: forward, evaluation, checkpoints.
   virtual void wait_for_params() {}

@@ -103,12 +103,18 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   t->add_option("--lr", a.lr, "Peak learning rate")->required();
   t->add_option("--min-lr", a.min_lr, "Learning rate at the end of the decay");
   t->add_option("--weight-decay", a.weight_decay, "AdamW weight decay");
+  t->add_option("--start-weight-decay", a.start_weight_decay, "Weight decay at the start (with --weight-decay-incr-style)");
+  t->add_option("--end-weight-decay", a.end_weight_decay, "Weight decay at the end (with --weight-decay-incr-style)");
+  t->add_option("--weight-decay-incr-style", a.weight_decay_incr_style,
+                "constant (--weight-decay), or linear or cosine from --start-weight-decay to --end-weight-decay over "
+                "the run");
   t->add_option("--adam-beta1", a.adam_beta1, "AdamW beta1");
   t->add_option("--adam-beta2", a.adam_beta2, "AdamW beta2");
   t->add_option("--adam-eps", a.adam_eps, "AdamW epsilon");
   t->add_option("--lr-decay-style", a.lr_decay_style, "constant, linear or cosine");
   t->add_option("--lr-warmup-iters", a.lr_warmup_iters, "Warm-up iterations");
   t->add_option("--lr-warmup-fraction", a.lr_warmup_fraction, "Warm-up as a fraction of the decay iterations");
+  t->add_option("--lr-warmup-init", a.lr_warmup_init, "Learning rate the warm-up starts from");
   t->add_option("--lr-decay-iters", a.lr_decay_iters, "Decay iterations (default: train iters)");
   t->add_option("--lr-warmup-samples", a.lr_warmup_samples, "Warm-up samples (with --train-samples)");
   t->add_option("--lr-decay-samples", a.lr_decay_samples, "Decay samples (with --train-samples; default: train samples)");

@@ -105,6 +105,11 @@ struct TrainArguments {
   std::string lr_decay_style = "linear";
   int64_t lr_warmup_iters = 0, lr_decay_iters = 0;
   double lr_warmup_fraction = -1;  // unset; a double, as Python's: 0.7f x 10 iterations truncates to 6
+  float lr_warmup_init = 0;
+  // Megatron's weight-decay schedule: constant (--weight-decay), or linear or cosine from the start to the
+  // end value (-1: not given) over the run's iterations (or samples).
+  float start_weight_decay = -1, end_weight_decay = -1;
+  std::string weight_decay_incr_style = "constant";
   float clip_grad = 1.0f;
   uint64_t seed = 1234;
   int64_t eval_interval = 1000, eval_iters = 100, log_interval = 100;
@@ -140,6 +145,7 @@ struct TrainArguments {
   // Derived by finalize() (and model.vocab_size: the ids the tokenizer produces, end-of-document included).
   int32_t eod = -1;
   optim::LrSchedule lr_schedule;
+  optim::WeightDecaySchedule weight_decay_schedule;
   optim::AdamWConfig adam;
   int64_t num_micro_batches = 0;   // per data-parallel rank, at the final global batch size
   GlobalBatchSchedule batch_schedule;  // the global batch of each iteration (--rampup-batch-size)

@@ -1,5 +1,7 @@
 // The rules of the optimizer: AdamW's hyper-parameters, the learning-rate schedule, and mixed
 // precision, whose loss scaling the optimizer step undoes.
+#include <utility>
+
 #include "train/argument_rules.h"
 #include "train/arguments.h"
 
@@ -7,6 +9,34 @@ namespace tessera::train {
 
 using rules::require;
 using rules::require_positive;
+
+namespace {
+
+// Megatron's rules: constant takes --weight-decay and neither end value; linear and cosine take both.
+void finalize_weight_decay_schedule(TrainArguments& a) {
+  const std::string& style = a.weight_decay_incr_style;
+  require(style == "constant" || style == "linear" || style == "cosine", "--weight-decay-incr-style", style,
+          "must be constant, linear or cosine");
+  optim::WeightDecaySchedule& s = a.weight_decay_schedule;
+  s.incr_steps = static_cast<double>(a.train_samples > 0 ? a.train_samples : a.train_iters);
+  if (style == "constant") {
+    for (const auto& [flag, value] : {std::pair{"--start-weight-decay", a.start_weight_decay},
+                                      std::pair{"--end-weight-decay", a.end_weight_decay}})
+      require(value < 0, flag, value, "needs --weight-decay-incr-style linear or cosine (constant: --weight-decay)");
+    s.start = s.end = a.weight_decay;
+    return;
+  }
+  for (const auto& [flag, value] : {std::pair{"--start-weight-decay", a.start_weight_decay},
+                                    std::pair{"--end-weight-decay", a.end_weight_decay}})
+    require(value >= 0, flag, value < 0 ? "(not given)" : str_cat(value),
+            str_cat("must be >= 0: --weight-decay-incr-style ", style, " needs both ends"));
+  s.start = a.start_weight_decay;
+  s.end = a.end_weight_decay;
+  s.style = optim::parse_lr_decay_style(style);
+  a.weight_decay = s.start;  // the first step's
+}
+
+}  // namespace
 
 void finalize_optimizer(TrainArguments& a) {
   require(a.lr > 0, "--lr", a.lr, "must be positive");
@@ -46,6 +76,10 @@ void finalize_optimizer(TrainArguments& a) {
             "--lr-warmup-samples", warmup, str_cat("must be less than --lr-decay-samples=", a.lr_decay_samples));
     a.lr_schedule = {a.lr, a.min_lr, warmup, static_cast<double>(a.lr_decay_samples), style};
   }
+  require(a.lr_warmup_init >= 0 && a.lr_warmup_init <= a.lr, "--lr-warmup-init", a.lr_warmup_init,
+          str_cat("must be in [0, --lr=", a.lr, "]"));
+  a.lr_schedule.init_lr = a.lr_warmup_init;
+  finalize_weight_decay_schedule(a);
   a.adam = {a.weight_decay, a.adam_beta1, a.adam_beta2, a.adam_eps, a.clip_grad};
 
   // Mixed precision.

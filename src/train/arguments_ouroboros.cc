@@ -56,6 +56,7 @@ void finalize_ouroboros(TrainArguments& a) {
   not_yet(a.inject_nan_at_iterations.empty(), "injected NaN gradients");
   // A resumed run replays its pending mini-batches at --global-batch-size.
   not_yet(!a.batch_schedule.ramps(), "--rampup-batch-size");
+  not_yet(!a.weight_decay_schedule.varies(), "--weight-decay-incr-style linear or cosine");
 }
 
 }  // namespace tessera::train

@@ -176,6 +176,15 @@ const RuleCase kSampleBasedRules[] = {
      "--pipeline-model-parallel-size=2"},
     {SAMPLES "--pipeline-schedule ouroboros --rampup-batch-size 2 2 8", 1,
      "--pipeline-schedule=ouroboros: cannot be combined with --rampup-batch-size yet (issue 38)"},
+    {"--lr-warmup-init 0.01", 1, "--lr-warmup-init=0.01: must be in [0, --lr=0.001]"},
+    {"--weight-decay-incr-style exponential", 1,
+     "--weight-decay-incr-style=exponential: must be constant, linear or cosine"},
+    {"--start-weight-decay 0.1", 1,
+     "--start-weight-decay=0.1: needs --weight-decay-incr-style linear or cosine (constant: --weight-decay)"},
+    {"--weight-decay-incr-style linear --start-weight-decay 0.1", 1,
+     "--end-weight-decay=(not given): must be >= 0: --weight-decay-incr-style linear needs both ends"},
+    {"--pipeline-schedule ouroboros --weight-decay-incr-style cosine --start-weight-decay 0 --end-weight-decay 0.1", 1,
+     "--pipeline-schedule=ouroboros: cannot be combined with --weight-decay-incr-style linear or cosine yet (issue 38)"},
 };
 #undef SAMPLES
 INSTANTIATE_TEST_SUITE_P(SampleBased, TrainArgumentsRule, ::testing::ValuesIn(kSampleBasedRules));
@@ -215,6 +224,17 @@ TEST(TrainArguments, SampleBasedTrainingCountsIterationsAndSchedulesInSamples) {
   EXPECT_EQ(ramp.batch_schedule.at(4), 4);
   EXPECT_EQ(ramp.lr_schedule.decay_steps, 25);
   EXPECT_DOUBLE_EQ(ramp.lr_schedule.warmup_steps, 2.5);
+  // The weight decay's schedule runs over the same steps.
+  const TrainArguments wd = parse(
+      "--train-iters 0 --train-samples 16 --weight-decay-incr-style cosine --start-weight-decay 0.01 "
+      "--end-weight-decay 0.1 --lr-warmup-init 1e-4");
+  EXPECT_EQ(wd.weight_decay_schedule.incr_steps, 16);
+  EXPECT_FLOAT_EQ(wd.weight_decay_schedule.start, 0.01f);
+  EXPECT_FLOAT_EQ(wd.weight_decay_schedule.end, 0.1f);
+  EXPECT_TRUE(wd.weight_decay_schedule.varies());
+  EXPECT_FLOAT_EQ(wd.adam.weight_decay, 0.01f);
+  EXPECT_FLOAT_EQ(wd.lr_schedule.init_lr, 1e-4f);
+  EXPECT_FALSE(parse("--weight-decay 0.2").weight_decay_schedule.varies());
   // Iteration-based runs keep their schedule in iterations.
   const TrainArguments iterations = parse("--train-iters 10 --lr-warmup-iters 3");
   EXPECT_EQ(iterations.lr_schedule.decay_steps, 10);

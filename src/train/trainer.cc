@@ -791,8 +791,11 @@ void Trainer::train() {
     const int64_t global_batch = current_global_batch();
     // As Megatron, the schedule advances only with updates that were made: in iterations, or in samples
     // under --train-samples.
-    float lr = args_.lr_schedule.lr(args_.train_samples > 0 ? consumed_samples_ - skipped_samples_
-                                                            : iteration_ - skipped_iterations_);
+    const int64_t schedule_steps =
+        args_.train_samples > 0 ? consumed_samples_ - skipped_samples_ : iteration_ - skipped_iterations_;
+    float lr = args_.lr_schedule.lr(schedule_steps);
+    if (args_.weight_decay_schedule.varies())
+      optimizer_->set_weight_decay(args_.weight_decay_schedule.wd(schedule_steps));
     const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
     Timer step_timer;
     double loss = train_step(lr, global_batch, step);
