@@ -870,9 +870,8 @@ void Trainer::train() {
       optimizer_->wait_for_params();  // the sampler reads the weights
       params_.weights_changed();      // and its GEMMs may read their rounded copies
       if (!sampler_)
-        sampler_ = std::make_unique<infer::TrainingSampler>(
-            *chunks_[0], params_, state_->tensor_group(), args_.sequence_parallel,
-            tokenizer_options(args_), args_.sample_prompt);
+        sampler_ = std::make_unique<infer::TrainingSampler>(*chunks_[0], params_, tp_, tokenizer_options(args_),
+                                                            args_.sample_prompt);
       say(str_cat(" sample at iteration ", iteration_, ": ", args_.sample_prompt, sampler_->sample()));
     }
     const bool save_now = !args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
