@@ -1,5 +1,7 @@
 #include "infer/loaded_model.h"
 
+#include <algorithm>
+
 #include "ckpt/checkpoint.h"
 #include "model/model_factory.h"
 #include "pipeline/schedules.h"
@@ -19,7 +21,9 @@ void check_model_splits(const model::ModelConfig& c, const LoadOptions& o) {
   split(c.padded_vocab_size, "rows of padded vocabulary", tp, "--tensor-model-parallel-size");
   split(c.num_attention_heads, "attention heads", tp, "--tensor-model-parallel-size");
   split(c.num_query_groups, "query groups", tp, "--tensor-model-parallel-size");
-  split(c.ffn_hidden_size, "MLP columns (--ffn-hidden-size)", tp, "--tensor-model-parallel-size");
+  const auto& experts = c.moe.layer_experts;
+  const bool dense_layers = !c.moe.enabled() || std::find(experts.begin(), experts.end(), 0) != experts.end();
+  if (dense_layers) split(c.ffn_hidden_size, "MLP columns (--ffn-hidden-size)", tp, "--tensor-model-parallel-size");
   if (!c.moe.enabled()) return;
   split(c.moe.ffn_hidden_size, "expert MLP columns (--moe-ffn-hidden-size)", etp, "--expert-tensor-parallel-size");
   split(c.moe.shared_expert_intermediate_size, "shared-expert MLP columns", tp, "--tensor-model-parallel-size");
