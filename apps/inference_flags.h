@@ -32,9 +32,10 @@ inline void add_load_flags(CLI::App& app, LoadFlags& f, bool seq_length_is_the_m
   infer::LoadOptions& o = f.load;
   app.add_option("--load", o.load, "Checkpoint directory (its latest iteration)")->required();
   app.add_option("--tensor-model-parallel-size", o.tensor_model_parallel_size,
-                 "Tensor-parallel ranks (the checkpoint's size; the world must be a multiple)");
+                 "Tensor-parallel ranks (any size that splits the checkpoint's padded vocabulary: it is resharded "
+                 "on load; the world must be a multiple of tp x pp)");
   app.add_option("--pipeline-model-parallel-size", o.pipeline_model_parallel_size,
-                 "Pipeline stages (1 for now)");
+                 "Pipeline stages (an even share of the layers each)");
   app.add_option("--expert-model-parallel-size", o.expert_model_parallel_size,
                  "MoE: ranks the experts are split over (any size dividing each layer's experts)");
   app.add_option("--expert-tensor-parallel-size", o.expert_tensor_parallel_size,

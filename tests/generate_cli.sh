@@ -30,6 +30,21 @@ s2=$(grep "sample at iteration" "$work/train2.log")
 check "--sample-interval 20 prints a greedy sample at iterations 20 and 40: $s1" $?
 [ "$s1" = "$s2" ]
 check "samples under tp2 + sequence parallelism equal one process: '$s1' vs '$s2'" $?
+# An MoE model under tp2 + sequence parallelism: the sampler's decoding copy splits the experts as the
+# trained model does (its expert groups), so it samples what one process does.
+moe=("${model[@]}" --train-iters 2 --log-interval 1 --num-experts 4 --moe-router-topk 2 --sample-interval 2
+     --sample-prompt "3 5 7")
+"$tessera" train "${moe[@]}" --make-vocab-size-divisible-by 64 >"$work/moe1.log" 2>&1
+rc=$?
+check "MoE tp1 training with samples exits 0: $(tail -3 "$work/moe1.log")" $rc
+OMP_NUM_THREADS=1 "${mpi[@]}" "$tessera" train "${moe[@]}" --make-vocab-size-divisible-by 32 \
+  --tensor-model-parallel-size 2 --sequence-parallel >"$work/moe2.log" 2>&1
+rc=$?
+check "MoE tp2 + sequence parallel training with samples exits 0: $(grep -m3 error "$work/moe2.log")" $rc
+s1=$(grep "sample at iteration" "$work/moe1.log")
+s2=$(grep "sample at iteration" "$work/moe2.log")
+[ -n "$s1" ] && [ "$s1" = "$s2" ]
+check "MoE samples under tp2 + sequence parallelism equal one process: '$s1' vs '$s2'" $?
 out=$("$tessera" train "${model[@]}" --sample-interval 5 2>&1)
 [ $? -ne 0 ] && grep -qF -- "--sample-interval=5: needs --sample-prompt" <<<"$out"
 check "--sample-interval without --sample-prompt is refused: $out" $?

@@ -68,6 +68,10 @@ check "generate --bf16 exits 0: $out" $?
 [[ "$(cat "$work/out")" =~ ^"3 5 7"( [0-9]+){1,8}$ ]]
 ok=$?; check "generate --bf16 prints ids: '$(cat "$work/out")'" $ok
 expect_failure "--bf16=true: cannot be combined with --fp16" "$tessera" generate "${gen[@]}" --bf16 --fp16
+# A tensor-parallel size the checkpoint's model does not split over is refused by flag and rule before the
+# layout is built or a tensor read (2 query groups over 4 ranks; the padded vocabulary, 128, splits).
+expect_failure "--tensor-model-parallel-size=4: the checkpoint in $work/ckpt has 2 query groups, which do not split evenly over that many ranks" \
+  "$tessera" generate "${gen[@]}" --tensor-model-parallel-size 4
 
 # eval: the same checks; its --seq-length is the evaluation window, not a model flag.
 for i in $(seq 1 20); do seq -s ' ' $((i % 7)) 3 39; done > "$work/ids.txt"

@@ -41,4 +41,15 @@ out=$($mpirun -np 2 "$tessera" train $model --pipeline-model-parallel-size 2 2>&
 grep -qF "activations held per stage (measured/schedule max): 2/2 1/1" <<<"$out"
 check "1F1B should hold 2 and 1 micro-batches on its stages: $out" $?
 
+# An Ouroboros checkpoint is one layout's delayed state (on P ranks without Megatron's model files): at
+# another pipeline size it is refused by flag before any tensor is read, not as a missing tensor.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+ouroboros="$model --num-layers 3 --pipeline-schedule ouroboros --train-iters 2 --eval-iters 0"
+out=$($mpirun -np 2 "$tessera" train $ouroboros --pipeline-model-parallel-size 2 --save "$work/ring" --save-interval 1 \
+      --exit-interval 1 2>&1)
+check "an Ouroboros run on 2 ranks saves: $out" $?
+expect_failure "the Ouroboros checkpoint was saved at --pipeline-model-parallel-size=2, this run has --pipeline-model-parallel-size=1" \
+  "$tessera" train $ouroboros --ouroboros-modules 3 --load "$work/ring"
+
 finish pipeline_cli

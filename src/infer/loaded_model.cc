@@ -1,10 +1,35 @@
 #include "infer/loaded_model.h"
 
+#include <algorithm>
+
 #include "ckpt/checkpoint.h"
 #include "model/model_factory.h"
 #include "pipeline/schedules.h"
 
 namespace tessera::infer {
+namespace {
+
+// What the tensor (and expert) groups split must split evenly, as training requires: checked by flag
+// and rule before the layout is built or a tensor is read (a checkpoint reshards to any size that does).
+void check_model_splits(const model::ModelConfig& c, const LoadOptions& o) {
+  const int64_t tp = o.tensor_model_parallel_size;
+  const int64_t etp = o.expert_tensor_parallel_size > 0 ? o.expert_tensor_parallel_size : tp;
+  const auto split = [&](int64_t count, const char* what, int64_t ranks, const char* flag) {
+    TESSERA_CHECK(count % ranks == 0, flag, "=", ranks, ": the checkpoint in ", o.load, " has ", count, " ", what,
+                  ", which do not split evenly over that many ranks");
+  };
+  split(c.padded_vocab_size, "rows of padded vocabulary", tp, "--tensor-model-parallel-size");
+  split(c.num_attention_heads, "attention heads", tp, "--tensor-model-parallel-size");
+  split(c.num_query_groups, "query groups", tp, "--tensor-model-parallel-size");
+  const auto& experts = c.moe.layer_experts;
+  const bool dense_layers = !c.moe.enabled() || std::find(experts.begin(), experts.end(), 0) != experts.end();
+  if (dense_layers) split(c.ffn_hidden_size, "MLP columns (--ffn-hidden-size)", tp, "--tensor-model-parallel-size");
+  if (!c.moe.enabled()) return;
+  split(c.moe.ffn_hidden_size, "expert MLP columns (--moe-ffn-hidden-size)", etp, "--expert-tensor-parallel-size");
+  split(c.moe.shared_expert_intermediate_size, "shared-expert MLP columns", tp, "--tensor-model-parallel-size");
+}
+
+}  // namespace
 
 LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
   TESSERA_CHECK(!o.load.empty(), "--load: a checkpoint directory is required");
@@ -15,10 +40,8 @@ LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
   config_ = model::config_from_json(run["model"]);
   config_.moe.grouped_gemm = o.moe_grouped_gemm;
   // Checkpoints reshard on load, so any tensor-parallel size works whose ranks split the saved padded
-  // vocabulary evenly (the padding, and so the logits, stay those of the trained model).
-  TESSERA_CHECK(config_.padded_vocab_size % o.tensor_model_parallel_size == 0, "--tensor-model-parallel-size=",
-                o.tensor_model_parallel_size, ": the checkpoint in ", o.load, " has a padded vocabulary of ",
-                config_.padded_vocab_size, " rows, which does not split evenly over that many ranks");
+  // vocabulary (the padding, and so the logits, stay those of the trained model), heads and MLP evenly.
+  check_model_splits(config_, o);
   if (o.seq_length > 0) {
     TESSERA_CHECK(config_.position_embedding != model::PositionEmbedding::LearnedAbsolute ||
                       o.seq_length <= config_.max_position_embeddings,

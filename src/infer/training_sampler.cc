@@ -8,9 +8,9 @@
 namespace tessera::infer {
 
 TrainingSampler::TrainingSampler(const model::LanguageModelChunk& model, const model::ParameterSet& params,
-                                 comm::ProcessGroup& tensor_group, bool sequence_parallel,
-                                 const data::TokenizerOptions& tokenizer, std::string prompt, int64_t tokens)
-    : params_(params), tokenizer_(data::build_tokenizer(tokenizer)), tp_{&tensor_group, false} {
+                                 const parallel::TensorParallelContext& tp, const data::TokenizerOptions& tokenizer,
+                                 std::string prompt, int64_t tokens)
+    : params_(params), tokenizer_(data::build_tokenizer(tokenizer)), tp_{tp.group, false, tp.experts} {
   const model::ModelConfig& c = model.config();
   prompt_ = tokenizer_->encode(prompt);
   TESSERA_CHECK(!prompt_.empty(), "--sample-prompt='", prompt, "': has no tokens");
@@ -19,7 +19,7 @@ TrainingSampler::TrainingSampler(const model::LanguageModelChunk& model, const m
     tokens_ = std::min(tokens_, c.max_position_embeddings - static_cast<int64_t>(prompt_.size()));
   TESSERA_CHECK(tokens_ > 0, "--sample-prompt='", prompt, "': its ", prompt_.size(),
                 " tokens leave no room in the model's ", c.max_position_embeddings, " positions");
-  if (sequence_parallel) {
+  if (tp.sequence_parallel) {
     copy_params_ = std::make_unique<model::ParameterSet>();
     copy_ = model::build_model_chunk(c, *copy_params_, tp_);
     copy_params_->allocate(0);

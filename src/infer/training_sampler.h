@@ -1,7 +1,8 @@
 // --sample-interval N --sample-prompt TEXT: a short greedy continuation of a prompt printed in the
 // training log, from the weights being trained. Decoding needs a model without sequence
 // parallelism, so under --sequence-parallel the sampler keeps its own copy of the model (same shards,
-// values copied at each sample).
+// values copied at each sample), built with the trained model's expert groups so that its experts split
+// as the trained ones do.
 #pragma once
 
 #include <memory>
@@ -15,9 +16,10 @@ namespace tessera::infer {
 class TrainingSampler {
  public:
   // Collective-free. Checks that the prompt fits the model (errors name --sample-prompt).
-  TrainingSampler(const model::LanguageModelChunk& model, const model::ParameterSet& params, comm::ProcessGroup& tensor_group,
-                  bool sequence_parallel, const data::TokenizerOptions& tokenizer, std::string prompt,
-                  int64_t tokens_to_generate = 32);
+  // `tp`: the context the model was built with (its tensor group, sequence parallelism, expert groups).
+  TrainingSampler(const model::LanguageModelChunk& model, const model::ParameterSet& params,
+                  const parallel::TensorParallelContext& tp, const data::TokenizerOptions& tokenizer,
+                  std::string prompt, int64_t tokens_to_generate = 32);
   ~TrainingSampler();
   // The greedy continuation (text after the prompt). Collective over the tensor group.
   std::string sample();

@@ -76,7 +76,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
 
   auto* d = app.add_option_group("data");
   d->add_flag("--mock-data", a.mock_data, "Train on a synthetic, learnable token stream");
-  d->add_option("--data-path", a.data_path, "Dataset prefix, or weights and prefixes: w1 p1 w2 p2 ...");
+  keep_last_occurrence(
+      d->add_option("--data-path", a.data_path, "Dataset prefix, or weights and prefixes: w1 p1 w2 p2 ..."));
   d->add_option("--split", a.split, "Train, validation and test shares of the documents, e.g. 949,50,1");
   d->add_option("--data-cache-path", a.data_cache_path, "Where built sample indices are cached");
   d->add_option("--tokenizer-type", a.tokenizer_type,
@@ -169,6 +170,12 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   }
   finalize(a);
   return a;
+}
+
+CLI::Option* keep_last_occurrence(CLI::Option* option) {
+  // With trigger_on_parse CLI11 stores each occurrence's values as it reads them, clearing the earlier
+  // ones; TakeAll keeps all of that occurrence's values (TakeLast would keep its last value alone).
+  return option->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->trigger_on_parse();
 }
 
 void finalize(TrainArguments& a) {

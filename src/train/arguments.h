@@ -17,6 +17,7 @@
 
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace tessera::train {
@@ -206,6 +207,10 @@ void finalize_ouroboros(TrainArguments& a);  // --pipeline-schedule ouroboros an
 void finalize_context_parallel(TrainArguments& a);  // --context-parallel-size and what it runs with (yet)    // --pipeline-token-slices and the layouts it runs with
 // --device against this build and machine, and what the GPU path runs (train/device_setup.h).
 void finalize_device(TrainArguments& a);
+
+// A flag of several values (argparse's nargs='+': --data-path, --num-experts) given twice keeps the
+// values of its last occurrence, as in Megatron, not both lists joined. Returns the option.
+CLI::Option* keep_last_occurrence(CLI::Option* option);
 
 // Adds the flags that define the model (--num-layers ... --make-vocab-size-divisible-by; not the
 // parallel layout) to `app`, writing into `a.model` (and the few flags of `a` that need a rule).

@@ -15,6 +15,13 @@ namespace {
 using rules::require;
 using rules::require_positive;
 
+// --num-experts as written: "8 4 4 2".
+std::string join_values(const std::vector<int64_t>& values) {
+  std::string s;
+  for (int64_t v : values) s += (s.empty() ? "" : " ") + std::to_string(v);
+  return s;
+}
+
 // Megatron's --moe-layer-freq as a list: a Python expression of integer lists joined by + and
 // repeated by *, e.g. "([0]+[1]*3)*2" or "[1,0,1,1]".
 class LayerPatternParser {
@@ -125,10 +132,10 @@ E choose(const char* flag, const std::string& value, const std::vector<std::pair
 
 void add_moe_flags(CLI::App& app, TrainArguments& a) {
   model::MoeConfig& m = a.model.moe;
-  // Several values are one option (argparse's nargs='+'): they are all kept.
-  app.add_option("--num-experts", a.num_experts,
-                 "Experts per MoE layer; several values: one per MoE layer (DeepSpeed's pyramid, PR-MoE)")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  // Several values are one option (argparse's nargs='+').
+  keep_last_occurrence(app.add_option("--num-experts", a.num_experts,
+                                      "Experts per MoE layer; several values: one per MoE layer (DeepSpeed's "
+                                      "pyramid, PR-MoE)"));
   app.add_option("--moe-layer-freq", a.moe_layer_freq, "Every N-th layer is MoE, or a list such as \"([0]+[1]*23)\"");
   app.add_option("--moe-ffn-hidden-size", m.ffn_hidden_size, "Each expert's MLP width (default --ffn-hidden-size)");
   app.add_option("--moe-router-topk", m.router.topk, "Experts each token is routed to");
@@ -185,7 +192,8 @@ void finalize_moe_model(TrainArguments& a) {
   const int64_t moe_layers = std::count(pattern.begin(), pattern.end(), int64_t{1});
   require(moe_layers > 0, "--moe-layer-freq", a.moe_layer_freq, "makes no layer an MoE layer");
   require(a.num_experts.size() == 1 || static_cast<int64_t>(a.num_experts.size()) == moe_layers, "--num-experts",
-          a.num_experts.size(), str_cat("values must be one, or one per MoE layer (", moe_layers, ")"));
+          join_values(a.num_experts),
+          str_cat(a.num_experts.size(), " values; must be one, or one per MoE layer (", moe_layers, ")"));
   for (size_t layer = 0, k = 0; layer < pattern.size(); ++layer)
     m.layer_experts.push_back(pattern[layer] ? a.num_experts[a.num_experts.size() == 1 ? 0 : k++] : 0);
   if (m.ffn_hidden_size == 0) m.ffn_hidden_size = c.ffn_hidden_size;

@@ -58,7 +58,8 @@ TEST(MoeArguments, BadValuesAndLayoutsAreRejectedWithTheRule) {
   EXPECT_NE(error_of("--moe-layer-freq ([1]*3)").find("has 3 entries for --num-layers=4"), std::string::npos);
   EXPECT_NE(error_of("--moe-layer-freq [1,2,0,0]").find("entries must be 0 or 1"), std::string::npos);
   EXPECT_NE(error_of("--moe-layer-freq [1,").find("--moe-layer-freq=[1,: expected a number"), std::string::npos);
-  EXPECT_NE(error_of("--num-experts 4 4").find("values must be one, or one per MoE layer (4)"), std::string::npos);
+  EXPECT_NE(error_of("--num-experts 4 4").find("--num-experts=4 4: 2 values; must be one, or one per MoE layer (4)"),
+            std::string::npos);
   EXPECT_NE(error_of("--moe-router-topk 5").find("--moe-router-topk=5: must be in [1, 4]"), std::string::npos);
   EXPECT_NE(error_of("--moe-pad-expert-input-to-capacity").find("needs --moe-expert-capacity-factor"),
             std::string::npos);

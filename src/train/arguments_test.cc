@@ -326,6 +326,20 @@ TEST(TrainArguments, DataPathOrMockDataIsRequired) {
   EXPECT_EQ(error_of(without_data), "--data-path=(none): give exactly one of --mock-data and --data-path");
 }
 
+// As with Megatron's argparse (nargs='+'), a multi-valued flag given twice takes the values of its last
+// occurrence, not both lists: a launch script can append an override of --data-path or --num-experts.
+TEST(TrainArguments, AMultiValuedFlagGivenTwiceTakesItsLastValues) {
+  std::string with_data = kBase;
+  with_data.replace(with_data.find("--mock-data "), 12, "");
+  const TrainArguments data = parse_train_arguments(
+      split_flags(with_data + "--data-path 0.3 first 0.7 second --data-path third"), 1);
+  EXPECT_EQ(data.data_path, (std::vector<std::string>{"third"}));
+  const TrainArguments blend = parse_train_arguments(split_flags(with_data + "--data-path a --data-path 1 b 2 c"), 1);
+  EXPECT_EQ(blend.data_path, (std::vector<std::string>{"1", "b", "2", "c"}));
+  EXPECT_EQ(parse("--num-experts 8 --num-experts 4").model.moe.layer_experts, (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(parse("--num-experts 4 --num-experts 2 4").model.moe.layer_experts, (std::vector<int64_t>{2, 4}));
+}
+
 TEST(TrainArguments, TheBaseRunIsValid) { EXPECT_EQ(error_of(kBase), "accepted"); }
 
 // The model flags write the ModelConfig's fields; nothing else holds them.

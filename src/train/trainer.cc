@@ -53,6 +53,25 @@ nlohmann::json arguments_json(const TrainArguments& a) {
           {"seed", a.seed}};
 }
 
+// An Ouroboros checkpoint is the delayed rule's state of the layout that saved it (on P ranks it has no
+// Megatron model files: the modules are not params_), so another pipeline or tensor size is refused by
+// flag before any tensor is read, rather than as a tensor or file it lacks. The state files check the rest.
+void check_ouroboros_layout(const nlohmann::json& saved, const TrainArguments& a) {
+  struct Size {
+    const char* key;  // in the checkpoint's arguments (arguments_json)
+    const char* flag;
+    int64_t here;
+  };
+  const Size sizes[] = {{"pipeline_model_parallel_size", "--pipeline-model-parallel-size", a.pipeline_model_parallel_size},
+                        {"tensor_model_parallel_size", "--tensor-model-parallel-size", a.tensor_model_parallel_size}};
+  for (const Size& s : sizes) {
+    const int64_t was = saved.value(s.key, int64_t{1});
+    TESSERA_CHECK(was == s.here, "--load ", a.load, ": the Ouroboros checkpoint was saved at ", s.flag, "=", was,
+                  ", this run has ", s.flag, "=", s.here,
+                  " (an Ouroboros run resumes only at the layout that saved it)");
+  }
+}
+
 // A loss scale as Megatron's log line prints it ("4294967296.0").
 std::string scale_str(float scale) {
   char buf[48];
@@ -272,6 +291,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                   saved_schedule == "ouroboros" || args_.pipeline_schedule == "ouroboros"
                       ? " (an Ouroboros run resumes only from its own state: weight versions and delayed gradients)"
                       : "");
+    if (ouroboros_) check_ouroboros_layout(saved_args, args_);
     bool load_optim = !args_.no_load_optim && !args_.finetune;
     Timer load_timer;
     // Loading assembles the moments in AdamW's full layout (whatever layout saved them): the distributed
@@ -878,9 +898,8 @@ void Trainer::train() {
       optimizer_->wait_for_params();  // the sampler reads the weights
       params_.weights_changed();      // and its GEMMs may read their rounded copies
       if (!sampler_)
-        sampler_ = std::make_unique<infer::TrainingSampler>(
-            *chunks_[0], params_, state_->tensor_group(), args_.sequence_parallel,
-            tokenizer_options(args_), args_.sample_prompt);
+        sampler_ = std::make_unique<infer::TrainingSampler>(*chunks_[0], params_, tp_, tokenizer_options(args_),
+                                                            args_.sample_prompt);
       say(str_cat(" sample at iteration ", iteration_, ": ", args_.sample_prompt, sampler_->sample()));
     }
     const bool save_now = !args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
