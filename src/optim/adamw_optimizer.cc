@@ -37,10 +37,10 @@ AdamWOptimizer::AdamWOptimizer(model::ParameterSet& params, const AdamWConfig& c
   exp_avg_sq_ = Tensor::zeros({params.numel()}, DType::F32, params.values().device());
 }
 
-double AdamWOptimizer::grad_norm() const {
+double AdamWOptimizer::norm_of(const Tensor& flat, Tensor model::Parameter::*piece) const {
   auto spread = [](const comm::ProcessGroup* g) { return g != nullptr && g->size() > 1; };
   if (!spread(model_parallel_group_) && !spread(expert_model_group_))
-    return std::sqrt(kernels::sum_of_squares(params_.grads().flat_range(0, params_.numel())));
+    return std::sqrt(kernels::sum_of_squares(flat.flat_range(0, params_.numel())));
   // Every part on every rank, even one without expert parameters, so that the collectives match.
   std::vector<NormPart> parts{{0, {model_parallel_group_}}};
   if (experts_apart_) parts.push_back({0, {expert_model_group_}});
@@ -48,9 +48,9 @@ double AdamWOptimizer::grad_norm() const {
     const bool is_expert =
         expert_model_group_ && p.spec.grad_reduce == model::ParameterSpec::GradReduce::ExpertDataParallel;
     if (counts_in_grad_norm(p.spec, is_expert ? counts_replicated_experts_ : counts_replicated_))
-      parts[is_expert && experts_apart_ ? 1 : 0].squares += kernels::sum_of_squares(p.grad);
+      parts[is_expert && experts_apart_ ? 1 : 0].squares += kernels::sum_of_squares(p.*piece);
   }
-  return global_grad_norm(parts, params_.grads().device());
+  return global_grad_norm(parts, flat.device());
 }
 
 MomentShard AdamWOptimizer::moments() const {

@@ -54,7 +54,8 @@ class AdamWOptimizer : public Optimizer {
                  comm::ProcessGroup* expert_model_group = nullptr, bool counts_replicated_experts = true);
 
   // The global L2 norm of the gradients over every shard of the model.
-  double grad_norm() const override;
+  double grad_norm() const override { return norm_of(params_.grads(), &model::Parameter::grad); }
+  double params_norm() const override { return norm_of(params_.values(), &model::Parameter::value); }
 
   // Clips the gradients by their global norm and applies one AdamW step with learning rate lr.
   StepResult step(float lr, float loss_scale = 1.0f) override;
@@ -68,6 +69,8 @@ class AdamWOptimizer : public Optimizer {
   const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
 
  private:
+  // The norm of `flat` (the values or the gradients), through each parameter's `Parameter::*piece`.
+  double norm_of(const Tensor& flat, Tensor model::Parameter::*piece) const;
   model::ParameterSet& params_;
   AdamWConfig config_;
   comm::ProcessGroup* model_parallel_group_;

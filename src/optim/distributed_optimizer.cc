@@ -64,7 +64,7 @@ std::vector<DistributedOptimizer::Segment> DistributedOptimizer::segments_for(si
   return out;
 }
 
-double DistributedOptimizer::grad_norm() const {
+double DistributedOptimizer::norm_of(const Tensor& flat) const {
   // Each group over its data-parallel ranks, then over the rest of the model beside them.
   std::vector<NormPart> parts;
   for (const GradientGroup& g : groups_) parts.push_back({0, {&g.buckets->group(), g.model_group}});
@@ -74,9 +74,9 @@ double DistributedOptimizer::grad_norm() const {
     if (!counts_in_grad_norm(s.param->spec, group.counts_replicated) ||
         (s.replicated && group.buckets->group().rank() != 0))
       continue;
-    parts[s.group].squares += kernels::sum_of_squares(params_.grads().flat_range(s.flat, s.length));
+    parts[s.group].squares += kernels::sum_of_squares(flat.flat_range(s.flat, s.length));
   }
-  return global_grad_norm(parts, params_.grads().device());
+  return global_grad_norm(parts, flat.device());
 }
 
 StepResult DistributedOptimizer::step(float lr, float loss_scale) {

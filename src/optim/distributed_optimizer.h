@@ -49,7 +49,10 @@ class DistributedOptimizer : public Optimizer {
   // The global norm from the reduced gradients this rank owns, summed for each group over its
   // data-parallel group (bucket tails, owned by every rank, counted on its rank 0 only) and its model
   // group, then over the groups. Call after the buckets' finish() and the tensor/embedding gradient sums.
-  double grad_norm() const override;
+  double grad_norm() const override { return norm_of(params_.grads()); }
+  // The parameters are whole on every rank after wait_for_params(); each rank counts the pieces whose
+  // moments it owns, as for the gradients.
+  double params_norm() const override { return norm_of(params_.values()); }
   StepResult step(float lr, float loss_scale = 1.0f) override;
   void set_weight_decay(float weight_decay) override { config_.weight_decay = weight_decay; }
   void wait_for_params() override;
@@ -67,6 +70,8 @@ class DistributedOptimizer : public Optimizer {
   void load_full_state(const AdamWOptimizer& full);
 
  private:
+  // The norm of `flat` (the values or the gradients: the same layout) over the pieces this rank owns.
+  double norm_of(const Tensor& flat) const;
   // The part of one parameter inside one owned range: flat offset, length, offset in the moments.
   struct Segment {
     const model::Parameter* param;

@@ -49,6 +49,9 @@ class Optimizer {
 
   // The global L2 norm of the gradients (as they are in the buffer) over every shard of the model.
   virtual double grad_norm() const = 0;
+  // The global L2 norm of the parameters, each counted once as grad_norm counts its gradient (Megatron's
+  // --log-params-norm). Call after wait_for_params().
+  virtual double params_norm() const = 0;
   // Clips the gradients by their global norm and applies one AdamW step with learning rate lr.
   // loss_scale: the gradients are those of the loss times this (optim/loss_scaler.h); the norm and the
   // update are of the gradients divided by it. Non-finite gradients skip the step.

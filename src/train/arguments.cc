@@ -132,6 +132,7 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
                 "Stop after this many consecutive iterations with a non-finite loss or gradient norm");
   l->add_option("--log-dir", a.log_dir, "Write metrics as JSON lines to DIR/metrics.jsonl");
   l->add_option("--tensorboard-dir", a.tensorboard_dir, "Write TensorBoard event files here");
+  l->add_flag("--log-params-norm", a.log_params_norm, "Add the parameters' global L2 norm to the log line");
   l->add_option("--save", a.save, "Checkpoint directory to save to");
   l->add_option("--save-interval", a.save_interval, "Iterations between checkpoints");
   l->add_option("--load", a.load, "Checkpoint directory to resume from");

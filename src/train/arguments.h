@@ -120,6 +120,7 @@ struct TrainArguments {
 
   // Logging and checkpoints.
   std::string log_dir, tensorboard_dir, save, load;
+  bool log_params_norm = false;
   int64_t save_interval = 0;
   bool no_load_optim = false, no_load_rng = false, finetune = false;
   int64_t ckpt_keep_last = 0;         // 0: keep every checkpoint

@@ -57,6 +57,7 @@ void finalize_ouroboros(TrainArguments& a) {
   // A resumed run replays its pending mini-batches at --global-batch-size.
   not_yet(!a.batch_schedule.ramps(), "--rampup-batch-size");
   not_yet(!a.weight_decay_schedule.varies(), "--weight-decay-incr-style linear or cosine");
+  not_yet(!a.log_params_norm, "--log-params-norm");
 }
 
 }  // namespace tessera::train

@@ -874,6 +874,10 @@ void Trainer::train() {
       }
       if (args_.model.moe.enabled()) s.expert_load = interval_expert_load();
       s.grad_norm = step.grad_norm;
+      if (args_.log_params_norm) {  // every rank: the norm sums over the model's ranks
+        optimizer_->wait_for_params();
+        s.params_norm = optimizer_->params_norm();
+      }
       s.skipped_iterations = interval_skipped;
       s.nan_iterations = interval_nan;
       if (log_) log_->iteration(s);

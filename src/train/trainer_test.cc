@@ -189,6 +189,27 @@ std::vector<double> logged_learning_rates(const fs::path& dir) {
   return rates;
 }
 
+// --log-params-norm: the L2 norm of the parameters after the logged iteration's step, in the log line and
+// metrics.jsonl (in one process: every value of the flat buffer once).
+TEST(Trainer, LogsTheParametersNorm) {
+  const fs::path dir = fs::temp_directory_path() / "tessera_trainer_params_norm";
+  fs::remove_all(dir);
+  Trainer t(parse_train_arguments(
+      split_flags(kSmallModel + "--train-iters 2 --log-interval 1 --log-params-norm --log-dir " + dir.string())));
+  t.train();
+  double squares = 0;
+  const Tensor& values = t.parameters().values();
+  for (int64_t i = 0; i < values.numel(); ++i) squares += static_cast<double>(values.f32()[i]) * values.f32()[i];
+  std::ifstream in(dir / "metrics.jsonl");
+  std::vector<double> norms;
+  for (std::string line; std::getline(in, line);)
+    if (const nlohmann::json j = nlohmann::json::parse(line); j.contains("params_norm")) norms.push_back(j["params_norm"]);
+  ASSERT_EQ(norms.size(), 2u);
+  EXPECT_NEAR(norms[1], std::sqrt(squares), 1e-6 * std::sqrt(squares));
+  EXPECT_NE(norms[0], norms[1]);  // the step changed the weights
+  fs::remove_all(dir);
+}
+
 // --train-samples: the schedule counts the samples of the updates made, as Megatron's scheduler steps
 // only then; a skipped iteration's samples (a ramp's batch of 2 here) stay out, after a resume too.
 TEST(Trainer, ASampleScheduleLeavesOutTheSamplesOfSkippedIterations) {

@@ -63,6 +63,7 @@ std::string format_iteration_line(const IterationStats& s) {
                           s.expert_load->max, s.expert_load->cv, s.expert_load->dropped);
   line += printf_string(" loss scale: %.1f |", s.loss_scale);
   line += printf_string(" grad norm: %.3f |", s.grad_norm);
+  if (s.params_norm) line += printf_string(" params norm: %.3f |", *s.params_norm);
   line += printf_string(" number of skipped iterations: %3lld |", static_cast<long long>(s.skipped_iterations));
   line += printf_string(" number of nan iterations: %3lld |", static_cast<long long>(s.nan_iterations));
   return line;
@@ -113,6 +114,7 @@ void TrainingLog::iteration(const IterationStats& s) {
                         {"tokens_per_second", s.tokens_per_second},
                         {"skipped_iterations", s.skipped_iterations},
                         {"nan_iterations", s.nan_iterations}};
+    if (s.params_norm) j["params_norm"] = *s.params_norm;
     for (const auto& [name, value] : s.auxiliary_losses) j[name] = value;
     if (s.expert_load)
       j["expert_load"] = {{"min", s.expert_load->min}, {"max", s.expert_load->max}, {"cv", s.expert_load->cv},
@@ -130,6 +132,7 @@ void TrainingLog::iteration(const IterationStats& s) {
     }
     tensorboard_->add_scalar("learning-rate", static_cast<float>(s.learning_rate), s.iteration);
     tensorboard_->add_scalar("grad-norm", static_cast<float>(s.grad_norm), s.iteration);
+    if (s.params_norm) tensorboard_->add_scalar("params-norm", static_cast<float>(*s.params_norm), s.iteration);
     tensorboard_->flush();
   }
 }

@@ -20,6 +20,7 @@ struct IterationStats {
   int64_t iteration = 0, train_iters = 0, consumed_samples = 0, global_batch_size = 0;
   double elapsed_ms_per_iteration = 0, tflops_per_device = 0, tokens_per_second = 0;
   double learning_rate = 0, lm_loss = 0, loss_scale = 1, grad_norm = 0;
+  std::optional<double> params_norm;  // --log-params-norm
   int64_t skipped_iterations = 0, nan_iterations = 0;
   std::vector<std::pair<std::string, double>> auxiliary_losses;  // the model's, by name, after the lm loss
   std::optional<ExpertLoad> expert_load;  // MoE models: routing over the interval
