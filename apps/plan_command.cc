@@ -113,7 +113,8 @@ int take_int_flag(std::vector<std::string>& args, const std::string& flag) {
 
 // `tessera train` requires flags that a plan does not use; supply harmless ones when they are absent.
 std::vector<std::string> with_training_defaults(std::vector<std::string> args) {
-  if (!has_flag(args, "--train-iters")) args.insert(args.end(), {"--train-iters", "1"});
+  if (!has_flag(args, "--train-iters") && !has_flag(args, "--train-samples"))
+    args.insert(args.end(), {"--train-iters", "1"});
   if (!has_flag(args, "--lr")) args.insert(args.end(), {"--lr", "1e-4"});
   if (!has_flag(args, "--tokenizer-type")) args.insert(args.end(), {"--tokenizer-type", "NullTokenizer"});
   // Full recomputation is priced as uniform groups, so a plan need not choose the method.

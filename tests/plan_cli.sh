@@ -205,4 +205,11 @@ sys.exit(0 if ok else 1)
 EOF
 check "--json has the Ouroboros price's parts, adding up: $(head -c 400 "$work/ouro.json")" $?
 
+# A GPT-3 script's sample-based flags (--train-samples, a batch-size ramp): the plan is of the final batch.
+big=${trillion/--global-batch-size 3072/--global-batch-size 1536}  # at 1024 GPUs: dp 2, which every batch of the ramp splits over
+out=$("$tessera" plan ${big/--num-devices 3072/--num-devices 1024} --tensor-model-parallel-size 8 \
+      --pipeline-model-parallel-size 64 --train-samples 146484375 --rampup-batch-size 16 16 5859375 \
+      --lr-decay-samples 126953125 --lr-warmup-samples 183105 2>&1)
+check "a plan from sample-based flags with a batch-size ramp runs: $out" $?
+
 finish plan_cli
