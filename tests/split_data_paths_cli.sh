@@ -55,6 +55,44 @@ per_split test 8 "${blends[@]}"; check "per-split unweighted list test samples" 
 ref 8 "$A" "$C"; same; check "--test-data-path A C: as --data-path A C" $?
 per_split valid 24 --train-data-path "$A" --valid-data-path 0.5 "$C"; check "single weighted valid prefix" $?
 ref 24 "$C"; same; check "--valid-data-path 0.5 C: C's own samples" $?
+# ... its dataset itself (whole epochs, past the 24 asked for), not a blend of exactly 24.
+"$tessera" samples "${per[@]}" --train-data-path "$A" --valid-data-path 0.5 "$C" --split valid --first 24 >/dev/null
+check "--valid-data-path 0.5 C is C's dataset, not a blend of one" $?
+
+# BERT (pretrain_bert's flags): the same builder over sentence-split datasets of a WordPiece vocabulary.
+root=$(cd "$(dirname "$0")/.." && pwd)
+python3 - "$root/README.md" "$work" <<'PY'
+import json, sys
+docs = [" ".join(p.split()) for p in open(sys.argv[1]).read().split("\n\n")]
+docs = [d for d in docs if d.count(". ") >= 1 and not d.startswith(("|", "```", "#"))][:120]
+open(sys.argv[2] + "/bert.txt", "w").write("\n".join(docs) + "\n")
+for name, part in (("bert_a", docs[0::2]), ("bert_b", docs[1::2])):
+    with open(f"{sys.argv[2]}/{name}.jsonl", "w") as f:
+        for d in part: f.write(json.dumps({"text": d}) + "\n")
+PY
+"$tessera" tokenizer train --model-type wordpiece --input "$work/bert.txt" --model-prefix "$work/wp" \
+  --vocab-size 800 >/dev/null 2>&1
+check "wordpiece vocabulary" $?
+tok=(--tokenizer-type BertWordPieceLowerCase --vocab-file "$work/wp-vocab.txt")
+for part in bert_a bert_b; do
+  "$tessera" preprocess --input "$work/$part.jsonl" --output-prefix "$work/$part" "${tok[@]}" --split-sentences \
+    >/dev/null 2>&1
+  check "preprocess $part --split-sentences" $?
+done
+bert=(--model-family bert "${tok[@]}" --seq-length 32 --num-layers 1 --hidden-size 16 --num-attention-heads 2
+      --micro-batch-size 2 --global-batch-size 4 --lr 1e-3)
+"$tessera" samples "${bert[@]}" --train-iters 4 --eval-interval 2 --eval-iters 2 --data-cache-path "$work/cache_per" \
+  --train-data-path "$work/bert_a_text_sentence" --valid-data-path "$work/bert_b_text_sentence" --split valid \
+  --count 24 --output "$work/per.jsonl"
+check "BERT per-split valid samples" $?
+"$tessera" samples "${bert[@]}" --train-iters 6 --split 100,0,0 --data-cache-path "$work/cache_ref" \
+  --data-path "$work/bert_b_text_sentence" --count 24 --output "$work/ref.jsonl"
+check "BERT reference samples" $?
+same; check "BERT --valid-data-path B: the samples of --data-path B --split 100,0,0" $?
+[ "$(wc -l <"$work/per.jsonl")" -eq 24 ] && grep -q '"text"' "$work/per.jsonl"; check "24 BERT samples" $?
+"$tessera" samples "${bert[@]}" --train-iters 6 --split 100,0,0 --data-cache-path "$work/cache_ref" \
+  --data-path "$work/bert_a_text_sentence" --count 24 --output "$work/ref.jsonl"
+! same; check "(the BERT valid samples are not A's)" $?
 
 # (3) Training evaluates on --valid-data-path, and the test split after training.
 log=$("$tessera" train "${per[@]}" --train-data-path "$A" --valid-data-path "$B" --test-data-path "$C" \
