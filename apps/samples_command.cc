@@ -15,6 +15,7 @@
 
 #include "apps/commands.h"
 #include "core/check.h"
+#include "data/blended_dataset.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer_factory.h"
 #include "train/arguments.h"
@@ -160,7 +161,12 @@ int samples_command(const std::vector<std::string>& args) {
   const auto sources = train::build_batch_sources(a);
   const std::string split = data::split_name(f.split);
   const auto& source = sources[static_cast<size_t>(f.split)];
-  if (!source) throw Error(str_cat("--split=", split, ": the ", split, " split has no documents (--split ", a.split, ")"));
+  if (!source) {
+    if (!a.data_path.empty())
+      throw Error(str_cat("--split=", split, ": the ", split, " split has no documents (--split ", a.split, ")"));
+    throw Error(str_cat("--split=", split, ": the ", split, " split has no dataset (no ",
+                        data::kSplitDataPathFlags[static_cast<size_t>(f.split)], ")"));
+  }
   if (f.first + f.count > source->size())
     throw Error(str_cat("--count=", f.count, ": samples [", f.first, ", ", f.first + f.count, ") run past the ", split,
                         " split's ", source->size(), " samples"));

@@ -353,8 +353,9 @@ BertDataset::BertDataset(std::shared_ptr<const IndexedDataset> dataset, Split sp
                 prefix, ": documents [", documents_.first, ", ", documents_.second, ") out of range of its ",
                 dataset_->num_documents(), " documents");
   if (documents_.first == documents_.second)
-    throw Error(str_cat(prefix, ": the ", split_name(split_), " split (--split '", config_.split,
-                        "') has no documents; the dataset has ", dataset_->num_documents()));
+    throw Error(str_cat(prefix, ": the ", split_name(split_), " split",
+                        config_.split.empty() ? std::string() : str_cat(" (--split '", config_.split, "')"),
+                        " has no documents; the dataset has ", dataset_->num_documents()));
   TESSERA_CHECK(static_cast<uint64_t>(dataset_->num_sequences()) <= std::numeric_limits<uint32_t>::max(), prefix,
                 ": more than 2^32 sentences are not supported");
 
@@ -367,7 +368,8 @@ BertDataset::BertDataset(std::shared_ptr<const IndexedDataset> dataset, Split sp
   d["index_split"] = split_name(split_);
   d["random_seed"] = config_.seed;
   d["sequence_length"] = config_.seq_length;
-  d["split"] = config_.split;
+  // Empty with --train-data-path and the like: null, as Megatron's split None.
+  d["split"] = config_.split.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(config_.split);
   d["masking_probability"] = config_.mask_prob;
   d["short_sequence_probability"] = config_.short_seq_prob;
   d["masking_max_ngram"] = kMaxNgram;
@@ -500,19 +502,20 @@ BertSample BlendedMaskedLmDataset::get(int64_t index) const {
 
 std::array<std::shared_ptr<const MaskedLmDataset>, 3> build_bert_datasets(
     const BertDataConfig& config, const std::array<int64_t, 3>& sizes, std::shared_ptr<const MaskingVocabulary> vocab) {
-  const DataBlend blend = parse_data_path(config.data_path);
-  const SplitMatrix matrix = split_matrix(parse_split(config.split));
+  const auto per_split = parse_split_data_paths(config.split_data_path);
+  const bool use_per_split = std::any_of(per_split.begin(), per_split.end(), [](const auto& b) { return b.has_value(); });
   BertDatasetConfig bert;
   bert.seq_length = config.seq_length;
   bert.seed = config.seed;
   bert.mask_prob = config.mask_prob;
   bert.short_seq_prob = config.short_seq_prob;
   bert.binary_head = config.binary_head;
-  bert.split = config.split;
+  bert.split = use_per_split ? std::string() : config.split;
   bert.cache_dir = config.cache_path;
 
   // _build_megatron_dataset_splits with MaskedWordPieceDataset.numel_low_level_dataset: documents.
-  const auto build_splits = [&](const std::string& prefix, const std::array<std::optional<int64_t>, 3>& counts) {
+  const auto build_splits = [&](const std::string& prefix, const SplitMatrix& matrix,
+                                const std::array<std::optional<int64_t>, 3>& counts) {
     auto indexed = std::make_shared<const IndexedDataset>(prefix);
     const auto ranges = split_document_ranges(matrix, indexed->num_documents());
     std::array<std::shared_ptr<const MaskedLmDataset>, 3> out;
@@ -525,6 +528,11 @@ std::array<std::shared_ptr<const MaskedLmDataset>, 3> build_bert_datasets(
     return out;
   };
 
+  if (use_per_split)
+    return assemble_per_split<MaskedLmDataset, BlendedMaskedLmDataset>(per_split, sizes,
+                                                                       config.mid_level_dataset_surplus, build_splits);
+  const DataBlend blend = parse_data_path(config.data_path);
+  const SplitMatrix matrix = split_matrix(parse_split(config.split));
   return assemble_splits<MaskedLmDataset, BlendedMaskedLmDataset>(
       blend, matrix, sizes, config.mid_level_dataset_surplus, config.test_split_optional, config.split, build_splits);
 }

@@ -201,6 +201,7 @@ class BlendedMaskedLmDataset : public MaskedLmDataset {
 // Everything the BERT data flags say (Megatron's names).
 struct BertDataConfig {
   std::vector<std::string> data_path;  // --data-path
+  std::array<std::vector<std::string>, 3> split_data_path;  // as GptDataConfig's: --train-data-path ...
   std::string split = "969, 30, 1";    // --split
   int64_t seq_length = 0;              // --seq-length
   uint32_t seed = 1234;                // --seed

@@ -31,8 +31,8 @@ std::optional<double> parse_number(const std::string& text) {
 
 }  // namespace
 
-DataBlend parse_data_path(std::span<const std::string> values) {
-  TESSERA_CHECK(!values.empty(), "--data-path: no dataset given");
+DataBlend parse_data_path(std::span<const std::string> values, const std::string& flag) {
+  TESSERA_CHECK(!values.empty(), flag, ": no dataset given");
   DataBlend blend;
   const auto all_prefixes = [&] {
     for (const std::string& v : values) blend.prefixes.push_back(strip(v));
@@ -53,19 +53,19 @@ DataBlend parse_data_path(std::span<const std::string> values) {
     if (numbers == 0) {
       all_prefixes();
     } else if (numbers != values.size() / 2) {
-      throw Error(str_cat("--data-path: weights and prefixes must alternate ('w1 p1 w2 p2 ...'); '",
+      throw Error(str_cat(flag, ": weights and prefixes must alternate ('w1 p1 w2 p2 ...'); '",
                           values[first_other], "' is not a weight"));
     } else {
       for (size_t i = 0; i < weights.size(); ++i) {
-        TESSERA_CHECK(std::isfinite(weights[i]) && weights[i] >= 0, "--data-path: weight '", values[2 * i],
+        TESSERA_CHECK(std::isfinite(weights[i]) && weights[i] >= 0, flag, ": weight '", values[2 * i],
                       "' must be a non-negative number");
         blend.prefixes.push_back(strip(values[2 * i + 1]));
       }
-      TESSERA_CHECK(numpy_sum(weights) > 0, "--data-path: the weights sum to zero");
+      TESSERA_CHECK(numpy_sum(weights) > 0, flag, ": the weights sum to zero");
       blend.weights = std::move(weights);
     }
   }
-  for (const std::string& p : blend.prefixes) TESSERA_CHECK(!p.empty(), "--data-path: empty dataset prefix");
+  for (const std::string& p : blend.prefixes) TESSERA_CHECK(!p.empty(), flag, ": empty dataset prefix");
   return blend;
 }
 
@@ -135,12 +135,15 @@ std::array<int64_t, 3> megatron_num_samples(int64_t train_iters, int64_t global_
 
 std::array<std::shared_ptr<const TokenDataset>, 3> build_gpt_datasets(const GptDataConfig& config,
                                                                       const std::array<int64_t, 3>& sizes) {
-  const DataBlend blend = parse_data_path(config.data_path);
-  const SplitMatrix matrix = split_matrix(parse_split(config.split));
-  GptDatasetConfig gpt{config.seq_length, config.seed, config.split, config.cache_path, true};
+  const auto per_split = parse_split_data_paths(config.split_data_path);
+  const bool use_per_split = std::any_of(per_split.begin(), per_split.end(), [](const auto& b) { return b.has_value(); });
+  // Megatron's config has split None with blend_per_split: the description records null.
+  GptDatasetConfig gpt{config.seq_length, config.seed, use_per_split ? std::string() : config.split, config.cache_path,
+                       true};
 
   // _build_megatron_dataset_splits: one IndexedDataset, a GptDataset per split with a share.
-  const auto build_splits = [&](const std::string& prefix, const std::array<std::optional<int64_t>, 3>& counts) {
+  const auto build_splits = [&](const std::string& prefix, const SplitMatrix& matrix,
+                                const std::array<std::optional<int64_t>, 3>& counts) {
     auto indexed = std::make_shared<const IndexedDataset>(prefix);
     const auto ranges = split_document_ranges(matrix, indexed->num_sequences());
     std::array<std::shared_ptr<const TokenDataset>, 3> out;
@@ -154,8 +157,20 @@ std::array<std::shared_ptr<const TokenDataset>, 3> build_gpt_datasets(const GptD
     }
     return out;
   };
+  if (use_per_split)
+    return assemble_per_split<TokenDataset, BlendedDataset>(per_split, sizes, config.mid_level_dataset_surplus,
+                                                            build_splits);
+  const DataBlend blend = parse_data_path(config.data_path);
+  const SplitMatrix matrix = split_matrix(parse_split(config.split));
   return assemble_splits<TokenDataset, BlendedDataset>(blend, matrix, sizes, config.mid_level_dataset_surplus,
                                                        config.test_split_optional, config.split, build_splits);
+}
+
+std::array<std::optional<DataBlend>, 3> parse_split_data_paths(const std::array<std::vector<std::string>, 3>& paths) {
+  std::array<std::optional<DataBlend>, 3> blends;
+  for (int i = 0; i < 3; ++i)
+    if (!paths[i].empty()) blends[i] = parse_data_path(paths[i], kSplitDataPathFlags[i]);
+  return blends;
 }
 
 }  // namespace tessera::data

@@ -32,9 +32,9 @@ struct DataBlend {
 
 // --data-path values. An odd count, or an even count whose every other value is not a number, is
 // a list of prefixes; an even count alternating number, prefix is a weighted blend. Throws
-// tessera::Error naming --data-path for an empty list, a mix of the two forms, or negative,
-// non-finite or all-zero weights.
-DataBlend parse_data_path(std::span<const std::string> values);
+// tessera::Error naming `flag` (--data-path, or --train-data-path and the like) for an empty list, a mix
+// of the two forms, or negative, non-finite or all-zero weights.
+DataBlend parse_data_path(std::span<const std::string> values, const std::string& flag = "--data-path");
 
 // helpers.cpp build_blending_indices: for each of `size` samples, the dataset whose
 // weight * max(i, 1) - count is largest (first on ties), and that dataset's running count.
@@ -71,6 +71,9 @@ class BlendedDataset : public TokenDataset {
 // Everything the data flags say (the names are Megatron's flags).
 struct GptDataConfig {
   std::vector<std::string> data_path;  // --data-path
+  // --train-data-path, --valid-data-path, --test-data-path (instead of --data-path and --split): each
+  // split from its own blend (empty: no such split), built by assemble_per_split.
+  std::array<std::vector<std::string>, 3> split_data_path;
   std::string split = "969, 30, 1";    // --split (Megatron's default)
   int64_t seq_length = 0;              // --seq-length
   uint32_t seed = 1234;                // --seed
@@ -87,7 +90,8 @@ std::array<int64_t, 3> megatron_num_samples(int64_t train_iters, int64_t global_
                                             int64_t eval_iters);
 
 // The train, valid and test datasets (nullptr for a split with no share), built as Megatron's
-// BlendedMegatronDatasetBuilder builds them for `--data-path ... --split ...`: a single unweighted
+// BlendedMegatronDatasetBuilder builds them for `--data-path ... --split ...` (with split_data_path,
+// for --train-data-path and the like, as assemble_per_split builds them): a single unweighted
 // prefix gives GptDatasets directly; a weighted blend gives BlendedDatasets over GptDatasets of
 // ceil(ceil(size * w) * (1 + surplus)) samples each, of size sum(ceil(size * w)); an unweighted
 // list gives BlendedDatasets over one epoch of each, weighted by their lengths.
@@ -95,8 +99,8 @@ std::array<std::shared_ptr<const TokenDataset>, 3> build_gpt_datasets(const GptD
                                                                       const std::array<int64_t, 3>& sizes);
 
 // BlendedMegatronDatasetBuilder's assembly of the train, valid and test datasets, for any kind of
-// dataset (GPT's token datasets, BERT's masked-LM ones). build_splits(prefix, counts) gives one prefix's
-// datasets of the splits with a share, counts[i] samples each (nullopt: one epoch), null for a split
+// dataset (GPT's token datasets, BERT's masked-LM ones). build_splits(prefix, matrix, counts) gives one
+// prefix's datasets of the splits with a share in `matrix`, counts[i] samples each (nullopt: one epoch), null for a split
 // that may be absent and has no documents. Several prefixes are blended as `Blended(parts, weights, size)`.
 // A single unweighted prefix gives its datasets directly; a weighted blend builds ceil(ceil(size * w) *
 // (1 + surplus)) samples of each part for a blend of sum(ceil(size * w)); an unweighted list one epoch of
@@ -107,7 +111,8 @@ std::array<std::shared_ptr<const Dataset>, 3> assemble_splits(const DataBlend& b
                                                               bool test_split_optional, const std::string& split,
                                                               const BuildSplits& build_splits) {
   using Splits = std::array<std::shared_ptr<const Dataset>, 3>;
-  if (blend.prefixes.size() == 1 && !blend.weights) return build_splits(blend.prefixes[0], {sizes[0], sizes[1], sizes[2]});
+  if (blend.prefixes.size() == 1 && !blend.weights)
+    return build_splits(blend.prefixes[0], matrix, {sizes[0], sizes[1], sizes[2]});
   Splits result;
   const size_t n = blend.prefixes.size();
   std::vector<Splits> mid(n);
@@ -122,7 +127,7 @@ std::array<std::shared_ptr<const Dataset>, 3> assemble_splits(const DataBlend& b
         target[p][i] = static_cast<int64_t>(t);
         buffer[i] = static_cast<int64_t>(std::ceil(t * (1.0 + surplus)));
       }
-      mid[p] = build_splits(blend.prefixes[p], buffer);
+      mid[p] = build_splits(blend.prefixes[p], matrix, buffer);
     }
     for (int i = 0; i < 3; ++i) {
       if (!matrix[i]) continue;
@@ -137,14 +142,16 @@ std::array<std::shared_ptr<const Dataset>, 3> assemble_splits(const DataBlend& b
       if (missing != parts.end()) {
         if (sizes[i] == 0 || (i == static_cast<int>(Split::kTest) && test_split_optional)) continue;
         throw Error(str_cat(blend.prefixes[static_cast<size_t>(missing - parts.begin())], ": the ",
-                            split_name(static_cast<Split>(i)), " split (--split '", split, "') has no documents"));
+                            split_name(static_cast<Split>(i)), " split",
+                            split.empty() ? std::string() : str_cat(" (--split '", split, "')"), " has no documents"));
       }
       result[i] = std::make_shared<const Blended>(std::move(parts), w, size);
     }
     return result;
   }
   // Unweighted: one epoch of each, blended in proportion to their lengths.
-  for (size_t p = 0; p < n; ++p) mid[p] = build_splits(blend.prefixes[p], {std::nullopt, std::nullopt, std::nullopt});
+  for (size_t p = 0; p < n; ++p)
+    mid[p] = build_splits(blend.prefixes[p], matrix, {std::nullopt, std::nullopt, std::nullopt});
   for (int i = 0; i < 3; ++i) {
     if (!matrix[i]) continue;
     // Only an optional test split can be missing from a part (build_splits reports the others).
@@ -161,5 +168,36 @@ std::array<std::shared_ptr<const Dataset>, 3> assemble_splits(const DataBlend& b
   }
   return result;
 }
+
+// BlendedMegatronDatasetBuilder with blend_per_split (--train-data-path, --valid-data-path,
+// --test-data-path): split i comes from its own blend, nullptr where it has none. Each split is built
+// with Megatron's "split spoof": a split matrix giving split i the whole of every dataset ([0, 1) of its
+// documents) and the other splits nothing, and sizes[i] samples asked of it alone; then as
+// assemble_splits builds a split. A single prefix gives its dataset directly, even with a weight
+// (Megatron tests len(prefixes) == 1 there, not the weights).
+template <typename Dataset, typename Blended, typename BuildSplits>
+std::array<std::shared_ptr<const Dataset>, 3> assemble_per_split(const std::array<std::optional<DataBlend>, 3>& blends,
+                                                                 const std::array<int64_t, 3>& sizes, double surplus,
+                                                                 const BuildSplits& build_splits) {
+  std::array<std::shared_ptr<const Dataset>, 3> result;
+  for (int i = 0; i < 3; ++i) {
+    if (!blends[i]) continue;
+    SplitMatrix spoof;
+    spoof[i] = std::pair<double, double>(0.0, 1.0);
+    std::array<int64_t, 3> spoof_sizes{0, 0, 0};
+    spoof_sizes[i] = sizes[i];
+    DataBlend blend = *blends[i];
+    if (blend.prefixes.size() == 1) blend.weights.reset();
+    result[i] = assemble_splits<Dataset, Blended>(blend, spoof, spoof_sizes, surplus, false, "", build_splits)[i];
+  }
+  return result;
+}
+
+// The per-split flags' names, in split order.
+inline constexpr std::array<const char*, 3> kSplitDataPathFlags = {"--train-data-path", "--valid-data-path",
+                                                                  "--test-data-path"};
+
+// Each split's blend of --train-data-path, --valid-data-path, --test-data-path (nullopt where empty).
+std::array<std::optional<DataBlend>, 3> parse_split_data_paths(const std::array<std::vector<std::string>, 3>& paths);
 
 }  // namespace tessera::data

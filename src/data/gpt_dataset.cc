@@ -398,8 +398,9 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, Split spli
                 dataset_->num_sequences(), " sequences");
   TESSERA_CHECK(documents_.second <= kInt32Max, prefix, ": more than 2^31 documents are not supported");
   if (documents_.first == documents_.second)
-    throw Error(str_cat(prefix, ": the ", split_name(split_), " split (--split '", config_.split,
-                        "') has no documents; the dataset has ", dataset_->num_sequences()));
+    throw Error(str_cat(prefix, ": the ", split_name(split_), " split",
+                        config_.split.empty() ? std::string() : str_cat(" (--split '", config_.split, "')"),
+                        " has no documents; the dataset has ", dataset_->num_sequences()));
   for (int64_t d = documents_.first; d < documents_.second; ++d) tokens_per_epoch_ += dataset_->sequence_length(d);
   if (tokens_per_epoch_ <= 1)
     throw Error(str_cat(prefix, ": the ", split_name(split_), " split's ", documents_.second - documents_.first,
@@ -415,7 +416,8 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, Split spli
   d["index_split"] = split_name(split_);
   d["random_seed"] = config_.seed;
   d["sequence_length"] = config_.seq_length;
-  d["split"] = config_.split;
+  // Empty with --train-data-path and the like: null, as Megatron's split None.
+  d["split"] = config_.split.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(config_.split);
   d["documents"] = {documents_.first, documents_.second};
   d["add_extra_token_to_sequence"] = true;
   d["dataset_sequences"] = dataset_->num_sequences();

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "data/blended_dataset.h"
 #include "train/megatron_compat_flags.h"
 
 namespace tessera::train {
@@ -78,7 +79,13 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   d->add_flag("--mock-data", a.mock_data, "Train on a synthetic, learnable token stream");
   keep_last_occurrence(
       d->add_option("--data-path", a.data_path, "Dataset prefix, or weights and prefixes: w1 p1 w2 p2 ..."));
-  d->add_option("--split", a.split, "Train, validation and test shares of the documents, e.g. 949,50,1");
+  CLI::Option* split_flag =
+      d->add_option("--split", a.split, "Train, validation and test shares of the documents, e.g. 949,50,1");
+  const char* split_help[3] = {"Training dataset prefix, or weights and prefixes (instead of --data-path)",
+                               "Validation dataset prefix, or weights and prefixes (instead of --data-path)",
+                               "Test dataset prefix, or weights and prefixes (instead of --data-path)"};
+  for (int i = 0; i < 3; ++i)
+    keep_last_occurrence(d->add_option(data::kSplitDataPathFlags[i], a.split_data_path[i], split_help[i]));
   d->add_option("--data-cache-path", a.data_cache_path, "Where built sample indices are cached");
   d->add_option("--tokenizer-type", a.tokenizer_type,
                 "GPT2BPETokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, NullTokenizer");
@@ -169,6 +176,7 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   } catch (const CLI::ParseError& e) {
     throw Error(str_cat(e.what(), " (tessera train --help lists the flags)"));
   }
+  a.split_given = split_flag->count() > 0;
   finalize(a);
   return a;
 }

@@ -2,6 +2,7 @@
 // before any memory is allocated; a violated rule names the flag, the value and the rule.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -86,7 +87,11 @@ struct TrainArguments {
   // Data.
   bool mock_data = false;
   std::vector<std::string> data_path;  // "prefix" or "w1 prefix1 w2 prefix2 ..."
+  // --train-data-path, --valid-data-path, --test-data-path, each as --data-path: each split from its own
+  // blend, the whole of each dataset (instead of --data-path and --split; an empty one: no such split).
+  std::array<std::vector<std::string>, 3> split_data_path;
   std::string split = "969, 30, 1";
+  bool split_given = false;  // --split was on the command line (refused with the per-split paths)
   std::string data_cache_path;
   std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;
   int64_t vocab_size = 0;

@@ -1,5 +1,6 @@
 // The rules of the data: where samples come from, the tokenizer (and so the vocabulary the model is
 // built for), and how each iteration's samples split into micro-batches over the data-parallel ranks.
+#include "data/blended_dataset.h"
 #include "data/tokenizer_factory.h"
 #include "train/argument_rules.h"
 #include "train/arguments.h"
@@ -17,8 +18,25 @@ std::string rampup_text(const TrainArguments& a) {
 
 void finalize_data(TrainArguments& a) {
   // The tokenizer's files are loaded here, so a bad path is reported before any memory is allocated.
-  require(a.mock_data != !a.data_path.empty(), "--data-path", a.data_path.empty() ? "(none)" : a.data_path[0],
-          "give exactly one of --mock-data and --data-path");
+  // Megatron: "A single data source must be provided": --mock-data, --data-path, or the per-split paths.
+  const char* per_split_flag = nullptr;  // the first per-split path given
+  for (int i = 2; i >= 0; --i)
+    if (!a.split_data_path[i].empty()) per_split_flag = data::kSplitDataPathFlags[i];
+  if (per_split_flag) {
+    const std::string given = str_cat("given with ", per_split_flag, ": ");
+    require(a.data_path.empty(), "--data-path", a.data_path.empty() ? "" : a.data_path[0],
+            given + "give either --data-path (with --split) or --train-data-path, --valid-data-path and "
+                    "--test-data-path, not both");
+    require(!a.mock_data, "--mock-data", "set", given + "give either --mock-data or the dataset paths");
+    require(!a.split_given, "--split", a.split,
+            given + "--split does not apply to per-split paths: each split takes the whole of its datasets");
+    require(!a.split_data_path[0].empty() || a.skip_train, "--train-data-path", "(none)",
+            str_cat("training needs it (", per_split_flag, " is given; --skip-train only evaluates)"));
+  } else {
+    require(a.mock_data != !a.data_path.empty(), "--data-path", a.data_path.empty() ? "(none)" : a.data_path[0],
+            "give exactly one of --mock-data and --data-path (or --train-data-path, --valid-data-path, "
+            "--test-data-path)");
+  }
   if (a.mock_data)
     require(a.tokenizer_type == "NullTokenizer", "--tokenizer-type", a.tokenizer_type,
             "--mock-data needs --tokenizer-type NullTokenizer");

@@ -111,7 +111,14 @@ const RuleCase kLayoutRules[] = {
 INSTANTIATE_TEST_SUITE_P(ParallelLayout, TrainArgumentsRule, ::testing::ValuesIn(kLayoutRules));
 
 const RuleCase kDataRules[] = {
-    {"--data-path corpus", 1, "--data-path=corpus: give exactly one of --mock-data and --data-path"},
+    {"--data-path corpus", 1,
+     "--data-path=corpus: give exactly one of --mock-data and --data-path (or --train-data-path, --valid-data-path, "
+     "--test-data-path)"},
+    {"--test-data-path t --train-data-path a", 1,
+     "--mock-data=set: given with --train-data-path: give either --mock-data or the dataset paths"},
+    {"--data-path corpus --valid-data-path v", 1,
+     "--data-path=corpus: given with --valid-data-path: give either --data-path (with --split) or --train-data-path, "
+     "--valid-data-path and --test-data-path, not both"},
     {"--tokenizer-type GPT2BPETokenizer", 1,
      "--tokenizer-type=GPT2BPETokenizer: --mock-data needs --tokenizer-type NullTokenizer"},
     {"--vocab-size 1", 1, "--vocab-size=1: the NullTokenizer needs a vocabulary of at least 2"},
@@ -323,7 +330,28 @@ TEST(TrainArguments, OuroborosDefaultsToPipelineSizePlusOneModules) {
 TEST(TrainArguments, DataPathOrMockDataIsRequired) {
   std::string without_data = kBase;
   without_data.replace(without_data.find("--mock-data "), 12, "");
-  EXPECT_EQ(error_of(without_data), "--data-path=(none): give exactly one of --mock-data and --data-path");
+  EXPECT_EQ(error_of(without_data),
+            "--data-path=(none): give exactly one of --mock-data and --data-path (or --train-data-path, "
+            "--valid-data-path, --test-data-path)");
+}
+
+// Megatron's --train-data-path, --valid-data-path, --test-data-path: each as --data-path (its last
+// occurrence), instead of --data-path and --split; training needs the train path.
+TEST(TrainArguments, PerSplitDataPaths) {
+  std::string base = kBase;
+  base.replace(base.find("--mock-data "), 12, "");
+  const TrainArguments a = parse_train_arguments(
+      split_flags(base + "--train-data-path a --valid-data-path 1 b 2 c --train-data-path x"), 1);
+  EXPECT_EQ(a.split_data_path[0], (std::vector<std::string>{"x"}));
+  EXPECT_EQ(a.split_data_path[1], (std::vector<std::string>{"1", "b", "2", "c"}));
+  EXPECT_TRUE(a.split_data_path[2].empty());
+  EXPECT_TRUE(a.data_path.empty());
+  EXPECT_EQ(error_of(base + "--train-data-path a --split 1,1,1"),
+            "--split=1,1,1: given with --train-data-path: --split does not apply to per-split paths: each split "
+            "takes the whole of its datasets");
+  EXPECT_EQ(error_of(base + "--valid-data-path b"),
+            "--train-data-path=(none): training needs it (--valid-data-path is given; --skip-train only evaluates)");
+  EXPECT_TRUE(parse_train_arguments(split_flags(base + "--valid-data-path b --skip-train"), 1).skip_train);
 }
 
 // As with Megatron's argparse (nargs='+'), a multi-valued flag given twice takes the values of its last

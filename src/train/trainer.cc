@@ -367,19 +367,25 @@ void Trainer::build_datasets() {
     if ((state_->world_rank() == 0) == (turn == 0)) sets = build_batch_sources(args_);
     world_->barrier();
   }
-  // ids without text have no bytes to count
-  if (args_.tokenizer_type != "NullTokenizer" && sets[0]->labels_are_text())
-    text_tokenizer_ = data::build_tokenizer(tokenizer_options(args_));
   train_data_ = sets[0];
   valid_data_ = sets[1];
   test_data_ = sets[2];
-  TESSERA_CHECK(train_data_ != nullptr, "--split=", args_.split, ": gives the training split no documents");
+  const bool per_split = args_.data_path.empty();  // --train-data-path and the like (not --mock-data here)
+  // Without --train-data-path only --skip-train gets here (finalize_data).
+  TESSERA_CHECK(train_data_ != nullptr || (per_split && args_.skip_train), "--split=", args_.split,
+                ": gives the training split no documents");
+  // ids without text have no bytes to count
+  const BatchSource* any = train_data_ ? train_data_.get() : valid_data_ ? valid_data_.get() : test_data_.get();
+  if (args_.tokenizer_type != "NullTokenizer" && any && any->labels_are_text())
+    text_tokenizer_ = data::build_tokenizer(tokenizer_options(args_));
   if (!valid_data_ && args_.eval_iters > 0) {
-    say(str_cat(" WARNING: --split=", args_.split, " leaves no validation documents; evaluation is off"));
+    say(per_split ? std::string(" WARNING: no --valid-data-path; evaluation is off")
+                  : str_cat(" WARNING: --split=", args_.split, " leaves no validation documents; evaluation is off"));
   }
-  say(str_cat(" > datasets: ", train_data_->size(), " training samples",
+  say(str_cat(" > datasets: ", train_data_ ? train_data_->size() : 0, " training samples",
               valid_data_ ? str_cat(", ", valid_data_->size(), " validation samples") : "",
-              test_data_ ? str_cat(", ", test_data_->size(), " test samples") : ""));
+              test_data_ ? str_cat(", ", test_data_->size(), " test samples") : "",
+              per_split ? " (--train-data-path, --valid-data-path, --test-data-path)" : ""));
 }
 
 int64_t Trainer::current_global_batch() {
@@ -580,7 +586,10 @@ void Trainer::finalize_gradients() {
 }
 
 Evaluation Trainer::evaluate() {
-  TESSERA_CHECK(valid_data_ != nullptr, "--split=", args_.split, ": no validation documents to evaluate");
+  TESSERA_CHECK(valid_data_ != nullptr,
+                args_.data_path.empty() ? std::string("no --valid-data-path")
+                                        : str_cat("--split=", args_.split, ": no validation documents"),
+                " to evaluate");
   return evaluate_on(*valid_data_);
 }
 

@@ -35,6 +35,7 @@ std::array<int64_t, 3> num_samples(const TrainArguments& a) {
 std::array<std::shared_ptr<const BatchSource>, 3> bert_batches(const TrainArguments& a) {
   data::BertDataConfig config;
   config.data_path = a.data_path;
+  config.split_data_path = a.split_data_path;
   config.split = a.split;
   config.seq_length = a.model.seq_length;
   config.seed = static_cast<uint32_t>(a.seed);
@@ -55,6 +56,7 @@ std::array<std::shared_ptr<const BatchSource>, 3> bert_batches(const TrainArgume
 std::array<std::shared_ptr<const BatchSource>, 3> gpt_batches(const TrainArguments& a) {
   data::GptDataConfig config;
   config.data_path = a.data_path;
+  config.split_data_path = a.split_data_path;
   config.split = a.split;
   config.seq_length = a.model.seq_length;
   config.seed = static_cast<uint32_t>(a.seed);

@@ -15,7 +15,8 @@ namespace tessera::train {
 data::TokenizerOptions tokenizer_options(const TrainArguments& a);
 
 // The train, validation and test batch sources: --mock-data, or Megatron's GPT (with --model-family bert,
-// BERT) datasets over --data-path, divided by --split and blended by the --data-path weights, as many
+// BERT) datasets over --data-path, divided by --split and blended by the --data-path weights (or each split
+// over the whole of its own --train-data-path, --valid-data-path, --test-data-path blend), as many
 // samples as --train-iters, --global-batch-size, --eval-interval and --eval-iters ask for (Megatron's
 // get_train_valid_test_num_samples). nullptr for a split without documents. The sample indices are
 // loaded from the cache, or built and cached; nothing is communicated.
