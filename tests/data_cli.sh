@@ -43,6 +43,14 @@ check "a non-string value must fail with file:line: $out" $?
 out=$("$tessera" preprocess --input "$work/bad.jsonl" --output-prefix "$work/bad" --skip-malformed "${null_tok[@]}" 2>&1)
 [ $? -eq 0 ] && grep -qF "skipped 1 empty documents; skipped 3 malformed lines" <<<"$out"
 check "--skip-malformed should count 3 malformed lines and 1 empty document: $out" $?
+# A text the tokenizer refuses (words for the NullTokenizer) fails with file:line on the workers too,
+# rather than aborting, and leaves no temporary file behind.
+mkdir "$work/refused"
+printf '{"text": "1 2 3"}\n{"text": "1 two 3"}\n' > "$work/refused/in.jsonl"
+expect_failure "in.jsonl:2: NullTokenizer: 'two' is not a token id" "$tessera" preprocess --workers 2 \
+  --input "$work/refused/in.jsonl" --output-prefix "$work/refused/out" "${null_tok[@]}"
+[ "$(ls "$work/refused")" = in.jsonl ]
+check "a refused text leaves no output: $(ls "$work/refused")" $?
 out=$("$tessera" preprocess --input "$work/missing.jsonl" --output-prefix "$work/x" "${null_tok[@]}" 2>&1)
 [ $? -ne 0 ] && grep -qF "missing.jsonl is not a readable file" <<<"$out"
 check "a missing input must be named: $out" $?

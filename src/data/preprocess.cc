@@ -111,9 +111,16 @@ TokenizedDocument tokenize(const RawDocument& doc, const PreprocessOptions& o, c
   } else {
     texts.push_back(doc.text);
   }
-  for (const std::string& text : texts) {
-    out.lengths.emplace_back();
-    out.ids.push_back(encode_document(text, tokenizer, splitter, o.append_eod, out.lengths.back()));
+  // This runs on the OpenMP workers, where an escaping exception would terminate the process (and leave
+  // the builders' temporary files): a text the tokenizer refuses is reported like a malformed line.
+  try {
+    for (const std::string& text : texts) {
+      out.lengths.emplace_back();
+      out.ids.push_back(encode_document(text, tokenizer, splitter, o.append_eod, out.lengths.back()));
+    }
+  } catch (const std::exception& e) {
+    out = {};
+    out.error = str_cat(doc.file, ":", doc.line, ": ", e.what());
   }
   return out;
 }
