@@ -25,6 +25,9 @@ expect_error "$model --train-iters 1 --no-such-flag 3" "--no-such-flag"
 expect_error "$model --train-iters 0" "--train-iters=0: must be positive"
 expect_error "$model --train-iters 1 --tensor-model-parallel-size 2" "--tensor-model-parallel-size=2"
 expect_error "$model" "--train-iters"
+# Megatron refuses a seed <= 0 and NumPy one of 2^32 or more; an unsigned flag must not wrap -1 silently.
+expect_error "$model --train-iters 1 --seed=-1" "--seed: -1 must be a positive integer below 2^32"
+expect_error "$model --train-iters 1 --seed 4294967296" "--seed: 4294967296 must be a positive integer below 2^32"
 
 # A short run: Megatron's log line, validation line, metrics and TensorBoard events, checkpoint.
 out=$("$tessera" train $model --train-iters 4 --log-interval 2 --eval-interval 4 --eval-iters 1 \

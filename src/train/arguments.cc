@@ -1,5 +1,6 @@
 // `tessera train`'s flags, and finalize(), which runs the rules of each concern (arguments_*.cc).
 #include "train/arguments.h"
+#include "train/argument_rules.h"
 
 #include <CLI/CLI.hpp>
 
@@ -104,7 +105,7 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   t->add_option("--lr-warmup-fraction", a.lr_warmup_fraction, "Warm-up as a fraction of the decay iterations");
   t->add_option("--lr-decay-iters", a.lr_decay_iters, "Decay iterations (default: train iters)");
   t->add_option("--clip-grad", a.clip_grad, "Clip gradients to this global norm (0: off)");
-  t->add_option("--seed", a.seed, "Random seed");
+  t->add_option("--seed", a.seed, "Random seed")->check(rules::seed_rule);
   t->add_option("--eval-interval", a.eval_interval, "Iterations between evaluations");
   t->add_option("--eval-iters", a.eval_iters, "Iterations per evaluation (0: none)");
   t->add_option("--log-interval", a.log_interval, "Iterations between log lines");
