@@ -25,14 +25,14 @@ int generate_command(const std::vector<std::string>& args) {
   add_load_flags(app, flags);
   app.add_option("--micro-batch-size", micro_batch_size,
                  "Prompts decoded together (1: one after another, streaming the text as it is produced)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_option("--prompt", prompts, "Prompt text (repeat for several prompts)");
   app.add_option("--prompt-file", prompt_file, "A file of prompts, one per line");
   app.add_option("--tokens-to-generate", sampling.tokens_to_generate, "Tokens to generate per prompt");
   app.add_option("--temperature", sampling.temperature, "Sampling temperature (0: greedy)");
   app.add_option("--top-k", sampling.top_k, "Sample from the k most likely tokens (1: greedy)");
   app.add_option("--top-p", sampling.top_p, "Sample from the smallest set holding this probability");
-  app.add_option("--random-seed", sampling.random_seed, "Seed of the sampling");
+  app.add_option("--random-seed", sampling.random_seed, "Seed of the sampling")->check(kNonNegativeInteger);
   app.add_option("--stop", options.stop_strings, "Stop after the token that completes this text (repeatable)");
   app.add_flag("--stop-on-eol", options.stop_on_eol, "Stop after a newline");
   app.add_flag("--stop-on-double-eol", options.stop_on_double_eol, "Stop after two newlines");

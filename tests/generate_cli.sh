@@ -34,6 +34,13 @@ out=$("$tessera" train "${model[@]}" --sample-interval 5 2>&1)
 [ $? -ne 0 ] && grep -qF -- "--sample-interval=5: needs --sample-prompt" <<<"$out"
 check "--sample-interval without --sample-prompt is refused: $out" $?
 
+# Bad values name the flag and the rule: not CLI11's "Value 0 not in range 0.000000 to 1797693...", and a
+# negative seed is not wrapped to 2^64 - 5.
+expect_failure "--micro-batch-size: 0 must be positive (" "$tessera" generate --load "$work/tp1" --prompt 3 \
+  --micro-batch-size 0
+expect_failure "--random-seed: -5 must be an integer >= 0" "$tessera" generate --load "$work/tp1" --prompt 3 \
+  --random-seed=-5
+
 # Streamed continuation: the prompt, then the ids; tokens/s on stderr.
 out=$("$tessera" generate --load "$work/tp1" --prompt "3 5 7" --tokens-to-generate 12 --temperature 0 2>"$work/err")
 rc=$?
