@@ -1,10 +1,12 @@
 #include "ckpt/checkpoint.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <unistd.h>
@@ -424,8 +426,11 @@ int64_t latest_checkpointed_iteration(const std::string& load_dir) {
   fs::path tracker = fs::path(load_dir) / kTracker;
   if (!fs::exists(tracker)) return -1;
   std::ifstream in(tracker);
-  std::string text;
-  std::getline(in, text);
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  // Megatron reads int(f.read().strip()), so a tracker written by hand with blanks or a CRLF still loads.
+  const auto blank = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!text.empty() && blank(text.back())) text.pop_back();
+  text.erase(0, std::find_if_not(text.begin(), text.end(), blank) - text.begin());
   try {
     size_t used = 0;
     long long it = std::stoll(text, &used);
