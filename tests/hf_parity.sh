@@ -72,6 +72,11 @@ for family in gpt2 llama; do
   "$tessera" convert --loader hf --saver tessera --load-dir "$dir/sharded" --save-dir "$dir/back_sharded" >/dev/null 2>&1 &&
     same_tensors "$dir/back/iter_0000000/model.tp00.pp00.safetensors" "$dir/back_sharded/iter_0000000/model.tp00.pp00.safetensors" >/dev/null
   check "$family: importing the sharded export gives the same weights" $?
+  # Exporting over it as one file removes the earlier shards and index (a stale index was read first).
+  "$tessera" convert --loader tessera --saver hf --load-dir "$dir/ckpt" --save-dir "$dir/sharded" >/dev/null 2>&1 &&
+    [ "$(ls "$dir/sharded" | tr '\n' ' ')" = "config.json model.safetensors " ] &&
+    cmp -s "$dir/hf/model.safetensors" "$dir/sharded/model.safetensors"
+  check "$family: an export over a sharded one leaves only its own files: $(ls "$dir/sharded" | head -4)" $?
 
   # Parity with the PyTorch reference on the same tokens.
   out=$("$tessera" debug-forward --load "$dir/ckpt" --tokens "$tokens" --out "$dir/tessera_out.safetensors" 2>&1)
