@@ -8,6 +8,7 @@
 
 #include "apps/commands.h"
 #include "apps/inference_flags.h"
+#include "core/file_io.h"
 #include "core/timer.h"
 #include "infer/generator.h"
 
@@ -40,8 +41,7 @@ int generate_command(const std::vector<std::string>& args) {
   return run_on_every_rank(app, args, "generate", [&](comm::ProcessGroup& world) {
     infer::validate(sampling);
     if (!prompt_file.empty()) {
-      std::ifstream in(prompt_file);
-      TESSERA_CHECK(in.good(), "--prompt-file=", prompt_file, ": cannot open the file");
+      std::ifstream in = open_input_file(prompt_file, "--prompt-file=" + prompt_file);
       for (std::string line; std::getline(in, line);)
         if (!line.empty()) prompts.push_back(line);
     }

@@ -29,8 +29,7 @@ namespace {
 using nlohmann::json;
 
 std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  TESSERA_CHECK(in.good(), path, ": cannot open the file");
+  std::ifstream in = open_input_file(path, path);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
@@ -68,8 +67,7 @@ int preprocess(const std::vector<std::string>& args) {
   };
   if (func == "process_wow_dataset") {
     need(raw_file, "--raw_file");
-    std::ifstream in(raw_file);
-    TESSERA_CHECK(in.good(), "--raw_file=", raw_file, ": cannot open the file");
+    std::ifstream in = open_input_file(raw_file, "--raw_file=" + raw_file);
     json raw;
     try {
       raw = json::parse(in);

@@ -11,6 +11,7 @@
 #include "apps/command_line.h"
 #include "apps/commands.h"
 #include "core/check.h"
+#include "core/file_io.h"
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
 #include "data/sentence_splitter.h"
@@ -99,8 +100,7 @@ int split_sentences_command(const std::vector<std::string>& args) {
   app.add_option("--json-keys", keys, "Keys of the jsonl objects to split");
   app.add_flag("--keep-newlines", keep_newlines, "Sentences keep the whitespace and newlines after them");
   if (!parse_command_line(app, args, "split-sentences")) return 0;
-  std::ifstream in(input, std::ios::binary);
-  TESSERA_CHECK(in.is_open(), "--input: cannot open ", input);
+  std::ifstream in = open_input_file(input, "--input=" + input, std::ios::binary);
   std::ofstream out(output, std::ios::binary);
   TESSERA_CHECK(out.is_open(), "--output: cannot write ", output);
   const data::SentenceSplitter splitter(keep_newlines);

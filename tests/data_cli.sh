@@ -51,6 +51,12 @@ expect_failure "in.jsonl:2: NullTokenizer: 'two' is not a token id" "$tessera" p
   --input "$work/refused/in.jsonl" --output-prefix "$work/refused/out" "${null_tok[@]}"
 [ "$(ls "$work/refused")" = in.jsonl ]
 check "a refused text leaves no output: $(ls "$work/refused")" $?
+# A directory given as an input file is named as one; an ifstream opens it and reads it as empty, which
+# made split-sentences write 0 documents and generate say "no prompt given".
+expect_failure "--input=$work/refused: cannot open the file: it is a directory" "$tessera" split-sentences \
+  --input "$work/refused" --output "$work/sentences.jsonl"
+expect_failure "--prompt-file=$work/refused: cannot open the file: it is a directory" "$tessera" generate \
+  --load "$work/no_checkpoint" --prompt-file "$work/refused"
 out=$("$tessera" preprocess --input "$work/missing.jsonl" --output-prefix "$work/x" "${null_tok[@]}" 2>&1)
 [ $? -ne 0 ] && grep -qF "missing.jsonl is not a readable file" <<<"$out"
 check "a missing input must be named: $out" $?

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "core/check.h"
 
@@ -39,6 +40,16 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     ::unlink(temporary.c_str());
     throw Error(str_cat(path, ": cannot rename ", temporary, " to it: ", std::strerror(e)));
   }
+}
+
+std::ifstream open_input_file(const std::string& path, const std::string& where, std::ios::openmode mode) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(str_cat(where, ": cannot open the file: it is a directory"));
+  errno = 0;
+  std::ifstream in(path, mode);
+  if (!in.is_open())
+    throw Error(str_cat(where, ": cannot open the file", errno ? str_cat(": ", std::strerror(errno)) : ""));
+  return in;
 }
 
 }  // namespace tessera

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <fstream>
 #include <string>
 
 namespace tessera {
@@ -14,5 +15,11 @@ void write_all(int fd, const void* data, size_t n, const std::string& path);
 // Writes `text` to a temporary file beside `path`, syncs it and renames it over `path`: a reader sees
 // the old file or the whole new one.
 void write_file_atomically(const std::string& path, const std::string& text);
+
+// Opens a file the user named, for reading. A path that is missing, unreadable or a directory (which an
+// ifstream opens on Linux and then reads as empty, so a command would go on with no data) is an Error
+// "<where>: cannot open the file: <why>"; `where` names the flag and the path ("--valid-data=x").
+std::ifstream open_input_file(const std::string& path, const std::string& where,
+                              std::ios::openmode mode = std::ios::in);
 
 }  // namespace tessera
