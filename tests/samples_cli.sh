@@ -73,7 +73,7 @@ expect_failure "--first=-1: must be at least 0" "$tessera" samples "${gpt[@]}" -
 expect_failure "run past the train split's" "$tessera" samples "${gpt[@]}" --first 1000000
 expect_failure "--split=test: the test split has no documents" "$tessera" samples "${gpt[@]}" --split test
 expect_failure "--output: needs a value" "$tessera" samples "${gpt[@]}" --output
-expect_failure "--output=$work/no/such/dir/x.jsonl: cannot be written" \
+expect_failure "--output=$work/no/such/dir/x.jsonl: cannot create" \
   "$tessera" samples "${gpt[@]}" --output "$work/no/such/dir/x.jsonl"
 expect_failure "--mask-prob=1.5: must be in (0, 1)" "$tessera" samples "${train[@]}" --mock-data --model-family bert \
   --mask-prob 1.5

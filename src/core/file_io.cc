@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -50,6 +51,27 @@ std::ifstream open_input_file(const std::string& path, const std::string& where,
   if (!in.is_open())
     throw Error(str_cat(where, ": cannot open the file", errno ? str_cat(": ", std::strerror(errno)) : ""));
   return in;
+}
+
+AtomicOutputFile::AtomicOutputFile(const std::string& path, const std::string& where)
+    : path_(path), temporary_(path + ".tmp." + std::to_string(::getpid())), where_(where) {
+  errno = 0;
+  out_.open(temporary_, std::ios::binary | std::ios::trunc);
+  if (!out_.is_open()) throw Error(str_cat(where_, ": cannot create ", temporary_, ": ", std::strerror(errno)));
+}
+
+AtomicOutputFile::~AtomicOutputFile() {
+  if (committed_) return;
+  out_.close();
+  std::remove(temporary_.c_str());
+}
+
+void AtomicOutputFile::commit() {
+  out_.close();
+  if (!out_.good()) throw Error(str_cat(where_, ": writing ", temporary_, " failed"));
+  if (std::rename(temporary_.c_str(), path_.c_str()) != 0)
+    throw Error(str_cat(where_, ": cannot rename ", temporary_, " to it: ", std::strerror(errno)));
+  committed_ = true;
 }
 
 }  // namespace tessera
