@@ -223,6 +223,19 @@ TEST(TrainArguments, DataPathOrMockDataIsRequired) {
   EXPECT_EQ(error_of(without_data), "--data-path=(none): give exactly one of --mock-data and --data-path");
 }
 
+// As with argparse, a list flag given twice takes the values of its last occurrence: CLI11 joined them,
+// so `--data-path a --data-path b` trained on a blend of a and b.
+TEST(TrainArguments, AListFlagGivenTwiceTakesItsLastValues) {
+  std::string flags = kBase;
+  flags.replace(flags.find("--mock-data "), 12, "");
+  const auto data_path = [&](const std::string& extra) { return parse_train_arguments(split_flags(flags + extra)).data_path; };
+  using Values = std::vector<std::string>;
+  EXPECT_EQ(data_path(" --data-path 0.3 a 0.7 b --data-path c"), Values{"c"});
+  EXPECT_EQ(data_path(" --data-path=a --lr 1e-3 --data-path 1 b 2 c"), (Values{"1", "b", "2", "c"}));
+  EXPECT_EQ(data_path(" --data-path a b --data-path=c --lr 1e-3"), Values{"c"});
+  EXPECT_EQ(data_path(" --data-path 0.5 a 0.5 b"), (Values{"0.5", "a", "0.5", "b"}));
+}
+
 TEST(TrainArguments, TheBaseRunIsValid) { EXPECT_EQ(error_of(kBase), "accepted"); }
 
 // The model flags write the ModelConfig's fields; nothing else holds them.
