@@ -4,6 +4,7 @@
 #pragma once
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -18,6 +19,14 @@ void require(bool ok, const char* flag, T value, const std::string& rule) {
 
 template <typename T>
 void require_positive(const char* flag, T value) {
+  require(value > 0, flag, value, "must be positive");
+}
+
+// A positive float that must also be finite: an infinite learning rate or weight decay trains on to
+// NaN losses, an infinite epsilon or init std silently makes every output zero or NaN.
+template <typename T>
+void require_positive_finite(const char* flag, T value) {
+  require(std::isfinite(value), flag, value, "must be a finite number");
   require(value > 0, flag, value, "must be positive");
 }
 

@@ -65,6 +65,8 @@ const RuleCase kModelRules[] = {
     {"--hidden-dropout 1.5", 1, "--hidden-dropout=1.5: must be in [0, 1)"},
     {"--attention-dropout 1", 1, "--attention-dropout=1: must be in [0, 1)"},
     {"--init-method-std 0", 1, "--init-method-std=0: must be positive"},
+    {"--init-method-std inf", 1, "--init-method-std=inf: must be a finite number"},
+    {"--norm-epsilon inf", 1, "--norm-epsilon=inf: must be a finite number"},
     {"--make-vocab-size-divisible-by 0", 1, "--make-vocab-size-divisible-by=0: must be positive"},
 };
 INSTANTIATE_TEST_SUITE_P(Model, TrainArgumentsRule, ::testing::ValuesIn(kModelRules));
@@ -146,6 +148,9 @@ const RuleCase kOptimizerRules[] = {
     {"--adam-beta1 1", 1, "--adam-beta1=1: must be in [0, 1)"},
     {"--adam-beta2 -0.5", 1, "--adam-beta2=-0.5: must be in [0, 1)"},
     {"--adam-eps 0", 1, "--adam-eps=0: must be positive"},
+    {"--lr inf", 1, "--lr=inf: must be a finite number"},
+    {"--weight-decay inf", 1, "--weight-decay=inf: must be a finite number"},
+    {"--adam-eps inf", 1, "--adam-eps=inf: must be a finite number"},
     {"--clip-grad -1", 1, "--clip-grad=-1: must be >= 0"},
     {"--lr-decay-iters -1", 1, "--lr-decay-iters=-1: must be positive"},
     {"--lr-warmup-iters -1", 1, "--lr-warmup-iters=-1: must be >= 0"},
