@@ -29,6 +29,13 @@ expect_error "$model" "--train-iters"
 expect_error "$model --train-iters 1 --seed=-1" "--seed: -1 must be a positive integer below 2^32"
 expect_error "$model --train-iters 1 --seed 4294967296" "--seed: 4294967296 must be a positive integer below 2^32"
 
+# An unusable --save stops the run before training, not at the first save after hours of it.
+touch "$work/a_file"
+out=$("$tessera" train $model --train-iters 2 --log-interval 1 --save "$work/a_file/ckpt" --save-interval 2 2>&1)
+[ $? -ne 0 ] && grep -qF -- "--save=$work/a_file/ckpt: cannot create the checkpoint directory" <<<"$out" &&
+  ! grep -q "iteration        1/" <<<"$out"
+check "a --save under a file fails before iteration 1: $out" $?
+
 # A short run: Megatron's log line, validation line, metrics and TensorBoard events, checkpoint.
 out=$("$tessera" train $model --train-iters 4 --log-interval 2 --eval-interval 4 --eval-iters 1 \
       --log-dir "$work/logs" --tensorboard-dir "$work/tb" --save "$work/ckpt" --save-interval 2 2>&1)

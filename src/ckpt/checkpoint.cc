@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -420,6 +422,15 @@ SafetensorsFile open_extra_file(const std::string& load_dir, const std::string& 
                 " (saved by another run or layout)");
   CheckpointReader reader(dir, index, (dir / kIndex).string());
   return reader.file(name);
+}
+
+void prepare_save_directory(const std::string& save_dir) {
+  std::error_code ec;
+  fs::create_directories(save_dir, ec);
+  if (!ec && !fs::is_directory(save_dir, ec)) ec = std::make_error_code(std::errc::not_a_directory);
+  if (ec) throw Error(str_cat("--save=", save_dir, ": cannot create the checkpoint directory: ", ec.message()));
+  if (::access(save_dir.c_str(), W_OK | X_OK) != 0)
+    throw Error(str_cat("--save=", save_dir, ": cannot write checkpoints there: ", std::strerror(errno)));
 }
 
 int64_t latest_checkpointed_iteration(const std::string& load_dir) {
