@@ -35,6 +35,8 @@ out=$("$tessera" train $model --train-iters 2 --log-interval 1 --save "$work/a_f
 [ $? -ne 0 ] && grep -qF -- "--save=$work/a_file/ckpt: cannot create the checkpoint directory" <<<"$out" &&
   ! grep -q "iteration        1/" <<<"$out"
 check "a --save under a file fails before iteration 1: $out" $?
+expect_error "$model --train-iters 1 --log-dir $work/a_file/logs" "--log-dir=$work/a_file/logs: cannot create the directory"
+expect_error "$model --train-iters 1 --tensorboard-dir $work/a_file/tb" "--tensorboard-dir=$work/a_file/tb: cannot create"
 
 # A short run: Megatron's log line, validation line, metrics and TensorBoard events, checkpoint.
 out=$("$tessera" train $model --train-iters 4 --log-interval 2 --eval-interval 4 --eval-iters 1 \
