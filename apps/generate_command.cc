@@ -55,6 +55,7 @@ int generate_command(const std::vector<std::string>& args) {
       ids.push_back(tokenizer.encode(p));
       TESSERA_CHECK(!ids.back().empty(), "prompt '", p, "' has no tokens");
     }
+    infer::check_prompts(model.runner().config(), ids, sampling);  // before any prompt is printed
 
     // Decode each growing continuation and print what is new, so multi-byte characters split over
     // tokens come out whole.

@@ -41,6 +41,11 @@ expect_failure "--micro-batch-size: 0 must be positive (" "$tessera" generate --
 expect_failure "--random-seed: -5 must be an integer >= 0" "$tessera" generate --load "$work/tp1" --prompt 3 \
   --random-seed=-5
 
+# A prompt that does not fit is refused before anything is printed (the first prompt was streamed first).
+out=$("$tessera" generate --load "$work/tp1" --prompt "3 5" --prompt "1 2 3" --tokens-to-generate 62 2>"$work/err")
+[ $? -ne 0 ] && [ -z "$out" ] && grep -qF "prompt of 3 tokens + tokens to generate 62 exceeds the model's 64 positions" "$work/err"
+check "a prompt too long for the model fails with nothing on stdout: '$out' $(cat "$work/err")" $?
+
 # Streamed continuation: the prompt, then the ids; tokens/s on stderr.
 out=$("$tessera" generate --load "$work/tp1" --prompt "3 5 7" --tokens-to-generate 12 --temperature 0 2>"$work/err")
 rc=$?
