@@ -205,4 +205,12 @@ sys.exit(0 if ok else 1)
 EOF
 check "--json has the Ouroboros price's parts, adding up: $(head -c 400 "$work/ouro.json")" $?
 
+# A tiny --ddp-bucket-size (or a huge model) is planned at once: one simulated collective per bucket took
+# GPT-2 1.5B in buckets of 1 element 16 GB and minutes. Under a 2 GB address-space limit and 20 s.
+out=$(ulimit -v 2000000; timeout 20 "$tessera" plan --num-layers 48 --hidden-size 1600 --num-attention-heads 25 \
+      --seq-length 1024 --micro-batch-size 1 --global-batch-size 64 --vocab-size 50257 --num-devices 8 \
+      --ddp-bucket-size 1 2>&1)
+[ $? -eq 0 ] && grep -q "tokens per second" <<<"$out"
+check "--ddp-bucket-size 1 plans quickly: $(tail -3 <<<"$out")" $?
+
 finish plan_cli
