@@ -161,8 +161,8 @@ int samples_command(const std::vector<std::string>& args) {
   const std::string split = data::split_name(f.split);
   const auto& source = sources[static_cast<size_t>(f.split)];
   if (!source) throw Error(str_cat("--split=", split, ": the ", split, " split has no documents (--split ", a.split, ")"));
-  if (f.first + f.count > source->size())
-    throw Error(str_cat("--count=", f.count, ": samples [", f.first, ", ", f.first + f.count, ") run past the ", split,
+  if (f.first > source->size() - f.count)  // not first + count, which overflows for --first near 2^63
+    throw Error(str_cat("--count=", f.count, ": samples from --first=", f.first, " run past the ", split,
                         " split's ", source->size(), " samples"));
   const std::unique_ptr<data::Tokenizer> tokenizer =
       f.decode ? data::build_tokenizer(train::tokenizer_options(a)) : nullptr;

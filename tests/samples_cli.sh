@@ -71,6 +71,9 @@ expect_failure "--count=0: must be at least 1" "$tessera" samples "${gpt[@]}" --
 expect_failure "--first=x: must be an integer" "$tessera" samples "${gpt[@]}" --first x
 expect_failure "--first=-1: must be at least 0" "$tessera" samples "${gpt[@]}" --first=-1
 expect_failure "run past the train split's" "$tessera" samples "${gpt[@]}" --first 1000000
+# --first near 2^63: first + count overflowed and the error came from the dataset's own bounds check.
+expect_failure "--count=2: samples from --first=9223372036854775807 run past the train split's" "$tessera" samples \
+  "${gpt[@]}" --first 9223372036854775807 --count 2
 expect_failure "--split=test: the test split has no documents" "$tessera" samples "${gpt[@]}" --split test
 expect_failure "--output: needs a value" "$tessera" samples "${gpt[@]}" --output
 expect_failure "--output=$work/no/such/dir/x.jsonl: cannot create" \
