@@ -212,5 +212,6 @@ out=$(ulimit -v 2000000; timeout 20 "$tessera" plan --num-layers 48 --hidden-siz
       --ddp-bucket-size 1 2>&1)
 [ $? -eq 0 ] && grep -q "tokens per second" <<<"$out"
 check "--ddp-bucket-size 1 plans quickly: $(tail -3 <<<"$out")" $?
+expect_error "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 1 --global-batch-size 8 --vocab-size 100 --num-devices -8" "--num-devices: -8 must be an integer >= 0"
 
 finish plan_cli
