@@ -63,6 +63,14 @@ for family in gpt2 llama; do
     cmp -s "$dir/hf/model.safetensors" "$dir/hf2/model.safetensors"
   check "$family: a second export is byte-identical" $?
 
+  # A config.json whose vocab_size disagrees with the weights is refused (the rows that fit were imported).
+  mkdir -p "$dir/edited" && cp "$dir/hf/model.safetensors" "$dir/edited/" &&
+    "$python" -c 'import json, sys; c = json.load(open(sys.argv[1])); c.pop("tessera_args"); c["vocab_size"] = 10
+json.dump(c, open(sys.argv[2], "w"))' "$dir/hf/config.json" "$dir/edited/config.json"
+  out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/edited" --save-dir "$dir/edited_back" 2>&1)
+  [ $? -ne 0 ] && grep -qF "gives embedding.word_embeddings.weight the shape [10, 32] but the Hugging Face tensor has" <<<"$out"
+  check "$family: an edited vocab_size is refused: $out" $?
+
   # Sharded export: several files and an index; importing them gives the same weights again.
   out=$("$tessera" convert --loader tessera --saver hf --load-dir "$dir/ckpt" --save-dir "$dir/sharded" --max-shard-size 20KB 2>&1)
   check "$family: sharded export: $out" $?

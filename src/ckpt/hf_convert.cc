@@ -15,6 +15,7 @@
 #include "ckpt/hf_layout.h"
 #include "ckpt/safetensors.h"
 #include "model/config.h"
+#include "model/model_factory.h"
 
 namespace tessera::ckpt {
 namespace fs = std::filesystem;
@@ -403,6 +404,17 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
     for (const std::string& t : sf.names()) hf_tensors[t] = to_fp32(sf, t);
   }
   TensorMap tessera = bert ? bert_from_hugging_face(c, hf_tensors) : map_tensors(c, f, hf_tensors, /*to_hf=*/false);
+  // Every tensor must have the shape config.json gives it, as from_pretrained refuses a size mismatch: an
+  // edited vocab_size or n_positions was imported, and loading then kept the rows that fit, silently.
+  model::ParameterSet declared;
+  model::build_model_chunk(c, declared);  // declares the shapes, allocates nothing
+  for (const model::Parameter& p : declared.params()) {
+    const auto it = tessera.find(p.spec.name);
+    if (it == tessera.end()) continue;  // the mapping itself reports what is missing or unused
+    TESSERA_CHECK(it->second.shape() == p.spec.shape, "convert: ", config_path, " gives ", p.spec.name, " the shape ",
+                  shape_str(p.spec.shape), " but the Hugging Face tensor has ", shape_str(it->second.shape()),
+                  " (config.json and the weights disagree)");
+  }
 
   json args = hf.contains("tessera_args") && hf["tessera_args"].is_object() ? hf["tessera_args"]
                                                                                : json{{"model", model::to_json(c)}};
