@@ -70,6 +70,12 @@ json.dump(c, open(sys.argv[2], "w"))' "$dir/hf/config.json" "$dir/edited/config.
   out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/edited" --save-dir "$dir/edited_back" 2>&1)
   [ $? -ne 0 ] && grep -qF "gives embedding.word_embeddings.weight the shape [10, 32] but the Hugging Face tensor has" <<<"$out"
   check "$family: an edited vocab_size is refused: $out" $?
+  # An edited field beside tessera_args is refused too (the recorded run overrode it silently).
+  "$python" -c 'import json, sys; c = json.load(open(sys.argv[1])); c["n_layer" if "n_layer" in c else "num_hidden_layers"] = 1
+json.dump(c, open(sys.argv[2], "w"))' "$dir/hf/config.json" "$dir/edited/config.json"
+  out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/edited" --save-dir "$dir/edited_back" 2>&1)
+  [ $? -ne 0 ] && grep -qF "its fields give 1 layers but its tessera_args 2" <<<"$out"
+  check "$family: a layer count edited beside tessera_args is refused: $out" $?
 
   # Sharded export: several files and an index; importing them gives the same weights again.
   out=$("$tessera" convert --loader tessera --saver hf --load-dir "$dir/ckpt" --save-dir "$dir/sharded" --max-shard-size 20KB 2>&1)
