@@ -57,6 +57,10 @@ expect_failure "--input=$work/refused: cannot open the file: it is a directory" 
   --input "$work/refused" --output "$work/sentences.jsonl"
 expect_failure "--prompt-file=$work/refused: cannot open the file: it is a directory" "$tessera" generate \
   --load "$work/no_checkpoint" --prompt-file "$work/refused"
+# A key given twice is refused before anything is written (both builders wrote the same files, and the
+# second rename failed after the first had put its files in place).
+expect_failure "--json-keys: 'text' is given twice" "$tessera" preprocess --input "$work/refused/in.jsonl" \
+  --json-keys text text --output-prefix "$work/refused/twice" "${null_tok[@]}"
 out=$("$tessera" preprocess --input "$work/missing.jsonl" --output-prefix "$work/x" "${null_tok[@]}" 2>&1)
 [ $? -ne 0 ] && grep -qF "missing.jsonl is not a readable file" <<<"$out"
 check "a missing input must be named: $out" $?

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -183,6 +184,9 @@ PreprocessProgress preprocess(const PreprocessOptions& o, const Tokenizer& token
   TESSERA_CHECK(!o.output_prefix.empty(), "--output-prefix is required");
   TESSERA_CHECK(o.workers >= 1, "--workers=", o.workers, ": must be at least 1");
   TESSERA_CHECK(!o.json_keys.empty(), "--json-keys: at least one key");
+  for (size_t k = 0; k < o.json_keys.size(); ++k)  // two builders of one key would write the same files
+    TESSERA_CHECK(std::find(o.json_keys.begin(), o.json_keys.begin() + k, o.json_keys[k]) == o.json_keys.begin() + k,
+                  "--json-keys: '", o.json_keys[k], "' is given twice (each key writes PREFIX_KEY_document.bin/.idx)");
   TESSERA_CHECK(o.format == InputFormat::Jsonl || o.json_keys.size() == 1, "--json-keys: plain-text input has ",
                 "one document text; give a single key (it names the output)");
   TESSERA_CHECK(o.split_sentences || !o.keep_newlines, "--keep-newlines: only with --split-sentences");
