@@ -42,5 +42,9 @@ expect_failure "stdin: '50257' is not a token id of GPT2BPETokenizer" \
 mkdir "$work/dir"
 expect_failure "cannot read GPT-2 vocab file $work/dir: Is a directory" "$tessera" tokenize \
   --tokenizer-type GPT2BPETokenizer --vocab-file "$work/dir" --merge-file "$cache/gpt2/gpt2-merges.txt"
+# The NullTokenizer's --vocab-size is named with its value when negative or beyond 32-bit ids (it wrapped).
+expect_failure "--vocab-size=-5: must be positive" "$tessera" tokenize --tokenizer-type NullTokenizer --vocab-size -5
+expect_failure "--vocab-size=3000000000: must be positive and below 2^31 - 1" "$tessera" tokenize \
+  --tokenizer-type NullTokenizer --vocab-size 3000000000
 
 finish tokenize_cli
