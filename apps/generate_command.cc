@@ -42,8 +42,10 @@ int generate_command(const std::vector<std::string>& args) {
     infer::validate(sampling);
     if (!prompt_file.empty()) {
       std::ifstream in = open_input_file(prompt_file, "--prompt-file=" + prompt_file);
-      for (std::string line; std::getline(in, line);)
+      for (std::string line; std::getline(in, line);) {
+        if (line.ends_with('\r')) line.pop_back();  // a CRLF file's lines, as Python's universal newlines
         if (!line.empty()) prompts.push_back(line);
+      }
     }
     TESSERA_CHECK(!prompts.empty(), "--prompt or --prompt-file: no prompt given");
     infer::LoadedModel model(flags.load, world);

@@ -46,6 +46,12 @@ out=$("$tessera" generate --load "$work/tp1" --prompt "3 5" --prompt "1 2 3" --t
 [ $? -ne 0 ] && [ -z "$out" ] && grep -qF "prompt of 3 tokens + tokens to generate 62 exceeds the model's 64 positions" "$work/err"
 check "a prompt too long for the model fails with nothing on stdout: '$out' $(cat "$work/err")" $?
 
+# A --prompt-file with CRLF line ends gives the prompts without the carriage return (it was kept).
+printf '3 5\r\n' > "$work/crlf.txt"
+out=$("$tessera" generate --load "$work/tp1" --prompt-file "$work/crlf.txt" --tokens-to-generate 1 2>/dev/null)
+[ $? -eq 0 ] && ! grep -q $'\r' <<<"$out" && [[ "$out" == "3 5 "* ]]
+check "a CRLF prompt file's prompt has no carriage return: $(od -c <<<"$out" | head -2)" $?
+
 # Streamed continuation: the prompt, then the ids; tokens/s on stderr.
 out=$("$tessera" generate --load "$work/tp1" --prompt "3 5 7" --tokens-to-generate 12 --temperature 0 2>"$work/err")
 rc=$?
