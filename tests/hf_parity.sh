@@ -86,6 +86,10 @@ json.dump(c, open(sys.argv[2], "w"))' "$dir/hf/config.json" "$dir/edited/config.
   "$tessera" convert --loader hf --saver tessera --load-dir "$dir/sharded" --save-dir "$dir/back_sharded" >/dev/null 2>&1 &&
     same_tensors "$dir/back/iter_0000000/model.tp00.pp00.safetensors" "$dir/back_sharded/iter_0000000/model.tp00.pp00.safetensors" >/dev/null
   check "$family: importing the sharded export gives the same weights" $?
+  # transformers' other size spellings: binary units, any case (5GiB, 20kib) were refused.
+  "$tessera" convert --loader tessera --saver hf --load-dir "$dir/ckpt" --save-dir "$dir/kib" --max-shard-size 20kib \
+    >/dev/null 2>&1 && [ "$(ls "$dir/kib"/model-*-of-*.safetensors | wc -l)" -gt 1 ]
+  check "$family: --max-shard-size 20kib shards the export" $?
   # Exporting over it as one file removes the earlier shards and index (a stale index was read first).
   "$tessera" convert --loader tessera --saver hf --load-dir "$dir/ckpt" --save-dir "$dir/sharded" >/dev/null 2>&1 &&
     [ "$(ls "$dir/sharded" | tr '\n' ' ')" = "config.json model.safetensors " ] &&
