@@ -61,6 +61,11 @@ expect_failure "--prompt-file=$work/refused: cannot open the file: it is a direc
 # second rename failed after the first had put its files in place).
 expect_failure "--json-keys: 'text' is given twice" "$tessera" preprocess --input "$work/refused/in.jsonl" \
   --json-keys text text --output-prefix "$work/refused/twice" "${null_tok[@]}"
+printf '{"text": "1 2 3"}\n{"text": "4 5"}\n' > "$work/many.jsonl"
+# --workers far beyond the documents starts no more threads than there are documents (100000 crashed).
+"$tessera" preprocess --input "$work/many.jsonl" --output-prefix "$work/many" --workers 100000 "${null_tok[@]}" \
+  >/dev/null 2>&1
+check "--workers 100000 exits 0" $?
 out=$("$tessera" preprocess --input "$work/missing.jsonl" --output-prefix "$work/x" "${null_tok[@]}" 2>&1)
 [ $? -ne 0 ] && grep -qF "missing.jsonl is not a readable file" <<<"$out"
 check "a missing input must be named: $out" $?

@@ -203,7 +203,10 @@ PreprocessProgress preprocess(const PreprocessOptions& o, const Tokenizer& token
   for (std::vector<RawDocument> chunk = reader.next(o.chunk_documents); !chunk.empty();
        chunk = reader.next(o.chunk_documents)) {
     std::vector<TokenizedDocument> done(chunk.size());
-#pragma omp parallel for num_threads(o.workers) schedule(dynamic, 16)
+    // No more threads than documents: libgomp starts every thread asked for, and --workers 100000 crashed
+    // the process (SIGSEGV) where Python's pool would have been merely slow to start.
+    const int threads = static_cast<int>(std::min<int64_t>(o.workers, static_cast<int64_t>(chunk.size())));
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
     for (size_t i = 0; i < chunk.size(); ++i) done[i] = tokenize(chunk[i], o, tokenizer, split);
     for (TokenizedDocument& d : done) {  // in input order
       if (!d.error.empty()) {
