@@ -35,8 +35,19 @@ inline const CLI::Validator kNonNegativeInteger(
     },
     "UINT");
 
+// As with argparse in Megatron's scripts, a single-valued flag given twice takes its last value (CLI11
+// refused it: "At Most 1 required but received 2"). Options that take several values (--prompt, which
+// repeats) keep them all.
+inline void take_last_values(CLI::App& app) {
+  for (CLI::Option* option : app.get_options())
+    if (option->get_expected_max() <= 1) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (CLI::App* group : app.get_subcommands([](CLI::App* a) { return a->get_name().empty(); }))
+    take_last_values(*group);  // option groups
+}
+
 // Returns false when --help was asked for (and printed): the command should then exit 0.
 inline bool parse_command_line(CLI::App& app, const std::vector<std::string>& args, const char* command) {
+  take_last_values(app);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
     app.parse(reversed);

@@ -46,5 +46,9 @@ expect_failure "cannot read GPT-2 vocab file $work/dir: Is a directory" "$tesser
 expect_failure "--vocab-size=-5: must be positive" "$tessera" tokenize --tokenizer-type NullTokenizer --vocab-size -5
 expect_failure "--vocab-size=3000000000: must be positive and below 2^31 - 1" "$tessera" tokenize \
   --tokenizer-type NullTokenizer --vocab-size 3000000000
+# As with argparse, a flag given twice takes its last value (CLI11 said "At Most 1 required but received 2").
+out=$(echo 6 | "$tessera" tokenize --decode --tokenizer-type NullTokenizer --vocab-size 5 --vocab-size 6 2>&1)
+[ "$out" = 6 ]
+check "--vocab-size 5 --vocab-size 6 takes 6: $out" $?
 
 finish tokenize_cli
