@@ -65,21 +65,21 @@ int cntrl_generate(const std::vector<std::string>& args) {
   app.add_option("--knowledge-base", knowledge_base, "ConceptNet assertions CSV (tab-separated)")->required();
   app.add_option("--input", input, "JSONL: {\"context\": first sentence, \"keywords\": [[...] or null, ...]}")->required();
   app.add_option("--output", output, "Write the stories with each stage's output here (JSONL)");
-  app.add_option("--num-sentences", o.sentences, "Sentences to add to each story")->check(CLI::PositiveNumber);
+  app.add_option("--num-sentences", o.sentences, "Sentences to add to each story")->check(kPositive);
   app.add_option("--keywords-per-sentence", o.keywords_per_sentence, "Predicted keywords kept per sentence")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_option("--knowledge-per-keyword", o.knowledge_per_keyword, "Knowledge sentences retrieved per keyword")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--top-n", o.top_n, "Ranked knowledge sentences given to the generator")->check(CLI::PositiveNumber);
+      ->check(kPositive);
+  app.add_option("--top-n", o.top_n, "Ranked knowledge sentences given to the generator")->check(kPositive);
   app.add_option("--keyword-tokens", o.keyword_tokens, "Tokens the keyword predictor may generate")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_option("--sentence-tokens", o.sentence_tokens, "Tokens the generator may generate per sentence")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_option("--temperature", o.sampling.temperature, "Sampling temperature (0: greedy)");
   app.add_option("--top-k", o.sampling.top_k, "Sample from the k most likely tokens (1: greedy)");
   app.add_option("--top-p", o.sampling.top_p, "Sample from the smallest set holding this probability");
-  app.add_option("--random-seed", o.sampling.random_seed, "Seed of the sampling");
-  app.add_option("--micro-batch-size", o.max_batch_size, "Stories decoded together")->check(CLI::PositiveNumber);
+  app.add_option("--random-seed", o.sampling.random_seed, "Seed of the sampling")->check(kNonNegativeInteger);
+  app.add_option("--micro-batch-size", o.max_batch_size, "Stories decoded together")->check(kPositive);
   app.add_flag("--predict-keywords", predict_keywords,
                "Predict every sentence's keywords, ignoring the input's (the baseline of the controllability)");
   return run_on_every_rank(app, {args.begin() + 1, args.end()}, "cntrl generate", [&](comm::ProcessGroup& world) {
@@ -124,10 +124,10 @@ int cntrl_preprocess(const std::vector<std::string>& args) {
   app.add_option("--output-prefix", prefix, "Writes PREFIX_keywords.jsonl, PREFIX_ranker.jsonl, PREFIX_generator.jsonl")
       ->required();
   app.add_option("--keywords-per-sentence", o.keywords_per_sentence, "RAKE keywords of each sentence")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_option("--knowledge-per-keyword", o.knowledge_per_keyword, "Knowledge sentences retrieved per keyword")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--top-n", o.top_n, "Knowledge sentences given to the generator")->check(CLI::PositiveNumber);
+      ->check(kPositive);
+  app.add_option("--top-n", o.top_n, "Knowledge sentences given to the generator")->check(kPositive);
   app.add_option("--positives", o.positives, "Ranker pseudo-labels set to 1 (the most similar to the sentence)")
       ->check(CLI::NonNegativeNumber);
   if (!parse_command_line(app, {args.begin() + 1, args.end()}, "cntrl preprocess")) return 0;

@@ -4,6 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+#include <cstdint>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -12,8 +15,39 @@
 
 namespace tessera::apps {
 
+// A flag's value must be a number > 0. CLI11's own PositiveNumber says "Value 0 not in range 0.000000 to
+// 179769313486231570814527423731704356798070567525844996598917476803157260780028538760589558632766878..."
+inline const CLI::Validator kPositive(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const double value = std::strtod(text.c_str(), &end);
+      return end != text.c_str() && *end == '\0' && value > 0 ? "" : text + " must be positive";
+    },
+    "POSITIVE");
+
+// A flag's value must be an integer >= 0. For an unsigned option (a seed) CLI11 would convert "-1" by
+// wrapping it to 2^64 - 1, so the text is checked before the conversion.
+inline const CLI::Validator kNonNegativeInteger(
+    [](std::string& text) -> std::string {
+      uint64_t value = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      return ec == std::errc() && end == text.data() + text.size() ? "" : text + " must be an integer >= 0";
+    },
+    "UINT");
+
+// As with argparse in Megatron's scripts, a single-valued flag given twice takes its last value (CLI11
+// refused it: "At Most 1 required but received 2"). Options that take several values (--prompt, which
+// repeats) keep them all.
+inline void take_last_values(CLI::App& app) {
+  for (CLI::Option* option : app.get_options())
+    if (option->get_expected_max() <= 1) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (CLI::App* group : app.get_subcommands([](CLI::App* a) { return a->get_name().empty(); }))
+    take_last_values(*group);  // option groups
+}
+
 // Returns false when --help was asked for (and printed): the command should then exit 0.
 inline bool parse_command_line(CLI::App& app, const std::vector<std::string>& args, const char* command) {
+  take_last_values(app);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
     app.parse(reversed);

@@ -5,6 +5,9 @@
 // and the hidden `tessera debug-forward`, which writes a checkpoint's logits and loss gradients on
 // given tokens for the parity tests against the PyTorch references (tests/hf_parity.sh, for Mixtral
 // tests/hf_mixtral_parity.sh, for BERT tests/hf_bert_parity.sh).
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <iostream>
 
 #include "apps/command_line.h"
@@ -18,7 +21,9 @@
 namespace tessera::apps {
 namespace {
 
-// "5GB", "500MB", "2000000": bytes (decimal units, as Hugging Face's max_shard_size).
+// "5GB", "500MB", "5GiB", "2000000": bytes, as transformers' convert_file_size_to_int reads
+// max_shard_size: the unit in any case, binary units KiB/MiB/GiB, and a lower-case final "b" (5Gb)
+// counting bits.
 int64_t parse_size(const std::string& s) {
   size_t used = 0;
   long long n = 0;
@@ -27,10 +32,20 @@ int64_t parse_size(const std::string& s) {
   } catch (const std::exception&) {
     used = 0;
   }
-  const std::string unit = s.substr(used);
-  int64_t scale = unit.empty() || unit == "B" ? 1 : unit == "KB" ? 1000 : unit == "MB" ? 1000000 : unit == "GB" ? 1000000000 : 0;
-  TESSERA_CHECK(used > 0 && n > 0 && scale > 0, "--max-shard-size '", s, "': expected a positive size such as 5GB, 500MB or 1000000");
-  return n * scale;
+  std::string unit = s.substr(used);
+  const bool bits = unit.size() == 2 && unit[1] == 'b';
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const int64_t scale = unit.empty() || unit == "B" ? 1
+                        : unit == "KB"             ? 1000
+                        : unit == "MB"             ? 1000000
+                        : unit == "GB"             ? 1000000000
+                        : unit == "KIB"            ? int64_t{1} << 10
+                        : unit == "MIB"            ? int64_t{1} << 20
+                        : unit == "GIB"            ? int64_t{1} << 30
+                                                   : 0;
+  TESSERA_CHECK(used > 0 && n > 0 && scale > 0 && n <= INT64_MAX / scale, "--max-shard-size '", s,
+                "': expected a positive size such as 5GB, 500MB, 5GiB or 1000000");
+  return std::max<int64_t>(1, bits ? n * scale / 8 : n * scale);
 }
 
 // BERT's debug-forward: a batch of `batch` samples, flat [batch, seq] ids. Writes the MLM logits

@@ -26,6 +26,7 @@ int eval_command(const std::vector<std::string>& args) {
   app.add_option("--log-interval", options.log_interval, "Batches between progress lines");
 
   return run_on_every_rank(app, args, "eval", [&](comm::ProcessGroup& world) {
+    eval::check_options(options);  // before the checkpoint, which may take minutes to load
     infer::LoadedModel model(load, world);
     options.seq_length = model.config().seq_length;
     const bool printer = world.rank() == 0;

@@ -4,6 +4,7 @@
 
 #include "apps/command_line.h"
 #include "apps/commands.h"
+#include "train/argument_rules.h"
 #include "train/finetune.h"
 
 namespace tessera::apps {
@@ -46,7 +47,7 @@ int finetune_command(const std::vector<std::string>& args) {
   app.add_option("--vocab-file", a.vocab_file, "Vocabulary file (default: the pretrained checkpoint's)");
   app.add_option("--merge-file", a.merge_file, "GPT-2 BPE merges (default: the pretrained checkpoint's)");
   app.add_option("--tokenizer-model", a.tokenizer_model, "SentencePiece model (default: the pretrained checkpoint's)");
-  app.add_option("--seed", a.seed, "Initialisation, dropout and shuffling seed");
+  app.add_option("--seed", a.seed, "Initialisation, dropout and shuffling seed")->check(train::rules::seed_rule);
   app.add_option("--log-interval", a.log_interval, "Iterations per log line");
   if (!parse_command_line(app, args, "finetune")) return 0;
   train::finetune(a, [](const std::string& line) { std::cout << line << std::endl; });

@@ -8,6 +8,7 @@
 
 #include "apps/commands.h"
 #include "apps/inference_flags.h"
+#include "core/file_io.h"
 #include "core/timer.h"
 #include "infer/generator.h"
 
@@ -25,14 +26,14 @@ int generate_command(const std::vector<std::string>& args) {
   add_load_flags(app, flags);
   app.add_option("--micro-batch-size", micro_batch_size,
                  "Prompts decoded together (1: one after another, streaming the text as it is produced)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_option("--prompt", prompts, "Prompt text (repeat for several prompts)");
   app.add_option("--prompt-file", prompt_file, "A file of prompts, one per line");
   app.add_option("--tokens-to-generate", sampling.tokens_to_generate, "Tokens to generate per prompt");
   app.add_option("--temperature", sampling.temperature, "Sampling temperature (0: greedy)");
   app.add_option("--top-k", sampling.top_k, "Sample from the k most likely tokens (1: greedy)");
   app.add_option("--top-p", sampling.top_p, "Sample from the smallest set holding this probability");
-  app.add_option("--random-seed", sampling.random_seed, "Seed of the sampling");
+  app.add_option("--random-seed", sampling.random_seed, "Seed of the sampling")->check(kNonNegativeInteger);
   app.add_option("--stop", options.stop_strings, "Stop after the token that completes this text (repeatable)");
   app.add_flag("--stop-on-eol", options.stop_on_eol, "Stop after a newline");
   app.add_flag("--stop-on-double-eol", options.stop_on_double_eol, "Stop after two newlines");
@@ -40,10 +41,11 @@ int generate_command(const std::vector<std::string>& args) {
   return run_on_every_rank(app, args, "generate", [&](comm::ProcessGroup& world) {
     infer::validate(sampling);
     if (!prompt_file.empty()) {
-      std::ifstream in(prompt_file);
-      TESSERA_CHECK(in.good(), "--prompt-file=", prompt_file, ": cannot open the file");
-      for (std::string line; std::getline(in, line);)
+      std::ifstream in = open_input_file(prompt_file, "--prompt-file=" + prompt_file);
+      for (std::string line; std::getline(in, line);) {
+        if (line.ends_with('\r')) line.pop_back();  // a CRLF file's lines, as Python's universal newlines
         if (!line.empty()) prompts.push_back(line);
+      }
     }
     TESSERA_CHECK(!prompts.empty(), "--prompt or --prompt-file: no prompt given");
     infer::LoadedModel model(flags.load, world);
@@ -55,6 +57,7 @@ int generate_command(const std::vector<std::string>& args) {
       ids.push_back(tokenizer.encode(p));
       TESSERA_CHECK(!ids.back().empty(), "prompt '", p, "' has no tokens");
     }
+    infer::check_prompts(model.runner().config(), ids, sampling);  // before any prompt is printed
 
     // Decode each growing continuation and print what is new, so multi-byte characters split over
     // tokens come out whole.

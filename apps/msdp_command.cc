@@ -29,8 +29,7 @@ namespace {
 using nlohmann::json;
 
 std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  TESSERA_CHECK(in.good(), path, ": cannot open the file");
+  std::ifstream in = open_input_file(path, path);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
@@ -68,8 +67,7 @@ int preprocess(const std::vector<std::string>& args) {
   };
   if (func == "process_wow_dataset") {
     need(raw_file, "--raw_file");
-    std::ifstream in(raw_file);
-    TESSERA_CHECK(in.good(), "--raw_file=", raw_file, ": cannot open the file");
+    std::ifstream in = open_input_file(raw_file, "--raw_file=" + raw_file);
     json raw;
     try {
       raw = json::parse(in);
@@ -130,9 +128,9 @@ void add_prompt_flags(CLI::App& app, PromptFlags& f) {
   app.add_option("--sample-input-file", f.sample_input_file, "Processed test file");
   app.add_option("--sample-output-file", f.sample_output_file, "One generation per line (default: input + .out)");
   app.add_option("--num-prompt-examples", f.num_prompt_examples, "Stage 2: examples read from --prompt-file")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--out-seq-length", f.out_seq_length, "Tokens to generate")->check(CLI::PositiveNumber);
-  app.add_option("--micro-batch-size", f.micro_batch_size, "Prompts decoded together (--load)")->check(CLI::PositiveNumber);
+      ->check(kPositive);
+  app.add_option("--out-seq-length", f.out_seq_length, "Tokens to generate")->check(kPositive);
+  app.add_option("--micro-batch-size", f.micro_batch_size, "Prompts decoded together (--load)")->check(kPositive);
   app.add_flag("--api-prompt", f.api_prompt, "Generate through a running server (--megatron-api-url)");
   app.add_option("--megatron-api-url", f.api_url, "The server's PUT endpoint, e.g. http://127.0.0.1:5000/api");
   app.add_option("--guess-file", f.guess_file, "MSDP-EVAL-F1: generated lines");

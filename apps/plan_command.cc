@@ -45,7 +45,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.option_defaults()->always_capture_default();
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--device", f.device, "Device of the built-in table: V100-32GB, A100-80GB, H100-SXM, H200, cpu");
-  app.add_option("--num-devices", f.num_devices, "Devices in the cluster (default: tp x pp x dp of the flags)");
+  app.add_option("--num-devices", f.num_devices, "Devices in the cluster (default: tp x pp x dp of the flags)")
+      ->check(kNonNegativeInteger);  // 0: the default; -8 was taken as it
   app.add_option("--devices-per-node", f.devices_per_node, "Devices per node (default: the device's)");
   app.add_option("--cluster", f.cluster_file, "Cluster file (JSON; e.g. written by --calibrate) instead of --device");
   app.add_flag("--search", f.search, "Rank every layout of the model on the cluster by predicted throughput");

@@ -11,6 +11,7 @@
 #include "apps/command_line.h"
 #include "apps/commands.h"
 #include "core/check.h"
+#include "core/file_io.h"
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
 #include "data/sentence_splitter.h"
@@ -99,10 +100,9 @@ int split_sentences_command(const std::vector<std::string>& args) {
   app.add_option("--json-keys", keys, "Keys of the jsonl objects to split");
   app.add_flag("--keep-newlines", keep_newlines, "Sentences keep the whitespace and newlines after them");
   if (!parse_command_line(app, args, "split-sentences")) return 0;
-  std::ifstream in(input, std::ios::binary);
-  TESSERA_CHECK(in.is_open(), "--input: cannot open ", input);
-  std::ofstream out(output, std::ios::binary);
-  TESSERA_CHECK(out.is_open(), "--output: cannot write ", output);
+  std::ifstream in = open_input_file(input, "--input=" + input, std::ios::binary);
+  AtomicOutputFile file(output, "--output=" + output);  // a malformed line leaves no partial output
+  std::ofstream& out = file.stream();
   const data::SentenceSplitter splitter(keep_newlines);
   std::vector<std::string> texts;
   int64_t lines = 0, documents = 0, sentences = 0;
@@ -121,8 +121,7 @@ int split_sentences_command(const std::vector<std::string>& args) {
     out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     ++documents;
   }
-  out.close();
-  TESSERA_CHECK(out.good(), "--output: writing ", output, " failed");
+  file.commit();
   std::cout << documents << " documents, " << sentences << " sentences -> " << output << std::endl;
   return 0;
 }

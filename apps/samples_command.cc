@@ -16,6 +16,7 @@
 #include "apps/commands.h"
 #include "core/check.h"
 #include "data/blended_dataset.h"
+#include "core/file_io.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer_factory.h"
 #include "train/arguments.h"
@@ -167,27 +168,25 @@ int samples_command(const std::vector<std::string>& args) {
     throw Error(str_cat("--split=", split, ": the ", split, " split has no dataset (no ",
                         data::kSplitDataPathFlags[static_cast<size_t>(f.split)], ")"));
   }
-  if (f.first + f.count > source->size())
-    throw Error(str_cat("--count=", f.count, ": samples [", f.first, ", ", f.first + f.count, ") run past the ", split,
+  if (f.first > source->size() - f.count)  // not first + count, which overflows for --first near 2^63
+    throw Error(str_cat("--count=", f.count, ": samples from --first=", f.first, " run past the ", split,
                         " split's ", source->size(), " samples"));
   const std::unique_ptr<data::Tokenizer> tokenizer =
       f.decode ? data::build_tokenizer(train::tokenizer_options(a)) : nullptr;
 
-  std::ofstream file;
-  if (!f.output.empty()) {
-    file.open(f.output, std::ios::trunc);
-    if (!file) throw Error(str_cat("--output=", f.output, ": cannot be written"));
-  }
+  std::unique_ptr<AtomicOutputFile> file;  // an error part way leaves no partial --output
+  if (!f.output.empty()) file = std::make_unique<AtomicOutputFile>(f.output, "--output=" + f.output);
   for (int64_t i = f.first; i < f.first + f.count; ++i) {
     const train::MegatronSample s = source->megatron_sample(i);
-    if (file.is_open()) {
+    if (file) {
       // A sample's text may start or end inside a multi-byte character: such bytes become U+FFFD.
-      file << json_line(s, tokenizer.get()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      file->stream() << json_line(s, tokenizer.get()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                     << "\n";
     } else {
       print_listing(std::cout, split, i, s, tokenizer.get());
     }
   }
-  if (file.is_open() && !file.flush()) throw Error(str_cat("--output=", f.output, ": write failed"));
+  if (file) file->commit();
   return 0;
 }
 

@@ -28,7 +28,7 @@ int serve_command(const std::vector<std::string>& args) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--inference-dynamic-batching-buffer-size-gb", batching.buffer_gb,
                  "Key/value cache of the whole model for the running batch, GiB (each rank holds its share)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_option("--inference-dynamic-batching-block-size", batching.block_size,
                  "Positions per key/value cache block")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

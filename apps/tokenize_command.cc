@@ -3,6 +3,8 @@
 // included) is one text and gives one line of ids, and `--decode --whole-input` writes exactly the text
 // those ids stand for, so a byte-level tokenizer (GPT-2's) gives a file back byte for byte. For
 // scripting and for checking a tokenizer.
+#include <cctype>
+#include <charconv>
 #include <iostream>
 #include <iterator>
 
@@ -13,6 +15,31 @@
 #include "data/tokenizer_factory.h"
 
 namespace tessera::apps {
+namespace {
+
+// The ids of `text` (separated by whitespace). A word that is no id of the tokenizer is an error naming
+// the line of stdin (0: the whole input), the word and the tokenizer's range.
+std::vector<int32_t> read_ids(std::string_view text, int64_t line_number, const data::Tokenizer& tokenizer,
+                              const std::string& tokenizer_type) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0, end = 0; i < text.size(); i = end) {
+    if (std::isspace(static_cast<unsigned char>(text[i]))) {
+      end = i + 1;
+      continue;
+    }
+    for (end = i; end < text.size() && !std::isspace(static_cast<unsigned char>(text[end]));) ++end;
+    int32_t id = -1;
+    auto [ptr, ec] = std::from_chars(text.data() + i, text.data() + end, id);
+    TESSERA_CHECK(ec == std::errc() && ptr == text.data() + end && id >= 0 && id < tokenizer.vocab_size(),
+                  "tokenize --decode: ", line_number > 0 ? str_cat("line ", line_number, " of ") : "", "stdin: '",
+                  text.substr(i, end - i), "' is not a token id of ", tokenizer_type, " (0..",
+                  tokenizer.vocab_size() - 1, ")");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+}  // namespace
 
 int tokenize_command(const std::vector<std::string>& args) {
   data::TokenizerOptions tok;
@@ -29,23 +56,22 @@ int tokenize_command(const std::vector<std::string>& args) {
                "all the ids of stdin and write their text with nothing added");
   if (!parse_command_line(app, args, "tokenize")) return 0;
   std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(tok);
-  // Ids on a line are read the way the NullTokenizer reads its text.
-  data::NullTokenizer id_reader(tokenizer->vocab_size() - 1);
+  data::NullTokenizer id_writer(tokenizer->vocab_size() - 1);  // writes ids as the NullTokenizer spells them
   if (whole_input) {
     const std::string input{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
     if (decode) {
-      std::cout << tokenizer->decode(id_reader.encode(input)) << std::flush;
+      std::cout << tokenizer->decode(read_ids(input, 0, *tokenizer, tok.type)) << std::flush;
     } else {
-      std::cout << id_reader.decode(tokenizer->encode(input)) << '\n';
+      std::cout << id_writer.decode(tokenizer->encode(input)) << '\n';
     }
     return 0;
   }
   std::string line;
-  while (std::getline(std::cin, line)) {
+  for (int64_t line_number = 1; std::getline(std::cin, line); ++line_number) {
     if (decode) {
-      std::cout << tokenizer->decode(id_reader.encode(line)) << '\n';
+      std::cout << tokenizer->decode(read_ids(line, line_number, *tokenizer, tok.type)) << '\n';
     } else {
-      std::cout << id_reader.decode(tokenizer->encode(line)) << '\n';
+      std::cout << id_writer.decode(tokenizer->encode(line)) << '\n';
     }
   }
   return 0;

@@ -43,6 +43,29 @@ check "a non-string value must fail with file:line: $out" $?
 out=$("$tessera" preprocess --input "$work/bad.jsonl" --output-prefix "$work/bad" --skip-malformed "${null_tok[@]}" 2>&1)
 [ $? -eq 0 ] && grep -qF "skipped 1 empty documents; skipped 3 malformed lines" <<<"$out"
 check "--skip-malformed should count 3 malformed lines and 1 empty document: $out" $?
+# A text the tokenizer refuses (words for the NullTokenizer) fails with file:line on the workers too,
+# rather than aborting, and leaves no temporary file behind.
+mkdir "$work/refused"
+printf '{"text": "1 2 3"}\n{"text": "1 two 3"}\n' > "$work/refused/in.jsonl"
+expect_failure "in.jsonl:2: NullTokenizer: 'two' is not a token id" "$tessera" preprocess --workers 2 \
+  --input "$work/refused/in.jsonl" --output-prefix "$work/refused/out" "${null_tok[@]}"
+[ "$(ls "$work/refused")" = in.jsonl ]
+check "a refused text leaves no output: $(ls "$work/refused")" $?
+# A directory given as an input file is named as one; an ifstream opens it and reads it as empty, which
+# made split-sentences write 0 documents and generate say "no prompt given".
+expect_failure "--input=$work/refused: cannot open the file: it is a directory" "$tessera" split-sentences \
+  --input "$work/refused" --output "$work/sentences.jsonl"
+expect_failure "--prompt-file=$work/refused: cannot open the file: it is a directory" "$tessera" generate \
+  --load "$work/no_checkpoint" --prompt-file "$work/refused"
+# A key given twice is refused before anything is written (both builders wrote the same files, and the
+# second rename failed after the first had put its files in place).
+expect_failure "--json-keys: 'text' is given twice" "$tessera" preprocess --input "$work/refused/in.jsonl" \
+  --json-keys text text --output-prefix "$work/refused/twice" "${null_tok[@]}"
+printf '{"text": "1 2 3"}\n{"text": "4 5"}\n' > "$work/many.jsonl"
+# --workers far beyond the documents starts no more threads than there are documents (100000 crashed).
+"$tessera" preprocess --input "$work/many.jsonl" --output-prefix "$work/many" --workers 100000 "${null_tok[@]}" \
+  >/dev/null 2>&1
+check "--workers 100000 exits 0" $?
 out=$("$tessera" preprocess --input "$work/missing.jsonl" --output-prefix "$work/x" "${null_tok[@]}" 2>&1)
 [ $? -ne 0 ] && grep -qF "missing.jsonl is not a readable file" <<<"$out"
 check "a missing input must be named: $out" $?

@@ -20,6 +20,12 @@ mpi=(mpirun --oversubscribe --allow-run-as-root -np 2)
 tokenizer=(--tokenizer-type GPT2BPETokenizer --vocab-file "$cache/gpt2/gpt2-vocab.json"
            --merge-file "$cache/gpt2/gpt2-merges.txt")
 
+# Flags that need no model are checked before the checkpoint is loaded (a large one takes minutes).
+expect_failure "--valid-data=$work/missing.txt: cannot open the file" "$tessera" eval --load "$work/no_checkpoint" \
+  --task WIKITEXT103 --valid-data "$work/missing.txt"
+expect_failure "--overlapping-eval=-1: must be >= 0" "$tessera" eval --load "$work/no_checkpoint" --task WIKITEXT103 \
+  --valid-data "$data/wiki.test.tokens" --overlapping-eval -1
+
 # A little training text: the first 600 lines of the validation set, one document per paragraph.
 head -n 600 "$data/wiki.valid.tokens" | python3 -c '
 import json, sys

@@ -49,6 +49,24 @@ out=$("$tessera" train "${model[@]}" --sample-interval 5 2>&1)
 [ $? -ne 0 ] && grep -qF -- "--sample-interval=5: needs --sample-prompt" <<<"$out"
 check "--sample-interval without --sample-prompt is refused: $out" $?
 
+# Bad values name the flag and the rule: not CLI11's "Value 0 not in range 0.000000 to 1797693...", and a
+# negative seed is not wrapped to 2^64 - 5.
+expect_failure "--micro-batch-size: 0 must be positive (" "$tessera" generate --load "$work/tp1" --prompt 3 \
+  --micro-batch-size 0
+expect_failure "--random-seed: -5 must be an integer >= 0" "$tessera" generate --load "$work/tp1" --prompt 3 \
+  --random-seed=-5
+
+# A prompt that does not fit is refused before anything is printed (the first prompt was streamed first).
+out=$("$tessera" generate --load "$work/tp1" --prompt "3 5" --prompt "1 2 3" --tokens-to-generate 62 2>"$work/err")
+[ $? -ne 0 ] && [ -z "$out" ] && grep -qF "prompt of 3 tokens + tokens to generate 62 exceeds the model's 64 positions" "$work/err"
+check "a prompt too long for the model fails with nothing on stdout: '$out' $(cat "$work/err")" $?
+
+# A --prompt-file with CRLF line ends gives the prompts without the carriage return (it was kept).
+printf '3 5\r\n' > "$work/crlf.txt"
+out=$("$tessera" generate --load "$work/tp1" --prompt-file "$work/crlf.txt" --tokens-to-generate 1 2>/dev/null)
+[ $? -eq 0 ] && ! grep -q $'\r' <<<"$out" && [[ "$out" == "3 5 "* ]]
+check "a CRLF prompt file's prompt has no carriage return: $(od -c <<<"$out" | head -2)" $?
+
 # Streamed continuation: the prompt, then the ids; tokens/s on stderr.
 out=$("$tessera" generate --load "$work/tp1" --prompt "3 5 7" --tokens-to-generate 12 --temperature 0 2>"$work/err")
 rc=$?

@@ -63,6 +63,20 @@ for family in gpt2 llama; do
     cmp -s "$dir/hf/model.safetensors" "$dir/hf2/model.safetensors"
   check "$family: a second export is byte-identical" $?
 
+  # A config.json whose vocab_size disagrees with the weights is refused (the rows that fit were imported).
+  mkdir -p "$dir/edited" && cp "$dir/hf/model.safetensors" "$dir/edited/" &&
+    "$python" -c 'import json, sys; c = json.load(open(sys.argv[1])); c.pop("tessera_args"); c["vocab_size"] = 10
+json.dump(c, open(sys.argv[2], "w"))' "$dir/hf/config.json" "$dir/edited/config.json"
+  out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/edited" --save-dir "$dir/edited_back" 2>&1)
+  [ $? -ne 0 ] && grep -qF "gives embedding.word_embeddings.weight the shape [10, 32] but the Hugging Face tensor has" <<<"$out"
+  check "$family: an edited vocab_size is refused: $out" $?
+  # An edited field beside tessera_args is refused too (the recorded run overrode it silently).
+  "$python" -c 'import json, sys; c = json.load(open(sys.argv[1])); c["n_layer" if "n_layer" in c else "num_hidden_layers"] = 1
+json.dump(c, open(sys.argv[2], "w"))' "$dir/hf/config.json" "$dir/edited/config.json"
+  out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/edited" --save-dir "$dir/edited_back" 2>&1)
+  [ $? -ne 0 ] && grep -qF "its fields give 1 layers but its tessera_args 2" <<<"$out"
+  check "$family: a layer count edited beside tessera_args is refused: $out" $?
+
   # Sharded export: several files and an index; importing them gives the same weights again.
   out=$("$tessera" convert --loader tessera --saver hf --load-dir "$dir/ckpt" --save-dir "$dir/sharded" --max-shard-size 20KB 2>&1)
   check "$family: sharded export: $out" $?
@@ -72,6 +86,15 @@ for family in gpt2 llama; do
   "$tessera" convert --loader hf --saver tessera --load-dir "$dir/sharded" --save-dir "$dir/back_sharded" >/dev/null 2>&1 &&
     same_tensors "$dir/back/iter_0000000/model.tp00.pp00.safetensors" "$dir/back_sharded/iter_0000000/model.tp00.pp00.safetensors" >/dev/null
   check "$family: importing the sharded export gives the same weights" $?
+  # transformers' other size spellings: binary units, any case (5GiB, 20kib) were refused.
+  "$tessera" convert --loader tessera --saver hf --load-dir "$dir/ckpt" --save-dir "$dir/kib" --max-shard-size 20kib \
+    >/dev/null 2>&1 && [ "$(ls "$dir/kib"/model-*-of-*.safetensors | wc -l)" -gt 1 ]
+  check "$family: --max-shard-size 20kib shards the export" $?
+  # Exporting over it as one file removes the earlier shards and index (a stale index was read first).
+  "$tessera" convert --loader tessera --saver hf --load-dir "$dir/ckpt" --save-dir "$dir/sharded" >/dev/null 2>&1 &&
+    [ "$(ls "$dir/sharded" | tr '\n' ' ')" = "config.json model.safetensors " ] &&
+    cmp -s "$dir/hf/model.safetensors" "$dir/sharded/model.safetensors"
+  check "$family: an export over a sharded one leaves only its own files: $(ls "$dir/sharded" | head -4)" $?
 
   # Parity with the PyTorch reference on the same tokens.
   out=$("$tessera" debug-forward --load "$dir/ckpt" --tokens "$tokens" --out "$dir/tessera_out.safetensors" 2>&1)

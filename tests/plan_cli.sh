@@ -212,4 +212,13 @@ out=$("$tessera" plan ${big/--num-devices 3072/--num-devices 1024} --tensor-mode
       --lr-decay-samples 126953125 --lr-warmup-samples 183105 2>&1)
 check "a plan from sample-based flags with a batch-size ramp runs: $out" $?
 
+# A tiny --ddp-bucket-size (or a huge model) is planned at once: one simulated collective per bucket took
+# GPT-2 1.5B in buckets of 1 element 16 GB and minutes. Under a 2 GB address-space limit and 20 s.
+out=$(ulimit -v 2000000; timeout 20 "$tessera" plan --num-layers 48 --hidden-size 1600 --num-attention-heads 25 \
+      --seq-length 1024 --micro-batch-size 1 --global-batch-size 64 --vocab-size 50257 --num-devices 8 \
+      --ddp-bucket-size 1 2>&1)
+[ $? -eq 0 ] && grep -q "tokens per second" <<<"$out"
+check "--ddp-bucket-size 1 plans quickly: $(tail -3 <<<"$out")" $?
+expect_error "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 1 --global-batch-size 8 --vocab-size 100 --num-devices -8" "--num-devices: -8 must be an integer >= 0"
+
 finish plan_cli

@@ -129,6 +129,8 @@ done
 
 # Flag errors name the flag.
 expect_failure "--task=SQuAD" "$tessera" finetune --task SQuAD --pretrained-checkpoint "$work/bert"
+expect_failure "--seed: -1 must be a positive integer below 2^32" "$tessera" finetune --task RACE --seed=-1 \
+  --pretrained-checkpoint "$work/bert"
 expect_failure "--pretrained-checkpoint" "$tessera" finetune --task RACE --epochs 1 --train-data "$work/RACE/train/high"
 expect_failure "--seq-length=64: must be at most" "$tessera" finetune "${ft[@]}" "${train[@]}" --epochs 1 --seq-length 64
 expect_failure "does not exist" "$tessera" finetune "${ft[@]}" --epochs 1 --train-data "$work/RACE/nothing"

@@ -71,9 +71,12 @@ expect_failure "--count=0: must be at least 1" "$tessera" samples "${gpt[@]}" --
 expect_failure "--first=x: must be an integer" "$tessera" samples "${gpt[@]}" --first x
 expect_failure "--first=-1: must be at least 0" "$tessera" samples "${gpt[@]}" --first=-1
 expect_failure "run past the train split's" "$tessera" samples "${gpt[@]}" --first 1000000
+# --first near 2^63: first + count overflowed and the error came from the dataset's own bounds check.
+expect_failure "--count=2: samples from --first=9223372036854775807 run past the train split's" "$tessera" samples \
+  "${gpt[@]}" --first 9223372036854775807 --count 2
 expect_failure "--split=test: the test split has no documents" "$tessera" samples "${gpt[@]}" --split test
 expect_failure "--output: needs a value" "$tessera" samples "${gpt[@]}" --output
-expect_failure "--output=$work/no/such/dir/x.jsonl: cannot be written" \
+expect_failure "--output=$work/no/such/dir/x.jsonl: cannot create" \
   "$tessera" samples "${gpt[@]}" --output "$work/no/such/dir/x.jsonl"
 expect_failure "--mask-prob=1.5: must be in (0, 1)" "$tessera" samples "${train[@]}" --mock-data --model-family bert \
   --mask-prob 1.5

@@ -54,5 +54,12 @@ check "split-sentences output: $(cat "$work/en_split.jsonl")" $?
 check "split-sentences --keep-newlines keeps the newline after a sentence: $(tail -1 "$work/en_keep.jsonl")" $?
 expect_failure "en_bad.jsonl:1: no key \"text\"" bash -c "echo '{\"t\": 1}' > '$work/en_bad.jsonl' &&
   '$tessera' split-sentences --input '$work/en_bad.jsonl' --output '$work/x.jsonl'"
+# A malformed line part way leaves the earlier output as it was, with no partial file or temporary.
+echo old > "$work/kept.jsonl"
+printf '{"text": "One. Two."}\n{"text": 5}\n' > "$work/half_bad.jsonl"
+expect_failure "half_bad.jsonl:2: a non-string value" "$tessera" split-sentences --input "$work/half_bad.jsonl" \
+  --output "$work/kept.jsonl"
+[ "$(cat "$work/kept.jsonl")" = old ] && ! ls "$work"/kept.jsonl.tmp.* >/dev/null 2>&1
+check "a failed split-sentences leaves --output untouched: $(ls "$work" | grep kept)" $?
 
 finish sentences_cli

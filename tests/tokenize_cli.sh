@@ -33,4 +33,22 @@ check "ids one per line decode to the same text" $?
 [ "$(wc -l < "$work/lines.txt")" -eq 5 ] && ! grep -qw 198 "$work/lines.txt"
 ok=$?; check "line by line gives 5 lines without newline ids: $(cat "$work/lines.txt")" $ok
 
+# A word that is no id names the line, the word and the tokenizer (not the NullTokenizer that reads ids).
+expect_failure "line 2 of stdin: 'x' is not a token id of GPT2BPETokenizer (0..50256)" \
+  bash -c '"$0" tokenize --decode "${@}" <<<$'"'"'31373\n1 x 2'"'"'' "$tessera" "${gpt2[@]}"
+expect_failure "stdin: '50257' is not a token id of GPT2BPETokenizer" \
+  bash -c 'echo 50257 | "$0" tokenize --decode --whole-input "${@}"' "$tessera" "${gpt2[@]}"
+# A directory given as the vocabulary is named, not reported as a stream buffer's failure.
+mkdir "$work/dir"
+expect_failure "cannot read GPT-2 vocab file $work/dir: Is a directory" "$tessera" tokenize \
+  --tokenizer-type GPT2BPETokenizer --vocab-file "$work/dir" --merge-file "$cache/gpt2/gpt2-merges.txt"
+# The NullTokenizer's --vocab-size is named with its value when negative or beyond 32-bit ids (it wrapped).
+expect_failure "--vocab-size=-5: must be positive" "$tessera" tokenize --tokenizer-type NullTokenizer --vocab-size -5
+expect_failure "--vocab-size=3000000000: must be positive and below 2^31 - 1" "$tessera" tokenize \
+  --tokenizer-type NullTokenizer --vocab-size 3000000000
+# As with argparse, a flag given twice takes its last value (CLI11 said "At Most 1 required but received 2").
+out=$(echo 6 | "$tessera" tokenize --decode --tokenizer-type NullTokenizer --vocab-size 5 --vocab-size 6 2>&1)
+[ "$out" = 6 ]
+check "--vocab-size 5 --vocab-size 6 takes 6: $out" $?
+
 finish tokenize_cli

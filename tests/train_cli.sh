@@ -25,6 +25,18 @@ expect_error "$model --train-iters 1 --no-such-flag 3" "--no-such-flag"
 expect_error "$model --train-iters 0" "--train-iters=0: must be positive"
 expect_error "$model --train-iters 1 --tensor-model-parallel-size 2" "--tensor-model-parallel-size=2"
 expect_error "$model" "--train-iters"
+# Megatron refuses a seed <= 0 and NumPy one of 2^32 or more; an unsigned flag must not wrap -1 silently.
+expect_error "$model --train-iters 1 --seed=-1" "--seed: -1 must be a positive integer below 2^32"
+expect_error "$model --train-iters 1 --seed 4294967296" "--seed: 4294967296 must be a positive integer below 2^32"
+
+# An unusable --save stops the run before training, not at the first save after hours of it.
+touch "$work/a_file"
+out=$("$tessera" train $model --train-iters 2 --log-interval 1 --save "$work/a_file/ckpt" --save-interval 2 2>&1)
+[ $? -ne 0 ] && grep -qF -- "--save=$work/a_file/ckpt: cannot create the checkpoint directory" <<<"$out" &&
+  ! grep -q "iteration        1/" <<<"$out"
+check "a --save under a file fails before iteration 1: $out" $?
+expect_error "$model --train-iters 1 --log-dir $work/a_file/logs" "--log-dir=$work/a_file/logs: cannot create the directory"
+expect_error "$model --train-iters 1 --tensorboard-dir $work/a_file/tb" "--tensorboard-dir=$work/a_file/tb: cannot create"
 
 # A short run: Megatron's log line, validation line, metrics and TensorBoard events, checkpoint.
 out=$("$tessera" train $model --train-iters 4 --log-interval 2 --eval-interval 4 --eval-iters 1 \

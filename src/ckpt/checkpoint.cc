@@ -1,10 +1,14 @@
 #include "ckpt/checkpoint.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <unistd.h>
@@ -421,12 +425,24 @@ SafetensorsFile open_extra_file(const std::string& load_dir, const std::string& 
   return reader.file(name);
 }
 
+void prepare_save_directory(const std::string& save_dir) {
+  std::error_code ec;
+  fs::create_directories(save_dir, ec);
+  if (!ec && !fs::is_directory(save_dir, ec)) ec = std::make_error_code(std::errc::not_a_directory);
+  if (ec) throw Error(str_cat("--save=", save_dir, ": cannot create the checkpoint directory: ", ec.message()));
+  if (::access(save_dir.c_str(), W_OK | X_OK) != 0)
+    throw Error(str_cat("--save=", save_dir, ": cannot write checkpoints there: ", std::strerror(errno)));
+}
+
 int64_t latest_checkpointed_iteration(const std::string& load_dir) {
   fs::path tracker = fs::path(load_dir) / kTracker;
   if (!fs::exists(tracker)) return -1;
   std::ifstream in(tracker);
-  std::string text;
-  std::getline(in, text);
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  // Megatron reads int(f.read().strip()), so a tracker written by hand with blanks or a CRLF still loads.
+  const auto blank = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!text.empty() && blank(text.back())) text.pop_back();
+  text.erase(0, std::find_if_not(text.begin(), text.end(), blank) - text.begin());
   try {
     size_t used = 0;
     long long it = std::stoll(text, &used);

@@ -107,6 +107,10 @@ SafetensorsFile open_extra_file(const std::string& load_dir, const std::string& 
 // The iteration named by `load_dir`/latest_checkpointed_iteration.txt, or -1 when there is none.
 int64_t latest_checkpointed_iteration(const std::string& load_dir);
 
+// Creates the --save directory if need be and checks that it can be written, so that an unusable
+// --save (a file, a read-only or missing parent) stops the run before training, not at the first save.
+void prepare_save_directory(const std::string& save_dir);
+
 // The "args" record of the latest checkpoint of `load_dir` (the model configuration among them).
 nlohmann::json latest_checkpoint_args(const std::string& load_dir);
 

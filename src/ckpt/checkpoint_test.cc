@@ -166,6 +166,23 @@ TEST(Checkpoint, KeepLastRemovesOlderIterations) {
   fs::remove_all(dir);
 }
 
+// Megatron reads the tracker as int(f.read().strip()): blanks and a CRLF around the number are fine,
+// anything else is refused with the file and its text.
+TEST(Checkpoint, TrackerIsReadAsMegatronReadsIt) {
+  fs::path dir = fresh_dir("tracker");
+  fs::create_directories(dir);
+  const auto tracker = [&](const std::string& text) {
+    std::ofstream(dir / "latest_checkpointed_iteration.txt", std::ios::binary) << text;
+    return latest_checkpointed_iteration(dir.string());
+  };
+  EXPECT_EQ(tracker("4\n"), 4);
+  EXPECT_EQ(tracker(" 12 \r\n\n"), 12);
+  expect_error_containing([&] { tracker("4 5\n"); }, {"does not hold an iteration number: '4 5'"});
+  expect_error_containing([&] { tracker("-4\n"); }, {"does not hold an iteration number: '-4'"});
+  expect_error_containing([&] { tracker("\n"); }, {"does not hold an iteration number: ''"});
+  fs::remove_all(dir);
+}
+
 // Expert parameters go to files named by the expert coordinates, written by expert-data-parallel rank
 // 0 whatever the dense data-parallel rank; dense ones by data-parallel rank 0 whatever the expert one.
 TEST(Checkpoint, ExpertParametersGoToExpertFiles) {

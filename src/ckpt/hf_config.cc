@@ -86,6 +86,22 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, 
                         c.bert_binary_head == binary_head,
                     "convert: ", path, ": tessera_args describe a ", c.family, " model that is not its architecture");
     }
+    // config.json's own fields must describe the same model: an edit of them (n_layer, n_positions,
+    // vocab_size, ...) was silently overridden by the recorded run.
+    json fields = hf;
+    fields.erase("tessera_args");
+    const model::ModelConfig own = tessera_config(fields, f, binary_head, path);
+    const auto agree = [&](const char* what, int64_t recorded, int64_t given) {
+      TESSERA_CHECK(recorded == given, "convert: ", path, ": its fields give ", given, " ", what, " but its tessera_args ",
+                    recorded, " (edit both, or remove tessera_args)");
+    };
+    agree("layers", c.num_layers, own.num_layers);
+    agree("as the hidden size", c.hidden_size, own.hidden_size);
+    agree("attention heads", c.num_attention_heads, own.num_attention_heads);
+    agree("query groups", c.num_query_groups, own.num_query_groups);
+    agree("positions", c.max_position_embeddings, own.max_position_embeddings);
+    agree("as the (padded) vocabulary size", c.padded_vocab_size, own.padded_vocab_size);
+    if (!c.moe.enabled()) agree("as the FFN size", c.ffn_hidden_size, own.ffn_hidden_size);  // MoE: the experts
     return c;
   }
   model::ModelConfig c;

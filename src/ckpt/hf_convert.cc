@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -14,6 +15,7 @@
 #include "ckpt/hf_layout.h"
 #include "ckpt/safetensors.h"
 #include "model/config.h"
+#include "model/model_factory.h"
 
 namespace tessera::ckpt {
 namespace fs = std::filesystem;
@@ -288,6 +290,21 @@ void write_text(const fs::path& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
+// Exporting over an earlier export: as save_pretrained cleans the folder of a previous save, its weight
+// files go, or a stale model.safetensors.index.json (or shards) would hand a loader the previous model
+// beside this one. config.json goes first: a directory holding one is a complete export.
+void remove_previous_export(const fs::path& dir) {
+  fs::remove(dir / "config.json");
+  const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  std::vector<fs::path> previous;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name == "model.safetensors" || name == "model.safetensors.index.json" || std::regex_match(name, shard))
+      previous.push_back(e.path());
+  }
+  for (const fs::path& p : previous) fs::remove(p);
+}
+
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   TESSERA_CHECK(in.good(), "convert: ", path.string(), " is missing or unreadable");
@@ -340,6 +357,7 @@ void export_hugging_face(const std::string& load_dir, const std::string& out_dir
     total += n;
   }
   fs::create_directories(out_dir);
+  remove_previous_export(out_dir);
   const std::map<std::string, std::string> meta{{"format", "pt"}};
   if (shards.size() == 1) {
     write_safetensors((fs::path(out_dir) / "model.safetensors").string(), shards[0], meta);
@@ -375,15 +393,28 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
   const json hf = json::parse(config_text);  // valid: parse_hf_config read it
 
   // Every tensor of every shard, by its Hugging Face name.
+  // One model.safetensors is preferred to an index, as transformers' from_pretrained prefers it.
   std::vector<std::string> files{"model.safetensors"};
   const fs::path index_path = dir / "model.safetensors.index.json";
-  if (fs::exists(index_path)) files = parse_hf_shard_index(read_text(index_path), index_path.string());
+  if (!fs::exists(dir / files[0]) && fs::exists(index_path))
+    files = parse_hf_shard_index(read_text(index_path), index_path.string());
   TensorMap hf_tensors;
   for (const std::string& name : files) {
     SafetensorsFile sf = SafetensorsFile::open((dir / name).string());
     for (const std::string& t : sf.names()) hf_tensors[t] = to_fp32(sf, t);
   }
   TensorMap tessera = bert ? bert_from_hugging_face(c, hf_tensors) : map_tensors(c, f, hf_tensors, /*to_hf=*/false);
+  // Every tensor must have the shape config.json gives it, as from_pretrained refuses a size mismatch: an
+  // edited vocab_size or n_positions was imported, and loading then kept the rows that fit, silently.
+  model::ParameterSet declared;
+  model::build_model_chunk(c, declared);  // declares the shapes, allocates nothing
+  for (const model::Parameter& p : declared.params()) {
+    const auto it = tessera.find(p.spec.name);
+    if (it == tessera.end()) continue;  // the mapping itself reports what is missing or unused
+    TESSERA_CHECK(it->second.shape() == p.spec.shape, "convert: ", config_path, " gives ", p.spec.name, " the shape ",
+                  shape_str(p.spec.shape), " but the Hugging Face tensor has ", shape_str(it->second.shape()),
+                  " (config.json and the weights disagree)");
+  }
 
   json args = hf.contains("tessera_args") && hf["tessera_args"].is_object() ? hf["tessera_args"]
                                                                                : json{{"model", model::to_json(c)}};

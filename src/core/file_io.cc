@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/check.h"
 
@@ -39,6 +41,37 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     ::unlink(temporary.c_str());
     throw Error(str_cat(path, ": cannot rename ", temporary, " to it: ", std::strerror(e)));
   }
+}
+
+std::ifstream open_input_file(const std::string& path, const std::string& where, std::ios::openmode mode) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(str_cat(where, ": cannot open the file: it is a directory"));
+  errno = 0;
+  std::ifstream in(path, mode);
+  if (!in.is_open())
+    throw Error(str_cat(where, ": cannot open the file", errno ? str_cat(": ", std::strerror(errno)) : ""));
+  return in;
+}
+
+AtomicOutputFile::AtomicOutputFile(const std::string& path, const std::string& where)
+    : path_(path), temporary_(path + ".tmp." + std::to_string(::getpid())), where_(where) {
+  errno = 0;
+  out_.open(temporary_, std::ios::binary | std::ios::trunc);
+  if (!out_.is_open()) throw Error(str_cat(where_, ": cannot create ", temporary_, ": ", std::strerror(errno)));
+}
+
+AtomicOutputFile::~AtomicOutputFile() {
+  if (committed_) return;
+  out_.close();
+  std::remove(temporary_.c_str());
+}
+
+void AtomicOutputFile::commit() {
+  out_.close();
+  if (!out_.good()) throw Error(str_cat(where_, ": writing ", temporary_, " failed"));
+  if (std::rename(temporary_.c_str(), path_.c_str()) != 0)
+    throw Error(str_cat(where_, ": cannot rename ", temporary_, " to it: ", std::strerror(errno)));
+  committed_ = true;
 }
 
 }  // namespace tessera

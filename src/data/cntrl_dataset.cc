@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/file_io.h"
 #include "data/numpy_random.h"
 
 namespace tessera::data {
@@ -25,8 +26,7 @@ std::string trim_lower(const std::string& s) {
 // Each line of a JSONL file as an object, with "path:line" for errors.
 template <typename F>
 void for_each_json_line(const std::string& path, F&& f) {
-  std::ifstream in(path);
-  TESSERA_CHECK(in.good(), path, ": cannot open the file");
+  std::ifstream in = open_input_file(path, path);
   int64_t number = 0, objects = 0;
   for (std::string line; std::getline(in, line);) {
     ++number;

@@ -240,6 +240,9 @@ void Gpt2BpeTokenizer::Impl::load_vocab(const std::string& path,
     json = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("GPT-2 vocab file ", path, " is not valid JSON: ", e.what()));
+  } catch (const std::ios_base::failure&) {
+    // A directory opens but cannot be read; libstdc++ reports it by throwing from the stream buffer.
+    throw Error(str_cat("cannot read GPT-2 vocab file ", path, ": ", std::strerror(errno)));
   }
   TESSERA_CHECK(json.is_object() && !json.empty(), "GPT-2 vocab file ", path,
                 " must be a non-empty JSON object mapping tokens to ids");

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -111,9 +112,16 @@ TokenizedDocument tokenize(const RawDocument& doc, const PreprocessOptions& o, c
   } else {
     texts.push_back(doc.text);
   }
-  for (const std::string& text : texts) {
-    out.lengths.emplace_back();
-    out.ids.push_back(encode_document(text, tokenizer, splitter, o.append_eod, out.lengths.back()));
+  // This runs on the OpenMP workers, where an escaping exception would terminate the process (and leave
+  // the builders' temporary files): a text the tokenizer refuses is reported like a malformed line.
+  try {
+    for (const std::string& text : texts) {
+      out.lengths.emplace_back();
+      out.ids.push_back(encode_document(text, tokenizer, splitter, o.append_eod, out.lengths.back()));
+    }
+  } catch (const std::exception& e) {
+    out = {};
+    out.error = str_cat(doc.file, ":", doc.line, ": ", e.what());
   }
   return out;
 }
@@ -176,6 +184,9 @@ PreprocessProgress preprocess(const PreprocessOptions& o, const Tokenizer& token
   TESSERA_CHECK(!o.output_prefix.empty(), "--output-prefix is required");
   TESSERA_CHECK(o.workers >= 1, "--workers=", o.workers, ": must be at least 1");
   TESSERA_CHECK(!o.json_keys.empty(), "--json-keys: at least one key");
+  for (size_t k = 0; k < o.json_keys.size(); ++k)  // two builders of one key would write the same files
+    TESSERA_CHECK(std::find(o.json_keys.begin(), o.json_keys.begin() + k, o.json_keys[k]) == o.json_keys.begin() + k,
+                  "--json-keys: '", o.json_keys[k], "' is given twice (each key writes PREFIX_KEY_document.bin/.idx)");
   TESSERA_CHECK(o.format == InputFormat::Jsonl || o.json_keys.size() == 1, "--json-keys: plain-text input has ",
                 "one document text; give a single key (it names the output)");
   TESSERA_CHECK(o.split_sentences || !o.keep_newlines, "--keep-newlines: only with --split-sentences");
@@ -192,7 +203,10 @@ PreprocessProgress preprocess(const PreprocessOptions& o, const Tokenizer& token
   for (std::vector<RawDocument> chunk = reader.next(o.chunk_documents); !chunk.empty();
        chunk = reader.next(o.chunk_documents)) {
     std::vector<TokenizedDocument> done(chunk.size());
-#pragma omp parallel for num_threads(o.workers) schedule(dynamic, 16)
+    // No more threads than documents: libgomp starts every thread asked for, and --workers 100000 crashed
+    // the process (SIGSEGV) where Python's pool would have been merely slow to start.
+    const int threads = static_cast<int>(std::min<int64_t>(o.workers, static_cast<int64_t>(chunk.size())));
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
     for (size_t i = 0; i < chunk.size(); ++i) done[i] = tokenize(chunk[i], o, tokenizer, split);
     for (TokenizedDocument& d : done) {  // in input order
       if (!d.error.empty()) {

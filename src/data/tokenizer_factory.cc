@@ -1,5 +1,7 @@
 #include "data/tokenizer_factory.h"
 
+#include <cstdint>
+
 #include "core/check.h"
 #include "data/bert_wordpiece_tokenizer.h"
 #include "data/gpt2_bpe_tokenizer.h"
@@ -15,7 +17,9 @@ std::unique_ptr<Tokenizer> build_tokenizer(const TokenizerOptions& o) {
     return std::make_unique<Gpt2BpeTokenizer>(o.vocab_file, o.merge_file);
   }
   if (o.type == "NullTokenizer") {
-    TESSERA_CHECK(o.vocab_size > 0, "--tokenizer-type NullTokenizer needs --vocab-size");
+    TESSERA_CHECK(o.vocab_size != 0, "--tokenizer-type NullTokenizer needs --vocab-size");
+    TESSERA_CHECK(o.vocab_size > 0 && o.vocab_size < INT32_MAX, "--vocab-size=", o.vocab_size,
+                  ": must be positive and below 2^31 - 1 for the NullTokenizer (its ids are 32-bit)");
     return std::make_unique<NullTokenizer>(static_cast<int32_t>(o.vocab_size));
   }
   if (auto lower_case = bert_wordpiece_lower_case_from_name(o.type)) {

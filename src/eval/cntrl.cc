@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "core/file_io.h"
 #include "eval/rake.h"
 #include "eval/tfidf.h"
 
@@ -41,8 +42,7 @@ std::string join(const std::vector<std::string>& sentences, size_t end) {
 }  // namespace
 
 std::vector<std::vector<std::string>> read_rocstories(const std::string& path) {
-  std::ifstream in(path);
-  TESSERA_CHECK(in.good(), "--stories=", path, ": cannot open the file");
+  std::ifstream in = open_input_file(path, "--stories=" + path);
   std::vector<std::vector<std::string>> stories;
   int64_t number = 0;
   for (std::string line; std::getline(in, line);) {

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "core/file_io.h"
 #include "data/cntrl_dataset.h"
 
 namespace tessera::eval {
@@ -37,8 +38,7 @@ std::string spaced_words(const std::string& text) {
 }  // namespace
 
 std::vector<StoryRequest> read_story_requests(const std::string& path) {
-  std::ifstream in(path);
-  TESSERA_CHECK(in.good(), "--input=", path, ": cannot open the file");
+  std::ifstream in = open_input_file(path, "--input=" + path);
   std::vector<StoryRequest> out;
   int64_t number = 0;
   for (std::string line; std::getline(in, line);) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/file_io.h"
 
 namespace tessera::eval {
 namespace {
@@ -55,8 +56,7 @@ std::string knowledge_sentence(const Triple& t) {
 }
 
 KnowledgeBase KnowledgeBase::read_conceptnet(const std::string& path) {
-  std::ifstream in(path);
-  TESSERA_CHECK(in.good(), "--knowledge-base=", path, ": cannot open the file");
+  std::ifstream in = open_input_file(path, "--knowledge-base=" + path);
   KnowledgeBase kb;
   int64_t number = 0;
   for (std::string line; std::getline(in, line);) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/file_io.h"
 #include "eval/dialogue_f1.h"
 #include "eval/python_regex.h"
 #include "eval/tfidf.h"
@@ -66,8 +67,7 @@ std::vector<std::string> DialogueSample::turns() const { return split(context, "
 std::string DialogueSample::line() const { return topic + "\t" + context + "\t" + knowledge + "\t" + response; }
 
 std::vector<DialogueSample> read_processed(const std::string& path) {
-  std::ifstream in(path);
-  TESSERA_CHECK(in.good(), path, ": cannot open the file");
+  std::ifstream in = open_input_file(path, path);
   std::vector<DialogueSample> out;
   int64_t number = 0;
   for (std::string line; std::getline(in, line);) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/file_io.h"
 #include "eval/detokenizer.h"
 
 namespace tessera::eval {
@@ -50,8 +51,7 @@ int64_t count_original_tokens(const std::string& text) {
 namespace {
 
 std::string read_file(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  TESSERA_CHECK(in.good(), flag, "=", path, ": cannot open the file");
+  std::ifstream in = open_input_file(path, str_cat(flag, "=", path), std::ios::binary);
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
@@ -94,8 +94,7 @@ LambadaExample lambada_example(const std::string& text, const data::Tokenizer& t
 }
 
 std::vector<LambadaExample> load_lambada(const std::string& path, const data::Tokenizer& tokenizer, bool strict) {
-  std::ifstream in(path);
-  TESSERA_CHECK(in.good(), "--valid-data=", path, ": cannot open the file");
+  std::ifstream in = open_input_file(path, str_cat("--valid-data=", path));
   std::vector<LambadaExample> out;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/file_io.h"
 #include "core/timer.h"
 #include "eval/zeroshot_datasets.h"
 
@@ -42,15 +43,21 @@ void finish_wikitext(ZeroShotResult& r) {
   r.adjusted_ppl = std::exp(std::min(20.0, r.avg_loss * r.token_ratio));
 }
 
+void check_options(const ZeroShotOptions& o) {
+  TESSERA_CHECK(o.task == "WIKITEXT103" || o.task == "LAMBADA", "--task=", o.task,
+                ": expected WIKITEXT103 or LAMBADA");
+  TESSERA_CHECK(o.micro_batch_size >= 1, "--micro-batch-size=", o.micro_batch_size, ": must be >= 1");
+  TESSERA_CHECK(o.overlapping_eval >= 0, "--overlapping-eval=", o.overlapping_eval, ": must be >= 0 (0: the window)");
+  open_input_file(o.valid_data, str_cat("--valid-data=", o.valid_data));
+}
+
 ZeroShotResult evaluate_zeroshot(const ZeroShotOptions& o, const infer::ModelRunner& runner,
                                  const data::Tokenizer& tokenizer, comm::ProcessGroup& data_group,
                                  const std::function<void(const std::string&)>& progress) {
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
-  TESSERA_CHECK(o.task == "WIKITEXT103" || o.task == "LAMBADA", "--task=", o.task,
-                ": expected WIKITEXT103 or LAMBADA");
-  TESSERA_CHECK(o.micro_batch_size >= 1, "--micro-batch-size=", o.micro_batch_size, ": must be >= 1");
+  check_options(o);
   const int64_t seq = o.seq_length > 0 ? o.seq_length : runner.config().seq_length;
   const bool loss_metric = o.task == "WIKITEXT103";
   ZeroShotResult r;

@@ -38,7 +38,11 @@ struct ZeroShotResult {
 // token ratio = (tokens - 1) / (original tokens - 1), adjusted ppl = exp(min(20, avg loss x ratio)).
 void finish_wikitext(ZeroShotResult& r);
 
-// Runs the task. Every rank calls it; `data_group` splits the samples (sample i goes to data rank
+// The checks of the flags that do not need the model (task, micro-batch size, overlap, the data file
+// readable), so that eval can make them before it spends minutes loading a checkpoint.
+void check_options(const ZeroShotOptions& options);
+
+// Runs the task (check_options first). Every rank calls it; `data_group` splits the samples (sample i goes to data rank
 // i mod size). `progress` (may be empty) receives lines for the log.
 ZeroShotResult evaluate_zeroshot(const ZeroShotOptions& options, const infer::ModelRunner& runner,
                                  const data::Tokenizer& tokenizer, comm::ProcessGroup& data_group,

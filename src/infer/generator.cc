@@ -103,23 +103,29 @@ float token_logprob(const Tensor& logits, int32_t id) {
   return static_cast<float>(l[id] - max - std::log(sum));
 }
 
+void check_prompts(const model::ModelConfig& c, const std::vector<std::vector<int32_t>>& prompts,
+                   const SamplingOptions& sampling) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    TESSERA_CHECK(!prompts[i].empty(), "generate: prompt ", i, " is empty");
+    const int64_t capacity = static_cast<int64_t>(prompts[i].size()) + sampling.tokens_to_generate;
+    if (c.position_embedding == model::PositionEmbedding::LearnedAbsolute)
+      TESSERA_CHECK(capacity <= c.max_position_embeddings, "prompt of ", prompts[i].size(),
+                    " tokens + tokens to generate ", sampling.tokens_to_generate, " exceeds the model's ",
+                    c.max_position_embeddings, " positions");
+  }
+}
+
 std::vector<Generation> generate(const ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerationOptions& options, const data::Tokenizer* tokenizer,
                                  const std::function<void(size_t, int32_t)>& on_token, int64_t max_batch_size) {
   validate(options.sampling);
   TESSERA_CHECK(max_batch_size > 0, "generate: at most ", max_batch_size, " prompts at once: must be > 0");
-  const model::ModelConfig& c = runner.config();
+  check_prompts(runner.config(), prompts, options.sampling);
   const int64_t block_size = 16;
   std::vector<int64_t> blocks;  // each prompt's, for its whole generation
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    TESSERA_CHECK(!prompts[i].empty(), "generate: prompt ", i, " is empty");
-    const int64_t capacity = static_cast<int64_t>(prompts[i].size()) + options.sampling.tokens_to_generate;
-    if (c.position_embedding == model::PositionEmbedding::LearnedAbsolute)
-      TESSERA_CHECK(capacity <= c.max_position_embeddings, "prompt of ", prompts[i].size(),
-                    " tokens + tokens to generate ", options.sampling.tokens_to_generate, " exceeds the model's ",
-                    c.max_position_embeddings, " positions");
-    blocks.push_back(KvBlockAllocator::blocks_for(capacity, block_size));
-  }
+  for (const std::vector<int32_t>& prompt : prompts)
+    blocks.push_back(KvBlockAllocator::blocks_for(
+        static_cast<int64_t>(prompt.size()) + options.sampling.tokens_to_generate, block_size));
   std::vector<Generation> out(prompts.size());
   if (prompts.empty()) return out;
   // A pool for the largest prompts that can run together.

@@ -50,6 +50,12 @@ struct Generation {
   std::vector<float> logprobs;  // logprobs[i] = log p(tokens[i + 1] | tokens[0..i]) when asked for
 };
 
+// Throws when a prompt is empty or, with learned positions, its tokens and the tokens to generate do not
+// fit the model's positions. generate() checks this first; a caller that prints prompts as it goes
+// calls it before printing anything.
+void check_prompts(const model::ModelConfig& config, const std::vector<std::vector<int32_t>>& prompts,
+                   const SamplingOptions& sampling);
+
 // Continues each prompt (ids) by up to tokens_to_generate tokens, stopping after the end-of-document
 // id or a stop condition, calling on_token(prompt index, token) as each is produced. Up to
 // max_batch_size prompts are decoded together, one forward step for all (infer/batch_decoder.h), the

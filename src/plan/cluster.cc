@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "core/file_io.h"
 
 namespace tessera::plan {
 namespace {
@@ -120,8 +121,7 @@ DeviceSpec device_from_json(const nlohmann::json& j) {
 }
 
 ClusterSpec read_cluster_file(const std::string& path) {
-  std::ifstream in(path);
-  TESSERA_CHECK(in, "--cluster=", path, ": cannot open the file");
+  std::ifstream in = open_input_file(path, "--cluster=" + path);
   ClusterSpec c;
   try {
     nlohmann::json j = nlohmann::json::parse(in);

@@ -377,15 +377,31 @@ double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const
   for (const bool expert : {false, true}) {
     const int group = expert ? l.edp() : l.gradient_group(), stride = expert ? l.expert_tp() * l.ep : l.tp;
     std::vector<Collective> buffer_gathers;
-    for (double end = expert ? total.expert : total.dense; end > 0; end -= bucket) {
-      const double begin = std::max(0.0, end - bucket), n = end - begin;
-      const double seconds = l.distributed_optimizer ? reduce_scatter_seconds(d, n * l.gradient_bytes(), group, stride)
-                                                     : all_reduce_seconds(d, n * l.gradient_bytes(), group, stride);
+    const double buffer = expert ? total.expert : total.dense;
+    // One simulated collective stands for `per` consecutive buckets (their seconds summed; its reduce is
+    // ready with the last of them, its gather needed with the first), at most kMaxSimulatedBuckets per
+    // buffer: a tiny --ddp-bucket-size or a huge model made one entry per bucket, which took the planner
+    // minutes and gigabytes (1.5B parameters in buckets of 1 element: 16 GB). Below that count each bucket
+    // is simulated on its own, as before.
+    constexpr double kMaxSimulatedBuckets = 4096;
+    const double per = std::max(1.0, std::ceil(std::ceil(buffer / bucket) / kMaxSimulatedBuckets));
+    const auto group_seconds = [&](double n, auto&& seconds_of) {  // n elements cut into buckets
+      if (per == 1) return seconds_of(n);
+      const double full = std::floor(n / bucket), rest = n - full * bucket;
+      return full * seconds_of(bucket) + (rest > 0 ? seconds_of(rest) : 0.0);
+    };
+    for (double end = buffer; end > 0; end -= bucket * per) {
+      const double begin = std::max(0.0, end - bucket * per), n = end - begin;
+      const double seconds = group_seconds(n, [&](double e) {
+        return l.distributed_optimizer ? reduce_scatter_seconds(d, e * l.gradient_bytes(), group, stride)
+                                       : all_reduce_seconds(d, e * l.gradient_bytes(), group, stride);
+      });
       reduces.push_back({l.overlap_grad_reduce ? final_at(begin, expert) : backward, seconds});
       if (l.distributed_optimizer)
-        buffer_gathers.insert(buffer_gathers.begin(), {l.overlap_param_gather ? needed_at(begin, expert) : 0.0,
-                                                       all_gather_seconds(d, n * param_bytes, group, stride)});
+        buffer_gathers.push_back({l.overlap_param_gather ? needed_at(begin, expert) : 0.0,
+                                  group_seconds(n, [&](double e) { return all_gather_seconds(d, e * param_bytes, group, stride); })});
     }
+    std::reverse(buffer_gathers.begin(), buffer_gathers.end());  // into increasing flat order
     gathers.insert(gathers.end(), buffer_gathers.begin(), buffer_gathers.end());
   }
   auto by_ready = [](const Collective& a, const Collective& b) { return a.ready < b.ready; };

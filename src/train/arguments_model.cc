@@ -149,11 +149,11 @@ void finalize_model(TrainArguments& a) {
   require(!rope || static_cast<int64_t>(static_cast<double>(c.kv_channels) * c.rotary_percent) >= 2,
           "--rotary-percent", c.rotary_percent, "rotates fewer than 2 dimensions of each head");
   require(c.rotary_base > 0, "--rotary-base", c.rotary_base, "must be positive");
-  require(c.norm_epsilon > 0, "--norm-epsilon", c.norm_epsilon, "must be positive");
+  rules::require_positive_finite("--norm-epsilon", c.norm_epsilon);
   require(c.hidden_dropout >= 0 && c.hidden_dropout < 1, "--hidden-dropout", c.hidden_dropout, "must be in [0, 1)");
   require(c.attention_dropout >= 0 && c.attention_dropout < 1, "--attention-dropout", c.attention_dropout,
           "must be in [0, 1)");
-  require(c.init_method_std > 0, "--init-method-std", c.init_method_std, "must be positive");
+  rules::require_positive_finite("--init-method-std", c.init_method_std);
   const std::vector<std::string> families = model::model_families();
   std::string known;
   for (const std::string& f : families) known += (known.empty() ? "" : ", ") + f;

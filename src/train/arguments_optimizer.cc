@@ -39,12 +39,13 @@ void finalize_weight_decay_schedule(TrainArguments& a) {
 }  // namespace
 
 void finalize_optimizer(TrainArguments& a) {
-  require(a.lr > 0, "--lr", a.lr, "must be positive");
+  rules::require_positive_finite("--lr", a.lr);
   require(a.min_lr >= 0 && a.min_lr <= a.lr, "--min-lr", a.min_lr, str_cat("must be in [0, --lr=", a.lr, "]"));
   require(a.weight_decay >= 0, "--weight-decay", a.weight_decay, "must be >= 0");
+  require(std::isfinite(a.weight_decay), "--weight-decay", a.weight_decay, "must be a finite number");
   require(a.adam_beta1 >= 0 && a.adam_beta1 < 1, "--adam-beta1", a.adam_beta1, "must be in [0, 1)");
   require(a.adam_beta2 >= 0 && a.adam_beta2 < 1, "--adam-beta2", a.adam_beta2, "must be in [0, 1)");
-  require(a.adam_eps > 0, "--adam-eps", a.adam_eps, "must be positive");
+  rules::require_positive_finite("--adam-eps", a.adam_eps);
   require(a.clip_grad >= 0, "--clip-grad", a.clip_grad, "must be >= 0");
   if (a.lr_warmup_fraction >= 0)
     require(a.lr_warmup_fraction <= 1, "--lr-warmup-fraction", a.lr_warmup_fraction, "must be in [0, 1]");

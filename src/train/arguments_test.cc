@@ -66,6 +66,8 @@ const RuleCase kModelRules[] = {
     {"--hidden-dropout 1.5", 1, "--hidden-dropout=1.5: must be in [0, 1)"},
     {"--attention-dropout 1", 1, "--attention-dropout=1: must be in [0, 1)"},
     {"--init-method-std 0", 1, "--init-method-std=0: must be positive"},
+    {"--init-method-std inf", 1, "--init-method-std=inf: must be a finite number"},
+    {"--norm-epsilon inf", 1, "--norm-epsilon=inf: must be a finite number"},
     {"--make-vocab-size-divisible-by 0", 1, "--make-vocab-size-divisible-by=0: must be positive"},
 };
 INSTANTIATE_TEST_SUITE_P(Model, TrainArgumentsRule, ::testing::ValuesIn(kModelRules));
@@ -256,6 +258,9 @@ const RuleCase kOptimizerRules[] = {
     {"--adam-beta1 1", 1, "--adam-beta1=1: must be in [0, 1)"},
     {"--adam-beta2 -0.5", 1, "--adam-beta2=-0.5: must be in [0, 1)"},
     {"--adam-eps 0", 1, "--adam-eps=0: must be positive"},
+    {"--lr inf", 1, "--lr=inf: must be a finite number"},
+    {"--weight-decay inf", 1, "--weight-decay=inf: must be a finite number"},
+    {"--adam-eps inf", 1, "--adam-eps=inf: must be a finite number"},
     {"--clip-grad -1", 1, "--clip-grad=-1: must be >= 0"},
     {"--lr-decay-iters -1", 1, "--lr-decay-iters=-1: must be positive"},
     {"--lr-warmup-iters -1", 1, "--lr-warmup-iters=-1: must be >= 0"},
@@ -366,6 +371,19 @@ TEST(TrainArguments, AMultiValuedFlagGivenTwiceTakesItsLastValues) {
   EXPECT_EQ(blend.data_path, (std::vector<std::string>{"1", "b", "2", "c"}));
   EXPECT_EQ(parse("--num-experts 8 --num-experts 4").model.moe.layer_experts, (std::vector<int64_t>{4, 4}));
   EXPECT_EQ(parse("--num-experts 4 --num-experts 2 4").model.moe.layer_experts, (std::vector<int64_t>{2, 4}));
+}
+
+// As with argparse, a list flag given twice takes the values of its last occurrence: CLI11 joined them,
+// so `--data-path a --data-path b` trained on a blend of a and b.
+TEST(TrainArguments, AListFlagGivenTwiceTakesItsLastValues) {
+  std::string flags = kBase;
+  flags.replace(flags.find("--mock-data "), 12, "");
+  const auto data_path = [&](const std::string& extra) { return parse_train_arguments(split_flags(flags + extra)).data_path; };
+  using Values = std::vector<std::string>;
+  EXPECT_EQ(data_path(" --data-path 0.3 a 0.7 b --data-path c"), Values{"c"});
+  EXPECT_EQ(data_path(" --data-path=a --lr 1e-3 --data-path 1 b 2 c"), (Values{"1", "b", "2", "c"}));
+  EXPECT_EQ(data_path(" --data-path a b --data-path=c --lr 1e-3"), Values{"c"});
+  EXPECT_EQ(data_path(" --data-path 0.5 a 0.5 b"), (Values{"0.5", "a", "0.5", "b"}));
 }
 
 TEST(TrainArguments, TheBaseRunIsValid) { EXPECT_EQ(error_of(kBase), "accepted"); }

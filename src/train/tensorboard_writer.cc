@@ -94,7 +94,7 @@ uint32_t masked_crc32c(const void* data, size_t n) {
 TensorBoardWriter::TensorBoardWriter(const std::string& log_dir) {
   std::error_code ec;
   std::filesystem::create_directories(log_dir, ec);
-  TESSERA_CHECK(!ec, log_dir, ": cannot create TensorBoard log directory: ", ec.message());
+  TESSERA_CHECK(!ec, "--tensorboard-dir=", log_dir, ": cannot create TensorBoard log directory: ", ec.message());
   const std::string base = str_cat((std::filesystem::path(log_dir) / "events.out.tfevents.").string(),
                                    std::time(nullptr), ".", hostname());
   // "x" refuses an existing file, so two writers started in the same second never share one.

@@ -121,6 +121,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   }
   TESSERA_CHECK(world->size() == args_.world_size, "the job has ", world->size(), " ranks but the arguments were "
                 "checked for ", args_.world_size);
+  if (!args_.save.empty()) ckpt::prepare_save_directory(args_.save);  // on every rank: each writes its files
   comm::ParallelLayout layout{world->size(), static_cast<int>(args_.tensor_model_parallel_size),
                               static_cast<int>(args_.pipeline_model_parallel_size)};
   layout.context_parallel_size = static_cast<int>(args_.context_parallel_size);

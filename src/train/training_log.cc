@@ -86,7 +86,9 @@ std::string format_datetime_line(const std::string& text) { return "[" + text + 
 TrainingLog::TrainingLog(const std::string& log_dir, const std::string& tensorboard_dir)
     : terminal_(progress_bar_wanted()) {
   if (!log_dir.empty()) {
-    std::filesystem::create_directories(log_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(log_dir, ec);
+    TESSERA_CHECK(!ec, "--log-dir=", log_dir, ": cannot create the directory: ", ec.message());
     std::string path = (std::filesystem::path(log_dir) / "metrics.jsonl").string();
     jsonl_ = std::make_unique<std::ofstream>(path, std::ios::app);
     TESSERA_CHECK(jsonl_->good(), "--log-dir: cannot write ", path);
