@@ -536,6 +536,8 @@ int plan_command(const std::vector<std::string>& args) {
     std::cout << app.help() << "\n" << help.text;
     return 0;
   }
+  TESSERA_CHECK(!a.layer_split.uneven(), "tessera plan prices even pipeline splits only: leave out "
+                "--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers");
   cluster.num_devices = static_cast<int>(devices);
   plan::Layout layout = plan::layout_of_run(a);
   if (choose_layout) layout.dp = static_cast<int>(devices / model_parallel);

@@ -132,16 +132,57 @@ double theoretical_bubble_fraction(const ScheduleShape& s) {
   return static_cast<double>(s.stages - 1) / (static_cast<double>(s.chunks) * s.micro_batches * s.slices);
 }
 
-void validate_layer_split(int num_layers, const ScheduleShape& s) {
-  const int pieces = s.stages * s.chunks;
-  TESSERA_CHECK(num_layers % pieces == 0, "--num-layers=", num_layers, " does not split evenly over ", s.stages,
-                " pipeline stages", s.chunks > 1 ? str_cat(" x ", s.chunks, " virtual stages per rank") : "",
-                " (it must be a multiple of ", pieces, ")");
+namespace {
+
+// The stages the uneven split's given counts cover, and the layers left for the others.
+int given_stages(const LayerSplit& split) { return (split.first >= 0) + (split.last >= 0); }
+int layers_left(const LayerSplit& split) {
+  return split.num_layers - std::max(split.first, 0) - std::max(split.last, 0);
 }
 
-LayerRange chunk_layers(int num_layers, const ScheduleShape& s, ChunkId c) {
-  const int per_chunk = num_layers / (s.stages * s.chunks);
-  return {(c.chunk * s.stages + c.stage) * per_chunk, per_chunk};
+}  // namespace
+
+int stage_layer_count(const LayerSplit& split, int stages, int stage) {
+  if (stage == 0 && split.first >= 0) return split.first;
+  if (stage == stages - 1 && split.last >= 0) return split.last;
+  const int others = stages - (split.uneven() ? given_stages(split) : 0);
+  return (split.uneven() ? layers_left(split) : split.num_layers) / std::max(others, 1);
+}
+
+void validate_layer_split(const LayerSplit& split, const ScheduleShape& s) {
+  if (!split.uneven()) {
+    const int pieces = s.stages * s.chunks;
+    TESSERA_CHECK(split.num_layers % pieces == 0, "--num-layers=", split.num_layers, " does not split evenly over ",
+                  s.stages, " pipeline stages",
+                  s.chunks > 1 ? str_cat(" x ", s.chunks, " virtual stages per rank") : "", " (it must be a multiple of ",
+                  pieces, ")");
+    return;
+  }
+  const std::string given = str_cat(split.first >= 0 ? str_cat("--decoder-first-pipeline-num-layers=", split.first) : "",
+                                    split.first >= 0 && split.last >= 0 ? " and " : "",
+                                    split.last >= 0 ? str_cat("--decoder-last-pipeline-num-layers=", split.last) : "");
+  TESSERA_CHECK(s.stages > 1, given, ": an uneven split needs --pipeline-model-parallel-size > 1");
+  const int others = s.stages - given_stages(split), left = layers_left(split);
+  if (others == 0)
+    TESSERA_CHECK(left == 0, given, ": the first and last stage must hold all --num-layers=", split.num_layers,
+                  " on 2 pipeline stages");
+  else
+    TESSERA_CHECK(left >= others && left % others == 0, given, ": leaves ", left, " of --num-layers=", split.num_layers,
+                  " for the ", others, " other pipeline stages, which must split them evenly (at least one each)");
+  for (int stage = 0; stage < s.stages; ++stage)
+    TESSERA_CHECK(stage_layer_count(split, s.stages, stage) % s.chunks == 0, given, ": pipeline stage ", stage, "'s ",
+                  stage_layer_count(split, s.stages, stage), " layers do not split over its ", s.chunks,
+                  " virtual stages");
+}
+
+LayerRange chunk_layers(const LayerSplit& split, const ScheduleShape& s, ChunkId c) {
+  int before = 0, round = 0;  // layers of the stages before c.stage in one round of chunks; of all stages
+  for (int stage = 0; stage < s.stages; ++stage) {
+    const int per_chunk = stage_layer_count(split, s.stages, stage) / s.chunks;
+    if (stage < c.stage) before += per_chunk;
+    round += per_chunk;
+  }
+  return {c.chunk * round + before, stage_layer_count(split, s.stages, c.stage) / s.chunks};
 }
 
 SimulatedRun simulate_schedule(const ScheduleShape& s, const OpCosts& costs, bool forward_only) {

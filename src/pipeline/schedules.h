@@ -86,13 +86,31 @@ int theoretical_peak_in_flight(const ScheduleShape& shape, int stage);
 // with n equal token slices (TeraPipe: the pipeline fills and drains by slices, not micro-batches).
 double theoretical_bubble_fraction(const ScheduleShape& shape);
 
-// The first global layer (0-based) and number of layers of chunk `chunk` on `stage`, for num_layers
-// split evenly over p * v chunks (validate_layer_split checks that they divide).
+// The first global layer (0-based) and number of layers of chunk `chunk` on `stage`.
 struct LayerRange {
   int first, count;
 };
-void validate_layer_split(int num_layers, const ScheduleShape& shape);
-LayerRange chunk_layers(int num_layers, const ScheduleShape& shape, ChunkId c);
+// How the layers are cut over the p stages: evenly, or Megatron-Core's uneven split, `first` layers on the
+// first stage and `last` on the last (-1: not given; --decoder-first/last-pipeline-num-layers), the rest
+// evenly over the stages between. Each stage's layers split evenly over its v chunks, and chunk k of every
+// stage comes after chunk k - 1 of all of them (Megatron-Core's offsets), so with an even split chunk j of
+// stage r holds model chunk j * p + r.
+struct LayerSplit {
+  int num_layers = 0;
+  int first = -1, last = -1;
+  bool uneven() const { return first >= 0 || last >= 0; }
+};
+int stage_layer_count(const LayerSplit& split, int stages, int stage);
+// Throws an Error naming the flags unless the split gives every stage and chunk a whole number of layers.
+void validate_layer_split(const LayerSplit& split, const ScheduleShape& shape);
+LayerRange chunk_layers(const LayerSplit& split, const ScheduleShape& shape, ChunkId c);
+// The even split of num_layers.
+inline void validate_layer_split(int num_layers, const ScheduleShape& shape) {
+  validate_layer_split(LayerSplit{num_layers}, shape);
+}
+inline LayerRange chunk_layers(int num_layers, const ScheduleShape& shape, ChunkId c) {
+  return chunk_layers(LayerSplit{num_layers}, shape, c);
+}
 
 // Runs every rank's op list against the others with the given costs per op: sends never block; a
 // receive waits for its matching send (and then p2p_seconds more). Throws an Error naming each rank's

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <map>
+#include <utility>
+#include <vector>
 #include <tuple>
 
 #include "core/check.h"
@@ -203,6 +205,72 @@ TEST(Schedules, ChunkLayersFollowMegatronsAssignment) {
   EXPECT_EQ(chunk_layers(8, s, {0, 1}).first, 4);
   EXPECT_EQ(chunk_layers(8, s, {1, 1}).first, 6);
   EXPECT_EQ(chunk_layers(8, s, {1, 1}).count, 2);
+}
+
+// Megatron-Core's uneven split. 10 layers, p = 3, 2 on the first and 2 on the last stage: 2, 6, 2.
+// Interleaved (v = 2), a round of chunks holds 1 + 3 + 1 layers: stage 0 holds layers 0 and 5, stage 1
+// holds 1-3 and 6-8, stage 2 holds 4 and 9.
+TEST(Schedules, UnevenChunkLayersFollowMegatronCoresOffsets) {
+  const LayerSplit split{10, 2, 2};
+  ScheduleShape flat{3, 4, 1}, interleaved{3, 6, 2};
+  EXPECT_EQ(stage_layer_count(split, 3, 0), 2);
+  EXPECT_EQ(stage_layer_count(split, 3, 1), 6);
+  EXPECT_EQ(stage_layer_count(split, 3, 2), 2);
+  auto range = [](LayerRange r) { return std::pair{r.first, r.count}; };
+  EXPECT_EQ(range(chunk_layers(split, flat, {0, 0})), std::pair(0, 2));
+  EXPECT_EQ(range(chunk_layers(split, flat, {1, 0})), std::pair(2, 6));
+  EXPECT_EQ(range(chunk_layers(split, flat, {2, 0})), std::pair(8, 2));
+  EXPECT_EQ(range(chunk_layers(split, interleaved, {0, 0})), std::pair(0, 1));
+  EXPECT_EQ(range(chunk_layers(split, interleaved, {1, 0})), std::pair(1, 3));
+  EXPECT_EQ(range(chunk_layers(split, interleaved, {2, 0})), std::pair(4, 1));
+  EXPECT_EQ(range(chunk_layers(split, interleaved, {0, 1})), std::pair(5, 1));
+  EXPECT_EQ(range(chunk_layers(split, interleaved, {1, 1})), std::pair(6, 3));
+  EXPECT_EQ(range(chunk_layers(split, interleaved, {2, 1})), std::pair(9, 1));
+  // Only the first given: the rest even over the other stages; only the last likewise.
+  EXPECT_EQ(range(chunk_layers(LayerSplit{7, 1, -1}, flat, {2, 0})), std::pair(4, 3));
+  EXPECT_EQ(range(chunk_layers(LayerSplit{7, -1, 1}, flat, {1, 0})), std::pair(3, 3));
+  // Every layer once, in order, for several splits and shapes.
+  for (const LayerSplit& sp : {LayerSplit{12, 2, -1}, LayerSplit{12, -1, 4}, LayerSplit{12, 4, 4}, LayerSplit{12}})
+    for (int v : {1, 2}) {
+      const ScheduleShape sh{3, 6, v};
+      try {
+        validate_layer_split(sp, sh);
+      } catch (const Error&) {
+        continue;  // that split does not cut into v chunks per stage
+      }
+      std::vector<int> owner(12, -1);
+      for (int st = 0; st < 3; ++st)
+        for (int k = 0; k < v; ++k) {
+          const LayerRange r = chunk_layers(sp, sh, {st, k});
+          for (int l = r.first; l < r.first + r.count; ++l) {
+            ASSERT_EQ(owner[l], -1) << "layer " << l << " twice";
+            owner[l] = k * 3 + st;  // the model-chunk order: chunk k of stage st
+          }
+        }
+      for (int l = 1; l < 12; ++l) EXPECT_LE(owner[l - 1], owner[l]) << "layers out of order at " << l;
+    }
+}
+
+TEST(Schedules, UnevenSplitErrorsNameTheFlags) {
+  auto error = [](const LayerSplit& split, const ScheduleShape& shape) {
+    try {
+      validate_layer_split(split, shape);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(error({6, 2, -1}, {1, 1, 1}),
+            "--decoder-first-pipeline-num-layers=2: an uneven split needs --pipeline-model-parallel-size > 1");
+  EXPECT_EQ(error({6, 2, 3}, {2, 2, 1}),
+            "--decoder-first-pipeline-num-layers=2 and --decoder-last-pipeline-num-layers=3: the first and last stage "
+            "must hold all --num-layers=6 on 2 pipeline stages");
+  EXPECT_EQ(error({8, 1, 2}, {4, 4, 1}),
+            "--decoder-first-pipeline-num-layers=1 and --decoder-last-pipeline-num-layers=2: leaves 5 of --num-layers=8 "
+            "for the 2 other pipeline stages, which must split them evenly (at least one each)");
+  EXPECT_EQ(error({7, 1, -1}, {2, 2, 2}),
+            "--decoder-first-pipeline-num-layers=1: pipeline stage 0's 1 layers do not split over its 2 virtual stages");
+  EXPECT_EQ(error({7, 1, -1}, {2, 2, 1}), "accepted");
 }
 
 }  // namespace

@@ -72,6 +72,12 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
                 "Layers per model chunk of the interleaved schedule");
   m->add_option("--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
                 "Model chunks per pipeline rank of the interleaved schedule");
+  m->add_option("--decoder-first-pipeline-num-layers", a.decoder_first_pipeline_num_layers,
+                "Layers of the first pipeline stage (uneven split; the rest evenly over the others)")
+      ->default_str("");
+  m->add_option("--decoder-last-pipeline-num-layers", a.decoder_last_pipeline_num_layers,
+                "Layers of the last pipeline stage (uneven split; the rest evenly over the others)")
+      ->default_str("");
   m->add_option("--pipeline-token-slices", a.pipeline_token_slices,
                 "TeraPipe's token slices: N equal slices, lengths l1,l2,... of the sequence, or auto (TeraPipe's "
                 "dynamic program, from the calibration when there is one); each micro-batch runs slice by slice "

@@ -13,6 +13,7 @@
 #include "optim/adamw_optimizer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"
+#include "pipeline/schedules.h"
 #include "train/batch_size_rampup.h"
 #include "train/token_slice_cost.h"
 
@@ -44,6 +45,8 @@ struct TrainArguments {
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
   // Interleaved 1F1B: either flag gives the model chunks per pipeline rank (0: not set).
   int64_t num_layers_per_virtual_pipeline_stage = 0, num_virtual_stages_per_pipeline_rank = 0;
+  // Megatron-Core's uneven pipeline split: the layers of the first and of the last stage (-1: not given).
+  int64_t decoder_first_pipeline_num_layers = -1, decoder_last_pipeline_num_layers = -1;
   bool sequence_parallel = false;
   // Context parallelism (parallel/context_parallel.h): each sequence split over cp ranks, attention
   // around their ring. Step 1 of issue 37: dense GPT layers with data parallelism (finalize_context_parallel).
@@ -155,6 +158,7 @@ struct TrainArguments {
   optim::WeightDecaySchedule weight_decay_schedule;
   optim::AdamWConfig adam;
   int64_t num_micro_batches = 0;   // per data-parallel rank, at the final global batch size
+  pipeline::LayerSplit layer_split;   // the layers of each pipeline stage (even, or the flags' uneven split)
   GlobalBatchSchedule batch_schedule;  // the global batch of each iteration (--rampup-batch-size)
   int64_t virtual_pipeline_size = 1;  // model chunks per pipeline rank
   model::Recompute recompute;         // what the model chunks recompute in backward

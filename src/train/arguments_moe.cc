@@ -242,12 +242,13 @@ void finalize_moe_layout(TrainArguments& a) {
   // The distributed optimizer's gradient norm reduces the expert gradients over etp x ep x pp, which
   // every pipeline stage must then join: each needs an MoE layer.
   if (a.use_distributed_optimizer && pp > 1) {
-    const int64_t chunk_layers = a.model.num_layers / (pp * a.virtual_pipeline_size);
+    const pipeline::ScheduleShape shape{static_cast<int>(pp), 1, static_cast<int>(a.virtual_pipeline_size)};
     for (int64_t stage = 0; stage < pp; ++stage) {
       bool has_experts = false;
-      for (int64_t v = 0; v < a.virtual_pipeline_size; ++v)
-        for (int64_t l = 0; l < chunk_layers; ++l)
-          has_experts |= m.experts((v * pp + stage) * chunk_layers + l + 1) > 0;
+      for (int v = 0; v < shape.chunks; ++v) {
+        const pipeline::LayerRange r = pipeline::chunk_layers(a.layer_split, shape, {static_cast<int>(stage), v});
+        for (int l = r.first; l < r.first + r.count; ++l) has_experts |= m.experts(l + 1) > 0;
+      }
       require(has_experts, "--moe-layer-freq", a.moe_layer_freq,
               str_cat("leaves pipeline stage ", stage, " without an MoE layer, which --use-distributed-optimizer "
                       "needs on every stage"));

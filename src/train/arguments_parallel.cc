@@ -1,6 +1,7 @@
 // The rules of the parallel layout: how the model is cut over tensor- and pipeline-parallel ranks,
 // what backward recomputes, and how gradients and parameters travel between data-parallel ranks.
 #include <algorithm>
+#include <utility>
 
 #include "train/argument_rules.h"
 #include "train/arguments.h"
@@ -16,9 +17,19 @@ void finalize_parallel_layout(TrainArguments& a) {
   require_positive("--tensor-model-parallel-size", tp);
   const int64_t pp = a.pipeline_model_parallel_size;
   require_positive("--pipeline-model-parallel-size", pp);
+  // Megatron-Core's uneven split: given layers on the first and/or last stage, the rest even.
+  for (const auto& [flag, value] : {std::pair{"--decoder-first-pipeline-num-layers", a.decoder_first_pipeline_num_layers},
+                                    std::pair{"--decoder-last-pipeline-num-layers", a.decoder_last_pipeline_num_layers}})
+    require(value == -1 || value >= 1, flag, value, "must be positive");
+  a.layer_split = {static_cast<int>(c.num_layers), static_cast<int>(a.decoder_first_pipeline_num_layers),
+                   static_cast<int>(a.decoder_last_pipeline_num_layers)};
+  const bool uneven = a.layer_split.uneven();
   // (Ouroboros cuts the layers into pp + 1 modules instead: finalize_ouroboros checks that multiple.)
-  require(c.num_layers % pp == 0 || a.pipeline_schedule == "ouroboros", "--num-layers", c.num_layers,
+  require(uneven || c.num_layers % pp == 0 || a.pipeline_schedule == "ouroboros", "--num-layers", c.num_layers,
           str_cat("must be divisible by --pipeline-model-parallel-size=", pp));
+  require(!uneven || a.num_layers_per_virtual_pipeline_stage == 0, "--num-layers-per-virtual-pipeline-stage",
+          a.num_layers_per_virtual_pipeline_stage,
+          "cannot be combined with an uneven split: give --num-virtual-stages-per-pipeline-rank");
   require(a.num_layers_per_virtual_pipeline_stage == 0 || a.num_virtual_stages_per_pipeline_rank == 0,
           "--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
           "cannot be combined with --num-virtual-stages-per-pipeline-rank");
@@ -33,7 +44,7 @@ void finalize_parallel_layout(TrainArguments& a) {
             str_cat("must divide the ", c.num_layers / pp, " layers of each pipeline stage"));
     a.virtual_pipeline_size = c.num_layers / pp / a.num_layers_per_virtual_pipeline_stage;
   } else if (a.num_virtual_stages_per_pipeline_rank > 0) {
-    require((c.num_layers / pp) % a.num_virtual_stages_per_pipeline_rank == 0,
+    require(uneven || (c.num_layers / pp) % a.num_virtual_stages_per_pipeline_rank == 0,
             "--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
             str_cat("must divide the ", c.num_layers / pp, " layers of each pipeline stage"));
     a.virtual_pipeline_size = a.num_virtual_stages_per_pipeline_rank;
@@ -41,6 +52,8 @@ void finalize_parallel_layout(TrainArguments& a) {
   require(a.virtual_pipeline_size == 1 || pp > 1, "--num-layers-per-virtual-pipeline-stage",
           a.num_layers_per_virtual_pipeline_stage,
           "the interleaved schedule needs --pipeline-model-parallel-size > 1");
+  if (uneven)  // every stage and chunk a whole number of layers (the error names the split's flags)
+    pipeline::validate_layer_split(a.layer_split, {static_cast<int>(pp), 1, static_cast<int>(a.virtual_pipeline_size)});
   require(a.world_size % (tp * a.pipeline_model_parallel_size) == 0, "--tensor-model-parallel-size", tp,
           str_cat("x --pipeline-model-parallel-size=", a.pipeline_model_parallel_size,
                   " must divide the number of ranks (", a.world_size, ")"));
@@ -77,7 +90,10 @@ void finalize_parallel_layout(TrainArguments& a) {
             a.recompute_method.empty() ? "(none)" : a.recompute_method,
             "must be uniform or block with --recompute-granularity full");
     if (a.recompute_num_layers == 0) a.recompute_num_layers = 1;
-    const int64_t chunk_layers = c.num_layers / pp / std::max<int64_t>(a.virtual_pipeline_size, 1);
+    int64_t chunk_layers = c.num_layers;  // the fewest layers of any model chunk
+    for (int stage = 0; stage < pp; ++stage)
+      chunk_layers = std::min<int64_t>(chunk_layers, pipeline::stage_layer_count(a.layer_split, static_cast<int>(pp), stage) /
+                                                         std::max<int64_t>(a.virtual_pipeline_size, 1));
     require(a.recompute_num_layers >= 1 && a.recompute_num_layers <= chunk_layers, "--recompute-num-layers",
             a.recompute_num_layers, str_cat("must be in [1, ", chunk_layers, "] (the layers of one model chunk)"));
     a.recompute = {a.recompute_method == "uniform" ? model::RecomputeMethod::Uniform : model::RecomputeMethod::Block,

@@ -32,7 +32,7 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   // Each forward keeps its chunk's record until the matching backward; the first chunk also keeps the
   // tokens and the last the head's tensors (the logits above all), so the peak is walked along the
   // schedule rather than taken as records in flight times one size.
-  const int64_t chunk_layers = a.model.num_layers / (schedule.stages * schedule.chunks);
+  const int64_t chunk_layers = pipeline::stage_layer_count(a.layer_split, schedule.stages, stage) / schedule.chunks;
   const double layers_bytes = model::chunk_record_bytes(a.model, layout, chunk_layers, a.recompute);
   // Token slices: the caches replace the keys and values a layer record keeps (none under full
   // recomputation, 16-bit ones under mixed precision), in fp32.

@@ -168,14 +168,20 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   // Ouroboros on P ranks: the driver builds this rank's modules (K = P + 1 of them, not P stages);
   // params_ and chunks_ stay empty.
   const bool ouroboros_ring = args_.pipeline_schedule == "ouroboros" && schedule_.stages > 1;
-  if (!ouroboros_ring) pipeline::validate_layer_split(static_cast<int>(args_.model.num_layers), schedule_);
+  if (!ouroboros_ring) pipeline::validate_layer_split(args_.layer_split, schedule_);
   // The model, its parameters (initialised on the host, moved once) and the optimizer's moments on the
   // device: what is made from here to the rounded weights names no device. Released before the
   // checkpoint loads, which reads into host tensors of its own.
+  if (args_.layer_split.uneven()) {  // said once: the flags' split
+    std::string counts;
+    for (int s = 0; s < schedule_.stages; ++s)
+      counts += str_cat(s ? " " : "", pipeline::stage_layer_count(args_.layer_split, schedule_.stages, s));
+    say(str_cat(" > layers per pipeline stage: ", counts, " (uneven: --decoder-first/last-pipeline-num-layers)"));
+  }
   std::optional<DefaultDeviceScope> on_device;
   on_device.emplace(args_.device);
   for (int k = 0; k < (ouroboros_ring ? 0 : schedule_.chunks); ++k) {
-    pipeline::LayerRange layers = pipeline::chunk_layers(static_cast<int>(args_.model.num_layers), schedule_, {stage, k});
+    pipeline::LayerRange layers = pipeline::chunk_layers(args_.layer_split, schedule_, {stage, k});
     model::ModelChunk chunk{layers.first, layers.count, pipeline::is_first_chunk(schedule_, {stage, k}),
                             pipeline::is_last_chunk(schedule_, {stage, k})};
     std::unique_ptr<model::LanguageModelChunk> built = model::build_model_chunk(args_.model, params_, tp_, chunk);
