@@ -61,4 +61,21 @@ out=$("$tessera" train $model --train-iters 3 --load "$work/crash" 2>&1)
 [ $? -ne 0 ] && grep -qF "$ckpt_file is corrupt" <<<"$out" && grep -q "damaged tensor(s): " <<<"$out"
 check "a corrupted file is detected and named with its tensor: $out" $?
 
+# --no-save-optim: the weights alone; resuming then needs --no-load-optim (or --finetune), as in Megatron.
+"$tessera" train $model --train-iters 2 --save "$work/weights" --no-save-optim >/dev/null 2>&1
+check "--no-save-optim saves" $?
+grep -q '"has_optimizer": false' "$work/weights/iter_0000002/index.json"
+check "the index says it holds no optimizer state" $?
+expect_failure "holds no optimizer state (use --no-load-optim or --finetune)" \
+  "$tessera" train $model --train-iters 3 --load "$work/weights"
+out=$("$tessera" train $model --train-iters 3 --load "$work/weights" --no-load-optim 2>&1)
+check "it resumes with --no-load-optim: $out" $?
+
+# --exit-on-missing-checkpoint: a --load with no checkpoint stops before training instead of starting over.
+expect_failure "--load=$work/typo: no checkpoint there (no latest_checkpointed_iteration.txt), and --exit-on-missing-checkpoint is set" \
+  "$tessera" train $model --train-iters 1 --load "$work/typo" --exit-on-missing-checkpoint
+out=$("$tessera" train $model --train-iters 1 --load "$work/typo" 2>&1)
+[ $? -eq 0 ] && grep -q "WARNING: no checkpoint in $work/typo; training from random initialisation" <<<"$out"
+check "without it, a warning and a fresh start: $out" $?
+
 finish ckpt_cli

@@ -188,6 +188,9 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   l->add_option("--load", a.load, "Checkpoint directory to resume from");
   l->add_flag("--no-load-optim", a.no_load_optim, "Do not load the optimizer state");
   l->add_flag("--no-load-rng", a.no_load_rng, "Do not load the random state");
+  l->add_flag("--no-save-optim", a.no_save_optim, "Save the weights without the optimizer state");
+  l->add_flag("--exit-on-missing-checkpoint", a.exit_on_missing_checkpoint,
+              "With --load: stop with an error when there is no checkpoint, instead of training from scratch");
   l->add_flag("--finetune", a.finetune, "Load only the model weights and start at iteration 0");
   l->add_option("--ckpt-keep-last", a.ckpt_keep_last, "Keep only the newest N checkpoints (0: all)");
   l->add_flag("--exit-signal-handler", a.exit_signal_handler,

@@ -131,6 +131,7 @@ struct TrainArguments {
   bool log_params_norm = false;
   int64_t save_interval = 0;
   bool no_load_optim = false, no_load_rng = false, finetune = false;
+  bool no_save_optim = false, exit_on_missing_checkpoint = false;
   int64_t ckpt_keep_last = 0;         // 0: keep every checkpoint
   bool exit_signal_handler = false;   // SIGTERM/SIGINT/exit_signal: save at the end of the iteration, exit 0
   std::string exit_signal = "SIGTERM";  // also caught by the handler: SIGUSR1 is what mpirun forwards

@@ -58,6 +58,7 @@ void finalize_ouroboros(TrainArguments& a) {
   not_yet(!a.batch_schedule.ramps(), "--rampup-batch-size");
   not_yet(!a.weight_decay_schedule.varies(), "--weight-decay-incr-style linear or cosine");
   not_yet(!a.log_params_norm, "--log-params-norm");
+  not_yet(!a.no_save_optim, "--no-save-optim (its checkpoint is its whole delayed state)");
   not_yet(!a.layer_split.uneven(), "an uneven pipeline split (--decoder-first/last-pipeline-num-layers)");
 }
 

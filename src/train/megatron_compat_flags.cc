@@ -30,6 +30,7 @@ const Switch kSwitches[] = {
     {"--log-throughput", "the log line always has the throughput"},
     {"--log-validation-ppl-to-tensorboard", "TensorBoard always gets the validation perplexity"},
     {"--log-timers-to-tensorboard", "the timers are in the log, not in TensorBoard"},
+    {"--no-save-rng", "the random state is the seed, which the checkpoint's index records"},
 };
 
 // A flag with a value, the values Megatron accepts (empty: a count >= 0), and what Tessera does.

@@ -333,6 +333,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                 args_.finetune ? " (finetune: starting at iteration 0)" : "", " (",
                 static_cast<int>(load_timer.seconds() * 1000), " ms)"));
   } else if (!args_.load.empty()) {
+    TESSERA_CHECK(!args_.exit_on_missing_checkpoint, "--load=", args_.load, ": no checkpoint there (no ",
+                  "latest_checkpointed_iteration.txt), and --exit-on-missing-checkpoint is set");
     say(str_cat(" WARNING: no checkpoint in ", args_.load, "; training from random initialisation"));
   }
   build_teacher();
@@ -713,7 +715,7 @@ void Trainer::save() {
   // Ouroboros: every rank writes its modules' delayed state (replicas differ in their waiting gradients).
   std::vector<ckpt::ExtraFile> extra;
   if (ouroboros_) extra.push_back(ouroboros_->checkpoint_file(ouroboros_file_name()));
-  ckpt::save_checkpoint(args_.save, state, params_, optimizer_.get(),
+  ckpt::save_checkpoint(args_.save, state, params_, args_.no_save_optim ? nullptr : optimizer_.get(),
                         {rc.tp, dense_data_rank, world_, rc.pp, rc.etp, rc.ep, rc.edp}, args_.ckpt_keep_last, extra);
   say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
                      static_cast<int>(t.seconds() * 1000), " ms)"));
