@@ -333,8 +333,16 @@ void IndexedDatasetBuilder::finalize() {
 IndexedDataset::IndexedDataset(std::string prefix) : prefix_(std::move(prefix)) {
   const std::string ipath = idx_path(prefix_);
   const std::string bpath = bin_path(prefix_);
-  if (!fs::exists(ipath) || !fs::exists(bpath))
-    throw Error(str_cat(prefix_, ": dataset not found: needs both ", ipath, " and ", bpath));
+  if (!fs::exists(ipath) || !fs::exists(bpath)) {
+    // A path to one of the files, where a prefix was meant: say which prefix.
+    const fs::path given(prefix_);
+    const bool file_given = (given.extension() == ".bin" || given.extension() == ".idx") &&
+                            fs::exists(idx_path((fs::path(prefix_).replace_extension()).string()));
+    throw Error(str_cat(prefix_, ": dataset not found: needs both ", ipath, " and ", bpath,
+                        file_given ? str_cat(" (a dataset is named by its prefix, without .bin or .idx: ",
+                                             fs::path(prefix_).replace_extension().string(), ")")
+                                   : ""));
+  }
   idx_ = MappedFile(ipath);
   bin_ = MappedFile(bpath);
 

@@ -225,6 +225,29 @@ TEST(IndexedDataset, EmptyDatasetIsValid) {
   EXPECT_EQ(read_file_bytes(dir / "e.idx"), pack({}, TokenDType::kUInt16).idx);
 }
 
+// A path to the .bin or .idx file where the prefix was meant: the error names the prefix to give.
+TEST(IndexedDataset, AFileNameForAPrefixNamesThePrefix) {
+  ScratchDir dir;
+  IndexedDatasetBuilder(dir / "e", TokenDType::kUInt16).finalize();
+  for (const char* file : {"e.bin", "e.idx"}) {
+    try {
+      IndexedDataset ds(dir / file);
+      FAIL() << file << " was opened";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("(a dataset is named by its prefix, without .bin or .idx: " +
+                                           (dir / "e") + ")"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  try {
+    IndexedDataset ds(dir / "missing");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("named by its prefix"), std::string::npos) << e.what();
+  }
+}
+
 TEST(IndexedDataset, BuilderWritesNothingUnderTheFinalNamesUntilFinalize) {
   ScratchDir dir;
   {
