@@ -16,7 +16,7 @@ LmWindows::LmWindows(std::vector<int32_t> tokens, int64_t seq_length, int32_t pa
     : tokens_(std::move(tokens)), seq_length_(seq_length), pad_id_(pad_id) {
   TESSERA_CHECK(seq_length > 0, "--seq-length=", seq_length, ": must be > 0");
   TESSERA_CHECK(overlapping_eval >= 0 && overlapping_eval <= seq_length, "--overlapping-eval=", overlapping_eval,
-                ": must be between 1 and --seq-length=", seq_length);
+                ": must be between 1 and --seq-length=", seq_length, " (0: the whole window)");
   overlapping_eval_ = std::max<int64_t>(1, overlapping_eval == 0 ? seq_length : overlapping_eval);
   const int64_t total_targets = static_cast<int64_t>(tokens_.size()) - 1;
   const int64_t targets = std::max<int64_t>(total_targets - overlapping_eval_, 0);  // after the first window
