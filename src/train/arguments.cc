@@ -3,48 +3,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cctype>
-#include <map>
-
 #include "data/blended_dataset.h"
 #include "train/argument_rules.h"
 #include "train/megatron_compat_flags.h"
 
 namespace tessera::train {
-namespace {
-
-// argparse keeps only the last occurrence of a flag, with all its values: `--data-path a --data-path b`
-// reads b. CLI11 joins the values of a list flag's occurrences (a and b: a blend of both), so the earlier
-// occurrences of list flags are dropped before parsing. An occurrence's values run to the next flag.
-std::vector<std::string> keep_last_occurrence_of_lists(CLI::App& app, const std::vector<std::string>& args) {
-  const auto list_flag = [&](const std::string& token) -> std::string {
-    if (!token.starts_with("--")) return "";
-    const std::string name = token.substr(0, token.find('='));
-    const CLI::Option* option = app.get_option_no_throw(name);
-    return option && option->get_items_expected_max() > 1 ? name : "";
-  };
-  const auto is_flag = [](const std::string& t) {
-    return t.size() > 1 && t[0] == '-' && !std::isdigit(static_cast<unsigned char>(t[1])) && t[1] != '.';
-  };
-  std::map<std::string, size_t> last;  // list flag -> the index of its last occurrence
-  for (size_t i = 0; i < args.size(); ++i)
-    if (const std::string name = list_flag(args[i]); !name.empty()) last[name] = i;
-  std::vector<std::string> kept;
-  for (size_t i = 0; i < args.size();) {
-    const std::string name = list_flag(args[i]);
-    if (name.empty() || last[name] == i) {
-      kept.push_back(args[i++]);
-      continue;
-    }
-    const bool inline_value = args[i].find('=') != std::string::npos;
-    ++i;
-    while (!inline_value && i < args.size() && !is_flag(args[i])) ++i;  // skip this occurrence's values
-  }
-  return kept;
-}
-
-}  // namespace
-
 TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size) {
   return parse_train_arguments(args, world_size, TokenSliceCostModel{});
 }
@@ -147,9 +110,9 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   t->add_option("--global-batch-size", a.global_batch_size, "Samples per iteration (default: micro batch size)");
   t->add_option("--train-iters", a.train_iters, "Iterations to train (or --train-samples)");
   t->add_option("--train-samples", a.train_samples, "Samples to train on, instead of --train-iters");
-  t->add_option("--rampup-batch-size", a.rampup_batch_size,
+  keep_last_occurrence(t->add_option("--rampup-batch-size", a.rampup_batch_size,
                 "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT to --global-batch-size "
-                "over SAMPLES samples (needs --train-samples)")
+                "over SAMPLES samples (needs --train-samples)"))
       ->expected(3);
   t->add_option("--lr", a.lr, "Peak learning rate")->required();
   t->add_option("--min-lr", a.min_lr, "Learning rate at the end of the decay");
@@ -214,8 +177,7 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
                    "usable and the GPU path runs this job (one rank, a dense GPT), else cpu; the start-up line says "
                    "which and why");
 
-  const std::vector<std::string> last = keep_last_occurrence_of_lists(app, args);
-  std::vector<std::string> reversed(last.rbegin(), last.rend());  // CLI11 consumes from the back
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {

@@ -371,19 +371,14 @@ TEST(TrainArguments, AMultiValuedFlagGivenTwiceTakesItsLastValues) {
   EXPECT_EQ(blend.data_path, (std::vector<std::string>{"1", "b", "2", "c"}));
   EXPECT_EQ(parse("--num-experts 8 --num-experts 4").model.moe.layer_experts, (std::vector<int64_t>{4, 4}));
   EXPECT_EQ(parse("--num-experts 4 --num-experts 2 4").model.moe.layer_experts, (std::vector<int64_t>{2, 4}));
-}
-
-// As with argparse, a list flag given twice takes the values of its last occurrence: CLI11 joined them,
-// so `--data-path a --data-path b` trained on a blend of a and b.
-TEST(TrainArguments, AListFlagGivenTwiceTakesItsLastValues) {
-  std::string flags = kBase;
-  flags.replace(flags.find("--mock-data "), 12, "");
-  const auto data_path = [&](const std::string& extra) { return parse_train_arguments(split_flags(flags + extra)).data_path; };
+  // Inline values and other flags between the occurrences.
+  const auto data_path = [&](const std::string& extra) { return parse_train_arguments(split_flags(with_data + extra)).data_path; };
   using Values = std::vector<std::string>;
-  EXPECT_EQ(data_path(" --data-path 0.3 a 0.7 b --data-path c"), Values{"c"});
   EXPECT_EQ(data_path(" --data-path=a --lr 1e-3 --data-path 1 b 2 c"), (Values{"1", "b", "2", "c"}));
   EXPECT_EQ(data_path(" --data-path a b --data-path=c --lr 1e-3"), Values{"c"});
   EXPECT_EQ(data_path(" --data-path 0.5 a 0.5 b"), (Values{"0.5", "a", "0.5", "b"}));
+  EXPECT_EQ(parse("--train-iters 0 --train-samples 16 --rampup-batch-size 1 1 4 --rampup-batch-size 2 2 8").rampup_batch_size,
+            (std::vector<int64_t>{2, 2, 8}));
 }
 
 TEST(TrainArguments, TheBaseRunIsValid) { EXPECT_EQ(error_of(kBase), "accepted"); }
