@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <filesystem>
+#include <functional>
 #include <iostream>
+#include <unistd.h>
 
 #include "apps/command_line.h"
 #include "apps/commands.h"
@@ -20,6 +23,7 @@
 
 namespace tessera::apps {
 namespace {
+namespace fs = std::filesystem;
 
 // "5GB", "500MB", "5GiB", "2000000": bytes, as transformers' convert_file_size_to_int reads
 // max_shard_size: the unit in any case, binary units KiB/MiB/GiB, and a lower-case final "b" (5Gb)
@@ -130,6 +134,49 @@ int bert_debug_forward(const model::ModelConfig& config, const std::string& load
   return 0;
 }
 
+// --save-dir: a new or empty directory, or with --overwrite one whose contents are replaced. A converter
+// never writes beside what is there: into a checkpoint it would add an iteration and move the tracker
+// (train --load then resumes the converted weights), into another export it would mix two models.
+void check_save_dir(const fs::path& dir, const fs::path& load_dir, bool overwrite) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  TESSERA_CHECK(fs::is_directory(dir, ec), "--save-dir=", dir.string(), ": is a file, not a directory");
+  TESSERA_CHECK(!fs::equivalent(dir, load_dir, ec), "--save-dir=", dir.string(), ": is --load-dir; write elsewhere");
+  if (overwrite) return;
+  std::vector<std::string> entries;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) entries.push_back(e.path().filename().string());
+  if (entries.empty()) return;
+  std::sort(entries.begin(), entries.end());
+  std::string held;
+  for (size_t i = 0; i < entries.size() && i < 4; ++i) held += (i ? ", " : "") + entries[i];
+  if (entries.size() > 4) held += str_cat(" and ", entries.size() - 4, " more");
+  throw Error(str_cat("--save-dir=", dir.string(), ": is not empty (it holds ", held, "); give a new or empty "
+                      "directory, or --overwrite to replace what is there"));
+}
+
+// Converts into a fresh directory beside --save-dir and swaps it into place when complete, so a failed
+// conversion leaves --save-dir as it was, and --overwrite never mixes the old contents with the new.
+void convert_into(const fs::path& dir, const std::function<void(const std::string&)>& write) {
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  TESSERA_CHECK(!ec, "--save-dir=", dir.string(), ": cannot create its parent directory: ", ec.message());
+  const std::string name = dir.filename().string();
+  const fs::path staging = parent / str_cat(".", name, ".converting.", ::getpid());
+  const fs::path previous = parent / str_cat(".", name, ".replaced.", ::getpid());
+  fs::remove_all(staging);
+  try {
+    fs::create_directories(staging);
+    write(staging.string());
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+  if (fs::exists(dir)) fs::rename(dir, previous);
+  fs::rename(staging, dir);
+  fs::remove_all(previous, ec);
+}
+
 }  // namespace
 
 int convert_command(const std::vector<std::string>& args) {
@@ -143,12 +190,20 @@ int convert_command(const std::vector<std::string>& args) {
   app.add_option("--load-dir", load_dir, "Checkpoint (its latest iteration) or Hugging Face directory to read")->required();
   app.add_option("--save-dir", save_dir, "Directory to write")->required();
   app.add_option("--max-shard-size", max_shard, "Largest safetensors file written for hf (e.g. 5GB, 500MB)");
+  bool overwrite = false;
+  app.add_flag("--overwrite", overwrite, "Replace what --save-dir holds (without it, it must be new or empty)");
   if (!parse_command_line(app, args, "convert")) return 0;
   TESSERA_CHECK(loader != saver, "--loader ", loader, " and --saver ", saver, ": nothing to convert");
-  if (saver == "hf")
-    ckpt::export_hugging_face(load_dir, save_dir, parse_size(max_shard));
-  else
-    ckpt::import_hugging_face(load_dir, save_dir);
+  const int64_t shard_bytes = parse_size(max_shard);
+  fs::path target = fs::absolute(save_dir).lexically_normal();  // "out/" and "./out" name the directory out
+  if (target.filename().empty()) target = target.parent_path();
+  check_save_dir(target, load_dir, overwrite);
+  convert_into(target, [&](const std::string& out) {
+    if (saver == "hf")
+      ckpt::export_hugging_face(load_dir, out, shard_bytes);
+    else
+      ckpt::import_hugging_face(load_dir, out);
+  });
   std::cout << "converted " << load_dir << " (" << loader << ") to " << save_dir << " (" << saver << ")" << std::endl;
   return 0;
 }

@@ -68,8 +68,13 @@ inline void check_load_flags(LoadFlags& f, bool reporter) {
   if (f.load.load.empty() || ckpt::latest_checkpointed_iteration(f.load.load) < 0) return;
   const nlohmann::json run = ckpt::latest_checkpoint_args(f.load.load);
   if (!run.contains("model")) return;
-  const std::vector<train::ModelFlagConflict> conflicts =
-      train::model_flag_conflicts(*f.model_flags, f.model, model::config_from_json(run["model"]));
+  model::ModelConfig saved;
+  try {
+    saved = model::config_from_json(run["model"]);
+  } catch (const Error& e) {
+    throw Error(str_cat("--load=", f.load.load, ": ", e.what()));
+  }
+  const std::vector<train::ModelFlagConflict> conflicts = train::model_flag_conflicts(*f.model_flags, f.model, saved);
   if (conflicts.empty()) return;
   TESSERA_CHECK(f.use_checkpoint_args, train::describe(conflicts), ": a model flag given must agree with the "
                 "checkpoint in ", f.load.load, " (leave it out, or pass --use-checkpoint-args to take the checkpoint's)");

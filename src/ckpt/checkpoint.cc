@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ckpt/checkpoint_index.h"
+#include "ckpt/checkpoint_tokenizer.h"
 #include "ckpt/crc32c.h"
 #include "ckpt/reshard.h"
 #include "ckpt/safetensors.h"
@@ -398,6 +399,7 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
                   {"loss_scaler", state.loss_scaler},
                   {"files", files},
                   {"tensors", tensors}};
+    if (!state.tokenizer_files.empty()) index["tokenizer_files"] = copy_tokenizer_files(tmp_dir.string(), state.tokenizer_files);
     if (state.skipped_train_samples >= 0) index["skipped_train_samples"] = state.skipped_train_samples;
     // The index is written last: a directory without it is incomplete.
     write_file_atomically(tmp_dir / kIndex, index.dump(1));
@@ -453,6 +455,24 @@ int64_t latest_checkpointed_iteration(const std::string& load_dir) {
   }
 }
 
+std::map<std::string, std::string> latest_tokenizer_files(const std::string& load_dir) {
+  int64_t iteration = latest_checkpointed_iteration(load_dir);
+  TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
+  fs::path dir;
+  const CheckpointIndex index = read_index(load_dir, iteration, &dir);
+  return carried_tokenizer_files(dir.string(), index);
+}
+
+std::vector<std::string> latest_model_tensor_names(const std::string& load_dir) {
+  int64_t iteration = latest_checkpointed_iteration(load_dir);
+  TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
+  fs::path dir;
+  std::vector<std::string> names;
+  for (const auto& [name, saved] : read_index(load_dir, iteration, &dir).tensors)
+    if (name.rfind("optimizer.", 0) != 0) names.push_back(name);
+  return names;
+}
+
 nlohmann::json latest_checkpoint_args(const std::string& load_dir) {
   int64_t iteration = latest_checkpointed_iteration(load_dir);
   TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
@@ -466,11 +486,15 @@ TrainingState load_checkpoint(const std::string& load_dir, model::ParameterSet& 
   TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
   fs::path dir;
   const CheckpointIndex index = read_index(load_dir, iteration, &dir);
-  for (const auto& [name, f] : index.files)
-    TESSERA_CHECK(fs::exists(dir / name), "checkpoint file ", (dir / name).string(), " is missing");
+  // Only the files read are needed: a checkpoint whose optimizer files were removed (weights kept for
+  // deployment) still loads its weights. A file the weights need is checked when the reader opens it.
+  if (optimizer)
+    for (const auto& [name, f] : index.files)
+      TESSERA_CHECK(name.rfind("optim.", 0) != 0 || fs::exists(dir / name), "checkpoint file ", (dir / name).string(),
+                    " is missing (the optimizer state; --no-load-optim or --finetune loads the weights alone)");
 
   TrainingState state{index.iteration, index.consumed_train_samples, index.skipped_iterations, index.seed, index.args,
-                      index.loss_scaler, index.skipped_train_samples};
+                      index.loss_scaler, index.skipped_train_samples, carried_tokenizer_files(dir.string(), index)};
   CheckpointReader reader(dir, index, (dir / kIndex).string());
   for (model::Parameter& p : params.params()) reader.load(p.spec.name, p.spec, p.value);
   if (optimizer) {
@@ -494,7 +518,7 @@ std::vector<std::pair<std::string, Tensor>> load_full_model(const std::string& l
   const CheckpointIndex index = read_index(load_dir, iteration, &dir);
   if (state)
     *state = {index.iteration, index.consumed_train_samples, index.skipped_iterations, index.seed, index.args,
-              index.loss_scaler, index.skipped_train_samples};
+              index.loss_scaler, index.skipped_train_samples, carried_tokenizer_files(dir.string(), index)};
   CheckpointReader reader(dir, index, (dir / kIndex).string());
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& [name, saved] : index.tensors) {

@@ -13,6 +13,7 @@
 //                                                   of the rank's shard of the parameter)
 //   SAVE/iter_0000100/optim.etpXX.ppYY.epZZZ.edpWWW.safetensors  the same for the expert parameters,
 //                                                   by expert-data-parallel rank WWW (AdamW: edp000)
+//   SAVE/iter_0000100/tokenizer/...            the run's tokenizer files (ckpt/checkpoint_tokenizer.h)
 //   SAVE/iter_0000100/index.json                iteration, data position, RNG seed, arguments; every
 //                                               file's size and CRC-32C; for every tensor its global
 //                                               shape and the slices held by each file (view, split
@@ -65,6 +66,9 @@ struct TrainingState {
   // The samples of the skipped iterations, which a schedule in samples does not count (they differ from
   // skipped_iterations x global batch under a batch-size ramp); -1 where a checkpoint does not record them.
   int64_t skipped_train_samples = -1;
+  // The tokenizer's files by their key in args ("vocab_file", ...; ckpt/checkpoint_tokenizer.h): on save
+  // the files to copy into the checkpoint, on load the copies it carries (none in older checkpoints).
+  std::map<std::string, std::string> tokenizer_files;
 };
 
 // "iter_0000100"
@@ -113,6 +117,13 @@ void prepare_save_directory(const std::string& save_dir);
 
 // The "args" record of the latest checkpoint of `load_dir` (the model configuration among them).
 nlohmann::json latest_checkpoint_args(const std::string& load_dir);
+
+// The tokenizer files the latest checkpoint of `load_dir` carries, by key ("vocab_file", ...), each
+// checked against the index; empty for a checkpoint saved before checkpoints carried them.
+std::map<std::string, std::string> latest_tokenizer_files(const std::string& load_dir);
+
+// The model tensors (no optimizer state) of the latest checkpoint of `load_dir`, by name.
+std::vector<std::string> latest_model_tensor_names(const std::string& load_dir);
 
 // Loads the latest checkpoint of `load_dir` into params (and the optimizer's moments and step count
 // unless optimizer is null), resharding as needed: moments saved in pieces are assembled, so the

@@ -165,6 +165,18 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
     sf.crc32c = crc_field(f, path, where, need_crc);
     index.files[name] = sf;
   }
+  if (j.contains("tokenizer_files"))
+    for (const auto& [key, f] : field(j, "tokenizer_files", json::value_t::object, path, "").items()) {
+      const std::string where = str_cat("tokenizer file '", key, "' ");
+      if (!f.is_object()) fail(path, where, "is not an object");
+      SavedTokenizerFile t{string_field(f, "file", path, where), {}};
+      const std::string prefix = "tokenizer/";
+      if (t.file.rfind(prefix, 0) != 0 || !plain_file_name(t.file.substr(prefix.size())))
+        fail(path, where, "is not a file of the checkpoint's tokenizer/ directory: '", t.file, "'");
+      t.saved.bytes = static_cast<uint64_t>(int_field(f, "bytes", path, where));
+      t.saved.crc32c = crc_field(f, path, where, true);
+      index.tokenizer_files[key] = t;
+    }
   for (const auto& [name, t] : field(j, "tensors", json::value_t::object, path, "").items()) {
     std::string where = str_cat("tensor '", name, "' ");
     if (!t.is_object()) fail(path, where, "is not an object");

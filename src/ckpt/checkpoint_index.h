@@ -37,6 +37,12 @@ struct SavedTensor {
   std::vector<SavedSlice> slices;
 };
 
+// A tokenizer file the checkpoint carries (ckpt/checkpoint_tokenizer.h): "tokenizer/NAME" in its directory.
+struct SavedTokenizerFile {
+  std::string file;
+  SavedFile saved;
+};
+
 struct CheckpointIndex {
   int version = 0;
   int64_t iteration = 0, consumed_train_samples = 0, skipped_iterations = 0;
@@ -48,6 +54,8 @@ struct CheckpointIndex {
   nlohmann::json loss_scaler;  // optional: the loss scaler's state (null when the run had none)
   std::map<std::string, SavedFile> files;
   std::map<std::string, SavedTensor> tensors;
+  // By the flag's key in args ("vocab_file", "merge_file", "tokenizer_model"); optional (older: none).
+  std::map<std::string, SavedTokenizerFile> tokenizer_files;
 };
 
 constexpr int kCheckpointIndexVersion = 2;

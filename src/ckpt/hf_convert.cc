@@ -13,6 +13,7 @@
 #include "ckpt/hf_bert.h"
 #include "ckpt/hf_config.h"
 #include "ckpt/hf_layout.h"
+#include "ckpt/hf_tokenizer.h"
 #include "ckpt/safetensors.h"
 #include "model/config.h"
 #include "model/model_factory.h"
@@ -105,11 +106,11 @@ json hf_config(const model::ModelConfig& c, Family f, const json& tessera_args) 
             {"n_head", c.num_attention_heads},
             {"n_inner", c.ffn_hidden_size},
             {"activation_function", "gelu_new"},
-            {"layer_norm_epsilon", c.norm_epsilon},
-            {"resid_pdrop", c.hidden_dropout},
-            {"embd_pdrop", c.hidden_dropout},
-            {"attn_pdrop", c.attention_dropout},
-            {"initializer_range", c.init_method_std},
+            {"layer_norm_epsilon", model::json_float(c.norm_epsilon)},
+            {"resid_pdrop", model::json_float(c.hidden_dropout)},
+            {"embd_pdrop", model::json_float(c.hidden_dropout)},
+            {"attn_pdrop", model::json_float(c.attention_dropout)},
+            {"initializer_range", model::json_float(c.init_method_std)},
             {"tie_word_embeddings", true},
             {"torch_dtype", "float32"},
             {"tessera_args", tessera_args}};
@@ -123,13 +124,13 @@ json hf_config(const model::ModelConfig& c, Family f, const json& tessera_args) 
                 {"num_key_value_heads", c.num_query_groups},
                 {"head_dim", c.kv_channels},
                 {"max_position_embeddings", c.max_position_embeddings},
-                {"rms_norm_eps", c.norm_epsilon},
-                {"rope_theta", c.rotary_base},
+                {"rms_norm_eps", model::json_float(c.norm_epsilon)},
+                {"rope_theta", model::json_float(c.rotary_base)},
                 {"hidden_act", "silu"},
                 {"attention_bias", c.add_bias_linear},
                 {"mlp_bias", c.add_bias_linear},
-                {"attention_dropout", c.attention_dropout},
-                {"initializer_range", c.init_method_std},
+                {"attention_dropout", model::json_float(c.attention_dropout)},
+                {"initializer_range", model::json_float(c.init_method_std)},
                 {"tie_word_embeddings", !c.untie_embeddings_and_output_weights},
                 {"torch_dtype", "float32"},
                 {"tessera_args", tessera_args}};
@@ -147,8 +148,9 @@ json hf_config(const model::ModelConfig& c, Family f, const json& tessera_args) 
   mixtral["num_experts_per_tok"] = m.router.topk;
   // Training-only: HF's aux loss (one over all layers' tokens, times E rather than Megatron's E/k per
   // layer) is not Megatron's, so this coefficient only carries the run's setting across.
-  mixtral["router_aux_loss_coef"] = m.load_balancing == model::LoadBalancing::None ? 0.0f : m.aux_loss_coeff;
-  mixtral["router_jitter_noise"] = m.input_jitter_eps;
+  mixtral["router_aux_loss_coef"] =
+      m.load_balancing == model::LoadBalancing::None ? 0.0 : model::json_float(m.aux_loss_coeff);
+  mixtral["router_jitter_noise"] = model::json_float(m.input_jitter_eps);
   mixtral["output_router_logits"] = false;
   return mixtral;
 }
@@ -372,9 +374,10 @@ void export_hugging_face(const std::string& load_dir, const std::string& out_dir
     write_text(fs::path(out_dir) / "model.safetensors.index.json",
                json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
   }
+  // The tokenizer's files under Hugging Face's names; tessera_args then name them, not this machine's paths.
+  const json args = export_hf_tokenizer(out_dir, state, state.args, c.max_position_embeddings);
   // config.json last: a directory with it is complete.
-  write_text(fs::path(out_dir) / "config.json",
-             (bert ? bert_hf_config(c, state.args) : hf_config(c, f, state.args)).dump(2) + "\n");
+  write_text(fs::path(out_dir) / "config.json", (bert ? bert_hf_config(c, args) : hf_config(c, f, args)).dump(2) + "\n");
 }
 
 void import_hugging_face(const std::string& hf_dir, const std::string& save_dir) {
@@ -419,6 +422,7 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
   json args = hf.contains("tessera_args") && hf["tessera_args"].is_object() ? hf["tessera_args"]
                                                                                : json{{"model", model::to_json(c)}};
   TrainingState state{0, 0, 0, 1234, args};
+  state.args = import_hf_tokenizer(dir, args, &state.tokenizer_files);  // carried into the checkpoint
   save_full_model(save_dir, state, std::vector<std::pair<std::string, Tensor>>(tessera.begin(), tessera.end()));
 }
 

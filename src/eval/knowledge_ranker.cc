@@ -22,7 +22,7 @@ KnowledgeRanker::KnowledgeRanker(const std::string& load) {
   TESSERA_CHECK(config_.family == model::kMultipleChoiceFamily, "--ranker-load=", load, ": holds a '",
                 config_.family, "' model, not a ranker (finetune --task CNTRL-RANKER saves one)");
   config_.hidden_dropout = config_.attention_dropout = 0;
-  tokenizer_ = data::build_tokenizer(train::finetune_tokenizer_options({}, run));
+  tokenizer_ = data::build_tokenizer(train::finetune_tokenizer_options({}, run, ckpt::latest_tokenizer_files(load)));
   model::register_multiple_choice_family();
   model_ = model::build_model_chunk(config_, params_);
   params_.allocate(0);

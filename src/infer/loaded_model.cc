@@ -1,6 +1,9 @@
 #include "infer/loaded_model.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <map>
+#include <tuple>
 
 #include "ckpt/checkpoint.h"
 #include "model/model_factory.h"
@@ -37,7 +40,11 @@ LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
                 ": no checkpoint there (latest_checkpointed_iteration.txt is missing)");
   nlohmann::json run = ckpt::latest_checkpoint_args(o.load);
   TESSERA_CHECK(run.contains("model"), "checkpoint in ", o.load, " does not record its model configuration");
-  config_ = model::config_from_json(run["model"]);
+  try {
+    config_ = model::config_from_json(run["model"]);
+  } catch (const Error& e) {
+    throw Error(str_cat("--load=", o.load, ": ", e.what()));
+  }
   config_.moe.grouped_gemm = o.moe_grouped_gemm;
   // Checkpoints reshard on load, so any tensor-parallel size works whose ranks split the saved padded
   // vocabulary (the padding, and so the logits, stay those of the trained model), heads and MLP evenly.
@@ -55,11 +62,21 @@ LoadedModel::LoadedModel(const LoadOptions& o, comm::ProcessGroup& world) {
   // The tokenizer flags given are used (as Megatron builds its tokenizer from the flags); what they leave
   // out is the checkpoint's when the type is the one the model was trained with.
   data::TokenizerOptions tok = o.tokenizer;
+  // The files: the copies the checkpoint carries, else (older checkpoints) the paths it records.
   if (tok.type.empty() || tok.type == run.value("tokenizer_type", "")) {
     tok.type = run.value("tokenizer_type", "");
-    if (tok.vocab_file.empty()) tok.vocab_file = run.value("vocab_file", "");
-    if (tok.merge_file.empty()) tok.merge_file = run.value("merge_file", "");
-    if (tok.tokenizer_model.empty()) tok.tokenizer_model = run.value("tokenizer_model", "");
+    const std::map<std::string, std::string> carried = ckpt::latest_tokenizer_files(o.load);
+    for (const auto& [field, key, flag] : {std::tuple{&tok.vocab_file, "vocab_file", "--vocab-file"},
+                                           std::tuple{&tok.merge_file, "merge_file", "--merge-file"},
+                                           std::tuple{&tok.tokenizer_model, "tokenizer_model", "--tokenizer-model"}}) {
+      if (!field->empty()) continue;
+      const auto copy = carried.find(key);
+      *field = copy != carried.end() ? copy->second : run.value(key, std::string());
+      std::error_code ec;
+      TESSERA_CHECK(field->empty() || std::filesystem::is_regular_file(*field, ec), "--load=", o.load,
+                    ": the checkpoint's tokenizer file ", *field, " is not there and the checkpoint carries no copy of "
+                    "it (saved before checkpoints did): give ", flag);
+    }
   }
   if (tok.type == "NullTokenizer" && tok.vocab_size == 0) tok.vocab_size = config_.vocab_size - 1;
   tokenizer_ = data::build_tokenizer(tok);

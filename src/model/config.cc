@@ -1,5 +1,11 @@
 #include "model/config.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
 #include "core/check.h"
 
 namespace tessera::model {
@@ -71,11 +77,11 @@ nlohmann::json moe_to_json(const MoeConfig& m) {
           {"moe_router_topk", m.router.topk},
           {"moe_router_score_function", m.router.score == kernels::RouterScoreFunction::Sigmoid ? "sigmoid" : "softmax"},
           {"moe_router_pre_softmax", m.router.pre_softmax},
-          {"moe_router_topk_scaling_factor", m.router.scaling_factor},
+          {"moe_router_topk_scaling_factor", json_float(m.router.scaling_factor)},
           {"moe_router_load_balancing_type", load_balancing_name(m.load_balancing)},
-          {"moe_aux_loss_coeff", m.aux_loss_coeff},
-          {"moe_z_loss_coeff", m.z_loss_coeff},
-          {"moe_input_jitter_eps", m.input_jitter_eps},
+          {"moe_aux_loss_coeff", json_float(m.aux_loss_coeff)},
+          {"moe_z_loss_coeff", json_float(m.z_loss_coeff)},
+          {"moe_input_jitter_eps", json_float(m.input_jitter_eps)},
           {"moe_expert_capacity_factor", m.capacity_factor},
           {"moe_token_drop_policy", m.token_drop_policy == kernels::TokenDropPolicy::Position ? "position" : "probs"},
           {"moe_pad_expert_input_to_capacity", m.pad_expert_input_to_capacity},
@@ -105,12 +111,16 @@ MoeConfig moe_from_json(const nlohmann::json& j) {
   m.pad_expert_input_to_capacity = j.at("moe_pad_expert_input_to_capacity").get<bool>();
   m.shared_expert_intermediate_size = j.at("moe_shared_expert_intermediate_size").get<int64_t>();
   m.residual = j.at("residual_moe").get<bool>();
-  for (int64_t e : m.layer_experts)
-    if (e < 0) throw Error(str_cat("model configuration: moe.layer_experts has ", e, " experts"));
-  if (m.router.topk < 1) throw Error(str_cat("model configuration: moe_router_topk is ", m.router.topk));
   return m;
 }
 }  // namespace
+
+double json_float(float v) {
+  if (!std::isfinite(v)) return v;
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;  // the shortest form that round-trips
+  return std::strtod(std::string(buf, end).c_str(), nullptr);
+}
 
 nlohmann::json to_json(const ModelConfig& c) {
   nlohmann::json j = {{"num_layers", c.num_layers},
@@ -124,16 +134,16 @@ nlohmann::json to_json(const ModelConfig& c) {
           {"vocab_size", c.vocab_size},
           {"padded_vocab_size", c.padded_vocab_size},
           {"position_embedding_type", c.position_embedding == PositionEmbedding::Rope ? "rope" : "learned_absolute"},
-          {"rotary_base", c.rotary_base},
+          {"rotary_base", json_float(c.rotary_base)},
           {"rotary_percent", c.rotary_percent},
           {"normalization", c.normalization == Normalization::RMSNorm ? "RMSNorm" : "LayerNorm"},
-          {"norm_epsilon", c.norm_epsilon},
+          {"norm_epsilon", json_float(c.norm_epsilon)},
           {"swiglu", c.swiglu},
           {"untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights},
           {"add_bias_linear", c.add_bias_linear},
-          {"hidden_dropout", c.hidden_dropout},
-          {"attention_dropout", c.attention_dropout},
-          {"init_method_std", c.init_method_std}};
+          {"hidden_dropout", json_float(c.hidden_dropout)},
+          {"attention_dropout", json_float(c.attention_dropout)},
+          {"init_method_std", json_float(c.init_method_std)}};
   // Written only when they differ from GPT's, so that GPT checkpoints read as before.
   if (c.family != "gpt") j["model_family"] = c.family;
   if (c.num_tokentypes > 0) j["num_tokentypes"] = c.num_tokentypes;
@@ -184,14 +194,60 @@ ModelConfig config_from_json(const nlohmann::json& j) {
       c.apply_residual_connection_post_layernorm = j.at("apply_residual_connection_post_layernorm").get<bool>();
     if (j.contains("bert_binary_head")) c.bert_binary_head = j.at("bert_binary_head").get<bool>();
     if (j.contains("moe")) c.moe = moe_from_json(j.at("moe"));
-    if (c.moe.enabled() && static_cast<int64_t>(c.moe.layer_experts.size()) != c.num_layers)
-      throw Error(str_cat("model configuration: moe.layer_experts has ", c.moe.layer_experts.size(),
-                          " entries for ", c.num_layers, " layers"));
-    if (c.num_tokentypes < 0) throw Error(str_cat("model configuration: num_tokentypes is ", c.num_tokentypes));
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("model configuration: ", e.what()));
   }
+  validate_config(c);
   return c;
+}
+
+void validate_config(const ModelConfig& c) {
+  const auto fail = [](const char* field, const auto& value, const char* rule) {
+    throw Error(str_cat("model configuration: ", field, " is ", value, ", ", rule));
+  };
+  // A bound far above any model, so that a damaged field stops here, not as an allocation of petabytes.
+  constexpr int64_t kLargest = int64_t{1} << 31;
+  const auto dimension = [&](const char* field, int64_t v) {
+    if (v < 1 || v > kLargest) fail(field, v, "must be between 1 and 2^31");
+  };
+  dimension("num_layers", c.num_layers);
+  dimension("hidden_size", c.hidden_size);
+  dimension("num_attention_heads", c.num_attention_heads);
+  dimension("num_query_groups", c.num_query_groups);
+  dimension("kv_channels", c.kv_channels);
+  dimension("seq_length", c.seq_length);
+  dimension("max_position_embeddings", c.max_position_embeddings);
+  dimension("vocab_size", c.vocab_size);
+  dimension("padded_vocab_size", c.padded_vocab_size);
+  if (c.num_attention_heads % c.num_query_groups != 0)
+    fail("num_query_groups", c.num_query_groups, str_cat("must divide num_attention_heads (", c.num_attention_heads, ")").c_str());
+  if (c.padded_vocab_size < c.vocab_size)
+    fail("padded_vocab_size", c.padded_vocab_size, str_cat("must be at least vocab_size (", c.vocab_size, ")").c_str());
+  if (c.ffn_hidden_size < 0 || c.ffn_hidden_size > kLargest) fail("ffn_hidden_size", c.ffn_hidden_size, "must be between 0 and 2^31");
+  const bool dense_mlp = !c.moe.enabled() || c.moe.residual ||
+                         std::find(c.moe.layer_experts.begin(), c.moe.layer_experts.end(), 0) != c.moe.layer_experts.end();
+  if (dense_mlp && c.ffn_hidden_size == 0) fail("ffn_hidden_size", 0, "must be positive (the model has dense MLP layers)");
+  if (c.num_tokentypes < 0 || c.num_tokentypes > kLargest) fail("num_tokentypes", c.num_tokentypes, "must be between 0 and 2^31");
+  if (!(std::isfinite(c.norm_epsilon) && c.norm_epsilon > 0)) fail("norm_epsilon", c.norm_epsilon, "must be a positive number");
+  if (c.position_embedding == PositionEmbedding::Rope) {
+    if (!(std::isfinite(c.rotary_base) && c.rotary_base > 0)) fail("rotary_base", c.rotary_base, "must be a positive number");
+    if (!(c.rotary_percent > 0 && c.rotary_percent <= 1)) fail("rotary_percent", c.rotary_percent, "must be in (0, 1]");
+  }
+  if (!(c.hidden_dropout >= 0 && c.hidden_dropout <= 1)) fail("hidden_dropout", c.hidden_dropout, "must be in [0, 1]");
+  if (!(c.attention_dropout >= 0 && c.attention_dropout <= 1))
+    fail("attention_dropout", c.attention_dropout, "must be in [0, 1]");
+  if (!c.moe.enabled()) return;
+  const MoeConfig& m = c.moe;
+  if (static_cast<int64_t>(m.layer_experts.size()) != c.num_layers)
+    fail("moe.layer_experts", str_cat(m.layer_experts.size(), " entries"), str_cat("one per layer (", c.num_layers, ")").c_str());
+  for (int64_t e : m.layer_experts) {
+    if (e < 0 || e > kLargest) fail("moe.layer_experts", str_cat("an entry of ", e), "must be between 0 and 2^31 experts");
+    if (e > 0 && m.router.topk > e) fail("moe_router_topk", m.router.topk, str_cat("must not exceed a layer's experts (", e, ")").c_str());
+  }
+  if (m.router.topk < 1) fail("moe_router_topk", m.router.topk, "must be positive");
+  dimension("moe_ffn_hidden_size", m.ffn_hidden_size);
+  if (m.shared_expert_intermediate_size < 0 || m.shared_expert_intermediate_size > kLargest)
+    fail("moe_shared_expert_intermediate_size", m.shared_expert_intermediate_size, "must be between 0 and 2^31");
 }
 
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tensor_parallel) {

@@ -58,10 +58,18 @@ struct ModelConfig {
   int64_t parameter_count() const;
 };
 
+// A float field as JSON writes it: the shortest decimal that reads back as the same float (0.1, not the
+// double 0.10000000149011612 that the float widens to), so configuration files read as they were given.
+double json_float(float v);
+
 // The configuration as JSON (recorded in checkpoints, so a checkpoint says which model it holds).
 nlohmann::json to_json(const ModelConfig& c);
-// Throws an Error naming the missing or malformed field.
+// Throws an Error naming the missing or malformed field (validate_config's rules included).
 ModelConfig config_from_json(const nlohmann::json& j);
+// Every field within what a model can be (positive sizes below 2^31, heads a multiple of the query
+// groups, finite epsilons, ...): a configuration read from a file is checked before anything is sized
+// by it, so a damaged one is an Error naming the field, not an allocation that exhausts the machine.
+void validate_config(const ModelConfig& c);
 
 // Megatron's vocabulary padding: the smallest multiple of divisible_by * tensor_parallel >= vocab.
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tensor_parallel);

@@ -207,7 +207,8 @@ void finalize(TrainArguments& a) {
   finalize_context_parallel(a);
   finalize_ouroboros(a);
   finalize_device(a);        // after every rule of what the GPU path refuses
-  finalize_distillation(a);  // last: it reads the teacher's checkpoint index, after every cheaper rule
+  finalize_distillation(a);  // it reads the teacher's checkpoint index, after every cheaper rule
+  finalize_resume(a);        // it reads --load's checkpoint index
 }
 
 }  // namespace tessera::train

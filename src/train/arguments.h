@@ -213,6 +213,7 @@ std::string rampup_text(const TrainArguments& a);  // --rampup-batch-size as giv
 void finalize_optimizer(TrainArguments& a);        // AdamW, learning-rate schedule, mixed precision
 void finalize_checkpointing(TrainArguments& a);    // saving and exiting
 void finalize_distillation(TrainArguments& a);     // --kd and the teacher's checkpoint (reads its index)
+void finalize_resume(TrainArguments& a);  // --load's checkpoint holds this model and tokenizer (reads its index)
 void finalize_token_slices(TrainArguments& a);
 void finalize_ouroboros(TrainArguments& a);  // --pipeline-schedule ouroboros and what it runs with (yet)
 void finalize_context_parallel(TrainArguments& a);  // --context-parallel-size and what it runs with (yet)    // --pipeline-token-slices and the layouts it runs with

@@ -77,8 +77,10 @@ void validate(const FinetuneArguments& a) {
   require(a.log_interval > 0, "--log-interval", a.log_interval, "must be > 0");
 }
 
-data::TokenizerOptions finetune_tokenizer_options(const FinetuneArguments& a, const nlohmann::json& recorded) {
+data::TokenizerOptions finetune_tokenizer_options(const FinetuneArguments& a, const nlohmann::json& recorded,
+                                                  const std::map<std::string, std::string>& carried) {
   auto recorded_string = [&](const char* key) {
+    if (const auto copy = carried.find(key); copy != carried.end()) return copy->second;
     return recorded.contains(key) && recorded.at(key).is_string() ? recorded.at(key).get<std::string>() : std::string();
   };
   auto given_or_recorded = [&](const std::string& given, const char* key) {
@@ -90,6 +92,10 @@ data::TokenizerOptions finetune_tokenizer_options(const FinetuneArguments& a, co
   o.merge_file = given_or_recorded(a.merge_file, "merge_file");
   o.tokenizer_model = given_or_recorded(a.tokenizer_model, "tokenizer_model");
   return o;
+}
+
+std::map<std::string, std::string> tokenizer_files(const data::TokenizerOptions& o) {
+  return {{"vocab_file", o.vocab_file}, {"merge_file", o.merge_file}, {"tokenizer_model", o.tokenizer_model}};
 }
 
 optim::LrSchedule finetune_lr_schedule(const FinetuneArguments& a, int64_t train_iters) {

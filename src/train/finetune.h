@@ -4,6 +4,8 @@
 // prompt and target pairs (CNTRL-KEYWORDS, CNTRL-GENERATOR: train/finetune_lm.h).
 #pragma once
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -78,8 +80,12 @@ struct FinetuneResult {
   std::vector<double> losses;         // per iteration
 };
 
-// The tokenizer: the flags given, what they leave out from the pretrained checkpoint's arguments.
-data::TokenizerOptions finetune_tokenizer_options(const FinetuneArguments& a, const nlohmann::json& recorded);
+// The tokenizer: the flags given, what they leave out from the pretrained checkpoint (`recorded`, its
+// arguments; `carried`, the tokenizer files it carries, preferred to the paths it records).
+data::TokenizerOptions finetune_tokenizer_options(const FinetuneArguments& a, const nlohmann::json& recorded,
+                                                  const std::map<std::string, std::string>& carried);
+// The tokenizer files a fine-tuned checkpoint carries (ckpt::TrainingState::tokenizer_files).
+std::map<std::string, std::string> tokenizer_files(const data::TokenizerOptions& o);
 
 // Megatron's schedule counts samples: decay over every iteration's, warm-up over the fraction of them.
 optim::LrSchedule finetune_lr_schedule(const FinetuneArguments& a, int64_t train_iters);

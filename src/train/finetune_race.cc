@@ -148,7 +148,8 @@ FinetuneResult finetune_multiple_choice(const FinetuneArguments& a, const std::f
   require(config.seq_length <= config.max_position_embeddings, "--seq-length", config.seq_length,
           str_cat("must be at most the pretrained model's --max-position-embeddings=", config.max_position_embeddings));
 
-  const data::TokenizerOptions tokenizer_options = finetune_tokenizer_options(a, recorded);
+  const data::TokenizerOptions tokenizer_options =
+      finetune_tokenizer_options(a, recorded, ckpt::latest_tokenizer_files(a.pretrained_checkpoint));
   const std::unique_ptr<data::Tokenizer> tokenizer = data::build_tokenizer(tokenizer_options);
   TESSERA_CHECK(tokenizer->vocab_size() == config.vocab_size, "--tokenizer-type ", tokenizer_options.type,
                 " has ", tokenizer->vocab_size(), " ids but the pretrained model was trained with ", config.vocab_size);
@@ -225,7 +226,8 @@ FinetuneResult finetune_multiple_choice(const FinetuneArguments& a, const std::f
                            {"micro_batch_size", mbs},
                            {"lr", a.lr},
                            {"seed", a.seed}};
-    ckpt::save_checkpoint(a.save, {iteration, iteration * mbs, 0, a.seed, args, nlohmann::json()}, params, &optimizer);
+    ckpt::save_checkpoint(a.save, {iteration, iteration * mbs, 0, a.seed, args, nlohmann::json(), -1,
+                                   tokenizer_files(tokenizer_options)}, params, &optimizer);
   };
   result.losses = run_finetune_epochs(a, config, n, iters_per_epoch, params, *net, optimizer, step_for, save,
                                       evaluate, say);

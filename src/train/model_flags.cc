@@ -3,25 +3,26 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <cstdio>
+#include <charconv>
 
 namespace tessera::train {
 namespace {
 
 std::string text(int64_t v) { return std::to_string(v); }
 std::string text(bool v) { return v ? "true" : "false"; }
-// Nine significant digits tell any two floats apart, so equal text means equal values.
-std::string text(float v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
-  return buf;
+// The shortest decimal that reads back as the value (1e-06, not 9.99999997e-07): equal text means equal
+// values, and a value reads as it was given. Doubles: --rotary-percent, a double as Python's.
+// Written as Python's repr chooses: plain digits from 1e-4 up to 1e16 (500000, not 5e+05), else an exponent.
+template <typename T>
+std::string shortest(T v) {
+  char buf[400];
+  const T size = v < 0 ? -v : v;
+  const bool plain = size == 0 || (size >= T(1e-4) && size < T(1e16));
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v, plain ? std::chars_format::fixed
+                                                                        : std::chars_format::scientific).ptr);
 }
-// Seventeen tell any two doubles apart (--rotary-percent, a double as Python's).
-std::string text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+std::string text(float v) { return shortest(v); }
+std::string text(double v) { return shortest(v); }
 
 // --num-experts as written: one count, or one per MoE layer when they differ (a pyramid).
 std::string experts_text(const std::vector<int64_t>& counts) {
@@ -81,6 +82,82 @@ std::vector<ModelFlagConflict> model_flag_conflicts(const CLI::App& app, const T
     compare("--moe-ffn-hidden-size", text(m.moe.ffn_hidden_size), text(c.moe.ffn_hidden_size));
   }
   return out;
+}
+
+std::vector<ModelDifference> model_differences(const model::ModelConfig& run, const model::ModelConfig& saved) {
+  std::vector<ModelDifference> out;
+  const auto compare = [&](const char* flag, const std::string& value, const std::string& was, bool shapes) {
+    if (value != was) out.push_back({{flag, value, was}, shapes});
+  };
+  const model::ModelConfig &r = run, &c = saved;
+  compare("--model-family", r.family, c.family, true);
+  compare("--num-layers", text(r.num_layers), text(c.num_layers), true);
+  compare("--hidden-size", text(r.hidden_size), text(c.hidden_size), true);
+  // More heads of fewer channels keep the projections' shapes: the same weights, another model. The
+  // query groups and head size are named where a model sets them (grouped-query attention, an explicit
+  // --kv-channels), not where they follow from the heads.
+  const bool attention_shapes =
+      r.qkv_size() != c.qkv_size() || r.num_attention_heads * r.kv_channels != c.num_attention_heads * c.kv_channels;
+  compare("--num-attention-heads", text(r.num_attention_heads), text(c.num_attention_heads), attention_shapes);
+  const auto grouped = [](const model::ModelConfig& m) { return m.num_query_groups != m.num_attention_heads; };
+  if (grouped(r) || grouped(c))
+    compare("--num-query-groups", text(r.num_query_groups), text(c.num_query_groups), attention_shapes);
+  const auto own_head_size = [](const model::ModelConfig& m) {
+    return m.kv_channels * m.num_attention_heads != m.hidden_size;
+  };
+  if (own_head_size(r) || own_head_size(c))
+    compare("--kv-channels", text(r.kv_channels), text(c.kv_channels), attention_shapes);
+  const auto dense_mlp = [](const model::ModelConfig& m) {
+    for (int64_t layer = 1; layer <= m.num_layers; ++layer)
+      if (m.moe.experts(layer) == 0) return true;
+    return m.moe.residual;
+  };
+  if (dense_mlp(r) || dense_mlp(c)) compare("--ffn-hidden-size", text(r.ffn_hidden_size), text(c.ffn_hidden_size), true);
+  compare("--position-embedding-type", megatron_name(r.position_embedding), megatron_name(c.position_embedding), true);
+  using model::PositionEmbedding;
+  if (r.position_embedding == c.position_embedding && c.position_embedding == PositionEmbedding::LearnedAbsolute)
+    compare("--max-position-embeddings", text(r.max_position_embeddings), text(c.max_position_embeddings), true);
+  if (r.position_embedding == c.position_embedding && c.position_embedding == PositionEmbedding::Rope) {
+    compare("--rotary-base", text(r.rotary_base), text(c.rotary_base), false);
+    compare("--rotary-percent", text(r.rotary_percent), text(c.rotary_percent), false);
+  }
+  compare("--normalization", megatron_name(r.normalization), megatron_name(c.normalization), true);
+  compare("--norm-epsilon", text(r.norm_epsilon), text(c.norm_epsilon), false);
+  compare("--swiglu", text(r.swiglu), text(c.swiglu), true);
+  compare("--untie-embeddings-and-output-weights", text(r.untie_embeddings_and_output_weights),
+          text(c.untie_embeddings_and_output_weights), true);
+  compare("--disable-bias-linear", text(!r.add_bias_linear), text(!c.add_bias_linear), true);
+  compare("--apply-residual-connection-post-layernorm", text(r.apply_residual_connection_post_layernorm),
+          text(c.apply_residual_connection_post_layernorm), false);
+  if (r.family == "bert" && c.family == "bert")
+    compare("--bert-no-binary-head", text(!r.bert_binary_head), text(!c.bert_binary_head), true);
+  // The tokenizer's ids (the padding is the layout's: resharding copies the rows both paddings have).
+  compare("the tokenizer's vocabulary (ids)", text(r.vocab_size), text(c.vocab_size), true);
+  // One count when every layer has it, else each layer's (0: dense, as --moe-layer-freq places them).
+  const auto layer_experts = [](const model::MoeConfig& m) {
+    const bool dense_layer = std::find(m.layer_experts.begin(), m.layer_experts.end(), 0) != m.layer_experts.end();
+    return experts_text(dense_layer ? m.layer_experts : moe_layer_counts(m));
+  };
+  compare("--num-experts", layer_experts(r.moe), layer_experts(c.moe), true);
+  if (r.moe.enabled() && c.moe.enabled()) {
+    const model::MoeConfig &rm = r.moe, &cm = c.moe;
+    compare("--moe-ffn-hidden-size", text(rm.ffn_hidden_size), text(cm.ffn_hidden_size), true);
+    compare("--moe-shared-expert-intermediate-size", text(rm.shared_expert_intermediate_size),
+            text(cm.shared_expert_intermediate_size), true);
+    compare("--mlp-type", rm.residual ? "residual" : "standard", cm.residual ? "residual" : "standard", true);
+    compare("--moe-router-topk", text(rm.router.topk), text(cm.router.topk), false);
+    const auto score = [](const model::MoeConfig& m) {
+      return m.router.score == kernels::RouterScoreFunction::Sigmoid ? "sigmoid" : "softmax";
+    };
+    compare("--moe-router-score-function", score(rm), score(cm), false);
+    compare("--moe-router-pre-softmax", text(rm.router.pre_softmax), text(cm.router.pre_softmax), false);
+    compare("--moe-router-topk-scaling-factor", text(rm.router.scaling_factor), text(cm.router.scaling_factor), false);
+  }
+  return out;
+}
+
+std::string describe(const std::vector<ModelDifference>& differences) {
+  return describe(std::vector<ModelFlagConflict>(differences.begin(), differences.end()));
 }
 
 std::string describe(const std::vector<ModelFlagConflict>& conflicts) {

@@ -23,7 +23,23 @@ struct ModelFlagConflict {
 std::vector<ModelFlagConflict> model_flag_conflicts(const CLI::App& app, const TrainArguments& given,
                                                     const model::ModelConfig& saved);
 
+// Every difference between the model a run builds (`run`, its flags finalised) and the one a checkpoint
+// holds (`saved`) in what the weights mean, each named by the flag that sets it: what `tessera train
+// --load` refuses (Megatron's check_checkpoint_args). Run settings (dropouts, initialisation, sequence
+// length, vocabulary padding, capacity and auxiliary losses) are not compared. `changes_shapes`: the
+// weights' names or shapes differ too, so not even --finetune can load them.
+struct ModelDifference : ModelFlagConflict {
+  bool changes_shapes = false;
+};
+std::vector<ModelDifference> model_differences(const model::ModelConfig& run, const model::ModelConfig& saved);
+
+// The differences between the run `a` (finalised) and the latest checkpoint of its --load, the tokenizer's
+// type and files included (against the copies the checkpoint carries); empty without one. finalize_resume
+// refuses them (under --finetune those that change shapes), the Trainer states the rest.
+std::vector<ModelDifference> resumed_model_differences(const TrainArguments& a);
+
 // "--hidden-size=64 (the checkpoint's: 32); --swiglu=true (the checkpoint's: false)".
 std::string describe(const std::vector<ModelFlagConflict>& conflicts);
+std::string describe(const std::vector<ModelDifference>& differences);
 
 }  // namespace tessera::train

@@ -68,7 +68,53 @@ TEST(ModelFlags, ConflictsNameFlagGivenAndSaved) {
   ASSERT_EQ(c.size(), 2u);
   EXPECT_EQ(c[0].flag, "--position-embedding-type");
   EXPECT_EQ(c[1].flag, "--norm-epsilon");
-  EXPECT_EQ(c[1].given, "9.99999997e-07");
+  EXPECT_EQ(c[1].given, "1e-06");  // the shortest decimal of the float, as it was given
+}
+
+// train --load: the whole run's model against the checkpoint's, each difference marked by whether the
+// weights' shapes change (what --finetune cannot load either).
+TEST(ModelFlags, DifferencesOfARunFromItsCheckpoint) {
+  const model::ModelConfig saved = saved_config();
+  EXPECT_TRUE(model_differences(saved, saved).empty());
+  model::ModelConfig run = saved;
+  run.hidden_dropout = 0.5f, run.init_method_std = 1.0f, run.seq_length = 8, run.padded_vocab_size = 999;
+  EXPECT_TRUE(model_differences(run, saved).empty()) << "run settings are not the model";
+
+  // Twice the heads of half the channels and twice the groups: the projections keep their shapes.
+  run = saved;
+  run.num_attention_heads = 8, run.num_query_groups = 4, run.kv_channels = 4;
+  std::vector<ModelDifference> d = model_differences(run, saved);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(describe(d), "--num-attention-heads=8 (the checkpoint's: 4); --num-query-groups=4 (the checkpoint's: 2)");
+  EXPECT_FALSE(d[0].changes_shapes || d[1].changes_shapes);
+  run.num_query_groups = 8;  // no longer grouped: the key/value projection grows
+  d = model_differences(run, saved);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_TRUE(d[0].changes_shapes && d[1].changes_shapes);
+
+  run = saved;
+  run.num_layers = 3, run.rotary_base = 5e5f, run.swiglu = false, run.vocab_size = 7;
+  d = model_differences(run, saved);
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(describe(d), "--num-layers=3 (the checkpoint's: 2); --rotary-base=500000 (the checkpoint's: 10000); "
+                         "--swiglu=false (the checkpoint's: true); the tokenizer's vocabulary (ids)=7 (the checkpoint's: 0)");
+  EXPECT_TRUE(d[0].changes_shapes);
+  EXPECT_FALSE(d[1].changes_shapes);
+  EXPECT_TRUE(d[2].changes_shapes && d[3].changes_shapes);
+
+  // Experts per layer, with --moe-layer-freq's dense layers named per layer.
+  run = saved;
+  run.moe.layer_experts = {0, 8};
+  run.moe.ffn_hidden_size = 16;
+  d = model_differences(run, saved);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(describe(d), "--num-experts=0 8 (the checkpoint's: 0)");
+  model::ModelConfig moe = run;
+  moe.moe.router.topk = 1;
+  d = model_differences(moe, run);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].flag, "--moe-router-topk");
+  EXPECT_FALSE(d[0].changes_shapes);
 }
 
 }  // namespace

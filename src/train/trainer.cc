@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "ckpt/checkpoint.h"
@@ -27,6 +29,7 @@
 #include "train/exit_signal.h"
 #include "train/fault_injection.h"
 #include "train/megatron_compat_flags.h"
+#include "train/model_flags.h"
 
 namespace tessera::train {
 namespace {
@@ -34,11 +37,14 @@ namespace {
 // What a checkpoint records about the run: the model (enough to rebuild it for generation) and the
 // data and training settings.
 nlohmann::json arguments_json(const TrainArguments& a) {
+  // The tokenizer's files as absolute paths, so the record means the same from any directory (the
+  // checkpoint carries copies of them too: tokenizer_files below).
+  const auto absolute = [](const std::string& p) { return p.empty() ? p : std::filesystem::absolute(p).string(); };
   return {{"model", model::to_json(a.model)},
           {"tokenizer_type", a.tokenizer_type},
-          {"vocab_file", a.vocab_file},
-          {"merge_file", a.merge_file},
-          {"tokenizer_model", a.tokenizer_model},
+          {"vocab_file", absolute(a.vocab_file)},
+          {"merge_file", absolute(a.merge_file)},
+          {"tokenizer_model", absolute(a.tokenizer_model)},
           {"data_path", a.data_path},
           {"split", a.split},
           {"tensor_model_parallel_size", a.tensor_model_parallel_size},
@@ -306,7 +312,11 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     std::unique_ptr<optim::AdamWOptimizer> full;
     optim::AdamWOptimizer* moments = dynamic_cast<optim::AdamWOptimizer*>(optimizer_.get());
     if (distributed_optimizer_ && load_optim) moments = (full = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam)).get();
+    if (args_.finetune)  // what finalize_resume let through: the weights fit, the model differs
+      if (const auto differences = resumed_model_differences(args_); !differences.empty())
+        say(str_cat(" > --finetune: this model differs from the checkpoint's in ", describe(differences)));
     ckpt::TrainingState state = ckpt::load_checkpoint(args_.load, params_, load_optim ? moments : nullptr);
+    if (!ouroboros_ring) check_every_tensor_loaded();
     if (full) distributed_optimizer_->load_full_state(*full);
     if (!args_.finetune) {
       if (loss_scaler_ && state.loss_scaler.is_object()) loss_scaler_->load_state(state.loss_scaler);
@@ -338,6 +348,23 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     say(str_cat(" WARNING: no checkpoint in ", args_.load, "; training from random initialisation"));
   }
   build_teacher();
+}
+
+void Trainer::check_every_tensor_loaded() {
+  // Every rank marks the checkpoint's tensors its parameters took; one that no rank took (saved by a
+  // model with other flags, under --finetune) would otherwise be dropped without a word.
+  const std::vector<std::string> names = ckpt::latest_model_tensor_names(args_.load);
+  std::set<std::string> mine;
+  for (const model::Parameter& p : params_.params()) mine.insert(p.spec.name);
+  Tensor taken = Tensor::zeros({static_cast<int64_t>(names.size())}, DType::F32, Device::cpu());
+  for (size_t i = 0; i < names.size(); ++i)
+    if (mine.count(names[i])) taken.host_f32()[i] = 1;
+  world_->all_reduce(taken, comm::ReduceOp::Max);
+  std::string left;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (taken.host_f32()[i] == 0) left += (left.empty() ? "" : ", ") + names[i];
+  TESSERA_CHECK(left.empty(), "--load=", args_.load, ": the checkpoint has tensor(s) this model has no parameter for: ",
+                left, " (saved by a model with other flags)");
 }
 
 void Trainer::build_teacher() {
@@ -704,7 +731,10 @@ void Trainer::save() {
   ckpt::TrainingState state{iteration_,          consumed_samples_,
                             skipped_iterations_, args_.seed,
                             arguments_json(args_), loss_scaler_ ? loss_scaler_->state() : nlohmann::json(),
-                            skipped_samples_};
+                            skipped_samples_,
+                            {{"vocab_file", args_.vocab_file},
+                             {"merge_file", args_.merge_file},
+                             {"tokenizer_model", args_.tokenizer_model}}};
   Timer t;
   comm::RankCoordinates rc = state_->coordinates();
   optimizer_->wait_for_params();
