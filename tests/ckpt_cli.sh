@@ -53,6 +53,11 @@ out=$("$tessera" train $model --train-iters 3 --load "$work/crash" 2>&1)
 check "the previous checkpoint loads after the crash: $out" $?
 grep -q "loaded checkpoint from $work/crash at iteration 2" <<<"$out"
 check "resumed from iteration 2: $out" $?
+cp -r "$work/crash" "$work/crash-resaved"
+"$tessera" train $model --train-iters 3 --load "$work/crash-resaved" --save "$work/crash-resaved" >/dev/null 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ "$(ls "$work/crash-resaved" | tr '\n' ' ')" = "iter_0000002 iter_0000003 latest_checkpointed_iteration.txt " ]
+check "the next save removes the killed save's iter_0000004.tmp (without --ckpt-keep-last): $(ls "$work/crash-resaved")" $?
 
 # One flipped bit in a tensor: the file and the tensor are named.
 ckpt_file="$work/crash/iter_0000002/model.tp00.pp00.safetensors"

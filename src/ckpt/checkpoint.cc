@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <unistd.h>
 
@@ -108,15 +109,21 @@ Box wanted_box(const model::ParameterSpec& spec) {
   return {s.global_view, s.dim, s.offset, s.offset + s.length};
 }
 
-// Removes all but the newest `keep_last` complete iteration directories.
+// Removes what saves killed part way left behind (iter_N.tmp, iter_N.old: no complete checkpoint is
+// ever one of them, and the tracker never names them), then all but the newest `keep_last` complete
+// iteration directories (keep_last 0: all of them stay).
 void prune_checkpoints(const fs::path& root, int64_t keep_last) {
   std::vector<std::pair<int64_t, fs::path>> dirs;
+  const std::regex leftover(R"(iter_\d{7}\.(tmp|old))");
+  std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root)) {
     std::string name = entry.path().filename().string();
+    if (entry.is_directory() && std::regex_match(name, leftover)) fs::remove_all(entry.path(), ec);
     if (!entry.is_directory() || name.size() != 12 || name.rfind("iter_", 0) != 0) continue;
     if (name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
     dirs.emplace_back(std::stoll(name.substr(5)), entry.path());
   }
+  if (keep_last == 0) return;
   std::sort(dirs.begin(), dirs.end());
   for (size_t i = 0; i + static_cast<size_t>(keep_last) < dirs.size(); ++i) fs::remove_all(dirs[i].second);
 }
@@ -411,7 +418,7 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
     fs::rename(tmp_dir, final_dir);
     fs::remove_all(old_dir);
     write_file_atomically(root / kTracker, std::to_string(state.iteration) + "\n");
-    if (keep_last > 0) prune_checkpoints(root, keep_last);
+    prune_checkpoints(root, keep_last);
   }
   barrier();
 }
