@@ -28,6 +28,13 @@ expect_error "$model" "--train-iters"
 # Megatron refuses a seed <= 0 and NumPy one of 2^32 or more; an unsigned flag must not wrap -1 silently.
 expect_error "$model --train-iters 1 --seed=-1" "--seed: -1 must be a positive integer below 2^32"
 expect_error "$model --train-iters 1 --seed 4294967296" "--seed: 4294967296 must be a positive integer below 2^32"
+# A misspelled flag is named with the flag it is close to, before the required flag it leaves out.
+expect_error "${model/--num-layers 2/--num-layer 2} --train-iters 1" "unknown flag --num-layer (did you mean --num-layers?)"
+expect_error "$model --train-iters 1 --eval_iters 1" "unknown flag --eval_iters (did you mean --eval-iters?)"
+# A flag given twice takes its last occurrence, and an error names that occurrence's value alone.
+out=$("$tessera" train $model --train-iters 2 --train-iters 2.5 2>&1)
+[ $? -ne 0 ] && grep -qF -- "--train-iters = 2.5" <<<"$out" && ! grep -qF "2,2.5" <<<"$out"
+check "--train-iters 2 --train-iters 2.5: the error names 2.5 alone: $out" $?
 
 # An unusable --save stops the run before training, not at the first save after hours of it.
 touch "$work/a_file"

@@ -5,6 +5,7 @@
 
 #include "data/blended_dataset.h"
 #include "train/argument_rules.h"
+#include "train/command_line_flags.h"
 #include "train/megatron_compat_flags.h"
 
 namespace tessera::train {
@@ -20,7 +21,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   CLI::App app{"tessera train: train a GPT (or, with --model-family bert, a BERT) with Megatron-LM's flags",
                "tessera train"};
   app.option_defaults()->always_capture_default();
-  // As with argparse in Megatron, a flag given twice takes its last value, so scripts can append overrides.
+  // As with argparse in Megatron, a flag given twice takes its last value, so scripts can append overrides
+  // (list flags: keep_last_occurrence; single-valued ones: take_last_occurrence_of_scalars, before parsing).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   auto* m = app.add_option_group("model");
   add_model_flags(*m, a);
@@ -177,13 +179,15 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
                    "usable and the GPU path runs this job (one rank, a dense GPT), else cpu; the start-up line says "
                    "which and why");
 
+  take_last_occurrence_of_scalars(app);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
     throw HelpRequested{app.help()};
   } catch (const CLI::ParseError& e) {
-    throw Error(str_cat(e.what(), " (tessera train --help lists the flags)"));
+    const std::string unknown = unknown_flag_message(app, args);  // a typo, before what it caused
+    throw Error(str_cat(unknown.empty() ? e.what() : unknown, " (tessera train --help lists the flags)"));
   }
   a.split_given = split_flag->count() > 0;
   finalize(a);
