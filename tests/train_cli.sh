@@ -35,6 +35,13 @@ expect_error "$model --train-iters 1 --eval_iters 1" "unknown flag --eval_iters 
 out=$("$tessera" train $model --train-iters 2 --train-iters 2.5 2>&1)
 [ $? -ne 0 ] && grep -qF -- "--train-iters = 2.5" <<<"$out" && ! grep -qF "2,2.5" <<<"$out"
 check "--train-iters 2 --train-iters 2.5: the error names 2.5 alone: $out" $?
+expect_error "$model" "give --train-iters or --train-samples"
+# --split is checked with --mock-data too; an unusable --data-cache-path or a file as --load is refused.
+touch "$work/a_file"
+expect_error "$model --train-iters 1 --split 98,2,x" "--split '98,2,x': 'x' is not a non-negative number"
+expect_error "$model --train-iters 1 --data-cache-path $work/a_file/cache" \
+  "--data-cache-path=$work/a_file/cache: $work/a_file is a file"
+expect_error "$model --train-iters 1 --load $work/a_file" "--load=$work/a_file: is a file, not a checkpoint directory"
 
 # An unusable --save stops the run before training, not at the first save after hours of it.
 touch "$work/a_file"

@@ -189,6 +189,9 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
     const std::string unknown = unknown_flag_message(app, args);  // a typo, before what it caused
     throw Error(str_cat(unknown.empty() ? e.what() : unknown, " (tessera train --help lists the flags)"));
   }
+  // Megatron's default of both is None: neither given is a missing flag, not "--train-iters=0".
+  TESSERA_CHECK(app.count("--train-iters") + app.count("--train-samples") > 0,
+                "give --train-iters or --train-samples: how long to train");
   a.split_given = split_flag->count() > 0;
   finalize(a);
   return a;
