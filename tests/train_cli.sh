@@ -84,6 +84,11 @@ out=$("$tessera" train $model --train-iters 6 --log-interval 1 --eval-iters 0 --
 check "resume exits 0: $out" $?
 grep -qF "iteration        5/       6 |" <<<"$out" && ! grep -qF "iteration        1/" <<<"$out"
 check "resume should start at iteration 5: $out" $?
+# Resuming at --train-iters: nothing left to train, said so, and the evaluation after training, as Megatron.
+out=$("$tessera" train $model --train-iters 4 --eval-iters 1 --load "$work/ckpt" 2>&1)
+[ $? -eq 0 ] && grep -qF "nothing left to train: the checkpoint is at iteration 4 of --train-iters 4" <<<"$out" &&
+  grep -qF "validation loss at iteration 4 on validation set" <<<"$out"
+check "resume at --train-iters says nothing is left and evaluates: $out" $?
 
 # Generation from the checkpoint: the prompt, then the requested number of ids, streamed.
 out=$("$tessera" generate --load "$work/ckpt" --prompt "3 5 7" --tokens-to-generate 6 --temperature 0 2>/dev/null)
