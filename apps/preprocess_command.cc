@@ -54,7 +54,7 @@ int preprocess_command(const std::vector<std::string>& args) {
                "With --split-sentences: sentences keep the whitespace and newlines after them");
   app.add_option("--workers", o.workers, "Tokenizing threads");
   app.add_flag("--skip-malformed", o.skip_malformed, "Skip and count malformed lines instead of stopping");
-  app.add_option("--tokenizer-type", tok.type, "GPT2BPETokenizer, SentencePieceTokenizer, NullTokenizer, ...")
+  app.add_option("--tokenizer-type", tok.type, "GPT2BPETokenizer, SentencePieceTokenizer, BertWordPieceLowerCase, NullTokenizer, ...")
       ->required();
   app.add_option("--vocab-file", tok.vocab_file, "GPT-2 vocabulary (encoder.json)");
   app.add_option("--merge-file", tok.merge_file, "GPT-2 merges (vocab.bpe)");

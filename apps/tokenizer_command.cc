@@ -11,8 +11,15 @@
 namespace tessera::apps {
 
 int tokenizer_command(const std::vector<std::string>& args) {
-  TESSERA_CHECK(!args.empty() && args[0] == "train", "usage: tessera tokenizer train --input FILE... "
-                "--model-prefix PREFIX [--vocab-size N] [--model-type bpe|unigram|wordpiece] ...");
+  constexpr const char* kUsage = "usage: tessera tokenizer train --input FILE... --model-prefix PREFIX [--vocab-size N] "
+                                 "[--model-type bpe|unigram|wordpiece] ... (tessera tokenizer train --help lists the flags)";
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << kUsage << std::endl;
+    return 0;
+  }
+  TESSERA_CHECK(!args.empty(), kUsage);
+  TESSERA_CHECK(args[0] == "train", "tessera tokenizer: unknown subcommand '", args[0], "' (the subcommand is train); ",
+                kUsage);
   data::SentencePieceTrainOptions o;
   data::WordPieceTrainOptions w;
   CLI::App app{"tessera tokenizer train: train a SentencePiece model or a WordPiece vocabulary",

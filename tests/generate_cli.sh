@@ -140,6 +140,10 @@ check "no prompt must fail: $out" $?
 out=$("$tessera" generate --load "$work/tp1" --prompt-file "$work/missing.txt" 2>&1)
 [ $? -ne 0 ] && grep -qF "missing.txt: cannot open" <<<"$out"
 check "a missing prompt file must be named: $out" $?
+# The help's model group says what a flag left out does (the sentence was cut off: "the others are its").
+out=$("$tessera" generate --help)
+grep -q "those left out take its values" <<<"$out"
+check "generate --help: the model flags' sentence is whole: $(grep -A1 'Option Group: model' <<<"$out")" $?
 out=$("$tessera" generate --load "$work/tp1" --prompt "3 5" --tokens-to-generate 100 2>&1)
 [ $? -ne 0 ] && grep -qF "exceeds the model's 64 positions" <<<"$out"
 check "too many tokens must fail naming the positions: $out" $?

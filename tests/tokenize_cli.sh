@@ -61,5 +61,10 @@ expect_failure "unknown flag --vocab-sise (did you mean --vocab-size?)" "$tesser
   --output-prefix x --tokenizer-type NullTokenizer --vocab-sise 5
 expect_failure "unknown flag --no-such-thing (tessera tokenize --help" "$tessera" tokenize --no-such-thing 1
 
+# The top-level help: `tessera help` prints it (exit 0), and it names what `tokenizer train` and `convert` do.
+out=$("$tessera" help 2>&1)
+[ $? -eq 0 ] && grep -q "WordPiece" <<<"$out" && grep -q "MixtralForCausalLM" <<<"$out" &&
+  grep -q "BertForPreTraining" <<<"$out"
+check "tessera help: the commands, WordPiece and the Mixtral and BERT converters: $out" $?
 
 finish tokenize_cli

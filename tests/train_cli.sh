@@ -42,6 +42,11 @@ expect_error "$model --train-iters 1 --split 98,2,x" "--split '98,2,x': 'x' is n
 expect_error "$model --train-iters 1 --data-cache-path $work/a_file/cache" \
   "--data-cache-path=$work/a_file/cache: $work/a_file is a file"
 expect_error "$model --train-iters 1 --load $work/a_file" "--load=$work/a_file: is a file, not a checkpoint directory"
+# pretrain_bert's help names pretrain_bert.
+out=$("$tessera" pretrain_bert --help 2>&1)
+[ $? -eq 0 ] && grep -q "^Usage: tessera pretrain_bert " <<<"$out" && ! grep -q "Usage: tessera train" <<<"$out" &&
+  grep -q "BertWordPieceLowerCase" <<<"$out"
+check "pretrain_bert --help names pretrain_bert and the BERT tokenizers: $(head -3 <<<"$out")" $?
 
 # An unusable --save stops the run before training, not at the first save after hours of it.
 touch "$work/a_file"

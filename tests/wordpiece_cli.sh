@@ -43,4 +43,10 @@ ok=$?; check "a SentencePiece flag with wordpiece is an error naming it: $(cat "
 [ $? -ne 0 ] && grep -q "bpe, unigram or wordpiece" "$work/err.txt"
 ok=$?; check "an unknown --model-type names the choices: $(cat "$work/err.txt")" $ok
 
+# `tessera tokenizer --help` prints the usage (exit 0); a misspelled subcommand is named.
+out=$("$tessera" tokenizer --help 2>&1)
+[ $? -eq 0 ] && grep -q "usage: tessera tokenizer train" <<<"$out"
+check "tokenizer --help prints the usage and exits 0: $out" $?
+expect_failure "tessera tokenizer: unknown subcommand 'tran' (the subcommand is train)" "$tessera" tokenizer tran \
+  --input x
 finish wordpiece_cli

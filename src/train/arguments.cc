@@ -96,7 +96,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
     keep_last_occurrence(d->add_option(data::kSplitDataPathFlags[i], a.split_data_path[i], split_help[i]));
   d->add_option("--data-cache-path", a.data_cache_path, "Where built sample indices are cached");
   d->add_option("--tokenizer-type", a.tokenizer_type,
-                "GPT2BPETokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, NullTokenizer");
+                "GPT2BPETokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, "
+                "BertWordPieceLowerCase, BertWordPieceCase (BERT's vocab.txt in --vocab-file), NullTokenizer");
   d->add_option("--vocab-file", a.vocab_file, "GPT-2 vocabulary (encoder.json)");
   d->add_option("--merge-file", a.merge_file, "GPT-2 merges (vocab.bpe)");
   d->add_option("--tokenizer-model", a.tokenizer_model, "SentencePiece model");
