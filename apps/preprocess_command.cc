@@ -75,6 +75,13 @@ int preprocess_command(const std::vector<std::string>& args) {
     std::cerr << (terminal ? "\r\033[K" : "") << progress_line(p) << (terminal ? "" : "\n") << std::flush;
   });
   if (terminal) std::cerr << "\n";
+  // An empty dataset only fails later, in training ("the train split has no documents"): say it here.
+  if (done.documents == 0) {
+    std::string inputs;
+    for (const std::string& in : o.inputs) inputs += str_cat(inputs.empty() ? "" : ", ", in);
+    throw Error(str_cat("--input ", inputs, ": no documents to write (", done.skipped_empty, " empty, ",
+                        done.skipped_malformed, " malformed skipped): the dataset would be empty"));
+  }
   for (const std::string& key : o.json_keys)
     std::cout << "wrote " << data::output_dataset_prefix(o.output_prefix, key, o.split_sentences) << ".bin/.idx"
               << std::endl;
