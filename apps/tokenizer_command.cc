@@ -62,6 +62,12 @@ int tokenizer_command(const std::vector<std::string>& args) {
     w.model_prefix = o.model_prefix;
     if (app.count("--vocab-size")) w.vocab_size = o.vocab_size;
     data::WordPieceTrainResult result = data::train_wordpiece(w);
+    // As Hugging Face's trainer, merging stops when no pair is left: a small input gives a small vocabulary,
+    // smaller than the one asked for: say so, with both numbers.
+    if (result.vocab_size < w.vocab_size)
+      std::cerr << "WARNING: " << result.vocab_path << " has " << result.vocab_size << " pieces, fewer than --vocab-size "
+                << w.vocab_size << ": the input has no more pairs to merge (give more text, or a lower --min-frequency)"
+                << std::endl;
     std::cout << "wrote " << result.vocab_path << " (" << result.vocab_size << " pieces; --tokenizer-type "
               << (w.lower_case ? "BertWordPieceLowerCase" : "BertWordPieceCase") << " --vocab-file "
               << result.vocab_path << ")" << std::endl;
