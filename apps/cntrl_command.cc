@@ -155,8 +155,16 @@ int cntrl_preprocess(const std::vector<std::string>& args) {
 }  // namespace
 
 int cntrl_command(const std::vector<std::string>& args) {
-  TESSERA_CHECK(!args.empty() && (args[0] == "preprocess" || args[0] == "generate"),
-                "tessera cntrl: expected `tessera cntrl preprocess ...` or `tessera cntrl generate ...`");
+  constexpr const char* kUsage = "usage: tessera cntrl preprocess ... (the training data) or tessera cntrl generate ... "
+                                 "(the stories); tessera cntrl preprocess --help and tessera cntrl generate --help list "
+                                 "their flags";
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << kUsage << std::endl;
+    return 0;
+  }
+  TESSERA_CHECK(!args.empty(), kUsage);
+  TESSERA_CHECK(args[0] == "preprocess" || args[0] == "generate", "tessera cntrl: unknown subcommand '", args[0], "'; ",
+                kUsage);
   return args[0] == "preprocess" ? cntrl_preprocess(args) : cntrl_generate(args);
 }
 

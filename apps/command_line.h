@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "train/command_line_flags.h"
 
 namespace tessera::apps {
 
@@ -35,19 +36,9 @@ inline const CLI::Validator kNonNegativeInteger(
     },
     "UINT");
 
-// As with argparse in Megatron's scripts, a single-valued flag given twice takes its last value (CLI11
-// refused it: "At Most 1 required but received 2"). Options that take several values (--prompt, which
-// repeats) keep them all.
-inline void take_last_values(CLI::App& app) {
-  for (CLI::Option* option : app.get_options())
-    if (option->get_expected_max() <= 1) option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  for (CLI::App* group : app.get_subcommands([](CLI::App* a) { return a->get_name().empty(); }))
-    take_last_values(*group);  // option groups
-}
-
 // Returns false when --help was asked for (and printed): the command should then exit 0.
 inline bool parse_command_line(CLI::App& app, const std::vector<std::string>& args, const char* command) {
-  take_last_values(app);
+  train::take_last_occurrence_of_scalars(app);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
     app.parse(reversed);
@@ -55,7 +46,8 @@ inline bool parse_command_line(CLI::App& app, const std::vector<std::string>& ar
     std::cout << app.help();
     return false;
   } catch (const CLI::ParseError& e) {
-    throw Error(str_cat(e.what(), " (tessera ", command, " --help lists the flags)"));
+    const std::string unknown = train::unknown_flag_message(app, args);  // a typo, before what it caused
+    throw Error(str_cat(unknown.empty() ? e.what() : unknown, " (tessera ", command, " --help lists the flags)"));
   }
   return true;
 }

@@ -8,6 +8,7 @@
 namespace tessera::apps {
 
 int train_command(const std::vector<std::string>& args);
+int pretrain_bert_command(const std::vector<std::string>& args);  // = train --model-family bert
 int generate_command(const std::vector<std::string>& args);
 int serve_command(const std::vector<std::string>& args);
 int eval_command(const std::vector<std::string>& args);

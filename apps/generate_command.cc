@@ -40,11 +40,19 @@ int generate_command(const std::vector<std::string>& args) {
 
   return run_on_every_rank(app, args, "generate", [&](comm::ProcessGroup& world) {
     infer::validate(sampling);
+    // An empty prompt is refused wherever it comes from, before the model loads: there is nothing to
+    // continue, and skipping a blank line of --prompt-file would pair the outputs with the wrong lines.
+    for (size_t i = 0; i < prompts.size(); ++i)
+      TESSERA_CHECK(!prompts[i].empty(), "--prompt #", i + 1, ": an empty prompt, nothing to continue");
     if (!prompt_file.empty()) {
       std::ifstream in = open_input_file(prompt_file, "--prompt-file=" + prompt_file);
+      int64_t number = 0;
       for (std::string line; std::getline(in, line);) {
+        ++number;
         if (line.ends_with('\r')) line.pop_back();  // a CRLF file's lines, as Python's universal newlines
-        if (!line.empty()) prompts.push_back(line);
+        TESSERA_CHECK(!line.empty(), "--prompt-file=", prompt_file, " line ", number,
+                      ": an empty prompt, nothing to continue (remove the blank line)");
+        prompts.push_back(line);
       }
     }
     TESSERA_CHECK(!prompts.empty(), "--prompt or --prompt-file: no prompt given");

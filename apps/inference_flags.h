@@ -51,7 +51,7 @@ inline void add_load_flags(CLI::App& app, LoadFlags& f, bool seq_length_is_the_m
   app.add_flag("--bf16", f.bf16, "bf16 GEMM inputs with fp32 accumulation");
   app.add_flag("--fp16", f.fp16, "fp16 GEMM inputs with fp32 accumulation");
   CLI::App* group = app.add_option_group(
-      "model", "The model flags of tessera train: those given must agree with the checkpoint, the others are its");
+      "model", "The model flags of tessera train: those given must agree with the checkpoint, those left out take its values");
   // As tessera train (and Megatron's argparse): a model flag given twice takes its last value.
   group->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   train::add_model_flags(*group, f.model);

@@ -132,7 +132,23 @@ std::vector<std::string> with_training_defaults(std::vector<std::string> args) {
   return args;
 }
 
-std::string gib(double bytes) { return str_cat(std::round(bytes / GiB * 100) / 100); }
+// Bytes in the unit that shows them: a toy model's 1.2 MiB were "0" GiB, GPT-3's stages stay in GiB.
+std::string bytes_str(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  for (; bytes >= 1024 && u < 4; ++u) bytes /= 1024;
+  return str_cat(std::round(bytes * 100) / 100, " ", units[u]);
+}
+
+// A count with three significant digits and Megatron's suffixes: 121K, 1.1M, 175B ("0.000121B" before).
+std::string count_str(double n) {
+  const char* suffixes[] = {"", "K", "M", "B", "T"};
+  int s = 0;
+  for (; n >= 999.5 && s < 4; ++s) n /= 1000;  // 999.5 would print as 1e+03
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g%s", n, suffixes[s]);
+  return text;
+}
 
 // The fewest and most experts of an MoE layer (a pyramid has more in later layers).
 int64_t min_experts(const model::MoeConfig& m) {
@@ -190,9 +206,9 @@ void print_plan(const plan::Plan& p) {
   const model::ModelConfig& c = p.config;
   const plan::Layout& l = p.layout;
   const plan::DeviceSpec& d = p.cluster.device;
-  std::printf("model: %.3gB parameters, %lld layers, hidden %lld, %lld heads (%lld query groups), ffn %lld, seq %lld, "
+  std::printf("model: %s parameters, %lld layers, hidden %lld, %lld heads (%lld query groups), ffn %lld, seq %lld, "
               "padded vocab %lld\n",
-              static_cast<double>(c.parameter_count()) / 1e9, static_cast<long long>(c.num_layers),
+              count_str(static_cast<double>(c.parameter_count())).c_str(), static_cast<long long>(c.num_layers),
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.num_query_groups), static_cast<long long>(c.ffn_hidden_size),
               static_cast<long long>(c.seq_length), static_cast<long long>(c.padded_vocab_size));
@@ -222,19 +238,20 @@ void print_plan(const plan::Plan& p) {
   if (moe.enabled())
     std::printf("expert layout: expert tensor %d, expert parallel %d, expert data %d (%s dispatcher)\n", l.expert_tp(),
                 l.ep, l.edp(), l.allgather_dispatcher ? "allgather" : "alltoall");
-  std::printf("\nmemory per rank (GiB):\n  %-6s %10s %10s %10s %12s %8s %9s %8s %10s\n", "stage", "parameters", "gradients",
+  std::printf("\nmemory per rank:\n  %-6s %10s %10s %10s %12s %10s %10s %10s %10s\n", "stage", "parameters", "gradients",
               "optimizer", "activations", "comm", "reserved", "total", "in-flight");
   std::set<int> shown = {0, l.pp - 1, p.peak_memory_stage};
   if (l.pp <= 8)
     for (int r = 0; r < l.pp; ++r) shown.insert(r);
   for (int r : shown) {
     const plan::MemoryBreakdown& m = p.memory[r];
-    std::printf("  %-6d %10s %10s %10s %12s %8s %9s %8s %10d\n", r, gib(m.parameters).c_str(), gib(m.gradients).c_str(),
-                gib(m.optimizer).c_str(), gib(m.activations).c_str(), gib(m.communication).c_str(),
-                gib(m.reserved).c_str(), gib(m.total()).c_str(), m.in_flight);
+    std::printf("  %-6d %10s %10s %10s %12s %10s %10s %10s %10d\n", r, bytes_str(m.parameters).c_str(),
+                bytes_str(m.gradients).c_str(), bytes_str(m.optimizer).c_str(), bytes_str(m.activations).c_str(),
+                bytes_str(m.communication).c_str(), bytes_str(m.reserved).c_str(), bytes_str(m.total()).c_str(),
+                m.in_flight);
   }
-  std::printf("  peak %s GiB on stage %d: %s in %s GiB\n", gib(p.peak_memory()).c_str(), p.peak_memory_stage,
-              p.fits ? "fits" : "DOES NOT FIT", gib(d.memory_bytes).c_str());
+  std::printf("  peak %s on stage %d: %s in %s\n", bytes_str(p.peak_memory()).c_str(), p.peak_memory_stage,
+              p.fits ? "fits" : "DOES NOT FIT", bytes_str(d.memory_bytes).c_str());
   const plan::IterationTime& t = p.time;
   const double total = t.total();
   auto row = [&](const char* name, double seconds) {
@@ -276,8 +293,12 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
   for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) context |= r.ranked[i].layout.cp > 1;
   std::printf("%zu layouts fit; the best %d by predicted throughput:\n", r.ranked.size(),
               std::min<int>(top, static_cast<int>(r.ranked.size())));
-  std::printf("  %-4s %-62s %8s %6s %12s %9s | %8s %8s %8s %8s %8s %8s%s%s\n", "rank", "layout", "TFLOP/s", "MFU",
-              "iteration", "peak GiB", "compute", "tp comm", "p2p", "bubble", "dp", "optim", moe ? "  ep comm" : "",
+  // The layout column as wide as its longest entry: token slices (slices=...) can run past 62 characters.
+  int width = 62;
+  for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i)
+    width = std::max(width, static_cast<int>(plan::describe(r.ranked[i].layout).size()));
+  std::printf("  %-4s %-*s %8s %6s %12s %10s | %8s %8s %8s %8s %8s %8s%s%s\n", "rank", width, "layout", "TFLOP/s", "MFU",
+              "iteration", "peak mem", "compute", "tp comm", "p2p", "bubble", "dp", "optim", moe ? "  ep comm" : "",
               context ? "  cp comm" : "");
   for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) {
     const plan::Plan& p = r.ranked[i];
@@ -288,8 +309,9 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
     if (moe) std::snprintf(expert, sizeof expert, " %8s", pct(t.expert_parallel).c_str());
     char ring[16] = "";
     if (context) std::snprintf(ring, sizeof ring, " %8s", pct(t.context_parallel).c_str());
-    std::printf("  %-4zu %-62s %8.1f %5.1f%% %10.3f s %9s | %8s %8s %8s %8s %8s %8s%s%s\n", i + 1,
-                plan::describe(p.layout).c_str(), p.tflops_per_device, 100 * p.mfu, total, gib(p.peak_memory()).c_str(),
+    std::printf("  %-4zu %-*s %8.1f %5.1f%% %10.3f s %10s | %8s %8s %8s %8s %8s %8s%s%s\n", i + 1, width,
+                plan::describe(p.layout).c_str(), p.tflops_per_device, 100 * p.mfu, total,
+                bytes_str(p.peak_memory()).c_str(),
                 pct(t.compute).c_str(), pct(t.tensor_parallel).c_str(), pct(t.pipeline_p2p).c_str(),
                 pct(t.pipeline_bubble).c_str(), pct(t.data_parallel).c_str(), pct(t.optimizer).c_str(), expert, ring);
   }
@@ -298,14 +320,12 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
   std::printf("rejected %zu layouts:\n", r.rejected.size());
   for (const auto& [family, list] : families) {
     std::printf("  %s: %zu, e.g.\n", family.c_str(), list.size());
-    // A few distinct (tp, pp) examples of the family.
+    // A few distinct (tp, pp) examples of the family, each in full (micro-batch, virtual stages,
+    // recomputation...): "tp8 pp64" alone seemed to contradict a winner with the same tp and pp.
     std::set<std::pair<int, int>> seen;
     for (const plan::Rejected* x : list) {
       if (!seen.insert({x->layout.tp, x->layout.pp}).second) continue;
-      const std::string experts = x->layout.etp > 0 ? str_cat(" ep", x->layout.ep, " etp", x->layout.etp) : "";
-      const std::string context = x->layout.cp > 1 ? str_cat(" cp", x->layout.cp) : "";
-      std::printf("    tp%d%s pp%d dp%d%s: %s\n", x->layout.tp, context.c_str(), x->layout.pp, x->layout.dp, experts.c_str(),
-                  x->reason.c_str());
+      std::printf("    %s: %s\n", plan::describe(x->layout).c_str(), x->reason.c_str());
       if (seen.size() == 4) break;
     }
   }

@@ -54,7 +54,7 @@ int preprocess_command(const std::vector<std::string>& args) {
                "With --split-sentences: sentences keep the whitespace and newlines after them");
   app.add_option("--workers", o.workers, "Tokenizing threads");
   app.add_flag("--skip-malformed", o.skip_malformed, "Skip and count malformed lines instead of stopping");
-  app.add_option("--tokenizer-type", tok.type, "GPT2BPETokenizer, SentencePieceTokenizer, NullTokenizer, ...")
+  app.add_option("--tokenizer-type", tok.type, "GPT2BPETokenizer, SentencePieceTokenizer, BertWordPieceLowerCase, NullTokenizer, ...")
       ->required();
   app.add_option("--vocab-file", tok.vocab_file, "GPT-2 vocabulary (encoder.json)");
   app.add_option("--merge-file", tok.merge_file, "GPT-2 merges (vocab.bpe)");
@@ -75,6 +75,13 @@ int preprocess_command(const std::vector<std::string>& args) {
     std::cerr << (terminal ? "\r\033[K" : "") << progress_line(p) << (terminal ? "" : "\n") << std::flush;
   });
   if (terminal) std::cerr << "\n";
+  // An empty dataset only fails later, in training ("the train split has no documents"): say it here.
+  if (done.documents == 0) {
+    std::string inputs;
+    for (const std::string& in : o.inputs) inputs += str_cat(inputs.empty() ? "" : ", ", in);
+    throw Error(str_cat("--input ", inputs, ": no documents to write (", done.skipped_empty, " empty, ",
+                        done.skipped_malformed, " malformed skipped): the dataset would be empty"));
+  }
   for (const std::string& key : o.json_keys)
     std::cout << "wrote " << data::output_dataset_prefix(o.output_prefix, key, o.split_sentences) << ".bin/.idx"
               << std::endl;

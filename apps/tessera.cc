@@ -25,11 +25,12 @@ constexpr const char* kUsage =
     "  serve             Megatron's text generation REST server (PUT /api, POST /completions)\n"
     "  eval              zero-shot evaluation: WIKITEXT103 perplexity, LAMBADA accuracy\n"
     "  tokenize          text on stdin to token ids on stdout (--decode: the reverse)\n"
-    "  tokenizer train   train a SentencePiece BPE or unigram model on text files\n"
+    "  tokenizer train   train a SentencePiece BPE or unigram model, or a BERT WordPiece vocab.txt, on text files\n"
     "  preprocess        jsonl or plain text to Megatron .bin/.idx datasets\n"
     "  split-sentences   the sentences of jsonl documents, as preprocess --split-sentences splits them\n"
     "  merge-datasets    concatenate .bin/.idx datasets\n"
-    "  convert           checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM)\n"
+    "  convert           checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM,\n"
+    "                    BertForPreTraining, MegatronBertForPreTraining)\n"
     "  plan              memory, iteration time and throughput of a run before launching it; --search for layouts\n"
     "  msdp              multi-stage prompting for knowledgeable dialogue (Megatron's tasks/msdp; msdp preprocess)\n"
     "  cntrl preprocess  MEGATRON-CNTRL's training data: RAKE keywords, ConceptNet knowledge, ranker labels\n"
@@ -46,18 +47,19 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args == std::vector<std::string>{"help"}) {
     std::cout << kUsage;
     return args.empty() ? 1 : 0;
   }
   std::string command = args[0];
   args.erase(args.begin());
+  if (command == "help") {  // `tessera help train` is `tessera train --help`
+    command = args[0];
+    args = {"--help"};
+  }
   try {
     if (command == "train") return tessera::apps::train_command(args);
-    if (command == "pretrain_bert") {  // Megatron's pretrain_bert.py
-      args.insert(args.begin(), {"--model-family", "bert"});
-      return tessera::apps::train_command(args);
-    }
+    if (command == "pretrain_bert") return tessera::apps::pretrain_bert_command(args);  // Megatron's pretrain_bert.py
     if (command == "samples") return tessera::apps::samples_command(args);
     if (command == "finetune") return tessera::apps::finetune_command(args);
     if (command == "generate") return tessera::apps::generate_command(args);

@@ -45,7 +45,7 @@ int tokenize_command(const std::vector<std::string>& args) {
   data::TokenizerOptions tok;
   bool decode = false, whole_input = false;
   CLI::App app{"tessera tokenize: text on stdin to token ids on stdout", "tessera tokenize"};
-  app.add_option("--tokenizer-type", tok.type, "GPT2BPETokenizer, SentencePieceTokenizer, NullTokenizer, ...")->required();
+  app.add_option("--tokenizer-type", tok.type, "GPT2BPETokenizer, SentencePieceTokenizer, BertWordPieceLowerCase, NullTokenizer, ...")->required();
   app.add_option("--vocab-file", tok.vocab_file, "GPT-2 vocabulary (encoder.json)");
   app.add_option("--merge-file", tok.merge_file, "GPT-2 merges (vocab.bpe)");
   app.add_option("--tokenizer-model", tok.tokenizer_model, "SentencePiece model");

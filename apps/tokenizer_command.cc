@@ -11,8 +11,15 @@
 namespace tessera::apps {
 
 int tokenizer_command(const std::vector<std::string>& args) {
-  TESSERA_CHECK(!args.empty() && args[0] == "train", "usage: tessera tokenizer train --input FILE... "
-                "--model-prefix PREFIX [--vocab-size N] [--model-type bpe|unigram|wordpiece] ...");
+  constexpr const char* kUsage = "usage: tessera tokenizer train --input FILE... --model-prefix PREFIX [--vocab-size N] "
+                                 "[--model-type bpe|unigram|wordpiece] ... (tessera tokenizer train --help lists the flags)";
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << kUsage << std::endl;
+    return 0;
+  }
+  TESSERA_CHECK(!args.empty(), kUsage);
+  TESSERA_CHECK(args[0] == "train", "tessera tokenizer: unknown subcommand '", args[0], "' (the subcommand is train); ",
+                kUsage);
   data::SentencePieceTrainOptions o;
   data::WordPieceTrainOptions w;
   CLI::App app{"tessera tokenizer train: train a SentencePiece model or a WordPiece vocabulary",
@@ -55,6 +62,12 @@ int tokenizer_command(const std::vector<std::string>& args) {
     w.model_prefix = o.model_prefix;
     if (app.count("--vocab-size")) w.vocab_size = o.vocab_size;
     data::WordPieceTrainResult result = data::train_wordpiece(w);
+    // As Hugging Face's trainer, merging stops when no pair is left: a small input gives a small vocabulary,
+    // smaller than the one asked for: say so, with both numbers.
+    if (result.vocab_size < w.vocab_size)
+      std::cerr << "WARNING: " << result.vocab_path << " has " << result.vocab_size << " pieces, fewer than --vocab-size "
+                << w.vocab_size << ": the input has no more pairs to merge (give more text, or a lower --min-frequency)"
+                << std::endl;
     std::cout << "wrote " << result.vocab_path << " (" << result.vocab_size << " pieces; --tokenizer-type "
               << (w.lower_case ? "BertWordPieceLowerCase" : "BertWordPieceCase") << " --vocab-file "
               << result.vocab_path << ")" << std::endl;

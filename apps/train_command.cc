@@ -90,12 +90,22 @@ void share_token_slices(train::TrainArguments& a, comm::ProcessGroup& world) {
   a.token_slices.assign(t.host_i64() + 1, t.host_i64() + 1 + t.host_i64()[0]);
 }
 
-}  // namespace
+// `tessera pretrain_bert` is Megatron's pretrain_bert.py: train's flags and loop with --model-family bert.
+// Its help and its errors' pointer to the help name the command the user typed.
+std::string as_pretrain_bert(std::string text) {
+  const std::string train = "tessera train", bert = "tessera pretrain_bert";
+  for (size_t at = text.find(train); at != std::string::npos; at = text.find(train, at + bert.size()))
+    text.replace(at, train.size(), bert);
+  if (text.starts_with(bert + ":") && text.find('\n') != std::string::npos)  // the help's line: train's description
+    text = bert + ": train a BERT, masked LM and sentence order (tessera train --model-family bert)" +
+           text.substr(text.find('\n'));
+  return text;
+}
 
 // Every rank parses and validates the same flags, so a bad flag fails identically everywhere: rank 0
 // reports it and all ranks exit 1 without having communicated. A failure after that (one rank's
 // checkpoint file, say) may leave other ranks inside a collective, so it aborts the whole job.
-int train_command(const std::vector<std::string>& args) {
+int run_train(const std::vector<std::string>& args, bool pretrain_bert) {
   comm::MpiRuntime mpi;
   std::unique_ptr<comm::ProcessGroup> world = comm::make_mpi_world_group();
   const bool reporter = world->rank() == 0;
@@ -103,10 +113,10 @@ int train_command(const std::vector<std::string>& args) {
   try {
     parsed = train::parse_train_arguments(args, world->size(), planner_token_slice_cost);
   } catch (const train::HelpRequested& help) {
-    if (reporter) std::cout << help.text;
+    if (reporter) std::cout << (pretrain_bert ? as_pretrain_bert(help.text) : help.text);
     return 0;
   } catch (const Error& e) {
-    if (reporter) std::cerr << "error: " << e.what() << std::endl;
+    if (reporter) std::cerr << "error: " << (pretrain_bert ? as_pretrain_bert(e.what()) : e.what()) << std::endl;
     return 1;
   }
   comm::set_collective_timeout(std::chrono::minutes(parsed.distributed_timeout_minutes));
@@ -125,5 +135,14 @@ int train_command(const std::vector<std::string>& args) {
   return 0;
 }
 
+}  // namespace
+
+int train_command(const std::vector<std::string>& args) { return run_train(args, false); }
+
+int pretrain_bert_command(const std::vector<std::string>& args) {
+  std::vector<std::string> bert = {"--model-family", "bert"};
+  bert.insert(bert.end(), args.begin(), args.end());
+  return run_train(bert, true);
+}
 
 }  // namespace tessera::apps

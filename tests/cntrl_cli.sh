@@ -48,4 +48,10 @@ expect_failure "bad.csv:1: 2 tab-separated fields" "$tessera" cntrl preprocess -
   --knowledge-base "$work/bad.csv" --output-prefix "$work/x"
 expect_failure "--top-n" "$tessera" cntrl preprocess --stories "$work/stories.csv" --knowledge-base "$work/kb.csv" \
   --output-prefix "$work/x" --top-n 0
+# `tessera cntrl --help` prints the usage (it was "error: usage" and exit 1); an unknown subcommand is named.
+out=$("$tessera" cntrl --help 2>&1)
+[ $? -eq 0 ] && grep -q "cntrl preprocess" <<<"$out" && grep -q "cntrl generate" <<<"$out"
+check "cntrl --help prints both subcommands and exits 0: $out" $?
+expect_failure "tessera cntrl: unknown subcommand 'preproces'" "$tessera" cntrl preproces --stories x
+
 finish cntrl_cli

@@ -106,4 +106,17 @@ check "training with --reset-position-ids --reset-attention-mask exits 0: $out" 
 ls "$work/cache"/*.npy >/dev/null 2>&1 || ls "$work/cache"/* >/dev/null 2>&1
 check "sample indices should be cached under --data-cache-path" $?
 
+# An input without documents is an error naming it, not an empty dataset that fails in training.
+: > "$work/empty.jsonl"
+expect_failure "--input $work/empty.jsonl: no documents to write" "$tessera" preprocess --input "$work/empty.jsonl" \
+  --output-prefix "$work/empty" "${null_tok[@]}"
+# A corpus too small for the split: the error says how to train on it.
+expect_failure "a corpus this small needs --split 100,0,0 (all of it for training) and --eval-iters 0" \
+  "$tessera" train "${model[@]}" --data-path "$work/many_text_document" --train-iters 1 --split 969,30,1
+# Data preprocessed with another tokenizer (ids up to 58, a vocabulary of 40 here): the dataset and the cause.
+expect_failure "all_text_document: token id" "$tessera" train "${model[@]}" --data-path "$work/all_text_document" \
+  --train-iters 1 --vocab-size 40
+expect_failure "the data was likely preprocessed with another tokenizer" "$tessera" train "${model[@]}" \
+  --data-path "$work/all_text_document" --train-iters 1 --vocab-size 40
+
 finish data_cli

@@ -45,6 +45,12 @@ else
   check "--device cuda with a GPU: 'device: cuda:0 (NAME, --device cuda)': $cuda" $?
 fi
 
+# Without an NVIDIA driver a CUDA build says so in words (it read cudaErrorInsufficientDriver).
+if [ ! -e /proc/driver/nvidia/version ] && ! grep -q "built without CUDA" <<<"$auto"; then
+  grep -qxF "device: cpu (no CUDA device: no NVIDIA driver on this machine)" <<<"$auto"
+  check "no NVIDIA driver: the start-up line says so: $auto" $?
+fi
+
 # --device cpu: said so, and the same losses as any CPU run.
 cpu=$("$tessera" train $model --device cpu 2>&1)
 check "--device cpu exits 0: $cpu" $?

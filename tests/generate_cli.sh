@@ -140,6 +140,16 @@ check "no prompt must fail: $out" $?
 out=$("$tessera" generate --load "$work/tp1" --prompt-file "$work/missing.txt" 2>&1)
 [ $? -ne 0 ] && grep -qF "missing.txt: cannot open" <<<"$out"
 check "a missing prompt file must be named: $out" $?
+# An empty prompt is refused alike from --prompt and from --prompt-file (whose blank lines were skipped).
+expect_failure "--prompt #2: an empty prompt, nothing to continue" "$tessera" generate --load "$work/tp1" \
+  --prompt "3" --prompt ""
+printf '3 5\n\n7\n' > "$work/blank.txt"
+expect_failure "--prompt-file=$work/blank.txt line 2: an empty prompt" "$tessera" generate --load "$work/tp1" \
+  --prompt-file "$work/blank.txt"
+# The help's model group says what a flag left out does (the sentence was cut off: "the others are its").
+out=$("$tessera" generate --help)
+grep -q "those left out take its values" <<<"$out"
+check "generate --help: the model flags' sentence is whole: $(grep -A1 'Option Group: model' <<<"$out")" $?
 out=$("$tessera" generate --load "$work/tp1" --prompt "3 5" --tokens-to-generate 100 2>&1)
 [ $? -ne 0 ] && grep -qF "exceeds the model's 64 positions" <<<"$out"
 check "too many tokens must fail naming the positions: $out" $?

@@ -181,6 +181,16 @@ check "the sliced plan's layout and Chrome trace show the slices" $?
 out=$("$tessera" plan ${gpt3/--tensor-model-parallel-size 8 --pipeline-model-parallel-size 48/} --search --top 3 2>&1)
 grep -qE "^  1 +tp[0-9]+ pp[0-9]+ .* slices=[0-9x,]+ " <<<"$out"
 check "--search ranks a token-sliced layout first for 2 sequences on 384 V100s: $out" $?
+[ "$(grep -E '^  (rank|[0-9]+) ' <<<"$out" | awk '{ print index($0, "|") }' | sort -u | wc -l)" -eq 1 ]
+check "--search: a sliced layout's row keeps the columns of the others: $out" $?
+# The rejected examples are whole layouts (micro-batch, virtual stages, recomputation), not tp and pp alone.
+grep -qE "^    tp[0-9]+ pp[0-9]+ dp[0-9]+ v[0-9]+ mbs[0-9]+ gbs[0-9]+ .*recompute=[a-z]+.*: " <<<"$out"
+check "--search: the rejected examples show their whole layout: $out" $?
+# A tiny model: parameters and memory in units that show them (0.000121B parameters and 0 GiB before).
+out=$("$tessera" plan --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 40 \
+      --micro-batch-size 2 2>&1)
+grep -qE "^model: [0-9.]+K parameters" <<<"$out" && grep -qE "^  0 +[0-9.]+ KiB +[0-9.]+ KiB" <<<"$out"
+check "a tiny model's plan: K parameters, KiB of memory: $out" $?
 expect_error "$gpt3 --pipeline-token-slices 1000,1000" "the slice lengths sum to 2000, not --seq-length=2048"
 expect_error "$gpt3 --pipeline-token-slices auto --search" "--search and sizing plan token slices by themselves"
 

@@ -50,5 +50,21 @@ expect_failure "--vocab-size=3000000000: must be positive and below 2^31 - 1" "$
 out=$(echo 6 | "$tessera" tokenize --decode --tokenizer-type NullTokenizer --vocab-size 5 --vocab-size 6 2>&1)
 [ "$out" = 6 ]
 check "--vocab-size 5 --vocab-size 6 takes 6: $out" $?
+# ... and an error names the wrong occurrence's value alone (it read "--vocab-size = 5,x").
+out=$(echo 6 | "$tessera" tokenize --decode --tokenizer-type NullTokenizer --vocab-size 5 --vocab-size x 2>&1)
+[ $? -ne 0 ] && grep -qF -- "--vocab-size = x" <<<"$out"
+check "--vocab-size 5 --vocab-size x names x alone: $out" $?
+# A misspelled flag is named, with the nearest one, before the required flag it hides (every command).
+expect_failure "unknown flag --tokenizer_type (did you mean --tokenizer-type?)" "$tessera" tokenize \
+  --tokenizer_type NullTokenizer --vocab-size 5
+expect_failure "unknown flag --vocab-sise (did you mean --vocab-size?)" "$tessera" preprocess --input x.jsonl \
+  --output-prefix x --tokenizer-type NullTokenizer --vocab-sise 5
+expect_failure "unknown flag --no-such-thing (tessera tokenize --help" "$tessera" tokenize --no-such-thing 1
+
+# The top-level help: `tessera help` prints it (exit 0), and it names what `tokenizer train` and `convert` do.
+out=$("$tessera" help 2>&1)
+[ $? -eq 0 ] && grep -q "WordPiece" <<<"$out" && grep -q "MixtralForCausalLM" <<<"$out" &&
+  grep -q "BertForPreTraining" <<<"$out"
+check "tessera help: the commands, WordPiece and the Mixtral and BERT converters: $out" $?
 
 finish tokenize_cli

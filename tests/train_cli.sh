@@ -28,6 +28,25 @@ expect_error "$model" "--train-iters"
 # Megatron refuses a seed <= 0 and NumPy one of 2^32 or more; an unsigned flag must not wrap -1 silently.
 expect_error "$model --train-iters 1 --seed=-1" "--seed: -1 must be a positive integer below 2^32"
 expect_error "$model --train-iters 1 --seed 4294967296" "--seed: 4294967296 must be a positive integer below 2^32"
+# A misspelled flag is named with the flag it is close to, before the required flag it leaves out.
+expect_error "${model/--num-layers 2/--num-layer 2} --train-iters 1" "unknown flag --num-layer (did you mean --num-layers?)"
+expect_error "$model --train-iters 1 --eval_iters 1" "unknown flag --eval_iters (did you mean --eval-iters?)"
+# A flag given twice takes its last occurrence, and an error names that occurrence's value alone.
+out=$("$tessera" train $model --train-iters 2 --train-iters 2.5 2>&1)
+[ $? -ne 0 ] && grep -qF -- "--train-iters = 2.5" <<<"$out" && ! grep -qF "2,2.5" <<<"$out"
+check "--train-iters 2 --train-iters 2.5: the error names 2.5 alone: $out" $?
+expect_error "$model" "give --train-iters or --train-samples"
+# --split is checked with --mock-data too; an unusable --data-cache-path or a file as --load is refused.
+touch "$work/a_file"
+expect_error "$model --train-iters 1 --split 98,2,x" "--split '98,2,x': 'x' is not a non-negative number"
+expect_error "$model --train-iters 1 --data-cache-path $work/a_file/cache" \
+  "--data-cache-path=$work/a_file/cache: $work/a_file is a file"
+expect_error "$model --train-iters 1 --load $work/a_file" "--load=$work/a_file: is a file, not a checkpoint directory"
+# pretrain_bert's help names pretrain_bert.
+out=$("$tessera" pretrain_bert --help 2>&1)
+[ $? -eq 0 ] && grep -q "^Usage: tessera pretrain_bert " <<<"$out" && ! grep -q "Usage: tessera train" <<<"$out" &&
+  grep -q "BertWordPieceLowerCase" <<<"$out"
+check "pretrain_bert --help names pretrain_bert and the BERT tokenizers: $(head -3 <<<"$out")" $?
 
 # An unusable --save stops the run before training, not at the first save after hours of it.
 touch "$work/a_file"
@@ -70,6 +89,11 @@ out=$("$tessera" train $model --train-iters 6 --log-interval 1 --eval-iters 0 --
 check "resume exits 0: $out" $?
 grep -qF "iteration        5/       6 |" <<<"$out" && ! grep -qF "iteration        1/" <<<"$out"
 check "resume should start at iteration 5: $out" $?
+# Resuming at --train-iters: nothing left to train, said so, and the evaluation after training, as Megatron.
+out=$("$tessera" train $model --train-iters 4 --eval-iters 1 --load "$work/ckpt" 2>&1)
+[ $? -eq 0 ] && grep -qF "nothing left to train: the checkpoint is at iteration 4 of --train-iters 4" <<<"$out" &&
+  grep -qF "validation loss at iteration 4 on validation set" <<<"$out"
+check "resume at --train-iters says nothing is left and evaluates: $out" $?
 
 # Generation from the checkpoint: the prompt, then the requested number of ids, streamed.
 out=$("$tessera" generate --load "$work/ckpt" --prompt "3 5 7" --tokens-to-generate 6 --temperature 0 2>/dev/null)

@@ -43,4 +43,18 @@ ok=$?; check "a SentencePiece flag with wordpiece is an error naming it: $(cat "
 [ $? -ne 0 ] && grep -q "bpe, unigram or wordpiece" "$work/err.txt"
 ok=$?; check "an unknown --model-type names the choices: $(cat "$work/err.txt")" $ok
 
+# `tessera tokenizer --help` prints the usage (exit 0); a misspelled subcommand is named.
+out=$("$tessera" tokenizer --help 2>&1)
+[ $? -eq 0 ] && grep -q "usage: tessera tokenizer train" <<<"$out"
+check "tokenizer --help prints the usage and exits 0: $out" $?
+expect_failure "tessera tokenizer: unknown subcommand 'tran' (the subcommand is train)" "$tessera" tokenizer tran \
+  --input x
+# Fewer pieces than --vocab-size (a small input runs out of pairs to merge) is said, with both numbers.
+printf 'a b c\nab bc\n' > "$work/tiny.txt"
+out=$("$tessera" tokenizer train --model-type wordpiece --input "$work/tiny.txt" --model-prefix "$work/tiny" \
+      --vocab-size 5000 2>&1)
+pieces=$(wc -l < "$work/tiny-vocab.txt")
+[ "$pieces" -lt 5000 ] && grep -qF "has $pieces pieces, fewer than --vocab-size 5000" <<<"$out"
+check "a vocabulary short of --vocab-size is warned about with both numbers: $out" $?
+
 finish wordpiece_cli

@@ -355,7 +355,8 @@ BertDataset::BertDataset(std::shared_ptr<const IndexedDataset> dataset, Split sp
   if (documents_.first == documents_.second)
     throw Error(str_cat(prefix, ": the ", split_name(split_), " split",
                         config_.split.empty() ? std::string() : str_cat(" (--split '", config_.split, "')"),
-                        " has no documents; the dataset has ", dataset_->num_documents()));
+                        " has no documents; the dataset has ", dataset_->num_documents(),
+                        small_corpus_hint(config_.split)));
   TESSERA_CHECK(static_cast<uint64_t>(dataset_->num_sequences()) <= std::numeric_limits<uint32_t>::max(), prefix,
                 ": more than 2^32 sentences are not supported");
 
@@ -470,7 +471,10 @@ BertSample BertDataset::get(int64_t index) const {
   const int64_t begin = sample_index_[3 * index], end = sample_index_[3 * index + 1];
   std::vector<std::vector<int32_t>> sentences;
   sentences.reserve(static_cast<size_t>(end - begin));
-  for (int64_t s = begin; s < end; ++s) sentences.push_back(dataset_->get(s));
+  for (int64_t s = begin; s < end; ++s) {
+    sentences.push_back(dataset_->get(s));
+    check_token_ids(sentences.back(), static_cast<int64_t>(vocab_->continues_word.size()), dataset_->prefix());
+  }
   const BertSampleOptions options{config_.seq_length, config_.seed, config_.mask_prob, config_.binary_head};
   return build_bert_sample(sentences, sample_index_[3 * index + 2], index, options, *vocab_);
 }

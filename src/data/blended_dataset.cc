@@ -139,7 +139,7 @@ std::array<std::shared_ptr<const TokenDataset>, 3> build_gpt_datasets(const GptD
   const bool use_per_split = std::any_of(per_split.begin(), per_split.end(), [](const auto& b) { return b.has_value(); });
   // Megatron's config has split None with blend_per_split: the description records null.
   GptDatasetConfig gpt{config.seq_length, config.seed, use_per_split ? std::string() : config.split, config.cache_path,
-                       true};
+                       true, config.vocab_size};
 
   // _build_megatron_dataset_splits: one IndexedDataset, a GptDataset per split with a share.
   const auto build_splits = [&](const std::string& prefix, const SplitMatrix& matrix,

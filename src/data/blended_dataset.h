@@ -78,6 +78,7 @@ struct GptDataConfig {
   int64_t seq_length = 0;              // --seq-length
   uint32_t seed = 1234;                // --seed
   std::string cache_path;              // --data-cache-path; empty: beside each dataset
+  int64_t vocab_size = 0;              // the tokenizer's, to refuse data made with another (0: unchecked)
   double mid_level_dataset_surplus = 0.005;  // --mid-level-dataset-surplus
   // A test split whose share rounds to no documents (--split 949,50,1 over a small corpus) is left out
   // rather than an error, even when samples are asked of it: Megatron then has no test iterator.

@@ -400,11 +400,13 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, Split spli
   if (documents_.first == documents_.second)
     throw Error(str_cat(prefix, ": the ", split_name(split_), " split",
                         config_.split.empty() ? std::string() : str_cat(" (--split '", config_.split, "')"),
-                        " has no documents; the dataset has ", dataset_->num_sequences()));
+                        " has no documents; the dataset has ", dataset_->num_sequences(),
+                        small_corpus_hint(config_.split)));
   for (int64_t d = documents_.first; d < documents_.second; ++d) tokens_per_epoch_ += dataset_->sequence_length(d);
   if (tokens_per_epoch_ <= 1)
     throw Error(str_cat(prefix, ": the ", split_name(split_), " split's ", documents_.second - documents_.first,
-                        " documents hold ", tokens_per_epoch_, " tokens, too few for any sample"));
+                        " documents hold ", tokens_per_epoch_, " tokens, too few for any sample",
+                        small_corpus_hint(config_.split)));
   plan_ = gpt_epoch_plan(tokens_per_epoch_, num_samples_, config_.seq_length);
 
   // The description keys the cache, as Megatron's unique_description does. It also records the
@@ -550,6 +552,21 @@ void GptDataset::validate_indices() const {
   }
 }
 
+std::string small_corpus_hint(const std::string& split) {
+  if (split.empty()) return "";
+  return "; a corpus this small needs --split 100,0,0 (all of it for training) and --eval-iters 0 (no evaluation), "
+         "or more documents";
+}
+
+void check_token_ids(std::span<const int32_t> tokens, int64_t vocab_size, const std::string& prefix) {
+  if (vocab_size <= 0) return;
+  for (const int32_t t : tokens)
+    if (t < 0 || t >= vocab_size)
+      throw Error(str_cat(prefix, ": token id ", t, " is outside the tokenizer's vocabulary of ", vocab_size,
+                          ": the data was likely preprocessed with another tokenizer (give the --tokenizer-type and "
+                          "vocabulary it was preprocessed with, or preprocess it again with these)"));
+}
+
 void GptDataset::get(int64_t index, std::span<int32_t> out) const {
   const int64_t n = size();
   TESSERA_CHECK(index >= 0 && index < n, dataset_->prefix(), " (", split_name(split_), "): sample ", index,
@@ -578,6 +595,7 @@ void GptDataset::get(int64_t index, std::span<int32_t> out) const {
   }
   TESSERA_CHECK(filled == out.size(), dataset_->prefix(), ": sample ", index, " has ", filled, " tokens, expected ",
                 out.size(), " (corrupt index)");
+  check_token_ids(out, config_.vocab_size, dataset_->prefix());
 }
 
 }  // namespace tessera::data

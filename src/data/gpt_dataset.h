@@ -157,7 +157,18 @@ struct GptDatasetConfig {
   // --data-cache-path; empty means Megatron's default, <prefix>/cache/GPTDataset_indices.
   std::string cache_dir;
   bool use_cache = true;
+  int64_t vocab_size = 0;  // the tokenizer's: get() refuses a token id outside it (0: not checked)
 };
+
+// What to do when a split of --split's shares gets no documents or too few tokens: the corpus is too
+// small for the split (a quick test on a few documents against Megatron's default 969,30,1, say).
+// Empty without --split (the per-split paths).
+std::string small_corpus_hint(const std::string& split);
+
+// A sample's token ids must lie in the tokenizer's vocabulary: one outside it means the dataset at
+// `prefix` was preprocessed with another tokenizer, which would otherwise fail later (a bare target id
+// in the loss) or, below the padded vocabulary, train on nonsense silently.
+void check_token_ids(std::span<const int32_t> tokens, int64_t vocab_size, const std::string& prefix);
 
 class GptDataset : public TokenDataset {
  public:

@@ -5,6 +5,7 @@
 
 #include "data/blended_dataset.h"
 #include "train/argument_rules.h"
+#include "train/command_line_flags.h"
 #include "train/megatron_compat_flags.h"
 
 namespace tessera::train {
@@ -20,7 +21,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   CLI::App app{"tessera train: train a GPT (or, with --model-family bert, a BERT) with Megatron-LM's flags",
                "tessera train"};
   app.option_defaults()->always_capture_default();
-  // As with argparse in Megatron, a flag given twice takes its last value, so scripts can append overrides.
+  // As with argparse in Megatron, a flag given twice takes its last value, so scripts can append overrides
+  // (list flags: keep_last_occurrence; single-valued ones: take_last_occurrence_of_scalars, before parsing).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   auto* m = app.add_option_group("model");
   add_model_flags(*m, a);
@@ -94,7 +96,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
     keep_last_occurrence(d->add_option(data::kSplitDataPathFlags[i], a.split_data_path[i], split_help[i]));
   d->add_option("--data-cache-path", a.data_cache_path, "Where built sample indices are cached");
   d->add_option("--tokenizer-type", a.tokenizer_type,
-                "GPT2BPETokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, NullTokenizer");
+                "GPT2BPETokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, "
+                "BertWordPieceLowerCase, BertWordPieceCase (BERT's vocab.txt in --vocab-file), NullTokenizer");
   d->add_option("--vocab-file", a.vocab_file, "GPT-2 vocabulary (encoder.json)");
   d->add_option("--merge-file", a.merge_file, "GPT-2 merges (vocab.bpe)");
   d->add_option("--tokenizer-model", a.tokenizer_model, "SentencePiece model");
@@ -177,14 +180,19 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
                    "usable and the GPU path runs this job (one rank, a dense GPT), else cpu; the start-up line says "
                    "which and why");
 
+  take_last_occurrence_of_scalars(app);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
     throw HelpRequested{app.help()};
   } catch (const CLI::ParseError& e) {
-    throw Error(str_cat(e.what(), " (tessera train --help lists the flags)"));
+    const std::string unknown = unknown_flag_message(app, args);  // a typo, before what it caused
+    throw Error(str_cat(unknown.empty() ? e.what() : unknown, " (tessera train --help lists the flags)"));
   }
+  // Megatron's default of both is None: neither given is a missing flag, not "--train-iters=0".
+  TESSERA_CHECK(app.count("--train-iters") + app.count("--train-samples") > 0,
+                "give --train-iters or --train-samples: how long to train");
   a.split_given = split_flag->count() > 0;
   finalize(a);
   return a;

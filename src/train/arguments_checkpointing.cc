@@ -1,5 +1,6 @@
 // The rules of checkpointing: when the loop saves, what it keeps, and when it saves and exits.
 #include <cmath>
+#include <filesystem>
 
 #include "train/argument_rules.h"
 #include "train/arguments.h"
@@ -10,6 +11,10 @@ namespace tessera::train {
 using rules::require;
 
 void finalize_checkpointing(TrainArguments& a) {
+  // A missing directory is a fresh run (a warning, or --exit-on-missing-checkpoint's error), but a file
+  // is a mistyped path: training from scratch beside it would waste the run.
+  require(a.load.empty() || !std::filesystem::exists(a.load) || std::filesystem::is_directory(a.load), "--load",
+          a.load, "is a file, not a checkpoint directory (give the directory that --save wrote)");
   require(a.save_interval >= 0, "--save-interval", a.save_interval, "must be >= 0");
   require(a.save_interval == 0 || !a.save.empty(), "--save-interval", a.save_interval, "needs --save DIR");
   require(a.ckpt_keep_last >= 0, "--ckpt-keep-last", a.ckpt_keep_last, "must be >= 0");

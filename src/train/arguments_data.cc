@@ -1,6 +1,11 @@
 // The rules of the data: where samples come from, the tokenizer (and so the vocabulary the model is
 // built for), and how each iteration's samples split into micro-batches over the data-parallel ranks.
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "data/blended_dataset.h"
+#include "data/gpt_dataset.h"
 #include "data/tokenizer_factory.h"
 #include "train/argument_rules.h"
 #include "train/arguments.h"
@@ -15,6 +20,24 @@ std::string rampup_text(const TrainArguments& a) {
   for (int64_t v : a.rampup_batch_size) text += str_cat(text.empty() ? "" : " ", v);
   return text;
 }
+
+namespace {
+
+// An unusable --data-cache-path showed only as "not cached: ..." in the datasets' start-up lines, and
+// every run rebuilt its indices. It must be a writable directory, or be creatable in one.
+void check_data_cache_path(const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path existing = fs::absolute(path, ec);
+  while (!fs::exists(existing, ec) && existing.has_relative_path()) existing = existing.parent_path();
+  require(fs::is_directory(existing, ec), "--data-cache-path", path,
+          str_cat(existing.string(), " is a file; give a directory for the dataset index caches"));
+  require(access(existing.c_str(), W_OK) == 0, "--data-cache-path", path,
+          str_cat("cannot write to ", existing.string(), ", where the dataset index caches would go"));
+}
+
+}  // namespace
 
 void finalize_data(TrainArguments& a) {
   // The tokenizer's files are loaded here, so a bad path is reported before any memory is allocated.
@@ -37,6 +60,10 @@ void finalize_data(TrainArguments& a) {
             "give exactly one of --mock-data and --data-path (or --train-data-path, --valid-data-path, "
             "--test-data-path)");
   }
+  // --split is read only with --data-path, but a typo is a typo with --mock-data too (a script that
+  // switches to real data later would fail there).
+  if (!per_split_flag) data::parse_split(a.split);
+  check_data_cache_path(a.data_cache_path);
   if (a.mock_data)
     require(a.tokenizer_type == "NullTokenizer", "--tokenizer-type", a.tokenizer_type,
             "--mock-data needs --tokenizer-type NullTokenizer");

@@ -215,7 +215,16 @@ TEST(TrainArguments, MegatronFlagsWithoutEffectHereAreAcceptedAndNamed) {
   EXPECT_EQ(error_of(kBase + "--transformer-impl te"),
             "--transformer-impl=te: must be one of local transformer_engine (Megatron's; accepted, no effect here)");
   EXPECT_EQ(error_of(kBase + "--num-workers x"), "--num-workers=x: must be a count >= 0 (Megatron's; accepted, no effect here)");
-  EXPECT_NE(error_of(kBase + "--use-flash-attention").find("not expected"), std::string::npos);  // not Megatron's
+  EXPECT_NE(error_of(kBase + "--use-flash-attention").find("unknown flag --use-flash-attention"), std::string::npos);  // not Megatron's
+}
+
+// A misspelled flag is named with the nearest known one, even when CLI11 would first miss a required flag.
+TEST(TrainArguments, AnUnknownFlagIsNamedWithTheNearestKnownOne) {
+  EXPECT_EQ(error_of(kBase + "--hidden-sise 8"),
+            "unknown flag --hidden-sise (did you mean --hidden-size?) (tessera train --help lists the flags)");
+  std::string without_lr = kBase;
+  without_lr.replace(without_lr.find("--lr "), 4, "--lrr");
+  EXPECT_EQ(error_of(without_lr), "unknown flag --lrr (did you mean --lr?) (tessera train --help lists the flags)");
 }
 
 // --train-samples sets the iterations as Megatron's update_train_iters and the schedule in samples: the

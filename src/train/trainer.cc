@@ -853,6 +853,12 @@ void Trainer::train() {
     say("skipping training (--skip-train is on) ...");
     return;
   }
+  if (iteration_ >= args_.train_iters) {  // as Megatron: no iteration, but the evaluation after training
+    say(str_cat(" > nothing left to train: the checkpoint is at iteration ", iteration_, " of --train-iters ",
+                args_.train_iters, " (raise --train-iters to train further)"));
+    nothing_left_to_train_ = true;
+    return;
+  }
   while (iteration_ < args_.train_iters) {
     if (iteration_ == first_iteration + 1) profiler::reset();  // TESSERA_PROFILE: leave out the warm-up step
     optim::StepResult step;
@@ -1001,8 +1007,8 @@ bool Trainer::exit_by_interval_or_duration(bool saved) {
 void Trainer::evaluate_after_training() {
   if (args_.eval_iters == 0) return;
   // Megatron evaluates the validation split after training too; here the loop's evaluation at the last
-  // iteration is that one, so only --skip-train (no loop) evaluates it here.
-  if (args_.skip_train && valid_data_) {
+  // iteration is that one, so only a run whose loop did not run (--skip-train, or nothing left) evaluates it here.
+  if ((args_.skip_train || nothing_left_to_train_) && valid_data_) {
     const Evaluation e = evaluate_on(*valid_data_);
     if (log_) log_->final_evaluation(iteration_, "validation", e);
   }

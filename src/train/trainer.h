@@ -166,6 +166,7 @@ class Trainer {
   int64_t consecutive_nan_iterations_ = 0;
   std::optional<InjectedFault> injected_fault_;  // TESSERA_INJECT_FAULT (tests only)
   bool exit_condition_met_ = false;
+  bool nothing_left_to_train_ = false;  // resumed at or past --train-iters: the loop ran no iteration
   std::vector<double> losses_;
   std::map<std::string, std::vector<double>> auxiliary_loss_history_;
 };

@@ -61,6 +61,7 @@ std::array<std::shared_ptr<const BatchSource>, 3> gpt_batches(const TrainArgumen
   config.seq_length = a.model.seq_length;
   config.seed = static_cast<uint32_t>(a.seed);
   config.cache_path = a.data_cache_path;
+  config.vocab_size = a.model.vocab_size;
   config.test_split_optional = true;  // evaluated after training only when it has documents
   const BatchOptions options{a.eod, a.eod_mask_loss, a.reset_position_ids, a.reset_attention_mask};
   std::array<std::shared_ptr<const BatchSource>, 3> sets;

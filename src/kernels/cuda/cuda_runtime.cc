@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/check.h"
@@ -81,6 +82,16 @@ int device_count(std::string* why) {
   if (status != cudaSuccess) {
     cudaGetLastError();
     if (why) *why = std::string("no CUDA device: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
+    // CUDA says "insufficient driver" both without a driver and with one too old for this build; the
+    // driver version (0 when none is installed) tells which, in words a user can act on.
+    int driver = 0, runtime = 0;
+    if (why && status == cudaErrorInsufficientDriver && cudaDriverGetVersion(&driver) == cudaSuccess &&
+        cudaRuntimeGetVersion(&runtime) == cudaSuccess) {
+      const auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+      *why = driver == 0 ? "no CUDA device: no NVIDIA driver on this machine"
+                         : "no CUDA device: the NVIDIA driver supports CUDA " + version(driver) +
+                               ", older than this build's CUDA " + version(runtime) + " (cudaErrorInsufficientDriver)";
+    }
     return 0;
   }
   if (n == 0 && why) *why = "no CUDA device: the driver reports none";
