@@ -1,6 +1,6 @@
 """Hostile clients against a running `tessera serve` (used by tests/serve_hostile_cli.sh; stdlib only,
 loopback only): a chunked body far over --max-body-bytes, slow clients trickling headers or bodies, a
-flood of idle connections, and malformed HTTP framing. During each attack a normal request is timed from
+flood of idle connections, over-long prompts, and malformed HTTP framing. During each attack a normal request is timed from
 another loopback address (127.0.0.2: the attackers use 127.0.0.1, so the per-client cap is the
 attackers'), and the server's resident memory is read before and after. Prints one line per attack
 (the numbers BENCHMARKS.md records) and one line per failure; exits 1 if any.
@@ -188,7 +188,36 @@ report(f"50 idle connections ({refused} refused at once)", before, during, after
 check(during[0] == 200 and health[0] == 200, f"normal request and /health during idle connections: {during} {health}")
 check(refused >= 50 - per_client - 2, f"idle connections beyond {per_client} refused: {refused}")
 
-# 4. HTTP framing and pipelining.
+# 4. Over-long prompts (half the body limit of "7 ": one token per 2 bytes), four at once to /completions:
+# refused by their bytes before tokenizing (no prefill, no text offsets), while a normal request goes on.
+before = rss_mb()
+long_answers = [None] * 4
+
+
+def long_prompt(i):
+    body = json.dumps({"prompt": "7 " * (max_body // 4), "max_tokens": 1})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=HANG)
+    try:
+        conn.request("POST", "/completions", body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        long_answers[i] = (r.status, r.read())
+    except OSError as e:
+        long_answers[i] = (type(e).__name__, b"")
+    conn.close()
+
+
+threads = [threading.Thread(target=long_prompt, args=(i,)) for i in range(4)]
+for t in threads:
+    t.start()
+during = normal_request()
+for t in threads:
+    t.join()
+after = rss_mb()
+report(f"4 prompts of {max_body // 2} bytes to /completions ({[a[0] for a in long_answers]})", before, during, after)
+check(all(a[0] == 400 and b"--max-prompt-bytes" in a[1] for a in long_answers), f"long prompts: {long_answers}")
+check(during[0] == 200, f"normal request during long prompts: {during}")
+
+# 5. HTTP framing and pipelining.
 request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
 answer, _ = raw(request * 3 + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 check(answer.count(b"HTTP/1.1 200") == 4, f"4 pipelined requests, 4 answers: {answer!r}")
@@ -212,7 +241,7 @@ check(status_of(answer) == 405, f"DELETE -> 405: {answer!r}")
 answer, _ = raw(b"POST /elsewhere HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
 check(status_of(answer) == 404, f"a chunked POST elsewhere -> 404 without reading it: {answer!r}")
 
-# 5. A client that leaves before its answer is still logged with its address (the shell test reads the
+# 6. A client that leaves before its answer is still logged with its address (the shell test reads the
 # log for 127.0.0.3).
 s = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.3", 0))
 body = json.dumps({"prompts": ["1 2"], "tokens_to_generate": 20}).encode()
