@@ -205,7 +205,8 @@ TEST(Completions, TokenIdsBeyondInt32AreRefused) {
 
 // Pieces of UTF-8 ("é" split over ids 2 and 3, "€" over 4, 5 and 6) with two effects at a sequence's start
 // that decoding a prefix has and a window must reproduce: a leading space is dropped (as SentencePiece
-// does), and bytes that do not complete a character become "?" (a replacement, as GPT-2's decode does).
+// does), and bytes that do not make a whole character become one U+FFFD per ill-formed part (3 bytes for
+// 1 or 2, as GPT-2's decode does).
 class PieceTokenizer final : public data::Tokenizer {
  public:
   std::vector<int32_t> encode(std::string_view) const override { return {}; }
@@ -216,11 +217,12 @@ class PieceTokenizer final : public data::Tokenizer {
     std::string out;
     for (size_t i = 0; i < bytes.size();) {
       const auto lead = static_cast<unsigned char>(bytes[i]);
-      size_t n = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
-      bool whole = n > 0 && i + n <= bytes.size();
-      for (size_t k = 1; whole && k < n; ++k) whole = (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80;
-      out += whole ? bytes.substr(i, n) : "?";
-      i += whole ? n : 1;
+      const size_t n = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
+      size_t k = 1;  // the lead and the continuation bytes that follow it, up to n
+      while (n > 0 && k < n && i + k < bytes.size() && (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80) ++k;
+      const bool whole = n > 0 && k == n;
+      out += whole ? bytes.substr(i, n) : "\xEF\xBF\xBD";  // one U+FFFD per ill-formed part
+      i += whole || n > 0 ? k : 1;
     }
     return out;
   }
