@@ -34,14 +34,32 @@ int serve_command(const std::vector<std::string>& args) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--host", server.host, "Address to listen on (127.0.0.1: this machine only)");
   app.add_option("--port", server.port, "Port to listen on (0: any free port)")->check(CLI::Range(0, 65535));
-  app.add_option("--max-body-bytes", server.max_body_bytes, "Largest request body accepted (larger: HTTP 413)")
+  app.add_option("--max-body-bytes", server.max_body_bytes,
+                 "Largest request body accepted, chunked or not (larger: HTTP 413, as soon as it is passed)")
       ->check(CLI::Range(size_t{1}, size_t{1} << 30));
   app.add_option("--max-prompts", server.limits.max_prompts, "Most prompts in one request")->check(CLI::Range(1, 1 << 20));
   app.add_option("--max-tokens-to-generate", server.limits.max_tokens_to_generate,
                  "Most tokens one request may ask for")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  app.add_option("--http-threads", server.threads, "Threads reading and answering HTTP requests")->check(CLI::Range(1, 256));
+  app.add_option("--max-prompt-tokens", server.limits.max_prompt_tokens,
+                 "Most tokens in one prompt (0: the model's positions, or --seq-length under RoPE)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  app.add_option("--max-prompt-bytes", server.limits.max_prompt_bytes,
+                 "Most bytes in one prompt's text, refused before tokenizing (0: --max-prompt-tokens x (the "
+                 "tokenizer's longest token + 1))")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  app.add_option("--http-threads", server.threads,
+                 "Connections served at once, one thread each (a request waiting for the model holds one)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--max-connections-per-client", server.max_connections_per_client,
+                 "Most open connections from one client address (more: HTTP 503 at once)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--request-timeout", server.request_timeout_seconds,
+                 "Seconds a request's line, headers and body have to arrive (slower: HTTP 408, connection closed)")
+      ->check(CLI::Range(1, 3600));
 
   return run_on_every_rank(app, args, "serve", [&](comm::ProcessGroup& world) {
+    // The port first: one in use is said at once, not after the model has loaded.
+    infer::BoundListener listener = world.rank() == 0 ? infer::bind_listener(server) : nullptr;
     infer::LoadedModel model(flags.load, world);
     infer::kv_cache_blocks(batching, model.config());  // the flags' error before the server starts
     // One model on all the ranks: no replica of it. Under expert parallelism the experts' ranks (ep x etp
@@ -53,7 +71,7 @@ int serve_command(const std::vector<std::string>& args) {
                   "), or for an MoE checkpoint --expert-model-parallel-size x --expert-tensor-parallel-size x "
                   "--pipeline-model-parallel-size: one model serves");
     std::ostream null_log(nullptr);
-    infer::run_server(model, world, server, world.rank() == 0 ? std::cout : null_log);
+    infer::run_server(model, world, server, world.rank() == 0 ? std::cout : null_log, std::move(listener));
   }, &flags);
 }
 

@@ -36,7 +36,7 @@ fi
 declare -A pids ports
 for mode in sequential batched; do
   flags=(); [ $mode = sequential ] && flags=(--inference-max-requests 1)
-  "$tessera" serve --load "$ckpt" --port 0 --http-threads 40 "${flags[@]}" >"$work/$mode.log" 2>&1 &
+  "$tessera" serve --load "$ckpt" --port 0 --http-threads 40 --max-connections-per-client 40 "${flags[@]}" >"$work/$mode.log" 2>&1 &
   pids[$mode]=$!
   pid="${pids[*]}"
   for _ in $(seq 1 600); do

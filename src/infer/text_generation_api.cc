@@ -15,15 +15,6 @@ using nlohmann::json;
 bool is_int(const json& v) { return v.is_number_integer(); }
 bool is_number(const json& v) { return v.is_number(); }
 
-// The byte offset of each token's text in the decoded sequence (decoding prefixes, so characters
-// split over tokens land on the token that completes them).
-std::vector<int64_t> token_offsets(const std::vector<int32_t>& tokens, const data::Tokenizer& tokenizer) {
-  std::vector<int64_t> offsets;
-  for (size_t i = 0; i < tokens.size(); ++i)
-    offsets.push_back(static_cast<int64_t>(tokenizer.decode(std::span<const int32_t>(tokens.data(), i)).size()));
-  return offsets;
-}
-
 // A list of integers as token ids. One beyond int32 is refused here: converting it would wrap it into
 // some other id, which the vocabulary check would then accept (found by fuzzing).
 std::vector<int32_t> token_ids(const json& list) {
@@ -41,7 +32,45 @@ std::string decode_one(const data::Tokenizer& tokenizer, int32_t id) {
   return tokenizer.decode(std::span<const int32_t>(&id, 1));
 }
 
+// A seed: any integer in [0, 2^64) (clients may send the largest, which JSON holds as unsigned).
+bool is_seed(const json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); }
+
 }  // namespace
+
+std::vector<int64_t> token_offsets(const std::vector<int32_t>& tokens, const data::Tokenizer& tokenizer) {
+  // Each window starts kWindow tokens back: decoding from there gives the token's bytes as decoding the
+  // whole prefix does (a character spans at most 4 bytes, so at most 4 tokens), and whatever decoding does
+  // at a sequence's start (a dropped leading space, bytes of a character begun earlier) happens to both
+  // windows alike and cancels.
+  constexpr size_t kWindow = 8;
+  std::vector<int64_t> offsets(tokens.size(), 0);
+  auto decoded = [&](size_t begin, size_t end) {
+    return static_cast<int64_t>(tokenizer.decode(std::span<const int32_t>(tokens.data() + begin, end - begin)).size());
+  };
+  for (size_t i = 1; i < tokens.size(); ++i) {
+    const size_t begin = i - 1 > kWindow ? i - 1 - kWindow : 0;
+    offsets[i] = offsets[i - 1] + decoded(begin, i) - decoded(begin, i - 1);
+  }
+  return offsets;
+}
+
+ServerLimits resolve_limits(ServerLimits limits, const data::Tokenizer& tokenizer, const model::ModelConfig& config) {
+  if (limits.max_prompt_tokens == 0)
+    limits.max_prompt_tokens = config.position_embedding == model::PositionEmbedding::LearnedAbsolute || config.seq_length <= 0
+                                   ? config.max_position_embeddings
+                                   : config.seq_length;
+  if (limits.max_prompt_bytes == 0) {
+    int64_t longest = 1;
+    for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+      try {
+        longest = std::max<int64_t>(longest, static_cast<int64_t>(tokenizer.token_text(id).size()));
+      } catch (const std::exception&) {  // an id with no text (a reserved one)
+      }
+    }
+    limits.max_prompt_bytes = limits.max_prompt_tokens * (longest + 1);
+  }
+  return limits;
+}
 
 TextRequest parse_api_request(const json& body, const ServerLimits& limits) {
   if (!body.is_object()) reject("the request body must be a JSON object");
@@ -123,7 +152,7 @@ TextRequest parse_api_request(const json& body, const ServerLimits& limits) {
   if (body.contains("random_seed")) {
     const json& v = body["random_seed"];
     if (!is_int(v)) reject("random_seed must be integer");
-    if (v.get<int64_t>() < 0) reject("random_seed must be a positive integer");
+    if (!is_seed(v)) reject("random_seed must be a positive integer");
     s.random_seed = v.get<uint64_t>();
   }
   return r;
@@ -131,6 +160,19 @@ TextRequest parse_api_request(const json& body, const ServerLimits& limits) {
 
 TextRequest parse_completions_request(const json& body, const ServerLimits& limits) {
   if (!body.is_object()) reject("the request body must be a JSON object");
+  // The OpenAI fields this endpoint implements; "model" and "user" only name things (one model is served),
+  // "stream" may only be false. Others are refused, as on /api, so that every accepted field is honoured.
+  static const std::set<std::string> known = {"prompt", "max_tokens", "temperature", "top_p", "logprobs", "echo",
+                                              "n", "best_of", "seed", "stop", "model", "user", "stream"};
+  static const std::set<std::string> unsupported = {"suffix", "presence_penalty", "frequency_penalty", "logit_bias",
+                                                    "stream_options", "top_k"};
+  for (const auto& [key, value] : body.items()) {
+    if (unsupported.count(key)) reject(key + " is not supported by tessera serve");
+    if (!known.count(key)) reject("unknown field '" + key + "'");
+  }
+  if (body.contains("stream") && body["stream"] != false) reject("stream: only false is supported (no streaming)");
+  for (const char* field : {"model", "user"})
+    if (body.contains(field) && !body[field].is_string()) reject(std::string(field) + " must be a string");
   TextRequest r;
   r.kind = TextRequest::Kind::Completions;
   if (!body.contains("prompt")) reject("prompt is required");
@@ -188,7 +230,7 @@ TextRequest parse_completions_request(const json& body, const ServerLimits& limi
     if (body[field].get<int64_t>() > 1) reject(std::string(field == std::string("n") ? "num_completions" : "best_of") + " > 1 not supported");
   }
   if (body.contains("seed")) {
-    if (!is_int(body["seed"]) || body["seed"].get<int64_t>() < 0) reject("seed must be a non-negative integer");
+    if (!is_seed(body["seed"])) reject("seed must be an integer in [0, 2^64)");
     s.random_seed = body["seed"].get<uint64_t>();
   }
   if (body.contains("stop")) {
@@ -207,7 +249,13 @@ TextRequest parse_completions_request(const json& body, const ServerLimits& limi
 }
 
 std::vector<std::vector<int32_t>> tokenize_prompts(const TextRequest& r, const data::Tokenizer& tokenizer,
-                                                   const model::ModelConfig& config) {
+                                                   const model::ModelConfig& config, const ServerLimits& limits) {
+  // Texts by their bytes first: tokenizing an over-long text would take its time and memory for nothing.
+  if (limits.max_prompt_bytes > 0)
+    for (const std::string& p : r.prompts)
+      if (static_cast<int64_t>(p.size()) > limits.max_prompt_bytes)
+        reject("prompt: " + std::to_string(p.size()) + " bytes are more than --max-prompt-bytes " +
+               std::to_string(limits.max_prompt_bytes));
   std::vector<std::vector<int32_t>> out;
   for (const std::string& p : r.prompts) {
     std::vector<int32_t> ids;
@@ -230,6 +278,9 @@ std::vector<std::vector<int32_t>> tokenize_prompts(const TextRequest& r, const d
   }
   for (const auto& ids : out) {
     if (ids.empty()) reject("a prompt has no tokens");
+    if (limits.max_prompt_tokens > 0 && static_cast<int64_t>(ids.size()) > limits.max_prompt_tokens)
+      reject("prompt: " + std::to_string(ids.size()) + " tokens are more than --max-prompt-tokens " +
+             std::to_string(limits.max_prompt_tokens));
     int64_t total = static_cast<int64_t>(ids.size()) + r.options.sampling.tokens_to_generate;
     if (config.position_embedding == model::PositionEmbedding::LearnedAbsolute &&
         total > config.max_position_embeddings)

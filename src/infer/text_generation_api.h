@@ -22,7 +22,19 @@ struct RequestError : std::runtime_error {
 struct ServerLimits {
   int64_t max_prompts = 128;               // Megatron's limit
   int64_t max_tokens_to_generate = 1024;   // --max-tokens-to-generate
+  // --max-prompt-tokens: tokens in one prompt (0: the model's, see resolve_limits). Prefilling is
+  // linear in it and every waiting request waits for it, so it is bounded even where positions are not.
+  int64_t max_prompt_tokens = 0;
+  // --max-prompt-bytes: bytes in one prompt's text, checked before it is tokenized (0: derived from the
+  // token limit, see resolve_limits), so an over-long prompt costs no tokenizer memory or time.
+  int64_t max_prompt_bytes = 0;
 };
+
+// `limits` with its zeros replaced by the model's: max_prompt_tokens by the positions of a learned
+// position embedding, else by --seq-length; max_prompt_bytes by max_prompt_tokens times one more than
+// the tokenizer's longest token text (the separator a tokenizer may drop between tokens), so that any
+// text that fits in the tokens passes, unless padded with runs of whitespace.
+ServerLimits resolve_limits(ServerLimits limits, const data::Tokenizer& tokenizer, const model::ModelConfig& config);
 
 // A request of either endpoint, as generation needs it.
 struct TextRequest {
@@ -39,10 +51,15 @@ struct TextRequest {
 TextRequest parse_api_request(const nlohmann::json& body, const ServerLimits& limits);
 TextRequest parse_completions_request(const nlohmann::json& body, const ServerLimits& limits);
 
-// Tokenizes the prompts (eod first with add_BOS, as Megatron) and checks they fit the model.
-// Throws RequestError.
+// Tokenizes the prompts (eod first with add_BOS, as Megatron) and checks they fit the model and the
+// limits whose fields are not 0 (texts by bytes before any is tokenized). Throws RequestError.
 std::vector<std::vector<int32_t>> tokenize_prompts(const TextRequest& r, const data::Tokenizer& tokenizer,
-                                                   const model::ModelConfig& config);
+                                                   const model::ModelConfig& config, const ServerLimits& limits = {});
+
+// The byte offset of each token's text in the decoded sequence, as decoding each prefix would give it
+// (characters split over tokens land on the token that completes them), in linear time: each token's
+// length is measured in a window of the tokens before it, which holds any character it completes.
+std::vector<int64_t> token_offsets(const std::vector<int32_t>& tokens, const data::Tokenizer& tokenizer);
 
 // Megatron's responses: PUT /api {"text", "segments", "logprobs", "tokens"} (each a list over the
 // prompts: prompt + generation); POST /completions {"choices": [{"index", "text", "logprobs":

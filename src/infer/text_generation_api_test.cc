@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace tessera::infer {
 namespace {
 
@@ -199,6 +201,137 @@ TEST(Completions, TokenIdsBeyondInt32AreRefused) {
   }
   TextRequest r = parse_completions_request(json{{"prompt", {{2147483647, -2147483648LL}}}, {"max_tokens", 1}}, {});
   EXPECT_EQ(r.prompt_ids, (std::vector<std::vector<int32_t>>{{2147483647, INT32_MIN}}));
+}
+
+// Pieces of UTF-8 ("é" split over ids 2 and 3, "€" over 4, 5 and 6) with two effects at a sequence's start
+// that decoding a prefix has and a window must reproduce: a leading space is dropped (as SentencePiece
+// does), and bytes that do not make a whole character become one U+FFFD per ill-formed part (3 bytes for
+// 1 or 2, as GPT-2's decode does).
+class PieceTokenizer final : public data::Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view) const override { return {}; }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string bytes;
+    for (int32_t id : ids) bytes += kPieces[static_cast<size_t>(id)];
+    if (!bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
+    std::string out;
+    for (size_t i = 0; i < bytes.size();) {
+      const auto lead = static_cast<unsigned char>(bytes[i]);
+      const size_t n = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
+      size_t k = 1;  // the lead and the continuation bytes that follow it, up to n
+      while (n > 0 && k < n && i + k < bytes.size() && (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80) ++k;
+      const bool whole = n > 0 && k == n;
+      out += whole ? bytes.substr(i, n) : "\xEF\xBF\xBD";  // one U+FFFD per ill-formed part
+      i += whole || n > 0 ? k : 1;
+    }
+    return out;
+  }
+  int32_t vocab_size() const override { return static_cast<int32_t>(kPieces.size()); }
+  int32_t eod() const override { return 0; }
+  std::string_view name() const override { return "PieceTokenizer"; }
+  inline static const std::vector<std::string> kPieces = {"a", " b", "\xC3", "\xA9", "\xE2", "\x82", "\xAC", " ", "cd"};
+};
+
+// Issue 57: text_offset decoded every prefix (quadratic: a 64 KB prompt took a minute). The windowed
+// offsets must equal the prefix ones on every sequence, whole characters or not.
+TEST(Completions, TextOffsetsAreThoseOfDecodingEachPrefix) {
+  PieceTokenizer tok;
+  std::mt19937 random(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int32_t> tokens;
+    const int length = 1 + trial % 40;
+    while (static_cast<int>(tokens.size()) < length) {
+      const int pick = static_cast<int>(random() % 7);  // mostly whole characters, sometimes stray bytes
+      if (pick == 0) tokens.insert(tokens.end(), {2, 3});
+      else if (pick == 1) tokens.insert(tokens.end(), {4, 5, 6});
+      else tokens.push_back(static_cast<int32_t>(random() % 9));
+    }
+    std::vector<int64_t> prefix;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      prefix.push_back(static_cast<int64_t>(tok.decode(std::span<const int32_t>(tokens.data(), i)).size()));
+    ASSERT_EQ(token_offsets(tokens, tok), prefix) << "trial " << trial;
+  }
+}
+
+std::string completions_error(const json& body) {
+  try {
+    parse_completions_request(body, {});
+  } catch (const RequestError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Completions, UnknownFieldsAreRefusedByNameOpenAisAccepted) {
+  const json base = {{"prompt", "ab"}, {"max_tokens", 2}};
+  auto with = [&](const char* key, const json& value) {
+    json body = base;
+    body[key] = value;
+    return body;
+  };
+  EXPECT_EQ(completions_error(with("temprature", 1)), "unknown field 'temprature'");
+  EXPECT_EQ(completions_error(with("logit_bias", json::object())), "logit_bias is not supported by tessera serve");
+  EXPECT_EQ(completions_error(with("stream", true)), "stream: only false is supported (no streaming)");
+  EXPECT_EQ(completions_error(with("model", 3)), "model must be a string");
+  json openai = base;
+  openai.update({{"model", "gpt"}, {"user", "me"}, {"stream", false}, {"n", 1}, {"best_of", 1}, {"logprobs", 0},
+                 {"echo", false}, {"stop", {"x"}}, {"seed", 1}, {"top_p", 0.5}, {"temperature", 0.7}});
+  EXPECT_EQ(completions_error(openai), "");
+}
+
+TEST(ApiRequest, SeedsCoverTheWholeUint64Range) {
+  const json largest = 18446744073709551615ULL;
+  EXPECT_EQ(parse_api_request(json{{"prompts", {"a"}}, {"random_seed", largest}}, {}).options.sampling.random_seed,
+            18446744073709551615ULL);
+  EXPECT_EQ(parse_completions_request(json{{"prompt", "a"}, {"max_tokens", 1}, {"seed", largest}}, {})
+                .options.sampling.random_seed,
+            18446744073709551615ULL);
+  EXPECT_EQ(completions_error(json{{"prompt", "a"}, {"max_tokens", 1}, {"seed", -1}}), "seed must be an integer in [0, 2^64)");
+}
+
+// A tokenizer that must not be asked: over-long texts are refused by their bytes before tokenizing.
+class RefusingTokenizer final : public data::Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override {
+    ADD_FAILURE() << "tokenized " << text.size() << " bytes";
+    return {1};
+  }
+  std::string decode(std::span<const int32_t>) const override { return "x"; }
+  int32_t vocab_size() const override { return 4; }
+  int32_t eod() const override { return 0; }
+  std::string_view name() const override { return "RefusingTokenizer"; }
+};
+
+std::string tokenize_error(const TextRequest& r, const data::Tokenizer& tok, const model::ModelConfig& config,
+                           const ServerLimits& limits) {
+  try {
+    tokenize_prompts(r, tok, config, limits);
+  } catch (const RequestError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ApiRequest, PromptLimitsInTokensAndBytes) {
+  model::ModelConfig rope;
+  rope.position_embedding = model::PositionEmbedding::Rope;
+  rope.seq_length = 6;
+  rope.max_position_embeddings = 4096;
+  CharTokenizer chars;  // its longest text is "<eod>", 5 bytes
+  const ServerLimits limits = resolve_limits({}, chars, rope);
+  EXPECT_EQ(limits.max_prompt_tokens, 6);  // RoPE: --seq-length
+  EXPECT_EQ(limits.max_prompt_bytes, 6 * (5 + 1));
+  model::ModelConfig learned = rope;
+  learned.position_embedding = model::PositionEmbedding::LearnedAbsolute;
+  EXPECT_EQ(resolve_limits({}, chars, learned).max_prompt_tokens, 4096);
+  EXPECT_EQ(resolve_limits({128, 10, 3, 7}, chars, rope).max_prompt_bytes, 7);  // given ones stay
+
+  TextRequest r = parse_api_request(json{{"prompts", {"abcdefg"}}}, {});
+  EXPECT_EQ(tokenize_error(r, chars, rope, limits), "prompt: 7 tokens are more than --max-prompt-tokens 6");
+  r.prompts = {"abcdef"};
+  EXPECT_EQ(tokenize_error(r, chars, rope, limits), "");
+  r.prompts = {"ab", std::string(37, 'a')};
+  EXPECT_EQ(tokenize_error(r, RefusingTokenizer(), rope, limits), "prompt: 37 bytes are more than --max-prompt-bytes 36");
 }
 
 }  // namespace

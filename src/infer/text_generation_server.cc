@@ -1,8 +1,10 @@
 #include "infer/text_generation_server.h"
 
 #include <httplib.h>
+#include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,6 +20,7 @@
 
 #include "comm/mpi_process_group.h"
 #include "infer/batch_decoder.h"
+#include "infer/http_guard.h"
 #include "core/timer.h"
 
 namespace tessera::infer {
@@ -59,7 +62,7 @@ RequestSequences prepare(const std::string& kind, const json& body, const Loaded
                          const ServerLimits& limits) {
   RequestSequences r;
   r.request = kind == "api" ? parse_api_request(body, limits) : parse_completions_request(body, limits);
-  r.prompts = tokenize_prompts(r.request, model.tokenizer(), model.config());
+  r.prompts = tokenize_prompts(r.request, model.tokenizer(), model.config(), limits);
   auto options = std::make_shared<GenerationOptions>(r.request.options);
   options->sampling.eod = model.tokenizer().eod();
   r.options = options;
@@ -105,7 +108,65 @@ std::vector<Done> run_step(Batch& batch, const std::vector<std::pair<int64_t, Re
   return done;
 }
 
+// Why `host`:`port` cannot be bound (httplib says only that it failed): binds a probe socket for errno.
+std::string bind_failure(const std::string& host, int port) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found)
+    return str_cat("cannot listen on ", host, ":", port, ": --host ", host, " is not an address of this machine");
+  int error = 0;
+  const int probe = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+  int yes = 1;
+  if (probe >= 0 && (::setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes),
+                     ::bind(probe, found->ai_addr, found->ai_addrlen) != 0))
+    error = errno;
+  if (probe >= 0) ::close(probe);
+  ::freeaddrinfo(found);
+  if (error == EADDRINUSE) return str_cat("port ", port, " is in use (--port; 0 picks a free one)");
+  return str_cat("cannot listen on ", host, ":", port, " (--host/--port)", error ? ": " : "",
+                 error ? std::strerror(error) : "");
+}
+
 }  // namespace
+
+struct HttpListener {
+  explicit HttpListener(const HttpGuardOptions& guard)
+      : server(guard, [this](const std::string& line) { log(line); }) {}
+  std::function<void(const std::string&)> log = [](const std::string&) {};  // run_server's log, once it runs
+  GuardedServer server;
+  int port = 0;
+};
+
+void HttpListenerDeleter::operator()(HttpListener* listener) const { delete listener; }
+
+BoundListener bind_listener(const ServerOptions& options) {
+  HttpGuardOptions guard;
+  guard.request_timeout_seconds = options.request_timeout_seconds;
+  guard.max_connections_per_client = options.max_connections_per_client;
+  guard.max_request_bytes = options.max_body_bytes + 64 * 1024;  // the body and its headers
+  BoundListener listener(new HttpListener(guard));
+  GuardedServer& server = listener->server;
+  server.new_task_queue = [n = options.threads] { return new httplib::ThreadPool(n); };
+  // Headers and body leave in separate writes; with Nagle's algorithm the body would wait for the
+  // client's delayed ACK of the headers (up to 40 ms on Linux) on some requests.
+  server.set_tcp_nodelay(true);
+  // Debian's cpp-httplib 0.11 listens with a backlog of 5, so a burst of clients on a busy machine
+  // can be reset before they are accepted; the socket is given a full backlog after binding.
+  int listen_socket = -1;
+  server.set_socket_options([&](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_socket = sock;
+  });
+  int port = options.port;
+  const bool bound = port == 0 ? (port = server.bind_to_any_port(options.host)) > 0
+                               : server.bind_to_port(options.host, port);
+  if (!bound) throw Error("tessera serve: " + bind_failure(options.host, options.port));
+  if (listen_socket >= 0) ::listen(listen_socket, SOMAXCONN);
+  listener->port = port;
+  return listener;
+}
 
 int64_t kv_cache_blocks(const BatchingOptions& o, const model::ModelConfig& c) {
   TESSERA_CHECK(o.max_sequences >= 1, "--inference-max-requests=", o.max_sequences, ": must be >= 1");
@@ -121,7 +182,8 @@ int64_t kv_cache_blocks(const BatchingOptions& o, const model::ModelConfig& c) {
   return static_cast<int64_t>(std::min(blocks, 1e9));
 }
 
-void run_server(const LoadedModel& model, comm::ProcessGroup& group, const ServerOptions& options, std::ostream& log) {
+void run_server(const LoadedModel& model, comm::ProcessGroup& group, const ServerOptions& options, std::ostream& log,
+                BoundListener listener) {
   // Idle ranks wait for the next step inside a broadcast; it must not count as a hang.
   comm::set_collective_timeout(std::chrono::hours(24 * 365));
 
@@ -140,12 +202,13 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     return std::make_unique<BatchDecoder>(model.runner(), pool_blocks, batching.block_size, &model.tokenizer());
   };
   Batch batch{fresh_decoder(), {}};
+  const ServerLimits limits = resolve_limits(options.limits, model.tokenizer(), model.config());
 
   // A step command, from rank 0 to the others: {"stop": true} or {"join": [[slot, kind, body], ...]}.
   auto joining_of = [&](const json& command) {
     std::vector<std::pair<int64_t, RequestSequences>> joining;
     for (const json& j : command["join"])
-      joining.emplace_back(j[0].get<int64_t>(), prepare(j[1].get<std::string>(), j[2], model, options.limits));
+      joining.emplace_back(j[0].get<int64_t>(), prepare(j[1].get<std::string>(), j[2], model, limits));
     return joining;
   };
   if (group.rank() != 0) {  // follow rank 0's steps until it says stop
@@ -178,27 +241,83 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   std::mt19937_64 seeds{std::random_device{}()};
   const int64_t max_sequences = batching.max_sequences;
 
-  httplib::Server server;
-  server.new_task_queue = [n = options.threads] { return new httplib::ThreadPool(n); };
+  GuardedServer& server = listener->server;
+  auto log_line = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    log << line << std::endl;
+  };
+  listener->log = [&](const std::string& line) { log_line(" > " + line); };
   server.set_payload_max_length(options.max_body_bytes);
-  // Headers and body leave in separate writes; with Nagle's algorithm the body would wait for the
-  // client's delayed ACK of the headers (up to 40 ms on Linux) on some requests.
-  server.set_tcp_nodelay(true);
-  server.set_read_timeout(options.read_timeout_seconds, 0);
-  server.set_write_timeout(options.read_timeout_seconds, 0);
+  // Every refused request is logged here, with its status and reason (answered ones by their handler,
+  // with what they asked for).
+  server.set_logger([&](const httplib::Request& req, const httplib::Response& res) {
+    if (res.status < 400) return;
+    std::string reason;
+    try {
+      reason = json::parse(res.body).value("error", "");
+    } catch (const json::exception&) {
+    }
+    log_line(str_cat("request from ", GuardedServer::client_address(), ": ", req.method.empty() ? "?" : req.method, " ",
+                     req.path, " -> ", res.status, ": ", reason));
+  });
   server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;  // our own JSON error
-    std::string message = res.status == 413 ? "the request body is larger than --max-body-bytes"
+    auto [status, why] = GuardedServer::read_failure();
+    if (status != 0) res.status = status;
+    std::string message = status != 0           ? why
+                          : res.status == 413 ? "the request body is larger than --max-body-bytes"
                           : res.status == 404 ? "no such endpoint (PUT /api, POST /completions, GET /health)"
+                          : res.status == 400 ? "malformed HTTP request"
                                               : "HTTP error " + std::to_string(res.status);
     res.set_content(dump({{"error", message}}), "application/json");
   });
+  // Framing is checked before any body is read; a refused request's connection closes, since the rest of
+  // its body could not be told from a next request.
+  server.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
+    auto [status, why] = check_framing(req, options.max_body_bytes);
+    if (status == 0) {
+      // GET and HEAD bodies are not read (httplib expects none): their connection must not go on.
+      if (req.has_header("Transfer-Encoding") ||
+          (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0"))
+        if (req.method == "GET" || req.method == "HEAD") GuardedServer::close_after(req);
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    GuardedServer::close_after(req);
+    reply_error(res, status, why);
+    return httplib::Server::HandlerResponse::Handled;
+  });
 
-  auto handle = [&](const char* kind, const httplib::Request& req, httplib::Response& res) {
+  // The body, up to --max-body-bytes whatever its framing: a chunked one is counted as it arrives and
+  // refused (413) as soon as it passes the limit, not after it has been read in full.
+  auto read_body = [&](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                       std::string& body) {
+    bool too_large = false;
+    const bool read = reader([&](const char* data, size_t n) {
+      if (body.size() + n > options.max_body_bytes) {
+        too_large = true;
+        return false;
+      }
+      body.append(data, n);
+      return true;
+    });
+    if (read) return true;
+    GuardedServer::close_after(req);
+    auto [status, why] = GuardedServer::read_failure();
+    if (too_large)
+      reply_error(res, 413, str_cat("the request body is larger than --max-body-bytes ", options.max_body_bytes));
+    else
+      reply_error(res, status != 0 ? status : 400, status != 0 ? why : "the request body could not be read");
+    return false;
+  };
+
+  auto handle = [&](const char* kind, const httplib::Request& req, httplib::Response& res,
+                    const httplib::ContentReader& reader) {
     Job job;
     job.kind = kind;
+    std::string text;
+    if (!read_body(req, res, reader, text)) return;
     try {
-      job.body = json::parse(req.body);
+      job.body = json::parse(text);
     } catch (const json::exception& e) {
       return reply_error(res, 400, std::string("malformed JSON: ") + e.what());
     }
@@ -210,7 +329,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     }
     // Validate and tokenize here, so bad requests are answered at once without taking the model.
     try {
-      job.sequences = prepare(job.kind, job.body, model, options.limits);
+      job.sequences = prepare(job.kind, job.body, model, limits);
     } catch (const RequestError& e) {
       return reply_error(res, 400, e.what());
     }
@@ -243,45 +362,46 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     }
     queue_changed.notify_all();
     auto [status, response] = answer.get();
-    if (!r.request.no_log) {
-      std::lock_guard<std::mutex> lock(log_mutex);
-      log << "request from " << req.remote_addr << ": " << req.method << " " << req.path << ", " << n
-          << " prompt(s), " << r.request.options.sampling.tokens_to_generate << " tokens to generate -> " << status
-          << " in " << timer.seconds() << " s" << std::endl;
-    }
+    if (status != 200) return reply_error(res, status, response.value("error", ""));
+    // The response is built here, not on the decoding thread, which every other request waits for.
+    const TextRequest& t = r.request;
+    response = t.kind == TextRequest::Kind::Api ? api_response(job.generations, t, model.tokenizer())
+                                                : completions_response(job.generations, t, model.tokenizer());
+    if (!t.no_log)
+      log_line(str_cat("request from ", req.remote_addr, ": ", req.method, " ", req.path, ", ", n, " prompt(s), ",
+                       t.options.sampling.tokens_to_generate, " tokens to generate -> ", status, " in ",
+                       timer.seconds(), " s"));
     res.status = status;
     res.set_content(dump(response), "application/json");
   };
-  server.Put("/api", [&](const httplib::Request& req, httplib::Response& res) { handle("api", req, res); });
-  server.Post("/completions", [&](const httplib::Request& req, httplib::Response& res) { handle("completions", req, res); });
-  server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  using httplib::ContentReader;
+  using httplib::Request;
+  using httplib::Response;
+  server.Put("/api", [&](const Request& req, Response& res, const ContentReader& reader) { handle("api", req, res, reader); });
+  server.Post("/completions", [&](const Request& req, Response& res, const ContentReader& reader) {
+    handle("completions", req, res, reader);
+  });
+  // Any other PUT or POST is answered without reading its body (httplib would read it with no bound).
+  auto elsewhere = [](const Request& req, Response& res, const ContentReader&) {
+    GuardedServer::close_after(req);
+    reply_error(res, 404, "no such endpoint (PUT /api, POST /completions, GET /health)");
+  };
+  server.Put(".*", elsewhere);
+  server.Post(".*", elsewhere);
+  server.Get("/health", [](const Request&, Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
 
   auto stop_others = [&] {
     if (group.size() > 1) broadcast_string(group, json{{"stop", true}}.dump());
   };
-  // Debian's cpp-httplib 0.11 listens with a backlog of 5, so a burst of clients on a busy machine
-  // can be reset before they are accepted; the socket is given a full backlog after binding.
-  int listen_socket = -1;
-  server.set_socket_options([&](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listen_socket = sock;
-  });
-  int port = options.port;
-  bool bound = port == 0 ? (port = server.bind_to_any_port(options.host)) > 0 : server.bind_to_port(options.host, port);
-  if (!bound) {
-    stop_others();
-    throw Error(str_cat("tessera serve: cannot listen on ", options.host, ":", options.port,
-                        " (--host/--port: address in use or not available)"));
-  }
-  if (listen_socket >= 0) ::listen(listen_socket, SOMAXCONN);
+  const int port = listener->port;
   log << " > serving " << model.config().num_layers << "-layer model on http://" << options.host << ":" << port
       << " (PUT /api, POST /completions, GET /health); up to " << max_sequences << " sequences at once, "
-      << pool_blocks << " key/value blocks of " << batching.block_size << " positions" << std::endl;
+      << pool_blocks << " key/value blocks of " << batching.block_size << " positions; prompts of at most "
+      << limits.max_prompt_tokens << " tokens and " << limits.max_prompt_bytes << " bytes" << std::endl;
   std::atomic<bool> listener_done{false};
-  std::thread listener([&] {
+  std::thread http_thread([&] {
     server.listen_after_bind();
     listener_done.store(true);
     queue_changed.notify_all();
@@ -336,9 +456,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
       Job* job = running.at(d.slot);
       job->generations[d.prompt] = std::move(d.generation);
       if (--job->remaining > 0) continue;
-      const TextRequest& r = job->sequences.request;
-      answer(d.slot, 200, r.kind == TextRequest::Kind::Api ? api_response(job->generations, r, model.tokenizer())
-                                                           : completions_response(job->generations, r, model.tokenizer()));
+      answer(d.slot, 200, nullptr);  // the HTTP thread builds the response
     }
     for (int64_t slot : failed)
       if (running.count(slot)) answer(slot, 500, {{"error", error}});
@@ -353,7 +471,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  listener.join();
+  http_thread.join();
   stop_others();
   log << " > server stopped after " << steps << " decoding steps (at most " << most_sequences
       << " sequences at once, " << (steps ? static_cast<double>(sequence_steps) / static_cast<double>(steps) : 0.0)

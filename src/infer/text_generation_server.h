@@ -6,6 +6,7 @@
 // sequence finishes; its tokens are those it would get alone.
 #pragma once
 
+#include <memory>
 #include <ostream>
 #include <string>
 
@@ -30,15 +31,30 @@ struct ServerOptions {
   std::string host = "127.0.0.1";  // --host: loopback only unless asked
   int port = 5000;                 // --port (0: any free port, printed at start)
   ServerLimits limits;
-  size_t max_body_bytes = 1 << 20;  // --max-body-bytes: larger bodies get 413
+  size_t max_body_bytes = 1 << 20;  // --max-body-bytes: larger bodies (also chunked ones) get 413
   BatchingOptions batching;
-  int threads = 8;                  // HTTP worker threads (each waits for its request's answer)
-  int read_timeout_seconds = 10;    // a client that sends nothing for this long is dropped
+  // --http-threads: connections served at once, one thread each (a connection waiting for its answer
+  // holds its thread); more wait to be accepted.
+  int threads = 64;
+  int request_timeout_seconds = 10;    // --request-timeout: a request's line, headers and body arrive within it
+  int max_connections_per_client = 16;  // --max-connections-per-client: more from one address get 503
 };
 
+// rank 0's HTTP listener, bound to its port before the model loads (so that a port in use is said at
+// once, not after minutes of loading).
+struct HttpListener;
+struct HttpListenerDeleter {
+  void operator()(HttpListener* listener) const;
+};
+using BoundListener = std::unique_ptr<HttpListener, HttpListenerDeleter>;
+// Throws Error "port N is in use" (or naming --host when the address cannot be bound).
+BoundListener bind_listener(const ServerOptions& options);
+
 // Runs on every rank of `group` (the ranks holding the model: the job's world) until SIGINT or SIGTERM
-// reaches its rank 0 (or its HTTP listener fails), then returns on every rank. Rank 0 answers HTTP and
-// every rank runs each request in the same order. `log` is written on rank 0 only.
-void run_server(const LoadedModel& model, comm::ProcessGroup& group, const ServerOptions& options, std::ostream& log);
+// reaches its rank 0 (or its HTTP listener fails), then returns on every rank. Rank 0 answers HTTP on
+// `listener` (from bind_listener; null on the other ranks) and every rank runs each request in the same
+// order. `log` is written on rank 0 only.
+void run_server(const LoadedModel& model, comm::ProcessGroup& group, const ServerOptions& options, std::ostream& log,
+                BoundListener listener);
 
 }  // namespace tessera::infer
