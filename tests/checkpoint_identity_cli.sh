@@ -8,7 +8,8 @@
 #   of this machine and no float32 noise in config.json, and its import generates the same text;
 # - convert never writes into a non-empty --save-dir (--overwrite replaces it; a file is named);
 # - a checkpoint whose optimizer files were removed generates, converts and resumes with --no-load-optim;
-# - a damaged model configuration is refused by field, by generate and serve alike.
+# - a damaged model configuration is refused by field, by generate and serve alike, and a key/value
+#   buffer larger than the machine by its flag.
 set -uo pipefail
 tessera=${1:?usage: checkpoint_identity_cli.sh path/to/tessera}
 tessera=$(cd "$(dirname "$tessera")" && pwd)/$(basename "$tessera")
@@ -158,5 +159,8 @@ expect_failure "--load=$work/zero: model configuration: num_layers is 0, must be
   "$tessera" generate --load "$work/zero" --prompt "3 5"
 expect_failure "model configuration: num_layers is 0" timeout 60 "$tessera" serve --load "$work/zero" --port 0
 expect_failure "model configuration: num_layers is 0" "$tessera" train "${small[@]}" --train-iters 4 --load "$work/zero"
+# A key/value buffer larger than the machine: refused by flag, not a std::bad_alloc.
+expect_failure "--inference-dynamic-batching-buffer-size-gb=100000: more than this machine's memory (" \
+  timeout 60 "$tessera" serve --load "$work/base" --port 0 --inference-dynamic-batching-buffer-size-gb 100000
 
 finish checkpoint_identity_cli

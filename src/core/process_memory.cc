@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <string>
+#include <unistd.h>
 
 namespace tessera {
 namespace {
@@ -17,5 +18,10 @@ double proc_status_bytes(const std::string& field) {
 
 double resident_bytes() { return proc_status_bytes("VmRSS:"); }
 double peak_resident_bytes() { return proc_status_bytes("VmHWM:"); }
+
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+}
 
 }  // namespace tessera

@@ -1,5 +1,7 @@
 #include "infer/text_generation_server.h"
 
+#include "core/process_memory.h"
+
 #include <httplib.h>
 #include <netdb.h>
 #include <signal.h>
@@ -173,6 +175,10 @@ int64_t kv_cache_blocks(const BatchingOptions& o, const model::ModelConfig& c) {
   TESSERA_CHECK(o.max_waiting >= 0, "--inference-max-waiting-sequences=", o.max_waiting, ": must be >= 0");
   TESSERA_CHECK(o.block_size >= 1, "--inference-dynamic-batching-block-size=", o.block_size, ": must be >= 1");
   TESSERA_CHECK(o.buffer_gb > 0, "--inference-dynamic-batching-buffer-size-gb=", o.buffer_gb, ": must be > 0");
+  // A buffer the machine cannot hold would end in std::bad_alloc (or the kernel's OOM killer) once allocated.
+  const double machine = physical_memory_bytes(), gib = static_cast<double>(1 << 30);
+  TESSERA_CHECK(machine == 0 || o.buffer_gb * gib <= machine, "--inference-dynamic-batching-buffer-size-gb=", o.buffer_gb,
+                ": more than this machine's memory (", machine / gib, " GiB)");
   const double bytes_per_block = 2.0 * static_cast<double>(c.num_layers * c.num_query_groups * c.kv_channels) *
                                  sizeof(float) * static_cast<double>(o.block_size);
   const double blocks = std::floor(o.buffer_gb * static_cast<double>(1 << 30) / bytes_per_block);

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kernels/cpu_features.h"
+#include "kernels/gemm.h"
 #include "model/activation_memory.h"
+#include "train/training_log.h"
 
 namespace tessera::train {
 
@@ -107,6 +110,34 @@ std::string memory_report(const TrainArguments& a, const MemoryPrediction& p) {
       "   Theoretical memory footprints: weight and optimizer=", megabytes(p.weight_and_optimizer),
       " MB, activation=", megabytes(p.activations), " MB, total=", megabytes(p.weight_and_optimizer + p.activations),
       " MB");
+}
+
+
+std::string mixed_precision_summary(const TrainArguments& a) {
+  const DType t = a.model.params_dtype;
+  const char* name = dtype_name(t);
+  std::string where;
+  if (a.device.type == DeviceType::CUDA) {
+    where = str_cat("cuBLASLt on ", a.device.str(), ", the weights rounded to ", name, " once per step");
+  } else {
+    const kernels::CpuFeatures& cpu = kernels::cpu_features();
+    const char* instructions = t == DType::BF16 ? "AVX512-BF16 or AMX-BF16" : "AVX512-FP16 or AMX-FP16";
+    std::string path;
+    if (kernels::GemmBackend::for_device(Device::cpu()).native_16bit(t))
+      path = str_cat("native: oneDNN ", name, " kernels");
+    else if (cpu.native_16bit(t))
+      path = str_cat("this oneDNN has no ", name, " kernel for them, so rounded to ", name, " on the fp32 kernels");
+    else
+      path = str_cat("no ", instructions, ", so rounded to ", name, " on the fp32 kernels");
+    where = str_cat("CPU features: ", cpu.str(), "; ", path);
+  }
+  std::string s = str_cat(" > mixed precision: ", name, " GEMM inputs with fp32 accumulation (", where,
+                          "), fp32 master weights, gradients accumulated and all-reduced in fp32");
+  if (!a.loss_scaler) return s;
+  const optim::LossScalerConfig& c = *a.loss_scaler;
+  if (!c.dynamic) return str_cat(s, ", constant loss scale ", scale_str(c.initial_scale));
+  return str_cat(s, ", dynamic loss scale from ", scale_str(c.initial_scale), " (min ", scale_str(c.min_scale),
+                 ", window ", c.window, ", hysteresis ", c.hysteresis, ")");
 }
 
 }  // namespace tessera::train

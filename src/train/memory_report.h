@@ -1,5 +1,6 @@
 // The memory a rank needs, predicted before training (Megatron's report_theoretical_memory, for what
-// Tessera stores) and measured while training (Tessera's own allocator accounting).
+// Tessera stores) and measured while training (Tessera's own allocator accounting); and the start-up
+// line of a mixed-precision run.
 #pragma once
 
 #include <string>
@@ -34,5 +35,9 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
 std::string memory_report(const TrainArguments& a, const MemoryPrediction& p);
 
 std::string megabytes(double bytes);  // "12.34"
+
+// The start-up line of a --bf16/--fp16 run: what is 16-bit, which CPU features decided the GEMM path
+// and which path it is (on a GPU: cuBLASLt's), and the loss scale.
+std::string mixed_precision_summary(const TrainArguments& a);
 
 }  // namespace tessera::train

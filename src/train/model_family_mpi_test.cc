@@ -78,11 +78,11 @@ void register_toy_family() {
   });
 }
 
+// The family by flag (registered families are --model-family's choices), so that every rule that reads
+// it sees it: a resume checks it against the checkpoint's.
 TrainArguments toy_arguments(int tp, int pp, int iters, const std::string& extra, int64_t world_size) {
-  TrainArguments a = parse_train_arguments(split_flags(testing::pipeline_model_flags(tp, pp, 1, 8, iters, extra)),
-                                           world_size);
-  a.model.family = "toy";
-  return a;
+  return parse_train_arguments(
+      split_flags(testing::pipeline_model_flags(tp, pp, 1, 8, iters, extra + " --model-family toy")), world_size);
 }
 
 TEST(ModelFamilies, UnknownFamilyIsAClearError) {

@@ -6,20 +6,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
-#include <set>
 #include <utility>
 
 #include "ckpt/checkpoint.h"
-#include "data/text_bytes.h"
 #include "data/tokenizer_factory.h"
 #include "core/process_memory.h"
 #include "core/profiler.h"
 #include "core/timer.h"
-#include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "kernels/precision.h"
 #include "model/context_parallel_chunk.h"
@@ -29,92 +25,8 @@
 #include "train/exit_signal.h"
 #include "train/fault_injection.h"
 #include "train/megatron_compat_flags.h"
-#include "train/model_flags.h"
 
 namespace tessera::train {
-namespace {
-
-// What a checkpoint records about the run: the model (enough to rebuild it for generation) and the
-// data and training settings.
-nlohmann::json arguments_json(const TrainArguments& a) {
-  // The tokenizer's files as absolute paths, so the record means the same from any directory (the
-  // checkpoint carries copies of them too: tokenizer_files below).
-  const auto absolute = [](const std::string& p) { return p.empty() ? p : std::filesystem::absolute(p).string(); };
-  return {{"model", model::to_json(a.model)},
-          {"tokenizer_type", a.tokenizer_type},
-          {"vocab_file", absolute(a.vocab_file)},
-          {"merge_file", absolute(a.merge_file)},
-          {"tokenizer_model", absolute(a.tokenizer_model)},
-          {"data_path", a.data_path},
-          {"split", a.split},
-          {"tensor_model_parallel_size", a.tensor_model_parallel_size},
-          {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
-          {"virtual_pipeline_model_parallel_size", a.virtual_pipeline_size},
-          {"context_parallel_size", a.context_parallel_size},
-          {"pipeline_schedule", a.pipeline_schedule},
-          {"micro_batch_size", a.micro_batch_size},
-          {"global_batch_size", a.global_batch_size},
-          {"train_iters", a.train_iters},
-          {"lr", a.lr},
-          {"seed", a.seed}};
-}
-
-// An Ouroboros checkpoint is the delayed rule's state of the layout that saved it (on P ranks it has no
-// Megatron model files: the modules are not params_), so another pipeline or tensor size is refused by
-// flag before any tensor is read, rather than as a tensor or file it lacks. The state files check the rest.
-void check_ouroboros_layout(const nlohmann::json& saved, const TrainArguments& a) {
-  struct Size {
-    const char* key;  // in the checkpoint's arguments (arguments_json)
-    const char* flag;
-    int64_t here;
-  };
-  const Size sizes[] = {{"pipeline_model_parallel_size", "--pipeline-model-parallel-size", a.pipeline_model_parallel_size},
-                        {"tensor_model_parallel_size", "--tensor-model-parallel-size", a.tensor_model_parallel_size}};
-  for (const Size& s : sizes) {
-    const int64_t was = saved.value(s.key, int64_t{1});
-    TESSERA_CHECK(was == s.here, "--load ", a.load, ": the Ouroboros checkpoint was saved at ", s.flag, "=", was,
-                  ", this run has ", s.flag, "=", s.here,
-                  " (an Ouroboros run resumes only at the layout that saved it)");
-  }
-}
-
-// A loss scale as Megatron's log line prints it ("4294967296.0").
-std::string scale_str(float scale) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(scale));
-  return buf;
-}
-
-// The start-up line of a --bf16/--fp16 run: what is 16-bit, which CPU features decided the GEMM path
-// and which path it is (on a GPU: cuBLASLt's), and the loss scale.
-std::string mixed_precision_summary(const TrainArguments& a) {
-  const DType t = a.model.params_dtype;
-  const char* name = dtype_name(t);
-  std::string where;
-  if (a.device.type == DeviceType::CUDA) {
-    where = str_cat("cuBLASLt on ", a.device.str(), ", the weights rounded to ", name, " once per step");
-  } else {
-    const kernels::CpuFeatures& cpu = kernels::cpu_features();
-    const char* instructions = t == DType::BF16 ? "AVX512-BF16 or AMX-BF16" : "AVX512-FP16 or AMX-FP16";
-    std::string path;
-    if (kernels::GemmBackend::for_device(Device::cpu()).native_16bit(t))
-      path = str_cat("native: oneDNN ", name, " kernels");
-    else if (cpu.native_16bit(t))
-      path = str_cat("this oneDNN has no ", name, " kernel for them, so rounded to ", name, " on the fp32 kernels");
-    else
-      path = str_cat("no ", instructions, ", so rounded to ", name, " on the fp32 kernels");
-    where = str_cat("CPU features: ", cpu.str(), "; ", path);
-  }
-  std::string s = str_cat(" > mixed precision: ", name, " GEMM inputs with fp32 accumulation (", where,
-                          "), fp32 master weights, gradients accumulated and all-reduced in fp32");
-  if (!a.loss_scaler) return s;
-  const optim::LossScalerConfig& c = *a.loss_scaler;
-  if (!c.dynamic) return str_cat(s, ", constant loss scale ", scale_str(c.initial_scale));
-  return str_cat(s, ", dynamic loss scale from ", scale_str(c.initial_scale), " (min ", scale_str(c.min_scale),
-                 ", window ", c.window, ", hysteresis ", c.hysteresis, ")");
-}
-
-}  // namespace
 
 Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     : args_(std::move(args)), injected_fault_(injected_fault_from_environment()) {
@@ -294,153 +206,15 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   if (args_.loss_scaler) loss_scaler_.emplace(*args_.loss_scaler);
   if (args_.bf16 || args_.fp16) say(mixed_precision_summary(args_));
 
-  if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
-    // An Ouroboros checkpoint holds the delayed rule's state beside (on P ranks: instead of) the
-    // parameters, which the other schedule cannot continue, and the reverse: refused by name.
-    const nlohmann::json saved_args = ckpt::latest_checkpoint_args(args_.load);
-    const std::string saved_schedule = saved_args.value("pipeline_schedule", std::string("1f1b"));
-    TESSERA_CHECK(saved_schedule == args_.pipeline_schedule, "--load ", args_.load, ": the checkpoint was saved with "
-                  "--pipeline-schedule ", saved_schedule, ", this run has --pipeline-schedule ", args_.pipeline_schedule,
-                  saved_schedule == "ouroboros" || args_.pipeline_schedule == "ouroboros"
-                      ? " (an Ouroboros run resumes only from its own state: weight versions and delayed gradients)"
-                      : "");
-    if (ouroboros_) check_ouroboros_layout(saved_args, args_);
-    bool load_optim = !args_.no_load_optim && !args_.finetune;
-    Timer load_timer;
-    // Loading assembles the moments in AdamW's full layout (whatever layout saved them): the distributed
-    // optimizer takes its shard of them.
-    std::unique_ptr<optim::AdamWOptimizer> full;
-    optim::AdamWOptimizer* moments = dynamic_cast<optim::AdamWOptimizer*>(optimizer_.get());
-    if (distributed_optimizer_ && load_optim) moments = (full = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam)).get();
-    if (args_.finetune)  // what finalize_resume let through: the weights fit, the model differs
-      if (const auto differences = resumed_model_differences(args_); !differences.empty())
-        say(str_cat(" > --finetune: this model differs from the checkpoint's in ", describe(differences)));
-    ckpt::TrainingState state = ckpt::load_checkpoint(args_.load, params_, load_optim ? moments : nullptr);
-    if (!ouroboros_ring) check_every_tensor_loaded();
-    if (full) distributed_optimizer_->load_full_state(*full);
-    if (!args_.finetune) {
-      if (loss_scaler_ && state.loss_scaler.is_object()) loss_scaler_->load_state(state.loss_scaler);
-      iteration_ = state.iteration;
-      consumed_samples_ = state.consumed_train_samples;
-      skipped_iterations_ = state.skipped_iterations;
-      skipped_samples_ = state.skipped_train_samples >= 0 ? state.skipped_train_samples
-                                                          : state.skipped_iterations * args_.global_batch_size;
-      if (!args_.no_load_rng) args_.seed = state.seed;
-    }
-    if (ouroboros_) {  // the delayed rule's state, the pending mini-batches' forwards run again
-      const int64_t gbs = args_.global_batch_size;
-      ouroboros_->load_checkpoint_file(ckpt::open_extra_file(args_.load, ouroboros_file_name()), [&](int64_t s) {
-        std::vector<model::MicroBatch> batches;
-        for (int64_t m = 0; m < args_.num_micro_batches; ++m)
-          batches.push_back(micro_batch(*train_data_, consumed_samples_ - (iteration_ - s) * gbs, m));
-        return batches;
-      }, args_.seed);
-      TESSERA_CHECK(ouroboros_->iteration() == iteration_, "--load ", args_.load, ": the Ouroboros state is at iteration ",
-                    ouroboros_->iteration(), ", the checkpoint at ", iteration_);
-      if (schedule_.stages == 1) ouroboros_->copy_weights_to(params_);
-    }
-    say(str_cat(" loaded checkpoint from ", args_.load, " at iteration ", state.iteration,
-                args_.finetune ? " (finetune: starting at iteration 0)" : "", " (",
-                static_cast<int>(load_timer.seconds() * 1000), " ms)"));
-  } else if (!args_.load.empty()) {
-    TESSERA_CHECK(!args_.exit_on_missing_checkpoint, "--load=", args_.load, ": no checkpoint there (no ",
-                  "latest_checkpointed_iteration.txt), and --exit-on-missing-checkpoint is set");
-    say(str_cat(" WARNING: no checkpoint in ", args_.load, "; training from random initialisation"));
-  }
+  resume();
   build_teacher();
 }
 
-void Trainer::check_every_tensor_loaded() {
-  // Every rank marks the checkpoint's tensors its parameters took; one that no rank took (saved by a
-  // model with other flags, under --finetune) would otherwise be dropped without a word.
-  const std::vector<std::string> names = ckpt::latest_model_tensor_names(args_.load);
-  std::set<std::string> mine;
-  for (const model::Parameter& p : params_.params()) mine.insert(p.spec.name);
-  Tensor taken = Tensor::zeros({static_cast<int64_t>(names.size())}, DType::F32, Device::cpu());
-  for (size_t i = 0; i < names.size(); ++i)
-    if (mine.count(names[i])) taken.host_f32()[i] = 1;
-  world_->all_reduce(taken, comm::ReduceOp::Max);
-  std::string left;
-  for (size_t i = 0; i < names.size(); ++i)
-    if (taken.host_f32()[i] == 0) left += (left.empty() ? "" : ", ") + names[i];
-  TESSERA_CHECK(left.empty(), "--load=", args_.load, ": the checkpoint has tensor(s) this model has no parameter for: ",
-                left, " (saved by a model with other flags)");
-}
 
-void Trainer::build_teacher() {
-  if (!distilling(args_, iteration_)) {
-    if (args_.kd) say(str_cat(" > knowledge distillation ended at iteration ", args_.kd_stop_iteration,
-                              " (--kd-stop-iteration): the teacher is not loaded"));
-    return;
-  }
-  const model::ModelConfig& t = args_.teacher_model;
-  std::string experts;
-  if (t.moe.enabled()) {
-    experts = ", experts per layer";
-    for (int64_t e : t.moe.layer_experts) experts += str_cat(" ", e);
-  }
-  say(str_cat(" > knowledge distillation: loss alpha * CE + beta * tau^2 * KL(teacher || student) with alpha ",
-              args_.kd_alpha_ce, ", beta ", args_.kd_beta_ce, ", tau ", args_.kd_temp,
-              args_.kd_stop_iteration > 0 ? str_cat(", until iteration ", args_.kd_stop_iteration) : std::string(),
-              "; teacher from ", args_.load_teacher, ": ", t.num_layers, " layers, hidden size ", t.hidden_size,
-              experts, ", ", t.parameter_count(), " parameters",
-              schedule_.stages > 1 ? ", whole on each rank of the last pipeline stage" : ""));
-  if (state_->coordinates().pp != schedule_.stages - 1) return;
-  teacher_ = std::make_unique<Teacher>(args_, tp_, params_.rounded_value_type());
-  say(str_cat(" > loaded the teacher from ", args_.load_teacher, " at iteration ", teacher_->iteration()));
-}
 
-void Trainer::build_datasets() {
-  std::array<std::shared_ptr<const BatchSource>, 3> sets;
-  if (args_.mock_data) {
-    sets = build_batch_sources(args_);
-    train_data_ = sets[0];
-    valid_data_ = sets[1];
-    test_data_ = sets[2];
-    return;
-  }
-  for (int turn = 0; turn < 2; ++turn) {  // rank 0 builds and caches; then the others load the cache
-    if ((state_->world_rank() == 0) == (turn == 0)) sets = build_batch_sources(args_);
-    world_->barrier();
-  }
-  train_data_ = sets[0];
-  valid_data_ = sets[1];
-  test_data_ = sets[2];
-  const bool per_split = args_.data_path.empty();  // --train-data-path and the like (not --mock-data here)
-  // Without --train-data-path only --skip-train gets here (finalize_data).
-  TESSERA_CHECK(train_data_ != nullptr || (per_split && args_.skip_train), "--split=", args_.split,
-                ": gives the training split no documents");
-  // ids without text have no bytes to count
-  const BatchSource* any = train_data_ ? train_data_.get() : valid_data_ ? valid_data_.get() : test_data_.get();
-  if (args_.tokenizer_type != "NullTokenizer" && any && any->labels_are_text())
-    text_tokenizer_ = data::build_tokenizer(tokenizer_options(args_));
-  if (!valid_data_ && args_.eval_iters > 0) {
-    say(per_split ? std::string(" WARNING: no --valid-data-path; evaluation is off")
-                  : str_cat(" WARNING: --split=", args_.split, " leaves no validation documents; evaluation is off"));
-  }
-  say(str_cat(" > datasets: ", train_data_ ? train_data_->size() : 0, " training samples",
-              valid_data_ ? str_cat(", ", valid_data_->size(), " validation samples") : "",
-              test_data_ ? str_cat(", ", test_data_->size(), " test samples") : "",
-              per_split ? " (--train-data-path, --valid-data-path, --test-data-path)" : ""));
-}
-
-int64_t Trainer::current_global_batch() {
-  const int64_t size = args_.batch_schedule.at(consumed_samples_);
-  if (announced_global_batch_ != 0 && size != announced_global_batch_)
-    say(str_cat("ramping up batch size from ", announced_global_batch_, " to ", size));
-  announced_global_batch_ = size;
-  return size;
-}
 
 void Trainer::say(const std::string& line) {
   if (log_) log_->print(line);
-}
-
-model::MicroBatch Trainer::next_micro_batch(int64_t m) const { return micro_batch(*train_data_, consumed_samples_, m); }
-
-model::MicroBatch Trainer::micro_batch(const BatchSource& data, int64_t first, int64_t m) const {
-  const int64_t mbs = args_.micro_batch_size;
-  return data.micro_batch(first + (m * args_.data_parallel_size() + state_->coordinates().dp) * mbs, mbs);
 }
 
 namespace {
@@ -621,13 +395,6 @@ void Trainer::finalize_gradients() {
       if (p.spec.shared_with_last_stage) embedding->all_reduce(p.grad);
 }
 
-Evaluation Trainer::evaluate() {
-  TESSERA_CHECK(valid_data_ != nullptr,
-                args_.data_path.empty() ? std::string("no --valid-data-path")
-                                        : str_cat("--split=", args_.split, ": no validation documents"),
-                " to evaluate");
-  return evaluate_on(*valid_data_);
-}
 
 ExpertLoad Trainer::interval_expert_load() {
   // Every stage's layers and every data-parallel rank's tokens, every context-parallel rank's chunks;
@@ -650,198 +417,11 @@ ExpertLoad Trainer::interval_expert_load() {
   return expert_load(args_.model.moe, total);
 }
 
-std::vector<std::string> Trainer::auxiliary_loss_names() const {
-  // (No chunks here under Ouroboros on P ranks: it trains GPT, which declares none.)
-  std::vector<std::string> names = chunks_.empty() ? std::vector<std::string>() : chunks_.front()->auxiliary_loss_names();
-  if (args_.kd) names.push_back(model::kDistillationLossName);
-  return names;
-}
 
-std::vector<float> Trainer::auxiliary_values(const model::LossSums& sums) const {
-  const std::vector<std::string> names = auxiliary_loss_names();
-  std::vector<float> values(names.size(), 0.0f);
-  for (const auto& [name, value] : sums.auxiliary) {
-    auto at = std::find(names.begin(), names.end(), name);
-    TESSERA_CHECK(at != names.end(), "the model added an auxiliary loss '", name, "' it does not declare");
-    values[at - names.begin()] += static_cast<float>(value);
-  }
-  return values;
-}
 
-Evaluation Trainer::evaluate_on(const BatchSource& data) {
-  optimizer_->wait_for_params();
-  // The same samples every time, so evaluations are comparable along a run.
-  std::vector<model::MicroBatch> batches;
-  enum { kTokens, kBytes };
-  std::vector<float> counts(2, 0.0f);
-  for (int64_t m = 0; m < args_.eval_iters * args_.num_micro_batches; ++m) {
-    batches.push_back(micro_batch(data, 0, m));
-    const model::MicroBatch& b = batches.back();
-    const std::span<const float> mask(b.loss_mask.host_f32(), static_cast<size_t>(b.loss_mask.numel()));
-    for (float w : mask) counts[kTokens] += w;
-    if (text_tokenizer_ && data.labels_are_text())
-      counts[kBytes] += static_cast<float>(data::text_bytes(
-          *text_tokenizer_, std::span<const int32_t>(b.labels.host_i32(), mask.size()), mask));
-  }
-  data_parallel_sum(counts);
-  const double samples = static_cast<double>(args_.eval_iters * args_.global_batch_size);
-  pipeline::PipelineTimes saved = times_;  // evaluation is not part of the training timers
-  model::LossSums sums;
-  if (ouroboros_ && schedule_.stages > 1) {
-    // Ouroboros on P ranks: forward through the driver's modules, a global batch's micro-batches at a
-    // time (what training holds at once), keyed as run_micro_batches keys an evaluation.
-    const int64_t step = args_.num_micro_batches;
-    for (size_t first = 0; first < batches.size(); first += static_cast<size_t>(step)) {
-      const std::vector<model::MicroBatch> part(batches.begin() + static_cast<std::ptrdiff_t>(first),
-                                                batches.begin() + static_cast<std::ptrdiff_t>(
-                                                                      std::min(batches.size(), first + step)));
-      ouroboros_->forward_only(part, [&](int m) {
-        model::ForwardContext ctx{args_.seed, iteration_, part[m].sample_offset, false, args_.model.seq_length,
-                                  args_.micro_batch_size};
-        ctx.per_sample_loss_weight = counts[kTokens] / samples;
-        return ctx;
-      }, sums);
-    }
-  } else {
-    sums = run_micro_batches(batches, false, 0.0f, counts[kTokens] / samples);
-  }
-  times_ = saved;
-  std::vector<float> loss{static_cast<float>(sums.lm)};
-  for (float v : auxiliary_values(sums)) loss.push_back(v);
-  pipeline_sum(loss);
-  context_parallel_sum(loss);
-  data_parallel_sum(loss);
-  Evaluation e;
-  if (counts[kTokens] <= 0) return e;
-  e.lm_loss = loss[0] / counts[kTokens];
-  if (counts[kBytes] > 0) e.bits_per_byte = loss[0] / std::log(2.0) / counts[kBytes];
-  const std::vector<std::string> names = auxiliary_loss_names();
-  for (size_t i = 0; i < names.size(); ++i) e.auxiliary.emplace_back(names[i], loss[1 + i] / counts[kTokens]);
-  return e;
-}
 
-std::string Trainer::ouroboros_file_name() const {
-  const comm::RankCoordinates rc = state_->coordinates();
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "ouroboros.tp%02d.pp%02d.dp%03d.safetensors", rc.tp, rc.pp, rc.dp);
-  return buf;
-}
 
-void Trainer::save() {
-  ckpt::TrainingState state{iteration_,          consumed_samples_,
-                            skipped_iterations_, args_.seed,
-                            arguments_json(args_), loss_scaler_ ? loss_scaler_->state() : nlohmann::json(),
-                            skipped_samples_,
-                            {{"vocab_file", args_.vocab_file},
-                             {"merge_file", args_.merge_file},
-                             {"tokenizer_model", args_.tokenizer_model}}};
-  Timer t;
-  comm::RankCoordinates rc = state_->coordinates();
-  optimizer_->wait_for_params();
-  // With the distributed optimizer every data-parallel rank writes the moments it owns. The ranks of a
-  // context-parallel group hold replicas of the dense weights (as data-parallel ones do), so the writer
-  // of a dense shard is rank 0 of the data x context group: one rank per (tensor, pipeline) shard.
-  const int dense_data_rank = state_->data_context_group().rank();
-  // Ouroboros: every rank writes its modules' delayed state (replicas differ in their waiting gradients).
-  std::vector<ckpt::ExtraFile> extra;
-  if (ouroboros_) extra.push_back(ouroboros_->checkpoint_file(ouroboros_file_name()));
-  ckpt::save_checkpoint(args_.save, state, params_, args_.no_save_optim ? nullptr : optimizer_.get(),
-                        {rc.tp, dense_data_rank, world_, rc.pp, rc.etp, rc.ep, rc.edp}, args_.ckpt_keep_last, extra);
-  say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
-                     static_cast<int>(t.seconds() * 1000), " ms)"));
-}
 
-void Trainer::log_timers(int64_t iterations) {
-  const double per_iteration_ms = 1000.0 / static_cast<double>(std::max<int64_t>(iterations, 1));
-  const pipeline::PipelineTimes& t = times_;
-  const int stage = state_->coordinates().pp;
-  enum { kForward, kBackward, kP2p, kReduce, kOptimizer, kBubble, kPeak, kStage, kActivations, kActivationsTheory,
-         kAllTensors, kPeakRss, kRingWait, kFields };
-  Tensor mine = Tensor::empty({kFields}, DType::F32, Device::cpu());  // the log's numbers, on the host
-  float* v = mine.host_f32();
-  v[kForward] = static_cast<float>(t.forward * per_iteration_ms);
-  v[kBackward] = static_cast<float>(t.backward * per_iteration_ms);
-  v[kP2p] = static_cast<float>(t.p2p_wait * per_iteration_ms);
-  v[kReduce] = static_cast<float>(reduce_seconds_ * per_iteration_ms);
-  v[kOptimizer] = static_cast<float>(optimizer_seconds_ * per_iteration_ms);
-  v[kBubble] = static_cast<float>(t.bubble_fraction());
-  v[kPeak] = static_cast<float>(peak_live_activations_);
-  v[kStage] = static_cast<float>(stage);
-  v[kActivations] = static_cast<float>(peak_activation_bytes_);
-  v[kActivationsTheory] = static_cast<float>(memory_.activations);
-  v[kAllTensors] = static_cast<float>(TensorMemory::peak_bytes());
-  v[kPeakRss] = static_cast<float>(peak_resident_bytes());  // the kernel's count, to check the one above
-  v[kRingWait] = static_cast<float>(ring_wait_seconds_ * per_iteration_ms);
-  times_ = {};
-  peak_activation_bytes_ = live_activation_bytes_;
-  TensorMemory::reset_peak();
-  reduce_seconds_ = optimizer_seconds_ = ring_wait_seconds_ = 0;
-  peak_live_activations_ = 0;
-  Tensor all = Tensor::empty({world_->size() * kFields}, DType::F32, Device::cpu());
-  world_->all_gather(mine, all);
-  if (!log_) return;
-
-  // Megatron's timers: each as (min, max) over ranks, in ms per iteration.
-  auto min_max = [&](int field) {
-    float lo = all.host_f32()[field], hi = lo;
-    for (int r = 1; r < world_->size(); ++r) {
-      lo = std::min(lo, all.host_f32()[r * kFields + field]);
-      hi = std::max(hi, all.host_f32()[r * kFields + field]);
-    }
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "(%.1f, %.1f)", lo, hi);
-    return std::string(buf);
-  };
-  say(str_cat("    timers (ms per iteration, min and max over ranks): forward-compute ", min_max(kForward),
-              " | backward-compute ", min_max(kBackward), " | pipeline-p2p-wait ", min_max(kP2p),
-              " | grads-reduce ", min_max(kReduce), " | optimizer ", min_max(kOptimizer),
-              // The ring's exchange that its blocks did not hide (inside the compute timers above).
-              args_.context_parallel_size > 1 ? str_cat(" | cp-ring-wait (in compute) ", min_max(kRingWait)) : ""));
-  // Memory of world rank 0, and the largest over ranks of what differs between them.
-  auto max_over_ranks = [&](int field) {
-    float hi = 0;
-    for (int r = 0; r < world_->size(); ++r) hi = std::max(hi, all.host_f32()[r * kFields + field]);
-    return static_cast<double>(hi);
-  };
-  say(str_cat("    memory (MB): parameters ", megabytes(static_cast<double>(params_.values().nbytes())),
-              " | gradients ", megabytes(static_cast<double>(params_.grads().nbytes())), " | optimizer state ",
-              megabytes(static_cast<double>(optimizer_->state_bytes())),
-              " | activations peak (max over ranks) ", megabytes(max_over_ranks(kActivations)), " (theory ",
-              megabytes(max_over_ranks(kActivationsTheory)), ") | all tensors peak (max over ranks) ",
-              megabytes(max_over_ranks(kAllTensors)), " | peak RSS (max over ranks) ",
-              megabytes(max_over_ranks(kPeakRss)), device_memory_summary(args_.device)));
-  if (ouroboros_) {  // what the delays keep on this rank (docs/ouroboros.md, "What each module keeps")
-    std::string kept;
-    for (int k = 0; k < ouroboros_->modules(); ++k)
-      if (ouroboros_->holds(k))
-        kept += str_cat(kept.empty() ? "" : " | ", "module ", k, ": ", ouroboros_->held_weight_versions(k),
-                        " earlier weight versions (",
-                        megabytes(static_cast<double>(ouroboros_->held_weight_versions(k)) *
-                                  static_cast<double>(ouroboros_->parameters(k).values().nbytes())),
-                        " MB), ", ouroboros_->held_records(k), " activation records");
-    say(str_cat("    ouroboros delays keep (rank 0): ", kept));
-    return;
-  }
-  if (schedule_.stages == 1) return;
-  // The bubble as (schedule time - compute) / compute, averaged over ranks, beside (p - 1) / (v m); and
-  // each stage's most activation records held at once beside the schedule's maximum.
-  double bubble = 0;
-  std::vector<int> peak(schedule_.stages, 0);
-  for (int r = 0; r < world_->size(); ++r) {
-    bubble += all.host_f32()[r * kFields + kBubble] / world_->size();
-    int s = static_cast<int>(all.host_f32()[r * kFields + kStage]);
-    peak[s] = std::max(peak[s], static_cast<int>(all.host_f32()[r * kFields + kPeak]));
-  }
-  std::string held;
-  for (int s = 0; s < schedule_.stages; ++s)
-    held += str_cat(s ? " " : "", peak[s], "/", pipeline::theoretical_peak_in_flight(schedule_, s));
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "    pipeline bubble: measured %.3f, theory %s = %.3f | ", bubble,
-                schedule_.slices > 1 ? "(p-1)/(m*n) with n token slices" : "(p-1)/(v*m)",
-                pipeline::theoretical_bubble_fraction(schedule_));
-  say(str_cat(buf, schedule_.slices > 1 ? "token-slice activations" : "activations",
-              " held per stage (measured/schedule max): ", held));
-}
 
 void Trainer::train() {
   Timer run_timer;
@@ -1004,18 +584,5 @@ bool Trainer::exit_by_interval_or_duration(bool saved) {
   return false;
 }
 
-void Trainer::evaluate_after_training() {
-  if (args_.eval_iters == 0) return;
-  // Megatron evaluates the validation split after training too; here the loop's evaluation at the last
-  // iteration is that one, so only a run whose loop did not run (--skip-train, or nothing left) evaluates it here.
-  if ((args_.skip_train || nothing_left_to_train_) && valid_data_) {
-    const Evaluation e = evaluate_on(*valid_data_);
-    if (log_) log_->final_evaluation(iteration_, "validation", e);
-  }
-  if (test_data_) {
-    const Evaluation e = evaluate_on(*test_data_);
-    if (log_) log_->final_evaluation(iteration_, "test", e);
-  }
-}
 
 }  // namespace tessera::train

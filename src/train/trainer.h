@@ -95,6 +95,8 @@ class Trainer {
   ExpertLoad interval_expert_load();
   // --kd: builds the teacher on the ranks with the LM head unless distillation is already over.
   void build_teacher();
+  // --load: the checkpoint's weights, optimizer state, iteration and data position (trainer_checkpoint.cc).
+  void resume();
   // After --load: every model tensor of the checkpoint went into some rank's parameters (collective).
   void check_every_tensor_loaded();
   // Mean per-token loss over --eval-iters global batches of `data`, from its first sample.

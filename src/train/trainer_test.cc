@@ -135,6 +135,21 @@ TEST(Trainer, LoadingIntoADifferentModelNamesTheTensorAndShapes) {
   make_trainer(kSmallModel + "--train-iters 1 --save " + dir.string()).train();
   std::string bigger = kSmallModel;
   bigger.replace(bigger.find("--hidden-size 32"), 16, "--hidden-size 64");
+  // The flags against the configuration the checkpoint records: refused before any tensor is read.
+  try {
+    make_trainer(bigger + "--train-iters 2 --load " + dir.string());
+    FAIL() << "expected the model flags to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--hidden-size=64 (the checkpoint's: 32)"), std::string::npos) << e.what();
+  }
+  // A configuration that lies about the weights (an edited index) passes that check; the loader then
+  // names the tensor and both shapes.
+  const fs::path index = dir / "iter_0000001" / "index.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(index));
+  j["args"]["model"]["hidden_size"] = 64;
+  j["args"]["model"]["ffn_hidden_size"] = 256;
+  j["args"]["model"]["kv_channels"] = 16;
+  std::ofstream(index) << j.dump();
   try {
     make_trainer(bigger + "--train-iters 2 --load " + dir.string());
     FAIL() << "expected a shape mismatch";

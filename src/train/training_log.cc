@@ -1,5 +1,7 @@
 #include "train/training_log.h"
 
+#include <cstdio>
+
 #include <unistd.h>
 
 #include <cmath>
@@ -13,6 +15,12 @@
 #include "core/launcher.h"
 
 namespace tessera::train {
+
+std::string scale_str(float scale) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(scale));
+  return buf;
+}
 namespace {
 
 std::string printf_string(const char* fmt, auto... args) {

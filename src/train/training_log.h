@@ -16,6 +16,9 @@
 
 namespace tessera::train {
 
+// A loss scale as Megatron's log line prints it ("4294967296.0").
+std::string scale_str(float scale);
+
 struct IterationStats {
   int64_t iteration = 0, train_iters = 0, consumed_samples = 0, global_batch_size = 0;
   double elapsed_ms_per_iteration = 0, tflops_per_device = 0, tokens_per_second = 0;
