@@ -1,6 +1,7 @@
 // `tessera serve --load CKPT [--port 5000]`: Megatron-LM's text generation server (PUT /api, POST
-// /completions, GET /health). Under mpirun every rank holds its part of the model and rank 0 answers
+// /completions, GET /health) with OpenAI's /v1/completions and the tokenizer endpoints. Under mpirun every rank holds its part of the model and rank 0 answers
 // HTTP; SIGINT or SIGTERM stops every rank cleanly.
+#include <filesystem>
 #include <iostream>
 
 #include "apps/commands.h"
@@ -47,6 +48,12 @@ int serve_command(const std::vector<std::string>& args) {
                  "Most bytes in one prompt's text, refused before tokenizing (0: --max-prompt-tokens x (the "
                  "tokenizer's longest token + 1))")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  app.add_option("--max-logprobs", server.limits.max_logprobs,
+                 "Most top log-probabilities a position may ask for (/v1/completions' logprobs)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  std::string served_model_name;
+  app.add_option("--served-model-name", served_model_name,
+                 "The model's name in OpenAI's responses and GET /v1/models (default: --load's last folder)");
   app.add_option("--http-threads", server.threads,
                  "Connections served at once, one thread each (a request waiting for the model holds one)")
       ->check(CLI::Range(1, 4096));
@@ -58,6 +65,10 @@ int serve_command(const std::vector<std::string>& args) {
       ->check(CLI::Range(1, 3600));
 
   return run_on_every_rank(app, args, "serve", [&](comm::ProcessGroup& world) {
+    server.served_model_name = !served_model_name.empty() ? served_model_name
+                               : std::filesystem::path(load.load).lexically_normal().filename().string();
+    if (server.served_model_name.empty())  // --load ending in "/" or "."
+      server.served_model_name = std::filesystem::path(load.load).lexically_normal().parent_path().filename().string();
     // The port first: one in use is said at once, not after the model has loaded.
     infer::BoundListener listener = world.rank() == 0 ? infer::bind_listener(server) : nullptr;
     infer::LoadedModel model(flags.load, world);

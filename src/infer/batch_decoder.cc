@@ -30,6 +30,12 @@ bool stops_after(const Generation& g, const GenerationOptions& o, const data::To
   return false;
 }
 
+// Appends the log-probability of `id` after the row's position (and the top ones when asked for).
+void record_logprobs(Generation& g, const Tensor& row, int32_t id, const GenerationOptions& o, int64_t vocab) {
+  g.logprobs.push_back(token_logprob(row, id));
+  if (o.top_logprobs > 0) g.top_logprobs.push_back(top_token_logprobs(row, vocab, o.top_logprobs));
+}
+
 }  // namespace
 
 struct BatchDecoder::Sequence {
@@ -102,7 +108,7 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
     s.fed += static_cast<int64_t>(steps[i].tokens.size());
     const Tensor row = logits.narrow(static_cast<int64_t>(i), 1);
     if (s.fed < g.prompt_length) {  // still reading the prompt, one token a step
-      g.logprobs.push_back(token_logprob(row, g.tokens[s.fed]));
+      record_logprobs(g, row, g.tokens[s.fed], o, vocab);
       continue;
     }
     const int64_t generated = static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
@@ -130,7 +136,7 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
     const GenerationOptions& o = *s.request.options;
     Generation& g = s.generation;
     g.tokens.push_back(sampled[j]);
-    if (o.return_logprobs) g.logprobs.push_back(token_logprob(logits.narrow(static_cast<int64_t>(i), 1), sampled[j]));
+    if (o.return_logprobs) record_logprobs(g, logits.narrow(static_cast<int64_t>(i), 1), sampled[j], o, vocab);
     if (on_token) on_token(s.id, sampled[j]);
     const int64_t generated = static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
     done[i] = generated == o.sampling.tokens_to_generate || stops_after(g, o, tokenizer_);

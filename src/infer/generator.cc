@@ -94,13 +94,34 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
   return ids[p.size() - 1];
 }
 
-float token_logprob(const Tensor& logits, int32_t id) {
-  const float* l = logits.host_f32();
-  const int64_t n = logits.numel();
-  const float max = *std::max_element(l, l + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(l[i] - max));
-  return static_cast<float>(l[id] - max - std::log(sum));
+namespace {
+
+// log_softmax over a row of logits, in double from fp32 logits; `at` is the one formula both
+// token_logprob and top_token_logprobs use, so their values agree to the last bit.
+struct LogSoftmax {
+  explicit LogSoftmax(const Tensor& logits) : l(logits.host_f32()) {
+    const int64_t n = logits.numel();
+    max = *std::max_element(l, l + n);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(l[i] - max));
+    log_sum = std::log(sum);
+  }
+  float at(int32_t id) const { return static_cast<float>(l[id] - max - log_sum); }
+  const float* l;
+  float max;
+  double log_sum;
+};
+
+}  // namespace
+
+float token_logprob(const Tensor& logits, int32_t id) { return LogSoftmax(logits).at(id); }
+
+std::vector<std::pair<int32_t, float>> top_token_logprobs(const Tensor& logits, int64_t vocab, int64_t n) {
+  const LogSoftmax log_softmax(logits);
+  std::vector<std::pair<int32_t, float>> out;
+  for (int32_t id : top_ids(log_softmax.l, std::min(vocab, logits.numel()), std::min(n, vocab)))
+    out.emplace_back(id, log_softmax.at(id));
+  return out;
 }
 
 void check_prompts(const model::ModelConfig& c, const std::vector<std::vector<int32_t>>& prompts,

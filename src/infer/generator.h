@@ -34,6 +34,9 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
 struct GenerationOptions {
   SamplingOptions sampling;
   bool return_logprobs = false;  // log-probability of every token after the first (prompt included)
+  // With return_logprobs: also the this many most likely ids at each of those positions (OpenAI's
+  // `logprobs` = N, `top_logprobs`).
+  int64_t top_logprobs = 0;
   // Megatron's stop_on_eol / stop_on_double_eol: stop after a generated newline token ("\n" or
   // "\n\n"), or after two newlines in a row; GPT-2's ids 198 and 628, found by their text so that any
   // tokenizer works. Needs the tokenizer.
@@ -48,6 +51,9 @@ struct Generation {
   std::vector<int32_t> tokens;  // the prompt followed by the generated tokens
   int64_t prompt_length = 0;
   std::vector<float> logprobs;  // logprobs[i] = log p(tokens[i + 1] | tokens[0..i]) when asked for
+  // top_logprobs[i]: the options.top_logprobs most likely (id, log p) after tokens[0..i], most likely
+  // first, when asked for.
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
 };
 
 // Throws when a prompt is empty or, with learned positions, its tokens and the tokens to generate do not
@@ -69,6 +75,12 @@ std::vector<Generation> generate(const ModelRunner& runner, const std::vector<st
 // The log-probabilities of `logits` over the padded vocabulary (as Megatron's log_softmax of the
 // model's output) at `id`.
 float token_logprob(const Tensor& logits, int32_t id);
+
+// The `n` ids of [0, vocab) with the largest logits (padding ids are not tokens), most likely first and
+// by ascending id among equals, with their log-probabilities as token_logprob gives them: bit for bit, so
+// that a client comparing the chosen token's log-prob with the top one's (lm-evaluation-harness's
+// is_greedy) sees equality exactly when the chosen token is the most likely.
+std::vector<std::pair<int32_t, float>> top_token_logprobs(const Tensor& logits, int64_t vocab, int64_t n);
 
 // The text `generated` adds after `prompt`: decode(prompt + generated) past decode(prompt). Decoding the
 // new tokens alone would lose what depends on what precedes them: SentencePiece drops the space of a

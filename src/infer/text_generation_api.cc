@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "infer/openai_completions.h"
 
 namespace tessera::infer {
 namespace {
@@ -158,14 +159,28 @@ TextRequest parse_api_request(const json& body, const ServerLimits& limits) {
   return r;
 }
 
-TextRequest parse_completions_request(const json& body, const ServerLimits& limits) {
-  if (!body.is_object()) reject("the request body must be a JSON object");
+namespace {
+
+// /completions (Megatron's, openai false) and /v1/completions (openai true): one reading of the fields
+// they share, with OpenAI's defaults and extensions where openai is set.
+TextRequest parse_completions(const json& raw, const ServerLimits& limits, bool openai) {
+  if (!raw.is_object()) reject("the request body must be a JSON object");
+  // OpenAI's clients send null for fields they leave unset.
+  json body = json::object();
+  for (const auto& [key, value] : raw.items())
+    if (!(openai && value.is_null())) body[key] = value;
   // The OpenAI fields this endpoint implements; "model" and "user" only name things (one model is served),
-  // "stream" may only be false. Others are refused, as on /api, so that every accepted field is honoured.
-  static const std::set<std::string> known = {"prompt", "max_tokens", "temperature", "top_p", "logprobs", "echo",
-                                              "n", "best_of", "seed", "stop", "model", "user", "stream"};
-  static const std::set<std::string> unsupported = {"suffix", "presence_penalty", "frequency_penalty", "logit_bias",
-                                                    "stream_options", "top_k"};
+  // "stream" may only be false. Others are refused, as on /api, so that every accepted field is honoured;
+  // /v1/completions also takes top_k (as vLLM) and OpenAI's fields at the values that change nothing.
+  std::set<std::string> known = {"prompt", "max_tokens", "temperature", "top_p", "logprobs", "echo",
+                                 "n", "best_of", "seed", "stop", "model", "user", "stream"};
+  std::set<std::string> unsupported = {"suffix", "presence_penalty", "frequency_penalty", "logit_bias",
+                                       "stream_options", "top_k"};
+  if (openai)
+    for (const char* field : {"top_k", "presence_penalty", "frequency_penalty", "logit_bias"}) {
+      unsupported.erase(field);
+      known.insert(field);
+    }
   for (const auto& [key, value] : body.items()) {
     if (unsupported.count(key)) reject(key + " is not supported by tessera serve");
     if (!known.count(key)) reject("unknown field '" + key + "'");
@@ -173,8 +188,14 @@ TextRequest parse_completions_request(const json& body, const ServerLimits& limi
   if (body.contains("stream") && body["stream"] != false) reject("stream: only false is supported (no streaming)");
   for (const char* field : {"model", "user"})
     if (body.contains(field) && !body[field].is_string()) reject(std::string(field) + " must be a string");
+  for (const char* field : {"presence_penalty", "frequency_penalty"})
+    if (body.contains(field) && !(is_number(body[field]) && body[field].get<double>() == 0))
+      reject(std::string(field) + ": only 0 is supported (no penalties)");
+  if (body.contains("logit_bias") && body["logit_bias"] != json::object())
+    reject("logit_bias: only {} is supported (no biases)");
   TextRequest r;
-  r.kind = TextRequest::Kind::Completions;
+  r.kind = openai ? TextRequest::Kind::OpenAi : TextRequest::Kind::Completions;
+  r.eod_text_is_token = openai;
   if (!body.contains("prompt")) reject("prompt is required");
   const json& prompt = body["prompt"];
   auto is_id_list = [](const json& v) {
@@ -197,10 +218,11 @@ TextRequest parse_completions_request(const json& body, const ServerLimits& limi
     if (p.empty()) reject("prompt: empty prompts are not supported");
 
   SamplingOptions& s = r.options.sampling;
-  if (!body.contains("max_tokens")) reject("max_tokens is required");
-  if (!is_int(body["max_tokens"]) || body["max_tokens"].get<int64_t>() < 0)
+  if (!body.contains("max_tokens") && !openai) reject("max_tokens is required");
+  const json max_tokens = body.value("max_tokens", json(16));  // OpenAI's default
+  if (!is_int(max_tokens) || max_tokens.get<int64_t>() < 0)
     reject("max_tokens must be an integer greater than or equal to 0");
-  s.tokens_to_generate = body["max_tokens"].get<int64_t>();
+  s.tokens_to_generate = max_tokens.get<int64_t>();
   if (s.tokens_to_generate > limits.max_tokens_to_generate)
     reject("max_tokens must be at most " + std::to_string(limits.max_tokens_to_generate) +
            " (--max-tokens-to-generate)");
@@ -212,6 +234,13 @@ TextRequest parse_completions_request(const json& body, const ServerLimits& limi
     reject("top_p must be a number in [0, 1]");
   s.temperature = static_cast<float>(body.value("temperature", 1.0));
   s.top_p = static_cast<float>(body.value("top_p", 1.0));
+  if (body.contains("top_k")) {  // vLLM's: -1 (or 0) keeps every token
+    if (!is_int(body["top_k"]) || body["top_k"].get<int64_t>() < -1)
+      reject("top_k must be an integer >= -1 (-1 or 0: no top-k filter)");
+    s.top_k = std::max<int64_t>(0, body["top_k"].get<int64_t>());
+  }
+  if (openai && s.top_p == 1) s.top_p = 0;  // keeps every token: the sampler's "no filter"
+  if (s.top_k > 0 && s.top_p > 0) reject("top_k and top_p: set only one of them (tessera samples with one filter)");
   if (s.temperature == 0) {  // OpenAI's greedy, which Megatron maps to top-k 1
     s.top_k = 1;
     s.top_p = 0;
@@ -219,15 +248,23 @@ TextRequest parse_completions_request(const json& body, const ServerLimits& limi
   if (body.contains("logprobs")) {
     if (!is_int(body["logprobs"]) || body["logprobs"].get<int64_t>() < 0)
       reject("logprobs must be an integer greater than or equal to 0");
-    if (body["logprobs"].get<int64_t>() > 0) reject("logprobs > 0 (top log-probabilities) is not supported");
+    const int64_t n = body["logprobs"].get<int64_t>();
+    if (!openai && n > 0) reject("logprobs > 0 (top log-probabilities) is not supported");
+    if (n > limits.max_logprobs)
+      reject("logprobs must be at most " + std::to_string(limits.max_logprobs) + " (--max-logprobs)");
+    r.options.top_logprobs = n;
   }
   if (body.contains("echo") && !body["echo"].is_boolean()) reject("echo must be a boolean value");
   r.echo = body.value("echo", false);
-  if (!r.echo && s.tokens_to_generate == 0) reject("echo=False not supported when tokens_to_generate=0");
+  if (!r.echo && s.tokens_to_generate == 0)
+    reject(openai ? "max_tokens: 0 is allowed only with echo=true (scoring the prompt)"
+                  : "echo=False not supported when tokens_to_generate=0");
   for (const char* field : {"n", "best_of"}) {
     if (!body.contains(field)) continue;
     if (!is_int(body[field]) || body[field].get<int64_t>() < 1) reject(std::string(field) + " must be an integer >= 1");
-    if (body[field].get<int64_t>() > 1) reject(std::string(field == std::string("n") ? "num_completions" : "best_of") + " > 1 not supported");
+    if (body[field].get<int64_t>() > 1)
+      reject(openai ? std::string(field) + ": only 1 is supported (one completion per prompt)"
+                    : std::string(field == std::string("n") ? "num_completions" : "best_of") + " > 1 not supported");
   }
   if (body.contains("seed")) {
     if (!is_seed(body["seed"])) reject("seed must be an integer in [0, 2^64)");
@@ -242,10 +279,44 @@ TextRequest parse_completions_request(const json& body, const ServerLimits& limi
     } else {
       reject("stop must be a string or a list of strings");
     }
+    // OpenAI's bound; each is searched for in the generated text after every token.
+    if (openai && r.options.stop_strings.size() > 4) reject("stop: at most 4 stop strings");
   }
-  r.options.return_logprobs = true;      // as Megatron's endpoint: always computed
-  r.options.stop_on_double_eol = true;  // as Megatron's endpoint
+  if (openai) {
+    // Log-probabilities only when asked for: they make the prompt go in one token a step.
+    r.options.return_logprobs = body.contains("logprobs");
+  } else {
+    r.options.return_logprobs = true;      // as Megatron's endpoint: always computed
+    r.options.stop_on_double_eol = true;  // as Megatron's endpoint
+  }
   return r;
+}
+
+}  // namespace
+
+TextRequest parse_completions_request(const json& body, const ServerLimits& limits) {
+  return parse_completions(body, limits, false);
+}
+
+TextRequest parse_openai_completions_request(const json& body, const ServerLimits& limits) {
+  return parse_completions(body, limits, true);
+}
+
+std::vector<int32_t> encode_with_eod(const data::Tokenizer& tokenizer, std::string_view text) {
+  std::string eod = tokenizer.token_text(tokenizer.eod());
+  // Where the tokenizer reads the text as the token already (NullTokenizer's "59", SentencePiece's
+  // "</s>"), cutting it out would only split texts that merely contain it ("159").
+  if (tokenizer.encode(eod) == std::vector<int32_t>{tokenizer.eod()}) return tokenizer.encode(text);
+  std::vector<int32_t> ids;
+  size_t at = 0;
+  for (size_t found; !eod.empty() && (found = text.find(eod, at)) != std::string_view::npos; at = found + eod.size()) {
+    const std::vector<int32_t> part = tokenizer.encode(text.substr(at, found - at));
+    ids.insert(ids.end(), part.begin(), part.end());
+    ids.push_back(tokenizer.eod());
+  }
+  const std::vector<int32_t> rest = tokenizer.encode(text.substr(at));
+  ids.insert(ids.end(), rest.begin(), rest.end());
+  return ids;
 }
 
 std::vector<std::vector<int32_t>> tokenize_prompts(const TextRequest& r, const data::Tokenizer& tokenizer,
@@ -262,7 +333,7 @@ std::vector<std::vector<int32_t>> tokenize_prompts(const TextRequest& r, const d
     if (r.add_bos) ids.push_back(tokenizer.eod());  // Megatron's add_BOS prepends the eod id
     std::vector<int32_t> text;
     try {
-      text = tokenizer.encode(p);
+      text = r.eod_text_is_token ? encode_with_eod(tokenizer, p) : tokenizer.encode(p);
     } catch (const std::exception& e) {  // e.g. a NullTokenizer id outside its vocabulary
       reject(std::string("prompt cannot be tokenized: ") + e.what());
     }
@@ -344,6 +415,9 @@ json run_text_request(const TextRequest& r, const ModelRunner& runner, const dat
   GenerationOptions options = r.options;
   options.sampling.eod = tokenizer.eod();
   std::vector<Generation> generations = generate(runner, prompts, options, &tokenizer);
+  if (r.kind == TextRequest::Kind::OpenAi)  // the server gives its own id, name and time
+    return openai_completions_response(generations, r, tokenizer, {"tessera", 0, config.max_position_embeddings},
+                                       "cmpl-0", 0);
   return r.kind == TextRequest::Kind::Api ? api_response(generations, r, tokenizer)
                                           : completions_response(generations, r, tokenizer);
 }

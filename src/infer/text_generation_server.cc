@@ -11,8 +11,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <cmath>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <future>
@@ -23,6 +25,7 @@
 #include "comm/mpi_process_group.h"
 #include "infer/batch_decoder.h"
 #include "infer/http_guard.h"
+#include "infer/openai_completions.h"
 #include "core/timer.h"
 
 namespace tessera::infer {
@@ -45,11 +48,27 @@ std::string broadcast_string(comm::ProcessGroup& group, const std::string& text)
   return std::string(static_cast<const char*>(words.host_raw()), static_cast<size_t>(n));
 }
 
+constexpr const char* kEndpoints =
+    "PUT /api, POST /completions, POST /v1/completions, POST /tokenize, POST /detokenize, GET /tokenizer_info, "
+    "GET /v1/models, GET /health";
+const std::string kNoSuchEndpoint = std::string("no such endpoint (") + kEndpoints + ")";
+
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-void reply_error(httplib::Response& res, int status, const std::string& message) {
+// OpenAI's clients read an error object on its routes (/v1/...); Megatron's clients a string elsewhere.
+bool openai_route(const httplib::Request& req) { return req.path.rfind("/v1/", 0) == 0; }
+
+void reply_error(const httplib::Request& req, httplib::Response& res, int status, const std::string& message) {
   res.status = status;
-  res.set_content(dump({{"error", message}}), "application/json");
+  res.set_content(dump(openai_route(req) ? openai_error(status, message) : json{{"error", message}}), "application/json");
+}
+
+// The message of either form of error body.
+std::string error_message(const json& body) {
+  if (!body.is_object() || !body.contains("error")) return "";
+  const json& e = body["error"];
+  if (e.is_string()) return e.get<std::string>();
+  return e.is_object() && e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>() : "";
 }
 
 // What every rank does with one request of the batch: its sequences, from the request as rank 0
@@ -63,7 +82,9 @@ struct RequestSequences {
 RequestSequences prepare(const std::string& kind, const json& body, const LoadedModel& model,
                          const ServerLimits& limits) {
   RequestSequences r;
-  r.request = kind == "api" ? parse_api_request(body, limits) : parse_completions_request(body, limits);
+  r.request = kind == "api"           ? parse_api_request(body, limits)
+              : kind == "completions" ? parse_completions_request(body, limits)
+                                      : parse_openai_completions_request(body, limits);
   r.prompts = tokenize_prompts(r.request, model.tokenizer(), model.config(), limits);
   auto options = std::make_shared<GenerationOptions>(r.request.options);
   options->sampling.eod = model.tokenizer().eod();
@@ -209,6 +230,11 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   };
   Batch batch{fresh_decoder(), {}};
   const ServerLimits limits = resolve_limits(options.limits, model.tokenizer(), model.config());
+  const model::ModelConfig& config = model.config();
+  const ServedModel served{options.served_model_name, static_cast<int64_t>(std::time(nullptr)),
+                           config.position_embedding == model::PositionEmbedding::LearnedAbsolute || config.seq_length <= 0
+                               ? config.max_position_embeddings
+                               : config.seq_length};
 
   // A step command, from rank 0 to the others: {"stop": true} or {"join": [[slot, kind, body], ...]}.
   auto joining_of = [&](const json& command) {
@@ -260,22 +286,22 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     if (res.status < 400) return;
     std::string reason;
     try {
-      reason = json::parse(res.body).value("error", "");
+      reason = error_message(json::parse(res.body));
     } catch (const json::exception&) {
     }
     log_line(str_cat("request from ", GuardedServer::client_address(), ": ", req.method.empty() ? "?" : req.method, " ",
                      req.path, " -> ", res.status, ": ", reason));
   });
-  server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // our own JSON error
     auto [status, why] = GuardedServer::read_failure();
     if (status != 0) res.status = status;
     std::string message = status != 0           ? why
                           : res.status == 413 ? "the request body is larger than --max-body-bytes"
-                          : res.status == 404 ? "no such endpoint (PUT /api, POST /completions, GET /health)"
+                          : res.status == 404 ? kNoSuchEndpoint
                           : res.status == 400 ? "malformed HTTP request"
                                               : "HTTP error " + std::to_string(res.status);
-    res.set_content(dump({{"error", message}}), "application/json");
+    reply_error(req, res, res.status, message);
   });
   // Framing is checked before any body is read; a refused request's connection closes, since the rest of
   // its body could not be told from a next request.
@@ -289,7 +315,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
       return httplib::Server::HandlerResponse::Unhandled;
     }
     GuardedServer::close_after(req);
-    reply_error(res, status, why);
+    reply_error(req, res, status, why);
     return httplib::Server::HandlerResponse::Handled;
   });
 
@@ -310,9 +336,9 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     GuardedServer::close_after(req);
     auto [status, why] = GuardedServer::read_failure();
     if (too_large)
-      reply_error(res, 413, str_cat("the request body is larger than --max-body-bytes ", options.max_body_bytes));
+      reply_error(req, res, 413, str_cat("the request body is larger than --max-body-bytes ", options.max_body_bytes));
     else
-      reply_error(res, status != 0 ? status : 400, status != 0 ? why : "the request body could not be read");
+      reply_error(req, res, status != 0 ? status : 400, status != 0 ? why : "the request body could not be read");
     return false;
   };
 
@@ -325,11 +351,11 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     try {
       job.body = json::parse(text);
     } catch (const json::exception& e) {
-      return reply_error(res, 400, std::string("malformed JSON: ") + e.what());
+      return reply_error(req, res, 400, std::string("malformed JSON: ") + e.what());
     }
     // No seed: draw one here, so every rank samples with the same.
     const char* seed_field = job.kind == "api" ? "random_seed" : "seed";
-    if (job.body.is_object() && !job.body.contains(seed_field)) {
+    if (job.body.is_object() && (!job.body.contains(seed_field) || job.body[seed_field].is_null())) {
       std::lock_guard<std::mutex> lock(queue_mutex);
       job.body[seed_field] = seeds() >> 1;
     }
@@ -337,14 +363,14 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     try {
       job.sequences = prepare(job.kind, job.body, model, limits);
     } catch (const RequestError& e) {
-      return reply_error(res, 400, e.what());
+      return reply_error(req, res, 400, e.what());
     }
     const RequestSequences& r = job.sequences;
     for (const auto& prompt : r.prompts)  // as BatchDecoder::blocks_needed
       job.blocks += KvBlockAllocator::blocks_for(
           static_cast<int64_t>(prompt.size()) + r.options->sampling.tokens_to_generate, batching.block_size);
     if (job.blocks > pool_blocks)
-      return reply_error(res, 400, str_cat("the request's ", r.prompts.size(), " prompt(s) need ", job.blocks,
+      return reply_error(req, res, 400, str_cat("the request's ", r.prompts.size(), " prompt(s) need ", job.blocks,
                                            " key/value cache blocks of ", batching.block_size,
                                            " positions, more than the server's ", pool_blocks,
                                            " (--inference-dynamic-batching-buffer-size-gb)"));
@@ -355,11 +381,11 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     std::future<std::pair<int, json>> answer = job.answer.get_future();
     {
       std::lock_guard<std::mutex> lock(queue_mutex);
-      if (stopping) return reply_error(res, 503, "the server is shutting down");
+      if (stopping) return reply_error(req, res, 503, "the server is shutting down");
       // A bounded number of sequences may wait (a request larger than the bound, only into an empty
       // queue); beyond that the client is told to come back.
       if (queued_sequences > 0 && queued_sequences + n > batching.max_waiting)
-        return reply_error(res, 503, str_cat("the server is full: ", queued_sequences,
+        return reply_error(req, res, 503, str_cat("the server is full: ", queued_sequences,
                                              " sequences are waiting (--inference-max-waiting-sequences ",
                                              batching.max_waiting, ") to join the running batch of at most ",
                                              max_sequences, " (--inference-max-requests); retry later"));
@@ -368,11 +394,22 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     }
     queue_changed.notify_all();
     auto [status, response] = answer.get();
-    if (status != 200) return reply_error(res, status, response.value("error", ""));
+    if (status != 200) return reply_error(req, res, status, response.value("error", ""));
     // The response is built here, not on the decoding thread, which every other request waits for.
     const TextRequest& t = r.request;
-    response = t.kind == TextRequest::Kind::Api ? api_response(job.generations, t, model.tokenizer())
-                                                : completions_response(job.generations, t, model.tokenizer());
+    if (t.kind == TextRequest::Kind::OpenAi) {
+      std::string id;
+      {
+        std::lock_guard<std::mutex> lock(queue_mutex);
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(seeds()));
+        id = std::string("cmpl-") + hex;
+      }
+      response = openai_completions_response(job.generations, t, model.tokenizer(), served, id, std::time(nullptr));
+    } else {
+      response = t.kind == TextRequest::Kind::Api ? api_response(job.generations, t, model.tokenizer())
+                                                  : completions_response(job.generations, t, model.tokenizer());
+    }
     if (!t.no_log)
       log_line(str_cat("request from ", req.remote_addr, ": ", req.method, " ", req.path, ", ", n, " prompt(s), ",
                        t.options.sampling.tokens_to_generate, " tokens to generate -> ", status, " in ",
@@ -387,10 +424,38 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   server.Post("/completions", [&](const Request& req, Response& res, const ContentReader& reader) {
     handle("completions", req, res, reader);
   });
+  server.Post("/v1/completions", [&](const Request& req, Response& res, const ContentReader& reader) {
+    handle("v1", req, res, reader);
+  });
+  // The tokenizer's endpoints need no model step: they are answered on the HTTP thread.
+  auto tokenizer_endpoint = [&](const Request& req, Response& res, const ContentReader& reader,
+                                const std::function<json(const json&)>& answer) {
+    std::string text;
+    if (!read_body(req, res, reader, text)) return;
+    try {
+      res.set_content(dump(answer(json::parse(text))), "application/json");
+    } catch (const json::exception& e) {
+      reply_error(req, res, 400, std::string("malformed JSON: ") + e.what());
+    } catch (const RequestError& e) {
+      reply_error(req, res, 400, e.what());
+    }
+  };
+  server.Post("/tokenize", [&](const Request& req, Response& res, const ContentReader& reader) {
+    tokenizer_endpoint(req, res, reader, [&](const json& body) { return tokenize_response(body, model.tokenizer(), limits, served); });
+  });
+  server.Post("/detokenize", [&](const Request& req, Response& res, const ContentReader& reader) {
+    tokenizer_endpoint(req, res, reader, [&](const json& body) { return detokenize_response(body, model.tokenizer(), limits); });
+  });
+  server.Get("/tokenizer_info", [&](const Request&, Response& res) {
+    res.set_content(dump(tokenizer_info(model.tokenizer(), served)), "application/json");
+  });
+  server.Get("/v1/models", [&](const Request&, Response& res) {
+    res.set_content(dump(models_response(served)), "application/json");
+  });
   // Any other PUT or POST is answered without reading its body (httplib would read it with no bound).
   auto elsewhere = [](const Request& req, Response& res, const ContentReader&) {
     GuardedServer::close_after(req);
-    reply_error(res, 404, "no such endpoint (PUT /api, POST /completions, GET /health)");
+    reply_error(req, res, 404, kNoSuchEndpoint);
   };
   server.Put(".*", elsewhere);
   server.Post(".*", elsewhere);
@@ -403,7 +468,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   };
   const int port = listener->port;
   log << " > serving " << model.config().num_layers << "-layer model on http://" << options.host << ":" << port
-      << " (PUT /api, POST /completions, GET /health); up to " << max_sequences << " sequences at once, "
+      << " (" << kEndpoints << "); up to " << max_sequences << " sequences at once, "
       << pool_blocks << " key/value blocks of " << batching.block_size << " positions; prompts of at most "
       << limits.max_prompt_tokens << " tokens and " << limits.max_prompt_bytes << " bytes" << std::endl;
   std::atomic<bool> listener_done{false};

@@ -1,6 +1,7 @@
-// `tessera serve`: Megatron-LM's text generation server over cpp-httplib. World rank 0 answers HTTP
-// (PUT /api, POST /completions, GET /health). Requests are decoded together by continuous batching
-// (infer/batch_decoder.h): between two decoding steps, rank 0 lets the waiting requests that fit join
+// `tessera serve`: Megatron-LM's text generation server over cpp-httplib. World rank 0 answers HTTP:
+// Megatron's endpoints (PUT /api, POST /completions, GET /health), OpenAI's (POST /v1/completions, GET
+// /v1/models) and the tokenizer's that clients probe (POST /tokenize, POST /detokenize, GET
+// /tokenizer_info). Requests are decoded together by continuous batching (infer/batch_decoder.h): between two decoding steps, rank 0 lets the waiting requests that fit join
 // the running batch and tells the other ranks of the model which; every rank then runs the same step, so
 // ranks never disagree on the order of their collectives. A request is answered as soon as its last
 // sequence finishes; its tokens are those it would get alone.
@@ -38,6 +39,7 @@ struct ServerOptions {
   int threads = 64;
   int request_timeout_seconds = 10;    // --request-timeout: a request's line, headers and body arrive within it
   int max_connections_per_client = 16;  // --max-connections-per-client: more from one address get 503
+  std::string served_model_name = "tessera";  // --served-model-name: "model" in OpenAI's responses
 };
 
 // rank 0's HTTP listener, bound to its port before the model loads (so that a port in use is said at
