@@ -13,7 +13,7 @@ using SK = StateNode::Kind;
 
 const StateNode* StateNode::find(std::string_view key) const {
   for (auto it = entries.rbegin(); it != entries.rend(); ++it)
-    if (it->first == key) return &it->second;
+    if (it->key == key) return &it->value;
   return nullptr;
 }
 
@@ -276,10 +276,10 @@ StateNode Loader::convert_object(const PyValue* v, const std::string& where, int
   for (const auto& [k, x] : entries) {
     std::string key = k->is(PK::String) ? k->text : py_repr(*k);
     StateNode value = convert_value(x, child(where, key), depth + 1);
-    n.entries.emplace_back(std::move(key), std::move(value));
+    n.entries.push_back({std::move(key), std::move(value)});
   }
   if (v->state && !v->state->is(PK::Dict))
-    n.entries.emplace_back("__state__", convert_value(v->state, child(where, "__state__"), depth + 1));
+    n.entries.push_back({"__state__", convert_value(v->state, child(where, "__state__"), depth + 1)});
   return n;
 }
 
@@ -306,7 +306,7 @@ StateNode Loader::convert_value(const PyValue* v, const std::string& where, int 
       for (const auto& [k, x] : v->entries) {
         std::string key = k->is(PK::String) ? k->text : py_repr(*k);
         StateNode value = convert_value(x, child(where, key), depth + 1);
-        n.entries.emplace_back(std::move(key), std::move(value));
+        n.entries.push_back({std::move(key), std::move(value)});
       }
       break;
     case PK::Object: return convert_object(v, where, depth);

@@ -22,6 +22,8 @@
 
 namespace tessera::ckpt {
 
+struct StateEntry;
+
 struct StateNode {
   enum class Kind : uint8_t { None, Bool, Int, Float, String, Bytes, List, Tuple, Dict, Tensor, Object };
   Kind kind = Kind::None;
@@ -35,10 +37,16 @@ struct StateNode {
   // Dict, in order; a key that is not a string is written as Python would print it ("0", "(1, 2)").
   // Object: the entries of its state when that is a dict (an argparse.Namespace's attributes), then
   // any it was given by SETITEMS; a state of another kind is the entry "__state__".
-  std::vector<std::pair<std::string, StateNode>> entries;
+  std::vector<StateEntry> entries;
 
   bool is(Kind k) const { return kind == k; }
   const StateNode* find(std::string_view key) const;  // nullptr if absent (or not a Dict/Object)
+};
+
+// A named value of a Dict or Object (a struct, not a std::pair, which may not hold the incomplete StateNode).
+struct StateEntry {
+  std::string key;
+  StateNode value;
 };
 
 const char* state_kind_name(StateNode::Kind kind);
