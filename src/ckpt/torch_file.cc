@@ -100,6 +100,7 @@ class Loader {
   std::string path_;
   ZipReader zip_;
   std::string prefix_;  // "archive/": the directory data.pkl is in
+  std::string pkl_name_ = "data.pkl";  // its entry, which errors about the pickle itself name
   std::unordered_map<const PyValue*, StateNode> tensors_;  // each tensor object read once
   // Nodes made so far, and the most allowed: a value the memo places in several spots is copied to
   // each, so a pickle of lists of lists of one list would otherwise grow exponentially.
@@ -110,16 +111,16 @@ PyValue* Loader::storage_marker(Pickle& pickle, const PyValue& pid) {
   // ('storage', storage_type, key, location, numel); numel counts storage_type's elements.
   const std::string where = "persistent id " + py_repr(pid);
   if (!pid.is(PK::Tuple) || pid.items.size() != 5 || !pid.items[0]->is(PK::String) || pid.items[0]->text != "storage")
-    fail("data.pkl", where, " is not ('storage', type, key, location, numel)");
+    fail(pkl_name_, where, " is not ('storage', type, key, location, numel)");
   const PyValue* type = pid.items[1];
   const ClassInfo info = type->is(PK::Global) ? classify(type->text) : ClassInfo{};
   TorchScalar scalar = info.scalar;
   if (info.known == KnownClass::UntypedStorage) scalar = TorchScalar::U8;  // counted in bytes
   if (info.known != KnownClass::Storage && info.known != KnownClass::UntypedStorage)
-    fail("data.pkl", where, ": ", py_repr(*type), " is not a storage class");
-  if (!pid.items[2]->is(PK::String)) fail("data.pkl", where, ": the storage key is not a string");
-  const int64_t numel = as_int(pid.items[4], "data.pkl", "the storage's element count");
-  if (numel < 0) fail("data.pkl", where, ": negative element count");
+    fail(pkl_name_, where, ": ", py_repr(*type), " is not a storage class");
+  if (!pid.items[2]->is(PK::String)) fail(pkl_name_, where, ": the storage key is not a string");
+  const int64_t numel = as_int(pid.items[4], pkl_name_, "the storage's element count");
+  if (numel < 0) fail(pkl_name_, where, ": negative element count");
   PyValue* m = pickle.make(PK::Object);
   m->text = kStorageMarker;
   m->items = {pid.items[2], pid.items[4]};
@@ -325,11 +326,12 @@ StateNode Loader::load() {
       break;
     }
   }
-  if (!pkl) fail("data.pkl", "not a torch.save archive: no data.pkl entry");
+  if (!pkl) fail(pkl_name_, "not a torch.save archive: no data.pkl entry");
   if (const ZipEntry* order = zip_.find(prefix_ + "byteorder")) {
     const std::string bo = zip_.read_all(zip_.entry(order->name), 16);
     if (bo != "little") fail(order->name, "byte order '", bo, "' (only little-endian storages are read)");
   }
+  pkl_name_ = pkl->name;
   const std::string bytes = zip_.read_all(zip_.entry(pkl->name));
   Pickle pickle = parse_pickle(bytes, path_ + ": " + pkl->name,
                                [this](Pickle& p, const PyValue& pid) { return storage_marker(p, pid); });

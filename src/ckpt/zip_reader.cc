@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <set>
 
 #include "core/check.h"
 
@@ -152,7 +151,6 @@ ZipReader ZipReader::open(const std::string& path) {
 
   std::vector<unsigned char> cd(cd_size);
   if (cd_size > 0) pread_exact(fd, cd.data(), cd_size, cd_offset, path, "the central directory");
-  std::set<std::string> names;
   uint64_t pos = 0;
   z.entries_.reserve(count);
   for (uint64_t i = 0; i < count; ++i) {
@@ -166,7 +164,7 @@ ZipReader ZipReader::open(const std::string& path) {
     e.name.assign(reinterpret_cast<const char*>(h + kCentralBytes), name_len);
     if (e.name.empty() || e.name.find('\0') != std::string::npos)
       fail(path, "central directory entry ", i, " has an empty or invalid name");
-    if (!names.insert(e.name).second) fail(path, "entry '", e.name, "' appears twice");
+    if (!z.by_name_.emplace(e.name, z.entries_.size()).second) fail(path, "entry '", e.name, "' appears twice");
     e.method = u16(h + 10);
     if (u16(h + 8) & 1) e.method = 0xffff;  // encrypted: refused when read, as a compressed one is
     e.crc32 = u32(h + 16);
@@ -200,9 +198,8 @@ ZipReader ZipReader::open(const std::string& path) {
 }
 
 const ZipEntry* ZipReader::find(const std::string& name) const {
-  for (const ZipEntry& e : entries_)
-    if (e.name == name) return &e;
-  return nullptr;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &entries_[it->second];
 }
 
 const ZipEntry& ZipReader::entry(const std::string& name) const {

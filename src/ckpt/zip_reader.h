@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace tessera::ckpt {
@@ -47,6 +48,7 @@ class ZipReader {
   std::string path_;
   std::shared_ptr<Fd> fd_;
   std::vector<ZipEntry> entries_;  // in central directory order
+  std::unordered_map<std::string, size_t> by_name_;  // a Megatron file has an entry per tensor storage
 };
 
 }  // namespace tessera::ckpt
