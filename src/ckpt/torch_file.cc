@@ -30,6 +30,7 @@ constexpr int kMaxDepth = 64;
 // The storage marker the persistent-id callback leaves in the tree: a class path no GLOBAL can spell,
 // as every path a pickle makes has a dot.
 constexpr std::string_view kStorageMarker = "<storage>";
+constexpr int64_t kMaxRepeatedElements = int64_t{1} << 24;
 
 DType tessera_dtype(TorchScalar s) {
   switch (s) {
@@ -181,6 +182,11 @@ StateNode Loader::tensor(const PyValue* v, const std::vector<PyValue*>& args, Kn
   if (storage_numel > static_cast<int64_t>(entry->size / es))
     fail(where, "storage '", entry_name, "' is ", entry->size, " bytes, too short for its ", storage_numel, " ",
          torch_scalar_name(scalar), " elements");
+  // A stride of 0 (an expanded view) repeats elements, so the copy can be far larger than the file;
+  // checkpoints hold none of note, so a large one is refused rather than allocated.
+  if (numel > storage_numel && numel > kMaxRepeatedElements)
+    fail(where, "view of size ", shape_str(sizes), " stride ", shape_str(strides), " repeats the ", storage_numel,
+         " elements of storage '", entry_name, "' into ", numel, " (over ", kMaxRepeatedElements, ")");
   if (numel > 0 && last >= storage_numel)
     fail(where, "storage '", entry_name, "' is too short for the view: size ", shape_str(sizes), " stride ",
          shape_str(strides), " offset ", offset, " reaches element ", last, " of ", storage_numel);

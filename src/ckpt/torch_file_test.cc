@@ -41,6 +41,7 @@ model['uint8'] = torch.tensor([0, 200, 255], dtype=torch.uint8)
 model['bool'] = torch.tensor([True, False, True])
 model['scalar'] = torch.tensor(2.5)
 model['empty'] = torch.zeros(0, 4)
+model['expanded'] = torch.randn(3, 1).expand(3, 4)                   # a stride of 0
 model._metadata = collections.OrderedDict([('', {'version': 1})])
 args = argparse.Namespace(num_layers=2, hidden_size=8, num_attention_heads=2, seq_length=16,
                           params_dtype=torch.bfloat16, attn_mask_type=AttnMaskType.causal,
@@ -61,9 +62,9 @@ with zipfile.ZipFile(d + '/model_optim_rng.pt') as src, zipfile.ZipFile(d + '/sh
 # Hand-made data.pkl files: a view longer than its storage, a tensor whose storage is an int.
 class Storage: pass
 class View:
-    def __init__(self, st, size): self.st, self.size = st, size
+    def __init__(self, st, size, stride=(1,)): self.st, self.size, self.stride = st, size, stride
     def __reduce__(self):
-        return (torch._utils._rebuild_tensor_v2, (self.st, 0, self.size, (1,), False, collections.OrderedDict()))
+        return (torch._utils._rebuild_tensor_v2, (self.st, 0, self.size, self.stride, False, collections.OrderedDict()))
 class P(pickle.Pickler):
     def persistent_id(self, o):
         return ('storage', torch.FloatStorage, '0', 'cpu', 4) if isinstance(o, Storage) else None
@@ -75,6 +76,7 @@ def archive(name, obj):
         z.writestr('archive/data/0', b'\0' * 16)
 archive('short_view.pt', {'model': {'w': View(Storage(), (10,))}})
 archive('int_storage.pt', {'model': {'w': View(5, (2,))}})
+archive('repeated.pt', {'model': {'w': View(Storage(), (2**40,), (0,))}})
 open(d + '/legacy.pt', 'wb').write(pickle.dumps({'a': 1}, protocol=2))
 )";
 
@@ -166,6 +168,7 @@ TEST_F(TorchFileTest, MalformedArchivesAreErrorsNamingFileAndEntry) {
   expect_error("short_storage.pt", {"/data/0'", "too short"});
   expect_error("short_view.pt", {"model.w: ", "storage 'archive/data/0' is too short for the view", "reaches element 9 of 4"});
   expect_error("int_storage.pt", {"model.w: ", "tensor's storage is 5"});
+  expect_error("repeated.pt", {"model.w: ", "repeats the 4 elements of storage 'archive/data/0' into 1099511627776"});
   expect_error("legacy.pt", {"not a zip archive but a bare pickle", "PyTorch < 1.6"});
   expect_error("missing.pt", {"cannot open"});
 }
