@@ -62,7 +62,7 @@ std::string py_repr(const PyValue& v, int depth) {
 size_t torch_scalar_size(TorchScalar s) {
   switch (s) {
     case TorchScalar::F64: case TorchScalar::I64: return 8;
-    case TorchScalar::F32: case TorchScalar::I32: return 4;
+    case TorchScalar::F32: case TorchScalar::I32: case TorchScalar::U32: return 4;
     case TorchScalar::F16: case TorchScalar::BF16: case TorchScalar::I16: return 2;
     case TorchScalar::I8: case TorchScalar::U8: case TorchScalar::Bool: return 1;
     case TorchScalar::Unknown: return 0;
@@ -72,7 +72,7 @@ size_t torch_scalar_size(TorchScalar s) {
 
 const char* torch_scalar_name(TorchScalar s) {
   static const char* const names[] = {"float32", "float64", "float16", "bfloat16", "int64", "int32",
-                                      "int16",   "int8",    "uint8",   "bool",     "unknown"};
+                                      "int16",   "int8",    "uint8",   "bool",     "uint32", "unknown"};
   return names[static_cast<int>(s)];
 }
 

@@ -41,8 +41,9 @@ const char* py_kind_name(PyValue::Kind kind);
 // A short Python-like rendering for error messages and dict keys that are not strings ("3", "(1, 2)").
 std::string py_repr(const PyValue& v, int depth = 3);
 
-// Element types of torch storages and numpy arrays, including those Tessera's DType lacks.
-enum class TorchScalar : uint8_t { F32, F64, F16, BF16, I64, I32, I16, I8, U8, Bool, Unknown };
+// Element types of torch storages and numpy arrays (U32: numpy's, as its RNG state), including those
+// Tessera's DType lacks.
+enum class TorchScalar : uint8_t { F32, F64, F16, BF16, I64, I32, I16, I8, U8, Bool, U32, Unknown };
 size_t torch_scalar_size(TorchScalar s);
 const char* torch_scalar_name(TorchScalar s);  // "float32", "bfloat16", ...
 

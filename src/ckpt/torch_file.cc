@@ -37,7 +37,7 @@ DType tessera_dtype(TorchScalar s) {
     case TorchScalar::F32: case TorchScalar::F64: return DType::F32;
     case TorchScalar::BF16: return DType::BF16;
     case TorchScalar::F16: return DType::F16;
-    case TorchScalar::I64: return DType::I64;
+    case TorchScalar::I64: case TorchScalar::U32: return DType::I64;
     default: return DType::I32;
   }
 }
@@ -48,6 +48,15 @@ void convert(const char* src, TorchScalar s, int64_t n, const Tensor& dst) {
   const DType dt = tessera_dtype(s);
   if (dtype_size(dt) == torch_scalar_size(s)) {  // same representation
     std::memcpy(dst.host_raw(), src, static_cast<size_t>(n) * dtype_size(dt));
+    return;
+  }
+  if (s == TorchScalar::U32) {
+    int64_t* out = dst.host_i64();
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t v;
+      std::memcpy(&v, src + 4 * i, 4);
+      out[i] = v;
+    }
     return;
   }
   if (s == TorchScalar::F64) {
@@ -71,6 +80,42 @@ void convert(const char* src, TorchScalar s, int64_t n, const Tensor& dst) {
       out[i] = static_cast<unsigned char>(src[i]);
     }
   }
+}
+
+// The elements of a strided view over `span` (whose element 0 is the view's first), in row-major
+// order: one copy when the view is contiguous, else an odometer over the indices.
+std::vector<char> gather(const char* span, const Shape& sizes, const Shape& strides, size_t es, int64_t numel) {
+  std::vector<char> dense(static_cast<size_t>(numel) * es);
+  bool contiguous = true;
+  for (int64_t i = static_cast<int64_t>(sizes.size()) - 1, expect = 1; i >= 0; expect *= sizes[i], --i)
+    if (sizes[i] != 1 && strides[i] != expect) contiguous = false;
+  if (contiguous) {
+    std::memcpy(dense.data(), span, dense.size());
+    return dense;
+  }
+  std::vector<int64_t> idx(sizes.size(), 0);
+  int64_t src = 0;
+  for (int64_t k = 0; k < numel; ++k) {
+    std::memcpy(dense.data() + k * es, span + src * es, es);
+    for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+      src += strides[d];
+      if (++idx[d] < sizes[d]) break;
+      src -= strides[d] * sizes[d];
+      idx[d] = 0;
+    }
+  }
+  return dense;
+}
+
+// numpy's type codes ("f4", "u4", ...) of the arrays and scalars a checkpoint holds.
+TorchScalar numpy_type(const std::string& code) {
+  static const std::pair<const char*, TorchScalar> codes[] = {
+      {"f4", TorchScalar::F32}, {"f8", TorchScalar::F64}, {"f2", TorchScalar::F16}, {"i8", TorchScalar::I64},
+      {"i4", TorchScalar::I32}, {"i2", TorchScalar::I16}, {"i1", TorchScalar::I8},  {"u1", TorchScalar::U8},
+      {"b1", TorchScalar::Bool}, {"u4", TorchScalar::U32}};
+  for (const auto& [c, t] : codes)
+    if (code == c) return t;
+  return TorchScalar::Unknown;
 }
 
 class Loader {
@@ -97,6 +142,7 @@ class Loader {
   StateNode convert_object(const PyValue* v, const std::string& where, int depth);
   StateNode tensor(const PyValue* v, const std::vector<PyValue*>& args, KnownClass kind, const std::string& where);
   StateNode numpy_scalar(const PyValue* v, const std::string& where);
+  StateNode numpy_array(const PyValue* v, const std::string& where);
 
   std::string path_;
   ZipReader zip_;
@@ -151,12 +197,15 @@ StateNode Loader::tensor(const PyValue* v, const std::vector<PyValue*>& args, Kn
     fail(where, "tensor's storage is ", py_repr(*st), ", not a storage of the archive");
   TorchScalar scalar = static_cast<TorchScalar>(st->integer);
   const std::string& key = st->items[0]->text;
-  const int64_t storage_numel = st->items[1]->integer;
-  if (kind == KnownClass::RebuildTensorV3) {  // an untyped storage: the dtype is an argument
+  int64_t storage_numel = st->items[1]->integer;
+  if (kind == KnownClass::RebuildTensorV3) {  // an untyped storage (counted in bytes): the dtype is an argument
     const ClassInfo d = args[6]->is(PK::Global) ? classify(args[6]->text) : ClassInfo{};
     if (d.known != KnownClass::TorchDtype) fail(where, "tensor dtype ", py_repr(*args[6]), " is not a torch dtype");
-    if (scalar != TorchScalar::U8 || storage_numel % static_cast<int64_t>(torch_scalar_size(d.scalar)) != 0)
+    const auto size = static_cast<int64_t>(torch_scalar_size(d.scalar));
+    if (scalar != TorchScalar::U8 || storage_numel % size != 0)
       fail(where, "_rebuild_tensor_v3 of a typed or misaligned storage");
+    scalar = d.scalar;
+    storage_numel /= size;
   }
   if (scalar == TorchScalar::Unknown) fail(where, "storage '", key, "' has an unknown element type");
   const size_t es = torch_scalar_size(scalar);
@@ -199,25 +248,7 @@ StateNode Loader::tensor(const PyValue* v, const std::vector<PyValue*>& args, Kn
     // Read the span the view covers, then gather it in row-major order (one copy when contiguous).
     std::vector<char> span(static_cast<size_t>(last - offset + 1) * es);
     zip_.read(*entry, static_cast<uint64_t>(offset) * es, span.data(), span.size());
-    std::vector<char> dense(static_cast<size_t>(numel) * es);
-    bool contiguous = true;
-    for (int64_t i = static_cast<int64_t>(sizes.size()) - 1, expect = 1; i >= 0; expect *= sizes[i], --i)
-      if (sizes[i] != 1 && strides[i] != expect) contiguous = false;
-    if (contiguous) {
-      std::memcpy(dense.data(), span.data(), dense.size());
-    } else {
-      std::vector<int64_t> idx(sizes.size(), 0);
-      int64_t src = 0;
-      for (int64_t k = 0; k < numel; ++k) {
-        std::memcpy(dense.data() + k * es, span.data() + src * es, es);
-        for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {  // the odometer's next index
-          src += strides[d];
-          if (++idx[d] < sizes[d]) break;
-          src -= strides[d] * sizes[d];
-          idx[d] = 0;
-        }
-      }
-    }
+    const std::vector<char> dense = gather(span.data(), sizes, strides, es, numel);
     convert(dense.data(), scalar, numel, n.tensor);
   }
   return tensors_[v] = n;
@@ -246,6 +277,41 @@ StateNode Loader::numpy_scalar(const PyValue* v, const std::string& where) {
   return n;
 }
 
+StateNode Loader::numpy_array(const PyValue* v, const std::string& where) {
+  // _reconstruct(ndarray, (0,), b'b') with the state (version, shape, dtype, fortran order, raw bytes).
+  const PyValue* st = v->state;
+  if (!st || !st->is(PK::Tuple) || st->items.size() != 5 || !st->items[2]->is(PK::Object) ||
+      st->items[2]->items.empty() || !st->items[2]->items[0]->is(PK::String) || !st->items[4]->is(PK::Bytes))
+    fail(where, "numpy array ", py_repr(*v), " is malformed (or of Python objects, which are not read)");
+  const PyValue* dtype = st->items[2];
+  const TorchScalar scalar = numpy_type(dtype->items[0]->text);
+  if (scalar == TorchScalar::Unknown) fail(where, "numpy array of dtype '", dtype->items[0]->text, "' is not read");
+  if (dtype->state && dtype->state->is(PK::Tuple) && dtype->state->items.size() > 1 &&
+      dtype->state->items[1]->is(PK::String) && dtype->state->items[1]->text == ">")
+    fail(where, "big-endian numpy array is not read");
+  const Shape sizes = int_tuple(st->items[1], where, "numpy array shape");
+  const size_t es = torch_scalar_size(scalar);
+  int64_t numel = 1;
+  for (int64_t d : sizes)
+    if (__builtin_mul_overflow(numel, d, &numel)) fail(where, "numpy array shape ", shape_str(sizes), " overflows");
+  const std::string& raw = st->items[4]->text;
+  if (raw.size() / es != static_cast<uint64_t>(numel) || raw.size() % es != 0)
+    fail(where, "numpy array of shape ", shape_str(sizes), " holds ", raw.size(), " bytes, not ", numel, " × ", es);
+  // Fortran order: the first index varies fastest.
+  Shape strides(sizes.size(), 1);
+  const bool fortran = st->items[3]->is(PK::Bool) && st->items[3]->boolean;
+  for (size_t i = 1; i < sizes.size(); ++i) {
+    if (fortran) strides[i] = strides[i - 1] * sizes[i - 1];
+    else strides[sizes.size() - 1 - i] = strides[sizes.size() - i] * sizes[sizes.size() - i];
+  }
+  StateNode n;
+  n.kind = SK::Tensor;
+  n.stored = scalar;
+  n.tensor = Tensor::empty(sizes, tessera_dtype(scalar), Device::cpu());
+  if (numel > 0) convert(gather(raw.data(), sizes, strides, es, numel).data(), scalar, numel, n.tensor);
+  return n;
+}
+
 StateNode Loader::convert_object(const PyValue* v, const std::string& where, int depth) {
   const ClassInfo info = classify(v->text);
   switch (info.known) {
@@ -265,6 +331,7 @@ StateNode Loader::convert_object(const PyValue* v, const std::string& where, int
       return tensor(v, v->items[2]->items, inner, where);
     }
     case KnownClass::NumpyScalar: return numpy_scalar(v, where);
+    case KnownClass::NumpyReconstruct: return numpy_array(v, where);
     case KnownClass::TorchSize:
       if (v->items.size() == 1) return convert_value(v->items[0], where, depth + 1);
       break;

@@ -8,7 +8,8 @@
 // Each tensor is copied out of its storage (storage offset, sizes and strides honoured, so a transposed
 // or sliced view comes out contiguous, as Tessera's tensors always are). Element types map to
 // core/dtype.h's: fp32, bf16, fp16, int32 and int64 as they are; fp64 becomes fp32; int16, int8, uint8
-// and bool become int32; StateNode::stored keeps what torch had. Two tensors on one storage each get
+// and bool become int32, uint32 int64; StateNode::stored keeps what torch had. A numpy array (Megatron's
+// saved numpy RNG state) becomes a tensor the same way. Two tensors on one storage each get
 // their own copy; one tensor object reached twice (the memo) is the same Tessera tensor twice.
 #pragma once
 

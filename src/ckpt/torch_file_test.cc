@@ -48,10 +48,13 @@ args = argparse.Namespace(num_layers=2, hidden_size=8, num_attention_heads=2, se
                           loss_scale=np.float64(0.5), tensor_model_parallel_size=1)
 sd = {'args': args, 'checkpoint_version': 3.0, 'iteration': 10, 'model': model,
       'rng_state': [{'random_rng_state': random.getstate(), 'np_rng_state': np.random.get_state(),
-                     'torch_rng_state': torch.get_rng_state()}]}
+                     'torch_rng_state': torch.get_rng_state()}],
+      'np_fortran': np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3))}
 torch.save(sd, d + '/model_optim_rng.pt')
-json.dump({k: {'dtype': str(v.dtype)[6:], 'shape': list(v.shape), 'values': v.double().flatten().tolist()}
-           for k, v in model.items()}, open(d + '/expected.json', 'w'))
+expected = {k: {'dtype': str(v.dtype)[6:], 'shape': list(v.shape), 'values': v.double().flatten().tolist()}
+            for k, v in model.items()}
+expected['np_rng_key'] = sd['rng_state'][0]['np_rng_state'][1].tolist()
+json.dump(expected, open(d + '/expected.json', 'w'))
 
 # The same archive with its first storage cut to half.
 with zipfile.ZipFile(d + '/model_optim_rng.pt') as src, zipfile.ZipFile(d + '/short_storage.pt', 'w') as z:
@@ -68,15 +71,32 @@ class View:
 class P(pickle.Pickler):
     def persistent_id(self, o):
         return ('storage', torch.FloatStorage, '0', 'cpu', 4) if isinstance(o, Storage) else None
-def archive(name, obj):
+def archive(name, obj, data=b'\0' * 16):
     buf = io.BytesIO()
     P(buf, protocol=2).dump(obj)
     with zipfile.ZipFile(d + '/' + name, 'w') as z:
         z.writestr('archive/data.pkl', buf.getvalue())
-        z.writestr('archive/data/0', b'\0' * 16)
+        z.writestr('archive/data/0', data)
 archive('short_view.pt', {'model': {'w': View(Storage(), (10,))}})
 archive('int_storage.pt', {'model': {'w': View(5, (2,))}})
 archive('repeated.pt', {'model': {'w': View(Storage(), (2**40,), (0,))}})
+# PyTorch 2.x's _rebuild_tensor_v3 (an untyped storage, counted in bytes, and the dtype as an
+# argument), which torch 1.13 lacks: a stand-in of that name lets pickle write the reference.
+def _rebuild_tensor_v3(*args): pass
+_rebuild_tensor_v3.__module__ = 'torch._utils'
+torch._utils._rebuild_tensor_v3 = _rebuild_tensor_v3
+class Untyped: pass
+class V3:
+    def __reduce__(self):
+        return (_rebuild_tensor_v3, (Untyped(), 1, (2,), (1,), False, collections.OrderedDict(), torch.bfloat16, None))
+class P3(pickle.Pickler):
+    def persistent_id(self, o):
+        return ('storage', getattr(torch, 'UntypedStorage', None) or torch.storage._UntypedStorage, '0', 'cpu', 16) if isinstance(o, Untyped) else None
+buf = io.BytesIO()
+P3(buf, protocol=2).dump({'v3': V3()})
+with zipfile.ZipFile(d + '/v3.pt', 'w') as z:
+    z.writestr('archive/data.pkl', buf.getvalue())
+    z.writestr('archive/data/0', torch.arange(8, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes())
 open(d + '/legacy.pt', 'wb').write(pickle.dumps({'a': 1}, protocol=2))
 )";
 
@@ -137,9 +157,21 @@ TEST_F(TorchFileTest, ReadsAMegatronShapedCheckpoint) {
   EXPECT_EQ(args->find("loss_scale")->real, 0.5);  // a numpy scalar
   const StateNode& rng = sd.find("rng_state")->items.at(0);
   EXPECT_EQ(rng.find("torch_rng_state")->stored, TorchScalar::U8);
-  EXPECT_NE(rng.find("np_rng_state")->items.at(1).text.find("_reconstruct"), std::string::npos);
+  nlohmann::json expected = nlohmann::json::parse(testing::read_file_bytes(dir_.file("expected.json")));
+  // numpy arrays: the saved numpy RNG key (uint32, as int64), and a Fortran-order array in row-major.
+  const StateNode& key = rng.find("np_rng_state")->items.at(1);
+  ASSERT_TRUE(key.is(SK::Tensor));
+  EXPECT_EQ(key.stored, TorchScalar::U32);
+  const std::vector<int64_t> want_key = expected.at("np_rng_key").get<std::vector<int64_t>>();
+  expected.erase("np_rng_key");
+  ASSERT_EQ(key.tensor.numel(), 624);
+  EXPECT_EQ(std::vector<int64_t>(key.tensor.host_i64(), key.tensor.host_i64() + 624), want_key);
+  const StateNode* fortran = sd.find("np_fortran");
+  ASSERT_TRUE(fortran && fortran->is(SK::Tensor));
+  EXPECT_EQ(fortran->tensor.shape(), Shape({2, 3}));
+  EXPECT_EQ(std::vector<float>(fortran->tensor.host_f32(), fortran->tensor.host_f32() + 6),
+            std::vector<float>({0, 1, 2, 3, 4, 5}));
 
-  const nlohmann::json expected = nlohmann::json::parse(testing::read_file_bytes(dir_.file("expected.json")));
   const StateNode* model = sd.find("model");
   ASSERT_TRUE(model && model->is(SK::Dict));
   ASSERT_EQ(model->entries.size(), expected.size());
@@ -162,6 +194,16 @@ TEST_F(TorchFileTest, ReadsAMegatronShapedCheckpoint) {
   EXPECT_EQ(model->find("bool")->tensor.dtype(), DType::I32);
   // The one tensor object saved under two names is one Tessera tensor.
   EXPECT_EQ(model->find("output_layer.weight")->tensor.raw(), model->find("embedding.word_embeddings.weight")->tensor.raw());
+}
+
+TEST_F(TorchFileTest, ReadsRebuildTensorV3OfAnUntypedStorage) {
+  const StateNode sd = load_torch_file(dir_.file("v3.pt"));
+  const StateNode* v3 = sd.find("v3");
+  ASSERT_TRUE(v3 && v3->is(SK::Tensor));
+  EXPECT_EQ(v3->stored, TorchScalar::BF16);
+  ASSERT_EQ(v3->tensor.shape(), Shape({2}));
+  EXPECT_EQ(bf16_to_fp32(v3->tensor.host_bf16()[0]), 1.0f);  // storage offset 1, in bf16 elements
+  EXPECT_EQ(bf16_to_fp32(v3->tensor.host_bf16()[1]), 2.0f);
 }
 
 TEST_F(TorchFileTest, MalformedArchivesAreErrorsNamingFileAndEntry) {
