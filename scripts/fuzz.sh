@@ -31,6 +31,8 @@ declare -A sources=(
   [bert_wordpiece_fuzzer]="data/bert_wordpiece_tokenizer.cc data/gpt2_bpe_tokenizer.cc"
   [hf_config_fuzzer]="ckpt/hf_config.cc model/config.cc"
   [hf_shard_index_fuzzer]="ckpt/hf_config.cc model/config.cc"
+  [pickle_reader_fuzzer]="ckpt/pickle_reader.cc"
+  [zip_reader_fuzzer]="ckpt/zip_reader.cc ckpt/pickle_reader.cc ckpt/torch_file.cc"
 )
 declare -A libs=(
   [gpt2_bpe_fuzzer]="-lpcre2-8"
@@ -38,7 +40,8 @@ declare -A libs=(
   [sentencepiece_fuzzer]="-lsentencepiece -lsentencepiece_train -lpcre2-8"
 )
 all=(safetensors_fuzzer checkpoint_index_fuzzer indexed_dataset_fuzzer text_generation_api_fuzzer gpt2_bpe_fuzzer
-     sentencepiece_fuzzer bert_wordpiece_fuzzer preprocess_jsonl_fuzzer hf_config_fuzzer hf_shard_index_fuzzer)
+     sentencepiece_fuzzer bert_wordpiece_fuzzer preprocess_jsonl_fuzzer hf_config_fuzzer hf_shard_index_fuzzer
+     pickle_reader_fuzzer zip_reader_fuzzer)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 for t in "${targets[@]}"; do

@@ -1,0 +1,54 @@
+// Reading the zip archives torch.save writes (PyTorch >= 1.6: `<name>/data.pkl` and one
+// `<name>/data/<key>` entry per storage), as Megatron's legacy checkpoints and DCP's neighbours are.
+// torch.save stores every entry uncompressed, so this reads stored entries only: the end of central
+// directory record (and the zip64 locator and record, plus zip64 extra fields, for archives or entries
+// past 4 GiB), the central directory and each entry's local header. Entries are read by offset with
+// pread, never the whole archive in memory, since a checkpoint file can be tens of GiB.
+//
+// Every malformed archive (truncated, offsets outside the file, overlapping the directory, names
+// duplicated or empty) is a tessera::Error starting with the path and naming the entry.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tessera::ckpt {
+
+struct ZipEntry {
+  std::string name;
+  uint64_t size = 0;         // bytes of the (stored) data
+  uint64_t data_offset = 0;  // file offset of the first byte of data, past the local header
+  uint16_t method = 0;       // 0 stored; anything else (8: deflate) is refused when the entry is read
+  uint32_t crc32 = 0;        // as recorded; not checked (reading would have to touch every byte)
+};
+
+class ZipReader {
+ public:
+  static ZipReader open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const std::vector<ZipEntry>& entries() const { return entries_; }
+  const ZipEntry* find(const std::string& name) const;  // nullptr if absent
+  // The named entry; an Error naming it when it is absent or not stored.
+  const ZipEntry& entry(const std::string& name) const;
+
+  // Copies bytes [offset, offset + n) of the entry's data into dst.
+  void read(const ZipEntry& entry, uint64_t offset, void* dst, uint64_t n) const;
+  // The whole entry, for the small ones (data.pkl, version); `limit` bytes at most.
+  std::string read_all(const ZipEntry& entry, uint64_t limit = uint64_t{1} << 30) const;
+
+ private:
+  class Fd;
+  ZipReader() = default;
+  void check_stored(const ZipEntry& entry) const;
+
+  std::string path_;
+  std::shared_ptr<Fd> fd_;
+  std::vector<ZipEntry> entries_;  // in central directory order
+  std::unordered_map<std::string, size_t> by_name_;  // a Megatron file has an entry per tensor storage
+};
+
+}  // namespace tessera::ckpt
