@@ -95,7 +95,9 @@ check "stage 1 with a local model exits 0: $(tail -3 "$work/err")" $rc
 rc=$?
 check "stage 1 writes one line per test sample and shows progress: $(cat "$work/err")" $rc
 
-start_server "$work/serve.log" "$tessera" serve --load "$work/model" "${tokenizer[@]}" --port 0
+# MSDP's few-shot prompts (95 tokens) are longer than this tiny RoPE model's --seq-length 64, which is the
+# server's default --max-prompt-tokens; rotary positions take them (as the local stage-1 run above does).
+start_server "$work/serve.log" "$tessera" serve --load "$work/model" "${tokenizer[@]}" --port 0 --max-prompt-tokens 512
 rc=$?
 check "the server starts: $(cat "$work/serve.log")" $rc
 url=http://127.0.0.1:$port/api

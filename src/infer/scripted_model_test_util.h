@@ -47,7 +47,7 @@ class ScriptedRunner final : public ModelRunner {
       char next = script_[std::min<size_t>(length, script_.size() - 1)];
       size_t id = next == '$' ? 18 : CharTokenizer::kChars.find(next);
       TESSERA_CHECK(id < 19, "script character '", next, "' is not in the vocabulary");
-      logits.f32()[i * config_.padded_vocab_size + static_cast<int64_t>(id)] = 10.0f;
+      logits.host_f32()[i * config_.padded_vocab_size + static_cast<int64_t>(id)] = 10.0f;
     }
     return logits;
   }
