@@ -146,21 +146,12 @@ uint32_t write_safetensors(const std::string& path, const std::vector<std::pair<
   return crc;
 }
 
-class SafetensorsFile::Fd {
- public:
-  explicit Fd(int fd) : fd(fd) {}
-  ~Fd() { ::close(fd); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  const int fd;
-};
-
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, "cannot open: ", errno_str());
-  f.fd_ = std::make_shared<Fd>(fd);
+  f.fd_ = std::make_shared<OwnedFd>(fd);
 
   struct stat st;
   if (::fstat(fd, &st) != 0) fail(path, "cannot stat: ", errno_str());

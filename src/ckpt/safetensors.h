@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/file_io.h"
 #include "core/tensor.h"
 
 namespace tessera::ckpt {
@@ -50,13 +51,12 @@ class SafetensorsFile {
     uint64_t begin;  // byte range within the data buffer
     uint64_t end;
   };
-  class Fd;  // closes the file descriptor when the last copy of the SafetensorsFile goes away
 
   SafetensorsFile() = default;
   const Entry& entry(const std::string& name) const;
 
   std::string path_;
-  std::shared_ptr<Fd> fd_;
+  std::shared_ptr<OwnedFd> fd_;  // the last copy closes it
   uint64_t data_start_ = 0;  // file offset of the data buffer: 8 + header length
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> metadata_;

@@ -1,5 +1,7 @@
 #include "ckpt/zip_reader.h"
 
+#include "core/file_io.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -76,21 +78,12 @@ void apply_zip64_extra(const unsigned char* extra, uint64_t extra_len, Zip64Fiel
 
 }  // namespace
 
-class ZipReader::Fd {
- public:
-  explicit Fd(int fd) : fd(fd) {}
-  ~Fd() { ::close(fd); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  const int fd;
-};
-
 ZipReader ZipReader::open(const std::string& path) {
   ZipReader z;
   z.path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, "cannot open: ", std::strerror(errno));
-  z.fd_ = std::make_shared<Fd>(fd);
+  z.fd_ = std::make_shared<OwnedFd>(fd);
   struct stat st;
   if (::fstat(fd, &st) != 0) fail(path, "cannot stat: ", std::strerror(errno));
   if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");

@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/file_io.h"
+
 namespace tessera::ckpt {
 
 struct ZipEntry {
@@ -41,12 +43,11 @@ class ZipReader {
   std::string read_all(const ZipEntry& entry, uint64_t limit = uint64_t{1} << 30) const;
 
  private:
-  class Fd;
   ZipReader() = default;
   void check_stored(const ZipEntry& entry) const;
 
   std::string path_;
-  std::shared_ptr<Fd> fd_;
+  std::shared_ptr<OwnedFd> fd_;  // the last copy closes it
   std::vector<ZipEntry> entries_;  // in central directory order
   std::unordered_map<std::string, size_t> by_name_;  // a Megatron file has an entry per tensor storage
 };

@@ -12,6 +12,8 @@
 
 namespace tessera {
 
+OwnedFd::~OwnedFd() { ::close(fd); }
+
 void write_all(int fd, const void* data, size_t n, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {

@@ -9,6 +9,17 @@
 
 namespace tessera {
 
+// An open file descriptor, closed when this goes away; readers that hand out copies of themselves share
+// one through a std::shared_ptr (safetensors files, zip archives), so the last copy closes it.
+class OwnedFd {
+ public:
+  explicit OwnedFd(int fd) : fd(fd) {}
+  ~OwnedFd();
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  const int fd;
+};
+
 // Writes all n bytes (retrying short writes and EINTR).
 void write_all(int fd, const void* data, size_t n, const std::string& path);
 
