@@ -26,7 +26,7 @@ namespace tessera::apps {
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kSamplesUsage =
     "usage: tessera samples <the flags of tessera train> [--split train|valid|test] [--first N] [--count M]\n"
     "                       [--output FILE] [--decode] [--world-size N]\n"
     "\n"
@@ -153,7 +153,7 @@ void print_listing(std::ostream& out, const std::string& split, int64_t index, c
 int samples_command(const std::vector<std::string>& args) {
   for (const std::string& a : args)
     if (a == "--help" || a == "-h") {
-      std::cout << kUsage;
+      std::cout << kSamplesUsage;
       return 0;
     }
   std::vector<std::string> train_args = args;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Stopping a job by signalling mpirun itself, as README documents it (Open MPI 4.1):
 #  - `kill -USR1 <mpirun>` with --exit-signal-handler --exit-signal SIGUSR1: mpirun forwards SIGUSR1 to
-#    the ranks at once and waits for them, so every run saves a checkpoint and mpirun exits 0. 20 times in
-#    a row at np 2 and 20 at np 4 with --pipeline-model-parallel-size 2, each stopped at a random point
-#    after the first iteration's log line; the first of each resumes to the uninterrupted run's losses;
+#    the ranks at once and waits for them, so every run saves a checkpoint and mpirun exits 0.
+#    MPIRUN_STOP_USR1_TRIES times in a row (CI: 8; 20 or more to hunt a rare race) at np 2 and at np 4
+#    with --pipeline-model-parallel-size 2, each stopped at a random point after the first iteration's
+#    log line; the first of each resumes to the uninterrupted run's losses;
 #  - `kill -TERM <mpirun>` (systemd, PBS, LSF, container runtimes) saves when the ranks are given time
 #    with OMPI_MCA_odls_base_sigkill_timeout, at np 2 and np 4 with pp 2 (mpirun then exits 1, as it does
 #    after any SIGTERM; it relays no output meanwhile, and the ranks drop theirs rather than block);
@@ -81,7 +82,7 @@ resumes() {
 for layout in "2:" "4:--pipeline-model-parallel-size 2"; do
   np=${layout%%:*}
   flags=${layout#*:}
-  for i in $(seq 1 20); do
+  for i in $(seq 1 "${MPIRUN_STOP_USR1_TRIES:-8}"); do
     name=usr1_np${np}_$i
     stop "$name" "$np" USR1 $flags --exit-signal SIGUSR1
     [ "$rc" -eq 0 ]

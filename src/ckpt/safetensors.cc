@@ -29,11 +29,6 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kMetadataKey = "__metadata__";
 
-template <typename... Args>
-[[noreturn]] void fail(const std::string& path, const Args&... args) {
-  throw Error(str_cat(path, ": ", args...));
-}
-
 std::string errno_str() { return std::strerror(errno); }
 
 bool parse_dtype(const std::string& s, DType* dt) {
@@ -53,8 +48,8 @@ void read_exact(int fd, void* buf, size_t n, uint64_t offset, const std::string&
   while (n > 0) {
     ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) fail(path, "reading ", what, " failed: ", errno_str());
-    if (r == 0) fail(path, "file ended while reading ", what);
+    if (r < 0) fail_in_file(path, "reading ", what, " failed: ", errno_str());
+    if (r == 0) fail_in_file(path, "file ended while reading ", what);
     p += r;
     offset += static_cast<uint64_t>(r);
     n -= static_cast<size_t>(r);
@@ -111,7 +106,7 @@ uint32_t write_safetensors(const std::string& path, const std::vector<std::pair<
   try {
     json = header.dump();
   } catch (const nlohmann::json::exception& e) {  // e.g. a name that is not valid UTF-8
-    fail(path, "cannot encode the header: ", e.what());
+    fail_in_file(path, "cannot encode the header: ", e.what());
   }
   // The spec pads the header with spaces so the data buffer starts 8-byte aligned.
   json.append((8 - json.size() % 8) % 8, ' ');
@@ -121,7 +116,7 @@ uint32_t write_safetensors(const std::string& path, const std::vector<std::pair<
   const std::string tmp = path + ".tmp";
   uint32_t crc = 0;
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(tmp, "cannot create: ", errno_str());
+  if (fd < 0) fail_in_file(tmp, "cannot create: ", errno_str());
   try {
     write_all(fd, len, sizeof(len), tmp);
     write_all(fd, json.data(), json.size(), tmp);
@@ -130,12 +125,12 @@ uint32_t write_safetensors(const std::string& path, const std::vector<std::pair<
       write_all(fd, t.host_raw(), t.nbytes(), tmp);
       crc = crc32c_extend(crc, t.host_raw(), t.nbytes());
     }
-    if (::fsync(fd) != 0) fail(tmp, "fsync failed: ", errno_str());
+    if (::fsync(fd) != 0) fail_in_file(tmp, "fsync failed: ", errno_str());
     int rc = ::close(fd);
     fd = -1;
-    if (rc != 0) fail(tmp, "close failed: ", errno_str());
+    if (rc != 0) fail_in_file(tmp, "close failed: ", errno_str());
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      fail(path, "cannot rename ", tmp, " into place: ", errno_str());
+      fail_in_file(path, "cannot rename ", tmp, " into place: ", errno_str());
     }
   } catch (...) {
     if (fd >= 0) ::close(fd);
@@ -150,20 +145,20 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, "cannot open: ", errno_str());
+  if (fd < 0) fail_in_file(path, "cannot open: ", errno_str());
   f.fd_ = std::make_shared<OwnedFd>(fd);
 
   struct stat st;
-  if (::fstat(fd, &st) != 0) fail(path, "cannot stat: ", errno_str());
+  if (::fstat(fd, &st) != 0) fail_in_file(path, "cannot stat: ", errno_str());
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  if (file_size < 8) fail(path, "file is ", file_size, " bytes, too short for a safetensors header");
+  if (file_size < 8) fail_in_file(path, "file is ", file_size, " bytes, too short for a safetensors header");
   unsigned char len[8];
   read_exact(fd, len, 8, 0, path, "the header length");
   uint64_t header_len = 0;
   for (int i = 0; i < 8; ++i) header_len |= uint64_t{len[i]} << (8 * i);
-  if (header_len > kMaxHeaderBytes) fail(path, "header length ", header_len, " exceeds the 100 MB limit");
+  if (header_len > kMaxHeaderBytes) fail_in_file(path, "header length ", header_len, " exceeds the 100 MB limit");
   if (header_len > file_size - 8) {
-    fail(path, "header length ", header_len, " runs past the end of the ", file_size, "-byte file");
+    fail_in_file(path, "header length ", header_len, " runs past the end of the ", file_size, "-byte file");
   }
   f.data_start_ = 8 + header_len;
   const uint64_t data_size = file_size - f.data_start_;
@@ -174,21 +169,21 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   try {
     header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number beyond a double
-    fail(path, "header is not valid JSON: ", e.what());
+    fail_in_file(path, "header is not valid JSON: ", e.what());
   }
-  if (!header.is_object()) fail(path, "header is not a JSON object");
+  if (!header.is_object()) fail_in_file(path, "header is not a JSON object");
 
   for (const auto& [name, value] : header.items()) {
     if (name == kMetadataKey) {
-      if (!value.is_object()) fail(path, "'", kMetadataKey, "' is not an object");
+      if (!value.is_object()) fail_in_file(path, "'", kMetadataKey, "' is not an object");
       for (const auto& [k, v] : value.items()) {
-        if (!v.is_string()) fail(path, "metadata value for '", k, "' is not a string");
+        if (!v.is_string()) fail_in_file(path, "metadata value for '", k, "' is not a string");
         f.metadata_[k] = v.get<std::string>();
       }
       continue;
     }
     const std::string& tensor_name = name;  // clang 14 (the fuzz build) cannot capture a structured binding
-    auto bad = [&](const auto&... why) { fail(path, "tensor '", tensor_name, "': ", why...); };
+    auto bad = [&](const auto&... why) { fail_in_file(path, "tensor '", tensor_name, "': ", why...); };
     if (!value.is_object()) bad("entry is not an object");
     auto dtype = value.find("dtype");
     auto shape = value.find("shape");
@@ -242,15 +237,15 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   uint64_t covered = 0;
   const std::string* prev = nullptr;
   for (const auto& [name, e] : by_offset) {
-    if (e->begin < covered) fail(path, "tensors '", *prev, "' and '", *name, "' overlap in the data buffer");
+    if (e->begin < covered) fail_in_file(path, "tensors '", *prev, "' and '", *name, "' overlap in the data buffer");
     if (e->begin > covered) {
-      fail(path, "bytes [", covered, ", ", e->begin, ") of the data buffer belong to no tensor");
+      fail_in_file(path, "bytes [", covered, ", ", e->begin, ") of the data buffer belong to no tensor");
     }
     covered = e->end;
     prev = name;
   }
   if (covered != data_size) {
-    fail(path, "bytes [", covered, ", ", data_size, ") of the data buffer belong to no tensor");
+    fail_in_file(path, "bytes [", covered, ", ", data_size, ") of the data buffer belong to no tensor");
   }
   return f;
 }
@@ -263,7 +258,7 @@ std::vector<std::string> SafetensorsFile::names() const {
 
 const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
   auto it = entries_.find(name);
-  if (it == entries_.end()) fail(path_, "no tensor named '", name, "'");
+  if (it == entries_.end()) fail_in_file(path_, "no tensor named '", name, "'");
   return it->second;
 }
 
@@ -280,7 +275,7 @@ void SafetensorsFile::read_into(const std::string& name, const Tensor& dst) cons
   TESSERA_CHECK(dst.device().type == DeviceType::CPU, path_, ": read_into '", name, "': destination is on ",
                 dst.device().str(), ", not the CPU");
   if (dst.shape() != e.shape || dst.dtype() != e.dtype) {
-    fail(path_, "read_into '", name, "': file has ", dtype_name(e.dtype), " ", shape_str(e.shape),
+    fail_in_file(path_, "read_into '", name, "': file has ", dtype_name(e.dtype), " ", shape_str(e.shape),
          ", destination is ", dtype_name(dst.dtype()), " ", shape_str(dst.shape()));
   }
   read_exact(fd_->fd, dst.host_raw(), static_cast<size_t>(e.end - e.begin), data_start_ + e.begin, path_,

@@ -30,6 +30,12 @@ std::string str_cat(const Args&... args) {
   return os.str();
 }
 
+// Throws Error("PATH: message parts"): what is wrong with a file, named by its path.
+template <typename... Args>
+[[noreturn]] void fail_in_file(const std::string& path, const Args&... args) {
+  throw Error(str_cat(path, ": ", args...));
+}
+
 }  // namespace tessera
 
 // TESSERA_CHECK(cond, "message parts", ...) throws tessera::Error with the message when cond is false.

@@ -17,7 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr const char* kClassName = "BERTMaskedWordPieceDataset";
 // pretrain_bert.py's masking_max_ngram.
 constexpr int kMaxNgram = 3;
@@ -105,7 +104,7 @@ std::vector<int64_t> build_bert_sample_mapping(std::span<const int64_t> docs, st
                 "the target length would be ", max_seq_length);
   TESSERA_CHECK(short_seq_prob >= 0.0 && short_seq_prob <= 1.0, "--short-seq-prob ", short_seq_prob,
                 " is not in [0, 1]");
-  TESSERA_CHECK(seed > 0 && seed < kInt32Max, "BERT datasets need --seed in [1, 2^31 - 2], got ", seed);
+  TESSERA_CHECK(seed > 0 && seed < INT32_MAX, "BERT datasets need --seed in [1, 2^31 - 2], got ", seed);
   TESSERA_CHECK(min_num_sent >= 1, "build_bert_sample_mapping: min_num_sent ", min_num_sent);
   TESSERA_CHECK(!docs.empty(), "build_bert_sample_mapping: no document boundaries");
   for (size_t d = 0; d + 1 < docs.size(); ++d)
@@ -339,13 +338,13 @@ BertDataset::BertDataset(std::shared_ptr<const IndexedDataset> dataset, Split sp
       vocab_(std::move(vocab)) {
   const std::string& prefix = dataset_->prefix();
   TESSERA_CHECK(vocab_ != nullptr && !vocab_->ids.empty(), prefix, ": BERT samples need a masking vocabulary");
-  TESSERA_CHECK(config_.seq_length >= 5 && config_.seq_length - 3 <= kInt32Max,
+  TESSERA_CHECK(config_.seq_length >= 5 && config_.seq_length - 3 <= INT32_MAX,
                 "BERT samples need --seq-length of at least 5, got ", config_.seq_length);
   TESSERA_CHECK(config_.mask_prob > 0.0 && config_.mask_prob < 1.0, "--mask-prob ", config_.mask_prob,
                 " is not in (0, 1)");
   TESSERA_CHECK(config_.short_seq_prob >= 0.0 && config_.short_seq_prob <= 1.0, "--short-seq-prob ",
                 config_.short_seq_prob, " is not in [0, 1]");
-  TESSERA_CHECK(config_.seed >= 1 && config_.seed < kInt32Max, "BERT datasets need --seed in [1, 2^31 - 2], got ",
+  TESSERA_CHECK(config_.seed >= 1 && config_.seed < INT32_MAX, "BERT datasets need --seed in [1, 2^31 - 2], got ",
                 config_.seed);
   TESSERA_CHECK(!num_samples_ || *num_samples_ >= 0, prefix, ": negative number of samples ", *num_samples_);
   TESSERA_CHECK(documents_.first >= 0 && documents_.first <= documents_.second &&
@@ -417,7 +416,7 @@ void BertDataset::build_mapping() {
   for (int64_t d = documents_.first; d <= documents_.second; ++d) boundaries.push_back(dataset_->document_index(d));
   const std::vector<int32_t> sizes = dataset_->sequence_lengths();
   // _build_sample_index: int32 max - 1 epochs for a sample count, else one epoch.
-  const int32_t num_epochs = num_samples_ ? static_cast<int32_t>(kInt32Max - 1) : 1;
+  const int32_t num_epochs = num_samples_ ? static_cast<int32_t>(INT32_MAX - 1) : 1;
   const uint64_t max_num_samples =
       num_samples_ ? static_cast<uint64_t>(*num_samples_) : std::numeric_limits<uint64_t>::max();
   const int32_t max_seq_length = static_cast<int32_t>(config_.seq_length - 3);  // [CLS] and two [SEP]

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/file_io.h"
 #include "data/numpy_random.h"
+#include "data/json_field.h"
 
 namespace tessera::data {
 namespace {
@@ -40,19 +41,14 @@ void for_each_json_line(const std::string& path, F&& f) {
   TESSERA_CHECK(objects > 0, path, ": no examples (an empty file)");
 }
 
-const nlohmann::json& field(const nlohmann::json& j, const char* name, const std::string& where) {
-  TESSERA_CHECK(j.contains(name), where, ": no \"", name, "\"");
-  return j.at(name);
-}
-
 std::string string_field(const nlohmann::json& j, const char* name, const std::string& where) {
-  const nlohmann::json& v = field(j, name, where);
+  const nlohmann::json& v = required_field(j, name, where);
   TESSERA_CHECK(v.is_string(), where, ": \"", name, "\" is not a string");
   return v.get<std::string>();
 }
 
 std::vector<std::string> strings_field(const nlohmann::json& j, const char* name, const std::string& where) {
-  const nlohmann::json& v = field(j, name, where);
+  const nlohmann::json& v = required_field(j, name, where);
   TESSERA_CHECK(v.is_array(), where, ": \"", name, "\" is not a list");
   std::vector<std::string> out;
   for (const nlohmann::json& s : v) {
@@ -135,7 +131,7 @@ std::vector<MultipleChoiceSample> read_cntrl_ranker_questions(const std::string&
   std::vector<std::string> pool;  // every line's knowledge, for topping up negatives
   for_each_json_line(path, [&](const nlohmann::json& j, const std::string& where) {
     Line l{string_field(j, "context", where), strings_field(j, "knowledge", where), {}};
-    const nlohmann::json& labels = field(j, "pseudo_labels", where);
+    const nlohmann::json& labels = required_field(j, "pseudo_labels", where);
     TESSERA_CHECK(labels.is_array() && labels.size() == l.knowledge.size(), where,
                   ": \"pseudo_labels\" must be a list of one 0 or 1 per knowledge sentence (", l.knowledge.size(), ")");
     for (const nlohmann::json& v : labels) {

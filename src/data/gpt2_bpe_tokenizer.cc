@@ -158,11 +158,6 @@ uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
-struct StringHash {  // lets the word cache be searched with a string_view, without a copy
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
 }  // namespace
 
 std::array<char32_t, 256> gpt2_bytes_to_unicode() {
@@ -210,6 +205,10 @@ struct Gpt2BpeTokenizer::Impl {
   pcre2_code* regex = nullptr;
   bool jit = false;
 
+  struct StringHash {  // lets the word cache be searched with a string_view, without a copy
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   struct CacheShard {
     std::mutex mutex;
     std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> words;

@@ -22,8 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-
 std::string trim(std::string_view s) {
   const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
@@ -396,7 +394,7 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, Split spli
                     documents_.second <= dataset_->num_sequences(),
                 prefix, ": documents [", documents_.first, ", ", documents_.second, ") out of range of its ",
                 dataset_->num_sequences(), " sequences");
-  TESSERA_CHECK(documents_.second <= kInt32Max, prefix, ": more than 2^31 documents are not supported");
+  TESSERA_CHECK(documents_.second <= INT32_MAX, prefix, ": more than 2^31 documents are not supported");
   if (documents_.first == documents_.second)
     throw Error(str_cat(prefix, ": the ", split_name(split_), " split",
                         config_.split.empty() ? std::string() : str_cat(" (--split '", config_.split, "')"),
@@ -463,7 +461,7 @@ void GptDataset::build_indices() {
 
   // Megatron's dtypes: int32 sample index unless positions or lengths outgrow it...
   const int64_t max_size = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
-  if (std::max<int64_t>(static_cast<int64_t>(doc_index.size()), max_size) <= kInt32Max) {
+  if (std::max<int64_t>(static_cast<int64_t>(doc_index.size()), max_size) <= INT32_MAX) {
     sample_index_ = NpyArray::from_vector(std::vector<int32_t>(samples.begin(), samples.end()), {rows, 2});
   } else {
     sample_index_ = NpyArray::from_vector(std::move(samples), {rows, 2});

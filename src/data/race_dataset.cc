@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "data/json_field.h"
 
 namespace tessera::data {
 namespace {
@@ -51,11 +52,6 @@ char32_t next_code_point(std::string_view s, size_t i, size_t& length) {
 bool python_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-const nlohmann::json& field(const nlohmann::json& j, const char* name, const std::string& where) {
-  TESSERA_CHECK(j.contains(name), where, ": no \"", name, "\"");
-  return j.at(name);
 }
 
 std::string string_of(const nlohmann::json& j, const std::string& where) {
@@ -137,10 +133,10 @@ std::vector<MultipleChoiceSample> read_race_directory(const std::string& dir, co
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       TESSERA_CHECK(!j.is_discarded() && j.is_object(), where, ": not a JSON object");
       ++s.documents;
-      const std::string article = string_of(field(j, "article", where), where + ": \"article\"");
-      const nlohmann::json& questions = field(j, "questions", where);
-      const nlohmann::json& options = field(j, "options", where);
-      const nlohmann::json& answers = field(j, "answers", where);
+      const std::string article = string_of(required_field(j, "article", where), where + ": \"article\"");
+      const nlohmann::json& questions = required_field(j, "questions", where);
+      const nlohmann::json& options = required_field(j, "options", where);
+      const nlohmann::json& answers = required_field(j, "answers", where);
       TESSERA_CHECK(questions.is_array() && options.is_array() && answers.is_array(), where,
                     ": \"questions\", \"options\" and \"answers\" must be arrays");
       TESSERA_CHECK(questions.size() == answers.size() && questions.size() == options.size(), where, ": ",

@@ -27,7 +27,7 @@ std::vector<std::string> characters(const std::string& word) {
   return out;
 }
 
-uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
+uint64_t symbol_pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
 
 struct Candidate {
   int64_t count;
@@ -92,7 +92,7 @@ std::vector<std::string> train_wordpiece_vocab(const std::map<std::string, int64
   std::priority_queue<Candidate> queue;
   for (size_t i = 0; i < words.size(); ++i) {
     for (size_t k = 0; k + 1 < words[i].size(); ++k) {
-      const uint64_t p = pair_key(words[i][k], words[i][k + 1]);
+      const uint64_t p = symbol_pair_key(words[i][k], words[i][k + 1]);
       pair_counts[p] += counts[i];
       auto& list = where[p];
       if (list.empty() || list.back() != static_cast<int32_t>(i)) list.push_back(static_cast<int32_t>(i));
@@ -121,7 +121,7 @@ std::vector<std::string> train_wordpiece_vocab(const std::map<std::string, int64
       bool has = false;
       for (size_t k = 0; k + 1 < w.size() && !has; ++k) has = w[k] == a && w[k + 1] == b;
       if (!has) continue;
-      for (size_t k = 0; k + 1 < w.size(); ++k) pair_counts[pair_key(w[k], w[k + 1])] -= counts[i];
+      for (size_t k = 0; k + 1 < w.size(); ++k) pair_counts[symbol_pair_key(w[k], w[k + 1])] -= counts[i];
       std::vector<int32_t> next;
       for (size_t k = 0; k < w.size(); ++k) {
         if (k + 1 < w.size() && w[k] == a && w[k + 1] == b) {
@@ -133,7 +133,7 @@ std::vector<std::string> train_wordpiece_vocab(const std::map<std::string, int64
       }
       w = std::move(next);
       for (size_t k = 0; k + 1 < w.size(); ++k) {
-        const uint64_t p = pair_key(w[k], w[k + 1]);
+        const uint64_t p = symbol_pair_key(w[k], w[k + 1]);
         pair_counts[p] += counts[i];
         grown.push_back(p);
         if (p != top.pair) {

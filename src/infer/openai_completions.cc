@@ -9,12 +9,6 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void reject(const std::string& message) { throw RequestError(message); }
-
-std::string decode_one(const data::Tokenizer& tokenizer, int32_t id) {
-  return tokenizer.decode(std::span<const int32_t>(&id, 1));
-}
-
 // {token text: log-prob}, most likely first; ids of the same text keep the likelier one's value.
 json top_dict(const std::vector<std::pair<int32_t, float>>& top, const data::Tokenizer& tokenizer) {
   json dict = json::object();
@@ -83,10 +77,10 @@ json param_of(const std::string& message) {
 }
 
 void check_fields(const json& body, const std::set<std::string>& known) {
-  if (!body.is_object()) reject("the request body must be a JSON object");
+  if (!body.is_object()) reject_request("the request body must be a JSON object");
   for (const auto& [key, value] : body.items())
-    if (!known.count(key)) reject("unknown field '" + key + "'");
-  if (body.contains("model") && !body["model"].is_null() && !body["model"].is_string()) reject("model must be a string");
+    if (!known.count(key)) reject_request("unknown field '" + key + "'");
+  if (body.contains("model") && !body["model"].is_null() && !body["model"].is_string()) reject_request("model must be a string");
 }
 
 }  // namespace
@@ -115,35 +109,35 @@ json openai_error(int status, const std::string& message) {
 json tokenize_response(const json& body, const data::Tokenizer& tokenizer, const ServerLimits& limits,
                        const ServedModel& model) {
   check_fields(body, {"prompt", "add_special_tokens", "model"});
-  if (!body.contains("prompt") || !body["prompt"].is_string()) reject("prompt must be a string (the text to tokenize)");
+  if (!body.contains("prompt") || !body["prompt"].is_string()) reject_request("prompt must be a string (the text to tokenize)");
   if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_boolean())
-    reject("add_special_tokens must be a boolean value");
+    reject_request("add_special_tokens must be a boolean value");
   const std::string& text = body["prompt"].get_ref<const std::string&>();
   if (limits.max_prompt_bytes > 0 && static_cast<int64_t>(text.size()) > limits.max_prompt_bytes)
-    reject("prompt: " + std::to_string(text.size()) + " bytes are more than --max-prompt-bytes " +
+    reject_request("prompt: " + std::to_string(text.size()) + " bytes are more than --max-prompt-bytes " +
            std::to_string(limits.max_prompt_bytes));
   std::vector<int32_t> ids;
   try {
     ids = encode_with_eod(tokenizer, text);
   } catch (const std::exception& e) {  // e.g. a NullTokenizer id outside its vocabulary
-    reject(std::string("prompt cannot be tokenized: ") + e.what());
+    reject_request(std::string("prompt cannot be tokenized: ") + e.what());
   }
   return {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model.max_model_len}};
 }
 
 json detokenize_response(const json& body, const data::Tokenizer& tokenizer, const ServerLimits& limits) {
   check_fields(body, {"tokens", "model"});
-  if (!body.contains("tokens") || !body["tokens"].is_array()) reject("tokens must be a list of token ids");
+  if (!body.contains("tokens") || !body["tokens"].is_array()) reject_request("tokens must be a list of token ids");
   const json& list = body["tokens"];
   const int64_t most = limits.max_prompt_tokens + limits.max_tokens_to_generate;
   if (static_cast<int64_t>(list.size()) > most)
-    reject("tokens: " + std::to_string(list.size()) + " ids are more than " + std::to_string(most) +
+    reject_request("tokens: " + std::to_string(list.size()) + " ids are more than " + std::to_string(most) +
            " (--max-prompt-tokens + --max-tokens-to-generate)");
   std::vector<int32_t> ids;
   for (const json& x : list) {
     if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= tokenizer.vocab_size() ||
         (x.is_number_unsigned() && x.get<uint64_t>() >= static_cast<uint64_t>(tokenizer.vocab_size())))
-      reject("tokens: " + x.dump() + " is not a token id of the vocabulary [0, " +
+      reject_request("tokens: " + x.dump() + " is not a token id of the vocabulary [0, " +
              std::to_string(tokenizer.vocab_size()) + ")");
     ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
   }

@@ -11,8 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void reject(const std::string& message) { throw RequestError(message); }
-
 bool is_int(const json& v) { return v.is_number_integer(); }
 bool is_number(const json& v) { return v.is_number(); }
 
@@ -23,14 +21,10 @@ std::vector<int32_t> token_ids(const json& list) {
   for (const json& x : list) {
     const bool fits = x.is_number_unsigned() ? x.get<uint64_t>() <= uint64_t{INT32_MAX}
                                              : x.get<int64_t>() >= INT32_MIN && x.get<int64_t>() <= INT32_MAX;
-    if (!fits) reject("prompt: token id " + x.dump() + " is outside the range of token ids");
+    if (!fits) reject_request("prompt: token id " + x.dump() + " is outside the range of token ids");
     ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
   }
   return ids;
-}
-
-std::string decode_one(const data::Tokenizer& tokenizer, int32_t id) {
-  return tokenizer.decode(std::span<const int32_t>(&id, 1));
 }
 
 // A seed: any integer in [0, 2^64) (clients may send the largest, which JSON holds as unsigned).
@@ -74,31 +68,31 @@ ServerLimits resolve_limits(ServerLimits limits, const data::Tokenizer& tokenize
 }
 
 TextRequest parse_api_request(const json& body, const ServerLimits& limits) {
-  if (!body.is_object()) reject("the request body must be a JSON object");
+  if (!body.is_object()) reject_request("the request body must be a JSON object");
   // Megatron's own messages for the fields it renamed, then the fields tessera does not implement
   // (refused rather than ignored, so every accepted field is honoured).
-  if (!body.contains("prompts")) reject("prompts argument required");
-  if (body.contains("max_len")) reject("max_len is no longer used.  Replace with tokens_to_generate");
-  if (body.contains("sentences")) reject("sentences is no longer used.  Replace with prompts");
+  if (!body.contains("prompts")) reject_request("prompts argument required");
+  if (body.contains("max_len")) reject_request("max_len is no longer used.  Replace with tokens_to_generate");
+  if (body.contains("sentences")) reject_request("sentences is no longer used.  Replace with prompts");
   static const std::set<std::string> known = {"prompts", "tokens_to_generate", "logprobs", "temperature", "top_k",
                                               "top_p", "add_BOS", "stop_on_eol", "stop_on_double_eol",
                                               "random_seed", "no_log"};
   static const std::set<std::string> unsupported = {"top_p_decay", "top_p_bound", "prevent_newline_after_colon",
                                                     "beam_width", "stop_token", "length_penalty"};
   for (const auto& [key, value] : body.items()) {
-    if (unsupported.count(key)) reject(key + " is not supported by tessera serve");
-    if (!known.count(key)) reject("unknown field '" + key + "'");
+    if (unsupported.count(key)) reject_request(key + " is not supported by tessera serve");
+    if (!known.count(key)) reject_request("unknown field '" + key + "'");
   }
 
   TextRequest r;
   r.kind = TextRequest::Kind::Api;
   const json& prompts = body["prompts"];
-  if (!prompts.is_array()) reject("prompts is not a list of strings");
-  if (prompts.empty()) reject("prompts is empty");
+  if (!prompts.is_array()) reject_request("prompts is not a list of strings");
+  if (prompts.empty()) reject_request("prompts is empty");
   if (static_cast<int64_t>(prompts.size()) > limits.max_prompts)
-    reject("Maximum number of prompts is " + std::to_string(limits.max_prompts));
+    reject_request("Maximum number of prompts is " + std::to_string(limits.max_prompts));
   for (const json& p : prompts) {
-    if (!p.is_string()) reject("prompts is not a list of strings");
+    if (!p.is_string()) reject_request("prompts is not a list of strings");
     r.prompts.push_back(p.get<std::string>());
   }
 
@@ -106,54 +100,54 @@ TextRequest parse_api_request(const json& body, const ServerLimits& limits) {
   s.tokens_to_generate = 64;  // Megatron's default
   if (body.contains("tokens_to_generate")) {
     const json& v = body["tokens_to_generate"];
-    if (!is_int(v)) reject("tokens_to_generate must be an integer greater than 0");
-    if (v.get<int64_t>() < 0) reject("tokens_to_generate must be an integer greater than or equal to 0");
+    if (!is_int(v)) reject_request("tokens_to_generate must be an integer greater than 0");
+    if (v.get<int64_t>() < 0) reject_request("tokens_to_generate must be an integer greater than or equal to 0");
     if (v.get<int64_t>() > limits.max_tokens_to_generate)
-      reject("tokens_to_generate must be at most " + std::to_string(limits.max_tokens_to_generate) +
+      reject_request("tokens_to_generate must be at most " + std::to_string(limits.max_tokens_to_generate) +
              " (--max-tokens-to-generate)");
     s.tokens_to_generate = v.get<int64_t>();
   }
   if (body.contains("logprobs")) {
-    if (!body["logprobs"].is_boolean()) reject("logprobs must be a boolean value");
+    if (!body["logprobs"].is_boolean()) reject_request("logprobs must be a boolean value");
     r.options.return_logprobs = body["logprobs"].get<bool>();
   }
   if (s.tokens_to_generate == 0 && !r.options.return_logprobs)
-    reject("tokens_to_generate=0 implies logprobs should be True");
+    reject_request("tokens_to_generate=0 implies logprobs should be True");
   s.temperature = 1.0f;
   if (body.contains("temperature")) {
     const json& v = body["temperature"];
-    if (!is_number(v)) reject("temperature must be a positive number less than or equal to 100.0");
+    if (!is_number(v)) reject_request("temperature must be a positive number less than or equal to 100.0");
     double t = v.get<double>();
-    if (!(t > 0.0 && t <= 100.0)) reject("temperature must be a positive number less than or equal to 100.0");
+    if (!(t > 0.0 && t <= 100.0)) reject_request("temperature must be a positive number less than or equal to 100.0");
     s.temperature = static_cast<float>(t);
   }
   if (body.contains("top_k")) {
     const json& v = body["top_k"];
-    if (!is_int(v)) reject("top_k must be an integer equal to or greater than 0 and less than or equal to 1000");
+    if (!is_int(v)) reject_request("top_k must be an integer equal to or greater than 0 and less than or equal to 1000");
     if (v.get<int64_t>() < 0 || v.get<int64_t>() > 1000)
-      reject("top_k must be equal to or greater than 0 and less than or equal to 1000");
+      reject_request("top_k must be equal to or greater than 0 and less than or equal to 1000");
     s.top_k = v.get<int64_t>();
   }
   if (body.contains("top_p")) {
     const json& v = body["top_p"];
-    if (!is_number(v)) reject("top_p must be a positive float less than or equal to 1.0");
+    if (!is_number(v)) reject_request("top_p must be a positive float less than or equal to 1.0");
     double p = v.get<double>();
-    if (p > 0.0 && s.top_k > 0) reject("cannot set both top-k and top-p samplings.");
-    if (!(p >= 0.0 && p <= 1.0)) reject("top_p must be less than or equal to 1.0");
+    if (p > 0.0 && s.top_k > 0) reject_request("cannot set both top-k and top-p samplings.");
+    if (!(p >= 0.0 && p <= 1.0)) reject_request("top_p must be less than or equal to 1.0");
     s.top_p = static_cast<float>(p);
   }
   for (const char* flag : {"add_BOS", "stop_on_double_eol", "stop_on_eol", "no_log"})
-    if (body.contains(flag) && !body[flag].is_boolean()) reject(std::string(flag) + " must be a boolean value");
+    if (body.contains(flag) && !body[flag].is_boolean()) reject_request(std::string(flag) + " must be a boolean value");
   r.add_bos = body.value("add_BOS", false);
   r.options.stop_on_double_eol = body.value("stop_on_double_eol", false);
   r.options.stop_on_eol = body.value("stop_on_eol", false);
   r.no_log = body.value("no_log", false);
   for (const std::string& p : r.prompts)
-    if (p.empty() && !r.add_bos) reject("Empty prompts require add_BOS=true");
+    if (p.empty() && !r.add_bos) reject_request("Empty prompts require add_BOS=true");
   if (body.contains("random_seed")) {
     const json& v = body["random_seed"];
-    if (!is_int(v)) reject("random_seed must be integer");
-    if (!is_seed(v)) reject("random_seed must be a positive integer");
+    if (!is_int(v)) reject_request("random_seed must be integer");
+    if (!is_seed(v)) reject_request("random_seed must be a positive integer");
     s.random_seed = v.get<uint64_t>();
   }
   return r;
@@ -164,7 +158,7 @@ namespace {
 // /completions (Megatron's, openai false) and /v1/completions (openai true): one reading of the fields
 // they share, with OpenAI's defaults and extensions where openai is set.
 TextRequest parse_completions(const json& raw, const ServerLimits& limits, bool openai) {
-  if (!raw.is_object()) reject("the request body must be a JSON object");
+  if (!raw.is_object()) reject_request("the request body must be a JSON object");
   // OpenAI's clients send null for fields they leave unset.
   json body = json::object();
   for (const auto& [key, value] : raw.items())
@@ -182,21 +176,21 @@ TextRequest parse_completions(const json& raw, const ServerLimits& limits, bool 
       known.insert(field);
     }
   for (const auto& [key, value] : body.items()) {
-    if (unsupported.count(key)) reject(key + " is not supported by tessera serve");
-    if (!known.count(key)) reject("unknown field '" + key + "'");
+    if (unsupported.count(key)) reject_request(key + " is not supported by tessera serve");
+    if (!known.count(key)) reject_request("unknown field '" + key + "'");
   }
-  if (body.contains("stream") && body["stream"] != false) reject("stream: only false is supported (no streaming)");
+  if (body.contains("stream") && body["stream"] != false) reject_request("stream: only false is supported (no streaming)");
   for (const char* field : {"model", "user"})
-    if (body.contains(field) && !body[field].is_string()) reject(std::string(field) + " must be a string");
+    if (body.contains(field) && !body[field].is_string()) reject_request(std::string(field) + " must be a string");
   for (const char* field : {"presence_penalty", "frequency_penalty"})
     if (body.contains(field) && !(is_number(body[field]) && body[field].get<double>() == 0))
-      reject(std::string(field) + ": only 0 is supported (no penalties)");
+      reject_request(std::string(field) + ": only 0 is supported (no penalties)");
   if (body.contains("logit_bias") && body["logit_bias"] != json::object())
-    reject("logit_bias: only {} is supported (no biases)");
+    reject_request("logit_bias: only {} is supported (no biases)");
   TextRequest r;
   r.kind = openai ? TextRequest::Kind::OpenAi : TextRequest::Kind::Completions;
   r.eod_text_is_token = openai;
-  if (!body.contains("prompt")) reject("prompt is required");
+  if (!body.contains("prompt")) reject_request("prompt is required");
   const json& prompt = body["prompt"];
   auto is_id_list = [](const json& v) {
     return v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const json& x) { return is_int(x); });
@@ -210,64 +204,64 @@ TextRequest parse_completions(const json& raw, const ServerLimits& limits, bool 
   } else if (prompt.is_array() && !prompt.empty() && std::all_of(prompt.begin(), prompt.end(), is_id_list)) {
     for (const json& p : prompt) r.prompt_ids.push_back(token_ids(p));
   } else {
-    reject("prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids");
+    reject_request("prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids");
   }
   int64_t count = static_cast<int64_t>(r.prompts.size() + r.prompt_ids.size());
-  if (count > limits.max_prompts) reject("Maximum number of prompts is " + std::to_string(limits.max_prompts));
+  if (count > limits.max_prompts) reject_request("Maximum number of prompts is " + std::to_string(limits.max_prompts));
   for (const std::string& p : r.prompts)
-    if (p.empty()) reject("prompt: empty prompts are not supported");
+    if (p.empty()) reject_request("prompt: empty prompts are not supported");
 
   SamplingOptions& s = r.options.sampling;
-  if (!body.contains("max_tokens") && !openai) reject("max_tokens is required");
+  if (!body.contains("max_tokens") && !openai) reject_request("max_tokens is required");
   const json max_tokens = body.value("max_tokens", json(16));  // OpenAI's default
   if (!is_int(max_tokens) || max_tokens.get<int64_t>() < 0)
-    reject("max_tokens must be an integer greater than or equal to 0");
+    reject_request("max_tokens must be an integer greater than or equal to 0");
   s.tokens_to_generate = max_tokens.get<int64_t>();
   if (s.tokens_to_generate > limits.max_tokens_to_generate)
-    reject("max_tokens must be at most " + std::to_string(limits.max_tokens_to_generate) +
+    reject_request("max_tokens must be at most " + std::to_string(limits.max_tokens_to_generate) +
            " (--max-tokens-to-generate)");
   if (body.contains("temperature") && (!is_number(body["temperature"]) || body["temperature"].get<double>() < 0 ||
                                         body["temperature"].get<double>() > 100))
-    reject("temperature must be a number in [0, 100]");
+    reject_request("temperature must be a number in [0, 100]");
   if (body.contains("top_p") && (!is_number(body["top_p"]) || body["top_p"].get<double>() < 0 ||
                                   body["top_p"].get<double>() > 1))
-    reject("top_p must be a number in [0, 1]");
+    reject_request("top_p must be a number in [0, 1]");
   s.temperature = static_cast<float>(body.value("temperature", 1.0));
   s.top_p = static_cast<float>(body.value("top_p", 1.0));
   if (body.contains("top_k")) {  // vLLM's: -1 (or 0) keeps every token
     if (!is_int(body["top_k"]) || body["top_k"].get<int64_t>() < -1)
-      reject("top_k must be an integer >= -1 (-1 or 0: no top-k filter)");
+      reject_request("top_k must be an integer >= -1 (-1 or 0: no top-k filter)");
     s.top_k = std::max<int64_t>(0, body["top_k"].get<int64_t>());
   }
   if (openai && s.top_p == 1) s.top_p = 0;  // keeps every token: the sampler's "no filter"
-  if (s.top_k > 0 && s.top_p > 0) reject("top_k and top_p: set only one of them (tessera samples with one filter)");
+  if (s.top_k > 0 && s.top_p > 0) reject_request("top_k and top_p: set only one of them (tessera samples with one filter)");
   if (s.temperature == 0) {  // OpenAI's greedy, which Megatron maps to top-k 1
     s.top_k = 1;
     s.top_p = 0;
   }
   if (body.contains("logprobs")) {
     if (!is_int(body["logprobs"]) || body["logprobs"].get<int64_t>() < 0)
-      reject("logprobs must be an integer greater than or equal to 0");
+      reject_request("logprobs must be an integer greater than or equal to 0");
     const int64_t n = body["logprobs"].get<int64_t>();
-    if (!openai && n > 0) reject("logprobs > 0 (top log-probabilities) is not supported");
+    if (!openai && n > 0) reject_request("logprobs > 0 (top log-probabilities) is not supported");
     if (n > limits.max_logprobs)
-      reject("logprobs must be at most " + std::to_string(limits.max_logprobs) + " (--max-logprobs)");
+      reject_request("logprobs must be at most " + std::to_string(limits.max_logprobs) + " (--max-logprobs)");
     r.options.top_logprobs = n;
   }
-  if (body.contains("echo") && !body["echo"].is_boolean()) reject("echo must be a boolean value");
+  if (body.contains("echo") && !body["echo"].is_boolean()) reject_request("echo must be a boolean value");
   r.echo = body.value("echo", false);
   if (!r.echo && s.tokens_to_generate == 0)
-    reject(openai ? "max_tokens: 0 is allowed only with echo=true (scoring the prompt)"
+    reject_request(openai ? "max_tokens: 0 is allowed only with echo=true (scoring the prompt)"
                   : "echo=False not supported when tokens_to_generate=0");
   for (const char* field : {"n", "best_of"}) {
     if (!body.contains(field)) continue;
-    if (!is_int(body[field]) || body[field].get<int64_t>() < 1) reject(std::string(field) + " must be an integer >= 1");
+    if (!is_int(body[field]) || body[field].get<int64_t>() < 1) reject_request(std::string(field) + " must be an integer >= 1");
     if (body[field].get<int64_t>() > 1)
-      reject(openai ? std::string(field) + ": only 1 is supported (one completion per prompt)"
+      reject_request(openai ? std::string(field) + ": only 1 is supported (one completion per prompt)"
                     : std::string(field == std::string("n") ? "num_completions" : "best_of") + " > 1 not supported");
   }
   if (body.contains("seed")) {
-    if (!is_seed(body["seed"])) reject("seed must be an integer in [0, 2^64)");
+    if (!is_seed(body["seed"])) reject_request("seed must be an integer in [0, 2^64)");
     s.random_seed = body["seed"].get<uint64_t>();
   }
   if (body.contains("stop")) {
@@ -277,10 +271,10 @@ TextRequest parse_completions(const json& raw, const ServerLimits& limits, bool 
     } else if (stop.is_array() && std::all_of(stop.begin(), stop.end(), [](const json& x) { return x.is_string(); })) {
       r.options.stop_strings = stop.get<std::vector<std::string>>();
     } else {
-      reject("stop must be a string or a list of strings");
+      reject_request("stop must be a string or a list of strings");
     }
     // OpenAI's bound; each is searched for in the generated text after every token.
-    if (openai && r.options.stop_strings.size() > 4) reject("stop: at most 4 stop strings");
+    if (openai && r.options.stop_strings.size() > 4) reject_request("stop: at most 4 stop strings");
   }
   if (openai) {
     // Log-probabilities only when asked for: they make the prompt go in one token a step.
@@ -325,7 +319,7 @@ std::vector<std::vector<int32_t>> tokenize_prompts(const TextRequest& r, const d
   if (limits.max_prompt_bytes > 0)
     for (const std::string& p : r.prompts)
       if (static_cast<int64_t>(p.size()) > limits.max_prompt_bytes)
-        reject("prompt: " + std::to_string(p.size()) + " bytes are more than --max-prompt-bytes " +
+        reject_request("prompt: " + std::to_string(p.size()) + " bytes are more than --max-prompt-bytes " +
                std::to_string(limits.max_prompt_bytes));
   std::vector<std::vector<int32_t>> out;
   for (const std::string& p : r.prompts) {
@@ -335,7 +329,7 @@ std::vector<std::vector<int32_t>> tokenize_prompts(const TextRequest& r, const d
     try {
       text = r.eod_text_is_token ? encode_with_eod(tokenizer, p) : tokenizer.encode(p);
     } catch (const std::exception& e) {  // e.g. a NullTokenizer id outside its vocabulary
-      reject(std::string("prompt cannot be tokenized: ") + e.what());
+      reject_request(std::string("prompt cannot be tokenized: ") + e.what());
     }
     ids.insert(ids.end(), text.begin(), text.end());
     out.push_back(std::move(ids));
@@ -343,19 +337,19 @@ std::vector<std::vector<int32_t>> tokenize_prompts(const TextRequest& r, const d
   for (const auto& ids : r.prompt_ids) {
     for (int32_t id : ids)
       if (id < 0 || id >= tokenizer.vocab_size())
-        reject("prompt: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+        reject_request("prompt: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                std::to_string(tokenizer.vocab_size()) + ")");
     out.push_back(ids);
   }
   for (const auto& ids : out) {
-    if (ids.empty()) reject("a prompt has no tokens");
+    if (ids.empty()) reject_request("a prompt has no tokens");
     if (limits.max_prompt_tokens > 0 && static_cast<int64_t>(ids.size()) > limits.max_prompt_tokens)
-      reject("prompt: " + std::to_string(ids.size()) + " tokens are more than --max-prompt-tokens " +
+      reject_request("prompt: " + std::to_string(ids.size()) + " tokens are more than --max-prompt-tokens " +
              std::to_string(limits.max_prompt_tokens));
     int64_t total = static_cast<int64_t>(ids.size()) + r.options.sampling.tokens_to_generate;
     if (config.position_embedding == model::PositionEmbedding::LearnedAbsolute &&
         total > config.max_position_embeddings)
-      reject("Too many tokens.  The prompt of " + std::to_string(ids.size()) + " tokens plus " +
+      reject_request("Too many tokens.  The prompt of " + std::to_string(ids.size()) + " tokens plus " +
              std::to_string(r.options.sampling.tokens_to_generate) + " tokens to generate is more than the " +
              std::to_string(config.max_position_embeddings) + " positions of the model");
   }

@@ -20,6 +20,13 @@ struct RequestError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+[[noreturn]] inline void reject_request(const std::string& message) { throw RequestError(message); }
+
+// The text of one token id.
+inline std::string decode_one(const data::Tokenizer& tokenizer, int32_t id) {
+  return tokenizer.decode(std::span<const int32_t>(&id, 1));
+}
+
 // The token ids of `text`, where the end-of-document token's text (GPT-2's "<|endoftext|>") is that
 // token, as Hugging Face tokenizers read special tokens in text and as clients expect (lm-evaluation-
 // harness finds the eos id by tokenizing tokenizer_info's eos_token). Tokenizers that already cut

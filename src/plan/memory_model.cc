@@ -8,8 +8,6 @@
 namespace tessera::plan {
 namespace {
 
-double fc1_width(const model::ModelConfig& c, double f) { return c.swiglu ? 2 * f : f; }
-
 // An MLP of width f split over t ranks: fc1 by columns, fc2 by rows (its bias replicated).
 double mlp_parameters(const model::ModelConfig& c, double f, double t) {
   const double h = c.hidden_size, bias = c.add_bias_linear ? 1 : 0;

@@ -21,6 +21,9 @@ struct RankParameters {
   double total() const { return dense + expert; }
 };
 
+// The width of fc1's output for an MLP of width f: SwiGLU's gate and value halves make it 2f.
+inline double fc1_width(const model::ModelConfig& c, double f) { return c.swiglu ? 2 * f : f; }
+
 // Parameters of one norm.
 double norm_parameters(const model::ModelConfig& c);
 // Parameters of 1-based layer `layer` on one rank. Attention and a dense MLP are split over tp (norms

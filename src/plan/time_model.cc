@@ -9,8 +9,6 @@
 namespace tessera::plan {
 namespace {
 
-double fc1_width(const model::ModelConfig& c, double f) { return c.swiglu ? 2 * f : f; }
-
 // A kernel takes at least DeviceSpec::kernel_seconds however little it does (a GPU waits for eager
 // launches that arrive slower than tiny kernels finish): `kernels` kernels that move or compute
 // `seconds` worth of work take the larger of the two. A layer's elementwise kernels are its two norms,

@@ -21,7 +21,7 @@
 namespace tessera::kernels::cpu {
 namespace {
 
-constexpr int64_t kColChunk = 4096;  // backward columns per task (16 KB)
+constexpr int64_t kColumnsPerTask = 4096;  // backward columns per task (16 KB)
 
 }  // namespace
 
@@ -76,11 +76,11 @@ void distillation_backward(float* logits, const float* teacher, const int32_t* t
   TESSERA_PROFILE_SCOPE("distillation_backward");
   TESSERA_CHECK(temperature > 0, "distillation_backward: temperature ", temperature, " is not positive");
   const float inv = 1.0f / temperature;
-  const int64_t chunks = (vocab_local + kColChunk - 1) / kColChunk;
+  const int64_t chunks = (vocab_local + kColumnsPerTask - 1) / kColumnsPerTask;
 #pragma omp parallel for collapse(2) schedule(static) if (parallel : parallel_worth(4 * rows * vocab_local))
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t j0 = c * kColChunk, n = std::min(kColChunk, vocab_local - j0);
+      const int64_t j0 = c * kColumnsPerTask, n = std::min(kColumnsPerTask, vocab_local - j0);
       float* x = logits + r * vocab_local + j0;
       const float* t = teacher + r * vocab_local + j0;
       const float l = lse[r], d = dce[r], ls = kd_lse[r], lt = kd_lse[rows + r], k = dkd[r];

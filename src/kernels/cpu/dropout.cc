@@ -4,7 +4,7 @@
 // index in the global [seq_total, samples, hidden] tensor (DropoutRegion; the keying and the keep test
 // are kernels/math/dropout.h, shared with a GPU kernel). Along h the global index
 // is consecutive, so one Philox block (4 words) serves 4 neighbouring elements. Work is cut into
-// (row, kChunk-column) tasks; each task generates the Philox blocks of its columns as a batch,
+// (row, kColumnsPerChunk-column) tasks; each task generates the Philox blocks of its columns as a batch,
 // lane-parallel over blocks, which the compiler vectorises (vpmuludq does four 32x32->64 products).
 #include "kernels/cpu/dropout.h"
 
@@ -20,10 +20,10 @@
 namespace tessera::kernels::cpu {
 namespace {
 
-constexpr int64_t kChunk = 1024;             // columns per task
-constexpr int64_t kBlocks = kChunk / 4 + 1;  // Philox blocks a chunk can touch (it may start mid-block)
+constexpr int64_t kColumnsPerChunk = 1024;             // columns per task
+constexpr int64_t kBlocks = kColumnsPerChunk / 4 + 1;  // Philox blocks a chunk can touch (it may start mid-block)
 
-// mask[j] = scale if element g0 + j of the (seed, stream) Philox stream is kept, else 0; n <= kChunk.
+// mask[j] = scale if element g0 + j of the (seed, stream) Philox stream is kept, else 0; n <= kColumnsPerChunk.
 // Bitwise the same numbers as PhiloxStream::uniform: the rounds below are Philox4x32::generate's,
 // run over a batch of counters at once.
 void keep_mask(uint64_t seed, uint64_t stream, uint64_t g0, int64_t n, float p, float scale, float* mask) {
@@ -63,14 +63,14 @@ void dropout_apply(const float* in, float* out, float p, uint64_t seed, uint64_t
     return;
   }
   float scale = 1.0f / (1.0f - p);
-  int64_t chunks = (r.hidden + kChunk - 1) / kChunk;
+  int64_t chunks = (r.hidden + kColumnsPerChunk - 1) / kColumnsPerChunk;
 #pragma omp parallel for collapse(2) schedule(static) if (parallel : parallel_worth(2 * rows * r.hidden))
   for (int64_t row = 0; row < rows; ++row) {
     for (int64_t c = 0; c < chunks; ++c) {
       int64_t s = row / r.batch, b = row % r.batch;
-      int64_t h0 = c * kChunk, n = std::min(kChunk, r.hidden - h0);
+      int64_t h0 = c * kColumnsPerChunk, n = std::min(kColumnsPerChunk, r.hidden - h0);
       uint64_t g0 = math::dropout_element(r, s, b, h0);
-      float mask[kChunk];
+      float mask[kColumnsPerChunk];
       keep_mask(seed, stream, g0, n, p, scale, mask);
       const float* x = in + row * r.hidden + h0;
       float* y = out + row * r.hidden + h0;

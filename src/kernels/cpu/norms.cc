@@ -2,7 +2,7 @@
 //
 // Forward and dx are parallel over rows. The weight gradients (dw, db) are sums over rows, and a
 // float sum depends on its order, so to make them independent of the thread count the rows are
-// cut into fixed chunks of kChunk rows: each chunk sums its rows into its own partial slot, and the
+// cut into fixed chunks of kRowsPerChunk rows: each chunk sums its rows into its own partial slot, and the
 // partials are then added up in chunk order. Which thread handles a chunk never changes a bit.
 #include "kernels/cpu/norms.h"
 
@@ -17,10 +17,10 @@
 namespace tessera::kernels::cpu {
 namespace {
 
-constexpr int64_t kChunk = 32;     // rows per partial sum of dw/db
+constexpr int64_t kRowsPerChunk = 32;     // rows per partial sum of dw/db
 constexpr int64_t kColBlock = 64;  // columns per task when reducing the partials
 
-int64_t num_chunks(int64_t rows) { return (rows + kChunk - 1) / kChunk; }
+int64_t num_chunks(int64_t rows) { return (rows + kRowsPerChunk - 1) / kRowsPerChunk; }
 
 // out[c] += sum over k (in order) of partial[k * cols + c], summed in double.
 void reduce_partials(const float* partial, int64_t chunks, int64_t cols, float* out) {
@@ -88,7 +88,7 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
     if (dbp)
       for (int64_t c = 0; c < cols; ++c) dbp[c] = 0.0f;
 
-    for (int64_t r = k * kChunk; r < std::min(rows, (k + 1) * kChunk); ++r) {
+    for (int64_t r = k * kRowsPerChunk; r < std::min(rows, (k + 1) * kRowsPerChunk); ++r) {
       const float* dyr = dy + r * cols;
       const float* xr = x + r * cols;
       float* dxr = dx + r * cols;
@@ -148,7 +148,7 @@ void rmsnorm_backward(const float* dy, const float* x, const float* w, const flo
     float* dwp = dw_part.get() + k * cols;
     for (int64_t c = 0; c < cols; ++c) dwp[c] = 0.0f;
 
-    for (int64_t r = k * kChunk; r < std::min(rows, (k + 1) * kChunk); ++r) {
+    for (int64_t r = k * kRowsPerChunk; r < std::min(rows, (k + 1) * kRowsPerChunk); ++r) {
       const float* dyr = dy + r * cols;
       const float* xr = x + r * cols;
       float* dxr = dx + r * cols;
