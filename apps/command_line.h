@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "train/command_line_flags.h"
+#include "train/args/command_line_flags.h"
 
 namespace tessera::apps {
 

@@ -4,7 +4,7 @@
 
 #include "apps/command_line.h"
 #include "apps/commands.h"
-#include "train/argument_rules.h"
+#include "train/args/argument_rules.h"
 #include "train/finetune.h"
 
 namespace tessera::apps {

@@ -13,8 +13,8 @@
 #include "ckpt/checkpoint.h"
 #include "comm/mpi_process_group.h"
 #include "infer/loaded_model.h"
-#include "train/arguments.h"
-#include "train/model_flags.h"
+#include "train/args/arguments.h"
+#include "train/args/model_flags.h"
 
 namespace tessera::apps {
 

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
@@ -15,6 +14,7 @@
 #include "apps/commands.h"
 #include "comm/mpi_process_group.h"
 #include "core/check.h"
+#include "core/file_io.h"
 #include "plan/calibration.h"
 #include "plan/run_layout.h"
 #include "plan/chinchilla.h"
@@ -22,7 +22,7 @@
 #include "plan/ouroboros.h"
 #include "plan/token_slicing.h"
 #include "plan/trace.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace tessera::apps {
 namespace {
@@ -331,37 +331,12 @@ void print_search(const plan::SearchResult& r, int top, bool json, const std::st
   }
 }
 
-// TeraPipe's token-level pipeline for the plan's layout, against the same pipeline unsliced (GPipe over
-// the replica's micro-batches); the time model prices every slice (plan/token_slicing.h).
-struct TokenSlicing {
-  std::vector<int64_t> slices;
-  double sliced = 0, unsliced = 0;  // pipeline latency, seconds
-  // Bytes of one micro-batch's key/value caches on a stage: each of its layers' keys and values of the
-  // whole sequence (this rank's query groups), in the activations' precision.
-  double cache_bytes = 0;
-};
-
-// The plan's own slices (plan.layout.token_slices, from the flag) priced by TeraPipe's latency model.
-TokenSlicing price_token_slicing(const plan::Plan& p) {
-  const plan::SliceCost t = plan::stage_slice_cost(p.config, p.layout, p.cluster.device);
-  const int64_t m = p.layout.micro_batches();
-  TokenSlicing out;
-  out.slices = p.layout.token_slices;
-  out.sliced = plan::token_pipeline_latency(out.slices, t, m, p.layout.pp);
-  out.unsliced = plan::token_pipeline_latency({p.config.seq_length}, t, m, p.layout.pp);
-  const model::ModelConfig& c = p.config;
-  out.cache_bytes = 2.0 * static_cast<double>(c.seq_length * p.layout.micro_batch_size *
-                                              (c.num_query_groups / p.layout.tp) * c.kv_channels *
-                                              (c.num_layers / p.layout.pp) * p.layout.activation_bytes());
-  return out;
-}
-
-nlohmann::json token_slicing_json(const TokenSlicing& s) {
+nlohmann::json token_slicing_json(const plan::TokenSlicingPrice& s) {
   return {{"slices", s.slices}, {"pipeline_seconds", s.sliced}, {"unsliced_pipeline_seconds", s.unsliced},
           {"speedup", s.unsliced / s.sliced}, {"kv_cache_bytes_per_micro_batch", s.cache_bytes}};
 }
 
-void print_token_slicing(const TokenSlicing& s, const plan::Plan& p, const std::string& flag) {
+void print_token_slicing(const plan::TokenSlicingPrice& s, const plan::Plan& p, const std::string& flag) {
   std::string lengths;
   for (int64_t l : s.slices) {
     if (!lengths.empty()) lengths += ',';
@@ -439,15 +414,11 @@ int run_calibration(const model::ModelConfig& c, const plan::Layout& l, const Pl
   nlohmann::json j = {{"device", plan::to_json(d)},
                       {"num_devices", world->size()},
                       {"calibrated_for", plan::calibration_key(c, l, world->size())}};
-  const std::string temporary = f.calibrate_output + ".tmp";
-  {
-    std::ofstream out(temporary);
-    TESSERA_CHECK(out, "--calibrate-output=", f.calibrate_output, ": cannot create ", temporary);
-    out << j.dump(2) << "\n";
-    TESSERA_CHECK(out, "--calibrate-output=", f.calibrate_output, ": writing failed");
+  try {
+    write_file_atomically(f.calibrate_output, j.dump(2) + "\n");
+  } catch (const Error& e) {
+    throw Error(str_cat("--calibrate-output=", f.calibrate_output, ": ", e.what()));
   }
-  TESSERA_CHECK(std::rename(temporary.c_str(), f.calibrate_output.c_str()) == 0, "--calibrate-output=",
-                f.calibrate_output, ": cannot rename into place");
   std::printf("calibrated %d rank(s) of %d threads each on %s, %s GEMM inputs, for the model's shapes at tp %d and "
               "micro-batch %lld:\n", world->size(), j["calibrated_for"]["threads_per_rank"].get<int>(),
               plan::cpu_model_name().c_str(), plan::to_string(l.precision).c_str(), l.tp,
@@ -587,13 +558,15 @@ int plan_command(const std::vector<std::string>& args) {
         plan::parse_token_slices(f.token_slices, config.seq_length, plan::stage_slice_cost(config, layout, cluster.device),
                                  layout.micro_batches(), layout.pp);
   const plan::Plan p = plan::make_plan(config, layout, cluster, options);
+  plan::TokenSlicingPrice slicing;
+  if (sliced) slicing = plan::price_token_slicing(p.config, p.layout, p.cluster.device);
   if (f.json) {
     nlohmann::json j = plan_json(p, f.flops_formula);
-    if (sliced) j["token_slicing"] = token_slicing_json(price_token_slicing(p));
+    if (sliced) j["token_slicing"] = token_slicing_json(slicing);
     std::cout << j.dump(2) << std::endl;
   } else {
     print_plan(p);
-    if (sliced) print_token_slicing(price_token_slicing(p), p, f.token_slices);
+    if (sliced) print_token_slicing(slicing, p, f.token_slices);
   }
   if (!f.trace.empty()) {
     plan::write_chrome_trace(p, f.trace);

@@ -19,7 +19,7 @@
 #include "core/file_io.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer_factory.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/training_data.h"
 
 namespace tessera::apps {

@@ -14,7 +14,7 @@
 #include "plan/planner.h"
 #include "plan/run_layout.h"
 #include "plan/token_slicing.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/trainer.h"
 
 namespace tessera::apps {

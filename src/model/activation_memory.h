@@ -35,6 +35,11 @@ double layer_record_bytes(const ModelConfig& c, const ActivationLayout& l);
 double layer_input_bytes(const ModelConfig& c, const ActivationLayout& l);
 // Tessera: bytes the records of a chunk of `layers` layers hold for one micro-batch under `r`.
 double chunk_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r);
+// Elements of one layer's keys and values for one micro-batch of the whole sequence on one tensor rank
+// (its query groups): the key/value cache each layer of a token-sliced pipeline keeps.
+inline double layer_kv_elements(const ModelConfig& c, int64_t micro_batch, int64_t tensor_parallel) {
+  return 2.0 * static_cast<double>(c.seq_length * micro_batch * (c.num_query_groups / tensor_parallel) * c.kv_channels);
+}
 // Tessera: bytes a chunk's record holds besides its layers, per micro-batch: the positions (int32, every
 // chunk), the tokens (int32, the first chunk) and on the last chunk the head: the final norm's input,
 // output (fp32; sequence-sharded under sequence parallelism) and statistics, the labels and loss mask,

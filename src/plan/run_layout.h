@@ -3,7 +3,7 @@
 #pragma once
 
 #include "plan/layout.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace tessera::plan {
 

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "model/activation_memory.h"
 #include "model/token_slices.h"
 #include "plan/memory_model.h"
 #include "plan/time_model.h"
@@ -88,6 +89,18 @@ std::vector<int64_t> parse_token_slices(const std::string& value, int64_t seq_le
     return best_token_slicing(seq_length, kUnit, t, micro_batches, stages);
   }
   return model::parse_token_slice_lengths(value, seq_length);
+}
+
+TokenSlicingPrice price_token_slicing(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+  const SliceCost t = stage_slice_cost(c, l, d);
+  const int64_t m = l.micro_batches();
+  TokenSlicingPrice out;
+  out.slices = l.token_slices;
+  out.sliced = token_pipeline_latency(out.slices, t, m, l.pp);
+  out.unsliced = token_pipeline_latency({c.seq_length}, t, m, l.pp);
+  out.cache_bytes = model::layer_kv_elements(c, l.micro_batch_size, l.tp) * static_cast<double>(c.num_layers / l.pp) *
+                    l.activation_bytes();
+  return out;
 }
 
 }  // namespace tessera::plan

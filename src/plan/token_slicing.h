@@ -34,6 +34,17 @@ PipelineCosts slice_pipeline_costs(const model::ModelConfig& c, const Layout& l,
 // One PipelineCosts per slice of l.token_slices, in order.
 std::vector<PipelineCosts> token_slice_costs(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d);
 
+// A layout's token slices (l.token_slices) priced by TeraPipe's latency model against the unsliced
+// pipeline (GPipe over the replica's micro-batches).
+struct TokenSlicingPrice {
+  std::vector<int64_t> slices;
+  double sliced = 0, unsliced = 0;  // pipeline latency, seconds
+  // Bytes of one micro-batch's key/value caches on a stage: each of its layers' keys and values of the
+  // whole sequence (this rank's query groups), in the activations' precision.
+  double cache_bytes = 0;
+};
+TokenSlicingPrice price_token_slicing(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d);
+
 // --pipeline-token-slices: "auto" (best_token_slicing in units of 8 tokens), a count n (n equal slices;
 // it must divide the sequence) or a comma-separated list of lengths summing to the sequence. Throws an
 // Error naming the flag and the rule otherwise.

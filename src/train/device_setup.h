@@ -10,7 +10,7 @@
 
 #include "core/tensor.h"
 #include "model/language_model.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 

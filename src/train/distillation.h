@@ -11,7 +11,7 @@
 
 #include "model/distillation_loss.h"
 #include "model/language_model.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 

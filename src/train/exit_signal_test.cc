@@ -7,7 +7,7 @@
 #include <csignal>
 #include <map>
 
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/trainer_testing.h"
 
 namespace tessera::train {

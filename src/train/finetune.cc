@@ -7,7 +7,7 @@
 #include "ckpt/checkpoint.h"
 #include "core/check.h"
 #include "data/numpy_random.h"
-#include "train/argument_rules.h"
+#include "train/args/argument_rules.h"
 #include "train/finetune_lm.h"
 #include "train/finetune_race.h"
 #include "train/training_log.h"

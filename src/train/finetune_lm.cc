@@ -9,7 +9,7 @@
 #include "ckpt/checkpoint.h"
 #include "core/check.h"
 #include "model/model_factory.h"
-#include "train/argument_rules.h"
+#include "train/args/argument_rules.h"
 
 namespace tessera::train {
 namespace {

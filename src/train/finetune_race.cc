@@ -13,7 +13,7 @@
 #include "data/tokenizer_factory.h"
 #include "model/model_factory.h"
 #include "model/multiple_choice_model.h"
-#include "train/argument_rules.h"
+#include "train/args/argument_rules.h"
 
 namespace tessera::train {
 namespace {

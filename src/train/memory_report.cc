@@ -43,9 +43,7 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   // and the keys and values the chunk's records would keep.
   double slice_caches_extra = 0, kv_per_layer_fp32 = 0, kept = 0;
   if (!a.token_slices.empty()) {
-    const double kv_per_layer = 2.0 * static_cast<double>(a.model.seq_length * a.micro_batch_size *
-                                                          (a.model.num_query_groups / a.tensor_model_parallel_size) *
-                                                          a.model.kv_channels);
+    const double kv_per_layer = model::layer_kv_elements(a.model, a.micro_batch_size, a.tensor_model_parallel_size);
     int64_t recomputed = 0;  // layers of a chunk whose records keep only a group input
     if (a.recompute.method == model::RecomputeMethod::Uniform) recomputed = chunk_layers;
     if (a.recompute.method == model::RecomputeMethod::Block)

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "pipeline/schedules.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 

@@ -1,7 +1,7 @@
 #include "train/token_slice_cost.h"
 
 #include "core/check.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 

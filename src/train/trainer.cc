@@ -24,7 +24,7 @@
 #include "train/device_setup.h"
 #include "train/exit_signal.h"
 #include "train/fault_injection.h"
-#include "train/megatron_compat_flags.h"
+#include "train/args/megatron_compat_flags.h"
 
 namespace tessera::train {
 

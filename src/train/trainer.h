@@ -19,7 +19,7 @@
 #include "pipeline/executor.h"
 #include "optim/adamw_optimizer.h"
 #include "optim/distributed_optimizer.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "data/blended_dataset.h"
 #include "infer/training_sampler.h"
 #include "train/batching.h"

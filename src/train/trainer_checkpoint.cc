@@ -4,7 +4,7 @@
 #include <set>
 
 #include "ckpt/checkpoint.h"
-#include "train/model_flags.h"
+#include "train/args/model_flags.h"
 #include "train/trainer.h"
 
 namespace tessera::train {

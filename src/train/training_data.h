@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "data/tokenizer_factory.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/batching.h"
 
 namespace tessera::train {

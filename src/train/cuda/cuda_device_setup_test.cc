@@ -13,7 +13,7 @@
 #include "kernels/tensor_ops.h"
 #include "model/parameters.h"
 #include "optim/adamw_optimizer.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/device_setup.h"
 #include "train/trainer_testing.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/cuda/device_testing.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/trainer.h"
 #include "train/trainer_testing.h"
 

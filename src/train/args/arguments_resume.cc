@@ -8,9 +8,9 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_tokenizer.h"
-#include "train/argument_rules.h"
-#include "train/arguments.h"
-#include "train/model_flags.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
+#include "train/args/model_flags.h"
 
 namespace tessera::train {
 namespace fs = std::filesystem;

@@ -2,7 +2,7 @@
 // with the flag, the value and the rule named.
 #include <gtest/gtest.h>
 
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/trainer_testing.h"
 
 namespace tessera::train {

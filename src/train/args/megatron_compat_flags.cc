@@ -1,4 +1,4 @@
-#include "train/megatron_compat_flags.h"
+#include "train/args/megatron_compat_flags.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>

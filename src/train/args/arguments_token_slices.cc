@@ -8,8 +8,8 @@
 
 #include "model/token_slices.h"
 #include "pipeline/token_slicing.h"
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 

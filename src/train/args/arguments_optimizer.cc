@@ -2,8 +2,8 @@
 // precision, whose loss scaling the optimizer step undoes.
 #include <utility>
 
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 

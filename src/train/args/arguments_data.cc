@@ -7,8 +7,8 @@
 #include "data/blended_dataset.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer_factory.h"
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 

@@ -8,8 +8,8 @@
 #include <cmath>
 
 #include "ckpt/checkpoint.h"
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 namespace {

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "model/model_factory.h"
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 namespace {

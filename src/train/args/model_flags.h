@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 

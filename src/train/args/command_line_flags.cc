@@ -1,4 +1,4 @@
-#include "train/command_line_flags.h"
+#include "train/args/command_line_flags.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,12 +1,12 @@
 // `tessera train`'s flags, and finalize(), which runs the rules of each concern (arguments_*.cc).
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 #include <CLI/CLI.hpp>
 
 #include "data/blended_dataset.h"
-#include "train/argument_rules.h"
-#include "train/command_line_flags.h"
-#include "train/megatron_compat_flags.h"
+#include "train/args/argument_rules.h"
+#include "train/args/command_line_flags.h"
+#include "train/args/megatron_compat_flags.h"
 
 namespace tessera::train {
 TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size) {

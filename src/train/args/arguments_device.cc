@@ -1,8 +1,8 @@
 // The rules of --device (Tessera's own flag; Megatron has none): cpu, cuda or cuda:N, what the GPU path
 // runs (issue 39, step 1: one rank, a dense GPT), and the device chosen when the flag is left out. A run
 // the GPU path does not run yet is refused by name with --device cuda, and trains on the CPU without it.
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 #include "train/device_setup.h"
 
 namespace tessera::train {

@@ -1,11 +1,11 @@
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "core/check.h"
-#include "train/megatron_compat_flags.h"
+#include "train/args/megatron_compat_flags.h"
 #include "train/trainer_testing.h"
 
 namespace tessera::train {

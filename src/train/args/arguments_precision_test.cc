@@ -8,7 +8,7 @@
 
 #include "core/check.h"
 #include "data/bert_dataset.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/trainer_testing.h"
 
 namespace tessera::train {

@@ -1,4 +1,4 @@
-#include "train/model_flags.h"
+#include "train/args/model_flags.h"
 
 #include <CLI/CLI.hpp>
 #include <gtest/gtest.h>

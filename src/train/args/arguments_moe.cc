@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cctype>
 
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 namespace {

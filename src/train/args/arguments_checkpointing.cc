@@ -2,8 +2,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 #include "train/exit_signal.h"
 
 namespace tessera::train {

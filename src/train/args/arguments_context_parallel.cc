@@ -4,8 +4,8 @@
 // its own tokens, the expert-parallel group may span cp ranks, the load-balancing statistics are summed
 // over cp), document masks, and checkpoints across cp; the layouts and features whose composition with
 // it is not built (or not tested) yet are refused, naming the flag and why.
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 

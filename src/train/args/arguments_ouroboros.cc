@@ -3,8 +3,8 @@
 // (any K), on P > 1 pipeline ranks the same driver with each rank's modules, on T tensor ranks each and
 // replicated over D data-parallel ranks; checkpoints hold its whole delayed state
 // (train/ouroboros_checkpoint.cc). What it is not yet composed with is refused, naming the flag.
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 

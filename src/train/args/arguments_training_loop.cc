@@ -1,6 +1,6 @@
 // The rules of the training loop: how long it runs and how often it evaluates, logs and samples.
-#include "train/argument_rules.h"
-#include "train/arguments.h"
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
 
 namespace tessera::train {
 
