@@ -49,7 +49,8 @@ PY
 }
 
 for variant in "gpt2_mcore gpt2 mcore" "gpt2_legacy_fp16_vp2 gpt2 legacy --dtype float16 --vp 2" \
-               "llama_te_bf16 llama te --dtype bfloat16" "llama_legacy_release llama legacy --release"; do
+               "llama_te_bf16 llama te --dtype bfloat16" "llama_legacy_release llama legacy --release" \
+               "llama_mcore_pp1 llama mcore --pp 1"; do
   set -- $variant
   name=$1
   shift
@@ -58,6 +59,10 @@ for variant in "gpt2_mcore gpt2 mcore" "gpt2_legacy_fp16_vp2 gpt2 legacy --dtype
   check "$name: convert: $out" $?
   same_loss "$name"
 done
+
+# Without pipeline stages Megatron names the rank directories mp_rank_TT.
+[ -d "$work/llama_mcore_pp1/megatron/iter_0000020/mp_rank_01" ]
+check "the pp 1 fixture has mp_rank_01: $(ls "$work/llama_mcore_pp1/megatron/iter_0000020")" $?
 
 # The iteration is carried (a release checkpoint is iteration 0); the configuration is the saved args'.
 [ "$(cat "$work/gpt2_mcore/tessera/latest_checkpointed_iteration.txt" 2>/dev/null)" = 20 ] &&
@@ -68,6 +73,25 @@ check "a release checkpoint converts to iteration 0: $(ls "$work/llama_legacy_re
 grep -q '"num_query_groups": *2' "$work/llama_te_bf16/tessera/iter_0000020/index.json" &&
   grep -q '"untie_embeddings_and_output_weights": *true' "$work/llama_te_bf16/tessera/iter_0000020/index.json"
 check "the Llama model's GQA and untied output come from the saved args" $?
+
+# The converted checkpoint is a Tessera one: it resumes at the next iteration (the optimizer state is not
+# carried), and finetunes under mpirun at tensor-parallel size 2.
+llama="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --kv-channels 8 --group-query-attention
+       --num-query-groups 2 --ffn-hidden-size 48 --swiglu --position-embedding-type rope --normalization RMSNorm
+       --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 16 --max-position-embeddings 16
+       --hidden-dropout 0 --attention-dropout 0 --mock-data --tokenizer-type NullTokenizer --vocab-size 40
+       --make-vocab-size-divisible-by 8 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --log-interval 1
+       --eval-iters 0"
+out=$("$tessera" train $llama --train-iters 21 --load "$work/llama_te_bf16/tessera" --no-load-optim --no-load-rng 2>&1)
+check "resume of the converted checkpoint: $out" $?
+grep -qF "iteration       21/      21 |" <<<"$out"
+check "the converted checkpoint resumes at iteration 21: $out" $?
+if command -v mpirun >/dev/null; then
+  out=$(OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np 2 \
+        "$tessera" train $llama --tensor-model-parallel-size 2 --train-iters 1 --load "$work/llama_te_bf16/tessera" \
+        --finetune 2>&1)
+  check "finetune of the converted checkpoint at tp2: $out" $?
+fi
 
 # --ckpt-step picks the iteration; a missing one is refused.
 out=$("$tessera" convert --loader megatron --load-dir "$work/gpt2_mcore/megatron" --ckpt-step 20 \

@@ -17,6 +17,7 @@ model's nested language_model.* ("legacy").
 usage: megatron_fixture.py OUT_DIR STYLE(gpt2|llama) SCHEME(mcore|te|legacy) TOKENS [options]
   --dtype float32|bfloat16|float16   how the weights are stored (the reference uses the stored values)
   --vp N                             virtual pipeline chunks per stage
+  --pp N                             pipeline stages (1: Megatron names the directories mp_rank_TT)
   --release                          a release checkpoint (release/, tracker 'release')
   --set NAME=PYTHON_VALUE            change one saved arg (after the weights are made)
 Prints the reference loss (mean next-token cross-entropy over the padded vocabulary, float64).
@@ -33,7 +34,8 @@ import sys
 import numpy as np
 import torch
 
-TP, PP, ITERATION = 2, 2, 20
+TP, ITERATION = 2, 20
+PP = 2  # --pp changes it
 
 
 def config(style):
@@ -254,9 +256,12 @@ def main():
     p.add_argument("tokens")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--vp", type=int, default=1)
+    p.add_argument("--pp", type=int, default=2)
     p.add_argument("--release", action="store_true")
     p.add_argument("--set", action="append", default=[])
     a = p.parse_args()
+    global PP
+    PP = a.pp
     dtype = getattr(torch, a.dtype)
     c = config(a.style)
     w = make_weights(c, torch.Generator().manual_seed(7))
@@ -298,7 +303,7 @@ def main():
             state["opt_param_scheduler"] = {"num_steps": ITERATION * 32, "max_lr": 3e-4}
             state["rng_state"] = [{"random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(),
                                    "torch_rng_state": torch.get_rng_state(), "rng_tracker_states": {}}]
-            d = os.path.join(a.out, sub, f"mp_rank_{rank:02d}_{stage:03d}")
+            d = os.path.join(a.out, sub, f"mp_rank_{rank:02d}" + (f"_{stage:03d}" if PP > 1 else ""))
             os.makedirs(d, exist_ok=True)
             torch.save(state, os.path.join(d, "model_optim_rng.pt"))
     with open(os.path.join(a.out, "latest_checkpointed_iteration.txt"), "w") as f:
