@@ -68,6 +68,11 @@ check "the pp 1 fixture has mp_rank_01: $(ls "$work/llama_mcore_pp1/megatron/ite
 [ "$(cat "$work/gpt2_mcore/tessera/latest_checkpointed_iteration.txt" 2>/dev/null)" = 20 ] &&
   [ -d "$work/gpt2_mcore/tessera/iter_0000020" ]
 check "the converted checkpoint is at the Megatron iteration 20: $(ls "$work/gpt2_mcore/tessera")" $?
+grep -q '"consumed_train_samples": *640' "$work/gpt2_mcore/tessera/iter_0000020/index.json"
+check "the consumed samples (640) are carried" $?
+out=$("$tessera" generate --load "$work/gpt2_mcore/tessera" --prompt "3 4 5" --tokens-to-generate 4 2>&1)
+[ $? -eq 0 ] && grep -qE "^3 4 5( [0-9]+){4}$" <<<"$out"
+check "the converted checkpoint generates with the NullTokenizer its args name: $out" $?
 [ -d "$work/llama_legacy_release/tessera/iter_0000000" ]
 check "a release checkpoint converts to iteration 0: $(ls "$work/llama_legacy_release/tessera")" $?
 grep -q '"num_query_groups": *2' "$work/llama_te_bf16/tessera/iter_0000020/index.json" &&

@@ -339,7 +339,7 @@ void import_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfi
                          {"merge_file", a.merge_file},
                          {"tokenizer_model", a.tokenizer_model},
                          {"converted_from", {{"format", "megatron torch (legacy)"},
-                                             {"load_dir", ck.load_dir},
+                                             {"load_dir", fs::absolute(ck.load_dir).lexically_normal().string()},
                                              {"iteration", ck.iteration},
                                              {"tensor_model_parallel_size", tp},
                                              {"pipeline_model_parallel_size", pp},
