@@ -7,8 +7,9 @@
 #  * the converted model's loss on fixed tokens (tessera debug-forward) equals the loss of a plain PyTorch
 #    forward over the merged weights (relative 1e-5);
 #  * the iteration and the model configuration are carried, flags given win over the saved args;
-#  * a missing file, args that disagree with the tensors, a MoE checkpoint, a missing tracker and a missing
-#    --ckpt-step iteration are refused with a message naming the cause.
+#  * the converted checkpoint resumes at the next iteration, finetunes at tp2 and generates;
+#  * a missing or truncated file, args that disagree with the tensors, a MoE checkpoint, a missing tracker and
+#    a missing --ckpt-step iteration are refused with a message naming the cause.
 set -uo pipefail
 tessera=${1:?usage: megatron_convert_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -120,6 +121,14 @@ expect_failure "args.num_experts set: mixture-of-experts checkpoints do not conv
 rm "$work/bad_args/megatron/iter_0000020/mp_rank_01_001/model_optim_rng.pt"
 expect_failure "mp_rank_01_001/model_optim_rng.pt is missing" \
   "$tessera" convert --loader megatron --load-dir "$work/bad_args/megatron" --save-dir "$work/x5"
+# A damaged file is named, and nothing is left at --save-dir.
+cp -r "$work/gpt2_mcore/megatron" "$work/truncated"
+head -c 3000 "$work/gpt2_mcore/megatron/iter_0000020/mp_rank_01_001/model_optim_rng.pt" \
+  >"$work/truncated/iter_0000020/mp_rank_01_001/model_optim_rng.pt"
+expect_failure "truncated/iter_0000020/mp_rank_01_001/model_optim_rng.pt: not a zip archive" \
+  "$tessera" convert --loader megatron --load-dir "$work/truncated" --save-dir "$work/x8"
+[ ! -e "$work/x8" ]
+check "a failed conversion leaves no --save-dir" $?
 mkdir -p "$work/empty"
 expect_failure "latest_checkpointed_iteration.txt is missing" \
   "$tessera" convert --loader megatron --load-dir "$work/empty" --save-dir "$work/x6"
