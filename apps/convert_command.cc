@@ -201,7 +201,8 @@ CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArgument
   app.add_flag("--overwrite", f.overwrite, "Replace what --save-dir holds (without it, it must be new or empty)");
   app.add_option("--ckpt-step", f.ckpt_step,
                  "--loader megatron: the iteration to read (default: latest_checkpointed_iteration.txt's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("latest");
   CLI::App* group = app.add_option_group(
       "model", "--loader megatron: model flags of tessera train, which override the checkpoint's saved args");
   group->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
