@@ -252,7 +252,10 @@ void convert_megatron(const std::vector<std::string>& args, const ConvertFlags& 
   if (!given.empty()) notes.push_back("the model flags given (" + given + ") override the checkpoint's args");
   set_megatron_vocab_size(saved, model.model, notes);
   for (const std::string& n : notes) std::cerr << " > note: " << n << std::endl;
-  convert_into(target, [&](const std::string& out) { ckpt::import_megatron_legacy(std::move(checkpoint), model.model, out); });
+  convert_into(target, [&](const std::string& out) {
+    for (const std::string& n : ckpt::import_megatron_legacy(std::move(checkpoint), model.model, out))
+      std::cerr << " > note: " << n << std::endl;
+  });
 }
 
 }  // namespace

@@ -58,6 +58,7 @@ for variant in "gpt2_mcore gpt2 mcore" "gpt2_legacy_fp16_vp2 gpt2 legacy --dtype
   fixture "$name" "$@"
   out=$("$tessera" convert --loader megatron --load-dir "$work/$name/megatron" --save-dir "$work/$name/tessera" 2>&1)
   check "$name: convert: $out" $?
+  echo "$out" >"$work/$name/convert.log"
   same_loss "$name"
 done
 
@@ -113,6 +114,14 @@ expect_failure "mp_rank_00_000/model_optim_rng.pt: decoder.layers.0.mlp.linear_f
 fixture bad_args gpt2 mcore --set num_attention_heads=8 --set kv_channels=8
 expect_failure "decoder.layers.0.self_attention.linear_qkv.weight has shape [48, 32] but the model the checkpoint's args (and the flags given) describe needs [96, 32]" \
   "$tessera" convert --loader megatron --load-dir "$work/bad_args/megatron" --save-dir "$work/x3"
+# A tied model's last-stage copy of the embeddings that drifted from them converts with a note.
+fixture drift gpt2 mcore --drift-tied-copy
+out=$("$tessera" convert --loader megatron --load-dir "$work/drift/megatron" --save-dir "$work/drift/tessera" 2>&1)
+[ $? -eq 0 ] && grep -qF "output_layer.weight in $work/drift/megatron/iter_0000020/mp_rank_00_001/model_optim_rng.pt) differs from the embedding by up to 0.25" <<<"$out"
+check "a drifted tied copy is a note: $out" $?
+[ -s "$work/gpt2_mcore/convert.log" ] && [ -s "$work/gpt2_legacy_fp16_vp2/convert.log" ] &&
+  ! grep -q "differs from the embedding" "$work/gpt2_mcore/convert.log" "$work/gpt2_legacy_fp16_vp2/convert.log"
+check "an exact tied copy (output_layer.weight, word_embeddings_for_head.weight) is not" $?
 # What Tessera's GPT cannot compute is refused by its argument name.
 fixture moe gpt2 mcore --set num_experts=8
 expect_failure "args.num_experts set: mixture-of-experts checkpoints do not convert yet" \

@@ -20,6 +20,7 @@ usage: megatron_fixture.py OUT_DIR STYLE(gpt2|llama) SCHEME(mcore|te|legacy) TOK
   --pp N                             pipeline stages (1: Megatron names the directories mp_rank_TT)
   --release                          a release checkpoint (release/, tracker 'release')
   --set NAME=PYTHON_VALUE            change one saved arg (after the weights are made)
+  --drift-tied-copy                  the last stage's copy of tied embeddings off by 0.25 in one element
 Prints the reference loss (mean next-token cross-entropy over the padded vocabulary, float64).
 """
 import argparse
@@ -259,6 +260,7 @@ def main():
     p.add_argument("--pp", type=int, default=2)
     p.add_argument("--release", action="store_true")
     p.add_argument("--set", action="append", default=[])
+    p.add_argument("--drift-tied-copy", action="store_true")
     a = p.parse_args()
     global PP
     PP = a.pp
@@ -294,6 +296,8 @@ def main():
                 start = (v * PP + stage) * layers_per_chunk
                 chunk = chunk_state(c, w, a.scheme, rank, list(range(start, start + layers_per_chunk)),
                                     first=v == 0 and stage == 0, last=v == a.vp - 1 and stage == PP - 1, dtype=dtype)
+                if a.drift_tied_copy and rank == 0 and "output_layer.weight" in chunk:
+                    chunk["output_layer.weight"][3, 5] += 0.25
                 state["model" if a.vp == 1 else f"model{v}"] = chunk
             params = [t for t in state.get("model", state.get("model0")).values() if isinstance(t, torch.Tensor)]
             state["optimizer"] = {"optimizer": {"state": {i: {"exp_avg": torch.zeros(4), "exp_avg_sq": torch.zeros(4),

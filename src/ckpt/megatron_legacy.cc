@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -254,7 +255,9 @@ MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64
   return ck;
 }
 
-void import_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfig& given, const std::string& save_dir) {
+std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfig& given,
+                                                const std::string& save_dir) {
+  std::vector<std::string> notes;
   const int64_t tp = ck.tensor_parallel, pp = ck.pipeline_parallel, vp = std::max<int64_t>(1, ck.args.virtual_pipeline);
   // chunks[v * pp + p]: Megatron's order of the layers (chunk v of every stage, then chunk v + 1).
   std::vector<MegatronChunk> chunks(static_cast<size_t>(vp * pp));
@@ -320,6 +323,32 @@ void import_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfi
     tensors.emplace_back(name, merge_shards(it->second, split));
     used.insert(name);
   }
+  // A tied model's last stage computes the logits with its own copy of the word embeddings, which
+  // Megatron keeps equal to the first stage's by summing their gradients; Tessera has one tensor, the
+  // embedding. A copy that drifted is reported (the model's outputs were the copy's).
+  if (!c.untie_embeddings_and_output_weights) {
+    std::vector<MegatronShard> copy;
+    if (const auto it = sources.find("output_layer.weight"); it != sources.end()) copy = it->second;
+    for (const MegatronChunk& chunk : chunks)
+      if (!chunk.tied_copies.empty()) copy = chunk.tied_copies;
+    Tensor embedding;
+    for (const auto& [name, t] : tensors)
+      if (name == "embedding.word_embeddings.weight") embedding = t;
+    if (!copy.empty() && embedding.defined()) {
+      const Tensor merged = merge_shards(copy, MegatronSplit::Rows);
+      TESSERA_CHECK(merged.shape() == embedding.shape(), "convert: ", copy[0].file, ": ", copy[0].key,
+                    ", the last stage's copy of the tied word embeddings, is ", shape_of(merged.shape()),
+                    " whole but the embedding is ", shape_of(embedding.shape()));
+      double largest = 0;
+      for (int64_t i = 0; i < merged.numel(); ++i)
+        largest = std::max(largest, static_cast<double>(std::abs(merged.host_f32()[i] - embedding.host_f32()[i])));
+      if (largest > 0)
+        notes.push_back(str_cat("the last pipeline stage's copy of the tied word embeddings (", copy[0].key, " in ",
+                                copy[0].file, ") differs from the embedding by up to ", largest,
+                                "; the converted model uses the embedding for both"));
+    }
+  }
+
   std::string unused;
   int listed = 0;
   for (const auto& [name, shards] : sources)
@@ -356,6 +385,7 @@ void import_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfi
                                   std::pair{"tokenizer_model", a.tokenizer_model}})
     if (!path.empty() && fs::is_regular_file(path, ec)) state.tokenizer_files[key] = path;
   save_full_model(save_dir, state, tensors);
+  return notes;
 }
 
 }  // namespace tessera::ckpt

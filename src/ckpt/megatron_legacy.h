@@ -54,8 +54,9 @@ MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64
 // Merges the shards into whole tensors for `config` (the checkpoint's args with any flags given on the
 // command line), checks every shard's shape against it and that every tensor is used (an error names
 // the file and the Megatron key), and saves them as a Tessera checkpoint at the checkpoint's iteration,
-// with its consumed samples, seed and tokenizer.
-void import_megatron_legacy(MegatronLegacyCheckpoint checkpoint, const model::ModelConfig& config,
-                            const std::string& save_dir);
+// with its consumed samples, seed and tokenizer. Returns notes on what converted but not exactly (a tied
+// model's last-stage copy of the embeddings that differs from them).
+std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint checkpoint, const model::ModelConfig& config,
+                                                const std::string& save_dir);
 
 }  // namespace tessera::ckpt
