@@ -2,6 +2,7 @@
 // Megatron-LM's tools/checkpoint/convert.py:
 //   tessera convert --loader tessera --saver hf --load-dir CKPT --save-dir HF [--max-shard-size 5GB]
 //   tessera convert --loader hf --saver tessera --load-dir HF --save-dir CKPT
+//   tessera convert --loader megatron --load-dir MEGATRON_CKPT --save-dir CKPT [--ckpt-step N] [model flags]
 // and the hidden `tessera debug-forward`, which writes a checkpoint's logits and loss gradients on
 // given tokens for the parity tests against the PyTorch references (tests/hf_parity.sh, for Mixtral
 // tests/hf_mixtral_parity.sh, for BERT tests/hf_bert_parity.sh).
@@ -17,9 +18,12 @@
 #include "apps/commands.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_convert.h"
+#include "ckpt/megatron_legacy.h"
 #include "ckpt/safetensors.h"
+#include "data/tokenizer_factory.h"
 #include "model/bert_model.h"
 #include "model/gpt_model.h"
+#include "train/arguments.h"
 
 namespace tessera::apps {
 namespace {
@@ -177,34 +181,122 @@ void convert_into(const fs::path& dir, const std::function<void(const std::strin
   fs::remove_all(previous, ec);
 }
 
+// The flags of `tessera convert`; the model flags of `tessera train` are there for --loader megatron,
+// whose checkpoint's args they override.
+struct ConvertFlags {
+  std::string loader, saver, load_dir, save_dir, max_shard = "5GB";
+  bool overwrite = false;
+  int64_t ckpt_step = -1;
+};
+
+CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArguments& model) {
+  app.option_defaults()->always_capture_default();
+  app.add_option("--loader", f.loader, "Format read: tessera, hf or megatron (Megatron-LM's legacy torch checkpoints)")
+      ->required()->check(CLI::IsMember({"tessera", "hf", "megatron"}));
+  app.add_option("--saver", f.saver, "Format written: hf or tessera (--loader megatron: tessera, the default)")
+      ->check(CLI::IsMember({"tessera", "hf"}));
+  app.add_option("--load-dir", f.load_dir, "Checkpoint (its latest iteration) or Hugging Face directory to read")->required();
+  app.add_option("--save-dir", f.save_dir, "Directory to write")->required();
+  app.add_option("--max-shard-size", f.max_shard, "Largest safetensors file written for hf (e.g. 5GB, 500MB)");
+  app.add_flag("--overwrite", f.overwrite, "Replace what --save-dir holds (without it, it must be new or empty)");
+  app.add_option("--ckpt-step", f.ckpt_step,
+                 "--loader megatron: the iteration to read (default: latest_checkpointed_iteration.txt's)")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("latest");
+  CLI::App* group = app.add_option_group(
+      "model", "--loader megatron: model flags of tessera train, which override the checkpoint's saved args");
+  group->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  train::add_model_flags(*group, model);
+  return group;
+}
+
+// The model flags given on the command line, as "--hidden-size, --swiglu".
+std::string given_model_flags(const CLI::App& group) {
+  std::string given;
+  for (const CLI::Option* o : group.get_options())
+    if (o->count() > 0) given += (given.empty() ? "" : ", ") + o->get_name();
+  return given;
+}
+
+// The tokenizer's vocabulary size where Tessera can build the checkpoint's tokenizer from the files its
+// args name (the vocabulary is otherwise taken as the padded one, which generation then refuses to pair
+// with a tokenizer of another size).
+void set_megatron_vocab_size(const ckpt::MegatronArgs& a, model::ModelConfig& c, std::vector<std::string>& notes) {
+  if (a.tokenizer_type.empty() || a.tokenizer_type == "NullTokenizer") return;
+  try {
+    const std::unique_ptr<data::Tokenizer> tok =
+        data::build_tokenizer({a.tokenizer_type, a.vocab_file, a.merge_file, a.tokenizer_model, 0});
+    if (tok->vocab_size() <= c.padded_vocab_size) c.vocab_size = tok->vocab_size();
+  } catch (const Error& e) {
+    notes.push_back(str_cat("the checkpoint's tokenizer (", a.tokenizer_type, ") could not be read here (", e.what(),
+                            "); the vocabulary is taken as its padded size ", c.padded_vocab_size));
+  }
+}
+
+// --loader megatron: reads the checkpoint's args, then the command line again over them (flags win),
+// and converts.
+void convert_megatron(const std::vector<std::string>& args, const ConvertFlags& first, const fs::path& target) {
+  ckpt::MegatronLegacyCheckpoint checkpoint = ckpt::open_megatron_legacy(first.load_dir, first.ckpt_step);
+  const ckpt::MegatronArgs& saved = checkpoint.args;
+  train::TrainArguments model;
+  model.model = saved.config;
+  model.group_query_attention = saved.group_query_attention;
+  model.make_vocab_size_divisible_by = saved.make_vocab_size_divisible_by;
+  ConvertFlags f;
+  CLI::App app{"tessera convert", "tessera convert"};
+  CLI::App* group = add_convert_flags(app, f, model);
+  parse_command_line(app, args, "convert");
+  const std::string given = given_model_flags(*group);
+  train::finalize_model(model);  // the rules of the flags, over the checkpoint's values
+  std::vector<std::string> notes = saved.notes;
+  if (!given.empty()) notes.push_back("the model flags given (" + given + ") override the checkpoint's args");
+  set_megatron_vocab_size(saved, model.model, notes);
+  for (const std::string& n : notes) std::cerr << " > note: " << n << std::endl;
+  convert_into(target, [&](const std::string& out) {
+    for (const std::string& n : ckpt::import_megatron_legacy(std::move(checkpoint), model.model, out))
+      std::cerr << " > note: " << n << std::endl;
+  });
+}
+
 }  // namespace
 
 int convert_command(const std::vector<std::string>& args) {
-  std::string loader, saver, load_dir, save_dir, max_shard = "5GB";
+  ConvertFlags f;
+  train::TrainArguments model;
   CLI::App app{"tessera convert: Tessera checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM, "
-               "MixtralForCausalLM, BertForPreTraining, MegatronBertForPreTraining, and their ForMaskedLM)",
+               "MixtralForCausalLM, BertForPreTraining, MegatronBertForPreTraining, and their ForMaskedLM), and "
+               "Megatron-LM's legacy torch checkpoints (GPT) to Tessera",
                "tessera convert"};
-  app.option_defaults()->always_capture_default();
-  app.add_option("--loader", loader, "Format read: tessera or hf")->required()->check(CLI::IsMember({"tessera", "hf"}));
-  app.add_option("--saver", saver, "Format written: hf or tessera")->required()->check(CLI::IsMember({"tessera", "hf"}));
-  app.add_option("--load-dir", load_dir, "Checkpoint (its latest iteration) or Hugging Face directory to read")->required();
-  app.add_option("--save-dir", save_dir, "Directory to write")->required();
-  app.add_option("--max-shard-size", max_shard, "Largest safetensors file written for hf (e.g. 5GB, 500MB)");
-  bool overwrite = false;
-  app.add_flag("--overwrite", overwrite, "Replace what --save-dir holds (without it, it must be new or empty)");
+  CLI::App* group = add_convert_flags(app, f, model);
   if (!parse_command_line(app, args, "convert")) return 0;
-  TESSERA_CHECK(loader != saver, "--loader ", loader, " and --saver ", saver, ": nothing to convert");
-  const int64_t shard_bytes = parse_size(max_shard);
-  fs::path target = fs::absolute(save_dir).lexically_normal();  // "out/" and "./out" name the directory out
+  if (f.saver.empty()) {
+    TESSERA_CHECK(f.loader == "megatron", "--saver is required with --loader ", f.loader);
+    f.saver = "tessera";
+  }
+  TESSERA_CHECK(f.loader != f.saver, "--loader ", f.loader, " and --saver ", f.saver, ": nothing to convert");
+  fs::path target = fs::absolute(f.save_dir).lexically_normal();  // "out/" and "./out" name the directory out
   if (target.filename().empty()) target = target.parent_path();
-  check_save_dir(target, load_dir, overwrite);
+  if (f.loader == "megatron") {
+    TESSERA_CHECK(f.saver == "tessera", "--loader megatron --saver ", f.saver, ": Megatron checkpoints convert to "
+                  "tessera; convert that to ", f.saver, " with a second tessera convert");
+    check_save_dir(target, f.load_dir, f.overwrite);
+    convert_megatron(args, f, target);
+    std::cout << "converted " << f.load_dir << " (megatron) to " << f.save_dir << " (tessera)" << std::endl;
+    return 0;
+  }
+  const std::string given = given_model_flags(*group);
+  TESSERA_CHECK(given.empty(), given, ": model flags apply to --loader megatron only (a Tessera or Hugging Face "
+                "checkpoint records its model)");
+  TESSERA_CHECK(f.ckpt_step < 0, "--ckpt-step: applies to --loader megatron only");
+  const int64_t shard_bytes = parse_size(f.max_shard);
+  check_save_dir(target, f.load_dir, f.overwrite);
   convert_into(target, [&](const std::string& out) {
-    if (saver == "hf")
-      ckpt::export_hugging_face(load_dir, out, shard_bytes);
+    if (f.saver == "hf")
+      ckpt::export_hugging_face(f.load_dir, out, shard_bytes);
     else
-      ckpt::import_hugging_face(load_dir, out);
+      ckpt::import_hugging_face(f.load_dir, out);
   });
-  std::cout << "converted " << load_dir << " (" << loader << ") to " << save_dir << " (" << saver << ")" << std::endl;
+  std::cout << "converted " << f.load_dir << " (" << f.loader << ") to " << f.save_dir << " (" << f.saver << ")" << std::endl;
   return 0;
 }
 

@@ -1,0 +1,175 @@
+#include "ckpt/megatron_args.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace tessera::ckpt {
+
+// As torch_file.cc (an alias of the same type may be declared again: the layer builds as unity batches).
+using SK = StateNode::Kind;
+namespace {
+
+
+// Reads the Namespace's attributes; a missing attribute and Python's None are the same to Megatron
+// (getattr(args, name, None)), so both give the default.
+class MegatronNamespace {
+ public:
+  MegatronNamespace(const StateNode& ns, const std::string& where) : ns_(ns), where_(where) {}
+
+  const StateNode* get(const char* name) const {
+    const StateNode* v = ns_.find(name);
+    return v && !v->is(SK::None) ? v : nullptr;
+  }
+  int64_t integer(const char* name) const {
+    const StateNode* v = get(name);
+    TESSERA_CHECK(v, where_, ": args has no ", name, " (a Megatron checkpoint records it)");
+    return as_integer(*v, name);
+  }
+  int64_t integer_or(const char* name, int64_t fallback) const {
+    const StateNode* v = get(name);
+    return v ? as_integer(*v, name) : fallback;
+  }
+  double real_or(const char* name, double fallback) const {
+    const StateNode* v = get(name);
+    if (!v) return fallback;
+    if (v->is(SK::Float)) return v->real;
+    if (v->is(SK::Int)) return static_cast<double>(v->integer);
+    throw Error(str_cat(where_, ": args.", name, " is a ", state_kind_name(v->kind), ", not a number"));
+  }
+  bool flag(const char* name, bool fallback = false) const {
+    const StateNode* v = get(name);
+    if (!v) return fallback;
+    TESSERA_CHECK(v->is(SK::Bool), where_, ": args.", name, " is a ", state_kind_name(v->kind), ", not a bool");
+    return v->boolean;
+  }
+  std::string text_or(const char* name, const std::string& fallback) const {
+    const StateNode* v = get(name);
+    if (!v) return fallback;
+    TESSERA_CHECK(v->is(SK::String), where_, ": args.", name, " is a ", state_kind_name(v->kind), ", not a string");
+    return v->text;
+  }
+  // A setting Tessera's GPT has no counterpart for: refused by its argument name.
+  void refuse_if(bool set, const char* name, const std::string& why) const {
+    TESSERA_CHECK(!set, where_, ": the checkpoint was trained with args.", name, " set: ", why);
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  int64_t as_integer(const StateNode& v, const char* name) const {
+    // Python's bool is an int; Megatron never stores a size as one, so it is refused.
+    TESSERA_CHECK(v.is(SK::Int), where_, ": args.", name, " is a ", state_kind_name(v.kind), ", not an integer");
+    return v.integer;
+  }
+  const StateNode& ns_;
+  std::string where_;
+};
+
+// Positions, rotary embeddings and norms: Tessera has learned absolute positions or rotate-half RoPE
+// over a fraction of each head, and LayerNorm or RMSNorm with a plain gamma.
+void read_positions_and_norms(const MegatronNamespace& a, model::ModelConfig& c) {
+  // Megatron before --position-embedding-type had --use-rotary-position-embeddings (and
+  // --no-position-embedding, add_position_embedding = False, which no Tessera model lacks).
+  std::string pos = a.text_or("position_embedding_type", a.flag("use_rotary_position_embeddings") ? "rope" : "learned_absolute");
+  a.refuse_if(!a.flag("add_position_embedding", true) && pos == "learned_absolute", "add_position_embedding",
+              "= False (no position embedding), which Tessera's GPT does not support");
+  TESSERA_CHECK(pos == "learned_absolute" || pos == "rope", a.where(), ": args.position_embedding_type is '", pos,
+                "'; Tessera supports learned_absolute and rope");
+  c.position_embedding = pos == "rope" ? model::PositionEmbedding::Rope : model::PositionEmbedding::LearnedAbsolute;
+  c.rotary_base = static_cast<float>(a.real_or("rotary_base", 10000));
+  c.rotary_percent = a.real_or("rotary_percent", 1.0);
+  if (c.position_embedding == model::PositionEmbedding::Rope) {
+    // Tessera's RoPE pairs dimension i with i + d/2 (Megatron's default); the interleaved form pairs
+    // neighbours, and the scalings change the angles.
+    a.refuse_if(a.flag("rotary_interleaved"), "rotary_interleaved", "Tessera's RoPE is the rotate-half form");
+    a.refuse_if(a.flag("use_rope_scaling"), "use_rope_scaling", "Tessera has no Llama 3.x rope scaling");
+    a.refuse_if(a.real_or("rotary_seq_len_interpolation_factor", 1) != 1, "rotary_seq_len_interpolation_factor",
+                "Tessera has no position interpolation");
+  }
+  const std::string norm = a.text_or("normalization", "LayerNorm");
+  TESSERA_CHECK(norm == "LayerNorm" || norm == "RMSNorm", a.where(), ": args.normalization is '", norm,
+                "'; Tessera supports LayerNorm and RMSNorm");
+  c.normalization = norm == "RMSNorm" ? model::Normalization::RMSNorm : model::Normalization::LayerNorm;
+  // norm_epsilon since 2023; layernorm_epsilon before.
+  c.norm_epsilon = static_cast<float>(a.real_or("norm_epsilon", a.real_or("layernorm_epsilon", 1e-5)));
+  a.refuse_if(a.flag("apply_layernorm_1p"), "apply_layernorm_1p",
+              "its norms scale by 1 + gamma (zero-centred), Tessera's by gamma");
+  a.refuse_if(a.flag("qk_layernorm"), "qk_layernorm", "Tessera has no query/key normalisation");
+}
+
+// The MLP and the biases.
+void read_mlp(const MegatronNamespace& a, model::ModelConfig& c, std::vector<std::string>& notes) {
+  c.swiglu = a.flag("swiglu");
+  a.refuse_if(a.flag("squared_relu"), "squared_relu", "Tessera's MLP is GELU or SwiGLU");
+  a.refuse_if(a.flag("quick_geglu"), "quick_geglu", "Tessera's MLP is GELU or SwiGLU");
+  c.add_bias_linear = a.flag("add_bias_linear", true);
+  // Megatron sets add_qkv_bias whenever add_bias_linear; alone it adds a QKV bias to a bias-free model.
+  a.refuse_if(a.flag("add_qkv_bias") && !c.add_bias_linear, "add_qkv_bias",
+              "a QKV bias without the other linear biases (--disable-bias-linear); Tessera has one bias switch");
+  const StateNode* experts = a.get("num_experts");
+  a.refuse_if(experts && !(experts->is(SK::Int) && experts->integer == 0), "num_experts",
+              "mixture-of-experts checkpoints do not convert yet (dense GPT models only)");
+  a.refuse_if(a.flag("multi_latent_attention"), "multi_latent_attention", "Tessera has no multi-latent attention");
+  // Megatron's GELU is the tanh form only where it fuses the bias into it (bias_gelu_fusion, on by
+  // default, with biases) or under --openai-gelu; otherwise torch's exact erf GELU. Tessera's is the tanh
+  // form: the weights convert, the outputs differ slightly.
+  if (!c.swiglu && !a.flag("openai_gelu") && !(a.flag("bias_gelu_fusion", true) && c.add_bias_linear))
+    notes.push_back("the checkpoint's MLP used the exact (erf) GELU; Tessera's is the tanh approximation, so the "
+                    "converted model's outputs differ slightly (of the order of 1e-3 per activation)");
+}
+
+}  // namespace
+
+MegatronArgs read_megatron_args(const StateNode& args, const std::string& where) {
+  TESSERA_CHECK(args.is(SK::Object) && !args.entries.empty(), where, " is a ", state_kind_name(args.kind),
+                args.is(SK::Object) ? " (" + args.text + ") without attributes" : std::string(),
+                ", not Megatron's argparse.Namespace");
+  const MegatronNamespace a(args, where);
+  MegatronArgs out;
+  model::ModelConfig& c = out.config;
+  c.family = "gpt";
+  c.num_layers = a.integer("num_layers");
+  c.hidden_size = a.integer("hidden_size");
+  c.num_attention_heads = a.integer("num_attention_heads");
+  TESSERA_CHECK(c.num_attention_heads > 0 && c.hidden_size > 0, where, ": args.num_attention_heads = ",
+                c.num_attention_heads, " and hidden_size = ", c.hidden_size, " must be positive");
+  c.kv_channels = a.integer_or("kv_channels", c.hidden_size / c.num_attention_heads);
+  out.group_query_attention = a.flag("group_query_attention");
+  c.num_query_groups = out.group_query_attention ? a.integer("num_query_groups") : c.num_attention_heads;
+  c.seq_length = a.integer("seq_length");
+  c.max_position_embeddings = a.integer_or("max_position_embeddings", c.seq_length);
+  read_positions_and_norms(a, c);
+  read_mlp(a, c, out.notes);
+  // validate_args fills ffn_hidden_size; an older checkpoint may lack it (Megatron's rule then).
+  c.ffn_hidden_size = a.integer_or(
+      "ffn_hidden_size", c.swiglu ? static_cast<int64_t>(4.0 * static_cast<double>(c.hidden_size) * 2 / 3 / 64) * 64
+                                  : 4 * c.hidden_size);
+  c.untie_embeddings_and_output_weights = a.flag("untie_embeddings_and_output_weights");
+  c.apply_residual_connection_post_layernorm = a.flag("apply_residual_connection_post_layernorm");
+  c.hidden_dropout = static_cast<float>(a.real_or("hidden_dropout", 0.1));
+  c.attention_dropout = static_cast<float>(a.real_or("attention_dropout", 0.1));
+  c.init_method_std = static_cast<float>(a.real_or("init_method_std", 0.02));
+
+  // The vocabulary: Megatron records the padded size it built the embedding with (build_tokenizer sets
+  // args.padded_vocab_size); 0 here means "from the embedding's shape" (the importer fills it in).
+  c.padded_vocab_size = a.integer_or("padded_vocab_size", 0);
+  out.make_vocab_size_divisible_by = a.integer_or("make_vocab_size_divisible_by", 128);
+  out.tokenizer_type = a.text_or("tokenizer_type", "");
+  out.vocab_file = a.text_or("vocab_file", "");
+  out.merge_file = a.text_or("merge_file", "");
+  out.tokenizer_model = a.text_or("tokenizer_model", "");
+  if (out.tokenizer_type == "NullTokenizer") out.null_vocab_size = a.integer_or("vocab_size", -1);
+  // Megatron's NullTokenizer has ids 0..vocab_size (the last its end of document), as Tessera's.
+  c.vocab_size = out.null_vocab_size > 0 ? out.null_vocab_size + 1 : c.padded_vocab_size;
+
+  out.tensor_parallel = a.integer_or("tensor_model_parallel_size", 1);
+  out.pipeline_parallel = a.integer_or("pipeline_model_parallel_size", 1);
+  out.virtual_pipeline = a.integer_or("virtual_pipeline_model_parallel_size", 1);
+  out.consumed_train_samples = a.integer_or("consumed_train_samples", -1);
+  out.seed = a.integer_or("seed", -1);
+  out.fp16 = a.flag("fp16");
+  out.bf16 = a.flag("bf16");
+  return out;
+}
+
+}  // namespace tessera::ckpt

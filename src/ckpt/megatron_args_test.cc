@@ -1,0 +1,136 @@
+#include "ckpt/megatron_args.h"
+
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+#include <utility>
+
+namespace tessera::ckpt {
+namespace {
+
+using SK = StateNode::Kind;
+
+StateNode value(int64_t v) {
+  StateNode n;
+  n.kind = SK::Int;
+  n.integer = v;
+  return n;
+}
+StateNode value(double v) {
+  StateNode n;
+  n.kind = SK::Float;
+  n.real = v;
+  return n;
+}
+StateNode value(bool v) {
+  StateNode n;
+  n.kind = SK::Bool;
+  n.boolean = v;
+  return n;
+}
+StateNode value(const char* v) {
+  StateNode n;
+  n.kind = SK::String;
+  n.text = v;
+  return n;
+}
+StateNode none() { return StateNode{}; }
+
+// An argparse.Namespace as load_torch_file gives it: an Object with the attributes as entries.
+StateNode name_space(std::initializer_list<std::pair<const char*, StateNode>> attributes) {
+  StateNode ns;
+  ns.kind = SK::Object;
+  ns.text = "argparse.Namespace";
+  for (const auto& [key, v] : attributes) ns.entries.push_back({key, v});
+  return ns;
+}
+
+StateNode gpt2_args() {
+  return name_space({{"num_layers", value(int64_t{2})}, {"hidden_size", value(int64_t{32})},
+                     {"num_attention_heads", value(int64_t{4})}, {"seq_length", value(int64_t{16})},
+                     {"max_position_embeddings", value(int64_t{16})}, {"ffn_hidden_size", value(int64_t{64})},
+                     {"kv_channels", value(int64_t{8})}, {"group_query_attention", value(false)},
+                     {"num_query_groups", none()}, {"padded_vocab_size", value(int64_t{48})},
+                     {"tokenizer_type", value("NullTokenizer")}, {"vocab_size", value(int64_t{40})},
+                     {"tensor_model_parallel_size", value(int64_t{2})}, {"num_experts", none()},
+                     {"layernorm_epsilon", value(1e-6)}, {"consumed_train_samples", value(int64_t{640})}});
+}
+
+TEST(MegatronArgs, GptTwoStyleWithMegatronsDefaults) {
+  const MegatronArgs a = read_megatron_args(gpt2_args(), "args");
+  const model::ModelConfig& c = a.config;
+  EXPECT_EQ(c.num_layers, 2);
+  EXPECT_EQ(c.num_query_groups, 4);  // without group_query_attention every head is its own group
+  EXPECT_EQ(c.position_embedding, model::PositionEmbedding::LearnedAbsolute);
+  EXPECT_EQ(c.normalization, model::Normalization::LayerNorm);
+  EXPECT_TRUE(c.add_bias_linear);
+  EXPECT_FALSE(c.untie_embeddings_and_output_weights);
+  EXPECT_FLOAT_EQ(c.norm_epsilon, 1e-6f);  // the older name, layernorm_epsilon
+  EXPECT_EQ(c.padded_vocab_size, 48);
+  EXPECT_EQ(c.vocab_size, 41);  // the NullTokenizer's ids 0..40
+  EXPECT_EQ(a.tensor_parallel, 2);
+  EXPECT_EQ(a.pipeline_parallel, 1);
+  EXPECT_EQ(a.consumed_train_samples, 640);
+  EXPECT_TRUE(a.notes.empty()) << a.notes[0];  // bias_gelu_fusion (default on) is the tanh GELU
+}
+
+TEST(MegatronArgs, LlamaStyle) {
+  StateNode ns = gpt2_args();
+  for (auto& [key, v] : std::initializer_list<std::pair<const char*, StateNode>>{
+           {"group_query_attention", value(true)}, {"num_query_groups", value(int64_t{2})},
+           {"position_embedding_type", value("rope")}, {"rotary_base", value(int64_t{500000})},
+           {"normalization", value("RMSNorm")}, {"norm_epsilon", value(1e-5)}, {"swiglu", value(true)},
+           {"add_bias_linear", value(false)}, {"untie_embeddings_and_output_weights", value(true)}})
+    ns.entries.push_back({key, v});  // a later entry wins, as find() reads from the end
+  const model::ModelConfig c = read_megatron_args(ns, "args").config;
+  EXPECT_EQ(c.num_query_groups, 2);
+  EXPECT_EQ(c.position_embedding, model::PositionEmbedding::Rope);
+  EXPECT_FLOAT_EQ(c.rotary_base, 500000.0f);
+  EXPECT_EQ(c.normalization, model::Normalization::RMSNorm);
+  EXPECT_FLOAT_EQ(c.norm_epsilon, 1e-5f);  // norm_epsilon before layernorm_epsilon
+  EXPECT_TRUE(c.swiglu);
+  EXPECT_FALSE(c.add_bias_linear);
+  EXPECT_TRUE(c.untie_embeddings_and_output_weights);
+}
+
+void expect_refused(const char* key, StateNode v, const std::string& message) {
+  StateNode ns = gpt2_args();
+  ns.entries.push_back({key, std::move(v)});
+  try {
+    read_megatron_args(ns, "ckpt.pt: args");
+    ADD_FAILURE() << key << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+}
+
+TEST(MegatronArgs, RefusesWhatTesserasGptCannotCompute) {
+  expect_refused("num_experts", value(int64_t{8}), "ckpt.pt: args: the checkpoint was trained with args.num_experts set");
+  expect_refused("qk_layernorm", value(true), "args.qk_layernorm set");
+  expect_refused("apply_layernorm_1p", value(true), "args.apply_layernorm_1p set");
+  expect_refused("squared_relu", value(true), "args.squared_relu set");
+  expect_refused("normalization", value("LayerNorm1P"), "args.normalization is 'LayerNorm1P'");
+  expect_refused("position_embedding_type", value("yarn"), "args.position_embedding_type is 'yarn'");
+  expect_refused("num_layers", value("two"), "args.num_layers is a str, not an integer");
+  StateNode rope = gpt2_args();
+  rope.entries.push_back({"position_embedding_type", value("rope")});
+  rope.entries.push_back({"rotary_interleaved", value(true)});
+  EXPECT_THROW(read_megatron_args(rope, "args"), Error);
+}
+
+TEST(MegatronArgs, ExactGeluIsANote) {
+  StateNode ns = gpt2_args();
+  ns.entries.push_back({"bias_gelu_fusion", value(false)});
+  const MegatronArgs a = read_megatron_args(ns, "args");
+  ASSERT_EQ(a.notes.size(), 1u);
+  EXPECT_NE(a.notes[0].find("erf"), std::string::npos);
+}
+
+TEST(MegatronArgs, MissingSizeOrNotANamespace) {
+  StateNode ns = name_space({{"hidden_size", value(int64_t{32})}, {"num_attention_heads", value(int64_t{4})}});
+  EXPECT_THROW(read_megatron_args(ns, "args"), Error);
+  EXPECT_THROW(read_megatron_args(value(int64_t{3}), "args"), Error);
+}
+
+}  // namespace
+}  // namespace tessera::ckpt

@@ -1,0 +1,391 @@
+#include "ckpt/megatron_legacy.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/hf_layout.h"
+#include "ckpt/megatron_names.h"
+#include "kernels/precision.h"
+#include "model/model_factory.h"
+
+namespace tessera::ckpt {
+
+// As torch_file.cc (an alias of the same type may be declared again: the layer builds as unity batches).
+using SK = StateNode::Kind;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kMegatronTracker = "latest_checkpointed_iteration.txt";
+constexpr const char* kMegatronFile = "model_optim_rng.pt";
+
+// One tensor-parallel shard as the file holds it, for errors that name the file and Megatron's key.
+struct MegatronShard {
+  Tensor tensor;
+  std::string file, key;
+};
+
+// The tensors of one pipeline chunk: every tensor rank's shards by Tessera name (local layer index).
+struct MegatronChunk {
+  std::map<std::string, std::vector<MegatronShard>> tensors;
+  std::vector<MegatronShard> tied_copies;  // the last stage's copy of tied embeddings
+  int64_t layers = 0;
+};
+
+std::string read_tracker(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  s.erase(s.find_last_not_of(" \t\r\n") + 1);
+  s.erase(0, s.find_first_not_of(" \t\r\n"));
+  return s;
+}
+
+// fp32, bf16 or fp16 as fp32: a Tessera checkpoint holds the fp32 master weights.
+Tensor megatron_fp32(const MegatronShard& s) {
+  const Tensor& t = s.tensor;
+  if (t.dtype() == DType::F32) return t;
+  TESSERA_CHECK(t.dtype() == DType::BF16 || t.dtype() == DType::F16, s.file, ": ", s.key, " is ", dtype_name(t.dtype()),
+                ", not a floating-point weight");
+  Tensor out = Tensor::empty(t.shape());
+  const auto* src = static_cast<const uint16_t*>(t.host_raw());
+  float* dst = out.host_f32();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    dst[i] = t.dtype() == DType::BF16 ? bf16_to_fp32(src[i]) : kernels::fp16_to_fp32(src[i]);
+  return out;
+}
+
+// The state dict's leaves with dotted keys: the legacy model nests dicts (language_model -> encoder ->
+// "layers.0...."), Megatron-Core's is flat.
+void flatten_state(const StateNode& node, const std::string& prefix, const std::string& file,
+                   std::vector<MegatronShard>& out) {
+  for (const StateEntry& e : node.entries) {
+    const std::string key = prefix.empty() ? e.key : prefix + "." + e.key;
+    if (e.value.is(SK::Dict)) {
+      flatten_state(e.value, key, file, out);
+    } else if (e.value.is(SK::Tensor)) {
+      out.push_back({e.value.tensor, file, key});
+    } else {
+      // Transformer Engine's _extra_state is None or an io.BytesIO; nothing else in a model is not a tensor.
+      TESSERA_CHECK(megatron_key(key).kind == MegatronKey::Kind::NotAWeight, file, ": ", key, " is a ",
+                    state_kind_name(e.value.kind), ", not a tensor");
+    }
+  }
+}
+
+// The chunks one file holds: "model", or "model0", "model1", ... with an interleaved pipeline.
+std::vector<const StateNode*> model_chunks(const StateNode& root, int64_t virtual_chunks, const std::string& file) {
+  if (const StateNode* m = root.find("model")) return {m};
+  std::vector<const StateNode*> out;
+  for (int64_t v = 0; v < virtual_chunks; ++v) {
+    const StateNode* m = root.find(str_cat("model", v));
+    TESSERA_CHECK(m, file, ": has no 'model'", v ? str_cat(" nor 'model", v, "' (args.virtual_pipeline_model_parallel_size = ",
+                                                           virtual_chunks, ")")
+                                                 : std::string(),
+                  "; it is not a Megatron model checkpoint (saved with --no-save-model?)");
+    out.push_back(m);
+  }
+  return out;
+}
+
+// Sorts one chunk's keys (of every tensor rank) into Tessera names.
+void add_to_chunk(const std::vector<MegatronShard>& leaves, MegatronChunk& chunk) {
+  for (const MegatronShard& s : leaves) {
+    const MegatronKey k = megatron_key(s.key);
+    if (k.kind == MegatronKey::Kind::NotAWeight) continue;
+    if (k.kind == MegatronKey::Kind::TiedCopy) {
+      chunk.tied_copies.push_back(s);
+      continue;
+    }
+    chunk.tensors[k.name].push_back(s);
+    if (k.layer >= 0) chunk.layers = std::max(chunk.layers, k.layer + 1);
+  }
+}
+
+// "decoder.layers.3.mlp..." -> "decoder.layers.{3 + offset}.mlp...".
+std::string shift_layer(const std::string& name, int64_t offset) {
+  const MegatronKey k = megatron_key(name);
+  return k.layer < 0 ? name : str_cat("decoder.layers.", k.layer + offset, ".", k.rest);
+}
+
+std::string shape_of(const Shape& s) { return shape_str(s); }
+
+// The shard shape rank r of `ranks` holds of a tensor `whole` split as `split`, or an error.
+Shape expected_shard(const std::string& name, const Shape& whole, MegatronSplit split, int64_t ranks) {
+  Shape s = whole;
+  if (split == MegatronSplit::Replicated) return s;
+  const size_t dim = split == MegatronSplit::Columns ? 1 : 0;
+  const int64_t parts = split == MegatronSplit::GatedRows ? 2 * ranks : ranks;
+  TESSERA_CHECK(dim < s.size() && s[dim] % parts == 0, "convert: ", name, " is ", shape_of(whole),
+                " for this model, which does not split ", megatron_split_name(split), " over ", ranks,
+                " tensor-parallel ranks");
+  s[dim] /= ranks;
+  return s;
+}
+
+// The shards of one tensor put together.
+Tensor merge_shards(const std::vector<MegatronShard>& shards, MegatronSplit split) {
+  std::vector<Tensor> parts;
+  for (const MegatronShard& s : shards) parts.push_back(megatron_fp32(s));
+  switch (split) {
+    case MegatronSplit::Replicated:
+      return parts[0];
+    case MegatronSplit::Rows:
+      return hf_layout::concat_rows(parts);
+    case MegatronSplit::GatedRows: {
+      // Rank r holds [gate_r; up_r]: the whole is [gate_0; gate_1; ...; up_0; up_1; ...].
+      std::vector<Tensor> gates, ups;
+      for (const Tensor& p : parts) {
+        const int64_t half = p.shape()[0] / 2;
+        gates.push_back(hf_layout::rows(p, 0, half));
+        ups.push_back(hf_layout::rows(p, half, half));
+      }
+      gates.insert(gates.end(), ups.begin(), ups.end());
+      return hf_layout::concat_rows(gates);
+    }
+    case MegatronSplit::Columns: {
+      const int64_t rows = parts[0].shape()[0], cols = parts[0].shape()[1];
+      const int64_t n = static_cast<int64_t>(parts.size());
+      Tensor out = Tensor::empty({rows, cols * n});
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t i = 0; i < rows; ++i)
+          std::copy(parts[r].host_f32() + i * cols, parts[r].host_f32() + (i + 1) * cols,
+                    out.host_f32() + i * cols * n + r * cols);
+      return out;
+    }
+  }
+  return parts[0];
+}
+
+}  // namespace
+
+MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64_t step) {
+  MegatronLegacyCheckpoint ck;
+  ck.load_dir = load_dir;
+  const fs::path dir(load_dir);
+  std::error_code ec;
+  TESSERA_CHECK(fs::is_directory(dir, ec), "convert --loader megatron: --load-dir ", load_dir, " is not a directory");
+  std::string sub;
+  if (step >= 0) {
+    sub = iteration_dir_name(step);  // Megatron's iter_{:07d}
+    ck.iteration = step;
+  } else {
+    const fs::path tracker = dir / kMegatronTracker;
+    TESSERA_CHECK(fs::is_regular_file(tracker, ec), "convert --loader megatron: ", tracker.string(),
+                  " is missing: ", load_dir, " is not a Megatron checkpoint directory (or give --ckpt-step N)");
+    const std::string text = read_tracker(tracker);
+    if (text == "release") {
+      sub = "release";
+    } else {
+      int64_t n = -1;
+      const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), n);
+      TESSERA_CHECK(err == std::errc() && end == text.data() + text.size() && n >= 0, "convert --loader megatron: ",
+                    tracker.string(), " holds '", text.substr(0, 40), "', not an iteration or 'release'");
+      sub = iteration_dir_name(n);
+      ck.iteration = n;
+    }
+  }
+  const fs::path iter = dir / sub;
+  ck.iteration_dir = iter.string();
+  TESSERA_CHECK(fs::is_directory(iter, ec), "convert --loader megatron: ", iter.string(), " is missing",
+                step >= 0 ? " (--ckpt-step)" : " (named by latest_checkpointed_iteration.txt)");
+  TESSERA_CHECK(!fs::exists(iter / "metadata.json", ec) && !fs::exists(iter / ".metadata", ec),
+                "convert --loader megatron: ", iter.string(),
+                " is a torch_dist (distributed) checkpoint; only the legacy torch format converts yet");
+
+  // mp_rank_TT (no pipeline) or mp_rank_TT_PPP; a third number is an expert-parallel rank.
+  const std::regex rank_dir(R"(mp_rank_(\d{2})(?:_(\d{3}))?(_\d{3})?)");
+  std::set<std::pair<int64_t, int64_t>> found;
+  int64_t tp = 0, pp = 0;
+  bool staged = false, unstaged = false;
+  for (const fs::directory_entry& e : fs::directory_iterator(iter)) {
+    const std::string name = e.path().filename().string();
+    std::smatch m;
+    if (!e.is_directory() || !std::regex_match(name, m, rank_dir)) continue;
+    TESSERA_CHECK(!m[3].matched, "convert --loader megatron: ", (iter / name).string(),
+                  " is an expert-parallel rank's; mixture-of-experts checkpoints do not convert yet");
+    const int64_t t = std::stoll(m[1].str()), p = m[2].matched ? std::stoll(m[2].str()) : 0;
+    (m[2].matched ? staged : unstaged) = true;
+    found.insert({p, t});
+    tp = std::max(tp, t + 1);
+    pp = std::max(pp, p + 1);
+  }
+  TESSERA_CHECK(!found.empty(), "convert --loader megatron: ", iter.string(), " holds no mp_rank_* directory");
+  TESSERA_CHECK(!(staged && unstaged), "convert --loader megatron: ", iter.string(),
+                " mixes mp_rank_TT and mp_rank_TT_PPP directories");
+  ck.tensor_parallel = tp;
+  ck.pipeline_parallel = pp;
+  ck.files.assign(static_cast<size_t>(pp), std::vector<std::string>(static_cast<size_t>(tp)));
+  for (int64_t p = 0; p < pp; ++p)
+    for (int64_t t = 0; t < tp; ++t) {
+      char name[64];
+      if (staged) std::snprintf(name, sizeof name, "mp_rank_%02lld_%03lld", static_cast<long long>(t), static_cast<long long>(p));
+      else std::snprintf(name, sizeof name, "mp_rank_%02lld", static_cast<long long>(t));
+      const fs::path file = iter / name / kMegatronFile;
+      TESSERA_CHECK(fs::is_regular_file(file, ec), "convert --loader megatron: ", file.string(), " is missing (the ",
+                    "checkpoint has tensor ranks 0-", tp - 1, " and pipeline stages 0-", pp - 1, ")");
+      ck.files[p][t] = file.string();
+    }
+
+  const std::string& first = ck.files[0][0];
+  ck.first = load_torch_file(first);
+  TESSERA_CHECK(ck.first.is(SK::Dict), first, ": holds a ", state_kind_name(ck.first.kind), ", not a checkpoint dict");
+  const StateNode* args = ck.first.find("args");
+  TESSERA_CHECK(args, first, ": has no 'args' (Megatron saves its arguments in every checkpoint); the model "
+                "cannot be known without them");
+  ck.args = read_megatron_args(*args, first + ": args");
+  // Before checkpoint_version 2.0 the fused QKV rows were ordered otherwise (Megatron reorders them on load).
+  const StateNode* version = ck.first.find("checkpoint_version");
+  const double v = !version ? 0 : version->is(SK::Float) ? version->real : version->is(SK::Int) ? static_cast<double>(version->integer) : -1;
+  TESSERA_CHECK(v >= 2.0, first, ": checkpoint_version ", version ? std::to_string(v) : std::string("absent (0)"),
+                " stores the fused QKV in an older order; only versions 2.0 and later convert");
+  if (const StateNode* it = ck.first.find("iteration"); it && it->is(SK::Int) && sub != "release") ck.iteration = it->integer;
+  TESSERA_CHECK(ck.args.tensor_parallel == tp && ck.args.pipeline_parallel == pp, first,
+                ": args record tensor_model_parallel_size ", ck.args.tensor_parallel, " and pipeline_model_parallel_size ",
+                ck.args.pipeline_parallel, " but ", iter.string(), " holds ", tp, " tensor and ", pp, " pipeline ranks");
+  return ck;
+}
+
+std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfig& given,
+                                                const std::string& save_dir) {
+  std::vector<std::string> notes;
+  const int64_t tp = ck.tensor_parallel, pp = ck.pipeline_parallel, vp = std::max<int64_t>(1, ck.args.virtual_pipeline);
+  // chunks[v * pp + p]: Megatron's order of the layers (chunk v of every stage, then chunk v + 1).
+  std::vector<MegatronChunk> chunks(static_cast<size_t>(vp * pp));
+  for (int64_t p = 0; p < pp; ++p)
+    for (int64_t t = 0; t < tp; ++t) {
+      const std::string& file = ck.files[p][t];
+      // The first file was read to find the model; each other is read once, and only its model kept.
+      const StateNode root = p == 0 && t == 0 ? std::move(ck.first) : load_torch_file(file);
+      const std::vector<const StateNode*> models = model_chunks(root, vp, file);
+      TESSERA_CHECK(static_cast<int64_t>(models.size()) == vp, file, ": holds ", models.size(), " model chunks, not ", vp);
+      for (int64_t v = 0; v < vp; ++v) {
+        TESSERA_CHECK(models[v]->is(SK::Dict), file, ": the model is a ", state_kind_name(models[v]->kind), ", not a state dict");
+        std::vector<MegatronShard> leaves;
+        flatten_state(*models[v], "", file, leaves);
+        add_to_chunk(leaves, chunks[v * pp + p]);
+      }
+    }
+
+  // Whole tensors by global name; layer indices shifted by the layers of the chunks before.
+  std::map<std::string, std::vector<MegatronShard>> sources;
+  int64_t layers = 0;
+  for (MegatronChunk& chunk : chunks) {
+    for (auto& [name, shards] : chunk.tensors) {
+      const std::string global = shift_layer(name, layers);
+      TESSERA_CHECK(!sources.count(global), "convert: ", shards[0].file, ": ", shards[0].key, " is ", global,
+                    ", which another pipeline chunk holds too");
+      TESSERA_CHECK(static_cast<int64_t>(shards.size()) == tp, "convert: ", shards[0].key, " is in ", shards.size(),
+                    " of the ", tp, " tensor ranks' files of its stage (", shards[0].file, ")");
+      sources[global] = std::move(shards);
+    }
+    layers += chunk.layers;
+  }
+
+  model::ModelConfig c = given;
+  if (c.padded_vocab_size == 0) {  // args without padded_vocab_size: the embedding's rows tell it
+    const auto it = sources.find("embedding.word_embeddings.weight");
+    TESSERA_CHECK(it != sources.end() && it->second[0].tensor.shape().size() == 2, "convert: ", ck.iteration_dir,
+                  " has no word embeddings and its args no padded_vocab_size");
+    c.padded_vocab_size = it->second[0].tensor.shape()[0] * tp;
+    if (c.vocab_size == 0 || c.vocab_size > c.padded_vocab_size) c.vocab_size = c.padded_vocab_size;
+  }
+  TESSERA_CHECK(layers == c.num_layers, "convert: the pipeline chunks of ", ck.iteration_dir, " hold ", layers,
+                " layers but the model has num_layers ", c.num_layers);
+  model::validate_config(c);
+
+  // Every parameter of the model, from its shards, each shard's shape checked.
+  model::ParameterSet declared;
+  model::build_model_chunk(c, declared);  // declares the shapes, allocates nothing
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::set<std::string> used;
+  for (const model::Parameter& p : declared.params()) {
+    const std::string& name = p.spec.name;
+    const auto it = sources.find(name);
+    TESSERA_CHECK(it != sources.end(), "convert: no file of ", ck.iteration_dir, " holds ", name,
+                  " (or its legacy language_model.* name), which this model has");
+    const MegatronSplit split = megatron_split(name, c.swiglu);
+    const Shape want = expected_shard(name, p.spec.shape, split, tp);
+    for (const MegatronShard& s : it->second)
+      TESSERA_CHECK(s.tensor.shape() == want, "convert: ", s.file, ": ", s.key, " has shape ", shape_of(s.tensor.shape()),
+                    " but the model the checkpoint's args (and the flags given) describe needs ", shape_of(want),
+                    " in each of its ", tp, " tensor-parallel shards (", name, " is ", shape_of(p.spec.shape),
+                    " whole, split ", megatron_split_name(split), ")");
+    tensors.emplace_back(name, merge_shards(it->second, split));
+    used.insert(name);
+  }
+  // A tied model's last stage computes the logits with its own copy of the word embeddings, which
+  // Megatron keeps equal to the first stage's by summing their gradients; Tessera has one tensor, the
+  // embedding. A copy that drifted is reported (the model's outputs were the copy's).
+  if (!c.untie_embeddings_and_output_weights) {
+    std::vector<MegatronShard> copy;
+    if (const auto it = sources.find("output_layer.weight"); it != sources.end()) copy = it->second;
+    for (const MegatronChunk& chunk : chunks)
+      if (!chunk.tied_copies.empty()) copy = chunk.tied_copies;
+    Tensor embedding;
+    for (const auto& [name, t] : tensors)
+      if (name == "embedding.word_embeddings.weight") embedding = t;
+    if (!copy.empty() && embedding.defined()) {
+      const Tensor merged = merge_shards(copy, MegatronSplit::Rows);
+      TESSERA_CHECK(merged.shape() == embedding.shape(), "convert: ", copy[0].file, ": ", copy[0].key,
+                    ", the last stage's copy of the tied word embeddings, is ", shape_of(merged.shape()),
+                    " whole but the embedding is ", shape_of(embedding.shape()));
+      double largest = 0;
+      for (int64_t i = 0; i < merged.numel(); ++i)
+        largest = std::max(largest, static_cast<double>(std::abs(merged.host_f32()[i] - embedding.host_f32()[i])));
+      if (largest > 0)
+        notes.push_back(str_cat("the last pipeline stage's copy of the tied word embeddings (", copy[0].key, " in ",
+                                copy[0].file, ") differs from the embedding by up to ", largest,
+                                "; the converted model uses the embedding for both"));
+    }
+  }
+
+  std::string unused;
+  int listed = 0;
+  for (const auto& [name, shards] : sources)
+    if (!used.count(name) && !(name == "output_layer.weight" && !c.untie_embeddings_and_output_weights) && listed++ < 8)
+      unused += str_cat(listed > 1 ? ", " : " ", shards[0].key, " (", shards[0].file, ")");
+  for (const MegatronChunk& chunk : chunks)
+    if (!chunk.tied_copies.empty() && c.untie_embeddings_and_output_weights && listed++ < 8)
+      unused += str_cat(listed > 1 ? ", " : " ", chunk.tied_copies[0].key, " (", chunk.tied_copies[0].file, ")");
+  TESSERA_CHECK(unused.empty(), "convert: the Megatron checkpoint has tensors this model does not use:", unused,
+                listed > 8 ? str_cat(" and ", listed - 8, " more") : std::string(),
+                " (a BERT, T5 or mixture-of-experts model, or args that describe another model)");
+
+  const MegatronArgs& a = ck.args;
+  nlohmann::json args = {{"model", model::to_json(c)},
+                         {"tokenizer_type", a.tokenizer_type},
+                         {"vocab_file", a.vocab_file},
+                         {"merge_file", a.merge_file},
+                         {"tokenizer_model", a.tokenizer_model},
+                         {"converted_from", {{"format", "megatron torch (legacy)"},
+                                             {"load_dir", fs::absolute(ck.load_dir).lexically_normal().string()},
+                                             {"iteration", ck.iteration},
+                                             {"tensor_model_parallel_size", tp},
+                                             {"pipeline_model_parallel_size", pp},
+                                             {"virtual_pipeline_model_parallel_size", vp}}}};
+  if (a.seed >= 0) args["seed"] = a.seed;
+  TrainingState state;
+  state.iteration = ck.iteration;
+  state.consumed_train_samples = std::max<int64_t>(0, a.consumed_train_samples);
+  state.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : 1234;  // Megatron's default --seed
+  state.args = args;
+  // The tokenizer's files travel with the checkpoint when they are on this machine.
+  std::error_code ec;
+  for (const auto& [key, path] : {std::pair{"vocab_file", a.vocab_file}, std::pair{"merge_file", a.merge_file},
+                                  std::pair{"tokenizer_model", a.tokenizer_model}})
+    if (!path.empty() && fs::is_regular_file(path, ec)) state.tokenizer_files[key] = path;
+  save_full_model(save_dir, state, tensors);
+  return notes;
+}
+
+}  // namespace tessera::ckpt

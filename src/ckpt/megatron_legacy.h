@@ -1,0 +1,62 @@
+// Megatron-LM's legacy checkpoint format (--ckpt-format torch) read into a Tessera checkpoint, for GPT
+// models (GPT-2 style and Llama style), without Python:
+//
+//   DIR/latest_checkpointed_iteration.txt         "1000" or "release"
+//   DIR/iter_0001000/mp_rank_TT/model_optim_rng.pt        tensor rank TT (no pipeline parallelism)
+//   DIR/iter_0001000/mp_rank_TT_PPP/model_optim_rng.pt    tensor rank TT of pipeline stage PPP
+//   DIR/release/...                                the same for a release checkpoint (iteration 0)
+//
+// Each file is a torch.save archive of {"model": state dict, "args": argparse.Namespace, "iteration",
+// "checkpoint_version", optimizer and RNG state}; with an interleaved pipeline the chunks are "model0",
+// "model1", .... The state dict uses Megatron-Core's names (decoder.layers.N.self_attention.linear_qkv.
+// weight, with Transformer Engine's fused norms as linear_qkv.layer_norm_weight and
+// linear_fc1.layer_norm_weight) or the legacy model's nested language_model.{embedding,encoder,
+// output_layer} with query_key_value, dense, dense_h_to_4h, dense_4h_to_h and input_norm /
+// post_attention_norm (older: *_layernorm, "attention", "transformer"). Layer indices are local to a
+// pipeline chunk; the chunks are placed in Megatron's order (chunk v of every stage before chunk v + 1)
+// each after the layers of those before it, so uneven splits need no rule.
+//
+// Tensor-parallel shards are merged as Megatron's own converters (tools/checkpoint/loader_*.py) merge
+// them: column-parallel weights (QKV, fc1, the vocabulary-parallel embedding and output layer) along
+// rows, row-parallel ones (the attention projection, fc2) along columns, the rest taken from rank 0.
+// Concatenated shards of the fused QKV are already Tessera's layout (per query group: its query heads,
+// then its key and value head), since each rank holds whole query groups. SwiGLU's fc1 shard is
+// [gate shard; up shard], so the gates of all ranks come first, then the ups: Tessera's [gate; up].
+// Tensors (fp32, bf16 or fp16) are widened to fp32, the master weights a Tessera checkpoint holds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/megatron_args.h"
+#include "ckpt/torch_file.h"
+#include "model/config.h"
+
+namespace tessera::ckpt {
+
+// One iteration of a legacy checkpoint directory, found and its first file read.
+struct MegatronLegacyCheckpoint {
+  std::string load_dir;
+  std::string iteration_dir;  // DIR/iter_0001000 or DIR/release
+  int64_t iteration = 0;      // 0 for a release checkpoint
+  int64_t tensor_parallel = 1, pipeline_parallel = 1;
+  std::vector<std::vector<std::string>> files;  // [pipeline stage][tensor rank]: model_optim_rng.pt
+  StateNode first;   // the whole of files[0][0] (read once: its args decide the model)
+  MegatronArgs args;  // of files[0][0]
+};
+
+// Finds the iteration to read: `step` when >= 0 (Megatron's --ckpt-step), else the one
+// latest_checkpointed_iteration.txt names. Every tensor and stage rank's file must be there; the
+// layout the directories show must be the one the args record.
+MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64_t step);
+
+// Merges the shards into whole tensors for `config` (the checkpoint's args with any flags given on the
+// command line), checks every shard's shape against it and that every tensor is used (an error names
+// the file and the Megatron key), and saves them as a Tessera checkpoint at the checkpoint's iteration,
+// with its consumed samples, seed and tokenizer. Returns notes on what converted but not exactly (a tied
+// model's last-stage copy of the embeddings that differs from them).
+std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint checkpoint, const model::ModelConfig& config,
+                                                const std::string& save_dir);
+
+}  // namespace tessera::ckpt

@@ -1,0 +1,99 @@
+#include "ckpt/megatron_names.h"
+
+#include <charconv>
+#include <string_view>
+#include <utility>
+
+namespace tessera::ckpt {
+namespace {
+
+bool has_prefix(const std::string& s, std::string_view p) { return s.compare(0, p.size(), p) == 0; }
+bool has_suffix(const std::string& s, std::string_view p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+// The part of a layer key after "decoder.layers.N.", renamed from the legacy model's and Transformer
+// Engine's names to Megatron-Core's local-spec ones (Tessera's).
+std::string megatron_layer_part(std::string rest) {
+  // Before self_attention was renamed (Megatron's own loader does the same replacement).
+  if (has_prefix(rest, "attention.")) rest = "self_" + rest;
+  static const std::pair<std::string_view, std::string_view> renames[] = {
+      // Legacy ParallelTransformerLayer.
+      {"self_attention.query_key_value.", "self_attention.linear_qkv."},
+      {"self_attention.dense.", "self_attention.linear_proj."},
+      {"mlp.dense_h_to_4h.", "mlp.linear_fc1."},
+      {"mlp.dense_4h_to_h.", "mlp.linear_fc2."},
+      {"input_norm.", "input_layernorm."},
+      {"post_attention_norm.", "pre_mlp_layernorm."},
+      {"post_attention_layernorm.", "pre_mlp_layernorm."},
+      // Transformer Engine fuses each norm into the linear layer after it.
+      {"self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"},
+      {"self_attention.linear_qkv.layer_norm_bias", "input_layernorm.bias"},
+      {"mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"},
+      {"mlp.linear_fc1.layer_norm_bias", "pre_mlp_layernorm.bias"},
+  };
+  for (const auto& [from, to] : renames)
+    if (has_prefix(rest, from)) return std::string(to) + rest.substr(from.size());
+  return rest;
+}
+
+}  // namespace
+
+MegatronKey megatron_key(const std::string& key) {
+  MegatronKey out;
+  if (has_suffix(key, "_extra_state") || has_suffix(key, "inv_freq")) {
+    out.kind = MegatronKey::Kind::NotAWeight;
+    out.name = key;
+    return out;
+  }
+  std::string k = key;
+  // The legacy GPTModel nests its LanguageModel under "language_model"; its encoder was once "transformer".
+  if (has_prefix(k, "language_model.")) k = k.substr(15);
+  if (has_prefix(k, "word_embeddings_for_head.")) {
+    out.kind = MegatronKey::Kind::TiedCopy;
+    out.name = k;
+    return out;
+  }
+  if (has_prefix(k, "encoder.")) k = "decoder." + k.substr(8);
+  if (has_prefix(k, "transformer.")) k = "decoder." + k.substr(12);
+  if (k == "decoder.final_norm.weight" || k == "decoder.final_norm.bias") k = "decoder.final_layernorm." + k.substr(19);
+  static constexpr std::string_view kLayers = "decoder.layers.";
+  if (has_prefix(k, kLayers)) {
+    const size_t dot = k.find('.', kLayers.size());
+    int64_t n = -1;
+    const char* first = k.data() + kLayers.size();
+    const char* last = dot == std::string::npos ? k.data() + k.size() : k.data() + dot;
+    const auto [end, ec] = std::from_chars(first, last, n);
+    if (ec == std::errc() && end == last && dot != std::string::npos && n >= 0) {
+      out.layer = n;
+      out.rest = megatron_layer_part(k.substr(dot + 1));
+      out.name = std::string(kLayers) + std::to_string(n) + "." + out.rest;
+      return out;
+    }
+  }
+  out.name = k;
+  return out;
+}
+
+MegatronSplit megatron_split(const std::string& name, bool swiglu) {
+  if (name == "embedding.word_embeddings.weight" || name == "output_layer.weight") return MegatronSplit::Rows;
+  if (has_suffix(name, ".self_attention.linear_qkv.weight") || has_suffix(name, ".self_attention.linear_qkv.bias"))
+    return MegatronSplit::Rows;
+  if (has_suffix(name, ".mlp.linear_fc1.weight") || has_suffix(name, ".mlp.linear_fc1.bias"))
+    return swiglu ? MegatronSplit::GatedRows : MegatronSplit::Rows;
+  if (has_suffix(name, ".self_attention.linear_proj.weight") || has_suffix(name, ".mlp.linear_fc2.weight"))
+    return MegatronSplit::Columns;
+  return MegatronSplit::Replicated;  // norms, position embeddings, the row-parallel layers' biases
+}
+
+const char* megatron_split_name(MegatronSplit s) {
+  switch (s) {
+    case MegatronSplit::Replicated: return "whole on every rank";
+    case MegatronSplit::Rows: return "by rows";
+    case MegatronSplit::GatedRows: return "by rows of the gate and of the up projection";
+    case MegatronSplit::Columns: return "by columns";
+  }
+  return "?";
+}
+
+}  // namespace tessera::ckpt

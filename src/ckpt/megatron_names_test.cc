@@ -1,0 +1,74 @@
+#include "ckpt/megatron_names.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::ckpt {
+namespace {
+
+std::string tessera_name(const std::string& key) {
+  const MegatronKey k = megatron_key(key);
+  EXPECT_EQ(k.kind, MegatronKey::Kind::Weight) << key;
+  return k.name;
+}
+
+TEST(MegatronNames, MegatronCoreLocalSpecNamesAreTesseras) {
+  for (const char* name : {"embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
+                           "decoder.layers.3.self_attention.linear_qkv.weight", "decoder.layers.0.mlp.linear_fc2.bias",
+                           "decoder.layers.1.input_layernorm.weight", "decoder.final_layernorm.bias",
+                           "output_layer.weight"})
+    EXPECT_EQ(tessera_name(name), name);
+  const MegatronKey k = megatron_key("decoder.layers.12.pre_mlp_layernorm.weight");
+  EXPECT_EQ(k.layer, 12);
+  EXPECT_EQ(k.rest, "pre_mlp_layernorm.weight");
+}
+
+TEST(MegatronNames, TransformerEngineFusedNormsAreTheNorms) {
+  EXPECT_EQ(tessera_name("decoder.layers.2.self_attention.linear_qkv.layer_norm_weight"),
+            "decoder.layers.2.input_layernorm.weight");
+  EXPECT_EQ(tessera_name("decoder.layers.2.self_attention.linear_qkv.layer_norm_bias"),
+            "decoder.layers.2.input_layernorm.bias");
+  EXPECT_EQ(tessera_name("decoder.layers.0.mlp.linear_fc1.layer_norm_weight"), "decoder.layers.0.pre_mlp_layernorm.weight");
+  EXPECT_EQ(megatron_key("decoder.layers.0.mlp.linear_fc1._extra_state").kind, MegatronKey::Kind::NotAWeight);
+  EXPECT_EQ(megatron_key("rotary_pos_emb.inv_freq").kind, MegatronKey::Kind::NotAWeight);
+}
+
+TEST(MegatronNames, LegacyLanguageModelNames) {
+  EXPECT_EQ(tessera_name("language_model.embedding.word_embeddings.weight"), "embedding.word_embeddings.weight");
+  EXPECT_EQ(tessera_name("language_model.encoder.layers.5.self_attention.query_key_value.weight"),
+            "decoder.layers.5.self_attention.linear_qkv.weight");
+  // Before "self_attention": "attention"; before the norm renaming: *_layernorm; before "encoder": "transformer".
+  EXPECT_EQ(tessera_name("language_model.transformer.layers.1.attention.dense.bias"),
+            "decoder.layers.1.self_attention.linear_proj.bias");
+  EXPECT_EQ(tessera_name("language_model.encoder.layers.0.post_attention_layernorm.weight"),
+            "decoder.layers.0.pre_mlp_layernorm.weight");
+  EXPECT_EQ(tessera_name("language_model.encoder.layers.0.post_attention_norm.bias"),
+            "decoder.layers.0.pre_mlp_layernorm.bias");
+  EXPECT_EQ(tessera_name("language_model.encoder.layers.0.input_norm.weight"), "decoder.layers.0.input_layernorm.weight");
+  EXPECT_EQ(tessera_name("language_model.encoder.layers.0.mlp.dense_h_to_4h.weight"), "decoder.layers.0.mlp.linear_fc1.weight");
+  EXPECT_EQ(tessera_name("language_model.encoder.layers.0.mlp.dense_4h_to_h.weight"), "decoder.layers.0.mlp.linear_fc2.weight");
+  EXPECT_EQ(tessera_name("language_model.encoder.final_norm.weight"), "decoder.final_layernorm.weight");
+  EXPECT_EQ(tessera_name("language_model.encoder.final_layernorm.bias"), "decoder.final_layernorm.bias");
+  EXPECT_EQ(tessera_name("language_model.output_layer.weight"), "output_layer.weight");
+  EXPECT_EQ(megatron_key("word_embeddings_for_head.weight").kind, MegatronKey::Kind::TiedCopy);
+}
+
+TEST(MegatronNames, UnknownKeysKeepTheirNameForTheUnusedReport) {
+  EXPECT_EQ(tessera_name("lm_head.dense.weight"), "lm_head.dense.weight");
+  EXPECT_EQ(megatron_key("decoder.layers.x.foo").layer, -1);
+}
+
+TEST(MegatronNames, SplitsAsMegatronsParallelLayers) {
+  EXPECT_EQ(megatron_split("embedding.word_embeddings.weight", false), MegatronSplit::Rows);
+  EXPECT_EQ(megatron_split("output_layer.weight", true), MegatronSplit::Rows);
+  EXPECT_EQ(megatron_split("decoder.layers.0.self_attention.linear_qkv.bias", false), MegatronSplit::Rows);
+  EXPECT_EQ(megatron_split("decoder.layers.0.mlp.linear_fc1.weight", false), MegatronSplit::Rows);
+  EXPECT_EQ(megatron_split("decoder.layers.0.mlp.linear_fc1.weight", true), MegatronSplit::GatedRows);
+  EXPECT_EQ(megatron_split("decoder.layers.0.self_attention.linear_proj.weight", false), MegatronSplit::Columns);
+  EXPECT_EQ(megatron_split("decoder.layers.0.mlp.linear_fc2.weight", false), MegatronSplit::Columns);
+  EXPECT_EQ(megatron_split("decoder.layers.0.mlp.linear_fc2.bias", false), MegatronSplit::Replicated);
+  EXPECT_EQ(megatron_split("decoder.layers.0.input_layernorm.weight", false), MegatronSplit::Replicated);
+  EXPECT_EQ(megatron_split("embedding.position_embeddings.weight", false), MegatronSplit::Replicated);
+}
+
+}  // namespace
+}  // namespace tessera::ckpt
