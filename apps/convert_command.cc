@@ -23,7 +23,7 @@
 #include "data/tokenizer_factory.h"
 #include "model/bert_model.h"
 #include "model/gpt_model.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace tessera::apps {
 namespace {
