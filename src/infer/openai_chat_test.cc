@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "infer/batch_decoder.h"
 #include "infer/event_stream.h"
 #include "infer/scripted_model_test_util.h"
 
@@ -207,6 +208,34 @@ TEST(CompletionsStream, ChunksAddUpToTheWholeText) {
   EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "stop");
   const std::string failed = writer.failed(500, "boom");
   EXPECT_EQ(json::parse(events_of(failed)[0])["error"]["message"], "boom");
+}
+
+// What the server does when a streamed request's client leaves: its sequence is dropped between two steps,
+// its cache blocks are free at once, and the other sequences go on as they would have.
+TEST(StreamCancel, ADroppedSequenceFreesItsBlocksAndTheOthersGoOn) {
+  ScriptedRunner runner("..cde\nqfg");
+  CharTokenizer tok;
+  auto options = std::make_shared<GenerationOptions>();
+  options->sampling.tokens_to_generate = 5;
+  options->sampling.temperature = 0;
+  options->sampling.top_k = 1;
+  options->sampling.eod = tok.eod();
+  BatchDecoder decoder(runner, 4, 4, &tok);  // each sequence takes 2 blocks of 4 (2 + 5 positions)
+  const int64_t leaving = decoder.add({tok.encode("ab"), options, 0});
+  const int64_t staying = decoder.add({tok.encode("ab"), options, 1});
+  EXPECT_EQ(decoder.cache().free_blocks(), 0);
+  EXPECT_TRUE(decoder.step().empty());
+  EXPECT_TRUE(decoder.cancel(leaving));
+  EXPECT_FALSE(decoder.cancel(leaving));
+  EXPECT_EQ(decoder.cache().free_blocks(), 2);
+  EXPECT_EQ(decoder.active(), 1);
+  std::vector<BatchDecoder::Finished> done;
+  while (decoder.active() > 0)
+    for (BatchDecoder::Finished& f : decoder.step()) done.push_back(std::move(f));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, staying);
+  EXPECT_EQ(tok.decode(done[0].generation.tokens), "abcde\nq");
+  EXPECT_EQ(decoder.cache().free_blocks(), 4);
 }
 
 TEST(TokenChannel, PassesEventsAndCancelsOnce) {
