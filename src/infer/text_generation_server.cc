@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -518,22 +519,17 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
       if (g_stop_requested.load() || listener_done.load()) stopping = true;
       // Streamed requests whose clients went away: dropped from the queue, or from the batch before this
       // step (on every rank), which frees their cache blocks for the requests below.
-      for (auto it = queue.begin(); it != queue.end();) {
-        if (!(*it)->stream || !(*it)->stream->cancelled()) {
-          ++it;
-          continue;
-        }
-        queued_sequences -= static_cast<int64_t>((*it)->sequences.prompts.size());
-        it = queue.erase(it);
-      }
-      for (auto it = running.begin(); it != running.end();) {
-        if (!it->second->stream || !it->second->stream->cancelled()) {
-          ++it;
-          continue;
-        }
-        cancelled.push_back(it->first);
-        it = running.erase(it);
-      }
+      auto gone = [](const Job& job) { return job.stream && job.stream->cancelled(); };
+      std::erase_if(queue, [&](const std::shared_ptr<Job>& job) {
+        const bool drop = gone(*job);  // once: the client may leave meanwhile
+        if (drop) queued_sequences -= static_cast<int64_t>(job->sequences.prompts.size());
+        return drop;
+      });
+      std::erase_if(running, [&](const auto& entry) {
+        const bool drop = gone(*entry.second);
+        if (drop) cancelled.push_back(entry.first);
+        return drop;
+      });
       if (!cancelled.empty()) {
         const int64_t dropped = cancel_slots(batch, cancelled);
         command["cancel"] = cancelled;
@@ -567,7 +563,11 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     most_sequences = std::max(most_sequences, stepping);
     std::vector<int64_t> failed;
     std::string error;
-    for (Done& d : run_step(batch, joining, failed, error, fresh_decoder, on_token)) {
+    // Tokens are handed out one by one only while some request streams (a lookup per token otherwise).
+    const bool streaming = std::any_of(running.begin(), running.end(), [](const auto& r) { return r.second->stream; });
+    std::function<void(int64_t, size_t, int32_t)> tokens;
+    if (streaming) tokens = on_token;
+    for (Done& d : run_step(batch, joining, failed, error, fresh_decoder, tokens)) {
       Job* job = running.at(d.slot).get();
       if (job->stream) job->stream->push({TokenChannel::Event::Kind::Finished, d.prompt, -1, d.generation, 0, ""});
       job->generations[d.prompt] = std::move(d.generation);
