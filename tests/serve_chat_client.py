@@ -137,7 +137,8 @@ bad = [({"messages": [{"role": "robot", "content": "x"}]}, "messages"),
        ({"messages": messages, "top_logprobs": 2}, "top_logprobs"),
        ({"messages": messages, "stream": True, "logprobs": True}, "stream"),
        ({"messages": messages, "max_tokens": 100000}, "max_tokens"),
-       ({"messages": messages, "frobnicate": 1}, "frobnicate")]
+       ({"messages": messages, "frobnicate": 1}, "frobnicate"),
+       ({"messages": [{"role": "user", "content": "word " * 100}]}, "messages")]  # > --max-prompt-tokens
 for body, param in bad:
     status, out = call("/v1/chat/completions", body)
     err = out.get("error", {})

@@ -29,6 +29,7 @@
 #include "infer/http_listener.h"
 #include "infer/openai_chat.h"
 #include "infer/openai_completions.h"
+#include "infer/server_batch.h"
 #include "core/timer.h"
 
 namespace tessera::infer {
@@ -74,102 +75,6 @@ std::string error_message(const json& body) {
   return e.is_object() && e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>() : "";
 }
 
-// What every rank does with one request of the batch: its sequences, from the request as rank 0
-// received it (with its seed), tokenized the same way everywhere.
-struct RequestSequences {
-  TextRequest request;
-  std::vector<std::vector<int32_t>> prompts;
-  std::shared_ptr<const GenerationOptions> options;
-};
-
-// The chat template of /v1/chat/completions, or why there is none.
-struct ChatSetup {
-  const ChatTemplate* chat = nullptr;
-  std::string unavailable;
-  int64_t max_model_len = 0;
-};
-
-RequestSequences prepare(const std::string& kind, const json& body, const LoadedModel& model,
-                         const ServerLimits& limits, const ChatSetup& chat) {
-  RequestSequences r;
-  if (kind == "chat") {
-    if (!chat.chat) reject_request(chat.unavailable);
-    ChatRequest c = parse_chat_request(body, limits);
-    apply_chat_template(c, *chat.chat, limits, chat.max_model_len);
-    r.request = std::move(c.text);
-  } else {
-    r.request = kind == "api"           ? parse_api_request(body, limits)
-                : kind == "completions" ? parse_completions_request(body, limits)
-                                        : parse_openai_completions_request(body, limits);
-  }
-  r.prompts = tokenize_prompts(r.request, model.tokenizer(), model.config(), limits);
-  auto options = std::make_shared<GenerationOptions>(r.request.options);
-  options->sampling.eod = model.tokenizer().eod();
-  r.options = options;
-  return r;
-}
-
-// The running batch as every rank holds it; `owner` maps a sequence id to its request's slot and prompt.
-struct Batch {
-  std::unique_ptr<BatchDecoder> decoder;
-  std::map<int64_t, std::pair<int64_t, size_t>> owner;
-};
-
-// A finished sequence: its request's slot, its prompt's index and what it generated.
-struct Done {
-  int64_t slot;
-  size_t prompt;
-  Generation generation;
-};
-
-// Drops the sequences of the requests in `slots` (their clients went away), freeing their cache blocks;
-// every rank does it between the same two steps. Returns how many sequences were dropped.
-int64_t cancel_slots(Batch& batch, const std::vector<int64_t>& slots) {
-  int64_t dropped = 0;
-  for (int64_t slot : slots)
-    for (auto it = batch.owner.begin(); it != batch.owner.end();) {
-      if (it->second.first != slot) {
-        ++it;
-        continue;
-      }
-      dropped += batch.decoder->cancel(it->first) ? 1 : 0;
-      it = batch.owner.erase(it);
-    }
-  return dropped;
-}
-
-// Adds the joining requests' sequences (slots numbered by rank 0), then runs one step, calling
-// on_token(slot, prompt, token) for each token sampled. Returns the sequences that finished. An Error in
-// the step (the same on every rank) ends every running sequence: `failed` gets their slots, `error` the
-// message, and the batch starts empty.
-std::vector<Done> run_step(Batch& batch, const std::vector<std::pair<int64_t, RequestSequences>>& joining,
-                           std::vector<int64_t>& failed, std::string& error,
-                           const std::function<std::unique_ptr<BatchDecoder>()>& fresh,
-                           const std::function<void(int64_t, size_t, int32_t)>& on_token = {}) {
-  std::vector<Done> done;
-  try {
-    for (const auto& [slot, r] : joining)
-      for (size_t i = 0; i < r.prompts.size(); ++i)
-        batch.owner[batch.decoder->add({r.prompts[i], r.options, i})] = {slot, i};
-    auto token = [&](int64_t id, int32_t t) {
-      const auto& [slot, prompt] = batch.owner.at(id);
-      on_token(slot, prompt, t);
-    };
-    for (BatchDecoder::Finished& f : batch.decoder->step(on_token ? std::function<void(int64_t, int32_t)>(token) : nullptr)) {
-      auto [slot, prompt] = batch.owner.at(f.id);
-      batch.owner.erase(f.id);
-      done.push_back({slot, prompt, std::move(f.generation)});
-    }
-  } catch (const Error& e) {
-    error = e.what();
-    for (const auto& [id, owner] : batch.owner) failed.push_back(owner.first);
-    for (const auto& [slot, r] : joining) failed.push_back(slot);
-    batch.owner.clear();
-    batch.decoder = fresh();
-  }
-  return done;
-}
-
 }  // namespace
 
 int64_t kv_cache_blocks(const BatchingOptions& o, const model::ModelConfig& c) {
@@ -209,7 +114,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   auto fresh_decoder = [&] {
     return std::make_unique<BatchDecoder>(model.runner(), pool_blocks, batching.block_size, &model.tokenizer());
   };
-  Batch batch{fresh_decoder(), {}};
+  ServingBatch batch{fresh_decoder(), {}};
   const ServerLimits limits = resolve_limits(options.limits, model.tokenizer(), model.config());
   const model::ModelConfig& config = model.config();
   const ServedModel served{options.served_model_name, static_cast<int64_t>(std::time(nullptr)),
@@ -227,17 +132,17 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   auto joining_of = [&](const json& command) {
     std::vector<std::pair<int64_t, RequestSequences>> joining;
     for (const json& j : command["join"])
-      joining.emplace_back(j[0].get<int64_t>(), prepare(j[1].get<std::string>(), j[2], model, limits, chat));
+      joining.emplace_back(j[0].get<int64_t>(), prepare_request(j[1].get<std::string>(), j[2], model, limits, chat));
     return joining;
   };
   if (group.rank() != 0) {  // follow rank 0's steps until it says stop
     for (;;) {
       const json command = json::parse(broadcast_string(group, ""));
       if (command.value("stop", false)) return;
-      cancel_slots(batch, command.value("cancel", std::vector<int64_t>{}));
+      cancel_requests(batch, command.value("cancel", std::vector<int64_t>{}));
       std::vector<int64_t> failed;
       std::string error;
-      run_step(batch, joining_of(command), failed, error, fresh_decoder);
+      run_batch_step(batch, joining_of(command), failed, error, fresh_decoder);
     }
   }
 
@@ -362,7 +267,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     }
     // Validate and tokenize here, so bad requests are answered at once without taking the model.
     try {
-      job.sequences = prepare(job.kind, job.body, model, limits, chat);
+      job.sequences = prepare_request(job.kind, job.body, model, limits, chat);
     } catch (const RequestError& e) {
       return reply_error(req, res, 400, e.what());
     }
@@ -531,7 +436,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
         return drop;
       });
       if (!cancelled.empty()) {
-        const int64_t dropped = cancel_slots(batch, cancelled);
+        const int64_t dropped = cancel_requests(batch, cancelled);
         command["cancel"] = cancelled;
         log_line(str_cat("client of a streamed request went away: dropped its ", dropped, " sequence(s); ",
                          batch.decoder->cache().free_blocks(), " of ", pool_blocks, " key/value blocks free"));
@@ -567,7 +472,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     const bool streaming = std::any_of(running.begin(), running.end(), [](const auto& r) { return r.second->stream; });
     std::function<void(int64_t, size_t, int32_t)> tokens;
     if (streaming) tokens = on_token;
-    for (Done& d : run_step(batch, joining, failed, error, fresh_decoder, tokens)) {
+    for (FinishedSequence& d : run_batch_step(batch, joining, failed, error, fresh_decoder, tokens)) {
       Job* job = running.at(d.slot).get();
       if (job->stream) job->stream->push({TokenChannel::Event::Kind::Finished, d.prompt, -1, d.generation, 0, ""});
       job->generations[d.prompt] = std::move(d.generation);
