@@ -6,6 +6,7 @@
 
 #include "apps/commands.h"
 #include "apps/inference_flags.h"
+#include "ckpt/checkpoint.h"
 #include "infer/text_generation_server.h"
 
 namespace tessera::apps {
@@ -64,6 +65,13 @@ int serve_command(const std::vector<std::string>& args) {
                  "Seconds a request's line, headers and body have to arrive (slower: HTTP 408, connection closed)")
       ->check(CLI::Range(1, 3600));
 
+  std::string chat_template = "auto";
+  CLI::Option* chat_flag = app.add_option(
+      "--chat-template", chat_template,
+      "How /v1/chat/completions renders a conversation: plain, chatml, llama3, auto (the checkpoint's "
+      "tokenizer_config.json chat_template when it is one of those; none: plain), or the path of a "
+      "tokenizer_config.json or Jinja file holding one of those templates");
+
   return run_on_every_rank(app, args, "serve", [&](comm::ProcessGroup& world) {
     server.served_model_name = !served_model_name.empty() ? served_model_name
                                : std::filesystem::path(load.load).lexically_normal().filename().string();
@@ -71,6 +79,20 @@ int serve_command(const std::vector<std::string>& args) {
       server.served_model_name = std::filesystem::path(load.load).lexically_normal().parent_path().filename().string();
     // The port first: one in use is said at once, not after the model has loaded.
     infer::BoundListener listener = world.rank() == 0 ? infer::bind_listener(server) : nullptr;
+    // The chat template before the model loads, so that one tessera cannot render is said at once. One
+    // the flag asks for explicitly must be served; the default (auto) leaves only chat unserved.
+    std::string checkpoint_config;
+    try {
+      const std::map<std::string, std::string> carried = ckpt::latest_tokenizer_files(load.load);
+      if (const auto found = carried.find("tokenizer_config"); found != carried.end()) checkpoint_config = found->second;
+    } catch (const Error&) {  // no checkpoint there: loading the model says so
+    }
+    try {
+      server.chat_template = infer::resolve_chat_template(chat_template, checkpoint_config, &server.chat_template_note);
+    } catch (const Error& e) {
+      if (chat_flag->count() > 0) throw;
+      server.chat_unavailable = std::string(e.what()) + " (start the server with --chat-template to serve chat)";
+    }
     infer::LoadedModel model(flags.load, world);
     infer::kv_cache_blocks(batching, model.config());  // the flags' error before the server starts
     // One model on all the ranks: no replica of it. Under expert parallelism the experts' ranks (ep x etp

@@ -27,6 +27,7 @@ declare -A sources=(
   [checkpoint_index_fuzzer]="ckpt/checkpoint_index.cc ckpt/reshard.cc"
   [indexed_dataset_fuzzer]="data/indexed_dataset.cc"
   [text_generation_api_fuzzer]="infer/text_generation_api.cc infer/openai_completions.cc data/null_tokenizer.cc"
+  [openai_chat_fuzzer]="infer/openai_chat.cc infer/chat_template.cc infer/text_generation_api.cc infer/openai_completions.cc data/null_tokenizer.cc"
   [gpt2_bpe_fuzzer]="data/gpt2_bpe_tokenizer.cc"
   [sentencepiece_fuzzer]="data/sentencepiece_tokenizer.cc data/gpt2_bpe_tokenizer.cc"
   [preprocess_jsonl_fuzzer]="data/preprocess.cc data/indexed_dataset.cc data/sentence_splitter.cc"
@@ -41,7 +42,7 @@ declare -A libs=(
   [bert_wordpiece_fuzzer]="-lpcre2-8"
   [sentencepiece_fuzzer]="-lsentencepiece -lsentencepiece_train -lpcre2-8"
 )
-all=(safetensors_fuzzer checkpoint_index_fuzzer indexed_dataset_fuzzer text_generation_api_fuzzer gpt2_bpe_fuzzer
+all=(safetensors_fuzzer checkpoint_index_fuzzer indexed_dataset_fuzzer text_generation_api_fuzzer openai_chat_fuzzer gpt2_bpe_fuzzer
      sentencepiece_fuzzer bert_wordpiece_fuzzer preprocess_jsonl_fuzzer hf_config_fuzzer hf_shard_index_fuzzer
      pickle_reader_fuzzer zip_reader_fuzzer)
 targets=("$@")

@@ -60,6 +60,31 @@ check "tp2 server answers a bad request with 400 (got $status)" $?
 two_again=$(curl -s -X PUT -H 'Content-Type: application/json' -d "$greedy" "http://127.0.0.1:$port/api")
 [ "$two" = "$two_again" ]
 check "tp2 server goes on after a bad request" $?
+# Streaming under tp2: the chunks add up to the one-process text; a client that leaves mid-stream has its
+# sequence dropped on both ranks between the same steps (else their collectives would part ways), and the
+# server answers the next request as before.
+python3 - "$port" <<'PY'
+import json, sys, urllib.request
+url = f"http://127.0.0.1:{sys.argv[1]}/v1/completions"
+def post(body):
+    return urllib.request.urlopen(urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                                         headers={"Content-Type": "application/json"}), timeout=60)
+body = {"prompt": "3 5 7", "max_tokens": 40, "temperature": 0}
+whole = json.loads(post(body).read())["choices"][0]["text"]
+events = [e[len("data: "):] for e in post(dict(body, stream=True)).read().decode().split("\n\n") if e]
+streamed = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
+if events[-1] != "[DONE]" or streamed != whole:
+    sys.exit(f"tp2 stream {streamed!r} (last event {events[-1]!r}) vs whole {whole!r}")
+# Closed as soon as the stream's headers arrive: 40 tokens leave the server time to notice (the tiny
+# model decodes them in a few milliseconds).
+post({"prompt": "3 5 7", "max_tokens": 40, "temperature": 0.9, "seed": 3, "stream": True}).close()
+PY
+check "tp2 streams the whole response's text, and a client may leave mid-stream" $?
+two_after=$(curl -s -X PUT -H 'Content-Type: application/json' -d "$greedy" "http://127.0.0.1:$port/api")
+same_tokens "$one" "$two_after"
+check "tp2 greedy tokens are the same after a client left mid-stream: $two_after" $?
+grep -q "client of a streamed request went away: dropped its 1 sequence(s)" "$work/serve2.log"
+check "tp2 dropped the sequence of the client that left: $(grep -i 'went away\|streamed' "$work/serve2.log")" $?
 stop_server
 status=$?
 # mpirun itself exits 1 whenever it is signalled; every rank must still stop cleanly, in time.

@@ -5,6 +5,8 @@
 //   SAVE/iter_0000100/tokenizer/gpt2-merges.txt   --tokenizer-model (file names kept), listed in
 //                                                 index.json's "tokenizer_files" by the flag's key with
 //                                                 their size and CRC-32C
+//   SAVE/iter_0000100/tokenizer/tokenizer_config.json  an imported Hugging Face model's (key
+//                                                 "tokenizer_config"), for `serve --chat-template auto`
 // Checkpoints saved before this have none; their "args" name the files as the run was given them.
 // ckpt::latest_tokenizer_files (ckpt/checkpoint.h) reads a --load directory's.
 #pragma once

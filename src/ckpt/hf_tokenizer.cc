@@ -109,6 +109,9 @@ json import_hf_tokenizer(const fs::path& hf_dir, json args, std::map<std::string
     args[f.key] = path;
     (*carried)[f.key] = path;
   }
+  // Its configuration too, for the chat template it may hold (tessera serve --chat-template auto).
+  if (fs::is_regular_file(hf_dir / "tokenizer_config.json"))
+    (*carried)["tokenizer_config"] = fs::absolute(hf_dir / "tokenizer_config.json").string();
   return args;
 }
 

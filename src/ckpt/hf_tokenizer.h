@@ -26,7 +26,8 @@ nlohmann::json export_hf_tokenizer(const std::filesystem::path& out_dir, const T
 // The tokenizer of Hugging Face directory `hf_dir` for an import: the files to carry into the checkpoint
 // (TrainingState::tokenizer_files) and `args` with the tokenizer's type and files. The type is
 // tessera_args' when the export was Tessera's, else told by the files and tokenizer_config.json; `args`
-// is returned unchanged when the directory has no tokenizer Tessera reads.
+// is returned unchanged when the directory has no tokenizer Tessera reads. The directory's
+// tokenizer_config.json is carried too (key "tokenizer_config"), for its chat_template.
 nlohmann::json import_hf_tokenizer(const std::filesystem::path& hf_dir, nlohmann::json args,
                                    std::map<std::string, std::string>* carried);
 

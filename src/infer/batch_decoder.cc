@@ -12,6 +12,7 @@ namespace {
 bool stops_after(const Generation& g, const GenerationOptions& o, const data::Tokenizer* tokenizer) {
   const int32_t token = g.tokens.back();
   if (token == o.sampling.eod) return true;
+  if (std::find(o.stop_ids.begin(), o.stop_ids.end(), token) != o.stop_ids.end()) return true;
   if (o.stop_on_eol || o.stop_on_double_eol) {
     const std::string text = tokenizer->decode(std::span<const int32_t>(&token, 1));
     if (text == "\n\n") return true;
@@ -74,6 +75,14 @@ int64_t BatchDecoder::add(SequenceRequest request) {
   return sequences_.back()->id;
 }
 
+bool BatchDecoder::cancel(int64_t id) {
+  const auto found = std::find_if(sequences_.begin(), sequences_.end(), [&](const auto& s) { return s->id == id; });
+  if (found == sequences_.end()) return false;
+  blocks_.give_back((*found)->blocks);
+  sequences_.erase(found);
+  return true;
+}
+
 std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(int64_t, int32_t)>& on_token) {
   std::vector<Finished> finished;
   if (sequences_.empty()) return finished;
@@ -85,7 +94,8 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
     const int64_t prompt_length = s->generation.prompt_length;
     model::DecodeStep step{{}, s->fed, s->blocks};
     if (s->fed < prompt_length) {
-      const int64_t end = s->request.options->return_logprobs ? s->fed + 1 : prompt_length;
+      const GenerationOptions& o = *s->request.options;
+      const int64_t end = o.return_logprobs && o.logprobs_of_prompt ? s->fed + 1 : prompt_length;
       step.tokens.assign(tokens.begin() + s->fed, tokens.begin() + end);
     } else {
       step.tokens = {tokens.back()};

@@ -39,6 +39,10 @@ class BatchDecoder {
   // Adds a sequence (an Error when its blocks are not free); returns its id (0, 1, ... in order of adding).
   int64_t add(SequenceRequest request);
 
+  // Drops a sequence before it finishes (its client went away): its cache blocks are free at once. Every
+  // rank of the model group cancels the same ids between the same steps. False when `id` is not active.
+  bool cancel(int64_t id);
+
   // One forward step over every active sequence: feeds each its prompt (all at once, or one token a step
   // when it wants the prompt's log-probabilities) or its last token, then samples the next token of
   // those that have read their prompt, calling on_token(id, token). Returns the sequences that finished,

@@ -34,6 +34,9 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
 struct GenerationOptions {
   SamplingOptions sampling;
   bool return_logprobs = false;  // log-probability of every token after the first (prompt included)
+  // false: of the generated tokens only (the prompt then goes in whole, not a token a step); logprobs[k]
+  // is then the k-th generated token's.
+  bool logprobs_of_prompt = true;
   // With return_logprobs: also the this many most likely ids at each of those positions (OpenAI's
   // `logprobs` = N, `top_logprobs`).
   int64_t top_logprobs = 0;
@@ -45,6 +48,9 @@ struct GenerationOptions {
   // Stop after the token that completes one of these strings in the generated text (needs the
   // tokenizer).
   std::vector<std::string> stop_strings;
+  // Stop after generating one of these ids (a chat template's end of turn when it is a special token),
+  // as after the end-of-document id.
+  std::vector<int32_t> stop_ids;
 };
 
 struct Generation {

@@ -26,6 +26,7 @@ struct ConnectionState {
   int timeout_seconds = 0;
   size_t max_bytes = 0;
   std::string client;
+  int sock = -1;
 };
 thread_local ConnectionState t_state;
 
@@ -204,6 +205,19 @@ std::pair<int, std::string> GuardedServer::read_failure() {
 
 std::string GuardedServer::client_address() { return t_state.client; }
 
+bool GuardedServer::client_gone() {
+  if (t_state.sock < 0) return false;
+  pollfd p{t_state.sock, static_cast<short>(POLLIN | POLLRDHUP), 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
+  // Readable: a next (pipelined) request's bytes, or the end of the stream when the client closed.
+  char byte;
+  ssize_t n;
+  do n = ::recv(t_state.sock, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
 bool GuardedServer::process_and_close_socket(socket_t sock) {
   sockaddr_storage peer{};
   socklen_t length = sizeof peer;
@@ -234,6 +248,7 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
       t_state.timeout_seconds = options_.request_timeout_seconds;
       t_state.max_bytes = options_.max_request_bytes;
       t_state.client = ip;
+      t_state.sock = sock;
       strm.start_request(Clock::now() + std::chrono::seconds(options_.request_timeout_seconds),
                          options_.max_request_bytes);
       bool client_closes = false;

@@ -39,6 +39,10 @@ class GuardedServer : public httplib::Server {
   // The address of the client whose request is being answered on this thread (known even when the
   // request could not be parsed, or the client has gone).
   static std::string client_address();
+  // Whether the client whose request is being answered on this thread has closed its connection (or
+  // it failed): a streamed answer's writer checks it while it waits, so that a client that left is
+  // noticed before the next write.
+  static bool client_gone();
 
  private:
   bool process_and_close_socket(socket_t sock) override;  // httplib's per-connection hook

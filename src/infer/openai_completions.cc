@@ -19,7 +19,9 @@ json top_dict(const std::vector<std::pair<int32_t, float>>& top, const data::Tok
   return dict;
 }
 
-json choice(size_t index, const Generation& g, const TextRequest& r, const data::Tokenizer& tokenizer) {
+}  // namespace
+
+json openai_completion_choice(size_t index, const Generation& g, const TextRequest& r, const data::Tokenizer& tokenizer) {
   const std::vector<int32_t>& tokens = g.tokens;
   const std::string all = tokenizer.decode(tokens);
   const std::vector<int64_t> offsets = token_offsets(tokens, tokenizer);
@@ -57,6 +59,8 @@ json choice(size_t index, const Generation& g, const TextRequest& r, const data:
   return out;
 }
 
+namespace {
+
 // The request field a message starts with (RequestErrors name their field first: "max_tokens must ...",
 // "prompt: ...", "unknown field 'x'"), or null.
 json param_of(const std::string& message) {
@@ -70,7 +74,9 @@ json param_of(const std::string& message) {
   static const std::set<std::string> fields = {
       "prompt", "max_tokens", "temperature", "top_p", "top_k", "logprobs", "echo", "n", "best_of", "seed", "stop",
       "model", "user", "stream", "stream_options", "suffix", "presence_penalty", "frequency_penalty", "logit_bias",
-      "tokens", "add_special_tokens"};
+      "tokens", "add_special_tokens", "messages", "max_completion_tokens", "top_logprobs", "store", "metadata",
+      "service_tier", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format",
+      "audio", "modalities", "prediction", "reasoning_effort", "web_search_options"};
   if (n > 0 && n < message.size() && (message[n] == ' ' || message[n] == ':') && fields.count(message.substr(0, n)))
     return message.substr(0, n);
   return nullptr;
@@ -91,7 +97,7 @@ json openai_completions_response(const std::vector<Generation>& generations, con
   json choices = json::array();
   int64_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < generations.size(); ++i) {
-    choices.push_back(choice(i, generations[i], r, tokenizer));
+    choices.push_back(openai_completion_choice(i, generations[i], r, tokenizer));
     prompt_tokens += generations[i].prompt_length;
     completion_tokens += static_cast<int64_t>(generations[i].tokens.size()) - generations[i].prompt_length;
   }

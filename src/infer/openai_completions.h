@@ -30,6 +30,11 @@ nlohmann::json openai_completions_response(const std::vector<Generation>& genera
                                            const data::Tokenizer& tokenizer, const ServedModel& model,
                                            const std::string& id, int64_t created);
 
+// One of those choices: {"index", "text", "logprobs", "finish_reason"} (a stream's last chunk gives the
+// text of its choice from it, so that a streamed text is the whole response's).
+nlohmann::json openai_completion_choice(size_t index, const Generation& g, const TextRequest& r,
+                                        const data::Tokenizer& tokenizer);
+
 // {"error": {"message", "type", "param", "code"}}: type "invalid_request_error" for 4xx, "server_error" for
 // 5xx; param is the request field the message names first (RequestErrors start with it), or null.
 nlohmann::json openai_error(int status, const std::string& message);

@@ -64,7 +64,16 @@ TEST(OpenAiRequest, ErrorsNameTheFieldAndRule) {
   EXPECT_EQ(v1_error(json{{"prompt", "a"}, {"top_k", 2}, {"top_p", 0.5}}),
             "top_k and top_p: set only one of them (tessera samples with one filter)");
   EXPECT_EQ(v1_error(json{{"prompt", "a"}, {"top_k", -2}}), "top_k must be an integer >= -1 (-1 or 0: no top-k filter)");
-  EXPECT_EQ(v1_error(json{{"prompt", "a"}, {"stream", true}}), "stream: only false is supported (no streaming)");
+  // Streams: text only (log-probs and echo are not streamed), stream_options only with stream.
+  EXPECT_EQ(v1_error(json{{"prompt", "a"}, {"stream", true}, {"stream_options", {{"include_usage", true}}}}), "");
+  EXPECT_EQ(v1_error(json{{"prompt", "a"}, {"stream", 1}}), "stream must be a boolean value");
+  EXPECT_EQ(v1_error(json{{"prompt", "a"}, {"stream", true}, {"logprobs", 1}}),
+            "stream: log-probabilities are not streamed; ask without stream");
+  EXPECT_EQ(v1_error(json{{"prompt", "a"}, {"stream", true}, {"echo", true}}), "stream: echo is not streamed; ask without stream");
+  EXPECT_EQ(v1_error(json{{"prompt", "a"}, {"stream_options", {{"include_usage", true}}}}),
+            "stream_options: only allowed with stream: true");
+  EXPECT_EQ(v1_error(json{{"prompt", "a"}, {"stream", true}, {"stream_options", {{"usage", true}}}}),
+            "stream_options: unknown field 'usage'");
   EXPECT_EQ(v1_error(json{{"prompt", "a"}, {"suffix", "x"}}), "suffix is not supported by tessera serve");
   EXPECT_EQ(v1_error(json{{"prompt", "a"}, {"max_token", 3}}), "unknown field 'max_token'");
   // Megatron's /completions keeps its own rules.

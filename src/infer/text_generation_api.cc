@@ -171,7 +171,7 @@ TextRequest parse_completions(const json& raw, const ServerLimits& limits, bool 
   std::set<std::string> unsupported = {"suffix", "presence_penalty", "frequency_penalty", "logit_bias",
                                        "stream_options", "top_k"};
   if (openai)
-    for (const char* field : {"top_k", "presence_penalty", "frequency_penalty", "logit_bias"}) {
+    for (const char* field : {"top_k", "presence_penalty", "frequency_penalty", "logit_bias", "stream_options"}) {
       unsupported.erase(field);
       known.insert(field);
     }
@@ -179,7 +179,8 @@ TextRequest parse_completions(const json& raw, const ServerLimits& limits, bool 
     if (unsupported.count(key)) reject_request(key + " is not supported by tessera serve");
     if (!known.count(key)) reject_request("unknown field '" + key + "'");
   }
-  if (body.contains("stream") && body["stream"] != false) reject_request("stream: only false is supported (no streaming)");
+  if (!openai && body.contains("stream") && body["stream"] != false)
+    reject_request("stream: only false is supported (no streaming; /v1/completions streams)");
   for (const char* field : {"model", "user"})
     if (body.contains(field) && !body[field].is_string()) reject_request(std::string(field) + " must be a string");
   for (const char* field : {"presence_penalty", "frequency_penalty"})
@@ -279,6 +280,7 @@ TextRequest parse_completions(const json& raw, const ServerLimits& limits, bool 
   if (openai) {
     // Log-probabilities only when asked for: they make the prompt go in one token a step.
     r.options.return_logprobs = body.contains("logprobs");
+    read_stream_fields(body, r);
   } else {
     r.options.return_logprobs = true;      // as Megatron's endpoint: always computed
     r.options.stop_on_double_eol = true;  // as Megatron's endpoint
@@ -294,6 +296,24 @@ TextRequest parse_completions_request(const json& body, const ServerLimits& limi
 
 TextRequest parse_openai_completions_request(const json& body, const ServerLimits& limits) {
   return parse_completions(body, limits, true);
+}
+
+void read_stream_fields(const json& body, TextRequest& r) {
+  if (body.contains("stream") && !body["stream"].is_boolean()) reject_request("stream must be a boolean value");
+  r.stream = body.value("stream", false);
+  if (body.contains("stream_options")) {
+    const json& o = body["stream_options"];
+    if (!r.stream) reject_request("stream_options: only allowed with stream: true");
+    if (!o.is_object()) reject_request("stream_options must be an object {\"include_usage\": boolean}");
+    for (const auto& [key, value] : o.items())
+      if (key != "include_usage") reject_request("stream_options: unknown field '" + key + "'");
+    if (o.contains("include_usage") && !o["include_usage"].is_boolean())
+      reject_request("stream_options: include_usage must be a boolean value");
+    r.stream_usage = o.value("include_usage", false);
+  }
+  // Each chunk would carry its tokens' log-probs (and the first the echoed prompt): not built yet.
+  if (r.stream && r.options.return_logprobs) reject_request("stream: log-probabilities are not streamed; ask without stream");
+  if (r.stream && r.echo) reject_request("stream: echo is not streamed; ask without stream");
 }
 
 std::vector<int32_t> encode_with_eod(const data::Tokenizer& tokenizer, std::string_view text) {

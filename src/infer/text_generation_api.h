@@ -56,8 +56,9 @@ ServerLimits resolve_limits(ServerLimits limits, const data::Tokenizer& tokenize
 
 // A request of either endpoint, as generation needs it.
 struct TextRequest {
-  // Api: PUT /api; Completions: Megatron's POST /completions; OpenAi: POST /v1/completions.
-  enum class Kind { Api, Completions, OpenAi } kind = Kind::Api;
+  // Api: PUT /api; Completions: Megatron's POST /completions; OpenAi: POST /v1/completions; Chat: POST
+  // /v1/chat/completions (infer/openai_chat.h; its prompt_ids are the templated conversation).
+  enum class Kind { Api, Completions, OpenAi, Chat } kind = Kind::Api;
   std::vector<std::string> prompts;
   std::vector<std::vector<int32_t>> prompt_ids;  // /completions may send token ids instead of text
   GenerationOptions options;
@@ -65,6 +66,8 @@ struct TextRequest {
   bool echo = false;  // /completions: return the prompt with the completion
   bool no_log = false;
   bool eod_text_is_token = false;  // /v1/completions: text prompts are read with encode_with_eod
+  bool stream = false;             // OpenAI's stream: server-sent events (infer/event_stream.h)
+  bool stream_usage = false;       // stream_options.include_usage: a last chunk with the usage counts
 };
 
 // Parses and validates a request body. Throws RequestError naming the field and the rule.
@@ -74,6 +77,10 @@ TextRequest parse_completions_request(const nlohmann::json& body, const ServerLi
 // by default, no stop at a double newline) plus logprobs = N (up to limits.max_logprobs), top_k and
 // OpenAI's fields at their no-op values (n, best_of 1, presence/frequency_penalty 0, logit_bias {}).
 TextRequest parse_openai_completions_request(const nlohmann::json& body, const ServerLimits& limits);
+
+// OpenAI's "stream" (a boolean) and "stream_options" ({"include_usage": boolean}, only with stream) into
+// `r`. Streamed log-probabilities and echo are not implemented: refused with stream.
+void read_stream_fields(const nlohmann::json& body, TextRequest& r);
 
 // Tokenizes the prompts (eod first with add_BOS, as Megatron) and checks they fit the model and the
 // limits whose fields are not 0 (texts by bytes before any is tokenized). Throws RequestError.

@@ -223,7 +223,7 @@ TEST(Completions, UnknownFieldsAreRefusedByNameOpenAisAccepted) {
   };
   EXPECT_EQ(completions_error(with("temprature", 1)), "unknown field 'temprature'");
   EXPECT_EQ(completions_error(with("logit_bias", json::object())), "logit_bias is not supported by tessera serve");
-  EXPECT_EQ(completions_error(with("stream", true)), "stream: only false is supported (no streaming)");
+  EXPECT_EQ(completions_error(with("stream", true)), "stream: only false is supported (no streaming; /v1/completions streams)");
   EXPECT_EQ(completions_error(with("model", 3)), "model must be a string");
   json openai = base;
   openai.update({{"model", "gpt"}, {"user", "me"}, {"stream", false}, {"n", 1}, {"best_of", 1}, {"logprobs", 0},

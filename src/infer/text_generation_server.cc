@@ -3,11 +3,11 @@
 #include "core/process_memory.h"
 
 #include <httplib.h>
-#include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -24,8 +24,12 @@
 
 #include "comm/mpi_process_group.h"
 #include "infer/batch_decoder.h"
+#include "infer/event_stream.h"
 #include "infer/http_guard.h"
+#include "infer/http_listener.h"
+#include "infer/openai_chat.h"
 #include "infer/openai_completions.h"
+#include "infer/server_batch.h"
 #include "core/timer.h"
 
 namespace tessera::infer {
@@ -49,7 +53,7 @@ std::string broadcast_string(comm::ProcessGroup& group, const std::string& text)
 }
 
 constexpr const char* kEndpoints =
-    "PUT /api, POST /completions, POST /v1/completions, POST /tokenize, POST /detokenize, GET /tokenizer_info, "
+    "PUT /api, POST /completions, POST /v1/completions, POST /v1/chat/completions, POST /tokenize, POST /detokenize, GET /tokenizer_info, "
     "GET /v1/models, GET /health";
 const std::string kNoSuchEndpoint = std::string("no such endpoint (") + kEndpoints + ")";
 
@@ -71,125 +75,7 @@ std::string error_message(const json& body) {
   return e.is_object() && e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>() : "";
 }
 
-// What every rank does with one request of the batch: its sequences, from the request as rank 0
-// received it (with its seed), tokenized the same way everywhere.
-struct RequestSequences {
-  TextRequest request;
-  std::vector<std::vector<int32_t>> prompts;
-  std::shared_ptr<const GenerationOptions> options;
-};
-
-RequestSequences prepare(const std::string& kind, const json& body, const LoadedModel& model,
-                         const ServerLimits& limits) {
-  RequestSequences r;
-  r.request = kind == "api"           ? parse_api_request(body, limits)
-              : kind == "completions" ? parse_completions_request(body, limits)
-                                      : parse_openai_completions_request(body, limits);
-  r.prompts = tokenize_prompts(r.request, model.tokenizer(), model.config(), limits);
-  auto options = std::make_shared<GenerationOptions>(r.request.options);
-  options->sampling.eod = model.tokenizer().eod();
-  r.options = options;
-  return r;
-}
-
-// The running batch as every rank holds it; `owner` maps a sequence id to its request's slot and prompt.
-struct Batch {
-  std::unique_ptr<BatchDecoder> decoder;
-  std::map<int64_t, std::pair<int64_t, size_t>> owner;
-};
-
-// A finished sequence: its request's slot, its prompt's index and what it generated.
-struct Done {
-  int64_t slot;
-  size_t prompt;
-  Generation generation;
-};
-
-// Adds the joining requests' sequences (slots numbered by rank 0), then runs one step. Returns the
-// sequences that finished. An Error in the step (the same on every rank) ends every running sequence:
-// `failed` gets their slots, `error` the message, and the batch starts empty.
-std::vector<Done> run_step(Batch& batch, const std::vector<std::pair<int64_t, RequestSequences>>& joining,
-                           std::vector<int64_t>& failed, std::string& error,
-                           const std::function<std::unique_ptr<BatchDecoder>()>& fresh) {
-  std::vector<Done> done;
-  try {
-    for (const auto& [slot, r] : joining)
-      for (size_t i = 0; i < r.prompts.size(); ++i)
-        batch.owner[batch.decoder->add({r.prompts[i], r.options, i})] = {slot, i};
-    for (BatchDecoder::Finished& f : batch.decoder->step()) {
-      auto [slot, prompt] = batch.owner.at(f.id);
-      batch.owner.erase(f.id);
-      done.push_back({slot, prompt, std::move(f.generation)});
-    }
-  } catch (const Error& e) {
-    error = e.what();
-    for (const auto& [id, owner] : batch.owner) failed.push_back(owner.first);
-    for (const auto& [slot, r] : joining) failed.push_back(slot);
-    batch.owner.clear();
-    batch.decoder = fresh();
-  }
-  return done;
-}
-
-// Why `host`:`port` cannot be bound (httplib says only that it failed): binds a probe socket for errno.
-std::string bind_failure(const std::string& host, int port) {
-  addrinfo hints{}, *found = nullptr;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found)
-    return str_cat("cannot listen on ", host, ":", port, ": --host ", host, " is not an address of this machine");
-  int error = 0;
-  const int probe = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
-  int yes = 1;
-  if (probe >= 0 && (::setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes),
-                     ::bind(probe, found->ai_addr, found->ai_addrlen) != 0))
-    error = errno;
-  if (probe >= 0) ::close(probe);
-  ::freeaddrinfo(found);
-  if (error == EADDRINUSE) return str_cat("port ", port, " is in use (--port; 0 picks a free one)");
-  return str_cat("cannot listen on ", host, ":", port, " (--host/--port)", error ? ": " : "",
-                 error ? std::strerror(error) : "");
-}
-
 }  // namespace
-
-struct HttpListener {
-  explicit HttpListener(const HttpGuardOptions& guard)
-      : server(guard, [this](const std::string& line) { log(line); }) {}
-  std::function<void(const std::string&)> log = [](const std::string&) {};  // run_server's log, once it runs
-  GuardedServer server;
-  int port = 0;
-};
-
-void HttpListenerDeleter::operator()(HttpListener* listener) const { delete listener; }
-
-BoundListener bind_listener(const ServerOptions& options) {
-  HttpGuardOptions guard;
-  guard.request_timeout_seconds = options.request_timeout_seconds;
-  guard.max_connections_per_client = options.max_connections_per_client;
-  guard.max_request_bytes = options.max_body_bytes + 64 * 1024;  // the body and its headers
-  BoundListener listener(new HttpListener(guard));
-  GuardedServer& server = listener->server;
-  server.new_task_queue = [n = options.threads] { return new httplib::ThreadPool(n); };
-  // Headers and body leave in separate writes; with Nagle's algorithm the body would wait for the
-  // client's delayed ACK of the headers (up to 40 ms on Linux) on some requests.
-  server.set_tcp_nodelay(true);
-  // Debian's cpp-httplib 0.11 listens with a backlog of 5, so a burst of clients on a busy machine
-  // can be reset before they are accepted; the socket is given a full backlog after binding.
-  int listen_socket = -1;
-  server.set_socket_options([&](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listen_socket = sock;
-  });
-  int port = options.port;
-  const bool bound = port == 0 ? (port = server.bind_to_any_port(options.host)) > 0
-                               : server.bind_to_port(options.host, port);
-  if (!bound) throw Error("tessera serve: " + bind_failure(options.host, options.port));
-  if (listen_socket >= 0) ::listen(listen_socket, SOMAXCONN);
-  listener->port = port;
-  return listener;
-}
 
 int64_t kv_cache_blocks(const BatchingOptions& o, const model::ModelConfig& c) {
   TESSERA_CHECK(o.max_sequences >= 1, "--inference-max-requests=", o.max_sequences, ": must be >= 1");
@@ -228,7 +114,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   auto fresh_decoder = [&] {
     return std::make_unique<BatchDecoder>(model.runner(), pool_blocks, batching.block_size, &model.tokenizer());
   };
-  Batch batch{fresh_decoder(), {}};
+  ServingBatch batch{fresh_decoder(), {}};
   const ServerLimits limits = resolve_limits(options.limits, model.tokenizer(), model.config());
   const model::ModelConfig& config = model.config();
   const ServedModel served{options.served_model_name, static_cast<int64_t>(std::time(nullptr)),
@@ -236,20 +122,27 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
                                ? config.max_position_embeddings
                                : config.seq_length};
 
-  // A step command, from rank 0 to the others: {"stop": true} or {"join": [[slot, kind, body], ...]}.
+  // Every rank renders conversations with the same template (made from the same flags).
+  std::unique_ptr<ChatTemplate> chat_template;
+  if (options.chat_unavailable.empty()) chat_template = std::make_unique<ChatTemplate>(options.chat_template, model.tokenizer());
+  const ChatSetup chat{chat_template.get(), options.chat_unavailable, served.max_model_len};
+
+  // A step command, from rank 0 to the others: {"stop": true} or {"join": [[slot, kind, body], ...],
+  // "cancel": [slot, ...]} (requests whose clients went away: dropped before the step).
   auto joining_of = [&](const json& command) {
     std::vector<std::pair<int64_t, RequestSequences>> joining;
     for (const json& j : command["join"])
-      joining.emplace_back(j[0].get<int64_t>(), prepare(j[1].get<std::string>(), j[2], model, limits));
+      joining.emplace_back(j[0].get<int64_t>(), prepare_request(j[1].get<std::string>(), j[2], model, limits, chat));
     return joining;
   };
   if (group.rank() != 0) {  // follow rank 0's steps until it says stop
     for (;;) {
       const json command = json::parse(broadcast_string(group, ""));
       if (command.value("stop", false)) return;
+      cancel_requests(batch, command.value("cancel", std::vector<int64_t>{}));
       std::vector<int64_t> failed;
       std::string error;
-      run_step(batch, joining_of(command), failed, error, fresh_decoder);
+      run_batch_step(batch, joining_of(command), failed, error, fresh_decoder);
     }
   }
 
@@ -262,11 +155,17 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     int64_t blocks = 0;          // the cache blocks of all its sequences
     std::vector<Generation> generations;
     size_t remaining = 0;
-    std::promise<std::pair<int, json>> answer;
+    std::promise<std::pair<int, json>> answer;  // a whole response's (not streamed)
+    std::shared_ptr<TokenChannel> stream;       // a streamed response's tokens
+    // Answers a request that did not finish: its status and message, in the form it is answered in.
+    void fail(int status, const std::string& message) {
+      if (stream) stream->push({TokenChannel::Event::Kind::Failed, 0, -1, {}, status, message});
+      else answer.set_value({status, {{"error", message}}});
+    }
   };
   std::mutex queue_mutex;
   std::condition_variable queue_changed;
-  std::deque<Job*> queue;
+  std::deque<std::shared_ptr<Job>> queue;
   int64_t queued_sequences = 0;
   bool stopping = false;
   std::mutex log_mutex;
@@ -342,9 +241,16 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     return false;
   };
 
+  auto new_id = [&](const char* prefix) {
+    std::lock_guard<std::mutex> lock(queue_mutex);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(seeds()));
+    return std::string(prefix) + hex;
+  };
   auto handle = [&](const char* kind, const httplib::Request& req, httplib::Response& res,
                     const httplib::ContentReader& reader) {
-    Job job;
+    auto shared_job = std::make_shared<Job>();
+    Job& job = *shared_job;
     job.kind = kind;
     std::string text;
     if (!read_body(req, res, reader, text)) return;
@@ -361,7 +267,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     }
     // Validate and tokenize here, so bad requests are answered at once without taking the model.
     try {
-      job.sequences = prepare(job.kind, job.body, model, limits);
+      job.sequences = prepare_request(job.kind, job.body, model, limits, chat);
     } catch (const RequestError& e) {
       return reply_error(req, res, 400, e.what());
     }
@@ -379,6 +285,8 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     job.generations.resize(r.prompts.size());
     Timer timer;
     std::future<std::pair<int, json>> answer = job.answer.get_future();
+    const TextRequest& t = r.request;
+    if (t.stream) job.stream = std::make_shared<TokenChannel>([&] { queue_changed.notify_all(); });
     {
       std::lock_guard<std::mutex> lock(queue_mutex);
       if (stopping) return reply_error(req, res, 503, "the server is shutting down");
@@ -390,22 +298,27 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
                                              batching.max_waiting, ") to join the running batch of at most ",
                                              max_sequences, " (--inference-max-requests); retry later"));
       queued_sequences += n;
-      queue.push_back(&job);
+      queue.push_back(shared_job);
     }
     queue_changed.notify_all();
+    const bool chat_kind = t.kind == TextRequest::Kind::Chat;
+    if (t.stream) {  // answered as the tokens come, by this thread, from the provider httplib calls next
+      if (!t.no_log)
+        log_line(str_cat("request from ", req.remote_addr, ": ", req.method, " ", req.path, ", ", n, " prompt(s), ",
+                         t.options.sampling.tokens_to_generate, " tokens to generate -> streamed"));
+      auto writer = std::make_shared<EventStreamWriter>(t, r.prompts, model.tokenizer(), served,
+                                                        new_id(chat_kind ? "chatcmpl-" : "cmpl-"), std::time(nullptr));
+      return serve_event_stream(res, job.stream, writer, [] { return GuardedServer::client_gone(); });
+    }
     auto [status, response] = answer.get();
     if (status != 200) return reply_error(req, res, status, response.value("error", ""));
     // The response is built here, not on the decoding thread, which every other request waits for.
-    const TextRequest& t = r.request;
     if (t.kind == TextRequest::Kind::OpenAi) {
-      std::string id;
-      {
-        std::lock_guard<std::mutex> lock(queue_mutex);
-        char hex[17];
-        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(seeds()));
-        id = std::string("cmpl-") + hex;
-      }
-      response = openai_completions_response(job.generations, t, model.tokenizer(), served, id, std::time(nullptr));
+      response = openai_completions_response(job.generations, t, model.tokenizer(), served, new_id("cmpl-"),
+                                             std::time(nullptr));
+    } else if (chat_kind) {
+      response = chat_completion_response(job.generations, t, model.tokenizer(), served, new_id("chatcmpl-"),
+                                          std::time(nullptr));
     } else {
       response = t.kind == TextRequest::Kind::Api ? api_response(job.generations, t, model.tokenizer())
                                                   : completions_response(job.generations, t, model.tokenizer());
@@ -426,6 +339,9 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   });
   server.Post("/v1/completions", [&](const Request& req, Response& res, const ContentReader& reader) {
     handle("v1", req, res, reader);
+  });
+  server.Post("/v1/chat/completions", [&](const Request& req, Response& res, const ContentReader& reader) {
+    handle("chat", req, res, reader);
   });
   // The tokenizer's endpoints need no model step: they are answered on the HTTP thread.
   auto tokenizer_endpoint = [&](const Request& req, Response& res, const ContentReader& reader,
@@ -470,7 +386,8 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   log << " > serving " << model.config().num_layers << "-layer model on http://" << options.host << ":" << port
       << " (" << kEndpoints << "); up to " << max_sequences << " sequences at once, "
       << pool_blocks << " key/value blocks of " << batching.block_size << " positions; prompts of at most "
-      << limits.max_prompt_tokens << " tokens and " << limits.max_prompt_bytes << " bytes" << std::endl;
+      << limits.max_prompt_tokens << " tokens and " << limits.max_prompt_bytes << " bytes; chat template "
+      << (chat_template ? options.chat_template_note : "none: " + options.chat_unavailable) << std::endl;
   std::atomic<bool> listener_done{false};
   std::thread http_thread([&] {
     server.listen_after_bind();
@@ -479,16 +396,25 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   });
 
   // The running requests by slot; a request is answered when its last sequence finishes.
-  std::map<int64_t, Job*> running;
+  std::map<int64_t, std::shared_ptr<Job>> running;
   int64_t next_slot = 0;
   int64_t steps = 0, most_sequences = 0, sequence_steps = 0;  // for the closing line
   auto answer = [&](int64_t slot, int status, json response) {
-    running.at(slot)->answer.set_value({status, std::move(response)});
+    Job& job = *running.at(slot);
+    if (status != 200) job.fail(status, response.value("error", ""));
+    else if (!job.stream) job.answer.set_value({status, std::move(response)});
     running.erase(slot);
+  };
+  // The tokens of streamed requests, as each step samples them.
+  auto on_token = [&](int64_t slot, size_t prompt, int32_t token) {
+    const auto found = running.find(slot);
+    if (found != running.end() && found->second->stream)
+      found->second->stream->push({TokenChannel::Event::Kind::Token, prompt, token, {}, 0, ""});
   };
   for (;;) {
     json command = {{"join", json::array()}};
     std::vector<std::pair<int64_t, RequestSequences>> joining;
+    std::vector<int64_t> cancelled;
     {
       std::unique_lock<std::mutex> lock(queue_mutex);
       if (running.empty())
@@ -496,11 +422,30 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
           return !queue.empty() || g_stop_requested.load() || listener_done.load();
         });
       if (g_stop_requested.load() || listener_done.load()) stopping = true;
+      // Streamed requests whose clients went away: dropped from the queue, or from the batch before this
+      // step (on every rank), which frees their cache blocks for the requests below.
+      auto gone = [](const Job& job) { return job.stream && job.stream->cancelled(); };
+      std::erase_if(queue, [&](const std::shared_ptr<Job>& job) {
+        const bool drop = gone(*job);  // once: the client may leave meanwhile
+        if (drop) queued_sequences -= static_cast<int64_t>(job->sequences.prompts.size());
+        return drop;
+      });
+      std::erase_if(running, [&](const auto& entry) {
+        const bool drop = gone(*entry.second);
+        if (drop) cancelled.push_back(entry.first);
+        return drop;
+      });
+      if (!cancelled.empty()) {
+        const int64_t dropped = cancel_requests(batch, cancelled);
+        command["cancel"] = cancelled;
+        log_line(str_cat("client of a streamed request went away: dropped its ", dropped, " sequence(s); ",
+                         batch.decoder->cache().free_blocks(), " of ", pool_blocks, " key/value blocks free"));
+      }
       // Waiting requests join in order while their sequences and cache blocks fit (one larger than
       // --inference-max-requests runs alone).
       int64_t sequences = batch.decoder->active(), free_blocks = batch.decoder->cache().free_blocks();
       while (!stopping && !queue.empty()) {
-        Job* job = queue.front();
+        std::shared_ptr<Job> job = queue.front();
         const int64_t n = static_cast<int64_t>(job->sequences.prompts.size());
         if ((sequences > 0 && sequences + n > max_sequences) || job->blocks > free_blocks) break;
         queue.pop_front();
@@ -513,18 +458,23 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
         joining.emplace_back(slot, job->sequences);
       }
     }
-    if (stopping && running.empty()) break;
-    if (running.empty()) continue;
+    if (stopping && running.empty() && cancelled.empty()) break;
+    if (running.empty() && cancelled.empty()) continue;
     if (group.size() > 1) broadcast_string(group, command.dump());
     int64_t stepping = batch.decoder->active();
     for (const auto& [slot, r] : joining) stepping += static_cast<int64_t>(r.prompts.size());
-    ++steps;
+    if (stepping > 0) ++steps;  // not a step that only dropped cancelled sequences
     sequence_steps += stepping;
     most_sequences = std::max(most_sequences, stepping);
     std::vector<int64_t> failed;
     std::string error;
-    for (Done& d : run_step(batch, joining, failed, error, fresh_decoder)) {
-      Job* job = running.at(d.slot);
+    // Tokens are handed out one by one only while some request streams (a lookup per token otherwise).
+    const bool streaming = std::any_of(running.begin(), running.end(), [](const auto& r) { return r.second->stream; });
+    std::function<void(int64_t, size_t, int32_t)> tokens;
+    if (streaming) tokens = on_token;
+    for (FinishedSequence& d : run_batch_step(batch, joining, failed, error, fresh_decoder, tokens)) {
+      Job* job = running.at(d.slot).get();
+      if (job->stream) job->stream->push({TokenChannel::Event::Kind::Finished, d.prompt, -1, d.generation, 0, ""});
       job->generations[d.prompt] = std::move(d.generation);
       if (--job->remaining > 0) continue;
       answer(d.slot, 200, nullptr);  // the HTTP thread builds the response
@@ -537,7 +487,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   while (!listener_done.load()) {
     {
       std::lock_guard<std::mutex> lock(queue_mutex);
-      for (Job* job : queue) job->answer.set_value({503, {{"error", "the server is shutting down"}}});
+      for (const std::shared_ptr<Job>& job : queue) job->fail(503, "the server is shutting down");
       queue.clear();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -1,7 +1,8 @@
 // `tessera serve`: Megatron-LM's text generation server over cpp-httplib. World rank 0 answers HTTP:
 // Megatron's endpoints (PUT /api, POST /completions, GET /health), OpenAI's (POST /v1/completions, GET
 // /v1/models) and the tokenizer's that clients probe (POST /tokenize, POST /detokenize, GET
-// /tokenizer_info). Requests are decoded together by continuous batching (infer/batch_decoder.h): between two decoding steps, rank 0 lets the waiting requests that fit join
+// /tokenizer_info), and OpenAI's chat (POST /v1/chat/completions, through a chat template). /v1/ routes
+// stream server-sent events when asked (infer/event_stream.h). Requests are decoded together by continuous batching (infer/batch_decoder.h): between two decoding steps, rank 0 lets the waiting requests that fit join
 // the running batch and tells the other ranks of the model which; every rank then runs the same step, so
 // ranks never disagree on the order of their collectives. A request is answered as soon as its last
 // sequence finishes; its tokens are those it would get alone.
@@ -11,6 +12,7 @@
 #include <ostream>
 #include <string>
 
+#include "infer/chat_template.h"
 #include "infer/loaded_model.h"
 #include "infer/text_generation_api.h"
 
@@ -40,6 +42,12 @@ struct ServerOptions {
   int request_timeout_seconds = 10;    // --request-timeout: a request's line, headers and body arrive within it
   int max_connections_per_client = 16;  // --max-connections-per-client: more from one address get 503
   std::string served_model_name = "tessera";  // --served-model-name: "model" in OpenAI's responses
+  // --chat-template: how /v1/chat/completions renders a conversation (resolve_chat_template), and the
+  // start-up line's words on it. When chat_unavailable is set there is none: chat requests get HTTP 400
+  // with it (the model's own template is not one tessera renders, and no --chat-template was given).
+  ChatTemplateKind chat_template = ChatTemplateKind::Plain;
+  std::string chat_template_note = "plain";
+  std::string chat_unavailable;
 };
 
 // rank 0's HTTP listener, bound to its port before the model loads (so that a port in use is said at

@@ -1,0 +1,78 @@
+#include "infer/server_batch.h"
+
+#include "infer/openai_chat.h"
+
+namespace tessera::infer {
+
+RequestSequences prepare_request(const std::string& kind, const nlohmann::json& body, const LoadedModel& model,
+                                 const ServerLimits& limits, const ChatSetup& chat) {
+  RequestSequences r;
+  if (kind == "chat") {
+    if (!chat.chat) reject_request(chat.unavailable);
+    ChatRequest c = parse_chat_request(body, limits);
+    apply_chat_template(c, *chat.chat, limits, chat.max_model_len);
+    r.request = std::move(c.text);
+  } else {
+    r.request = kind == "api"           ? parse_api_request(body, limits)
+                : kind == "completions" ? parse_completions_request(body, limits)
+                                        : parse_openai_completions_request(body, limits);
+  }
+  try {
+    r.prompts = tokenize_prompts(r.request, model.tokenizer(), model.config(), limits);
+  } catch (const RequestError& e) {  // a chat's prompt is its messages: the error names them
+    const std::string what = e.what();
+    if (kind != "chat") throw;
+    reject_request("messages: the conversation's " + (what.rfind("prompt: ", 0) == 0 ? what.substr(8) : what));
+  }
+  auto options = std::make_shared<GenerationOptions>(r.request.options);
+  options->sampling.eod = model.tokenizer().eod();
+  r.options = options;
+  return r;
+}
+
+int64_t cancel_requests(ServingBatch& batch, const std::vector<int64_t>& slots) {
+  int64_t dropped = 0;
+  for (int64_t slot : slots)
+    for (auto it = batch.owner.begin(); it != batch.owner.end();) {
+      if (it->second.first != slot) {
+        ++it;
+        continue;
+      }
+      dropped += batch.decoder->cancel(it->first) ? 1 : 0;
+      it = batch.owner.erase(it);
+    }
+  return dropped;
+}
+
+std::vector<FinishedSequence> run_batch_step(ServingBatch& batch,
+                                             const std::vector<std::pair<int64_t, RequestSequences>>& joining,
+                                             std::vector<int64_t>& failed, std::string& error,
+                                             const std::function<std::unique_ptr<BatchDecoder>()>& fresh,
+                                             const std::function<void(int64_t, size_t, int32_t)>& on_token) {
+  std::vector<FinishedSequence> done;
+  try {
+    for (const auto& [slot, r] : joining)
+      for (size_t i = 0; i < r.prompts.size(); ++i)
+        batch.owner[batch.decoder->add({r.prompts[i], r.options, i})] = {slot, i};
+    auto token = [&](int64_t id, int32_t t) {
+      const auto& [slot, prompt] = batch.owner.at(id);
+      on_token(slot, prompt, t);
+    };
+    std::function<void(int64_t, int32_t)> each_token;
+    if (on_token) each_token = token;
+    for (BatchDecoder::Finished& f : batch.decoder->step(each_token)) {
+      auto [slot, prompt] = batch.owner.at(f.id);
+      batch.owner.erase(f.id);
+      done.push_back({slot, prompt, std::move(f.generation)});
+    }
+  } catch (const Error& e) {
+    error = e.what();
+    for (const auto& [id, owner] : batch.owner) failed.push_back(owner.first);
+    for (const auto& [slot, r] : joining) failed.push_back(slot);
+    batch.owner.clear();
+    batch.decoder = fresh();
+  }
+  return done;
+}
+
+}  // namespace tessera::infer
