@@ -294,6 +294,9 @@ int convert_command(const std::vector<std::string>& args) {
   if (f.loader == "megatron") {
     TESSERA_CHECK(f.saver == "tessera", "--loader megatron --saver ", f.saver, ": Megatron checkpoints convert to "
                   "tessera; convert that to ", f.saver, " with a second tessera convert");
+    TESSERA_CHECK(f.target_tp == 1 && f.target_pp == 1 && f.megatron_names == "mcore",
+                  "--target-tensor-parallel-size, --target-pipeline-parallel-size and --megatron-names apply to "
+                  "--saver megatron only (a Tessera checkpoint is resharded by train --load)");
     check_save_dir(target, f.load_dir, f.overwrite);
     convert_megatron(args, f, target);
     std::cout << "converted " << f.load_dir << " (megatron) to " << f.save_dir << " (tessera)" << std::endl;

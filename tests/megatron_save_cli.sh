@@ -102,6 +102,9 @@ expect_failure "num_query_groups (2) is not divisible by --target-tensor-paralle
 expect_failure "apply to --saver megatron only" \
   "$tessera" convert --loader tessera --saver hf --load-dir "$work/gpt2/ckpt" --save-dir "$work/x3" \
   --target-tensor-parallel-size 2
+expect_failure "apply to --saver megatron only" \
+  "$tessera" convert --loader megatron --load-dir "$work/gpt2_tp2pp2" --save-dir "$work/x4" \
+  --target-pipeline-parallel-size 2
 [ ! -e "$work/x1" ] && [ ! -e "$work/x2" ]
 check "a refused conversion leaves no --save-dir" $?
 
