@@ -114,7 +114,7 @@ struct SaveLayout {
 // The Namespace of Megatron arguments that describe this model at this layout: those Megatron's
 // load_args_from_checkpoint and check_checkpoint_args read, and its converters' loaders (and
 // megatron_args.cc) need.
-PickleOut megatron_args(const model::ModelConfig& c, const nlohmann::json& saved, const TrainingState& state,
+PickleOut megatron_args_namespace(const model::ModelConfig& c, const nlohmann::json& saved, const TrainingState& state,
                         const SaveLayout& l, int64_t divisible_by) {
   auto I = PickleOut::int_of;
   auto B = PickleOut::boolean_of;
@@ -257,7 +257,7 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
     });
 
   const std::string iteration = iteration_dir_name(state.iteration);
-  const PickleOut args = megatron_args(c, state.args, state, l, divisible_by);
+  const PickleOut args = megatron_args_namespace(c, state.args, state, l, divisible_by);
   for (int64_t p = 0; p < l.pp; ++p) {
     for (int64_t t = 0; t < l.tp; ++t) {
       TorchSaveWriter writer;
