@@ -3,6 +3,8 @@
 //   tessera convert --loader tessera --saver hf --load-dir CKPT --save-dir HF [--max-shard-size 5GB]
 //   tessera convert --loader hf --saver tessera --load-dir HF --save-dir CKPT
 //   tessera convert --loader megatron --load-dir MEGATRON_CKPT --save-dir CKPT [--ckpt-step N] [model flags]
+//   tessera convert --loader tessera --saver megatron --load-dir CKPT --save-dir MEGATRON_CKPT
+//       [--target-tensor-parallel-size T --target-pipeline-parallel-size P --megatron-names mcore|legacy]
 // and the hidden `tessera debug-forward`, which writes a checkpoint's logits and loss gradients on
 // given tokens for the parity tests against the PyTorch references (tests/hf_parity.sh, for Mixtral
 // tests/hf_mixtral_parity.sh, for BERT tests/hf_bert_parity.sh).
@@ -19,6 +21,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_convert.h"
 #include "ckpt/megatron_legacy.h"
+#include "ckpt/megatron_saver.h"
 #include "ckpt/safetensors.h"
 #include "data/tokenizer_factory.h"
 #include "model/bert_model.h"
@@ -187,14 +190,18 @@ struct ConvertFlags {
   std::string loader, saver, load_dir, save_dir, max_shard = "5GB";
   bool overwrite = false;
   int64_t ckpt_step = -1;
+  // --saver megatron: the layout written (Megatron's tools/checkpoint flag names) and the key names.
+  int64_t target_tp = 1, target_pp = 1;
+  std::string megatron_names = "mcore";
 };
 
 CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArguments& model) {
   app.option_defaults()->always_capture_default();
   app.add_option("--loader", f.loader, "Format read: tessera, hf or megatron (Megatron-LM's legacy torch checkpoints)")
       ->required()->check(CLI::IsMember({"tessera", "hf", "megatron"}));
-  app.add_option("--saver", f.saver, "Format written: hf or tessera (--loader megatron: tessera, the default)")
-      ->check(CLI::IsMember({"tessera", "hf"}));
+  app.add_option("--saver", f.saver, "Format written: hf, megatron (Megatron-LM's legacy torch checkpoint, GPT) or "
+                 "tessera (--loader megatron: tessera, the default)")
+      ->check(CLI::IsMember({"tessera", "hf", "megatron"}));
   app.add_option("--load-dir", f.load_dir, "Checkpoint (its latest iteration) or Hugging Face directory to read")->required();
   app.add_option("--save-dir", f.save_dir, "Directory to write")->required();
   app.add_option("--max-shard-size", f.max_shard, "Largest safetensors file written for hf (e.g. 5GB, 500MB)");
@@ -203,6 +210,14 @@ CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArgument
                  "--loader megatron: the iteration to read (default: latest_checkpointed_iteration.txt's)")
       ->check(CLI::NonNegativeNumber)
       ->default_str("latest");
+  app.add_option("--target-tensor-parallel-size", f.target_tp, "--saver megatron: the tensor-parallel size written")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--target-pipeline-parallel-size", f.target_pp,
+                 "--saver megatron: the pipeline-parallel size written (layers split evenly)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--megatron-names", f.megatron_names,
+                 "--saver megatron: mcore (Megatron-Core's local-spec keys) or legacy (language_model.*)")
+      ->check(CLI::IsMember({"mcore", "legacy"}));
   CLI::App* group = app.add_option_group(
       "model", "--loader megatron: model flags of tessera train, which override the checkpoint's saved args");
   group->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -265,7 +280,7 @@ int convert_command(const std::vector<std::string>& args) {
   train::TrainArguments model;
   CLI::App app{"tessera convert: Tessera checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM, "
                "MixtralForCausalLM, BertForPreTraining, MegatronBertForPreTraining, and their ForMaskedLM), and "
-               "Megatron-LM's legacy torch checkpoints (GPT) to Tessera",
+               "Megatron-LM's legacy torch checkpoints (GPT) to and from Tessera",
                "tessera convert"};
   CLI::App* group = add_convert_flags(app, f, model);
   if (!parse_command_line(app, args, "convert")) return 0;
@@ -279,6 +294,9 @@ int convert_command(const std::vector<std::string>& args) {
   if (f.loader == "megatron") {
     TESSERA_CHECK(f.saver == "tessera", "--loader megatron --saver ", f.saver, ": Megatron checkpoints convert to "
                   "tessera; convert that to ", f.saver, " with a second tessera convert");
+    TESSERA_CHECK(f.target_tp == 1 && f.target_pp == 1 && f.megatron_names == "mcore",
+                  "--target-tensor-parallel-size, --target-pipeline-parallel-size and --megatron-names apply to "
+                  "--saver megatron only (a Tessera checkpoint is resharded by train --load)");
     check_save_dir(target, f.load_dir, f.overwrite);
     convert_megatron(args, f, target);
     std::cout << "converted " << f.load_dir << " (megatron) to " << f.save_dir << " (tessera)" << std::endl;
@@ -288,13 +306,24 @@ int convert_command(const std::vector<std::string>& args) {
   TESSERA_CHECK(given.empty(), given, ": model flags apply to --loader megatron only (a Tessera or Hugging Face "
                 "checkpoint records its model)");
   TESSERA_CHECK(f.ckpt_step < 0, "--ckpt-step: applies to --loader megatron only");
+  const bool to_megatron = f.saver == "megatron";
+  TESSERA_CHECK(to_megatron || (f.target_tp == 1 && f.target_pp == 1 && f.megatron_names == "mcore"),
+                "--target-tensor-parallel-size, --target-pipeline-parallel-size and --megatron-names apply to "
+                "--saver megatron only");
+  TESSERA_CHECK(!to_megatron || f.loader == "tessera", "--saver megatron: converts from --loader tessera (convert ",
+                f.loader, " to tessera first)");
   const int64_t shard_bytes = parse_size(f.max_shard);
   check_save_dir(target, f.load_dir, f.overwrite);
   convert_into(target, [&](const std::string& out) {
-    if (f.saver == "hf")
+    if (f.saver == "hf") {
       ckpt::export_hugging_face(f.load_dir, out, shard_bytes);
-    else
+    } else if (to_megatron) {
+      const ckpt::MegatronSaveOptions options{f.target_tp, f.target_pp, f.megatron_names == "legacy"};
+      for (const std::string& n : ckpt::export_megatron_legacy(f.load_dir, out, options))
+        std::cerr << " > note: " << n << std::endl;
+    } else {
       ckpt::import_hugging_face(f.load_dir, out);
+    }
   });
   std::cout << "converted " << f.load_dir << " (" << f.loader << ") to " << f.save_dir << " (" << f.saver << ")" << std::endl;
   return 0;

@@ -32,7 +32,11 @@ nlohmann::json arguments_json(const TrainArguments& a) {
           {"global_batch_size", a.global_batch_size},
           {"train_iters", a.train_iters},
           {"lr", a.lr},
-          {"seed", a.seed}};
+          {"seed", a.seed},
+          // For `tessera convert --saver megatron`: Megatron's vocabulary padding and stored weight type.
+          {"make_vocab_size_divisible_by", a.make_vocab_size_divisible_by},
+          {"bf16", a.bf16},
+          {"fp16", a.fp16}};
 }
 
 // An Ouroboros checkpoint is the delayed rule's state of the layout that saved it (on P ranks it has no

@@ -1,0 +1,294 @@
+#include "ckpt/megatron_saver.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <tuple>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/hf_layout.h"
+#include "ckpt/megatron_names.h"
+#include "ckpt/torch_save.h"
+#include "core/file_io.h"
+#include "model/model_factory.h"
+
+namespace tessera::ckpt {
+namespace fs = std::filesystem;
+namespace {
+
+using PickleKind = PickleOut::Kind;  // (torch_file.cc has a PK of its own: one unity batch)
+
+// Rank `rank` of `ranks`'s shard of a whole tensor split as `split` (megatron_names.h), the inverse of
+// megatron_legacy.cc's merge.
+Tensor megatron_shard(const Tensor& whole, MegatronSplit split, int64_t rank, int64_t ranks) {
+  switch (split) {
+    case MegatronSplit::Replicated:
+      return whole;
+    case MegatronSplit::Rows: {
+      const int64_t n = whole.shape()[0] / ranks;
+      return hf_layout::rows(whole, rank * n, n);
+    }
+    case MegatronSplit::GatedRows: {  // whole is [gate; up]: rank r holds [gate_r; up_r]
+      const int64_t half = whole.shape()[0] / 2, n = half / ranks;
+      return hf_layout::concat_rows({hf_layout::rows(whole, rank * n, n), hf_layout::rows(whole, half + rank * n, n)});
+    }
+    case MegatronSplit::Columns: {
+      const int64_t rows = whole.shape()[0], cols = whole.shape()[1] / ranks;
+      Tensor out = Tensor::empty({rows, cols});
+      for (int64_t i = 0; i < rows; ++i)
+        std::copy(whole.host_f32() + i * whole.shape()[1] + rank * cols,
+                  whole.host_f32() + i * whole.shape()[1] + (rank + 1) * cols, out.host_f32() + i * cols);
+      return out;
+    }
+  }
+  return whole;
+}
+
+// The word embeddings (or output layer) with `rows` rows: Tessera's padding cut or extended with zeros.
+Tensor repad_vocabulary(const Tensor& t, int64_t rows) {
+  if (t.shape()[0] == rows) return t;
+  Tensor out = Tensor::zeros({rows, t.shape()[1]});
+  const int64_t keep = std::min(rows, t.shape()[0]) * t.shape()[1];
+  std::copy(t.host_f32(), t.host_f32() + keep, out.host_f32());
+  return out;
+}
+
+// The legacy model's state-dict path of a Megatron-Core name (the inverse of megatron_key): nested
+// dicts language_model -> embedding / encoder / output_layer, the encoder's keys flat.
+std::vector<std::string> legacy_path(const std::string& name, bool tied_copy) {
+  if (tied_copy) return {"word_embeddings_for_head", "weight"};
+  if (name == "embedding.word_embeddings.weight") return {"language_model", "embedding", "word_embeddings", "weight"};
+  if (name == "embedding.position_embeddings.weight")
+    return {"language_model", "embedding", "position_embeddings", "weight"};
+  if (name == "output_layer.weight") return {"language_model", "output_layer", "weight"};
+  const std::string final_norm = "decoder.final_layernorm.";
+  if (name.rfind(final_norm, 0) == 0) return {"language_model", "encoder", "final_norm." + name.substr(final_norm.size())};
+  const MegatronKey k = megatron_key(name);
+  static const std::pair<std::string, std::string> renames[] = {
+      {"input_layernorm.", "input_norm."},
+      {"self_attention.linear_qkv.", "self_attention.query_key_value."},
+      {"self_attention.linear_proj.", "self_attention.dense."},
+      {"pre_mlp_layernorm.", "post_attention_norm."},
+      {"mlp.linear_fc1.", "mlp.dense_h_to_4h."},
+      {"mlp.linear_fc2.", "mlp.dense_4h_to_h."},
+  };
+  std::string rest = k.rest;
+  for (const auto& [from, to] : renames)
+    if (rest.rfind(from, 0) == 0) rest = to + rest.substr(from.size());
+  return {"language_model", "encoder", str_cat("layers.", k.layer, ".", rest)};
+}
+
+// Puts `value` at `path` in nested state dicts (created as needed; Megatron's are OrderedDicts).
+void put_nested(PickleOut& dict, const std::vector<std::string>& path, size_t at, PickleOut value) {
+  if (at + 1 == path.size()) {
+    dict.set(path[at], std::move(value));
+    return;
+  }
+  for (auto& [key, child] : dict.entries)
+    if (key == path[at]) return put_nested(child, path, at + 1, std::move(value));
+  dict.set(path[at], PickleOut::dict(PickleKind::OrderedDict));
+  put_nested(dict.entries.back().second, path, at + 1, std::move(value));
+}
+
+// Where a tensor comes in Megatron's state dict, which follows the modules' order: the embedding, each
+// layer's input norm, attention (QKV, projection), pre-MLP norm and MLP (fc1, fc2), the final norm, the
+// output layer (Tessera declares a layer's norms first). Only for files that read as Megatron's do.
+std::tuple<int, int64_t, int> megatron_order(const std::string& name) {
+  if (name.rfind("embedding.", 0) == 0) return {0, 0, name.find("word_embeddings") != std::string::npos ? 0 : 1};
+  if (name.rfind("decoder.final_layernorm.", 0) == 0) return {2, 0, 0};
+  if (name == "output_layer.weight") return {3, 0, 0};
+  const MegatronKey k = megatron_key(name);
+  static const char* const parts[] = {"input_layernorm.", "self_attention.linear_qkv.", "self_attention.linear_proj.",
+                                      "pre_mlp_layernorm.", "mlp.linear_fc1.", "mlp.linear_fc2."};
+  int part = 6;
+  for (int i = 0; i < 6; ++i)
+    if (k.rest.rfind(parts[i], 0) == 0) part = i;
+  return {1, k.layer, part};
+}
+
+struct SaveLayout {
+  int64_t tp = 1, pp = 1, layers_per_stage = 0, padded_vocab = 0;
+  DType stored = DType::F32;
+};
+
+// The Namespace of Megatron arguments that describe this model at this layout: those Megatron's
+// load_args_from_checkpoint and check_checkpoint_args read, and its converters' loaders (and
+// megatron_args.cc) need.
+PickleOut megatron_args_namespace(const model::ModelConfig& c, const nlohmann::json& saved, const TrainingState& state,
+                        const SaveLayout& l, int64_t divisible_by) {
+  auto I = PickleOut::int_of;
+  auto B = PickleOut::boolean_of;
+  auto F = PickleOut::float_of;
+  auto S = PickleOut::str;
+  const std::string tokenizer = saved.value("tokenizer_type", std::string());
+  const bool rope = c.position_embedding == model::PositionEmbedding::Rope;
+  const bool gqa = c.num_query_groups != c.num_attention_heads;
+  auto path_or_none = [&](const char* key) {
+    const std::string p = saved.value(key, std::string());
+    return p.empty() ? PickleOut::none() : S(p);
+  };
+  PickleOut a = PickleOut::dict(PickleKind::Namespace);
+  a.set("num_layers", I(c.num_layers))
+      .set("hidden_size", I(c.hidden_size))
+      .set("ffn_hidden_size", I(c.ffn_hidden_size))
+      .set("num_attention_heads", I(c.num_attention_heads))
+      .set("kv_channels", I(c.kv_channels))
+      .set("group_query_attention", B(gqa))
+      .set("num_query_groups", gqa ? I(c.num_query_groups) : PickleOut::none())
+      .set("seq_length", I(c.seq_length))
+      .set("max_position_embeddings", I(c.max_position_embeddings))
+      .set("position_embedding_type", S(rope ? "rope" : "learned_absolute"))
+      .set("add_position_embedding", B(!rope))
+      .set("use_rotary_position_embeddings", B(rope))
+      .set("rotary_base", I(static_cast<int64_t>(c.rotary_base)))
+      .set("rotary_percent", F(c.rotary_percent))
+      .set("rotary_interleaved", B(false))
+      .set("normalization", S(c.normalization == model::Normalization::RMSNorm ? "RMSNorm" : "LayerNorm"))
+      .set("norm_epsilon", F(static_cast<double>(model::json_float(c.norm_epsilon))))
+      .set("apply_layernorm_1p", B(false))
+      .set("swiglu", B(c.swiglu))
+      .set("squared_relu", B(false))
+      // Tessera's GELU is the tanh form, Megatron's --openai-gelu.
+      .set("openai_gelu", B(!c.swiglu))
+      .set("add_bias_linear", B(c.add_bias_linear))
+      .set("add_qkv_bias", B(c.add_bias_linear))
+      .set("untie_embeddings_and_output_weights", B(c.untie_embeddings_and_output_weights))
+      .set("apply_residual_connection_post_layernorm", B(c.apply_residual_connection_post_layernorm))
+      .set("apply_query_key_layer_scaling", B(false))
+      .set("hidden_dropout", F(model::json_float(c.hidden_dropout)))
+      .set("attention_dropout", F(model::json_float(c.attention_dropout)))
+      .set("init_method_std", F(model::json_float(c.init_method_std)))
+      .set("num_experts", PickleOut::none())
+      .set("tokenizer_type", tokenizer.empty() ? PickleOut::none() : S(tokenizer))
+      .set("vocab_file", path_or_none("vocab_file"))
+      .set("merge_file", path_or_none("merge_file"))
+      .set("tokenizer_model", path_or_none("tokenizer_model"))
+      // NullTokenizer's --vocab-size: its ids run to that value (the end of document), one more token.
+      .set("vocab_size", tokenizer == "NullTokenizer" ? I(c.vocab_size - 1) : PickleOut::none())
+      .set("make_vocab_size_divisible_by", I(divisible_by))
+      .set("padded_vocab_size", I(l.padded_vocab))
+      .set("tensor_model_parallel_size", I(l.tp))
+      .set("pipeline_model_parallel_size", I(l.pp))
+      .set("virtual_pipeline_model_parallel_size", PickleOut::none())
+      .set("num_layers_per_virtual_pipeline_stage", PickleOut::none())
+      .set("data_parallel_size", I(1))
+      .set("fp16", B(l.stored == DType::F16))
+      .set("bf16", B(l.stored == DType::BF16))
+      .set("params_dtype", torch_dtype_value(l.stored))
+      .set("iteration", I(state.iteration))
+      .set("consumed_train_samples", I(state.consumed_train_samples))
+      .set("skipped_train_samples", I(std::max<int64_t>(0, state.skipped_train_samples)))
+      .set("consumed_valid_samples", I(0))
+      .set("seed", I(static_cast<int64_t>(state.seed)))
+      .set("ckpt_format", S("torch"))
+      .set("use_mcore_models", B(true));
+  return a;
+}
+
+}  // namespace
+
+std::vector<std::string> export_megatron_legacy(const std::string& load_dir, const std::string& save_dir,
+                                                const MegatronSaveOptions& o) {
+  TrainingState state;
+  std::vector<std::pair<std::string, Tensor>> full = load_full_model(load_dir, &state);
+  TESSERA_CHECK(state.args.contains("model"), "convert: checkpoint ", load_dir, " records no model configuration");
+  const model::ModelConfig c = model::config_from_json(state.args["model"]);
+  TESSERA_CHECK(c.family == "gpt", "convert --saver megatron: ", load_dir, " holds a ", c.family,
+                " model; only GPT models are written as Megatron checkpoints yet");
+  TESSERA_CHECK(c.moe.layer_experts.empty(), "convert --saver megatron: ", load_dir,
+                " holds a mixture-of-experts model; only dense GPT models are written as Megatron checkpoints yet");
+  SaveLayout l;
+  l.tp = o.tensor_parallel;
+  l.pp = o.pipeline_parallel;
+  TESSERA_CHECK(l.tp >= 1 && l.pp >= 1, "convert --saver megatron: the target sizes must be positive");
+  auto divides = [&](int64_t n, const char* what, int64_t by, const char* flag) {
+    TESSERA_CHECK(n % by == 0, "convert --saver megatron: ", what, " (", n, ") is not divisible by ", flag, " ", by);
+  };
+  divides(c.num_attention_heads, "num_attention_heads", l.tp, "--target-tensor-parallel-size");
+  divides(c.num_query_groups, "num_query_groups", l.tp, "--target-tensor-parallel-size");
+  divides(c.ffn_hidden_size, "ffn_hidden_size", l.tp, "--target-tensor-parallel-size");
+  divides(c.num_layers, "num_layers", l.pp, "--target-pipeline-parallel-size");
+  l.layers_per_stage = c.num_layers / l.pp;
+  // Megatron pads the tokenizer's vocabulary to a multiple of --make-vocab-size-divisible-by x tp.
+  const int64_t divisible_by = state.args.value("make_vocab_size_divisible_by", int64_t{128});
+  l.padded_vocab = model::padded_vocab_size(c.vocab_size, divisible_by, l.tp);
+  l.stored = state.args.value("bf16", false) ? DType::BF16 : state.args.value("fp16", false) ? DType::F16 : DType::F32;
+
+  // The tensors in the model's declaration order (embedding, layers, final norm, output layer).
+  std::map<std::string, Tensor> by_name(full.begin(), full.end());
+  full.clear();
+  model::ParameterSet declared;
+  model::build_model_chunk(c, declared);
+  struct Placed {
+    std::string name;  // Megatron-Core's, with the stage's local layer index
+    Tensor whole;
+    MegatronSplit split;
+    bool tied_copy = false;
+  };
+  std::vector<std::vector<Placed>> stages(static_cast<size_t>(l.pp));
+  Placed tied_copy;
+  for (const model::Parameter& p : declared.params()) {
+    const std::string& name = p.spec.name;
+    const auto it = by_name.find(name);
+    TESSERA_CHECK(it != by_name.end(), "convert: checkpoint ", load_dir, " has no ", name, ", which its model has");
+    Tensor t = it->second;
+    TESSERA_CHECK(t.dtype() == DType::F32, "convert: ", name, " is ", dtype_name(t.dtype()), ", not fp32");
+    const bool vocabulary = name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
+    if (vocabulary) t = repad_vocabulary(t, l.padded_vocab);
+    const MegatronSplit split = megatron_split(name, c.swiglu);
+    const MegatronKey k = megatron_key(name);
+    if (k.layer >= 0) {
+      const int64_t stage = k.layer / l.layers_per_stage;
+      stages[stage].push_back({str_cat("decoder.layers.", k.layer % l.layers_per_stage, ".", k.rest), t, split});
+    } else if (name.rfind("embedding.", 0) == 0) {
+      stages[0].push_back({name, t, split});
+    } else {
+      stages[l.pp - 1].push_back({name, t, split});
+    }
+    // A tied model's last stage (when it is not the first) computes the logits with its own copy of the
+    // word embeddings: Megatron-Core's output_layer.weight, the legacy model's word_embeddings_for_head.
+    if (name == "embedding.word_embeddings.weight" && !c.untie_embeddings_and_output_weights && l.pp > 1)
+      tied_copy = {"output_layer.weight", t, split, /*tied_copy=*/true};
+  }
+  if (tied_copy.whole.defined()) stages[l.pp - 1].push_back(tied_copy);  // last, where the output layer is
+  for (std::vector<Placed>& stage : stages)  // stable: a weight stays before its bias
+    std::stable_sort(stage.begin(), stage.end(), [](const Placed& a, const Placed& b) {
+      return megatron_order(a.name) < megatron_order(b.name);
+    });
+
+  const std::string iteration = iteration_dir_name(state.iteration);
+  const PickleOut args = megatron_args_namespace(c, state.args, state, l, divisible_by);
+  for (int64_t p = 0; p < l.pp; ++p) {
+    for (int64_t t = 0; t < l.tp; ++t) {
+      TorchSaveWriter writer;
+      PickleOut model = PickleOut::dict(PickleKind::OrderedDict);
+      for (const Placed& x : stages[p]) {
+        PickleOut tensor = writer.tensor(megatron_shard(x.whole, x.split, t, l.tp), l.stored);
+        if (o.legacy_names) put_nested(model, legacy_path(x.name, x.tied_copy), 0, std::move(tensor));
+        else model.set(x.name, std::move(tensor));
+      }
+      PickleOut root = PickleOut::dict();
+      root.set("args", args)
+          .set("checkpoint_version", PickleOut::float_of(3.0))
+          .set("iteration", PickleOut::int_of(state.iteration))
+          .set("model", std::move(model));
+      char rank[64];
+      if (l.pp == 1) std::snprintf(rank, sizeof rank, "mp_rank_%02lld", static_cast<long long>(t));
+      else std::snprintf(rank, sizeof rank, "mp_rank_%02lld_%03lld", static_cast<long long>(t), static_cast<long long>(p));
+      const fs::path dir = fs::path(save_dir) / iteration / rank;
+      fs::create_directories(dir);
+      writer.write((dir / "model_optim_rng.pt").string(), root);
+    }
+  }
+  write_file_atomically((fs::path(save_dir) / "latest_checkpointed_iteration.txt").string(),
+                        std::to_string(state.iteration));
+  std::vector<std::string> notes = {
+      "the weights and the model's arguments are written; optimizer and RNG state are not (load it in Megatron "
+      "with --no-load-optim --no-load-rng, or --finetune)"};
+  if (l.padded_vocab != c.padded_vocab_size)
+    notes.push_back(str_cat("the vocabulary (", c.vocab_size, " tokens) is padded to ", l.padded_vocab,
+                            " rows for tensor size ", l.tp, " (Tessera's checkpoint had ", c.padded_vocab_size, ")"));
+  return notes;
+}
+
+}  // namespace tessera::ckpt

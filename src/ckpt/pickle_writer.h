@@ -1,0 +1,48 @@
+// A pickle writer for what torch.save puts in data.pkl (the inverse of pickle_reader.h, for
+// `tessera convert --saver megatron`): protocol 2, as torch.save's default pickle_protocol, with the
+// opcodes Python's own pickler emits for these values, so torch.load (PyTorch 1.x and 2.x, also with
+// weights_only=False) rebuilds them: None, bools, ints (BININT1/BININT2/BININT, LONG1 beyond 32 bits),
+// floats (BINFLOAT), str (BINUNICODE), tuples, lists, dicts, a class or module attribute (GLOBAL),
+// collections.OrderedDict (the class REDUCEd with () and its items SETITEMS, as OrderedDict.__reduce__
+// gives them), an argparse.Namespace (copyreg's protocol-2 form: the class, (), NEWOBJ, then its
+// __dict__ with BUILD) and a call (GLOBAL, argument tuple, REDUCE) such as _rebuild_tensor_v2, whose
+// storage is a persistent id (BINPERSID). No memo: nothing written here is shared.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::ckpt {
+
+struct PickleOut {
+  enum class Kind : uint8_t { None, Bool, Int, Float, String, Tuple, List, Dict, OrderedDict, Namespace, Global, Call,
+                              PersistentId };
+  Kind kind = Kind::None;
+  bool boolean = false;
+  int64_t integer = 0;
+  double real = 0;
+  std::string text;                 // String; Global and Call: "module\nname"
+  std::vector<PickleOut> items;     // Tuple, List; Call: the arguments; PersistentId: the id's tuple items
+  std::vector<std::pair<std::string, PickleOut>> entries;  // Dict, OrderedDict, Namespace (string keys, in order)
+
+  static PickleOut none() { return {}; }
+  static PickleOut boolean_of(bool b);
+  static PickleOut int_of(int64_t v);
+  static PickleOut float_of(double v);
+  static PickleOut str(std::string s);
+  static PickleOut tuple(std::vector<PickleOut> items);
+  static PickleOut list(std::vector<PickleOut> items);
+  static PickleOut dict(Kind kind = Kind::Dict);  // Dict, OrderedDict or Namespace, filled through set()
+  static PickleOut global(const std::string& module, const std::string& name);
+  static PickleOut call(const std::string& module, const std::string& name, std::vector<PickleOut> args);
+  static PickleOut persistent_id(std::vector<PickleOut> id);
+
+  PickleOut& set(const std::string& key, PickleOut value);  // appends an entry; returns *this
+};
+
+// The pickle's bytes: PROTO 2, the value, STOP.
+std::string write_pickle(const PickleOut& value);
+
+}  // namespace tessera::ckpt
