@@ -59,6 +59,7 @@ int64_t ModelConfig::parameter_count() const {
   int64_t norm = normalization == Normalization::LayerNorm ? 2 * h : h;
   int64_t attn_out = num_attention_heads * kv_channels;
   int64_t attention = norm + qkv_size() * (h + bias) + h * (attn_out + bias) + norm;
+  if (qk_layernorm) attention += 2 * (normalization == Normalization::LayerNorm ? 2 : 1) * kv_channels;  // q, k
   int64_t n = num_layers * attention + norm + padded_vocab_size * h + num_tokentypes * h;
   for (int64_t layer = 1; layer <= num_layers; ++layer) n += feed_forward_parameters(*this, layer);
   if (position_embedding == PositionEmbedding::LearnedAbsolute) n += max_position_embeddings * h;
