@@ -2,8 +2,9 @@
 """An independent PyTorch reference for tests/hf_parity.sh.
 
 Runs a Hugging Face model directory (config.json + safetensors, as `tessera convert --saver hf`
-writes it) through plain PyTorch implementations of GPT2LMHeadModel and LlamaForCausalLM, written
-here from the two architectures' definitions (the transformers package is not used), in float64.
+writes it) through plain PyTorch implementations of GPT2LMHeadModel, LlamaForCausalLM (with the
+"llama3" and "linear" rope_scaling) and Qwen3ForCausalLM, written here from the architectures'
+definitions (the transformers package is not used), in float64.
 Compares the logits, the mean next-token loss and its gradient with respect to every weight against
 the file `tessera debug-forward` wrote for the same tokens.
 
@@ -104,6 +105,27 @@ def llama_mlp(c, w, p, x):
     return linear(torch.nn.functional.silu(linear(x, "mlp.gate_proj")) * linear(x, "mlp.up_proj"), "mlp.down_proj")
 
 
+def rope_inv_freq(c, d):
+    """The rotary frequencies of config c for head size d, with its rope_scaling (transformers'
+    _compute_linear_scaling_rope_parameters and _compute_llama3_parameters)."""
+    inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    s = c.get("rope_scaling") or {}
+    kind = s.get("rope_type", s.get("type", "default"))
+    if kind == "linear":
+        return inv_freq / s["factor"]
+    if kind == "llama3":
+        factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+        old = s["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+        return torch.where(medium, smoothed, scaled)
+    assert kind == "default", f"rope_scaling {kind} is not in this reference"
+    return inv_freq
+
+
 def llama_logits(c, w, ids, mlp=llama_mlp):
     """LlamaForCausalLM: RMSNorm, rotary (rotate_half) on q and k, grouped-query attention, SwiGLU MLP.
     mlp(c, w, layer_prefix, x) is the feed-forward block (Mixtral's is a sparse mixture of experts)."""
@@ -120,7 +142,7 @@ def llama_logits(c, w, ids, mlp=llama_mlp):
         y = x @ w[p + ".weight"].t()
         return y + w[p + ".bias"] if has_bias else y
 
-    inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    inv_freq = rope_inv_freq(c, d)
     freqs = torch.outer(torch.arange(t, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos(), emb.sin()
@@ -139,6 +161,8 @@ def llama_logits(c, w, ids, mlp=llama_mlp):
         q = linear(a, p + "self_attn.q_proj", bias).reshape(t, nh, d).transpose(0, 1)
         k = linear(a, p + "self_attn.k_proj", bias).reshape(t, nkv, d).transpose(0, 1)
         v = linear(a, p + "self_attn.v_proj", bias).reshape(t, nkv, d).transpose(0, 1)
+        if p + "self_attn.q_norm.weight" in w:  # Qwen3: RMSNorm over each head's query and key, before RoPE
+            q, k = rms(q, p + "self_attn.q_norm"), rms(k, p + "self_attn.k_norm")
         q, k = rope(q), rope(k)
         rep = nh // nkv  # repeat_kv: query head j uses key/value head j // rep
         k, v = k.repeat_interleave(rep, dim=0), v.repeat_interleave(rep, dim=0)
@@ -190,7 +214,9 @@ def main():
     tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
     config, weights = read_model(hf_dir)
     arch = config["architectures"][0]
-    forward = {"GPT2LMHeadModel": gpt2_logits, "LlamaForCausalLM": llama_logits}[arch]
+    # Qwen3ForCausalLM is Llama's forward with q_norm and k_norm (llama_logits applies them when present).
+    forward = {"GPT2LMHeadModel": gpt2_logits, "LlamaForCausalLM": llama_logits,
+               "Qwen3ForCausalLM": llama_logits}[arch]
     ids, labels = torch.tensor(tokens[:-1]), torch.tensor(tokens[1:])
     logits = forward(config, weights, ids)
     loss = torch.nn.functional.cross_entropy(logits, labels)

@@ -76,6 +76,28 @@ void check_config(const model::ModelConfig& c, const std::string& path) {
                 " parameters is implausible (more than 2^53)");
 }
 
+// config.json's rope_scaling (Llama 3.x's "llama3", "linear"; null or "default": none) into c. Its type is
+// "rope_type" (transformers since 4.43) or "type" (before); the other types change more than the
+// frequencies (yarn and longrope scale the attention, dynamic depends on the length) and are refused.
+void read_rope_scaling(const json& hf, model::ModelConfig& c) {
+  if (!hf.contains("rope_scaling") || hf["rope_scaling"].is_null()) return;
+  const json& s = hf["rope_scaling"];
+  TESSERA_CHECK(s.is_object(), "convert: rope_scaling is ", s.dump(), ", not an object");
+  const std::string type = s.value("rope_type", s.value("type", std::string("default")));
+  if (type == "default") return;
+  TESSERA_CHECK(type == "llama3" || type == "linear", "convert: rope_scaling type '", type,
+                "' is not supported (Tessera has llama3 and linear)");
+  c.rope_scaling_factor = s.at("factor").get<double>();
+  if (type == "linear") {
+    c.rope_scaling = model::RopeScaling::Linear;
+    return;
+  }
+  c.rope_scaling = model::RopeScaling::Llama3;
+  c.rope_low_freq_factor = s.at("low_freq_factor").get<double>();
+  c.rope_high_freq_factor = s.at("high_freq_factor").get<double>();
+  c.rope_original_max_position = int_field(s, "original_max_position_embeddings");
+}
+
 // The Tessera configuration of a Hugging Face config.json (its "tessera_args" when it has them).
 model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, const std::string& path) {
   if (hf.contains("tessera_args") && hf["tessera_args"].contains("model")) {
@@ -142,8 +164,8 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, 
       TESSERA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", "convert: GPT-2 activation_function '", act,
                     "' is not the tanh GELU Tessera implements");
     } else {
-      // Llama and Mixtral, with the defaults of their transformers configuration classes.
-      const bool mixtral = f == HfFamily::Mixtral;
+      // Llama, Mixtral and Qwen3, with the defaults of their transformers configuration classes.
+      const bool mixtral = f == HfFamily::Mixtral, qwen3 = f == HfFamily::Qwen3;
       c.num_layers = int_field(hf, "num_hidden_layers");
       c.hidden_size = int_field(hf, "hidden_size");
       c.num_attention_heads = int_field(hf, "num_attention_heads");
@@ -158,11 +180,18 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, 
       c.normalization = model::Normalization::RMSNorm;
       c.swiglu = true;
       c.untie_embeddings_and_output_weights = !hf.value("tie_word_embeddings", false);
-      TESSERA_CHECK(!hf.contains("rope_scaling") || hf["rope_scaling"].is_null(),
-                    "convert: rope_scaling is not supported");
+      read_rope_scaling(hf, c);
       c.hidden_dropout = 0.0f;
       c.attention_dropout = hf.value("attention_dropout", 0.0f);
-      if (!mixtral) {
+      if (qwen3) {
+        // Qwen3: RMSNorm over each head's query and key; biases on q/k/v/o at most (its MLP has none).
+        c.qk_layernorm = true;
+        TESSERA_CHECK(!hf.value("attention_bias", false),
+                      "convert: Qwen3 attention_bias without MLP biases; Tessera has one --disable-bias-linear");
+        c.add_bias_linear = false;
+        TESSERA_CHECK(!hf.value("use_sliding_window", false),
+                      "convert: Qwen3 use_sliding_window; Tessera has no sliding-window attention");
+      } else if (!mixtral) {
         c.add_bias_linear = hf.value("attention_bias", false);
         TESSERA_CHECK(hf.value("attention_bias", false) == hf.value("mlp_bias", false),
                       "convert: attention_bias and mlp_bias differ; Tessera has one --disable-bias-linear");
@@ -205,11 +234,12 @@ HfFamily architecture_of(const json& hf, const std::string& path, bool& binary_h
   if (arch == "GPT2LMHeadModel") return HfFamily::Gpt2;
   if (arch == "LlamaForCausalLM") return HfFamily::Llama;
   if (arch == "MixtralForCausalLM") return HfFamily::Mixtral;
+  if (arch == "Qwen3ForCausalLM") return HfFamily::Qwen3;
   binary_head = arch == "BertForPreTraining" || arch == "MegatronBertForPreTraining";
   if (arch == "BertForPreTraining" || arch == "BertForMaskedLM") return HfFamily::Bert;
   if (arch == "MegatronBertForPreTraining" || arch == "MegatronBertForMaskedLM") return HfFamily::MegatronBert;
   throw Error(str_cat("convert: ", path, ": architecture '", arch,
-                      "' is not GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, BertForPreTraining, "
+                      "' is not GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, Qwen3ForCausalLM, BertForPreTraining, "
                       "BertForMaskedLM, MegatronBertForPreTraining or MegatronBertForMaskedLM"));
 }
 

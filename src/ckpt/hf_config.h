@@ -16,7 +16,7 @@ namespace tessera::ckpt {
 // feed-forward slot is a mixture of experts: config.moe); BertForPreTraining or BertForMaskedLM
 // (post-LN BERT), MegatronBertForPreTraining or MegatronBertForMaskedLM (pre-LN BERT). The BERT heads
 // (ForPreTraining: with the pooler and the sentence-order head) are config.bert_binary_head.
-enum class HfFamily { Gpt2, Llama, Mixtral, Bert, MegatronBert };
+enum class HfFamily { Gpt2, Llama, Mixtral, Bert, MegatronBert, Qwen3 };
 
 struct HfConfig {
   HfFamily family;

@@ -57,6 +57,39 @@ TEST(HfConfig, ReadsBothFamilies) {
   EXPECT_TRUE(l.config.untie_embeddings_and_output_weights);
 }
 
+// Llama 3.x's rope_scaling (either spelling of its type) and linear are read; the other types are refused
+// by name, as is a Qwen3 sliding window.
+TEST(HfConfig, ReadsRopeScalingAndQwen3) {
+  json l = llama();
+  l["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  model::ModelConfig c = parse_hf_config(l.dump(), "config.json").config;
+  EXPECT_EQ(c.rope_scaling, model::RopeScaling::Llama3);
+  EXPECT_EQ(c.rope_scaling_factor, 32.0);
+  EXPECT_EQ(c.rope_original_max_position, 8192);
+  l["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  c = parse_hf_config(l.dump(), "config.json").config;
+  EXPECT_EQ(c.rope_scaling, model::RopeScaling::Linear);
+  EXPECT_EQ(c.rope_scaling_factor, 2.0);
+  l["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_EQ(parse_hf_config(l.dump(), "config.json").config.rope_scaling, model::RopeScaling::None);
+  for (const char* type : {"yarn", "dynamic", "longrope"}) {
+    l["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
+    EXPECT_NE(config_error(l).find(std::string("rope_scaling type '") + type + "' is not supported"), std::string::npos)
+        << type;
+  }
+  json q = llama();
+  q["architectures"] = {"Qwen3ForCausalLM"};
+  q["head_dim"] = 64;  // not hidden / heads
+  HfConfig qwen3 = parse_hf_config(q.dump(), "config.json");
+  EXPECT_EQ(qwen3.family, HfFamily::Qwen3);
+  EXPECT_TRUE(qwen3.config.qk_layernorm);
+  EXPECT_EQ(qwen3.config.kv_channels, 64);
+  EXPECT_FALSE(qwen3.config.add_bias_linear);
+  q["use_sliding_window"] = true;
+  EXPECT_NE(config_error(q).find("no sliding-window attention"), std::string::npos);
+}
+
 TEST(HfConfig, ReadsMixtralAsAnAllMoeLlama) {
   HfConfig m = parse_hf_config(mixtral().dump(), "config.json");
   EXPECT_EQ(m.family, HfFamily::Mixtral);

@@ -33,10 +33,16 @@ using hf_layout::transpose2d;
 
 // ---- the families -----------------------------------------------------------------------------
 
-enum class Family { Gpt2, Llama, Mixtral };
+enum class Family { Gpt2, Llama, Mixtral, Qwen3 };
 
 const char* architecture(Family f) {
-  return f == Family::Gpt2 ? "GPT2LMHeadModel" : f == Family::Llama ? "LlamaForCausalLM" : "MixtralForCausalLM";
+  switch (f) {
+    case Family::Gpt2: return "GPT2LMHeadModel";
+    case Family::Llama: return "LlamaForCausalLM";
+    case Family::Mixtral: return "MixtralForCausalLM";
+    case Family::Qwen3: return "Qwen3ForCausalLM";
+  }
+  return "";
 }
 
 // What keeps a mixture-of-experts model from being a MixtralForCausalLM, or "" if nothing: every Mixtral
@@ -74,6 +80,8 @@ Family family_of(const model::ModelConfig& c) {
   if (c.moe.enabled()) {
     const std::string why = not_mixtral(c);
     TESSERA_CHECK(why.empty(), "convert: this mixture-of-experts model has no MixtralForCausalLM equivalent: ", why);
+    TESSERA_CHECK(!c.qk_layernorm, "convert: a mixture-of-experts model with --qk-layernorm (Qwen3MoeForCausalLM) "
+                  "has no Hugging Face export yet");
     f = Family::Mixtral;
   } else if (c.position_embedding == PositionEmbedding::LearnedAbsolute &&
              c.normalization == Normalization::LayerNorm && !c.swiglu && !c.untie_embeddings_and_output_weights &&
@@ -86,6 +94,12 @@ Family family_of(const model::ModelConfig& c) {
         "convert: this model is neither GPT-2 style (learned positions, LayerNorm, GELU, biases, tied output, "
         "multi-head attention) nor Llama style (rope, RMSNorm, SwiGLU); Hugging Face export supports those two "
         "(and Llama style mixture-of-experts models as MixtralForCausalLM)");
+  }
+  if (f == Family::Llama && c.qk_layernorm) {
+    // Qwen3 is Llama with RMSNorm on each head's query and key, and no MLP biases.
+    TESSERA_CHECK(!c.add_bias_linear, "convert: a model with --qk-layernorm and biases has no Qwen3ForCausalLM "
+                  "equivalent (its MLP has no biases: --disable-bias-linear)");
+    f = Family::Qwen3;
   }
   TESSERA_CHECK(c.rotary_percent == 1.0, "convert: --rotary-percent ", c.rotary_percent, " has no ",
                 architecture(f), " equivalent (it rotates whole heads)");
@@ -134,6 +148,24 @@ json hf_config(const model::ModelConfig& c, Family f, const json& tessera_args) 
                 {"tie_word_embeddings", !c.untie_embeddings_and_output_weights},
                 {"torch_dtype", "float32"},
                 {"tessera_args", tessera_args}};
+  if (c.rope_scaling == model::RopeScaling::Linear)
+    llama["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_scaling_factor}};
+  if (c.rope_scaling == model::RopeScaling::Llama3)
+    llama["rope_scaling"] = {{"rope_type", "llama3"},
+                             {"factor", c.rope_scaling_factor},
+                             {"low_freq_factor", c.rope_low_freq_factor},
+                             {"high_freq_factor", c.rope_high_freq_factor},
+                             {"original_max_position_embeddings", c.rope_original_max_position}};
+  if (f == Family::Qwen3) {
+    json qwen3 = llama;
+    qwen3.erase("mlp_bias");
+    qwen3["architectures"] = {"Qwen3ForCausalLM"};
+    qwen3["model_type"] = "qwen3";
+    qwen3["use_sliding_window"] = false;
+    qwen3["sliding_window"] = nullptr;
+    qwen3["max_window_layers"] = c.num_layers;
+    return qwen3;
+  }
   if (f != Family::Mixtral) return llama;
   // Mixtral is Llama with a sparse MoE block in every layer (and no biases, which export refuses).
   const model::MoeConfig& m = c.moe;
@@ -260,10 +292,14 @@ TensorMap map_tensors(const model::ModelConfig& c, Family f, const TensorMap& sr
         out[tn] = merge_qkv({get(q), get(k), get(v)}, groups, per_group, d);
       }
       rename(t + "self_attention.linear_proj." + p, h + "self_attn.o_proj." + p);
-      if (f == Family::Llama) {
+      if (f == Family::Llama || f == Family::Qwen3) {
         swiglu_fc1(t + "mlp.linear_fc1." + p, h + "mlp.gate_proj." + p, h + "mlp.up_proj." + p, c.ffn_hidden_size);
         rename(t + "mlp.linear_fc2." + p, h + "mlp.down_proj." + p);
       }
+    }
+    if (c.qk_layernorm) {  // Qwen3's q_norm and k_norm (RMSNorm: weights only)
+      rename(t + "self_attention.q_layernorm.weight", h + "self_attn.q_norm.weight");
+      rename(t + "self_attention.k_layernorm.weight", h + "self_attn.k_norm.weight");
     }
     if (f == Family::Mixtral) {  // no biases (not_mixtral); Megatron's loader_mixtral_hf.py mapping
       const std::string moe = h + "block_sparse_moe.";
@@ -390,6 +426,7 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
   const Family f = bert ? Family::Gpt2 : family_of(c);  // a recorded run must be its architecture's model
   const Family named = parsed.family == HfFamily::Mixtral ? Family::Mixtral
                        : parsed.family == HfFamily::Llama ? Family::Llama
+                       : parsed.family == HfFamily::Qwen3 ? Family::Qwen3
                                                           : Family::Gpt2;
   TESSERA_CHECK(bert || f == named, "convert: ", config_path, " names ", architecture(named),
                 " but describes a ", architecture(f), " model");

@@ -80,11 +80,19 @@ void read_positions_and_norms(const MegatronNamespace& a, model::ModelConfig& c)
   c.rotary_percent = a.real_or("rotary_percent", 1.0);
   if (c.position_embedding == model::PositionEmbedding::Rope) {
     // Tessera's RoPE pairs dimension i with i + d/2 (Megatron's default); the interleaved form pairs
-    // neighbours, and the scalings change the angles.
+    // neighbours. The scalings change only the frequencies: Llama 3.x's (Megatron's fixed bands, which
+    // are ModelConfig's defaults) or linear, one at a time as Tessera's flags allow.
     a.refuse_if(a.flag("rotary_interleaved"), "rotary_interleaved", "Tessera's RoPE is the rotate-half form");
-    a.refuse_if(a.flag("use_rope_scaling"), "use_rope_scaling", "Tessera has no Llama 3.x rope scaling");
-    a.refuse_if(a.real_or("rotary_seq_len_interpolation_factor", 1) != 1, "rotary_seq_len_interpolation_factor",
-                "Tessera has no position interpolation");
+    const double interpolation = a.real_or("rotary_seq_len_interpolation_factor", 1);
+    a.refuse_if(a.flag("use_rope_scaling") && interpolation != 1, "rotary_seq_len_interpolation_factor",
+                "beside use_rope_scaling; Tessera applies one scaling at a time");
+    if (a.flag("use_rope_scaling")) {
+      c.rope_scaling = model::RopeScaling::Llama3;
+      c.rope_scaling_factor = a.real_or("rope_scaling_factor", 8.0);
+    } else if (interpolation != 1) {
+      c.rope_scaling = model::RopeScaling::Linear;
+      c.rope_scaling_factor = interpolation;
+    }
   }
   const std::string norm = a.text_or("normalization", "LayerNorm");
   TESSERA_CHECK(norm == "LayerNorm" || norm == "RMSNorm", a.where(), ": args.normalization is '", norm,

@@ -93,6 +93,25 @@ TEST(MegatronArgs, LlamaStyle) {
   EXPECT_TRUE(c.untie_embeddings_and_output_weights);
 }
 
+// Megatron's RoPE scalings: Llama 3.x's (its factor, default 8) or linear (the interpolation factor).
+TEST(MegatronArgs, RopeScaling) {
+  StateNode ns = gpt2_args();
+  ns.entries.push_back({"position_embedding_type", value("rope")});
+  ns.entries.push_back({"use_rope_scaling", value(true)});
+  model::ModelConfig c = read_megatron_args(ns, "args").config;
+  EXPECT_EQ(c.rope_scaling, model::RopeScaling::Llama3);
+  EXPECT_EQ(c.rope_scaling_factor, 8.0);
+  ns.entries.push_back({"rope_scaling_factor", value(32.0)});
+  EXPECT_EQ(read_megatron_args(ns, "args").config.rope_scaling_factor, 32.0);
+  ns.entries.push_back({"use_rope_scaling", value(false)});
+  ns.entries.push_back({"rotary_seq_len_interpolation_factor", value(int64_t{4})});
+  c = read_megatron_args(ns, "args").config;
+  EXPECT_EQ(c.rope_scaling, model::RopeScaling::Linear);
+  EXPECT_EQ(c.rope_scaling_factor, 4.0);
+  ns.entries.push_back({"use_rope_scaling", value(true)});
+  EXPECT_THROW(read_megatron_args(ns, "args"), Error);  // both
+}
+
 void expect_refused(const char* key, StateNode v, const std::string& message) {
   StateNode ns = gpt2_args();
   ns.entries.push_back({key, std::move(v)});

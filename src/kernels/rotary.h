@@ -5,12 +5,15 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/math/rotary.h"
 
 namespace tessera::kernels {
 
 // x [rows, heads, head_dim] rotated in place; positions [rows] int32.
-void rope_forward(const Tensor& x, const Tensor& positions, int64_t rot_dim, float base);
+void rope_forward(const Tensor& x, const Tensor& positions, int64_t rot_dim, float base,
+                  const math::RopeScaling& scaling = {});
 // In-place gradient: applies the inverse (transposed) rotation to dx [rows, heads, head_dim].
-void rope_backward(const Tensor& dx, const Tensor& positions, int64_t rot_dim, float base);
+void rope_backward(const Tensor& dx, const Tensor& positions, int64_t rot_dim, float base,
+                  const math::RopeScaling& scaling = {});
 
 }  // namespace tessera::kernels

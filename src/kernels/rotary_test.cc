@@ -119,6 +119,43 @@ TEST(Rotary, RotatesPairsAndLeavesTheRestAlone) {
   }
 }
 
+// Linear scaling by 2 at position 2p is the unscaled rotation at p.
+TEST(Rotary, LinearScalingDividesThePositions) {
+  const Shape s{5, 2, 8, 8};
+  std::vector<int32_t> pos = random_positions(s.rows, 8), doubled(pos);
+  for (int32_t& p : doubled) p *= 2;
+  const auto x = random_vector(s.numel(), 9);
+  auto y = x, y_scaled = x;
+  rope_forward(y.data(), pos.data(), s.rows, s.heads, s.head_dim, s.rot_dim, kBase);
+  math::RopeScaling linear{math::RopeScalingType::kLinear, 2.0};
+  rope_forward(y_scaled.data(), doubled.data(), s.rows, s.heads, s.head_dim, s.rot_dim, kBase, linear);
+  EXPECT_LE(max_scaled_error(y_scaled, to_double(y), 1e-6, 1e-5), 1.0);
+}
+
+// Llama 3.1's frequencies (base 500000, head 128, factor 8, original context 8192), as the published
+// reference writes them (per wavelength band), against the shared math: the highest frequency is kept,
+// the lowest divided by 8 and one in the band interpolated.
+TEST(Rotary, Llama3ScalingBands) {
+  const math::RopeScaling llama3{math::RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 8192.0};
+  int kept = 0, divided = 0, smoothed = 0;
+  for (int64_t i = 0; i < 64; ++i) {
+    const double f = std::pow(500000.0, -2.0 * i / 128.0), wavelen = 2 * M_PI / f;
+    double want = f;
+    if (wavelen > 8192.0) {
+      want = f / 8, ++divided;
+    } else if (wavelen >= 8192.0 / 4) {
+      const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+      want = (1 - smooth) * f / 8 + smooth * f, ++smoothed;
+    } else {
+      ++kept;
+    }
+    EXPECT_NEAR(math::rope_inv_freq(i, 128, 500000.0f, llama3), want, 1e-12 * f) << "pair " << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(smoothed, 0);
+}
+
 TEST(Rotary, RejectsBadRotDim) {
   std::vector<float> x(8);
   std::vector<int32_t> pos(1);

@@ -36,7 +36,9 @@ double layer_record_bytes(const ModelConfig& c, const ActivationLayout& l) {
   const double e = static_cast<double>(dtype_size(c.params_dtype));
   const double norms =
       (4.0 * static_cast<double>(c.hidden_size) * e + norm_stats * 4.0) / (l.sequence_parallel ? t : 1.0);
-  const double attention = ((2.0 * a + 2.0 * g) * d * e + a * 4.0) / t;  // q, k, v, output; log-sum-exp
+  double attention = ((2.0 * a + 2.0 * g) * d * e + a * 4.0) / t;  // q, k, v, output; log-sum-exp
+  // --qk-layernorm: the norms' inputs (each head's query and key) and a statistics row per head.
+  if (c.qk_layernorm) attention += ((a + g) * d * e + (a + g) * norm_stats / 2.0 * 4.0) / t;
   const double mlp = ((c.swiglu ? 2.0 : 1.0) * f + f) * e / t;            // fc1 output, activation
   return tokens(l) * (norms + attention + mlp);
 }

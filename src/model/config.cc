@@ -59,6 +59,7 @@ int64_t ModelConfig::parameter_count() const {
   int64_t norm = normalization == Normalization::LayerNorm ? 2 * h : h;
   int64_t attn_out = num_attention_heads * kv_channels;
   int64_t attention = norm + qkv_size() * (h + bias) + h * (attn_out + bias) + norm;
+  if (qk_layernorm) attention += 2 * (normalization == Normalization::LayerNorm ? 2 : 1) * kv_channels;  // q, k
   int64_t n = num_layers * attention + norm + padded_vocab_size * h + num_tokentypes * h;
   for (int64_t layer = 1; layer <= num_layers; ++layer) n += feed_forward_parameters(*this, layer);
   if (position_embedding == PositionEmbedding::LearnedAbsolute) n += max_position_embeddings * h;
@@ -150,6 +151,16 @@ nlohmann::json to_json(const ModelConfig& c) {
   if (c.apply_residual_connection_post_layernorm) j["apply_residual_connection_post_layernorm"] = true;
   if (c.family == "bert") j["bert_binary_head"] = c.bert_binary_head;
   if (c.moe.enabled()) j["moe"] = moe_to_json(c.moe);
+  if (c.rope_scaling != RopeScaling::None) {
+    j["rope_scaling"] = c.rope_scaling == RopeScaling::Llama3 ? "llama3" : "linear";
+    j["rope_scaling_factor"] = c.rope_scaling_factor;
+    if (c.rope_scaling == RopeScaling::Llama3) {
+      j["rope_low_freq_factor"] = c.rope_low_freq_factor;
+      j["rope_high_freq_factor"] = c.rope_high_freq_factor;
+      j["rope_original_max_position"] = c.rope_original_max_position;
+    }
+  }
+  if (c.qk_layernorm) j["qk_layernorm"] = true;
   return j;
 }
 
@@ -194,6 +205,19 @@ ModelConfig config_from_json(const nlohmann::json& j) {
       c.apply_residual_connection_post_layernorm = j.at("apply_residual_connection_post_layernorm").get<bool>();
     if (j.contains("bert_binary_head")) c.bert_binary_head = j.at("bert_binary_head").get<bool>();
     if (j.contains("moe")) c.moe = moe_from_json(j.at("moe"));
+    if (j.contains("rope_scaling")) {
+      const std::string type = j.at("rope_scaling").get<std::string>();
+      if (type != "llama3" && type != "linear")
+        throw Error(str_cat("model configuration: rope_scaling is \"", type, "\", not llama3 or linear"));
+      c.rope_scaling = type == "llama3" ? RopeScaling::Llama3 : RopeScaling::Linear;
+      c.rope_scaling_factor = j.at("rope_scaling_factor").get<double>();
+      if (c.rope_scaling == RopeScaling::Llama3) {
+        c.rope_low_freq_factor = j.at("rope_low_freq_factor").get<double>();
+        c.rope_high_freq_factor = j.at("rope_high_freq_factor").get<double>();
+        c.rope_original_max_position = integer(j, "rope_original_max_position");
+      }
+    }
+    if (j.contains("qk_layernorm")) c.qk_layernorm = j.at("qk_layernorm").get<bool>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("model configuration: ", e.what()));
   }
@@ -232,6 +256,20 @@ void validate_config(const ModelConfig& c) {
   if (c.position_embedding == PositionEmbedding::Rope) {
     if (!(std::isfinite(c.rotary_base) && c.rotary_base > 0)) fail("rotary_base", c.rotary_base, "must be a positive number");
     if (!(c.rotary_percent > 0 && c.rotary_percent <= 1)) fail("rotary_percent", c.rotary_percent, "must be in (0, 1]");
+  }
+  if (c.rope_scaling != RopeScaling::None) {
+    if (c.position_embedding != PositionEmbedding::Rope) fail("rope_scaling", "set", "needs rope positions");
+    if (!(std::isfinite(c.rope_scaling_factor) && c.rope_scaling_factor > 0))
+      fail("rope_scaling_factor", c.rope_scaling_factor, "must be a positive number");
+  }
+  if (c.rope_scaling == RopeScaling::Llama3) {
+    if (!(std::isfinite(c.rope_low_freq_factor) && c.rope_low_freq_factor > 0))
+      fail("rope_low_freq_factor", c.rope_low_freq_factor, "must be a positive number");
+    // The smooth band divides by high - low: equal factors would make it 0/0.
+    if (!(std::isfinite(c.rope_high_freq_factor) && c.rope_high_freq_factor > c.rope_low_freq_factor))
+      fail("rope_high_freq_factor", c.rope_high_freq_factor,
+           str_cat("must be greater than rope_low_freq_factor (", c.rope_low_freq_factor, ")").c_str());
+    dimension("rope_original_max_position", c.rope_original_max_position);
   }
   if (!(c.hidden_dropout >= 0 && c.hidden_dropout <= 1)) fail("hidden_dropout", c.hidden_dropout, "must be in [0, 1]");
   if (!(c.attention_dropout >= 0 && c.attention_dropout <= 1))

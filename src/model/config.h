@@ -12,6 +12,9 @@ namespace tessera::model {
 
 enum class PositionEmbedding { LearnedAbsolute, Rope };
 enum class Normalization { LayerNorm, RMSNorm };
+// RoPE's frequency scaling (kernels/math/rotary.h has the formulas): none, linear (Hugging Face's
+// "linear", Megatron's --rotary-seq-len-interpolation-factor) or Llama 3.x's (--use-rope-scaling).
+enum class RopeScaling { None, Linear, Llama3 };
 
 struct ModelConfig {
   // The model family build_model_chunk makes (model/model_factory.h): "gpt" unless another is registered.
@@ -30,6 +33,15 @@ struct ModelConfig {
   PositionEmbedding position_embedding = PositionEmbedding::LearnedAbsolute;
   float rotary_base = 10000.0f;
   double rotary_percent = 1.0;  // a double, as Python's: int(kv_channels * rotary_percent) truncates
+  RopeScaling rope_scaling = RopeScaling::None;
+  double rope_scaling_factor = 8.0;  // Megatron's --rope-scaling-factor default (Llama 3.1's)
+  // Llama 3.x's bands; Megatron fixes them at Llama 3.1's values, a Hugging Face config may set them.
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_position = 8192;
+  // Megatron's --qk-layernorm: a norm of `normalization`'s type over each head's query and key (weights
+  // of kv_channels, shared by the heads) before RoPE, as Qwen3 and OLMo 2 have.
+  bool qk_layernorm = false;
   Normalization normalization = Normalization::LayerNorm;
   float norm_epsilon = 1e-5f;
   bool swiglu = false;

@@ -77,6 +77,39 @@ TEST(ModelConfig, RefusesEachImpossibleFieldByName) {
   EXPECT_NE(error_with("", 0, "moe_ffn_hidden_size").find("moe_ffn_hidden_size is 0"), std::string::npos);
 }
 
+// RoPE scaling and q/k norms are written only when set (older checkpoints read as before) and read back.
+TEST(ModelConfig, RopeScalingAndQkLayernormReadBack) {
+  ModelConfig c = small_gpt();
+  EXPECT_FALSE(to_json(c).contains("rope_scaling"));
+  EXPECT_FALSE(to_json(c).contains("qk_layernorm"));
+  c.rope_scaling = RopeScaling::Llama3;
+  c.rope_scaling_factor = 32;
+  c.rope_high_freq_factor = 2;
+  c.rope_original_max_position = 1024;
+  c.qk_layernorm = true;
+  ModelConfig r = config_from_json(to_json(c));
+  EXPECT_EQ(to_json(r), to_json(c));
+  EXPECT_EQ(r.rope_scaling, RopeScaling::Llama3);
+  EXPECT_EQ(r.rope_scaling_factor, 32);
+  EXPECT_EQ(r.rope_high_freq_factor, 2);
+  EXPECT_EQ(r.rope_original_max_position, 1024);
+  EXPECT_TRUE(r.qk_layernorm);
+  c.rope_scaling = RopeScaling::Linear;
+  r = config_from_json(to_json(c));
+  EXPECT_EQ(r.rope_scaling, RopeScaling::Linear);
+  EXPECT_EQ(r.rope_scaling_factor, 32);
+
+  nlohmann::json j = to_json(c);
+  j["rope_scaling"] = "yarn";
+  EXPECT_THROW(config_from_json(j), Error);
+  c.rope_scaling = RopeScaling::Llama3;
+  c.rope_high_freq_factor = 1;  // the smooth band would divide by zero
+  EXPECT_THROW(validate_config(c), Error);
+  c.rope_high_freq_factor = 4;
+  c.rope_scaling_factor = 0;
+  EXPECT_THROW(validate_config(c), Error);
+}
+
 TEST(ModelConfig, AnAllExpertModelNeedsNoDenseWidth) {
   ModelConfig c = small_gpt();
   c.moe.layer_experts = {4, 4};

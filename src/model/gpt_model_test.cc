@@ -14,13 +14,24 @@ namespace {
 
 ModelConfig tiny_config(bool llama_style) { return testing::tiny_gpt_config(llama_style, 2, 6, 8); }
 
+// Llama style with Qwen3's --qk-layernorm and Llama 3.x's RoPE scaling (a short original context, so
+// that the tiny heads' low frequency is divided).
+ModelConfig qwen3_config() {
+  ModelConfig c = tiny_config(true);
+  c.qk_layernorm = true;
+  c.rope_scaling = RopeScaling::Llama3;
+  c.rope_scaling_factor = 4;
+  c.rope_original_max_position = 64;
+  return c;
+}
+
 using testing::context;
 using testing::random_batch;
 
 // Every gradient of the whole model against central differences of its loss (dropout on: masks are a
 // function of the element's coordinates, so the perturbed forwards see the same masks).
-void check_gradients(bool llama_style, int64_t token_types = 0) {
-  ModelConfig c = tiny_config(llama_style);
+void check_gradients(bool llama_style, int64_t token_types = 0, bool qwen3 = false) {
+  ModelConfig c = qwen3 ? qwen3_config() : tiny_config(llama_style);
   c.num_tokentypes = token_types;
   ParameterSet params;
   GptModel model(c, params);
@@ -72,6 +83,14 @@ TEST(GptModel, GradientsMatchFiniteDifferencesGpt2Style) { check_gradients(false
 TEST(GptModel, GradientsMatchFiniteDifferencesLlamaStyle) { check_gradients(true); }
 // Token-type embeddings (BERT's segments), added to the words and positions.
 TEST(GptModel, GradientsMatchFiniteDifferencesWithTokenTypes) { check_gradients(false, 2); }
+// The q/k norms' weights and what flows through them.
+TEST(GptModel, GradientsMatchFiniteDifferencesWithQkLayernorm) {
+  check_gradients(true, 0, true);
+  ParameterSet params;
+  GptModel model(qwen3_config(), params);
+  EXPECT_EQ(params.get("decoder.layers.0.self_attention.q_layernorm.weight").spec.shape, Shape({4}));
+  EXPECT_EQ(params.get("decoder.layers.1.self_attention.k_layernorm.weight").spec.shape, Shape({4}));
+}
 
 TEST(GptModel, InitialisationDoesNotDependOnDeclarationOrder) {
   ParameterSet forward_order, reverse_order;
@@ -118,8 +137,9 @@ TEST(GptModel, DropoutIsKeyedByIterationAndOffInEvaluation) {
 
 // Feeding a sequence piece by piece through the key/value cache gives the logits of the full forward.
 TEST(GptModel, IncrementalDecodingMatchesTheFullForward) {
-  for (bool llama : {false, true}) {
-    ModelConfig c = tiny_config(llama);
+  for (int variant : {0, 1, 2}) {  // GPT-2, Llama, Qwen3 (q/k norms, scaled RoPE)
+    const bool llama = variant > 0;
+    ModelConfig c = variant == 2 ? qwen3_config() : tiny_config(llama);
     ParameterSet params;
     GptModel model(c, params);
     params.allocate(3);
@@ -184,6 +204,13 @@ TEST(GptModel, ParameterCountMatchesTheDeclaredParameters) {
   for (bool llama : {false, true}) {
     ModelConfig c = tiny_config(llama);
     c.num_tokentypes = llama ? 0 : 2;
+    ParameterSet params;
+    GptModel model(c, params);
+    EXPECT_EQ(params.numel(), c.parameter_count());
+  }
+  for (Normalization n : {Normalization::RMSNorm, Normalization::LayerNorm}) {  // with q/k norms
+    ModelConfig c = qwen3_config();
+    c.normalization = n;
     ParameterSet params;
     GptModel model(c, params);
     EXPECT_EQ(params.numel(), c.parameter_count());

@@ -171,8 +171,9 @@ Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_rou
   return dx;
 }
 
-Norm::Norm(ParameterSet& params, const std::string& prefix, const ModelConfig& config, bool sequence_parallel)
-    : kind_(config.normalization), eps_(config.norm_epsilon), hidden_(config.hidden_size) {
+Norm::Norm(ParameterSet& params, const std::string& prefix, const ModelConfig& config, bool sequence_parallel,
+           int64_t width)
+    : kind_(config.normalization), eps_(config.norm_epsilon), hidden_(width > 0 ? width : config.hidden_size) {
   ParameterSpec w{prefix + ".weight", {hidden_}, Init::Ones, 0.0f, false};
   w.sequence_parallel_grad = sequence_parallel;
   weight_ = params.add(w);

@@ -143,7 +143,10 @@ class Norm {
  public:
   // Under sequence parallelism each rank normalises its own rows, so the weight gradients are partial
   // sums over the tensor group (ParameterSpec::sequence_parallel_grad).
-  Norm(ParameterSet& params, const std::string& prefix, const ModelConfig& config, bool sequence_parallel);
+  // width: the normalised dimension (0: the hidden size; a head's for --qk-layernorm). x may be any
+  // shape of rows * width elements.
+  Norm(ParameterSet& params, const std::string& prefix, const ModelConfig& config, bool sequence_parallel,
+       int64_t width = 0);
   // y, mean (LayerNorm only) and rstd are allocated here.
   // round_output: y rounded to this type as it is written (it feeds only GEMMs).
   void forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType round_output = DType::F32) const;

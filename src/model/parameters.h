@@ -41,8 +41,9 @@ struct ParameterSpec {
   float std = 0.0f;           // for Init::Normal
   bool weight_decay = true;   // false for biases and norm weights, as Megatron
   Sharding sharding;          // tensor-parallel slice (whole tensor when not sharded)
-  // Replicated across the tensor group but computed on sequence-parallel shards, so each rank's gradient
-  // is a partial sum that must be all-reduced over the tensor group (norms, row-parallel biases).
+  // Replicated across the tensor group but computed on sequence-parallel shards (norms, row-parallel
+  // biases) or on the rank's own heads (--qk-layernorm's norms, whatever the sequence parallelism), so each
+  // rank's gradient is a partial sum that must be all-reduced over the tensor group.
   bool sequence_parallel_grad = false;
   // Rows are entries of the (padded) vocabulary: a checkpoint loaded with another padding copies the
   // rows both paddings have (the word embeddings, an untied output layer).

@@ -19,11 +19,41 @@ constexpr int kAttentionProbsDropoutSite = 1;
 struct AttentionRecord final : SavedTensors {
   Tensor q, k, v;  // after rotary embedding: [T, heads, d], [T, groups, d], [T, groups, d]
   Tensor attn, lse;
+  // --qk-layernorm: the query and key before their norms, and the norms' statistics.
+  Tensor q_in, k_in, q_mean, q_rstd, k_mean, k_rstd;
   void visit(const std::function<void(Tensor&, bool)>& f) override {
-    for (Tensor* t : {&q, &k, &v, &attn}) f(*t, true);
-    f(lse, false);
+    for (Tensor* t : {&q, &k, &v, &attn, &q_in, &k_in}) f(*t, true);
+    for (Tensor* t : {&lse, &q_mean, &q_rstd, &k_mean, &k_rstd}) f(*t, false);
   }
 };
+
+// The model's RoPE scaling in the kernels' terms (the frequencies they form).
+kernels::math::RopeScaling kernel_rope_scaling(const ModelConfig& c) {
+  kernels::math::RopeScaling s;
+  if (c.rope_scaling == RopeScaling::None) return s;
+  s.type = c.rope_scaling == RopeScaling::Llama3 ? kernels::math::RopeScalingType::kLlama3
+                                                 : kernels::math::RopeScalingType::kLinear;
+  s.factor = c.rope_scaling_factor;
+  s.low_freq_factor = c.rope_low_freq_factor;
+  s.high_freq_factor = c.rope_high_freq_factor;
+  s.original_max_position = static_cast<double>(c.rope_original_max_position);
+  return s;
+}
+
+// --qk-layernorm's forward on x [T, heads, d] in place of x; x_in keeps the input for backward.
+void qk_norm_forward(const Norm& norm, Tensor& x, Tensor& x_in, Tensor& mean, Tensor& rstd) {
+  Tensor y;
+  norm.forward(x, y, mean, rstd);
+  x_in = x;
+  x = y.view(x_in.shape());
+}
+
+// Its backward: dx (the gradient of the norm's output) becomes the gradient of its input.
+void qk_norm_backward(const Norm& norm, Tensor& dx, const Tensor& x_in, const Tensor& mean, const Tensor& rstd) {
+  Tensor d_in = Tensor::zeros(x_in.shape());  // Norm::backward adds into it
+  norm.backward(dx, x_in, mean, rstd, d_in);
+  dx = d_in;
+}
 
 // Under mixed precision attention multiplies 16-bit q, k, v and output gradients, as the GEMMs do.
 void round_for_attention(DType t, const Tensor& x) {
@@ -65,7 +95,16 @@ SelfAttention::SelfAttention(const ModelConfig& config, int64_t layer_number, co
            {config.num_query_groups, (config.query_heads_per_group() + 2) * config.kv_channels}, 0,
            config.add_bias_linear, config.init_method_std, tp, config.params_dtype),
       proj_(params, prefix + "linear_proj", config.num_attention_heads * config.kv_channels, config.hidden_size,
-            config.add_bias_linear, output_init_std(config), tp, config.params_dtype) {}
+            config.add_bias_linear, output_init_std(config), tp, config.params_dtype),
+      rope_scaling_(kernel_rope_scaling(config)) {
+  if (config.qk_layernorm) {
+    // Replicated across the tensor group, each rank normalising its own heads: the weights' gradients
+    // are partial sums over the group, as sequence-parallel norms' are.
+    const bool partial = tp.size() > 1;
+    q_norm_ = std::make_unique<Norm>(params, prefix + "q_layernorm", config, partial, config.kv_channels);
+    k_norm_ = std::make_unique<Norm>(params, prefix + "k_layernorm", config, partial, config.kv_channels);
+  }
+}
 
 std::unique_ptr<SavedTensors> SelfAttention::make_record() const { return std::make_unique<AttentionRecord>(); }
 
@@ -80,9 +119,13 @@ Tensor SelfAttention::forward(const Tensor& x, bool x_rounded, const SublayerCon
   rec.v = Tensor::empty({rows, groups_, d});
   kernels::split_qkv(qkv, rec.q, rec.k, rec.v, c.query_heads_per_group());
   qkv = Tensor();
+  if (q_norm_) {
+    qk_norm_forward(*q_norm_, rec.q, rec.q_in, rec.q_mean, rec.q_rstd);
+    qk_norm_forward(*k_norm_, rec.k, rec.k_in, rec.k_mean, rec.k_rstd);
+  }
   if (c.position_embedding == PositionEmbedding::Rope) {
-    kernels::rope_forward(rec.q, sc.positions, c.rotary_dim(), c.rotary_base);
-    kernels::rope_forward(rec.k, sc.positions, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(rec.q, sc.positions, c.rotary_dim(), c.rotary_base, rope_scaling_);
+    kernels::rope_forward(rec.k, sc.positions, c.rotary_dim(), c.rotary_base, rope_scaling_);
   }
   for (const Tensor* t : {&rec.q, &rec.k, &rec.v}) round_for_attention(c.params_dtype, *t);
   rec.attn = Tensor::empty({rows, heads_ * d});
@@ -132,8 +175,12 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded
   }
   dattn = Tensor();
   if (c.position_embedding == PositionEmbedding::Rope) {
-    kernels::rope_backward(dq, sc.positions, c.rotary_dim(), c.rotary_base);
-    kernels::rope_backward(dk, sc.positions, c.rotary_dim(), c.rotary_base);
+    kernels::rope_backward(dq, sc.positions, c.rotary_dim(), c.rotary_base, rope_scaling_);
+    kernels::rope_backward(dk, sc.positions, c.rotary_dim(), c.rotary_base, rope_scaling_);
+  }
+  if (q_norm_) {
+    qk_norm_backward(*q_norm_, dq, rec.q_in, rec.q_mean, rec.q_rstd);
+    qk_norm_backward(*k_norm_, dk, rec.k_in, rec.k_mean, rec.k_rstd);
   }
   Tensor dqkv = Tensor::empty({rows, c.qkv_size() / tp_.size()});
   kernels::merge_qkv(dq, dk, dv, dqkv, c.query_heads_per_group());
@@ -215,9 +262,14 @@ Tensor SelfAttention::decode(const Tensor& x, const DecodeLayout& layout, KvCach
   Tensor qkv = qkv_.forward(x);
   Tensor q = Tensor::empty({n, heads_, d}), k = Tensor::empty({n, groups_, d}), v = Tensor::empty({n, groups_, d});
   kernels::split_qkv(qkv, q, k, v, c.query_heads_per_group());
+  if (q_norm_) {
+    Tensor in, mean, rstd;
+    qk_norm_forward(*q_norm_, q, in, mean, rstd);
+    qk_norm_forward(*k_norm_, k, in, mean, rstd);
+  }
   if (c.position_embedding == PositionEmbedding::Rope) {
-    kernels::rope_forward(q, layout.positions, c.rotary_dim(), c.rotary_base);
-    kernels::rope_forward(k, layout.positions, c.rotary_dim(), c.rotary_base);
+    kernels::rope_forward(q, layout.positions, c.rotary_dim(), c.rotary_base, rope_scaling_);
+    kernels::rope_forward(k, layout.positions, c.rotary_dim(), c.rotary_base, rope_scaling_);
   }
   for (const Tensor* t : {&q, &k, &v}) round_for_attention(c.params_dtype, *t);
   kernels::write_kv_cache(k, v, cache.k, cache.v, layout.sequences);

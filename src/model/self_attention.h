@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/attention.h"
+#include "kernels/math/rotary.h"
 #include "model/ring_attention.h"
 #include "model/sublayer.h"
 
@@ -42,6 +43,9 @@ class SelfAttention final : public Sublayer {
   bool causal_;
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;
+  // --qk-layernorm: over each head's query and key (null without it).
+  std::unique_ptr<Norm> q_norm_, k_norm_;
+  kernels::math::RopeScaling rope_scaling_;
 };
 
 }  // namespace tessera::model

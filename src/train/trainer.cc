@@ -385,8 +385,9 @@ double Trainer::train_step(float lr, int64_t global_batch, optim::StepResult& st
 
 void Trainer::finalize_gradients() {
   buckets_->finish();
-  // Norm weights (and other replicated parameters) computed on sequence shards hold partial gradients.
-  if (tp_.sequence_parallel && tp_.size() > 1)
+  // Norm weights (and other replicated parameters) computed on sequence shards, or on a rank's own heads
+  // (--qk-layernorm), hold partial gradients.
+  if (tp_.size() > 1)
     for (const model::Parameter& p : params_.params())
       if (p.spec.sequence_parallel_grad) tp_.group->all_reduce(p.grad);
   // The first and last pipeline stages each hold the tied word embedding: sum their gradients.

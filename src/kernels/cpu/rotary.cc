@@ -15,11 +15,11 @@ namespace {
 
 // Rotates every head of every row by +angle (sign = 1) or -angle (sign = -1, the transpose).
 void rope_apply(float* x, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim, int64_t rot_dim,
-                float base, double sign) {
+                float base, const math::RopeScaling& scaling, double sign) {
   math::check_rope_dims(rot_dim, head_dim);
   const int64_t half = rot_dim / 2;
   std::vector<double> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = math::rope_inv_freq(i, rot_dim, base);
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = math::rope_inv_freq(i, rot_dim, base, scaling);
 
 #pragma omp parallel if (parallel : parallel_worth(2 * rows * heads * rot_dim))
   {
@@ -44,17 +44,17 @@ void rope_apply(float* x, const int32_t* positions, int64_t rows, int64_t heads,
 }  // namespace
 
 void rope_forward(float* x, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
-                  int64_t rot_dim, float base) {
+                  int64_t rot_dim, float base, const math::RopeScaling& scaling) {
   TESSERA_PROFILE_SCOPE("rope_forward");
-  rope_apply(x, positions, rows, heads, head_dim, rot_dim, base, 1.0);
+  rope_apply(x, positions, rows, heads, head_dim, rot_dim, base, scaling, 1.0);
 }
 
 // The rotation is orthogonal, so its transpose is the rotation by -angle (math::rope_rotate_pair_backward;
 // here the sine is negated once per row instead).
 void rope_backward(float* dx, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
-                   int64_t rot_dim, float base) {
+                   int64_t rot_dim, float base, const math::RopeScaling& scaling) {
   TESSERA_PROFILE_SCOPE("rope_backward");
-  rope_apply(dx, positions, rows, heads, head_dim, rot_dim, base, -1.0);
+  rope_apply(dx, positions, rows, heads, head_dim, rot_dim, base, scaling, -1.0);
 }
 
 }  // namespace tessera::kernels::cpu

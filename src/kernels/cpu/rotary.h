@@ -10,13 +10,15 @@
 
 #include <cstdint>
 
+#include "kernels/math/rotary.h"
+
 namespace tessera::kernels::cpu {
 
 // x is [rows, heads, head_dim] contiguous; rotated in place. positions[rows].
 void rope_forward(float* x, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
-                  int64_t rot_dim, float base);
+                  int64_t rot_dim, float base, const math::RopeScaling& scaling = {});
 // In-place gradient: applies the inverse (transposed) rotation to dx.
 void rope_backward(float* dx, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
-                   int64_t rot_dim, float base);
+                   int64_t rot_dim, float base, const math::RopeScaling& scaling = {});
 
 }  // namespace tessera::kernels::cpu

@@ -204,5 +204,25 @@ TEST_F(CudaPointwise, RopeMatchesTheCpu) {
   EXPECT_THROW(kernels::rope_forward(x, to_device(kernels::from_host({0, 1})), 3, 10000.0f), Error);  // odd rot_dim
 }
 
+// The scaled frequencies (Llama 3.x's three bands, linear) are the shared math's on both devices.
+TEST_F(CudaPointwise, ScaledRopeMatchesTheCpu) {
+  const kernels::math::RopeScaling scalings[] = {
+      {kernels::math::RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 64.0},
+      {kernels::math::RopeScalingType::kLinear, 4.0}};
+  std::vector<int32_t> pos(40);
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>((i * 97) % 4099);
+  const Tensor positions = kernels::from_host(pos), positions_gpu = to_device(positions);
+  for (const kernels::math::RopeScaling& s : scalings) {
+    const Tensor x = random({40, 3, 64}, 17);
+    Tensor y = x.clone(), y_gpu = to_device(x);
+    kernels::rope_forward(y_gpu, positions_gpu, 64, 10000.0f, s);
+    kernels::rope_forward(y, positions, 64, 10000.0f, s);
+    EXPECT_TRUE(all_close(to_host(y_gpu), y, 2e-6f, 1e-6f)) << "forward, type " << static_cast<int>(s.type);
+    kernels::rope_backward(y_gpu, positions_gpu, 64, 10000.0f, s);
+    kernels::rope_backward(y, positions, 64, 10000.0f, s);
+    EXPECT_TRUE(all_close(to_host(y_gpu), y, 2e-6f, 1e-6f)) << "backward, type " << static_cast<int>(s.type);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::cuda

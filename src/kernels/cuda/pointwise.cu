@@ -116,23 +116,23 @@ void dropout_apply(const char* kernel, const float* in, float* out, float p, uin
 // Pair i of head h of row r per thread: its frequency, angle and cos/sin in double as on the CPU
 // (math/rotary.h; the CPU shares a row's cos/sin between its heads, recomputing them gives the same).
 __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n, int64_t heads, int64_t head_dim,
-                            int64_t rot_dim, float base, double sign) {
+                            int64_t rot_dim, float base, math::RopeScaling scaling, double sign) {
   const int64_t half = rot_dim / 2;
   for (int64_t k = grid_index(); k < n; k += grid_stride()) {
     const int64_t i = k % half, rh = k / half;  // rh = r * heads + h
     float c, s;
-    math::rope_cos_sin(static_cast<double>(positions[rh / heads]), math::rope_inv_freq(i, rot_dim, base), sign, c, s);
+    math::rope_cos_sin(static_cast<double>(positions[rh / heads]), math::rope_inv_freq(i, rot_dim, base, scaling), sign, c, s);
     float* lo = x + rh * head_dim;
     math::rope_rotate_pair(lo[i], lo[i + half], c, s);
   }
 }
 
 void rope_apply(const char* kernel, float* x, const int32_t* positions, int64_t rows, int64_t heads,
-                int64_t head_dim, int64_t rot_dim, float base, double sign) {
+                int64_t head_dim, int64_t rot_dim, float base, const math::RopeScaling& scaling, double sign) {
   math::check_rope_dims(rot_dim, head_dim);
   const int64_t n = rows * heads * (rot_dim / 2);
   if (n == 0) return;
-  rope_kernel<<<grid_for(n), kThreads>>>(x, positions, n, heads, head_dim, rot_dim, base, sign);
+  rope_kernel<<<grid_for(n), kThreads>>>(x, positions, n, heads, head_dim, rot_dim, base, scaling, sign);
   check_launch(kernel);
 }
 
@@ -235,13 +235,13 @@ void tanh_backward(const float* y, const float* dy, float* dx, int64_t n) {
 }
 
 void rope_forward(float* x, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
-                  int64_t rot_dim, float base) {
-  rope_apply("rope_forward", x, positions, rows, heads, head_dim, rot_dim, base, 1.0);
+                  int64_t rot_dim, float base, const math::RopeScaling& scaling) {
+  rope_apply("rope_forward", x, positions, rows, heads, head_dim, rot_dim, base, scaling, 1.0);
 }
 
 void rope_backward(float* dx, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
-                   int64_t rot_dim, float base) {
-  rope_apply("rope_backward", dx, positions, rows, heads, head_dim, rot_dim, base, -1.0);
+                   int64_t rot_dim, float base, const math::RopeScaling& scaling) {
+  rope_apply("rope_backward", dx, positions, rows, heads, head_dim, rot_dim, base, scaling, -1.0);
 }
 
 void dropout_forward(const float* x, float* y, float p, uint64_t seed, uint64_t stream, const DropoutRegion& r) {

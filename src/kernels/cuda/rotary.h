@@ -5,12 +5,14 @@
 
 #include <cstdint>
 
+#include "kernels/math/rotary.h"
+
 namespace tessera::kernels::cuda {
 
 // x [rows, heads, head_dim] rotated in place; positions [rows] int32.
 void rope_forward(float* x, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
-                  int64_t rot_dim, float base);
+                  int64_t rot_dim, float base, const math::RopeScaling& scaling = {});
 void rope_backward(float* dx, const int32_t* positions, int64_t rows, int64_t heads, int64_t head_dim,
-                   int64_t rot_dim, float base);
+                   int64_t rot_dim, float base, const math::RopeScaling& scaling = {});
 
 }  // namespace tessera::kernels::cuda

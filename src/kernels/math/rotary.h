@@ -19,9 +19,40 @@ inline void check_rope_dims(int64_t rot_dim, int64_t head_dim) {
                 " must be even, positive and <= head_dim ", head_dim);
 }
 
-// base^(-2i / rot_dim), the frequency of pair i.
-TESSERA_HOST_DEVICE inline double rope_inv_freq(int64_t i, int64_t rot_dim, float base) {
-  return pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
+// How a model stretches RoPE past the context it was trained at: only the frequencies change, never the
+// rotation, so the kernels take this with the base. Linear (Hugging Face's "linear", Megatron's
+// --rotary-seq-len-interpolation-factor): every frequency / factor. Llama 3.x ("llama3", Megatron's
+// --use-rope-scaling): wavelengths longer than original_max_position / low_freq_factor are divided by
+// factor, those shorter than original_max_position / high_freq_factor kept, and the band between
+// interpolated smoothly (Megatron's _apply_scaling, Hugging Face's _compute_llama3_parameters).
+enum class RopeScalingType : int32_t { kNone = 0, kLinear = 1, kLlama3 = 2 };
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  double original_max_position = 8192.0;
+};
+
+// The scaled frequency of an unscaled one, in double as the rest.
+TESSERA_HOST_DEVICE inline double rope_scale_inv_freq(double inv_freq, const RopeScaling& s) {
+  if (s.type == RopeScalingType::kLinear) return inv_freq / s.factor;
+  if (s.type != RopeScalingType::kLlama3) return inv_freq;
+  const double pi = 3.14159265358979323846;
+  const double wavelen = 2.0 * pi / inv_freq;
+  const double low_freq_wavelen = s.original_max_position / s.low_freq_factor;
+  const double high_freq_wavelen = s.original_max_position / s.high_freq_factor;
+  if (wavelen > low_freq_wavelen) return inv_freq / s.factor;  // low frequencies: interpolated
+  if (wavelen < high_freq_wavelen) return inv_freq;            // high frequencies: kept
+  const double smooth =
+      (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1.0 - smooth) * inv_freq / s.factor + smooth * inv_freq;
+}
+
+// base^(-2i / rot_dim), the frequency of pair i, scaled.
+TESSERA_HOST_DEVICE inline double rope_inv_freq(int64_t i, int64_t rot_dim, float base, const RopeScaling& s = {}) {
+  return rope_scale_inv_freq(
+      pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim)), s);
 }
 
 // cos and sin of position * inv_freq, as floats; sign -1 gives the sine of the backward (transposed)

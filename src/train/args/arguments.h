@@ -35,6 +35,10 @@ struct TrainArguments {
   model::ModelConfig model = megatron_model_defaults();
   bool group_query_attention = false;  // without it every head is its own group (--num-query-groups ignored)
   int64_t make_vocab_size_divisible_by = 128;
+  // RoPE scaling: --use-rope-scaling (Llama 3.x, factor --rope-scaling-factor) or
+  // --rotary-seq-len-interpolation-factor (linear; 0: none), which finalize_model writes into model.
+  bool use_rope_scaling = false;
+  int64_t rotary_seq_len_interpolation_factor = 0;
   // Mixture of experts: the flags that finalize_moe_model turns into model.moe (the rest write it).
   std::vector<int64_t> num_experts;   // one value, or one per MoE layer (PR-MoE); empty or 0: dense
   std::string moe_layer_freq = "1";   // an interval or a per-layer list

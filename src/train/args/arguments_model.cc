@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -93,6 +94,11 @@ void add_model_flags(CLI::App& app, TrainArguments& a) {
                   "learned_absolute or rope");
   app.add_option("--rotary-base", c.rotary_base, "Base of the rotary frequencies");
   app.add_option("--rotary-percent", c.rotary_percent, "Fraction of each head rotated by RoPE");
+  app.add_flag("--use-rope-scaling", a.use_rope_scaling, "Llama 3.x RoPE frequency scaling");
+  app.add_option("--rope-scaling-factor", c.rope_scaling_factor, "Factor of --use-rope-scaling")->capture_default_str();
+  app.add_option("--rotary-seq-len-interpolation-factor", a.rotary_seq_len_interpolation_factor,
+                 "Linear RoPE scaling: positions divided by this factor");
+  app.add_flag("--qk-layernorm", c.qk_layernorm, "Normalise each head's query and key before RoPE");
   add_enum_option(app, "--normalization", c.normalization, normalization_names(), "LayerNorm or RMSNorm");
   app.add_option("--norm-epsilon", c.norm_epsilon, "Epsilon of the norms");
   app.add_flag("--swiglu", c.swiglu, "SwiGLU MLP instead of GELU");
@@ -149,6 +155,22 @@ void finalize_model(TrainArguments& a) {
   require(!rope || static_cast<int64_t>(static_cast<double>(c.kv_channels) * c.rotary_percent) >= 2,
           "--rotary-percent", c.rotary_percent, "rotates fewer than 2 dimensions of each head");
   require(c.rotary_base > 0, "--rotary-base", c.rotary_base, "must be positive");
+  // Both scalings change the same frequencies; Megatron applies either, Tessera refuses the pair.
+  require(!(a.use_rope_scaling && a.rotary_seq_len_interpolation_factor != 0), "--rotary-seq-len-interpolation-factor",
+          a.rotary_seq_len_interpolation_factor, "cannot be combined with --use-rope-scaling");
+  if (a.use_rope_scaling) {
+    require(rope, "--use-rope-scaling", "set", "needs --position-embedding-type rope");
+    require(std::isfinite(c.rope_scaling_factor) && c.rope_scaling_factor > 0, "--rope-scaling-factor",
+            c.rope_scaling_factor, "must be positive");
+    c.rope_scaling = model::RopeScaling::Llama3;  // Megatron's fixed bands: 1, 4 and 8192 (ModelConfig's)
+  } else if (a.rotary_seq_len_interpolation_factor != 0) {
+    require(rope, "--rotary-seq-len-interpolation-factor", a.rotary_seq_len_interpolation_factor,
+            "needs --position-embedding-type rope");
+    require(a.rotary_seq_len_interpolation_factor > 0, "--rotary-seq-len-interpolation-factor",
+            a.rotary_seq_len_interpolation_factor, "must be positive");
+    c.rope_scaling = model::RopeScaling::Linear;
+    c.rope_scaling_factor = static_cast<double>(a.rotary_seq_len_interpolation_factor);
+  }
   rules::require_positive_finite("--norm-epsilon", c.norm_epsilon);
   require(c.hidden_dropout >= 0 && c.hidden_dropout < 1, "--hidden-dropout", c.hidden_dropout, "must be in [0, 1)");
   require(c.attention_dropout >= 0 && c.attention_dropout < 1, "--attention-dropout", c.attention_dropout,

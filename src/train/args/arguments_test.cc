@@ -61,6 +61,15 @@ const RuleCase kModelRules[] = {
     {"--position-embedding-type rope --rotary-percent 0.1", 1,
      "--rotary-percent=0.1: rotates fewer than 2 dimensions of each head"},
     {"--rotary-base 0", 1, "--rotary-base=0: must be positive"},
+    {"--use-rope-scaling", 1, "--use-rope-scaling=set: needs --position-embedding-type rope"},
+    {"--position-embedding-type rope --use-rope-scaling --rope-scaling-factor 0", 1,
+     "--rope-scaling-factor=0: must be positive"},
+    {"--position-embedding-type rope --use-rope-scaling --rotary-seq-len-interpolation-factor 2", 1,
+     "--rotary-seq-len-interpolation-factor=2: cannot be combined with --use-rope-scaling"},
+    {"--rotary-seq-len-interpolation-factor 2", 1,
+     "--rotary-seq-len-interpolation-factor=2: needs --position-embedding-type rope"},
+    {"--position-embedding-type rope --rotary-seq-len-interpolation-factor -1", 1,
+     "--rotary-seq-len-interpolation-factor=-1: must be positive"},
     {"--normalization BatchNorm", 1, "--normalization=BatchNorm: must be LayerNorm or RMSNorm"},
     {"--norm-epsilon 0", 1, "--norm-epsilon=0: must be positive"},
     {"--hidden-dropout 1.5", 1, "--hidden-dropout=1.5: must be in [0, 1)"},
@@ -391,6 +400,25 @@ TEST(TrainArguments, AMultiValuedFlagGivenTwiceTakesItsLastValues) {
 }
 
 TEST(TrainArguments, TheBaseRunIsValid) { EXPECT_EQ(error_of(kBase), "accepted"); }
+
+// Megatron's RoPE scaling flags: Llama 3.x's with its default factor 8 and fixed bands, or linear.
+TEST(TrainArguments, RopeScalingAndQkLayernormFlags) {
+  model::ModelConfig c = parse("--position-embedding-type rope --use-rope-scaling --qk-layernorm").model;
+  EXPECT_EQ(c.rope_scaling, model::RopeScaling::Llama3);
+  EXPECT_EQ(c.rope_scaling_factor, 8.0);
+  EXPECT_EQ(c.rope_low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope_high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_original_max_position, 8192);
+  EXPECT_TRUE(c.qk_layernorm);
+  c = parse("--position-embedding-type rope --use-rope-scaling --rope-scaling-factor 32").model;
+  EXPECT_EQ(c.rope_scaling_factor, 32.0);
+  c = parse("--position-embedding-type rope --rotary-seq-len-interpolation-factor 4").model;
+  EXPECT_EQ(c.rope_scaling, model::RopeScaling::Linear);
+  EXPECT_EQ(c.rope_scaling_factor, 4.0);
+  c = parse("--position-embedding-type rope").model;
+  EXPECT_EQ(c.rope_scaling, model::RopeScaling::None);
+  EXPECT_FALSE(c.qk_layernorm);
+}
 
 // The model flags write the ModelConfig's fields; nothing else holds them.
 TEST(TrainArguments, ModelFlagsWriteTheModelConfig) {

@@ -70,6 +70,19 @@ std::vector<ModelFlagConflict> model_flag_conflicts(const CLI::App& app, const T
   compare("--position-embedding-type", megatron_name(m.position_embedding), megatron_name(c.position_embedding));
   compare("--rotary-base", text(m.rotary_base), text(c.rotary_base));
   compare("--rotary-percent", text(m.rotary_percent), text(c.rotary_percent));
+  // RoPE scaling: the flags as the run gives them against what the checkpoint's model has.
+  const auto llama3 = [](const model::ModelConfig& x) { return x.rope_scaling == model::RopeScaling::Llama3; };
+  const auto linear_factor = [](const model::ModelConfig& x) {
+    return x.rope_scaling == model::RopeScaling::Linear ? text(x.rope_scaling_factor) : std::string("none");
+  };
+  if (given("--use-rope-scaling")) compare("--use-rope-scaling", text(a.use_rope_scaling), text(llama3(c)));
+  if (llama3(c) || a.use_rope_scaling)
+    compare("--rope-scaling-factor", text(m.rope_scaling_factor), text(c.rope_scaling_factor));
+  compare("--rotary-seq-len-interpolation-factor",
+          a.rotary_seq_len_interpolation_factor == 0 ? std::string("none")
+                                                     : text(double(a.rotary_seq_len_interpolation_factor)),
+          linear_factor(c));
+  compare("--qk-layernorm", text(m.qk_layernorm), text(c.qk_layernorm));
   compare("--normalization", megatron_name(m.normalization), megatron_name(c.normalization));
   compare("--norm-epsilon", text(m.norm_epsilon), text(c.norm_epsilon));
   compare("--swiglu", text(m.swiglu), text(c.swiglu));
@@ -120,7 +133,19 @@ std::vector<ModelDifference> model_differences(const model::ModelConfig& run, co
   if (r.position_embedding == c.position_embedding && c.position_embedding == PositionEmbedding::Rope) {
     compare("--rotary-base", text(r.rotary_base), text(c.rotary_base), false);
     compare("--rotary-percent", text(r.rotary_percent), text(c.rotary_percent), false);
+    const auto scaling = [](const model::ModelConfig& m) {
+      switch (m.rope_scaling) {
+        case model::RopeScaling::None: return std::string("none");
+        case model::RopeScaling::Linear: return str_cat("linear, factor ", m.rope_scaling_factor);
+        case model::RopeScaling::Llama3:
+          return str_cat("llama3, factor ", m.rope_scaling_factor, " (bands ", m.rope_low_freq_factor, ", ",
+                         m.rope_high_freq_factor, ", ", m.rope_original_max_position, ")");
+      }
+      return std::string();
+    };
+    compare("--use-rope-scaling", scaling(r), scaling(c), false);
   }
+  compare("--qk-layernorm", text(r.qk_layernorm), text(c.qk_layernorm), true);
   compare("--normalization", megatron_name(r.normalization), megatron_name(c.normalization), true);
   compare("--norm-epsilon", text(r.norm_epsilon), text(c.norm_epsilon), false);
   compare("--swiglu", text(r.swiglu), text(c.swiglu), true);

@@ -71,6 +71,25 @@ TEST(ModelFlags, ConflictsNameFlagGivenAndSaved) {
   EXPECT_EQ(c[1].given, "1e-06");  // the shortest decimal of the float, as it was given
 }
 
+// A resumed run keeps the checkpoint's RoPE scaling and q/k norms.
+TEST(ModelFlags, RopeScalingAndQkLayernormMustMatch) {
+  auto c = conflicts_of({"--use-rope-scaling", "--qk-layernorm"});
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(describe(c), "--use-rope-scaling=true (the checkpoint's: false); --qk-layernorm=true (the checkpoint's: false)");
+  c = conflicts_of({"--rotary-seq-len-interpolation-factor", "2"});
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].saved, "none");
+  model::ModelConfig saved = saved_config(), run = saved;
+  run.rope_scaling = model::RopeScaling::Llama3;
+  run.qk_layernorm = true;
+  const auto d = model_differences(run, saved);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].flag, "--use-rope-scaling");
+  EXPECT_FALSE(d[0].changes_shapes);
+  EXPECT_EQ(d[1].flag, "--qk-layernorm");
+  EXPECT_TRUE(d[1].changes_shapes);  // the norms' weights
+}
+
 // train --load: the whole run's model against the checkpoint's, each difference marked by whether the
 // weights' shapes change (what --finetune cannot load either).
 TEST(ModelFlags, DifferencesOfARunFromItsCheckpoint) {
