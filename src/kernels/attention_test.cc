@@ -46,21 +46,7 @@ TEST(Attention, ReferenceBackwardMatchesNumericGradient) {
       AttentionShape s{.seq = 5, .batch = 2, .heads = 2, .kv_heads = kv, .head_dim = 3};
       SCOPED_TRACE(::testing::Message() << "p " << p << " kv_heads " << kv);
       Problem pr(s, p, 7 + kv);
-      const auto q = to_double(pr.q), k = to_double(pr.k), v = to_double(pr.v), r = to_double(pr.dout);
-      auto loss = [&](const std::vector<double>& qq, const std::vector<double>& kk, const std::vector<double>& vv) {
-        Reference f = reference_forward(qq, kk, vv, s, pr.scale, pr.drop);
-        double sum = 0;
-        for (size_t i = 0; i < f.out.size(); ++i) sum += f.out[i] * r[i];
-        return sum;
-      };
-      Reference ref = reference_forward(q, k, v, s, pr.scale, pr.drop);
-      reference_backward(q, k, v, r, s, pr.scale, pr.drop, ref);
-      auto gq = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(x, k, v); }, q);
-      auto gk = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(q, x, v); }, k);
-      auto gv = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(q, k, x); }, v);
-      EXPECT_LE(max_scaled_error(ref.dq, gq, 1e-7, 1e-6), 1.0);
-      EXPECT_LE(max_scaled_error(ref.dk, gk, 1e-7, 1e-6), 1.0);
-      EXPECT_LE(max_scaled_error(ref.dv, gv, 1e-7, 1e-6), 1.0);
+      const Reference ref = expect_reference_gradients_match_differences(pr);
     }
   }
 }
@@ -188,24 +174,10 @@ TEST(Attention, DocumentMaskReferenceBackwardMatchesNumericGradient) {
       SCOPED_TRACE(::testing::Message() << "p " << p << " kv_heads " << kv);
       Problem pr(s, p, 17 + kv);
       pr.set_docs(doc_starts(7, 2, {{3, 4}, {2, 6}}));
-      const auto q = to_double(pr.q), k = to_double(pr.k), v = to_double(pr.v), r = to_double(pr.dout);
-      auto loss = [&](const std::vector<double>& qq, const std::vector<double>& kk, const std::vector<double>& vv) {
-        Reference f = reference_forward(qq, kk, vv, pr.shape, pr.scale, pr.drop);
-        double sum = 0;
-        for (size_t i = 0; i < f.out.size(); ++i) sum += f.out[i] * r[i];
-        return sum;
-      };
-      Reference ref = reference_forward(q, k, v, pr.shape, pr.scale, pr.drop);
-      reference_backward(q, k, v, r, pr.shape, pr.scale, pr.drop, ref);
-      auto gq = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(x, k, v); }, q);
-      auto gk = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(q, x, v); }, k);
-      auto gv = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(q, k, x); }, v);
-      EXPECT_LE(max_scaled_error(ref.dq, gq, 1e-7, 1e-6), 1.0);
-      EXPECT_LE(max_scaled_error(ref.dk, gk, 1e-7, 1e-6), 1.0);
-      EXPECT_LE(max_scaled_error(ref.dv, gv, 1e-7, 1e-6), 1.0);
+      const Reference ref = expect_reference_gradients_match_differences(pr);
       // And the mask matters: the masked reference differs from the plain causal one.
       AttentionShape plain = s;
-      Reference causal = reference_forward(q, k, v, plain, pr.scale, pr.drop);
+      Reference causal = reference_forward(to_double(pr.q), to_double(pr.k), to_double(pr.v), plain, pr.scale, pr.drop);
       EXPECT_GT(max_scaled_error(ref.out, causal.out, 1e-7, 1e-6), 1.0);
     }
   }

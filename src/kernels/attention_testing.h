@@ -197,6 +197,27 @@ inline void expect_matches_reference(const AttentionShape& s, float p, uint64_t 
   EXPECT_LE(max_scaled_error(pr.dv, ref.dv, 1e-5, 1e-5), 1.0);
 }
 
+// The float64 reference backward of `pr` checked against central differences of its forward, for
+// L = sum(out * dout); returns that reference (forward and gradients).
+inline Reference expect_reference_gradients_match_differences(const Problem& pr) {
+  const auto q = to_double(pr.q), k = to_double(pr.k), v = to_double(pr.v), r = to_double(pr.dout);
+  auto loss = [&](const std::vector<double>& qq, const std::vector<double>& kk, const std::vector<double>& vv) {
+    Reference f = reference_forward(qq, kk, vv, pr.shape, pr.scale, pr.drop);
+    double sum = 0;
+    for (size_t i = 0; i < f.out.size(); ++i) sum += f.out[i] * r[i];
+    return sum;
+  };
+  Reference ref = reference_forward(q, k, v, pr.shape, pr.scale, pr.drop);
+  reference_backward(q, k, v, r, pr.shape, pr.scale, pr.drop, ref);
+  auto gq = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(x, k, v); }, q);
+  auto gk = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(q, x, v); }, k);
+  auto gv = testing::numeric_gradient([&](const std::vector<double>& x) { return loss(q, k, x); }, v);
+  EXPECT_LE(max_scaled_error(ref.dq, gq, 1e-7, 1e-6), 1.0);
+  EXPECT_LE(max_scaled_error(ref.dk, gk, 1e-7, 1e-6), 1.0);
+  EXPECT_LE(max_scaled_error(ref.dv, gv, 1e-7, 1e-6), 1.0);
+  return ref;
+}
+
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
