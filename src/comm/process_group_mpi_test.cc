@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "comm/mpi_test_main.h"
+#include "core/testing.h"
 
 namespace tessera::comm {
 namespace {
@@ -62,15 +63,7 @@ std::string label(DType dt, int64_t n, ReduceOp op = ReduceOp::Sum) {
   return str_cat(dtype_name(dt), " n=", n, op == ReduceOp::Sum ? " sum" : " max");
 }
 
-// The message of the Error that f throws ("" if it throws none).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::tessera::testing::error_of;
 
 TEST(MpiProcessGroup, WorldMatchesMpi) {
   auto world = make_mpi_world_group();

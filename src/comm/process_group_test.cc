@@ -1,6 +1,7 @@
 // The single-process group: every collective is a copy or nothing, with the same argument checks as
 // the MPI group.
 #include "comm/process_group.h"
+#include "core/testing.h"
 
 #include <gtest/gtest.h>
 
@@ -9,14 +10,7 @@
 namespace tessera::comm {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::tessera::testing::error_of;
 
 Tensor iota(int64_t n, DType dt = DType::F32) {
   Tensor t = Tensor::empty({n}, dt);

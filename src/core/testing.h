@@ -1,11 +1,13 @@
-// Helpers for tests only: random data, float64 finite differences and error measures.
+// Helpers for tests only: random data, float64 finite differences, error measures and error messages.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/philox.h"
 
 namespace tessera::testing {
@@ -16,6 +18,16 @@ inline std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.0
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * s.uniform(i);
   return v;
+}
+
+// The message of the tessera::Error f throws, or "" when it returns.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }

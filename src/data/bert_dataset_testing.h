@@ -13,17 +13,11 @@
 
 #include "data/bert_dataset.h"
 #include "data/gpt_dataset_testing.h"
+#include "core/testing.h"
 
 namespace tessera::data::bert_testing {
 
-inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::tessera::testing::error_of;
 
 // Runs testdata/bert_reference.py <args> --out `out_dir`; "" on success, else why not.
 

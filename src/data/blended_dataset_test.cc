@@ -6,6 +6,7 @@
 
 #include "data/gpt_dataset_testing.h"
 #include "data/indexed_dataset.h"
+#include "core/testing.h"
 
 namespace tessera::data {
 namespace {
@@ -14,14 +15,7 @@ using testing::read_i64;
 using testing::run_reference;
 using testing::ScratchDir;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::tessera::testing::error_of;
 
 DataBlend parse(std::vector<std::string> values) { return parse_data_path(values); }
 

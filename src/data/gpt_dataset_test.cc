@@ -7,6 +7,7 @@
 
 #include "data/blended_dataset.h"
 #include "data/gpt_dataset_testing.h"
+#include "core/testing.h"
 
 namespace tessera::data {
 namespace {
@@ -18,14 +19,7 @@ using testing::run_reference;
 using testing::ScratchDir;
 using testing::shell_quote;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::tessera::testing::error_of;
 
 // ---- test corpora ----
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/gpt_dataset_testing.h"
+#include "core/testing.h"
 
 namespace tessera::data {
 namespace {
@@ -102,14 +103,7 @@ std::vector<Document> sample_docs(int32_t max_token) {
   return docs;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::tessera::testing::error_of;
 
 TEST(IndexedDataset, BestDtypeFollowsPreprocess) {
   EXPECT_EQ(best_dtype(50257), TokenDType::kUInt16);

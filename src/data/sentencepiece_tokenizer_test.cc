@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/testing.h"
 
 namespace tessera::data {
 namespace {
@@ -38,16 +39,7 @@ void write_file(const fs::path& path, std::string_view data) {
   TESSERA_CHECK(out, "cannot write ", path);
 }
 
-// The message of the tessera::Error `f` throws ("" if it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::tessera::testing::error_of;
 
 std::vector<int32_t> cat(std::initializer_list<std::vector<int32_t>> parts) {
   std::vector<int32_t> out;

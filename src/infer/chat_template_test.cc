@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "core/testing.h"
 
 namespace tessera::infer {
 namespace {
@@ -39,14 +40,7 @@ class MarkerTokenizer final : public data::Tokenizer {
 
 std::vector<int32_t> ids_of(const MarkerTokenizer& tok, const std::string& text) { return tok.encode(text); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::tessera::testing::error_of;
 
 const std::vector<ChatMessage> kConversation = {{"system", "be brief"}, {"user", " hi "}};
 
