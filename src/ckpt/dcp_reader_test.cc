@@ -99,11 +99,17 @@ void expect_checkpoint(const DcpCheckpoint& ck) {
   EXPECT_EQ(ck.find("absent"), nullptr);
 }
 
-TEST_F(DcpReaderTest, ReadsWhatPyTorchsWriterWrites) { expect_checkpoint(DcpCheckpoint::open(dir_.file("dcp"))); }
-
-TEST_F(DcpReaderTest, ReadsAnItemStoredAsRawBytes) { expect_checkpoint(DcpCheckpoint::open(dir_.file("raw"))); }
-
-TEST_F(DcpReaderTest, DamageIsNamedWithTheFileAndKey) {
+// One test, one run of PyTorch (the fixture takes seconds): what the writer wrote, the raw-bytes item, then
+// the damage, each named with the file and key.
+TEST_F(DcpReaderTest, ReadsPyTorchsWriterAndNamesDamage) {
+  {
+    SCOPED_TRACE("as PyTorch's FileSystemWriter wrote it");
+    expect_checkpoint(DcpCheckpoint::open(dir_.file("dcp")));
+  }
+  {
+    SCOPED_TRACE("an item stored as raw bytes");
+    expect_checkpoint(DcpCheckpoint::open(dir_.file("raw")));
+  }
   namespace fs = std::filesystem;
   const std::string metadata = testing::read_file_bytes(dir_.file("dcp/.metadata"));
   // A truncated .metadata: the pickle machine's error names the file.

@@ -60,8 +60,8 @@ const Choice kChoices[] = {
     {"--ckpt-format", {"torch", "torch_dist", "torch_dcp", "fsdp_dtensor"},
      "checkpoints are Tessera's: Megatron's directory layout, safetensors files, resharded on load",
      {{"torch", "checkpoints are Tessera's (Megatron's directory layout, safetensors files, resharded on load); "
-                "Megatron-LM's legacy torch checkpoints convert with tessera convert --loader megatron, and back "
-                "with --saver megatron"},
+                "Megatron-LM's torch checkpoints (its legacy format) convert with tessera convert --loader "
+                "megatron, and back with --saver megatron"},
       {"torch_dist", "checkpoints are Tessera's (Megatron's directory layout, safetensors files, resharded on "
                      "load); Megatron-LM's torch_dist checkpoints convert with tessera convert --loader megatron"},
       {"torch_dcp", "checkpoints are Tessera's (Megatron's directory layout, safetensors files, resharded on "
