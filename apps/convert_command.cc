@@ -3,6 +3,7 @@
 //   tessera convert --loader tessera --saver hf --load-dir CKPT --save-dir HF [--max-shard-size 5GB]
 //   tessera convert --loader hf --saver tessera --load-dir HF --save-dir CKPT
 //   tessera convert --loader megatron --load-dir MEGATRON_CKPT --save-dir CKPT [--ckpt-step N] [model flags]
+//       (legacy torch or torch_dist, told apart by the iteration directory)
 //   tessera convert --loader tessera --saver megatron --load-dir CKPT --save-dir MEGATRON_CKPT
 //       [--target-tensor-parallel-size T --target-pipeline-parallel-size P --megatron-names mcore|legacy]
 // and the hidden `tessera debug-forward`, which writes a checkpoint's logits and loss gradients on
@@ -20,6 +21,7 @@
 #include "apps/commands.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_convert.h"
+#include "ckpt/megatron_dist.h"
 #include "ckpt/megatron_legacy.h"
 #include "ckpt/megatron_saver.h"
 #include "ckpt/safetensors.h"
@@ -197,7 +199,7 @@ struct ConvertFlags {
 
 CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArguments& model) {
   app.option_defaults()->always_capture_default();
-  app.add_option("--loader", f.loader, "Format read: tessera, hf or megatron (Megatron-LM's legacy torch checkpoints)")
+  app.add_option("--loader", f.loader, "Format read: tessera, hf or megatron (Megatron-LM's checkpoints: legacy torch or torch_dist)")
       ->required()->check(CLI::IsMember({"tessera", "hf", "megatron"}));
   app.add_option("--saver", f.saver, "Format written: hf, megatron (Megatron-LM's legacy torch checkpoint, GPT) or "
                  "tessera (--loader megatron: tessera, the default)")
@@ -248,11 +250,16 @@ void set_megatron_vocab_size(const ckpt::MegatronArgs& a, model::ModelConfig& c,
   }
 }
 
-// --loader megatron: reads the checkpoint's args, then the command line again over them (flags win),
-// and converts.
+// --loader megatron: finds the checkpoint's format (legacy torch or torch_dist), reads its args, then the
+// command line again over them (flags win), and converts.
 void convert_megatron(const std::vector<std::string>& args, const ConvertFlags& first, const fs::path& target) {
-  ckpt::MegatronLegacyCheckpoint checkpoint = ckpt::open_megatron_legacy(first.load_dir, first.ckpt_step);
-  const ckpt::MegatronArgs& saved = checkpoint.args;
+  const ckpt::MegatronIteration found = ckpt::find_megatron_iteration(first.load_dir, first.ckpt_step);
+  const bool dist = ckpt::megatron_checkpoint_format(found) == "torch_dist";
+  ckpt::MegatronLegacyCheckpoint legacy;
+  ckpt::MegatronDistCheckpoint distributed;
+  if (dist) distributed = ckpt::open_megatron_dist(first.load_dir, first.ckpt_step);
+  else legacy = ckpt::open_megatron_legacy(first.load_dir, first.ckpt_step);
+  const ckpt::MegatronArgs& saved = dist ? distributed.args : legacy.args;
   train::TrainArguments model;
   model.model = saved.config;
   model.group_query_attention = saved.group_query_attention;
@@ -268,7 +275,8 @@ void convert_megatron(const std::vector<std::string>& args, const ConvertFlags& 
   set_megatron_vocab_size(saved, model.model, notes);
   for (const std::string& n : notes) std::cerr << " > note: " << n << std::endl;
   convert_into(target, [&](const std::string& out) {
-    for (const std::string& n : ckpt::import_megatron_legacy(std::move(checkpoint), model.model, out))
+    for (const std::string& n : dist ? ckpt::import_megatron_dist(distributed, model.model, out)
+                                     : ckpt::import_megatron_legacy(std::move(legacy), model.model, out))
       std::cerr << " > note: " << n << std::endl;
   });
 }
@@ -280,7 +288,7 @@ int convert_command(const std::vector<std::string>& args) {
   train::TrainArguments model;
   CLI::App app{"tessera convert: Tessera checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM, "
                "MixtralForCausalLM, BertForPreTraining, MegatronBertForPreTraining, and their ForMaskedLM), and "
-               "Megatron-LM's legacy torch checkpoints (GPT) to and from Tessera",
+               "Megatron-LM's checkpoints (GPT; legacy torch and torch_dist in, legacy torch out) to and from Tessera",
                "tessera convert"};
   CLI::App* group = add_convert_flags(app, f, model);
   if (!parse_command_line(app, args, "convert")) return 0;

@@ -21,6 +21,10 @@ usage: megatron_fixture.py OUT_DIR STYLE(gpt2|llama) SCHEME(mcore|te|legacy) TOK
   --release                          a release checkpoint (release/, tracker 'release')
   --set NAME=PYTHON_VALUE            change one saved arg (after the weights are made)
   --drift-tied-copy                  the last stage's copy of tied embeddings off by 0.25 in one element
+  --format torch|torch_dist          the legacy files (default) or Megatron's torch_dist: metadata.json,
+                                     common.pt (args, iteration) and PyTorch DCP's .metadata and
+                                     __R_0.distcp written by PyTorch's own FileSystemWriter
+  --singleton                        torch_dist: SwiGLU's fc1 under the keys ..._w and ..._v
 Prints the reference loss (mean next-token cross-entropy over the padded vocabulary, float64).
 """
 import argparse
@@ -31,6 +35,22 @@ import math
 import os
 import random
 import sys
+
+import dataclasses
+
+# Debian's torch 1.13 on Python 3.11: its DCP module's dataclasses have defaults that Python 3.11 rejects as
+# mutable (unhashable); letting such classes hash by identity first makes it importable, unchanged otherwise.
+_process_class = dataclasses._process_class
+
+
+def _hashable(cls, *args, **kwargs):
+    made = _process_class(cls, *args, **kwargs)
+    if made.__hash__ is None:
+        made.__hash__ = object.__hash__
+    return made
+
+
+dataclasses._process_class = _hashable
 
 import numpy as np
 import torch
@@ -249,6 +269,152 @@ def chunk_state(c, w, scheme, rank, layers, first, last, dtype):
     return model
 
 
+# ---- torch_dist: PyTorch's own DCP writer, driven as Megatron's ranks drive it ----------------------
+
+def dcp_modules():
+    """PyTorch 2.x's torch.distributed.checkpoint, or 1.13's torch.distributed._shard.checkpoint (which
+    Python 3.11 imports only when dataclasses let its mutable defaults through: see below)."""
+    try:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint import default_planner, planner, metadata
+        properties = metadata.TensorProperties
+    except (ImportError, AttributeError):
+        import torch.distributed._shard.checkpoint as dcp
+        from torch.distributed._shard.checkpoint import default_planner, planner, metadata
+        from torch.distributed._shard.sharded_tensor.metadata import TensorProperties as properties
+    return dcp, default_planner, planner, metadata, properties
+
+
+def write_dcp(path, ranks):
+    """Writes ranks[r] = [(key, global size or None for an object, chunk offsets, tensor or object)] as
+    DCP does for a job of len(ranks) processes: each rank's plan, the coordinator's global plan and
+    metadata, each rank's __r_0.distcp by FileSystemWriter, then .metadata."""
+    dcp, default_planner, planner, md, TensorProperties = dcp_modules()
+
+    class RankPlanner(default_planner.DefaultSavePlanner):
+        def __init__(self, items):
+            super().__init__()
+            self.items, self.objects = items, {}
+
+        def create_local_plan(self):
+            requests = []
+            for key, size, offsets, obj in self.items:
+                if size is None:
+                    index = md.MetadataIndex(key)
+                    requests.append(planner.WriteItem(index=index, type=planner.WriteItemType.BYTE_IO))
+                else:
+                    index = md.MetadataIndex(key, offsets)
+                    chunk = md.ChunkStorageMetadata(offsets=torch.Size(offsets), sizes=obj.size())
+                    data = planner.TensorWriteData(chunk=chunk, properties=TensorProperties.create_from_tensor(obj),
+                                                   size=torch.Size(size))
+                    requests.append(planner.WriteItem(index=index, type=planner.WriteItemType.SHARD, tensor_data=data))
+                self.objects[(key, None if size is None else tuple(offsets))] = obj
+            self.plan = planner.SavePlan(requests)
+            return self.plan
+
+        def resolve_data(self, item):
+            obj = self.objects[(item.index.fqn, None if item.index.offset is None else tuple(item.index.offset))]
+            if item.type == planner.WriteItemType.BYTE_IO:
+                buffer = io.BytesIO()
+                torch.save(obj, buffer)
+                return buffer
+            return obj
+
+    writer = dcp.FileSystemWriter(path, single_file_per_rank=True)
+    planners = [RankPlanner(items) for items in ranks]
+    plans = [writer.prepare_local_plan(p.create_local_plan()) for p in planners]
+    plans, metadata = default_planner.create_default_global_save_plan(plans)
+    plans = writer.prepare_global_plan(plans)
+    results = []
+    for p, plan in zip(planners, plans):
+        p.finish_plan(plan)
+        future = writer.write_data(plan, p)
+        future.wait()
+        results.append(future.value())
+    writer.finish(metadata=metadata, results=results)
+
+
+def torch_dist_items(c, w, scheme, dtype, singleton):
+    """Each rank's sharded tensors (rank = stage * TP + tensor rank), as Megatron-Core's sharded state dict
+    has them: layers stacked under decoder.layers.* with the global layer as the leading axis, each tensor
+    rank's shard a chunk at its offsets, SwiGLU's fc1 as a gate chunk and an up chunk (or keys _w and _v
+    with singleton_local_shards), replicated tensors saved once; the tied output layer folded into the
+    embedding (not saved). Plus ShardedObjects (bytes) and optimizer entries, which a converter skips."""
+    L = c["num_layers"]
+    per_stage = L // PP
+    ranks = [[] for _ in range(TP * PP)]
+
+    def rename(rest):
+        return TE_LAYER.get(rest, rest) if scheme == "te" else rest
+
+    def add(rank, key, size, offsets, t):
+        ranks[rank].append((key, list(size), list(offsets), t.to(dtype).contiguous().clone()))
+
+    for name, t in w.items():
+        if not name.startswith("decoder.layers."):
+            continue
+        i, rest = name.split(".", 3)[2:]
+        layer, stage = int(i), int(i) // per_stage
+        key = "decoder.layers." + rename(rest)
+        size = [L] + list(t.shape)
+        for r in range(TP):
+            shard = split(name, t, c, r)
+            zeros = [0] * t.dim()
+            if "linear_fc1." in rest and c["swiglu"]:
+                half, ffn = shard.shape[0] // 2, c["ffn_hidden_size"]
+                gate, up = shard[:half], shard[half:]
+                if singleton:
+                    gsize = [L, ffn] + list(t.shape[1:])
+                    add(stage * TP + r, key + "_w", gsize, [layer, r * half] + zeros[1:], gate.unsqueeze(0))
+                    add(stage * TP + r, key + "_v", gsize, [layer, r * half] + zeros[1:], up.unsqueeze(0))
+                else:
+                    add(stage * TP + r, key, size, [layer, r * half] + zeros[1:], gate.unsqueeze(0))
+                    add(stage * TP + r, key, size, [layer, ffn + r * half] + zeros[1:], up.unsqueeze(0))
+            elif shard.shape == t.shape:  # replicated: tensor rank 0's copy
+                if r == 0:
+                    add(stage * TP, key, size, [layer] + zeros, shard.unsqueeze(0))
+            else:
+                dim = 0 if shard.shape[0] != t.shape[0] else 1
+                off = list(zeros)
+                off[dim] = r * shard.shape[dim]
+                add(stage * TP + r, key, size, [layer] + off, shard.unsqueeze(0))
+        if scheme == "te" and rest == "mlp.linear_fc2.weight":
+            for r in range(TP):
+                obj_key = f"decoder.layers.mlp.linear_fc2._extra_state/shard_{layer}.{r}_{L}.{TP}"
+                ranks[stage * TP + r].append((obj_key, None, None, io.BytesIO(b"te fp8 metadata")))
+    for name, stage in (("embedding.word_embeddings.weight", 0), ("embedding.position_embeddings.weight", 0),
+                        ("decoder.final_layernorm.weight", PP - 1), ("decoder.final_layernorm.bias", PP - 1),
+                        ("output_layer.weight", PP - 1)):
+        if name not in w:
+            continue
+        t = w[name]
+        for r in range(TP):
+            shard = split(name, t, c, r)
+            if shard.shape == t.shape:
+                if r == 0:
+                    add(stage * TP, name, t.shape, [0] * t.dim(), shard)
+            else:
+                add(stage * TP + r, name, t.shape, [r * shard.shape[0]] + [0] * (t.dim() - 1), shard)
+    for rank in range(TP * PP):
+        ranks[rank].append((f"rng_state/shard_0.{rank}_1.{TP * PP}", None, None, {"random_rng_state": rank}))
+    fc2 = w["decoder.layers.0.mlp.linear_fc2.weight"]
+    ranks[0].append(("optimizer.state.exp_avg.decoder.layers.mlp.linear_fc2.weight", [L] + list(fc2.shape),
+                     [0] * (fc2.dim() + 1), torch.zeros(L, *fc2.shape)))
+    return ranks
+
+
+def write_torch_dist(out, sub, c, w, args, scheme, dtype, singleton, iteration):
+    d = os.path.join(out, sub)
+    write_dcp(d, torch_dist_items(c, w, scheme, dtype, singleton))
+    common = {"args": args, "checkpoint_version": 3.0, "iteration": iteration,
+              "opt_param_scheduler": {"num_steps": ITERATION * 32, "max_lr": 3e-4},
+              "num_floating_point_operations_so_far": 0}
+    torch.save(common, os.path.join(d, "common.pt"))
+    with open(os.path.join(d, "metadata.json"), "w") as f:
+        f.write('{"sharded_backend": "torch_dist", "sharded_backend_version": 1, '
+                '"common_backend": "torch", "common_backend_version": 1}')
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -261,6 +427,8 @@ def main():
     p.add_argument("--release", action="store_true")
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--drift-tied-copy", action="store_true")
+    p.add_argument("--format", default="torch", choices=["torch", "torch_dist"])
+    p.add_argument("--singleton", action="store_true", help="torch_dist: SwiGLU's fc1 as keys _w and _v")
     a = p.parse_args()
     global PP
     PP = a.pp
@@ -289,6 +457,13 @@ def main():
 
     layers_per_chunk = c["num_layers"] // (PP * a.vp)
     sub = "release" if a.release else f"iter_{ITERATION:07d}"
+    if a.format == "torch_dist":
+        args.ckpt_format = "torch_dist"
+        write_torch_dist(a.out, sub, c, w, args, a.scheme, dtype, a.singleton, 0 if a.release else ITERATION)
+        with open(os.path.join(a.out, "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write("release" if a.release else str(ITERATION))
+        print(f"reference loss: {loss:.12e}")
+        return
     for stage in range(PP):
         for rank in range(TP):
             state = {"args": args, "checkpoint_version": 3.0, "iteration": 0 if a.release else ITERATION}

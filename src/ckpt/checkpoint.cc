@@ -273,6 +273,17 @@ class CheckpointReader {
 CheckpointIndex read_index(const std::string& load_dir, int64_t iteration, fs::path* dir) {
   *dir = fs::path(load_dir) / iteration_dir_name(iteration);
   fs::path path = *dir / kIndex;
+  // A Megatron-LM checkpoint has the same tracker and iteration directories but no index: say what it is.
+  std::error_code ec;
+  if (!fs::exists(path, ec) && fs::is_directory(*dir, ec)) {
+    const bool dist = fs::exists(*dir / "metadata.json", ec) || fs::exists(*dir / ".metadata", ec);
+    bool legacy = false;
+    for (const fs::directory_entry& e : fs::directory_iterator(*dir, ec))
+      legacy = legacy || e.path().filename().string().rfind("mp_rank_", 0) == 0;
+    TESSERA_CHECK(!dist && !legacy, load_dir, " is a Megatron-LM checkpoint (", dist ? "torch_dist" : "legacy torch",
+                  " format, ", dir->string(), "), not a Tessera one: convert it first with tessera convert --loader "
+                  "megatron --load-dir ", load_dir, " --save-dir DIR, then --load DIR (docs/checkpoints.md)");
+  }
   CheckpointIndex index = parse_checkpoint_index(read_text_file(path, "checkpoint index"), path.string());
   TESSERA_CHECK(index.iteration == iteration, "checkpoint index ", path.string(), " is for iteration ",
                 index.iteration, ", the tracker says ", iteration);

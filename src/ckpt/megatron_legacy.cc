@@ -50,19 +50,7 @@ std::string read_tracker(const fs::path& path) {
   return s;
 }
 
-// fp32, bf16 or fp16 as fp32: a Tessera checkpoint holds the fp32 master weights.
-Tensor megatron_fp32(const MegatronShard& s) {
-  const Tensor& t = s.tensor;
-  if (t.dtype() == DType::F32) return t;
-  TESSERA_CHECK(t.dtype() == DType::BF16 || t.dtype() == DType::F16, s.file, ": ", s.key, " is ", dtype_name(t.dtype()),
-                ", not a floating-point weight");
-  Tensor out = Tensor::empty(t.shape());
-  const auto* src = static_cast<const uint16_t*>(t.host_raw());
-  float* dst = out.host_f32();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    dst[i] = t.dtype() == DType::BF16 ? bf16_to_fp32(src[i]) : kernels::fp16_to_fp32(src[i]);
-  return out;
-}
+Tensor megatron_fp32(const MegatronShard& s) { return megatron_to_fp32(s.tensor, s.file, s.key); }
 
 // The state dict's leaves with dotted keys: the legacy model nests dicts (language_model -> encoder ->
 // "layers.0...."), Megatron-Core's is flat.
@@ -168,16 +156,28 @@ Tensor merge_shards(const std::vector<MegatronShard>& shards, MegatronSplit spli
 
 }  // namespace
 
-MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64_t step) {
-  MegatronLegacyCheckpoint ck;
-  ck.load_dir = load_dir;
+Tensor megatron_to_fp32(const Tensor& t, const std::string& file, const std::string& key) {
+  if (t.dtype() == DType::F32) return t;
+  TESSERA_CHECK(t.dtype() == DType::BF16 || t.dtype() == DType::F16, file, ": ", key, " is ", dtype_name(t.dtype()),
+                ", not a floating-point weight");
+  Tensor out = Tensor::empty(t.shape());
+  const auto* src = static_cast<const uint16_t*>(t.host_raw());
+  float* dst = out.host_f32();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    dst[i] = t.dtype() == DType::BF16 ? bf16_to_fp32(src[i]) : kernels::fp16_to_fp32(src[i]);
+  return out;
+}
+
+MegatronIteration find_megatron_iteration(const std::string& load_dir, int64_t step) {
+  MegatronIteration found;
+  found.load_dir = load_dir;
   const fs::path dir(load_dir);
   std::error_code ec;
   TESSERA_CHECK(fs::is_directory(dir, ec), "convert --loader megatron: --load-dir ", load_dir, " is not a directory");
   std::string sub;
   if (step >= 0) {
     sub = iteration_dir_name(step);  // Megatron's iter_{:07d}
-    ck.iteration = step;
+    found.iteration = step;
   } else {
     const fs::path tracker = dir / kMegatronTracker;
     TESSERA_CHECK(fs::is_regular_file(tracker, ec), "convert --loader megatron: ", tracker.string(),
@@ -185,22 +185,81 @@ MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64
     const std::string text = read_tracker(tracker);
     if (text == "release") {
       sub = "release";
+      found.release = true;
     } else {
       int64_t n = -1;
       const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), n);
       TESSERA_CHECK(err == std::errc() && end == text.data() + text.size() && n >= 0, "convert --loader megatron: ",
                     tracker.string(), " holds '", text.substr(0, 40), "', not an iteration or 'release'");
       sub = iteration_dir_name(n);
-      ck.iteration = n;
+      found.iteration = n;
     }
   }
   const fs::path iter = dir / sub;
-  ck.iteration_dir = iter.string();
+  found.iteration_dir = iter.string();
   TESSERA_CHECK(fs::is_directory(iter, ec), "convert --loader megatron: ", iter.string(), " is missing",
                 step >= 0 ? " (--ckpt-step)" : " (named by latest_checkpointed_iteration.txt)");
-  TESSERA_CHECK(!fs::exists(iter / "metadata.json", ec) && !fs::exists(iter / ".metadata", ec),
-                "convert --loader megatron: ", iter.string(),
-                " is a torch_dist (distributed) checkpoint; only the legacy torch format converts yet");
+  return found;
+}
+
+std::string megatron_checkpoint_format(const MegatronIteration& it) {
+  const fs::path iter(it.iteration_dir);
+  std::error_code ec;
+  const bool metadata_json = fs::exists(iter / "metadata.json", ec), dcp = fs::exists(iter / ".metadata", ec);
+  if (metadata_json || dcp) return "torch_dist";
+  return "torch";
+}
+
+std::string megatron_tied_copy_note(const Tensor& copy, const Tensor& embedding, const std::string& key,
+                                    const std::string& file) {
+  TESSERA_CHECK(copy.shape() == embedding.shape(), "convert: ", file, ": ", key,
+                ", the last stage's copy of the tied word embeddings, is ", shape_str(copy.shape()),
+                " whole but the embedding is ", shape_str(embedding.shape()));
+  double largest = 0;
+  for (int64_t i = 0; i < copy.numel(); ++i)
+    largest = std::max(largest, static_cast<double>(std::abs(copy.host_f32()[i] - embedding.host_f32()[i])));
+  if (largest == 0) return "";
+  return str_cat("the last pipeline stage's copy of the tied word embeddings (", key, " in ", file,
+                 ") differs from the embedding by up to ", largest, "; the converted model uses the embedding for both");
+}
+
+void save_megatron_import(const std::string& save_dir, const model::ModelConfig& c, const MegatronArgs& a,
+                          int64_t iteration, const nlohmann::json& converted_from,
+                          const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  nlohmann::json args = {{"model", model::to_json(c)},
+                         {"tokenizer_type", a.tokenizer_type},
+                         {"vocab_file", a.vocab_file},
+                         {"merge_file", a.merge_file},
+                         {"tokenizer_model", a.tokenizer_model},
+                         {"make_vocab_size_divisible_by", a.make_vocab_size_divisible_by},
+                         {"bf16", a.bf16},
+                         {"fp16", a.fp16},
+                         {"converted_from", converted_from}};
+  if (a.seed >= 0) args["seed"] = a.seed;
+  TrainingState state;
+  state.iteration = iteration;
+  state.consumed_train_samples = std::max<int64_t>(0, a.consumed_train_samples);
+  state.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : 1234;  // Megatron's default --seed
+  state.args = args;
+  // The tokenizer's files travel with the checkpoint when they are on this machine.
+  std::error_code ec;
+  for (const auto& [key, path] : {std::pair{"vocab_file", a.vocab_file}, std::pair{"merge_file", a.merge_file},
+                                  std::pair{"tokenizer_model", a.tokenizer_model}})
+    if (!path.empty() && fs::is_regular_file(path, ec)) state.tokenizer_files[key] = path;
+  save_full_model(save_dir, state, tensors);
+}
+
+MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64_t step) {
+  MegatronLegacyCheckpoint ck;
+  ck.load_dir = load_dir;
+  const MegatronIteration where = find_megatron_iteration(load_dir, step);
+  ck.iteration = where.iteration;
+  ck.iteration_dir = where.iteration_dir;
+  const fs::path iter(where.iteration_dir);
+  const std::string sub = where.release ? "release" : iter.filename().string();
+  std::error_code ec;
+  TESSERA_CHECK(megatron_checkpoint_format(where) == "torch", "convert --loader megatron: ", iter.string(),
+                " is a torch_dist (distributed) checkpoint, not the legacy torch format");
 
   // mp_rank_TT (no pipeline) or mp_rank_TT_PPP; a third number is an expert-parallel rank.
   const std::regex rank_dir(R"(mp_rank_(\d{2})(?:_(\d{3}))?(_\d{3})?)");
@@ -334,19 +393,11 @@ std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, con
     Tensor embedding;
     for (const auto& [name, t] : tensors)
       if (name == "embedding.word_embeddings.weight") embedding = t;
-    if (!copy.empty() && embedding.defined()) {
-      const Tensor merged = merge_shards(copy, MegatronSplit::Rows);
-      TESSERA_CHECK(merged.shape() == embedding.shape(), "convert: ", copy[0].file, ": ", copy[0].key,
-                    ", the last stage's copy of the tied word embeddings, is ", shape_of(merged.shape()),
-                    " whole but the embedding is ", shape_of(embedding.shape()));
-      double largest = 0;
-      for (int64_t i = 0; i < merged.numel(); ++i)
-        largest = std::max(largest, static_cast<double>(std::abs(merged.host_f32()[i] - embedding.host_f32()[i])));
-      if (largest > 0)
-        notes.push_back(str_cat("the last pipeline stage's copy of the tied word embeddings (", copy[0].key, " in ",
-                                copy[0].file, ") differs from the embedding by up to ", largest,
-                                "; the converted model uses the embedding for both"));
-    }
+    if (!copy.empty() && embedding.defined())
+      if (std::string note = megatron_tied_copy_note(merge_shards(copy, MegatronSplit::Rows), embedding, copy[0].key,
+                                                     copy[0].file);
+          !note.empty())
+        notes.push_back(std::move(note));
   }
 
   std::string unused;
@@ -361,33 +412,14 @@ std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, con
                 listed > 8 ? str_cat(" and ", listed - 8, " more") : std::string(),
                 " (a BERT, T5 or mixture-of-experts model, or args that describe another model)");
 
-  const MegatronArgs& a = ck.args;
-  nlohmann::json args = {{"model", model::to_json(c)},
-                         {"tokenizer_type", a.tokenizer_type},
-                         {"vocab_file", a.vocab_file},
-                         {"merge_file", a.merge_file},
-                         {"tokenizer_model", a.tokenizer_model},
-                         {"make_vocab_size_divisible_by", a.make_vocab_size_divisible_by},
-                         {"bf16", a.bf16},
-                         {"fp16", a.fp16},
-                         {"converted_from", {{"format", "megatron torch (legacy)"},
-                                             {"load_dir", fs::absolute(ck.load_dir).lexically_normal().string()},
-                                             {"iteration", ck.iteration},
-                                             {"tensor_model_parallel_size", tp},
-                                             {"pipeline_model_parallel_size", pp},
-                                             {"virtual_pipeline_model_parallel_size", vp}}}};
-  if (a.seed >= 0) args["seed"] = a.seed;
-  TrainingState state;
-  state.iteration = ck.iteration;
-  state.consumed_train_samples = std::max<int64_t>(0, a.consumed_train_samples);
-  state.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : 1234;  // Megatron's default --seed
-  state.args = args;
-  // The tokenizer's files travel with the checkpoint when they are on this machine.
-  std::error_code ec;
-  for (const auto& [key, path] : {std::pair{"vocab_file", a.vocab_file}, std::pair{"merge_file", a.merge_file},
-                                  std::pair{"tokenizer_model", a.tokenizer_model}})
-    if (!path.empty() && fs::is_regular_file(path, ec)) state.tokenizer_files[key] = path;
-  save_full_model(save_dir, state, tensors);
+  save_megatron_import(save_dir, c, ck.args, ck.iteration,
+                       {{"format", "megatron torch (legacy)"},
+                        {"load_dir", fs::absolute(ck.load_dir).lexically_normal().string()},
+                        {"iteration", ck.iteration},
+                        {"tensor_model_parallel_size", tp},
+                        {"pipeline_model_parallel_size", pp},
+                        {"virtual_pipeline_model_parallel_size", vp}},
+                       tensors);
   return notes;
 }
 

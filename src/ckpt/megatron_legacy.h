@@ -26,7 +26,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/megatron_args.h"
@@ -34,6 +36,19 @@
 #include "model/config.h"
 
 namespace tessera::ckpt {
+
+// The iteration directory of a Megatron checkpoint directory (--save): `step` when >= 0 (Megatron's
+// --ckpt-step), else the one latest_checkpointed_iteration.txt names ("release" or a number).
+struct MegatronIteration {
+  std::string load_dir;
+  std::string iteration_dir;  // DIR/iter_0001000 or DIR/release
+  int64_t iteration = 0;      // 0 for a release checkpoint
+  bool release = false;
+};
+MegatronIteration find_megatron_iteration(const std::string& load_dir, int64_t step);
+// Its format: "torch_dist" (metadata.json and PyTorch DCP's .metadata: megatron_dist.h) or "torch" (the
+// legacy mp_rank_* directories of torch.save files).
+std::string megatron_checkpoint_format(const MegatronIteration& iteration);
 
 // One iteration of a legacy checkpoint directory, found and its first file read.
 struct MegatronLegacyCheckpoint {
@@ -58,5 +73,19 @@ MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64
 // model's last-stage copy of the embeddings that differs from them).
 std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint checkpoint, const model::ModelConfig& config,
                                                 const std::string& save_dir);
+
+// Shared with the torch_dist importer (megatron_dist.cc).
+// A stored weight (fp32, bf16 or fp16) as fp32, the master weights a Tessera checkpoint holds; an error
+// names the file and key of any other type.
+Tensor megatron_to_fp32(const Tensor& t, const std::string& file, const std::string& key);
+// The note for a tied model's last-stage copy of the word embeddings that differs from them (empty when
+// equal); a copy of another shape is an error.
+std::string megatron_tied_copy_note(const Tensor& copy, const Tensor& embedding, const std::string& key,
+                                    const std::string& file);
+// Saves whole fp32 tensors as a Tessera checkpoint at `iteration`, with the consumed samples, seed,
+// tokenizer and precision Megatron's args record, and `converted_from` in the run's args.
+void save_megatron_import(const std::string& save_dir, const model::ModelConfig& c, const MegatronArgs& a,
+                          int64_t iteration, const nlohmann::json& converted_from,
+                          const std::vector<std::pair<std::string, Tensor>>& tensors);
 
 }  // namespace tessera::ckpt

@@ -121,6 +121,8 @@ TorchScalar numpy_type(const std::string& code) {
 class Loader {
  public:
   explicit Loader(const std::string& path) : path_(path), zip_(ZipReader::open(path)) {}
+  Loader(const std::string& file, const std::string& label, uint64_t base, uint64_t length)
+      : path_(label), zip_(ZipReader::open_segment(file, label, base, length)) {}
   StateNode load();
 
  private:
@@ -415,5 +417,17 @@ StateNode Loader::load() {
 }  // namespace
 
 StateNode load_torch_file(const std::string& path) { return Loader(path).load(); }
+
+DType torch_tensor_dtype(TorchScalar s) { return tessera_dtype(s); }
+
+Tensor torch_bytes_to_tensor(const char* data, TorchScalar s, const Shape& shape) {
+  Tensor t = Tensor::empty(shape, tessera_dtype(s), Device::cpu());
+  if (t.numel() > 0) convert(data, s, t.numel(), t);
+  return t;
+}
+
+StateNode load_torch_segment(const std::string& file, const std::string& label, uint64_t base, uint64_t length) {
+  return Loader(file, label, base, length).load();
+}
 
 }  // namespace tessera::ckpt

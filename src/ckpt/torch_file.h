@@ -13,6 +13,7 @@
 // their own copy; one tensor object reached twice (the memo) is the same Tessera tensor twice.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -52,8 +53,16 @@ struct StateEntry {
 
 const char* state_kind_name(StateNode::Kind kind);
 
+// The Tessera element type a torch element type is read as (fp64 as fp32, small integers as int32, ...),
+// and n contiguous little-endian elements of type `s` read so.
+DType torch_tensor_dtype(TorchScalar s);
+Tensor torch_bytes_to_tensor(const char* data, TorchScalar s, const Shape& shape);
+
 // Opens the file, checks the archive and reads every tensor. Errors name the file and, for a value
 // inside, its path in the tree ("model.language_model.embedding.word_embeddings.weight").
 StateNode load_torch_file(const std::string& path);
+// The same for a torch.save archive that bytes [base, base + length) of `file` hold (an item of a DCP
+// .distcp file); errors start with `label` ("DIR/__0_0.distcp: item 'decoder.layers.mlp.linear_fc1.weight'").
+StateNode load_torch_segment(const std::string& file, const std::string& label, uint64_t base, uint64_t length);
 
 }  // namespace tessera::ckpt

@@ -73,20 +73,33 @@ void apply_zip64_extra(const unsigned char* extra, uint64_t extra_len, Zip64Fiel
 
 }  // namespace
 
-ZipReader ZipReader::open(const std::string& path) {
+ZipReader ZipReader::open(const std::string& path) { return open_segment(path, path, 0, UINT64_MAX); }
+
+ZipReader ZipReader::open_segment(const std::string& file, const std::string& label, uint64_t base, uint64_t length) {
   ZipReader z;
-  z.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail_in_file(path, "cannot open: ", std::strerror(errno));
-  z.fd_ = std::make_shared<OwnedFd>(fd);
+  z.path_ = label;
+  const std::string& path = label;  // errors name the label ("DIR/__0_0.distcp: item 'key'")
+  const int raw_fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (raw_fd < 0) fail_in_file(path, "cannot open: ", std::strerror(errno));
+  z.fd_ = std::make_shared<OwnedFd>(raw_fd);
   struct stat st;
-  if (::fstat(fd, &st) != 0) fail_in_file(path, "cannot stat: ", std::strerror(errno));
+  if (::fstat(raw_fd, &st) != 0) fail_in_file(path, "cannot stat: ", std::strerror(errno));
   if (!S_ISREG(st.st_mode)) fail_in_file(path, "not a regular file");
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  const uint64_t real_size = static_cast<uint64_t>(st.st_size);
+  if (base > real_size || (length != UINT64_MAX && length > real_size - base))
+    fail_in_file(path, "bytes [", base, ", ", length == UINT64_MAX ? real_size : base + length, ") run past the end of ",
+                 file, ", which has ", real_size, " bytes (truncated?)");
+  z.base_ = base;
+  // Every offset below is relative to the segment's first byte, as a torch.save archive written into a
+  // stream records them.
+  const uint64_t file_size = length == UINT64_MAX ? real_size - base : length;
+  auto read_at = [&](void* dst, uint64_t n, uint64_t offset, const std::string& what) {
+    pread_exact(raw_fd, dst, n, base + offset, path, what);
+  };
   if (file_size > 0) {
     // A pickle's first byte is 0x80 (PROTO); a zip's is 'P'. Such a file is the pre-1.6 torch.save format.
     unsigned char first;
-    pread_exact(fd, &first, 1, 0, path, "the first byte");
+    read_at(&first, 1, 0, "the first byte");
     if (first == 0x80) fail_in_file(path, "not a zip archive but a bare pickle: the legacy torch.save format of PyTorch < 1.6, which is not read");
   }
   if (file_size < kEndBytes) fail_in_file(path, "file is ", file_size, " bytes, too short for a zip archive");
@@ -95,7 +108,7 @@ ZipReader ZipReader::open(const std::string& path) {
   // longest comment for its signature whose comment length reaches exactly to the end.
   const uint64_t tail_len = std::min(file_size, kEndBytes + kMaxComment);
   std::vector<unsigned char> tail(tail_len);
-  pread_exact(fd, tail.data(), tail_len, file_size - tail_len, path, "the end of central directory");
+  read_at(tail.data(), tail_len, file_size - tail_len, "the end of central directory");
   int64_t end_pos = -1;
   for (int64_t i = static_cast<int64_t>(tail_len - kEndBytes); i >= 0; --i) {
     const unsigned char* p = tail.data() + i;
@@ -115,13 +128,13 @@ ZipReader ZipReader::open(const std::string& path) {
   // such as torch's miniz chose it); its record then holds the 64-bit values.
   if (end_offset >= kLocatorBytes) {
     unsigned char loc[kLocatorBytes];
-    pread_exact(fd, loc, kLocatorBytes, end_offset - kLocatorBytes, path, "the zip64 locator");
+    read_at(loc, kLocatorBytes, end_offset - kLocatorBytes, "the zip64 locator");
     if (u32(loc) == kZip64LocatorSig) {
       const uint64_t rec = u64(loc + 8);
       if (rec > end_offset - kLocatorBytes || end_offset - kLocatorBytes - rec < kZip64EndBytes)
         fail_in_file(path, "zip64 end record offset ", rec, " is outside the file");
       unsigned char r[kZip64EndBytes];
-      pread_exact(fd, r, kZip64EndBytes, rec, path, "the zip64 end record");
+      read_at(r, kZip64EndBytes, rec, "the zip64 end record");
       if (u32(r) != kZip64EndSig) fail_in_file(path, "no zip64 end record at offset ", rec, " where the locator points");
       count = u64(r + 32);
       cd_size = u64(r + 40);
@@ -138,7 +151,7 @@ ZipReader ZipReader::open(const std::string& path) {
     fail_in_file(path, "central directory of ", cd_size, " bytes cannot hold the ", count, " entries it claims");
 
   std::vector<unsigned char> cd(cd_size);
-  if (cd_size > 0) pread_exact(fd, cd.data(), cd_size, cd_offset, path, "the central directory");
+  if (cd_size > 0) read_at(cd.data(), cd_size, cd_offset, "the central directory");
   uint64_t pos = 0;
   z.entries_.reserve(count);
   for (uint64_t i = 0; i < count; ++i) {
@@ -168,7 +181,7 @@ ZipReader ZipReader::open(const std::string& path) {
     if (f.local_offset > cd_offset || cd_offset - f.local_offset < kLocalBytes)
       fail_in_file(path, "entry '", e.name, "': local header offset ", f.local_offset, " is outside the data area");
     unsigned char l[kLocalBytes];
-    pread_exact(fd, l, kLocalBytes, f.local_offset, path, str_cat("the local header of entry '", e.name, "'"));
+    read_at(l, kLocalBytes, f.local_offset, str_cat("the local header of entry '", e.name, "'"));
     if (u32(l) != kLocalSig) fail_in_file(path, "entry '", e.name, "': no local header at offset ", f.local_offset);
     const uint64_t local_name_len = u16(l + 26), local_extra_len = u16(l + 28);
     e.data_offset = f.local_offset + kLocalBytes + local_name_len + local_extra_len;
@@ -177,7 +190,7 @@ ZipReader ZipReader::open(const std::string& path) {
       fail_in_file(path, "entry '", e.name, "': data (", f.compressed, " bytes at offset ", e.data_offset,
            ") runs past the data area, which ends at ", cd_offset, " (truncated?)");
     std::string local_name(name_len, '\0');
-    pread_exact(fd, local_name.data(), name_len, f.local_offset + kLocalBytes, path, "a local header's name");
+    read_at(local_name.data(), name_len, f.local_offset + kLocalBytes, "a local header's name");
     if (local_name != e.name) fail_in_file(path, "entry '", e.name, "': local header names '", local_name, "'");
     z.entries_.push_back(std::move(e));
     pos += kCentralBytes + name_len + extra_len + comment_len;
@@ -208,7 +221,7 @@ void ZipReader::read(const ZipEntry& e, uint64_t offset, void* dst, uint64_t n) 
   check_stored(e);
   if (offset > e.size || n > e.size - offset)
     fail_in_file(path_, "entry '", e.name, "': bytes [", offset, ", ", offset + n, ") asked of an entry of ", e.size, " bytes");
-  if (n > 0) pread_exact(fd_->fd, dst, n, e.data_offset + offset, path_, str_cat("entry '", e.name, "'"));
+  if (n > 0) pread_exact(fd_->fd, dst, n, base_ + e.data_offset + offset, path_, str_cat("entry '", e.name, "'"));
 }
 
 std::string ZipReader::read_all(const ZipEntry& e, uint64_t limit) const {

@@ -30,6 +30,10 @@ struct ZipEntry {
 class ZipReader {
  public:
   static ZipReader open(const std::string& path);
+  // The archive that bytes [base, base + length) of `file` hold (a torch.save written into a stream, as
+  // PyTorch's DCP writer writes each item of a .distcp file): its offsets count from `base`, and
+  // nothing outside the segment is read. Errors start with `label` instead of the path.
+  static ZipReader open_segment(const std::string& file, const std::string& label, uint64_t base, uint64_t length);
 
   const std::string& path() const { return path_; }
   const std::vector<ZipEntry>& entries() const { return entries_; }
@@ -48,6 +52,7 @@ class ZipReader {
 
   std::string path_;
   std::shared_ptr<OwnedFd> fd_;  // the last copy closes it
+  uint64_t base_ = 0;            // where the archive starts in the file
   std::vector<ZipEntry> entries_;  // in central directory order
   std::unordered_map<std::string, size_t> by_name_;  // a Megatron file has an entry per tensor storage
 };

@@ -224,6 +224,17 @@ TEST(TrainArguments, MegatronFlagsWithoutEffectHereAreAcceptedAndNamed) {
   EXPECT_EQ(error_of(kBase + "--transformer-impl te"),
             "--transformer-impl=te: must be one of local transformer_engine (Megatron's; accepted, no effect here)");
   EXPECT_EQ(error_of(kBase + "--num-workers x"), "--num-workers=x: must be a count >= 0 (Megatron's; accepted, no effect here)");
+  // --ckpt-format: Megatron's values now, each saying what it means here; the removed zarr refused by name.
+  for (const char* format : {"torch", "torch_dist", "torch_dcp", "fsdp_dtensor"}) {
+    const std::string n = megatron_compat_note(parse(str_cat("--ckpt-format ", format)).megatron_compat_flags);
+    EXPECT_NE(n.find(str_cat("--ckpt-format ", format, " (checkpoints are Tessera's")), std::string::npos) << n;
+    EXPECT_NE(n.find(str_cat("Megatron-LM's ", format, " checkpoints")), std::string::npos) << n;
+  }
+  EXPECT_EQ(error_of(kBase + "--ckpt-format zarr"),
+            "--ckpt-format=zarr: Megatron-LM removed the zarr format (January 2026); its values now are torch, "
+            "torch_dist, torch_dcp and fsdp_dtensor (Tessera writes its own format whichever is given)");
+  EXPECT_NE(error_of(kBase + "--ckpt-format zarr3").find("must be one of torch torch_dist torch_dcp fsdp_dtensor"),
+            std::string::npos);
   EXPECT_NE(error_of(kBase + "--use-flash-attention").find("unknown flag --use-flash-attention"), std::string::npos);  // not Megatron's
 }
 

@@ -2,6 +2,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 
@@ -33,18 +36,40 @@ const Switch kSwitches[] = {
     {"--no-save-rng", "the random state is the seed, which the checkpoint's index records"},
 };
 
-// A flag with a value, the values Megatron accepts (empty: a count >= 0), and what Tessera does.
+// A flag with a value, the values Megatron accepts (empty: a count >= 0), and what Tessera does; where a
+// value means something of its own here, `meaning` says what; values Megatron removed are refused with why.
 struct Choice {
   const char* name;
   std::vector<std::string> values;
   const char* instead;
+  std::vector<std::pair<std::string, std::string>> meaning = {};
+  std::vector<std::pair<std::string, std::string>> removed = {};
 };
+
+const char* find_value(const std::vector<std::pair<std::string, std::string>>& list, const std::string& v) {
+  for (const auto& [value, text] : list)
+    if (value == v) return text.c_str();
+  return nullptr;
+}
 
 const Choice kChoices[] = {
     {"--transformer-impl", {"local", "transformer_engine"}, "the layers are Tessera's own"},
     {"--distributed-backend", {"nccl", "gloo"}, "ranks talk through MPI (NCCL is the GPU path's)"},
-    {"--ckpt-format", {"torch", "torch_dist", "zarr"},
-     "checkpoints are Tessera's: Megatron's directory layout, safetensors files, resharded on load"},
+    // Megatron-LM's formats now (docs/checkpoints.md#megatrons-checkpoints): Tessera writes its own format
+    // whichever is given, and reads Megatron's through tessera convert.
+    {"--ckpt-format", {"torch", "torch_dist", "torch_dcp", "fsdp_dtensor"},
+     "checkpoints are Tessera's: Megatron's directory layout, safetensors files, resharded on load",
+     {{"torch", "checkpoints are Tessera's (Megatron's directory layout, safetensors files, resharded on load); "
+                "Megatron-LM's torch checkpoints (its legacy format) convert with tessera convert --loader "
+                "megatron, and back with --saver megatron"},
+      {"torch_dist", "checkpoints are Tessera's (Megatron's directory layout, safetensors files, resharded on "
+                     "load); Megatron-LM's torch_dist checkpoints convert with tessera convert --loader megatron"},
+      {"torch_dcp", "checkpoints are Tessera's (Megatron's directory layout, safetensors files, resharded on "
+                    "load); Megatron-LM's torch_dcp checkpoints (PyTorch FSDP2's) are not read"},
+      {"fsdp_dtensor", "checkpoints are Tessera's (Megatron's directory layout, safetensors files, resharded on "
+                       "load); Megatron-LM's fsdp_dtensor checkpoints (Megatron-FSDP's) are not read"}},
+     {{"zarr", "Megatron-LM removed the zarr format (January 2026); its values now are torch, torch_dist, torch_dcp "
+               "and fsdp_dtensor (Tessera writes its own format whichever is given)"}}},
     {"--num-workers", {}, "samples are read on the training thread"},
     {"--timing-log-level", {"0", "1", "2"}, "the log has Tessera's timers"},
 };
@@ -60,10 +85,12 @@ void add_megatron_compat_flags(CLI::App& group, std::vector<std::string>& given)
   for (const Choice& c : kChoices) {
     const std::string name = c.name, instead = c.instead;
     const std::vector<std::string> values = c.values;
+    const auto meaning = c.meaning, removed = c.removed;
     group
         .add_option_function<std::string>(
             name,
-            [&given, name, instead, values](const std::string& v) {
+            [&given, name, instead, values, meaning, removed](const std::string& v) {
+              if (const char* why = find_value(removed, v)) throw Error(str_cat(name, "=", v, ": ", why));
               bool ok = values.empty() ? !v.empty() && v.find_first_not_of("0123456789") == std::string::npos
                                        : std::find(values.begin(), values.end(), v) != values.end();
               std::string rule = "must be a count >= 0";
@@ -72,7 +99,8 @@ void add_megatron_compat_flags(CLI::App& group, std::vector<std::string>& given)
                 for (const std::string& x : values) rule += " " + x;
               }
               TESSERA_CHECK(ok, name, "=", v, ": ", rule, " (Megatron's; accepted, no effect here)");
-              given.push_back(name + " " + v + " (" + instead + ")");
+              const char* means = find_value(meaning, v);
+              given.push_back(name + " " + v + " (" + (means ? means : instead) + ")");
             },
             "Megatron's; accepted, no effect here: " + instead)
         ->type_name(values.empty() ? "INT" : "TEXT");

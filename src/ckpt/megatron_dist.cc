@@ -1,0 +1,237 @@
+#include "ckpt/megatron_dist.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/hf_layout.h"
+#include "ckpt/megatron_names.h"
+#include "model/model_factory.h"
+
+namespace tessera::ckpt {
+
+namespace fs = std::filesystem;  // as megatron_legacy.cc (the layer builds as unity batches)
+
+namespace {
+
+// Where one Tessera tensor (or one half of it) is in the DCP checkpoint.
+struct DistSource {
+  const DcpEntry* entry = nullptr;
+  int64_t layer = -1;  // the index along a stacked key's leading axis; -1: the whole entry
+  int part = 0;        // 0 the whole tensor; SwiGLU's fc1 under singleton_local_shards: 1 the gate (_w), 2 the up (_v)
+};
+
+Shape source_shape(const DistSource& s) {
+  if (s.layer < 0) return s.entry->size;
+  return Shape(s.entry->size.begin() + 1, s.entry->size.end());
+}
+
+}  // namespace
+
+MegatronDistCheckpoint open_megatron_dist(const std::string& load_dir, int64_t step) {
+  MegatronDistCheckpoint ck;
+  ck.load_dir = load_dir;
+  const MegatronIteration found = find_megatron_iteration(load_dir, step);
+  ck.iteration = found.iteration;
+  ck.iteration_dir = found.iteration_dir;
+  const fs::path iter(found.iteration_dir);
+  std::error_code ec;
+  TESSERA_CHECK(megatron_checkpoint_format(found) == "torch_dist", "convert --loader megatron: ", iter.string(),
+                " is not a torch_dist checkpoint (it has no metadata.json)");
+
+  const fs::path meta = iter / "metadata.json";
+  TESSERA_CHECK(fs::is_regular_file(meta, ec), "convert --loader megatron: ", meta.string(),
+                " is missing: Megatron's distributed checkpoints record their backend in it");
+  nlohmann::json backends;
+  {
+    std::ifstream in(meta);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    backends = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    TESSERA_CHECK(backends.is_object(), meta.string(), ": is not a JSON object");
+  }
+  const std::string sharded = backends.value("sharded_backend", std::string());
+  TESSERA_CHECK(sharded != "zarr", meta.string(), ": sharded_backend 'zarr': Megatron-LM removed the zarr format ",
+                "(January 2026), and Tessera does not read it; convert it to torch_dist with a Megatron-LM that still ",
+                "reads zarr (its tools/checkpoint or a load and save with --ckpt-format torch_dist)");
+  TESSERA_CHECK(sharded == "torch_dist", meta.string(), ": sharded_backend '", sharded,
+                "' is not read; only torch_dist (PyTorch DCP) is");
+  const std::string common = backends.value("common_backend", std::string("torch"));
+  TESSERA_CHECK(common == "torch", meta.string(), ": common_backend '", common, "' is not read; only torch (common.pt) is");
+
+  ck.common_file = (iter / "common.pt").string();
+  TESSERA_CHECK(fs::is_regular_file(ck.common_file, ec), "convert --loader megatron: ", ck.common_file,
+                " is missing: it holds the checkpoint's args, without which the model cannot be known");
+  const StateNode root = load_torch_file(ck.common_file);
+  TESSERA_CHECK(root.is(StateNode::Kind::Dict), ck.common_file, ": holds a ", state_kind_name(root.kind),
+                ", not Megatron's common state dict");
+  const StateNode* args = root.find("args");
+  TESSERA_CHECK(args, ck.common_file, ": has no 'args' (Megatron saves its arguments in every checkpoint); the model "
+                "cannot be known without them");
+  ck.args = read_megatron_args(*args, ck.common_file + ": args");
+  const StateNode* version = root.find("checkpoint_version");
+  const double v = !version                       ? 0
+                   : version->is(StateNode::Kind::Float) ? version->real
+                   : version->is(StateNode::Kind::Int)   ? static_cast<double>(version->integer)
+                                                         : -1;
+  TESSERA_CHECK(v >= 2.0, ck.common_file, ": checkpoint_version ",
+                version ? std::to_string(v) : std::string("absent (0)"),
+                " stores the fused QKV in an older order; only versions 2.0 and later convert");
+  if (const StateNode* it = root.find("iteration"); it && it->is(StateNode::Kind::Int) && !found.release)
+    ck.iteration = it->integer;
+  ck.dcp = DcpCheckpoint::open(iter.string());
+  return ck;
+}
+
+std::vector<std::string> import_megatron_dist(const MegatronDistCheckpoint& ck, const model::ModelConfig& given,
+                                              const std::string& save_dir) {
+  std::vector<std::string> notes;
+  const DcpCheckpoint& dcp = ck.dcp;
+  const std::string& md = dcp.metadata_path();
+  model::ModelConfig c = given;
+
+  // Tessera name -> where it is; the model's keys only.
+  std::map<std::string, std::vector<DistSource>> sources;
+  int64_t optimizer_entries = 0;
+  static constexpr std::string_view kLayers = "decoder.layers.";
+  for (const DcpEntry& e : dcp.entries()) {
+    if (e.key.starts_with("optimizer.")) {
+      ++optimizer_entries;
+      continue;
+    }
+    if (!e.tensor) continue;  // ShardedObjects: Transformer Engine's _extra_state, rng_state, ...
+    std::string key = e.key;
+    int part = 0;
+    for (const auto& [suffix, p] : {std::pair{std::string_view("_w"), 1}, std::pair{std::string_view("_v"), 2}})
+      if (key.ends_with(suffix) && key.find("linear_fc1.") != std::string::npos) {
+        key.resize(key.size() - suffix.size());
+        part = p;
+      }
+    const MegatronKey k = megatron_key(key);
+    if (k.kind == MegatronKey::Kind::NotAWeight) continue;
+    if (key.starts_with(kLayers) && k.layer < 0) {  // stacked: [num_layers, ...]
+      TESSERA_CHECK(!e.size.empty() && e.size[0] == c.num_layers, "convert: ", md, ": ", e.key, " is ",
+                    shape_str(e.size), ", whose leading axis (Megatron's stacked layers) should be num_layers ",
+                    c.num_layers);
+      const std::string rest = key.substr(kLayers.size());
+      for (int64_t l = 0; l < e.size[0]; ++l) {
+        const MegatronKey layer = megatron_key(str_cat(kLayers, l, ".", rest));
+        if (layer.kind == MegatronKey::Kind::NotAWeight) continue;
+        sources[layer.name].push_back({&e, l, part});
+      }
+    } else {
+      sources[k.name].push_back({&e, -1, part});
+    }
+  }
+
+  if (c.padded_vocab_size == 0) {  // args without padded_vocab_size: the embedding's rows tell it
+    const auto it = sources.find("embedding.word_embeddings.weight");
+    TESSERA_CHECK(it != sources.end() && it->second[0].entry->size.size() == 2, "convert: ", md,
+                  " has no word embeddings and the args no padded_vocab_size");
+    c.padded_vocab_size = it->second[0].entry->size[0];
+    if (c.vocab_size == 0 || c.vocab_size > c.padded_vocab_size) c.vocab_size = c.padded_vocab_size;
+  }
+  model::validate_config(c);
+
+  // Every parameter of the model, its shape checked against the metadata before anything is read.
+  model::ParameterSet declared;
+  model::build_model_chunk(c, declared);  // declares the shapes, allocates nothing
+  std::set<std::string> used;
+  struct Job {
+    std::string name;
+    Shape shape;
+    std::vector<DistSource> parts;
+  };
+  std::vector<Job> jobs;
+  for (const model::Parameter& p : declared.params()) {
+    const std::string& name = p.spec.name;
+    const auto it = sources.find(name);
+    TESSERA_CHECK(it != sources.end(), "convert: ", md, " holds no tensor for ", name, ", which this model has");
+    std::vector<DistSource> parts = it->second;
+    std::sort(parts.begin(), parts.end(), [](const DistSource& a, const DistSource& b) { return a.part < b.part; });
+    const bool split = parts.size() == 2 && parts[0].part == 1 && parts[1].part == 2;
+    TESSERA_CHECK(split || (parts.size() == 1 && parts[0].part == 0), "convert: ", md, ": ", name,
+                  " is held by ", parts.size(), " keys (", parts[0].entry->key, parts.size() > 1 ? ", " : "",
+                  parts.size() > 1 ? parts[1].entry->key : std::string(), ")",
+                  split ? "" : "; expected one, or the gate and up halves _w and _v");
+    Shape have = source_shape(parts[0]);
+    if (split) {
+      const Shape up = source_shape(parts[1]);
+      TESSERA_CHECK(!have.empty() && have.size() == up.size() && std::equal(have.begin() + 1, have.end(), up.begin() + 1),
+                    "convert: ", md, ": ", parts[0].entry->key, " and ", parts[1].entry->key,
+                    " (the gate and up halves) have shapes ", shape_str(have), " and ", shape_str(up));
+      have[0] += up[0];
+    }
+    const DistSource& s = parts[0];
+    TESSERA_CHECK(have == p.spec.shape, "convert: ", md, ": ", s.entry->key, " has shape ", shape_str(s.entry->size),
+                  s.layer >= 0 ? str_cat(" (", shape_str(source_shape(s)), " per layer)") : std::string(),
+                  split ? " with its other half" : "", " but the model the checkpoint's args (and the flags given) ",
+                  "describe needs ", shape_str(p.spec.shape), s.layer >= 0 ? " per layer" : "", " (", name, ")");
+    jobs.push_back({name, p.spec.shape, std::move(parts)});
+    used.insert(name);
+  }
+
+  // Read in the files' order of keys and layers, so a chunk that spans several layers is read once.
+  std::vector<std::pair<size_t, size_t>> order;  // (job, part)
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for (size_t q = 0; q < jobs[j].parts.size(); ++q) order.emplace_back(j, q);
+  std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+    const DistSource &x = jobs[a.first].parts[a.second], &y = jobs[b.first].parts[b.second];
+    return std::pair(x.entry, x.layer) < std::pair(y.entry, y.layer);
+  });
+  std::vector<std::vector<Tensor>> read(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) read[j].resize(jobs[j].parts.size());
+  for (const auto& [j, q] : order) {
+    const DistSource& s = jobs[j].parts[q];
+    Tensor t = s.layer >= 0 ? dcp.read(*s.entry, s.layer, 1) : dcp.read(*s.entry);
+    t = t.view(source_shape(s));
+    read[j][q] = megatron_to_fp32(t, md, s.entry->key);
+  }
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (size_t j = 0; j < jobs.size(); ++j)
+    tensors.emplace_back(jobs[j].name, read[j].size() == 1 ? read[j][0] : hf_layout::concat_rows(read[j]));
+
+  // A tied model keeps one tensor; a saved copy (which Megatron's sharded state dict folds into the
+  // embedding's key) is compared with it.
+  if (!c.untie_embeddings_and_output_weights)
+    if (const auto it = sources.find("output_layer.weight"); it != sources.end() && it->second.size() == 1) {
+      const DistSource& s = it->second[0];
+      for (const auto& [name, t] : tensors)
+        if (name == "embedding.word_embeddings.weight")
+          if (std::string note = megatron_tied_copy_note(megatron_to_fp32(dcp.read(*s.entry), md, s.entry->key), t,
+                                                         s.entry->key, md);
+              !note.empty())
+            notes.push_back(std::move(note));
+      used.insert("output_layer.weight");
+    }
+
+  std::string unused;
+  int listed = 0;
+  std::set<std::string> named;
+  for (const auto& [name, list] : sources)
+    if (!used.count(name) && named.insert(list[0].entry->key).second && listed++ < 8)
+      unused += str_cat(listed > 1 ? ", " : " ", list[0].entry->key);
+  TESSERA_CHECK(unused.empty(), "convert: ", md, " has tensors this model does not use:", unused,
+                listed > 8 ? str_cat(" and ", listed - 8, " more") : std::string(),
+                " (a BERT, T5 or mixture-of-experts model, or args that describe another model)");
+  if (optimizer_entries > 0)
+    notes.push_back(str_cat("the checkpoint's optimizer state (", optimizer_entries,
+                            " optimizer.* entries) is not carried: train on with --finetune, or --no-load-optim"));
+
+  const MegatronArgs& a = ck.args;
+  save_megatron_import(save_dir, c, a, ck.iteration,
+                       {{"format", "megatron torch_dist"},
+                        {"load_dir", fs::absolute(ck.load_dir).lexically_normal().string()},
+                        {"iteration", ck.iteration},
+                        {"tensor_model_parallel_size", a.tensor_parallel},
+                        {"pipeline_model_parallel_size", a.pipeline_parallel},
+                        {"virtual_pipeline_model_parallel_size", a.virtual_pipeline}},
+                       tensors);
+  return notes;
+}
+
+}  // namespace tessera::ckpt
