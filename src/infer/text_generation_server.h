@@ -24,6 +24,9 @@ struct BatchingOptions {
   int64_t max_waiting = 256;       // --inference-max-waiting-sequences: sequences waiting to join (then 503)
   double buffer_gb = 1.0;          // --inference-dynamic-batching-buffer-size-gb: the whole model's key/value cache
   int64_t block_size = 256;        // --inference-dynamic-batching-block-size: positions per cache block
+  // --[no-]inference-dynamic-batching-enable-prefix-caching: full cache blocks shared between requests
+  // with the same prefix (infer/prefix_cache.h)
+  bool prefix_caching = true;
 };
 
 // The cache blocks a buffer of options.buffer_gb holds for `config` (every layer's keys and values, fp32);
