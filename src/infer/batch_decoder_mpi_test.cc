@@ -170,7 +170,8 @@ std::vector<Generation> shared_prefix_traffic(const ModelRunner& runner, bool pr
     prompts.push_back(system);
     prompts.back().insert(prompts.back().end(), question.begin(), question.end());
   }
-  prompts.push_back(context);  // the whole context again: all but its last block read from the cache
+  // The context's 3 whole blocks again: all cached, so its last block is prefilled again (for its logits).
+  prompts.emplace_back(context.begin(), context.begin() + 12);
   auto greedy = std::make_shared<GenerationOptions>();
   greedy->sampling.temperature = 0;
   greedy->sampling.tokens_to_generate = 6;
@@ -209,8 +210,9 @@ TEST(BatchDecoding, PrefixCachingChangesNoResultInAnyLayout) {
     EXPECT_EQ(cached_off, 0);
     // Blocks of 4: the context's 3 full blocks for each of the 3 later endings, the system prompt's 2 for
     // the question that joins after the first two were prefilled (those two start together: nothing is
-    // cached yet), 3 for the repeated context (its last token prefilled), none for the echoed prompt.
-    EXPECT_EQ(cached_on, 3 * 4 * 3 + 2 * 4 + 3 * 4);
+    // cached yet), 2 of the 3 whole blocks sent again (the last one is prefilled), none for the echoed
+    // prompt.
+    EXPECT_EQ(cached_on, 3 * 4 * 3 + 2 * 4 + 2 * 4);
     ASSERT_EQ(on.size(), off.size());
     for (size_t i = 0; i < on.size(); ++i) {
       SCOPED_TRACE(str_cat("sequence ", i));
