@@ -34,6 +34,10 @@ int serve_command(const std::vector<std::string>& args) {
   app.add_option("--inference-dynamic-batching-block-size", batching.block_size,
                  "Positions per key/value cache block")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_flag("--inference-dynamic-batching-enable-prefix-caching,!--no-inference-dynamic-batching-enable-prefix-caching",
+               batching.prefix_caching,
+               "Share full key/value blocks between requests whose prompts start alike (on by default; results "
+               "do not change)");
   app.add_option("--host", server.host, "Address to listen on (127.0.0.1: this machine only)");
   app.add_option("--port", server.port, "Port to listen on (0: any free port)")->check(CLI::Range(0, 65535));
   app.add_option("--max-body-bytes", server.max_body_bytes,

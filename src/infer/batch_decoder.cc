@@ -45,16 +45,21 @@ struct BatchDecoder::Sequence {
   Generation generation;
   std::vector<int32_t> blocks;
   int64_t fed = 0;  // tokens in the cache
+  // The prefix hashes of its first full blocks (read from the prefix cache, or filled and published).
+  std::vector<uint64_t> hashes;
 };
 
 BatchDecoder::BatchDecoder(const ModelRunner& runner, int64_t blocks, int64_t block_size,
-                           const data::Tokenizer* tokenizer)
-    : runner_(runner), tokenizer_(tokenizer), blocks_(blocks, block_size), pool_(runner.make_kv_pool(blocks, block_size)) {}
+                           const data::Tokenizer* tokenizer, bool prefix_caching)
+    : runner_(runner),
+      tokenizer_(tokenizer),
+      blocks_(blocks, block_size, prefix_caching),
+      pool_(runner.make_kv_pool(blocks, block_size)) {}
 
 BatchDecoder::~BatchDecoder() = default;
 
 int64_t BatchDecoder::blocks_needed(int64_t prompt_length, const SamplingOptions& sampling) const {
-  return blocks_.blocks_for(prompt_length + sampling.tokens_to_generate);
+  return KvBlockAllocator::blocks_for(prompt_length + sampling.tokens_to_generate, blocks_.block_size());
 }
 
 int64_t BatchDecoder::add(SequenceRequest request) {
@@ -70,7 +75,21 @@ int64_t BatchDecoder::add(SequenceRequest request) {
   s->generation.tokens = request.prompt;
   s->generation.prompt_length = prompt_length;
   s->request = std::move(request);
-  s->blocks = blocks_.take(needed);
+  // Cached full blocks of the prompt, leaving at least its last token to prefill (whose logits are sampled);
+  // the first position not cached starts a fresh block, so a shared block is never written.
+  if (blocks_.enabled() && !(o.return_logprobs && o.logprobs_of_prompt)) {
+    s->blocks = blocks_.acquire_prefix(s->generation.tokens, (prompt_length - 1) / blocks_.block_size(), s->hashes);
+    s->fed = static_cast<int64_t>(s->blocks.size()) * blocks_.block_size();
+    prefix_stats_.queried_tokens += prompt_length;
+    prefix_stats_.cached_tokens += s->fed;
+  }
+  try {
+    const std::vector<int32_t> fresh = blocks_.take(needed - static_cast<int64_t>(s->blocks.size()));
+    s->blocks.insert(s->blocks.end(), fresh.begin(), fresh.end());
+  } catch (const Error&) {
+    blocks_.release(s->blocks);
+    throw;
+  }
   sequences_.push_back(std::move(s));
   return sequences_.back()->id;
 }
@@ -78,9 +97,20 @@ int64_t BatchDecoder::add(SequenceRequest request) {
 bool BatchDecoder::cancel(int64_t id) {
   const auto found = std::find_if(sequences_.begin(), sequences_.end(), [&](const auto& s) { return s->id == id; });
   if (found == sequences_.end()) return false;
-  blocks_.give_back((*found)->blocks);
+  blocks_.release((*found)->blocks);
   sequences_.erase(found);
   return true;
+}
+
+void BatchDecoder::publish_full_blocks(Sequence& s) {
+  if (!blocks_.enabled()) return;
+  const int64_t size = blocks_.block_size();
+  for (int64_t b = static_cast<int64_t>(s.hashes.size()); (b + 1) * size <= s.fed; ++b) {
+    const uint64_t parent = b == 0 ? PrefixCache::kRootHash : s.hashes.back();
+    s.hashes.push_back(blocks_.publish(s.blocks[static_cast<size_t>(b)], parent,
+                                       std::span<const int32_t>(s.generation.tokens).subspan(
+                                           static_cast<size_t>(b * size), static_cast<size_t>(size))));
+  }
 }
 
 std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(int64_t, int32_t)>& on_token) {
@@ -116,6 +146,7 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
     const GenerationOptions& o = *s.request.options;
     Generation& g = s.generation;
     s.fed += static_cast<int64_t>(steps[i].tokens.size());
+    publish_full_blocks(s);
     const Tensor row = logits.narrow(static_cast<int64_t>(i), 1);
     if (s.fed < g.prompt_length) {  // still reading the prompt, one token a step
       record_logprobs(g, row, g.tokens[s.fed], o, vocab);
@@ -158,7 +189,7 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
       running.push_back(std::move(sequences_[i]));
       continue;
     }
-    blocks_.give_back(sequences_[i]->blocks);
+    blocks_.release(sequences_[i]->blocks);
     finished.push_back({sequences_[i]->id, std::move(sequences_[i]->generation)});
   }
   sequences_ = std::move(running);

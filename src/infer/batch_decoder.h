@@ -14,6 +14,7 @@
 
 #include "infer/generator.h"
 #include "infer/kv_block_allocator.h"
+#include "infer/prefix_cache.h"
 
 namespace tessera::infer {
 
@@ -27,13 +28,24 @@ struct SequenceRequest {
 class BatchDecoder {
  public:
   // The sequences' caches in `blocks` blocks of `block_size` positions (how many sequences run at once is
-  // the caller's choice, bounded by the blocks).
-  BatchDecoder(const ModelRunner& runner, int64_t blocks, int64_t block_size, const data::Tokenizer* tokenizer = nullptr);
+  // the caller's choice, bounded by the blocks). With `prefix_caching`, full blocks are shared between
+  // sequences with the same prefix (infer/prefix_cache.h): a sequence joining with a prompt whose first
+  // full blocks are cached prefills only the rest (at least its last token, whose logits it samples
+  // from). A sequence that wants its prompt's log-probabilities reads nothing from the cache (it needs
+  // the logits after every prompt token), though what it computes is cached for others.
+  BatchDecoder(const ModelRunner& runner, int64_t blocks, int64_t block_size, const data::Tokenizer* tokenizer = nullptr,
+               bool prefix_caching = false);
   ~BatchDecoder();
 
   // The cache blocks a sequence of this prompt length and sampling needs for its whole generation.
   int64_t blocks_needed(int64_t prompt_length, const SamplingOptions& sampling) const;
-  const KvBlockAllocator& cache() const { return blocks_; }
+  const PrefixCache& cache() const { return blocks_; }
+  // Prompt tokens of the sequences added that looked in the prefix cache, and those found there (their
+  // prefill skipped), since the decoder was made.
+  struct PrefixStats {
+    int64_t queried_tokens = 0, cached_tokens = 0;
+  };
+  const PrefixStats& prefix_stats() const { return prefix_stats_; }
   int64_t active() const { return static_cast<int64_t>(sequences_.size()); }
 
   // Adds a sequence (an Error when its blocks are not free); returns its id (0, 1, ... in order of adding).
@@ -55,9 +67,12 @@ class BatchDecoder {
 
  private:
   struct Sequence;
+  // Publishes the sequence's blocks that have filled up since the last step (prefix caching).
+  void publish_full_blocks(Sequence& s);
   const ModelRunner& runner_;
   const data::Tokenizer* tokenizer_;
-  KvBlockAllocator blocks_;
+  PrefixCache blocks_;
+  PrefixStats prefix_stats_;
   model::KvPool pool_;
   std::vector<std::unique_ptr<Sequence>> sequences_;
   int64_t next_id_ = 0;

@@ -153,5 +153,82 @@ TEST(BatchDecoding, SampledTokensDoNotDependOnTheBatch) {
   }
 }
 
+// Requests sharing a prefix, as a multiple-choice evaluation (one context, several endings) and a chat
+// server (one system prompt, several questions) send them: the first alone, then the rest together, two
+// of them joining a step later; one of them wants its prompt's log-probabilities. Returns each one's
+// generation, and the prompt tokens read from the cache.
+std::vector<Generation> shared_prefix_traffic(const ModelRunner& runner, bool prefix_caching, int64_t& cached) {
+  std::vector<int32_t> context;
+  for (int32_t t = 0; t < 13; ++t) context.push_back((7 * t + 3) % 37 + 1);
+  const std::vector<int32_t> system = {2, 4, 6, 8, 10, 12, 14, 16};
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::vector<int32_t>& ending : std::vector<std::vector<int32_t>>{{1}, {2, 3}, {4, 5, 6}, {7, 8, 9, 10}}) {
+    prompts.push_back(context);
+    prompts.back().insert(prompts.back().end(), ending.begin(), ending.end());
+  }
+  for (const std::vector<int32_t>& question : std::vector<std::vector<int32_t>>{{20, 21}, {22}, {23, 24, 25, 26, 27}}) {
+    prompts.push_back(system);
+    prompts.back().insert(prompts.back().end(), question.begin(), question.end());
+  }
+  // The context's 3 whole blocks again: all cached, so its last block is prefilled again (for its logits).
+  prompts.emplace_back(context.begin(), context.begin() + 12);
+  auto greedy = std::make_shared<GenerationOptions>();
+  greedy->sampling.temperature = 0;
+  greedy->sampling.tokens_to_generate = 6;
+  greedy->return_logprobs = true;
+  greedy->logprobs_of_prompt = false;
+  greedy->top_logprobs = 3;
+  auto echo = std::make_shared<GenerationOptions>(*greedy);
+  echo->logprobs_of_prompt = true;
+  BatchDecoder decoder(runner, 64, 4, nullptr, prefix_caching);
+  std::vector<Generation> out(prompts.size() + 1);
+  auto run = [&] {
+    for (BatchDecoder::Finished& f : decoder.step()) out[static_cast<size_t>(f.id)] = std::move(f.generation);
+  };
+  decoder.add({prompts[0], greedy, 0});
+  while (decoder.active() > 0) run();
+  for (size_t i = 1; i + 2 < prompts.size(); ++i) decoder.add({prompts[i], greedy, i});
+  run();
+  decoder.add({prompts[prompts.size() - 2], greedy, 0});
+  decoder.add({prompts.back(), greedy, 0});
+  decoder.add({prompts[1], echo, 0});  // the prompt's log-probabilities: fed a token a step, not from the cache
+  while (decoder.active() > 0) run();
+  cached = decoder.prefix_stats().cached_tokens;
+  return out;
+}
+
+TEST(BatchDecoding, PrefixCachingChangesNoResultInAnyLayout) {
+  const model::ModelConfig c = config(true);
+  auto world = comm::make_mpi_world_group();
+  for (Layout l : layouts(world->size(), c)) {
+    SCOPED_TRACE(str_cat("tp=", l.tp, " pp=", l.pp));
+    comm::ParallelState state(*world, {world->size(), l.tp, l.pp});
+    Model m(c, state);
+    int64_t cached_off = 0, cached_on = 0;
+    const std::vector<Generation> off = shared_prefix_traffic(*m.runner, false, cached_off);
+    const std::vector<Generation> on = shared_prefix_traffic(*m.runner, true, cached_on);
+    EXPECT_EQ(cached_off, 0);
+    // Blocks of 4: the context's 3 full blocks for each of the 3 later endings, the system prompt's 2 for
+    // the question that joins after the first two were prefilled (those two start together: nothing is
+    // cached yet), 2 of the 3 whole blocks sent again (the last one is prefilled), none for the echoed
+    // prompt.
+    EXPECT_EQ(cached_on, 3 * 4 * 3 + 2 * 4 + 2 * 4);
+    ASSERT_EQ(on.size(), off.size());
+    for (size_t i = 0; i < on.size(); ++i) {
+      SCOPED_TRACE(str_cat("sequence ", i));
+      EXPECT_EQ(on[i].tokens, off[i].tokens);
+      ASSERT_EQ(on[i].logprobs.size(), off[i].logprobs.size());
+      for (size_t k = 0; k < on[i].logprobs.size(); ++k) EXPECT_NEAR(on[i].logprobs[k], off[i].logprobs[k], 1e-5f);
+      ASSERT_EQ(on[i].top_logprobs.size(), off[i].top_logprobs.size());
+      for (size_t k = 0; k < on[i].top_logprobs.size(); ++k)
+        for (size_t j = 0; j < on[i].top_logprobs[k].size(); ++j) {
+          EXPECT_EQ(on[i].top_logprobs[k][j].first, off[i].top_logprobs[k][j].first);
+          EXPECT_NEAR(on[i].top_logprobs[k][j].second, off[i].top_logprobs[k][j].second, 1e-5f);
+        }
+    }
+    EXPECT_EQ(on.back().logprobs.size(), on.back().tokens.size() - 1);  // the echoed prompt's, every position
+  }
+}
+
 }  // namespace
 }  // namespace tessera::infer

@@ -48,10 +48,13 @@ json openai_completion_choice(size_t index, const Generation& g, const TextReque
   const auto last = std::lower_bound(offsets.begin(), offsets.end(), static_cast<int64_t>(tokens_end)) - offsets.begin();
   const bool top = r.options.top_logprobs > 0;
   json token_text = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), text_offset = json::array();
+  // g.logprobs[k] is token k + 1's, or without the prompt's (no echo) the k-th generated token's.
+  const int64_t shift = r.options.logprobs_of_prompt ? 1 : g.prompt_length;
   for (auto t = first; t < last; ++t) {
+    const int64_t k = static_cast<int64_t>(t) - shift;
     token_text.push_back(decode_one(tokenizer, tokens[t]));
-    token_logprobs.push_back(t == 0 ? json(nullptr) : json(g.logprobs[t - 1]));
-    if (top) top_logprobs.push_back(t == 0 ? json(nullptr) : top_dict(g.top_logprobs[t - 1], tokenizer));
+    token_logprobs.push_back(t == 0 || k < 0 ? json(nullptr) : json(g.logprobs[k]));
+    if (top) top_logprobs.push_back(t == 0 || k < 0 ? json(nullptr) : top_dict(g.top_logprobs[k], tokenizer));
     text_offset.push_back(offsets[t]);
   }
   out["logprobs"] = {{"tokens", token_text}, {"token_logprobs", token_logprobs},

@@ -41,8 +41,11 @@ TEST(OpenAiRequest, OpenAisDefaultsNullsAndNoOpFields) {
       "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "stream": false, "user": "u",
       "model": "any name"})"), {});
   EXPECT_TRUE(r.options.return_logprobs);
+  EXPECT_TRUE(r.options.logprobs_of_prompt);  // echo: the prompt's too
   EXPECT_EQ(r.options.top_logprobs, 5);
   EXPECT_EQ(r.options.sampling.top_k, 7);
+  // Without echo only the generated tokens' (the prompt goes in whole, and may come from the prefix cache).
+  EXPECT_FALSE(parse_openai_completions_request(json{{"prompt", "a"}, {"logprobs", 1}}, {}).options.logprobs_of_prompt);
   EXPECT_EQ(r.options.sampling.random_seed, 3u);
   EXPECT_EQ(r.prompt_ids, (std::vector<std::vector<int32_t>>{{1, 2}}));
   EXPECT_EQ(parse_openai_completions_request(json{{"prompt", "a"}, {"top_k", -1}}, {}).options.sampling.top_k, 0);

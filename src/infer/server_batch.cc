@@ -51,9 +51,12 @@ std::vector<FinishedSequence> run_batch_step(ServingBatch& batch,
                                              const std::function<void(int64_t, size_t, int32_t)>& on_token) {
   std::vector<FinishedSequence> done;
   try {
+    const BatchDecoder::PrefixStats before = batch.decoder->prefix_stats();
     for (const auto& [slot, r] : joining)
       for (size_t i = 0; i < r.prompts.size(); ++i)
         batch.owner[batch.decoder->add({r.prompts[i], r.options, i})] = {slot, i};
+    batch.prefix.queried_tokens += batch.decoder->prefix_stats().queried_tokens - before.queried_tokens;
+    batch.prefix.cached_tokens += batch.decoder->prefix_stats().cached_tokens - before.cached_tokens;
     auto token = [&](int64_t id, int32_t t) {
       const auto& [slot, prompt] = batch.owner.at(id);
       on_token(slot, prompt, t);

@@ -36,9 +36,11 @@ struct ChatSetup {
 };
 
 // The running batch as every rank holds it; `owner` maps a sequence id to its request's slot and prompt.
+// The prefix cache's counts are the server's since it started (a failed step replaces the decoder).
 struct ServingBatch {
   std::unique_ptr<BatchDecoder> decoder;
   std::map<int64_t, std::pair<int64_t, size_t>> owner;
+  BatchDecoder::PrefixStats prefix;
 };
 
 // A finished sequence: its request's slot, its prompt's index and what it generated.

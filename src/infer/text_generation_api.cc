@@ -278,8 +278,10 @@ TextRequest parse_completions(const json& raw, const ServerLimits& limits, bool 
     if (openai && r.options.stop_strings.size() > 4) reject_request("stop: at most 4 stop strings");
   }
   if (openai) {
-    // Log-probabilities only when asked for: they make the prompt go in one token a step.
+    // Log-probabilities only when asked for, and the prompt's only with echo: they make the prompt go in
+    // one token a step (and bypass the prefix cache).
     r.options.return_logprobs = body.contains("logprobs");
+    r.options.logprobs_of_prompt = r.echo;
     read_stream_fields(body, r);
   } else {
     r.options.return_logprobs = true;      // as Megatron's endpoint: always computed

@@ -54,7 +54,7 @@ std::string broadcast_string(comm::ProcessGroup& group, const std::string& text)
 
 constexpr const char* kEndpoints =
     "PUT /api, POST /completions, POST /v1/completions, POST /v1/chat/completions, POST /tokenize, POST /detokenize, GET /tokenizer_info, "
-    "GET /v1/models, GET /health";
+    "GET /v1/models, GET /health, GET /metrics";
 const std::string kNoSuchEndpoint = std::string("no such endpoint (") + kEndpoints + ")";
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -112,9 +112,10 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   const BatchingOptions& batching = options.batching;
   const int64_t pool_blocks = kv_cache_blocks(batching, model.config());
   auto fresh_decoder = [&] {
-    return std::make_unique<BatchDecoder>(model.runner(), pool_blocks, batching.block_size, &model.tokenizer());
+    return std::make_unique<BatchDecoder>(model.runner(), pool_blocks, batching.block_size, &model.tokenizer(),
+                                          batching.prefix_caching);
   };
-  ServingBatch batch{fresh_decoder(), {}};
+  ServingBatch batch{fresh_decoder(), {}, {}};
   const ServerLimits limits = resolve_limits(options.limits, model.tokenizer(), model.config());
   const model::ModelConfig& config = model.config();
   const ServedModel served{options.served_model_name, static_cast<int64_t>(std::time(nullptr)),
@@ -375,6 +376,19 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   };
   server.Put(".*", elsewhere);
   server.Post(".*", elsewhere);
+  // Prometheus's text format, with vLLM's prefix-cache counters (in prompt tokens): those looked up and
+  // those found (their prefill skipped). The decoding thread updates them after each step.
+  std::atomic<int64_t> prefix_queries{0}, prefix_hits{0};
+  server.Get("/metrics", [&](const Request&, Response& res) {
+    res.set_content(str_cat("# HELP tessera:prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n",
+                            "# TYPE tessera:prefix_cache_queries_total counter\n",
+                            "tessera:prefix_cache_queries_total ", prefix_queries.load(), "\n",
+                            "# HELP tessera:prefix_cache_hits_total Prompt tokens found in the prefix cache "
+                            "(not prefilled).\n",
+                            "# TYPE tessera:prefix_cache_hits_total counter\n",
+                            "tessera:prefix_cache_hits_total ", prefix_hits.load(), "\n"),
+                    "text/plain; version=0.0.4");
+  });
   server.Get("/health", [](const Request&, Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
@@ -387,7 +401,8 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
       << " (" << kEndpoints << "); up to " << max_sequences << " sequences at once, "
       << pool_blocks << " key/value blocks of " << batching.block_size << " positions; prompts of at most "
       << limits.max_prompt_tokens << " tokens and " << limits.max_prompt_bytes << " bytes; chat template "
-      << (chat_template ? options.chat_template_note : "none: " + options.chat_unavailable) << std::endl;
+      << (chat_template ? options.chat_template_note : "none: " + options.chat_unavailable) << "; prefix caching "
+      << (batching.prefix_caching ? "on" : "off") << std::endl;
   std::atomic<bool> listener_done{false};
   std::thread http_thread([&] {
     server.listen_after_bind();
@@ -439,11 +454,13 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
         const int64_t dropped = cancel_requests(batch, cancelled);
         command["cancel"] = cancelled;
         log_line(str_cat("client of a streamed request went away: dropped its ", dropped, " sequence(s); ",
-                         batch.decoder->cache().free_blocks(), " of ", pool_blocks, " key/value blocks free"));
+                         batch.decoder->cache().available_blocks(), " of ", pool_blocks, " key/value blocks free"));
       }
       // Waiting requests join in order while their sequences and cache blocks fit (one larger than
-      // --inference-max-requests runs alone).
-      int64_t sequences = batch.decoder->active(), free_blocks = batch.decoder->cache().free_blocks();
+      // --inference-max-requests runs alone). Cached prefix blocks no sequence uses count as free (they
+      // are evicted when needed); a request's prefix found in the cache only lowers what it takes, so
+      // counting all its blocks never admits one that does not fit.
+      int64_t sequences = batch.decoder->active(), free_blocks = batch.decoder->cache().available_blocks();
       while (!stopping && !queue.empty()) {
         std::shared_ptr<Job> job = queue.front();
         const int64_t n = static_cast<int64_t>(job->sequences.prompts.size());
@@ -481,6 +498,8 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     }
     for (int64_t slot : failed)
       if (running.count(slot)) answer(slot, 500, {{"error", error}});
+    prefix_queries.store(batch.prefix.queried_tokens);
+    prefix_hits.store(batch.prefix.cached_tokens);
   }
   // Stop listening; requests still queued (or in flight) are told the server is going away.
   server.stop();
@@ -496,7 +515,11 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   stop_others();
   log << " > server stopped after " << steps << " decoding steps (at most " << most_sequences
       << " sequences at once, " << (steps ? static_cast<double>(sequence_steps) / static_cast<double>(steps) : 0.0)
-      << " on average)" << std::endl;
+      << " on average)";
+  if (batching.prefix_caching)
+    log << "; prefix cache: " << batch.prefix.cached_tokens << " of " << batch.prefix.queried_tokens
+        << " prompt tokens read from the cache, not prefilled";
+  log << std::endl;
 }
 
 }  // namespace tessera::infer

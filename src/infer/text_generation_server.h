@@ -1,7 +1,8 @@
 // `tessera serve`: Megatron-LM's text generation server over cpp-httplib. World rank 0 answers HTTP:
 // Megatron's endpoints (PUT /api, POST /completions, GET /health), OpenAI's (POST /v1/completions, GET
 // /v1/models) and the tokenizer's that clients probe (POST /tokenize, POST /detokenize, GET
-// /tokenizer_info), and OpenAI's chat (POST /v1/chat/completions, through a chat template). /v1/ routes
+// /tokenizer_info), OpenAI's chat (POST /v1/chat/completions, through a chat template), and GET /metrics
+// (the prefix cache's counters, Prometheus's text format). /v1/ routes
 // stream server-sent events when asked (infer/event_stream.h). Requests are decoded together by continuous batching (infer/batch_decoder.h): between two decoding steps, rank 0 lets the waiting requests that fit join
 // the running batch and tells the other ranks of the model which; every rank then runs the same step, so
 // ranks never disagree on the order of their collectives. A request is answered as soon as its last
@@ -24,6 +25,9 @@ struct BatchingOptions {
   int64_t max_waiting = 256;       // --inference-max-waiting-sequences: sequences waiting to join (then 503)
   double buffer_gb = 1.0;          // --inference-dynamic-batching-buffer-size-gb: the whole model's key/value cache
   int64_t block_size = 256;        // --inference-dynamic-batching-block-size: positions per cache block
+  // --[no-]inference-dynamic-batching-enable-prefix-caching: full cache blocks shared between requests
+  // with the same prefix (infer/prefix_cache.h)
+  bool prefix_caching = true;
 };
 
 // The cache blocks a buffer of options.buffer_gb holds for `config` (every layer's keys and values, fp32);
