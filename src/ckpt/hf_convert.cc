@@ -66,6 +66,7 @@ std::string not_mixtral(const model::ModelConfig& c) {
   if (m.router.score != kernels::RouterScoreFunction::Softmax) return "it routes by sigmoid scores";
   if (m.router.pre_softmax) return "its top-k probabilities are not renormalised (--moe-router-pre-softmax)";
   if (m.router.scaling_factor != 1.0f) return "it scales the routing probabilities (--moe-router-topk-scaling-factor)";
+  if (m.router.grouped()) return "it routes within groups of experts (--moe-router-group-topk)";
   if (!m.dropless()) return "it drops tokens over capacity (--moe-expert-capacity-factor; Mixtral is dropless)";
   return "";
 }

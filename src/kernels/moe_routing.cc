@@ -30,15 +30,16 @@ int64_t count_groups(const char* kernel, const Tensor& counts, int64_t experts) 
 
 }  // namespace
 
-void topk_router_forward(const Tensor& logits, const TopkRouterOptions& opt, const Tensor& indices_out,
-                         const Tensor& probs_out) {
+void topk_router_forward(const Tensor& logits, const TopkRouterOptions& opt, const Tensor& expert_bias,
+                         const Tensor& indices_out, const Tensor& probs_out) {
   const char* kernel = "topk_router_forward";
-  kernel_device(kernel, {&logits, &indices_out, &probs_out});
+  kernel_device(kernel, {&logits, &expert_bias, &indices_out, &probs_out});
   check_logits(kernel, logits);
   const int64_t T = logits.dim(0), E = logits.dim(1);
   check_numel(kernel, "indices_out", indices_out, T * opt.topk);
   check_numel(kernel, "probs_out", probs_out, T * opt.topk);
-  cpu::topk_router_forward(logits.f32(), T, E, opt, indices_out.i32(), probs_out.f32());
+  if (expert_bias.defined()) check_numel(kernel, "expert_bias", expert_bias, E);
+  cpu::topk_router_forward(logits.f32(), T, E, opt, f32_or_null(expert_bias), indices_out.i32(), probs_out.f32());
 }
 
 void topk_router_backward(const Tensor& logits, const Tensor& indices, const Tensor& dprobs,

@@ -20,17 +20,24 @@ struct TopkRouterOptions {
   RouterScoreFunction score = RouterScoreFunction::Softmax;
   bool pre_softmax = false;                          // --moe-router-pre-softmax
   float scaling_factor = 1.0f;                       // --moe-router-topk-scaling-factor (1: unset)
+  // Group-limited routing (--moe-router-num-groups, --moe-router-group-topk; 0: off): each token
+  // chooses its k experts only within the group_topk groups of highest score (math::group_limited_topk).
+  int64_t num_groups = 0, group_topk = 0;
+  bool grouped() const { return group_topk > 0; }
 };
 
-// logits [T, E] -> indices int32 [T, k] (experts by descending score, ties to the lower expert) and
-// probs fp32 [T, k]:
+// logits [T, E] -> indices int32 [T, k] (experts by descending selection score, ties to the lower
+// expert) and probs fp32 [T, k]:
 //   softmax, !pre_softmax: top-k of the logits, then a softmax over the k chosen logits;
 //   softmax, pre_softmax:  softmax over all E, then top-k (not renormalised);
 //   sigmoid:               top-k of sigmoid(logits), divided by their sum + 1e-20 (as Megatron) if k > 1;
-// each then times scaling_factor.
-void topk_router_forward(const Tensor& logits, const TopkRouterOptions& opt, const Tensor& indices_out,
-                         const Tensor& probs_out);
-// Adds d(probs)/d(logits)^T dprobs into dlogits [T, E] (dprobs [T, k]).
+// each then times scaling_factor. The top-k is over the selection scores (the logits, the softmax or
+// the sigmoids), group-limited when opt.grouped(). expert_bias fp32 [E] (undefined: none; sigmoid only,
+// as Megatron's aux-loss-free balancing) is added to the sigmoids for the selection alone: the probs are
+// the unbiased sigmoids of the chosen experts, so they and their gradient do not depend on it.
+void topk_router_forward(const Tensor& logits, const TopkRouterOptions& opt, const Tensor& expert_bias,
+                         const Tensor& indices_out, const Tensor& probs_out);
+// Adds d(probs)/d(logits)^T dprobs into dlogits [T, E] (dprobs [T, k]), the chosen experts held fixed.
 void topk_router_backward(const Tensor& logits, const Tensor& indices, const Tensor& dprobs,
                           const TopkRouterOptions& opt, const Tensor& dlogits);
 

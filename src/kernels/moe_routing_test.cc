@@ -133,7 +133,7 @@ struct Routed {
 
 Routed route(const std::vector<float>& logits, int64_t T, int64_t E, const TopkRouterOptions& opt) {
   Tensor idx = Tensor::empty({T, opt.topk}, DType::I32), probs = Tensor::empty({T, opt.topk});
-  topk_router_forward(f32(logits, {T, E}), opt, idx, probs);
+  topk_router_forward(f32(logits, {T, E}), opt, Tensor(), idx, probs);
   return {ints(idx), floats(probs)};
 }
 
@@ -193,8 +193,8 @@ TEST(TopkRouter, TopOnePostSoftmaxProbsAreExactlyOne) {
 
 TEST(TopkRouter, RefusesBadOptionsAndIndices) {
   Tensor x = f32(kLogits, {kT, kE}), idx = Tensor::empty({kT, 5}, DType::I32), probs = Tensor::empty({kT, 5});
-  EXPECT_THROW(topk_router_forward(x, {5, Score::Softmax, false, 1.0f}, idx, probs), Error);  // k > E
-  EXPECT_THROW(topk_router_forward(x, {2, Score::Softmax, false, 1.0f}, idx, probs), Error);  // wrong sizes
+  EXPECT_THROW(topk_router_forward(x, {5, Score::Softmax, false, 1.0f}, Tensor(), idx, probs), Error);  // k > E
+  EXPECT_THROW(topk_router_forward(x, {2, Score::Softmax, false, 1.0f}, Tensor(), idx, probs), Error);  // wrong sizes
   std::vector<int32_t> bad = kTop2;
   bad[3] = 4;
   EXPECT_THROW(topk_router_backward(x, i32(bad, {kT, 2}), f32(std::vector<float>(16, 1.0f), {kT, 2}),

@@ -254,7 +254,7 @@ std::vector<std::vector<char>> everything() {
   for (const TopkRouterOptions& opt : std::vector<TopkRouterOptions>{
            {2, Score::Softmax, false, 1.0f}, {3, Score::Softmax, true, 2.0f}, {2, Score::Sigmoid, false, 1.0f}}) {
     Tensor idx = Tensor::empty({T, opt.topk}, DType::I32), probs = Tensor::empty({T, opt.topk});
-    topk_router_forward(logits, opt, idx, probs);
+    topk_router_forward(logits, opt, Tensor(), idx, probs);
     Tensor d = Tensor::zeros({T, E});
     topk_router_backward(logits, idx, f32(random_vector(T * opt.topk, 73), {T, opt.topk}), opt, d);
     outs.insert(outs.end(), {idx, probs, d});
@@ -269,7 +269,7 @@ std::vector<std::vector<char>> everything() {
   Tensor z = f32({static_cast<float>(z_loss_forward(logits, 0.01f, T))}, {1}), dz = Tensor::zeros({T, E});
   z_loss_backward(logits, 0.01f, T, 1.0f, dz);
   Tensor idx = Tensor::empty({T, 2}, DType::I32), probs = Tensor::empty({T, 2});
-  topk_router_forward(logits, {2, Score::Softmax, false, 1.0f}, idx, probs);
+  topk_router_forward(logits, {2, Score::Softmax, false, 1.0f}, Tensor(), idx, probs);
   ExpertRows er = expert_rows(idx, probs, E, expert_capacity(T, 2, E, 1.0), TokenDropPolicy::Probs, true);
   const int64_t R = er.token.numel();
   Tensor gathered = Tensor::empty({R, h}), y = Tensor::zeros({T, h}), dots = Tensor::empty({R});
@@ -311,7 +311,7 @@ TEST(MoeRouting, TensorsOnAnotherDeviceAreRefused) {
     Tensor x = dev({4, 4}), idx = dev({4, 2}, DType::I32), p = dev({4, 2}), c = dev({1, 4}), tok = dev({4}, DType::I32);
     const TopkRouterOptions opt{2, Score::Softmax, false, 1.0f};
     const std::vector<std::pair<std::string, std::function<void()>>> calls = {
-        {"topk_router_forward", [&] { topk_router_forward(x, opt, idx, p); }},
+        {"topk_router_forward", [&] { topk_router_forward(x, opt, Tensor(), idx, p); }},
         {"topk_router_backward", [&] { topk_router_backward(x, idx, p, opt, x); }},
         {"aux_loss_counts", [&] { aux_loss_counts(x, 2, Score::Softmax, 1, c); }},
         {"aux_loss_forward", [&] { aux_loss_forward(x, c, 2, Score::Softmax, 4, 0.1f); }},

@@ -48,6 +48,7 @@ int64_t feed_forward_parameters(const ModelConfig& c, int64_t layer) {
   const int64_t experts = m.experts(layer);
   if (experts == 0) return mlp_parameters(c, c.ffn_hidden_size);
   int64_t n = experts * mlp_parameters(c, m.ffn_hidden_size) + experts * c.hidden_size;  // experts, router
+  if (m.expert_bias) n += experts;  // the router's expert bias: in the flat buffers, though not trained
   if (m.shared_expert_intermediate_size > 0) n += mlp_parameters(c, m.shared_expert_intermediate_size);
   if (m.residual) n += mlp_parameters(c, c.ffn_hidden_size) + 2 * (c.hidden_size + 1);
   return n;
@@ -79,6 +80,9 @@ nlohmann::json moe_to_json(const MoeConfig& m) {
           {"moe_router_score_function", m.router.score == kernels::RouterScoreFunction::Sigmoid ? "sigmoid" : "softmax"},
           {"moe_router_pre_softmax", m.router.pre_softmax},
           {"moe_router_topk_scaling_factor", json_float(m.router.scaling_factor)},
+          {"moe_router_num_groups", m.router.num_groups},
+          {"moe_router_group_topk", m.router.group_topk},
+          {"moe_router_enable_expert_bias", m.expert_bias},
           {"moe_router_load_balancing_type", load_balancing_name(m.load_balancing)},
           {"moe_aux_loss_coeff", json_float(m.aux_loss_coeff)},
           {"moe_z_loss_coeff", json_float(m.z_loss_coeff)},
@@ -99,6 +103,10 @@ MoeConfig moe_from_json(const nlohmann::json& j) {
                                                                  : kernels::RouterScoreFunction::Softmax;
   m.router.pre_softmax = j.at("moe_router_pre_softmax").get<bool>();
   m.router.scaling_factor = j.at("moe_router_topk_scaling_factor").get<float>();
+  // Absent from configurations saved before group-limited routing and the expert bias existed.
+  m.router.num_groups = j.value("moe_router_num_groups", int64_t{0});
+  m.router.group_topk = j.value("moe_router_group_topk", int64_t{0});
+  m.expert_bias = j.value("moe_router_enable_expert_bias", false);
   const std::string balancing = j.at("moe_router_load_balancing_type").get<std::string>();
   m.load_balancing = balancing == "aux_loss"       ? LoadBalancing::AuxLoss
                      : balancing == "seq_aux_loss" ? LoadBalancing::SeqAuxLoss
@@ -283,6 +291,19 @@ void validate_config(const ModelConfig& c) {
     if (e > 0 && m.router.topk > e) fail("moe_router_topk", m.router.topk, str_cat("must not exceed a layer's experts (", e, ")").c_str());
   }
   if (m.router.topk < 1) fail("moe_router_topk", m.router.topk, "must be positive");
+  if (m.expert_bias && m.router.score != kernels::RouterScoreFunction::Sigmoid)
+    fail("moe_router_enable_expert_bias", "true", "needs moe_router_score_function sigmoid");
+  if (m.router.grouped()) {
+    const int64_t G = m.router.num_groups, g = m.router.group_topk, k = m.router.topk;
+    if (G < 1 || g < 1 || g > G) fail("moe_router_group_topk", g, str_cat("must be in [1, moe_router_num_groups (", G, ")]").c_str());
+    if (k % g != 0) fail("moe_router_topk", k, str_cat("must be divisible by moe_router_group_topk (", g, ")").c_str());
+    for (int64_t e : m.layer_experts)
+      if (e > 0 && (e % G != 0 || k / g > e / G))
+        fail("moe_router_num_groups", G, str_cat("must divide a layer's ", e, " experts into groups of at least ",
+                                                 k / g, " (moe_router_topk / moe_router_group_topk)").c_str());
+  } else if (m.router.num_groups != 0) {
+    fail("moe_router_num_groups", m.router.num_groups, "needs moe_router_group_topk");
+  }
   dimension("moe_ffn_hidden_size", m.ffn_hidden_size);
   if (m.shared_expert_intermediate_size < 0 || m.shared_expert_intermediate_size > kLargest)
     fail("moe_shared_expert_intermediate_size", m.shared_expert_intermediate_size, "must be between 0 and 2^31");

@@ -75,6 +75,33 @@ TEST(ModelConfig, RefusesEachImpossibleFieldByName) {
   EXPECT_NE(error_with("", 5, "moe_router_topk").find("must not exceed a layer's experts (4)"), std::string::npos);
   EXPECT_NE(error_with("", 0, "moe_router_topk").find("moe_router_topk is 0"), std::string::npos);
   EXPECT_NE(error_with("", 0, "moe_ffn_hidden_size").find("moe_ffn_hidden_size is 0"), std::string::npos);
+  // DeepSeek-V3's routing: the expert bias needs sigmoid scores, groups need a group top-k that fits.
+  EXPECT_NE(error_with("", true, "moe_router_enable_expert_bias").find("needs moe_router_score_function sigmoid"),
+            std::string::npos);
+  EXPECT_NE(error_with("", 2, "moe_router_num_groups").find("needs moe_router_group_topk"), std::string::npos);
+  EXPECT_NE(error_with("", 3, "moe_router_group_topk").find("moe_router_group_topk is 3"), std::string::npos);
+}
+
+TEST(ModelConfig, GroupLimitedRoutingAndExpertBiasReadBackAndOlderConfigsReadWithout) {
+  ModelConfig c = small_gpt();
+  c.moe.layer_experts = {8, 8};
+  c.moe.ffn_hidden_size = 48;
+  c.moe.router.topk = 4;
+  c.moe.router.score = kernels::RouterScoreFunction::Sigmoid;
+  c.moe.router.num_groups = 4;
+  c.moe.router.group_topk = 2;
+  c.moe.expert_bias = true;
+  const ModelConfig r = config_from_json(to_json(c));
+  EXPECT_EQ(to_json(r), to_json(c));
+  EXPECT_EQ(r.moe.router.num_groups, 4);
+  EXPECT_EQ(r.moe.router.group_topk, 2);
+  EXPECT_TRUE(r.moe.expert_bias);
+  nlohmann::json old = to_json(c);
+  for (const char* key : {"moe_router_num_groups", "moe_router_group_topk", "moe_router_enable_expert_bias"})
+    old["moe"].erase(key);
+  const ModelConfig o = config_from_json(old);
+  EXPECT_FALSE(o.moe.router.grouped());
+  EXPECT_FALSE(o.moe.expert_bias);
 }
 
 // RoPE scaling and q/k norms are written only when set (older checkpoints read as before) and read back.

@@ -63,9 +63,11 @@ struct LossSums {
   void add_auxiliary(const std::string& name, double value);
   // How the MoE layers routed this rank's tokens of the micro-batch: routing entries (token, chosen
   // expert) per expert before the capacity, flat over every expert of every MoE layer in layer
-  // order (MoeConfig::expert_offset), and the entries that capacity dropped, of all entries.
+  // order (MoeConfig::expert_offset), and the entries that capacity dropped, of all entries. `kept`
+  // has the same layout: each expert's rows after the capacity (with --moe-pad-expert-input-to-capacity
+  // the padding's too), Megatron's routing_map.sum(0), which the expert bias balances (train/expert_bias.h).
   struct Routing {
-    std::vector<double> routed;
+    std::vector<double> routed, kept;
     double dropped = 0, entries = 0;
     void add(const Routing& other);
   } routing;

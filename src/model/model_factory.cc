@@ -41,6 +41,8 @@ void LossSums::add_auxiliary(const std::string& name, double value) {
 void LossSums::Routing::add(const Routing& other) {
   if (routed.size() < other.routed.size()) routed.resize(other.routed.size(), 0.0);
   for (size_t i = 0; i < other.routed.size(); ++i) routed[i] += other.routed[i];
+  if (kept.size() < other.kept.size()) kept.resize(other.kept.size(), 0.0);
+  for (size_t i = 0; i < other.kept.size(); ++i) kept[i] += other.kept[i];
   dropped += other.dropped;
   entries += other.entries;
 }

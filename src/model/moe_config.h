@@ -17,7 +17,12 @@ struct MoeConfig {
   // A pyramid (PR-MoE) has more experts in later layers.
   std::vector<int64_t> layer_experts;
   int64_t ffn_hidden_size = 0;      // --moe-ffn-hidden-size: each expert's MLP width
-  kernels::TopkRouterOptions router;  // --moe-router-topk, -score-function, -pre-softmax, -topk-scaling-factor
+  // --moe-router-topk, -score-function, -pre-softmax, -topk-scaling-factor, -num-groups, -group-topk
+  kernels::TopkRouterOptions router;
+  // --moe-router-enable-expert-bias: DeepSeek-V3's aux-loss-free balancing. Each MoE layer's router holds
+  // router.expert_bias [E], added to the sigmoid scores for choosing the experts only, and moved by the
+  // trainer after each global batch (--moe-router-bias-update-rate, train/expert_bias.h).
+  bool expert_bias = false;
   LoadBalancing load_balancing = LoadBalancing::AuxLoss;
   float aux_loss_coeff = 0.0f;      // --moe-aux-loss-coeff
   float z_loss_coeff = 0.0f;        // --moe-z-loss-coeff (0: none)

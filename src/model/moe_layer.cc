@@ -92,9 +92,11 @@ MoeLayer::MoeLayer(const ModelConfig& config, int64_t layer_number, const std::s
 void MoeLayer::count_routing(const kernels::ExpertRows& rows, int64_t capacity, LossSums& losses) const {
   LossSums::Routing r;
   r.routed.assign(static_cast<size_t>(config_.moe.total_experts()), 0.0);
+  r.kept = r.routed;
   const int64_t first = config_.moe.expert_offset(layer_number_);
   for (int64_t e = 0; e < router_.experts(); ++e) {
     r.routed[first + e] = static_cast<double>(rows.routed[e]);
+    r.kept[first + e] = static_cast<double>(rows.counts[e]);
     r.entries += r.routed[first + e];
     if (capacity >= 0) r.dropped += static_cast<double>(std::max<int64_t>(0, rows.routed[e] - capacity));
   }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -68,10 +69,13 @@ double objective(const GptModel& model, const ModelConfig& c, const MicroBatch& 
   return j;
 }
 
-void check_gradients(const ModelConfig& c, const std::vector<std::string>& must_check) {
+// prepare: sets parameters after their initialisation (an expert bias away from 0).
+void check_gradients(const ModelConfig& c, const std::vector<std::string>& must_check,
+                     const std::function<void(ParameterSet&)>& prepare = {}) {
   ParameterSet params;
   GptModel model(c, params);
   params.allocate(42);
+  if (prepare) prepare(params);
   const int64_t batch = 2;
   const MicroBatch mb = random_batch(c, batch, 5);
   const ForwardContext ctx = context(c, batch);
@@ -88,6 +92,11 @@ void check_gradients(const ModelConfig& c, const std::vector<std::string>& must_
   std::set<std::string> seen;
   for (const Parameter& p : params.params()) {
     const int64_t n = p.value.numel();
+    if (!p.spec.trained()) {  // an expert bias changes only which experts are chosen: no gradient at all
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(analytic[p.offset + i], 0.0f) << p.spec.name;
+      seen.insert(p.spec.name);
+      continue;
+    }
     for (int trial = 0; trial < std::min<int64_t>(n, 4); ++trial) {
       const int64_t i = p.offset + static_cast<int64_t>(pick.bits(checked) % n);
       const float h = 1e-2f;
@@ -142,6 +151,26 @@ TEST(MoeLayer, GradientsMatchFiniteDifferencesWithCapacityPaddingAndSigmoid) {
   c.moe.pad_expert_input_to_capacity = true;
   c.moe.aux_loss_coeff = 0.1f;
   check_gradients(c, {});
+}
+
+// DeepSeek-V3's router: sigmoid scores, a nonzero expert bias, top-4 of 8 experts within 2 of 4 groups,
+// the scaling factor, the sequence-level aux loss.
+TEST(MoeLayer, GradientsMatchFiniteDifferencesWithExpertBiasAndGroups) {
+  ModelConfig c = moe_config(true, 8, 4);
+  c.moe.router.score = kernels::RouterScoreFunction::Sigmoid;
+  c.moe.router.num_groups = 4;
+  c.moe.router.group_topk = 2;
+  c.moe.router.scaling_factor = 2.5f;
+  c.moe.expert_bias = true;
+  c.moe.load_balancing = LoadBalancing::SeqAuxLoss;
+  c.moe.aux_loss_coeff = 0.1f;
+  check_gradients(c, {"decoder.layers.0.mlp.router.weight", "decoder.layers.1.mlp.router.expert_bias"},
+                  [](ParameterSet& params) {
+                    for (const char* name : {"decoder.layers.0.mlp.router.expert_bias", "decoder.layers.1.mlp.router.expert_bias"}) {
+                      const Parameter& b = params.get(name);
+                      for (int64_t e = 0; e < b.value.numel(); ++e) b.value.f32()[e] = 0.05f * static_cast<float>(e % 3) - 0.05f;
+                    }
+                  });
 }
 
 TEST(MoeLayer, ResidualMoeAndPyramidGradientsMatchFiniteDifferences) {
@@ -271,9 +300,12 @@ TEST(MoeLayer, ParameterCountMatchesTheDeclaredParametersWithEveryForm) {
   c.moe.ffn_hidden_size = 12;
   c.moe.shared_expert_intermediate_size = 8;
   c.moe.residual = true;
+  c.moe.router.score = kernels::RouterScoreFunction::Sigmoid;
+  c.moe.expert_bias = true;
   ParameterSet params;
   GptModel model(c, params);
   EXPECT_EQ(c.parameter_count(), params.numel());
+  EXPECT_FALSE(params.get("decoder.layers.1.mlp.router.expert_bias").spec.trained());
   int experts = 0;
   for (const Parameter& p : params.params()) {
     if (!p.spec.expert) continue;

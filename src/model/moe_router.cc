@@ -37,6 +37,11 @@ TopkRouter::TopkRouter(const ModelConfig& config, int64_t layer_number, int64_t 
   ParameterSpec w{prefix + "router.weight", {experts, config.hidden_size}, Init::Normal, config.init_method_std, true};
   w.sequence_parallel_grad = tp.sequence_parallel;  // each rank's gradient is its own tokens'
   weight_ = params.add(w);
+  if (config.moe.expert_bias) {
+    ParameterSpec b{prefix + "router.expert_bias", {experts}, Init::Zeros, 0.0f, false};
+    b.expert_bias_offset = config.moe.expert_offset(layer_number);
+    expert_bias_ = params.add(b);
+  }
 }
 
 int64_t TopkRouter::groups(const ForwardContext& ctx) const {
@@ -73,7 +78,8 @@ void TopkRouter::forward(const Tensor& x, const SublayerContext& sc, RouterRecor
   kernels::linear_forward(input, weight_->value, Tensor(), rec.logits);
   rec.indices = Tensor::empty({T, k}, DType::I32);
   rec.probs = Tensor::empty({T, k});
-  kernels::topk_router_forward(rec.logits, m.router, rec.indices, rec.probs);
+  kernels::topk_router_forward(rec.logits, m.router, expert_bias_ ? expert_bias_->value : Tensor(), rec.indices,
+                               rec.probs);
   if (m.load_balancing != LoadBalancing::None) {
     rec.counts = Tensor::empty({groups(ctx), experts_});
     kernels::aux_loss_counts(rec.logits, k, m.router.score, groups(ctx), rec.counts);

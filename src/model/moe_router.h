@@ -1,5 +1,7 @@
 // Megatron-Core's TopKRouter on one rank: the gating GEMM (router.weight [E, h], fp32), optional input
-// jitter, top-k routing, and the load-balancing and z-losses, which it adds to the forward's losses and
+// jitter, top-k routing (group-limited, and with the expert bias router.expert_bias [E] of
+// aux-loss-free balancing, replicated like router.weight and moved by the trainer), and the
+// load-balancing and z-losses, which it adds to the forward's losses and
 // seeds in backward. Under sequence parallelism each tensor rank routes its own sequence shard, and under
 // context parallelism each context rank its two chunks of every sequence; the losses' token counts are
 // summed over those ranks (Megatron's TP x CP group) and the token totals are the whole sequence's, so
@@ -49,6 +51,7 @@ class TopkRouter {
   int64_t layer_number_, experts_;
   const parallel::TensorParallelContext& tp_;
   Parameter* weight_;
+  Parameter* expert_bias_ = nullptr;  // --moe-router-enable-expert-bias: [E], not trained
 };
 
 }  // namespace tessera::model

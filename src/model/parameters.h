@@ -64,6 +64,12 @@ struct ParameterSpec {
   // Read by GEMMs as a weight (the linear layers', the output layer's): what
   // ParameterSet::cache_rounded_weights keeps a rounded copy of.
   bool gemm_weight = false;
+  // An MoE router's expert bias (--moe-router-enable-expert-bias), which is not trained: no gradient
+  // reaches it and the optimizer leaves it as it is; once per global batch the trainer moves it by the
+  // routing counts of its layer's experts, which start at this offset of LossSums::Routing::kept
+  // (train/expert_bias.h). -1: a trained parameter.
+  int64_t expert_bias_offset = -1;
+  bool trained() const { return expert_bias_offset < 0; }
 
   Shape global_shape() const;  // the full tensor's shape
   // The same on every rank of the tensor group (not split over it): counted once in norms, saved once.

@@ -77,6 +77,7 @@ StepResult adamw_update(const MomentShard& shard, const AdamWConfig& config, flo
   ++steps;
   for (const MomentPiece& piece : shard.pieces) {
     const model::Parameter& p = *piece.param;
+    if (!p.spec.trained()) continue;  // an expert bias: the trainer moves it (its moments stay 0)
     kernels::AdamWHyper h{lr, config.beta1, config.beta2, config.eps, p.spec.weight_decay ? config.weight_decay : 0.0f,
                           steps, scale};
     kernels::adamw_step(p.value.flat_range(piece.begin, piece.length), p.grad.flat_range(piece.begin, piece.length),

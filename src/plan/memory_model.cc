@@ -68,7 +68,7 @@ RankParameters layer_parameters(const model::ModelConfig& c, const Layout& l, in
     return p;
   }
   p.expert = experts / l.ep * mlp_parameters(c, static_cast<double>(m.ffn_hidden_size), l.expert_tp());
-  p.dense += experts * h;  // the router
+  p.dense += experts * (h + (m.expert_bias ? 1 : 0));  // the router (and its expert bias, a parameter Adam skips)
   if (m.shared_expert_intermediate_size > 0)
     p.dense += mlp_parameters(c, static_cast<double>(m.shared_expert_intermediate_size), t);
   if (m.residual) p.dense += mlp_parameters(c, static_cast<double>(c.ffn_hidden_size), t) + 2 * (h + 1);

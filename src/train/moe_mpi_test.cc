@@ -3,9 +3,14 @@
 // optimizer reproduces the single-process run of the same mixture-of-experts model: the losses of several
 // iterations (the LM loss and the logged auxiliary losses) and every gradient of the first step,
 // dropless and with a capacity, with the local experts one by one and grouped (--moe-grouped-gemm).
+// DeepSeek-V3's routing (sigmoid scores, aux-loss-free expert bias, group-limited top-k) too: there the
+// expert bias after several steps is the single process's bit for bit on every rank, and a run saved
+// at one layout and resumed at another continues with the uninterrupted run's losses and bias.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "comm/mpi_test_main.h"
@@ -24,6 +29,15 @@ struct Layout {
 };
 
 constexpr int kIterations = 6;
+constexpr int kBiasIterations = 5;
+
+// DeepSeek-V3's router at toy size: 2 groups of 2 experts, top-2 within the best group, the bias
+// moving fast enough to change routing within a few steps. It then swings by +-rate from step to step,
+// so its runs take an odd number of steps (after an even number it may be back at 0 exactly).
+const std::string kDeepSeekRouting =
+    "--moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 2e-2 "
+    "--moe-router-num-groups 2 --moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5 "
+    "--moe-router-load-balancing-type seq_aux_loss";
 
 std::string flags(const Layout& l, int64_t global_batch, int iters) {
   return str_cat("--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
@@ -66,6 +80,22 @@ void expect_gradients_match(Trainer& t, Trainer& single) {
   }
 }
 
+// Every expert bias this rank holds equals the single process's bit for bit (an update counts whole
+// tokens, so any layout that routes alike moves it alike); returns how many elements have moved.
+int expect_expert_biases_match(Trainer& t, Trainer& single) {
+  int moved = 0;
+  for (const model::Parameter& p : t.parameters().params()) {
+    if (p.spec.trained()) continue;
+    const model::Parameter& ref = single.parameters().get(p.spec.name);
+    EXPECT_EQ(p.value.numel(), ref.value.numel()) << p.spec.name;
+    for (int64_t i = 0; i < std::min(p.value.numel(), ref.value.numel()); ++i) {
+      EXPECT_EQ(p.value.f32()[i], ref.value.f32()[i]) << p.spec.name << "[" << i << "]";
+      moved += ref.value.f32()[i] != 0.0f;
+    }
+  }
+  return moved;
+}
+
 std::vector<Layout> layouts_for(int world) {
   const std::string capacity = "--moe-expert-capacity-factor 1.0";
   const std::string padded = "--moe-expert-capacity-factor 1.5 --moe-pad-expert-input-to-capacity";
@@ -83,11 +113,16 @@ std::vector<Layout> layouts_for(int world) {
       {2, 2, 2, 1, 1, 4, "--mlp-type residual", "--sequence-parallel --use-distributed-optimizer"},
       {2, 2, 4, 1, 2, 4, "", "--sequence-parallel"},
       {1, 2, 4, 1, 1, 4, padded, "--moe-token-dispatcher-type allgather --moe-grouped-gemm"},
+      {1, 1, 2, 1, 1, 2, kDeepSeekRouting, ""},
+      {2, 1, 2, 1, 1, 2, kDeepSeekRouting, "--sequence-parallel --moe-token-dispatcher-type allgather"},
+      {1, 1, 4, 1, 1, 2, kDeepSeekRouting, "--use-distributed-optimizer"},
+      {1, 2, 2, 1, 1, 4, kDeepSeekRouting + " --moe-expert-capacity-factor 1.0", "--use-distributed-optimizer"},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)
     if (world % (l.tp * l.pp) == 0 && world % (l.ep * l.etp * l.pp) == 0 && l.ep * l.etp * l.tp > 1) out.push_back(l);
   if (world == 2) out.push_back({1, 1, 1, 1, 1, 2, capacity, ""});  // data parallelism alone
+  if (world == 2) out.push_back({1, 1, 1, 1, 1, 2, kDeepSeekRouting, ""});
   return out;
 }
 
@@ -101,9 +136,11 @@ TEST(MoeLayouts, LossesAndGradientsMatchTheSingleProcessRun) {
     const int64_t global_batch = static_cast<int64_t>(l.m) * dp;
     SCOPED_TRACE(str_cat("tp=", l.tp, " pp=", l.pp, " ep=", l.ep, " etp=", l.etp, " v=", l.v, " dp=", dp, " ",
                          l.model, " ", l.extra));
-    Trainer t(parse_train_arguments(split_flags(flags(l, global_batch, kIterations)), n), world.get());
+    const bool bias = l.model.find("--moe-router-enable-expert-bias") != std::string::npos;
+    const int iterations = bias ? kBiasIterations : kIterations;
+    Trainer t(parse_train_arguments(split_flags(flags(l, global_batch, iterations)), n), world.get());
     t.train();
-    Trainer& single = reference(l, global_batch, kIterations);
+    Trainer& single = reference(l, global_batch, iterations);
     ASSERT_EQ(t.losses().size(), single.losses().size());
     for (size_t i = 0; i < t.losses().size(); ++i)
       EXPECT_NEAR(t.losses()[i], single.losses()[i], 1e-5 * std::abs(single.losses()[i])) << "iteration " << i + 1;
@@ -114,6 +151,9 @@ TEST(MoeLayouts, LossesAndGradientsMatchTheSingleProcessRun) {
       for (size_t i = 0; i < values.size(); ++i)
         EXPECT_NEAR(got[i], values[i], 1e-5 * std::abs(values[i]) + 1e-7) << name << " iteration " << i + 1;
     }
+    if (bias) {
+      EXPECT_GT(expect_expert_biases_match(t, single), 0) << "the expert bias never moved";
+    }
     // The distributed optimizer keeps only its own shard of each reduced gradient: its layouts are
     // checked by the losses, which its updates produce.
     if (l.extra.find("--use-distributed-optimizer") != std::string::npos) continue;
@@ -121,6 +161,39 @@ TEST(MoeLayouts, LossesAndGradientsMatchTheSingleProcessRun) {
     one.train();
     expect_gradients_match(one, reference(l, global_batch, 1));
   }
+}
+
+// A run with the expert bias saved at an expert-parallel layout and resumed at a data-parallel one
+// continues exactly as the uninterrupted run there: the bias is in the checkpoint and resharded.
+TEST(MoeExpertBias, ResumedRunContinuesWithTheSavedBias) {
+  namespace fs = std::filesystem;
+  auto world = comm::make_mpi_world_group();
+  const int n = world->size();
+  const Layout saved{1, 1, n % 2 == 0 ? 2 : 1, 1, 1, 2, kDeepSeekRouting, ""};
+  const Layout resumed{1, 1, 1, 1, 1, 2, kDeepSeekRouting, ""};
+  const int64_t global_batch = 2 * n;
+  const fs::path dir = testing::shared_scratch_dir(*world, str_cat("tessera_moe_bias_resume_np", n));
+  Trainer whole(parse_train_arguments(split_flags(flags(resumed, global_batch, kBiasIterations)), n), world.get());
+  whole.train();
+  if (world->rank() == 0) fs::remove_all(dir);
+  world->barrier();
+  {
+    Trainer first(parse_train_arguments(split_flags(flags(saved, global_batch, 3) + " --save " + dir.string()), n),
+                  world.get());
+    first.train();
+  }
+  Trainer second(
+      parse_train_arguments(split_flags(flags(resumed, global_batch, kBiasIterations) + " --load " + dir.string()), n),
+      world.get());
+  EXPECT_EQ(second.iteration(), 3);
+  second.train();
+  ASSERT_EQ(second.losses().size(), static_cast<size_t>(kBiasIterations - 3));
+  for (size_t i = 0; i < second.losses().size(); ++i)
+    EXPECT_NEAR(second.losses()[i], whole.losses()[3 + i], 1e-5 * std::abs(whole.losses()[3 + i]))
+        << "iteration " << 4 + i;
+  EXPECT_GT(expect_expert_biases_match(second, whole), 0) << "the expert bias never moved";
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "kernels/tensor_ops.h"
 #include "train/device_setup.h"
 #include "train/exit_signal.h"
+#include "train/expert_bias.h"
 #include "train/fault_injection.h"
 #include "train/args/megatron_compat_flags.h"
 
@@ -364,6 +365,10 @@ double Trainer::train_step(float lr, int64_t global_batch, optim::StepResult& st
   for (float v : auxiliary_values(sums)) loss.push_back(v);
   interval_routing_.add(sums.routing);
   optimizer_->wait_for_params();  // any bucket no forward used
+  if (args_.model.moe.expert_bias)  // as Megatron's finalize_model_grads: once per global batch, before the step
+    update_expert_biases(params_, sums.routing.kept, args_.model.moe.total_experts(),
+                         {&state_->data_context_group(), tp_.sequence_parallel ? &state_->tensor_group() : nullptr},
+                         args_.moe_router_bias_update_rate);
   for (int64_t at : args_.inject_nan_at_iterations)
     if (at == iteration_ + 1)  // through a transfer: the gradients may be on a GPU
       kernels::transfer(params_.grads().flat_range(0, 1), kernels::scalar_tensor(std::nan(""), Device::cpu()));

@@ -109,22 +109,43 @@ double aux_scale(int64_t experts, int64_t groups, int64_t topk, int64_t tokens_p
 
 }  // namespace
 
+// Group-limited routing's rules (the arguments refuse them first, by flag name).
+static void check_router_groups(const char* kernel, const TopkRouterOptions& opt, int64_t experts) {
+  if (!opt.grouped()) return;
+  const int64_t G = opt.num_groups, g = opt.group_topk, k = opt.topk;
+  TESSERA_CHECK(G >= 1 && experts % G == 0 && g >= 1 && g <= G && k % g == 0 && k / g <= experts / G, kernel,
+                ": top-", k, " of ", experts, " experts in ", G, " groups, ", g, " groups kept");
+}
+
 void topk_router_forward(const float* logits, int64_t tokens, int64_t experts, const TopkRouterOptions& opt,
-                         int32_t* indices, float* probs) {
+                         const float* expert_bias, int32_t* indices, float* probs) {
   TESSERA_PROFILE_SCOPE("topk_router_forward");
   const int64_t k = opt.topk, E = experts;
   check_topk("topk_router_forward", k, E);
+  check_router_groups("topk_router_forward", opt, E);
   const bool softmax = opt.score == RouterScoreFunction::Softmax;
+  TESSERA_CHECK(expert_bias == nullptr || !softmax,
+                "topk_router_forward: an expert bias needs the sigmoid score function (as Megatron)");
+  const int64_t G = opt.grouped() ? opt.num_groups : 0, gk = opt.grouped() ? opt.group_topk : 0;
 #pragma omp parallel if (parallel : parallel_worth(2 * tokens * E))
   {
-    std::vector<float> scores(E), vals(k);
+    std::vector<float> scores(E), sel(E), vals(k), group_scores(G), group_vals(gk), part_vals(k);
+    std::vector<int32_t> group_idx(gk), part_idx(k);
+    // The k best selection scores of v into idx (values into vals), group-limited if asked.
+    auto select = [&](const float* v, int32_t* idx) {
+      if (opt.grouped())
+        math::group_limited_topk(v, E, k, G, gk, group_scores.data(), group_vals.data(), group_idx.data(),
+                                 part_vals.data(), part_idx.data(), vals.data(), idx);
+      else
+        topk_row(v, E, k, vals.data(), idx);
+    };
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
       const float* x = logits + t * E;
       int32_t* idx = indices + t * k;
       float* p = probs + t * k;
       if (softmax && !opt.pre_softmax) {  // top-k of the logits, softmax over those k
-        topk_row(x, E, k, vals.data(), idx);
+        select(x, idx);
         const float m = row_max(vals.data(), k);
         float s = 0.0f;
         for (int64_t j = 0; j < k; ++j) {
@@ -134,10 +155,17 @@ void topk_router_forward(const float* logits, int64_t tokens, int64_t experts, c
         for (int64_t j = 0; j < k; ++j) p[j] /= s;
       } else if (softmax) {  // softmax over all E, top-k of that
         softmax_row(x, E, scores.data());
-        topk_row(scores.data(), E, k, p, idx);
-      } else {  // top-k of the sigmoids, renormalised over the k when k > 1
+        select(scores.data(), idx);
+        for (int64_t j = 0; j < k; ++j) p[j] = vals[j];
+      } else {  // top-k of the sigmoids (plus the bias), the unbiased ones renormalised over the k when k > 1
         for (int64_t j = 0; j < E; ++j) scores[j] = math::router_sigmoid(x[j]);
-        topk_row(scores.data(), E, k, p, idx);
+        const float* v = scores.data();
+        if (expert_bias) {
+          for (int64_t j = 0; j < E; ++j) sel[j] = scores[j] + expert_bias[j];
+          v = sel.data();
+        }
+        select(v, idx);
+        for (int64_t j = 0; j < k; ++j) p[j] = scores[idx[j]];
         if (k > 1) {
           float s = 0.0f;
           for (int64_t j = 0; j < k; ++j) s += p[j];

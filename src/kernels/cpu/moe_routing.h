@@ -13,9 +13,10 @@
 
 namespace tessera::kernels::cpu {
 
-// indices [tokens, k] and probs [tokens, k] of each token's top-k experts (kernels/moe_routing.h).
+// indices [tokens, k] and probs [tokens, k] of each token's top-k experts (kernels/moe_routing.h);
+// expert_bias [experts] or null.
 void topk_router_forward(const float* logits, int64_t tokens, int64_t experts, const TopkRouterOptions& opt,
-                         int32_t* indices, float* probs);
+                         const float* expert_bias, int32_t* indices, float* probs);
 // dlogits [tokens, experts] += d(probs)/d(logits)^T dprobs.
 void topk_router_backward(const float* logits, const int32_t* indices, const float* dprobs, int64_t tokens,
                           int64_t experts, const TopkRouterOptions& opt, float* dlogits);

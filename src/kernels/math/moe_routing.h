@@ -1,7 +1,8 @@
 // The per-element arithmetic of the MoE router (kernels/moe_routing.h), shared by the CPU kernels
 // (kernels/cpu/moe_routing.cc, one row per thread) and a GPU's (one row per thread or warp): the
 // sigmoid score and its derivative, the top-k insertion whose tie order every backend must share, the
-// gradients through a normalisation, and the input jitter's multiplier from dropout's uniform.
+// gradients through a normalisation, group-limited top-k, and the input jitter's multiplier from dropout's
+// uniform.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,44 @@ TESSERA_HOST_DEVICE inline void topk_insert(float v, int32_t e, int64_t k, int64
   }
   vals[p] = v;
   idx[p] = e;
+}
+
+// Group-limited top-k (Megatron's group_limited_topk; DeepSeek's device- and node-limited routing): the
+// E experts form `groups` groups of E / groups consecutive experts; a group's score is the sum of its
+// (k / group_topk) best selection scores, added in descending order; the group_topk best groups are
+// kept (ties to the lower group) and the k best experts of those go into vals/idx (descending, ties to
+// the lower expert), as a top-k over the scores with every other group masked to -inf. Scratch:
+// group_scores [groups], group_vals [group_topk], group_idx [group_topk], part_vals/part_idx
+// [k / group_topk]. The caller ensures groups | E, group_topk | k and k / group_topk <= E / groups.
+TESSERA_HOST_DEVICE inline void group_limited_topk(const float* sel, int64_t E, int64_t k, int64_t groups,
+                                                   int64_t group_topk, float* group_scores, float* group_vals,
+                                                   int32_t* group_idx, float* part_vals, int32_t* part_idx,
+                                                   float* vals, int32_t* idx) {
+  const int64_t per_group = E / groups, part = k / group_topk;
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t n = 0;
+    for (int64_t j = 0; j < per_group; ++j)
+      topk_insert(sel[g * per_group + j], static_cast<int32_t>(j), part, n, part_vals, part_idx);
+    float s = 0.0f;
+    for (int64_t j = 0; j < part; ++j) s += part_vals[j];
+    group_scores[g] = s;
+  }
+  int64_t kept = 0;
+  for (int64_t g = 0; g < groups; ++g)
+    topk_insert(group_scores[g], static_cast<int32_t>(g), group_topk, kept, group_vals, group_idx);
+  // The kept groups in ascending order, so that experts are offered lowest first (the tie order).
+  for (int64_t a = 1; a < group_topk; ++a)
+    for (int64_t b = a; b > 0 && group_idx[b - 1] > group_idx[b]; --b) {
+      const int32_t t = group_idx[b];
+      group_idx[b] = group_idx[b - 1];
+      group_idx[b - 1] = t;
+    }
+  int64_t n = 0;
+  for (int64_t a = 0; a < group_topk; ++a)
+    for (int64_t j = 0; j < per_group; ++j) {
+      const int64_t e = group_idx[a] * per_group + j;
+      topk_insert(sel[e], static_cast<int32_t>(e), k, n, vals, idx);
+    }
 }
 
 // Through a softmax p = softmax(x): dL/dx_i = p_i (g_i - gp), g = dL/dp, gp = sum_j g_j p_j.

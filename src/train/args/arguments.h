@@ -44,6 +44,7 @@ struct TrainArguments {
   std::string moe_layer_freq = "1";   // an interval or a per-layer list
   std::string moe_router_score_function = "softmax", moe_router_load_balancing_type = "aux_loss";
   std::string moe_token_drop_policy = "probs", mlp_type = "standard";
+  float moe_router_bias_update_rate = 1e-3f;  // the expert bias's step per global batch (train/expert_bias.h)
 
   // Parallel layout.
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;

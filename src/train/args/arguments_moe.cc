@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "train/args/argument_rules.h"
 #include "train/args/arguments.h"
@@ -128,6 +129,33 @@ E choose(const char* flag, const std::string& value, const std::vector<std::pair
   throw Error(str_cat(flag, "=", value, ": must be one of ", known));
 }
 
+// Aux-loss-free balancing and group-limited routing (Megatron's TransformerConfig rules, and the
+// ones its group_limited_topk assumes without checking).
+void finalize_router_balancing(TrainArguments& a) {
+  model::MoeConfig& m = a.model.moe;
+  const int64_t k = m.router.topk, G = m.router.num_groups, g = m.router.group_topk;
+  require(!m.expert_bias || m.router.score == kernels::RouterScoreFunction::Sigmoid, "--moe-router-enable-expert-bias",
+          "set", str_cat("needs --moe-router-score-function sigmoid (the bias is added to the sigmoid scores, as "
+                         "Megatron), not ", a.moe_router_score_function));
+  require(std::isfinite(a.moe_router_bias_update_rate) && a.moe_router_bias_update_rate >= 0,
+          "--moe-router-bias-update-rate", a.moe_router_bias_update_rate, "must be a finite number >= 0");
+  require(G >= 0, "--moe-router-num-groups", G, "must be positive (or 0: no group-limited routing)");
+  require(g >= 0, "--moe-router-group-topk", g, "must be positive (or 0: no group-limited routing)");
+  require(G == 0 || g > 0, "--moe-router-num-groups", G, "needs --moe-router-group-topk (the groups each token uses)");
+  if (g == 0) return;
+  require(G > 0, "--moe-router-group-topk", g, "needs --moe-router-num-groups (as Megatron)");
+  require(g <= G, "--moe-router-group-topk", g, str_cat("must not exceed --moe-router-num-groups=", G));
+  for (int64_t e : m.layer_experts)
+    require(e == 0 || e % G == 0, "--moe-router-num-groups", G, str_cat("must divide --num-experts=", e));
+  require(k % g == 0, "--moe-router-topk", k,
+          str_cat("must be divisible by --moe-router-group-topk=", g, " (a group's score is the sum of its top "
+                  "topk / group-topk scores)"));
+  for (int64_t e : m.layer_experts)
+    require(e == 0 || k / g <= e / G, "--moe-router-topk", k,
+            str_cat("must not exceed --moe-router-group-topk=", g, " x the ", e / G, " experts of a group (",
+                    e, " experts in ", G, " groups)"));
+}
+
 }  // namespace
 
 void add_moe_flags(CLI::App& app, TrainArguments& a) {
@@ -142,6 +170,14 @@ void add_moe_flags(CLI::App& app, TrainArguments& a) {
   app.add_flag("--moe-router-pre-softmax", m.router.pre_softmax, "Softmax over all experts before the top-k");
   app.add_option("--moe-router-score-function", a.moe_router_score_function, "softmax or sigmoid");
   app.add_option("--moe-router-topk-scaling-factor", m.router.scaling_factor, "Multiplies the routing probabilities");
+  app.add_option("--moe-router-num-groups", m.router.num_groups,
+                 "Group-limited routing: the experts in this many groups (DeepSeek's node-limited routing)");
+  app.add_option("--moe-router-group-topk", m.router.group_topk,
+                 "Group-limited routing: each token chooses experts within this many groups");
+  app.add_flag("--moe-router-enable-expert-bias", m.expert_bias,
+               "Aux-loss-free balancing: a per-expert bias on the sigmoid scores for the selection only");
+  app.add_option("--moe-router-bias-update-rate", a.moe_router_bias_update_rate,
+                 "The expert bias's step per global batch (default 1e-3)");
   app.add_option("--moe-router-load-balancing-type", a.moe_router_load_balancing_type,
                  "aux_loss, seq_aux_loss or none");
   app.add_option("--moe-aux-loss-coeff", m.aux_loss_coeff, "Coefficient of the load-balancing loss");
@@ -185,6 +221,9 @@ void finalize_moe_model(TrainArguments& a) {
   m.layer_experts.clear();
   if (!moe) {
     require(!m.residual, "--mlp-type", a.mlp_type, "needs --num-experts");
+    require(!m.expert_bias, "--moe-router-enable-expert-bias", "set", "needs --num-experts (an MoE model)");
+    require(m.router.num_groups == 0, "--moe-router-num-groups", m.router.num_groups, "needs --num-experts (an MoE model)");
+    require(m.router.group_topk == 0, "--moe-router-group-topk", m.router.group_topk, "needs --num-experts (an MoE model)");
     return;
   }
   for (int64_t e : a.num_experts) require_positive("--num-experts", e);
@@ -213,6 +252,7 @@ void finalize_moe_model(TrainArguments& a) {
           "needs --moe-expert-capacity-factor");
   require(m.shared_expert_intermediate_size >= 0, "--moe-shared-expert-intermediate-size",
           m.shared_expert_intermediate_size, "must be >= 0");
+  finalize_router_balancing(a);
 }
 
 void finalize_moe_layout(TrainArguments& a) {
