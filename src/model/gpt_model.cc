@@ -25,8 +25,14 @@ GptModel::GptModel(const ModelConfig& config, ParameterSet& params, const parall
   const bool tied = !c.untie_embeddings_and_output_weights;
   if (chunk_.pre_process) embedding_.emplace(config_, params, tp, tied && !chunk_.post_process);
   block_ = std::make_unique<TransformerBlock>(config_, chunk_.first_layer, chunk_.num_layers, params, tp, layer_spec);
-  if (chunk_.post_process)
-    head_.emplace(config_, params, tp, tied && embedding_ ? &embedding_->word_embeddings() : nullptr);
+  if (chunk_.post_process) {
+    Parameter* words = tied && embedding_ ? &embedding_->word_embeddings() : nullptr;
+    // ZB-V's V puts the first and the last model chunk on one rank: the output layer ties to the first
+    // chunk's word embedding itself (no copy, and no sum over an embedding group).
+    if (tied && !embedding_ && (words = params.find("embedding.word_embeddings.weight")))
+      words->spec.shared_with_last_stage = false;
+    head_.emplace(config_, params, tp, words);
+  }
 }
 
 Tensor GptModel::chunk_input(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx,

@@ -1,5 +1,7 @@
 #include "model/grouped_mlp.h"
 
+#include "model/weight_gradient_store.h"
+
 #include <algorithm>
 
 #include "kernels/grouped_linear.h"
@@ -100,16 +102,22 @@ Tensor GroupedMlp::backward(const Tensor& dy, const Tensor& rows, const std::vec
   const LayerTensors fc1 = layer_tensors(experts_, &Mlp::fc1, true);
   const LayerTensors fc2 = layer_tensors(experts_, &Mlp::fc2, true);
   // Padded rows have dy = 0: their dact, dfc1 and every gradient contribution are zeros.
+  // Zero bubble: the experts' weight and bias gradients in the W pass (model/weight_gradient_store.h).
+  WeightGradientStore* store = deferred_weight_gradients();
+  const auto grouped_backward = [&](const Tensor& dout, const Tensor& in, const LayerTensors& l, const Tensor& din,
+                                    bool in_rounded) {
+    if (!store) return kernels::grouped_linear_backward(dout, in, l.w, din, l.dw, l.db, input_type, in_rounded);
+    kernels::grouped_linear_backward(dout, in, l.w, din, {}, {}, input_type, in_rounded);
+    store->defer([=] { kernels::grouped_linear_backward(dout, in, l.w, Tensor(), l.dw, l.db, input_type, in_rounded); });
+  };
   Tensor dact = Tensor::empty(rec.act.shape());
-  kernels::grouped_linear_backward(padded(dy, counts, m), rec.act, fc2.w, dact, fc2.dw, fc2.db, input_type,
-                                   rec_rounded);
+  grouped_backward(padded(dy, counts, m), rec.act, fc2, dact, rec_rounded);
   Tensor dfc1 = Tensor::empty(rec.fc1.shape());
   experts_[0]->activation_backward(rec.fc1.view({groups * m, rec.fc1.dim(2)}), dact.view({groups * m, dact.dim(2)}),
                                    dfc1.view({groups * m, dfc1.dim(2)}));
   dact = Tensor();
   Tensor dx = Tensor::empty({groups, m, h});
-  kernels::grouped_linear_backward(dfc1, padded(rows, counts, m), fc1.w, dx, fc1.dw, fc1.db, input_type,
-                                   rows_rounded);
+  grouped_backward(dfc1, padded(rows, counts, m), fc1, dx, rows_rounded);
   rec = GroupedMlpRecord();
   return unpadded(dx, counts);
 }

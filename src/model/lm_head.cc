@@ -1,5 +1,7 @@
 #include "model/lm_head.h"
 
+#include "model/weight_gradient_store.h"
+
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
@@ -130,8 +132,19 @@ Tensor LMHead::backward(LMHeadRecord& rec, float grad_scale) const {
   Tensor full = parallel::gather_to_tensor_parallel(rec.final_ln, tp_);
   Tensor dfinal = Tensor::empty({rows, c.hidden_size});
   const GemmWeight w = gemm_weight(*params_, *output_, c.params_dtype);
-  kernels::linear_backward(dlogits, full, w.values, dfinal, output_->grad, Tensor(), c.params_dtype,
-                           rec.final_ln_rounded, w.rounded, dlogits_rounded);
+  const Tensor dw = output_->grad;
+  const bool x_rounded = rec.final_ln_rounded;
+  if (WeightGradientStore* store = deferred_weight_gradients()) {  // zero bubble: dW in the W pass
+    kernels::linear_backward(dlogits, full, w.values, dfinal, Tensor(), Tensor(), c.params_dtype, x_rounded, w.rounded,
+                             dlogits_rounded);
+    store->defer([=, type = c.params_dtype] {
+      kernels::linear_backward(dlogits, full, w.values, Tensor(), dw, Tensor(), type, x_rounded, w.rounded,
+                               dlogits_rounded);
+    });
+  } else {
+    kernels::linear_backward(dlogits, full, w.values, dfinal, dw, Tensor(), c.params_dtype, x_rounded, w.rounded,
+                             dlogits_rounded);
+  }
   rec.logits = Tensor();
   full = Tensor();
   dfinal = parallel::reduce_to_input(dfinal, tp_);

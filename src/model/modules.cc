@@ -1,5 +1,7 @@
 #include "model/modules.h"
 
+#include "model/weight_gradient_store.h"
+
 #include <algorithm>
 
 #include "core/philox.h"
@@ -127,8 +129,15 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_
   int64_t rows = full.numel() / in_;
   Tensor dx = Tensor::empty({rows, in_});
   GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
-  kernels::linear_backward(dy, full, w.values, dx, weight_->grad, bias_ ? bias_->grad : Tensor(), input_type_,
-                           x_rounded, w.rounded);
+  const Tensor dw = weight_->grad, db = bias_ ? bias_->grad : Tensor();
+  if (WeightGradientStore* store = deferred_weight_gradients()) {  // zero bubble: dW and db in the W pass
+    kernels::linear_backward(dy, full, w.values, dx, Tensor(), Tensor(), input_type_, x_rounded, w.rounded);
+    store->defer([=, type = input_type_] {
+      kernels::linear_backward(dy, full, w.values, Tensor(), dw, db, type, x_rounded, w.rounded);
+    });
+  } else {
+    kernels::linear_backward(dy, full, w.values, dx, dw, db, input_type_, x_rounded, w.rounded);
+  }
   return reduce_ ? parallel::reduce_to_input(dx, tp_) : dx;
 }
 
@@ -166,8 +175,15 @@ Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_rou
   int64_t rows = x.numel() / in_local_;
   Tensor dx = Tensor::empty({rows, in_local_});
   GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
-  kernels::linear_backward(full, x, w.values, dx, weight_->grad, bias_ ? bias_->grad : Tensor(), input_type_,
-                           x_rounded, w.rounded);
+  const Tensor dw = weight_->grad, db = bias_ ? bias_->grad : Tensor();
+  if (WeightGradientStore* store = deferred_weight_gradients()) {  // zero bubble: dW and db in the W pass
+    kernels::linear_backward(full, x, w.values, dx, Tensor(), Tensor(), input_type_, x_rounded, w.rounded);
+    store->defer([=, type = input_type_] {
+      kernels::linear_backward(full, x, w.values, Tensor(), dw, db, type, x_rounded, w.rounded);
+    });
+  } else {
+    kernels::linear_backward(full, x, w.values, dx, dw, db, input_type_, x_rounded, w.rounded);
+  }
   return dx;
 }
 

@@ -73,9 +73,14 @@ int64_t ParameterSet::gemm_weight_bytes() const {
 }
 
 Parameter& ParameterSet::get(const std::string& name) {
-  for (Parameter& p : params_)
-    if (p.spec.name == name) return p;
+  if (Parameter* p = find(name)) return *p;
   throw Error(str_cat("no parameter named ", name));
+}
+
+Parameter* ParameterSet::find(const std::string& name) {
+  for (Parameter& p : params_)
+    if (p.spec.name == name) return &p;
+  return nullptr;
 }
 
 int64_t Sharding::global_index(int64_t local_index) const { return kernels::full_index(place(), local_index); }

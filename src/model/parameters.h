@@ -98,6 +98,7 @@ class ParameterSet {
   std::deque<Parameter>& params() { return params_; }
   const std::deque<Parameter>& params() const { return params_; }
   Parameter& get(const std::string& name);
+  Parameter* find(const std::string& name);  // null when there is none
   void zero_grad() const { grads_.zero_(); }
 
   // Mixed precision on the fp32 kernels: a GEMM weight rounded to the 16-bit type once per step rather

@@ -5,7 +5,6 @@
 namespace tessera::pipeline {
 namespace {
 
-bool is_compute(const Op& op) { return op.kind == OpKind::Forward || op.kind == OpKind::Backward; }
 bool is_recv(const Op& op) { return op.kind == OpKind::RecvForward || op.kind == OpKind::RecvBackward; }
 
 }  // namespace
@@ -50,6 +49,14 @@ void run_schedule(const std::vector<Op>& ops, PipelineP2P* p2p, const StageCallb
         times.backward += t.seconds();
         received = Tensor();
         if (p2p) p2p->reap_sends();
+        break;
+      }
+      case OpKind::BackwardWeight: {
+        TESSERA_CHECK(callbacks.backward_weight, "pipeline op ", to_string(op), ": this stage does not split its "
+                      "backward into input and weight gradients (zero-bubble schedules need it)");
+        Timer t;
+        callbacks.backward_weight(op.micro_batch, op.chunk);
+        times.backward += t.seconds();
         break;
       }
     }

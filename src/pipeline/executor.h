@@ -16,6 +16,9 @@ struct StageCallbacks {
   // The backward from the gradient of the output (undefined on the last chunk); returns the gradient of
   // the input (undefined on the first chunk).
   std::function<Tensor(int micro_batch, int chunk, int slice, const Tensor& grad_output)> backward;
+  // Zero-bubble schedules (pipeline/zero_bubble.h): the weight gradients of (micro_batch, chunk), whose
+  // `backward` above computed the input gradient only. Unset: the schedule must have no W ops.
+  std::function<void(int micro_batch, int chunk)> backward_weight;
 };
 
 // Seconds per category, accumulated over the iterations run.

@@ -43,6 +43,7 @@ void PipelineP2P::post_recv(const Op& op) {
   const bool forward = op.kind == OpKind::RecvForward;
   ChunkId me{pipeline_.rank(), op.chunk};
   ChunkId from = forward ? previous_chunk(shape_, me) : next_chunk(shape_, me);
+  if (from.stage == me.stage) return;  // the V's turn: send() leaves it in local_
   Tensor full = Tensor::empty(activation(op));
   Tensor buffer = split(op) ? Tensor::empty({full.numel() / gather_->size()}) : full;
   comm::WorkHandle work = pipeline_.recv_async(buffer, from.stage, tag(forward, op, op.chunk));
@@ -50,6 +51,11 @@ void PipelineP2P::post_recv(const Op& op) {
 }
 
 Tensor PipelineP2P::wait_recv(const Op& op) {
+  if (auto local = local_.find({op.kind, op.micro_batch, op.chunk, op.slice}); local != local_.end()) {
+    Tensor t = std::move(local->second);
+    local_.erase(local);
+    return t;
+  }
   post_recv(op);
   auto it = recvs_.find({op.kind, op.micro_batch, op.chunk, op.slice});
   Timer t;
@@ -72,6 +78,12 @@ void PipelineP2P::send(const Op& op, const Tensor& t) {
   const bool forward = op.kind == OpKind::SendForward;
   ChunkId me{pipeline_.rank(), op.chunk};
   ChunkId to = forward ? next_chunk(shape_, me) : previous_chunk(shape_, me);
+  if (to.stage == me.stage) {  // the V's turn (ZB-V): this rank's other chunk takes it as it is
+    const bool fresh = local_.emplace(Key{forward ? OpKind::RecvForward : OpKind::RecvBackward, op.micro_batch,
+                                          to.chunk, op.slice}, t).second;
+    TESSERA_CHECK(fresh, "pipeline send of ", to_string(op), " twice");
+    return;
+  }
   Tensor part = t;
   if (split(op)) {
     const int64_t n = t.numel() / gather_->size();

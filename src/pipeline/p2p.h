@@ -6,7 +6,8 @@
 // With tensor parallelism (and no sequence parallelism) every tensor rank holds the same activation;
 // as in the PTD-P paper each sends only its 1/tp part and the receiving stage all-gathers it over its
 // tensor group (the scatter/gather optimisation). Under sequence parallelism the activation is already
-// split by sequence, so each rank sends its own shard.
+// split by sequence, so each rank sends its own shard. A chunk whose neighbour is on the same rank (the
+// turn of ZB-V's V) hands its tensor over without a message.
 #pragma once
 
 #include <map>
@@ -57,6 +58,9 @@ class PipelineP2P {
   };
   using Key = std::tuple<OpKind, int, int, int>;  // (kind, micro-batch, chunk, slice) of the op on this rank
   std::map<Key, Pending> recvs_, sends_;
+  // Keyed by the receiving op: what a chunk sent to this rank's own other chunk (ZB-V's turn at the last
+  // rank), which no message carries.
+  std::map<Key, Tensor> local_;
   double wait_seconds_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "pipeline/zero_bubble.h"
 
 namespace tessera::pipeline {
 namespace {
@@ -54,6 +55,19 @@ void validate_schedule(const ScheduleShape& s) {
   TESSERA_CHECK(s.slices == 1 || s.chunks == 1, "--pipeline-token-slices (", s.slices, " slices) cannot be combined "
                 "with the interleaved schedule (", s.chunks, " virtual stages per rank) yet: TeraPipe's schedule "
                 "here is 1F1B over the slices");
+  if (s.zero_bubble != ZeroBubble::Off) {
+    const bool v = s.zero_bubble == ZeroBubble::V;
+    const char* flag = v ? "--zero-bubble-v-schedule" : "--enable-zero-bubble";
+    TESSERA_CHECK(s.slices == 1, flag, " cannot be combined with --pipeline-token-slices");
+    TESSERA_CHECK(s.chunks == (v ? 2 : 1), flag, v ? " places two model chunks on each rank in a V"
+                                                   : " is 1F1B's placement, one model chunk per rank",
+                  ", so --num-layers-per-virtual-pipeline-stage must not be given (", s.chunks,
+                  " virtual stages per rank)");
+    TESSERA_CHECK(!v || s.stages > 1, flag, " needs --pipeline-model-parallel-size > 1");
+    TESSERA_CHECK(s.max_pending_weight_passes >= 0, "--zero-bubble-max-pending-backward=", s.max_pending_weight_passes,
+                  " must not be negative (0: no bound)");
+    return;
+  }
   if (s.chunks > 1) {
     TESSERA_CHECK(s.stages > 1, "the interleaved schedule (", s.chunks,
                   " virtual stages per rank) needs --pipeline-model-parallel-size > 1");
@@ -66,6 +80,7 @@ void validate_schedule(const ScheduleShape& s) {
 std::vector<Op> build_schedule(const ScheduleShape& s, int stage, bool forward_only) {
   validate_schedule(s);
   TESSERA_CHECK(stage >= 0 && stage < s.stages, "pipeline stage ", stage, " is outside [0, ", s.stages, ")");
+  if (s.zero_bubble != ZeroBubble::Off) return build_zero_bubble_schedules(s, ZeroBubbleCosts(), forward_only)[stage];
   std::vector<Op> ops;
   const int total = s.micro_batches * s.chunks * s.slices;
   // With v = 1 the numbering reduces to micro-batch k on chunk 0. With n token slices (v = 1) unit k is
@@ -93,21 +108,35 @@ std::vector<Op> build_schedule(const ScheduleShape& s, int stage, bool forward_o
   return ops;
 }
 
-ChunkId next_chunk(const ScheduleShape& s, ChunkId c) {
-  return c.stage + 1 < s.stages ? ChunkId{c.stage + 1, c.chunk} : ChunkId{0, c.chunk + 1};
+int model_chunk_index(const ScheduleShape& s, ChunkId c) {
+  if (s.zero_bubble == ZeroBubble::V && c.chunk == 1) return 2 * s.stages - 1 - c.stage;
+  return c.chunk * s.stages + c.stage;
 }
-ChunkId previous_chunk(const ScheduleShape& s, ChunkId c) {
-  return c.stage > 0 ? ChunkId{c.stage - 1, c.chunk} : ChunkId{s.stages - 1, c.chunk - 1};
+ChunkId chunk_at(const ScheduleShape& s, int j) {
+  if (s.zero_bubble == ZeroBubble::V && j >= s.stages) return {2 * s.stages - 1 - j, 1};
+  return {j % s.stages, j / s.stages};
 }
-bool is_first_chunk(const ScheduleShape&, ChunkId c) { return c.stage == 0 && c.chunk == 0; }
-bool is_last_chunk(const ScheduleShape& s, ChunkId c) { return c.stage == s.stages - 1 && c.chunk == s.chunks - 1; }
+ChunkId next_chunk(const ScheduleShape& s, ChunkId c) { return chunk_at(s, model_chunk_index(s, c) + 1); }
+ChunkId previous_chunk(const ScheduleShape& s, ChunkId c) { return chunk_at(s, model_chunk_index(s, c) - 1); }
+bool is_first_chunk(const ScheduleShape& s, ChunkId c) { return model_chunk_index(s, c) == 0; }
+bool is_last_chunk(const ScheduleShape& s, ChunkId c) { return model_chunk_index(s, c) == s.stages * s.chunks - 1; }
+
+namespace {
+// The op that frees a forward's activations: its W where the schedule splits the backward (what W needs
+// stays until then), else its backward.
+OpKind releasing_kind(const std::vector<Op>& ops) {
+  const bool split = std::any_of(ops.begin(), ops.end(), [](const Op& op) { return op.kind == OpKind::BackwardWeight; });
+  return split ? OpKind::BackwardWeight : OpKind::Backward;
+}
+}  // namespace
 
 int peak_in_flight(const std::vector<Op>& ops) {
   std::set<std::tuple<int, int, int>> live;
   size_t peak = 0;
+  const OpKind release = releasing_kind(ops);
   for (const Op& op : ops) {
     if (op.kind == OpKind::Forward) live.insert({op.micro_batch, op.chunk, op.slice});
-    if (op.kind == OpKind::Backward) live.erase({op.micro_batch, op.chunk, op.slice});
+    if (op.kind == release) live.erase({op.micro_batch, op.chunk, op.slice});
     peak = std::max(peak, live.size());
   }
   return static_cast<int>(peak);
@@ -115,20 +144,23 @@ int peak_in_flight(const std::vector<Op>& ops) {
 
 double peak_in_flight_bytes(const std::vector<Op>& ops, const std::function<double(int chunk)>& bytes_of_chunk) {
   double live = 0, peak = 0;
+  const OpKind release = releasing_kind(ops);
   for (const Op& op : ops) {
     if (op.kind == OpKind::Forward) live += bytes_of_chunk(op.chunk);
-    if (op.kind == OpKind::Backward) live -= bytes_of_chunk(op.chunk);
+    if (op.kind == release) live -= bytes_of_chunk(op.chunk);
     peak = std::max(peak, live);
   }
   return peak;
 }
 
 int theoretical_peak_in_flight(const ScheduleShape& s, int stage) {
+  if (s.zero_bubble != ZeroBubble::Off) return zero_bubble_activation_limit(s, stage);
   const int total = s.micro_batches * s.chunks * s.slices, warmup = warmup_forwards(s, stage);
   return warmup < total ? warmup + 1 : total;
 }
 
 double theoretical_bubble_fraction(const ScheduleShape& s) {
+  if (s.zero_bubble != ZeroBubble::Off) return zero_bubble_theoretical_bubble(s);
   return static_cast<double>(s.stages - 1) / (static_cast<double>(s.chunks) * s.micro_batches * s.slices);
 }
 
@@ -150,6 +182,14 @@ int stage_layer_count(const LayerSplit& split, int stages, int stage) {
 }
 
 void validate_layer_split(const LayerSplit& split, const ScheduleShape& s) {
+  if (s.zero_bubble == ZeroBubble::V) {
+    TESSERA_CHECK(!split.uneven(), "--zero-bubble-v-schedule splits the layers evenly over the V's ", 2 * s.stages,
+                  " chunks: --decoder-first/last-pipeline-num-layers cannot be given with it");
+    TESSERA_CHECK(split.num_layers % (2 * s.stages) == 0, "--zero-bubble-v-schedule: --num-layers=", split.num_layers,
+                  " must be a multiple of 2 x --pipeline-model-parallel-size = ", 2 * s.stages,
+                  " (an even number of layers per stage, half in each arm of the V)");
+    return;
+  }
   if (!split.uneven()) {
     const int pieces = s.stages * s.chunks;
     TESSERA_CHECK(split.num_layers % pieces == 0, "--num-layers=", split.num_layers, " does not split evenly over ",
@@ -176,6 +216,10 @@ void validate_layer_split(const LayerSplit& split, const ScheduleShape& s) {
 }
 
 LayerRange chunk_layers(const LayerSplit& split, const ScheduleShape& s, ChunkId c) {
+  if (s.zero_bubble == ZeroBubble::V) {  // even split (validate_layer_split): model chunk j after chunk j - 1
+    const int per_chunk = split.num_layers / (2 * s.stages);
+    return {model_chunk_index(s, c) * per_chunk, per_chunk};
+  }
   int before = 0, round = 0;  // layers of the stages before c.stage in one round of chunks; of all stages
   for (int stage = 0; stage < s.stages; ++stage) {
     const int per_chunk = stage_layer_count(split, s.stages, stage) / s.chunks;
@@ -216,7 +260,9 @@ SimulatedRun simulate_ops(const ScheduleShape& s, const std::vector<std::vector<
           if (it == sent.end()) break;  // blocked until the peer sends
           start = std::max(start, it->second + costs.p2p_seconds);
         } else {
-          duration = (op.kind == OpKind::Forward ? costs.forward_seconds : costs.backward_seconds) / s.slices;
+          duration = (op.kind == OpKind::Forward    ? costs.forward_seconds
+                      : op.kind == OpKind::Backward ? costs.backward_seconds
+                                                    : costs.weight_seconds) / s.slices;
           run.busy_seconds[r] += duration;
         }
         run.start[r].push_back(start);
@@ -234,8 +280,12 @@ SimulatedRun simulate_ops(const ScheduleShape& s, const std::vector<std::vector<
   return run;
 }
 
+bool is_compute(const Op& op) {
+  return op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::BackwardWeight;
+}
+
 std::string to_string(const Op& op) {
-  static const char* names[] = {"RF", "F", "SF", "RB", "B", "SB"};
+  static const char* names[] = {"RF", "F", "SF", "RB", "B", "SB", "W"};
   return str_cat(names[static_cast<int>(op.kind)], op.micro_batch, ".", op.chunk,
                  op.slice > 0 ? str_cat("s", op.slice) : std::string());
 }

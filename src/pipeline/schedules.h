@@ -24,9 +24,14 @@ enum class OpKind {
   Forward,
   SendForward,   // the output activation to the next model chunk
   RecvBackward,  // the gradient of the output from the next model chunk
-  Backward,
+  Backward,      // the whole backward; in a zero-bubble schedule B, the gradient of the input only
   SendBackward,  // the gradient of the input to the previous model chunk
+  BackwardWeight,  // zero-bubble schedules' W: the weight gradients of a (micro-batch, chunk) whose B has run
 };
+
+// Zero-bubble pipelines (pipeline/zero_bubble.h): ZB-H1, 1F1B's placement with W split off; ZB-V, two
+// chunks per rank in a V (rank r holds model chunks r and 2p - 1 - r).
+enum class ZeroBubble { Off, H1, V };
 
 struct Op {
   OpKind kind;
@@ -41,10 +46,13 @@ struct ScheduleShape {
   int micro_batches = 1;  // m: micro-batches per global batch on one data-parallel replica
   int chunks = 1;         // v: model chunks per rank (virtual pipeline stages); > 1 selects interleaving
   int slices = 1;         // n: token slices per micro-batch (TeraPipe); > 1 needs v = 1
+  ZeroBubble zero_bubble = ZeroBubble::Off;  // H1: v = 1; V: v = 2 in a V; neither with token slices
+  int max_pending_weight_passes = 0;         // zero bubble: W passes a rank may defer at once (0: no bound)
 };
 
 // Throws an Error naming the rule unless the shape is schedulable: p, m, v >= 1; v > 1 needs p > 1
-// and m a multiple of p (Megatron's interleaving constraint); n >= 1, and n > 1 needs v = 1.
+// and m a multiple of p (Megatron's interleaving constraint); n >= 1, and n > 1 needs v = 1; zero bubble:
+// H1 needs v = 1, V needs v = 2 and p > 1, and neither takes token slices.
 void validate_schedule(const ScheduleShape& shape);
 
 // The operations of pipeline rank `stage`, in the order it runs them. forward_only: evaluation (every
@@ -57,16 +65,22 @@ void validate_schedule(const ScheduleShape& shape);
 //          warm-up is min(p - stage - 1 + n - 1, m n) slice forwards: the last stage needs a micro-batch's
 //          every slice before that micro-batch's first backward (slice n-1), and each earlier stage runs one
 //          slice ahead of the next, as in 1F1B. n = 1 is 1F1B exactly.
+//   zero bubble: pipeline/zero_bubble.h's lists, built with unit costs (F = B = W).
 // Each Forward is preceded by its RecvForward unless it is the model's first chunk, and followed by its
 // SendForward unless it is the last; likewise for Backward with RecvBackward/SendBackward.
 std::vector<Op> build_schedule(const ScheduleShape& shape, int stage, bool forward_only = false);
 
 // Where model chunk `chunk` of rank `stage` sends its output: (stage + 1, chunk), or (0, chunk + 1) from
-// the last rank. Its input comes from the previous chunk: (stage - 1, chunk), or (p - 1, chunk - 1).
+// the last rank. Its input comes from the previous chunk: (stage - 1, chunk), or (p - 1, chunk - 1). In
+// ZB-V's V the second chunks run backwards: (p - 1, 0) feeds (p - 1, 1), which feeds (p - 2, 1), ...
 struct ChunkId {
   int stage, chunk;
   bool operator==(const ChunkId&) const = default;
 };
+// The position of a rank's chunk in the model, 0 .. p v - 1 (c.chunk * p + c.stage; in a V, chunk 1 of rank
+// r is 2p - 1 - r), and the rank's chunk at a position.
+int model_chunk_index(const ScheduleShape& shape, ChunkId c);
+ChunkId chunk_at(const ScheduleShape& shape, int model_chunk);
 ChunkId next_chunk(const ScheduleShape& shape, ChunkId c);
 ChunkId previous_chunk(const ScheduleShape& shape, ChunkId c);
 bool is_first_chunk(const ScheduleShape& shape, ChunkId c);  // holds the embedding
@@ -116,7 +130,9 @@ inline LayerRange chunk_layers(int num_layers, const ScheduleShape& shape, Chunk
 // receive waits for its matching send (and then p2p_seconds more). Throws an Error naming each rank's
 // blocked operation when the lists deadlock.
 struct OpCosts {
-  double forward_seconds = 1, backward_seconds = 2;  // per (micro-batch, chunk); a slice costs 1/n of it
+  // Per (micro-batch, chunk); a slice costs 1/n of it. Where the schedule splits the backward (zero
+  // bubble), backward_seconds is B's and weight_seconds W's.
+  double forward_seconds = 1, backward_seconds = 2, weight_seconds = 0;
   double p2p_seconds = 0;
 };
 struct SimulatedRun {
@@ -125,10 +141,12 @@ struct SimulatedRun {
   std::vector<std::vector<double>> start;  // per rank, per op: when it started
 };
 SimulatedRun simulate_schedule(const ScheduleShape& shape, const OpCosts& costs, bool forward_only = false);
+// Whether busy_seconds counts an op: Forward, Backward and BackwardWeight compute; the rest communicate.
+bool is_compute(const Op& op);
 // The same for given op lists, one per rank.
 SimulatedRun simulate_ops(const ScheduleShape& shape, const std::vector<std::vector<Op>>& ops, const OpCosts& costs);
 
-// "F3.1" = forward of micro-batch 3 on chunk 1, "RB", "SF", ...; "F3.0s2" = its token slice 2 (slice 0 of a
+// "F3.1" = forward of micro-batch 3 on chunk 1, "RB", "SF", "W3.1" (zero bubble's W), ...; "F3.0s2" = its token slice 2 (slice 0 of a
 // sliced schedule prints as the unsliced op).
 std::string to_string(const Op& op);
 

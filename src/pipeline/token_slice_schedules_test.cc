@@ -26,7 +26,6 @@ std::string name(const ScheduleShape& s) {
   return str_cat("p=", s.stages, " m=", s.micro_batches, " n=", s.slices);
 }
 
-bool is_compute(const Op& op) { return op.kind == OpKind::Forward || op.kind == OpKind::Backward; }
 
 std::string compute_order(const std::vector<Op>& ops) {
   std::string order;

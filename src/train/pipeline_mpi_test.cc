@@ -1,4 +1,4 @@
-// Pipeline parallelism (1F1B and interleaved), alone and combined with tensor, sequence and data
+// Pipeline parallelism (1F1B, interleaved, ZB-H1 and ZB-V), alone and combined with tensor, sequence and data
 // parallelism and with activation recomputation, reproduces the single-process run without
 // recomputation: the losses of 20 iterations and every gradient. Ouroboros on P ranks (issue 38) equals
 // its one-process emulation bit for bit.
@@ -75,6 +75,14 @@ std::vector<Layout> layouts_for(int world) {
       {2, 4, 2, 4, "--sequence-parallel --recompute-granularity full --recompute-method uniform"},
       {2, 4, 2, 8, ""},
       {1, 8, 1, 8, ""},
+      // Zero bubble (pipeline/zero_bubble.h): B and W split, ZB-H1 and ZB-V's two chunks per rank in a V.
+      {1, 2, 1, 4, "--enable-zero-bubble"},
+      {1, 2, 1, 3, "--zero-bubble-v-schedule --untie-embeddings-and-output-weights"},
+      {1, 4, 1, 6, "--zero-bubble-v-schedule --recompute-granularity full --recompute-method uniform "
+                   "--recompute-num-layers 1"},
+      {2, 2, 1, 3, "--enable-zero-bubble --zero-bubble-max-pending-backward 1 --sequence-parallel "
+                   "--overlap-grad-reduce --ddp-bucket-size 2000"},
+      {2, 2, 1, 4, "--zero-bubble-v-schedule --sequence-parallel --use-distributed-optimizer"},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)

@@ -20,6 +20,7 @@
 #include "kernels/precision.h"
 #include "model/context_parallel_chunk.h"
 #include "model/token_slices.h"
+#include "model/weight_gradient_store.h"
 #include "kernels/tensor_ops.h"
 #include "train/device_setup.h"
 #include "train/exit_signal.h"
@@ -80,9 +81,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   // Token slices flow through the stages one by one (TeraPipe) when there is a pipeline; on one stage the
   // chunk runs a micro-batch's slices one after another in a single forward (model/token_slices.h).
   const bool slices_in_schedule = !args_.token_slices.empty() && args_.pipeline_model_parallel_size > 1;
-  schedule_ = {static_cast<int>(args_.pipeline_model_parallel_size), static_cast<int>(args_.num_micro_batches),
-               static_cast<int>(args_.virtual_pipeline_size),
-               slices_in_schedule ? static_cast<int>(args_.token_slices.size()) : 1};
+  schedule_ = schedule_shape(args_, args_.num_micro_batches);
+  if (slices_in_schedule) schedule_.slices = static_cast<int>(args_.token_slices.size());
   pipeline::validate_schedule(schedule_);
   // Ouroboros on P ranks: the driver builds this rank's modules (K = P + 1 of them, not P stages);
   // params_ and chunks_ stay empty.
@@ -128,6 +128,12 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
       say(str_cat(" > token slices (TeraPipe, --pipeline-token-slices ", args_.pipeline_token_slices, "): ",
                   args_.token_slices.size(), " slices of [", lengths, "] tokens, ", how));
   }
+  if (schedule_.zero_bubble != pipeline::ZeroBubble::Off)
+    say(str_cat(" > zero-bubble pipeline (", schedule_.zero_bubble == pipeline::ZeroBubble::V
+                    ? str_cat("ZB-V: rank r holds model chunks r and ", 2 * schedule_.stages - 1, " - r")
+                    : std::string("ZB-H1"),
+                "): backward split into B (input gradients) and W (weight gradients), W filling the bubble; "
+                "bubble with F = B = W: ", str_cat(100 * pipeline::theoretical_bubble_fraction(schedule_)), " %"));
   if (cp_.size() > 1)
     say(str_cat(" > context parallelism: each sequence of ", args_.model.seq_length, " tokens in ", 2 * cp_.size(),
                 " chunks of ", parallel::context_parallel_chunk_length(args_.model.seq_length, cp_.size()),
@@ -269,6 +275,9 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   // With token slices in the schedule a micro-batch's record lives from its slice 0's forward to its
   // slice 0's backward and grows and shrinks slice by slice; the records' bytes are counted as they change.
   const bool sliced = shape.slices > 1;
+  // Zero bubble (pipeline/zero_bubble.h): each B queues its weight gradients here until its W.
+  const bool split_backward = shape.zero_bubble != pipeline::ZeroBubble::Off;
+  std::map<std::pair<int, int>, model::WeightGradientStore> weight_gradients;
   const int last_slice = shape.slices - 1;
   int live_slices = 0;
   callbacks.forward = [&](int m, int chunk, int slice, const Tensor& input) {
@@ -304,10 +313,13 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
     if (m == 0 && slice == last_slice) maybe_inject_fault(injected_fault_, state_->world_rank(), iteration_ + 1, true);
     // During each chunk's last backward, gradient buckets start their data-parallel all-reduce as soon
     // as they are final (with token slices, in the backward of the last micro-batch's slice 0).
-    bool overlap = args_.overlap_grad_reduce && m + 1 == shape.micro_batches;
+    // (Zero bubble: the weight gradients come in the W passes, so the buckets wait for finalize_gradients.)
+    bool overlap = args_.overlap_grad_reduce && m + 1 == shape.micro_batches && !split_backward;
     auto it = records.find({m, chunk});
     const int64_t bytes_before = it->second->bytes();
     const model::ParamHooks& hooks = overlap ? overlapped_backward_hooks : model::ParamHooks();
+    std::optional<model::DeferWeightGradients> defer;  // zero bubble: this B queues its W (backward_weight)
+    if (split_backward) defer.emplace(&weight_gradients[{m, chunk}]);
     Tensor grad_input = sliced ? sliced_chunks_[chunk]->backward_slice(slice, *it->second, grad_output, context(m),
                                                                        grad_scale, hooks)
                                : chunks_[chunk]->backward(*it->second, grad_output, context(m), grad_scale, hooks);
@@ -321,8 +333,16 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
     }
     return grad_input;
   };
+  callbacks.backward_weight = [&](int m, int chunk) {
+    auto it = weight_gradients.find({m, chunk});
+    TESSERA_CHECK(it != weight_gradients.end(), "pipeline schedule runs W of micro-batch ", m, " chunk ", chunk,
+                  " before its B");
+    it->second.run();
+    weight_gradients.erase(it);
+  };
   pipeline::run_schedule(ops, p2p_.get(), callbacks, times_);
   TESSERA_CHECK(records.empty(), "pipeline schedule left ", records.size(), " activation records behind");
+  TESSERA_CHECK(weight_gradients.empty(), "pipeline schedule left ", weight_gradients.size(), " W passes unrun");
   return losses;
 }
 

@@ -95,7 +95,9 @@ void Trainer::log_timers(int64_t iterations) {
     held += str_cat(s ? " " : "", peak[s], "/", pipeline::theoretical_peak_in_flight(schedule_, s));
   char buf[160];
   std::snprintf(buf, sizeof buf, "    pipeline bubble: measured %.3f, theory %s = %.3f | ", bubble,
-                schedule_.slices > 1 ? "(p-1)/(m*n) with n token slices" : "(p-1)/(v*m)",
+                schedule_.zero_bubble != pipeline::ZeroBubble::Off ? "(zero bubble, simulated at F = B = W)"
+                : schedule_.slices > 1                               ? "(p-1)/(m*n) with n token slices"
+                                                                     : "(p-1)/(v*m)",
                 pipeline::theoretical_bubble_fraction(schedule_));
   say(str_cat(buf, schedule_.slices > 1 ? "token-slice activations" : "activations",
               " held per stage (measured/schedule max): ", held));

@@ -50,6 +50,14 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   m->add_option("--pipeline-schedule", a.pipeline_schedule,
                 "1f1b (Megatron's; interleaved with virtual stages) or ouroboros (delayed gradients without backward "
                 "locking, K = pipeline size + 1 modules, first and last on rank 0 sharing the tied embedding)");
+  m->add_flag("--enable-zero-bubble", a.enable_zero_bubble,
+              "Zero-bubble pipeline (ZB-H1): each backward split into B (input gradient) and W (weight gradients), "
+              "W passes filling the bubble at 1F1B's peak memory");
+  m->add_flag("--zero-bubble-v-schedule", a.zero_bubble_v_schedule,
+              "ZB-V: two model chunks per rank in a V (rank r: chunks r and 2p-1-r), near-zero bubble at 1F1B's "
+              "peak memory; implies --enable-zero-bubble");
+  m->add_option("--zero-bubble-max-pending-backward", a.zero_bubble_max_pending_backward,
+                "Zero bubble: most W passes a rank defers at once (0: bounded by memory only)");
   m->add_option("--ouroboros-warmup-iters", a.ouroboros_warmup_iters,
                 "Ouroboros: synchronous iterations (plain backpropagation) before the delayed gradients");
   m->add_option("--ouroboros-modules", a.ouroboros_modules,

@@ -62,6 +62,11 @@ struct TrainArguments {
   // --ouroboros-modules: K (0: pipeline size + 1; one process emulates any K).
   std::string pipeline_schedule = "1f1b";
   int64_t ouroboros_warmup_iters = 0, ouroboros_modules = 0;
+  // Zero-bubble pipelines (pipeline/zero_bubble.h), the flags of the paper's Megatron fork: ZB-H1, or with
+  // --zero-bubble-v-schedule ZB-V (two chunks per rank in a V); --zero-bubble-max-pending-backward bounds
+  // the W passes a rank defers (0: only the memory bound).
+  bool enable_zero_bubble = false, zero_bubble_v_schedule = false;
+  int64_t zero_bubble_max_pending_backward = 0;
   // TeraPipe's token slicing (model/token_slices.h): --pipeline-token-slices N | l1,l2,... | auto as
   // given, and the slice lengths (finalize_token_slices; empty: the whole sequence at once). With auto,
   // TeraPipe's dynamic program chooses them from token_slice_cost_model's cost (the stated model when
@@ -166,7 +171,8 @@ struct TrainArguments {
   int64_t num_micro_batches = 0;   // per data-parallel rank, at the final global batch size
   pipeline::LayerSplit layer_split;   // the layers of each pipeline stage (even, or the flags' uneven split)
   GlobalBatchSchedule batch_schedule;  // the global batch of each iteration (--rampup-batch-size)
-  int64_t virtual_pipeline_size = 1;  // model chunks per pipeline rank
+  int64_t virtual_pipeline_size = 1;  // model chunks per pipeline rank (2 under ZB-V)
+  pipeline::ZeroBubble zero_bubble = pipeline::ZeroBubble::Off;
   model::Recompute recompute;         // what the model chunks recompute in backward
   std::optional<optim::LossScalerConfig> loss_scaler;  // --fp16, or --loss-scale with --bf16
   // --kd: the teacher's configuration as its checkpoint records it, with this run's sequence length,
@@ -210,6 +216,8 @@ void finalize(TrainArguments& a);
 // and fills its derived fields.
 void finalize_model(TrainArguments& a);            // sizes, defaults by rule, positions, norms, dropout
 void finalize_parallel_layout(TrainArguments& a);  // tp, pp, virtual stages, recomputation, buckets
+// The pipeline schedule's shape of a finished layout for `micro_batches` micro-batches (no token slices).
+pipeline::ScheduleShape schedule_shape(const TrainArguments& a, int64_t micro_batches);
 void finalize_moe_model(TrainArguments& a);        // experts per layer, router, losses, capacity (by finalize_model)
 void finalize_moe_layout(TrainArguments& a);       // ep, etp, dispatcher (by finalize_parallel_layout)
 void finalize_data(TrainArguments& a);             // data, tokenizer, vocabulary, batches and their ramp

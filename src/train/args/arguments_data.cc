@@ -112,7 +112,7 @@ void finalize_data(TrainArguments& a) {
             str_cat(which, "must be divisible by --micro-batch-size=", a.micro_batch_size, " x data-parallel size=",
                     a.data_parallel_size()));
     const int64_t micro_batches = size / per_micro_batch;
-    require(a.virtual_pipeline_size == 1 || micro_batches % pp == 0, flag, value,
+    require(a.virtual_pipeline_size == 1 || a.zero_bubble == pipeline::ZeroBubble::V || micro_batches % pp == 0, flag, value,
             str_cat(which, "gives ", micro_batches, " micro-batches per pipeline (global batch / (micro batch x "
                     "data-parallel size)); the interleaved schedule needs a multiple of "
                     "--pipeline-model-parallel-size=", pp));

@@ -282,7 +282,7 @@ void finalize_moe_layout(TrainArguments& a) {
   // The distributed optimizer's gradient norm reduces the expert gradients over etp x ep x pp, which
   // every pipeline stage must then join: each needs an MoE layer.
   if (a.use_distributed_optimizer && pp > 1) {
-    const pipeline::ScheduleShape shape{static_cast<int>(pp), 1, static_cast<int>(a.virtual_pipeline_size)};
+    const pipeline::ScheduleShape shape = schedule_shape(a, 1);
     for (int64_t stage = 0; stage < pp; ++stage) {
       bool has_experts = false;
       for (int v = 0; v < shape.chunks; ++v) {

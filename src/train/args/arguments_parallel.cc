@@ -11,6 +11,43 @@ namespace tessera::train {
 using rules::require;
 using rules::require_positive;
 
+pipeline::ScheduleShape schedule_shape(const TrainArguments& a, int64_t micro_batches) {
+  pipeline::ScheduleShape s{static_cast<int>(a.pipeline_model_parallel_size), static_cast<int>(micro_batches),
+                            static_cast<int>(a.virtual_pipeline_size)};
+  s.zero_bubble = a.zero_bubble;
+  s.max_pending_weight_passes = static_cast<int>(a.zero_bubble_max_pending_backward);
+  return s;
+}
+
+namespace {
+
+// --enable-zero-bubble, --zero-bubble-v-schedule (ZB-V implies zero bubble) and the schedules they cannot
+// be combined with, after the virtual stages are known.
+void finalize_zero_bubble(TrainArguments& a) {
+  const char* flag = a.zero_bubble_v_schedule ? "--zero-bubble-v-schedule" : "--enable-zero-bubble";
+  require(a.zero_bubble_max_pending_backward >= 0, "--zero-bubble-max-pending-backward",
+          a.zero_bubble_max_pending_backward, "must not be negative (0: bounded by memory only)");
+  if (!a.enable_zero_bubble && !a.zero_bubble_v_schedule) {
+    require(a.zero_bubble_max_pending_backward == 0, "--zero-bubble-max-pending-backward",
+            a.zero_bubble_max_pending_backward, "needs --enable-zero-bubble or --zero-bubble-v-schedule");
+    return;
+  }
+  TESSERA_CHECK(a.pipeline_schedule == "1f1b", flag, " cannot be combined with --pipeline-schedule ",
+                a.pipeline_schedule);
+  TESSERA_CHECK(a.virtual_pipeline_size == 1, flag, " cannot be combined with the interleaved schedule "
+                "(--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank); ZB-V places its "
+                "two chunks per rank itself");
+  TESSERA_CHECK(a.pipeline_token_slices.empty(), flag, " cannot be combined with --pipeline-token-slices");
+  TESSERA_CHECK(!a.zero_bubble_v_schedule || a.pipeline_model_parallel_size > 1, flag,
+                " needs --pipeline-model-parallel-size > 1");
+  TESSERA_CHECK(!a.zero_bubble_v_schedule || a.model.family != "bert", flag,
+                " is not supported for BERT yet (ZB-H1 is: --enable-zero-bubble)");
+  a.zero_bubble = a.zero_bubble_v_schedule ? pipeline::ZeroBubble::V : pipeline::ZeroBubble::H1;
+  if (a.zero_bubble == pipeline::ZeroBubble::V) a.virtual_pipeline_size = 2;
+}
+
+}  // namespace
+
 void finalize_parallel_layout(TrainArguments& a) {
   const model::ModelConfig& c = a.model;
   const int64_t tp = a.tensor_model_parallel_size;
@@ -52,8 +89,9 @@ void finalize_parallel_layout(TrainArguments& a) {
   require(a.virtual_pipeline_size == 1 || pp > 1, "--num-layers-per-virtual-pipeline-stage",
           a.num_layers_per_virtual_pipeline_stage,
           "the interleaved schedule needs --pipeline-model-parallel-size > 1");
-  if (uneven)  // every stage and chunk a whole number of layers (the error names the split's flags)
-    pipeline::validate_layer_split(a.layer_split, {static_cast<int>(pp), 1, static_cast<int>(a.virtual_pipeline_size)});
+  finalize_zero_bubble(a);
+  if (uneven || a.zero_bubble == pipeline::ZeroBubble::V)  // every chunk a whole number of layers (named by flag)
+    pipeline::validate_layer_split(a.layer_split, schedule_shape(a, 1));
   require(a.world_size % (tp * a.pipeline_model_parallel_size) == 0, "--tensor-model-parallel-size", tp,
           str_cat("x --pipeline-model-parallel-size=", a.pipeline_model_parallel_size,
                   " must divide the number of ranks (", a.world_size, ")"));

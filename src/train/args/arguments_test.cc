@@ -361,6 +361,32 @@ TEST(TrainArguments, OuroborosDefaultsToPipelineSizePlusOneModules) {
   EXPECT_EQ(parse("--pipeline-schedule ouroboros --save /tmp/x --load /tmp/x --save-interval 2").save, "/tmp/x");
 }
 
+// Zero bubble (pipeline/zero_bubble.h): the fork's flags, ZB-V's two chunks per rank, what they refuse.
+TEST(TrainArguments, ZeroBubbleSchedulesAndWhatTheyRefuse) {
+  const std::string pp2 = "--pipeline-model-parallel-size 2 --num-layers 8 --eval-iters 0 --global-batch-size 6 ";
+  const TrainArguments h1 = parse(pp2 + "--enable-zero-bubble --zero-bubble-max-pending-backward 2", 2);
+  EXPECT_EQ(h1.zero_bubble, pipeline::ZeroBubble::H1);
+  EXPECT_EQ(schedule_shape(h1, 3).max_pending_weight_passes, 2);
+  const TrainArguments v = parse(pp2 + "--zero-bubble-v-schedule", 2);  // 3 micro-batches: no multiple of pp needed
+  EXPECT_EQ(v.zero_bubble, pipeline::ZeroBubble::V);
+  EXPECT_EQ(v.virtual_pipeline_size, 2);
+  EXPECT_EQ(parse("").zero_bubble, pipeline::ZeroBubble::Off);
+  EXPECT_EQ(error_of(kBase + pp2 + "--zero-bubble-v-schedule --num-layers 6", 2),
+            "--zero-bubble-v-schedule: --num-layers=6 must be a multiple of 2 x --pipeline-model-parallel-size = 4 "
+            "(an even number of layers per stage, half in each arm of the V)");
+  EXPECT_EQ(error_of(kBase + "--zero-bubble-v-schedule"),
+            "--zero-bubble-v-schedule needs --pipeline-model-parallel-size > 1");
+  EXPECT_NE(error_of(kBase + pp2 + "--enable-zero-bubble --num-virtual-stages-per-pipeline-rank 2 --global-batch-size 8", 2)
+                .find("--enable-zero-bubble cannot be combined with the interleaved schedule"),
+            std::string::npos);
+  EXPECT_EQ(error_of(kBase + pp2 + "--enable-zero-bubble --pipeline-schedule ouroboros", 2),
+            "--enable-zero-bubble cannot be combined with --pipeline-schedule ouroboros");
+  EXPECT_EQ(error_of(kBase + "--zero-bubble-max-pending-backward 2"),
+            "--zero-bubble-max-pending-backward=2: needs --enable-zero-bubble or --zero-bubble-v-schedule");
+  EXPECT_EQ(error_of(kBase + "--enable-zero-bubble --zero-bubble-max-pending-backward -1"),
+            "--zero-bubble-max-pending-backward=-1: must not be negative (0: bounded by memory only)");
+}
+
 TEST(TrainArguments, DataPathOrMockDataIsRequired) {
   std::string without_data = kBase;
   without_data.replace(without_data.find("--mock-data "), 12, "");
