@@ -19,7 +19,7 @@
 #include "kernels/gemm.h"
 #include "kernels/precision.h"
 #include "model/context_parallel_chunk.h"
-#include "model/token_slices.h"
+#include "model/token_sliced_chunk.h"
 #include "kernels/tensor_ops.h"
 #include "train/device_setup.h"
 #include "train/exit_signal.h"

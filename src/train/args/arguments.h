@@ -61,7 +61,7 @@ struct TrainArguments {
   // --ouroboros-modules: K (0: pipeline size + 1; one process emulates any K).
   std::string pipeline_schedule = "1f1b";
   int64_t ouroboros_warmup_iters = 0, ouroboros_modules = 0;
-  // TeraPipe's token slicing (model/token_slices.h): --pipeline-token-slices N | l1,l2,... | auto as
+  // TeraPipe's token slicing (model/token_sliced_chunk.h): --pipeline-token-slices N | l1,l2,... | auto as
   // given, and the slice lengths (finalize_token_slices; empty: the whole sequence at once). With auto,
   // TeraPipe's dynamic program chooses them from token_slice_cost_model's cost (the stated model when
   // unset) and token_slices_source says whose costs those were.
