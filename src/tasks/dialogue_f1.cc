@@ -7,6 +7,9 @@
 #include "eval/python_regex.h"
 
 namespace tessera::tasks {
+
+using eval::regex_sub;
+
 namespace {
 
 std::vector<std::string> split_whitespace(const std::string& s) {
@@ -21,8 +24,8 @@ std::vector<std::string> split_whitespace(const std::string& s) {
 std::string normalize_answer(const std::string& text) {
   std::string s;
   for (char c : text) s += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;  // ASCII, as Python's
-  eval::regex_sub(s, R"([!"#$%&()*+,\-./:;<=>?@\[\]\\^`{|}~_'])", " ");                      // lower() for these
-  eval::regex_sub(s, R"(\b(a|an|the)\b)", " ");
+  regex_sub(s, R"([!"#$%&()*+,\-./:;<=>?@\[\]\\^`{|}~_'])", " ");                      // lower() for these
+  regex_sub(s, R"(\b(a|an|the)\b)", " ");
   std::string out;
   for (const std::string& w : split_whitespace(s)) out += (out.empty() ? "" : " ") + w;
   return out;

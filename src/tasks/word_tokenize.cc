@@ -5,38 +5,41 @@
 #include "eval/python_regex.h"
 
 namespace tessera::tasks {
+
+using eval::regex_sub;
+
 namespace {
 
 // NLTK's TreebankWordTokenizer (the improved one word_tokenize uses) on one sentence.
 std::vector<std::string> treebank(std::string s) {
   // starting quotes
-  eval::regex_sub(s, R"(^\")", "``");
-  eval::regex_sub(s, R"((``))", " $1 ");
-  eval::regex_sub(s, R"(([ \(\[{<])(\"|\'{2}))", "$1 `` ");
+  regex_sub(s, R"(^\")", "``");
+  regex_sub(s, R"((``))", " $1 ");
+  regex_sub(s, R"(([ \(\[{<])(\"|\'{2}))", "$1 `` ");
   // punctuation
-  eval::regex_sub(s, R"(([:,])([^\d]))", " $1 $2");
-  eval::regex_sub(s, R"(([:,])$)", " $1 ");
-  eval::regex_sub(s, R"(\.{2,})", " $0 ");
-  eval::regex_sub(s, R"([;@#$%&])", " $0 ");
-  eval::regex_sub(s, R"(([^\.])(\.)([\]\)}>"\']*)\s*$)", "$1 $2$3 ");
-  eval::regex_sub(s, R"([?!])", " $0 ");
-  eval::regex_sub(s, R"(([^'])' )", "$1 ' ");
+  regex_sub(s, R"(([:,])([^\d]))", " $1 $2");
+  regex_sub(s, R"(([:,])$)", " $1 ");
+  regex_sub(s, R"(\.{2,})", " $0 ");
+  regex_sub(s, R"([;@#$%&])", " $0 ");
+  regex_sub(s, R"(([^\.])(\.)([\]\)}>"\']*)\s*$)", "$1 $2$3 ");
+  regex_sub(s, R"([?!])", " $0 ");
+  regex_sub(s, R"(([^'])' )", "$1 ' ");
   // brackets and dashes
-  eval::regex_sub(s, R"([\]\[\(\)\{\}\<\>])", " $0 ");
-  eval::regex_sub(s, R"(--)", " -- ");
+  regex_sub(s, R"([\]\[\(\)\{\}\<\>])", " $0 ");
+  regex_sub(s, R"(--)", " -- ");
   // ending quotes
   s = " " + s + " ";
-  eval::regex_sub(s, R"(")", " '' ");
-  eval::regex_sub(s, R"((\S)(\'\'))", "$1 $2 ");
-  eval::regex_sub(s, R"(([^' ])('[sS]|'[mM]|'[dD]|') )", "$1 $2 ");
-  eval::regex_sub(s, R"(([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) )", "$1 $2 ");
+  regex_sub(s, R"(")", " '' ");
+  regex_sub(s, R"((\S)(\'\'))", "$1 $2 ");
+  regex_sub(s, R"(([^' ])('[sS]|'[mM]|'[dD]|') )", "$1 $2 ");
+  regex_sub(s, R"(([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) )", "$1 $2 ");
   // contractions written together
   for (const char* pattern : {R"((?i)\b(can)(not)\b)", R"((?i)\b(d)('ye)\b)", R"((?i)\b(gim)(me)\b)",
                               R"((?i)\b(gon)(na)\b)", R"((?i)\b(got)(ta)\b)", R"((?i)\b(lem)(me)\b)",
                               R"((?i)\b(more)('n)\b)", R"((?i)\b(wan)(na)(?=\s))"})
-    eval::regex_sub(s, pattern, " $1 $2 ");
-  eval::regex_sub(s, R"((?i) ('t)(is)\b)", " $1 $2 ");
-  eval::regex_sub(s, R"((?i) ('t)(was)\b)", " $1 $2 ");
+    regex_sub(s, pattern, " $1 $2 ");
+  regex_sub(s, R"((?i) ('t)(is)\b)", " $1 $2 ");
+  regex_sub(s, R"((?i) ('t)(was)\b)", " $1 $2 ");
   std::istringstream in(s);
   std::vector<std::string> out;
   for (std::string w; in >> w;) out.push_back(w);
