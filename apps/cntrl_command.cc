@@ -1,10 +1,10 @@
 // MEGATRON-CNTRL (Xu et al. 2020):
 // `tessera cntrl preprocess --stories ROCStories.csv --knowledge-base conceptnet.csv --output-prefix P`:
 //   the training data of the keyword predictor, knowledge ranker and conditional generator
-//   (eval/cntrl.h), as P_keywords.jsonl, P_ranker.jsonl and P_generator.jsonl;
+//   (tasks/cntrl.h), as P_keywords.jsonl, P_ranker.jsonl and P_generator.jsonl;
 // `tessera cntrl generate --keyword-load K --ranker-load R --generator-load G --knowledge-base kb.csv
 //   --input stories.jsonl`: stories told sentence by sentence with the three fine-tuned models
-//   (eval/cntrl_story.h), each stage's output shown, and the controllability of given keywords.
+//   (tasks/cntrl_story.h), each stage's output shown, and the controllability of given keywords.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -12,10 +12,10 @@
 
 #include "apps/command_line.h"
 #include "apps/commands.h"
-#include "core/file_io.h"
 #include "apps/inference_flags.h"
-#include "eval/cntrl.h"
-#include "eval/cntrl_story.h"
+#include "core/file_io.h"
+#include "tasks/cntrl.h"
+#include "tasks/cntrl_story.h"
 
 namespace tessera::apps {
 
@@ -27,10 +27,10 @@ std::string joined(const std::vector<std::string>& parts, const char* separator)
   return out;
 }
 
-void print_story(size_t index, const eval::Story& story) {
+void print_story(size_t index, const tasks::Story& story) {
   std::cout << "story " << index << ": " << story.first_sentence << "\n";
   for (size_t i = 0; i < story.sentences.size(); ++i) {
-    const eval::StorySentence& s = story.sentences[i];
+    const tasks::StorySentence& s = story.sentences[i];
     std::cout << "  sentence " << i + 2 << "\n    keywords (" << (s.keywords_given ? "given" : "predicted")
               << "): " << joined(s.keywords, ", ") << "\n    retrieved: " << s.knowledge.size() << " sentences\n";
     for (size_t r = 0; r < s.ranked.size(); ++r) {
@@ -42,9 +42,9 @@ void print_story(size_t index, const eval::Story& story) {
   std::cout << "  story: " << story.text() << std::endl;
 }
 
-nlohmann::json story_json(const eval::Story& story) {
+nlohmann::json story_json(const tasks::Story& story) {
   nlohmann::json steps = nlohmann::json::array();
-  for (const eval::StorySentence& s : story.sentences)
+  for (const tasks::StorySentence& s : story.sentences)
     steps.push_back({{"keywords", s.keywords}, {"keywords_given", s.keywords_given}, {"knowledge", s.knowledge},
                      {"scores", s.scores}, {"ranked", s.ranked}, {"sentence", s.sentence}});
   return {{"context", story.first_sentence}, {"sentences", steps}, {"story", story.text()}};
@@ -53,7 +53,7 @@ nlohmann::json story_json(const eval::Story& story) {
 int cntrl_generate(const std::vector<std::string>& args) {
   std::string keyword_load, ranker_load, generator_load, knowledge_base, input, output;
   bool predict_keywords = false;
-  eval::StoryOptions o;
+  tasks::StoryOptions o;
   o.sampling.top_k = 1;  // greedy unless asked
   CLI::App app{"tessera cntrl generate: MEGATRON-CNTRL's story generation", "tessera cntrl generate"};
   app.option_defaults()->always_capture_default();
@@ -85,24 +85,24 @@ int cntrl_generate(const std::vector<std::string>& args) {
   return run_on_every_rank(app, {args.begin() + 1, args.end()}, "cntrl generate", [&](comm::ProcessGroup& world) {
     TESSERA_CHECK(world.size() == 1, "tessera cntrl generate runs in one process, not ", world.size());
     infer::validate(o.sampling);
-    const std::vector<eval::StoryRequest> requests = eval::read_story_requests(input);
-    const eval::KnowledgeBase kb = eval::KnowledgeBase::read_conceptnet(knowledge_base);
+    const std::vector<tasks::StoryRequest> requests = tasks::read_story_requests(input);
+    const tasks::KnowledgeBase kb = tasks::KnowledgeBase::read_conceptnet(knowledge_base);
     infer::LoadOptions keyword_options, generator_options;
     keyword_options.load = keyword_load;
     generator_options.load = generator_load;
     const infer::LoadedModel keyword_model(keyword_options, world), generator_model(generator_options, world);
-    const eval::KnowledgeRanker ranker(ranker_load);
-    std::vector<eval::StoryRequest> told = requests;
+    const tasks::KnowledgeRanker ranker(ranker_load);
+    std::vector<tasks::StoryRequest> told = requests;
     if (predict_keywords)
-      for (eval::StoryRequest& r : told) r.keywords.clear();
-    const std::vector<eval::Story> stories = eval::StoryTeller(keyword_model, generator_model, ranker, kb, o).tell(told);
+      for (tasks::StoryRequest& r : told) r.keywords.clear();
+    const std::vector<tasks::Story> stories = tasks::StoryTeller(keyword_model, generator_model, ranker, kb, o).tell(told);
     std::string lines;
     for (size_t i = 0; i < stories.size(); ++i) {
       print_story(i, stories[i]);
       lines += story_json(stories[i]).dump() + "\n";
     }
     if (!output.empty()) write_file_atomically(output, lines);
-    const eval::Controllability c = eval::controllability(stories, requests, kb);
+    const tasks::Controllability c = tasks::controllability(stories, requests, kb);
     if (c.controlled > 0) {
       std::cout << " > controllability" << (predict_keywords ? " (baseline: keywords predicted)" : "") << ": "
                 << c.hits << " / " << c.controlled << " = " << 100.0 * static_cast<double>(c.hits) / static_cast<double>(c.controlled)
@@ -116,7 +116,7 @@ int cntrl_generate(const std::vector<std::string>& args) {
 
 int cntrl_preprocess(const std::vector<std::string>& args) {
   std::string stories, knowledge_base, prefix;
-  eval::CntrlOptions o;
+  tasks::CntrlOptions o;
   CLI::App app{"tessera cntrl preprocess: MEGATRON-CNTRL's training data", "tessera cntrl preprocess"};
   app.option_defaults()->always_capture_default();
   app.add_option("--stories", stories, "ROCStories CSV (storyid, storytitle, sentence1..sentence5)")->required();
@@ -132,12 +132,12 @@ int cntrl_preprocess(const std::vector<std::string>& args) {
       ->check(CLI::NonNegativeNumber);
   if (!parse_command_line(app, {args.begin() + 1, args.end()}, "cntrl preprocess")) return 0;
 
-  const eval::KnowledgeBase kb = eval::KnowledgeBase::read_conceptnet(knowledge_base);
-  const auto story_sentences = eval::read_rocstories(stories);
+  const tasks::KnowledgeBase kb = tasks::KnowledgeBase::read_conceptnet(knowledge_base);
+  const auto story_sentences = tasks::read_rocstories(stories);
   std::string keywords, ranker, generator;
   int64_t with_knowledge = 0;
-  const std::vector<eval::CntrlExample> examples = eval::cntrl_examples(story_sentences, kb, o);
-  for (const eval::CntrlExample& e : examples) {
+  const std::vector<tasks::CntrlExample> examples = tasks::cntrl_examples(story_sentences, kb, o);
+  for (const tasks::CntrlExample& e : examples) {
     keywords += nlohmann::json{{"context", e.context}, {"keywords", e.keywords}}.dump() + "\n";
     ranker += nlohmann::json{{"context", e.context}, {"knowledge", e.knowledge}, {"pseudo_labels", e.pseudo_labels}}.dump() + "\n";
     generator += nlohmann::json{{"context", e.context}, {"knowledge_topN", e.knowledge_top}, {"target", e.target}}.dump() + "\n";

@@ -1,16 +1,16 @@
 // `tessera finetune --task RACE | CNTRL-RANKER | CNTRL-KEYWORDS | CNTRL-GENERATOR`: Megatron's tasks/main.py,
-// one process (train/finetune.h).
+// one process (tasks/finetune.h).
 #include <iostream>
 
 #include "apps/command_line.h"
 #include "apps/commands.h"
+#include "tasks/finetune.h"
 #include "train/args/argument_rules.h"
-#include "train/finetune.h"
 
 namespace tessera::apps {
 
 int finetune_command(const std::vector<std::string>& args) {
-  train::FinetuneArguments a;
+  tasks::FinetuneArguments a;
   a.micro_batch_size = 4;
   a.lr = 1e-5f;
   a.adam.weight_decay = 0.01f;  // Megatron's default; its RACE example gives --weight-decay 1.0e-1
@@ -50,7 +50,7 @@ int finetune_command(const std::vector<std::string>& args) {
   app.add_option("--seed", a.seed, "Initialisation, dropout and shuffling seed")->check(train::rules::seed_rule);
   app.add_option("--log-interval", a.log_interval, "Iterations per log line");
   if (!parse_command_line(app, args, "finetune")) return 0;
-  train::finetune(a, [](const std::string& line) { std::cout << line << std::endl; });
+  tasks::finetune(a, [](const std::string& line) { std::cout << line << std::endl; });
   return 0;
 }
 

@@ -17,11 +17,11 @@
 #include "apps/inference_flags.h"
 #include "core/file_io.h"
 #include "core/timer.h"
-#include "eval/dialogue_f1.h"
-#include "eval/msdp.h"
 #include "eval/python_regex.h"
-#include "eval/word_tokenize.h"
 #include "infer/generator.h"
+#include "tasks/dialogue_f1.h"
+#include "tasks/msdp.h"
+#include "tasks/word_tokenize.h"
 
 namespace tessera::apps {
 namespace {
@@ -75,10 +75,10 @@ int preprocess(const std::vector<std::string>& args) {
       throw Error(str_cat("--raw_file=", raw_file, ": not JSON: ", e.what()));
     }
     std::vector<std::string> processed, knowledge, responses;
-    for (const eval::DialogueSample& s : eval::process_wow(raw)) {
+    for (const tasks::DialogueSample& s : tasks::process_wow(raw)) {
       processed.push_back(s.line());
       knowledge.push_back(s.knowledge);
-      responses.push_back(eval::word_tokenized(s.response));
+      responses.push_back(tasks::word_tokenized(s.response));
     }
     write_lines(processed_file, processed);
     if (!knwl_ref_file.empty()) write_lines(knwl_ref_file, knowledge);
@@ -88,16 +88,16 @@ int preprocess(const std::vector<std::string>& args) {
     need(test_file, "--test_file");
     need(train_file, "--train_file");
     need(data_type, "--data_type");
-    const eval::MsdpDataType type = eval::parse_msdp_data_type(data_type);
+    const tasks::MsdpDataType type = tasks::parse_msdp_data_type(data_type);
     std::vector<std::string> lines;
-    for (const eval::KnowledgePrompt& p : eval::select_knowledge_prompts(
-             eval::read_processed(test_file), eval::read_processed(train_file), type, most_similar_unseen))
+    for (const tasks::KnowledgePrompt& p : tasks::select_knowledge_prompts(
+             tasks::read_processed(test_file), tasks::read_processed(train_file), type, most_similar_unseen))
       lines.push_back(json{{p.key, p.examples}}.dump());
     write_lines(processed_file, lines);
     std::cout << " > knowledge prompts of " << lines.size() << " test samples to " << processed_file << std::endl;
   } else if (func == "get_resp_gen_prompts") {
     need(train_file, "--train_file");
-    const std::vector<std::string> examples = eval::select_response_prompts(eval::read_processed(train_file), seed);
+    const std::vector<std::string> examples = tasks::select_response_prompts(tasks::read_processed(train_file), seed);
     TESSERA_CHECK(!examples.empty(), "--train_file=", train_file, ": no training turn copies its knowledge "
                   "(the response examples need 60-90% of the response in runs of 10 knowledge tokens)");
     write_lines(processed_file, examples);
@@ -106,8 +106,8 @@ int preprocess(const std::vector<std::string>& args) {
     need(test_file, "--test_file");
     need(knwl_gen_file, "--knwl_gen_file");
     std::vector<std::string> lines;
-    for (const eval::DialogueSample& s :
-         eval::with_generated_knowledge(eval::read_processed(test_file), read_lines(knwl_gen_file)))
+    for (const tasks::DialogueSample& s :
+         tasks::with_generated_knowledge(tasks::read_processed(test_file), read_lines(knwl_gen_file)))
       lines.push_back(s.line());
     write_lines(processed_file, lines);
   }
@@ -143,19 +143,19 @@ int evaluate_f1(const PromptFlags& f) {
   for (std::string& g : guesses)
     eval::replace_all(g, "<|endoftext|>", "");
   for (std::string& a : answers) {
-    a = eval::msdp_output(a);  // stripped
+    a = tasks::msdp_output(a);  // stripped
     if (a == "no_passages_used") a.clear();  // as Megatron's evaluate.py: such pairs do not count
   }
-  for (std::string& g : guesses) g = eval::msdp_output(g);
+  for (std::string& g : guesses) g = tasks::msdp_output(g);
   TESSERA_CHECK(guesses.size() == answers.size(), "--guess-file=", f.guess_file, " has ", guesses.size(),
                 " lines, --answer-file=", f.answer_file, " has ", answers.size());
-  const eval::PrecisionRecallF1 r = eval::mean_token_f1(guesses, answers);
+  const tasks::PrecisionRecallF1 r = tasks::mean_token_f1(guesses, answers);
   std::printf("Precision: %.4f; recall: %.4f; f1: %.4f\n", r.precision, r.recall, r.f1);
   return 0;
 }
 
 // The model input of every test sample.
-std::vector<std::string> prompt_inputs(const PromptFlags& f, const std::vector<eval::DialogueSample>& samples) {
+std::vector<std::string> prompt_inputs(const PromptFlags& f, const std::vector<tasks::DialogueSample>& samples) {
   TESSERA_CHECK(f.prompt_type == "knowledge" || f.prompt_type == "response", "--task MSDP-PROMPT needs --prompt-type");
   TESSERA_CHECK(!f.prompt_file.empty(), "--task MSDP-PROMPT needs --prompt-file");
   std::vector<std::string> inputs;
@@ -174,16 +174,16 @@ std::vector<std::string> prompt_inputs(const PromptFlags& f, const std::vector<e
                     number, ": expected {\"topic last_turn\": [examples]}");
       examples.emplace(j.begin().key(), j.begin()->get<std::vector<std::string>>());
     }
-    for (const eval::DialogueSample& s : samples) {
+    for (const tasks::DialogueSample& s : samples) {
       const std::string key = s.topic + " " + s.turns().back();
       auto it = examples.find(key);
       TESSERA_CHECK(it != examples.end(), "--prompt-file=", f.prompt_file, ": no examples for '", key, "'");
-      inputs.push_back(eval::knowledge_generation_input(s, it->second));
+      inputs.push_back(tasks::knowledge_generation_input(s, it->second));
     }
   } else {
     std::vector<std::string> examples = read_lines(f.prompt_file);
     examples.resize(std::min<size_t>(examples.size(), static_cast<size_t>(f.num_prompt_examples)));
-    for (const eval::DialogueSample& s : samples) inputs.push_back(eval::response_generation_input(s, examples));
+    for (const tasks::DialogueSample& s : samples) inputs.push_back(tasks::response_generation_input(s, examples));
   }
   return inputs;
 }
@@ -208,7 +208,7 @@ int prompt_through_api(const PromptFlags& f) {
   httplib::Client client(host);
   client.set_read_timeout(3600, 0);
   TESSERA_CHECK(client.is_valid(), "--megatron-api-url=", f.api_url, ": not a URL this client can reach");
-  const std::vector<std::string> inputs = prompt_inputs(f, eval::read_processed(f.sample_input_file));
+  const std::vector<std::string> inputs = prompt_inputs(f, tasks::read_processed(f.sample_input_file));
   std::vector<std::string> outputs;
   Timer timer;
   for (const std::string& input : inputs) {
@@ -217,7 +217,7 @@ int prompt_through_api(const PromptFlags& f) {
     TESSERA_CHECK(res, "--megatron-api-url=", f.api_url, ": no answer (", httplib::to_string(res.error()), ")");
     TESSERA_CHECK(res->status == 200, "--megatron-api-url=", f.api_url, ": HTTP ", res->status, ": ", res->body);
     const std::string text = json::parse(res->body).at("text").at(0).get<std::string>();
-    outputs.push_back(eval::msdp_output(text.size() > input.size() ? text.substr(input.size()) : ""));
+    outputs.push_back(tasks::msdp_output(text.size() > input.size() ? text.substr(input.size()) : ""));
     report(outputs.size(), inputs.size(), timer);
   }
   write_lines(output_file(f), outputs);
@@ -246,7 +246,7 @@ int msdp_command(const std::vector<std::string>& args) {
   add_prompt_flags(app, f);
   return run_on_every_rank(app, args, "msdp", [&](comm::ProcessGroup& world) {
     TESSERA_CHECK(f.task == "MSDP-PROMPT" && !f.api_prompt, "--load goes with --task MSDP-PROMPT without --api-prompt");
-    const std::vector<std::string> inputs = prompt_inputs(f, eval::read_processed(f.sample_input_file));
+    const std::vector<std::string> inputs = prompt_inputs(f, tasks::read_processed(f.sample_input_file));
     infer::LoadedModel model(flags.load, world);
     const data::Tokenizer& tokenizer = model.tokenizer();
     infer::GenerationOptions options;  // greedy, cut at the first newline (so generation may stop there)
@@ -266,7 +266,7 @@ int msdp_command(const std::vector<std::string>& args) {
       const std::vector<infer::Generation> gen = infer::generate(model.runner(), chunk, options, &tokenizer, {}, f.micro_batch_size);
       for (size_t i = 0; i < gen.size(); ++i) {
         std::span<const int32_t> all(gen[i].tokens);
-        outputs[begin + i] = eval::msdp_output(infer::continuation_text(tokenizer, chunk[i], all.subspan(gen[i].prompt_length)));
+        outputs[begin + i] = tasks::msdp_output(infer::continuation_text(tokenizer, chunk[i], all.subspan(gen[i].prompt_length)));
       }
       done = end;
       if (world.rank() == 0) report(done, ids.size(), timer);

@@ -20,7 +20,7 @@
 #include "plan/chinchilla.h"
 #include "plan/planner.h"
 #include "plan/ouroboros.h"
-#include "plan/token_slicing.h"
+#include "plan/token_slicing_price.h"
 #include "plan/trace.h"
 #include "train/args/arguments.h"
 

@@ -13,7 +13,7 @@
 #include "plan/calibration.h"
 #include "plan/planner.h"
 #include "plan/run_layout.h"
-#include "plan/token_slicing.h"
+#include "plan/token_slicing_price.h"
 #include "train/args/arguments.h"
 #include "train/trainer.h"
 
@@ -66,7 +66,7 @@ std::string plan_note(const train::TrainArguments& a, double measured_ms) try {
 }
 
 // The cost --pipeline-token-slices auto gives TeraPipe's dynamic program: the planner's slice cost
-// (plan/token_slicing.h) for this run's layout on the cluster the plan line uses, calibrated when
+// (plan/token_slicing_price.h) for this run's layout on the cluster the plan line uses, calibrated when
 // tessera_cluster.json was written for this run; the stated model if the planner cannot price the run.
 train::TokenSliceCosts planner_token_slice_cost(const train::TrainArguments& a) try {
   const plan::Layout l = plan::layout_of_run(a);

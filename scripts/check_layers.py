@@ -6,6 +6,7 @@ Fails (exit 1), naming the file, the line, the include and the rule, when
   (b) a layer's `tessera_layer(NAME DEPS ...)` line in CMakeLists.txt, or the link line of the
       `tessera` binary (apps/) or of a benchmark (bench/), lists other layers than its non-test
       sources include: each library links exactly the layers it uses, so the build shows the layers.
+  (c) a library source of src/ (not a test) includes a test helper (`*_testing.h`): helpers are test code.
 Tests are not part of (b): CMake links each test with the layers its own includes name.
 Usage: scripts/check_layers.py [ROOT]   (ROOT: the repository, by default this script's parent's parent)
 """
@@ -15,10 +16,11 @@ import sys
 
 # Bottom up, as the "Layers" table of the design: a layer may include only the layers before it.
 ORDER = ["core", "kernels", "comm", "parallel", "model", "pipeline", "optim", "data", "ckpt", "infer",
-         "train", "eval", "plan"]
+         "train", "eval", "plan", "tasks"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([a-z_]+)/[^"]*"')
+TEST_HELPER_INCLUDE = re.compile(r'^\s*#\s*include\s*"([a-z_]+/[^"]*testing\.h)"')
 # Test code: gtest files and the helpers only tests include. Their includes may not reach upward, but
 # they do not count as what the layer's library uses.
 TEST_FILE = re.compile(r"(_test\.cc|testing\.h|_test_main\.h)$")
@@ -115,6 +117,17 @@ def main():
         for layer in sorted(deps - set(used), key=RANK.get):
             errors.append(f"CMakeLists.txt:{number}: {name} links tessera_{layer}, which none of its sources "
                           f"includes (a unit links exactly the layers it includes; remove it from that line)")
+
+    # (c) test helpers stay out of the libraries: a `*_testing.h` is included by tests (and benchmarks) only.
+    for layer in ORDER:
+        for path in sources(root / "src" / layer):
+            if TEST_FILE.search(path.name):
+                continue
+            for number, text in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                m = TEST_HELPER_INCLUDE.match(text)
+                if m:
+                    errors.append(f"{path.relative_to(root)}:{number}: {text.strip()}: a library source may not "
+                                  f"include a test helper (*_testing.h is test code)")
 
     for e in errors:
         print(f"FAIL: {e}")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The layer check (scripts/check_layers.py) on this tree: it passes, and on a copy it fails, naming the
 # file, the line, the include and the rule, when a layer includes one above it, and naming the
-# CMakeLists.txt line to fix when a layer's DEPS lack a layer it includes or list one it does not.
+# CMakeLists.txt line to fix when a layer's DEPS lack a layer it includes or list one it does not, and
+# when a library source includes a test helper (*_testing.h).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
@@ -46,6 +47,13 @@ expect_check_failure 'sed -i "s/^tessera_layer(pipeline DEPS tessera_core/tesser
 # The tessera binary links what apps/ includes.
 expect_check_failure 'sed -i "s/^target_link_libraries(tessera PRIVATE tessera_core /target_link_libraries(tessera PRIVATE /" CMakeLists.txt' \
   "tessera lacks tessera_core: apps/"
+# A library source including a test helper (*_testing.h is test code).
+line=$(($(wc -l < "$root/src/data/gpt_dataset.cc") + 1))
+expect_check_failure 'echo "#include \"core/testing.h\"" >> src/data/gpt_dataset.cc' \
+  "src/data/gpt_dataset.cc:$line: #include \"core/testing.h\": a library source may not include a test helper"
+# The task layer sits above the rest: eval reaching into tasks fails.
+expect_check_failure 'echo "#include \"tasks/msdp.h\"" >> src/eval/detokenizer.cc' \
+  "eval may not include tasks, a layer above it"
 # A new folder under src/ must take its place in the order.
 expect_check_failure 'mkdir src/moe && touch src/moe/router.cc' "src/moe/: not in the layer order"
 

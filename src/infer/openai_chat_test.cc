@@ -4,7 +4,7 @@
 
 #include "infer/batch_decoder.h"
 #include "infer/event_stream.h"
-#include "infer/scripted_model_test_util.h"
+#include "infer/scripted_model_testing.h"
 
 namespace tessera::infer {
 namespace {

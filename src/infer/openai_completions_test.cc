@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "infer/scripted_model_test_util.h"
+#include "infer/scripted_model_testing.h"
 
 namespace tessera::infer {
 namespace {

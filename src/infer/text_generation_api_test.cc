@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "infer/scripted_model_test_util.h"
+#include "infer/scripted_model_testing.h"
 
 #include <random>
 

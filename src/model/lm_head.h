@@ -1,11 +1,11 @@
 // The language-model head on one rank: the final norm, the output layer (tied to the word embedding
 // unless --untie-embeddings-and-output-weights) producing this rank's vocabulary shard of the logits,
 // and Megatron's VocabParallelCrossEntropy over the shards (with knowledge distillation, also the KD term
-// against a teacher's logits, model/distillation_loss.h).
+// against a teacher's logits, model/vocab_parallel_distillation.h).
 #pragma once
 
-#include "model/distillation_loss.h"
 #include "model/language_model.h"
+#include "model/vocab_parallel_distillation.h"
 
 namespace tessera::model {
 

@@ -9,7 +9,7 @@
 #include "kernels/linear.h"
 #include "kernels/packed_linear.h"
 #include "kernels/norms.h"
-#include "model/token_slices.h"
+#include "model/token_sliced_chunk.h"
 
 namespace tessera::model {
 

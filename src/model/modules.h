@@ -16,8 +16,8 @@ namespace tessera::model {
 
 // What varies between micro-batches and iterations: dropout keys and whether to drop at all.
 struct LossSums;
-struct Distillation;  // model/distillation_loss.h
-struct TokenSlice;    // model/token_slices.h
+struct Distillation;  // model/vocab_parallel_distillation.h
+struct TokenSlice;    // model/token_sliced_chunk.h
 struct ForwardContext {
   uint64_t seed = 0;
   int64_t iteration = 0;
@@ -37,7 +37,7 @@ struct ForwardContext {
   // Knowledge distillation (set by the trainer for the chunk with the head): the teacher's logits of this
   // micro-batch, which the head adds the KD term against. Null: the LM loss alone.
   const Distillation* distillation = nullptr;
-  // TeraPipe's token slicing (model/token_slices.h): this forward or backward is one token slice of the
+  // TeraPipe's token slicing (model/token_sliced_chunk.h): this forward or backward is one token slice of the
   // micro-batch (seq is the slice's length), attending to the keys and values of the earlier slices
   // in the slice's caches. Null: the whole sequence.
   TokenSlice* token_slice = nullptr;

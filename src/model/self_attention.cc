@@ -9,7 +9,7 @@
 #include "kernels/rotary.h"
 #include "kernels/token_layout.h"
 #include "model/ring_attention.h"
-#include "model/token_slices.h"
+#include "model/token_sliced_chunk.h"
 
 namespace tessera::model {
 namespace {
@@ -196,7 +196,7 @@ RingAttentionShape SelfAttention::ring_shape(const ForwardContext& ctx) const {
   return {ctx.seq / 2, ctx.batch, heads_, groups_, config_.kv_channels, ctx.context_parallel->size()};
 }
 
-// A token slice (model/token_slices.h): its keys and values go into the layer's cache at its positions,
+// A token slice (model/token_sliced_chunk.h): its keys and values go into the layer's cache at its positions,
 // and its queries attend to the cache up to its end, their positions the last of those keys.
 kernels::AttentionShape SelfAttention::slice_shape(const ForwardContext& ctx) const {
   TESSERA_CHECK(causal_, "token slices need causal attention");

@@ -15,7 +15,7 @@
 namespace tessera::plan {
 
 // Seconds per (micro-batch, chunk) op on each pipeline rank: cost[stage][chunk]; with token slices
-// (TeraPipe) per (micro-batch, chunk, slice) op, one PipelineCosts per slice (plan/token_slicing.h).
+// (TeraPipe) per (micro-batch, chunk, slice) op, one PipelineCosts per slice (plan/token_slicing_price.h).
 // p2p_transfer and p2p_local are per message, i.e. a slice's.
 struct PipelineCosts {
   std::vector<std::vector<double>> forward_compute, forward_comm;    // comm: exposed tensor-parallel collectives

@@ -4,7 +4,7 @@
 
 #include "core/check.h"
 #include "plan/time_model.h"
-#include "plan/token_slicing.h"
+#include "plan/token_slicing_price.h"
 
 namespace tessera::plan {
 namespace {

@@ -67,7 +67,7 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
 // MoE model also ep over the divisors of every MoE layer's experts (with etp x ep x pp dividing the
 // devices) and etp over {1, tp}, unless `experts` fixes them; and sequence parallelism is on whenever
 // tp > 1, as MoE under tensor parallelism requires. Each pipelined layout (pp > 1, v = 1) is also
-// planned with TeraPipe's token slices as its dynamic program picks them (plan/token_slicing.h), when it
+// planned with TeraPipe's token slices as its dynamic program picks them (plan/token_slicing_price.h), when it
 // cuts the sequence. Context parallelism: cp over the divisors of devices / tp that cut the sequence into
 // 2 cp chunks and leave each rank at least kSearchMinContextTokens tokens (cp 1 always; for an MoE model
 // only when dropless), or only the fixed value; cp x tp x pp x dp = devices, ep folded over tp x cp x dp.

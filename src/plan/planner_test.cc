@@ -7,7 +7,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "plan/token_slicing.h"
+#include "plan/token_slicing_price.h"
 
 namespace tessera::plan {
 namespace {

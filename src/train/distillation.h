@@ -9,8 +9,8 @@
 
 #include <memory>
 
-#include "model/distillation_loss.h"
 #include "model/language_model.h"
+#include "model/vocab_parallel_distillation.h"
 #include "train/args/arguments.h"
 
 namespace tessera::train {

@@ -10,7 +10,7 @@
 
 #include "comm/mpi_test_main.h"
 #include "kernels/tensor_ops.h"
-#include "model/distillation_loss.h"
+#include "model/vocab_parallel_distillation.h"
 #include "train/trainer.h"
 #include "train/trainer_testing.h"
 

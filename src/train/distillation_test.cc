@@ -13,7 +13,7 @@
 #include <map>
 #include <memory>
 
-#include "model/distillation_loss.h"
+#include "model/vocab_parallel_distillation.h"
 #include "train/trainer.h"
 #include "train/trainer_testing.h"
 

@@ -1,5 +1,5 @@
 // The slice cost that --pipeline-token-slices auto hands TeraPipe's dynamic program
-// (pipeline/token_slicing.h). The planner's time model, priced from the calibration when there is one, is
+// (pipeline/token_slicing_search.h). The planner's time model, priced from the calibration when there is one, is
 // the better cost, but `plan` sits above `train`: `tessera train` (apps/train_command.cc) passes it in
 // through parse_train_arguments as a TokenSliceCostModel. Without one (a library caller, the tests)
 // training uses the stated model below, so `auto` always has a cost and always gives the same slicing
@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-#include "pipeline/token_slicing.h"
+#include "pipeline/token_slicing_search.h"
 
 namespace tessera::train {
 

@@ -10,7 +10,7 @@
 #include <map>
 
 #include "comm/mpi_test_main.h"
-#include "pipeline/token_slicing.h"
+#include "pipeline/token_slicing_search.h"
 #include "train/trainer.h"
 #include "train/trainer_testing.h"
 

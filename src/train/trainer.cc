@@ -19,7 +19,7 @@
 #include "kernels/gemm.h"
 #include "kernels/precision.h"
 #include "model/context_parallel_chunk.h"
-#include "model/token_slices.h"
+#include "model/token_sliced_chunk.h"
 #include "model/weight_gradient_store.h"
 #include "kernels/tensor_ops.h"
 #include "train/device_setup.h"
@@ -79,7 +79,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   // This rank's chunks of the model: Megatron's layer ranges for (pipeline rank, virtual stage).
   const int stage = state_->coordinates().pp;
   // Token slices flow through the stages one by one (TeraPipe) when there is a pipeline; on one stage the
-  // chunk runs a micro-batch's slices one after another in a single forward (model/token_slices.h).
+  // chunk runs a micro-batch's slices one after another in a single forward (model/token_sliced_chunk.h).
   const bool slices_in_schedule = !args_.token_slices.empty() && args_.pipeline_model_parallel_size > 1;
   schedule_ = schedule_shape(args_, args_.num_micro_batches);
   if (slices_in_schedule) schedule_.slices = static_cast<int>(args_.token_slices.size());

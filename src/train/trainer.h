@@ -13,7 +13,7 @@
 #include "comm/parallel_state.h"
 #include "core/timer.h"
 #include "model/model_factory.h"
-#include "model/token_slices.h"
+#include "model/token_sliced_chunk.h"
 #include "parallel/expert_dispatch.h"
 #include "parallel/grad_buckets.h"
 #include "pipeline/executor.h"

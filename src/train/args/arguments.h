@@ -67,7 +67,7 @@ struct TrainArguments {
   // the W passes a rank defers (0: only the memory bound).
   bool enable_zero_bubble = false, zero_bubble_v_schedule = false;
   int64_t zero_bubble_max_pending_backward = 0;
-  // TeraPipe's token slicing (model/token_slices.h): --pipeline-token-slices N | l1,l2,... | auto as
+  // TeraPipe's token slicing (model/token_sliced_chunk.h): --pipeline-token-slices N | l1,l2,... | auto as
   // given, and the slice lengths (finalize_token_slices; empty: the whole sequence at once). With auto,
   // TeraPipe's dynamic program chooses them from token_slice_cost_model's cost (the stated model when
   // unset) and token_slices_source says whose costs those were.

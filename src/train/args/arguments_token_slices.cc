@@ -1,13 +1,13 @@
-// The rules of --pipeline-token-slices (TeraPipe's token slicing, model/token_slices.h). On one stage the
+// The rules of --pipeline-token-slices (TeraPipe's token slicing, model/token_sliced_chunk.h). On one stage the
 // slices run one after another with the key/value caches; across pipeline stages the 1F1B schedule runs
 // them slice by slice (pipeline/schedules.h). The layouts and features whose composition with slices is
 // not built (or not tested) yet are refused, naming the flag. `auto` runs TeraPipe's dynamic program
-// (pipeline/token_slicing.h) here, after every other rule, with the run's cost model
+// (pipeline/token_slicing_search.h) here, after every other rule, with the run's cost model
 // (train/token_slice_cost.h): a pure function of the flags, so every rank chooses the same slices.
 #include <numeric>
 
-#include "model/token_slices.h"
-#include "pipeline/token_slicing.h"
+#include "model/token_sliced_chunk.h"
+#include "pipeline/token_slicing_search.h"
 #include "train/args/argument_rules.h"
 #include "train/args/arguments.h"
 

@@ -1,0 +1,114 @@
+#include "model/token_sliced_chunk.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/gpt_model.h"
+#include "model/model_testing.h"
+
+namespace tessera::model {
+namespace {
+
+// 3 layers over 64 tokens, GPT-2 or Llama style (model_testing.h), dropout on.
+ModelConfig tiny_config(bool llama_style) { return testing::tiny_gpt_config(llama_style, 3, 64, 64); }
+
+struct Step {
+  double loss = 0;
+  std::vector<float> grads;
+  int64_t record_bytes = 0;
+};
+
+// One training step's forward and backward of the whole model, sliced (slices non-empty) or not.
+Step run_step(const ModelConfig& c, const std::vector<int64_t>& slices, const Recompute& recompute = {}) {
+  const int64_t batch = 2;
+  ParameterSet params;
+  std::unique_ptr<LanguageModelChunk> model = std::make_unique<GptModel>(c, params);
+  if (!slices.empty()) model = with_token_slices(std::move(model), slices);
+  model->set_recompute(recompute);
+  params.allocate(5);
+  const MicroBatch mb = testing::random_batch(c, batch, 11);
+  const ForwardContext ctx = testing::context(c, batch, /*training=*/true);
+  std::unique_ptr<ChunkRecord> rec = model->make_record();
+  LossSums losses;
+  Tensor out = model->forward(mb, Tensor(), ctx, *rec, losses);
+  EXPECT_FALSE(out.defined());
+  Step s;
+  s.loss = losses.lm;
+  s.record_bytes = rec->bytes();
+  model->backward(*rec, Tensor(), ctx, 0.125f);
+  s.grads.assign(params.grads().f32(), params.grads().f32() + params.numel());
+  return s;
+}
+
+// Loss and every parameter's gradient within relative 1e-5 (of the parameter's largest gradient).
+void expect_same_step(const ModelConfig& c, const Step& want, const Step& got) {
+  EXPECT_NEAR(got.loss, want.loss, 1e-5 * std::fabs(want.loss));
+  ParameterSet params;
+  GptModel names(c, params);  // the parameters' names and places in the flat buffer
+  params.allocate(5);
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  for (const Parameter& p : params.params()) {
+    const int64_t at = p.offset, n = p.value.numel();
+    float scale = 0;
+    for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(want.grads[at + i]));
+    ASSERT_GT(scale, 0.0f) << p.spec.name << " has no gradient";
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(got.grads[at + i], want.grads[at + i], 1e-5f * scale) << p.spec.name << " element " << i;
+  }
+}
+
+void check_slicings(bool llama_style) {
+  const ModelConfig c = tiny_config(llama_style);
+  const Step whole = run_step(c, {});
+  for (const std::vector<int64_t>& slices : {std::vector<int64_t>{16, 16, 16, 16}, std::vector<int64_t>{8, 24, 16, 16},
+                                             std::vector<int64_t>{1, 62, 1}, std::vector<int64_t>{64}}) {
+    SCOPED_TRACE(str_cat(llama_style ? "llama" : "gpt2", " slices ", slices.size(), " first ", slices[0]));
+    const Step sliced = run_step(c, slices);
+    expect_same_step(c, whole, sliced);
+    // The record holds each layer's key/value cache at full length (and its gradients after backward).
+    const int64_t cache = c.num_layers * 2 * c.seq_length * 2 * c.num_query_groups * c.kv_channels * 4;
+    EXPECT_GE(sliced.record_bytes, cache);
+  }
+}
+
+TEST(TokenSlices, Gpt2StyleSlicesGiveTheWholeSequencesLossAndGradients) { check_slicings(false); }
+TEST(TokenSlices, LlamaStyleSlicesGiveTheWholeSequencesLossAndGradients) { check_slicings(true); }
+
+TEST(TokenSlices, RecomputedLayersReadTheCacheToo) {
+  const ModelConfig c = tiny_config(true);
+  const Recompute r{RecomputeMethod::Uniform, 2};
+  expect_same_step(c, run_step(c, {}, r), run_step(c, {8, 24, 16, 16}, r));
+}
+
+// Dropout is on in the comparisons above: without it the step differs.
+TEST(TokenSlices, TheComparisonSeesDropout) {
+  ModelConfig c = tiny_config(false);
+  const Step with = run_step(c, {32, 32});
+  c.hidden_dropout = c.attention_dropout = 0.0f;
+  const Step without = run_step(c, {32, 32});
+  EXPECT_GT(std::fabs(with.loss - without.loss), 1e-3 * std::fabs(without.loss));
+}
+
+TEST(TokenSlices, ParsesCountsAndListsAndRefusesTheRest) {
+  EXPECT_EQ(parse_token_slice_lengths("4", 64), (std::vector<int64_t>{16, 16, 16, 16}));
+  EXPECT_EQ(parse_token_slice_lengths("8,24,16,16", 64), (std::vector<int64_t>{8, 24, 16, 16}));
+  auto error_of = [](const std::string& v) {
+    try {
+      parse_token_slice_lengths(v, 64);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("5").find("--pipeline-token-slices=5: 5 equal slices must divide --seq-length=64"),
+            std::string::npos);
+  EXPECT_NE(error_of("8,8").find("the slice lengths sum to 16, not --seq-length=64"), std::string::npos);
+  EXPECT_NE(error_of("8,x").find("--pipeline-token-slices=8,x: must be"), std::string::npos);
+  EXPECT_NE(error_of("0").find("--pipeline-token-slices=0"), std::string::npos);
+  EXPECT_NE(error_of("auto").find("--pipeline-token-slices=auto"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::model
