@@ -85,6 +85,7 @@ class Trainer {
   // Runs this rank's pipeline schedule over the micro-batches `batches` (forward only when not
   // training) and returns the sums of the masked token losses (non-zero on the last stage only).
   // per_sample_loss_weight: the batches' loss tokens per sample (model::ForwardContext).
+  // (trainer_schedule.cc)
   model::LossSums run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale,
                                     double per_sample_loss_weight);
   // The names of the auxiliary losses, as logged: the model's, then with --kd the KD term's.
