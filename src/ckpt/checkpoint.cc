@@ -87,7 +87,8 @@ std::string read_text_file(const fs::path& path, const char* what) {
 }
 
 // Which part of a tensor a file holds: the parameter's sharding (dim -1: all of it). `value` is what
-// is stored: the parameter's shard, or a piece of it (then the caller adds the "piece" range).
+// is stored: the parameter's shard, or a piece of it (then the caller adds the "piece" range); its
+// CRC-32C is added when it is written (CheckpointSave::write).
 json slice_entry(const std::string& file, const std::string& key, const model::ParameterSpec& spec,
                  const Tensor& value) {
   const model::Sharding& s = spec.sharding;
@@ -98,8 +99,7 @@ json slice_entry(const std::string& file, const std::string& key, const model::P
           {"view", s.sharded() ? s.global_view : spec.shape},
           {"dim", s.dim},
           {"offset", s.offset},
-          {"length", s.length},
-          {"crc32c", crc32c_str(crc32c(value.host_raw(), value.nbytes()))}};
+          {"length", s.length}};  // and "crc32c", of the value, added when the file is written
 }
 
 // The part of the full tensor this rank holds.
@@ -107,25 +107,6 @@ Box wanted_box(const model::ParameterSpec& spec) {
   const model::Sharding& s = spec.sharding;
   if (!s.sharded()) return Box::whole(spec.shape);
   return {s.global_view, s.dim, s.offset, s.offset + s.length};
-}
-
-// Removes what saves killed part way left behind (iter_N.tmp, iter_N.old: no complete checkpoint is
-// ever one of them, and the tracker never names them), then all but the newest `keep_last` complete
-// iteration directories (keep_last 0: all of them stay).
-void prune_checkpoints(const fs::path& root, int64_t keep_last) {
-  std::vector<std::pair<int64_t, fs::path>> dirs;
-  const std::regex leftover(R"(iter_\d{7}\.(tmp|old))");
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    std::string name = entry.path().filename().string();
-    if (entry.is_directory() && std::regex_match(name, leftover)) fs::remove_all(entry.path(), ec);
-    if (!entry.is_directory() || name.size() != 12 || name.rfind("iter_", 0) != 0) continue;
-    if (name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
-    dirs.emplace_back(std::stoll(name.substr(5)), entry.path());
-  }
-  if (keep_last == 0) return;
-  std::sort(dirs.begin(), dirs.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < dirs.size(); ++i) fs::remove_all(dirs[i].second);
 }
 
 // The files of one checkpoint directory, opened on first use and checked against the index.
@@ -287,27 +268,30 @@ std::string iteration_dir_name(int64_t iteration) {
   return buf;
 }
 
-void save_checkpoint(const std::string& save_dir, const TrainingState& state, const model::ParameterSet& params,
-                     const optim::Optimizer* optimizer, const ShardPlacement& placement, int64_t keep_last,
-                     const std::vector<ExtraFile>& extra) {
-  fs::path root(save_dir);
-  fs::path final_dir = root / iteration_dir_name(state.iteration);
-  fs::path tmp_dir = root / (iteration_dir_name(state.iteration) + ".tmp");
-  const bool leader = placement.world == nullptr || placement.world->rank() == 0;
-  auto barrier = [&] {
-    if (placement.world) placement.world->barrier();
-  };
-  if (leader) {
+CheckpointSave::CheckpointSave(std::string save_dir, const TrainingState& state, const model::ParameterSet& params,
+                               const optim::Optimizer* optimizer, const ShardPlacement& placement, int64_t keep_last,
+                               const std::vector<ExtraFile>& extra, bool own_copies)
+    : save_dir_(std::move(save_dir)),
+      state_(state),
+      placement_(placement),
+      keep_last_(keep_last),
+      leader_(placement.world == nullptr || placement.world->rank() == 0),
+      optimizer_steps_(optimizer ? optimizer->steps() : 0),
+      has_optimizer_(optimizer != nullptr) {
+  const fs::path root(save_dir_);
+  const fs::path tmp_dir = root / (iteration_dir_name(state.iteration) + ".tmp");
+  if (leader_) {
     fs::create_directories(root);
     fs::remove_all(tmp_dir);
     fs::create_directories(tmp_dir);
   }
-  barrier();
+  if (placement.world) placement.world->barrier();
 
   // Data-parallel rank 0 of every (tensor, pipeline) group writes its dense parameter shards and, with
   // AdamW, their moments; expert-data-parallel rank 0 of every (expert tensor, expert, pipeline) group
   // the same of its expert parameters, into expert files. With the distributed optimizer every rank
-  // writes the moment pieces it owns of both kinds. Each writer adds an index fragment.
+  // writes the moment pieces it owns of both kinds. Each writer adds an index fragment. A rank-local
+  // checkpoint (every_tensor) has everything this rank holds.
   const optim::MomentShard moments = optimizer ? optimizer->moments() : optim::MomentShard{};
   const Destination dense = dense_destination(placement), expert = expert_destination(placement);
   auto destination = [&](const model::Parameter& p) -> const Destination& {
@@ -316,31 +300,36 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
   // The first stage writes the tied embedding; a parameter replicated over its tensor group (the expert
   // tensor group for an expert parameter) is the same on every rank of it: its rank 0 writes it.
   auto writes = [&](const model::Parameter& p) {
-    return !p.spec.tied_copy && (p.spec.sharding.sharded() || destination(p).tensor_rank == 0);
+    return placement.every_tensor ||
+           (!p.spec.tied_copy && (p.spec.sharding.sharded() || destination(p).tensor_rank == 0));
   };
+  const bool first_data_rank_only = !placement.every_tensor;
   std::map<std::string, std::vector<std::pair<std::string, Tensor>>> model_files, optim_files;
-  json tensors = json::object();
-  auto add_slice = [&](const std::string& tensor, const model::ParameterSpec& spec, json slice) {
-    json& entry = tensors[tensor];
-    entry["global_shape"] = spec.global_shape();
-    entry["slices"].push_back(std::move(slice));
-  };
   // What is written is read on the host: tensors on a GPU are staged there (on the CPU these are the
-  // tensors themselves), so a checkpoint saved from a GPU is the same files as one saved on the CPU.
-  auto on_host = [](const Tensor& t) { return kernels::to_device(t, Device::cpu()); };
+  // tensors themselves, or with own_copies copies of them), so a checkpoint saved from a GPU is the same
+  // files as one saved on the CPU.
+  auto on_host = [own_copies](const Tensor& t) {
+    if (t.device() != Device::cpu()) return kernels::to_device(t, Device::cpu());
+    return own_copies ? t.clone() : t;
+  };
+  auto add_slice = [&](const std::string& tensor, const model::ParameterSpec& spec, json entry, const Tensor& value) {
+    slices_.push_back({tensor, spec.global_shape(), std::move(entry), value});
+  };
   for (const model::Parameter& p : params.params()) {
     const Destination& d = destination(p);
-    if (!writes(p) || d.data_rank != 0) continue;
+    if (!writes(p) || (first_data_rank_only && d.data_rank != 0)) continue;
     const Tensor value = on_host(p.value);
     model_files[d.model_file].emplace_back(p.spec.name, value);
-    add_slice(p.spec.name, p.spec, slice_entry(d.model_file, p.spec.name, p.spec, value));
+    add_slice(p.spec.name, p.spec, slice_entry(d.model_file, p.spec.name, p.spec, value), value);
   }
   for (const optim::MomentPiece& piece : moments.pieces) {
     const model::Parameter& p = *piece.param;
     const Destination& d = destination(p);
     // AdamW's whole moments, like a distributed optimizer's piece that every rank of its data group
     // holds, are written by that group's rank 0.
-    if (!writes(p) || ((!moments.sharded || piece.on_every_data_rank) && d.data_rank != 0)) continue;
+    if (!writes(p) ||
+        (first_data_rank_only && (!moments.sharded || piece.on_every_data_rank) && d.data_rank != 0))
+      continue;
     const bool whole = piece.begin == 0 && piece.length == p.value.numel();
     for (const auto& [moment, buffer] : {std::pair{"exp_avg", &moments.exp_avg},
                                          std::pair{"exp_avg_sq", &moments.exp_avg_sq}}) {
@@ -348,36 +337,76 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
       Tensor t = on_host(buffer->flat_range(piece.state, piece.length));
       if (whole) t = t.view(p.spec.shape);
       const std::string key = whole ? tensor : str_cat(tensor, "[", piece.begin, ":", piece.begin + piece.length, "]");
-      json slice = slice_entry(d.optim_file, key, p.spec, t);
-      if (!whole) slice["piece"] = {piece.begin, piece.begin + piece.length};
+      json entry = slice_entry(d.optim_file, key, p.spec, t);
+      if (!whole) entry["piece"] = {piece.begin, piece.begin + piece.length};
       optim_files[d.optim_file].emplace_back(key, t);
-      add_slice(tensor, p.spec, std::move(slice));
+      add_slice(tensor, p.spec, std::move(entry), t);
     }
   }
-  if (!model_files.empty() || !optim_files.empty() || !extra.empty()) {
-    json files = json::object();
-    auto write = [&](const std::string& name, const std::vector<std::pair<std::string, Tensor>>& ts) {
-      uint32_t crc = write_safetensors((tmp_dir / name).string(), ts);
-      files[name] = {{"bytes", fs::file_size(tmp_dir / name)}, {"crc32c", crc32c_str(crc)}};
+  for (auto& [name, ts] : model_files) files_.push_back({name, std::move(ts), {}});
+  model_files_ = files_.size();
+  for (auto& [name, ts] : optim_files) files_.push_back({name, std::move(ts), {}});
+  for (const ExtraFile& e : extra) {
+    TESSERA_CHECK(std::none_of(files_.begin(), files_.end(), [&](const File& f) { return f.name == e.name; }),
+                  "checkpoint: extra file ", e.name, " written twice");
+    File f{e.name, {}, e.metadata};
+    for (const auto& [key, t] : e.tensors) f.tensors.emplace_back(key, on_host(t));
+    files_.push_back(std::move(f));
+  }
+}
+
+int64_t CheckpointSave::tensor_bytes() const {
+  int64_t bytes = 0;
+  for (const File& f : files_)
+    for (const auto& [key, t] : f.tensors) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
+void CheckpointSave::write(const std::function<void(const std::string&)>& after_file) {
+  TESSERA_CHECK(!written_, "checkpoint of iteration ", state_.iteration, " written twice");
+  written_ = true;
+  const fs::path tmp_dir = fs::path(save_dir_) / (iteration_dir_name(state_.iteration) + ".tmp");
+  if (!files_.empty()) {
+    // The test hook: a crash after the model files, before the optimizer's and the index.
+    auto crash_hook = [] {
+      if (const char* crash = std::getenv("TESSERA_CKPT_CRASH_DURING_SAVE"); crash && std::string(crash) == "1") {
+        std::fprintf(stderr, "TESSERA_CKPT_CRASH_DURING_SAVE: aborting mid-save\n");
+        std::abort();
+      }
     };
-    for (const auto& [name, ts] : model_files) write(name, ts);
-    if (const char* crash = std::getenv("TESSERA_CKPT_CRASH_DURING_SAVE"); crash && std::string(crash) == "1") {
-      std::fprintf(stderr, "TESSERA_CKPT_CRASH_DURING_SAVE: aborting mid-save\n");
-      std::abort();
+    if (model_files_ == 0) crash_hook();
+    json files = json::object(), tensors = json::object();
+    for (size_t i = 0; i < files_.size(); ++i) {
+      const File& f = files_[i];
+      const fs::path path = tmp_dir / f.name;
+      const uint32_t crc = write_safetensors(path.string(), f.tensors, f.metadata);
+      files[f.name] = {{"bytes", fs::file_size(path)}, {"crc32c", crc32c_str(crc)}};
+      if (after_file) after_file(path.string());
+      if (i + 1 == model_files_) crash_hook();
     }
-    for (const auto& [name, ts] : optim_files) write(name, ts);
-    for (const ExtraFile& e : extra) {
-      TESSERA_CHECK(!model_files.count(e.name) && !optim_files.count(e.name) && !files.contains(e.name),
-                    "checkpoint: extra file ", e.name, " written twice");
-      uint32_t crc = write_safetensors((tmp_dir / e.name).string(), e.tensors, e.metadata);
-      files[e.name] = {{"bytes", fs::file_size(tmp_dir / e.name)}, {"crc32c", crc32c_str(crc)}};
+    for (Slice& s : slices_) {
+      s.entry["crc32c"] = crc32c_str(crc32c(s.value.host_raw(), s.value.nbytes()));
+      json& entry = tensors[s.tensor];
+      entry["global_shape"] = s.global_shape;
+      entry["slices"].push_back(s.entry);
     }
-    const int world_rank = placement.world ? placement.world->rank() : 0;
+    const int world_rank = placement_.world ? placement_.world->rank() : 0;
     write_file_atomically(tmp_dir / fragment_file(world_rank), json{{"files", files}, {"tensors", tensors}}.dump());
   }
-  barrier();
+  if (leader_ && !state_.tokenizer_files.empty())
+    tokenizer_files_ = copy_tokenizer_files(tmp_dir.string(), state_.tokenizer_files);
+}
 
-  if (leader) {
+void CheckpointSave::finalize() {
+  TESSERA_CHECK(written_, "checkpoint of iteration ", state_.iteration, " finalised before it was written");
+  const fs::path root(save_dir_);
+  const fs::path final_dir = root / iteration_dir_name(state_.iteration);
+  const fs::path tmp_dir = root / (iteration_dir_name(state_.iteration) + ".tmp");
+  auto barrier = [&] {
+    if (placement_.world) placement_.world->barrier();
+  };
+  barrier();
+  if (leader_) {
     // Merge the fragments: one entry per tensor with the slices of every file that holds part of it.
     std::vector<std::string> fragments;
     for (const auto& entry : fs::directory_iterator(tmp_dir))
@@ -396,31 +425,55 @@ void save_checkpoint(const std::string& save_dir, const TrainingState& state, co
     }
     json index = {{"format", "tessera-checkpoint"},
                   {"version", kCheckpointIndexVersion},
-                  {"iteration", state.iteration},
-                  {"consumed_train_samples", state.consumed_train_samples},
-                  {"skipped_iterations", state.skipped_iterations},
-                  {"seed", state.seed},
-                  {"optimizer_steps", optimizer ? optimizer->steps() : 0},
-                  {"has_optimizer", optimizer != nullptr},
-                  {"args", state.args},
-                  {"loss_scaler", state.loss_scaler},
+                  {"iteration", state_.iteration},
+                  {"consumed_train_samples", state_.consumed_train_samples},
+                  {"skipped_iterations", state_.skipped_iterations},
+                  {"seed", state_.seed},
+                  {"optimizer_steps", optimizer_steps_},
+                  {"has_optimizer", has_optimizer_},
+                  {"args", state_.args},
+                  {"loss_scaler", state_.loss_scaler},
                   {"files", files},
                   {"tensors", tensors}};
-    if (!state.tokenizer_files.empty()) index["tokenizer_files"] = copy_tokenizer_files(tmp_dir.string(), state.tokenizer_files);
-    if (state.skipped_train_samples >= 0) index["skipped_train_samples"] = state.skipped_train_samples;
+    if (!state_.tokenizer_files.empty()) index["tokenizer_files"] = tokenizer_files_;
+    if (state_.skipped_train_samples >= 0) index["skipped_train_samples"] = state_.skipped_train_samples;
     // The index is written last: a directory without it is incomplete.
     write_file_atomically(tmp_dir / kIndex, index.dump(1));
 
     // Swap the complete directory into place, then point the tracker at it.
-    fs::path old_dir = root / (iteration_dir_name(state.iteration) + ".old");
+    fs::path old_dir = root / (iteration_dir_name(state_.iteration) + ".old");
     fs::remove_all(old_dir);
     if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
     fs::rename(tmp_dir, final_dir);
     fs::remove_all(old_dir);
-    write_file_atomically(root / kTracker, std::to_string(state.iteration) + "\n");
-    prune_checkpoints(root, keep_last);
+    write_file_atomically(root / kTracker, std::to_string(state_.iteration) + "\n");
+    prune_checkpoints(root.string(), keep_last_);
   }
   barrier();
+}
+
+void prune_checkpoints(const std::string& root, int64_t keep_last) {
+  std::vector<std::pair<int64_t, fs::path>> dirs;
+  const std::regex leftover(R"(iter_\d{7}\.(tmp|old))");
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    std::string name = entry.path().filename().string();
+    if (entry.is_directory() && std::regex_match(name, leftover)) fs::remove_all(entry.path(), ec);
+    if (!entry.is_directory() || name.size() != 12 || name.rfind("iter_", 0) != 0) continue;
+    if (name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
+    dirs.emplace_back(std::stoll(name.substr(5)), entry.path());
+  }
+  if (keep_last == 0) return;
+  std::sort(dirs.begin(), dirs.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < dirs.size(); ++i) fs::remove_all(dirs[i].second);
+}
+
+void save_checkpoint(const std::string& save_dir, const TrainingState& state, const model::ParameterSet& params,
+                     const optim::Optimizer* optimizer, const ShardPlacement& placement, int64_t keep_last,
+                     const std::vector<ExtraFile>& extra) {
+  CheckpointSave save(save_dir, state, params, optimizer, placement, keep_last, extra, /*own_copies=*/false);
+  save.write();
+  save.finalize();
 }
 
 SafetensorsFile open_extra_file(const std::string& load_dir, const std::string& name) {
@@ -434,13 +487,31 @@ SafetensorsFile open_extra_file(const std::string& load_dir, const std::string& 
   return reader.file(name);
 }
 
-void prepare_save_directory(const std::string& save_dir) {
+bool checkpoint_complete(const std::string& dir, int64_t iteration) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / iteration_dir_name(iteration) / kIndex, ec);
+}
+
+void roll_back_checkpoints(const std::string& dir, int64_t iteration) {
+  TESSERA_CHECK(checkpoint_complete(dir, iteration), "cannot roll ", dir, " back to iteration ", iteration,
+                ": it holds no complete checkpoint of it");
+  write_file_atomically(fs::path(dir) / kTracker, std::to_string(iteration) + "\n");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.size() != 12 || name.rfind("iter_", 0) != 0 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    if (std::stoll(name.substr(5)) > iteration) fs::remove_all(entry.path());
+  }
+}
+
+void prepare_save_directory(const std::string& save_dir, const std::string& flag) {
   std::error_code ec;
   fs::create_directories(save_dir, ec);
   if (!ec && !fs::is_directory(save_dir, ec)) ec = std::make_error_code(std::errc::not_a_directory);
-  if (ec) throw Error(str_cat("--save=", save_dir, ": cannot create the checkpoint directory: ", ec.message()));
+  if (ec) throw Error(str_cat(flag, "=", save_dir, ": cannot create the checkpoint directory: ", ec.message()));
   if (::access(save_dir.c_str(), W_OK | X_OK) != 0)
-    throw Error(str_cat("--save=", save_dir, ": cannot write checkpoints there: ", std::strerror(errno)));
+    throw Error(str_cat(flag, "=", save_dir, ": cannot write checkpoints there: ", std::strerror(errno)));
 }
 
 int64_t latest_checkpointed_iteration(const std::string& load_dir) {
