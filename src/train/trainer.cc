@@ -39,12 +39,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   }
   TESSERA_CHECK(world->size() == args_.world_size, "the job has ", world->size(), " ranks but the arguments were "
                 "checked for ", args_.world_size);
-  if (!args_.save.empty()) ckpt::prepare_save_directory(args_.save);  // on every rank: each writes its files
-  if (args_.non_persistent_save_interval > 0) {  // the same for the non-persistent checkpoints' directory
-    if (args_.non_persistent_ckpt_type == "global") ckpt::prepare_save_directory(non_persistent_global_save_dir(args_), "--non-persistent-global-ckpt-dir");
-    if (args_.non_persistent_ckpt_type == "local")
-      ckpt::prepare_save_directory(non_persistent_local_dir(args_, world->rank()), "--non-persistent-local-ckpt-dir");
-  }
+  prepare_save_directories(world->rank());
   comm::ParallelLayout layout{world->size(), static_cast<int>(args_.tensor_model_parallel_size),
                               static_cast<int>(args_.pipeline_model_parallel_size)};
   layout.context_parallel_size = static_cast<int>(args_.context_parallel_size);

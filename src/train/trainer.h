@@ -111,6 +111,9 @@ class Trainer {
   // Per-rank timers of the last log interval, gathered over the world and printed as (min, max) with
   // the measured and theoretical pipeline bubble.
   void log_timers(int64_t iterations);
+  // --save's directory and the non-persistent checkpoints' made and checked writable, on every rank (each
+  // writes its files), so that an unusable one stops the run before training, not at the first save.
+  void prepare_save_directories(int world_rank);
   // The kinds of checkpoint: --save's, and Megatron's non-persistent ones (--non-persistent-ckpt-type).
   enum class SaveKind { Persistent, NonPersistentGlobal, NonPersistentLocal };
   // Saves a checkpoint of the current iteration (collective). With --async-save the files are written on

@@ -213,6 +213,15 @@ std::string Trainer::ouroboros_file_name() const {
   return buf;
 }
 
+void Trainer::prepare_save_directories(int world_rank) {
+  if (!args_.save.empty()) ckpt::prepare_save_directory(args_.save);
+  if (args_.non_persistent_save_interval <= 0) return;
+  if (args_.non_persistent_ckpt_type == "global")
+    ckpt::prepare_save_directory(non_persistent_global_save_dir(args_), "--non-persistent-global-ckpt-dir");
+  if (args_.non_persistent_ckpt_type == "local")
+    ckpt::prepare_save_directory(non_persistent_local_dir(args_, world_rank), "--non-persistent-local-ckpt-dir");
+}
+
 void Trainer::save(SaveKind kind) {
   finish_pending_save(/*blocking=*/true);  // one save at a time: the one before is finalised first
   ckpt::TrainingState state{iteration_,          consumed_samples_,
