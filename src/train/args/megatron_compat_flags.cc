@@ -46,6 +46,8 @@ const Choice kChoices[] = {
     {"--ckpt-format", {"torch", "torch_dist", "zarr"},
      "checkpoints are Tessera's: Megatron's directory layout, safetensors files, resharded on load"},
     {"--num-workers", {}, "samples are read on the training thread"},
+    {"--non-persistent-local-ckpt-algo", {"fully_parallel", "atomic"},
+     "each rank writes all its own local checkpoint, completed by a rename once every rank's files are written"},
     {"--timing-log-level", {"0", "1", "2"}, "the log has Tessera's timers"},
 };
 
