@@ -10,7 +10,6 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <regex>
 #include <sstream>
 #include <unistd.h>
 
@@ -27,56 +26,8 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
-constexpr const char* kIndex = "index.json";
-
-std::string two_digits(int r) { return str_cat(r < 10 ? "0" : "", r); }
-std::string three_digits(int r) { return str_cat(r < 10 ? "00" : r < 100 ? "0" : "", r); }
-
-// Where one kind of parameter (dense or expert) goes: its files, and this rank's tensor and data rank
-// in that kind's layout (dense: tp, dp; expert: etp, edp).
-struct Destination {
-  std::string model_file, optim_file;
-  int tensor_rank, data_rank;
-};
-Destination dense_destination(const ShardPlacement& p) {
-  const std::string at = str_cat("tp", two_digits(p.tensor_rank), ".pp", two_digits(p.pipeline_rank));
-  return {str_cat("model.", at, ".safetensors"),
-          str_cat("optim.", at, ".dp", three_digits(p.data_rank), ".safetensors"), p.tensor_rank, p.data_rank};
-}
-// Expert files are named by the expert coordinates: expert rank ZZZ of expert tensor rank XX, stage YY
-// holds the experts it owns, which no dense file name can tell apart.
-Destination expert_destination(const ShardPlacement& p) {
-  const std::string at = str_cat("etp", two_digits(p.expert_tensor_rank), ".pp", two_digits(p.pipeline_rank), ".ep",
-                                 three_digits(p.expert_rank));
-  return {str_cat("model.", at, ".safetensors"),
-          str_cat("optim.", at, ".edp", three_digits(p.expert_data_rank), ".safetensors"), p.expert_tensor_rank,
-          p.expert_data_rank};
-}
-bool is_expert(const model::ParameterSpec& spec) {
-  return spec.grad_reduce == model::ParameterSpec::GradReduce::ExpertDataParallel;
-}
-// One per writing rank (a world rank writes dense and expert files under different coordinates).
-std::string fragment_file(int world_rank) { return str_cat("index.rank", world_rank, ".json"); }
-bool is_fragment_file(const std::string& name) {
-  return name.rfind("index.rank", 0) == 0 && name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
-}
-
-// Writes a small text file atomically: temporary file, fsync, rename.
-void write_file_atomically(const fs::path& path, const std::string& contents) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    TESSERA_CHECK(f != nullptr, "cannot write ", tmp.string());
-    bool ok = std::fwrite(contents.data(), 1, contents.size(), f) == contents.size();
-    ok = std::fflush(f) == 0 && ok;
-    ok = ::fsync(fileno(f)) == 0 && ok;
-    ok = std::fclose(f) == 0 && ok;
-    TESSERA_CHECK(ok, "failed writing ", tmp.string());
-  }
-  fs::rename(tmp, path);
-}
+constexpr const char* kTracker = kTrackerFile;
+constexpr const char* kIndex = kIndexFile;
 
 std::string read_text_file(const fs::path& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
@@ -86,46 +37,11 @@ std::string read_text_file(const fs::path& path, const char* what) {
   return s.str();
 }
 
-// Which part of a tensor a file holds: the parameter's sharding (dim -1: all of it). `value` is what
-// is stored: the parameter's shard, or a piece of it (then the caller adds the "piece" range).
-json slice_entry(const std::string& file, const std::string& key, const model::ParameterSpec& spec,
-                 const Tensor& value) {
-  const model::Sharding& s = spec.sharding;
-  return {{"file", file},
-          {"key", key},
-          {"shape", value.shape()},
-          {"dtype", "fp32"},
-          {"view", s.sharded() ? s.global_view : spec.shape},
-          {"dim", s.dim},
-          {"offset", s.offset},
-          {"length", s.length},
-          {"crc32c", crc32c_str(crc32c(value.host_raw(), value.nbytes()))}};
-}
-
 // The part of the full tensor this rank holds.
 Box wanted_box(const model::ParameterSpec& spec) {
   const model::Sharding& s = spec.sharding;
   if (!s.sharded()) return Box::whole(spec.shape);
   return {s.global_view, s.dim, s.offset, s.offset + s.length};
-}
-
-// Removes what saves killed part way left behind (iter_N.tmp, iter_N.old: no complete checkpoint is
-// ever one of them, and the tracker never names them), then all but the newest `keep_last` complete
-// iteration directories (keep_last 0: all of them stay).
-void prune_checkpoints(const fs::path& root, int64_t keep_last) {
-  std::vector<std::pair<int64_t, fs::path>> dirs;
-  const std::regex leftover(R"(iter_\d{7}\.(tmp|old))");
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    std::string name = entry.path().filename().string();
-    if (entry.is_directory() && std::regex_match(name, leftover)) fs::remove_all(entry.path(), ec);
-    if (!entry.is_directory() || name.size() != 12 || name.rfind("iter_", 0) != 0) continue;
-    if (name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
-    dirs.emplace_back(std::stoll(name.substr(5)), entry.path());
-  }
-  if (keep_last == 0) return;
-  std::sort(dirs.begin(), dirs.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < dirs.size(); ++i) fs::remove_all(dirs[i].second);
 }
 
 // The files of one checkpoint directory, opened on first use and checked against the index.
@@ -298,142 +214,6 @@ std::string iteration_dir_name(int64_t iteration) {
   return buf;
 }
 
-void save_checkpoint(const std::string& save_dir, const TrainingState& state, const model::ParameterSet& params,
-                     const optim::Optimizer* optimizer, const ShardPlacement& placement, int64_t keep_last,
-                     const std::vector<ExtraFile>& extra) {
-  fs::path root(save_dir);
-  fs::path final_dir = root / iteration_dir_name(state.iteration);
-  fs::path tmp_dir = root / (iteration_dir_name(state.iteration) + ".tmp");
-  const bool leader = placement.world == nullptr || placement.world->rank() == 0;
-  auto barrier = [&] {
-    if (placement.world) placement.world->barrier();
-  };
-  if (leader) {
-    fs::create_directories(root);
-    fs::remove_all(tmp_dir);
-    fs::create_directories(tmp_dir);
-  }
-  barrier();
-
-  // Data-parallel rank 0 of every (tensor, pipeline) group writes its dense parameter shards and, with
-  // AdamW, their moments; expert-data-parallel rank 0 of every (expert tensor, expert, pipeline) group
-  // the same of its expert parameters, into expert files. With the distributed optimizer every rank
-  // writes the moment pieces it owns of both kinds. Each writer adds an index fragment.
-  const optim::MomentShard moments = optimizer ? optimizer->moments() : optim::MomentShard{};
-  const Destination dense = dense_destination(placement), expert = expert_destination(placement);
-  auto destination = [&](const model::Parameter& p) -> const Destination& {
-    return is_expert(p.spec) ? expert : dense;
-  };
-  // The first stage writes the tied embedding; a parameter replicated over its tensor group (the expert
-  // tensor group for an expert parameter) is the same on every rank of it: its rank 0 writes it.
-  auto writes = [&](const model::Parameter& p) {
-    return !p.spec.tied_copy && (p.spec.sharding.sharded() || destination(p).tensor_rank == 0);
-  };
-  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> model_files, optim_files;
-  json tensors = json::object();
-  auto add_slice = [&](const std::string& tensor, const model::ParameterSpec& spec, json slice) {
-    json& entry = tensors[tensor];
-    entry["global_shape"] = spec.global_shape();
-    entry["slices"].push_back(std::move(slice));
-  };
-  // What is written is read on the host: tensors on a GPU are staged there (on the CPU these are the
-  // tensors themselves), so a checkpoint saved from a GPU is the same files as one saved on the CPU.
-  auto on_host = [](const Tensor& t) { return kernels::to_device(t, Device::cpu()); };
-  for (const model::Parameter& p : params.params()) {
-    const Destination& d = destination(p);
-    if (!writes(p) || d.data_rank != 0) continue;
-    const Tensor value = on_host(p.value);
-    model_files[d.model_file].emplace_back(p.spec.name, value);
-    add_slice(p.spec.name, p.spec, slice_entry(d.model_file, p.spec.name, p.spec, value));
-  }
-  for (const optim::MomentPiece& piece : moments.pieces) {
-    const model::Parameter& p = *piece.param;
-    const Destination& d = destination(p);
-    // AdamW's whole moments, like a distributed optimizer's piece that every rank of its data group
-    // holds, are written by that group's rank 0.
-    if (!writes(p) || ((!moments.sharded || piece.on_every_data_rank) && d.data_rank != 0)) continue;
-    const bool whole = piece.begin == 0 && piece.length == p.value.numel();
-    for (const auto& [moment, buffer] : {std::pair{"exp_avg", &moments.exp_avg},
-                                         std::pair{"exp_avg_sq", &moments.exp_avg_sq}}) {
-      const std::string tensor = str_cat("optimizer.", moment, ".", p.spec.name);
-      Tensor t = on_host(buffer->flat_range(piece.state, piece.length));
-      if (whole) t = t.view(p.spec.shape);
-      const std::string key = whole ? tensor : str_cat(tensor, "[", piece.begin, ":", piece.begin + piece.length, "]");
-      json slice = slice_entry(d.optim_file, key, p.spec, t);
-      if (!whole) slice["piece"] = {piece.begin, piece.begin + piece.length};
-      optim_files[d.optim_file].emplace_back(key, t);
-      add_slice(tensor, p.spec, std::move(slice));
-    }
-  }
-  if (!model_files.empty() || !optim_files.empty() || !extra.empty()) {
-    json files = json::object();
-    auto write = [&](const std::string& name, const std::vector<std::pair<std::string, Tensor>>& ts) {
-      uint32_t crc = write_safetensors((tmp_dir / name).string(), ts);
-      files[name] = {{"bytes", fs::file_size(tmp_dir / name)}, {"crc32c", crc32c_str(crc)}};
-    };
-    for (const auto& [name, ts] : model_files) write(name, ts);
-    if (const char* crash = std::getenv("TESSERA_CKPT_CRASH_DURING_SAVE"); crash && std::string(crash) == "1") {
-      std::fprintf(stderr, "TESSERA_CKPT_CRASH_DURING_SAVE: aborting mid-save\n");
-      std::abort();
-    }
-    for (const auto& [name, ts] : optim_files) write(name, ts);
-    for (const ExtraFile& e : extra) {
-      TESSERA_CHECK(!model_files.count(e.name) && !optim_files.count(e.name) && !files.contains(e.name),
-                    "checkpoint: extra file ", e.name, " written twice");
-      uint32_t crc = write_safetensors((tmp_dir / e.name).string(), e.tensors, e.metadata);
-      files[e.name] = {{"bytes", fs::file_size(tmp_dir / e.name)}, {"crc32c", crc32c_str(crc)}};
-    }
-    const int world_rank = placement.world ? placement.world->rank() : 0;
-    write_file_atomically(tmp_dir / fragment_file(world_rank), json{{"files", files}, {"tensors", tensors}}.dump());
-  }
-  barrier();
-
-  if (leader) {
-    // Merge the fragments: one entry per tensor with the slices of every file that holds part of it.
-    std::vector<std::string> fragments;
-    for (const auto& entry : fs::directory_iterator(tmp_dir))
-      if (is_fragment_file(entry.path().filename().string())) fragments.push_back(entry.path().filename().string());
-    std::sort(fragments.begin(), fragments.end());
-    json files = json::object(), tensors = json::object();
-    for (const std::string& name : fragments) {
-      json fragment = json::parse(read_text_file(tmp_dir / name, "checkpoint index fragment"));
-      fs::remove(tmp_dir / name);
-      files.update(fragment.at("files"));
-      for (auto& [tensor, entry] : fragment.at("tensors").items()) {
-        json& merged = tensors[tensor];
-        merged["global_shape"] = entry.at("global_shape");
-        for (json& slice : entry.at("slices")) merged["slices"].push_back(std::move(slice));
-      }
-    }
-    json index = {{"format", "tessera-checkpoint"},
-                  {"version", kCheckpointIndexVersion},
-                  {"iteration", state.iteration},
-                  {"consumed_train_samples", state.consumed_train_samples},
-                  {"skipped_iterations", state.skipped_iterations},
-                  {"seed", state.seed},
-                  {"optimizer_steps", optimizer ? optimizer->steps() : 0},
-                  {"has_optimizer", optimizer != nullptr},
-                  {"args", state.args},
-                  {"loss_scaler", state.loss_scaler},
-                  {"files", files},
-                  {"tensors", tensors}};
-    if (!state.tokenizer_files.empty()) index["tokenizer_files"] = copy_tokenizer_files(tmp_dir.string(), state.tokenizer_files);
-    if (state.skipped_train_samples >= 0) index["skipped_train_samples"] = state.skipped_train_samples;
-    // The index is written last: a directory without it is incomplete.
-    write_file_atomically(tmp_dir / kIndex, index.dump(1));
-
-    // Swap the complete directory into place, then point the tracker at it.
-    fs::path old_dir = root / (iteration_dir_name(state.iteration) + ".old");
-    fs::remove_all(old_dir);
-    if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
-    fs::rename(tmp_dir, final_dir);
-    fs::remove_all(old_dir);
-    write_file_atomically(root / kTracker, std::to_string(state.iteration) + "\n");
-    prune_checkpoints(root, keep_last);
-  }
-  barrier();
-}
-
 SafetensorsFile open_extra_file(const std::string& load_dir, const std::string& name) {
   int64_t iteration = latest_checkpointed_iteration(load_dir);
   TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
@@ -445,13 +225,13 @@ SafetensorsFile open_extra_file(const std::string& load_dir, const std::string& 
   return reader.file(name);
 }
 
-void prepare_save_directory(const std::string& save_dir) {
+void prepare_save_directory(const std::string& save_dir, const std::string& flag) {
   std::error_code ec;
   fs::create_directories(save_dir, ec);
   if (!ec && !fs::is_directory(save_dir, ec)) ec = std::make_error_code(std::errc::not_a_directory);
-  if (ec) throw Error(str_cat("--save=", save_dir, ": cannot create the checkpoint directory: ", ec.message()));
+  if (ec) throw Error(str_cat(flag, "=", save_dir, ": cannot create the checkpoint directory: ", ec.message()));
   if (::access(save_dir.c_str(), W_OK | X_OK) != 0)
-    throw Error(str_cat("--save=", save_dir, ": cannot write checkpoints there: ", std::strerror(errno)));
+    throw Error(str_cat(flag, "=", save_dir, ": cannot write checkpoints there: ", std::strerror(errno)));
 }
 
 int64_t latest_checkpointed_iteration(const std::string& load_dir) {

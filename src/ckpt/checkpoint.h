@@ -44,6 +44,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -82,6 +83,10 @@ struct ShardPlacement {
   comm::ProcessGroup* world = nullptr;  // null for a single process
   int pipeline_rank = 0;
   int expert_tensor_rank = 0, expert_rank = 0, expert_data_rank = 0;
+  // A rank-local checkpoint (--non-persistent-ckpt-type local): this rank writes every tensor it holds
+  // (replicas and a tied copy included) and all of its optimizer state into a directory of its own
+  // (world null there: no other rank takes part), so that it resumes from its own disk at the same layout.
+  bool every_tensor = false;
 };
 
 // State beyond the parameters and their moments that one rank writes beside them (Ouroboros' weight
@@ -92,6 +97,65 @@ struct ExtraFile {
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::map<std::string, std::string> metadata;
 };
+
+// One save in three steps, so that the files can be written on another thread while training goes on
+// (--async-save): the constructor and finalize() are collective and run on the training thread, write()
+// is this rank's alone. save_checkpoint below is the three in a row; the files are the same either way.
+class CheckpointSave {
+ public:
+  // Collective over placement.world: the leader (world rank 0) makes the temporary directory
+  // `save_dir`/iter_N.tmp. Takes this rank's tensors to write: with own_copies into host buffers owned
+  // by this save (training may change the live tensors while write() runs), else as they are on the
+  // host (a tensor on a GPU is copied to the host either way). optimizer may be null (the weights alone).
+  CheckpointSave(std::string save_dir, const TrainingState& state, const model::ParameterSet& params,
+                 const optim::Optimizer* optimizer, const ShardPlacement& placement, int64_t keep_last,
+                 const std::vector<ExtraFile>& extra, bool own_copies);
+  CheckpointSave(const CheckpointSave&) = delete;
+  CheckpointSave& operator=(const CheckpointSave&) = delete;
+
+  // Writes this rank's files and its index fragment into the temporary directory, each synced to disk
+  // (on the leader also the tokenizer's copies). No collective and no allocation of tensors: it may run on
+  // another thread. after_file(path), when given, is called after each file is complete; what it throws
+  // ends the write (a test's injected fault, a cancelled write). Errors are tessera::Errors naming the file.
+  void write(const std::function<void(const std::string&)>& after_file = nullptr);
+  // Collective over placement.world, once every rank's write() has completed: the leader merges the
+  // fragments into the index (written last), renames the directory into place, then moves the tracker
+  // and prunes (keep_last).
+  void finalize();
+
+  int64_t iteration() const { return state_.iteration; }
+  const std::string& save_dir() const { return save_dir_; }
+  // The bytes this rank's write() puts on disk in tensors (its host buffers, with own_copies).
+  int64_t tensor_bytes() const;
+
+ private:
+  struct File {
+    std::string name;
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    std::map<std::string, std::string> metadata;
+  };
+  struct Slice {  // one index entry: slice_entry() less its CRC-32C, which write() computes
+    std::string tensor;
+    nlohmann::json global_shape, entry;
+    Tensor value;
+  };
+  std::string save_dir_;
+  TrainingState state_;
+  ShardPlacement placement_;
+  int64_t keep_last_;
+  bool leader_;
+  int64_t optimizer_steps_ = 0;
+  bool has_optimizer_ = false;
+  std::vector<File> files_;  // model files, then optimizer files, then the extra files
+  size_t model_files_ = 0;   // how many of files_ are model files (TESSERA_CKPT_CRASH_DURING_SAVE)
+  std::vector<Slice> slices_;
+  nlohmann::json tokenizer_files_;  // the leader's copies, made by write()
+  bool written_ = false;
+};
+
+// Removes what saves killed part way left behind in `root` (iter_N.tmp, iter_N.old), then all but the
+// newest `keep_last` complete iteration directories (keep_last 0: all of them stay).
+void prune_checkpoints(const std::string& root, int64_t keep_last);
 
 // Saves into `save_dir`/iter_XXXXXXX and then updates the tracker file. optimizer (AdamW or the
 // distributed optimizer: its moments()) may be null.
@@ -111,9 +175,18 @@ SafetensorsFile open_extra_file(const std::string& load_dir, const std::string& 
 // The iteration named by `load_dir`/latest_checkpointed_iteration.txt, or -1 when there is none.
 int64_t latest_checkpointed_iteration(const std::string& load_dir);
 
+// Whether `dir`/iter_N holds a complete checkpoint: its index, which a save writes last.
+bool checkpoint_complete(const std::string& dir, int64_t iteration);
+
+// Points the tracker of `dir` at `iteration`, a complete checkpoint there, and removes the iteration
+// directories after it: rank-local checkpoints that not every rank completed (a job killed between the
+// ranks' renames) give way to the newest one all ranks have.
+void roll_back_checkpoints(const std::string& dir, int64_t iteration);
+
 // Creates the --save directory if need be and checks that it can be written, so that an unusable
 // --save (a file, a read-only or missing parent) stops the run before training, not at the first save.
-void prepare_save_directory(const std::string& save_dir);
+// `flag` names the directory in the errors.
+void prepare_save_directory(const std::string& save_dir, const std::string& flag = "--save");
 
 // The "args" record of the latest checkpoint of `load_dir` (the model configuration among them).
 nlohmann::json latest_checkpoint_args(const std::string& load_dir);

@@ -59,6 +59,9 @@ struct CheckpointIndex {
 };
 
 constexpr int kCheckpointIndexVersion = 2;
+// A save directory's tracker (Megatron's name), and each iteration directory's index, written last.
+constexpr const char* kTrackerFile = "latest_checkpointed_iteration.txt";
+constexpr const char* kIndexFile = "index.json";
 
 // Parses the text of `path` (named in errors).
 CheckpointIndex parse_checkpoint_index(const std::string& text, const std::string& path);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <set>
 
 #include "ckpt/safetensors.h"
@@ -286,6 +287,67 @@ TEST(Checkpoint, LoadsIntoAnotherSplitAndRepadsTheVocabulary) {
   wrong.allocate(1);
   expect_error_containing([&] { load_checkpoint(dir.string(), wrong, nullptr); },
                           {"a.weight", "the model expects [6, 3]"});
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera::ckpt
+
+namespace tessera::ckpt {
+namespace {
+
+// --async-save's snapshot: with own_copies the save writes the values of when it was made, whatever
+// training does to the live tensors before write(); the files are those save_checkpoint writes then.
+TEST(CheckpointSave, OwnCopiesWriteTheValuesOfTheSaveNotTheLiveOnes) {
+  const fs::path sync = fresh_dir("save_sync"), async = fresh_dir("save_async");
+  Fixture f(1);
+  const TrainingState state{3, 12, 0, 5, {{"hidden_size", 3}}};
+  save_checkpoint(sync.string(), state, f.params, f.optimizer.get());
+  CheckpointSave save(async.string(), state, f.params, f.optimizer.get(), {}, 0, {}, /*own_copies=*/true);
+  EXPECT_TRUE(fs::is_directory(async / "iter_0000003.tmp"));
+  EXPECT_EQ(save.tensor_bytes(), 3 * 16 * 4);  // weights and two moments of 16 values
+  f.params.values().fill_(7.0f);  // training goes on while the files are written
+  f.optimizer->exp_avg().fill_(7.0f);
+  EXPECT_EQ(latest_checkpointed_iteration(async.string()), -1);
+  std::vector<std::string> written;
+  save.write([&](const std::string& path) { written.push_back(fs::path(path).filename().string()); });
+  EXPECT_EQ(written, (std::vector<std::string>{"model.tp00.pp00.safetensors", "optim.tp00.pp00.dp000.safetensors"}));
+  EXPECT_EQ(latest_checkpointed_iteration(async.string()), -1);  // the tracker moves only at finalize()
+  save.finalize();
+  EXPECT_EQ(latest_checkpointed_iteration(async.string()), 3);
+  for (const char* name : {"model.tp00.pp00.safetensors", "optim.tp00.pp00.dp000.safetensors", "index.json"}) {
+    std::ifstream a(sync / "iter_0000003" / name, std::ios::binary), b(async / "iter_0000003" / name, std::ios::binary);
+    const std::string x{std::istreambuf_iterator<char>(a), {}}, y{std::istreambuf_iterator<char>(b), {}};
+    EXPECT_FALSE(x.empty());
+    EXPECT_EQ(x, y) << name << " differs from the synchronous save's";
+  }
+  fs::remove_all(sync);
+  fs::remove_all(async);
+}
+
+// A write that fails part way (the hook throws after the first file) leaves the tracker where it was.
+TEST(CheckpointSave, AFailedWriteLeavesTheTrackerOnThePreviousCheckpoint) {
+  const fs::path dir = fresh_dir("save_failed");
+  Fixture f(1);
+  save_checkpoint(dir.string(), TrainingState{2, 8, 0, 5, {}}, f.params, f.optimizer.get());
+  CheckpointSave save(dir.string(), TrainingState{4, 16, 0, 5, {}}, f.params, f.optimizer.get(), {}, 0, {}, true);
+  EXPECT_THROW(save.write([](const std::string&) { throw Error("disk full"); }), Error);
+  EXPECT_EQ(latest_checkpointed_iteration(dir.string()), 2);
+  EXPECT_FALSE(checkpoint_complete(dir.string(), 4));
+  EXPECT_TRUE(checkpoint_complete(dir.string(), 2));
+  fs::remove_all(dir);
+}
+
+// Rank-local checkpoints that not every rank completed are rolled back to the one all have.
+TEST(CheckpointSave, RollBackRemovesTheNewerIterations) {
+  const fs::path dir = fresh_dir("rollback");
+  Fixture f(1);
+  for (int64_t it : {6, 8}) save_checkpoint(dir.string(), TrainingState{it, 4 * it, 0, 5, {}}, f.params, f.optimizer.get());
+  EXPECT_EQ(latest_checkpointed_iteration(dir.string()), 8);
+  roll_back_checkpoints(dir.string(), 6);
+  EXPECT_EQ(latest_checkpointed_iteration(dir.string()), 6);
+  EXPECT_FALSE(fs::exists(dir / "iter_0000008"));
+  EXPECT_THROW(roll_back_checkpoints(dir.string(), 4), Error);  // no checkpoint of 4 there
   fs::remove_all(dir);
 }
 

@@ -15,17 +15,28 @@ std::optional<InjectedFault> injected_fault_from_environment() {
   char colon1 = 0, colon2 = 0;
   std::string phase;
   in >> f.rank >> colon1 >> f.iteration >> colon2 >> phase;
-  TESSERA_CHECK(in && colon1 == ':' && colon2 == ':' && (phase == "forward" || phase == "backward") && f.rank >= 0 &&
-                    f.iteration >= 1,
-                "TESSERA_INJECT_FAULT=", value, ": expected RANK:ITERATION:forward|backward (iteration from 1)");
-  f.in_backward = phase == "backward";
+  TESSERA_CHECK(in && colon1 == ':' && colon2 == ':' && (phase == "forward" || phase == "backward" || phase == "save") &&
+                    f.rank >= 0 && f.iteration >= 1,
+                "TESSERA_INJECT_FAULT=", value, ": expected RANK:ITERATION:forward|backward|save (iteration from 1)");
+  f.phase = phase == "forward" ? InjectedFault::Phase::Forward
+            : phase == "backward" ? InjectedFault::Phase::Backward
+                                  : InjectedFault::Phase::Save;
   return f;
 }
 
 void maybe_inject_fault(const std::optional<InjectedFault>& fault, int rank, int64_t iteration, bool in_backward) {
-  if (!fault || fault->rank != rank || fault->iteration != iteration || fault->in_backward != in_backward) return;
+  const auto phase = in_backward ? InjectedFault::Phase::Backward : InjectedFault::Phase::Forward;
+  if (!fault || fault->rank != rank || fault->iteration != iteration || fault->phase != phase) return;
   throw Error(str_cat("injected fault (TESSERA_INJECT_FAULT) in the ", in_backward ? "backward" : "forward",
                       " of iteration ", iteration, " on rank ", rank));
+}
+
+void maybe_inject_save_fault(const std::optional<InjectedFault>& fault, int rank, int64_t iteration,
+                             const std::string& file) {
+  if (!fault || fault->rank != rank || fault->iteration != iteration || fault->phase != InjectedFault::Phase::Save)
+    return;
+  throw Error(str_cat("injected fault (TESSERA_INJECT_FAULT) in the save of iteration ", iteration, " on rank ", rank,
+                      ", after writing ", file));
 }
 
 }  // namespace tessera::train

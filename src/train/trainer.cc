@@ -40,7 +40,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   }
   TESSERA_CHECK(world->size() == args_.world_size, "the job has ", world->size(), " ranks but the arguments were "
                 "checked for ", args_.world_size);
-  if (!args_.save.empty()) ckpt::prepare_save_directory(args_.save);  // on every rank: each writes its files
+  prepare_save_directories(world->rank());
   comm::ParallelLayout layout{world->size(), static_cast<int>(args_.tensor_model_parallel_size),
                               static_cast<int>(args_.pipeline_model_parallel_size)};
   layout.context_parallel_size = static_cast<int>(args_.context_parallel_size);
@@ -459,9 +459,17 @@ void Trainer::train() {
                                                             args_.sample_prompt);
       say(str_cat(" sample at iteration ", iteration_, ": ", args_.sample_prompt, sampler_->sample()));
     }
+    // --async-save: a save being written is finalised at the first step boundary where every rank's files
+    // are complete (Megatron's maybe_finalize_async_save); a failed write ends every rank here.
+    if (pending_save_) finish_pending_save(/*blocking=*/false);
     const bool save_now = !args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
                                                   iteration_ == args_.train_iters);
-    if (save_now) save();
+    if (save_now) {
+      save();
+    } else if (args_.non_persistent_save_interval > 0 && iteration_ % args_.non_persistent_save_interval == 0) {
+      // As Megatron: a persistent save due at the same iteration takes its place.
+      save(args_.non_persistent_ckpt_type == "local" ? SaveKind::NonPersistentLocal : SaveKind::NonPersistentGlobal);
+    }
     if (log_)
       log_->progress(iteration_, args_.train_iters,
                      run_timer.seconds() / static_cast<double>(iteration_ - first_iteration));
@@ -477,6 +485,7 @@ void Trainer::train() {
       break;
     }
   }
+  finish_pending_save(/*blocking=*/true);  // the end of training (or an exit) waits for the last save
   optimizer_->wait_for_params();
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/parallel_state.h"
@@ -20,6 +21,7 @@
 #include "optim/adamw_optimizer.h"
 #include "optim/distributed_optimizer.h"
 #include "train/args/arguments.h"
+#include "train/async_checkpoint.h"
 #include "data/blended_dataset.h"
 #include "infer/training_sampler.h"
 #include "train/batching.h"
@@ -98,8 +100,9 @@ class Trainer {
   void build_teacher();
   // --load: the checkpoint's weights, optimizer state, iteration and data position (trainer_checkpoint.cc).
   void resume();
-  // After --load: every model tensor of the checkpoint went into some rank's parameters (collective).
-  void check_every_tensor_loaded();
+  // After --load: every model tensor of the checkpoint in `dir` went into some rank's parameters
+  // (collective; rank_local: this rank's own checkpoint went into its parameters).
+  void check_every_tensor_loaded(const std::string& dir, bool rank_local);
   // Mean per-token loss over --eval-iters global batches of `data`, from its first sample.
   Evaluation evaluate_on(const BatchSource& data);
   // --exit-interval and --exit-duration-in-mins after an iteration, as Megatron's checkpoint_and_decide_exit:
@@ -109,7 +112,27 @@ class Trainer {
   // Per-rank timers of the last log interval, gathered over the world and printed as (min, max) with
   // the measured and theoretical pipeline bubble.
   void log_timers(int64_t iterations);
-  void save();
+  // --save's directory and the non-persistent checkpoints' made and checked writable, on every rank (each
+  // writes its files), so that an unusable one stops the run before training, not at the first save.
+  void prepare_save_directories(int world_rank);
+  // The kinds of checkpoint: --save's, and Megatron's non-persistent ones (--non-persistent-ckpt-type).
+  enum class SaveKind { Persistent, NonPersistentGlobal, NonPersistentLocal };
+  // Saves a checkpoint of the current iteration (collective). With --async-save the files are written on
+  // a background thread and the save is finalised by a later finish_pending_save; a save still pending is
+  // finished first (one save at a time).
+  void save(SaveKind kind = SaveKind::Persistent);
+  // The save whose files are being written: the ranks agree (an all-reduce) whether every rank's write
+  // has ended, and when all have, the save is finalised (the index, the rename, the tracker; collective).
+  // blocking: waits for this rank's write first (the next save, the end of training); else only polls
+  // (each step boundary). A write that failed on any rank is an Error on every rank, with that rank's
+  // message. Returns whether no save is pending any more.
+  bool finish_pending_save(bool blocking);
+  // --load: the directory it resumes from (the newest checkpoint of --load and the non-persistent ones;
+  // collective with local ones, whose iteration the ranks agree on) and whether it is this rank's own.
+  std::pair<std::string, bool> resume_directory();
+  // The newest iteration of the local non-persistent checkpoints that every rank has complete at this
+  // layout, rolling back the ones that not all completed; -1 when there is none (collective).
+  int64_t agreed_local_iteration();
   // Completes the data-parallel reduction and sums sequence-parallel partial gradients.
   void finalize_gradients();
   void say(const std::string& line);
@@ -172,6 +195,14 @@ class Trainer {
   bool nothing_left_to_train_ = false;  // resumed at or past --train-iters: the loop ran no iteration
   std::vector<double> losses_;
   std::map<std::string, std::vector<double>> auxiliary_loss_history_;
+  // The save being written (--async-save) and not yet finalised. Last: destroyed first, it stops and
+  // joins its writer before anything else goes.
+  struct PendingSave {
+    std::unique_ptr<CheckpointWriter> writer;
+    SaveKind kind;
+    double blocked_seconds = 0;  // the training thread's time on it so far: the copies, the polls
+  };
+  std::optional<PendingSave> pending_save_;
 };
 
 }  // namespace tessera::train

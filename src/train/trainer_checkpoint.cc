@@ -1,10 +1,14 @@
 // Tessera's side of a checkpoint: what the run records, resuming from --load (the model and tokenizer
 // were checked against the checkpoint with the other flags, finalize_resume) and saving.
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "ckpt/checkpoint.h"
 #include "train/args/model_flags.h"
+#include "train/fault_injection.h"
 #include "train/trainer.h"
 
 namespace tessera::train {
@@ -27,6 +31,10 @@ nlohmann::json arguments_json(const TrainArguments& a) {
           {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
           {"virtual_pipeline_model_parallel_size", a.virtual_pipeline_size},
           {"context_parallel_size", a.context_parallel_size},
+          // A rank-local (non-persistent) checkpoint resumes only at the layout that saved it.
+          {"world_size", a.world_size},
+          {"expert_model_parallel_size", a.expert_model_parallel_size},
+          {"expert_tensor_parallel_size", a.expert_tensor_parallel_size},
           {"pipeline_schedule", a.pipeline_schedule},
           {"micro_batch_size", a.micro_batch_size},
           {"global_batch_size", a.global_batch_size},
@@ -60,13 +68,71 @@ void check_ouroboros_layout(const nlohmann::json& saved, const TrainArguments& a
 
 }  // namespace
 
+int64_t Trainer::agreed_local_iteration() {
+  const std::string dir = non_persistent_local_dir(args_, state_->world_rank());
+  // This rank's newest local checkpoint, if it was saved at this layout (its files are this rank's shards).
+  int64_t mine = -1;
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec)) mine = ckpt::latest_checkpointed_iteration(dir);
+  if (mine >= 0) {
+    const nlohmann::json saved = ckpt::latest_checkpoint_args(dir), here = arguments_json(args_);
+    for (const char* key : {"world_size", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+                            "virtual_pipeline_model_parallel_size", "context_parallel_size",
+                            "expert_model_parallel_size", "expert_tensor_parallel_size"})
+      if (saved.value(key, nlohmann::json()) != here.at(key)) {
+        if (state_->world_rank() == 0)
+          say(str_cat(" WARNING: the local non-persistent checkpoints in ", args_.non_persistent_local_ckpt_dir,
+                      " were saved at another layout (", key, "); not used"));
+        mine = -1;
+        break;
+      }
+  }
+  // The newest iteration every rank has: the oldest of the ranks' newest. A save is completed rank by rank
+  // only after every rank's files are written, and the older one is removed only after every rank
+  // completed the newer, so each rank still has it unless its disk was lost (then none is used).
+  Tensor t = Tensor::zeros({2}, DType::I64, Device::cpu());
+  t.host_i64()[0] = -mine;  // the largest negation: the smallest iteration
+  world_->all_reduce(t, comm::ReduceOp::Max);
+  const int64_t agreed = -t.host_i64()[0];
+  if (agreed < 0) {
+    if (mine >= 0)  // said by rank 0 when it has one
+      say(str_cat(" WARNING: not every rank has a local non-persistent checkpoint in ", args_.non_persistent_local_ckpt_dir,
+                  " (a node's disk lost or replaced?); they are not used"));
+    return -1;
+  }
+  t.host_i64()[0] = ckpt::checkpoint_complete(dir, agreed) ? 0 : 1;
+  t.host_i64()[1] = 0;
+  world_->all_reduce(t, comm::ReduceOp::Max);
+  if (t.host_i64()[0] != 0) {
+    say(str_cat(" WARNING: not every rank has the local non-persistent checkpoint of iteration ", agreed, " in ",
+                args_.non_persistent_local_ckpt_dir, "; not used"));
+    return -1;
+  }
+  if (mine > agreed) ckpt::roll_back_checkpoints(dir, agreed);  // a newer save not every rank completed
+  return agreed;
+}
+
+std::pair<std::string, bool> Trainer::resume_directory() {
+  if (args_.load.empty()) return {"", false};
+  // --load's and the global non-persistent checkpoints, the newest of them (a non-persistent one wins a tie).
+  std::string shared = newest_shared_checkpoint_dir(args_);
+  if (args_.non_persistent_ckpt_type != "local") return {shared, false};
+  const int64_t local = agreed_local_iteration();
+  const int64_t other = shared.empty() ? -1 : ckpt::latest_checkpointed_iteration(shared);
+  if (local >= 0 && local >= other) return {non_persistent_local_dir(args_, state_->world_rank()), true};
+  return {shared, false};
+}
+
 void Trainer::resume() {
   // Ouroboros on P ranks: params_ is empty there (the driver holds the modules and their state).
   const bool ouroboros_ring = args_.pipeline_schedule == "ouroboros" && schedule_.stages > 1;
-  if (!args_.load.empty() && ckpt::latest_checkpointed_iteration(args_.load) >= 0) {
+  const auto [dir, rank_local] = resume_directory();
+  if (!dir.empty()) {
+    // A rank's local checkpoint was not seen by the flags' check (finalize_resume): it is checked here.
+    if (rank_local) check_resumed_model(args_, dir);
     // An Ouroboros checkpoint holds the delayed rule's state beside (on P ranks: instead of) the
     // parameters, which the other schedule cannot continue, and the reverse: refused by name.
-    const nlohmann::json saved_args = ckpt::latest_checkpoint_args(args_.load);
+    const nlohmann::json saved_args = ckpt::latest_checkpoint_args(dir);
     const std::string saved_schedule = saved_args.value("pipeline_schedule", std::string("1f1b"));
     TESSERA_CHECK(saved_schedule == args_.pipeline_schedule, "--load ", args_.load, ": the checkpoint was saved with "
                   "--pipeline-schedule ", saved_schedule, ", this run has --pipeline-schedule ", args_.pipeline_schedule,
@@ -82,10 +148,10 @@ void Trainer::resume() {
     optim::AdamWOptimizer* moments = dynamic_cast<optim::AdamWOptimizer*>(optimizer_.get());
     if (distributed_optimizer_ && load_optim) moments = (full = std::make_unique<optim::AdamWOptimizer>(params_, args_.adam)).get();
     if (args_.finetune)  // what finalize_resume let through: the weights fit, the model differs
-      if (const auto differences = resumed_model_differences(args_); !differences.empty())
+      if (const auto differences = resumed_model_differences(args_, dir); !differences.empty())
         say(str_cat(" > --finetune: this model differs from the checkpoint's in ", describe(differences)));
-    ckpt::TrainingState state = ckpt::load_checkpoint(args_.load, params_, load_optim ? moments : nullptr);
-    if (!ouroboros_ring) check_every_tensor_loaded();
+    ckpt::TrainingState state = ckpt::load_checkpoint(dir, params_, load_optim ? moments : nullptr);
+    if (!ouroboros_ring) check_every_tensor_loaded(dir, rank_local);
     if (full) distributed_optimizer_->load_full_state(*full);
     if (!args_.finetune) {
       if (loss_scaler_ && state.loss_scaler.is_object()) loss_scaler_->load_state(state.loss_scaler);
@@ -98,7 +164,7 @@ void Trainer::resume() {
     }
     if (ouroboros_) {  // the delayed rule's state, the pending mini-batches' forwards run again
       const int64_t gbs = args_.global_batch_size;
-      ouroboros_->load_checkpoint_file(ckpt::open_extra_file(args_.load, ouroboros_file_name()), [&](int64_t s) {
+      ouroboros_->load_checkpoint_file(ckpt::open_extra_file(dir, ouroboros_file_name()), [&](int64_t s) {
         std::vector<model::MicroBatch> batches;
         for (int64_t m = 0; m < args_.num_micro_batches; ++m)
           batches.push_back(micro_batch(*train_data_, consumed_samples_ - (iteration_ - s) * gbs, m));
@@ -108,7 +174,11 @@ void Trainer::resume() {
                     ouroboros_->iteration(), ", the checkpoint at ", iteration_);
       if (schedule_.stages == 1) ouroboros_->copy_weights_to(params_);
     }
-    say(str_cat(" loaded checkpoint from ", args_.load, " at iteration ", state.iteration,
+    // Rank 0 names where it loaded from: --load, or a non-persistent checkpoint (local: its own directory).
+    const std::string kind = dir == args_.load ? ""
+                             : rank_local     ? " (non-persistent, local: each rank its own directory)"
+                                              : " (non-persistent, global)";
+    say(str_cat(" loaded checkpoint from ", dir, kind, " at iteration ", state.iteration,
                 args_.finetune ? " (finetune: starting at iteration 0)" : "", " (",
                 static_cast<int>(load_timer.seconds() * 1000), " ms)"));
   } else if (!args_.load.empty()) {
@@ -118,16 +188,17 @@ void Trainer::resume() {
   }
 }
 
-void Trainer::check_every_tensor_loaded() {
+void Trainer::check_every_tensor_loaded(const std::string& dir, bool rank_local) {
   // Every rank marks the checkpoint's tensors its parameters took; one that no rank took (saved by a
-  // model with other flags, under --finetune) would otherwise be dropped without a word.
-  const std::vector<std::string> names = ckpt::latest_model_tensor_names(args_.load);
+  // model with other flags, under --finetune) would otherwise be dropped without a word. A rank's own
+  // (local) checkpoint is this rank's alone: its parameters must take all of it.
+  const std::vector<std::string> names = ckpt::latest_model_tensor_names(dir);
   std::set<std::string> mine;
   for (const model::Parameter& p : params_.params()) mine.insert(p.spec.name);
   Tensor taken = Tensor::zeros({static_cast<int64_t>(names.size())}, DType::F32, Device::cpu());
   for (size_t i = 0; i < names.size(); ++i)
     if (mine.count(names[i])) taken.host_f32()[i] = 1;
-  world_->all_reduce(taken, comm::ReduceOp::Max);
+  if (!rank_local) world_->all_reduce(taken, comm::ReduceOp::Max);
   std::string left;
   for (size_t i = 0; i < names.size(); ++i)
     if (taken.host_f32()[i] == 0) left += (left.empty() ? "" : ", ") + names[i];
@@ -142,7 +213,17 @@ std::string Trainer::ouroboros_file_name() const {
   return buf;
 }
 
-void Trainer::save() {
+void Trainer::prepare_save_directories(int world_rank) {
+  if (!args_.save.empty()) ckpt::prepare_save_directory(args_.save);
+  if (args_.non_persistent_save_interval <= 0) return;
+  if (args_.non_persistent_ckpt_type == "global")
+    ckpt::prepare_save_directory(non_persistent_global_save_dir(args_), "--non-persistent-global-ckpt-dir");
+  if (args_.non_persistent_ckpt_type == "local")
+    ckpt::prepare_save_directory(non_persistent_local_dir(args_, world_rank), "--non-persistent-local-ckpt-dir");
+}
+
+void Trainer::save(SaveKind kind) {
+  finish_pending_save(/*blocking=*/true);  // one save at a time: the one before is finalised first
   ckpt::TrainingState state{iteration_,          consumed_samples_,
                             skipped_iterations_, args_.seed,
                             arguments_json(args_), loss_scaler_ ? loss_scaler_->state() : nlohmann::json(),
@@ -160,10 +241,96 @@ void Trainer::save() {
   // Ouroboros: every rank writes its modules' delayed state (replicas differ in their waiting gradients).
   std::vector<ckpt::ExtraFile> extra;
   if (ouroboros_) extra.push_back(ouroboros_->checkpoint_file(ouroboros_file_name()));
-  ckpt::save_checkpoint(args_.save, state, params_, args_.no_save_optim ? nullptr : optimizer_.get(),
-                        {rc.tp, dense_data_rank, world_, rc.pp, rc.etp, rc.ep, rc.edp}, args_.ckpt_keep_last, extra);
-  say(str_cat(" saved checkpoint at iteration ", iteration_, " to ", args_.save, " (",
-                     static_cast<int>(t.seconds() * 1000), " ms)"));
+  ckpt::ShardPlacement placement{rc.tp, dense_data_rank, world_, rc.pp, rc.etp, rc.ep, rc.edp};
+  std::string dir = args_.save;
+  int64_t keep_last = args_.ckpt_keep_last;
+  if (kind == SaveKind::NonPersistentGlobal) {
+    dir = non_persistent_global_save_dir(args_);
+    keep_last = 1;  // the older ones go once the newer is complete
+  } else if (kind == SaveKind::NonPersistentLocal) {
+    // Each rank all it holds, alone in its own directory; the older ones are removed once every rank
+    // has completed the newer (finish_pending_save).
+    dir = non_persistent_local_dir(args_, state_->world_rank());
+    keep_last = 0;
+    placement.world = nullptr;
+    placement.every_tensor = true;
+  }
+  auto save = std::make_unique<ckpt::CheckpointSave>(dir, state, params_, args_.no_save_optim ? nullptr : optimizer_.get(),
+                                                     placement, keep_last, extra, /*own_copies=*/args_.async_save);
+  // Test hooks: TESSERA_INJECT_FAULT=RANK:ITERATION:save fails this rank's write after its first file;
+  // TESSERA_CKPT_WRITE_DELAY_MS=N pauses N ms after each file (a slow disk: saves that kills can interrupt).
+  const char* delay = std::getenv("TESSERA_CKPT_WRITE_DELAY_MS");
+  auto after_file = [fault = injected_fault_, rank = state_->world_rank(), iteration = iteration_,
+                     delay_ms = delay ? std::atoi(delay) : 0](const std::string& f) {
+    maybe_inject_save_fault(fault, rank, iteration, f);
+    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  };
+  pending_save_.emplace(
+      PendingSave{std::make_unique<CheckpointWriter>(std::move(save), after_file, args_.async_save), kind, 0});
+  pending_save_->blocked_seconds = t.seconds();
+  if (!args_.async_save) {
+    finish_pending_save(/*blocking=*/true);
+    return;
+  }
+  say(str_cat(" started asynchronous save of", kind == SaveKind::Persistent ? "" : " non-persistent", " checkpoint at iteration ",
+              iteration_, " to ", kind == SaveKind::NonPersistentLocal ? args_.non_persistent_local_ckpt_dir : dir,
+              " (training blocked ", static_cast<int>(pending_save_->blocked_seconds * 1000), " ms copying ",
+              pending_save_->writer->save().tensor_bytes() >> 20, " MiB)"));
+}
+
+bool Trainer::finish_pending_save(bool blocking) {
+  if (!pending_save_) return true;
+  Timer t;
+  CheckpointWriter& writer = *pending_save_->writer;
+  ckpt::CheckpointSave& save = writer.save();
+  if (blocking) writer.wait();
+  // One all-reduce: whether any rank's write is still running, and the highest rank whose write failed.
+  const bool done = writer.done();
+  Tensor flags = Tensor::zeros({2}, DType::I64, Device::cpu());
+  flags.host_i64()[0] = done ? 0 : 1;
+  flags.host_i64()[1] = done && !writer.error().empty() ? state_->world_rank() + 1 : 0;
+  world_->all_reduce(flags, comm::ReduceOp::Max);
+  if (flags.host_i64()[1] > 0) {
+    // Every rank ends with the failed rank's message (its text broadcast), so no rank waits on the others.
+    const int failed = static_cast<int>(flags.host_i64()[1] - 1);
+    constexpr int64_t kLength = 1024;
+    Tensor text = Tensor::zeros({kLength}, DType::I64, Device::cpu());
+    if (state_->world_rank() == failed)
+      for (size_t i = 0; i < writer.error().size() && i < static_cast<size_t>(kLength); ++i)
+        text.host_i64()[i] = static_cast<unsigned char>(writer.error()[i]);
+    world_->broadcast(text, failed);
+    std::string message;
+    for (int64_t i = 0; i < kLength && text.host_i64()[i] != 0; ++i) message += static_cast<char>(text.host_i64()[i]);
+    const int64_t iteration = save.iteration();
+    throw Error(str_cat("the checkpoint of iteration ", iteration, " could not be saved: rank ", failed,
+                        " failed writing its files: ", message, " (the tracker still names the checkpoint before it)"));
+  }
+  if (flags.host_i64()[0] > 0) {  // not every rank's write has ended: training goes on
+    pending_save_->blocked_seconds += t.seconds();
+    return false;
+  }
+  // Every rank's files are complete and synced: the index, the rename and the tracker.
+  save.finalize();
+  const SaveKind kind = pending_save_->kind;
+  std::string where = save.save_dir();
+  if (kind == SaveKind::NonPersistentLocal) {
+    world_->barrier();  // every rank has renamed its newer checkpoint into place: the older can go
+    ckpt::prune_checkpoints(save.save_dir(), 1);
+    where = args_.non_persistent_local_ckpt_dir;
+  }
+  const double blocked = pending_save_->blocked_seconds + t.seconds();
+  const std::string what = kind == SaveKind::Persistent          ? "checkpoint"
+                           : kind == SaveKind::NonPersistentGlobal ? "non-persistent checkpoint (global)"
+                                                                   : "non-persistent checkpoint (local)";
+  if (args_.async_save)
+    say(str_cat(" saved ", what, " at iteration ", save.iteration(), " to ", where, " (asynchronous: written in ",
+                static_cast<int>(writer.write_seconds() * 1000), " ms; training blocked ",
+                static_cast<int>(blocked * 1000), " ms)"));
+  else
+    say(str_cat(" saved ", what, " at iteration ", save.iteration(), " to ", where, " (",
+                static_cast<int>(blocked * 1000), " ms)"));
+  pending_save_.reset();
+  return true;
 }
 
 }  // namespace tessera::train

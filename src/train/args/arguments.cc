@@ -167,6 +167,20 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
               "With --load: stop with an error when there is no checkpoint, instead of training from scratch");
   l->add_flag("--finetune", a.finetune, "Load only the model weights and start at iteration 0");
   l->add_option("--ckpt-keep-last", a.ckpt_keep_last, "Keep only the newest N checkpoints (0: all)");
+  l->add_flag("--async-save", a.async_save,
+              "Write checkpoints on a background thread while training goes on (the tensors copied to host "
+              "buffers first); the tracker moves once every rank's files are complete");
+  l->add_option("--non-persistent-save-interval", a.non_persistent_save_interval,
+                "Iterations between non-persistent checkpoints (only the newest kept; --load takes the newest "
+                "checkpoint of any kind)");
+  l->add_option("--non-persistent-ckpt-type", a.non_persistent_ckpt_type,
+                "global (a checkpoint in --non-persistent-global-ckpt-dir) or local (each rank's own files in "
+                "--non-persistent-local-ckpt-dir, on its node's disk)");
+  l->add_option("--non-persistent-global-ckpt-dir", a.non_persistent_global_ckpt_dir,
+                "Directory of the global non-persistent checkpoints (default: --save/non_persistent, and "
+                "--load/non_persistent when resuming)");
+  l->add_option("--non-persistent-local-ckpt-dir", a.non_persistent_local_ckpt_dir,
+                "Directory of the local non-persistent checkpoints on each node (rank r writes under rank_r)");
   l->add_flag("--exit-signal-handler", a.exit_signal_handler,
               "On SIGTERM, SIGINT or --exit-signal, save a checkpoint at the end of the iteration and exit 0");
   l->add_option("--exit-signal", a.exit_signal,
@@ -202,6 +216,7 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   TESSERA_CHECK(app.count("--train-iters") + app.count("--train-samples") > 0,
                 "give --train-iters or --train-samples: how long to train");
   a.split_given = split_flag->count() > 0;
+  a.non_persistent_save_interval_given = app.count("--non-persistent-save-interval") > 0;
   finalize(a);
   return a;
 }

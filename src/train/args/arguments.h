@@ -143,6 +143,18 @@ struct TrainArguments {
   bool no_load_optim = false, no_load_rng = false, finetune = false;
   bool no_save_optim = false, exit_on_missing_checkpoint = false;
   int64_t ckpt_keep_last = 0;         // 0: keep every checkpoint
+  // --async-save (Megatron's): a save copies the tensors into host buffers and a background thread
+  // writes the files while training goes on; the tracker moves once every rank's files are complete.
+  bool async_save = false;
+  // Megatron's non-persistent checkpoints: every non_persistent_save_interval iterations (0: none;
+  // given, it must be positive), of type "global" (a checkpoint like --save's, in
+  // non_persistent_global_ckpt_dir: default --save/non_persistent, read from --load/non_persistent) or
+  // "local" (each rank its own files under non_persistent_local_ckpt_dir/rank_NNNNN, each node's own
+  // disk); only the newest is kept, and --load resumes from the newest of every kind.
+  int64_t non_persistent_save_interval = 0;
+  bool non_persistent_save_interval_given = false;
+  std::string non_persistent_ckpt_type;  // "" (none), global or local
+  std::string non_persistent_global_ckpt_dir, non_persistent_local_ckpt_dir;
   bool exit_signal_handler = false;   // SIGTERM/SIGINT/exit_signal: save at the end of the iteration, exit 0
   std::string exit_signal = "SIGTERM";  // also caught by the handler: SIGUSR1 is what mpirun forwards
   // As Megatron: save and exit 0 after an iteration that is a multiple of exit_interval, or that ends
@@ -226,6 +238,20 @@ std::string rampup_text(const TrainArguments& a);  // --rampup-batch-size as giv
 void finalize_optimizer(TrainArguments& a);        // AdamW, learning-rate schedule, mixed precision
 void finalize_checkpointing(TrainArguments& a);    // saving and exiting
 void finalize_distillation(TrainArguments& a);     // --kd and the teacher's checkpoint (reads its index)
+// Where the non-persistent checkpoints of type global are saved (--non-persistent-global-ckpt-dir, default
+// --save/non_persistent) and looked for by --load (default --load/non_persistent, as Megatron's
+// _load_base_checkpoint); "" without that type.
+std::string non_persistent_global_save_dir(const TrainArguments& a);
+std::string non_persistent_global_load_dir(const TrainArguments& a);
+// World rank r's directory of local non-persistent checkpoints: --non-persistent-local-ckpt-dir/rank_NNNNN.
+std::string non_persistent_local_dir(const TrainArguments& a, int world_rank);
+// The directory of the newest checkpoint --load resumes from that every rank can read: --load's, or the
+// global non-persistent one when that is as new or newer (Megatron's rule); "" when neither holds one.
+// (Local non-persistent checkpoints need the ranks to agree: Trainer::resume.)
+std::string newest_shared_checkpoint_dir(const TrainArguments& a);
+// The model and tokenizer flags against those recorded by the checkpoint in `dir` (finalize_resume's
+// rule): differences are an Error unless --finetune allows them.
+void check_resumed_model(const TrainArguments& a, const std::string& dir);
 void finalize_resume(TrainArguments& a);  // --load's checkpoint holds this model and tokenizer (reads its index)
 void finalize_token_slices(TrainArguments& a);
 void finalize_ouroboros(TrainArguments& a);  // --pipeline-schedule ouroboros and what it runs with (yet)

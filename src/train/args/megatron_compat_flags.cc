@@ -71,6 +71,8 @@ const Choice kChoices[] = {
      {{"zarr", "Megatron-LM removed the zarr format (January 2026); its values now are torch, torch_dist, torch_dcp "
                "and fsdp_dtensor (Tessera writes its own format whichever is given)"}}},
     {"--num-workers", {}, "samples are read on the training thread"},
+    {"--non-persistent-local-ckpt-algo", {"fully_parallel", "atomic"},
+     "each rank writes all its own local checkpoint, completed by a rename once every rank's files are written"},
     {"--timing-log-level", {"0", "1", "2"}, "the log has Tessera's timers"},
 };
 

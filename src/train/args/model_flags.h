@@ -33,10 +33,11 @@ struct ModelDifference : ModelFlagConflict {
 };
 std::vector<ModelDifference> model_differences(const model::ModelConfig& run, const model::ModelConfig& saved);
 
-// The differences between the run `a` (finalised) and the latest checkpoint of its --load, the tokenizer's
-// type and files included (against the copies the checkpoint carries); empty without one. finalize_resume
-// refuses them (under --finetune those that change shapes), the Trainer states the rest.
-std::vector<ModelDifference> resumed_model_differences(const TrainArguments& a);
+// The differences between the run `a` (finalised) and the latest checkpoint of `dir` (the one its --load
+// resumes from: newest_shared_checkpoint_dir, or a rank's local non-persistent directory), the
+// tokenizer's type and files included (against the copies the checkpoint carries); empty without one.
+// finalize_resume refuses them (under --finetune those that change shapes), the Trainer states the rest.
+std::vector<ModelDifference> resumed_model_differences(const TrainArguments& a, const std::string& dir);
 
 // "--hidden-size=64 (the checkpoint's: 32); --swiglu=true (the checkpoint's: false)".
 std::string describe(const std::vector<ModelFlagConflict>& conflicts);
