@@ -56,3 +56,4 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/fetch_gpt2_vocab.sh" >/dev/null
 "$root/scripts/fetch_bert_vocab.sh" >/dev/null
 "$root/scripts/fetch_brown.sh" >/dev/null
+"$root/scripts/fetch_openai_node.sh" >/dev/null  # the OpenAI Node client of tests/serve_openai_node_cli.sh

@@ -54,11 +54,21 @@ void check_options(const ZeroShotOptions& o) {
 ZeroShotResult evaluate_zeroshot(const ZeroShotOptions& o, const infer::ModelRunner& runner,
                                  const data::Tokenizer& tokenizer, comm::ProcessGroup& data_group,
                                  const std::function<void(const std::string&)>& progress) {
+  ZeroShotOptions with_seq = o;
+  if (with_seq.seq_length <= 0) with_seq.seq_length = runner.config().seq_length;
+  return evaluate_zeroshot(with_seq, [&](const model::MicroBatch& mb) { return runner.score(mb); }, tokenizer,
+                           data_group, progress);
+}
+
+ZeroShotResult evaluate_zeroshot(const ZeroShotOptions& o, const BatchScorer& score, const data::Tokenizer& tokenizer,
+                                 comm::ProcessGroup& data_group,
+                                 const std::function<void(const std::string&)>& progress) {
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
   check_options(o);
-  const int64_t seq = o.seq_length > 0 ? o.seq_length : runner.config().seq_length;
+  TESSERA_CHECK(o.seq_length > 0, "evaluate_zeroshot: the window length (--seq-length) is not set");
+  const int64_t seq = o.seq_length;
   const bool loss_metric = o.task == "WIKITEXT103";
   ZeroShotResult r;
   r.task = o.task;
@@ -120,7 +130,7 @@ ZeroShotResult evaluate_zeroshot(const ZeroShotOptions& o, const infer::ModelRun
       std::copy(s.tokens.begin() + 1, s.tokens.begin() + len + 1, mb.labels.host_i32() + k * len);
       std::copy(s.mask.begin(), s.mask.begin() + len, mb.loss_mask.host_f32() + k * len);
     }
-    infer::Scores scores = runner.score(mb);
+    infer::Scores scores = score(mb);
     for (int64_t k = 0; k < n; ++k) {
       double loss = 0;
       bool correct = true;

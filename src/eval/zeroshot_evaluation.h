@@ -48,6 +48,14 @@ ZeroShotResult evaluate_zeroshot(const ZeroShotOptions& options, const infer::Mo
                                  const data::Tokenizer& tokenizer, comm::ProcessGroup& data_group,
                                  const std::function<void(const std::string&)>& progress = {});
 
+// The same with the scores from elsewhere (`tessera eval --server-url`: a server's log-probs):
+// `score` answers runner.score's Scores for a micro-batch; options.seq_length must be set. A label's
+// argmax only has to tell whether the label was the most likely token (another id when not).
+using BatchScorer = std::function<infer::Scores(const model::MicroBatch&)>;
+ZeroShotResult evaluate_zeroshot(const ZeroShotOptions& options, const BatchScorer& score,
+                                 const data::Tokenizer& tokenizer, comm::ProcessGroup& data_group,
+                                 const std::function<void(const std::string&)>& progress = {});
+
 // Megatron's result line: " validation results on WIKITEXT103 | avg loss: ... |".
 std::string format_result(const ZeroShotResult& r);
 
