@@ -50,7 +50,7 @@ def same(x, y, where):
         for k in x: same(x[k], y[k], f"{where}.{k}")
     elif isinstance(x, list):
         assert len(x) == len(y), (where, x, y)
-        for i, (u, v) in enumerate(zip(x, y)): same(u, v, f"{where}[{i}]")
+        for i in range(len(x)): same(x[i], y[i], f"{where}[{i}]")
     else:
         assert x == y, (where, x, y)
 assert len(a) == len(b) == 9, (len(a), len(b))

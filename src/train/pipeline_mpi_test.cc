@@ -114,7 +114,10 @@ TEST(PipelineLayouts, LossesAndGradientsMatchTheSingleProcessRun) {
     Trainer one(parse_train_arguments(split_flags(flags(l.tp, l.pp, l.v, global_batch, 1, l.extra)), n),
                 world.get());
     one.train();
-    expect_gradients_match(one, reference(global_batch, 1, model_flags));
+    // The distributed optimizer leaves each data-parallel rank only its own pieces reduced (the 20
+    // losses above check the rest through the updates).
+    if (dp == 1 || l.extra.find("--use-distributed-optimizer") == std::string::npos)
+      expect_gradients_match(one, reference(global_batch, 1, model_flags));
   }
 }
 
