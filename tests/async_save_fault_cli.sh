@@ -7,28 +7,13 @@ tessera=${1:?usage: async_save_fault_cli.sh path/to/tessera}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/lib/checks.sh"
+source "$(dirname "$0")/lib/checkpoint_checks.sh"  # complete DIR
 export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 unset TESSERA_INJECT_FAULT TESSERA_CKPT_WRITE_DELAY_MS
 mpirun="mpirun --oversubscribe --allow-run-as-root -np 2"
 model=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data
        --tokenizer-type NullTokenizer --vocab-size 60 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
        --log-interval 1 --eval-iters 0 --tensor-model-parallel-size 2)
-
-# complete DIR: the tracker names a directory with an index, and every file the index lists is there
-# with its recorded size.
-complete() {
-  python3 - "$1" <<'EOF'
-import json, os, sys
-root = sys.argv[1]
-it = int(open(os.path.join(root, "latest_checkpointed_iteration.txt")).read())
-d = os.path.join(root, "iter_%07d" % it)
-index = json.load(open(os.path.join(d, "index.json")))
-assert index["iteration"] == it, (index["iteration"], it)
-for name, f in index["files"].items():
-    assert os.path.getsize(os.path.join(d, name)) == f["bytes"], name
-print(it)
-EOF
-}
 
 # A write failing on rank 1 in the save of iteration 4 (iteration 2's is complete).
 for mode in async sync; do
