@@ -177,7 +177,10 @@ nlohmann::json plan_json(const plan::Plan& p, const std::string& formula) {
             {"micro_batch_size", l.micro_batch_size}, {"global_batch_size", l.global_batch_size},
             {"micro_batches", l.micro_batches()}, {"recompute", plan::to_string(l.recompute)},
             {"distributed_optimizer", l.distributed_optimizer}, {"precision", plan::to_string(l.precision)},
-            {"token_slices", l.token_slices}}},
+            {"token_slices", l.token_slices},
+            {"zero_bubble", l.zero_bubble == pipeline::ZeroBubble::H1  ? "zb-h1"
+                            : l.zero_bubble == pipeline::ZeroBubble::V ? "zb-v"
+                                                                       : "off"}}},
           {"device", p.cluster.device.name},
           {"num_devices", p.cluster.num_devices},
           {"parameters", p.config.parameter_count()},
@@ -232,6 +235,11 @@ void print_plan(const plan::Plan& p) {
     std::printf("context parallel %d: each rank holds %lld tokens of a sequence (2 chunks of %lld), attention around "
                 "the ring of %d ranks\n",
                 l.cp, static_cast<long long>(c.seq_length / l.cp), static_cast<long long>(c.seq_length / (2 * l.cp)), l.cp);
+  if (l.zero_bubble != pipeline::ZeroBubble::Off)
+    std::printf("zero bubble: %s, each backward split into B (input gradient) and W (weight gradients), W "
+                "filling the bubble; activations held from F to W\n",
+                l.zero_bubble == pipeline::ZeroBubble::V ? "ZB-V (2 chunks per rank in a V, the output layer on rank 0)"
+                                                         : "ZB-H1 (1F1B's placement)");
   if (!l.token_slices.empty())
     std::printf("token slices (TeraPipe): %zu per sequence, %s tokens; the simulated schedule is 1F1B over them\n",
                 l.token_slices.size(), plan::token_slices_string(l).c_str());
@@ -268,8 +276,10 @@ void print_plan(const plan::Plan& p) {
   row("optimizer", t.optimizer);
   std::printf("  %-34s %12.3f ms\n", "total", total * 1e3);
   if (l.pp > 1)
-    std::printf("  bubble: simulated %.1f%% of compute, theory (p-1)/(v*m) = %.1f%%\n",
-                100 * t.pipeline_bubble / std::max(t.compute + t.tensor_parallel, 1e-30), 100 * p.theoretical_bubble);
+    std::printf("  bubble: simulated %.1f%% of compute, theory %s = %.1f%%\n",
+                100 * t.pipeline_bubble / std::max(t.compute + t.tensor_parallel, 1e-30),
+                l.zero_bubble == pipeline::ZeroBubble::Off ? "(p-1)/(v*m)" : "(the schedule at F = B = W)",
+                100 * p.theoretical_bubble);
   std::printf("\nelapsed time per iteration (ms): %.1f\n", total * 1e3);
   std::printf("throughput per GPU (TFLOP/s/GPU): %.1f\n", p.tflops_per_device);
   std::printf("hardware FLOPs per GPU with recomputation (TFLOP/s/GPU): %.1f\n", p.hardware_tflops_per_device);

@@ -231,4 +231,23 @@ out=$(ulimit -v 2000000; timeout 20 "$tessera" plan --num-layers 48 --hidden-siz
 check "--ddp-bucket-size 1 plans quickly: $(tail -3 <<<"$out")" $?
 expect_error "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 1 --global-batch-size 8 --vocab-size 100 --num-devices -8" "--num-devices: -8 must be an integer >= 0"
 
+# Zero bubble: the plan prices B and W apart; ZB-H1 and ZB-V leave less bubble than 1F1B on the same model.
+zb="--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --seq-length 1024 --micro-batch-size 1
+    --global-batch-size 8 --vocab-size 8192 --device A100-80GB --num-devices 4 --pipeline-model-parallel-size 4"
+bubble() { awk '/pipeline bubble \(simulated\)/ { print $(NF-2) }' <<<"$1"; }
+out=$("$tessera" plan $zb 2>&1); plain=$(bubble "$out")
+out=$("$tessera" plan $zb --enable-zero-bubble 2>&1)
+check "ZB-H1 plan runs: $out" $?
+h1=$(bubble "$out")
+grep -q "zero bubble: ZB-H1" <<<"$out" && grep -qF "theory (the schedule at F = B = W)" <<<"$out"
+check "the ZB-H1 plan names its schedule and theory: $out" $?
+out=$("$tessera" plan $zb --zero-bubble-v-schedule 2>&1)
+check "ZB-V plan runs: $out" $?
+v=$(bubble "$out")
+grep -q "zero bubble: ZB-V" <<<"$out"
+check "the ZB-V plan names its schedule: $out" $?
+awk -v a="$plain" -v b="$h1" -v c="$v" 'BEGIN { exit !(a > 0 && b < a && c < b) }'
+check "bubble 1F1B $plain ms > ZB-H1 $h1 ms > ZB-V $v ms" $?
+expect_error "$zb --zero-bubble-v-schedule --num-layers 12" "--zero-bubble-v-schedule"
+
 finish plan_cli

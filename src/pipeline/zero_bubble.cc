@@ -24,15 +24,27 @@ class GreedyScheduler {
 
   std::vector<std::vector<Op>> run() {
     const int per_rank = s_.micro_batches * s_.chunks * (forward_only_ ? 1 : 3);
+    // Each rank's next choice, kept until what it depends on changes: a commit changes its own rank and
+    // the rank that receives its output (F: the next model chunk's, B: the previous one's). So a step
+    // decides again for at most three ranks, not all p (the planner builds lists for p = 64 and more).
+    std::vector<Choice> next(s_.stages);
+    std::vector<double> when(s_.stages);  // next[r].time, or infinity while rank r can only wait
+    auto refresh = [&](int r) {
+      const std::optional<Choice> c = decide(r);
+      when[r] = c ? c->time : std::numeric_limits<double>::infinity();
+      if (c) next[r] = *c;
+    };
+    for (int r = 0; r < s_.stages; ++r) refresh(r);
     for (int left = per_rank * s_.stages; left > 0; --left) {
-      int best = -1;
-      Choice choice;
-      for (int r = 0; r < s_.stages; ++r) {
-        const std::optional<Choice> c = decide(r);
-        if (c && (best < 0 || c->time < choice.time)) best = r, choice = *c;
-      }
-      TESSERA_CHECK(best >= 0, "zero-bubble schedule: no rank can run an operation (", left, " left)");
+      const int best = static_cast<int>(std::min_element(when.begin(), when.end()) - when.begin());  // first of ties
+      TESSERA_CHECK(when[best] != std::numeric_limits<double>::infinity(),
+                    "zero-bubble schedule: no rank can run an operation (", left, " left)");
+      const Choice choice = next[best];
+      const int j = index(best, choice.chunk);
       commit(best, choice);
+      refresh(best);
+      const int receiver = choice.pass == Pass::F ? j + 1 : choice.pass == Pass::B ? j - 1 : -1;
+      if (receiver >= 0 && receiver < chunks_) refresh(chunk_at(s_, receiver).stage);
     }
     std::vector<std::vector<Op>> ops;
     for (Rank& r : ranks_) ops.push_back(std::move(r.ops));

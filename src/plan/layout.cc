@@ -43,7 +43,29 @@ std::string context_problem(const model::ModelConfig& c, const Layout& l) {
   return "";
 }
 
+// The trainer's zero-bubble rules (train/args/arguments_parallel.cc, pipeline::validate_schedule).
+std::string zero_bubble_problem(const Layout& l) {
+  if (l.zero_bubble == pipeline::ZeroBubble::Off) return "";
+  const bool v = l.zero_bubble == pipeline::ZeroBubble::V;
+  const char* name = v ? "ZB-V" : "ZB-H1";
+  if (!l.token_slices.empty()) return str_cat(name, " cannot be combined with token slices");
+  if (l.virtual_stages != (v ? 2 : 1))
+    return str_cat(name, v ? " places two model chunks on each rank (v 2)" : " is 1F1B's placement (v 1)", ", not v ",
+                   l.virtual_stages);
+  if (v && l.pp == 1) return "ZB-V needs pipeline parallelism (pp > 1)";
+  return "";
+}
+
 }  // namespace
+
+pipeline::ScheduleShape schedule_shape(const Layout& l) {
+  pipeline::ScheduleShape shape{l.pp, static_cast<int>(l.micro_batches()), l.virtual_stages,
+                                l.token_slices.empty() ? 1 : static_cast<int>(l.token_slices.size())};
+  shape.zero_bubble = l.zero_bubble;
+  return shape;
+}
+
+int head_stage(const Layout& l) { return l.zero_bubble == pipeline::ZeroBubble::V ? 0 : l.pp - 1; }
 
 std::string layout_problem(const model::ModelConfig& c, const Layout& l, int devices, std::string* family) {
   auto fail = [&](const char* kind, std::string why) {
@@ -74,7 +96,8 @@ std::string layout_problem(const model::ModelConfig& c, const Layout& l, int dev
   if (l.micro_batch_size < 1 || l.global_batch_size % (l.micro_batch_size * l.dp) != 0)
     return fail("batch", str_cat("--global-batch-size=", l.global_batch_size, " is not divisible by --micro-batch-size=",
                                  l.micro_batch_size, " x dp ", l.dp));
-  if (l.virtual_stages > 1 && l.micro_batches() % l.pp != 0)
+  if (std::string why = zero_bubble_problem(l); !why.empty()) return fail("divisibility", why);
+  if (l.virtual_stages > 1 && l.zero_bubble == pipeline::ZeroBubble::Off && l.micro_batches() % l.pp != 0)
     return fail("batch", str_cat("the interleaved schedule needs the number of micro-batches (", l.micro_batches(),
                                  ") to be a multiple of pp ", l.pp));
   if (l.recompute == Recompute::Full && l.recompute_num_layers < 1)
@@ -125,7 +148,9 @@ std::string to_string(Precision p) {
 
 std::string describe(const Layout& l) {
   const std::string experts = l.ep > 1 || l.etp > 0 ? str_cat(" ep", l.ep, " etp", l.expert_tp()) : "";
-  return str_cat("tp", l.tp, l.cp > 1 ? str_cat(" cp", l.cp) : std::string(), " pp", l.pp, " dp", l.dp, experts, " v", l.virtual_stages, " mbs", l.micro_batch_size, " gbs",
+  return str_cat("tp", l.tp, l.cp > 1 ? str_cat(" cp", l.cp) : std::string(), " pp", l.pp, " dp", l.dp, experts, " v", l.virtual_stages,
+                 l.zero_bubble == pipeline::ZeroBubble::H1 ? " zb-h1" : l.zero_bubble == pipeline::ZeroBubble::V ? " zb-v" : "",
+                 " mbs", l.micro_batch_size, " gbs",
                  l.global_batch_size, l.sequence_parallel ? " sp" : "", " recompute=", to_string(l.recompute),
                  l.distributed_optimizer ? " distopt" : "",
                  l.token_slices.empty() ? "" : str_cat(" slices=", token_slices_string(l)));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "pipeline/schedules.h"
 
 namespace tessera::plan {
 
@@ -42,6 +43,9 @@ struct Layout {
   // TeraPipe (--pipeline-token-slices): the lengths each sequence is cut into, in order (summing to the
   // sequence length); empty: whole micro-batches flow through the pipeline. Needs virtual_stages = 1.
   std::vector<int64_t> token_slices;
+  // Zero-bubble pipelines (--enable-zero-bubble: ZB-H1, v = 1; --zero-bubble-v-schedule: ZB-V, v = 2 in a
+  // V, so the output layer sits on pipeline rank 0): each backward split into B and W (pipeline/zero_bubble.h).
+  pipeline::ZeroBubble zero_bubble = pipeline::ZeroBubble::Off;
 
   int devices() const { return tp * cp * pp * dp; }
   // Tokens of one sequence that a rank holds: seq / cp (exactly seq when cp = 1).
@@ -56,6 +60,11 @@ struct Layout {
   int gradient_bytes() const { return precision == Precision::Fp16 ? 2 : 4; }
 };
 
+// The pipeline schedule the layout runs (stages, micro-batches per replica, chunks, slices, zero bubble).
+pipeline::ScheduleShape schedule_shape(const Layout& l);
+// The pipeline rank holding the output layer and the loss: the last, or rank 0 under ZB-V.
+int head_stage(const Layout& l);
+
 // Why a layout cannot run the model on `devices` devices, or "" when it can. `family` is set to the kind of
 // rule broken: "divisibility" (heads, layers, vocabulary, sequence not divisible), "batch" (global batch
 // vs micro batch x dp, interleaving's micro-batch rule), "devices" (tp x cp x pp x dp != devices) or
@@ -69,7 +78,8 @@ std::string layout_problem(const model::ModelConfig& c, const Layout& l, int dev
 std::string to_string(Recompute r);
 std::string to_string(Precision p);
 // "tp8 pp64 dp6 v1 mbs1 gbs3072 recompute=full", with " ep8 etp1" after dp when ep > 1 or etp is set
-// and " slices=32x64" at the end with token slices; " cp2" after tp when cp > 1.
+// and " slices=32x64" at the end with token slices; " cp2" after tp when cp > 1; " zb-h1" or " zb-v" after
+// v with a zero-bubble schedule.
 std::string describe(const Layout& l);
 // The token slices, runs of equal lengths as count x length: "32x64", "22x80,4x72", "40,16,8"; "" when
 // there are none.

@@ -76,8 +76,9 @@ RankParameters layer_parameters(const model::ModelConfig& c, const Layout& l, in
 }
 
 std::vector<int64_t> chunk_layer_numbers(const model::ModelConfig& c, const Layout& l, int stage, int chunk) {
-  const pipeline::LayerRange r =
-      pipeline::chunk_layers(static_cast<int>(c.num_layers), {l.pp, 1, l.virtual_stages}, {stage, chunk});
+  pipeline::ScheduleShape shape{l.pp, 1, l.virtual_stages};
+  shape.zero_bubble = l.zero_bubble;  // ZB-V: rank r holds model chunks r and 2 pp - 1 - r
+  const pipeline::LayerRange r = pipeline::chunk_layers(static_cast<int>(c.num_layers), shape, {stage, chunk});
   std::vector<int64_t> layers;
   for (int i = 0; i < r.count; ++i) layers.push_back(r.first + i + 1);
   return layers;
@@ -96,9 +97,9 @@ RankParameters stage_parameters(const model::ModelConfig& c, const Layout& l, in
     n.dense += vocab_shard * h;
     if (c.position_embedding == model::PositionEmbedding::LearnedAbsolute) n.dense += static_cast<double>(c.max_position_embeddings) * h;
   }
-  if (stage == l.pp - 1) {
+  if (stage == head_stage(l)) {  // a tied output layer on another rank than the embedding holds a copy
     n.dense += norm_parameters(c);
-    if (c.untie_embeddings_and_output_weights || l.pp > 1) n.dense += vocab_shard * h;
+    if (c.untie_embeddings_and_output_weights || stage != 0) n.dense += vocab_shard * h;
   }
   return n;
 }
@@ -189,7 +190,7 @@ MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const
     const int chunk0 = (in_flight + l.virtual_stages - 1) / l.virtual_stages;
     m.activations += chunk0 * s * b * h * (e + (c.hidden_dropout > 0 ? 1 : 0)) / sp;
   }
-  if (stage == l.pp - 1)  // fp32 logits of one micro-batch (their gradient is computed in place)
+  if (stage == head_stage(l))  // fp32 logits of one micro-batch (their gradient is computed in place)
     m.activations += s * b * static_cast<double>(c.padded_vocab_size) / l.tp * 4;
   // Pipeline send and receive buffers (whole activations after the all-gather), the sequence-parallel
   // all-gather buffer, and an MoE layer's routed rows gathered for the all-to-all.

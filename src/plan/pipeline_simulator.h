@@ -20,6 +20,9 @@ namespace tessera::plan {
 struct PipelineCosts {
   std::vector<std::vector<double>> forward_compute, forward_comm;    // comm: exposed tensor-parallel collectives
   std::vector<std::vector<double>> backward_compute, backward_comm;  // backward includes any recomputation
+  // Part of backward_compute: the weight gradients, which zero-bubble schedules run as a W op of their own
+  // (B gets the rest); empty: none split off (W free, B the whole backward).
+  std::vector<std::vector<double>> backward_weight_compute;
   double p2p_transfer = 0;  // a send's flight time to the neighbour (cross-node, 1/tp of the activation)
   double p2p_local = 0;     // the receiver's work on arrival (the all-gather of the scatter/gather optimisation)
   // Not simulated, reported: the part of forward_comm + backward_comm that is expert-parallel (an MoE
@@ -32,7 +35,7 @@ struct PipelineCosts {
 struct TimelineEvent {
   int stage;
   std::string name;      // "F3.1": forward of micro-batch 3 on chunk 1; "RF3.1", "B3.1", "SB3.1", ...
-  std::string category;  // "forward", "backward", "p2p", "idle"
+  std::string category;  // "forward", "backward", "weight" (a zero-bubble W), "p2p", "idle"
   double start, duration;
 };
 
@@ -43,7 +46,8 @@ struct PipelineRun {
   std::vector<double> tp_comm;       // per stage: exposed tensor-parallel communication seconds
   std::vector<double> p2p;           // per stage: seconds spent receiving (transfer + local gather)
   std::vector<double> bubble;        // per stage: finish - compute - tp_comm - p2p (waiting for neighbours)
-  std::vector<int> peak_in_flight;   // per stage: (micro-batch, chunk, slice) forwards held at once
+  std::vector<int> peak_in_flight;   // per stage: (micro-batch, chunk, slice) forwards held at once (to their W
+                                     // under zero bubble)
   std::vector<TimelineEvent> events;  // when asked for
 };
 

@@ -42,15 +42,14 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
   const std::string problem = layout_problem(c, l, cluster.num_devices);
   TESSERA_CHECK(problem.empty(), problem);
   const DeviceSpec& d = cluster.device;
-  const int slices = l.token_slices.empty() ? 1 : static_cast<int>(l.token_slices.size());
-  const pipeline::ScheduleShape shape{l.pp, static_cast<int>(l.micro_batches()), l.virtual_stages, slices};
+  const pipeline::ScheduleShape shape = schedule_shape(l);
+  const int slices = shape.slices;
   pipeline::validate_schedule(shape);
 
   Plan plan;
   plan.config = c;
   plan.layout = l;
   plan.cluster = cluster;
-  plan.theoretical_bubble = l.pp > 1 ? pipeline::theoretical_bubble_fraction(shape) : 0;
   auto fill_memory = [&](const std::vector<int>& in_flight) {
     plan.memory.clear();
     for (int r = 0; r < l.pp; ++r) plan.memory.push_back(stage_memory(c, l, d, r, in_flight[r]));
@@ -71,6 +70,7 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
   for (int r = 0; r < l.pp; ++r) in_flight[r] = pipeline::theoretical_peak_in_flight(shape, r);
   fill_memory(micro_batches_held(in_flight));
   if (options.memory_only) return plan;
+  plan.theoretical_bubble = l.pp > 1 ? pipeline::theoretical_bubble_fraction(shape) : 0;
 
   // Token slices: each slice priced at its own length and context (fixed costs included), so the
   // simulated pipeline is TeraPipe's with uneven slices.
@@ -170,6 +170,10 @@ SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, con
       const int64_t layers_per_stage = c.num_layers / pp;
       for (int v = 1; v <= layers_per_stage; ++v) {
         if (layers_per_stage % v != 0 || (v > 1 && pp == 1)) continue;
+        // With a pipeline, 1F1B's placement (v 1) also as ZB-H1, and two chunks per rank also as ZB-V.
+        std::vector<pipeline::ZeroBubble> schedules = {pipeline::ZeroBubble::Off};
+        if (pp > 1 && v <= 2) schedules.push_back(v == 1 ? pipeline::ZeroBubble::H1 : pipeline::ZeroBubble::V);
+        for (pipeline::ZeroBubble zero_bubble : schedules)
         for (int64_t mbs = 1; mbs <= std::max<int64_t>(1, base.global_batch_size / dp); mbs *= 2)
           for (int etp : etps)
             for (int ep : eps) {
@@ -184,6 +188,7 @@ SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, con
               l.ep = ep;
               l.etp = etp;
               l.virtual_stages = v;
+              l.zero_bubble = zero_bubble;
               l.micro_batch_size = mbs;
               l.sequence_parallel = sequence_parallel;
               std::string family;
@@ -203,7 +208,8 @@ SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, con
               result.ranked.push_back(make_plan(ct, l, cluster, options));
               // TeraPipe: the same layout with the token slices its dynamic program picks, when that cuts
               // the sequence at all.
-              if (std::vector<int64_t> slices = searched_token_slices(ct, l, cluster.device); slices.size() > 1) {
+              if (std::vector<int64_t> slices = searched_token_slices(ct, l, cluster.device);
+                  zero_bubble == pipeline::ZeroBubble::Off && slices.size() > 1) {
                 l.token_slices = std::move(slices);
                 if (make_plan(ct, l, cluster, memory_only).fits) result.ranked.push_back(make_plan(ct, l, cluster, options));
               }

@@ -62,7 +62,8 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
 
 // Every layout of `devices` = tp x pp x dp for the model: tp over the divisors of the head count (and the
 // device count), pp over those of the layer count, v over those of the layers per stage, micro-batch
-// sizes 1, 2, 4, ... up to the batch per replica. The memory features (recomputation, sequence
+// sizes 1, 2, 4, ... up to the batch per replica; each pipelined layout with v 1 also as ZB-H1 and with
+// v 2 also as ZB-V (zero-bubble schedules, pipeline/zero_bubble.h). The memory features (recomputation, sequence
 // parallelism, distributed optimizer, precision) and the global batch are the base layout's. For an
 // MoE model also ep over the divisors of every MoE layer's experts (with etp x ep x pp dividing the
 // devices) and etp over {1, tp}, unless `experts` fixes them; and sequence parallelism is on whenever

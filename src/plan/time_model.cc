@@ -100,6 +100,12 @@ EndTimes end_times(const model::ModelConfig& c, const Layout& l, const DeviceSpe
   return {embed_forward, embed_backward, head_forward, head_backward, head_forward_comm, head_backward_comm};
 }
 
+// The output layer's weight-gradient GEMM: the part of head_backward that a zero-bubble W runs.
+double head_weight_gradient(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+  const double tokens = l.sequence_per_rank(c.seq_length) * l.micro_batch_size;
+  return gemm_seconds(d, tokens, static_cast<double>(c.padded_vocab_size) / l.tp, c.hidden_size, l.activation_bytes());
+}
+
 }  // namespace
 
 namespace {
@@ -252,6 +258,7 @@ LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const Devic
   out.backward_compute =
       2 * gemms + weight_gradients + attention_backward + at_least_kernels(2 * elementwise, kLayerElementwiseKernels, d);
   out.backward_comm = out.forward_comm - out.context_forward_comm + out.context_backward_comm;
+  out.backward_weight_compute = gemms + weight_gradients;  // each linear layer's dW GEMM (and its extra cost)
   if (l.recompute == Recompute::Full) {
     out.backward_compute += out.forward_compute;
     out.backward_comm += out.forward_comm;
@@ -274,6 +281,7 @@ PipelineCosts pipeline_costs(const model::ModelConfig& c, const Layout& l, const
   PipelineCosts costs;
   auto grid = [&](double value) { return std::vector<std::vector<double>>(l.pp, std::vector<double>(l.virtual_stages, value)); };
   costs.forward_compute = costs.forward_comm = costs.backward_compute = costs.backward_comm = grid(0);
+  costs.backward_weight_compute = grid(0);
   if (c.moe.enabled()) costs.expert_comm = grid(0);
   if (l.cp > 1) costs.context_comm = grid(0);
   for (int r = 0; r < l.pp; ++r)
@@ -291,6 +299,7 @@ PipelineCosts pipeline_costs(const model::ModelConfig& c, const Layout& l, const
         costs.forward_comm[r][j] += kind.second * layer.forward_comm;
         costs.backward_compute[r][j] += kind.second * layer.backward_compute;
         costs.backward_comm[r][j] += kind.second * layer.backward_comm;
+        costs.backward_weight_compute[r][j] += kind.second * layer.backward_weight_compute;
         if (experts > 0) costs.expert_comm[r][j] += kind.second * (layer.expert_forward_comm + layer.expert_backward_comm);
         if (l.cp > 1)
           costs.context_comm[r][j] += kind.second * (layer.context_forward_comm + layer.context_backward_comm);
@@ -298,10 +307,13 @@ PipelineCosts pipeline_costs(const model::ModelConfig& c, const Layout& l, const
     }
   costs.forward_compute[0][0] += embed_forward;
   costs.backward_compute[0][0] += embed_backward;
-  costs.forward_compute[l.pp - 1][l.virtual_stages - 1] += head_forward;
-  costs.forward_comm[l.pp - 1][l.virtual_stages - 1] += head_forward_comm;
-  costs.backward_compute[l.pp - 1][l.virtual_stages - 1] += head_backward;
-  costs.backward_comm[l.pp - 1][l.virtual_stages - 1] += head_backward_comm;
+  // The model's last chunk: the last rank's last, or under ZB-V rank 0's second.
+  const pipeline::ChunkId head = pipeline::chunk_at(schedule_shape(l), l.pp * l.virtual_stages - 1);
+  costs.forward_compute[head.stage][head.chunk] += head_forward;
+  costs.forward_comm[head.stage][head.chunk] += head_forward_comm;
+  costs.backward_compute[head.stage][head.chunk] += head_backward;
+  costs.backward_comm[head.stage][head.chunk] += head_backward_comm;
+  costs.backward_weight_compute[head.stage][head.chunk] += head_weight_gradient(c, l, d);
   // Neighbouring stages are tp * cp * dp ranks apart. Each tensor rank sends 1/tp of the activation (PTD-P's
   // scatter/gather); the receiver all-gathers it over the fast intra-node links. Under sequence
   // parallelism the activation is already sharded, so no gather is needed.
@@ -411,7 +423,9 @@ double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const
   double gather = 0, gathered = 0;
   for (const Collective& g : gathers) gathered += g.seconds, gather = std::max(gather, gathered - g.ready);
   double embedding = 0;
-  const bool holds_tied_embedding = !c.untie_embeddings_and_output_weights && l.pp > 1 && (stage == 0 || stage == l.pp - 1);
+  // (Under ZB-V the output layer is on rank 0 and uses the embedding itself: nothing to all-reduce.)
+  const bool holds_tied_embedding =
+      !c.untie_embeddings_and_output_weights && head_stage(l) != 0 && (stage == 0 || stage == l.pp - 1);
   if (holds_tied_embedding)
     embedding = all_reduce_seconds(d, vocab_rows * l.gradient_bytes(), 2, (l.pp - 1) * l.tp * l.cp * l.dp);
   return reduce + gather + embedding;

@@ -72,6 +72,9 @@ struct LayerTimes {
   // Part of forward_comm and backward_comm: the exposed part of the ring's exchange under context
   // parallelism (RingTimes; 0 at cp 1).
   double context_forward_comm = 0, context_backward_comm = 0;
+  // Part of backward_compute: the weight-gradient GEMMs, which a zero-bubble schedule's W pass runs apart
+  // from the input gradient (B).
+  double backward_weight_compute = 0;
 };
 LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t layer);
 
