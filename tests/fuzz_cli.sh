@@ -18,7 +18,7 @@ trap 'rm -rf "$TESSERA_FUZZ_DIR"' EXIT
 expect_failure "unknown target 'no_such_fuzzer'" "$root/scripts/fuzz.sh" 10 no_such_fuzzer
 expect_failure "RUNS='many' must be a number" "$root/scripts/fuzz.sh" many
 
-out=$(FUZZ_OPT=-O0 "$root/scripts/fuzz.sh" 2000 2>&1)
+out=$(FUZZ_OPT="-O0 -g0" "$root/scripts/fuzz.sh" 2000 2>&1)
 rc=$?
 echo "$out" | grep -v '^fuzz.sh: building'
 check "scripts/fuzz.sh 2000 exits 0 (rc=$rc)" $rc
