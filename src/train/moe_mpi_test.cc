@@ -1,5 +1,5 @@
 // Expert parallelism (ep experts-per-rank splits, etp splits of each expert, both dispatchers) combined
-// with tensor, sequence, pipeline (1F1B and interleaved) and data parallelism and the distributed
+// with tensor, sequence, pipeline (1F1B, interleaved, ZB-H1 and ZB-V) and data parallelism and the distributed
 // optimizer reproduces the single-process run of the same mixture-of-experts model: the losses of several
 // iterations (the LM loss and the logged auxiliary losses) and every gradient of the first step,
 // dropless and with a capacity, with the local experts one by one and grouped (--moe-grouped-gemm).
@@ -117,6 +117,9 @@ std::vector<Layout> layouts_for(int world) {
       {2, 1, 2, 1, 1, 2, kDeepSeekRouting, "--sequence-parallel --moe-token-dispatcher-type allgather"},
       {1, 1, 4, 1, 1, 2, kDeepSeekRouting, "--use-distributed-optimizer"},
       {1, 2, 2, 1, 1, 4, kDeepSeekRouting + " --moe-expert-capacity-factor 1.0", "--use-distributed-optimizer"},
+      // Zero bubble: the grouped experts' weight gradients deferred to W, the router's kept in B.
+      {1, 2, 2, 1, 1, 4, "", "--enable-zero-bubble --moe-grouped-gemm"},
+      {2, 2, 2, 1, 1, 4, "--swiglu", "--zero-bubble-v-schedule --sequence-parallel --use-distributed-optimizer"},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)

@@ -1,6 +1,7 @@
 // Resharding on load: a checkpoint saved under one tensor/pipeline/virtual-pipeline/data-parallel
 // layout resumes under another and continues with the losses of an uninterrupted run at the new layout
-// (relative 1e-5). The vocabulary is padded to 64 at every tensor-parallel size, so both runs hold the
+// (relative 1e-5); a 1F1B checkpoint resumes under a zero-bubble schedule and back (ZB-V places two chunks
+// per rank in a V, the output layer on rank 0). The vocabulary is padded to 64 at every tensor-parallel size, so both runs hold the
 // same rows (another padding is tested in ckpt/checkpoint_test.cc).
 #include <gtest/gtest.h>
 
@@ -18,9 +19,10 @@ namespace {
 struct Layout {
   int tp = 1, pp = 1, v = 1;
   bool distributed_optimizer = false;
+  const char* zero_bubble = "";  // "", "--enable-zero-bubble" or "--zero-bubble-v-schedule"
   std::string str(int world) const {
     return str_cat("tp", tp, " pp", pp, v > 1 ? str_cat(" v", v) : "", " dp", world / (tp * pp),
-                   distributed_optimizer ? " distributed optimizer" : "");
+                   distributed_optimizer ? " distributed optimizer" : "", " ", zero_bubble);
   }
 };
 
@@ -37,7 +39,7 @@ std::string flags(const Layout& l, const std::string& extra) {
       " --lr 3e-3 --lr-warmup-iters 2 --lr-decay-style cosine --lr-decay-iters 12 --log-interval 100 --eval-iters 0 "
       "--train-iters ", kIters, " --make-vocab-size-divisible-by ", 64 / l.tp, " --tensor-model-parallel-size ", l.tp,
       " --pipeline-model-parallel-size ", l.pp, l.v > 1 ? str_cat(" --num-virtual-stages-per-pipeline-rank ", l.v) : "",
-      l.tp > 1 ? " --sequence-parallel " : " ", l.distributed_optimizer ? "--use-distributed-optimizer " : "", extra);
+      l.tp > 1 ? " --sequence-parallel " : " ", l.distributed_optimizer ? "--use-distributed-optimizer " : "", l.zero_bubble, " ", extra);
 }
 
 bool fits(const Layout& l, int world) {
@@ -58,6 +60,8 @@ const std::vector<std::pair<Layout, Layout>> kCases{
     {{1, 1, 1}, {2, 2, 2}},
     {{2, 1, 1}, {1, 2, 1}},  // at 2 ranks: tp2 -> pp2
     {{1, 2, 1}, {2, 1, 1}},
+    {{1, 2, 1}, {1, 2, 1, false, "--zero-bubble-v-schedule"}},  // 1F1B -> ZB-V's V placement
+    {{2, 2, 1, true, "--enable-zero-bubble"}, {1, 2, 2}},       // ZB-H1 -> interleaved
 };
 
 class Resharding : public ::testing::TestWithParam<std::string> {};
