@@ -82,7 +82,8 @@ std::vector<Layout> layouts_for(int world) {
                    "--recompute-num-layers 1"},
       {2, 2, 1, 3, "--enable-zero-bubble --zero-bubble-max-pending-backward 1 --sequence-parallel "
                    "--overlap-grad-reduce --ddp-bucket-size 2000"},
-      {2, 2, 1, 4, "--zero-bubble-v-schedule --sequence-parallel --use-distributed-optimizer"},
+      {2, 2, 1, 4, "--zero-bubble-v-schedule --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce "
+                   "--ddp-bucket-size 1500"},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)

@@ -51,6 +51,27 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   // Zero bubble (pipeline/zero_bubble.h): each B queues its weight gradients here until its W.
   const bool split_backward = shape.zero_bubble != pipeline::ZeroBubble::Off;
   std::map<std::pair<int, int>, model::WeightGradientStore> weight_gradients;
+  // Zero bubble with --overlap-grad-reduce: the last micro-batch's B queues a marker after each layer's
+  // weight gradients, so that its W marks the layer's buckets final as it goes. A chunk holds flat
+  // offsets below those of the chunks after it, and a bucket is final only once everything above it
+  // is, so a chunk's markers hold back (final_below_held: the lowest offset held) until the later chunks'
+  // last W passes have run (the schedules run them in that order; the wait is a safeguard).
+  std::vector<bool> last_weight_pass_done(chunks_.size(), false);
+  std::vector<int64_t> final_below_held(chunks_.size(), -1);
+  auto higher_chunks_final = [&](int chunk) {
+    return std::all_of(last_weight_pass_done.begin() + chunk + 1, last_weight_pass_done.end(), [](bool b) { return b; });
+  };
+  model::ParamHooks deferred_backward_hooks;
+  int deferring_chunk = 0;  // the chunk whose last B is running
+  deferred_backward_hooks.grads_final_from = [&](int64_t first) {
+    model::deferred_weight_gradients()->defer([&, first, chunk = deferring_chunk] {
+      if (higher_chunks_final(chunk)) {
+        buckets_->mark_final_from(first);
+      } else {
+        final_below_held[chunk] = final_below_held[chunk] < 0 ? first : std::min(final_below_held[chunk], first);
+      }
+    });
+  };
   const int last_slice = shape.slices - 1;
   int live_slices = 0;
   callbacks.forward = [&](int m, int chunk, int slice, const Tensor& input) {
@@ -85,14 +106,17 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   callbacks.backward = [&](int m, int chunk, int slice, const Tensor& grad_output) {
     if (m == 0 && slice == last_slice) maybe_inject_fault(injected_fault_, state_->world_rank(), iteration_ + 1, true);
     // During each chunk's last backward, gradient buckets start their data-parallel all-reduce as soon
-    // as they are final (with token slices, in the backward of the last micro-batch's slice 0).
-    // (Zero bubble: the weight gradients come in the W passes, so the buckets wait for finalize_gradients.)
-    bool overlap = args_.overlap_grad_reduce && m + 1 == shape.micro_batches && !split_backward;
+    // as they are final (with token slices, in the backward of the last micro-batch's slice 0; with zero
+    // bubble, in that backward's W pass).
+    bool overlap = args_.overlap_grad_reduce && m + 1 == shape.micro_batches;
     auto it = records.find({m, chunk});
     const int64_t bytes_before = it->second->bytes();
-    const model::ParamHooks& hooks = overlap ? overlapped_backward_hooks : model::ParamHooks();
+    const model::ParamHooks& hooks = !overlap        ? model::ParamHooks()
+                                     : split_backward ? deferred_backward_hooks
+                                                      : overlapped_backward_hooks;
     std::optional<model::DeferWeightGradients> defer;  // zero bubble: this B queues its W (backward_weight)
     if (split_backward) defer.emplace(&weight_gradients[{m, chunk}]);
+    deferring_chunk = chunk;
     Tensor grad_input = sliced ? sliced_chunks_[chunk]->backward_slice(slice, *it->second, grad_output, context(m),
                                                                        grad_scale, hooks)
                                : chunks_[chunk]->backward(*it->second, grad_output, context(m), grad_scale, hooks);
@@ -112,6 +136,12 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
                   " before its B");
     it->second.run();
     weight_gradients.erase(it);
+    if (m + 1 == shape.micro_batches) {  // the chunk's gradients are final: release what waited on it
+      last_weight_pass_done[chunk] = true;
+      for (int c = static_cast<int>(chunks_.size()); c-- > 0;)
+        if (final_below_held[c] >= 0 && higher_chunks_final(c))
+          buckets_->mark_final_from(std::exchange(final_below_held[c], -1));
+    }
   };
   pipeline::run_schedule(ops, p2p_.get(), callbacks, times_);
   TESSERA_CHECK(records.empty(), "pipeline schedule left ", records.size(), " activation records behind");
