@@ -9,6 +9,14 @@ bool is_recv(const Op& op) { return op.kind == OpKind::RecvForward || op.kind ==
 
 }  // namespace
 
+PipelineTimes& PipelineTimes::operator+=(const PipelineTimes& o) {
+  forward += o.forward, backward += o.backward, p2p_wait += o.p2p_wait, total += o.total;
+  iterations += o.iterations;
+  backward_weight += o.backward_weight;
+  forward_passes += o.forward_passes, backward_passes += o.backward_passes, weight_passes += o.weight_passes;
+  return *this;
+}
+
 void run_schedule(const std::vector<Op>& ops, PipelineP2P* p2p, const StageCallbacks& callbacks,
                   PipelineTimes& times) {
   Timer total;
@@ -40,6 +48,7 @@ void run_schedule(const std::vector<Op>& ops, PipelineP2P* p2p, const StageCallb
         Timer t;
         produced = callbacks.forward(op.micro_batch, op.chunk, op.slice, received);
         times.forward += t.seconds();
+        ++times.forward_passes;
         received = Tensor();
         break;
       }
@@ -47,6 +56,7 @@ void run_schedule(const std::vector<Op>& ops, PipelineP2P* p2p, const StageCallb
         Timer t;
         produced = callbacks.backward(op.micro_batch, op.chunk, op.slice, received);
         times.backward += t.seconds();
+        ++times.backward_passes;
         received = Tensor();
         if (p2p) p2p->reap_sends();
         break;
@@ -56,7 +66,10 @@ void run_schedule(const std::vector<Op>& ops, PipelineP2P* p2p, const StageCallb
                       "backward into input and weight gradients (zero-bubble schedules need it)");
         Timer t;
         callbacks.backward_weight(op.micro_batch, op.chunk);
-        times.backward += t.seconds();
+        const double seconds = t.seconds();
+        times.backward += seconds;
+        times.backward_weight += seconds;
+        ++times.weight_passes;
         break;
       }
     }

@@ -23,8 +23,12 @@ struct StageCallbacks {
 
 // Seconds per category, accumulated over the iterations run.
 struct PipelineTimes {
-  double forward = 0, backward = 0, p2p_wait = 0, total = 0;
+  double forward = 0, backward = 0, p2p_wait = 0, total = 0;  // backward: B and W passes
   int iterations = 0;
+  // Zero bubble: the W passes' part of `backward`, and the passes run (for mean costs per pass).
+  double backward_weight = 0;
+  int64_t forward_passes = 0, backward_passes = 0, weight_passes = 0;
+  PipelineTimes& operator+=(const PipelineTimes& o);
   // The pipeline bubble measured as (time in the schedule - compute) / compute.
   double bubble_fraction() const { return forward + backward > 0 ? (total - forward - backward) / (forward + backward) : 0; }
 };

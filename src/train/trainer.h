@@ -32,6 +32,7 @@
 #include "train/ouroboros_driver.h"
 #include "train/memory_report.h"
 #include "train/training_log.h"
+#include "train/zero_bubble_timing.h"
 
 namespace tessera::train {
 
@@ -65,6 +66,10 @@ class Trainer {
   model::MicroBatch next_micro_batch(int64_t m) const;
   // The lm loss of every iteration this Trainer ran, in order.
   const std::vector<double>& losses() const { return losses_; }
+  // Zero bubble: the measured pass costs the lists were rebuilt from, once taken.
+  std::optional<pipeline::ZeroBubbleCosts> zero_bubble_costs() const {
+    return zero_bubble_timing_ ? zero_bubble_timing_->costs() : std::nullopt;
+  }
   // The model's auxiliary losses (per loss token) of every iteration this Trainer ran, by name.
   const std::map<std::string, std::vector<double>>& auxiliary_losses() const { return auxiliary_loss_history_; }
   model::ParameterSet& parameters() { return params_; }
@@ -184,6 +189,7 @@ class Trainer {
   int64_t announced_global_batch_ = 0;  // the global batch last used (0: none yet)
   // Accounting since the last log line.
   pipeline::PipelineTimes times_;
+  std::optional<ZeroBubbleTiming> zero_bubble_timing_;  // zero bubble: the lists from measured costs
   double reduce_seconds_ = 0, optimizer_seconds_ = 0;
   double ring_wait_seconds_ = 0;  // ring attention's exposed exchange (cp > 1), part of the compute timers
   int peak_live_activations_ = 0;  // most micro-batch activation records (token slices' when sliced) held at once

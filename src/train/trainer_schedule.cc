@@ -28,7 +28,15 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   pipeline::ScheduleShape shape = schedule_;
   shape.micro_batches = static_cast<int>(batches.size());
   params_.weights_changed();  // an optimizer step or a load may have changed them since the last schedule
-  std::vector<pipeline::Op> ops = pipeline::build_schedule(shape, stage, /*forward_only=*/!training);
+  // Zero bubble: the lists from unit costs, and from measured ones after the timed iterations.
+  const bool timed_lists = shape.zero_bubble != pipeline::ZeroBubble::Off && training;
+  if (timed_lists && !zero_bubble_timing_)
+    zero_bubble_timing_.emplace(args_.zero_bubble_timers_start_iter, args_.zero_bubble_timers_end_iter);
+  if (timed_lists)
+    if (std::optional<std::string> line = zero_bubble_timing_->update(iteration_, *world_)) say(*line);
+  std::vector<pipeline::Op> ops = timed_lists && zero_bubble_timing_->costs()
+                                      ? zero_bubble_timing_->ops(shape, stage)
+                                      : pipeline::build_schedule(shape, stage, /*forward_only=*/!training);
   // The activation records of the (micro-batch, chunk) pairs between their forward and backward.
   std::map<std::pair<int, int>, std::unique_ptr<model::ChunkRecord>> records;
   model::LossSums losses;
@@ -143,7 +151,10 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
           buckets_->mark_final_from(std::exchange(final_below_held[c], -1));
     }
   };
-  pipeline::run_schedule(ops, p2p_.get(), callbacks, times_);
+  pipeline::PipelineTimes step;
+  pipeline::run_schedule(ops, p2p_.get(), callbacks, step);
+  times_ += step;
+  if (timed_lists) zero_bubble_timing_->record(iteration_, step);
   TESSERA_CHECK(records.empty(), "pipeline schedule left ", records.size(), " activation records behind");
   TESSERA_CHECK(weight_gradients.empty(), "pipeline schedule left ", weight_gradients.size(), " W passes unrun");
   return losses;

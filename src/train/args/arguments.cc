@@ -58,6 +58,11 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
               "peak memory; implies --enable-zero-bubble");
   m->add_option("--zero-bubble-max-pending-backward", a.zero_bubble_max_pending_backward,
                 "Zero bubble: most W passes a rank defers at once (0: bounded by memory only)");
+  m->add_option("--zero-bubble-pipeline-timers-start-iter", a.zero_bubble_timers_start_iter,
+                "Zero bubble: the iterations after this one time the F, B and W passes (default 100)");
+  m->add_option("--zero-bubble-pipeline-timers-end-iter", a.zero_bubble_timers_end_iter,
+                "Zero bubble: after this iteration the lists are rebuilt from the timed passes' mean costs "
+                "(default 110)");
   m->add_option("--ouroboros-warmup-iters", a.ouroboros_warmup_iters,
                 "Ouroboros: synchronous iterations (plain backpropagation) before the delayed gradients");
   m->add_option("--ouroboros-modules", a.ouroboros_modules,

@@ -67,6 +67,9 @@ struct TrainArguments {
   // the W passes a rank defers (0: only the memory bound).
   bool enable_zero_bubble = false, zero_bubble_v_schedule = false;
   int64_t zero_bubble_max_pending_backward = 0;
+  // The iterations after the start one up to the end one time the F, B and W passes; the lists are then
+  // rebuilt from those costs (train/zero_bubble_timing.h). The fork's defaults.
+  int64_t zero_bubble_timers_start_iter = 100, zero_bubble_timers_end_iter = 110;
   // TeraPipe's token slicing (model/token_sliced_chunk.h): --pipeline-token-slices N | l1,l2,... | auto as
   // given, and the slice lengths (finalize_token_slices; empty: the whole sequence at once). With auto,
   // TeraPipe's dynamic program chooses them from token_slice_cost_model's cost (the stated model when

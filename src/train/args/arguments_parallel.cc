@@ -27,6 +27,11 @@ void finalize_zero_bubble(TrainArguments& a) {
   const char* flag = a.zero_bubble_v_schedule ? "--zero-bubble-v-schedule" : "--enable-zero-bubble";
   require(a.zero_bubble_max_pending_backward >= 0, "--zero-bubble-max-pending-backward",
           a.zero_bubble_max_pending_backward, "must not be negative (0: bounded by memory only)");
+  require(a.zero_bubble_timers_start_iter >= 0, "--zero-bubble-pipeline-timers-start-iter",
+          a.zero_bubble_timers_start_iter, "must not be negative");
+  require(a.zero_bubble_timers_end_iter > a.zero_bubble_timers_start_iter, "--zero-bubble-pipeline-timers-end-iter",
+          a.zero_bubble_timers_end_iter,
+          str_cat("must be above --zero-bubble-pipeline-timers-start-iter=", a.zero_bubble_timers_start_iter));
   if (!a.enable_zero_bubble && !a.zero_bubble_v_schedule) {
     require(a.zero_bubble_max_pending_backward == 0, "--zero-bubble-max-pending-backward",
             a.zero_bubble_max_pending_backward, "needs --enable-zero-bubble or --zero-bubble-v-schedule");

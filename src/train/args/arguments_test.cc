@@ -385,6 +385,14 @@ TEST(TrainArguments, ZeroBubbleSchedulesAndWhatTheyRefuse) {
             "--zero-bubble-max-pending-backward=2: needs --enable-zero-bubble or --zero-bubble-v-schedule");
   EXPECT_EQ(error_of(kBase + "--enable-zero-bubble --zero-bubble-max-pending-backward -1"),
             "--zero-bubble-max-pending-backward=-1: must not be negative (0: bounded by memory only)");
+  // The timed iterations before the lists are rebuilt from measured costs (the fork's defaults: 100-110).
+  EXPECT_EQ(h1.zero_bubble_timers_start_iter, 100);
+  EXPECT_EQ(h1.zero_bubble_timers_end_iter, 110);
+  EXPECT_EQ(error_of(kBase + pp2 + "--enable-zero-bubble --zero-bubble-pipeline-timers-start-iter 5 "
+                                   "--zero-bubble-pipeline-timers-end-iter 5", 2),
+            "--zero-bubble-pipeline-timers-end-iter=5: must be above --zero-bubble-pipeline-timers-start-iter=5");
+  EXPECT_EQ(error_of(kBase + pp2 + "--enable-zero-bubble --zero-bubble-pipeline-timers-start-iter -1", 2),
+            "--zero-bubble-pipeline-timers-start-iter=-1: must not be negative");
 }
 
 TEST(TrainArguments, DataPathOrMockDataIsRequired) {
