@@ -61,6 +61,9 @@ int64_t ModelConfig::parameter_count() const {
   int64_t attn_out = num_attention_heads * kv_channels;
   int64_t attention = norm + qkv_size() * (h + bias) + h * (attn_out + bias) + norm;
   if (qk_layernorm) attention += 2 * (normalization == Normalization::LayerNorm ? 2 : 1) * kv_channels;  // q, k
+  if (mla.enabled)
+    attention = 2 * norm + mla_attention_parameters(mla, h, num_attention_heads, add_bias_linear,
+                                                    normalization == Normalization::LayerNorm, qk_layernorm);
   int64_t n = num_layers * attention + norm + padded_vocab_size * h + num_tokentypes * h;
   for (int64_t layer = 1; layer <= num_layers; ++layer) n += feed_forward_parameters(*this, layer);
   if (position_embedding == PositionEmbedding::LearnedAbsolute) n += max_position_embeddings * h;
@@ -169,6 +172,7 @@ nlohmann::json to_json(const ModelConfig& c) {
     }
   }
   if (c.qk_layernorm) j["qk_layernorm"] = true;
+  if (c.mla.enabled) j["mla"] = mla_to_json(c.mla);
   return j;
 }
 
@@ -226,6 +230,7 @@ ModelConfig config_from_json(const nlohmann::json& j) {
       }
     }
     if (j.contains("qk_layernorm")) c.qk_layernorm = j.at("qk_layernorm").get<bool>();
+    if (j.contains("mla")) c.mla = mla_from_json(j.at("mla"));
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("model configuration: ", e.what()));
   }
@@ -279,6 +284,7 @@ void validate_config(const ModelConfig& c) {
            str_cat("must be greater than rope_low_freq_factor (", c.rope_low_freq_factor, ")").c_str());
     dimension("rope_original_max_position", c.rope_original_max_position);
   }
+  if (c.mla.enabled) validate_mla(c.mla);
   if (!(c.hidden_dropout >= 0 && c.hidden_dropout <= 1)) fail("hidden_dropout", c.hidden_dropout, "must be in [0, 1]");
   if (!(c.attention_dropout >= 0 && c.attention_dropout <= 1))
     fail("attention_dropout", c.attention_dropout, "must be in [0, 1]");
