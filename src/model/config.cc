@@ -339,6 +339,21 @@ double model_flops_per_iteration(const ModelConfig& c, int64_t batch) {
     ffn_widths += static_cast<double>(m.ffn_hidden_size * m.router.topk + m.shared_expert_intermediate_size);
     if (m.residual) ffn_widths += static_cast<double>(c.ffn_hidden_size);
   }
+  if (c.mla.enabled) {
+    // Megatron's MLA form per token and layer: 6 x (the projections' weights, the latent norms' rows
+    // counted as Megatron does) + 6 x (heads x (q_head_dim + v_head_dim)) x seq for the scores and the
+    // weighted values (no causal halving, as the dense form above).
+    const MlaConfig& m = c.mla;
+    const double a = static_cast<double>(c.num_attention_heads), dq = static_cast<double>(m.q_head_dim());
+    const double q_term = m.q_lora_rank > 0 ? static_cast<double>(m.q_lora_rank) * (h + a * dq + 1.0) : h * a * dq;
+    const double projections = q_term +
+                               static_cast<double>(m.kv_lora_rank) *
+                                   (h + a * static_cast<double>(m.qk_head_dim + m.v_head_dim) + 1.0) +
+                               h * static_cast<double>(m.qk_pos_emb_head_dim) + a * static_cast<double>(m.v_head_dim) * h;
+    const double attention = 6.0 * projections + 6.0 * a * (dq + static_cast<double>(m.v_head_dim)) * seq;
+    return static_cast<double>(batch) * seq *
+           (layers * attention + 12.0 * h * h * (ffn_widths / h * gated + static_cast<double>(c.padded_vocab_size) / (2.0 * h)));
+  }
   return 12.0 * static_cast<double>(batch) * seq * h * h *
          (layers * (1.0 + groups_ratio + seq / h) * query_projection_ratio + ffn_widths / h * gated +
           static_cast<double>(c.padded_vocab_size) / (2.0 * h));

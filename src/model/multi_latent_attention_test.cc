@@ -258,6 +258,14 @@ TEST(MultiLatentAttention, ConfigurationRoundTripsThroughJson) {
   EXPECT_THROW(config_from_json(bad), Error);
 }
 
+// Megatron's MLA FLOPs (training.py's num_floating_point_operations, without the causal halving, as
+// Tessera's dense form) worked by hand for the tiny model: per token and layer 6 x (q: 5 x (8 + 2 x 8 + 1),
+// kv: 3 x (8 + 2 x 7 + 1), RoPE key: 8 x 4, out: 2 x 3 x 8) + 6 x 2 x (8 + 3) x 5 = 2304; the SwiGLU MLP
+// of both layers and the logits 12 x 64 x (2 x 24 / 8 x 1.5 + 16 / 16) = 7680; over 5 tokens: 5 x (2 x 2304 + 7680).
+TEST(MultiLatentAttention, MegatronFlopsFormula) {
+  EXPECT_DOUBLE_EQ(model_flops_per_iteration(mla_config({5, 4, 4, 3, true, false}), 1), 5.0 * (2 * 2304 + 7680));
+}
+
 // The whole model's gradients against central differences of its loss, dropout on.
 TEST(MultiLatentAttention, GptGradientsMatchFiniteDifferences) {
   ModelConfig c = mla_config({5, 4, 4, 3, true, true});
