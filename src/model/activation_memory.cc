@@ -1,11 +1,29 @@
 #include "model/activation_memory.h"
 
+#include <algorithm>
+
 namespace tessera::model {
 namespace {
 
 double tokens(const ActivationLayout& l) { return static_cast<double>(l.seq * l.micro_batch); }
 
 }  // namespace
+
+// Multi-Latent Attention's record per token (model/multi_latent_attention.cc): the latents (and their
+// normed copies and statistics under --qk-layernorm) on the rank's rows, and the heads' q, k, v and output
+// of width max(q_head_dim, v_head_dim), the values' columns of the output when narrower, and the
+// log-sum-exp. e: the bytes of an activation.
+double mla_attention_record_bytes(const ModelConfig& c, const ActivationLayout& l, double e) {
+  const MlaConfig& m = c.mla;
+  const double t = static_cast<double>(l.tensor_parallel), a = static_cast<double>(c.num_attention_heads);
+  const double width = static_cast<double>(std::max(m.q_head_dim(), m.v_head_dim));
+  const double latents = static_cast<double>(m.kv_lora_rank + m.q_lora_rank);
+  const double norms = c.qk_layernorm ? 1.0 : 0.0, norm_rows = (m.q_lora_rank > 0 ? 2.0 : 1.0) * norms;
+  const double stats = c.normalization == Normalization::LayerNorm ? 2.0 : 1.0;
+  const double latent_bytes = (latents * (1.0 + norms) * e + norm_rows * stats * 4.0) / (l.sequence_parallel ? t : 1.0);
+  const double values = m.v_head_dim == static_cast<int64_t>(width) ? 0.0 : static_cast<double>(m.v_head_dim);
+  return latent_bytes + (a * (4.0 * width + values) * e + a * 4.0) / t;
+}
 
 double korthikanti_layer_bytes(const ModelConfig& c, const ActivationLayout& l) {
   const double sbh = tokens(l) * static_cast<double>(c.hidden_size), t = static_cast<double>(l.tensor_parallel);
@@ -39,6 +57,7 @@ double layer_record_bytes(const ModelConfig& c, const ActivationLayout& l) {
   double attention = ((2.0 * a + 2.0 * g) * d * e + a * 4.0) / t;  // q, k, v, output; log-sum-exp
   // --qk-layernorm: the norms' inputs (each head's query and key) and a statistics row per head.
   if (c.qk_layernorm) attention += ((a + g) * d * e + (a + g) * norm_stats / 2.0 * 4.0) / t;
+  if (c.mla.enabled) attention = mla_attention_record_bytes(c, l, e);
   const double mlp = ((c.swiglu ? 2.0 : 1.0) * f + f) * e / t;            // fc1 output, activation
   return tokens(l) * (norms + attention + mlp);
 }

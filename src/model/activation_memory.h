@@ -24,6 +24,10 @@ struct ActivationLayout {
   bool selective_recompute = false;  // the paper's selective recomputation (drops the 5as/h term)
 };
 
+// Multi-Latent Attention's record per token (ModelConfig::mla): its latents on the rank's rows and the
+// heads' tensors on the rank's heads; e is the bytes of an activation.
+double mla_attention_record_bytes(const ModelConfig& c, const ActivationLayout& l, double e);
+
 // The paper's bytes per layer per micro-batch with no (or selective) recomputation.
 double korthikanti_layer_bytes(const ModelConfig& c, const ActivationLayout& l);
 // The paper's bytes per layer kept under full recomputation: the layer input, 2·s·b·h (/t with SP).

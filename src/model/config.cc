@@ -61,6 +61,9 @@ int64_t ModelConfig::parameter_count() const {
   int64_t attn_out = num_attention_heads * kv_channels;
   int64_t attention = norm + qkv_size() * (h + bias) + h * (attn_out + bias) + norm;
   if (qk_layernorm) attention += 2 * (normalization == Normalization::LayerNorm ? 2 : 1) * kv_channels;  // q, k
+  if (mla.enabled)
+    attention = 2 * norm + mla_attention_parameters(mla, h, num_attention_heads, add_bias_linear,
+                                                    normalization == Normalization::LayerNorm, qk_layernorm);
   int64_t n = num_layers * attention + norm + padded_vocab_size * h + num_tokentypes * h;
   for (int64_t layer = 1; layer <= num_layers; ++layer) n += feed_forward_parameters(*this, layer);
   if (position_embedding == PositionEmbedding::LearnedAbsolute) n += max_position_embeddings * h;
@@ -169,6 +172,7 @@ nlohmann::json to_json(const ModelConfig& c) {
     }
   }
   if (c.qk_layernorm) j["qk_layernorm"] = true;
+  if (c.mla.enabled) j["mla"] = mla_to_json(c.mla);
   return j;
 }
 
@@ -226,6 +230,7 @@ ModelConfig config_from_json(const nlohmann::json& j) {
       }
     }
     if (j.contains("qk_layernorm")) c.qk_layernorm = j.at("qk_layernorm").get<bool>();
+    if (j.contains("mla")) c.mla = mla_from_json(j.at("mla"));
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("model configuration: ", e.what()));
   }
@@ -279,6 +284,7 @@ void validate_config(const ModelConfig& c) {
            str_cat("must be greater than rope_low_freq_factor (", c.rope_low_freq_factor, ")").c_str());
     dimension("rope_original_max_position", c.rope_original_max_position);
   }
+  if (c.mla.enabled) validate_mla(c.mla);
   if (!(c.hidden_dropout >= 0 && c.hidden_dropout <= 1)) fail("hidden_dropout", c.hidden_dropout, "must be in [0, 1]");
   if (!(c.attention_dropout >= 0 && c.attention_dropout <= 1))
     fail("attention_dropout", c.attention_dropout, "must be in [0, 1]");
@@ -332,6 +338,21 @@ double model_flops_per_iteration(const ModelConfig& c, int64_t batch) {
     }
     ffn_widths += static_cast<double>(m.ffn_hidden_size * m.router.topk + m.shared_expert_intermediate_size);
     if (m.residual) ffn_widths += static_cast<double>(c.ffn_hidden_size);
+  }
+  if (c.mla.enabled) {
+    // Megatron's MLA form per token and layer: 6 x (the projections' weights, the latent norms' rows
+    // counted as Megatron does) + 6 x (heads x (q_head_dim + v_head_dim)) x seq for the scores and the
+    // weighted values (no causal halving, as the dense form above).
+    const MlaConfig& m = c.mla;
+    const double a = static_cast<double>(c.num_attention_heads), dq = static_cast<double>(m.q_head_dim());
+    const double q_term = m.q_lora_rank > 0 ? static_cast<double>(m.q_lora_rank) * (h + a * dq + 1.0) : h * a * dq;
+    const double projections = q_term +
+                               static_cast<double>(m.kv_lora_rank) *
+                                   (h + a * static_cast<double>(m.qk_head_dim + m.v_head_dim) + 1.0) +
+                               h * static_cast<double>(m.qk_pos_emb_head_dim) + a * static_cast<double>(m.v_head_dim) * h;
+    const double attention = 6.0 * projections + 6.0 * a * (dq + static_cast<double>(m.v_head_dim)) * seq;
+    return static_cast<double>(batch) * seq *
+           (layers * attention + 12.0 * h * h * (ffn_widths / h * gated + static_cast<double>(c.padded_vocab_size) / (2.0 * h)));
   }
   return 12.0 * static_cast<double>(batch) * seq * h * h *
          (layers * (1.0 + groups_ratio + seq / h) * query_projection_ratio + ffn_widths / h * gated +

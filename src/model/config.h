@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "model/mla_config.h"
 #include "model/moe_config.h"
 
 namespace tessera::model {
@@ -55,6 +56,7 @@ struct ModelConfig {
   float hidden_dropout = 0.1f;
   float attention_dropout = 0.1f;
   float init_method_std = 0.02f;
+  MlaConfig mla;  // --multi-latent-attention: every layer's attention is MLA (model/multi_latent_attention.h)
   MoeConfig moe;  // mixture of experts in the feed-forward slots (empty: a dense model)
   // Mixed precision (Megatron's params_dtype under --bf16/--fp16): the type that GEMM inputs and
   // attention's q, k, v are rounded to (kernels/precision.h); parameters and gradients stay fp32, the

@@ -20,6 +20,7 @@ struct Variant {
   const char* name;
   bool llama;  // rope + RMSNorm + SwiGLU + GQA + untied output, no biases
   bool qwen3 = false;  // and --qk-layernorm, with Llama 3.x's RoPE scaling
+  bool mla = false;    // and Multi-Latent Attention (DeepSeek-V3's: compressed query, latent norms, YaRN)
 };
 
 ModelConfig config(const Variant& v) {
@@ -48,6 +49,20 @@ ModelConfig config(const Variant& v) {
     c.rope_scaling = RopeScaling::Llama3;
     c.rope_scaling_factor = 4;
     c.rope_original_max_position = 64;
+  }
+  if (v.mla) {
+    c.num_query_groups = c.num_attention_heads;
+    c.qk_layernorm = true;
+    c.mla.enabled = true;
+    c.mla.q_lora_rank = 12;
+    c.mla.kv_lora_rank = 8;
+    c.mla.qk_head_dim = 6;
+    c.mla.qk_pos_emb_head_dim = 4;
+    c.mla.v_head_dim = 10;
+    c.mla.rotary_scaling_factor = 4;
+    c.mla.mscale = 0.8;
+    c.mla.mscale_all_dim = 0.5;
+    c.mla.original_max_position_embeddings = 8;
   }
   return c;
 }
@@ -189,7 +204,8 @@ TEST_P(LayoutEquivalence, ActivationBytesMatchTheFormulas) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LayoutEquivalence,
-                         ::testing::Values(Variant{"gpt2", false}, Variant{"llama", true}, Variant{"qwen3", true, true}),
+                         ::testing::Values(Variant{"gpt2", false}, Variant{"llama", true}, Variant{"qwen3", true, true},
+                                           Variant{"mla", true, false, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/precision.h"
 #include "model/moe_layer.h"
+#include "model/multi_latent_attention.h"
 #include "model/self_attention.h"
 
 namespace tessera::model {
@@ -24,7 +25,8 @@ float output_init_std(const ModelConfig& c) {
 TransformerLayerSpec gpt_layer_spec() {
   TransformerLayerSpec spec;
   spec.self_attention = [](const ModelConfig& c, int64_t layer, const std::string& prefix, ParameterSet& params,
-                           const parallel::TensorParallelContext& tp) {
+                           const parallel::TensorParallelContext& tp) -> std::unique_ptr<Sublayer> {
+    if (c.mla.enabled) return std::make_unique<MultiLatentAttention>(c, layer, prefix, params, tp);
     return std::make_unique<SelfAttention>(c, layer, prefix, params, tp, /*causal=*/true);
   };
   spec.mlp = make_feed_forward;

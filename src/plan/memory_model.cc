@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/moe_routing.h"
+#include "model/activation_memory.h"
 #include "pipeline/schedules.h"
 
 namespace tessera::plan {
@@ -61,6 +62,16 @@ RankParameters layer_parameters(const model::ModelConfig& c, const Layout& l, in
   const double attn_out = static_cast<double>(c.num_attention_heads * c.kv_channels);
   RankParameters p;
   p.dense = 2 * norm_parameters(c) + c.qkv_size() * (h + bias) / t + h * attn_out / t + bias * h;
+  if (c.mla.enabled) {  // the up projections and linear_proj split by heads; the down projections, norms replicated
+    const model::MlaConfig& m = c.mla;
+    const double a = static_cast<double>(c.num_attention_heads), dq = static_cast<double>(m.q_head_dim());
+    const double qr = static_cast<double>(m.q_lora_rank), kr = static_cast<double>(m.kv_lora_rank);
+    const double norm = c.qk_layernorm ? norm_parameters(c) / h : 0;  // per normalised feature
+    p.dense = 2 * norm_parameters(c) + (m.q_lora_rank > 0 ? qr * h + a * dq * qr / t + norm * qr : a * dq * h / t) +
+              (kr + static_cast<double>(m.qk_pos_emb_head_dim)) * h +
+              a * static_cast<double>(m.qk_head_dim + m.v_head_dim) * kr / t + norm * kr +
+              a * static_cast<double>(m.v_head_dim) * h / t + bias * h;
+  }
   const model::MoeConfig& m = c.moe;
   const double experts = static_cast<double>(m.experts(layer));
   if (experts == 0) {
@@ -126,7 +137,12 @@ double layer_activation_bytes(const model::ModelConfig& c, const Layout& l, int6
   // Korthikanti's 10sbh, sharded along the sequence under sequence parallelism.
   double bytes = s * b * h * (4 * e + 2 * hidden_mask) / sp;
   // Q, K, V, the attention output (projection input), and a dense layer's fc1 output and fc2 input: 24sbh / t.
-  bytes += s * b * (q * e + kv * e + q * e) / t;
+  // Multi-Latent Attention: its latents and its heads' q, k, v and output (model/activation_memory.h).
+  if (c.mla.enabled)
+    bytes += s * b * model::mla_attention_record_bytes(c, {l.micro_batch_size, static_cast<int64_t>(s), l.tp,
+                                                           l.sequence_parallel}, e);
+  else
+    bytes += s * b * (q * e + kv * e + q * e) / t;
   bytes += c.moe.experts(layer) > 0 ? moe_activation_bytes(c, l, layer)
                                     : mlp_activation_bytes(c, l, static_cast<double>(c.ffn_hidden_size));
   const double heads = static_cast<double>(c.num_attention_heads) / t;

@@ -154,7 +154,10 @@ double weight_gradient_extra(const DeviceSpec& d, double m, double n, double k, 
 
 AttentionTimes core_attention_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, double queries,
                                     double keys) {
-  const double b = l.micro_batch_size, e = l.activation_bytes(), head_dim = c.kv_channels;
+  const double b = l.micro_batch_size, e = l.activation_bytes();
+  // Multi-Latent Attention's scores are q_head_dim wide and its values v_head_dim: their mean.
+  const double head_dim = c.mla.enabled ? static_cast<double>(c.mla.q_head_dim() + c.mla.v_head_dim) / 2
+                                        : static_cast<double>(c.kv_channels);
   const double heads = static_cast<double>(c.num_attention_heads) / l.tp;
   AttentionTimes out;
   if (l.flash_attention) {
@@ -219,8 +222,23 @@ LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const Devic
     linear(rows, fc1_width(c, f) / split, h, e, count);
     linear(rows, h, f / split, e, count);
   };
-  linear(tokens, c.qkv_size() / t, h, e);
-  linear(tokens, h, heads * head_dim, e);
+  if (c.mla.enabled) {  // the down projections on the rank's rows, the up projections on its heads
+    const model::MlaConfig& mla = c.mla;
+    const double rows = tokens / (l.sequence_parallel ? t : 1), dq = static_cast<double>(mla.q_head_dim());
+    const double qr = static_cast<double>(mla.q_lora_rank), kr = static_cast<double>(mla.kv_lora_rank);
+    if (mla.q_lora_rank > 0) {
+      linear(rows, qr, h, e);
+      linear(tokens, heads * dq, qr, e);
+    } else {
+      linear(tokens, heads * dq, h, e);
+    }
+    linear(rows, kr + static_cast<double>(mla.qk_pos_emb_head_dim), h, e);
+    linear(tokens, heads * static_cast<double>(mla.qk_head_dim + mla.v_head_dim), kr, e);
+    linear(tokens, h, heads * static_cast<double>(mla.v_head_dim), e);
+  } else {
+    linear(tokens, c.qkv_size() / t, h, e);
+    linear(tokens, h, heads * head_dim, e);
+  }
   const model::MoeConfig& m = c.moe;
   const double experts = static_cast<double>(m.experts(layer));
   if (experts == 0) {

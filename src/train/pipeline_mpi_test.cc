@@ -1,7 +1,7 @@
 // Pipeline parallelism (1F1B, interleaved, ZB-H1 and ZB-V), alone and combined with tensor, sequence and data
 // parallelism and with activation recomputation, reproduces the single-process run without
 // recomputation: the losses of 20 iterations and every gradient. Ouroboros on P ranks (issue 38) equals
-// its one-process emulation bit for bit.
+// its one-process emulation bit for bit. Multi-Latent Attention (issue 53) at tp 2 x pp 2 too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,7 +18,18 @@ namespace {
 struct Layout {
   int tp, pp, v, m;  // m: micro-batches per data-parallel replica
   std::string extra;
+  std::string model = "";  // model flags, which the single-process reference runs with too
 };
+
+// Multi-Latent Attention (issue 53): DeepSeek-V3's form (compressed query, latent norms, YaRN with the
+// softmax's mscale, a short original context so that the ramp divides some frequencies) and V2-Lite's.
+const std::string kMlaV3 =
+    "--multi-latent-attention --q-lora-rank 12 --kv-lora-rank 8 --qk-head-dim 6 --qk-pos-emb-head-dim 4 "
+    "--v-head-dim 10 --qk-layernorm --normalization RMSNorm --rope-type yarn --rotary-scaling-factor 4 "
+    "--mscale 0.8 --mscale-all-dim 0.5 --yarn-original-max-position-embeddings 8";
+const std::string kMlaV2Lite =
+    "--multi-latent-attention --kv-lora-rank 8 --qk-head-dim 6 --qk-pos-emb-head-dim 4 --v-head-dim 6 "
+    "--rope-type rope";
 
 using testing::split_flags;
 
@@ -84,6 +95,8 @@ std::vector<Layout> layouts_for(int world) {
                    "--overlap-grad-reduce --ddp-bucket-size 2000"},
       {2, 2, 1, 4, "--zero-bubble-v-schedule --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce "
                    "--ddp-bucket-size 1500"},
+      {2, 2, 1, 4, "--sequence-parallel --recompute-granularity full --recompute-method uniform", kMlaV3},
+      {2, 2, 1, 2, "", kMlaV2Lite},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)
@@ -102,8 +115,10 @@ TEST(PipelineLayouts, LossesAndGradientsMatchTheSingleProcessRun) {
     // The reference does not know about the layout's communication flags.
     std::string model_flags = l.extra.find("untie") != std::string::npos ? "--untie-embeddings-and-output-weights"
                                                                           : "";
-    SCOPED_TRACE(str_cat("tp=", l.tp, " pp=", l.pp, " v=", l.v, " dp=", dp, " m=", l.m, " ", l.extra));
-    Trainer t(parse_train_arguments(split_flags(flags(l.tp, l.pp, l.v, global_batch, 20, l.extra)), n),
+    model_flags += " " + l.model;
+    const std::string extra = l.extra + " " + l.model;
+    SCOPED_TRACE(str_cat("tp=", l.tp, " pp=", l.pp, " v=", l.v, " dp=", dp, " m=", l.m, " ", extra));
+    Trainer t(parse_train_arguments(split_flags(flags(l.tp, l.pp, l.v, global_batch, 20, extra)), n),
               world.get());
     t.train();
     Trainer& single = reference(global_batch, 20, model_flags);
@@ -112,7 +127,7 @@ TEST(PipelineLayouts, LossesAndGradientsMatchTheSingleProcessRun) {
       EXPECT_NEAR(t.losses()[i], single.losses()[i], 1e-5 * std::abs(single.losses()[i])) << "iteration " << i + 1;
 
     // Gradients of one step from the initial weights.
-    Trainer one(parse_train_arguments(split_flags(flags(l.tp, l.pp, l.v, global_batch, 1, l.extra)), n),
+    Trainer one(parse_train_arguments(split_flags(flags(l.tp, l.pp, l.v, global_batch, 1, extra)), n),
                 world.get());
     one.train();
     // The distributed optimizer leaves each data-parallel rank only its own pieces reduced (the 20

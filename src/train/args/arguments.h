@@ -38,6 +38,7 @@ struct TrainArguments {
   // RoPE scaling: --use-rope-scaling (Llama 3.x, factor --rope-scaling-factor) or
   // --rotary-seq-len-interpolation-factor (linear; 0: none), which finalize_model writes into model.
   bool use_rope_scaling = false;
+  std::string rope_type;  // --rope-type: rope or yarn; empty: Megatron's None (yarn under MLA)
   int64_t rotary_seq_len_interpolation_factor = 0;
   // Mixture of experts: the flags that finalize_moe_model turns into model.moe (the rest write it).
   std::vector<int64_t> num_experts;   // one value, or one per MoE layer (PR-MoE); empty or 0: dense
@@ -235,6 +236,7 @@ void finalize_parallel_layout(TrainArguments& a);  // tp, pp, virtual stages, re
 pipeline::ScheduleShape schedule_shape(const TrainArguments& a, int64_t micro_batches);
 void finalize_moe_model(TrainArguments& a);        // experts per layer, router, losses, capacity (by finalize_model)
 void finalize_moe_layout(TrainArguments& a);       // ep, etp, dispatcher (by finalize_parallel_layout)
+void finalize_mla_model(TrainArguments& a);        // --multi-latent-attention and its sizes, YaRN (by finalize_model)
 void finalize_data(TrainArguments& a);             // data, tokenizer, vocabulary, batches and their ramp
 void finalize_training_loop(TrainArguments& a);    // iterations (or samples), evaluation, logging, samples
 std::string rampup_text(const TrainArguments& a);  // --rampup-batch-size as given ("16 16 5859375")
@@ -271,6 +273,7 @@ CLI::Option* keep_last_occurrence(CLI::Option* option);
 // None is required here; tessera train requires some.
 void add_model_flags(CLI::App& app, TrainArguments& a);
 void add_moe_flags(CLI::App& app, TrainArguments& a);              // by add_model_flags
+void add_mla_flags(CLI::App& app, TrainArguments& a);              // by add_model_flags
 void add_expert_parallel_flags(CLI::App& app, TrainArguments& a);  // --expert-model-parallel-size, ...
 void add_distillation_flags(CLI::App& app, TrainArguments& a);     // --kd, --load-teacher, ...
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <tuple>
 
 namespace tessera::train {
 namespace {
@@ -37,6 +38,24 @@ std::vector<int64_t> moe_layer_counts(const model::MoeConfig& m) {
   const bool one_count =
       !counts.empty() && std::all_of(counts.begin(), counts.end(), [&](int64_t e) { return e == counts.front(); });
   return one_count ? std::vector<int64_t>{counts.front()} : counts;
+}
+
+// Multi-Latent Attention's flags as text, of a run's model against a checkpoint's: (flag, run's, saved).
+std::vector<std::tuple<const char*, std::string, std::string>> mla_texts(const model::MlaConfig& r,
+                                                                         const model::MlaConfig& c) {
+  return {{"--q-lora-rank", text(r.q_lora_rank), text(c.q_lora_rank)},
+          {"--kv-lora-rank", text(r.kv_lora_rank), text(c.kv_lora_rank)},
+          {"--qk-head-dim", text(r.qk_head_dim), text(c.qk_head_dim)},
+          {"--qk-pos-emb-head-dim", text(r.qk_pos_emb_head_dim), text(c.qk_pos_emb_head_dim)},
+          {"--v-head-dim", text(r.v_head_dim), text(c.v_head_dim)},
+          {"--rope-type", r.yarn ? "yarn" : "rope", c.yarn ? "yarn" : "rope"},
+          {"--rotary-scaling-factor", text(r.rotary_scaling_factor), text(c.rotary_scaling_factor)},
+          {"--mscale", text(r.mscale), text(c.mscale)},
+          {"--mscale-all-dim", text(r.mscale_all_dim), text(c.mscale_all_dim)},
+          {"--yarn-beta-fast", text(r.beta_fast), text(c.beta_fast)},
+          {"--yarn-beta-slow", text(r.beta_slow), text(c.beta_slow)},
+          {"--yarn-original-max-position-embeddings", text(r.original_max_position_embeddings),
+           text(c.original_max_position_embeddings)}};
 }
 
 }  // namespace
@@ -90,6 +109,9 @@ std::vector<ModelFlagConflict> model_flag_conflicts(const CLI::App& app, const T
           text(c.untie_embeddings_and_output_weights));
   compare("--disable-bias-linear", text(!m.add_bias_linear), text(!c.add_bias_linear));
   compare("--num-experts", experts_text(a.num_experts), experts_text(moe_layer_counts(c.moe)));
+  compare("--multi-latent-attention", text(m.mla.enabled), text(c.mla.enabled));
+  if (c.mla.enabled)
+    for (const auto& [flag, given_value, saved] : mla_texts(m.mla, c.mla)) compare(flag, given_value, saved);
   if (c.moe.enabled()) {
     compare("--moe-router-topk", text(m.moe.router.topk), text(c.moe.router.topk));
     compare("--moe-ffn-hidden-size", text(m.moe.ffn_hidden_size), text(c.moe.ffn_hidden_size));
@@ -146,6 +168,12 @@ std::vector<ModelDifference> model_differences(const model::ModelConfig& run, co
     compare("--use-rope-scaling", scaling(r), scaling(c), false);
   }
   compare("--qk-layernorm", text(r.qk_layernorm), text(c.qk_layernorm), true);
+  compare("--multi-latent-attention", text(r.mla.enabled), text(c.mla.enabled), true);
+  if (r.mla.enabled && c.mla.enabled)
+    for (const auto& [flag, value, was] : mla_texts(r.mla, c.mla)) {  // the sizes change shapes, RoPE does not
+      const std::string name = flag;
+      compare(flag, value, was, name.find("head-dim") != std::string::npos || name.find("rank") != std::string::npos);
+    }
   compare("--normalization", megatron_name(r.normalization), megatron_name(c.normalization), true);
   compare("--norm-epsilon", text(r.norm_epsilon), text(c.norm_epsilon), false);
   compare("--swiglu", text(r.swiglu), text(c.swiglu), true);
