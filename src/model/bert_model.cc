@@ -28,7 +28,14 @@ BertModel::BertModel(const ModelConfig& config, ParameterSet& params, const para
   if (chunk_.pre_process) embedding_.emplace(config_, params, tp, !chunk_.post_process);
   block_ = std::make_unique<TransformerBlock>(config_, chunk_.first_layer, chunk_.num_layers, params, tp,
                                               bert_layer_spec());
-  if (chunk_.post_process) heads_.emplace(config_, params, tp, embedding_ ? &embedding_->word_embeddings() : nullptr);
+  if (chunk_.post_process) {
+    Parameter* words = embedding_ ? &embedding_->word_embeddings() : nullptr;
+    // ZB-V's V puts the first and the last model chunk on one rank: the LM head ties to the first chunk's
+    // word embedding itself (no copy, and no sum over an embedding group), as GPT's output layer does.
+    if (!embedding_ && (words = params.find("embedding.word_embeddings.weight")))
+      words->spec.shared_with_last_stage = false;
+    heads_.emplace(config_, params, tp, words);
+  }
 }
 
 std::vector<std::string> BertModel::auxiliary_loss_names() const {

@@ -1,5 +1,5 @@
 // BERT under every parallel layout reproduces its single-process run: tensor (with sequence
-// parallelism), pipeline (1F1B and interleaved) and data parallelism, the distributed optimizer and
+// parallelism), pipeline (1F1B, interleaved, ZB-H1 and ZB-V) and data parallelism, the distributed optimizer and
 // activation recomputation give the single-process losses (masked LM and sentence order) of 20
 // iterations and every gradient of the first (losses only with the distributed optimizer); with and without the binary head, in both layer
 // orderings; and bf16 follows the single-process bf16 run.
@@ -69,6 +69,9 @@ std::vector<Layout> layouts_for(int world) {
       {1, 4, 1, 4, "", "--recompute-granularity full --recompute-method block --recompute-num-layers 1"},
       {4, 1, 1, 2, "--bert-no-binary-head", "--sequence-parallel"},
       {2, 4, 1, 4, "", "--sequence-parallel --use-distributed-optimizer"},
+      // Zero bubble: ZB-V's rank 0 holds the embedding and the heads, tied to its word embedding.
+      {1, 2, 1, 3, "", "--zero-bubble-v-schedule"},
+      {2, 2, 1, 4, "--bert-no-binary-head", "--enable-zero-bubble --sequence-parallel"},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)

@@ -45,8 +45,6 @@ void finalize_zero_bubble(TrainArguments& a) {
   TESSERA_CHECK(a.pipeline_token_slices.empty(), flag, " cannot be combined with --pipeline-token-slices");
   TESSERA_CHECK(!a.zero_bubble_v_schedule || a.pipeline_model_parallel_size > 1, flag,
                 " needs --pipeline-model-parallel-size > 1");
-  TESSERA_CHECK(!a.zero_bubble_v_schedule || a.model.family != "bert", flag,
-                " is not supported for BERT yet (ZB-H1 is: --enable-zero-bubble)");
   a.zero_bubble = a.zero_bubble_v_schedule ? pipeline::ZeroBubble::V : pipeline::ZeroBubble::H1;
   if (a.zero_bubble == pipeline::ZeroBubble::V) a.virtual_pipeline_size = 2;
 }
