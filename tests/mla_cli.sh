@@ -2,7 +2,8 @@
 # Multi-Latent Attention (issue 53) as a user runs it: `tessera train --multi-latent-attention` with
 # DeepSeek-V3's form (compressed query, latent norms, YaRN) learns the mock data (its loss falls far below
 # ln(vocab)); its checkpoint names the parameters as Megatron-Core does and resumes at tp 2 with the
-# uninterrupted run's losses; bad values and combinations are refused before any work, naming the flag.
+# uninterrupted run's losses; generation from it (the compressed-latent cache) gives the same ids at tp 1
+# and 2; bad values and combinations are refused before any work, naming the flag.
 set -uo pipefail
 tessera=${1:?usage: mla_cli.sh path/to/tessera}
 work=$(mktemp -d)
@@ -45,6 +46,16 @@ mpi 2 "$tessera" train "${model[@]}" --tensor-model-parallel-size 2 --sequence-p
 check "tp 2 resumes it: $(tail -3 "$work/resume.log")" $?
 same_losses "$(losses "$work/resume.log" | awk '$1 > 30')" "$(losses "$work/single.log" | awk '$1 > 30')"
 check "resumed at tp 2: the uninterrupted losses: $(losses "$work/resume.log" | tr '\n' ' ')" $?
+
+# Generation from the checkpoint (the compressed-latent cache): greedy ids, the same at tp 2.
+one=$("$tessera" generate --load "$work/ckpt" --prompt "3 5 7" --tokens-to-generate 8 --temperature 0 2>"$work/gen.err")
+check "MLA generates: '$one' $(tail -2 "$work/gen.err")" $?
+[ "$(wc -w <<<"$one")" -eq 11 ]
+check "the prompt and 8 generated ids: '$one'" $?
+two=$(mpi 2 "$tessera" generate --load "$work/ckpt" --tensor-model-parallel-size 2 --prompt "3 5 7" \
+      --tokens-to-generate 8 --temperature 0 2>"$work/gen2.err")
+[ -n "$one" ] && [ "$one" = "$two" ]
+check "tp 2 generates what one process does: '$one' vs '$two' $(tail -2 "$work/gen2.err")" $?
 
 expect_failure "--qk-pos-emb-head-dim=5: must be even (RoPE rotates pairs of dimensions)" \
   "$tessera" train "${model[@]}" --qk-pos-emb-head-dim 5

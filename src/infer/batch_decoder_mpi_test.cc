@@ -14,8 +14,9 @@ namespace tessera::infer {
 namespace {
 
 // GPT-2 style (learned positions, LayerNorm, GELU) or Llama style (RoPE, RMSNorm, SwiGLU); both with
-// grouped-query attention.
-model::ModelConfig config(bool llama = false) {
+// grouped-query attention. Or Llama style with DeepSeek-V3's Multi-Latent Attention (issue 53), whose
+// cache holds compressed rows.
+model::ModelConfig config(bool llama = false, bool mla = false) {
   model::ModelConfig c;
   c.num_layers = 4;
   c.hidden_size = 32;
@@ -32,6 +33,19 @@ model::ModelConfig config(bool llama = false) {
     c.position_embedding = model::PositionEmbedding::Rope;
     c.normalization = model::Normalization::RMSNorm;
     c.swiglu = true;
+  }
+  if (mla) {
+    c.num_query_groups = c.num_attention_heads;
+    c.qk_layernorm = true;
+    c.mla.enabled = true;
+    c.mla.q_lora_rank = 12;
+    c.mla.kv_lora_rank = 6;
+    c.mla.qk_head_dim = 8;
+    c.mla.qk_pos_emb_head_dim = 4;
+    c.mla.v_head_dim = 6;
+    c.mla.rotary_scaling_factor = 4;
+    c.mla.mscale_all_dim = 1;
+    c.mla.original_max_position_embeddings = 16;
   }
   return c;
 }
@@ -86,10 +100,10 @@ std::vector<Layout> layouts(int world, const model::ModelConfig& c) {
   return out;
 }
 
-class GreedyBatches : public ::testing::TestWithParam<bool> {};
+class GreedyBatches : public ::testing::TestWithParam<int> {};  // 0: GPT-2, 1: Llama, 2: MLA
 
 TEST_P(GreedyBatches, EqualSequentialDecodingInEveryLayout) {
-  const model::ModelConfig c = config(GetParam());
+  const model::ModelConfig c = config(GetParam() > 0, GetParam() == 2);
   const int64_t tokens = 12;
   auto single = comm::ParallelState::single_process();
   const std::vector<std::vector<int32_t>> reference = sequential_greedy(*Model(c, *single).runner, tokens);
@@ -110,8 +124,10 @@ TEST_P(GreedyBatches, EqualSequentialDecodingInEveryLayout) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, GreedyBatches, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "llama" : "gpt2"; });
+INSTANTIATE_TEST_SUITE_P(Models, GreedyBatches, ::testing::Values(0, 1, 2),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(info.param == 0 ? "gpt2" : info.param == 1 ? "llama" : "mla");
+                         });
 
 // Runs `target` (added after `before` steps) to the end beside other sequences joining and leaving.
 std::vector<int32_t> sampled_in_company(const ModelRunner& runner, const SequenceRequest& target, int64_t before,

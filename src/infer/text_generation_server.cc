@@ -86,8 +86,8 @@ int64_t kv_cache_blocks(const BatchingOptions& o, const model::ModelConfig& c) {
   const double machine = physical_memory_bytes(), gib = static_cast<double>(1 << 30);
   TESSERA_CHECK(machine == 0 || o.buffer_gb * gib <= machine, "--inference-dynamic-batching-buffer-size-gb=", o.buffer_gb,
                 ": more than this machine's memory (", machine / gib, " GiB)");
-  const double bytes_per_block = 2.0 * static_cast<double>(c.num_layers * c.num_query_groups * c.kv_channels) *
-                                 sizeof(float) * static_cast<double>(o.block_size);
+  const double bytes_per_block = static_cast<double>(c.kv_cache_floats_per_position()) * sizeof(float) *
+                                 static_cast<double>(o.block_size);
   const double blocks = std::floor(o.buffer_gb * static_cast<double>(1 << 30) / bytes_per_block);
   TESSERA_CHECK(blocks >= 1, "--inference-dynamic-batching-buffer-size-gb=", o.buffer_gb,
                 " holds no key/value block of --inference-dynamic-batching-block-size=", o.block_size, " positions (",

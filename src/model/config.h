@@ -65,6 +65,11 @@ struct ModelConfig {
 
   int64_t query_heads_per_group() const { return num_attention_heads / num_query_groups; }
   int64_t qkv_size() const { return (num_attention_heads + 2 * num_query_groups) * kv_channels; }
+  // Floats a generating model caches per position, all layers and tensor ranks together: each query
+  // group's key and value, or Multi-Latent Attention's one compressed row (latent and RoPE key).
+  int64_t kv_cache_floats_per_position() const {
+    return num_layers * (mla.enabled ? mla.kv_lora_rank + mla.qk_pos_emb_head_dim : 2 * num_query_groups * kv_channels);
+  }
   int64_t rotary_dim() const {
     return static_cast<int64_t>(static_cast<double>(kv_channels) * rotary_percent) / 2 * 2;
   }

@@ -5,7 +5,9 @@
 
 #include "kernels/attention.h"
 #include "kernels/column_copy.h"
+#include "kernels/decode_attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/linear.h"
 #include "kernels/precision.h"
 #include "kernels/rotary.h"
 #include "parallel/tensor_parallel.h"
@@ -249,8 +251,71 @@ Tensor MultiLatentAttention::backward(const Tensor& dy, const Tensor& x, bool x_
   return dx;
 }
 
-Tensor MultiLatentAttention::decode(const Tensor&, const DecodeLayout&, KvCache&) const {
-  throw Error("multi-latent attention: incremental decoding (the compressed-latent KV cache) is not implemented yet");
+// The cache: [blocks, block_size, 1, kv_lora_rank + qk_pos_emb_head_dim] in k, serving as keys and values
+// both (v stays undefined).
+void MultiLatentAttention::add_to_kv_cache(int64_t blocks, int64_t block_size, KvCache& cache) const {
+  cache.k = Tensor::empty({blocks, block_size, 1, config_.mla.kv_lora_rank + config_.mla.qk_pos_emb_head_dim});
+}
+
+// score_h(t, s) = q_nope_h(t) . (W_uk_h c(s)) + q_pe_h(t) . k_pe(s) = [q_nope_h W_uk_h | q_pe_h] . [c(s) | k_pe(s)],
+// and head h's output W_uv_h (sum_s p(s) c(s)): attention of the absorbed queries over the cached rows.
+Tensor MultiLatentAttention::decode(const Tensor& x, const DecodeLayout& layout, KvCache& cache) const {
+  const ModelConfig& c = config_;
+  const MlaConfig& m = c.mla;
+  const int64_t n = x.numel() / c.hidden_size, nope = m.qk_head_dim, pos = m.qk_pos_emb_head_dim, dv = m.v_head_dim;
+  const int64_t kr = m.kv_lora_rank, width = kr + pos, qd = m.q_head_dim();
+  TESSERA_CHECK(cache.k.defined() && cache.k.dim(3) == width, "multi-latent attention: decoding without its cache");
+  Tensor mean, rstd;
+  Tensor q;
+  if (q_down_) {
+    const Tensor q_lat = q_down_->forward(x);
+    Tensor q_lat_n;
+    mla_norm_forward(q_norm_.get(), q_lat, q_lat_n, mean, rstd);
+    q = q_up_->forward(mla_normed(q_lat, q_lat_n));
+  } else {
+    q = q_proj_->forward(x);
+  }
+  q = q.view({n, heads_ * qd});
+  // The new positions' rows: [normed latent | rotated RoPE key].
+  const Tensor kv_combined = kv_down_->forward(x);
+  Tensor kv_lat = Tensor::empty({n, kr}), kv_lat_n;
+  kernels::copy_columns(kv_combined, {0, 1}, kv_lat, {0, 1}, kr);
+  mla_norm_forward(kv_norm_.get(), kv_lat, kv_lat_n, mean, rstd);
+  Tensor k_pe = Tensor::empty({n, 1, pos});
+  mla_deinterleave(kv_combined, kr, k_pe, 0, pos);
+  rotate(k_pe, layout.positions, false);
+  const Tensor rows = Tensor::empty({n, 1, width});
+  kernels::copy_columns(mla_normed(kv_lat, kv_lat_n), {0, 1}, rows, {0, 1}, kr);
+  kernels::copy_columns(k_pe, {0, 1}, rows, {kr, 1}, pos);
+  mla_round_for_attention(c.params_dtype, rows);
+  kernels::write_kv_cache(rows, rows, cache.k, cache.k, layout.sequences);
+  // The absorbed queries [n, heads, width]: q_nope_h W_uk_h, then the rotated RoPE part.
+  Tensor q_pe = Tensor::empty({n, heads_, pos});
+  mla_deinterleave(q.view({n, heads_, qd}), nope, q_pe, 0, pos);
+  rotate(q_pe, layout.positions, false);
+  const Tensor q_abs = Tensor::empty({n, heads_ * width});
+  kernels::copy_columns(q_pe, {0, 1}, q_abs.view({n, heads_, width}), {kr, 1}, pos);
+  const Tensor w_up = kv_up_->weight()->value.view({heads_ * (nope + dv), kr});  // per head: W_uk_h, then W_uv_h
+  Tensor q_nope_h = Tensor::empty({n, nope}), q_abs_h = Tensor::empty({n, kr});
+  for (int64_t h = 0; h < heads_; ++h) {
+    kernels::copy_columns(q, {h * qd, 1}, q_nope_h, {0, 1}, nope);
+    // q_nope_h W_uk_h is a linear layer's dx (dy W); its x argument only gives the row count (no dw).
+    kernels::linear_backward(q_nope_h, q_abs_h, w_up.narrow(h * (nope + dv), nope), q_abs_h, Tensor(), Tensor(),
+                             c.params_dtype);
+    kernels::copy_columns(q_abs_h, {0, 1}, q_abs, {h * width, 1}, kr);
+  }
+  mla_round_for_attention(c.params_dtype, q_abs);
+  const Tensor out = Tensor::empty({n, heads_ * width});
+  kernels::attention_decode(q_abs.view({n, heads_, width}), cache.k, cache.k, out, layout.sequences, softmax_scale_);
+  // Each head's value: W_uv_h applied to its weighted sum of latents (the first kr columns of its output).
+  const Tensor attn = Tensor::empty({n, heads_ * dv});
+  Tensor o_h = Tensor::empty({n, kr}), v_h = Tensor::empty({n, dv});
+  for (int64_t h = 0; h < heads_; ++h) {
+    kernels::copy_columns(out, {h * width, 1}, o_h, {0, 1}, kr);
+    kernels::linear_forward(o_h, w_up.narrow(h * (nope + dv) + nope, dv), Tensor(), v_h, c.params_dtype);
+    kernels::copy_columns(v_h, {0, 1}, attn, {h * dv, 1}, dv);
+  }
+  return proj_.forward(attn);
 }
 
 }  // namespace tessera::model

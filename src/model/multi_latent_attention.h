@@ -14,7 +14,13 @@
 // every rank computes the whole latents (their gradients arrive summed over the group); with it each
 // rank projects its own rows, whose latents the up projections gather, and the down projections' and
 // norms' weight gradients are partial sums over the group (ParameterSpec::sequence_parallel_grad).
-// Not supported yet: context parallelism, token slices, incremental decoding (Errors).
+//
+// Incremental decoding caches one compressed row per position, shared by the heads: the normed latent and
+// the rotated RoPE key (kv_lora_rank + qk_pos_emb_head_dim floats a layer, not the heads' keys and
+// values). Each head's no-RoPE query is taken into the latent's space through its rows of
+// linear_kv_up_proj (q W_uk: the "absorbed" form of DeepSeek-V2's paper), so the heads attend to the
+// cached rows as one key/value head, and the values' part of the result goes back through W_uv.
+// Not supported yet: context parallelism, token slices (Errors).
 #pragma once
 
 #include <memory>
@@ -34,6 +40,7 @@ class MultiLatentAttention final : public Sublayer {
   Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec,
                   bool rec_rounded) const override;
   Tensor decode(const Tensor& x, const DecodeLayout& layout, KvCache& cache) const override;
+  void add_to_kv_cache(int64_t blocks, int64_t block_size, KvCache& cache) const override;
 
   // The attention's head width: max(q_head_dim, v_head_dim).
   int64_t head_dim() const { return head_dim_; }
