@@ -23,6 +23,7 @@
 #include "ckpt/hf_convert.h"
 #include "ckpt/megatron_dist.h"
 #include "ckpt/megatron_legacy.h"
+#include "ckpt/megatron_resume.h"
 #include "ckpt/megatron_saver.h"
 #include "ckpt/safetensors.h"
 #include "data/tokenizer_factory.h"
@@ -235,21 +236,6 @@ std::string given_model_flags(const CLI::App& group) {
   return given;
 }
 
-// The tokenizer's vocabulary size where Tessera can build the checkpoint's tokenizer from the files its
-// args name (the vocabulary is otherwise taken as the padded one, which generation then refuses to pair
-// with a tokenizer of another size).
-void set_megatron_vocab_size(const ckpt::MegatronArgs& a, model::ModelConfig& c, std::vector<std::string>& notes) {
-  if (a.tokenizer_type.empty() || a.tokenizer_type == "NullTokenizer") return;
-  try {
-    const std::unique_ptr<data::Tokenizer> tok =
-        data::build_tokenizer({a.tokenizer_type, a.vocab_file, a.merge_file, a.tokenizer_model, 0});
-    if (tok->vocab_size() <= c.padded_vocab_size) c.vocab_size = tok->vocab_size();
-  } catch (const Error& e) {
-    notes.push_back(str_cat("the checkpoint's tokenizer (", a.tokenizer_type, ") could not be read here (", e.what(),
-                            "); the vocabulary is taken as its padded size ", c.padded_vocab_size));
-  }
-}
-
 // --loader megatron: finds the checkpoint's format (legacy torch or torch_dist), reads its args, then the
 // command line again over them (flags win), and converts.
 void convert_megatron(const std::vector<std::string>& args, const ConvertFlags& first, const fs::path& target) {
@@ -272,7 +258,7 @@ void convert_megatron(const std::vector<std::string>& args, const ConvertFlags& 
   train::finalize_model(model);  // the rules of the flags, over the checkpoint's values
   std::vector<std::string> notes = saved.notes;
   if (!given.empty()) notes.push_back("the model flags given (" + given + ") override the checkpoint's args");
-  set_megatron_vocab_size(saved, model.model, notes);
+  ckpt::resolve_megatron_vocab_size(saved, model.model, notes);
   for (const std::string& n : notes) std::cerr << " > note: " << n << std::endl;
   convert_into(target, [&](const std::string& out) {
     for (const std::string& n : dist ? ckpt::import_megatron_dist(distributed, model.model, out)

@@ -13,6 +13,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_layout.h"
 #include "ckpt/megatron_names.h"
+#include "ckpt/megatron_optimizer.h"
 #include "kernels/precision.h"
 #include "model/model_factory.h"
 
@@ -152,6 +153,27 @@ Tensor merge_shards(const std::vector<MegatronShard>& shards, MegatronSplit spli
     }
   }
   return parts[0];
+}
+
+// Whole tensors' shards by global name (tensor rank order), each chunk's local layer numbers shifted by the
+// layers of the chunks before it; `layers` (when given) is set to their total.
+std::map<std::string, std::vector<MegatronShard>> global_shards(std::vector<MegatronChunk>& chunks, int64_t tp,
+                                                                int64_t* layers) {
+  std::map<std::string, std::vector<MegatronShard>> sources;
+  int64_t before = 0;
+  for (MegatronChunk& chunk : chunks) {
+    for (auto& [name, shards] : chunk.tensors) {
+      const std::string global = shift_layer(name, before);
+      TESSERA_CHECK(!sources.count(global), "convert: ", shards[0].file, ": ", shards[0].key, " is ", global,
+                    ", which another pipeline chunk holds too");
+      TESSERA_CHECK(static_cast<int64_t>(shards.size()) == tp, "convert: ", shards[0].key, " is in ", shards.size(),
+                    " of the ", tp, " tensor ranks' files of its stage (", shards[0].file, ")");
+      sources[global] = std::move(shards);
+    }
+    before += chunk.layers;
+  }
+  if (layers) *layers = before;
+  return sources;
 }
 
 }  // namespace
@@ -314,12 +336,13 @@ MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64
   return ck;
 }
 
-std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfig& given,
-                                                const std::string& save_dir) {
-  std::vector<std::string> notes;
+MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfig& given, bool optimizer) {
+  MegatronTensors out;
+  std::vector<std::string>& notes = out.notes;
   const int64_t tp = ck.tensor_parallel, pp = ck.pipeline_parallel, vp = std::max<int64_t>(1, ck.args.virtual_pipeline);
-  // chunks[v * pp + p]: Megatron's order of the layers (chunk v of every stage, then chunk v + 1).
-  std::vector<MegatronChunk> chunks(static_cast<size_t>(vp * pp));
+  // chunks[v * pp + p]: Megatron's order of the layers (chunk v of every stage, then chunk v + 1); with
+  // `optimizer` the moments in chunks of their own, keyed as their weights.
+  std::vector<MegatronChunk> chunks(static_cast<size_t>(vp * pp)), avg_chunks(chunks.size()), sq_chunks(chunks.size());
   for (int64_t p = 0; p < pp; ++p)
     for (int64_t t = 0; t < tp; ++t) {
       const std::string& file = ck.files[p][t];
@@ -327,27 +350,55 @@ std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, con
       const StateNode root = p == 0 && t == 0 ? std::move(ck.first) : load_torch_file(file);
       const std::vector<const StateNode*> models = model_chunks(root, vp, file);
       TESSERA_CHECK(static_cast<int64_t>(models.size()) == vp, file, ": holds ", models.size(), " model chunks, not ", vp);
+      std::vector<std::vector<MegatronShard>> leaves(static_cast<size_t>(vp));
       for (int64_t v = 0; v < vp; ++v) {
         TESSERA_CHECK(models[v]->is(SK::Dict), file, ": the model is a ", state_kind_name(models[v]->kind), ", not a state dict");
-        std::vector<MegatronShard> leaves;
-        flatten_state(*models[v], "", file, leaves);
-        add_to_chunk(leaves, chunks[v * pp + p]);
+        flatten_state(*models[v], "", file, leaves[v]);
       }
+      if (optimizer) {
+        // The file's parameters in named_parameters order (its chunks' state dicts in turn).
+        std::vector<MegatronShard*> params;
+        std::vector<MegatronParamShard> shapes;
+        for (auto& chunk : leaves)
+          for (MegatronShard& s : chunk)
+            if (megatron_key(s.key).kind != MegatronKey::Kind::NotAWeight) {
+              params.push_back(&s);
+              shapes.push_back({s.key, s.tensor.shape()});
+            }
+        // Megatron's legacy distributed optimizer keeps the moments in flat per-bucket buffers beside the file,
+        // laid out by its data-parallel sharding: not mapped back to parameters here.
+        const fs::path flat = fs::path(file).parent_path() / "distrib_optim.pt";
+        TESSERA_CHECK(!fs::exists(flat), flat.string(), ": the distributed optimizer's flat buffers (args."
+                      "use_distributed_optimizer) are not read: resume with --no-load-optim (the weights alone), or "
+                      "save from Megatron with --ckpt-format torch_dist --dist-ckpt-optim-fully-reshardable");
+        const StateNode* opt = root.find("optimizer");
+        TESSERA_CHECK(opt && opt->is(SK::Dict), file, ": has no optimizer state (saved with --no-save-optim?): resume "
+                      "with --no-load-optim, or --finetune");
+        const MegatronOptimizerShards o = read_megatron_legacy_optimizer(*opt, file, shapes);
+        if (out.optimizer_steps < 0) out.optimizer_steps = o.step;
+        std::vector<std::vector<MegatronShard>> avg = leaves, sq = leaves;
+        size_t k = 0;
+        for (size_t v = 0; v < leaves.size(); ++v)
+          for (size_t i = 0; i < leaves[v].size(); ++i) {
+            if (megatron_key(leaves[v][i].key).kind == MegatronKey::Kind::NotAWeight) continue;
+            avg[v][i].tensor = o.exp_avg[k];
+            sq[v][i].tensor = o.exp_avg_sq[k];
+            if (o.master[k].defined()) leaves[v][i].tensor = o.master[k];
+            ++k;
+          }
+        for (int64_t v = 0; v < vp; ++v) {
+          add_to_chunk(avg[v], avg_chunks[v * pp + p]);
+          add_to_chunk(sq[v], sq_chunks[v * pp + p]);
+        }
+      }
+      for (int64_t v = 0; v < vp; ++v) add_to_chunk(leaves[v], chunks[v * pp + p]);
     }
 
-  // Whole tensors by global name; layer indices shifted by the layers of the chunks before.
-  std::map<std::string, std::vector<MegatronShard>> sources;
   int64_t layers = 0;
-  for (MegatronChunk& chunk : chunks) {
-    for (auto& [name, shards] : chunk.tensors) {
-      const std::string global = shift_layer(name, layers);
-      TESSERA_CHECK(!sources.count(global), "convert: ", shards[0].file, ": ", shards[0].key, " is ", global,
-                    ", which another pipeline chunk holds too");
-      TESSERA_CHECK(static_cast<int64_t>(shards.size()) == tp, "convert: ", shards[0].key, " is in ", shards.size(),
-                    " of the ", tp, " tensor ranks' files of its stage (", shards[0].file, ")");
-      sources[global] = std::move(shards);
-    }
-    layers += chunk.layers;
+  std::map<std::string, std::vector<MegatronShard>> sources = global_shards(chunks, tp, &layers), avg_sources, sq_sources;
+  if (optimizer) {
+    avg_sources = global_shards(avg_chunks, tp, nullptr);
+    sq_sources = global_shards(sq_chunks, tp, nullptr);
   }
 
   model::ModelConfig c = given;
@@ -381,6 +432,10 @@ std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, con
                     " whole, split ", megatron_split_name(split), ")");
     tensors.emplace_back(name, merge_shards(it->second, split));
     used.insert(name);
+    if (optimizer) {  // the moments' shards have their weights' shapes (checked as they were read)
+      out.exp_avg.emplace_back(name, merge_shards(avg_sources.at(name), split));
+      out.exp_avg_sq.emplace_back(name, merge_shards(sq_sources.at(name), split));
+    }
   }
   // A tied model's last stage computes the logits with its own copy of the word embeddings, which
   // Megatron keeps equal to the first stage's by summing their gradients; Tessera has one tensor, the
@@ -412,15 +467,26 @@ std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, con
                 listed > 8 ? str_cat(" and ", listed - 8, " more") : std::string(),
                 " (a BERT, T5 or mixture-of-experts model, or args that describe another model)");
 
-  save_megatron_import(save_dir, c, ck.args, ck.iteration,
+  out.config = c;
+  out.model = std::move(tensors);
+  return out;
+}
+
+std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfig& given,
+                                                const std::string& save_dir) {
+  const std::string load_dir = ck.load_dir;
+  const MegatronArgs args = ck.args;
+  const int64_t iteration = ck.iteration, tp = ck.tensor_parallel, pp = ck.pipeline_parallel;
+  const MegatronTensors read = read_megatron_legacy(std::move(ck), given, /*optimizer=*/false);
+  save_megatron_import(save_dir, read.config, args, iteration,
                        {{"format", "megatron torch (legacy)"},
-                        {"load_dir", fs::absolute(ck.load_dir).lexically_normal().string()},
-                        {"iteration", ck.iteration},
+                        {"load_dir", fs::absolute(load_dir).lexically_normal().string()},
+                        {"iteration", iteration},
                         {"tensor_model_parallel_size", tp},
                         {"pipeline_model_parallel_size", pp},
-                        {"virtual_pipeline_model_parallel_size", vp}},
-                       tensors);
-  return notes;
+                        {"virtual_pipeline_model_parallel_size", std::max<int64_t>(1, args.virtual_pipeline)}},
+                       read.model);
+  return read.notes;
 }
 
 }  // namespace tessera::ckpt

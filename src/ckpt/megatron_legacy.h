@@ -66,6 +66,21 @@ struct MegatronLegacyCheckpoint {
 // layout the directories show must be the one the args record.
 MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64_t step);
 
+// Whole fp32 tensors read from a Megatron checkpoint, by Tessera name: the weights and, when asked for,
+// Adam's moments (empty when the checkpoint holds none). With fp32 master weights saved beside bf16/fp16
+// weights (the optimizer's), the weights are the masters.
+struct MegatronTensors {
+  model::ModelConfig config;  // the config given, with the padded vocabulary filled in where it was 0
+  std::vector<std::pair<std::string, Tensor>> model, exp_avg, exp_avg_sq;
+  int64_t optimizer_steps = -1;  // -1: not recorded
+  std::vector<std::string> notes;
+};
+
+// Reads and merges the shards as import_megatron_legacy does, without saving; with `optimizer` also the
+// moments (megatron_optimizer.h), merged as their weights are; a file without them is an error naming it.
+MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint checkpoint, const model::ModelConfig& config,
+                                     bool optimizer);
+
 // Merges the shards into whole tensors for `config` (the checkpoint's args with any flags given on the
 // command line), checks every shard's shape against it and that every tensor is used (an error names
 // the file and the Megatron key), and saves them as a Tessera checkpoint at the checkpoint's iteration,
