@@ -236,6 +236,24 @@ std::string given_model_flags(const CLI::App& group) {
   return given;
 }
 
+// The MoE flags of tessera train that give back the saved args' experts (finalize_model derives the
+// config's experts, router and policies from these, so they must say what the checkpoint holds).
+void set_megatron_moe_flags(const model::MoeConfig& m, train::TrainArguments& a) {
+  if (!m.enabled()) return;
+  a.num_experts.clear();
+  a.moe_layer_freq = "[";
+  for (size_t l = 0; l < m.layer_experts.size(); ++l) {
+    a.moe_layer_freq += str_cat(l ? "," : "", m.layer_experts[l] > 0 ? 1 : 0);
+    if (m.layer_experts[l] > 0) a.num_experts.push_back(m.layer_experts[l]);
+  }
+  a.moe_layer_freq += "]";
+  a.moe_router_score_function = m.router.score == kernels::RouterScoreFunction::Sigmoid ? "sigmoid" : "softmax";
+  a.moe_router_load_balancing_type = m.load_balancing == model::LoadBalancing::None         ? "none"
+                                     : m.load_balancing == model::LoadBalancing::SeqAuxLoss ? "seq_aux_loss"
+                                                                                            : "aux_loss";
+  a.moe_token_drop_policy = m.token_drop_policy == kernels::TokenDropPolicy::Position ? "position" : "probs";
+}
+
 // --loader megatron: finds the checkpoint's format (legacy torch or torch_dist), reads its args, then the
 // command line again over them (flags win), and converts.
 void convert_megatron(const std::vector<std::string>& args, const ConvertFlags& first, const fs::path& target) {
@@ -250,6 +268,7 @@ void convert_megatron(const std::vector<std::string>& args, const ConvertFlags& 
   model.model = saved.config;
   model.group_query_attention = saved.group_query_attention;
   model.make_vocab_size_divisible_by = saved.make_vocab_size_divisible_by;
+  set_megatron_moe_flags(saved.config.moe, model);
   ConvertFlags f;
   CLI::App app{"tessera convert", "tessera convert"};
   CLI::App* group = add_convert_flags(app, f, model);

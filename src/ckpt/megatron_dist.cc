@@ -266,7 +266,7 @@ MegatronTensors read_megatron_dist(const MegatronDistCheckpoint& ck, const model
       unused += str_cat(listed > 1 ? ", " : " ", list[0].entry->key);
   TESSERA_CHECK(unused.empty(), "convert: ", md, " has tensors this model does not use:", unused,
                 listed > 8 ? str_cat(" and ", listed - 8, " more") : std::string(),
-                " (a BERT, T5 or mixture-of-experts model, or args that describe another model)");
+                " (a BERT or T5 model, shared experts, or args that describe another model)");
   if (optimizer_entries > 0 && !optimizer)
     notes.push_back(str_cat("the checkpoint's optimizer state (", optimizer_entries,
                             " optimizer.* entries) is not carried: train on with --finetune, or --no-load-optim "

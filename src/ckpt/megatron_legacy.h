@@ -56,7 +56,11 @@ struct MegatronLegacyCheckpoint {
   std::string iteration_dir;  // DIR/iter_0001000 or DIR/release
   int64_t iteration = 0;      // 0 for a release checkpoint
   int64_t tensor_parallel = 1, pipeline_parallel = 1;
-  std::vector<std::vector<std::string>> files;  // [pipeline stage][tensor rank]: model_optim_rng.pt
+  int64_t expert_parallel = 1;
+  std::vector<std::vector<std::string>> files;  // [pipeline stage][tensor rank]: model_optim_rng.pt (expert rank 0)
+  // Mixture of experts: [pipeline stage][tensor rank][expert rank - 1], the other expert ranks' files (each
+  // holds the dense tensors again, and its own experts under local numbers).
+  std::vector<std::vector<std::vector<std::string>>> expert_files;
   StateNode first;   // the whole of files[0][0] (read once: its args decide the model)
   MegatronArgs args;  // of files[0][0]
 };
