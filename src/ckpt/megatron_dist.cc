@@ -94,6 +94,9 @@ MegatronDistCheckpoint open_megatron_dist(const std::string& load_dir, int64_t s
   TESSERA_CHECK(args, ck.common_file, ": has no 'args' (Megatron saves its arguments in every checkpoint); the model "
                 "cannot be known without them");
   ck.args = read_megatron_args(*args, ck.common_file + ": args");
+  // The experts' sharded keys (stacked over layers and experts) are not mapped yet; the legacy format's are.
+  TESSERA_CHECK(!ck.args.config.moe.enabled(), ck.common_file, ": args.num_experts is set: mixture-of-experts "
+                "torch_dist checkpoints are not read yet (save from Megatron with --ckpt-format torch to convert one)");
   const StateNode* version = root.find("checkpoint_version");
   const double v = !version                       ? 0
                    : version->is(StateNode::Kind::Float) ? version->real
