@@ -30,7 +30,7 @@ out=$("$tessera" train $llama --train-iters 3 --save "$work/tessera" --save-inte
 check "Tessera's run saves at iteration 3: $out" $?
 out=$("$python" -W ignore "$here/megatron_resume_fixture.py" "$work/tessera" "$work/legacy=torch" \
       "$work/legacy_bf16=torch,bf16" "$work/dist_bf16=torch_dist,bf16" "$work/no_optim=torch,no-optim" \
-      "$work/swapped=torch,swap-groups" "$work/distrib=torch,distrib-optim" \
+      "$work/misnumbered=torch,misnumbered" "$work/distrib=torch,distrib-optim" \
       "$work/buckets=torch_dist,dp-reshardable" 2>&1)
 check "the fixtures: $out" $?
 
@@ -71,8 +71,8 @@ expect_failure "mp_rank_00_000/model_optim_rng.pt: has no optimizer state (saved
 out=$("$tessera" train $llama --train-iters 4 --load "$work/no_optim" --no-load-optim 2>&1)
 [ $? -eq 0 ] && grep -qF "iteration        4/       4 |" <<<"$out"
 check "--no-load-optim resumes the weights alone: $out" $?
-expect_failure "mp_rank_00_000/model_optim_rng.pt: optimizer.state[0].exp_avg has shape [32] but the parameter it stands for in Megatron's order (embedding.word_embeddings.weight) is [24, 32]" \
-  "$tessera" train $llama --train-iters 4 --load "$work/swapped"
+expect_failure "mp_rank_00_000/model_optim_rng.pt: optimizer.state[0].exp_avg has shape [32, 32] but the parameter it stands for in Megatron's order (embedding.word_embeddings.weight) is [24, 32]" \
+  "$tessera" train $llama --train-iters 4 --load "$work/misnumbered"
 expect_failure "mp_rank_00_000/distrib_optim.pt: the distributed optimizer's flat buffers (args.use_distributed_optimizer) are not read: resume with --no-load-optim" \
   "$tessera" train $llama --train-iters 4 --load "$work/distrib"
 out=$("$tessera" train $llama --train-iters 4 --load "$work/distrib" --no-load-optim 2>&1)

@@ -7,15 +7,15 @@ the moments as optimizer.exp_avg.NAME / optimizer.exp_avg_sq.NAME), splits it ov
 as Megatron's ranks hold it (tests/megatron_fixture.py's split and state dicts) and writes, as Megatron
 writes them:
   torch        iter_N/mp_rank_TT_PPP/model_optim_rng.pt with "optimizer": torch's Adam state dict,
-               parameters numbered as Megatron's _get_param_groups groups them (weight decay first, then
-               biases and norms, each in named_parameters order), per-parameter exp_avg, exp_avg_sq and
+               parameters numbered as Megatron-Core's _get_param_groups groups them (the groups with and
+               without weight decay in the order first met, each in named_parameters order), per-parameter exp_avg, exp_avg_sq and
                step; fp32: the state dict itself (Megatron's FP32Optimizer), bf16: under "optimizer" beside
                fp32_from_fp16_params, the fp32 master weights (Float16OptimizerWithFloat16Params).
   torch_dist   PyTorch's DCP writer with the model keys and optimizer.state.exp_avg.<key>,
                optimizer.state.exp_avg_sq.<key> (bf16: optimizer.state.fp32_param.<key>), chunked as the model
                keys; common.pt with the args and the optimizer's common_step.
 
-usage: megatron_resume_fixture.py TESSERA_DIR OUT_DIR=torch|torch_dist[,bf16][,no-optim][,swap-groups]
+usage: megatron_resume_fixture.py TESSERA_DIR OUT_DIR=torch|torch_dist[,bf16][,no-optim][,misnumbered]
                                  [,distrib-optim][,dp-reshardable] ...
 """
 import argparse
@@ -73,9 +73,13 @@ def legacy_optimizer(chunk, layers, rank, c, avg, sq, masters, steps, bf16, swap
     params = [(k, t) for k, t in chunk.items() if isinstance(t, torch.Tensor)]  # named_parameters order
     decayed = [i for i, (k, t) in enumerate(params) if not (k.endswith(".bias") or t.dim() == 1)]
     rest = [i for i in range(len(params)) if i not in decayed]
-    groups = [rest, decayed] if swap else [decayed, rest]
+    # Megatron-Core's _get_param_groups: the groups in the order it first meets them (a later stage, which
+    # starts with a norm, has the group without decay first), each labelled by wd_mult.
+    groups = [(decayed, 1.0), (rest, 0.0)] if 0 in decayed else [(rest, 0.0), (decayed, 1.0)]
+    if swap:  # the first group's members rotated by one: each number's moments then meet another parameter
+        groups[0] = (groups[0][0][1:] + groups[0][0][:1], groups[0][1])
     state, param_groups, fp32_groups, n = {}, [], [], 0
-    for g, members in enumerate(groups):
+    for members, wd_mult in groups:
         ids = []
         for i in members:
             name = global_name(params[i][0], layers)
@@ -85,8 +89,7 @@ def legacy_optimizer(chunk, layers, rank, c, avg, sq, masters, steps, bf16, swap
             ids.append(n)
             n += 1
         param_groups.append({"params": ids, "lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8,
-                             "weight_decay": 0.01 if g == 0 else 0.0, "wd_mult": 1.0 if g == 0 else 0.0,
-                             "lr_mult": 1.0})
+                             "weight_decay": 0.01 * wd_mult, "wd_mult": wd_mult, "lr_mult": 1.0})
         fp32_groups.append([mf.split(global_name(params[i][0], layers), masters[global_name(params[i][0], layers)],
                                      c, rank).clone() for i in members])
     inner = {"state": state, "param_groups": param_groups}
@@ -161,8 +164,8 @@ def main():
     p.add_argument("tessera")
     p.add_argument("specs", nargs="+", metavar="OUT_DIR=FORMAT[,OPTION...]",
                    help="one checkpoint per spec (one process, one torch import: the test's time); FORMAT torch or "
-                        "torch_dist; OPTION bf16, no-optim, swap-groups (biases and norms numbered first: a wrong "
-                        "order), distrib-optim (legacy distributed optimizer: distrib_optim.pt, no per-parameter "
+                        "torch_dist; OPTION bf16, no-optim, misnumbered (the first group's numbers rotated "
+                        "by one: a wrong order), distrib-optim (legacy distributed optimizer: distrib_optim.pt, no per-parameter "
                         "state), dp-reshardable (torch_dist: the distributed optimizer's default buckets)")
     a = p.parse_args()
     mf.TP, mf.PP = 2, 2
@@ -172,7 +175,7 @@ def main():
     for spec in a.specs:
         out, _, rest = spec.partition("=")
         fmt, *options = rest.split(",")
-        known = {"bf16", "no-optim", "swap-groups", "distrib-optim", "dp-reshardable"}
+        known = {"bf16", "no-optim", "misnumbered", "distrib-optim", "dp-reshardable"}
         if fmt not in ("torch", "torch_dist") or not set(options) <= known:
             p.error(f"bad spec {spec}")
         bf16 = "bf16" in options
@@ -180,7 +183,7 @@ def main():
         sub = f"iter_{iteration:07d}"
         if fmt == "torch":
             args.use_distributed_optimizer = "distrib-optim" in options
-            write_legacy(out, sub, c, w, avg, sq, args, steps, bf16, "no-optim" in options, "swap-groups" in options,
+            write_legacy(out, sub, c, w, avg, sq, args, steps, bf16, "no-optim" in options, "misnumbered" in options,
                          "distrib-optim" in options)
         else:
             write_dist(out, sub, c, w, avg, sq, args, steps, bf16, "no-optim" in options, "dp-reshardable" in options)

@@ -31,7 +31,7 @@ Tensor optimizer_tensor(const StateNode* n, const std::string& where, const Mega
                 ", not a tensor (for ", p.key, ")");
   TESSERA_CHECK(n->tensor.shape() == p.shape, where, " has shape ", shape_str(n->tensor.shape()), " but the parameter it ",
                 "stands for in Megatron's order (", p.key, ") is ", shape_str(p.shape),
-                " (the optimizer numbers the parameters with weight decay first, then the biases and norms)");
+                " (the optimizer numbers the parameters group by group, each group's in the model state dict's order)");
   return megatron_to_fp32(n->tensor, where, p.key);
 }
 
@@ -66,24 +66,36 @@ MegatronOptimizerShards read_megatron_legacy_optimizer(const StateNode& opt, con
                 " holds no per-parameter state (Megatron's distributed optimizer keeps its moments in "
                 "distrib_optim.pt, whose flat buffers are not read: resume with --no-load-optim)");
 
-  // Megatron's order: the parameters with weight decay, then those without, each in the state dict's order.
-  std::vector<size_t> order;
+  // Megatron's order: group by group, each group's parameters in the state dict's order. A group holds the
+  // parameters with weight decay or those without (biases, norms); its wd_mult (or weight_decay) says which.
+  // Megatron-Core orders the groups as it first meets them (so a pipeline stage that starts with a norm has
+  // the group without decay first); older versions put the decayed group first, which is the guess for
+  // groups that record neither.
   const auto decayed = [&](size_t i) {
     const std::string& k = params[i].key;
     return !(k.size() >= 5 && k.compare(k.size() - 5, 5, ".bias") == 0) && params[i].shape.size() != 1;
   };
-  for (int pass = 0; pass < 2; ++pass)
-    for (size_t i = 0; i < params.size(); ++i)
-      if (decayed(i) == (pass == 0)) order.push_back(i);
+  std::vector<size_t> by_class[2];  // [0]: decayed, [1]: not, in the state dict's order
+  for (size_t i = 0; i < params.size(); ++i) by_class[decayed(i) ? 0 : 1].push_back(i);
+  size_t next[2] = {0, 0};
+  std::vector<size_t> order;
   std::vector<int64_t> ids;
-  for (const StateNode& g : groups->items) {
-    const StateNode* list = g.find("params");
+  for (size_t g = 0; g < groups->items.size(); ++g) {
+    const StateNode& group = groups->items[g];
+    const StateNode* list = group.find("params");
     TESSERA_CHECK(list && (list->is(StateNode::Kind::List) || list->is(StateNode::Kind::Tuple)), where,
-                  ": a param group without its list of parameter numbers");
+                  ".param_groups[", g, "] has no list of parameter numbers");
+    std::optional<double> decay = optimizer_number(group.find("wd_mult"));
+    if (!decay) decay = optimizer_number(group.find("weight_decay"));
+    const int cls = decay ? (*decay > 0 ? 0 : 1) : (g == 0 ? 0 : 1);
     for (const StateNode& id : list->items) {
-      TESSERA_CHECK(id.is(StateNode::Kind::Int), where, ": a param group lists a ", state_kind_name(id.kind),
+      TESSERA_CHECK(id.is(StateNode::Kind::Int), where, ".param_groups[", g, "] lists a ", state_kind_name(id.kind),
                     ", not a parameter number");
+      TESSERA_CHECK(next[cls] < by_class[cls].size(), where, ".param_groups[", g, "] (", cls ? "without" : "with",
+                    " weight decay) numbers more parameters than the file's model state dict has ",
+                    cls ? "without" : "with", " it (", by_class[cls].size(), ")");
       ids.push_back(id.integer);
+      order.push_back(by_class[cls][next[cls]++]);
     }
   }
   TESSERA_CHECK(ids.size() == params.size(), where, ": its param_groups number ", ids.size(),

@@ -4,9 +4,11 @@
 // "fp32_from_fp16_params" (the fp32 master weights of a bf16/fp16 model) for Megatron's mixed-precision
 // optimizer, or itself for its fp32 one. It names parameters by number: "param_groups" list the numbers
 // of each group and "state" holds each number's exp_avg, exp_avg_sq and step. Megatron numbers a rank's
-// parameters group by group, as its _get_param_groups builds them: the parameters with weight decay, then
+// parameters group by group, as its _get_param_groups builds them: the parameters with weight decay and
 // those without (biases and one-dimensional tensors: norms), each in named_parameters order, which is the
-// order of the rank's model state dict (its model chunks in turn). Every number's moments are checked
+// order of the rank's model state dict (its model chunks in turn); each group's wd_mult (or weight_decay)
+// tells which it is (Megatron-Core orders the groups as it first meets them, older versions the decayed
+// one first, the guess where a group records neither). Every number's moments are checked
 // against the shape of the parameter it stands for, so another order is an error, not a silent swap.
 // The legacy distributed optimizer keeps its moments in distrib_optim.pt as flat buffers: not read.
 //
