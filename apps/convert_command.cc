@@ -23,6 +23,7 @@
 #include "ckpt/hf_convert.h"
 #include "ckpt/megatron_dist.h"
 #include "ckpt/megatron_legacy.h"
+#include "ckpt/megatron_resume.h"
 #include "ckpt/megatron_saver.h"
 #include "ckpt/safetensors.h"
 #include "data/tokenizer_factory.h"
@@ -235,19 +236,22 @@ std::string given_model_flags(const CLI::App& group) {
   return given;
 }
 
-// The tokenizer's vocabulary size where Tessera can build the checkpoint's tokenizer from the files its
-// args name (the vocabulary is otherwise taken as the padded one, which generation then refuses to pair
-// with a tokenizer of another size).
-void set_megatron_vocab_size(const ckpt::MegatronArgs& a, model::ModelConfig& c, std::vector<std::string>& notes) {
-  if (a.tokenizer_type.empty() || a.tokenizer_type == "NullTokenizer") return;
-  try {
-    const std::unique_ptr<data::Tokenizer> tok =
-        data::build_tokenizer({a.tokenizer_type, a.vocab_file, a.merge_file, a.tokenizer_model, 0});
-    if (tok->vocab_size() <= c.padded_vocab_size) c.vocab_size = tok->vocab_size();
-  } catch (const Error& e) {
-    notes.push_back(str_cat("the checkpoint's tokenizer (", a.tokenizer_type, ") could not be read here (", e.what(),
-                            "); the vocabulary is taken as its padded size ", c.padded_vocab_size));
+// The MoE flags of tessera train that give back the saved args' experts (finalize_model derives the
+// config's experts, router and policies from these, so they must say what the checkpoint holds).
+void set_megatron_moe_flags(const model::MoeConfig& m, train::TrainArguments& a) {
+  if (!m.enabled()) return;
+  a.num_experts.clear();
+  a.moe_layer_freq = "[";
+  for (size_t l = 0; l < m.layer_experts.size(); ++l) {
+    a.moe_layer_freq += str_cat(l ? "," : "", m.layer_experts[l] > 0 ? 1 : 0);
+    if (m.layer_experts[l] > 0) a.num_experts.push_back(m.layer_experts[l]);
   }
+  a.moe_layer_freq += "]";
+  a.moe_router_score_function = m.router.score == kernels::RouterScoreFunction::Sigmoid ? "sigmoid" : "softmax";
+  a.moe_router_load_balancing_type = m.load_balancing == model::LoadBalancing::None         ? "none"
+                                     : m.load_balancing == model::LoadBalancing::SeqAuxLoss ? "seq_aux_loss"
+                                                                                            : "aux_loss";
+  a.moe_token_drop_policy = m.token_drop_policy == kernels::TokenDropPolicy::Position ? "position" : "probs";
 }
 
 // --loader megatron: finds the checkpoint's format (legacy torch or torch_dist), reads its args, then the
@@ -264,6 +268,7 @@ void convert_megatron(const std::vector<std::string>& args, const ConvertFlags& 
   model.model = saved.config;
   model.group_query_attention = saved.group_query_attention;
   model.make_vocab_size_divisible_by = saved.make_vocab_size_divisible_by;
+  set_megatron_moe_flags(saved.config.moe, model);
   ConvertFlags f;
   CLI::App app{"tessera convert", "tessera convert"};
   CLI::App* group = add_convert_flags(app, f, model);
@@ -272,7 +277,7 @@ void convert_megatron(const std::vector<std::string>& args, const ConvertFlags& 
   train::finalize_model(model);  // the rules of the flags, over the checkpoint's values
   std::vector<std::string> notes = saved.notes;
   if (!given.empty()) notes.push_back("the model flags given (" + given + ") override the checkpoint's args");
-  set_megatron_vocab_size(saved, model.model, notes);
+  ckpt::resolve_megatron_vocab_size(saved, model.model, notes);
   for (const std::string& n : notes) std::cerr << " > note: " << n << std::endl;
   convert_into(target, [&](const std::string& out) {
     for (const std::string& n : dist ? ckpt::import_megatron_dist(distributed, model.model, out)

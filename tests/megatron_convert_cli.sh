@@ -122,9 +122,9 @@ check "a drifted tied copy is a note: $out" $?
 [ -s "$work/gpt2_mcore/convert.log" ] && [ -s "$work/gpt2_legacy_fp16_vp2/convert.log" ] &&
   ! grep -q "differs from the embedding" "$work/gpt2_mcore/convert.log" "$work/gpt2_legacy_fp16_vp2/convert.log"
 check "an exact tied copy (output_layer.weight, word_embeddings_for_head.weight) is not" $?
-# What Tessera's GPT cannot compute is refused by its argument name.
+# Args that describe another model (experts the files do not hold) are refused naming the tensor missing.
 fixture moe gpt2 mcore --set num_experts=8
-expect_failure "args.num_experts set: mixture-of-experts checkpoints do not convert yet" \
+expect_failure "moe/megatron/iter_0000020 holds decoder.layers.0.mlp.router.weight (or its legacy language_model.* name), which this model has" \
   "$tessera" convert --loader megatron --load-dir "$work/moe/megatron" --save-dir "$work/x4"
 # A missing rank's file, a directory without the tracker.
 rm "$work/bad_args/megatron/iter_0000020/mp_rank_01_001/model_optim_rng.pt"

@@ -9,7 +9,7 @@
 #  * the format is found by itself, the iteration and args (from common.pt) are carried, flags win;
 #  * a truncated .metadata, a chunk pointing past its file's end, a damaged item, the removed zarr backend,
 #    args that disagree with the tensors are refused naming the file and key; train --load of such a
-#    directory says to convert it first.
+#    directory with incomplete optimizer state names the key missing.
 set -uo pipefail
 tessera=${1:?usage: megatron_dist_convert_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +30,8 @@ work, tokens = sys.argv[2], sys.argv[3]
 for line in """gpt2_dist gpt2 mcore --format torch_dist
 llama_dist llama te --dtype bfloat16 --format torch_dist
 llama_legacy llama te --dtype bfloat16
-llama_singleton llama mcore --format torch_dist --singleton --release""".splitlines():
+llama_singleton llama mcore --format torch_dist --singleton --release
+moe_dist gpt2 mcore --format torch_dist --pp 1 --set num_experts=4""".splitlines():
     name, style, scheme, *options = line.split()
     sys.argv = ["megatron_fixture.py", f"{work}/{name}/megatron", style, scheme, tokens] + options
     printed = io.StringIO()
@@ -132,12 +133,20 @@ rm "$d/common.pt"
 expect_failure "$d/common.pt is missing: it holds the checkpoint's args" \
   "$tessera" convert --loader megatron --load-dir "$work/no_common" --save-dir "$work/x6"
 
-# train --load of a Megatron directory says what it is and how to convert it; --ckpt-format zarr is refused.
-gpt2="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --max-position-embeddings 16
-      --mock-data --tokenizer-type NullTokenizer --vocab-size 40 --make-vocab-size-divisible-by 8
-      --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --train-iters 21 --eval-iters 0"
-expect_failure "is a Megatron-LM checkpoint (torch_dist format, $dir), not a Tessera one: convert it first with tessera convert --loader megatron" \
+# train --load of a Megatron directory resumes it (tests/megatron_resume_cli.sh); this one's optimizer state is
+# incomplete (one optimizer.* entry), which is named, and --no-load-optim takes the weights alone.
+# --ckpt-format zarr is refused.
+gpt2="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --ffn-hidden-size 64 --seq-length 16
+      --max-position-embeddings 16 --mock-data --tokenizer-type NullTokenizer --vocab-size 40
+      --make-vocab-size-divisible-by 8 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --train-iters 21
+      --eval-iters 0"
+expect_failure "has no optimizer.state.exp_avg.embedding.word_embeddings.weight (Adam's state of embedding.word_embeddings.weight): the checkpoint's optimizer state is incomplete" \
   "$tessera" train $gpt2 --load "$work/gpt2_dist/megatron"
+out=$("$tessera" train $gpt2 --load "$work/gpt2_dist/megatron" --no-load-optim 2>&1)
+[ $? -eq 0 ] && grep -qF "iteration       21/      21 |" <<<"$out"
+check "train --load of the torch_dist directory with --no-load-optim resumes at iteration 21: $out" $?
+expect_failure "moe_dist/megatron/iter_0000020/common.pt: args.num_experts is set: mixture-of-experts torch_dist checkpoints are not read yet" \
+  "$tessera" convert --loader megatron --load-dir "$work/moe_dist/megatron" --save-dir "$work/x7"
 expect_failure "--ckpt-format=zarr: Megatron-LM removed the zarr format (January 2026)" \
   "$tessera" train $gpt2 --ckpt-format zarr
 

@@ -16,6 +16,7 @@
 #include "ckpt/checkpoint_index.h"
 #include "ckpt/checkpoint_tokenizer.h"
 #include "ckpt/crc32c.h"
+#include "ckpt/megatron_resume.h"
 #include "ckpt/reshard.h"
 #include "ckpt/safetensors.h"
 #include "kernels/tensor_ops.h"
@@ -197,8 +198,9 @@ CheckpointIndex read_index(const std::string& load_dir, int64_t iteration, fs::p
     for (const fs::directory_entry& e : fs::directory_iterator(*dir, ec))
       legacy = legacy || e.path().filename().string().rfind("mp_rank_", 0) == 0;
     TESSERA_CHECK(!dist && !legacy, load_dir, " is a Megatron-LM checkpoint (", dist ? "torch_dist" : "legacy torch",
-                  " format, ", dir->string(), "), not a Tessera one: convert it first with tessera convert --loader "
-                  "megatron --load-dir ", load_dir, " --save-dir DIR, then --load DIR (docs/checkpoints.md)");
+                  " format, ", dir->string(), "), not a Tessera one: tessera train --load takes it as it is; for the "
+                  "rest convert it first with tessera convert --loader megatron --load-dir ", load_dir,
+                  " --save-dir DIR, then --load DIR (docs/checkpoints.md)");
   }
   CheckpointIndex index = parse_checkpoint_index(read_text_file(path, "checkpoint index"), path.string());
   TESSERA_CHECK(index.iteration == iteration, "checkpoint index ", path.string(), " is for iteration ",
@@ -235,6 +237,7 @@ void prepare_save_directory(const std::string& save_dir, const std::string& flag
 }
 
 int64_t latest_checkpointed_iteration(const std::string& load_dir) {
+  if (is_megatron_checkpoint(load_dir)) return megatron_checkpoint_iteration(load_dir);
   fs::path tracker = fs::path(load_dir) / kTracker;
   if (!fs::exists(tracker)) return -1;
   std::ifstream in(tracker);
@@ -254,6 +257,7 @@ int64_t latest_checkpointed_iteration(const std::string& load_dir) {
 }
 
 std::map<std::string, std::string> latest_tokenizer_files(const std::string& load_dir) {
+  if (is_megatron_checkpoint(load_dir)) return megatron_checkpoint_tokenizer_files(load_dir);
   int64_t iteration = latest_checkpointed_iteration(load_dir);
   TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
   fs::path dir;
@@ -262,6 +266,7 @@ std::map<std::string, std::string> latest_tokenizer_files(const std::string& loa
 }
 
 std::vector<std::string> latest_model_tensor_names(const std::string& load_dir) {
+  if (is_megatron_checkpoint(load_dir)) return megatron_checkpoint_tensor_names(load_dir);
   int64_t iteration = latest_checkpointed_iteration(load_dir);
   TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
   fs::path dir;
@@ -272,6 +277,7 @@ std::vector<std::string> latest_model_tensor_names(const std::string& load_dir) 
 }
 
 nlohmann::json latest_checkpoint_args(const std::string& load_dir) {
+  if (is_megatron_checkpoint(load_dir)) return megatron_checkpoint_args(load_dir);
   int64_t iteration = latest_checkpointed_iteration(load_dir);
   TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
   fs::path dir;
@@ -280,6 +286,7 @@ nlohmann::json latest_checkpoint_args(const std::string& load_dir) {
 
 TrainingState load_checkpoint(const std::string& load_dir, model::ParameterSet& params,
                               optim::AdamWOptimizer* optimizer) {
+  if (is_megatron_checkpoint(load_dir)) return load_megatron_checkpoint(load_dir, params, optimizer);
   int64_t iteration = latest_checkpointed_iteration(load_dir);
   TESSERA_CHECK(iteration >= 0, "no checkpoint in ", load_dir, ": ", kTracker, " is missing");
   fs::path dir;

@@ -114,9 +114,6 @@ void read_mlp(const MegatronNamespace& a, model::ModelConfig& c, std::vector<std
   // Megatron sets add_qkv_bias whenever add_bias_linear; alone it adds a QKV bias to a bias-free model.
   a.refuse_if(a.flag("add_qkv_bias") && !c.add_bias_linear, "add_qkv_bias",
               "a QKV bias without the other linear biases (--disable-bias-linear); Tessera has one bias switch");
-  const StateNode* experts = a.get("num_experts");
-  a.refuse_if(experts && !(experts->is(SK::Int) && experts->integer == 0), "num_experts",
-              "mixture-of-experts checkpoints do not convert yet (dense GPT models only)");
   a.refuse_if(a.flag("multi_latent_attention"), "multi_latent_attention", "Tessera has no multi-latent attention");
   // Megatron's GELU is the tanh form only where it fuses the bias into it (bias_gelu_fusion, on by
   // default, with biases) or under --openai-gelu; otherwise torch's exact erf GELU. Tessera's is the tanh
@@ -124,6 +121,68 @@ void read_mlp(const MegatronNamespace& a, model::ModelConfig& c, std::vector<std
   if (!c.swiglu && !a.flag("openai_gelu") && !(a.flag("bias_gelu_fusion", true) && c.add_bias_linear))
     notes.push_back("the checkpoint's MLP used the exact (erf) GELU; Tessera's is the tanh approximation, so the "
                     "converted model's outputs differ slightly (of the order of 1e-3 per activation)");
+}
+
+// Mixture of experts (Megatron-Core's MoELayer): the experts per layer and the router. Shared experts and an
+// expert tensor-parallel size other than the tensor-parallel one are refused: their keys and splits are not
+// mapped (megatron_names.h).
+void read_moe(const MegatronNamespace& a, MegatronArgs& out) {
+  model::ModelConfig& c = out.config;
+  model::MoeConfig& m = c.moe;
+  out.expert_parallel = a.integer_or("expert_model_parallel_size", 1);
+  const int64_t experts = a.integer_or("num_experts", 0);
+  if (experts == 0) return;  // None or 0: a dense model
+  TESSERA_CHECK(experts > 0, a.where(), ": args.num_experts is ", experts, ", not a positive number");
+  // moe_layer_freq: every N-th layer (an int), or a list of 0/1 per layer.
+  std::vector<int64_t> pattern;
+  if (const StateNode* freq = a.get("moe_layer_freq"); freq && (freq->is(SK::List) || freq->is(SK::Tuple))) {
+    for (const StateNode& x : freq->items) {
+      TESSERA_CHECK(x.is(SK::Int) && (x.integer == 0 || x.integer == 1), a.where(),
+                    ": args.moe_layer_freq holds a value other than 0 or 1");
+      pattern.push_back(x.integer);
+    }
+    TESSERA_CHECK(static_cast<int64_t>(pattern.size()) == c.num_layers, a.where(), ": args.moe_layer_freq lists ",
+                  pattern.size(), " layers, num_layers is ", c.num_layers);
+  } else {
+    const int64_t every = a.integer_or("moe_layer_freq", 1);
+    TESSERA_CHECK(every > 0, a.where(), ": args.moe_layer_freq is ", every, ", not a positive number");
+    for (int64_t l = 0; l < c.num_layers; ++l) pattern.push_back(l % every == 0 ? 1 : 0);
+  }
+  for (const int64_t p : pattern) m.layer_experts.push_back(p ? experts : 0);
+  m.ffn_hidden_size = a.integer_or("moe_ffn_hidden_size", c.ffn_hidden_size);
+  m.router.topk = a.integer_or("moe_router_topk", 2);
+  const std::string score = a.text_or("moe_router_score_function", "softmax");
+  TESSERA_CHECK(score == "softmax" || score == "sigmoid", a.where(), ": args.moe_router_score_function is '", score,
+                "'; Tessera's router scores by softmax or sigmoid");
+  m.router.score = score == "sigmoid" ? kernels::RouterScoreFunction::Sigmoid : kernels::RouterScoreFunction::Softmax;
+  m.router.pre_softmax = a.flag("moe_router_pre_softmax");
+  m.router.scaling_factor = static_cast<float>(a.real_or("moe_router_topk_scaling_factor", 1.0));
+  m.router.num_groups = a.integer_or("moe_router_num_groups", 0);
+  m.router.group_topk = a.integer_or("moe_router_group_topk", 0);
+  m.expert_bias = a.flag("moe_router_enable_expert_bias");
+  const std::string balancing = a.text_or("moe_router_load_balancing_type", "aux_loss");
+  TESSERA_CHECK(balancing == "aux_loss" || balancing == "seq_aux_loss" || balancing == "none", a.where(),
+                ": args.moe_router_load_balancing_type is '", balancing, "'; Tessera has aux_loss, seq_aux_loss and none");
+  m.load_balancing = balancing == "none"           ? model::LoadBalancing::None
+                     : balancing == "seq_aux_loss" ? model::LoadBalancing::SeqAuxLoss
+                                                   : model::LoadBalancing::AuxLoss;
+  m.aux_loss_coeff = static_cast<float>(a.real_or("moe_aux_loss_coeff", 0.0));
+  m.z_loss_coeff = static_cast<float>(a.real_or("moe_z_loss_coeff", 0.0));
+  m.input_jitter_eps = static_cast<float>(a.real_or("moe_input_jitter_eps", 0.0));
+  m.capacity_factor = a.real_or("moe_expert_capacity_factor", -1.0);
+  const std::string drop = a.text_or("moe_token_drop_policy", "probs");
+  TESSERA_CHECK(drop == "probs" || drop == "position", a.where(), ": args.moe_token_drop_policy is '", drop,
+                "'; Tessera has probs and position");
+  m.token_drop_policy = drop == "position" ? kernels::TokenDropPolicy::Position : kernels::TokenDropPolicy::Probs;
+  m.pad_expert_input_to_capacity = a.flag("moe_pad_expert_input_to_capacity");
+  m.grouped_gemm = a.flag("moe_grouped_gemm");
+  a.refuse_if(a.integer_or("moe_shared_expert_intermediate_size", 0) > 0, "moe_shared_expert_intermediate_size",
+              "shared experts are not converted");
+  const int64_t tp = a.integer_or("tensor_model_parallel_size", 1);
+  const int64_t etp = a.integer_or("expert_tensor_parallel_size", tp);
+  a.refuse_if(etp != tp, "expert_tensor_parallel_size",
+              str_cat("an expert tensor-parallel size (", etp, ") other than the tensor-parallel size (", tp,
+                      "): the experts' shards are not merged"));
 }
 
 }  // namespace
@@ -157,6 +216,7 @@ MegatronArgs read_megatron_args(const StateNode& args, const std::string& where)
   c.hidden_dropout = static_cast<float>(a.real_or("hidden_dropout", 0.1));
   c.attention_dropout = static_cast<float>(a.real_or("attention_dropout", 0.1));
   c.init_method_std = static_cast<float>(a.real_or("init_method_std", 0.02));
+  read_moe(a, out);
 
   // The vocabulary: Megatron records the padded size it built the embedding with (build_tokenizer sets
   // args.padded_vocab_size); 0 here means "from the embedding's shape" (the importer fills it in).

@@ -2,7 +2,7 @@
 // in every model_optim_rng.pt ("args", after its validate_args, so derived sizes such as ffn_hidden_size,
 // kv_channels and padded_vocab_size are filled in). Fields are Megatron's argument names; a field a
 // newer Megatron renamed is read under both names (norm_epsilon / layernorm_epsilon). What Tessera's GPT
-// cannot compute (mixture of experts, QK norm, interleaved or scaled rotary embeddings, LayerNorm-1p,
+// cannot compute (shared experts, QK norm, interleaved or scaled rotary embeddings, LayerNorm-1p,
 // squared ReLU, a QKV bias without the other biases) is refused by its argument name, before any tensor
 // is merged; a difference that changes numbers but not shapes (exact erf GELU where Tessera has the tanh
 // form) is stated as a note.
@@ -23,6 +23,7 @@ struct MegatronArgs {
   int64_t make_vocab_size_divisible_by = 128;
   // The layout that saved the checkpoint (virtual: model chunks per pipeline rank, 1 without interleaving).
   int64_t tensor_parallel = 1, pipeline_parallel = 1, virtual_pipeline = 1;
+  int64_t expert_parallel = 1;  // mixture of experts: each expert rank holds num_experts / this of them
   // Training state and the tokenizer, as Megatron recorded them (-1 / empty where absent).
   int64_t consumed_train_samples = -1, seed = -1;
   std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;

@@ -124,7 +124,6 @@ void expect_refused(const char* key, StateNode v, const std::string& message) {
 }
 
 TEST(MegatronArgs, RefusesWhatTesserasGptCannotCompute) {
-  expect_refused("num_experts", value(int64_t{8}), "ckpt.pt: args: the checkpoint was trained with args.num_experts set");
   expect_refused("qk_layernorm", value(true), "args.qk_layernorm set");
   expect_refused("apply_layernorm_1p", value(true), "args.apply_layernorm_1p set");
   expect_refused("squared_relu", value(true), "args.squared_relu set");
@@ -135,6 +134,36 @@ TEST(MegatronArgs, RefusesWhatTesserasGptCannotCompute) {
   rope.entries.push_back({"position_embedding_type", value("rope")});
   rope.entries.push_back({"rotary_interleaved", value(true)});
   EXPECT_THROW(read_megatron_args(rope, "args"), Error);
+}
+
+TEST(MegatronArgs, MixtureOfExperts) {
+  StateNode ns = gpt2_args();
+  for (const auto& [key, v] : {std::pair{"num_experts", value(int64_t{4})}, std::pair{"moe_router_topk", value(int64_t{1})},
+                               std::pair{"moe_ffn_hidden_size", value(int64_t{16})},
+                               std::pair{"expert_model_parallel_size", value(int64_t{2})},
+                               std::pair{"moe_router_load_balancing_type", value("none")}})
+    ns.entries.push_back({key, v});
+  StateNode freq;  // layer 1 only: Megatron's list form
+  freq.kind = SK::List;
+  freq.items = {value(int64_t{0}), value(int64_t{1})};
+  ns.entries.push_back({"moe_layer_freq", freq});
+  const MegatronArgs a = read_megatron_args(ns, "args");
+  EXPECT_EQ(a.config.moe.layer_experts, (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(a.config.moe.ffn_hidden_size, 16);
+  EXPECT_EQ(a.config.moe.router.topk, 1);
+  EXPECT_EQ(a.config.moe.load_balancing, model::LoadBalancing::None);
+  EXPECT_EQ(a.expert_parallel, 2);
+
+  ns.entries.push_back({"moe_shared_expert_intermediate_size", value(int64_t{32})});
+  try {
+    read_megatron_args(ns, "ckpt.pt: args");
+    ADD_FAILURE() << "shared experts were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ckpt.pt: args: the checkpoint was trained with args."
+                                         "moe_shared_expert_intermediate_size set"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(MegatronArgs, ExactGeluIsANote) {

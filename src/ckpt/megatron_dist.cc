@@ -1,6 +1,7 @@
 #include "ckpt/megatron_dist.h"
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -11,6 +12,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_layout.h"
 #include "ckpt/megatron_names.h"
+#include "ckpt/megatron_optimizer.h"
 #include "model/model_factory.h"
 
 namespace tessera::ckpt {
@@ -29,6 +31,25 @@ struct DistSource {
 Shape source_shape(const DistSource& s) {
   if (s.layer < 0) return s.entry->size;
   return Shape(s.entry->size.begin() + 1, s.entry->size.end());
+}
+
+// The sets of keys a checkpoint holds per tensor: the model's, Adam's two moments, the fp32 master weights.
+enum DistSet { kDistWeights, kDistExpAvg, kDistExpAvgSq, kDistMaster, kDistSets };
+
+// The set a DCP key belongs to, with its model key; -1 for other optimizer entries.
+int dist_set(const std::string& key, std::string* model_key) {
+  static constexpr std::pair<std::string_view, int> kPrefixes[] = {{"optimizer.state.exp_avg.", kDistExpAvg},
+                                                                    {"optimizer.state.exp_avg_sq.", kDistExpAvgSq},
+                                                                    {"optimizer.state.fp32_param.", kDistMaster},
+                                                                    {"optimizer.state.param.", kDistMaster}};
+  for (const auto& [prefix, set] : kPrefixes)
+    if (key.starts_with(prefix)) {
+      *model_key = key.substr(prefix.size());
+      return set;
+    }
+  if (key.starts_with("optimizer.")) return -1;
+  *model_key = key;
+  return kDistWeights;
 }
 
 }  // namespace
@@ -73,6 +94,9 @@ MegatronDistCheckpoint open_megatron_dist(const std::string& load_dir, int64_t s
   TESSERA_CHECK(args, ck.common_file, ": has no 'args' (Megatron saves its arguments in every checkpoint); the model "
                 "cannot be known without them");
   ck.args = read_megatron_args(*args, ck.common_file + ": args");
+  // The experts' sharded keys (stacked over layers and experts) are not mapped yet; the legacy format's are.
+  TESSERA_CHECK(!ck.args.config.moe.enabled(), ck.common_file, ": args.num_experts is set: mixture-of-experts "
+                "torch_dist checkpoints are not read yet (save from Megatron with --ckpt-format torch to convert one)");
   const StateNode* version = root.find("checkpoint_version");
   const double v = !version                       ? 0
                    : version->is(StateNode::Kind::Float) ? version->real
@@ -83,28 +107,29 @@ MegatronDistCheckpoint open_megatron_dist(const std::string& load_dir, int64_t s
                 " stores the fused QKV in an older order; only versions 2.0 and later convert");
   if (const StateNode* it = root.find("iteration"); it && it->is(StateNode::Kind::Int) && !found.release)
     ck.iteration = it->integer;
+  if (const StateNode* opt = root.find("optimizer")) ck.optimizer_steps = megatron_optimizer_step(*opt);
   ck.dcp = DcpCheckpoint::open(iter.string());
   return ck;
 }
 
-std::vector<std::string> import_megatron_dist(const MegatronDistCheckpoint& ck, const model::ModelConfig& given,
-                                              const std::string& save_dir) {
-  std::vector<std::string> notes;
+MegatronTensors read_megatron_dist(const MegatronDistCheckpoint& ck, const model::ModelConfig& given, bool optimizer) {
+  MegatronTensors out;
+  std::vector<std::string>& notes = out.notes;
   const DcpCheckpoint& dcp = ck.dcp;
   const std::string& md = dcp.metadata_path();
   model::ModelConfig c = given;
 
-  // Tessera name -> where it is; the model's keys only.
-  std::map<std::string, std::vector<DistSource>> sources;
+  // Tessera name -> where it is, per set: the model's keys, and the optimizer's per state.
+  std::array<std::map<std::string, std::vector<DistSource>>, kDistSets> sets;
   int64_t optimizer_entries = 0;
+  std::string buckets;  // a key of the distributed optimizer's dp_reshardable buckets, if any
   static constexpr std::string_view kLayers = "decoder.layers.";
   for (const DcpEntry& e : dcp.entries()) {
-    if (e.key.starts_with("optimizer.")) {
-      ++optimizer_entries;
-      continue;
-    }
-    if (!e.tensor) continue;  // ShardedObjects: Transformer Engine's _extra_state, rng_state, ...
-    std::string key = e.key;
+    std::string key;
+    const int set = dist_set(e.key, &key);
+    if (set != kDistWeights) ++optimizer_entries;
+    if (buckets.empty() && e.key.starts_with("optimizer.distributed.")) buckets = e.key;
+    if (set < 0 || !e.tensor) continue;  // ShardedObjects: Transformer Engine's _extra_state, rng_state, ...
     int part = 0;
     for (const auto& [suffix, p] : {std::pair{std::string_view("_w"), 1}, std::pair{std::string_view("_v"), 2}})
       if (key.ends_with(suffix) && key.find("linear_fc1.") != std::string::npos) {
@@ -121,12 +146,13 @@ std::vector<std::string> import_megatron_dist(const MegatronDistCheckpoint& ck, 
       for (int64_t l = 0; l < e.size[0]; ++l) {
         const MegatronKey layer = megatron_key(str_cat(kLayers, l, ".", rest));
         if (layer.kind == MegatronKey::Kind::NotAWeight) continue;
-        sources[layer.name].push_back({&e, l, part});
+        sets[set][layer.name].push_back({&e, l, part});
       }
     } else {
-      sources[k.name].push_back({&e, -1, part});
+      sets[set][k.name].push_back({&e, -1, part});
     }
   }
+  const std::map<std::string, std::vector<DistSource>>& sources = sets[kDistWeights];
 
   if (c.padded_vocab_size == 0) {  // args without padded_vocab_size: the embedding's rows tell it
     const auto it = sources.find("embedding.word_embeddings.weight");
@@ -143,15 +169,11 @@ std::vector<std::string> import_megatron_dist(const MegatronDistCheckpoint& ck, 
   std::set<std::string> used;
   struct Job {
     std::string name;
-    Shape shape;
+    int set;
     std::vector<DistSource> parts;
   };
   std::vector<Job> jobs;
-  for (const model::Parameter& p : declared.params()) {
-    const std::string& name = p.spec.name;
-    const auto it = sources.find(name);
-    TESSERA_CHECK(it != sources.end(), "convert: ", md, " holds no tensor for ", name, ", which this model has");
-    std::vector<DistSource> parts = it->second;
+  const auto add_job = [&](int set, const std::string& name, const Shape& shape, std::vector<DistSource> parts) {
     std::sort(parts.begin(), parts.end(), [](const DistSource& a, const DistSource& b) { return a.part < b.part; });
     const bool split = parts.size() == 2 && parts[0].part == 1 && parts[1].part == 2;
     TESSERA_CHECK(split || (parts.size() == 1 && parts[0].part == 0), "convert: ", md, ": ", name,
@@ -167,12 +189,32 @@ std::vector<std::string> import_megatron_dist(const MegatronDistCheckpoint& ck, 
       have[0] += up[0];
     }
     const DistSource& s = parts[0];
-    TESSERA_CHECK(have == p.spec.shape, "convert: ", md, ": ", s.entry->key, " has shape ", shape_str(s.entry->size),
+    TESSERA_CHECK(have == shape, "convert: ", md, ": ", s.entry->key, " has shape ", shape_str(s.entry->size),
                   s.layer >= 0 ? str_cat(" (", shape_str(source_shape(s)), " per layer)") : std::string(),
                   split ? " with its other half" : "", " but the model the checkpoint's args (and the flags given) ",
-                  "describe needs ", shape_str(p.spec.shape), s.layer >= 0 ? " per layer" : "", " (", name, ")");
-    jobs.push_back({name, p.spec.shape, std::move(parts)});
+                  "describe needs ", shape_str(shape), s.layer >= 0 ? " per layer" : "", " (", name, ")");
+    jobs.push_back({name, set, std::move(parts)});
+  };
+  for (const model::Parameter& p : declared.params()) {
+    const std::string& name = p.spec.name;
+    const auto it = sources.find(name);
+    TESSERA_CHECK(it != sources.end(), "convert: ", md, " holds no tensor for ", name, ", which this model has");
+    add_job(kDistWeights, name, p.spec.shape, it->second);
     used.insert(name);
+    if (!optimizer) continue;
+    // Megatron's default for the distributed optimizer: flat buckets per data-parallel group, whose layout
+    // depends on its bucketing; only the fully reshardable per-parameter format maps back to parameters.
+    TESSERA_CHECK(buckets.empty(), md, ": ", buckets, " holds the distributed optimizer's state in its dp_reshardable "
+                  "buckets, which are not read: save from Megatron with --dist-ckpt-optim-fully-reshardable "
+                  "(per-parameter optimizer.state.* keys), or resume with --no-load-optim (the weights alone)");
+    for (const int set : {kDistExpAvg, kDistExpAvgSq, kDistMaster}) {
+      const auto found = sets[set].find(name);
+      TESSERA_CHECK(found != sets[set].end() || set == kDistMaster, md, " has no optimizer.state.",
+                    set == kDistExpAvg ? "exp_avg." : "exp_avg_sq.", it->second[0].entry->key, " (Adam's state of ", name,
+                    "): the checkpoint's optimizer state is incomplete or in a format not read (resume with "
+                    "--no-load-optim)");
+      if (found != sets[set].end()) add_job(set, name, p.spec.shape, found->second);
+    }
   }
 
   // Read in the files' order of keys and layers, so a chunk that spans several layers is read once.
@@ -191,9 +233,19 @@ std::vector<std::string> import_megatron_dist(const MegatronDistCheckpoint& ck, 
     t = t.view(source_shape(s));
     read[j][q] = megatron_to_fp32(t, md, s.entry->key);
   }
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (size_t j = 0; j < jobs.size(); ++j)
-    tensors.emplace_back(jobs[j].name, read[j].size() == 1 ? read[j][0] : hf_layout::concat_rows(read[j]));
+  std::map<std::string, Tensor> masters;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Tensor whole = read[j].size() == 1 ? read[j][0] : hf_layout::concat_rows(read[j]);
+    switch (jobs[j].set) {
+      case kDistWeights: out.model.emplace_back(jobs[j].name, whole); break;
+      case kDistExpAvg: out.exp_avg.emplace_back(jobs[j].name, whole); break;
+      case kDistExpAvgSq: out.exp_avg_sq.emplace_back(jobs[j].name, whole); break;
+      default: masters[jobs[j].name] = whole;
+    }
+  }
+  for (auto& [name, t] : out.model)
+    if (const auto m = masters.find(name); m != masters.end()) t = m->second;
+  std::vector<std::pair<std::string, Tensor>>& tensors = out.model;
 
   // A tied model keeps one tensor; a saved copy (which Megatron's sharded state dict folds into the
   // embedding's key) is compared with it.
@@ -217,21 +269,29 @@ std::vector<std::string> import_megatron_dist(const MegatronDistCheckpoint& ck, 
       unused += str_cat(listed > 1 ? ", " : " ", list[0].entry->key);
   TESSERA_CHECK(unused.empty(), "convert: ", md, " has tensors this model does not use:", unused,
                 listed > 8 ? str_cat(" and ", listed - 8, " more") : std::string(),
-                " (a BERT, T5 or mixture-of-experts model, or args that describe another model)");
-  if (optimizer_entries > 0)
+                " (a BERT or T5 model, shared experts, or args that describe another model)");
+  if (optimizer_entries > 0 && !optimizer)
     notes.push_back(str_cat("the checkpoint's optimizer state (", optimizer_entries,
-                            " optimizer.* entries) is not carried: train on with --finetune, or --no-load-optim"));
+                            " optimizer.* entries) is not carried: train on with --finetune, or --no-load-optim "
+                            "(tessera train --load of the Megatron directory itself carries it)"));
+  out.optimizer_steps = ck.optimizer_steps;
+  out.config = c;
+  return out;
+}
 
+std::vector<std::string> import_megatron_dist(const MegatronDistCheckpoint& ck, const model::ModelConfig& given,
+                                              const std::string& save_dir) {
+  const MegatronTensors read = read_megatron_dist(ck, given, /*optimizer=*/false);
   const MegatronArgs& a = ck.args;
-  save_megatron_import(save_dir, c, a, ck.iteration,
+  save_megatron_import(save_dir, read.config, a, ck.iteration,
                        {{"format", "megatron torch_dist"},
                         {"load_dir", fs::absolute(ck.load_dir).lexically_normal().string()},
                         {"iteration", ck.iteration},
                         {"tensor_model_parallel_size", a.tensor_parallel},
                         {"pipeline_model_parallel_size", a.pipeline_parallel},
                         {"virtual_pipeline_model_parallel_size", a.virtual_pipeline}},
-                       tensors);
-  return notes;
+                       read.model);
+  return read.notes;
 }
 
 }  // namespace tessera::ckpt

@@ -15,7 +15,7 @@
 // saves the gate and up halves of each rank as separate chunks at those offsets, or, with
 // singleton_local_shards, as the keys "..._w" and "..._v"). Key names map to Tessera's as megatron_names.h
 // maps the legacy ones (Transformer Engine's fused norms included). What is not a model weight is left:
-// optimizer.* entries (the optimizer state is not carried), ShardedObjects (Transformer Engine's
+// optimizer.* entries (read by read_megatron_dist for tessera train --load), ShardedObjects (Transformer Engine's
 // _extra_state, rng_state), and the common state besides the args and iteration.
 #pragma once
 
@@ -35,6 +35,7 @@ struct MegatronDistCheckpoint {
   int64_t iteration = 0;  // 0 for a release checkpoint
   DcpCheckpoint dcp;
   MegatronArgs args;  // common.pt's
+  int64_t optimizer_steps = -1;  // common.pt's optimizer step count (-1: none recorded)
 };
 
 // Finds the iteration as the legacy format does, checks metadata.json (a backend other than torch_dist,
@@ -45,6 +46,14 @@ MegatronDistCheckpoint open_megatron_dist(const std::string& load_dir, int64_t s
 // (an error names .metadata and the key, with the shape recorded and the shape expected) and that every
 // model tensor is used, and saves them as a Tessera checkpoint at the checkpoint's iteration, as
 // import_megatron_legacy does. Returns notes.
+// Reads the whole tensors as import_megatron_dist does, without saving; with `optimizer` also Adam's
+// moments ("optimizer.state.exp_avg.<key>", "optimizer.state.exp_avg_sq.<key>", assembled as their
+// weights are) and, where saved, the fp32 master weights in place of the weights
+// ("optimizer.state.fp32_param.<key>", or "optimizer.state.param.<key>" from the distributed optimizer's
+// fully reshardable format). A model tensor without its moments is an error naming the key missing.
+MegatronTensors read_megatron_dist(const MegatronDistCheckpoint& checkpoint, const model::ModelConfig& config,
+                                   bool optimizer);
+
 std::vector<std::string> import_megatron_dist(const MegatronDistCheckpoint& checkpoint, const model::ModelConfig& config,
                                               const std::string& save_dir);
 

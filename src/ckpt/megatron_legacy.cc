@@ -1,6 +1,7 @@
 #include "ckpt/megatron_legacy.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_layout.h"
 #include "ckpt/megatron_names.h"
+#include "ckpt/megatron_optimizer.h"
 #include "kernels/precision.h"
 #include "model/model_factory.h"
 
@@ -154,6 +156,51 @@ Tensor merge_shards(const std::vector<MegatronShard>& shards, MegatronSplit spli
   return parts[0];
 }
 
+// Whole tensors' shards by global name (tensor rank order), each chunk's local layer numbers shifted by the
+// layers of the chunks before it; `layers` (when given) is set to their total.
+std::map<std::string, std::vector<MegatronShard>> global_shards(std::vector<MegatronChunk>& chunks, int64_t tp,
+                                                                int64_t* layers) {
+  std::map<std::string, std::vector<MegatronShard>> sources;
+  int64_t before = 0;
+  for (MegatronChunk& chunk : chunks) {
+    for (auto& [name, shards] : chunk.tensors) {
+      const std::string global = shift_layer(name, before);
+      TESSERA_CHECK(!sources.count(global), "convert: ", shards[0].file, ": ", shards[0].key, " is ", global,
+                    ", which another pipeline chunk holds too");
+      TESSERA_CHECK(static_cast<int64_t>(shards.size()) == tp, "convert: ", shards[0].key, " is in ", shards.size(),
+                    " of the ", tp, " tensor ranks' files of its stage (", shards[0].file, ")");
+      sources[global] = std::move(shards);
+    }
+    before += chunk.layers;
+  }
+  if (layers) *layers = before;
+  return sources;
+}
+
+// Mixture of experts: the experts of expert rank 0 (in `leaves`, from files[p][t]) and of the other expert
+// ranks' files of tensor rank t of stage p, under their global numbers in the per-expert form. The other
+// files' dense tensors are the same as expert rank 0's and are not read again.
+void add_expert_ranks(const MegatronLegacyCheckpoint& ck, int64_t p, int64_t t, int64_t vp, int64_t local_experts,
+                      std::vector<std::vector<MegatronShard>>& leaves) {
+  bool expert = false;
+  for (auto& chunk : leaves)
+    for (MegatronShard& s : chunk) s.key = megatron_global_expert_key(s.key, 0, local_experts, &expert);
+  for (size_t x = 0; x < ck.expert_files[p][t].size(); ++x) {
+    const std::string& file = ck.expert_files[p][t][x];
+    const StateNode root = load_torch_file(file);
+    const std::vector<const StateNode*> models = model_chunks(root, vp, file);
+    TESSERA_CHECK(static_cast<int64_t>(models.size()) == vp, file, ": holds ", models.size(), " model chunks, not ", vp);
+    for (int64_t v = 0; v < vp; ++v) {
+      std::vector<MegatronShard> all;
+      flatten_state(*models[v], "", file, all);
+      for (MegatronShard& s : all) {
+        s.key = megatron_global_expert_key(s.key, static_cast<int64_t>(x) + 1, local_experts, &expert);
+        if (expert) leaves[v].push_back(std::move(s));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Tensor megatron_to_fp32(const Tensor& t, const std::string& file, const std::string& key) {
@@ -261,65 +308,94 @@ MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64
   TESSERA_CHECK(megatron_checkpoint_format(where) == "torch", "convert --loader megatron: ", iter.string(),
                 " is a torch_dist (distributed) checkpoint, not the legacy torch format");
 
-  // mp_rank_TT (no pipeline) or mp_rank_TT_PPP; a third number is an expert-parallel rank.
-  const std::regex rank_dir(R"(mp_rank_(\d{2})(?:_(\d{3}))?(_\d{3})?)");
-  std::set<std::pair<int64_t, int64_t>> found;
-  int64_t tp = 0, pp = 0;
-  bool staged = false, unstaged = false;
+  // mp_rank_TT (no pipeline), mp_rank_TT_PPP, and with expert parallelism an expert rank's _EEE after them
+  // (mp_rank_TT_EEE without a pipeline: which one a second number is, the args tell).
+  const std::regex rank_dir(R"(mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?)");
+  std::set<std::array<int64_t, 3>> found;  // the numbers each directory name holds (-1: absent)
+  std::string zero;                         // tensor rank 0 of stage 0 (and expert rank 0): the args
   for (const fs::directory_entry& e : fs::directory_iterator(iter)) {
     const std::string name = e.path().filename().string();
     std::smatch m;
     if (!e.is_directory() || !std::regex_match(name, m, rank_dir)) continue;
-    TESSERA_CHECK(!m[3].matched, "convert --loader megatron: ", (iter / name).string(),
-                  " is an expert-parallel rank's; mixture-of-experts checkpoints do not convert yet");
-    const int64_t t = std::stoll(m[1].str()), p = m[2].matched ? std::stoll(m[2].str()) : 0;
-    (m[2].matched ? staged : unstaged) = true;
-    found.insert({p, t});
-    tp = std::max(tp, t + 1);
-    pp = std::max(pp, p + 1);
+    std::array<int64_t, 3> n{};
+    for (int i = 0; i < 3; ++i) n[i] = m[i + 1].matched ? std::stoll(m[i + 1].str()) : -1;
+    found.insert(n);
+    if (n[0] == 0 && n[1] <= 0 && n[2] <= 0) zero = name;
   }
   TESSERA_CHECK(!found.empty(), "convert --loader megatron: ", iter.string(), " holds no mp_rank_* directory");
-  TESSERA_CHECK(!(staged && unstaged), "convert --loader megatron: ", iter.string(),
-                " mixes mp_rank_TT and mp_rank_TT_PPP directories");
-  ck.tensor_parallel = tp;
-  ck.pipeline_parallel = pp;
-  ck.files.assign(static_cast<size_t>(pp), std::vector<std::string>(static_cast<size_t>(tp)));
-  for (int64_t p = 0; p < pp; ++p)
-    for (int64_t t = 0; t < tp; ++t) {
-      char name[64];
-      if (staged) std::snprintf(name, sizeof name, "mp_rank_%02lld_%03lld", static_cast<long long>(t), static_cast<long long>(p));
-      else std::snprintf(name, sizeof name, "mp_rank_%02lld", static_cast<long long>(t));
-      const fs::path file = iter / name / kMegatronFile;
-      TESSERA_CHECK(fs::is_regular_file(file, ec), "convert --loader megatron: ", file.string(), " is missing (the ",
-                    "checkpoint has tensor ranks 0-", tp - 1, " and pipeline stages 0-", pp - 1, ")");
-      ck.files[p][t] = file.string();
-    }
+  TESSERA_CHECK(!zero.empty(), "convert --loader megatron: ", iter.string(), " has no directory of tensor rank 0 ",
+                "of pipeline stage 0 (mp_rank_00*)");
+  std::set<int64_t> counts;
+  for (const auto& n : found) counts.insert((n[1] >= 0) + (n[2] >= 0));
+  TESSERA_CHECK(counts.size() == 1, "convert --loader megatron: ", iter.string(),
+                " mixes mp_rank_TT, mp_rank_TT_PPP and mp_rank_TT_PPP_EEE directories");
 
-  const std::string& first = ck.files[0][0];
+  const std::string first = (iter / zero / kMegatronFile).string();
+  TESSERA_CHECK(fs::is_regular_file(first, ec), "convert --loader megatron: ", first, " is missing");
   ck.first = load_torch_file(first);
   TESSERA_CHECK(ck.first.is(SK::Dict), first, ": holds a ", state_kind_name(ck.first.kind), ", not a checkpoint dict");
   const StateNode* args = ck.first.find("args");
   TESSERA_CHECK(args, first, ": has no 'args' (Megatron saves its arguments in every checkpoint); the model "
                 "cannot be known without them");
   ck.args = read_megatron_args(*args, first + ": args");
+
+  // Which number is which: a pipeline stage's when the args have pipeline (or the name all three).
+  const int numbers = *counts.begin();
+  const bool staged = numbers == 2 || (numbers == 1 && ck.args.expert_parallel == 1);
+  const bool experts = numbers == 2 || (numbers == 1 && !staged);
+  int64_t tp = 0, pp = 1, ep = 1;
+  for (const auto& n : found) {
+    tp = std::max(tp, n[0] + 1);
+    if (staged) pp = std::max(pp, n[1] + 1);
+    if (experts) ep = std::max(ep, (staged ? n[2] : n[1]) + 1);
+  }
+  ck.tensor_parallel = tp;
+  ck.pipeline_parallel = pp;
+  ck.expert_parallel = ep;
+  ck.files.assign(static_cast<size_t>(pp), std::vector<std::string>(static_cast<size_t>(tp)));
+  ck.expert_files.assign(static_cast<size_t>(pp), std::vector<std::vector<std::string>>(static_cast<size_t>(tp)));
+  for (int64_t p = 0; p < pp; ++p)
+    for (int64_t t = 0; t < tp; ++t)
+      for (int64_t x = 0; x < ep; ++x) {
+        std::string name = str_cat("mp_rank_", t < 10 ? "0" : "", t);
+        if (staged) name += str_cat("_", p < 10 ? "00" : p < 100 ? "0" : "", p);
+        if (experts) name += str_cat("_", x < 10 ? "00" : x < 100 ? "0" : "", x);
+        const fs::path file = iter / name / kMegatronFile;
+        TESSERA_CHECK(fs::is_regular_file(file, ec), "convert --loader megatron: ", file.string(), " is missing (the ",
+                      "checkpoint has tensor ranks 0-", tp - 1, ", pipeline stages 0-", pp - 1,
+                      ep > 1 ? str_cat(" and expert ranks 0-", ep - 1) : std::string(), ")");
+        (x == 0 ? ck.files[p][t] : ck.expert_files[p][t].emplace_back()) = file.string();
+      }
+
   // Before checkpoint_version 2.0 the fused QKV rows were ordered otherwise (Megatron reorders them on load).
   const StateNode* version = ck.first.find("checkpoint_version");
   const double v = !version ? 0 : version->is(SK::Float) ? version->real : version->is(SK::Int) ? static_cast<double>(version->integer) : -1;
   TESSERA_CHECK(v >= 2.0, first, ": checkpoint_version ", version ? std::to_string(v) : std::string("absent (0)"),
                 " stores the fused QKV in an older order; only versions 2.0 and later convert");
   if (const StateNode* it = ck.first.find("iteration"); it && it->is(SK::Int) && sub != "release") ck.iteration = it->integer;
-  TESSERA_CHECK(ck.args.tensor_parallel == tp && ck.args.pipeline_parallel == pp, first,
-                ": args record tensor_model_parallel_size ", ck.args.tensor_parallel, " and pipeline_model_parallel_size ",
-                ck.args.pipeline_parallel, " but ", iter.string(), " holds ", tp, " tensor and ", pp, " pipeline ranks");
+  TESSERA_CHECK(ck.args.tensor_parallel == tp && ck.args.pipeline_parallel == pp && ck.args.expert_parallel == ep, first,
+                ": args record tensor_model_parallel_size ", ck.args.tensor_parallel, ", pipeline_model_parallel_size ",
+                ck.args.pipeline_parallel, " and expert_model_parallel_size ", ck.args.expert_parallel, " but ",
+                iter.string(), " holds ", tp, " tensor, ", pp, " pipeline and ", ep, " expert ranks");
+  for (const int64_t e : ck.args.config.moe.layer_experts)
+    TESSERA_CHECK(e % ep == 0, first, ": args.num_experts ", e, " is not divisible by expert_model_parallel_size ", ep);
   return ck;
 }
 
-std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfig& given,
-                                                const std::string& save_dir) {
-  std::vector<std::string> notes;
+MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfig& given, bool optimizer) {
+  MegatronTensors out;
+  std::vector<std::string>& notes = out.notes;
   const int64_t tp = ck.tensor_parallel, pp = ck.pipeline_parallel, vp = std::max<int64_t>(1, ck.args.virtual_pipeline);
-  // chunks[v * pp + p]: Megatron's order of the layers (chunk v of every stage, then chunk v + 1).
-  std::vector<MegatronChunk> chunks(static_cast<size_t>(vp * pp));
+  const bool moe = ck.args.config.moe.enabled();
+  const std::vector<int64_t>& layer_experts = ck.args.config.moe.layer_experts;
+  const int64_t local_experts =
+      moe ? *std::max_element(layer_experts.begin(), layer_experts.end()) / ck.expert_parallel : 0;
+  TESSERA_CHECK(!(optimizer && moe), ck.files[0][0], ": the optimizer state of a mixture-of-experts checkpoint is not "
+                "read (Megatron numbers the expert parameters in groups of their own): resume with --no-load-optim, "
+                "or convert with tessera convert --loader megatron");
+  // chunks[v * pp + p]: Megatron's order of the layers (chunk v of every stage, then chunk v + 1); with
+  // `optimizer` the moments in chunks of their own, keyed as their weights.
+  std::vector<MegatronChunk> chunks(static_cast<size_t>(vp * pp)), avg_chunks(chunks.size()), sq_chunks(chunks.size());
   for (int64_t p = 0; p < pp; ++p)
     for (int64_t t = 0; t < tp; ++t) {
       const std::string& file = ck.files[p][t];
@@ -327,27 +403,56 @@ std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, con
       const StateNode root = p == 0 && t == 0 ? std::move(ck.first) : load_torch_file(file);
       const std::vector<const StateNode*> models = model_chunks(root, vp, file);
       TESSERA_CHECK(static_cast<int64_t>(models.size()) == vp, file, ": holds ", models.size(), " model chunks, not ", vp);
+      std::vector<std::vector<MegatronShard>> leaves(static_cast<size_t>(vp));
       for (int64_t v = 0; v < vp; ++v) {
         TESSERA_CHECK(models[v]->is(SK::Dict), file, ": the model is a ", state_kind_name(models[v]->kind), ", not a state dict");
-        std::vector<MegatronShard> leaves;
-        flatten_state(*models[v], "", file, leaves);
-        add_to_chunk(leaves, chunks[v * pp + p]);
+        flatten_state(*models[v], "", file, leaves[v]);
       }
+      if (moe) add_expert_ranks(ck, p, t, vp, local_experts, leaves);
+      if (optimizer) {
+        // The file's parameters in named_parameters order (its chunks' state dicts in turn).
+        std::vector<MegatronShard*> params;
+        std::vector<MegatronParamShard> shapes;
+        for (auto& chunk : leaves)
+          for (MegatronShard& s : chunk)
+            if (megatron_key(s.key).kind != MegatronKey::Kind::NotAWeight) {
+              params.push_back(&s);
+              shapes.push_back({s.key, s.tensor.shape()});
+            }
+        // Megatron's legacy distributed optimizer keeps the moments in flat per-bucket buffers beside the file,
+        // laid out by its data-parallel sharding: not mapped back to parameters here.
+        const fs::path flat = fs::path(file).parent_path() / "distrib_optim.pt";
+        TESSERA_CHECK(!fs::exists(flat), flat.string(), ": the distributed optimizer's flat buffers (args."
+                      "use_distributed_optimizer) are not read: resume with --no-load-optim (the weights alone), or "
+                      "save from Megatron with --ckpt-format torch_dist --dist-ckpt-optim-fully-reshardable");
+        const StateNode* opt = root.find("optimizer");
+        TESSERA_CHECK(opt && opt->is(SK::Dict), file, ": has no optimizer state (saved with --no-save-optim?): resume "
+                      "with --no-load-optim, or --finetune");
+        const MegatronOptimizerShards o = read_megatron_legacy_optimizer(*opt, file, shapes);
+        if (out.optimizer_steps < 0) out.optimizer_steps = o.step;
+        std::vector<std::vector<MegatronShard>> avg = leaves, sq = leaves;
+        size_t k = 0;
+        for (size_t v = 0; v < leaves.size(); ++v)
+          for (size_t i = 0; i < leaves[v].size(); ++i) {
+            if (megatron_key(leaves[v][i].key).kind == MegatronKey::Kind::NotAWeight) continue;
+            avg[v][i].tensor = o.exp_avg[k];
+            sq[v][i].tensor = o.exp_avg_sq[k];
+            if (o.master[k].defined()) leaves[v][i].tensor = o.master[k];
+            ++k;
+          }
+        for (int64_t v = 0; v < vp; ++v) {
+          add_to_chunk(avg[v], avg_chunks[v * pp + p]);
+          add_to_chunk(sq[v], sq_chunks[v * pp + p]);
+        }
+      }
+      for (int64_t v = 0; v < vp; ++v) add_to_chunk(leaves[v], chunks[v * pp + p]);
     }
 
-  // Whole tensors by global name; layer indices shifted by the layers of the chunks before.
-  std::map<std::string, std::vector<MegatronShard>> sources;
   int64_t layers = 0;
-  for (MegatronChunk& chunk : chunks) {
-    for (auto& [name, shards] : chunk.tensors) {
-      const std::string global = shift_layer(name, layers);
-      TESSERA_CHECK(!sources.count(global), "convert: ", shards[0].file, ": ", shards[0].key, " is ", global,
-                    ", which another pipeline chunk holds too");
-      TESSERA_CHECK(static_cast<int64_t>(shards.size()) == tp, "convert: ", shards[0].key, " is in ", shards.size(),
-                    " of the ", tp, " tensor ranks' files of its stage (", shards[0].file, ")");
-      sources[global] = std::move(shards);
-    }
-    layers += chunk.layers;
+  std::map<std::string, std::vector<MegatronShard>> sources = global_shards(chunks, tp, &layers), avg_sources, sq_sources;
+  if (optimizer) {
+    avg_sources = global_shards(avg_chunks, tp, nullptr);
+    sq_sources = global_shards(sq_chunks, tp, nullptr);
   }
 
   model::ModelConfig c = given;
@@ -381,6 +486,10 @@ std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, con
                     " whole, split ", megatron_split_name(split), ")");
     tensors.emplace_back(name, merge_shards(it->second, split));
     used.insert(name);
+    if (optimizer) {  // the moments' shards have their weights' shapes (checked as they were read)
+      out.exp_avg.emplace_back(name, merge_shards(avg_sources.at(name), split));
+      out.exp_avg_sq.emplace_back(name, merge_shards(sq_sources.at(name), split));
+    }
   }
   // A tied model's last stage computes the logits with its own copy of the word embeddings, which
   // Megatron keeps equal to the first stage's by summing their gradients; Tessera has one tensor, the
@@ -410,17 +519,28 @@ std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, con
       unused += str_cat(listed > 1 ? ", " : " ", chunk.tied_copies[0].key, " (", chunk.tied_copies[0].file, ")");
   TESSERA_CHECK(unused.empty(), "convert: the Megatron checkpoint has tensors this model does not use:", unused,
                 listed > 8 ? str_cat(" and ", listed - 8, " more") : std::string(),
-                " (a BERT, T5 or mixture-of-experts model, or args that describe another model)");
+                " (a BERT or T5 model, shared experts, or args that describe another model)");
 
-  save_megatron_import(save_dir, c, ck.args, ck.iteration,
+  out.config = c;
+  out.model = std::move(tensors);
+  return out;
+}
+
+std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint ck, const model::ModelConfig& given,
+                                                const std::string& save_dir) {
+  const std::string load_dir = ck.load_dir;
+  const MegatronArgs args = ck.args;
+  const int64_t iteration = ck.iteration, tp = ck.tensor_parallel, pp = ck.pipeline_parallel;
+  const MegatronTensors read = read_megatron_legacy(std::move(ck), given, /*optimizer=*/false);
+  save_megatron_import(save_dir, read.config, args, iteration,
                        {{"format", "megatron torch (legacy)"},
-                        {"load_dir", fs::absolute(ck.load_dir).lexically_normal().string()},
-                        {"iteration", ck.iteration},
+                        {"load_dir", fs::absolute(load_dir).lexically_normal().string()},
+                        {"iteration", iteration},
                         {"tensor_model_parallel_size", tp},
                         {"pipeline_model_parallel_size", pp},
-                        {"virtual_pipeline_model_parallel_size", vp}},
-                       tensors);
-  return notes;
+                        {"virtual_pipeline_model_parallel_size", std::max<int64_t>(1, args.virtual_pipeline)}},
+                       read.model);
+  return read.notes;
 }
 
 }  // namespace tessera::ckpt

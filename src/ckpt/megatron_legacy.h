@@ -56,7 +56,11 @@ struct MegatronLegacyCheckpoint {
   std::string iteration_dir;  // DIR/iter_0001000 or DIR/release
   int64_t iteration = 0;      // 0 for a release checkpoint
   int64_t tensor_parallel = 1, pipeline_parallel = 1;
-  std::vector<std::vector<std::string>> files;  // [pipeline stage][tensor rank]: model_optim_rng.pt
+  int64_t expert_parallel = 1;
+  std::vector<std::vector<std::string>> files;  // [pipeline stage][tensor rank]: model_optim_rng.pt (expert rank 0)
+  // Mixture of experts: [pipeline stage][tensor rank][expert rank - 1], the other expert ranks' files (each
+  // holds the dense tensors again, and its own experts under local numbers).
+  std::vector<std::vector<std::vector<std::string>>> expert_files;
   StateNode first;   // the whole of files[0][0] (read once: its args decide the model)
   MegatronArgs args;  // of files[0][0]
 };
@@ -65,6 +69,21 @@ struct MegatronLegacyCheckpoint {
 // latest_checkpointed_iteration.txt names. Every tensor and stage rank's file must be there; the
 // layout the directories show must be the one the args record.
 MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64_t step);
+
+// Whole fp32 tensors read from a Megatron checkpoint, by Tessera name: the weights and, when asked for,
+// Adam's moments (empty when the checkpoint holds none). With fp32 master weights saved beside bf16/fp16
+// weights (the optimizer's), the weights are the masters.
+struct MegatronTensors {
+  model::ModelConfig config;  // the config given, with the padded vocabulary filled in where it was 0
+  std::vector<std::pair<std::string, Tensor>> model, exp_avg, exp_avg_sq;
+  int64_t optimizer_steps = -1;  // -1: not recorded
+  std::vector<std::string> notes;
+};
+
+// Reads and merges the shards as import_megatron_legacy does, without saving; with `optimizer` also the
+// moments (megatron_optimizer.h), merged as their weights are; a file without them is an error naming it.
+MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint checkpoint, const model::ModelConfig& config,
+                                     bool optimizer);
 
 // Merges the shards into whole tensors for `config` (the checkpoint's args with any flags given on the
 // command line), checks every shard's shape against it and that every tensor is used (an error names

@@ -1,8 +1,11 @@
 #include "ckpt/megatron_names.h"
 
 #include <charconv>
+#include <string>
 #include <string_view>
 #include <utility>
+
+#include "core/check.h"
 
 namespace tessera::ckpt {
 namespace {
@@ -75,7 +78,43 @@ MegatronKey megatron_key(const std::string& key) {
   return out;
 }
 
+std::string megatron_global_expert_key(const std::string& key, int64_t expert_rank, int64_t local_experts,
+                                       bool* is_expert) {
+  *is_expert = false;
+  static constexpr std::string_view kExperts = "mlp.experts.", kLocal = "local_experts.";
+  const size_t at = key.find(kExperts);
+  if (at == std::string::npos) return key;
+  const size_t after = at + kExperts.size();
+  int64_t local = -1;
+  std::string rest;
+  const auto number = [&](size_t from, size_t to) {
+    const auto [end, ec] = std::from_chars(key.data() + from, key.data() + to, local);
+    return ec == std::errc() && end == key.data() + to && local >= 0;
+  };
+  if (key.compare(after, kLocal.size(), kLocal) == 0) {  // SequentialMLP: local_experts.L.linear_fc1.weight
+    const size_t dot = key.find('.', after + kLocal.size());
+    if (dot == std::string::npos || !number(after + kLocal.size(), dot)) return key;
+    rest = key.substr(dot + 1);
+  } else {  // TEGroupedMLP: linear_fc1.weightL (one tensor per local expert, numbered after the name)
+    size_t digits = key.size();
+    while (digits > after && key[digits - 1] >= '0' && key[digits - 1] <= '9') --digits;
+    if (digits == key.size() || !number(digits, key.size())) return key;
+    rest = key.substr(after, digits - after);
+    if (rest != "linear_fc1.weight" && rest != "linear_fc2.weight" && rest != "linear_fc1.bias" &&
+        rest != "linear_fc2.bias")
+      return key;
+  }
+  *is_expert = true;
+  return str_cat(key.substr(0, after), kLocal, expert_rank * local_experts + local, ".", rest);
+}
+
 MegatronSplit megatron_split(const std::string& name, bool swiglu) {
+  if (name.find(".mlp.experts.local_experts.") != std::string::npos) {  // each expert an MLP split as the dense one
+    if (has_suffix(name, ".linear_fc1.weight") || has_suffix(name, ".linear_fc1.bias"))
+      return swiglu ? MegatronSplit::GatedRows : MegatronSplit::Rows;
+    if (has_suffix(name, ".linear_fc2.weight")) return MegatronSplit::Columns;
+    return MegatronSplit::Replicated;
+  }
   if (name == "embedding.word_embeddings.weight" || name == "output_layer.weight") return MegatronSplit::Rows;
   if (has_suffix(name, ".self_attention.linear_qkv.weight") || has_suffix(name, ".self_attention.linear_qkv.bias"))
     return MegatronSplit::Rows;

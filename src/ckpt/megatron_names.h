@@ -27,6 +27,14 @@ struct MegatronKey {
 // under their own (normalised) name, for the caller to report as unused.
 MegatronKey megatron_key(const std::string& key);
 
+// A mixture-of-experts key of expert-parallel rank `expert_rank`, whose file numbers its experts locally
+// (Megatron-Core's SequentialMLP: "...mlp.experts.local_experts.L.linear_fc1.weight"; Transformer Engine's
+// grouped GEMM: "...mlp.experts.linear_fc1.weightL"), in the per-expert form under the global number
+// expert_rank * local_experts + L (Tessera's); `is_expert` tells whether it was one. Other keys come back
+// unchanged.
+std::string megatron_global_expert_key(const std::string& key, int64_t expert_rank, int64_t local_experts,
+                                       bool* is_expert);
+
 // How a Tessera tensor is split over tensor-parallel ranks in a Megatron checkpoint.
 enum class MegatronSplit {
   Replicated,     // every rank holds it whole (norms, position embeddings, row-parallel biases)

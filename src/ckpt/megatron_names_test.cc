@@ -70,5 +70,27 @@ TEST(MegatronNames, SplitsAsMegatronsParallelLayers) {
   EXPECT_EQ(megatron_split("embedding.position_embeddings.weight", false), MegatronSplit::Replicated);
 }
 
+TEST(MegatronNames, ExpertsUnderTheirGlobalNumbers) {
+  bool expert = false;
+  // Expert rank 1 of 2, 4 local experts each: local 3 is global 7, in both of Megatron's forms.
+  EXPECT_EQ(megatron_global_expert_key("decoder.layers.2.mlp.experts.local_experts.3.linear_fc1.weight", 1, 4, &expert),
+            "decoder.layers.2.mlp.experts.local_experts.7.linear_fc1.weight");
+  EXPECT_TRUE(expert);
+  EXPECT_EQ(megatron_global_expert_key("decoder.layers.2.mlp.experts.linear_fc2.weight3", 1, 4, &expert),
+            "decoder.layers.2.mlp.experts.local_experts.7.linear_fc2.weight");
+  EXPECT_TRUE(expert);
+  EXPECT_EQ(megatron_global_expert_key("decoder.layers.2.mlp.router.weight", 1, 4, &expert),
+            "decoder.layers.2.mlp.router.weight");
+  EXPECT_FALSE(expert);
+  EXPECT_EQ(megatron_global_expert_key("decoder.layers.2.mlp.experts.linear_fc1._extra_state", 1, 4, &expert),
+            "decoder.layers.2.mlp.experts.linear_fc1._extra_state");
+  EXPECT_FALSE(expert);
+  EXPECT_EQ(megatron_split("decoder.layers.2.mlp.experts.local_experts.7.linear_fc1.weight", true),
+            MegatronSplit::GatedRows);
+  EXPECT_EQ(megatron_split("decoder.layers.2.mlp.experts.local_experts.7.linear_fc2.weight", true),
+            MegatronSplit::Columns);
+  EXPECT_EQ(megatron_split("decoder.layers.2.mlp.router.weight", true), MegatronSplit::Replicated);
+}
+
 }  // namespace
 }  // namespace tessera::ckpt

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# tessera convert --loader megatron on Megatron-LM legacy mixture-of-experts checkpoints: a Llama-style MoE model
+# (4 experts, top 2) trained one iteration by Tessera is written by PyTorch as Megatron's tensor 2 x pipeline 2 x
+# expert 2 ranks write it (tests/megatron_moe_fixture.py: mp_rank_TT_PPP_EEE, each expert rank's experts under
+# local numbers, per-expert SequentialMLP keys or Transformer Engine's grouped-GEMM weightN keys, the router), and
+#  * the conversion's debug-forward loss equals that of the Tessera checkpoint the weights came from (bit for bit);
+#  * the converted checkpoint trains on at expert-parallel size 2; train --load of the directory resumes the
+#    weights (--no-load-optim: the experts' optimizer state is refused, naming the file);
+#  * what Tessera's MoE layer does not compute is refused by argument name.
+set -uo pipefail
+tessera=${1:?usage: megatron_moe_convert_cli.sh path/to/tessera}
+here=$(cd "$(dirname "$0")" && pwd)
+python=/usr/bin/python3  # Debian's python3-torch
+source "$here/lib/checks.sh"
+"$python" -c 'import torch, numpy' >/dev/null 2>&1 || skip "$python cannot import torch and numpy (Debian's python3-torch)"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tokens="3,17,5,9,40,1,0,22,31,7,8,12,2"
+
+moe="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --kv-channels 8 --group-query-attention
+     --num-query-groups 2 --ffn-hidden-size 48 --swiglu --position-embedding-type rope --normalization RMSNorm
+     --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 16 --max-position-embeddings 16
+     --hidden-dropout 0 --attention-dropout 0 --mock-data --tokenizer-type NullTokenizer --vocab-size 40
+     --make-vocab-size-divisible-by 8 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --log-interval 1
+     --eval-iters 0 --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 16"
+out=$("$tessera" train $moe --train-iters 1 --save "$work/tessera" --save-interval 1 2>&1)
+check "Tessera's MoE run saves: $out" $?
+out=$("$python" -W ignore "$here/megatron_moe_fixture.py" "$work/tessera" "$work/sequential=sequential" \
+      "$work/grouped=grouped" "$work/shared=sequential,moe_shared_expert_intermediate_size=32" \
+      "$work/etp=sequential,expert_tensor_parallel_size=1" 2>&1)
+check "the fixtures: $out" $?
+"$tessera" debug-forward --load "$work/tessera" --tokens "$tokens" --out "$work/tessera.out.safetensors" >/dev/null 2>&1
+check "debug-forward of Tessera's checkpoint" $?
+for kind in sequential grouped; do
+  out=$("$tessera" convert --loader megatron --load-dir "$work/$kind" --save-dir "$work/$kind.tessera" 2>&1) &&
+    "$tessera" debug-forward --load "$work/$kind.tessera" --tokens "$tokens" --out "$work/$kind.out.safetensors" >/dev/null 2>&1
+  check "$kind: convert and debug-forward: $out" $?
+done
+# The three losses, read in one process (each import of torch costs seconds).
+losses=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
+print(' '.join(repr(read_safetensors('$work/' + n + '.out.safetensors')['loss'].double().item())
+               for n in ('tessera', 'sequential', 'grouped')))" 2>&1)
+read -r expected sequential grouped <<<"$losses"
+[ -n "$expected" ] && [ "$sequential" = "$expected" ] && [ "$grouped" = "$expected" ]
+check "the converted losses (per-expert keys, grouped GEMM) equal Tessera's own: $losses" $?
+grep -q '"moe_ffn_hidden_size": *16' "$work/grouped.tessera/iter_0000001/index.json"
+check "the MoE configuration comes from the saved args" $?
+if command -v mpirun >/dev/null; then
+  out=$(OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np 2 \
+        "$tessera" train $moe --expert-model-parallel-size 2 --train-iters 2 --load "$work/grouped.tessera" \
+        --no-load-optim 2>&1)
+  [ $? -eq 0 ] && grep -qF "iteration        2/       2 |" <<<"$out"
+  check "the conversion trains on at expert-parallel size 2: $out" $?
+fi
+
+# train --load of the Megatron directory itself: the weights resume, the experts' optimizer state is refused.
+expect_failure "mp_rank_00_000_000/model_optim_rng.pt: the optimizer state of a mixture-of-experts checkpoint is not read" \
+  "$tessera" train $moe --train-iters 2 --load "$work/sequential"
+out=$("$tessera" train $moe --train-iters 2 --load "$work/sequential" --no-load-optim 2>&1)
+[ $? -eq 0 ] && grep -qF "iteration        2/       2 |" <<<"$out"
+check "train --load of the MoE Megatron directory with --no-load-optim resumes at iteration 2: $out" $?
+expect_failure "args.moe_shared_expert_intermediate_size set: shared experts are not converted" \
+  "$tessera" convert --loader megatron --load-dir "$work/shared" --save-dir "$work/x1"
+expect_failure "args.expert_tensor_parallel_size set: an expert tensor-parallel size (1) other than the tensor-parallel size (2)" \
+  "$tessera" convert --loader megatron --load-dir "$work/etp" --save-dir "$work/x2"
+
+finish megatron_moe_convert_cli
