@@ -262,8 +262,9 @@ TEST(BatchDecoding, ChunkedPrefillChangesNoResultInAnyLayout) {
   }
 }
 
-// A long prompt joining a decoding sequence: every step still gives the decoding sequence its next token
-// and feeds at most max_step_tokens tokens, the prompt taking what is left (3 of 4) until it is read.
+// Two prompts joining a decoding sequence: every step still gives the decoding sequences their next
+// tokens and feeds at most max_step_tokens (4) tokens in all, the prompts sharing what is left in the order
+// they joined; chunks (3, 3, 3, 2 of 11 tokens; 1, 2, 2, 2 of 7) need not divide the prompts.
 TEST(BatchDecoding, ChunkedPrefillKeepsTheOthersDecoding) {
   const model::ModelConfig c = config();
   auto world = comm::make_mpi_world_group();
@@ -274,26 +275,39 @@ TEST(BatchDecoding, ChunkedPrefillKeepsTheOthersDecoding) {
     auto greedy = std::make_shared<GenerationOptions>();
     greedy->sampling.temperature = 0;
     greedy->sampling.tokens_to_generate = 12;
-    const SequenceRequest running{{1, 2}, greedy, 0}, joining{kPrompts[3], greedy, 1};  // an 11-token prompt
+    const SequenceRequest running{{1, 2}, greedy, 0}, joining{kPrompts[3], greedy, 1}, third{kPrompts[0], greedy, 2};
     BatchDecoder decoder(*m.runner, 64, 4, nullptr, false, 4);
     const int64_t first = decoder.add(running);
     decoder.step();
-    const int64_t second = decoder.add(joining);
-    std::vector<std::vector<int64_t>> sampled;  // the ids given a token, step by step
+    const int64_t second = decoder.add(joining);  // an 11-token prompt
+    const int64_t last = decoder.add(third);      // a 7-token one
+    std::vector<std::vector<int64_t>> sampled;    // the ids given a token, step by step
+    std::vector<int64_t> fed;                     // the tokens each step fed
     std::map<int64_t, std::vector<int32_t>> tokens;
     while (decoder.active() > 0) {
       sampled.emplace_back();
       for (BatchDecoder::Finished& f : decoder.step([&](int64_t id, int32_t) { sampled.back().push_back(id); }))
         tokens[f.id] = f.generation.tokens;
-      EXPECT_LE(decoder.last_step_tokens(), 4) << "step " << sampled.size();
+      fed.push_back(decoder.last_step_tokens());
     }
-    // Steps 1-3 prefill 3 + 3 + 3 prompt tokens beside the first sequence's token, step 4 the last 2.
-    for (size_t s = 0; s < 3; ++s) EXPECT_EQ(sampled[s], std::vector<int64_t>{first}) << "step " << s + 1;
-    EXPECT_EQ(sampled[3], (std::vector<int64_t>{first, second}));
+    // Steps 1-3: the first sequence's token and 3 of the second's prompt; step 4: its last 2 (it samples)
+    // and 1 of the third's; steps 5-7: two decoding, 2 of the third's (it samples at step 7).
+    ASSERT_GE(sampled.size(), 7u);
+    for (size_t s = 0; s < 7; ++s) {
+      SCOPED_TRACE(str_cat("step ", s + 1));
+      EXPECT_EQ(fed[s], 4);
+      const std::vector<int64_t> expected = s < 3   ? std::vector<int64_t>{first}
+                                            : s < 6 ? std::vector<int64_t>{first, second}
+                                                    : std::vector<int64_t>{first, second, last};
+      EXPECT_EQ(sampled[s], expected);
+    }
+    for (int64_t f : fed) EXPECT_LE(f, 4);
     // Their tokens are those of each alone, prompt fed whole.
-    std::vector<Generation> alone = generate(*m.runner, {running.prompt, joining.prompt}, *greedy, nullptr, {}, 1);
+    std::vector<Generation> alone =
+        generate(*m.runner, {running.prompt, joining.prompt, third.prompt}, *greedy, nullptr, {}, 1);
     EXPECT_EQ(tokens[first], alone[0].tokens);
     EXPECT_EQ(tokens[second], alone[1].tokens);
+    EXPECT_EQ(tokens[last], alone[2].tokens);
   }
 }
 
