@@ -38,6 +38,13 @@ int serve_command(const std::vector<std::string>& args) {
                batching.prefix_caching,
                "Share full key/value blocks between requests whose prompts start alike (on by default; results "
                "do not change)");
+  app.add_flag("--enable-chunked-prefill", batching.chunked_prefill,
+               "Prefill prompts in chunks beside the running sequences' decoding, so that a long prompt does not "
+               "stall them (results do not change)");
+  app.add_option("--inference-dynamic-batching-max-tokens", batching.max_tokens,
+                 "With --enable-chunked-prefill: most tokens one step feeds (the running sequences' next tokens, "
+                 "then prompt chunks); 0: 512")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   app.add_option("--host", server.host, "Address to listen on (127.0.0.1: this machine only)");
   app.add_option("--port", server.port, "Port to listen on (0: any free port)")->check(CLI::Range(0, 65535));
   app.add_option("--max-body-bytes", server.max_body_bytes,

@@ -4,7 +4,8 @@
 # log-probs) get the same tokens and log-probs with the cache on (the default), off
 # (--no-inference-dynamic-batching-enable-prefix-caching) and on over two tensor-parallel ranks; /metrics
 # counts exactly the prompt tokens of the full blocks earlier requests filled, and the closing line says
-# them. One tiny CPU model, loopback only.
+# them. Chunked prefill (--enable-chunked-prefill, 5 tokens a step) changes no answer either (over tp and
+# pp layouts: batch_decoder_mpi_test). One tiny CPU model, loopback only.
 set -uo pipefail
 tessera=${1:?usage: serve_prefix_cache_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,6 +38,9 @@ run on "$tessera" serve
 run off "$tessera" serve --no-inference-dynamic-batching-enable-prefix-caching
 run tp2 env OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np 2 "$tessera" serve \
   --tensor-model-parallel-size 2
+# Chunked prefill (issue 52): prompts of up to 26 tokens read 5 tokens a step (chunks that do not divide
+# them).
+run chunked "$tessera" serve --enable-chunked-prefill --inference-dynamic-batching-max-tokens 5
 
 compare() {  # compare A B: the same answers, tokens equal and log-probs within 1e-5
   python3 - "$work/$1.json" "$work/$2.json" <<'PY'
@@ -61,6 +65,14 @@ out=$(compare on off 2>&1)
 check "the cache changes no answer: $out" $?
 out=$(compare on tp2 2>&1)
 check "two tensor-parallel ranks with the cache answer as one process: $out" $?
+out=$(compare on chunked 2>&1)
+check "chunked prefill changes no answer: $out" $?
+grep -qF "chunked prefill on (at most 5 tokens a step)" "$work/chunked.log" && grep -qF "chunked prefill off" "$work/on.log"
+check "the start-up line says whether prompts are chunked: $(grep -ho "chunked prefill [^;]*" "$work/chunked.log" "$work/on.log")" $?
+out=$("$tessera" serve --load "$work/ckpt" --port 0 --inference-dynamic-batching-max-tokens 8 2>&1)
+rc=$?
+[ $rc = 1 ] && grep -qF -- "--inference-dynamic-batching-max-tokens=8: needs --enable-chunked-prefill" <<<"$out"
+check "a step budget without --enable-chunked-prefill is refused, naming the flag: $out" $?
 
 counters() {  # counters NAME: "hits queries expected"
   python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); m = r["metrics"]
@@ -69,9 +81,11 @@ print(m["tessera:prefix_cache_hits_total"], m["tessera:prefix_cache_queries_tota
 read -r hits queries expected <<<"$(counters on)"
 [ "$expected" -gt 0 ] && [ "$hits" = "$expected" ] && [ "$queries" -gt "$hits" ]
 check "/metrics counts the prompt tokens read from the cache: $hits of $queries (expected $expected)" $?
-read -r hits2 _ _ <<<"$(counters tp2)"
-[ "$hits2" = "$expected" ]
-check "the tp2 server reads as many from the cache: $hits2" $?
+for name in tp2 chunked; do
+  read -r hits2 _ _ <<<"$(counters $name)"
+  [ "$hits2" = "$expected" ]
+  check "the $name server reads as many from the cache: $hits2" $?
+done
 read -r hits_off queries_off _ <<<"$(counters off)"
 [ "$hits_off" = 0 ] && [ "$queries_off" = 0 ]
 check "with the cache off nothing is looked up: $hits_off of $queries_off" $?

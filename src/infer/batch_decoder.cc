@@ -1,6 +1,7 @@
 #include "infer/batch_decoder.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/profiler.h"
 #include "kernels/parallel_grain.h"
@@ -50,11 +51,14 @@ struct BatchDecoder::Sequence {
 };
 
 BatchDecoder::BatchDecoder(const ModelRunner& runner, int64_t blocks, int64_t block_size,
-                           const data::Tokenizer* tokenizer, bool prefix_caching)
+                           const data::Tokenizer* tokenizer, bool prefix_caching, int64_t max_step_tokens)
     : runner_(runner),
       tokenizer_(tokenizer),
       blocks_(blocks, block_size, prefix_caching),
-      pool_(runner.make_kv_pool(blocks, block_size)) {}
+      pool_(runner.make_kv_pool(blocks, block_size)),
+      max_step_tokens_(max_step_tokens) {
+  TESSERA_CHECK(max_step_tokens >= 0, "BatchDecoder: max_step_tokens ", max_step_tokens, " is negative");
+}
 
 BatchDecoder::~BatchDecoder() = default;
 
@@ -115,21 +119,37 @@ void BatchDecoder::publish_full_blocks(Sequence& s) {
 
 std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(int64_t, int32_t)>& on_token) {
   std::vector<Finished> finished;
+  last_step_tokens_ = 0;
   if (sequences_.empty()) return finished;
   // What each sequence feeds: its prompt (one token at a time when it wants the prompt's
-  // log-probabilities, which need the logits after every token), then its last sampled token.
+  // log-probabilities, which need the logits after every token), then its last sampled token. Under
+  // chunked prefill the decoding sequences come first, and the prompts share what is left of the step's
+  // tokens in the order they were added (a sequence given nothing sits this step out: row -1).
+  int64_t prompt_budget = std::numeric_limits<int64_t>::max();
+  if (max_step_tokens_ > 0) {
+    int64_t decoding = 0;
+    for (const auto& s : sequences_) decoding += s->fed >= s->generation.prompt_length ? 1 : 0;
+    prompt_budget = std::max<int64_t>(0, max_step_tokens_ - decoding);
+  }
   std::vector<model::DecodeStep> steps;
-  for (const auto& s : sequences_) {
-    const std::vector<int32_t>& tokens = s->generation.tokens;
-    const int64_t prompt_length = s->generation.prompt_length;
-    model::DecodeStep step{{}, s->fed, s->blocks};
-    if (s->fed < prompt_length) {
-      const GenerationOptions& o = *s->request.options;
-      const int64_t end = o.return_logprobs && o.logprobs_of_prompt ? s->fed + 1 : prompt_length;
-      step.tokens.assign(tokens.begin() + s->fed, tokens.begin() + end);
+  std::vector<int64_t> row(sequences_.size(), -1);
+  for (size_t i = 0; i < sequences_.size(); ++i) {
+    const Sequence& s = *sequences_[i];
+    const std::vector<int32_t>& tokens = s.generation.tokens;
+    const int64_t prompt_length = s.generation.prompt_length;
+    model::DecodeStep step{{}, s.fed, s.blocks};
+    if (s.fed < prompt_length) {
+      const GenerationOptions& o = *s.request.options;
+      const bool token_by_token = o.return_logprobs && o.logprobs_of_prompt;
+      const int64_t chunk = std::min(token_by_token ? 1 : prompt_length - s.fed, prompt_budget);
+      if (chunk == 0) continue;
+      prompt_budget -= chunk;
+      step.tokens.assign(tokens.begin() + s.fed, tokens.begin() + s.fed + chunk);
     } else {
       step.tokens = {tokens.back()};
     }
+    row[i] = static_cast<int64_t>(steps.size());
+    last_step_tokens_ += static_cast<int64_t>(step.tokens.size());
     steps.push_back(std::move(step));
   }
   const Tensor logits = runner_.decode_step(steps, pool_);
@@ -142,14 +162,15 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
   std::vector<int32_t> sampled;
   std::vector<bool> done(sequences_.size(), false);
   for (size_t i = 0; i < sequences_.size(); ++i) {
+    if (row[i] < 0) continue;  // its prompt waits for a later step
     Sequence& s = *sequences_[i];
     const GenerationOptions& o = *s.request.options;
     Generation& g = s.generation;
-    s.fed += static_cast<int64_t>(steps[i].tokens.size());
+    s.fed += static_cast<int64_t>(steps[static_cast<size_t>(row[i])].tokens.size());
     publish_full_blocks(s);
-    const Tensor row = logits.narrow(static_cast<int64_t>(i), 1);
-    if (s.fed < g.prompt_length) {  // still reading the prompt, one token a step
-      record_logprobs(g, row, g.tokens[s.fed], o, vocab);
+    if (s.fed < g.prompt_length) {  // still reading the prompt: a token a step for its log-probs, or a chunk
+      if (o.return_logprobs && o.logprobs_of_prompt)
+        record_logprobs(g, logits.narrow(row[i], 1), g.tokens[s.fed], o, vocab);
       continue;
     }
     const int64_t generated = static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
@@ -167,7 +188,7 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
 #pragma omp parallel for schedule(dynamic) if (parallel : rows > 1 && kernels::parallel_worth(rows * vocab))
   for (int64_t j = 0; j < rows; ++j) {
     const size_t i = sampling[static_cast<size_t>(j)];
-    sampled[static_cast<size_t>(j)] = sample_token(logits.narrow(static_cast<int64_t>(i), 1).host_f32(), vocab,
+    sampled[static_cast<size_t>(j)] = sample_token(logits.narrow(row[i], 1).host_f32(), vocab,
                                                    sequences_[i]->request.options->sampling, keys[static_cast<size_t>(j)]);
   }
   runner_.agree(sampled);
@@ -177,7 +198,7 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
     const GenerationOptions& o = *s.request.options;
     Generation& g = s.generation;
     g.tokens.push_back(sampled[j]);
-    if (o.return_logprobs) record_logprobs(g, logits.narrow(static_cast<int64_t>(i), 1), sampled[j], o, vocab);
+    if (o.return_logprobs) record_logprobs(g, logits.narrow(row[i], 1), sampled[j], o, vocab);
     if (on_token) on_token(s.id, sampled[j]);
     const int64_t generated = static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
     done[i] = generated == o.sampling.tokens_to_generate || stops_after(g, o, tokenizer_);

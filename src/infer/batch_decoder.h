@@ -33,8 +33,14 @@ class BatchDecoder {
   // full blocks are cached prefills only the rest (at least its last token, whose logits it samples
   // from). A sequence that wants its prompt's log-probabilities reads nothing from the cache (it needs
   // the logits after every prompt token), though what it computes is cached for others.
+  //
+  // With `max_step_tokens` > 0 (chunked prefill), a step feeds the next token of every sequence that has
+  // read its prompt and, from the rest in the order they were added, prompt chunks of at most what is
+  // left of `max_step_tokens`: a long prompt is read over several steps while the others keep decoding,
+  // rather than stalling them for one long step. A sequence's results do not change (its keys and values
+  // are the same whatever the chunks). 0: every prompt is fed whole in the step after it is added.
   BatchDecoder(const ModelRunner& runner, int64_t blocks, int64_t block_size, const data::Tokenizer* tokenizer = nullptr,
-               bool prefix_caching = false);
+               bool prefix_caching = false, int64_t max_step_tokens = 0);
   ~BatchDecoder();
 
   // The cache blocks a sequence of this prompt length and sampling needs for its whole generation.
@@ -47,6 +53,8 @@ class BatchDecoder {
   };
   const PrefixStats& prefix_stats() const { return prefix_stats_; }
   int64_t active() const { return static_cast<int64_t>(sequences_.size()); }
+  // Tokens fed by the last step (prompt chunks and last sampled tokens); tests check the budget with it.
+  int64_t last_step_tokens() const { return last_step_tokens_; }
 
   // Adds a sequence (an Error when its blocks are not free); returns its id (0, 1, ... in order of adding).
   int64_t add(SequenceRequest request);
@@ -55,10 +63,10 @@ class BatchDecoder {
   // rank of the model group cancels the same ids between the same steps. False when `id` is not active.
   bool cancel(int64_t id);
 
-  // One forward step over every active sequence: feeds each its prompt (all at once, or one token a step
-  // when it wants the prompt's log-probabilities) or its last token, then samples the next token of
-  // those that have read their prompt, calling on_token(id, token). Returns the sequences that finished,
-  // with their generations, and frees their caches.
+  // One forward step over the active sequences: feeds each its prompt (all at once, a chunk of it under
+  // max_step_tokens, or one token a step when it wants the prompt's log-probabilities) or its last token,
+  // then samples the next token of those that have read their prompt, calling on_token(id, token).
+  // Returns the sequences that finished, with their generations, and frees their caches.
   struct Finished {
     int64_t id;
     Generation generation;
@@ -76,6 +84,8 @@ class BatchDecoder {
   model::KvPool pool_;
   std::vector<std::unique_ptr<Sequence>> sequences_;
   int64_t next_id_ = 0;
+  int64_t max_step_tokens_ = 0;
+  int64_t last_step_tokens_ = 0;
 };
 
 }  // namespace tessera::infer

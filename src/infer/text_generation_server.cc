@@ -82,6 +82,9 @@ int64_t kv_cache_blocks(const BatchingOptions& o, const model::ModelConfig& c) {
   TESSERA_CHECK(o.max_waiting >= 0, "--inference-max-waiting-sequences=", o.max_waiting, ": must be >= 0");
   TESSERA_CHECK(o.block_size >= 1, "--inference-dynamic-batching-block-size=", o.block_size, ": must be >= 1");
   TESSERA_CHECK(o.buffer_gb > 0, "--inference-dynamic-batching-buffer-size-gb=", o.buffer_gb, ": must be > 0");
+  TESSERA_CHECK(o.max_tokens >= 0, "--inference-dynamic-batching-max-tokens=", o.max_tokens, ": must be >= 0");
+  TESSERA_CHECK(o.max_tokens == 0 || o.chunked_prefill, "--inference-dynamic-batching-max-tokens=", o.max_tokens,
+                ": needs --enable-chunked-prefill (without it a step feeds every joining prompt whole)");
   // A buffer the machine cannot hold would end in std::bad_alloc (or the kernel's OOM killer) once allocated.
   const double machine = physical_memory_bytes(), gib = static_cast<double>(1 << 30);
   TESSERA_CHECK(machine == 0 || o.buffer_gb * gib <= machine, "--inference-dynamic-batching-buffer-size-gb=", o.buffer_gb,
@@ -93,6 +96,11 @@ int64_t kv_cache_blocks(const BatchingOptions& o, const model::ModelConfig& c) {
                 " holds no key/value block of --inference-dynamic-batching-block-size=", o.block_size, " positions (",
                 bytes_per_block / (1 << 20), " MiB each for this model)");
   return static_cast<int64_t>(std::min(blocks, 1e9));
+}
+
+int64_t max_step_tokens(const BatchingOptions& o) {
+  if (!o.chunked_prefill) return 0;
+  return o.max_tokens > 0 ? o.max_tokens : kDefaultChunkedPrefillTokens;
 }
 
 void run_server(const LoadedModel& model, comm::ProcessGroup& group, const ServerOptions& options, std::ostream& log,
@@ -113,7 +121,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
   const int64_t pool_blocks = kv_cache_blocks(batching, model.config());
   auto fresh_decoder = [&] {
     return std::make_unique<BatchDecoder>(model.runner(), pool_blocks, batching.block_size, &model.tokenizer(),
-                                          batching.prefix_caching);
+                                          batching.prefix_caching, max_step_tokens(batching));
   };
   ServingBatch batch{fresh_decoder(), {}, {}};
   const ServerLimits limits = resolve_limits(options.limits, model.tokenizer(), model.config());
@@ -402,7 +410,9 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
       << pool_blocks << " key/value blocks of " << batching.block_size << " positions; prompts of at most "
       << limits.max_prompt_tokens << " tokens and " << limits.max_prompt_bytes << " bytes; chat template "
       << (chat_template ? options.chat_template_note : "none: " + options.chat_unavailable) << "; prefix caching "
-      << (batching.prefix_caching ? "on" : "off") << std::endl;
+      << (batching.prefix_caching ? "on" : "off") << "; chunked prefill "
+      << (batching.chunked_prefill ? str_cat("on (at most ", max_step_tokens(batching), " tokens a step)") : "off")
+      << std::endl;
   std::atomic<bool> listener_done{false};
   std::thread http_thread([&] {
     server.listen_after_bind();

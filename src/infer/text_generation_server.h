@@ -28,7 +28,16 @@ struct BatchingOptions {
   // --[no-]inference-dynamic-batching-enable-prefix-caching: full cache blocks shared between requests
   // with the same prefix (infer/prefix_cache.h)
   bool prefix_caching = true;
+  // --enable-chunked-prefill: prompts are fed in chunks so that a step holds the running sequences' next
+  // tokens and at most --inference-dynamic-batching-max-tokens tokens in all (max_tokens 0: the default,
+  // kDefaultChunkedPrefillTokens); a long prompt no longer stalls the others for one long step.
+  bool chunked_prefill = false;
+  int64_t max_tokens = 0;
 };
+inline constexpr int64_t kDefaultChunkedPrefillTokens = 512;
+
+// The most tokens a step feeds (BatchDecoder's max_step_tokens; 0: no bound, prompts fed whole).
+int64_t max_step_tokens(const BatchingOptions& options);
 
 // The cache blocks a buffer of options.buffer_gb holds for `config` (every layer's keys and values, fp32);
 // an Error naming the flags when not even one block fits.
