@@ -41,6 +41,8 @@ class BertHeads {
 
   int64_t begin_offset() const { return begin_; }
   int64_t end_offset() const { return end_; }
+  // The word embedding the logits are tied to (or its copy).
+  Parameter& output_weight() const { return *output_; }
 
  private:
   struct Linear {

@@ -44,6 +44,11 @@ std::vector<std::string> BertModel::auxiliary_loss_names() const {
   return names;
 }
 
+Parameter* BertModel::tied_word_embedding() const {
+  if (embedding_) return &embedding_->word_embeddings();
+  return heads_ ? &heads_->output_weight() : nullptr;
+}
+
 Tensor BertModel::chunk_input(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx,
                               BertActivations& rec) const {
   const ModelConfig& c = config_;

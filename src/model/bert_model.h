@@ -34,6 +34,7 @@ class BertModel final : public LanguageModelChunk {
   void set_recompute(const Recompute& r) override { block_->set_recompute(r); }
   std::vector<std::string> auxiliary_loss_names() const override;
   bool causal_language_model() const override { return false; }
+  Parameter* tied_word_embedding() const override;
 
   std::unique_ptr<ChunkRecord> make_record() const override { return std::make_unique<BertActivations>(); }
   Tensor forward(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx, ChunkRecord& rec,

@@ -39,6 +39,7 @@ class ContextParallelChunk final : public LanguageModelChunk {
   void set_recompute(const Recompute& r) override { inner_->set_recompute(r); }
   bool causal_language_model() const override { return true; }
   std::vector<std::string> auxiliary_loss_names() const override { return inner_->auxiliary_loss_names(); }
+  Parameter* tied_word_embedding() const override { return inner_->tied_word_embedding(); }
   std::unique_ptr<ChunkRecord> make_record() const override { return inner_->make_record(); }
 
   Tensor forward(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx, ChunkRecord& record,

@@ -35,6 +35,12 @@ GptModel::GptModel(const ModelConfig& config, ParameterSet& params, const parall
   }
 }
 
+Parameter* GptModel::tied_word_embedding() const {
+  if (config_.untie_embeddings_and_output_weights) return nullptr;
+  if (embedding_) return &embedding_->word_embeddings();
+  return head_ ? &head_->output_weight() : nullptr;
+}
+
 Tensor GptModel::chunk_input(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx,
                              GptActivations& rec) const {
   const ModelConfig& c = config_;

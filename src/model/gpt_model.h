@@ -36,6 +36,7 @@ class GptModel final : public LanguageModelChunk {
   const ModelChunk& chunk() const override { return chunk_; }
   void set_recompute(const Recompute& r) override { block_->set_recompute(r); }
   std::vector<std::string> auxiliary_loss_names() const override { return auxiliary_loss_names_; }
+  Parameter* tied_word_embedding() const override;
 
   std::unique_ptr<ChunkRecord> make_record() const override { return std::make_unique<GptActivations>(); }
   Tensor forward(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx, ChunkRecord& rec,

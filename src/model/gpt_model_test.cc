@@ -310,6 +310,32 @@ void check_chunks_match_whole_model(bool llama_style) {
 TEST(GptModelChunks, Gpt2StyleChunksMatchTheWholeModel) { check_chunks_match_whole_model(false); }
 TEST(GptModelChunks, LlamaStyleChunksMatchTheWholeModel) { check_chunks_match_whole_model(true); }
 
+// The tied word embedding through the seam: the first chunk's own, the last chunk's copy, one parameter
+// in a chunk that is both; none in a middle chunk or where the model unties it.
+TEST(GptModelChunks, TiedWordEmbeddingIsTheFirstChunksOrTheLastChunksCopy) {
+  for (bool untie : {false, true}) {
+    ModelConfig c = tiny_config(false);
+    c.num_layers = 3;
+    c.untie_embeddings_and_output_weights = untie;
+    for (const ModelChunk& cut : std::vector<ModelChunk>{{0, 1, true, false}, {1, 1, false, false},
+                                                         {2, 1, false, true}, {0, 3, true, true}}) {
+      SCOPED_TRACE(str_cat("untie ", untie, ", chunk from layer ", cut.first_layer));
+      ParameterSet params;
+      const std::unique_ptr<LanguageModelChunk> chunk =
+          build_model_chunk(c, params, parallel::TensorParallelContext::single_process(), cut);
+      params.allocate(42);
+      Parameter* v = chunk->tied_word_embedding();
+      if (untie || (!cut.pre_process && !cut.post_process)) {
+        EXPECT_EQ(v, nullptr);
+        continue;
+      }
+      ASSERT_NE(v, nullptr);
+      EXPECT_EQ(v, params.find("embedding.word_embeddings.weight"));
+      EXPECT_EQ(v->spec.tied_copy, !cut.pre_process);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::model
 

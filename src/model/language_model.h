@@ -131,6 +131,11 @@ class LanguageModelChunk {
   // The names of the auxiliary losses forward may add to LossSums (the same on every chunk of a model).
   virtual std::vector<std::string> auxiliary_loss_names() const { return {}; }
 
+  // The word embedding tied to the output layer, where this chunk holds it: the first chunk's own, or
+  // the last chunk's copy (ParameterSpec::tied_copy) when another chunk has the embedding; one parameter
+  // where the chunk is both. Null when the chunk has neither end or the model unties the two.
+  virtual Parameter* tied_word_embedding() const { return nullptr; }
+
   virtual std::unique_ptr<ChunkRecord> make_record() const = 0;
   // From batch.tokens on the first chunk, else from `input` (the previous chunk's output, [T (/tp under
   // sequence parallelism), hidden]). Returns the output activation, or on the last chunk an undefined

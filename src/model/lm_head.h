@@ -66,6 +66,8 @@ class LMHead {
 
   int64_t begin_offset() const { return begin_; }
   int64_t end_offset() const { return end_; }
+  // The output layer's weight: its own, or the word embedding it is tied to (or that embedding's copy).
+  Parameter& output_weight() const { return *output_; }
 
  private:
   Tensor logits_of(const Tensor& final_ln_full, bool rounded) const;

@@ -96,6 +96,7 @@ class SlicedChunk final : public TokenSlicedChunk {
   void set_recompute(const Recompute& r) override { inner_->set_recompute(r); }
   bool causal_language_model() const override { return true; }
   std::vector<std::string> auxiliary_loss_names() const override { return inner_->auxiliary_loss_names(); }
+  Parameter* tied_word_embedding() const override { return inner_->tied_word_embedding(); }
   std::unique_ptr<ChunkRecord> make_record() const override { return std::make_unique<SlicedRecord>(); }
   const std::vector<int64_t>& slice_lengths() const override { return slices_; }
 

@@ -10,6 +10,7 @@
 #include "tasks/finetune_lm.h"
 #include "tasks/finetune_race.h"
 #include "train/args/argument_rules.h"
+#include "train/step_context.h"
 #include "train/training_log.h"
 
 namespace tessera::tasks {
@@ -179,16 +180,17 @@ std::vector<double> run_finetune_epochs(
       const FinetuneStep s = step_for(
           std::span<const int64_t>(order).subspan(static_cast<size_t>(first), static_cast<size_t>(count)), first);
       const float lr = schedule.lr(iteration * mbs);
-      const model::ForwardContext ctx{a.seed, iteration + 1, s.sample_offset, true, s.seq, s.rows};
+      const model::ForwardContext ctx =
+          train::micro_batch_context(a.seed, iteration, /*training=*/true, s.sample_offset, s.seq, s.rows);
       params.zero_grad();
       params.weights_changed();
       model::LossSums sums;
       const std::unique_ptr<model::ChunkRecord> rec = net.make_record();
       net.forward(s.mb, Tensor(), ctx, *rec, sums);
-      net.backward(*rec, Tensor(), ctx, static_cast<float>(1.0 / s.normalizer));
+      net.backward(*rec, Tensor(), ctx, train::gradient_scale(s.normalizer));
       const optim::StepResult step = optimizer.step(lr);
       ++iteration;
-      const double loss = sums.lm / s.normalizer;
+      const double loss = train::mean_loss(sums.lm, s.normalizer);
       losses.push_back(loss);
       interval_loss += loss;
       interval_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "model/model_factory.h"
 #include "train/args/argument_rules.h"
+#include "train/step_context.h"
 
 namespace tessera::tasks {
 namespace {
@@ -125,15 +126,16 @@ FinetuneResult finetune_conditional_lm(const FinetuneArguments& a,
         std::iota(indices.begin(), indices.end(), first);
         const model::MicroBatch mb = prompt_target_micro_batch(pairs, indices, seq, pad);
         const int64_t rows = mb.tokens.dim(0);
-        const model::ForwardContext ctx{a.seed, iteration, 0, false, seq, rows};
+        const model::ForwardContext ctx =
+            train::micro_batch_context(a.seed, iteration, /*training=*/false, 0, seq, rows);
         const Tensor scores = net->score(mb, Tensor(), ctx);  // per [seq, batch] row
         for (int64_t s = 0; s < seq; ++s)
           for (int64_t r = 0; r < rows; ++r) {
             const float m = mb.loss_mask.host_f32()[r * seq + s];
             const int64_t row = s * rows + r;
             loss += m * (scores.host_f32()[3 * row + 1] - scores.host_f32()[3 * row]);
-            tokens += m;
           }
+        tokens += train::loss_tokens(mb);
       }
       const double mean = loss / std::max(tokens, 1.0);
       char line[512];
@@ -152,9 +154,7 @@ FinetuneResult finetune_conditional_lm(const FinetuneArguments& a,
     s.sample_offset = first;
     s.seq = seq;
     s.rows = s.logged_rows = static_cast<int64_t>(examples.size());
-    // The objective is the mean over the micro-batch's target tokens.
-    s.normalizer = 0;
-    for (int64_t i = 0; i < s.mb.loss_mask.numel(); ++i) s.normalizer += s.mb.loss_mask.host_f32()[i];
+    s.normalizer = train::loss_tokens(s.mb);  // the objective is the mean over the micro-batch's target tokens
     return s;
   };
   auto save = [&](int64_t iteration) {

@@ -14,6 +14,7 @@
 #include "model/multiple_choice_model.h"
 #include "tasks/cntrl_dataset.h"
 #include "train/args/argument_rules.h"
+#include "train/step_context.h"
 
 namespace tessera::tasks {
 namespace {
@@ -193,7 +194,8 @@ FinetuneResult finetune_multiple_choice(const FinetuneArguments& a, const std::f
         indices.resize(static_cast<size_t>(std::min<int64_t>(mbs, static_cast<int64_t>(v.samples.size()) - first)));
         std::iota(indices.begin(), indices.end(), first);
         const model::MicroBatch mb = multiple_choice_micro_batch(v.samples, indices);
-        const model::ForwardContext ctx{a.seed, iteration, 0, false, config.seq_length, mb.tokens.dim(0)};
+        const model::ForwardContext ctx =
+            train::micro_batch_context(a.seed, iteration, /*training=*/false, 0, config.seq_length, mb.tokens.dim(0));
         const Tensor scores = net->score(mb, Tensor(), ctx);
         for (size_t q = 0; q < indices.size(); ++q)
           s.correct += static_cast<int32_t>(scores.host_f32()[3 * q + 2]) == mb.choice_label.host_i32()[q] ? 1 : 0;

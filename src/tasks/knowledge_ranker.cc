@@ -10,6 +10,7 @@
 #include "tasks/cntrl_dataset.h"
 #include "tasks/finetune.h"
 #include "tasks/finetune_race.h"
+#include "train/step_context.h"
 
 namespace tessera::tasks {
 
@@ -39,7 +40,8 @@ std::vector<float> KnowledgeRanker::scores(const std::string& context, const std
   std::vector<int64_t> all(questions.size());
   std::iota(all.begin(), all.end(), 0);
   const model::MicroBatch mb = tasks::multiple_choice_micro_batch(questions, all);
-  const model::ForwardContext ctx{0, 0, 0, false, config_.seq_length, mb.tokens.dim(0)};
+  const model::ForwardContext ctx =
+      train::micro_batch_context(/*seed=*/0, /*completed=*/0, /*training=*/false, 0, config_.seq_length, mb.tokens.dim(0));
   const Tensor out = model_->score(mb, Tensor(), ctx);
   std::vector<float> scores(knowledge.size());
   for (size_t i = 0; i < scores.size(); ++i) scores[i] = out.host_f32()[3 * i];

@@ -201,10 +201,7 @@ void OuroborosDriver::load_checkpoint_file(const ckpt::SafetensorsFile& file,
         modules_[k].params->weights_changed();
       }
   }
-  if (ring_) {
-    for (auto& [buffer, work] : sends_) work->wait();
-    sends_.clear();
-  }
+  if (ring_) ring_->finish_sends();
   // The records run again are exactly those the saving run held.
   for (int k = 0; k < K; ++k) {
     if (!holds(k)) continue;

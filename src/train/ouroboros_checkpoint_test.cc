@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "ckpt/checkpoint.h"
+#include "train/ouroboros_engine.h"
 #include "train/trainer.h"
 #include "train/trainer_testing.h"
 
@@ -60,20 +61,23 @@ TEST(OuroborosCheckpoint, ResumedRunEqualsTheUninterruptedOneBitForBit) {
     {
       Trainer first(make(c.save_at, str_cat("--save ", dir.string(), " ", c.save_flags)));
       first.train();
-      EXPECT_GT(first.ouroboros()->held_records(0), 0) << "something must be pending at the save";
-      EXPECT_GT(first.ouroboros()->held_output_grads(0), 0);
+      const OuroborosDriver& saving = *ouroboros_driver(first.engine());
+      EXPECT_GT(saving.held_records(0), 0) << "something must be pending at the save";
+      EXPECT_GT(saving.held_output_grads(0), 0);
     }
     Trainer second(make(iters, "--load " + dir.string()));
+    OuroborosDriver& resumed = *ouroboros_driver(second.engine());
+    OuroborosDriver& uninterrupted = *ouroboros_driver(full.engine());
     EXPECT_EQ(second.iteration(), c.save_at);
-    EXPECT_EQ(second.ouroboros()->iteration(), c.save_at);
+    EXPECT_EQ(resumed.iteration(), c.save_at);
     second.train();
     ASSERT_EQ(second.losses().size(), static_cast<size_t>(iters - c.save_at));
     for (int i = c.save_at; i < iters; ++i)
       EXPECT_EQ(second.losses()[i - c.save_at], full.losses()[i]) << "iteration " << i + 1;
-    EXPECT_EQ(second.ouroboros()->last_grad_norm(), full.ouroboros()->last_grad_norm());
+    EXPECT_EQ(resumed.last_grad_norm(), uninterrupted.last_grad_norm());
     for (int k = 0; k < c.K; ++k)
-      for (const model::Parameter& p : second.ouroboros()->parameters(k).params())
-        EXPECT_TRUE(same_bits(p.value, full.ouroboros()->parameters(k).get(p.spec.name).value))
+      for (const model::Parameter& p : resumed.parameters(k).params())
+        EXPECT_TRUE(same_bits(p.value, uninterrupted.parameters(k).get(p.spec.name).value))
             << "module " << k << " " << p.spec.name;
     fs::remove_all(dir);
   }

@@ -6,8 +6,13 @@
 // On K - 1 ranks (the MPI run) each rank holds only its modules (pipeline::ouroboros_rank_of_module:
 // module k on rank k, module K-1 on rank 0 beside module 0) and runs the same per-module code; the
 // activations go forward around the ring rank 0 -> 1 -> ... -> K-2 -> 0 and the error gradients back,
-// point to point, tagged by (mini-batch, micro-batch). All ranks agree on the gradient norm (each
-// module's sum of squares gathered and added in module order) and on the loss (from rank 0).
+// point to point, tagged by (mini-batch, micro-batch) (train/ouroboros_ring.h). All ranks agree on the
+// gradient norm (each module's sum of squares gathered and added in module order) and on the loss (from
+// rank 0).
+//
+// The driver (ouroboros_driver.cc: the modules, their forwards and delayed backwards) is in three files
+// beside the ring: ouroboros_update.cc (the replicas' gradients added in order, the norm, AdamW per
+// unit) and ouroboros_checkpoint.cc (its state in checkpoints).
 //
 // Per module it keeps what the rule needs: the weight versions its later backwards run with, the
 // activation records of the mini-batches whose backward is still to come, and the error gradients the
@@ -19,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -29,6 +35,7 @@
 #include "optim/adamw_optimizer.h"
 #include "parallel/tensor_parallel.h"
 #include "pipeline/ouroboros_schedule.h"
+#include "train/ouroboros_ring.h"
 
 namespace tessera::train {
 
@@ -61,18 +68,19 @@ class OuroborosDriver {
 
   // Runs iteration t = iteration(): the forward of mini-batch t (`batches`, its micro-batches) with the
   // current weights, each module's backward of the mini-batch the schedule gives it with that
-  // mini-batch's weights, and the AdamW update of every unit that has a gradient. Returns mini-batch t's
-  // mean loss per loss token (at w^t). On a ring, every rank calls it with the same mini-batch and runs
-  // its modules' part; every rank returns the same loss and norm. Every message of the step is
-  // complete when it returns (the error gradients for the next iteration have arrived).
-  double step(const std::vector<model::MicroBatch>& batches, float lr);
+  // mini-batch's weights, and the AdamW update of every unit that has a gradient. `tokens`: the loss
+  // tokens of the whole mini-batch, over every replica (train/step_context.h), which scale its
+  // gradients whenever they run. Returns mini-batch t's mean loss per loss token (at w^t). On a ring,
+  // every rank calls it with the same mini-batch and runs its modules' part; every rank returns the same
+  // loss and norm. Every message of the step is complete when it returns (the error gradients for the
+  // next iteration have arrived).
+  double step(const std::vector<model::MicroBatch>& batches, double tokens, float lr);
 
-  // Forward only through the modules at the current weights (evaluation), micro-batch m with
-  // context(m): adds the last module's losses into `losses` where it is held (rank 0 on a ring).
-  // Changes no state; on a ring every rank calls it with the same micro-batches, and its messages are
-  // complete when it returns.
-  void forward_only(const std::vector<model::MicroBatch>& batches,
-                    const std::function<model::ForwardContext(int)>& context, model::LossSums& losses);
+  // Forward only through the modules at the current weights (evaluation, dropout keyed by iteration()):
+  // adds the last module's losses into `losses` where it is held (rank 0 on a ring). Changes no state; on
+  // a ring every rank calls it with the same micro-batches, and its messages are complete when it returns.
+  void forward_only(const std::vector<model::MicroBatch>& batches, double per_sample_loss_weight,
+                    model::LossSums& losses);
 
   int64_t iteration() const { return iteration_; }
   int modules() const { return static_cast<int>(modules_.size()); }
@@ -87,10 +95,9 @@ class OuroborosDriver {
   // The tied embedding's gradient applied at the last step: output layer's term + input embedding's
   // (where module 0 is held).
   const Tensor& tied_gradient() const { return tied_grad_; }
-  // The last step's mini-batch: its summed masked token losses and its loss tokens (the trainer logs
-  // them as it logs its own: the sum as an fp32 value, divided by the tokens).
+  // The last step's mini-batch's summed masked token losses (the trainer logs it as it logs its own: as
+  // an fp32 value, divided by the loss tokens).
   double last_loss_sum() const { return last_loss_sum_; }
-  double last_loss_tokens() const { return last_tokens_; }
   // The global gradient norm of the last step (before clipping): every unit that stepped, V once.
   double last_grad_norm() const { return last_grad_norm_; }
   // Copies the current weights of the modules held here into `params` by name (a whole-model ParameterSet, as the trainer's on
@@ -140,12 +147,8 @@ class OuroborosDriver {
   void forward_modules(const std::vector<model::MicroBatch>& batches,
                        const std::function<model::ForwardContext(int)>& context,
                        const std::function<model::LossSums&(int)>& losses, int64_t t, int through = -1);
+  // The delayed-gradient update (ouroboros_update.cc).
   void update(float lr);
-  // Point to point over the ring: kind 0 an activation (forward), 1 an error gradient (backward).
-  int tag(int kind, int64_t batch, int micro) const;
-  void send(const Tensor& t, int to_module, int kind, int64_t batch, int micro);
-  Tensor receive(int from_module, int kind, int64_t batch, int micro);
-  bool distributed() const { return ring_ != nullptr; }
   // The sum of each module's part (in module order), then V's: the same on every rank. Each part is
   // first summed over the tensor group (in its rank order).
   double global_squares(std::vector<double> module_squares, double tied_squares);
@@ -161,13 +164,11 @@ class OuroborosDriver {
   pipeline::OuroborosShape shape_;
   std::vector<Module> modules_;
   std::map<int64_t, BatchInfo> batch_info_;
-  comm::ProcessGroup* ring_ = nullptr;  // null in one process
+  std::optional<OuroborosRing> ring_;   // none in one process
   comm::ProcessGroup* data_ = nullptr;  // the replicas; null without data parallelism
-  Shape activation_;                    // one micro-batch's activation between modules
-  std::vector<std::pair<Tensor, comm::WorkHandle>> sends_;  // in flight until the step ends
   Tensor tied_grad_, tied_exp_avg_, tied_exp_avg_sq_;
   int64_t tied_steps_ = 0;
-  double last_grad_norm_ = 0, last_loss_sum_ = 0, last_tokens_ = 0;
+  double last_grad_norm_ = 0, last_loss_sum_ = 0;
   int64_t iteration_ = 0;
 };
 

@@ -81,9 +81,15 @@ std::vector<double> plain_losses(const model::ModelConfig& c, int64_t iters, mod
   return losses;
 }
 
+// The driver's step over mini-batch t, whose loss tokens are all in this process.
+double step(OuroborosDriver& d, const model::ModelConfig& c, int64_t t) {
+  const std::vector<model::MicroBatch> batches = mini_batch(c, t);
+  return d.step(batches, tokens_of(batches), kLr);
+}
+
 std::vector<double> ouroboros_losses(OuroborosDriver& d, const model::ModelConfig& c, int64_t iters) {
   std::vector<double> losses;
-  for (int64_t t = 0; t < iters; ++t) losses.push_back(d.step(mini_batch(c, t), kLr));
+  for (int64_t t = 0; t < iters; ++t) losses.push_back(step(d, c, t));
   return losses;
 }
 
@@ -166,7 +172,7 @@ void expect_each_module_applies_the_rule(int K, int64_t warmup, int64_t iters) {
   for (int64_t t = 0; t < iters; ++t) {
     snapshots.emplace_back();
     for (int k = 0; k < K; ++k) snapshots.back().push_back(d.parameters(k).values().clone());
-    d.step(mini_batch(c, t), kLr);
+    step(d, c, t);
     for (int k = 0; k < K; ++k) {
       const int64_t s = d.last_backward_batch(k);
       EXPECT_EQ(s, pipeline::ouroboros_backward_batch(d.shape(), k, t));
@@ -219,7 +225,7 @@ TEST(OuroborosDriver, TiedEmbeddingGradientIsFreshOutputTermPlusStaleInputTerm) 
   for (int64_t t = 0; t < iters; ++t) {
     snapshots.emplace_back();
     for (int k = 0; k < K; ++k) snapshots.back().push_back(d.parameters(k).values().clone());
-    d.step(mini_batch(c, t), kLr);
+    step(d, c, t);
     // The output layer's term: mini-batch t at w^t, from module K-1.
     ref.backprop(c, t, snapshots[t]);
     const Tensor out = ref.grad(K - 1, V).clone();

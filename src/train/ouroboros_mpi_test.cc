@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "comm/mpi_test_main.h"
+#include "train/ouroboros_engine.h"
 #include "train/trainer.h"
 #include "train/trainer_testing.h"
 
@@ -56,8 +57,8 @@ TEST(Ouroboros, DataParallelRunEqualsTheOneProcessEmulationBitForBit) {
   emulation.train();
   ASSERT_EQ(run.losses().size(), static_cast<size_t>(iters));
   for (int i = 0; i < iters; ++i) EXPECT_EQ(run.losses()[i], emulation.losses()[i]) << "iteration " << i + 1;
-  OuroborosDriver& got = *run.ouroboros();
-  OuroborosDriver& want = *emulation.ouroboros();
+  OuroborosDriver& got = *ouroboros_driver(run.engine());
+  OuroborosDriver& want = *ouroboros_driver(emulation.engine());
   EXPECT_EQ(got.last_grad_norm(), want.last_grad_norm());
   EXPECT_GT(got.last_grad_norm(), kClip) << "the clipping must be on for the norm's order to be checked";
   int held = 0;
@@ -94,7 +95,7 @@ TEST(Ouroboros, ResumedRunOnTheRingEqualsTheUninterruptedOneBitForBit) {
                   world.get());
     first.train();
     // World rank = tensor rank + T * (data rank + D * pipeline rank).
-    EXPECT_GT(first.ouroboros()->held_records(world->rank() / (T * D) == 0 ? 0 : 1), 0);
+    EXPECT_GT(ouroboros_driver(first.engine())->held_records(world->rank() / (T * D) == 0 ? 0 : 1), 0);
   }
   Trainer second(parse_train_arguments(split_flags(flags(P, T, K, 2 * D, iters) + " --load " + dir.string()), n),
                  world.get());
@@ -102,10 +103,12 @@ TEST(Ouroboros, ResumedRunOnTheRingEqualsTheUninterruptedOneBitForBit) {
   second.train();
   ASSERT_EQ(second.losses().size(), static_cast<size_t>(iters - save_at));
   for (int i = save_at; i < iters; ++i) EXPECT_EQ(second.losses()[i - save_at], full.losses()[i]) << "iteration " << i + 1;
+  OuroborosDriver& resumed = *ouroboros_driver(second.engine());
+  OuroborosDriver& uninterrupted = *ouroboros_driver(full.engine());
   for (int k = 0; k < K; ++k) {
-    if (!second.ouroboros()->holds(k)) continue;
-    for (const model::Parameter& p : second.ouroboros()->parameters(k).params())
-      EXPECT_TRUE(same_bits(p.value, full.ouroboros()->parameters(k).get(p.spec.name).value))
+    if (!resumed.holds(k)) continue;
+    for (const model::Parameter& p : resumed.parameters(k).params())
+      EXPECT_TRUE(same_bits(p.value, uninterrupted.parameters(k).get(p.spec.name).value))
           << "module " << k << " " << p.spec.name;
   }
   world->barrier();

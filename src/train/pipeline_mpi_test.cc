@@ -9,6 +9,7 @@
 #include <map>
 
 #include "comm/mpi_test_main.h"
+#include "train/ouroboros_engine.h"
 #include "train/trainer.h"
 #include "train/trainer_testing.h"
 
@@ -199,8 +200,8 @@ TEST(Ouroboros, RunOnPRanksEqualsTheOneProcessEmulationBitForBit) {
     ASSERT_EQ(run.losses().size(), static_cast<size_t>(iters));
     ASSERT_EQ(emulation.losses().size(), static_cast<size_t>(iters));
     for (int i = 0; i < iters; ++i) EXPECT_EQ(run.losses()[i], emulation.losses()[i]) << "iteration " << i + 1;
-    OuroborosDriver& got = *run.ouroboros();
-    OuroborosDriver& want = *emulation.ouroboros();
+    OuroborosDriver& got = *ouroboros_driver(run.engine());
+    OuroborosDriver& want = *ouroboros_driver(emulation.engine());
     EXPECT_EQ(got.last_grad_norm(), want.last_grad_norm());
     EXPECT_GT(got.last_grad_norm(), kOuroborosClip) << "the clipping must be on for the norm's order to be checked";
     // Module k on pipeline rank k, module K-1 beside module 0.

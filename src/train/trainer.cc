@@ -25,6 +25,7 @@
 #include "train/exit_signal.h"
 #include "train/expert_bias.h"
 #include "train/fault_injection.h"
+#include "train/step_context.h"
 #include "train/args/megatron_compat_flags.h"
 
 namespace tessera::train {
@@ -83,10 +84,10 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   schedule_ = schedule_shape(args_, args_.num_micro_batches);
   if (slices_in_schedule) schedule_.slices = static_cast<int>(args_.token_slices.size());
   pipeline::validate_schedule(schedule_);
-  // Ouroboros on P ranks: the driver builds this rank's modules (K = P + 1 of them, not P stages);
-  // params_ and chunks_ stay empty.
-  const bool ouroboros_ring = args_.pipeline_schedule == "ouroboros" && schedule_.stages > 1;
-  if (!ouroboros_ring) pipeline::validate_layer_split(args_.layer_split, schedule_);
+  // Where the step engine builds this rank's part of the model itself (not in pipeline stages),
+  // params_ and chunks_ stay empty (train/step_engine.h).
+  const bool engine_model = engine_holds_model(args_);
+  if (!engine_model) pipeline::validate_layer_split(args_.layer_split, schedule_);
   // The model, its parameters (initialised on the host, moved once) and the optimizer's moments on the
   // device: what is made from here to the rounded weights names no device. Released before the
   // checkpoint loads, which reads into host tensors of its own.
@@ -98,7 +99,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   }
   std::optional<DefaultDeviceScope> on_device;
   on_device.emplace(args_.device);
-  for (int k = 0; k < (ouroboros_ring ? 0 : schedule_.chunks); ++k) {
+  for (int k = 0; k < (engine_model ? 0 : schedule_.chunks); ++k) {
     pipeline::LayerRange layers = pipeline::chunk_layers(args_.layer_split, schedule_, {stage, k});
     model::ModelChunk chunk{layers.first, layers.count, pipeline::is_first_chunk(schedule_, {stage, k}),
                             pipeline::is_last_chunk(schedule_, {stage, k})};
@@ -139,7 +140,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
                 ", rank i of the ", cp_.size(), " holding chunks i and ", 2 * cp_.size() - 1,
                 " - i; ring attention (p2p)"));
   params_.allocate(args_.seed);
-  if (schedule_.stages > 1 && !ouroboros_ring) {
+  if (schedule_.stages > 1 && !engine_model) {
     // The activation that crosses a stage boundary: a micro-batch's, or with token slices each slice's;
     // under context parallelism this rank's two chunks of it (seq / cp tokens per sample).
     std::vector<Shape> activations;
@@ -168,29 +169,8 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   }
   say(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (", rc.tp, ", ", rc.pp,
               "): ", params_.numel()));
-  if (args_.pipeline_schedule == "ouroboros") {
-    // Data parallelism: each replica runs the ring on its micro-batches (next_micro_batch deals them);
-    // the driver adds the replicas' gradients in replica order before each update.
-    const OuroborosOptions o{static_cast<int>(args_.ouroboros_modules), args_.ouroboros_warmup_iters, args_.adam,
-                             args_.seed, ouroboros_ring ? &state_->pipeline_group() : nullptr, &tp_,
-                             &state_->data_group(), static_cast<int>(args_.ouroboros_emulated_replicas)};
-    ouroboros_ = std::make_unique<OuroborosDriver>(args_.model, o);
-    say(str_cat(" > Ouroboros (", ouroboros_ring ? str_cat(schedule_.stages, " pipeline ranks, rank 0 holding modules 0 and ",
-                                                        o.modules - 1) : std::string("one pipeline rank"),
-                tp_.size() > 1 ? str_cat(", tensor parallel over ", tp_.size()) : std::string(),
-                args_.data_parallel_size() > 1 ? str_cat(", ", args_.data_parallel_size(), " data-parallel replicas")
-                                               : std::string(), "): ",
-                o.modules, " modules of ", args_.model.num_layers / o.modules,
-                " layers, module k's gradient K-1-k iterations late after ", o.warmup_iters,
-                " synchronous iterations; the tied embedding from both ends (docs/ouroboros.md)"));
-    if (ouroboros_ring) {  // params_ is empty there: what the modules hold
-      int64_t held = 0;
-      for (int k = 0; k < ouroboros_->modules(); ++k)
-        if (ouroboros_->holds(k)) held += ouroboros_->parameters(k).numel();
-      say(str_cat(" > number of parameters in the Ouroboros modules of (tensor, pipeline) rank (", tp_.rank(), ", ",
-                  stage, "): ", held));
-    }
-  }
+  engine_ = make_step_engine(args_, {state_.get(), &tp_, &params_, make_schedule_engine()});
+  for (const std::string& line : engine_->describe()) say(line);
   // Mixed precision on the fp32 kernels: each GEMM weight is rounded once per step, not in every GEMM. On a
   // GPU too, as bench_gpu_train runs it (the configuration scripts/gpu_check.sh has checked).
   const DType gemm_type = args_.model.params_dtype;
@@ -242,38 +222,31 @@ void Trainer::context_parallel_sum(std::vector<float>& values) const { group_sum
 double Trainer::train_step(float lr, int64_t global_batch, optim::StepResult& step) {
   TESSERA_PROFILE_SCOPE("train_step");
   const int64_t micro_batches = global_batch / (args_.micro_batch_size * args_.data_parallel_size());
-  if (ouroboros_) {  // the delayed-gradient rule: every module here, or this rank's (train/ouroboros_driver.h)
-    std::vector<model::MicroBatch> batches;
-    for (int64_t m = 0; m < micro_batches; ++m) batches.push_back(next_micro_batch(m));
-    ouroboros_->step(batches, lr);
-    if (schedule_.stages == 1) ouroboros_->copy_weights_to(params_);
-    step.grad_norm = ouroboros_->last_grad_norm();
-    // As the pipelined path reports it: the loss sum as an fp32 value over the loss tokens.
-    const double tokens = ouroboros_->last_loss_tokens();
-    return tokens > 0 ? static_cast<float>(ouroboros_->last_loss_sum()) / tokens : 0.0;
-  }
-  // The previous step's parameter all-gather: with --overlap-param-gather the forward waits for it bucket
-  // by bucket (run_micro_batches), otherwise it is already complete.
   std::vector<model::MicroBatch> batches;
-  std::vector<float> global_tokens(1, 0.0f);  // loss-counted tokens of the whole global batch
-  for (int64_t m = 0; m < micro_batches; ++m) {
-    batches.push_back(next_micro_batch(m));
-    const Tensor& mask = batches.back().loss_mask;
-    for (int64_t i = 0; i < mask.numel(); ++i) global_tokens[0] += mask.host_f32()[i];
-  }
+  for (int64_t m = 0; m < micro_batches; ++m) batches.push_back(next_micro_batch(m));
+  std::vector<float> global_tokens{static_cast<float>(loss_tokens(batches))};  // of the whole global batch
   data_parallel_sum(global_tokens);
   const double tokens = global_tokens[0];
-  // The objective is the mean loss over the global batch's tokens, so every micro-batch's gradient is
-  // scaled by 1 / (tokens in the global batch): the sum over micro-batches (and, later, data-parallel
-  // ranks) is then the gradient of the mean whatever the split.
-  const float grad_scale = tokens > 0 ? static_cast<float>(1.0 / tokens) : 0.0f;
+  const StepOutcome out = engine_->step({batches, global_batch, tokens}, lr);
+  step = out.optimizer;
+  const std::vector<std::string> names = auxiliary_loss_names();
+  TESSERA_CHECK(out.auxiliary_sums.size() == names.size(), "the step gave ", out.auxiliary_sums.size(),
+                " auxiliary losses, the model declares ", names.size());
+  for (size_t i = 0; i < names.size(); ++i)
+    auxiliary_loss_history_[names[i]].push_back(mean_loss(out.auxiliary_sums[i], tokens));
+  return mean_loss(out.lm_loss_sum, tokens);
+}
+
+StepOutcome Trainer::schedule_step(const GlobalBatch& batch, float lr) {
+  // The previous step's parameter all-gather: with --overlap-param-gather the forward waits for it bucket
+  // by bucket (run_micro_batches), otherwise it is already complete.
   // Loss scaling multiplies the backward seed; the optimizer divides the gradients by it again.
   const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
   params_.zero_grad();
   const model::LossSums sums =
-      run_micro_batches(batches, true, grad_scale * loss_scale, tokens / static_cast<double>(global_batch));
+      run_micro_batches(batch.micro_batches, true, gradient_scale(batch.loss_tokens) * loss_scale,
+                        per_sample_loss_weight(batch.loss_tokens, static_cast<double>(batch.samples)));
   // The LM loss, then the model's auxiliary losses in the order of its names.
-  const std::vector<std::string> names = auxiliary_loss_names();
   std::vector<float> loss{static_cast<float>(sums.lm)};
   for (float v : auxiliary_values(sums)) loss.push_back(v);
   interval_routing_.add(sums.routing);
@@ -289,16 +262,18 @@ double Trainer::train_step(float lr, int64_t global_batch, optim::StepResult& st
   finalize_gradients();
   reduce_seconds_ += reduce.seconds();
   Timer optimizer;
+  StepOutcome out;
   {
     DefaultDeviceScope on_device(args_.device);  // what the step makes (it reads back only the norm)
-    step = optimizer_->step(lr, loss_scale);
+    out.optimizer = optimizer_->step(lr, loss_scale);
   }
   optimizer_seconds_ += optimizer.seconds();
   pipeline_sum(loss);
   context_parallel_sum(loss);
   data_parallel_sum(loss);
-  for (size_t i = 0; i < names.size(); ++i) auxiliary_loss_history_[names[i]].push_back(tokens > 0 ? loss[1 + i] / tokens : 0.0);
-  return tokens > 0 ? loss[0] / tokens : 0.0;
+  out.lm_loss_sum = loss[0];
+  out.auxiliary_sums.assign(loss.begin() + 1, loss.end());
+  return out;
 }
 
 void Trainer::finalize_gradients() {

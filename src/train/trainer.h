@@ -29,8 +29,8 @@
 #include "train/fault_injection.h"
 #include "train/gradient_groups.h"
 #include "train/mock_data.h"
-#include "train/ouroboros_driver.h"
 #include "train/memory_report.h"
+#include "train/step_engine.h"
 #include "train/training_log.h"
 #include "train/zero_bubble_timing.h"
 
@@ -74,8 +74,8 @@ class Trainer {
   const std::map<std::string, std::vector<double>>& auxiliary_losses() const { return auxiliary_loss_history_; }
   model::ParameterSet& parameters() { return params_; }
   int64_t skipped_iterations() const { return skipped_iterations_; }
-  // --pipeline-schedule ouroboros: the driver that holds this rank's modules (null otherwise).
-  OuroborosDriver* ouroboros() { return ouroboros_.get(); }
+  // What turns each global batch into an optimizer step, by --pipeline-schedule (train/step_engine.h).
+  StepEngine& engine() { return *engine_; }
   // The loss scale of the next iteration (1 without loss scaling).
   float loss_scale() const { return loss_scaler_ ? loss_scaler_->scale() : 1.0f; }
   const optim::Optimizer& optimizer() const { return *optimizer_; }
@@ -85,8 +85,14 @@ class Trainer {
 
  private:
   // One forward/backward/step over a global batch of `global_batch` samples (the ramp's size, or
-  // --global-batch-size); returns the mean per-token loss.
+  // --global-batch-size) through the engine; returns the mean per-token loss.
   double train_step(float lr, int64_t global_batch, optim::StepResult& step);
+  // The pipeline schedule and the optimizer over this rank's chunks as a step engine, and its step: the
+  // schedule's forwards and backwards, the gradients finalised, the optimizer, the losses summed over
+  // the ranks (trainer_schedule.cc; the step in trainer.cc).
+  class ScheduleEngine;
+  std::unique_ptr<StepEngine> make_schedule_engine();
+  StepOutcome schedule_step(const GlobalBatch& batch, float lr);
   // The global batch of the next iteration (it grows under --rampup-batch-size, said as Megatron says it).
   int64_t current_global_batch();
   // Runs this rank's pipeline schedule over the micro-batches `batches` (forward only when not
@@ -171,12 +177,10 @@ class Trainer {
   std::unique_ptr<Teacher> teacher_;  // --kd, on the ranks with the head, until --kd-stop-iteration
   int64_t teacher_forwards_ = 0;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  // --pipeline-schedule ouroboros: the K modules (this rank's on P ranks) train in the driver; in one
-  // process it copies its weights into params_ after each step for evaluation, sampling and the log (on
-  // P ranks params_ is empty); optimizer_ stays unused.
-  std::unique_ptr<OuroborosDriver> ouroboros_;
-  // This rank's Ouroboros state file in a checkpoint (train/ouroboros_checkpoint.cc).
-  std::string ouroboros_file_name() const;
+  // The step engine of --pipeline-schedule (make_step_engine): the schedule engine over chunks_ and
+  // optimizer_, or one that holds the model's modules itself (then it may copy its weights into params_
+  // for evaluation, sampling and the log, and optimizer_ stays unused; params_ may be empty).
+  std::unique_ptr<StepEngine> engine_;
   optim::DistributedOptimizer* distributed_optimizer_ = nullptr;  // optimizer_, with --use-distributed-optimizer
   std::shared_ptr<const BatchSource> train_data_, valid_data_, test_data_;  // test: null without documents
   std::unique_ptr<data::Tokenizer> text_tokenizer_;  // counts the bytes of evaluated text; null for mock data

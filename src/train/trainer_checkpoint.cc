@@ -47,25 +47,6 @@ nlohmann::json arguments_json(const TrainArguments& a) {
           {"fp16", a.fp16}};
 }
 
-// An Ouroboros checkpoint is the delayed rule's state of the layout that saved it (on P ranks it has no
-// Megatron model files: the modules are not params_), so another pipeline or tensor size is refused by
-// flag before any tensor is read, rather than as a tensor or file it lacks. The state files check the rest.
-void check_ouroboros_layout(const nlohmann::json& saved, const TrainArguments& a) {
-  struct Size {
-    const char* key;  // in the checkpoint's arguments (arguments_json)
-    const char* flag;
-    int64_t here;
-  };
-  const Size sizes[] = {{"pipeline_model_parallel_size", "--pipeline-model-parallel-size", a.pipeline_model_parallel_size},
-                        {"tensor_model_parallel_size", "--tensor-model-parallel-size", a.tensor_model_parallel_size}};
-  for (const Size& s : sizes) {
-    const int64_t was = saved.value(s.key, int64_t{1});
-    TESSERA_CHECK(was == s.here, "--load ", a.load, ": the Ouroboros checkpoint was saved at ", s.flag, "=", was,
-                  ", this run has ", s.flag, "=", s.here,
-                  " (an Ouroboros run resumes only at the layout that saved it)");
-  }
-}
-
 }  // namespace
 
 int64_t Trainer::agreed_local_iteration() {
@@ -124,22 +105,12 @@ std::pair<std::string, bool> Trainer::resume_directory() {
 }
 
 void Trainer::resume() {
-  // Ouroboros on P ranks: params_ is empty there (the driver holds the modules and their state).
-  const bool ouroboros_ring = args_.pipeline_schedule == "ouroboros" && schedule_.stages > 1;
   const auto [dir, rank_local] = resume_directory();
   if (!dir.empty()) {
     // A rank's local checkpoint was not seen by the flags' check (finalize_resume): it is checked here.
     if (rank_local) check_resumed_model(args_, dir);
-    // An Ouroboros checkpoint holds the delayed rule's state beside (on P ranks: instead of) the
-    // parameters, which the other schedule cannot continue, and the reverse: refused by name.
-    const nlohmann::json saved_args = ckpt::latest_checkpoint_args(dir);
-    const std::string saved_schedule = saved_args.value("pipeline_schedule", std::string("1f1b"));
-    TESSERA_CHECK(saved_schedule == args_.pipeline_schedule, "--load ", args_.load, ": the checkpoint was saved with "
-                  "--pipeline-schedule ", saved_schedule, ", this run has --pipeline-schedule ", args_.pipeline_schedule,
-                  saved_schedule == "ouroboros" || args_.pipeline_schedule == "ouroboros"
-                      ? " (an Ouroboros run resumes only from its own state: weight versions and delayed gradients)"
-                      : "");
-    if (ouroboros_) check_ouroboros_layout(saved_args, args_);
+    // A checkpoint this run's step engine cannot continue is refused by name (train/step_engine.h).
+    check_resumable(ckpt::latest_checkpoint_args(dir), args_);
     bool load_optim = !args_.no_load_optim && !args_.finetune;
     Timer load_timer;
     // Loading assembles the moments in AdamW's full layout (whatever layout saved them): the distributed
@@ -151,7 +122,7 @@ void Trainer::resume() {
       if (const auto differences = resumed_model_differences(args_, dir); !differences.empty())
         say(str_cat(" > --finetune: this model differs from the checkpoint's in ", describe(differences)));
     ckpt::TrainingState state = ckpt::load_checkpoint(dir, params_, load_optim ? moments : nullptr);
-    if (!ouroboros_ring) check_every_tensor_loaded(dir, rank_local);
+    if (!engine_holds_model(args_)) check_every_tensor_loaded(dir, rank_local);  // else params_ is empty
     if (full) distributed_optimizer_->load_full_state(*full);
     if (!args_.finetune) {
       if (loss_scaler_ && state.loss_scaler.is_object()) loss_scaler_->load_state(state.loss_scaler);
@@ -162,18 +133,13 @@ void Trainer::resume() {
                                                           : state.skipped_iterations * args_.global_batch_size;
       if (!args_.no_load_rng) args_.seed = state.seed;
     }
-    if (ouroboros_) {  // the delayed rule's state, the pending mini-batches' forwards run again
-      const int64_t gbs = args_.global_batch_size;
-      ouroboros_->load_checkpoint_file(ckpt::open_extra_file(dir, ouroboros_file_name()), [&](int64_t s) {
-        std::vector<model::MicroBatch> batches;
-        for (int64_t m = 0; m < args_.num_micro_batches; ++m)
-          batches.push_back(micro_batch(*train_data_, consumed_samples_ - (iteration_ - s) * gbs, m));
-        return batches;
-      }, args_.seed);
-      TESSERA_CHECK(ouroboros_->iteration() == iteration_, "--load ", args_.load, ": the Ouroboros state is at iteration ",
-                    ouroboros_->iteration(), ", the checkpoint at ", iteration_);
-      if (schedule_.stages == 1) ouroboros_->copy_weights_to(params_);
-    }
+    // The engine's own state (its files beside the parameters), given each earlier iteration's batches.
+    engine_->resume(dir, iteration_, args_.seed, [&](int64_t s) {
+      std::vector<model::MicroBatch> batches;
+      for (int64_t m = 0; m < args_.num_micro_batches; ++m)
+        batches.push_back(micro_batch(*train_data_, consumed_samples_ - (iteration_ - s) * args_.global_batch_size, m));
+      return batches;
+    });
     // Rank 0 names where it loaded from: --load, or a non-persistent checkpoint (local: its own directory).
     const std::string kind = dir == args_.load ? ""
                              : rank_local     ? " (non-persistent, local: each rank its own directory)"
@@ -206,13 +172,6 @@ void Trainer::check_every_tensor_loaded(const std::string& dir, bool rank_local)
                 left, " (saved by a model with other flags)");
 }
 
-std::string Trainer::ouroboros_file_name() const {
-  const comm::RankCoordinates rc = state_->coordinates();
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "ouroboros.tp%02d.pp%02d.dp%03d.safetensors", rc.tp, rc.pp, rc.dp);
-  return buf;
-}
-
 void Trainer::prepare_save_directories(int world_rank) {
   if (!args_.save.empty()) ckpt::prepare_save_directory(args_.save);
   if (args_.non_persistent_save_interval <= 0) return;
@@ -238,9 +197,8 @@ void Trainer::save(SaveKind kind) {
   // context-parallel group hold replicas of the dense weights (as data-parallel ones do), so the writer
   // of a dense shard is rank 0 of the data x context group: one rank per (tensor, pipeline) shard.
   const int dense_data_rank = state_->data_context_group().rank();
-  // Ouroboros: every rank writes its modules' delayed state (replicas differ in their waiting gradients).
-  std::vector<ckpt::ExtraFile> extra;
-  if (ouroboros_) extra.push_back(ouroboros_->checkpoint_file(ouroboros_file_name()));
+  // The step engine's own state, if any: every rank writes its files.
+  const std::vector<ckpt::ExtraFile> extra = engine_->checkpoint_files();
   ckpt::ShardPlacement placement{rc.tp, dense_data_rank, world_, rc.pp, rc.etp, rc.ep, rc.edp};
   std::string dir = args_.save;
   int64_t keep_last = args_.ckpt_keep_last;

@@ -5,6 +5,7 @@
 #include <span>
 
 #include "data/text_bytes.h"
+#include "train/step_context.h"
 #include "train/trainer.h"
 
 namespace tessera::train {
@@ -18,7 +19,7 @@ Evaluation Trainer::evaluate() {
 }
 
 std::vector<std::string> Trainer::auxiliary_loss_names() const {
-  // (No chunks here under Ouroboros on P ranks: it trains GPT, which declares none.)
+  // (No chunks here where the step engine holds the model itself: a GPT, which declares none.)
   std::vector<std::string> names = chunks_.empty() ? std::vector<std::string>() : chunks_.front()->auxiliary_loss_names();
   if (args_.kd) names.push_back(model::kDistillationLossName);
   return names;
@@ -44,34 +45,17 @@ Evaluation Trainer::evaluate_on(const BatchSource& data) {
   for (int64_t m = 0; m < args_.eval_iters * args_.num_micro_batches; ++m) {
     batches.push_back(micro_batch(data, 0, m));
     const model::MicroBatch& b = batches.back();
-    const std::span<const float> mask(b.loss_mask.host_f32(), static_cast<size_t>(b.loss_mask.numel()));
-    for (float w : mask) counts[kTokens] += w;
-    if (text_tokenizer_ && data.labels_are_text())
+    counts[kTokens] += static_cast<float>(loss_tokens(b));
+    if (text_tokenizer_ && data.labels_are_text()) {
+      const std::span<const float> mask(b.loss_mask.host_f32(), static_cast<size_t>(b.loss_mask.numel()));
       counts[kBytes] += static_cast<float>(data::text_bytes(
           *text_tokenizer_, std::span<const int32_t>(b.labels.host_i32(), mask.size()), mask));
+    }
   }
   data_parallel_sum(counts);
   const double samples = static_cast<double>(args_.eval_iters * args_.global_batch_size);
   pipeline::PipelineTimes saved = times_;  // evaluation is not part of the training timers
-  model::LossSums sums;
-  if (ouroboros_ && schedule_.stages > 1) {
-    // Ouroboros on P ranks: forward through the driver's modules, a global batch's micro-batches at a
-    // time (what training holds at once), keyed as run_micro_batches keys an evaluation.
-    const int64_t step = args_.num_micro_batches;
-    for (size_t first = 0; first < batches.size(); first += static_cast<size_t>(step)) {
-      const std::vector<model::MicroBatch> part(batches.begin() + static_cast<std::ptrdiff_t>(first),
-                                                batches.begin() + static_cast<std::ptrdiff_t>(
-                                                                      std::min(batches.size(), first + step)));
-      ouroboros_->forward_only(part, [&](int m) {
-        model::ForwardContext ctx{args_.seed, iteration_, part[m].sample_offset, false, args_.model.seq_length,
-                                  args_.micro_batch_size};
-        ctx.per_sample_loss_weight = counts[kTokens] / samples;
-        return ctx;
-      }, sums);
-    }
-  } else {
-    sums = run_micro_batches(batches, false, 0.0f, counts[kTokens] / samples);
-  }
+  const model::LossSums sums = engine_->evaluate(batches, per_sample_loss_weight(counts[kTokens], samples));
   times_ = saved;
   std::vector<float> loss{static_cast<float>(sums.lm)};
   for (float v : auxiliary_values(sums)) loss.push_back(v);

@@ -68,39 +68,12 @@ void Trainer::log_timers(int64_t iterations) {
               megabytes(max_over_ranks(kActivationsTheory)), ") | all tensors peak (max over ranks) ",
               megabytes(max_over_ranks(kAllTensors)), " | peak RSS (max over ranks) ",
               megabytes(max_over_ranks(kPeakRss)), device_memory_summary(args_.device)));
-  if (ouroboros_) {  // what the delays keep on this rank (docs/ouroboros.md, "What each module keeps")
-    std::string kept;
-    for (int k = 0; k < ouroboros_->modules(); ++k)
-      if (ouroboros_->holds(k))
-        kept += str_cat(kept.empty() ? "" : " | ", "module ", k, ": ", ouroboros_->held_weight_versions(k),
-                        " earlier weight versions (",
-                        megabytes(static_cast<double>(ouroboros_->held_weight_versions(k)) *
-                                  static_cast<double>(ouroboros_->parameters(k).values().nbytes())),
-                        " MB), ", ouroboros_->held_records(k), " activation records");
-    say(str_cat("    ouroboros delays keep (rank 0): ", kept));
-    return;
-  }
-  if (schedule_.stages == 1) return;
-  // The bubble as (schedule time - compute) / compute, averaged over ranks, beside (p - 1) / (v m); and
-  // each stage's most activation records held at once beside the schedule's maximum.
-  double bubble = 0;
-  std::vector<int> peak(schedule_.stages, 0);
-  for (int r = 0; r < world_->size(); ++r) {
-    bubble += all.host_f32()[r * kFields + kBubble] / world_->size();
-    int s = static_cast<int>(all.host_f32()[r * kFields + kStage]);
-    peak[s] = std::max(peak[s], static_cast<int>(all.host_f32()[r * kFields + kPeak]));
-  }
-  std::string held;
-  for (int s = 0; s < schedule_.stages; ++s)
-    held += str_cat(s ? " " : "", peak[s], "/", pipeline::theoretical_peak_in_flight(schedule_, s));
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "    pipeline bubble: measured %.3f, theory %s = %.3f | ", bubble,
-                schedule_.zero_bubble != pipeline::ZeroBubble::Off ? "(zero bubble, simulated at F = B = W)"
-                : schedule_.slices > 1                               ? "(p-1)/(m*n) with n token slices"
-                                                                     : "(p-1)/(v*m)",
-                pipeline::theoretical_bubble_fraction(schedule_));
-  say(str_cat(buf, schedule_.slices > 1 ? "token-slice activations" : "activations",
-              " held per stage (measured/schedule max): ", held));
+  // The engine's own line: the pipeline's bubble and activations held per stage, or what it keeps.
+  std::vector<RankInterval> ranks(static_cast<size_t>(world_->size()));
+  for (int r = 0; r < world_->size(); ++r)
+    ranks[r] = {static_cast<int>(all.host_f32()[r * kFields + kStage]), all.host_f32()[r * kFields + kBubble],
+                static_cast<int>(all.host_f32()[r * kFields + kPeak])};
+  if (const std::string line = engine_->interval_report(ranks); !line.empty()) say(line);
 }
 
 }  // namespace tessera::train

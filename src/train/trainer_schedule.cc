@@ -1,7 +1,9 @@
-// The schedule runner: one rank's pipeline schedule over a global batch's micro-batches, its forwards,
-// backwards and (zero bubble) W passes through the model chunks, with the activation accounting the log
-// prints (train/trainer.h).
+// The schedule engine (train/step_engine.h): the schedule runner, one rank's pipeline schedule over a
+// global batch's micro-batches, its forwards, backwards and (zero bubble) W passes through the model
+// chunks, with the activation accounting the log prints; its step (Trainer::schedule_step, trainer.cc)
+// and its line of the interval report (train/trainer.h).
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <utility>
@@ -9,9 +11,48 @@
 #include "model/weight_gradient_store.h"
 #include "train/device_setup.h"
 #include "train/fault_injection.h"
+#include "train/step_context.h"
 #include "train/trainer.h"
 
 namespace tessera::train {
+
+class Trainer::ScheduleEngine final : public StepEngine {
+ public:
+  explicit ScheduleEngine(Trainer& trainer) : t_(trainer) {}
+
+  StepOutcome step(const GlobalBatch& batch, float lr) override { return t_.schedule_step(batch, lr); }
+  model::LossSums evaluate(const std::vector<model::MicroBatch>& batches, double per_sample_loss_weight) override {
+    return t_.run_micro_batches(batches, false, 0.0f, per_sample_loss_weight);
+  }
+  // The bubble as (schedule time - compute) / compute, averaged over ranks, beside (p - 1) / (v m); and
+  // each stage's most activation records held at once beside the schedule's maximum.
+  std::string interval_report(const std::vector<RankInterval>& ranks) const override {
+    const pipeline::ScheduleShape& schedule = t_.schedule_;
+    if (schedule.stages == 1) return "";
+    double bubble = 0;
+    std::vector<int> peak(schedule.stages, 0);
+    for (const RankInterval& r : ranks) {
+      bubble += r.bubble_fraction / static_cast<float>(ranks.size());
+      peak[r.stage] = std::max(peak[r.stage], r.peak_live_activations);
+    }
+    std::string held;
+    for (int s = 0; s < schedule.stages; ++s)
+      held += str_cat(s ? " " : "", peak[s], "/", pipeline::theoretical_peak_in_flight(schedule, s));
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "    pipeline bubble: measured %.3f, theory %s = %.3f | ", bubble,
+                  schedule.zero_bubble != pipeline::ZeroBubble::Off ? "(zero bubble, simulated at F = B = W)"
+                  : schedule.slices > 1                              ? "(p-1)/(m*n) with n token slices"
+                                                                     : "(p-1)/(v*m)",
+                  pipeline::theoretical_bubble_fraction(schedule));
+    return str_cat(buf, schedule.slices > 1 ? "token-slice activations" : "activations",
+                   " held per stage (measured/schedule max): ", held);
+  }
+
+ private:
+  Trainer& t_;
+};
+
+std::unique_ptr<StepEngine> Trainer::make_schedule_engine() { return std::make_unique<ScheduleEngine>(*this); }
 
 model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale,
                                            double per_sample_loss_weight) {
@@ -41,10 +82,8 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   std::map<std::pair<int, int>, std::unique_ptr<model::ChunkRecord>> records;
   model::LossSums losses;
   auto context = [&](int m) {
-    model::ForwardContext ctx{args_.seed, training ? iteration_ + 1 : iteration_, batches[m].sample_offset,
-                              training, args_.model.seq_length, args_.micro_batch_size};
-    ctx.per_sample_loss_weight = per_sample_loss_weight;
-    return ctx;
+    return micro_batch_context(args_.seed, iteration_, training, batches[m].sample_offset, args_.model.seq_length,
+                               args_.micro_batch_size, per_sample_loss_weight);
   };
   // Under --overlap-param-gather the forward waits for each bucket of parameters just before its first
   // use, as Megatron's forward pre-hooks do.

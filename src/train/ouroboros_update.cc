@@ -1,0 +1,152 @@
+// Ouroboros' delayed-gradient update (train/ouroboros_driver.h): the replicas' (or the emulated shares')
+// gradients added in one order, the global norm over every module and V, and AdamW per update unit. The
+// order of every sum is fixed, so that the one-process emulation and the MPI runs agree bit for bit.
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/adamw.h"
+#include "kernels/tensor_ops.h"
+#include "train/ouroboros_driver.h"
+
+namespace tessera::train {
+namespace {
+
+// Every rank's values gathered over `group`, rank after rank, as int64 bits so that no rank rounds them.
+std::vector<double> all_gather_bits(comm::ProcessGroup& group, const std::vector<double>& mine) {
+  const int64_t n = static_cast<int64_t>(mine.size());
+  Tensor bits = Tensor::empty({n}, DType::I64, Device::cpu());
+  std::memcpy(bits.host_i64(), mine.data(), n * sizeof(double));
+  Tensor all = Tensor::empty({group.size() * n}, DType::I64, Device::cpu());
+  group.all_gather(bits, all);
+  std::vector<double> out(static_cast<size_t>(all.numel()));
+  std::memcpy(out.data(), all.host_i64(), out.size() * sizeof(double));
+  return out;
+}
+
+// out = ((parts[0] + parts[1]) + parts[2]) + ...: the one order in which replicas' (or shares')
+// gradients are added, wherever that happens, so that the emulation and the replicas agree bit for bit.
+void add_in_order(float* out, const std::vector<const float*>& parts, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float sum = parts[0][i];
+    for (size_t d = 1; d < parts.size(); ++d) sum += parts[d][i];
+    out[i] = sum;
+  }
+}
+
+// Every rank's `t` gathered over `group`, added in rank order into `t`.
+void sum_in_rank_order(comm::ProcessGroup& group, const Tensor& t) {
+  const int64_t n = t.numel();
+  Tensor all = Tensor::empty({group.size() * n});
+  group.all_gather(t, all);
+  std::vector<const float*> parts;
+  for (int r = 0; r < group.size(); ++r) parts.push_back(all.host_f32() + r * n);
+  add_in_order(t.host_f32(), parts, n);
+}
+
+}  // namespace
+
+int OuroborosDriver::replicas() const { return data_ ? data_->size() : 1; }
+
+// Every replica's values (each replica passes one per share: one), in replica order; in one process the
+// shares themselves.
+std::vector<double> OuroborosDriver::sum_over_replicas(const std::vector<double>& mine) {
+  return data_ ? all_gather_bits(*data_, mine) : mine;
+}
+
+// Before any update: with D emulated shares, each module's gradient (and V's) is the sum of the shares'
+// in share order; with replicas, the sum of the replicas' in replica order (gathered, not all-reduced:
+// an all-reduce's order is MPI's choice). Every replica then holds the same gradients.
+void OuroborosDriver::reduce_gradients(const std::vector<pipeline::OuroborosStep>& plan,
+                                       std::vector<std::vector<Tensor>>& module_shares,
+                                       std::vector<Tensor>& tied_shares) {
+  auto add_shares = [](const Tensor& out, const std::vector<Tensor>& shares) {
+    std::vector<const float*> parts;
+    for (const Tensor& s : shares) parts.push_back(s.host_f32());
+    add_in_order(out.host_f32(), parts, out.numel());
+  };
+  for (int k = 0; k < modules(); ++k) {
+    if (!holds(k) || plan[k].backward_batch < 0) continue;
+    Module& mod = modules_[k];
+    if (!module_shares[k].empty()) add_shares(mod.params->grads(), module_shares[k]);
+    if (data_)
+      for (model::Parameter& p : mod.params->params())
+        if (&p != mod.tied) sum_in_rank_order(*data_, p.grad);
+  }
+  if (!holds(0)) return;
+  if (!tied_shares.empty()) add_shares(tied_grad_, tied_shares);
+  if (data_) sum_in_rank_order(*data_, tied_grad_);
+}
+
+double OuroborosDriver::global_squares(std::vector<double> module_squares, double tied_squares) {
+  const int K = modules();
+  if (tp().size() > 1) {
+    // Each module's sum and V's over the tensor group, added in tensor-rank order.
+    comm::ProcessGroup& group = *tp().group;
+    module_squares.push_back(tied_squares);
+    const size_t n = module_squares.size();
+    const std::vector<double> gathered = all_gather_bits(group, module_squares);
+    for (size_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (int r = 0; r < group.size(); ++r) sum += gathered[r * n + i];
+      module_squares[i] = sum;
+    }
+    tied_squares = module_squares.back();
+    module_squares.pop_back();
+  }
+  std::vector<double> parts = module_squares;
+  if (ring_) {
+    // Three slots per rank: its first module's part, rank 0's module K-1 part, V's part (rank 0).
+    enum { kFirst, kLast, kTied, kSlots };
+    std::vector<double> slots(kSlots, 0.0);
+    const int rank = ring_->rank();
+    slots[kFirst] = module_squares[rank];
+    if (rank == 0) slots[kLast] = module_squares[K - 1], slots[kTied] = tied_squares;
+    const std::vector<double> gathered = all_gather_bits(ring_->group(), slots);
+    for (int k = 0; k < K; ++k)
+      parts[k] = k == K - 1 ? gathered[kLast] : gathered[pipeline::ouroboros_rank_of_module(shape_, k) * kSlots + kFirst];
+    tied_squares = gathered[kTied];
+  }
+  double squares = 0;
+  for (int k = 0; k < K; ++k) squares += parts[k];
+  return squares + tied_squares;
+}
+
+// AdamW over the units that have a gradient this iteration: each module's own parameters but V, and V
+// (every iteration: module K-1's term is always fresh). The clipping norm is over all of them, V once:
+// each module's sum of squares (its parameters in order), added in module order, then V's.
+void OuroborosDriver::update(float lr) {
+  const int K = modules();
+  std::vector<optim::MomentShard> units(K);
+  std::vector<double> module_squares(K, 0.0);
+  for (int k = 0; k < K; ++k) {
+    if (!holds(k)) continue;
+    Module& mod = modules_[k];
+    if (mod.last_backward_batch < 0) continue;
+    units[k] = {{}, mod.exp_avg, mod.exp_avg_sq, false};
+    for (const model::Parameter& p : mod.params->params()) {
+      if (&p == mod.tied) continue;
+      units[k].pieces.push_back({&p, 0, p.value.numel(), p.offset, false});
+      // Under tensor parallelism a parameter whole on every tensor rank counts once (tensor rank 0's).
+      if (p.spec.sharding.sharded() || tp().size() == 1 || tp().rank() == 0)
+        module_squares[k] += kernels::sum_of_squares(p.grad);
+    }
+  }
+  // (V is split over the tensor ranks by vocabulary: every rank's part counts.)
+  const double norm = std::sqrt(global_squares(std::move(module_squares),
+                                               holds(0) ? kernels::sum_of_squares(tied_grad_) : 0.0));
+  last_grad_norm_ = norm;
+  for (int k = 0; k < K; ++k)
+    if (holds(k) && modules_[k].last_backward_batch >= 0)
+      optim::adamw_update(units[k], options_.adam, lr, 1.0f, norm, modules_[k].steps);
+  if (!holds(0)) return;
+  // V: its unit reads the accumulator through module 0's V (whose grad buffer is free now), then the
+  // copy in module K-1 takes the same values, as the embedding group keeps the two stages' copies equal.
+  model::Parameter& v = *modules_[0].tied;
+  kernels::copy(v.grad, tied_grad_);
+  optim::MomentShard tied{{{&v, 0, v.value.numel(), 0, false}}, tied_exp_avg_, tied_exp_avg_sq_, false};
+  optim::adamw_update(tied, options_.adam, lr, 1.0f, norm, tied_steps_);
+  if (K > 1) kernels::copy(modules_[K - 1].tied->value, v.value);
+}
+
+}  // namespace tessera::train
