@@ -214,6 +214,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
 
   resume();
   build_teacher();
+  make_rerun_state_machine();
 }
 
 
@@ -261,6 +262,7 @@ double Trainer::train_step(float lr, int64_t global_batch, optim::StepResult& st
     const Tensor& mask = batches.back().loss_mask;
     for (int64_t i = 0; i < mask.numel(); ++i) global_tokens[0] += mask.host_f32()[i];
   }
+  const double local_tokens = global_tokens[0];  // the rerun machine's checks look at this rank's own loss
   data_parallel_sum(global_tokens);
   const double tokens = global_tokens[0];
   // The objective is the mean loss over the global batch's tokens, so every micro-batch's gradient is
@@ -269,25 +271,30 @@ double Trainer::train_step(float lr, int64_t global_batch, optim::StepResult& st
   const float grad_scale = tokens > 0 ? static_cast<float>(1.0 / tokens) : 0.0f;
   // Loss scaling multiplies the backward seed; the optimizer divides the gradients by it again.
   const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
-  params_.zero_grad();
-  const model::LossSums sums =
-      run_micro_batches(batches, true, grad_scale * loss_scale, tokens / static_cast<double>(global_batch));
+  model::LossSums sums;
+  // Until the rerun machine's checks pass, nothing but the gradients changes: a failed check re-runs the
+  // step from the same state on the same micro-batches (train/rerun_state_machine.h, trainer_rerun.cc).
+  for (rerun_->begin_iteration(iteration_ + 1);;) {
+    params_.zero_grad();
+    sums = run_micro_batches(batches, true, grad_scale * loss_scale, tokens / static_cast<double>(global_batch));
+    optimizer_->wait_for_params();  // any bucket no forward used
+    for (int64_t at : args_.inject_nan_at_iterations)
+      if (at == iteration_ + 1)  // through a transfer: the gradients may be on a GPU
+        kernels::transfer(params_.grads().flat_range(0, 1), kernels::scalar_tensor(std::nan(""), Device::cpu()));
+    Timer reduce;
+    finalize_gradients();
+    reduce_seconds_ += reduce.seconds();
+    if (rerun_accepts(sums, local_tokens)) break;
+  }
   // The LM loss, then the model's auxiliary losses in the order of its names.
   const std::vector<std::string> names = auxiliary_loss_names();
   std::vector<float> loss{static_cast<float>(sums.lm)};
   for (float v : auxiliary_values(sums)) loss.push_back(v);
   interval_routing_.add(sums.routing);
-  optimizer_->wait_for_params();  // any bucket no forward used
   if (args_.model.moe.expert_bias)  // as Megatron's finalize_model_grads: once per global batch, before the step
     update_expert_biases(params_, sums.routing.kept, args_.model.moe.total_experts(),
                          {&state_->data_context_group(), tp_.sequence_parallel ? &state_->tensor_group() : nullptr},
                          args_.moe_router_bias_update_rate);
-  for (int64_t at : args_.inject_nan_at_iterations)
-    if (at == iteration_ + 1)  // through a transfer: the gradients may be on a GPU
-      kernels::transfer(params_.grads().flat_range(0, 1), kernels::scalar_tensor(std::nan(""), Device::cpu()));
-  Timer reduce;
-  finalize_gradients();
-  reduce_seconds_ += reduce.seconds();
   Timer optimizer;
   {
     DefaultDeviceScope on_device(args_.device);  // what the step makes (it reads back only the norm)
@@ -434,6 +441,8 @@ void Trainer::train() {
       s.skipped_iterations = interval_skipped;
       s.nan_iterations = interval_nan;
       if (log_) log_->iteration(s);
+      if (args_.log_straggler && !args_.disable_straggler_on_startup)
+        log_stragglers(interval_seconds, interval_iters);
       log_timers(interval_iters);
       if (log_ && first_interval_note) say(std::exchange(first_interval_note, nullptr)(s.elapsed_ms_per_iteration));
       interval_loss = 0;
