@@ -6,10 +6,15 @@
 #    the same losses;
 #  - the NaN on every run (deterministic): exit 16, the message naming iteration, rank and check, the
 #    tracker file (--result-rejected-tracker-filename) Megatron's lines;
-#  - --check-for-spiky-loss: a loss 1000x on rank 0 at iteration 4 exits 16 naming "Spiky loss";
+#  - bit flips: an exponent bit of rank 0's loss at iteration 4, caught by --check-for-spiky-loss and
+#    named "Spiky loss": on the first run only (transient) exit 17, on every run (persistent) exit 16;
+#    an exponent bit of a gradient on rank 1 at iteration 3, on the first run only: no check sees it
+#    (the losses go astray), but report_stats' re-run of every step tells it and goes on with the clean
+#    result (the losses of the uninjected run);
 #  - --error-injection-rate 1 --error-injection-type transient_error under report_stats: every step re-run,
 #    the same losses; persistent_error: exit 16;
-#  - --log-straggler with rank 1 slowed (TESSERA_STRAGGLER_DELAY_MS) names rank 1 as the slowest;
+#  - --log-straggler with rank 1 slowed (TESSERA_STRAGGLER_DELAY_MS) names rank 1 as the slowest (and
+#    with --disable-straggler-on-startup reports nothing);
 #  - the flags' values checked before any work.
 set -uo pipefail
 tessera=${1:?usage: resilience_cli.sh path/to/tessera}
@@ -34,9 +39,10 @@ run() {
   rc=$?
 }
 
-run plain -- --rerun-mode validate_results
+run plain -- --rerun-mode validate_results --log-straggler --disable-straggler-on-startup
 check "an uninjected run: $(tail -5 "$work/plain.log")" $rc
 [ "$(losses "$work/plain.log" | wc -l)" -eq 5 ]; check "5 iterations logged: $(tail -3 "$work/plain.log")" $?
+! grep -q "straggler report" "$work/plain.log"; check "no straggler report with --disable-straggler-on-startup" $?
 
 # Transient NaN: report_stats goes on with the re-run's result, the losses those of the plain run.
 run transient TESSERA_INJECT_LOSS=1:3:nan_once -- --rerun-mode report_stats
@@ -70,12 +76,26 @@ grep -q "rank=1 iteration=3 status=initial_run result=loss=nan" "$work/tracker.t
   grep -q "rank=1 iteration=3 status=first_rerun_reproducible" "$work/tracker.txt"
 check "tracker lines: $(cat "$work/tracker.txt" 2>&1)" $?
 
-# Spiky loss (the maximum of the first 2 losses sampled, for a short test).
-run spiky TESSERA_INJECT_LOSS=0:4:spike TESSERA_SPIKY_LOSS_SAMPLES=2 -- --check-for-spiky-loss
-[ "$rc" -eq 16 ] && grep -q "rerun: iteration 4, rank 0: Spiky loss" "$work/spiky.log"
-check "a spiky loss is named and exits 16 (rc $rc): $(grep rerun "$work/spiky.log")" $?
-run not_spiky TESSERA_INJECT_LOSS=0:4:spike TESSERA_SPIKY_LOSS_SAMPLES=2 --
-check "no spiky-loss check without --check-for-spiky-loss (rc $rc)" $rc
+# A bit flip in the loss: a spike (the maximum of the first 2 losses sampled, for a short test).
+run flip_once TESSERA_INJECT_LOSS=0:4:bitflip_once TESSERA_SPIKY_LOSS_SAMPLES=2 -- --check-for-spiky-loss
+[ "$rc" -eq 17 ] && grep -q "rerun: iteration 4, rank 0: Spiky loss: not reproduced by the re-run" "$work/flip_once.log"
+check "a transient bit flip in the loss is a spike, not reproduced: exit 17 (rc $rc): $(grep rerun "$work/flip_once.log")" $?
+run flip TESSERA_INJECT_LOSS=0:4:bitflip TESSERA_SPIKY_LOSS_SAMPLES=2 -- --check-for-spiky-loss
+[ "$rc" -eq 16 ] && grep -q "rerun: iteration 4, rank 0: Spiky loss: reproduced by the re-run" "$work/flip.log"
+check "a persistent bit flip in the loss is a spike, reproduced: exit 16 (rc $rc): $(grep rerun "$work/flip.log")" $?
+
+# A bit flip in a gradient on rank 1: silent to the checks, told by report_stats' re-run.
+run gradflip_silent TESSERA_INJECT_LOSS=1:3:grad_bitflip_once --
+check "a gradient bit flip passes the checks (rc $rc): $(grep rerun "$work/gradflip_silent.log")" $rc
+! diff <(losses "$work/plain.log") <(losses "$work/gradflip_silent.log") >/dev/null
+check "unchecked, the flipped gradient changes the losses: $(losses "$work/gradflip_silent.log" | tr '\n' ' ')" $?
+run gradflip TESSERA_INJECT_LOSS=1:3:grad_bitflip_once -- --rerun-mode report_stats
+check "a gradient bit flip under report_stats goes on (rc $rc)" $rc
+grep -q "rerun: iteration 3: rank 1: the re-run's result differs from the first run's (a transient fault)" \
+  "$work/gradflip.log"
+check "report_stats names the flipped rank as transient: $(grep rerun "$work/gradflip.log")" $?
+diff <(losses "$work/plain.log") <(losses "$work/gradflip.log") >/dev/null
+check "report_stats goes on with the re-run's clean result: $(losses "$work/gradflip.log" | tr '\n' ' ')" $?
 
 # Megatron's error injection: every check fails once per step and rank; transient re-runs go on.
 run injected -- --rerun-mode report_stats --error-injection-rate 1 --error-injection-type transient_error
@@ -94,8 +114,6 @@ check "a run with --log-straggler (rc $rc): $(tail -3 "$work/straggler.log")" $r
 [ "$(grep -c "straggler report at iteration" "$work/straggler.log")" -eq 5 ] &&
   grep "straggler report at iteration 5" "$work/straggler.log" | grep -qE "slowest: rank 1 [0-9.]+x"
 check "rank 1 named the slowest: $(grep straggler "$work/straggler.log" | tail -1)" $?
-run straggler_off -- --log-straggler --disable-straggler-on-startup
-! grep -q "straggler report" "$work/straggler_off.log"; check "no report with --disable-straggler-on-startup" $?
 
 # The flags' values, before any work.
 expect_failure "--rerun-mode=validate: must be one of disabled, validate_results, report_stats" \

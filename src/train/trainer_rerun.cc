@@ -3,11 +3,13 @@
 // at the log interval (train/straggler_report.h).
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
 #include "ckpt/checkpoint.h"
 #include "kernels/adamw.h"
+#include "kernels/tensor_ops.h"
 #include "pipeline/schedules.h"
 #include "train/straggler_report.h"
 #include "train/trainer.h"
@@ -16,9 +18,13 @@ namespace tessera::train {
 
 namespace {
 
-// Testing hook, not a flag: TESSERA_INJECT_LOSS="RANK:ITERATION:KIND" changes the loss that world rank
-// RANK's checks see at training iteration ITERATION (1-based): nan_once (NaN on the first run only, a
-// transient fault), nan (NaN on every run, a deterministic one) or spike (1000 times the loss, every run).
+// Testing hook, not a flag: TESSERA_INJECT_LOSS="RANK:ITERATION:KIND" injects a fault on world rank RANK
+// at training iteration ITERATION (1-based). In the loss its checks see: nan_once (NaN on the first run
+// only, a transient fault), nan (NaN on every run, a deterministic one), spike (1000 times the loss,
+// every run), bitflip_once and bitflip (bit 29, an exponent bit, of the loss as a float flipped: 2^64
+// times any loss from 2 up, a spike; on the first run only or on every run). In the state: grad_bitflip_once
+// flips bit 30, the exponent's top bit, of the rank's first gradient element on the first run only (a
+// silent corruption that no check sees; only report_stats' re-run tells it).
 struct InjectedLoss {
   int rank = 0;
   int64_t iteration = 0;
@@ -32,10 +38,28 @@ std::optional<InjectedLoss> injected_loss_from_environment() {
   InjectedLoss f;
   char colon1 = 0, colon2 = 0;
   in >> f.rank >> colon1 >> f.iteration >> colon2 >> f.kind;
-  const bool known = f.kind == "nan_once" || f.kind == "nan" || f.kind == "spike";
-  TESSERA_CHECK(in && colon1 == ':' && colon2 == ':' && known && f.rank >= 0 && f.iteration >= 1,
-                "TESSERA_INJECT_LOSS=", value, ": expected RANK:ITERATION:nan_once|nan|spike (iteration from 1)");
+  const bool known = f.kind == "nan_once" || f.kind == "nan" || f.kind == "spike" || f.kind == "bitflip_once" ||
+                     f.kind == "bitflip" || f.kind == "grad_bitflip_once";
+  TESSERA_CHECK(in && colon1 == ':' && colon2 == ':' && known && f.rank >= 0 && f.iteration >= 1, "TESSERA_INJECT_LOSS=",
+                value, ": expected RANK:ITERATION:nan_once|nan|spike|bitflip_once|bitflip|grad_bitflip_once (iteration from 1)");
   return f;
+}
+
+float flip_float_bit(float v, int bit) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  bits ^= 1u << bit;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+// Flips `bit` of the first element of `t` (F32, on any device) through a host copy.
+void flip_first_element_bit(const Tensor& t, int bit) {
+  const Tensor first = t.flat_range(0, 1);
+  Tensor host = Tensor::empty({1}, DType::F32, Device::cpu());
+  kernels::transfer(host, first);
+  host.host_f32()[0] = flip_float_bit(host.host_f32()[0], bit);
+  kernels::transfer(first, host);
 }
 
 // TESSERA_SPIKY_LOSS_SAMPLES (tests): fewer than Megatron's 100 losses sampled before the spiky-loss check.
@@ -81,9 +105,16 @@ bool Trainer::rerun_accepts(const model::LossSums& sums, double local_tokens) {
   for (int k = 0; k < schedule_.chunks; ++k)
     holds_loss |= pipeline::is_last_chunk(schedule_, {state_->coordinates().pp, k});
   if (holds_loss && local_tokens > 0) o.loss = sums.lm / local_tokens;
-  if (o.loss && injected && injected->rank == state_->world_rank() && injected->iteration == iteration_ + 1) {
-    if (injected->kind == "spike") o.loss = *o.loss * 1000;
-    else if (injected->kind == "nan" || !rerun_->rerunning()) o.loss = std::numeric_limits<double>::quiet_NaN();
+  const bool inject = injected && injected->rank == state_->world_rank() && injected->iteration == iteration_ + 1;
+  const bool every_run = inject && (injected->kind == "nan" || injected->kind == "spike" || injected->kind == "bitflip");
+  if (inject && (every_run || !rerun_->rerunning())) {
+    if (injected->kind == "grad_bitflip_once") {
+      flip_first_element_bit(params_.grads(), 30);  // the update would use it: the fault is in the state
+    } else if (o.loss) {
+      if (injected->kind == "spike") o.loss = *o.loss * 1000;
+      else if (injected->kind.rfind("bitflip", 0) == 0) o.loss = flip_float_bit(static_cast<float>(*o.loss), 29);
+      else o.loss = std::numeric_limits<double>::quiet_NaN();
+    }
   }
   if (rerun_->options().check_nan && rerun_->options().check_grads)
     o.grad_sum_of_squares = kernels::sum_of_squares(params_.grads());
