@@ -128,6 +128,8 @@ int run_train(const std::vector<std::string>& args, bool pretrain_bert) {
     trainer.train();
     // As Megatron: an exit (signal, --exit-interval, --exit-duration-in-mins) ends the program here.
     if (!trainer.exit_condition_met()) trainer.evaluate_after_training();
+  } catch (const train::RerunExit& e) {  // every rank stops together, with Megatron's exit code
+    return e.code();
   } catch (const std::exception& e) {
     if (world->size() == 1) throw;
     comm::abort_all(std::string("error: ") + e.what());

@@ -194,6 +194,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
 
   resume();
   build_teacher();
+  make_rerun_state_machine();
 }
 
 
@@ -242,25 +243,31 @@ StepOutcome Trainer::schedule_step(const GlobalBatch& batch, float lr) {
   // by bucket (run_micro_batches), otherwise it is already complete.
   // Loss scaling multiplies the backward seed; the optimizer divides the gradients by it again.
   const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
-  params_.zero_grad();
-  const model::LossSums sums =
-      run_micro_batches(batch.micro_batches, true, gradient_scale(batch.loss_tokens) * loss_scale,
-                        per_sample_loss_weight(batch.loss_tokens, static_cast<double>(batch.samples)));
+  model::LossSums sums;
+  // Until the rerun machine's checks pass, nothing but the gradients changes: a failed check re-runs the
+  // step from the same state on the same micro-batches (train/rerun_state_machine.h, trainer_rerun.cc).
+  for (rerun_->begin_iteration(iteration_ + 1);;) {
+    params_.zero_grad();
+    sums = run_micro_batches(batch.micro_batches, true, gradient_scale(batch.loss_tokens) * loss_scale,
+                             per_sample_loss_weight(batch.loss_tokens, static_cast<double>(batch.samples)));
+    optimizer_->wait_for_params();  // any bucket no forward used
+    for (int64_t at : args_.inject_nan_at_iterations)
+      if (at == iteration_ + 1)  // through a transfer: the gradients may be on a GPU
+        kernels::transfer(params_.grads().flat_range(0, 1), kernels::scalar_tensor(std::nan(""), Device::cpu()));
+    Timer reduce;
+    finalize_gradients();
+    reduce_seconds_ += reduce.seconds();
+    // The checks look at this rank's own loss.
+    if (rerun_accepts(sums, loss_tokens(batch.micro_batches))) break;
+  }
   // The LM loss, then the model's auxiliary losses in the order of its names.
   std::vector<float> loss{static_cast<float>(sums.lm)};
   for (float v : auxiliary_values(sums)) loss.push_back(v);
   interval_routing_.add(sums.routing);
-  optimizer_->wait_for_params();  // any bucket no forward used
   if (args_.model.moe.expert_bias)  // as Megatron's finalize_model_grads: once per global batch, before the step
     update_expert_biases(params_, sums.routing.kept, args_.model.moe.total_experts(),
                          {&state_->data_context_group(), tp_.sequence_parallel ? &state_->tensor_group() : nullptr},
                          args_.moe_router_bias_update_rate);
-  for (int64_t at : args_.inject_nan_at_iterations)
-    if (at == iteration_ + 1)  // through a transfer: the gradients may be on a GPU
-      kernels::transfer(params_.grads().flat_range(0, 1), kernels::scalar_tensor(std::nan(""), Device::cpu()));
-  Timer reduce;
-  finalize_gradients();
-  reduce_seconds_ += reduce.seconds();
   Timer optimizer;
   StepOutcome out;
   {
@@ -409,6 +416,8 @@ void Trainer::train() {
       s.skipped_iterations = interval_skipped;
       s.nan_iterations = interval_nan;
       if (log_) log_->iteration(s);
+      if (args_.log_straggler && !args_.disable_straggler_on_startup)
+        log_stragglers(interval_seconds, interval_iters);
       log_timers(interval_iters);
       if (log_ && first_interval_note) say(std::exchange(first_interval_note, nullptr)(s.elapsed_ms_per_iteration));
       interval_loss = 0;

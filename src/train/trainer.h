@@ -29,6 +29,7 @@
 #include "train/fault_injection.h"
 #include "train/gradient_groups.h"
 #include "train/mock_data.h"
+#include "train/rerun_state_machine.h"
 #include "train/memory_report.h"
 #include "train/step_engine.h"
 #include "train/training_log.h"
@@ -144,6 +145,13 @@ class Trainer {
   // The newest iteration of the local non-persistent checkpoints that every rank has complete at this
   // layout, rolling back the ones that not all completed; -1 when there is none (collective).
   int64_t agreed_local_iteration();
+  // The rerun state machine of --rerun-mode and its checks (trainer_rerun.cc): made once, at start-up;
+  // after a run of the step, whether to go on to the update (false: re-run it). A stop saves (with
+  // --save) the last iteration and throws RerunExit on every rank (collective).
+  void make_rerun_state_machine();
+  bool rerun_accepts(const model::LossSums& sums, double local_tokens);
+  // --log-straggler: every rank's times over the interval, gathered, and the report (collective).
+  void log_stragglers(double interval_seconds, int64_t iterations);
   // Completes the data-parallel reduction and sums sequence-parallel partial gradients.
   void finalize_gradients();
   void say(const std::string& line);
@@ -201,6 +209,7 @@ class Trainer {
   MemoryPrediction memory_;
   int64_t consecutive_nan_iterations_ = 0;
   std::optional<InjectedFault> injected_fault_;  // TESSERA_INJECT_FAULT (tests only)
+  std::unique_ptr<RerunStateMachine> rerun_;
   bool exit_condition_met_ = false;
   bool nothing_left_to_train_ = false;  // resumed at or past --train-iters: the loop ran no iteration
   std::vector<double> losses_;

@@ -13,6 +13,7 @@
 #include "train/fault_injection.h"
 #include "train/step_context.h"
 #include "train/trainer.h"
+#include "train/straggler_report.h"
 
 namespace tessera::train {
 
@@ -123,6 +124,7 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   int live_slices = 0;
   callbacks.forward = [&](int m, int chunk, int slice, const Tensor& input) {
     if (training && m == 0 && slice == 0) maybe_inject_fault(injected_fault_, state_->world_rank(), iteration_ + 1, false);
+    if (training && m == 0 && slice == 0) maybe_delay_straggler(state_->world_rank());  // tests of --log-straggler
     std::unique_ptr<model::ChunkRecord>& rec = records[{m, chunk}];
     if (slice == 0) rec = chunks_[chunk]->make_record();
     const int64_t bytes_before = rec->bytes();

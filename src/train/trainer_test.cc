@@ -172,13 +172,15 @@ namespace {
 // --max-nan-iterations consecutive ones, and a finite iteration in between resets the count.
 TEST(Trainer, NonFiniteIterationsAreSkippedThenStopTraining) {
   {
-    TrainArguments a = parse_train_arguments(split_flags(kSmallModel + "--train-iters 6 --max-nan-iterations 2"));
+    TrainArguments a = parse_train_arguments(
+        split_flags(kSmallModel + "--train-iters 6 --max-nan-iterations 2 --no-check-for-nan-in-loss-and-grad"));
     a.inject_nan_at_iterations = {2, 4};  // never two in a row
     Trainer t(a);
     t.train();
     EXPECT_EQ(t.iteration(), 6);
   }
-  TrainArguments a = parse_train_arguments(split_flags(kSmallModel + "--train-iters 6 --max-nan-iterations 2"));
+  TrainArguments a = parse_train_arguments(
+      split_flags(kSmallModel + "--train-iters 6 --max-nan-iterations 2 --no-check-for-nan-in-loss-and-grad"));
   a.inject_nan_at_iterations = {3, 4};
   Trainer t(a);
   try {
@@ -232,7 +234,8 @@ TEST(Trainer, ASampleScheduleLeavesOutTheSamplesOfSkippedIterations) {
   fs::remove_all(dir);
   const std::string flags = kSmallModel +
                             "--micro-batch-size 1 --global-batch-size 8 --train-samples 30 --rampup-batch-size 2 2 12 "
-                            "--lr-warmup-samples 8 --lr-decay-style constant --log-interval 1 --save " +
+                            "--lr-warmup-samples 8 --lr-decay-style constant --log-interval 1 "
+                            "--no-check-for-nan-in-loss-and-grad --save " +
                             (dir / "ckpt").string();
   TrainArguments a = parse_train_arguments(split_flags(flags + " --log-dir " + (dir / "whole").string()));
   a.inject_nan_at_iterations = {2};
@@ -256,9 +259,28 @@ TEST(Trainer, ASampleScheduleLeavesOutTheSamplesOfSkippedIterations) {
   fs::remove_all(dir);
 }
 
+// With Megatron's default checks (--check-for-nan-in-loss-and-grad, --rerun-mode validate_results) a NaN
+// gradient re-runs the step and, reproduced, stops with exit code 16 before the update (issue 58).
+TEST(Trainer, AReproducedNanGradientStopsWithExitCode16BeforeTheUpdate) {
+  TrainArguments a = parse_train_arguments(split_flags(kSmallModel + "--train-iters 3"));
+  a.inject_nan_at_iterations = {2};
+  Trainer t(a);
+  try {
+    t.train();
+    FAIL() << "training did not stop";
+  } catch (const RerunExit& e) {
+    EXPECT_EQ(e.code(), 16);
+    EXPECT_NE(std::string(e.what()).find("iteration 2, rank 0: found NaN in local grad norm"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(t.iteration(), 1);
+  EXPECT_EQ(t.losses().size(), 1u);
+}
+
 // The skipped step leaves the weights as they were.
 TEST(Trainer, ASkippedStepDoesNotChangeTheWeights) {
-  TrainArguments a = parse_train_arguments(split_flags(kSmallModel + "--train-iters 1"));
+  TrainArguments a =
+      parse_train_arguments(split_flags(kSmallModel + "--train-iters 1 --no-check-for-nan-in-loss-and-grad"));
   a.inject_nan_at_iterations = {1};
   Trainer t(a);
   Tensor before = t.parameters().values().clone();

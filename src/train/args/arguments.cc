@@ -198,6 +198,7 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   l->add_flag("--skip-train", a.skip_train, "Do not train: only evaluate the validation and test splits");
 
   add_distillation_flags(*app.add_option_group("knowledge distillation"), a);
+  add_resilience_flags(*app.add_option_group("resilience"), a);
   add_megatron_compat_flags(*app.add_option_group("Megatron flags accepted with no effect here"),
                             a.megatron_compat_flags);
 
@@ -242,6 +243,7 @@ void finalize(TrainArguments& a) {
   finalize_token_slices(a);
   finalize_context_parallel(a);
   finalize_ouroboros(a);
+  finalize_resilience(a);
   finalize_device(a);        // after every rule of what the GPU path refuses
   finalize_distillation(a);  // it reads the teacher's checkpoint index, after every cheaper rule
   finalize_resume(a);        // it reads --load's checkpoint index

@@ -166,6 +166,16 @@ struct TrainArguments {
   int64_t exit_interval = 0;           // 0: never
   double exit_duration_in_mins = 0;    // 0: never
   bool skip_train = false;             // only evaluate (validation and test splits) at the loaded iteration
+  // Resilience (Megatron's names; train/rerun_state_machine.h, train/straggler_report.h).
+  std::string rerun_mode = "validate_results";  // disabled, validate_results or report_stats
+  bool check_for_nan_in_loss_and_grad = true;
+  bool check_for_spiky_loss = false;
+  int64_t error_injection_rate = 0;  // 0: no injection
+  std::string error_injection_type = "transient_error";
+  std::string result_rejected_tracker_filename;
+  bool log_straggler = false;
+  int64_t straggler_minmax_count = 1;
+  bool disable_straggler_on_startup = false;
   // Megatron flags given that have no effect here, each with what Tessera does instead
   // (train/megatron_compat_flags.h), said at start-up.
   std::vector<std::string> megatron_compat_flags;
@@ -263,6 +273,7 @@ void finalize_ouroboros(TrainArguments& a);  // --pipeline-schedule ouroboros an
 void finalize_context_parallel(TrainArguments& a);  // --context-parallel-size and what it runs with (yet)    // --pipeline-token-slices and the layouts it runs with
 // --device against this build and machine, and what the GPU path runs (train/device_setup.h).
 void finalize_device(TrainArguments& a);
+void finalize_resilience(TrainArguments& a);  // the rerun state machine and the straggler report
 
 // A flag of several values (argparse's nargs='+': --data-path, --num-experts) given twice keeps the
 // values of its last occurrence, as in Megatron, not both lists joined. Returns the option.
@@ -276,6 +287,7 @@ void add_moe_flags(CLI::App& app, TrainArguments& a);              // by add_mod
 void add_mla_flags(CLI::App& app, TrainArguments& a);              // by add_model_flags
 void add_expert_parallel_flags(CLI::App& app, TrainArguments& a);  // --expert-model-parallel-size, ...
 void add_distillation_flags(CLI::App& app, TrainArguments& a);     // --kd, --load-teacher, ...
+void add_resilience_flags(CLI::App& app, TrainArguments& a);       // --rerun-mode, --log-straggler, ...
 
 // Megatron's flag values for the model's enums: "learned_absolute", "rope"; "LayerNorm", "RMSNorm".
 std::string megatron_name(model::PositionEmbedding p);
