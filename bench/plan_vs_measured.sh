@@ -51,5 +51,9 @@ measure "dp2 mbs2 (2 micro-batches)" 2 --micro-batch-size 2 --global-batch-size 
 measure "pp2 (1F1B, 4 micro-batches)" 2 --micro-batch-size 2 --global-batch-size 8 --pipeline-model-parallel-size 2
 measure "pp2 v2 (interleaved, 4 micro-batches)" 2 --micro-batch-size 2 --global-batch-size 8 \
   --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+measure "pp2 ZB-H1 (4 micro-batches)" 2 --micro-batch-size 2 --global-batch-size 8 --pipeline-model-parallel-size 2 \
+  --enable-zero-bubble
+measure "pp2 ZB-V (4 micro-batches)" 2 --micro-batch-size 2 --global-batch-size 8 --pipeline-model-parallel-size 2 \
+  --zero-bubble-v-schedule
 measure "dp2 recompute full" 2 --micro-batch-size 4 --global-batch-size 8 --recompute-granularity full \
   --recompute-method uniform --recompute-num-layers 1
