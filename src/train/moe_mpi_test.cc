@@ -123,7 +123,9 @@ std::vector<Layout> layouts_for(int world) {
   };
   std::vector<Layout> out;
   for (const Layout& l : all)
-    if (world % (l.tp * l.pp) == 0 && world % (l.ep * l.etp * l.pp) == 0 && l.ep * l.etp * l.tp > 1) out.push_back(l);
+    if (world % (l.tp * l.pp) == 0 && world % (l.ep * l.etp * l.pp) == 0 && l.ep * l.etp * l.tp > 1 &&
+        (l.extra.find("zero-bubble") == std::string::npos || world == 4))  // zero bubble: at 4 ranks only
+      out.push_back(l);
   if (world == 2) out.push_back({1, 1, 1, 1, 1, 2, capacity, ""});  // data parallelism alone
   if (world == 2) out.push_back({1, 1, 1, 1, 1, 2, kDeepSeekRouting, ""});
   return out;
