@@ -13,9 +13,8 @@
 set -uo pipefail
 tessera=${1:?usage: megatron_dist_convert_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
-python=/usr/bin/python3  # Debian's python3-torch
 source "$here/lib/checks.sh"
-"$python" -c 'import torch, numpy' >/dev/null 2>&1 || skip "$python cannot import torch and numpy (Debian's python3-torch)"
+require_torch
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tokens="3,17,5,9,40,1,0,22,31,7,8,12,2"

@@ -72,10 +72,11 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   params_.weights_changed();  // an optimizer step or a load may have changed them since the last schedule
   // Zero bubble: the lists from unit costs, and from measured ones after the timed iterations.
   const bool timed_lists = shape.zero_bubble != pipeline::ZeroBubble::Off && training;
-  if (timed_lists && !zero_bubble_timing_)
-    zero_bubble_timing_.emplace(args_.zero_bubble_timers_start_iter, args_.zero_bubble_timers_end_iter);
-  if (timed_lists)
+  if (timed_lists) {
+    if (!zero_bubble_timing_)
+      zero_bubble_timing_.emplace(args_.zero_bubble_timers_start_iter, args_.zero_bubble_timers_end_iter);
     if (std::optional<std::string> line = zero_bubble_timing_->update(iteration_, *world_)) say(*line);
+  }
   std::vector<pipeline::Op> ops = timed_lists && zero_bubble_timing_->costs()
                                       ? zero_bubble_timing_->ops(shape, stage)
                                       : pipeline::build_schedule(shape, stage, /*forward_only=*/!training);

@@ -28,3 +28,8 @@ skip() {  # skip REASON: this script cannot run here; CTest reports exit status 
   echo "SKIPPED: $1"
   exit 77
 }
+
+require_torch() {  # sets $python to Debian's python3-torch (fixtures written by PyTorch itself), or skips
+  python=/usr/bin/python3
+  "$python" -c 'import torch, numpy' >/dev/null 2>&1 || skip "$python cannot import torch and numpy (Debian's python3-torch)"
+}
