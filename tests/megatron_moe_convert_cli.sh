@@ -6,7 +6,11 @@
 #  * the conversion's debug-forward loss equals that of the Tessera checkpoint the weights came from (bit for bit);
 #  * the converted checkpoint trains on at expert-parallel size 2; train --load of the directory resumes the
 #    weights (--no-load-optim: the experts' optimizer state is refused, naming the file);
-#  * what Tessera's MoE layer does not compute is refused by argument name.
+#  * what Tessera's MoE layer does not compute is refused by argument name;
+#  * torch_dist (PyTorch's DCP writer, tensor 2 x pipeline 2 x expert 4): the experts' sharded keys stacked over
+#    layers and experts, or one key per expert (singleton_local_shards), convert to the same loss, bit for bit,
+#    and train --load of the directory resumes with Adam's moments (optimizer.state.exp_avg.<key>) as Tessera's
+#    own resume does, loss for loss.
 set -uo pipefail
 tessera=${1:?usage: megatron_moe_convert_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,11 +30,11 @@ out=$("$tessera" train $moe --train-iters 1 --save "$work/tessera" --save-interv
 check "Tessera's MoE run saves: $out" $?
 out=$("$python" -W ignore "$here/megatron_moe_fixture.py" "$work/tessera" "$work/sequential=sequential" \
       "$work/grouped=grouped" "$work/shared=sequential,moe_shared_expert_intermediate_size=32" \
-      "$work/etp=sequential,expert_tensor_parallel_size=1" 2>&1)
+      "$work/etp=sequential,expert_tensor_parallel_size=1" "$work/dist=dist" "$work/singleton=dist_singleton" 2>&1)
 check "the fixtures: $out" $?
 "$tessera" debug-forward --load "$work/tessera" --tokens "$tokens" --out "$work/tessera.out.safetensors" >/dev/null 2>&1
 check "debug-forward of Tessera's checkpoint" $?
-for kind in sequential grouped; do
+for kind in sequential grouped dist singleton; do
   out=$("$tessera" convert --loader megatron --load-dir "$work/$kind" --save-dir "$work/$kind.tessera" 2>&1) &&
     "$tessera" debug-forward --load "$work/$kind.tessera" --tokens "$tokens" --out "$work/$kind.out.safetensors" >/dev/null 2>&1
   check "$kind: convert and debug-forward: $out" $?
@@ -38,10 +42,11 @@ done
 # The three losses, read in one process (each import of torch costs seconds).
 losses=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
 print(' '.join(repr(read_safetensors('$work/' + n + '.out.safetensors')['loss'].double().item())
-               for n in ('tessera', 'sequential', 'grouped')))" 2>&1)
-read -r expected sequential grouped <<<"$losses"
-[ -n "$expected" ] && [ "$sequential" = "$expected" ] && [ "$grouped" = "$expected" ]
-check "the converted losses (per-expert keys, grouped GEMM) equal Tessera's own: $losses" $?
+               for n in ('tessera', 'sequential', 'grouped', 'dist', 'singleton')))" 2>&1)
+read -r expected sequential grouped dist singleton <<<"$losses"
+[ -n "$expected" ] && [ "$sequential" = "$expected" ] && [ "$grouped" = "$expected" ] && [ "$dist" = "$expected" ] &&
+  [ "$singleton" = "$expected" ]
+check "the converted losses (per-expert keys, grouped GEMM, torch_dist stacked and singleton) equal Tessera's own: $losses" $?
 grep -q '"moe_ffn_hidden_size": *16' "$work/grouped.tessera/iter_0000001/index.json"
 check "the MoE configuration comes from the saved args" $?
 if command -v mpirun >/dev/null; then
@@ -58,6 +63,15 @@ expect_failure "mp_rank_00_000_000/model_optim_rng.pt: the optimizer state of a 
 out=$("$tessera" train $moe --train-iters 2 --load "$work/sequential" --no-load-optim 2>&1)
 [ $? -eq 0 ] && grep -qF "iteration        2/       2 |" <<<"$out"
 check "train --load of the MoE Megatron directory with --no-load-optim resumes at iteration 2: $out" $?
+# train --load of the torch_dist directory carries Adam's moments: the losses of Tessera resuming its own checkpoint.
+losses() { sed -nE 's/.*iteration +([0-9]+)\/.*lm loss: ([^ ]+) .*/\1:\2/p' <<<"$1" | tr '\n' ' '; }
+ref=$("$tessera" train $moe --train-iters 3 --load "$work/tessera" 2>&1)
+check "Tessera resumes its own MoE checkpoint: $ref" $?
+out=$("$tessera" train $moe --train-iters 3 --load "$work/dist" 2>&1)
+check "train --load of the MoE torch_dist directory: $out" $?
+[ -n "$(losses "$ref")" ] && [ "$(losses "$out")" = "$(losses "$ref")" ]
+check "torch_dist MoE resume with its optimizer state: the losses of Tessera's own resume: $(losses "$out") vs $(losses "$ref")" $?
+
 expect_failure "args.moe_shared_expert_intermediate_size set: shared experts are not converted" \
   "$tessera" convert --loader megatron --load-dir "$work/shared" --save-dir "$work/x1"
 expect_failure "args.expert_tensor_parallel_size set: an expert tensor-parallel size (1) other than the tensor-parallel size (2)" \

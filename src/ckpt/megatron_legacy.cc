@@ -367,6 +367,17 @@ MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64
         (x == 0 ? ck.files[p][t] : ck.expert_files[p][t].emplace_back()) = file.string();
       }
 
+  // A BERT: its keys say so (the args do not), those of the last stage's files at least.
+  const auto bert_keys = [&](const StateNode& root, const std::string& file) {
+    std::vector<MegatronShard> leaves;
+    for (const StateNode* m : model_chunks(root, std::max<int64_t>(1, ck.args.virtual_pipeline), file))
+      if (m->is(SK::Dict)) flatten_state(*m, "", file, leaves);
+    return std::any_of(leaves.begin(), leaves.end(), [](const MegatronShard& s) { return megatron_bert_key(s.key); });
+  };
+  bool bert = bert_keys(ck.first, first);
+  if (!bert && pp > 1) bert = bert_keys(load_torch_file(ck.files[pp - 1][0]), ck.files[pp - 1][0]);
+  if (bert) set_megatron_bert(ck.args, first + ": args");
+
   // Before checkpoint_version 2.0 the fused QKV rows were ordered otherwise (Megatron reorders them on load).
   const StateNode* version = ck.first.find("checkpoint_version");
   const double v = !version ? 0 : version->is(SK::Float) ? version->real : version->is(SK::Int) ? static_cast<double>(version->integer) : -1;
@@ -474,7 +485,8 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::M
   std::set<std::string> used;
   for (const model::Parameter& p : declared.params()) {
     const std::string& name = p.spec.name;
-    const auto it = sources.find(name);
+    const std::string source = megatron_stack_name(name);
+    const auto it = sources.find(source);
     TESSERA_CHECK(it != sources.end(), "convert: no file of ", ck.iteration_dir, " holds ", name,
                   " (or its legacy language_model.* name), which this model has");
     const MegatronSplit split = megatron_split(name, c.swiglu);
@@ -485,10 +497,10 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::M
                     " in each of its ", tp, " tensor-parallel shards (", name, " is ", shape_of(p.spec.shape),
                     " whole, split ", megatron_split_name(split), ")");
     tensors.emplace_back(name, merge_shards(it->second, split));
-    used.insert(name);
+    used.insert(source);
     if (optimizer) {  // the moments' shards have their weights' shapes (checked as they were read)
-      out.exp_avg.emplace_back(name, merge_shards(avg_sources.at(name), split));
-      out.exp_avg_sq.emplace_back(name, merge_shards(sq_sources.at(name), split));
+      out.exp_avg.emplace_back(name, merge_shards(avg_sources.at(source), split));
+      out.exp_avg_sq.emplace_back(name, merge_shards(sq_sources.at(source), split));
     }
   }
   // A tied model's last stage computes the logits with its own copy of the word embeddings, which
@@ -519,7 +531,7 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::M
       unused += str_cat(listed > 1 ? ", " : " ", chunk.tied_copies[0].key, " (", chunk.tied_copies[0].file, ")");
   TESSERA_CHECK(unused.empty(), "convert: the Megatron checkpoint has tensors this model does not use:", unused,
                 listed > 8 ? str_cat(" and ", listed - 8, " more") : std::string(),
-                " (a BERT or T5 model, shared experts, or args that describe another model)");
+                " (a T5 model, shared experts, or args that describe another model)");
 
   out.config = c;
   out.model = std::move(tensors);

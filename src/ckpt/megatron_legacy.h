@@ -1,5 +1,5 @@
 // Megatron-LM's legacy checkpoint format (--ckpt-format torch) read into a Tessera checkpoint, for GPT
-// models (GPT-2 style and Llama style), without Python:
+// models (GPT-2 style and Llama style, mixtures of experts) and BERT (told by its keys), without Python:
 //
 //   DIR/latest_checkpointed_iteration.txt         "1000" or "release"
 //   DIR/iter_0001000/mp_rank_TT/model_optim_rng.pt        tensor rank TT (no pipeline parallelism)
