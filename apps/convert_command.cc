@@ -202,7 +202,7 @@ CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArgument
   app.option_defaults()->always_capture_default();
   app.add_option("--loader", f.loader, "Format read: tessera, hf or megatron (Megatron-LM's checkpoints: legacy torch or torch_dist)")
       ->required()->check(CLI::IsMember({"tessera", "hf", "megatron"}));
-  app.add_option("--saver", f.saver, "Format written: hf, megatron (Megatron-LM's legacy torch checkpoint, GPT) or "
+  app.add_option("--saver", f.saver, "Format written: hf, megatron (Megatron-LM's legacy torch checkpoint, GPT or BERT) or "
                  "tessera (--loader megatron: tessera, the default)")
       ->check(CLI::IsMember({"tessera", "hf", "megatron"}));
   app.add_option("--load-dir", f.load_dir, "Checkpoint (its latest iteration) or Hugging Face directory to read")->required();
@@ -293,7 +293,8 @@ int convert_command(const std::vector<std::string>& args) {
   train::TrainArguments model;
   CLI::App app{"tessera convert: Tessera checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM, "
                "MixtralForCausalLM, BertForPreTraining, MegatronBertForPreTraining, and their ForMaskedLM), and "
-               "Megatron-LM's checkpoints (GPT; legacy torch and torch_dist in, legacy torch out) to and from Tessera",
+               "Megatron-LM's checkpoints (GPT, BERT, MoE; legacy torch and torch_dist in, legacy torch out for GPT "
+               "and BERT) to and from Tessera",
                "tessera convert"};
   CLI::App* group = add_convert_flags(app, f, model);
   if (!parse_command_line(app, args, "convert")) return 0;

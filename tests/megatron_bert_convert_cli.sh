@@ -7,7 +7,10 @@
 #  * the converted model's loss (tessera debug-forward: masked LM plus sentence order) equals a plain PyTorch
 #    forward over the checkpoint's own tensors (relative 1e-5);
 #  * the model is a BERT because the keys say so (Megatron's args do not), its binary head is the args';
-#  * args that disagree with the tensors (no binary head, but the tensors of one) are refused naming the key.
+#  * args that disagree with the tensors (no binary head, but the tensors of one) are refused naming the key;
+#  * --saver megatron: a BERT trained here, written at tensor 2 x pipeline 2 under both names, loads in torch.load
+#    with the keys and shapes of Megatron's BertModel (tests/megatron_bert_save_check.py) and reads back
+#    through --loader megatron to the same loss, bit for bit.
 set -uo pipefail
 tessera=${1:?usage: megatron_bert_convert_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -55,5 +58,32 @@ check "the family (from the keys) and the binary head (from the args) are record
 
 expect_failure "tensors this model does not use: binary_head.bias (${work}/disagree/iter_0000030/mp_rank_00_001/model_optim_rng.pt), binary_head.weight" \
   "$tessera" convert --loader megatron --load-dir "$work/disagree" --save-dir "$work/x1"
+
+bert="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --max-position-embeddings 16
+      --mock-data --tokenizer-type NullTokenizer --vocab-size 40 --make-vocab-size-divisible-by 32
+      --micro-batch-size 2 --global-batch-size 4 --lr 1e-2 --log-interval 1 --eval-iters 0"
+log=$("$tessera" pretrain_bert $bert --train-iters 2 --save "$work/trained" 2>&1)
+check "a BERT trains: $log" $?
+bert_in=(--batch-size 2 --tokens "$tokens" --padding-mask "$mask" --labels "$labels" --token-types "$types"
+         --sentence-order "$order")
+loss_bits() {  # loss_bits CKPT: the debug-forward loss, exactly
+  "$tessera" debug-forward --load "$1" "${bert_in[@]}" --out "$1.out.safetensors" >/dev/null 2>&1 &&
+    "$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
+print(repr(read_safetensors('$1.out.safetensors')['loss'].double().item()))"
+}
+original=$(loss_bits "$work/trained")
+for names in mcore legacy; do
+  log=$("$tessera" convert --loader tessera --saver megatron --load-dir "$work/trained" --save-dir "$work/saved_$names" \
+        --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 --megatron-names "$names" 2>&1)
+  check "$names: convert --saver megatron of a BERT: $log" $?
+  log=$("$python" -W ignore "$here/megatron_bert_save_check.py" "$work/saved_$names" "$names" 2>&1)
+  check "$names: torch.load of the written BERT: $log" $?
+  echo "$names: $log"
+  log=$("$tessera" convert --loader megatron --load-dir "$work/saved_$names" --save-dir "$work/back_$names" 2>&1)
+  check "$names: convert --loader megatron of it: $log" $?
+  back=$(loss_bits "$work/back_$names")
+  [ -n "$original" ] && [ "$back" = "$original" ]
+  check "$names: the round trip's loss is the original's: '$back' vs '$original'" $?
+done
 
 finish megatron_bert_convert_cli

@@ -44,25 +44,33 @@ Tensor megatron_shard(const Tensor& whole, MegatronSplit split, int64_t rank, in
   return whole;
 }
 
-// The word embeddings (or output layer) with `rows` rows: Tessera's padding cut or extended with zeros.
+// The word embeddings (or output layer, or BERT's output bias) with `rows` rows: Tessera's padding cut or
+// extended with zeros.
 Tensor repad_vocabulary(const Tensor& t, int64_t rows) {
   if (t.shape()[0] == rows) return t;
-  Tensor out = Tensor::zeros({rows, t.shape()[1]});
-  const int64_t keep = std::min(rows, t.shape()[0]) * t.shape()[1];
+  const int64_t width = t.shape().size() > 1 ? t.shape()[1] : 1;
+  Tensor out = Tensor::zeros(t.shape().size() > 1 ? Shape{rows, width} : Shape{rows});
+  const int64_t keep = std::min(rows, t.shape()[0]) * width;
   std::copy(t.host_f32(), t.host_f32() + keep, out.host_f32());
   return out;
 }
 
 // The legacy model's state-dict path of a Megatron-Core name (the inverse of megatron_key): nested
-// dicts language_model -> embedding / encoder / output_layer, the encoder's keys flat.
+// dicts language_model -> embedding / encoder / output_layer (a BERT's: pooler), the encoder's keys flat;
+// a BERT's heads beside language_model: lm_head {bias, dense.*, norm.*} and binary_head.
 std::vector<std::string> legacy_path(const std::string& name, bool tied_copy) {
   if (tied_copy) return {"word_embeddings_for_head", "weight"};
-  if (name == "embedding.word_embeddings.weight") return {"language_model", "embedding", "word_embeddings", "weight"};
-  if (name == "embedding.position_embeddings.weight")
-    return {"language_model", "embedding", "position_embeddings", "weight"};
+  for (const char* table : {"word_embeddings", "position_embeddings", "tokentype_embeddings"})
+    if (name == str_cat("embedding.", table, ".weight")) return {"language_model", "embedding", table, "weight"};
   if (name == "output_layer.weight") return {"language_model", "output_layer", "weight"};
-  const std::string final_norm = "decoder.final_layernorm.";
-  if (name.rfind(final_norm, 0) == 0) return {"language_model", "encoder", "final_norm." + name.substr(final_norm.size())};
+  if (name == "output_layer.bias") return {"lm_head", "bias"};  // BERT's vocabulary-parallel output bias
+  if (name.rfind("lm_head.layer_norm.", 0) == 0) return {"lm_head", "norm." + name.substr(19)};
+  if (name.rfind("lm_head.", 0) == 0) return {"lm_head", name.substr(8)};
+  if (name.rfind("binary_head.", 0) == 0) return {"binary_head", name.substr(12)};
+  if (name.rfind("pooler.", 0) == 0) return {"language_model", "pooler", name.substr(7)};
+  for (const char* final_norm : {"decoder.final_layernorm.", "encoder.final_layernorm."})
+    if (name.rfind(final_norm, 0) == 0)
+      return {"language_model", "encoder", "final_norm." + name.substr(std::string(final_norm).size())};
   const MegatronKey k = megatron_key(name);
   static const std::pair<std::string, std::string> renames[] = {
       {"input_layernorm.", "input_norm."},
@@ -93,10 +101,16 @@ void put_nested(PickleOut& dict, const std::vector<std::string>& path, size_t at
 // Where a tensor comes in Megatron's state dict, which follows the modules' order: the embedding, each
 // layer's input norm, attention (QKV, projection), pre-MLP norm and MLP (fc1, fc2), the final norm, the
 // output layer (Tessera declares a layer's norms first). Only for files that read as Megatron's do.
+// A BERT's last stage then has Megatron-Core's BertModel order: the LM head (dense, norm), the output layer,
+// the binary head, the pooler.
 std::tuple<int, int64_t, int> megatron_order(const std::string& name) {
-  if (name.rfind("embedding.", 0) == 0) return {0, 0, name.find("word_embeddings") != std::string::npos ? 0 : 1};
-  if (name.rfind("decoder.final_layernorm.", 0) == 0) return {2, 0, 0};
-  if (name == "output_layer.weight") return {3, 0, 0};
+  if (name.rfind("embedding.", 0) == 0)
+    return {0, 0, name.find("word_embeddings") != std::string::npos ? 0 : name.find("position") != std::string::npos ? 1 : 2};
+  if (name.rfind("decoder.final_layernorm.", 0) == 0 || name.rfind("encoder.final_layernorm.", 0) == 0) return {2, 0, 0};
+  if (name.rfind("lm_head.", 0) == 0) return {3, 0, name.rfind("lm_head.dense.", 0) == 0 ? 0 : 1};
+  if (name.rfind("output_layer.", 0) == 0) return {4, 0, 0};
+  if (name.rfind("binary_head.", 0) == 0) return {5, 0, 0};
+  if (name.rfind("pooler.", 0) == 0) return {6, 0, 0};
   const MegatronKey k = megatron_key(name);
   static const char* const parts[] = {"input_layernorm.", "self_attention.linear_qkv.", "self_attention.linear_proj.",
                                       "pre_mlp_layernorm.", "mlp.linear_fc1.", "mlp.linear_fc2."};
@@ -159,6 +173,7 @@ PickleOut megatron_args_namespace(const model::ModelConfig& c, const nlohmann::j
       .set("attention_dropout", F(model::json_float(c.attention_dropout)))
       .set("init_method_std", F(model::json_float(c.init_method_std)))
       .set("num_experts", PickleOut::none())
+      .set("bert_binary_head", B(c.family != "bert" || c.bert_binary_head))
       .set("tokenizer_type", tokenizer.empty() ? PickleOut::none() : S(tokenizer))
       .set("vocab_file", path_or_none("vocab_file"))
       .set("merge_file", path_or_none("merge_file"))
@@ -193,8 +208,8 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
   std::vector<std::pair<std::string, Tensor>> full = load_full_model(load_dir, &state);
   TESSERA_CHECK(state.args.contains("model"), "convert: checkpoint ", load_dir, " records no model configuration");
   const model::ModelConfig c = model::config_from_json(state.args["model"]);
-  TESSERA_CHECK(c.family == "gpt", "convert --saver megatron: ", load_dir, " holds a ", c.family,
-                " model; only GPT models are written as Megatron checkpoints yet");
+  TESSERA_CHECK(c.family == "gpt" || c.family == "bert", "convert --saver megatron: ", load_dir, " holds a ",
+                c.family, " model; only GPT and BERT models are written as Megatron checkpoints");
   TESSERA_CHECK(c.moe.layer_experts.empty(), "convert --saver megatron: ", load_dir,
                 " holds a mixture-of-experts model; only dense GPT models are written as Megatron checkpoints yet");
   SaveLayout l;
@@ -233,13 +248,17 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
     TESSERA_CHECK(it != by_name.end(), "convert: checkpoint ", load_dir, " has no ", name, ", which its model has");
     Tensor t = it->second;
     TESSERA_CHECK(t.dtype() == DType::F32, "convert: ", name, " is ", dtype_name(t.dtype()), ", not fp32");
-    const bool vocabulary = name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
+    const bool vocabulary =
+        name == "embedding.word_embeddings.weight" || name == "output_layer.weight" || name == "output_layer.bias";
     if (vocabulary) t = repad_vocabulary(t, l.padded_vocab);
     const MegatronSplit split = megatron_split(name, c.swiglu);
     const MegatronKey k = megatron_key(name);
     if (k.layer >= 0) {
       const int64_t stage = k.layer / l.layers_per_stage;
-      stages[stage].push_back({str_cat("decoder.layers.", k.layer % l.layers_per_stage, ".", k.rest), t, split});
+      // A BERT's stack is Megatron-Core's BertModel "encoder" (megatron_key names every stack "decoder").
+      stages[stage].push_back(
+          {str_cat(c.family == "bert" ? "encoder" : "decoder", ".layers.", k.layer % l.layers_per_stage, ".", k.rest), t,
+           split});
     } else if (name.rfind("embedding.", 0) == 0) {
       stages[0].push_back({name, t, split});
     } else {

@@ -1,4 +1,4 @@
-// A Tessera checkpoint written as Megatron-LM's legacy checkpoint (--ckpt-format torch), for GPT
+// A Tessera checkpoint written as Megatron-LM's legacy checkpoint (--ckpt-format torch), for GPT and BERT
 // models: the inverse of megatron_legacy.h, read back by torch.load, by Megatron and by
 // `tessera convert --loader megatron`.
 //
