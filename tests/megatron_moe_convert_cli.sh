@@ -5,12 +5,11 @@
 # local numbers, per-expert SequentialMLP keys or Transformer Engine's grouped-GEMM weightN keys, the router), and
 #  * the conversion's debug-forward loss equals that of the Tessera checkpoint the weights came from (bit for bit);
 #  * the converted checkpoint trains on at expert-parallel size 2; train --load of the directory resumes the
-#    weights (--no-load-optim: the experts' optimizer state is refused, naming the file);
+#    weights and the experts' Adam moments (Megatron-Core's chained optimizer), losses as Tessera's own resume;
 #  * what Tessera's MoE layer does not compute is refused by argument name;
 #  * torch_dist (PyTorch's DCP writer, tensor 2 x pipeline 2 x expert 4): the experts' sharded keys stacked over
 #    layers and experts, or one key per expert (singleton_local_shards), convert to the same loss, bit for bit,
-#    and train --load of the directory resumes with Adam's moments (optimizer.state.exp_avg.<key>) as Tessera's
-#    own resume does, loss for loss.
+#    and train --load of the directory resumes with Adam's moments (optimizer.state.exp_avg.<key>) too.
 set -uo pipefail
 tessera=${1:?usage: megatron_moe_convert_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,21 +56,18 @@ if command -v mpirun >/dev/null; then
   check "the conversion trains on at expert-parallel size 2: $out" $?
 fi
 
-# train --load of the Megatron directory itself: the weights resume, the experts' optimizer state is refused.
-expect_failure "mp_rank_00_000_000/model_optim_rng.pt: the optimizer state of a mixture-of-experts checkpoint is not read" \
-  "$tessera" train $moe --train-iters 2 --load "$work/sequential"
-out=$("$tessera" train $moe --train-iters 2 --load "$work/sequential" --no-load-optim 2>&1)
-[ $? -eq 0 ] && grep -qF "iteration        2/       2 |" <<<"$out"
-check "train --load of the MoE Megatron directory with --no-load-optim resumes at iteration 2: $out" $?
-# train --load of the torch_dist directory carries Adam's moments: the losses of Tessera resuming its own checkpoint.
+# train --load of the Megatron directory itself carries Adam's moments (legacy: Megatron-Core's chained [dense,
+# experts] optimizer state dicts of every expert rank's file; torch_dist: optimizer.state.exp_avg.<key>): the
+# losses of Tessera resuming its own checkpoint.
 losses() { sed -nE 's/.*iteration +([0-9]+)\/.*lm loss: ([^ ]+) .*/\1:\2/p' <<<"$1" | tr '\n' ' '; }
 ref=$("$tessera" train $moe --train-iters 3 --load "$work/tessera" 2>&1)
 check "Tessera resumes its own MoE checkpoint: $ref" $?
-out=$("$tessera" train $moe --train-iters 3 --load "$work/dist" 2>&1)
-check "train --load of the MoE torch_dist directory: $out" $?
-[ -n "$(losses "$ref")" ] && [ "$(losses "$out")" = "$(losses "$ref")" ]
-check "torch_dist MoE resume with its optimizer state: the losses of Tessera's own resume: $(losses "$out") vs $(losses "$ref")" $?
-
+for kind in sequential grouped dist; do
+  out=$("$tessera" train $moe --train-iters 3 --load "$work/$kind" 2>&1)
+  check "$kind: train --load of the MoE Megatron directory: $out" $?
+  [ -n "$(losses "$ref")" ] && [ "$(losses "$out")" = "$(losses "$ref")" ]
+  check "$kind: the resumed losses (with the experts' optimizer state) are Tessera's own: $(losses "$out") vs $(losses "$ref")" $?
+done
 expect_failure "args.moe_shared_expert_intermediate_size set: shared experts are not converted" \
   "$tessera" convert --loader megatron --load-dir "$work/shared" --save-dir "$work/x1"
 expect_failure "args.expert_tensor_parallel_size set: an expert tensor-parallel size (1) other than the tensor-parallel size (2)" \

@@ -53,7 +53,7 @@ def main():
         if experts in ("dist", "dist_singleton"):
             write_dist(out, experts == "dist_singleton", sets, iteration, index, w, avg, sq)
         elif experts in ("sequential", "grouped"):
-            write(out, experts, sets, iteration, index, w)
+            write(out, experts, sets, iteration, index, w, avg, sq)
         else:
             p.error(f"bad spec {spec}")
         print(f"{out}: {spec}")
@@ -132,8 +132,25 @@ def write_dist(out, singleton, sets, iteration, index, w, avg, sq):
         f.write(str(iteration))
 
 
-def write(out, experts, sets, iteration, index, w):
+def chained_optimizer(c, dense, model, layers, rank, first_expert, avg, sq, w, steps):
+    """Megatron-Core's ChainedOptimizer state dict for a mixture of experts: [the dense parameters' torch
+    optimizer state dict, the experts'], each numbering its parameters group by group in the file's
+    named_parameters order (tests/megatron_resume_fixture.py's legacy_optimizer). The experts' keys are named
+    here by their global numbers, which is what the moments are looked up by; the order is the file's."""
+    experts = collections.OrderedDict()
+    for key, t in model.items():
+        m = re.fullmatch(r"decoder\.layers\.(\d+)\.mlp\.experts\.(?:local_experts\.(\d+)\.(linear_fc[12])\.weight|"
+                         r"(linear_fc[12])\.weight(\d+))", key)
+        if m:
+            local, fc = (m.group(2), m.group(3)) if m.group(2) is not None else (m.group(5), m.group(4))
+            experts[f"decoder.layers.{m.group(1)}.mlp.experts.local_experts.{first_expert + int(local)}.{fc}.weight"] = t
+    return [rf.legacy_optimizer(dense, layers, rank, c, avg, sq, w, steps, False, False),
+            rf.legacy_optimizer(experts, layers, rank, c, avg, sq, w, steps, False, False)]
+
+
+def write(out, experts, sets, iteration, index, w, avg, sq):
     c = mf.config("llama")
+    steps = index.get("optimizer_steps", iteration)
     args, num_experts = moe_args(c, w, iteration, index, "torch", EP, experts == "grouped", sets)
     local = num_experts // EP
     dense = {k: v for k, v in w.items() if ".local_experts." not in k}
@@ -162,7 +179,8 @@ def write(out, experts, sets, iteration, index, w):
                                 model[f"{prefix}experts.{fc}.weight{g - e * local}"] = shard
                     if experts == "grouped":
                         model[f"{prefix}experts.linear_fc1._extra_state"] = None
-                state = {"args": args, "checkpoint_version": 3.0, "iteration": iteration, "model": model}
+                state = {"args": args, "checkpoint_version": 3.0, "iteration": iteration, "model": model,
+                         "optimizer": chained_optimizer(c, chunk, model, layers, rank, e * local, avg, sq, w, steps)}
                 d = os.path.join(out, f"iter_{iteration:07d}", f"mp_rank_{rank:02d}_{stage:03d}_{e:03d}")
                 os.makedirs(d, exist_ok=True)
                 torch.save(state, os.path.join(d, "model_optim_rng.pt"))

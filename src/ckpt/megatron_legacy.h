@@ -93,7 +93,7 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint checkpoint, const 
 std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint checkpoint, const model::ModelConfig& config,
                                                 const std::string& save_dir);
 
-// Shared with the torch_dist importer (megatron_dist.cc).
+// Shared with the torch_dist importer (megatron_dist.cc); defined in megatron_import.cc.
 // A stored weight (fp32, bf16 or fp16) as fp32, the master weights a Tessera checkpoint holds; an error
 // names the file and key of any other type.
 Tensor megatron_to_fp32(const Tensor& t, const std::string& file, const std::string& key);
