@@ -9,7 +9,9 @@
 #  * what Tessera's MoE layer does not compute is refused by argument name;
 #  * torch_dist (PyTorch's DCP writer, tensor 2 x pipeline 2 x expert 4): the experts' sharded keys stacked over
 #    layers and experts, or one key per expert (singleton_local_shards), convert to the same loss, bit for bit,
-#    and train --load of the directory resumes with Adam's moments (optimizer.state.exp_avg.<key>) too.
+#    and train --load of the directory resumes with Adam's moments (optimizer.state.exp_avg.<key>) too;
+#  * --saver megatron writes the model at tensor 2 x pipeline 2 x expert 2, loaded by torch.load with the expected
+#    keys, shapes and args, and read back to the same loss, bit for bit.
 set -uo pipefail
 tessera=${1:?usage: megatron_moe_convert_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -68,6 +70,48 @@ for kind in sequential grouped dist; do
   [ -n "$(losses "$ref")" ] && [ "$(losses "$out")" = "$(losses "$ref")" ]
   check "$kind: the resumed losses (with the experts' optimizer state) are Tessera's own: $(losses "$out") vs $(losses "$ref")" $?
 done
+# --saver megatron: the MoE model written as a tensor 2 x pipeline 2 x expert 2 job saves it (mp_rank_TT_PPP_EEE,
+# each with the dense tensors and its experts under local numbers), read by torch.load with the expected keys,
+# shapes and args, and back through --loader megatron to the same loss, bit for bit.
+out=$("$tessera" convert --loader tessera --saver megatron --load-dir "$work/tessera" --save-dir "$work/saved" \
+      --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 --target-expert-parallel-size 2 2>&1)
+check "convert --saver megatron of the MoE model: $out" $?
+out=$("$python" -W ignore - "$work/saved" <<'PY' 2>&1
+import os, re, sys
+import torch
+root = sys.argv[1]
+files = sorted(os.listdir(os.path.join(root, "iter_0000001")))
+assert files == [f"mp_rank_{t:02d}_{p:03d}_{e:03d}" for t in range(2) for p in range(2) for e in range(2)], files
+for name in files:
+    t, p, e = (int(x) for x in name.split("_")[2:])
+    state = torch.load(os.path.join(root, "iter_0000001", name, "model_optim_rng.pt"), map_location="cpu")
+    a, model = state["args"], state["model"]
+    assert (a.num_experts, a.expert_model_parallel_size, a.moe_ffn_hidden_size, a.moe_router_topk) == (4, 2, 16, 2), vars(a)
+    experts = {k: list(v.shape) for k, v in model.items() if ".mlp.experts." in k}
+    want = {}
+    for j in range(2):  # two layers per stage, each with local experts 0 and 1 of 16 / tp 2 rows of gate and of up
+        for local in range(2):
+            want[f"decoder.layers.{j}.mlp.experts.local_experts.{local}.linear_fc1.weight"] = [16, 32]
+            want[f"decoder.layers.{j}.mlp.experts.local_experts.{local}.linear_fc2.weight"] = [32, 8]
+        assert list(model[f"decoder.layers.{j}.mlp.router.weight"].shape) == [4, 32], name
+    assert experts == want, (name, experts)
+    assert ("embedding.word_embeddings.weight" in model) == (p == 0) and ("output_layer.weight" in model) == (p == 1), name
+print(f"torch {torch.__version__}: {len(files)} files with the expected expert keys, shapes and args")
+PY
+)
+check "torch.load of the written MoE checkpoint: $out" $?
+echo "$out"
+out=$("$tessera" convert --loader megatron --load-dir "$work/saved" --save-dir "$work/saved.tessera" 2>&1) &&
+  "$tessera" debug-forward --load "$work/saved.tessera" --tokens "$tokens" --out "$work/saved.out.safetensors" >/dev/null 2>&1
+check "the written MoE checkpoint converts back: $out" $?
+back=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
+print(repr(read_safetensors('$work/saved.out.safetensors')['loss'].double().item()))" 2>&1)
+[ -n "$expected" ] && [ "$back" = "$expected" ]
+check "the round trip through Megatron's format keeps the loss: $back vs $expected" $?
+expect_failure "num_experts (4) is not divisible by --target-expert-parallel-size 3" \
+  "$tessera" convert --loader tessera --saver megatron --load-dir "$work/tessera" --save-dir "$work/x3" \
+  --target-expert-parallel-size 3
+
 expect_failure "args.moe_shared_expert_intermediate_size set: shared experts are not converted" \
   "$tessera" convert --loader megatron --load-dir "$work/shared" --save-dir "$work/x1"
 expect_failure "args.expert_tensor_parallel_size set: an expert tensor-parallel size (1) other than the tensor-parallel size (2)" \
