@@ -7,6 +7,7 @@
 #  * the converted model's loss (tessera debug-forward: masked LM plus sentence order) equals a plain PyTorch
 #    forward over the checkpoint's own tensors (relative 1e-5);
 #  * the model is a BERT because the keys say so (Megatron's args do not), its binary head is the args';
+#    pretrain_bert --load of the Megatron directory resumes it;
 #  * args that disagree with the tensors (no binary head, but the tensors of one) are refused naming the key;
 #  * --saver megatron: a BERT trained here, written at tensor 2 x pipeline 2 under both names, loads in torch.load
 #    with the keys and shapes of Megatron's BertModel (tests/megatron_bert_save_check.py) and reads back
@@ -55,6 +56,17 @@ done
 grep -q '"model_family": *"bert"' "$work/dist.tessera/iter_0000030/index.json" &&
   grep -q '"bert_binary_head": *false' "$work/nohead.tessera/iter_0000030/index.json"
 check "the family (from the keys) and the binary head (from the args) are recorded" $?
+
+# pretrain_bert --load of the Megatron directories themselves (the weights; the fixtures hold no optimizer state):
+# the iteration and consumed samples carried.
+for name in legacy dist; do
+  log=$("$tessera" pretrain_bert --num-layers 4 --hidden-size 32 --num-attention-heads 4 --kv-channels 8 \
+        --ffn-hidden-size 64 --seq-length 16 --max-position-embeddings 16 --mock-data --tokenizer-type NullTokenizer \
+        --vocab-size 40 --make-vocab-size-divisible-by 8 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 \
+        --log-interval 1 --eval-iters 0 --train-iters 32 --load "$work/$name" --no-load-optim 2>&1)
+  [ $? -eq 0 ] && grep -qE "iteration +32/ +32 \| consumed samples: +968 \|" <<<"$log"
+  check "$name: pretrain_bert --load of the Megatron BERT resumes at iteration 31 (960 samples consumed): $log" $?
+done
 
 expect_failure "tensors this model does not use: binary_head.bias (${work}/disagree/iter_0000030/mp_rank_00_001/model_optim_rng.pt), binary_head.weight" \
   "$tessera" convert --loader megatron --load-dir "$work/disagree" --save-dir "$work/x1"

@@ -20,6 +20,7 @@ under singleton_local_shards one key per global expert, decoder.layers.mlp.exper
 fully reshardable format), with the step count in common.pt.
 
 usage: megatron_moe_fixture.py TESSERA_DIR OUT_DIR=sequential|grouped|dist|dist_singleton[,NAME=PYTHON_VALUE...] ...
+  (legacy: ",unchained" saves the dense optimizer's state dict alone, not the chained list)
 """
 import argparse
 import ast
@@ -151,6 +152,8 @@ def chained_optimizer(c, dense, model, layers, rank, first_expert, avg, sq, w, s
 def write(out, experts, sets, iteration, index, w, avg, sq):
     c = mf.config("llama")
     steps = index.get("optimizer_steps", iteration)
+    unchained = "unchained" in sets
+    sets = [x for x in sets if x != "unchained"]
     args, num_experts = moe_args(c, w, iteration, index, "torch", EP, experts == "grouped", sets)
     local = num_experts // EP
     dense = {k: v for k, v in w.items() if ".local_experts." not in k}
@@ -181,6 +184,8 @@ def write(out, experts, sets, iteration, index, w, avg, sq):
                         model[f"{prefix}experts.linear_fc1._extra_state"] = None
                 state = {"args": args, "checkpoint_version": 3.0, "iteration": iteration, "model": model,
                          "optimizer": chained_optimizer(c, chunk, model, layers, rank, e * local, avg, sq, w, steps)}
+                if unchained:  # one optimizer state dict, not Megatron-Core's chained [dense, experts] list
+                    state["optimizer"] = state["optimizer"][0]
                 d = os.path.join(out, f"iter_{iteration:07d}", f"mp_rank_{rank:02d}_{stage:03d}_{e:03d}")
                 os.makedirs(d, exist_ok=True)
                 torch.save(state, os.path.join(d, "model_optim_rng.pt"))
