@@ -68,6 +68,9 @@ int64_t ModelConfig::parameter_count() const {
   for (int64_t layer = 1; layer <= num_layers; ++layer) n += feed_forward_parameters(*this, layer);
   if (position_embedding == PositionEmbedding::LearnedAbsolute) n += max_position_embeddings * h;
   if (untie_embeddings_and_output_weights) n += padded_vocab_size * h;
+  // Each MTP module: enorm, hnorm, eh_proj (2h -> h, no bias), one layer as the last, its final norm.
+  if (mtp_num_layers > 0)
+    n += mtp_num_layers * (3 * norm + 2 * h * h + attention + feed_forward_parameters(*this, num_layers));
   return n;
 }
 
@@ -173,6 +176,10 @@ nlohmann::json to_json(const ModelConfig& c) {
   }
   if (c.qk_layernorm) j["qk_layernorm"] = true;
   if (c.mla.enabled) j["mla"] = mla_to_json(c.mla);
+  if (c.mtp_num_layers > 0) {
+    j["mtp_num_layers"] = c.mtp_num_layers;
+    j["mtp_loss_scaling_factor"] = json_float(c.mtp_loss_scaling_factor);
+  }
   return j;
 }
 
@@ -231,6 +238,10 @@ ModelConfig config_from_json(const nlohmann::json& j) {
     }
     if (j.contains("qk_layernorm")) c.qk_layernorm = j.at("qk_layernorm").get<bool>();
     if (j.contains("mla")) c.mla = mla_from_json(j.at("mla"));
+    if (j.contains("mtp_num_layers")) {
+      c.mtp_num_layers = integer(j, "mtp_num_layers");
+      c.mtp_loss_scaling_factor = j.at("mtp_loss_scaling_factor").get<float>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("model configuration: ", e.what()));
   }
@@ -256,6 +267,10 @@ void validate_config(const ModelConfig& c) {
   dimension("max_position_embeddings", c.max_position_embeddings);
   dimension("vocab_size", c.vocab_size);
   dimension("padded_vocab_size", c.padded_vocab_size);
+  if (c.mtp_num_layers < 0 || c.mtp_num_layers > c.num_layers)
+    fail("mtp_num_layers", c.mtp_num_layers, "must be between 0 and num_layers");
+  if (!std::isfinite(c.mtp_loss_scaling_factor))
+    fail("mtp_loss_scaling_factor", c.mtp_loss_scaling_factor, "must be finite");
   if (c.num_attention_heads % c.num_query_groups != 0)
     fail("num_query_groups", c.num_query_groups, str_cat("must divide num_attention_heads (", c.num_attention_heads, ")").c_str());
   if (c.padded_vocab_size < c.vocab_size)
