@@ -345,15 +345,20 @@ double model_flops_per_iteration(const ModelConfig& c, int64_t batch) {
   // The feed-forward widths a token passes through, summed over layers: Megatron's MoE form counts a
   // layer's top-k experts and its shared expert (the router's GEMM is left out, as Megatron does).
   double ffn_widths = 0;
-  for (int64_t layer = 1; layer <= c.num_layers; ++layer) {
+  const auto ffn_width = [&](int64_t layer) {
     const MoeConfig& m = c.moe;
-    if (m.experts(layer) == 0) {
-      ffn_widths += static_cast<double>(c.ffn_hidden_size);
-      continue;
-    }
-    ffn_widths += static_cast<double>(m.ffn_hidden_size * m.router.topk + m.shared_expert_intermediate_size);
-    if (m.residual) ffn_widths += static_cast<double>(c.ffn_hidden_size);
-  }
+    if (m.experts(layer) == 0) return static_cast<double>(c.ffn_hidden_size);
+    return static_cast<double>(m.ffn_hidden_size * m.router.topk + m.shared_expert_intermediate_size) +
+           (m.residual ? static_cast<double>(c.ffn_hidden_size) : 0.0);
+  };
+  for (int64_t layer = 1; layer <= c.num_layers; ++layer) ffn_widths += ffn_width(layer);
+  // Multi-token prediction, as Megatron counts it: each module's layer as the last one, the logits once
+  // more, and 6 x (3h + 2h^2) per token for its norms and eh_proj (added at the end).
+  const double mtp = static_cast<double>(c.mtp_num_layers);
+  layers += mtp;
+  if (c.mtp_num_layers > 0) ffn_widths += mtp * ffn_width(c.num_layers);
+  const double vocab_term = static_cast<double>(c.padded_vocab_size) * (1.0 + mtp) / (2.0 * h);
+  const double mtp_glue = 6.0 * static_cast<double>(batch) * seq * mtp * (3.0 * h + 2.0 * h * h);
   if (c.mla.enabled) {
     // Megatron's MLA form per token and layer: 6 x (the projections' weights, the latent norms' rows
     // counted as Megatron does) + 6 x (heads x (q_head_dim + v_head_dim)) x seq for the scores and the
@@ -366,12 +371,12 @@ double model_flops_per_iteration(const ModelConfig& c, int64_t batch) {
                                    (h + a * static_cast<double>(m.qk_head_dim + m.v_head_dim) + 1.0) +
                                h * static_cast<double>(m.qk_pos_emb_head_dim) + a * static_cast<double>(m.v_head_dim) * h;
     const double attention = 6.0 * projections + 6.0 * a * (dq + static_cast<double>(m.v_head_dim)) * seq;
-    return static_cast<double>(batch) * seq *
-           (layers * attention + 12.0 * h * h * (ffn_widths / h * gated + static_cast<double>(c.padded_vocab_size) / (2.0 * h)));
+    return static_cast<double>(batch) * seq * (layers * attention + 12.0 * h * h * (ffn_widths / h * gated + vocab_term)) +
+           mtp_glue;
   }
   return 12.0 * static_cast<double>(batch) * seq * h * h *
-         (layers * (1.0 + groups_ratio + seq / h) * query_projection_ratio + ffn_widths / h * gated +
-          static_cast<double>(c.padded_vocab_size) / (2.0 * h));
+             (layers * (1.0 + groups_ratio + seq / h) * query_projection_ratio + ffn_widths / h * gated + vocab_term) +
+         mtp_glue;
 }
 
 }  // namespace tessera::model

@@ -8,7 +8,7 @@ namespace tessera::model {
 
 int64_t GptActivations::bytes() const {
   int64_t total = block.bytes() + head_bytes() + mtp.bytes();
-  for (const Tensor* t : {&tokens, &positions, &token_types})
+  for (const Tensor* t : {&tokens, &positions, &token_types, &mtp_tokens})
     if (t->defined()) total += static_cast<int64_t>(t->nbytes());
   return total;
 }

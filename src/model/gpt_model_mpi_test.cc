@@ -181,7 +181,6 @@ TEST_P(LayoutEquivalence, EveryLayoutMatchesTheSingleProcessModel) {
 // the rest of the record (ids, final norm, logits) matches its formula exactly, for every
 // tensor/sequence-parallel layout and recomputation setting.
 TEST_P(LayoutEquivalence, ActivationBytesMatchTheFormulas) {
-  if (GetParam().mtp > 0) GTEST_SKIP() << "the activation formulas do not price the MTP modules yet";
   ModelConfig c = config(GetParam());
   c.num_layers = 4;
   auto world = comm::make_mpi_world_group();
@@ -211,8 +210,11 @@ TEST_P(LayoutEquivalence, ActivationBytesMatchTheFormulas) {
         model.forward(mb, ctx, rec);
         const double predicted = chunk_record_bytes(c, {kMicroBatch, c.seq_length, tp, sp}, c.num_layers, r);
         EXPECT_NEAR(static_cast<double>(rec.block.bytes()), predicted, 0.1 * predicted);
+        // The MTP modules (their layers within 10%, as above).
+        const double mtp = mtp_record_bytes(c, {kMicroBatch, c.seq_length, tp, sp});
+        EXPECT_NEAR(static_cast<double>(rec.mtp.bytes()), mtp, 0.1 * mtp);
         // Beside the layers the record holds the ids and the head (logits shard above all): exactly so.
-        EXPECT_EQ(static_cast<double>(rec.bytes() - rec.block.bytes()),
+        EXPECT_EQ(static_cast<double>(rec.bytes() - rec.block.bytes() - rec.mtp.bytes()),
                   chunk_extra_bytes(c, {kMicroBatch, c.seq_length, tp, sp}, true, true));
         model.backward(rec, ctx, 1.0f);
       }

@@ -237,5 +237,20 @@ TEST(MultiTokenPrediction, ConfigurationRoundTripsThroughJson) {
   EXPECT_FALSE(to_json(mtp_config(true, 0)).contains("mtp_num_layers"));
 }
 
+// Megatron's num_floating_point_operations with MTP: each module's layer as the last, 6 x (3h + 2h^2) per
+// token for its norms and eh_proj, and the logits once more.
+TEST(MultiTokenPrediction, MegatronFlopsFormulaCountsTheModules) {
+  for (bool llama : {false, true}) {
+    const ModelConfig with = mtp_config(llama, 2), without = mtp_config(llama, 0);
+    const double h = with.hidden_size, s = with.seq_length, f = with.ffn_hidden_size, v = with.padded_vocab_size;
+    const double g = static_cast<double>(with.num_query_groups) / with.num_attention_heads;
+    const double q = static_cast<double>(with.num_attention_heads * with.kv_channels) / h;
+    const double gated = with.swiglu ? 1.5 : 1.0, batch = 3;
+    const double per_token = 12 * h * h * (1 + g + s / h) * q + 12 * h * f * gated + 6 * (3 * h + 2 * h * h) + 6 * h * v;
+    EXPECT_NEAR(model_flops_per_iteration(with, 3) - model_flops_per_iteration(without, 3), batch * s * 2 * per_token,
+                1e-9 * batch * s * 2 * per_token);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::model
