@@ -3,7 +3,7 @@
 # loss apart ("mtp_1 loss"), learns the mock data, saves the modules under Megatron-Core's names, and resumes
 # at tp 2 with sequence parallelism and at pp 2 (the module on the last stage) with the uninterrupted run's
 # lm and MTP losses; generation ignores the module (the same ids at tp 1 and 2); bad combinations are refused
-# before any work, naming the flag.
+# before any work, naming the flag; `tessera plan` counts the module.
 set -uo pipefail
 tessera=${1:?usage: mtp_cli.sh path/to/tessera}
 work=$(mktemp -d)
@@ -66,4 +66,15 @@ expect_failure "--mtp-num-layers=1: cannot be combined with --context-parallel-s
   mpi 2 "$tessera" train "${model[@]}" --context-parallel-size 2
 expect_failure "--mtp-loss-scaling-factor=-1: must be a finite number >= 0" \
   "$tessera" train "${model[@]}" --mtp-loss-scaling-factor -1
+# `tessera plan` prices the module on the last stage: 8 dense layers at DeepSeek-V3's width (h 7168, ffn
+# 18432, 128 heads) gain per module 3h + 2h^2 (norms, eh_proj) + a layer's 4h^2 + 3h*ffn = 0.70B parameters.
+plan=(--num-layers 8 --hidden-size 7168 --num-attention-heads 128 --seq-length 4096 --tokenizer-type NullTokenizer
+      --vocab-size 129280 --micro-batch-size 1 --global-batch-size 1024 --normalization RMSNorm --swiglu
+      --ffn-hidden-size 18432 --position-embedding-type rope --disable-bias-linear --recompute-granularity full
+      --bf16 --device H100-SXM --num-devices 64 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 2)
+without=$("$tessera" plan "${plan[@]}" 2>&1 | head -1)
+with=$("$tessera" plan "${plan[@]}" --mtp-num-layers 1 2>&1 | head -1)
+grep -q "model: 5.75B parameters" <<<"$without" && grep -q "model: 6.45B parameters" <<<"$with"
+check "plan counts the MTP module's 0.70B parameters: '$without' vs '$with'" $?
+
 finish mtp_cli
