@@ -197,6 +197,8 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
                 " model; only GPT models are written as Megatron checkpoints yet");
   TESSERA_CHECK(c.moe.layer_experts.empty(), "convert --saver megatron: ", load_dir,
                 " holds a mixture-of-experts model; only dense GPT models are written as Megatron checkpoints yet");
+  TESSERA_CHECK(c.mtp_num_layers == 0, "convert --saver megatron: ", load_dir, " holds a model with ",
+                c.mtp_num_layers, " multi-token prediction modules; they are not written as Megatron checkpoints yet");
   SaveLayout l;
   l.tp = o.tensor_parallel;
   l.pp = o.pipeline_parallel;
