@@ -52,6 +52,9 @@ TEST(MtpArguments, UnsupportedCombinationsAreRefusedByName) {
             std::string::npos);
   EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --pipeline-model-parallel-size 2 --position-embedding-type rope", 2),
             "accepted");
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --device cuda", 1),
+            "--device=cuda: the GPU path does not run multi-token prediction (--mtp-num-layers=1) yet; leave "
+            "--device out or use --device cpu");
   EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --tensor-model-parallel-size 2 --sequence-parallel "
                          "--untie-embeddings-and-output-weights", 2),
             "accepted");
