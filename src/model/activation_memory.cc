@@ -75,16 +75,18 @@ double chunk_extra_bytes(const ModelConfig& c, const ActivationLayout& l, bool f
   return bytes;
 }
 
-double mtp_record_bytes(const ModelConfig& c, const ActivationLayout& l) {
-  if (c.mtp_num_layers == 0) return 0;
+double mtp_module_extra_bytes(const ModelConfig& c, const ActivationLayout& l) {
   const double rows = tokens(l), t = static_cast<double>(l.tensor_parallel), h = static_cast<double>(c.hidden_size);
   const double norm_rows = l.sequence_parallel ? rows / t : rows;
   const double norm_stats = c.normalization == Normalization::LayerNorm ? 2.0 : 1.0;
-  double module = layer_record_bytes(c, l);
-  module += norm_rows * (7.0 * h + 3.0 * norm_stats) * 4.0;                     // the fp32 glue, 3 norms' stats
-  module += rows * 4.0 * 4.0;                                                    // tokens, positions, labels, mask
-  module += rows * (static_cast<double>(c.padded_vocab_size) / t + 1.0) * 4.0;  // logits shard, lse
-  return static_cast<double>(c.mtp_num_layers) * module;
+  return norm_rows * (7.0 * h + 3.0 * norm_stats) * 4.0 +                     // the fp32 glue, 3 norms' stats
+         rows * 4.0 * 4.0 +                                                    // tokens, positions, labels, mask
+         rows * (static_cast<double>(c.padded_vocab_size) / t + 1.0) * 4.0;  // logits shard, lse
+}
+
+double mtp_record_bytes(const ModelConfig& c, const ActivationLayout& l) {
+  if (c.mtp_num_layers == 0) return 0;
+  return static_cast<double>(c.mtp_num_layers) * (layer_record_bytes(c, l) + mtp_module_extra_bytes(c, l));
 }
 
 double chunk_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r) {

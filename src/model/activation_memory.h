@@ -58,5 +58,7 @@ double chunk_extra_bytes(const ModelConfig& c, const ActivationLayout& l, bool f
 // position ids, labels and loss mask, and its own logits shard and log-sum-exp (alive until backward, with
 // the main head's).
 double mtp_record_bytes(const ModelConfig& c, const ActivationLayout& l);
+// The part of one module's record besides its layer's (mtp_record_bytes = N x (layer + this)).
+double mtp_module_extra_bytes(const ModelConfig& c, const ActivationLayout& l);
 
 }  // namespace tessera::model

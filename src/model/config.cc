@@ -305,8 +305,10 @@ void validate_config(const ModelConfig& c) {
     fail("attention_dropout", c.attention_dropout, "must be in [0, 1]");
   if (!c.moe.enabled()) return;
   const MoeConfig& m = c.moe;
-  if (static_cast<int64_t>(m.layer_experts.size()) != c.num_layers)
-    fail("moe.layer_experts", str_cat(m.layer_experts.size(), " entries"), str_cat("one per layer (", c.num_layers, ")").c_str());
+  // One per layer, then one per multi-token prediction module's layer (each as the last, as Megatron).
+  if (static_cast<int64_t>(m.layer_experts.size()) != c.num_layers + c.mtp_num_layers)
+    fail("moe.layer_experts", str_cat(m.layer_experts.size(), " entries"),
+         str_cat("one per layer and MTP module (", c.num_layers + c.mtp_num_layers, ")").c_str());
   for (int64_t e : m.layer_experts) {
     if (e < 0 || e > kLargest) fail("moe.layer_experts", str_cat("an entry of ", e), "must be between 0 and 2^31 experts");
     if (e > 0 && m.router.topk > e) fail("moe_router_topk", m.router.topk, str_cat("must not exceed a layer's experts (", e, ")").c_str());

@@ -221,10 +221,15 @@ MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const
   }
   if (stage == head_stage(l)) {  // fp32 logits of one micro-batch (their gradient is computed in place)
     m.activations += s * b * static_cast<double>(c.padded_vocab_size) / l.tp * 4;
-    // The MTP modules' records (their own logits included) for each held micro-batch of the head's chunk.
-    const int head_chunk = (in_flight + l.virtual_stages - 1) / l.virtual_stages;
-    m.activations += head_chunk * model::mtp_record_bytes(c, {l.micro_batch_size, static_cast<int64_t>(s), l.tp,
+    // The MTP modules' records for each held micro-batch of the head's chunk: each module's layer as the
+    // last layer (never recomputed), and its glue and own logits (model::mtp_module_extra_bytes).
+    if (c.mtp_num_layers > 0) {
+      const int head_chunk = (in_flight + l.virtual_stages - 1) / l.virtual_stages;
+      const double extra = model::mtp_module_extra_bytes(c, {l.micro_batch_size, static_cast<int64_t>(s), l.tp,
                                                               l.sequence_parallel});
+      m.activations += head_chunk * static_cast<double>(c.mtp_num_layers) *
+                       (layer_activation_bytes(c, whole, c.num_layers) + extra);
+    }
   }
   // Pipeline send and receive buffers (whole activations after the all-gather), the sequence-parallel
   // all-gather buffer, and an MoE layer's routed rows gathered for the all-to-all.

@@ -55,7 +55,8 @@ TEST(MtpPrice, TheHeadsStageHoldsTheModulesRecordsAndTime) {
     l.sequence_parallel = sp;
     l.micro_batch_size = 2;
     l.precision = Precision::Bf16;
-    const double expected = 2 * model::mtp_record_bytes(c, {2, 128, 2, sp});  // two held micro-batches
+    // Two held micro-batches of two modules: a layer as the planner prices it, and the glue and logits.
+    const double expected = 2 * 2 * (layer_activation_bytes(c, l, 4) + model::mtp_module_extra_bytes(c, {2, 128, 2, sp}));
     EXPECT_NEAR(stage_memory(c, l, d, 1, 2).activations - stage_memory(plain, l, d, 1, 2).activations, expected,
                 1e-6 * expected);
     EXPECT_EQ(stage_memory(c, l, d, 0, 2).activations, stage_memory(plain, l, d, 0, 2).activations);

@@ -23,7 +23,7 @@ void add_mtp_flags(CLI::App& app, TrainArguments& a) {
 }
 
 void finalize_mtp_model(TrainArguments& a) {
-  const model::ModelConfig& c = a.model;
+  model::ModelConfig& c = a.model;
   require(c.mtp_num_layers >= 0, "--mtp-num-layers", c.mtp_num_layers, "must not be negative (0: no MTP)");
   require(std::isfinite(c.mtp_loss_scaling_factor) && c.mtp_loss_scaling_factor >= 0, "--mtp-loss-scaling-factor",
           c.mtp_loss_scaling_factor, "must be a finite number >= 0");
@@ -32,7 +32,6 @@ void finalize_mtp_model(TrainArguments& a) {
     require(ok, "--mtp-num-layers", c.mtp_num_layers, str_cat("cannot be combined with ", what));
   };
   not_with(c.family == "gpt", str_cat("--model-family ", c.family, " (MTP predicts further tokens of a GPT)"));
-  not_with(!c.moe.enabled(), "--num-experts yet (the MTP module's layer would be a mixture of experts)");
   not_with(!a.kd, "--kd (the MTP modules share the output layer the distillation term is computed on)");
   not_with(a.context_parallel_size == 1,
            str_cat("--context-parallel-size=", a.context_parallel_size, " yet (rolling the sequence across ranks)"));
@@ -44,6 +43,9 @@ void finalize_mtp_model(TrainArguments& a) {
   not_with(a.num_layers_per_virtual_pipeline_stage == 0 && a.num_virtual_stages_per_pipeline_rank == 0,
            "virtual pipeline stages yet (--num-layers-per-virtual-pipeline-stage, "
            "--num-virtual-stages-per-pipeline-rank)");
+  // Each module's layer is built as the last one (Megatron's MTP spec): a mixture of experts when that is.
+  if (c.moe.enabled() && static_cast<int64_t>(c.moe.layer_experts.size()) == c.num_layers)
+    for (int64_t k = 0; k < c.mtp_num_layers; ++k) c.moe.layer_experts.push_back(c.moe.layer_experts.back());
   if (a.pipeline_model_parallel_size > 1) {
     // The last stage looks tokens up in the output layer's tied copy of the word embedding.
     not_with(!c.untie_embeddings_and_output_weights,

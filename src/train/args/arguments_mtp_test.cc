@@ -27,12 +27,20 @@ TEST(MtpArguments, MegatronsNamesAndDefaults) {
   EXPECT_EQ(a.model.mtp_loss_scaling_factor, 0.3f);
 }
 
+TEST(MtpArguments, TheModulesLayersAreMixturesOfExpertsAsTheLast) {
+  const TrainArguments a = parse_train_arguments(testing::split_flags(
+      testing::kSmallRunFlags + "--mtp-num-layers 2 --num-experts 4 --moe-layer-freq ([0]+[1]*1)"));
+  EXPECT_EQ(a.model.moe.layer_experts, (std::vector<int64_t>{0, 4, 4, 4}));
+  const TrainArguments dense_last = parse_train_arguments(testing::split_flags(
+      testing::kSmallRunFlags + "--mtp-num-layers 1 --num-experts 4 --moe-layer-freq ([1]+[0]*1)"));
+  EXPECT_EQ(dense_last.model.moe.layer_experts, (std::vector<int64_t>{4, 0, 0}));
+}
+
 TEST(MtpArguments, UnsupportedCombinationsAreRefusedByName) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--mtp-num-layers -1", "must not be negative"},
       {"--mtp-num-layers 1 --mtp-loss-scaling-factor -0.5", "--mtp-loss-scaling-factor"},
       {"--mtp-num-layers 1 --model-family bert", "--model-family bert"},
-      {"--mtp-num-layers 1 --num-experts 4", "--num-experts"},
       {"--mtp-num-layers 1 --pipeline-model-parallel-size 2 --pipeline-schedule ouroboros", "ouroboros"},
       {"--mtp-num-layers 1 --pipeline-token-slices 2", "--pipeline-token-slices"},
   };
