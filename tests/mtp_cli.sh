@@ -66,8 +66,8 @@ expect_failure "has no Hugging Face export yet" \
 expect_failure "multi-token prediction modules; they are not written as Megatron checkpoints yet" \
   "$tessera" convert --loader tessera --saver megatron --load-dir "$work/ckpt" --save-dir "$work/megatron"
 
-expect_failure "--mtp-num-layers=1: cannot be combined with --enable-zero-bubble or --zero-bubble-v-schedule yet" \
-  "$tessera" train "${model[@]}" --pipeline-model-parallel-size 2 --enable-zero-bubble
+expect_failure "--mtp-num-layers=1: cannot be combined with --pipeline-schedule ouroboros" \
+  "$tessera" train "${model[@]}" --pipeline-model-parallel-size 2 --pipeline-schedule ouroboros
 expect_failure "--mtp-num-layers=1: cannot be combined with --context-parallel-size=2 yet" \
   mpi 2 "$tessera" train "${model[@]}" --context-parallel-size 2
 expect_failure "--mtp-loss-scaling-factor=-1: must be a finite number >= 0" \

@@ -2,8 +2,8 @@
 // parallelism and with activation recomputation, reproduces the single-process run without
 // recomputation: the losses of 20 iterations and every gradient. Ouroboros on P ranks (issue 38) equals
 // its one-process emulation bit for bit. Multi-Latent Attention (issue 53) at tp 2 x pp 2 too, and
-// multi-token prediction (issue 53: its modules on the last stage, its losses compared as well) at pp 2
-// with tp and sp, and with data parallelism under the distributed optimizer.
+// multi-token prediction (issue 53: its modules on the last model chunk, its losses compared as well) at pp 2
+// with tp and sp, with data parallelism under the distributed optimizer, interleaved, ZB-H1 and ZB-V.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -107,6 +107,9 @@ std::vector<Layout> layouts_for(int world) {
       {2, 2, 1, 2, "", kMlaV2Lite},
       {1, 2, 1, 4, "--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000", kMtp},
       {2, 2, 1, 4, "--sequence-parallel", kMtp},
+      {1, 2, 2, 4, "--recompute-granularity full --recompute-method uniform", kMtp},  // on the last model chunk
+      {1, 2, 1, 4, "--enable-zero-bubble", kMtp},     // the modules' weight gradients in W
+      {1, 2, 1, 3, "--zero-bubble-v-schedule", kMtp},  // the last chunk on rank 0, beside the embedding
   };
   std::vector<Layout> out;
   for (const Layout& l : all)

@@ -38,11 +38,6 @@ void finalize_mtp_model(TrainArguments& a) {
   not_with(a.pipeline_token_slices.empty(),
            str_cat("--pipeline-token-slices=", a.pipeline_token_slices, " yet (the modules need the whole sequence)"));
   not_with(a.pipeline_schedule != "ouroboros", "--pipeline-schedule ouroboros");
-  not_with(!a.enable_zero_bubble && !a.zero_bubble_v_schedule,
-           "--enable-zero-bubble or --zero-bubble-v-schedule yet");
-  not_with(a.num_layers_per_virtual_pipeline_stage == 0 && a.num_virtual_stages_per_pipeline_rank == 0,
-           "virtual pipeline stages yet (--num-layers-per-virtual-pipeline-stage, "
-           "--num-virtual-stages-per-pipeline-rank)");
   // Each module's layer is built as the last one (Megatron's MTP spec): a mixture of experts when that is.
   if (c.moe.enabled() && static_cast<int64_t>(c.moe.layer_experts.size()) == c.num_layers)
     for (int64_t k = 0; k < c.mtp_num_layers; ++k) c.moe.layer_experts.push_back(c.moe.layer_experts.back());
