@@ -308,7 +308,8 @@ void validate_config(const ModelConfig& c) {
   // One per layer, then one per multi-token prediction module's layer (each as the last, as Megatron).
   if (static_cast<int64_t>(m.layer_experts.size()) != c.num_layers + c.mtp_num_layers)
     fail("moe.layer_experts", str_cat(m.layer_experts.size(), " entries"),
-         str_cat("one per layer and MTP module (", c.num_layers + c.mtp_num_layers, ")").c_str());
+         str_cat(c.mtp_num_layers > 0 ? "one per layer and MTP module (" : "one per layer (",
+                 c.num_layers + c.mtp_num_layers, ")").c_str());
   for (int64_t e : m.layer_experts) {
     if (e < 0 || e > kLargest) fail("moe.layer_experts", str_cat("an entry of ", e), "must be between 0 and 2^31 experts");
     if (e > 0 && m.router.topk > e) fail("moe_router_topk", m.router.topk, str_cat("must not exceed a layer's experts (", e, ")").c_str());
