@@ -115,6 +115,9 @@ void read_mlp(const MegatronNamespace& a, model::ModelConfig& c, std::vector<std
   a.refuse_if(a.flag("add_qkv_bias") && !c.add_bias_linear, "add_qkv_bias",
               "a QKV bias without the other linear biases (--disable-bias-linear); Tessera has one bias switch");
   a.refuse_if(a.flag("multi_latent_attention"), "multi_latent_attention", "Tessera has no multi-latent attention");
+  // Megatron's mtp.layers.* keys are not mapped yet (megatron_names.h): refused rather than dropped.
+  a.refuse_if(a.integer_or("mtp_num_layers", 0) > 0, "mtp_num_layers",
+              "Tessera does not convert Megatron's multi-token prediction modules yet");
   // Megatron's GELU is the tanh form only where it fuses the bias into it (bias_gelu_fusion, on by
   // default, with biases) or under --openai-gelu; otherwise torch's exact erf GELU. Tessera's is the tanh
   // form: the weights convert, the outputs differ slightly.

@@ -253,6 +253,8 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
   const model::ModelConfig c = model::config_from_json(state.args["model"]);
   TESSERA_CHECK(c.family == "gpt" || c.family == "bert", "convert --saver megatron: ", load_dir, " holds a ",
                 c.family, " model; only GPT and BERT models are written as Megatron checkpoints");
+  TESSERA_CHECK(c.mtp_num_layers == 0, "convert --saver megatron: ", load_dir, " holds a model with ",
+                c.mtp_num_layers, " multi-token prediction modules; they are not written as Megatron checkpoints yet");
   SaveLayout l;
   l.tp = o.tensor_parallel;
   l.pp = o.pipeline_parallel;
