@@ -76,6 +76,9 @@ TEST_P(Resharding, ResumeAtAnotherLayoutMatchesAnUninterruptedRunThere) {
   int ran = 0;
   for (const auto& [saved, resumed] : kCases) {
     if (!fits(saved, n) || !fits(resumed, n)) continue;
+    // At 8 ranks only the pairs with the distributed optimizer, whose state is sharded over the data-parallel
+    // size that grows with the world; the others ran at 4 with data parallelism already (CI time).
+    if (n == 8 && !saved.distributed_optimizer && !resumed.distributed_optimizer) continue;
     SCOPED_TRACE(str_cat("saved at ", saved.str(n), ", resumed at ", resumed.str(n)));
     ++ran;
     std::vector<double>& want = uninterrupted[resumed.str(n)];
