@@ -92,11 +92,14 @@ def verify_resume(layout, text):
     return problems
 
 
-def one_kill(layout, args, rng, log_path):
+def one_kill(layout, args, rng, log_path, before):
     """Runs a job, kills a random rank at a random moment; returns (record, problems)."""
     env = dict(os.environ)
     delay_ms = rng.choice([0, 20])
     env["TESSERA_CKPT_WRITE_DELAY_MS"] = str(delay_ms)
+    # What the job starts from, kept for a failure's report (a tiny model: some hundred KB).
+    shutil.rmtree(before, ignore_errors=True)
+    shutil.copytree(layout.dir, before)
     started = time.time()
     with open(log_path, "w") as log:
         job = subprocess.Popen(layout.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -180,7 +183,8 @@ def main():
             break
         layout = rng.choice(layouts)
         log_path = os.path.join(args.out, "job.log")
-        record, problems = one_kill(layout, args, rng, log_path)
+        before = os.path.join(args.out, "before")
+        record, problems = one_kill(layout, args, rng, log_path, before)
         if record["landed"].startswith("none"):
             completed += 1
             layout.reset()
@@ -191,7 +195,8 @@ def main():
         print(f"kill {n} {json.dumps(record)}" + (f" FAILED: {problems}" if problems else ""), flush=True)
         if problems:
             keep = os.path.join(args.out, "failures", str(n))
-            shutil.copytree(layout.dir, keep)
+            shutil.copytree(layout.dir, os.path.join(keep, "after"))
+            shutil.copytree(before, os.path.join(keep, "before"))
             shutil.copy(log_path, keep)
             failures.append({"kill": n, **record, "problems": problems})
             layout.reset()

@@ -3,7 +3,8 @@
 A checkpoint is complete when its directory has the index (written last), the index names its iteration,
 and every file the index lists is there with its recorded size and, for a safetensors file, a header
 that parses and accounts for the file's bytes. Every tracker must name a complete checkpoint; the newest
-complete one of either kind is where `tessera train --load` must resume.
+committed one of either kind (the one its tracker names) is where `tessera train --load` must resume. A
+directory renamed into place whose tracker was not yet moved (a kill between the two) is not committed.
 """
 import json
 import os
@@ -58,41 +59,26 @@ def tracked(directory):
     return iteration
 
 
-def complete_iterations(directory):
-    """The iterations of DIRECTORY's complete checkpoints (partial ones and leftovers skipped)."""
-    found = set()
-    if not os.path.isdir(directory):
-        return found
-    for name in os.listdir(directory):
-        m = re.fullmatch(r"iter_(\d{7})", name)
-        if m:
-            try:
-                check_complete(directory, int(m.group(1)))
-                found.add(int(m.group(1)))
-            except (OSError, ValueError, KeyError):
-                pass
-    return found
-
-
 def newest(save, np_type, np_global, np_local, ranks):
     """(iteration, where) of the newest complete checkpoint --load must take, after checking that every
-    tracker names a complete checkpoint (raises otherwise). Local: the newest iteration every rank has
-    complete, as the ranks agree on loading."""
+    tracker names a complete checkpoint (raises otherwise). Local: the oldest of the ranks' trackers, which
+    every rank must hold complete (a newer one some rank has is rolled back on loading)."""
     best = (tracked(save), save)
     if np_type == "global":
         it = tracked(np_global)
         if it > best[0] or (it == best[0] and it >= 0):  # the non-persistent one wins a tie, as Megatron's
             best = (it, np_global)
     elif np_type == "local":
-        common = None
-        for r in range(ranks):
-            d = os.path.join(np_local, "rank_%05d" % r)
-            tracked(d)  # raises if this rank's tracker names an incomplete checkpoint
-            have = complete_iterations(d)
-            common = have if common is None else common & have
-        it = max(common) if common else -1
-        if it >= 0 and it >= best[0]:
-            best = (it, np_local)
+        # A rank's save is committed when its tracker names it (a directory renamed into place with the
+        # tracker not yet moved, a kill between the two, is not: tessera, as Megatron, trusts the tracker).
+        # The ranks agree on the oldest of their trackers, which every rank must hold complete.
+        trackers = [tracked(os.path.join(np_local, "rank_%05d" % r)) for r in range(ranks)]
+        it = min(trackers)
+        if it >= 0:
+            for r in range(ranks):
+                check_complete(os.path.join(np_local, "rank_%05d" % r), it)
+            if it >= best[0]:
+                best = (it, np_local)
     return best
 
 
