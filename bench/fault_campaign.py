@@ -121,8 +121,13 @@ def one_kill(layout, args, rng, log_path, before):
     try:
         job.wait(timeout=60)
     except subprocess.TimeoutExpired:
+        # A hang: what the job's processes were doing goes into its log before they are killed.
+        ps = subprocess.run(["ps", "-o", "pid,stat,wchan:32,etime,args", "-g", str(job.pid)], capture_output=True, text=True)
+        with open(log_path, "a") as log:
+            log.write("\n--- processes 60 s after the kill ---\n" + ps.stdout)
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
+        record["landed"] = "unknown: the job hung"
         return record, ["the job did not end within 60 s of the kill"]
     text = open(log_path).read()
     problems = verify_resume(layout, text)
