@@ -194,7 +194,7 @@ struct ConvertFlags {
   bool overwrite = false;
   int64_t ckpt_step = -1;
   // --saver megatron: the layout written (Megatron's tools/checkpoint flag names) and the key names.
-  int64_t target_tp = 1, target_pp = 1;
+  int64_t target_tp = 1, target_pp = 1, target_ep = 1;
   std::string megatron_names = "mcore";
 };
 
@@ -202,7 +202,8 @@ CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArgument
   app.option_defaults()->always_capture_default();
   app.add_option("--loader", f.loader, "Format read: tessera, hf or megatron (Megatron-LM's checkpoints: legacy torch or torch_dist)")
       ->required()->check(CLI::IsMember({"tessera", "hf", "megatron"}));
-  app.add_option("--saver", f.saver, "Format written: hf, megatron (Megatron-LM's legacy torch checkpoint, GPT) or "
+  app.add_option("--saver", f.saver,
+                 "Format written: hf, megatron (Megatron-LM's legacy torch checkpoint: GPT, BERT, MoE) or "
                  "tessera (--loader megatron: tessera, the default)")
       ->check(CLI::IsMember({"tessera", "hf", "megatron"}));
   app.add_option("--load-dir", f.load_dir, "Checkpoint (its latest iteration) or Hugging Face directory to read")->required();
@@ -214,6 +215,9 @@ CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArgument
       ->check(CLI::NonNegativeNumber)
       ->default_str("latest");
   app.add_option("--target-tensor-parallel-size", f.target_tp, "--saver megatron: the tensor-parallel size written")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--target-expert-parallel-size", f.target_ep,
+                 "--saver megatron: the expert-parallel size written (a mixture of experts)")
       ->check(CLI::PositiveNumber);
   app.add_option("--target-pipeline-parallel-size", f.target_pp,
                  "--saver megatron: the pipeline-parallel size written (layers split evenly)")
@@ -293,7 +297,8 @@ int convert_command(const std::vector<std::string>& args) {
   train::TrainArguments model;
   CLI::App app{"tessera convert: Tessera checkpoints to and from Hugging Face (GPT2LMHeadModel, LlamaForCausalLM, "
                "MixtralForCausalLM, BertForPreTraining, MegatronBertForPreTraining, and their ForMaskedLM), and "
-               "Megatron-LM's checkpoints (GPT; legacy torch and torch_dist in, legacy torch out) to and from Tessera",
+               "Megatron-LM's checkpoints (GPT, BERT, MoE; legacy torch and torch_dist in, legacy torch out) to and "
+               "from Tessera",
                "tessera convert"};
   CLI::App* group = add_convert_flags(app, f, model);
   if (!parse_command_line(app, args, "convert")) return 0;
@@ -307,9 +312,9 @@ int convert_command(const std::vector<std::string>& args) {
   if (f.loader == "megatron") {
     TESSERA_CHECK(f.saver == "tessera", "--loader megatron --saver ", f.saver, ": Megatron checkpoints convert to "
                   "tessera; convert that to ", f.saver, " with a second tessera convert");
-    TESSERA_CHECK(f.target_tp == 1 && f.target_pp == 1 && f.megatron_names == "mcore",
-                  "--target-tensor-parallel-size, --target-pipeline-parallel-size and --megatron-names apply to "
-                  "--saver megatron only (a Tessera checkpoint is resharded by train --load)");
+    TESSERA_CHECK(f.target_tp == 1 && f.target_pp == 1 && f.target_ep == 1 && f.megatron_names == "mcore",
+                  "--target-tensor-parallel-size, --target-pipeline-parallel-size, --target-expert-parallel-size and "
+                  "--megatron-names apply to --saver megatron only (a Tessera checkpoint is resharded by train --load)");
     check_save_dir(target, f.load_dir, f.overwrite);
     convert_megatron(args, f, target);
     std::cout << "converted " << f.load_dir << " (megatron) to " << f.save_dir << " (tessera)" << std::endl;
@@ -320,9 +325,9 @@ int convert_command(const std::vector<std::string>& args) {
                 "checkpoint records its model)");
   TESSERA_CHECK(f.ckpt_step < 0, "--ckpt-step: applies to --loader megatron only");
   const bool to_megatron = f.saver == "megatron";
-  TESSERA_CHECK(to_megatron || (f.target_tp == 1 && f.target_pp == 1 && f.megatron_names == "mcore"),
-                "--target-tensor-parallel-size, --target-pipeline-parallel-size and --megatron-names apply to "
-                "--saver megatron only");
+  TESSERA_CHECK(to_megatron || (f.target_tp == 1 && f.target_pp == 1 && f.target_ep == 1 && f.megatron_names == "mcore"),
+                "--target-tensor-parallel-size, --target-pipeline-parallel-size, --target-expert-parallel-size and "
+                "--megatron-names apply to --saver megatron only");
   TESSERA_CHECK(!to_megatron || f.loader == "tessera", "--saver megatron: converts from --loader tessera (convert ",
                 f.loader, " to tessera first)");
   const int64_t shard_bytes = parse_size(f.max_shard);
@@ -331,7 +336,7 @@ int convert_command(const std::vector<std::string>& args) {
     if (f.saver == "hf") {
       ckpt::export_hugging_face(f.load_dir, out, shard_bytes);
     } else if (to_megatron) {
-      const ckpt::MegatronSaveOptions options{f.target_tp, f.target_pp, f.megatron_names == "legacy"};
+      const ckpt::MegatronSaveOptions options{f.target_tp, f.target_pp, f.target_ep, f.megatron_names == "legacy"};
       for (const std::string& n : ckpt::export_megatron_legacy(f.load_dir, out, options))
         std::cerr << " > note: " << n << std::endl;
     } else {

@@ -21,7 +21,7 @@ packages=(
   python3-torch          # the PyTorch peer of the benchmarks (/usr/bin/python3)
   python3-matplotlib python3-pil  # scripts/plot_losses.py: loss curves as PNG (and the test that reads them)
   libopenblas0-openmp    # a real BLAS for that peer (without it torch falls back to the reference BLAS)
-  clang libclang-rt-dev  # scripts/fuzz.sh: libFuzzer targets (-fsanitize=fuzzer,address)
+  clang libclang-rt-dev lld  # scripts/fuzz.sh: libFuzzer targets (-fsanitize=fuzzer,address), linked by lld
 )
 
 # The guard scripts/check_deps.sh reads this list from here (one source of truth). Debian's nodejs and

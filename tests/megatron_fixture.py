@@ -397,9 +397,10 @@ def torch_dist_items(c, w, scheme, dtype, singleton):
                 add(stage * TP + r, name, t.shape, [r * shard.shape[0]] + [0] * (t.dim() - 1), shard)
     for rank in range(TP * PP):
         ranks[rank].append((f"rng_state/shard_0.{rank}_1.{TP * PP}", None, None, {"random_rng_state": rank}))
-    fc2 = w["decoder.layers.0.mlp.linear_fc2.weight"]
-    ranks[0].append(("optimizer.state.exp_avg.decoder.layers.mlp.linear_fc2.weight", [L] + list(fc2.shape),
-                     [0] * (fc2.dim() + 1), torch.zeros(L, *fc2.shape)))
+    fc2 = w.get("decoder.layers.0.mlp.linear_fc2.weight")  # absent where the layer's MLP is experts
+    if fc2 is not None:
+        ranks[0].append(("optimizer.state.exp_avg.decoder.layers.mlp.linear_fc2.weight", [L] + list(fc2.shape),
+                         [0] * (fc2.dim() + 1), torch.zeros(L, *fc2.shape)))
     return ranks
 
 

@@ -5,8 +5,13 @@
 # local numbers, per-expert SequentialMLP keys or Transformer Engine's grouped-GEMM weightN keys, the router), and
 #  * the conversion's debug-forward loss equals that of the Tessera checkpoint the weights came from (bit for bit);
 #  * the converted checkpoint trains on at expert-parallel size 2; train --load of the directory resumes the
-#    weights (--no-load-optim: the experts' optimizer state is refused, naming the file);
-#  * what Tessera's MoE layer does not compute is refused by argument name.
+#    weights and the experts' Adam moments (Megatron-Core's chained optimizer), losses as Tessera's own resume;
+#  * what Tessera's MoE layer does not compute is refused by argument name;
+#  * torch_dist (PyTorch's DCP writer, tensor 2 x pipeline 2 x expert 4): the experts' sharded keys stacked over
+#    layers and experts, or one key per expert (singleton_local_shards), convert to the same loss, bit for bit,
+#    and train --load of the directory resumes with Adam's moments (optimizer.state.exp_avg.<key>) too;
+#  * --saver megatron writes the model at tensor 2 x pipeline 2 x expert 2, loaded by torch.load with the expected
+#    keys, shapes and args, and read back to the same loss, bit for bit.
 set -uo pipefail
 tessera=${1:?usage: megatron_moe_convert_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,11 +31,12 @@ out=$("$tessera" train $moe --train-iters 1 --save "$work/tessera" --save-interv
 check "Tessera's MoE run saves: $out" $?
 out=$("$python" -W ignore "$here/megatron_moe_fixture.py" "$work/tessera" "$work/sequential=sequential" \
       "$work/grouped=grouped" "$work/shared=sequential,moe_shared_expert_intermediate_size=32" \
-      "$work/etp=sequential,expert_tensor_parallel_size=1" 2>&1)
+      "$work/etp=sequential,expert_tensor_parallel_size=1" "$work/dist=dist" "$work/singleton=dist_singleton" \
+      "$work/unchained=sequential,unchained" 2>&1)
 check "the fixtures: $out" $?
 "$tessera" debug-forward --load "$work/tessera" --tokens "$tokens" --out "$work/tessera.out.safetensors" >/dev/null 2>&1
 check "debug-forward of Tessera's checkpoint" $?
-for kind in sequential grouped; do
+for kind in sequential grouped dist singleton; do
   out=$("$tessera" convert --loader megatron --load-dir "$work/$kind" --save-dir "$work/$kind.tessera" 2>&1) &&
     "$tessera" debug-forward --load "$work/$kind.tessera" --tokens "$tokens" --out "$work/$kind.out.safetensors" >/dev/null 2>&1
   check "$kind: convert and debug-forward: $out" $?
@@ -38,10 +44,11 @@ done
 # The three losses, read in one process (each import of torch costs seconds).
 losses=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
 print(' '.join(repr(read_safetensors('$work/' + n + '.out.safetensors')['loss'].double().item())
-               for n in ('tessera', 'sequential', 'grouped')))" 2>&1)
-read -r expected sequential grouped <<<"$losses"
-[ -n "$expected" ] && [ "$sequential" = "$expected" ] && [ "$grouped" = "$expected" ]
-check "the converted losses (per-expert keys, grouped GEMM) equal Tessera's own: $losses" $?
+               for n in ('tessera', 'sequential', 'grouped', 'dist', 'singleton')))" 2>&1)
+read -r expected sequential grouped dist singleton <<<"$losses"
+[ -n "$expected" ] && [ "$sequential" = "$expected" ] && [ "$grouped" = "$expected" ] && [ "$dist" = "$expected" ] &&
+  [ "$singleton" = "$expected" ]
+check "the converted losses (per-expert keys, grouped GEMM, torch_dist stacked and singleton) equal Tessera's own: $losses" $?
 grep -q '"moe_ffn_hidden_size": *16' "$work/grouped.tessera/iter_0000001/index.json"
 check "the MoE configuration comes from the saved args" $?
 if command -v mpirun >/dev/null; then
@@ -52,12 +59,63 @@ if command -v mpirun >/dev/null; then
   check "the conversion trains on at expert-parallel size 2: $out" $?
 fi
 
-# train --load of the Megatron directory itself: the weights resume, the experts' optimizer state is refused.
-expect_failure "mp_rank_00_000_000/model_optim_rng.pt: the optimizer state of a mixture-of-experts checkpoint is not read" \
-  "$tessera" train $moe --train-iters 2 --load "$work/sequential"
-out=$("$tessera" train $moe --train-iters 2 --load "$work/sequential" --no-load-optim 2>&1)
-[ $? -eq 0 ] && grep -qF "iteration        2/       2 |" <<<"$out"
-check "train --load of the MoE Megatron directory with --no-load-optim resumes at iteration 2: $out" $?
+# train --load of the Megatron directory itself carries Adam's moments (legacy: Megatron-Core's chained [dense,
+# experts] optimizer state dicts of every expert rank's file; torch_dist: optimizer.state.exp_avg.<key>): the
+# losses of Tessera resuming its own checkpoint.
+losses() { sed -nE 's/.*iteration +([0-9]+)\/.*lm loss: ([^ ]+) .*/\1:\2/p' <<<"$1" | tr '\n' ' '; }
+ref=$("$tessera" train $moe --train-iters 3 --load "$work/tessera" 2>&1)
+check "Tessera resumes its own MoE checkpoint: $ref" $?
+for kind in sequential grouped dist; do
+  out=$("$tessera" train $moe --train-iters 3 --load "$work/$kind" 2>&1)
+  check "$kind: train --load of the MoE Megatron directory: $out" $?
+  [ -n "$(losses "$ref")" ] && [ "$(losses "$out")" = "$(losses "$ref")" ]
+  check "$kind: the resumed losses (with the experts' optimizer state) are Tessera's own: $(losses "$out") vs $(losses "$ref")" $?
+done
+expect_failure "mp_rank_00_000_000/model_optim_rng.pt: optimizer is a dict, not the list of two optimizer state dicts" \
+  "$tessera" train $moe --train-iters 3 --load "$work/unchained"
+
+# --saver megatron: the MoE model written as a tensor 2 x pipeline 2 x expert 2 job saves it (mp_rank_TT_PPP_EEE,
+# each with the dense tensors and its experts under local numbers), read by torch.load with the expected keys,
+# shapes and args, and back through --loader megatron to the same loss, bit for bit.
+out=$("$tessera" convert --loader tessera --saver megatron --load-dir "$work/tessera" --save-dir "$work/saved" \
+      --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 --target-expert-parallel-size 2 2>&1)
+check "convert --saver megatron of the MoE model: $out" $?
+out=$("$python" -W ignore - "$work/saved" <<'PY' 2>&1
+import os, re, sys
+import torch
+root = sys.argv[1]
+files = sorted(os.listdir(os.path.join(root, "iter_0000001")))
+assert files == [f"mp_rank_{t:02d}_{p:03d}_{e:03d}" for t in range(2) for p in range(2) for e in range(2)], files
+for name in files:
+    t, p, e = (int(x) for x in name.split("_")[2:])
+    state = torch.load(os.path.join(root, "iter_0000001", name, "model_optim_rng.pt"), map_location="cpu")
+    a, model = state["args"], state["model"]
+    assert (a.num_experts, a.expert_model_parallel_size, a.moe_ffn_hidden_size, a.moe_router_topk) == (4, 2, 16, 2), vars(a)
+    experts = {k: list(v.shape) for k, v in model.items() if ".mlp.experts." in k}
+    want = {}
+    for j in range(2):  # two layers per stage, each with local experts 0 and 1 of 16 / tp 2 rows of gate and of up
+        for local in range(2):
+            want[f"decoder.layers.{j}.mlp.experts.local_experts.{local}.linear_fc1.weight"] = [16, 32]
+            want[f"decoder.layers.{j}.mlp.experts.local_experts.{local}.linear_fc2.weight"] = [32, 8]
+        assert list(model[f"decoder.layers.{j}.mlp.router.weight"].shape) == [4, 32], name
+    assert experts == want, (name, experts)
+    assert ("embedding.word_embeddings.weight" in model) == (p == 0) and ("output_layer.weight" in model) == (p == 1), name
+print(f"torch {torch.__version__}: {len(files)} files with the expected expert keys, shapes and args")
+PY
+)
+check "torch.load of the written MoE checkpoint: $out" $?
+echo "$out"
+out=$("$tessera" convert --loader megatron --load-dir "$work/saved" --save-dir "$work/saved.tessera" 2>&1) &&
+  "$tessera" debug-forward --load "$work/saved.tessera" --tokens "$tokens" --out "$work/saved.out.safetensors" >/dev/null 2>&1
+check "the written MoE checkpoint converts back: $out" $?
+back=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
+print(repr(read_safetensors('$work/saved.out.safetensors')['loss'].double().item()))" 2>&1)
+[ -n "$expected" ] && [ "$back" = "$expected" ]
+check "the round trip through Megatron's format keeps the loss: $back vs $expected" $?
+expect_failure "num_experts (4) is not divisible by --target-expert-parallel-size 3" \
+  "$tessera" convert --loader tessera --saver megatron --load-dir "$work/tessera" --save-dir "$work/x3" \
+  --target-expert-parallel-size 3
+
 expect_failure "args.moe_shared_expert_intermediate_size set: shared experts are not converted" \
   "$tessera" convert --loader megatron --load-dir "$work/shared" --save-dir "$work/x1"
 expect_failure "args.expert_tensor_parallel_size set: an expert tensor-parallel size (1) other than the tensor-parallel size (2)" \

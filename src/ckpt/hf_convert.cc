@@ -77,6 +77,9 @@ Family family_of(const model::ModelConfig& c) {
   // The name and layout mapping below is GPT's; another family brings its own.
   TESSERA_CHECK(c.family == "gpt", "convert: Hugging Face conversion is for the gpt model family, not '", c.family,
                 "'");
+  // DeepSeek-V3 keeps its MTP module as the layer after the last; no DeepseekV3ForCausalLM export yet.
+  TESSERA_CHECK(c.mtp_num_layers == 0, "convert: a model with --mtp-num-layers=", c.mtp_num_layers,
+                " (multi-token prediction modules) has no Hugging Face export yet");
   Family f = Family::Llama;
   if (c.moe.enabled()) {
     const std::string why = not_mixtral(c);

@@ -115,6 +115,9 @@ void read_mlp(const MegatronNamespace& a, model::ModelConfig& c, std::vector<std
   a.refuse_if(a.flag("add_qkv_bias") && !c.add_bias_linear, "add_qkv_bias",
               "a QKV bias without the other linear biases (--disable-bias-linear); Tessera has one bias switch");
   a.refuse_if(a.flag("multi_latent_attention"), "multi_latent_attention", "Tessera has no multi-latent attention");
+  // Megatron's mtp.layers.* keys are not mapped yet (megatron_names.h): refused rather than dropped.
+  a.refuse_if(a.integer_or("mtp_num_layers", 0) > 0, "mtp_num_layers",
+              "Tessera does not convert Megatron's multi-token prediction modules yet");
   // Megatron's GELU is the tanh form only where it fuses the bias into it (bias_gelu_fusion, on by
   // default, with biases) or under --openai-gelu; otherwise torch's exact erf GELU. Tessera's is the tanh
   // form: the weights convert, the outputs differ slightly.
@@ -235,9 +238,27 @@ MegatronArgs read_megatron_args(const StateNode& args, const std::string& where)
   out.virtual_pipeline = a.integer_or("virtual_pipeline_model_parallel_size", 1);
   out.consumed_train_samples = a.integer_or("consumed_train_samples", -1);
   out.seed = a.integer_or("seed", -1);
+  out.bert_binary_head = a.flag("bert_binary_head", true);
+  out.openai_gelu = a.flag("openai_gelu");
   out.fp16 = a.flag("fp16");
   out.bf16 = a.flag("bf16");
   return out;
+}
+
+void set_megatron_bert(MegatronArgs& a, const std::string& where) {
+  model::ModelConfig& c = a.config;
+  TESSERA_CHECK(!c.moe.enabled(), where, ": a BERT with mixture-of-experts layers (args.num_experts) is not converted");
+  TESSERA_CHECK(c.position_embedding == model::PositionEmbedding::LearnedAbsolute, where,
+                ": a BERT with args.position_embedding_type rope; Megatron's and Tessera's BERT use learned_absolute");
+  TESSERA_CHECK(!c.untie_embeddings_and_output_weights, where, ": a BERT with args.untie_embeddings_and_output_weights; "
+                "Megatron's and Tessera's BERT tie the output layer to the word embeddings");
+  c.family = "bert";
+  c.bert_binary_head = a.bert_binary_head;
+  c.num_tokentypes = a.bert_binary_head ? 2 : 0;  // Megatron's pretrain_bert: segments only with the binary head
+  // Megatron's BertLMHead applies torch's exact (erf) GELU unless --openai-gelu; Tessera's is the tanh form.
+  if (!a.openai_gelu)
+    a.notes.push_back("the checkpoint's masked-LM head used the exact (erf) GELU; Tessera's is the tanh "
+                      "approximation, so the converted model's outputs differ slightly");
 }
 
 }  // namespace tessera::ckpt

@@ -29,10 +29,17 @@ struct MegatronArgs {
   std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;
   int64_t null_vocab_size = -1;  // NullTokenizer's --vocab-size (its ids run to that value: one more token)
   bool fp16 = false, bf16 = false;
+  bool bert_binary_head = true;  // args.bert_binary_head (--bert-no-binary-head): read for a BERT only
+  bool openai_gelu = false;
   std::vector<std::string> notes;  // what converts but not exactly (printed by the command)
 };
 
 // `where` begins every error ("DIR/iter_0000010/mp_rank_00_000/model_optim_rng.pt: args").
 MegatronArgs read_megatron_args(const StateNode& args, const std::string& where);
+
+// The args are a BERT's: Megatron's args do not say which model they trained (the script did), so the
+// readers call this when the checkpoint's keys are a BERT's (megatron_bert_key). The family becomes "bert",
+// with the binary head and its two token types as args.bert_binary_head says; `where` names the file.
+void set_megatron_bert(MegatronArgs& a, const std::string& where);
 
 }  // namespace tessera::ckpt

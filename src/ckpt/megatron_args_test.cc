@@ -130,6 +130,7 @@ TEST(MegatronArgs, RefusesWhatTesserasGptCannotCompute) {
   expect_refused("normalization", value("LayerNorm1P"), "args.normalization is 'LayerNorm1P'");
   expect_refused("position_embedding_type", value("yarn"), "args.position_embedding_type is 'yarn'");
   expect_refused("num_layers", value("two"), "args.num_layers is a str, not an integer");
+  expect_refused("mtp_num_layers", value(int64_t{1}), "args.mtp_num_layers set");
   StateNode rope = gpt2_args();
   rope.entries.push_back({"position_embedding_type", value("rope")});
   rope.entries.push_back({"rotary_interleaved", value(true)});

@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_layout.h"
@@ -25,12 +26,35 @@ namespace {
 struct DistSource {
   const DcpEntry* entry = nullptr;
   int64_t layer = -1;  // the index along a stacked key's leading axis; -1: the whole entry
+  // Mixture of experts: the index along the experts' axis (after the layers' where stacked); -1: none.
+  int64_t expert = -1;
   int part = 0;        // 0 the whole tensor; SwiGLU's fc1 under singleton_local_shards: 1 the gate (_w), 2 the up (_v)
 };
 
 Shape source_shape(const DistSource& s) {
-  if (s.layer < 0) return s.entry->size;
-  return Shape(s.entry->size.begin() + 1, s.entry->size.end());
+  const size_t drop = (s.layer >= 0) + (s.expert >= 0);
+  TESSERA_CHECK(s.entry->size.size() >= drop, s.entry->key, " is ", shape_str(s.entry->size), ", without the ", drop,
+                " leading axes (layers, experts) Megatron's sharded keys give it");
+  return Shape(s.entry->size.begin() + static_cast<std::ptrdiff_t>(drop), s.entry->size.end());
+}
+
+// Megatron-Core's sharded keys of the experts (SequentialMLP's, which Transformer Engine's grouped GEMM
+// writes too), after "decoder.layers." or "decoder.layers.N.": "mlp.experts.experts.linear_fc1.weight" with an
+// axis of the global experts, or under singleton_local_shards "mlp.experts.experts.G.linear_fc1.weight", one
+// key per global expert G. Returns the part after the expert ("linear_fc1.weight"), empty for another key;
+// `expert` is G, or -1 for the axis.
+std::string dist_expert_key(const std::string& rest, int64_t* expert) {
+  static constexpr std::string_view kExperts = "mlp.experts.experts.";
+  *expert = -1;
+  if (!rest.starts_with(kExperts)) return "";
+  std::string after = rest.substr(kExperts.size());
+  const size_t dot = after.find('.');
+  if (dot != std::string::npos && dot > 0 && std::all_of(after.begin(), after.begin() + static_cast<std::ptrdiff_t>(dot),
+                                                         [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    *expert = std::stoll(after.substr(0, dot));
+    after = after.substr(dot + 1);
+  }
+  return after;
 }
 
 // The sets of keys a checkpoint holds per tensor: the model's, Adam's two moments, the fp32 master weights.
@@ -94,9 +118,6 @@ MegatronDistCheckpoint open_megatron_dist(const std::string& load_dir, int64_t s
   TESSERA_CHECK(args, ck.common_file, ": has no 'args' (Megatron saves its arguments in every checkpoint); the model "
                 "cannot be known without them");
   ck.args = read_megatron_args(*args, ck.common_file + ": args");
-  // The experts' sharded keys (stacked over layers and experts) are not mapped yet; the legacy format's are.
-  TESSERA_CHECK(!ck.args.config.moe.enabled(), ck.common_file, ": args.num_experts is set: mixture-of-experts "
-                "torch_dist checkpoints are not read yet (save from Megatron with --ckpt-format torch to convert one)");
   const StateNode* version = root.find("checkpoint_version");
   const double v = !version                       ? 0
                    : version->is(StateNode::Kind::Float) ? version->real
@@ -109,6 +130,12 @@ MegatronDistCheckpoint open_megatron_dist(const std::string& load_dir, int64_t s
     ck.iteration = it->integer;
   if (const StateNode* opt = root.find("optimizer")) ck.optimizer_steps = megatron_optimizer_step(*opt);
   ck.dcp = DcpCheckpoint::open(iter.string());
+  // A BERT: its keys say so (the args do not).
+  for (const DcpEntry& e : ck.dcp.entries())
+    if (megatron_bert_key(e.key)) {
+      set_megatron_bert(ck.args, ck.common_file + ": args");
+      break;
+    }
   return ck;
 }
 
@@ -124,6 +151,25 @@ MegatronTensors read_megatron_dist(const MegatronDistCheckpoint& ck, const model
   int64_t optimizer_entries = 0;
   std::string buckets;  // a key of the distributed optimizer's dp_reshardable buckets, if any
   static constexpr std::string_view kLayers = "decoder.layers.";
+  // One layer's key (k), at index `stacked` of a stacked entry's layers (-1: the entry is the layer's own):
+  // an expert key becomes each expert's Tessera name, the per-expert form the legacy reader gives.
+  const auto add_source = [&](int set, const DcpEntry& e, const MegatronKey& k, int64_t stacked, int part) {
+    int64_t expert = -1;
+    const std::string after = k.layer >= 0 ? dist_expert_key(k.rest, &expert) : std::string();
+    if (after.empty()) {
+      sets[set][k.name].push_back({&e, stacked, -1, part});
+      return;
+    }
+    const auto name = [&](int64_t g) { return str_cat(kLayers, k.layer, ".mlp.experts.local_experts.", g, ".", after); };
+    if (expert >= 0) {
+      sets[set][name(expert)].push_back({&e, stacked, -1, part});
+      return;
+    }
+    const size_t axis = stacked >= 0 ? 1 : 0;
+    TESSERA_CHECK(e.size.size() > axis, "convert: ", md, ": ", e.key, " is ", shape_str(e.size),
+                  ", without the experts' axis");
+    for (int64_t g = 0; g < e.size[axis]; ++g) sets[set][name(g)].push_back({&e, stacked, g, part});
+  };
   for (const DcpEntry& e : dcp.entries()) {
     std::string key;
     const int set = dist_set(e.key, &key);
@@ -138,18 +184,18 @@ MegatronTensors read_megatron_dist(const MegatronDistCheckpoint& ck, const model
       }
     const MegatronKey k = megatron_key(key);
     if (k.kind == MegatronKey::Kind::NotAWeight) continue;
-    if (key.starts_with(kLayers) && k.layer < 0) {  // stacked: [num_layers, ...]
+    if (k.name.starts_with(kLayers) && k.layer < 0) {  // stacked: [num_layers, ...] (a BERT's "encoder.layers.")
       TESSERA_CHECK(!e.size.empty() && e.size[0] == c.num_layers, "convert: ", md, ": ", e.key, " is ",
                     shape_str(e.size), ", whose leading axis (Megatron's stacked layers) should be num_layers ",
                     c.num_layers);
-      const std::string rest = key.substr(kLayers.size());
+      const std::string rest = k.name.substr(kLayers.size());
       for (int64_t l = 0; l < e.size[0]; ++l) {
         const MegatronKey layer = megatron_key(str_cat(kLayers, l, ".", rest));
         if (layer.kind == MegatronKey::Kind::NotAWeight) continue;
-        sets[set][layer.name].push_back({&e, l, part});
+        add_source(set, e, layer, l, part);
       }
     } else {
-      sets[set][k.name].push_back({&e, -1, part});
+      add_source(set, e, k, -1, part);
     }
   }
   const std::map<std::string, std::vector<DistSource>>& sources = sets[kDistWeights];
@@ -197,10 +243,11 @@ MegatronTensors read_megatron_dist(const MegatronDistCheckpoint& ck, const model
   };
   for (const model::Parameter& p : declared.params()) {
     const std::string& name = p.spec.name;
-    const auto it = sources.find(name);
+    const std::string source = megatron_stack_name(name);
+    const auto it = sources.find(source);
     TESSERA_CHECK(it != sources.end(), "convert: ", md, " holds no tensor for ", name, ", which this model has");
     add_job(kDistWeights, name, p.spec.shape, it->second);
-    used.insert(name);
+    used.insert(source);
     if (!optimizer) continue;
     // Megatron's default for the distributed optimizer: flat buckets per data-parallel group, whose layout
     // depends on its bucketing; only the fully reshardable per-parameter format maps back to parameters.
@@ -208,7 +255,7 @@ MegatronTensors read_megatron_dist(const MegatronDistCheckpoint& ck, const model
                   "buckets, which are not read: save from Megatron with --dist-ckpt-optim-fully-reshardable "
                   "(per-parameter optimizer.state.* keys), or resume with --no-load-optim (the weights alone)");
     for (const int set : {kDistExpAvg, kDistExpAvgSq, kDistMaster}) {
-      const auto found = sets[set].find(name);
+      const auto found = sets[set].find(source);
       TESSERA_CHECK(found != sets[set].end() || set == kDistMaster, md, " has no optimizer.state.",
                     set == kDistExpAvg ? "exp_avg." : "exp_avg_sq.", it->second[0].entry->key, " (Adam's state of ", name,
                     "): the checkpoint's optimizer state is incomplete or in a format not read (resume with "
@@ -223,13 +270,30 @@ MegatronTensors read_megatron_dist(const MegatronDistCheckpoint& ck, const model
     for (size_t q = 0; q < jobs[j].parts.size(); ++q) order.emplace_back(j, q);
   std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
     const DistSource &x = jobs[a.first].parts[a.second], &y = jobs[b.first].parts[b.second];
-    return std::pair(x.entry, x.layer) < std::pair(y.entry, y.layer);
+    return std::tuple(x.entry, x.layer, x.expert) < std::tuple(y.entry, y.layer, y.expert);
   });
   std::vector<std::vector<Tensor>> read(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) read[j].resize(jobs[j].parts.size());
+  // An experts' entry is read a layer (or, unstacked, an expert) at a time: the experts of one layer follow
+  // each other in `order`, so the layer's rows are read once and each expert's cut from them.
+  std::pair<const DcpEntry*, int64_t> held{nullptr, -1};
+  Tensor layer_rows;
   for (const auto& [j, q] : order) {
     const DistSource& s = jobs[j].parts[q];
-    Tensor t = s.layer >= 0 ? dcp.read(*s.entry, s.layer, 1) : dcp.read(*s.entry);
+    Tensor t;
+    if (s.expert >= 0 && s.layer >= 0) {
+      if (held != std::pair(s.entry, s.layer)) {
+        layer_rows = megatron_to_fp32(dcp.read(*s.entry, s.layer, 1), md, s.entry->key);
+        held = {s.entry, s.layer};
+      }
+      const Shape one = source_shape(s);
+      int64_t per = 1;
+      for (const int64_t d : one) per *= d;
+      t = hf_layout::rows(layer_rows.view({s.entry->size[1], per}), s.expert, 1).clone();
+      read[j][q] = t.view(one);
+      continue;
+    }
+    t = s.layer >= 0 ? dcp.read(*s.entry, s.layer, 1) : s.expert >= 0 ? dcp.read(*s.entry, s.expert, 1) : dcp.read(*s.entry);
     t = t.view(source_shape(s));
     read[j][q] = megatron_to_fp32(t, md, s.entry->key);
   }
@@ -269,7 +333,7 @@ MegatronTensors read_megatron_dist(const MegatronDistCheckpoint& ck, const model
       unused += str_cat(listed > 1 ? ", " : " ", list[0].entry->key);
   TESSERA_CHECK(unused.empty(), "convert: ", md, " has tensors this model does not use:", unused,
                 listed > 8 ? str_cat(" and ", listed - 8, " more") : std::string(),
-                " (a BERT or T5 model, shared experts, or args that describe another model)");
+                " (a T5 model, shared experts, or args that describe another model)");
   if (optimizer_entries > 0 && !optimizer)
     notes.push_back(str_cat("the checkpoint's optimizer state (", optimizer_entries,
                             " optimizer.* entries) is not carried: train on with --finetune, or --no-load-optim "

@@ -1,5 +1,5 @@
 // Megatron-LM's torch_dist checkpoint format (--ckpt-format torch_dist, its default since 2024) read into a
-// Tessera checkpoint, for GPT models (GPT-2 style and Llama style), without Python:
+// Tessera checkpoint, for GPT models (GPT-2 style and Llama style, mixtures of experts) and BERT, without Python:
 //
 //   DIR/latest_checkpointed_iteration.txt      "1000" or "release"
 //   DIR/iter_0001000/metadata.json             {"sharded_backend": "torch_dist", "common_backend": "torch", ...}
@@ -14,7 +14,11 @@
 // loader's merge makes them: the fused QKV per query group, SwiGLU's fc1 as [all gates; all ups] (Megatron
 // saves the gate and up halves of each rank as separate chunks at those offsets, or, with
 // singleton_local_shards, as the keys "..._w" and "..._v"). Key names map to Tessera's as megatron_names.h
-// maps the legacy ones (Transformer Engine's fused norms included). What is not a model weight is left:
+// maps the legacy ones (Transformer Engine's fused norms included).
+// The experts' keys are SequentialMLP's whichever MLP class saved them (Transformer Engine's grouped GEMM makes
+// its own so): "decoder.layers.mlp.experts.experts.linear_fc1.weight" [num_layers, num_experts, ...], or one key
+// per global expert G under singleton_local_shards ("...experts.experts.G.linear_fc1.weight"); a BERT stacks
+// "encoder.layers.*". What is not a model weight is left:
 // optimizer.* entries (read by read_megatron_dist for tessera train --load), ShardedObjects (Transformer Engine's
 // _extra_state, rng_state), and the common state besides the args and iteration.
 #pragma once

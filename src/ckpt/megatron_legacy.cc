@@ -15,7 +15,6 @@
 #include "ckpt/hf_layout.h"
 #include "ckpt/megatron_names.h"
 #include "ckpt/megatron_optimizer.h"
-#include "kernels/precision.h"
 #include "model/model_factory.h"
 
 namespace tessera::ckpt {
@@ -177,43 +176,110 @@ std::map<std::string, std::vector<MegatronShard>> global_shards(std::vector<Mega
   return sources;
 }
 
-// Mixture of experts: the experts of expert rank 0 (in `leaves`, from files[p][t]) and of the other expert
-// ranks' files of tensor rank t of stage p, under their global numbers in the per-expert form. The other
-// files' dense tensors are the same as expert rank 0's and are not read again.
-void add_expert_ranks(const MegatronLegacyCheckpoint& ck, int64_t p, int64_t t, int64_t vp, int64_t local_experts,
-                      std::vector<std::vector<MegatronShard>>& leaves) {
+bool is_expert_key(const std::string& key) {
   bool expert = false;
-  for (auto& chunk : leaves)
-    for (MegatronShard& s : chunk) s.key = megatron_global_expert_key(s.key, 0, local_experts, &expert);
+  megatron_global_expert_key(key, 0, 1, &expert);
+  return expert;
+}
+
+using Leaves = std::vector<std::vector<MegatronShard>>;  // one file's leaves, chunk by chunk
+
+// Fills `avg` and `sq` (copies of `leaves`) with Adam's moments of the leaves `include` selects, from one
+// torch optimizer state dict (read_megatron_legacy_optimizer: its numbers stand for those leaves in their
+// order), and puts the fp32 master weights, where saved, in `leaves`.
+void attach_moments(const StateNode& opt, const std::string& file, Leaves& leaves, Leaves& avg, Leaves& sq,
+                    bool (*include)(const std::string&), int64_t* steps) {
+  const auto selected = [&](const MegatronShard& s) {
+    return megatron_key(s.key).kind != MegatronKey::Kind::NotAWeight && include(s.key);
+  };
+  std::vector<MegatronParamShard> shapes;
+  for (const auto& chunk : leaves)
+    for (const MegatronShard& s : chunk)
+      if (selected(s)) shapes.push_back({s.key, s.tensor.shape()});
+  const MegatronOptimizerShards o = read_megatron_legacy_optimizer(opt, file, shapes);
+  if (*steps < 0) *steps = o.step;
+  size_t k = 0;
+  for (size_t v = 0; v < leaves.size(); ++v)
+    for (size_t i = 0; i < leaves[v].size(); ++i) {
+      if (!selected(leaves[v][i])) continue;
+      avg[v][i].tensor = o.exp_avg[k];
+      sq[v][i].tensor = o.exp_avg_sq[k];
+      if (o.master[k].defined()) leaves[v][i].tensor = o.master[k];
+      ++k;
+    }
+}
+
+bool any_key(const std::string&) { return true; }
+bool dense_key(const std::string& key) { return !is_expert_key(key); }
+
+// A file's "optimizer": a torch optimizer state dict (megatron_optimizer.h), or for a mixture of experts
+// Megatron-Core's ChainedOptimizer's list [the dense parameters' optimizer, the experts'] (the experts have
+// an optimizer of their own, over the expert-data-parallel group); `chained` asks for the list.
+const StateNode& legacy_optimizer_entry(const StateNode& root, const std::string& file, bool chained) {
+  // Megatron's legacy distributed optimizer keeps the moments in flat per-bucket buffers beside the file,
+  // laid out by its data-parallel sharding: not mapped back to parameters here.
+  const fs::path flat = fs::path(file).parent_path() / "distrib_optim.pt";
+  TESSERA_CHECK(!fs::exists(flat), flat.string(), ": the distributed optimizer's flat buffers (args."
+                "use_distributed_optimizer) are not read: resume with --no-load-optim (the weights alone), or "
+                "save from Megatron with --ckpt-format torch_dist --dist-ckpt-optim-fully-reshardable");
+  const StateNode* opt = root.find("optimizer");
+  TESSERA_CHECK(opt && (opt->is(SK::Dict) || opt->is(SK::List)), file, ": has no optimizer state (saved with "
+                "--no-save-optim?): resume with --no-load-optim, or --finetune");
+  if (chained)
+    TESSERA_CHECK(opt->is(SK::List) && opt->items.size() == 2 && opt->items[0].is(SK::Dict) && opt->items[1].is(SK::Dict),
+                  file, ": optimizer is a ", state_kind_name(opt->kind), opt->is(SK::List) ? str_cat(" of ", opt->items.size()) : "",
+                  ", not the list of two optimizer state dicts (the dense parameters', the experts') that Megatron-Core's "
+                  "ChainedOptimizer saves for a mixture of experts: resume with --no-load-optim");
+  else
+    TESSERA_CHECK(opt->is(SK::Dict), file, ": optimizer is a ", state_kind_name(opt->kind), ", not an optimizer's state dict");
+  return *opt;
+}
+
+// Mixture of experts: the experts of expert rank 0 (in `leaves`, from files[p][t]) and of the other expert
+// ranks' files of tensor rank t of stage p, under their global numbers in the per-expert form; with `avg` and
+// `sq` (the moments of `leaves`, shaped as it) also each other file's experts' moments, from the experts'
+// optimizer of its chained list. The other files' dense tensors are the same as expert rank 0's and are not
+// read again.
+void add_expert_ranks(const MegatronLegacyCheckpoint& ck, int64_t p, int64_t t, int64_t vp, int64_t local_experts,
+                      Leaves& leaves, Leaves* avg, Leaves* sq, int64_t* steps) {
+  bool expert = false;
+  const auto globalise = [&](Leaves& all, int64_t rank) {
+    for (auto& chunk : all)
+      for (MegatronShard& s : chunk) s.key = megatron_global_expert_key(s.key, rank, local_experts, &expert);
+  };
+  globalise(leaves, 0);
+  if (avg) globalise(*avg, 0), globalise(*sq, 0);
   for (size_t x = 0; x < ck.expert_files[p][t].size(); ++x) {
     const std::string& file = ck.expert_files[p][t][x];
     const StateNode root = load_torch_file(file);
     const std::vector<const StateNode*> models = model_chunks(root, vp, file);
     TESSERA_CHECK(static_cast<int64_t>(models.size()) == vp, file, ": holds ", models.size(), " model chunks, not ", vp);
+    Leaves mine(static_cast<size_t>(vp));  // this file's experts, chunk by chunk, under its local numbers
     for (int64_t v = 0; v < vp; ++v) {
       std::vector<MegatronShard> all;
       flatten_state(*models[v], "", file, all);
-      for (MegatronShard& s : all) {
-        s.key = megatron_global_expert_key(s.key, static_cast<int64_t>(x) + 1, local_experts, &expert);
-        if (expert) leaves[v].push_back(std::move(s));
+      for (MegatronShard& s : all)
+        if (is_expert_key(s.key)) mine[v].push_back(std::move(s));
+    }
+    Leaves mine_avg = mine, mine_sq = mine;
+    if (avg)
+      attach_moments(legacy_optimizer_entry(root, file, true).items[1], file + " (optimizer[1], the experts')", mine,
+                     mine_avg, mine_sq, any_key, steps);
+    const int64_t rank = static_cast<int64_t>(x) + 1;
+    globalise(mine, rank);
+    globalise(mine_avg, rank);
+    globalise(mine_sq, rank);
+    for (int64_t v = 0; v < vp; ++v) {
+      leaves[v].insert(leaves[v].end(), mine[v].begin(), mine[v].end());
+      if (avg) {
+        (*avg)[v].insert((*avg)[v].end(), mine_avg[v].begin(), mine_avg[v].end());
+        (*sq)[v].insert((*sq)[v].end(), mine_sq[v].begin(), mine_sq[v].end());
       }
     }
   }
 }
 
 }  // namespace
-
-Tensor megatron_to_fp32(const Tensor& t, const std::string& file, const std::string& key) {
-  if (t.dtype() == DType::F32) return t;
-  TESSERA_CHECK(t.dtype() == DType::BF16 || t.dtype() == DType::F16, file, ": ", key, " is ", dtype_name(t.dtype()),
-                ", not a floating-point weight");
-  Tensor out = Tensor::empty(t.shape());
-  const auto* src = static_cast<const uint16_t*>(t.host_raw());
-  float* dst = out.host_f32();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    dst[i] = t.dtype() == DType::BF16 ? bf16_to_fp32(src[i]) : kernels::fp16_to_fp32(src[i]);
-  return out;
-}
 
 MegatronIteration find_megatron_iteration(const std::string& load_dir, int64_t step) {
   MegatronIteration found;
@@ -255,45 +321,6 @@ std::string megatron_checkpoint_format(const MegatronIteration& it) {
   const bool metadata_json = fs::exists(iter / "metadata.json", ec), dcp = fs::exists(iter / ".metadata", ec);
   if (metadata_json || dcp) return "torch_dist";
   return "torch";
-}
-
-std::string megatron_tied_copy_note(const Tensor& copy, const Tensor& embedding, const std::string& key,
-                                    const std::string& file) {
-  TESSERA_CHECK(copy.shape() == embedding.shape(), "convert: ", file, ": ", key,
-                ", the last stage's copy of the tied word embeddings, is ", shape_str(copy.shape()),
-                " whole but the embedding is ", shape_str(embedding.shape()));
-  double largest = 0;
-  for (int64_t i = 0; i < copy.numel(); ++i)
-    largest = std::max(largest, static_cast<double>(std::abs(copy.host_f32()[i] - embedding.host_f32()[i])));
-  if (largest == 0) return "";
-  return str_cat("the last pipeline stage's copy of the tied word embeddings (", key, " in ", file,
-                 ") differs from the embedding by up to ", largest, "; the converted model uses the embedding for both");
-}
-
-void save_megatron_import(const std::string& save_dir, const model::ModelConfig& c, const MegatronArgs& a,
-                          int64_t iteration, const nlohmann::json& converted_from,
-                          const std::vector<std::pair<std::string, Tensor>>& tensors) {
-  nlohmann::json args = {{"model", model::to_json(c)},
-                         {"tokenizer_type", a.tokenizer_type},
-                         {"vocab_file", a.vocab_file},
-                         {"merge_file", a.merge_file},
-                         {"tokenizer_model", a.tokenizer_model},
-                         {"make_vocab_size_divisible_by", a.make_vocab_size_divisible_by},
-                         {"bf16", a.bf16},
-                         {"fp16", a.fp16},
-                         {"converted_from", converted_from}};
-  if (a.seed >= 0) args["seed"] = a.seed;
-  TrainingState state;
-  state.iteration = iteration;
-  state.consumed_train_samples = std::max<int64_t>(0, a.consumed_train_samples);
-  state.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : 1234;  // Megatron's default --seed
-  state.args = args;
-  // The tokenizer's files travel with the checkpoint when they are on this machine.
-  std::error_code ec;
-  for (const auto& [key, path] : {std::pair{"vocab_file", a.vocab_file}, std::pair{"merge_file", a.merge_file},
-                                  std::pair{"tokenizer_model", a.tokenizer_model}})
-    if (!path.empty() && fs::is_regular_file(path, ec)) state.tokenizer_files[key] = path;
-  save_full_model(save_dir, state, tensors);
 }
 
 MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64_t step) {
@@ -367,6 +394,17 @@ MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64
         (x == 0 ? ck.files[p][t] : ck.expert_files[p][t].emplace_back()) = file.string();
       }
 
+  // A BERT: its keys say so (the args do not), those of the last stage's files at least.
+  const auto bert_keys = [&](const StateNode& root, const std::string& file) {
+    std::vector<MegatronShard> leaves;
+    for (const StateNode* m : model_chunks(root, std::max<int64_t>(1, ck.args.virtual_pipeline), file))
+      if (m->is(SK::Dict)) flatten_state(*m, "", file, leaves);
+    return std::any_of(leaves.begin(), leaves.end(), [](const MegatronShard& s) { return megatron_bert_key(s.key); });
+  };
+  bool bert = bert_keys(ck.first, first);
+  if (!bert && pp > 1) bert = bert_keys(load_torch_file(ck.files[pp - 1][0]), ck.files[pp - 1][0]);
+  if (bert) set_megatron_bert(ck.args, first + ": args");
+
   // Before checkpoint_version 2.0 the fused QKV rows were ordered otherwise (Megatron reorders them on load).
   const StateNode* version = ck.first.find("checkpoint_version");
   const double v = !version ? 0 : version->is(SK::Float) ? version->real : version->is(SK::Int) ? static_cast<double>(version->integer) : -1;
@@ -390,9 +428,6 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::M
   const std::vector<int64_t>& layer_experts = ck.args.config.moe.layer_experts;
   const int64_t local_experts =
       moe ? *std::max_element(layer_experts.begin(), layer_experts.end()) / ck.expert_parallel : 0;
-  TESSERA_CHECK(!(optimizer && moe), ck.files[0][0], ": the optimizer state of a mixture-of-experts checkpoint is not "
-                "read (Megatron numbers the expert parameters in groups of their own): resume with --no-load-optim, "
-                "or convert with tessera convert --loader megatron");
   // chunks[v * pp + p]: Megatron's order of the layers (chunk v of every stage, then chunk v + 1); with
   // `optimizer` the moments in chunks of their own, keyed as their weights.
   std::vector<MegatronChunk> chunks(static_cast<size_t>(vp * pp)), avg_chunks(chunks.size()), sq_chunks(chunks.size());
@@ -408,43 +443,27 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::M
         TESSERA_CHECK(models[v]->is(SK::Dict), file, ": the model is a ", state_kind_name(models[v]->kind), ", not a state dict");
         flatten_state(*models[v], "", file, leaves[v]);
       }
-      if (moe) add_expert_ranks(ck, p, t, vp, local_experts, leaves);
+      // With `optimizer`, the moments of each leaf (the file's parameters in named_parameters order: its
+      // chunks' state dicts in turn), shaped as `leaves`.
+      Leaves avg, sq;
       if (optimizer) {
-        // The file's parameters in named_parameters order (its chunks' state dicts in turn).
-        std::vector<MegatronShard*> params;
-        std::vector<MegatronParamShard> shapes;
-        for (auto& chunk : leaves)
-          for (MegatronShard& s : chunk)
-            if (megatron_key(s.key).kind != MegatronKey::Kind::NotAWeight) {
-              params.push_back(&s);
-              shapes.push_back({s.key, s.tensor.shape()});
-            }
-        // Megatron's legacy distributed optimizer keeps the moments in flat per-bucket buffers beside the file,
-        // laid out by its data-parallel sharding: not mapped back to parameters here.
-        const fs::path flat = fs::path(file).parent_path() / "distrib_optim.pt";
-        TESSERA_CHECK(!fs::exists(flat), flat.string(), ": the distributed optimizer's flat buffers (args."
-                      "use_distributed_optimizer) are not read: resume with --no-load-optim (the weights alone), or "
-                      "save from Megatron with --ckpt-format torch_dist --dist-ckpt-optim-fully-reshardable");
-        const StateNode* opt = root.find("optimizer");
-        TESSERA_CHECK(opt && opt->is(SK::Dict), file, ": has no optimizer state (saved with --no-save-optim?): resume "
-                      "with --no-load-optim, or --finetune");
-        const MegatronOptimizerShards o = read_megatron_legacy_optimizer(*opt, file, shapes);
-        if (out.optimizer_steps < 0) out.optimizer_steps = o.step;
-        std::vector<std::vector<MegatronShard>> avg = leaves, sq = leaves;
-        size_t k = 0;
-        for (size_t v = 0; v < leaves.size(); ++v)
-          for (size_t i = 0; i < leaves[v].size(); ++i) {
-            if (megatron_key(leaves[v][i].key).kind == MegatronKey::Kind::NotAWeight) continue;
-            avg[v][i].tensor = o.exp_avg[k];
-            sq[v][i].tensor = o.exp_avg_sq[k];
-            if (o.master[k].defined()) leaves[v][i].tensor = o.master[k];
-            ++k;
-          }
+        avg = leaves, sq = leaves;
+        const StateNode& opt = legacy_optimizer_entry(root, file, moe);
+        if (!moe) {
+          attach_moments(opt, file, leaves, avg, sq, any_key, &out.optimizer_steps);
+        } else {
+          attach_moments(opt.items[0], file + " (optimizer[0], the dense parameters')", leaves, avg, sq, dense_key,
+                         &out.optimizer_steps);
+          attach_moments(opt.items[1], file + " (optimizer[1], the experts')", leaves, avg, sq, is_expert_key,
+                         &out.optimizer_steps);
+        }
+      }
+      if (moe) add_expert_ranks(ck, p, t, vp, local_experts, leaves, optimizer ? &avg : nullptr, &sq, &out.optimizer_steps);
+      if (optimizer)
         for (int64_t v = 0; v < vp; ++v) {
           add_to_chunk(avg[v], avg_chunks[v * pp + p]);
           add_to_chunk(sq[v], sq_chunks[v * pp + p]);
         }
-      }
       for (int64_t v = 0; v < vp; ++v) add_to_chunk(leaves[v], chunks[v * pp + p]);
     }
 
@@ -474,7 +493,8 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::M
   std::set<std::string> used;
   for (const model::Parameter& p : declared.params()) {
     const std::string& name = p.spec.name;
-    const auto it = sources.find(name);
+    const std::string source = megatron_stack_name(name);
+    const auto it = sources.find(source);
     TESSERA_CHECK(it != sources.end(), "convert: no file of ", ck.iteration_dir, " holds ", name,
                   " (or its legacy language_model.* name), which this model has");
     const MegatronSplit split = megatron_split(name, c.swiglu);
@@ -485,10 +505,10 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::M
                     " in each of its ", tp, " tensor-parallel shards (", name, " is ", shape_of(p.spec.shape),
                     " whole, split ", megatron_split_name(split), ")");
     tensors.emplace_back(name, merge_shards(it->second, split));
-    used.insert(name);
+    used.insert(source);
     if (optimizer) {  // the moments' shards have their weights' shapes (checked as they were read)
-      out.exp_avg.emplace_back(name, merge_shards(avg_sources.at(name), split));
-      out.exp_avg_sq.emplace_back(name, merge_shards(sq_sources.at(name), split));
+      out.exp_avg.emplace_back(name, merge_shards(avg_sources.at(source), split));
+      out.exp_avg_sq.emplace_back(name, merge_shards(sq_sources.at(source), split));
     }
   }
   // A tied model's last stage computes the logits with its own copy of the word embeddings, which
@@ -519,7 +539,7 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::M
       unused += str_cat(listed > 1 ? ", " : " ", chunk.tied_copies[0].key, " (", chunk.tied_copies[0].file, ")");
   TESSERA_CHECK(unused.empty(), "convert: the Megatron checkpoint has tensors this model does not use:", unused,
                 listed > 8 ? str_cat(" and ", listed - 8, " more") : std::string(),
-                " (a BERT or T5 model, shared experts, or args that describe another model)");
+                " (a T5 model, shared experts, or args that describe another model)");
 
   out.config = c;
   out.model = std::move(tensors);

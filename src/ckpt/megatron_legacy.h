@@ -1,5 +1,5 @@
 // Megatron-LM's legacy checkpoint format (--ckpt-format torch) read into a Tessera checkpoint, for GPT
-// models (GPT-2 style and Llama style), without Python:
+// models (GPT-2 style and Llama style, mixtures of experts) and BERT (told by its keys), without Python:
 //
 //   DIR/latest_checkpointed_iteration.txt         "1000" or "release"
 //   DIR/iter_0001000/mp_rank_TT/model_optim_rng.pt        tensor rank TT (no pipeline parallelism)
@@ -93,7 +93,7 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint checkpoint, const 
 std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint checkpoint, const model::ModelConfig& config,
                                                 const std::string& save_dir);
 
-// Shared with the torch_dist importer (megatron_dist.cc).
+// Shared with the torch_dist importer (megatron_dist.cc); defined in megatron_import.cc.
 // A stored weight (fp32, bf16 or fp16) as fp32, the master weights a Tessera checkpoint holds; an error
 // names the file and key of any other type.
 Tensor megatron_to_fp32(const Tensor& t, const std::string& file, const std::string& key);

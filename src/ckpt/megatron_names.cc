@@ -57,6 +57,13 @@ MegatronKey megatron_key(const std::string& key) {
     out.name = k;
     return out;
   }
+  // BERT's masked-LM head: the legacy BertLMHead's bias (vocabulary-parallel) and norm (once "layernorm")
+  // are Megatron-Core's output_layer.bias and lm_head.layer_norm, Tessera's names.
+  if (k == "lm_head.bias") k = "output_layer.bias";
+  if (has_prefix(k, "lm_head.norm.")) k = "lm_head.layer_norm." + k.substr(13);
+  if (has_prefix(k, "lm_head.layernorm.")) k = "lm_head.layer_norm." + k.substr(18);
+  // The layer stack is "decoder" here whatever the model calls it (a BERT's "encoder", the legacy GPT's
+  // "encoder" or "transformer"): megatron_stack_name maps a Tessera name to it.
   if (has_prefix(k, "encoder.")) k = "decoder." + k.substr(8);
   if (has_prefix(k, "transformer.")) k = "decoder." + k.substr(12);
   if (k == "decoder.final_norm.weight" || k == "decoder.final_norm.bias") k = "decoder.final_layernorm." + k.substr(19);
@@ -108,6 +115,17 @@ std::string megatron_global_expert_key(const std::string& key, int64_t expert_ra
   return str_cat(key.substr(0, after), kLocal, expert_rank * local_experts + local, ".", rest);
 }
 
+bool megatron_bert_key(const std::string& key) {
+  for (const std::string_view p : {"lm_head.", "binary_head.", "pooler.", "language_model.pooler.", "encoder.layers.",
+                                   "encoder.final_layernorm."})
+    if (has_prefix(key, p)) return true;
+  return key.find("tokentype_embeddings.") != std::string::npos;
+}
+
+std::string megatron_stack_name(const std::string& tessera_name) {
+  return has_prefix(tessera_name, "encoder.") ? "decoder." + tessera_name.substr(8) : tessera_name;
+}
+
 MegatronSplit megatron_split(const std::string& name, bool swiglu) {
   if (name.find(".mlp.experts.local_experts.") != std::string::npos) {  // each expert an MLP split as the dense one
     if (has_suffix(name, ".linear_fc1.weight") || has_suffix(name, ".linear_fc1.bias"))
@@ -115,7 +133,9 @@ MegatronSplit megatron_split(const std::string& name, bool swiglu) {
     if (has_suffix(name, ".linear_fc2.weight")) return MegatronSplit::Columns;
     return MegatronSplit::Replicated;
   }
-  if (name == "embedding.word_embeddings.weight" || name == "output_layer.weight") return MegatronSplit::Rows;
+  // The vocabulary-parallel rows: the embedding, the output layer and BERT's output bias.
+  if (name == "embedding.word_embeddings.weight" || name == "output_layer.weight" || name == "output_layer.bias")
+    return MegatronSplit::Rows;
   if (has_suffix(name, ".self_attention.linear_qkv.weight") || has_suffix(name, ".self_attention.linear_qkv.bias"))
     return MegatronSplit::Rows;
   if (has_suffix(name, ".mlp.linear_fc1.weight") || has_suffix(name, ".mlp.linear_fc1.bias"))

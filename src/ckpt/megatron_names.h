@@ -1,4 +1,4 @@
-// Megatron's state-dict keys for a GPT, in each of the schemes its checkpoints use, mapped to Tessera's
+// Megatron's state-dict keys for a GPT or a BERT, in each of the schemes its checkpoints use, mapped to Tessera's
 // parameter names (which are Megatron-Core's local-spec names), and how each tensor is split over the
 // tensor-parallel ranks. Kept apart from reading and merging (megatron_legacy.cc) so the mapping can be
 // tested on its own.
@@ -26,6 +26,14 @@ struct MegatronKey {
 // or "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight"). Unknown keys come back as Weight
 // under their own (normalised) name, for the caller to report as unused.
 MegatronKey megatron_key(const std::string& key);
+
+// The name megatron_key gives the tensor Tessera calls `tessera_name`: its layer stack is "decoder." (a
+// BERT's Tessera names say "encoder."), the rest unchanged.
+std::string megatron_stack_name(const std::string& tessera_name);
+
+// Whether a checkpoint key (as saved, flattened with dots) is one only a BERT has: its masked-LM head,
+// binary head, pooler or token-type embeddings, or Megatron-Core's "encoder.layers" (its GPT's are "decoder").
+bool megatron_bert_key(const std::string& key);
 
 // A mixture-of-experts key of expert-parallel rank `expert_rank`, whose file numbers its experts locally
 // (Megatron-Core's SequentialMLP: "...mlp.experts.local_experts.L.linear_fc1.weight"; Transformer Engine's

@@ -52,6 +52,32 @@ TEST(MegatronNames, LegacyLanguageModelNames) {
   EXPECT_EQ(megatron_key("word_embeddings_for_head.weight").kind, MegatronKey::Kind::TiedCopy);
 }
 
+TEST(MegatronNames, BertNamesOfBothSchemes) {
+  // Megatron-Core's BertModel: Tessera's names, the layer stack under "decoder." as a GPT's.
+  EXPECT_EQ(tessera_name("encoder.layers.1.self_attention.linear_qkv.weight"),
+            "decoder.layers.1.self_attention.linear_qkv.weight");
+  for (const char* name : {"lm_head.dense.weight", "lm_head.layer_norm.bias", "output_layer.bias", "pooler.dense.weight",
+                           "binary_head.bias", "embedding.tokentype_embeddings.weight"})
+    EXPECT_EQ(tessera_name(name), name);
+  // The legacy BertModel: language_model.{embedding, encoder, pooler}, lm_head.{dense, norm, bias}.
+  EXPECT_EQ(tessera_name("language_model.pooler.dense.bias"), "pooler.dense.bias");
+  EXPECT_EQ(tessera_name("lm_head.bias"), "output_layer.bias");
+  EXPECT_EQ(tessera_name("lm_head.norm.weight"), "lm_head.layer_norm.weight");
+  EXPECT_EQ(tessera_name("lm_head.layernorm.bias"), "lm_head.layer_norm.bias");
+  EXPECT_EQ(tessera_name("language_model.encoder.final_norm.weight"), "decoder.final_layernorm.weight");
+  EXPECT_EQ(megatron_stack_name("encoder.layers.0.mlp.linear_fc1.weight"), "decoder.layers.0.mlp.linear_fc1.weight");
+  EXPECT_EQ(megatron_stack_name("lm_head.dense.weight"), "lm_head.dense.weight");
+  EXPECT_EQ(megatron_split("output_layer.bias", false), MegatronSplit::Rows);
+  EXPECT_EQ(megatron_split("binary_head.weight", false), MegatronSplit::Replicated);
+  // What tells a BERT's checkpoint from a GPT's (the args do not).
+  for (const char* key : {"lm_head.bias", "binary_head.weight", "language_model.pooler.dense.weight", "pooler.dense.bias",
+                          "encoder.layers.0.mlp.linear_fc1.weight", "language_model.embedding.tokentype_embeddings.weight"})
+    EXPECT_TRUE(megatron_bert_key(key)) << key;
+  for (const char* key : {"language_model.encoder.layers.0.mlp.dense_h_to_4h.weight", "decoder.layers.mlp.linear_fc1.weight",
+                          "output_layer.weight", "embedding.word_embeddings.weight"})
+    EXPECT_FALSE(megatron_bert_key(key)) << key;
+}
+
 TEST(MegatronNames, UnknownKeysKeepTheirNameForTheUnusedReport) {
   EXPECT_EQ(tessera_name("lm_head.dense.weight"), "lm_head.dense.weight");
   EXPECT_EQ(megatron_key("decoder.layers.x.foo").layer, -1);

@@ -10,6 +10,8 @@
 // tells which it is (Megatron-Core orders the groups as it first meets them, older versions the decayed
 // one first, the guess where a group records neither). Every number's moments are checked
 // against the shape of the parameter it stands for, so another order is an error, not a silent swap.
+// A mixture of experts' file holds Megatron-Core's ChainedOptimizer's list instead, [the dense parameters'
+// state dict, the experts'], each numbering its own parameters so (megatron_legacy.cc reads each for its part).
 // The legacy distributed optimizer keeps its moments in distrib_optim.pt as flat buffers: not read.
 //
 // torch_dist: the moments are sharded tensors beside the weights, "optimizer.state.exp_avg.<model key>"

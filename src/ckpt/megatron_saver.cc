@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <string_view>
 #include <tuple>
 
 #include "ckpt/checkpoint.h"
@@ -44,25 +45,33 @@ Tensor megatron_shard(const Tensor& whole, MegatronSplit split, int64_t rank, in
   return whole;
 }
 
-// The word embeddings (or output layer) with `rows` rows: Tessera's padding cut or extended with zeros.
+// The word embeddings (or output layer, or BERT's output bias) with `rows` rows: Tessera's padding cut or
+// extended with zeros.
 Tensor repad_vocabulary(const Tensor& t, int64_t rows) {
   if (t.shape()[0] == rows) return t;
-  Tensor out = Tensor::zeros({rows, t.shape()[1]});
-  const int64_t keep = std::min(rows, t.shape()[0]) * t.shape()[1];
+  const int64_t width = t.shape().size() > 1 ? t.shape()[1] : 1;
+  Tensor out = Tensor::zeros(t.shape().size() > 1 ? Shape{rows, width} : Shape{rows});
+  const int64_t keep = std::min(rows, t.shape()[0]) * width;
   std::copy(t.host_f32(), t.host_f32() + keep, out.host_f32());
   return out;
 }
 
 // The legacy model's state-dict path of a Megatron-Core name (the inverse of megatron_key): nested
-// dicts language_model -> embedding / encoder / output_layer, the encoder's keys flat.
+// dicts language_model -> embedding / encoder / output_layer (a BERT's: pooler), the encoder's keys flat;
+// a BERT's heads beside language_model: lm_head {bias, dense.*, norm.*} and binary_head.
 std::vector<std::string> legacy_path(const std::string& name, bool tied_copy) {
   if (tied_copy) return {"word_embeddings_for_head", "weight"};
-  if (name == "embedding.word_embeddings.weight") return {"language_model", "embedding", "word_embeddings", "weight"};
-  if (name == "embedding.position_embeddings.weight")
-    return {"language_model", "embedding", "position_embeddings", "weight"};
+  for (const char* table : {"word_embeddings", "position_embeddings", "tokentype_embeddings"})
+    if (name == str_cat("embedding.", table, ".weight")) return {"language_model", "embedding", table, "weight"};
   if (name == "output_layer.weight") return {"language_model", "output_layer", "weight"};
-  const std::string final_norm = "decoder.final_layernorm.";
-  if (name.rfind(final_norm, 0) == 0) return {"language_model", "encoder", "final_norm." + name.substr(final_norm.size())};
+  if (name == "output_layer.bias") return {"lm_head", "bias"};  // BERT's vocabulary-parallel output bias
+  if (name.rfind("lm_head.layer_norm.", 0) == 0) return {"lm_head", "norm." + name.substr(19)};
+  if (name.rfind("lm_head.", 0) == 0) return {"lm_head", name.substr(8)};
+  if (name.rfind("binary_head.", 0) == 0) return {"binary_head", name.substr(12)};
+  if (name.rfind("pooler.", 0) == 0) return {"language_model", "pooler", name.substr(7)};
+  for (const char* final_norm : {"decoder.final_layernorm.", "encoder.final_layernorm."})
+    if (name.rfind(final_norm, 0) == 0)
+      return {"language_model", "encoder", "final_norm." + name.substr(std::string(final_norm).size())};
   const MegatronKey k = megatron_key(name);
   static const std::pair<std::string, std::string> renames[] = {
       {"input_layernorm.", "input_norm."},
@@ -93,10 +102,16 @@ void put_nested(PickleOut& dict, const std::vector<std::string>& path, size_t at
 // Where a tensor comes in Megatron's state dict, which follows the modules' order: the embedding, each
 // layer's input norm, attention (QKV, projection), pre-MLP norm and MLP (fc1, fc2), the final norm, the
 // output layer (Tessera declares a layer's norms first). Only for files that read as Megatron's do.
+// A BERT's last stage then has Megatron-Core's BertModel order: the LM head (dense, norm), the output layer,
+// the binary head, the pooler.
 std::tuple<int, int64_t, int> megatron_order(const std::string& name) {
-  if (name.rfind("embedding.", 0) == 0) return {0, 0, name.find("word_embeddings") != std::string::npos ? 0 : 1};
-  if (name.rfind("decoder.final_layernorm.", 0) == 0) return {2, 0, 0};
-  if (name == "output_layer.weight") return {3, 0, 0};
+  if (name.rfind("embedding.", 0) == 0)
+    return {0, 0, name.find("word_embeddings") != std::string::npos ? 0 : name.find("position") != std::string::npos ? 1 : 2};
+  if (name.rfind("decoder.final_layernorm.", 0) == 0 || name.rfind("encoder.final_layernorm.", 0) == 0) return {2, 0, 0};
+  if (name.rfind("lm_head.", 0) == 0) return {3, 0, name.rfind("lm_head.dense.", 0) == 0 ? 0 : 1};
+  if (name.rfind("output_layer.", 0) == 0) return {4, 0, 0};
+  if (name.rfind("binary_head.", 0) == 0) return {5, 0, 0};
+  if (name.rfind("pooler.", 0) == 0) return {6, 0, 0};
   const MegatronKey k = megatron_key(name);
   static const char* const parts[] = {"input_layernorm.", "self_attention.linear_qkv.", "self_attention.linear_proj.",
                                       "pre_mlp_layernorm.", "mlp.linear_fc1.", "mlp.linear_fc2."};
@@ -107,9 +122,49 @@ std::tuple<int, int64_t, int> megatron_order(const std::string& name) {
 }
 
 struct SaveLayout {
-  int64_t tp = 1, pp = 1, layers_per_stage = 0, padded_vocab = 0;
+  int64_t tp = 1, pp = 1, ep = 1, layers_per_stage = 0, padded_vocab = 0;
+  int64_t experts = 0;  // per MoE layer (0: a dense model)
   DType stored = DType::F32;
 };
+
+// A mixture of experts' Megatron arguments (the --num-experts and --moe-* flags megatron_args.cc reads).
+void add_moe_args(PickleOut& a, const model::MoeConfig& m, const SaveLayout& l) {
+  std::vector<PickleOut> pattern;  // moe_layer_freq as a list: 1 for each MoE layer
+  for (const int64_t e : m.layer_experts) pattern.push_back(PickleOut::int_of(e > 0 ? 1 : 0));
+  const char* balancing = m.load_balancing == model::LoadBalancing::None         ? "none"
+                          : m.load_balancing == model::LoadBalancing::SeqAuxLoss ? "seq_aux_loss"
+                                                                                 : "aux_loss";
+  auto I = PickleOut::int_of;
+  auto F = [](double v) { return PickleOut::float_of(v); };
+  a.set("moe_layer_freq", PickleOut::list(std::move(pattern)))
+      .set("moe_ffn_hidden_size", I(m.ffn_hidden_size))
+      .set("moe_router_topk", I(m.router.topk))
+      .set("moe_router_score_function",
+           PickleOut::str(m.router.score == kernels::RouterScoreFunction::Sigmoid ? "sigmoid" : "softmax"))
+      .set("moe_router_pre_softmax", PickleOut::boolean_of(m.router.pre_softmax))
+      .set("moe_router_topk_scaling_factor", F(model::json_float(m.router.scaling_factor)))
+      .set("moe_router_num_groups", m.router.num_groups > 0 ? I(m.router.num_groups) : PickleOut::none())
+      .set("moe_router_group_topk", m.router.group_topk > 0 ? I(m.router.group_topk) : PickleOut::none())
+      .set("moe_router_enable_expert_bias", PickleOut::boolean_of(m.expert_bias))
+      .set("moe_router_load_balancing_type", PickleOut::str(balancing))
+      .set("moe_aux_loss_coeff", F(model::json_float(m.aux_loss_coeff)))
+      .set("moe_z_loss_coeff", m.z_loss_coeff > 0 ? F(model::json_float(m.z_loss_coeff)) : PickleOut::none())
+      .set("moe_input_jitter_eps", m.input_jitter_eps > 0 ? F(model::json_float(m.input_jitter_eps)) : PickleOut::none())
+      .set("moe_expert_capacity_factor", m.capacity_factor >= 0 ? F(m.capacity_factor) : PickleOut::none())
+      .set("moe_token_drop_policy",
+           PickleOut::str(m.token_drop_policy == kernels::TokenDropPolicy::Position ? "position" : "probs"))
+      .set("moe_pad_expert_input_to_capacity", PickleOut::boolean_of(m.pad_expert_input_to_capacity))
+      .set("moe_grouped_gemm", PickleOut::boolean_of(false))  // SequentialMLP's per-expert keys are written
+      .set("moe_shared_expert_intermediate_size", PickleOut::none())
+      .set("expert_tensor_parallel_size", I(l.tp));
+}
+
+// The global expert of a layer's key part "mlp.experts.local_experts.G...." (Tessera's), or -1.
+int64_t expert_of(const std::string& rest) {
+  static constexpr std::string_view kLocal = "mlp.experts.local_experts.";
+  if (rest.compare(0, kLocal.size(), kLocal) != 0) return -1;
+  return std::stoll(rest.substr(kLocal.size(), rest.find('.', kLocal.size()) - kLocal.size()));
+}
 
 // The Namespace of Megatron arguments that describe this model at this layout: those Megatron's
 // load_args_from_checkpoint and check_checkpoint_args read, and its converters' loaders (and
@@ -158,7 +213,9 @@ PickleOut megatron_args_namespace(const model::ModelConfig& c, const nlohmann::j
       .set("hidden_dropout", F(model::json_float(c.hidden_dropout)))
       .set("attention_dropout", F(model::json_float(c.attention_dropout)))
       .set("init_method_std", F(model::json_float(c.init_method_std)))
-      .set("num_experts", PickleOut::none())
+      .set("num_experts", l.experts > 0 ? I(l.experts) : PickleOut::none())
+      .set("expert_model_parallel_size", I(l.ep))
+      .set("bert_binary_head", B(c.family != "bert" || c.bert_binary_head))
       .set("tokenizer_type", tokenizer.empty() ? PickleOut::none() : S(tokenizer))
       .set("vocab_file", path_or_none("vocab_file"))
       .set("merge_file", path_or_none("merge_file"))
@@ -182,6 +239,7 @@ PickleOut megatron_args_namespace(const model::ModelConfig& c, const nlohmann::j
       .set("seed", I(static_cast<int64_t>(state.seed)))
       .set("ckpt_format", S("torch"))
       .set("use_mcore_models", B(true));
+  if (l.experts > 0) add_moe_args(a, c.moe, l);
   return a;
 }
 
@@ -193,14 +251,35 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
   std::vector<std::pair<std::string, Tensor>> full = load_full_model(load_dir, &state);
   TESSERA_CHECK(state.args.contains("model"), "convert: checkpoint ", load_dir, " records no model configuration");
   const model::ModelConfig c = model::config_from_json(state.args["model"]);
-  TESSERA_CHECK(c.family == "gpt", "convert --saver megatron: ", load_dir, " holds a ", c.family,
-                " model; only GPT models are written as Megatron checkpoints yet");
-  TESSERA_CHECK(c.moe.layer_experts.empty(), "convert --saver megatron: ", load_dir,
-                " holds a mixture-of-experts model; only dense GPT models are written as Megatron checkpoints yet");
+  TESSERA_CHECK(c.family == "gpt" || c.family == "bert", "convert --saver megatron: ", load_dir, " holds a ",
+                c.family, " model; only GPT and BERT models are written as Megatron checkpoints");
+  TESSERA_CHECK(c.mtp_num_layers == 0, "convert --saver megatron: ", load_dir, " holds a model with ",
+                c.mtp_num_layers, " multi-token prediction modules; they are not written as Megatron checkpoints yet");
   SaveLayout l;
   l.tp = o.tensor_parallel;
   l.pp = o.pipeline_parallel;
-  TESSERA_CHECK(l.tp >= 1 && l.pp >= 1, "convert --saver megatron: the target sizes must be positive");
+  l.ep = o.expert_parallel;
+  TESSERA_CHECK(l.tp >= 1 && l.pp >= 1 && l.ep >= 1, "convert --saver megatron: the target sizes must be positive");
+  // A mixture of experts as Megatron-Core's MoE layers: the same experts in every MoE layer (Megatron's args
+  // have one --num-experts), no shared experts nor DeepSpeed's residual form (no Megatron keys map them).
+  for (const int64_t e : c.moe.layer_experts) {
+    TESSERA_CHECK(e == 0 || l.experts == 0 || e == l.experts, "convert --saver megatron: ", load_dir, " has layers with ",
+                  l.experts, " and ", e, " experts (a pyramid): Megatron's args have one --num-experts");
+    if (e > 0) l.experts = e;
+  }
+  TESSERA_CHECK(l.experts > 0 || l.ep == 1, "convert --saver megatron: --target-expert-parallel-size ", l.ep,
+                " for a model without experts");
+  if (l.experts > 0) {
+    TESSERA_CHECK(c.moe.shared_expert_intermediate_size == 0 && !c.moe.residual, "convert --saver megatron: ", load_dir,
+                  " has shared experts or the residual MoE form, which are not written as Megatron keys");
+    TESSERA_CHECK(!o.legacy_names, "convert --saver megatron: --megatron-names legacy: a mixture of experts is written "
+                  "under Megatron-Core's names only");
+    TESSERA_CHECK(l.experts % l.ep == 0, "convert --saver megatron: num_experts (", l.experts,
+                  ") is not divisible by --target-expert-parallel-size ", l.ep);
+    TESSERA_CHECK(c.moe.ffn_hidden_size % l.tp == 0, "convert --saver megatron: moe_ffn_hidden_size (",
+                  c.moe.ffn_hidden_size, ") is not divisible by --target-tensor-parallel-size ", l.tp);
+  }
+  const int64_t local_experts = l.experts / l.ep;
   auto divides = [&](int64_t n, const char* what, int64_t by, const char* flag) {
     TESSERA_CHECK(n % by == 0, "convert --saver megatron: ", what, " (", n, ") is not divisible by ", flag, " ", by);
   };
@@ -224,6 +303,7 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
     Tensor whole;
     MegatronSplit split;
     bool tied_copy = false;
+    int64_t expert = -1;  // a mixture of experts: the global expert this tensor is of
   };
   std::vector<std::vector<Placed>> stages(static_cast<size_t>(l.pp));
   Placed tied_copy;
@@ -233,13 +313,17 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
     TESSERA_CHECK(it != by_name.end(), "convert: checkpoint ", load_dir, " has no ", name, ", which its model has");
     Tensor t = it->second;
     TESSERA_CHECK(t.dtype() == DType::F32, "convert: ", name, " is ", dtype_name(t.dtype()), ", not fp32");
-    const bool vocabulary = name == "embedding.word_embeddings.weight" || name == "output_layer.weight";
+    const bool vocabulary =
+        name == "embedding.word_embeddings.weight" || name == "output_layer.weight" || name == "output_layer.bias";
     if (vocabulary) t = repad_vocabulary(t, l.padded_vocab);
     const MegatronSplit split = megatron_split(name, c.swiglu);
     const MegatronKey k = megatron_key(name);
     if (k.layer >= 0) {
       const int64_t stage = k.layer / l.layers_per_stage;
-      stages[stage].push_back({str_cat("decoder.layers.", k.layer % l.layers_per_stage, ".", k.rest), t, split});
+      // A BERT's stack is Megatron-Core's BertModel "encoder" (megatron_key names every stack "decoder").
+      stages[stage].push_back(
+          {str_cat(c.family == "bert" ? "encoder" : "decoder", ".layers.", k.layer % l.layers_per_stage, ".", k.rest), t,
+           split, false, expert_of(k.rest)});
     } else if (name.rfind("embedding.", 0) == 0) {
       stages[0].push_back({name, t, split});
     } else {
@@ -260,24 +344,36 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
   const PickleOut args = megatron_args_namespace(c, state.args, state, l, divisible_by);
   for (int64_t p = 0; p < l.pp; ++p) {
     for (int64_t t = 0; t < l.tp; ++t) {
+     for (int64_t e = 0; e < l.ep; ++e) {
       TorchSaveWriter writer;
       PickleOut model = PickleOut::dict(PickleKind::OrderedDict);
       for (const Placed& x : stages[p]) {
+        // Expert rank e holds the dense tensors and its experts, numbered locally as Megatron-Core's
+        // SequentialMLP numbers them (local_experts.L, L = G - e * E/ep).
+        std::string name = x.name;
+        if (x.expert >= 0) {
+          if (x.expert / local_experts != e) continue;
+          const std::string global = str_cat("local_experts.", x.expert, ".");
+          name.replace(name.find(global), global.size(), str_cat("local_experts.", x.expert % local_experts, "."));
+        }
         PickleOut tensor = writer.tensor(megatron_shard(x.whole, x.split, t, l.tp), l.stored);
-        if (o.legacy_names) put_nested(model, legacy_path(x.name, x.tied_copy), 0, std::move(tensor));
-        else model.set(x.name, std::move(tensor));
+        if (o.legacy_names) put_nested(model, legacy_path(name, x.tied_copy), 0, std::move(tensor));
+        else model.set(name, std::move(tensor));
       }
       PickleOut root = PickleOut::dict();
       root.set("args", args)
           .set("checkpoint_version", PickleOut::float_of(3.0))
           .set("iteration", PickleOut::int_of(state.iteration))
           .set("model", std::move(model));
-      char rank[64];
-      if (l.pp == 1) std::snprintf(rank, sizeof rank, "mp_rank_%02lld", static_cast<long long>(t));
-      else std::snprintf(rank, sizeof rank, "mp_rank_%02lld_%03lld", static_cast<long long>(t), static_cast<long long>(p));
+      // mp_rank_TT, then _PPP with pipeline stages and _EEE with expert ranks (Megatron's get_checkpoint_name).
+      std::string rank = str_cat("mp_rank_", t < 10 ? "0" : "", t);
+      const auto three = [](int64_t n) { return str_cat("_", n < 10 ? "00" : n < 100 ? "0" : "", n); };
+      if (l.pp > 1) rank += three(p);
+      if (l.ep > 1) rank += three(e);
       const fs::path dir = fs::path(save_dir) / iteration / rank;
       fs::create_directories(dir);
       writer.write((dir / "model_optim_rng.pt").string(), root);
+     }
     }
   }
   write_file_atomically((fs::path(save_dir) / "latest_checkpointed_iteration.txt").string(),

@@ -65,7 +65,7 @@ double layer_record_bytes(const ModelConfig& c, const ActivationLayout& l) {
 double chunk_extra_bytes(const ModelConfig& c, const ActivationLayout& l, bool first_chunk, bool last_chunk) {
   const double rows = tokens(l), t = static_cast<double>(l.tensor_parallel), h = static_cast<double>(c.hidden_size);
   double bytes = 4.0 * rows;                  // positions
-  if (first_chunk) bytes += 4.0 * rows;       // tokens
+  if (first_chunk || (last_chunk && c.mtp_num_layers > 0)) bytes += 4.0 * rows;  // tokens
   if (!last_chunk) return bytes;
   const double norm_rows = l.sequence_parallel ? rows / t : rows;
   const double norm_stats = c.normalization == Normalization::LayerNorm ? 2.0 : 1.0;
@@ -73,6 +73,20 @@ double chunk_extra_bytes(const ModelConfig& c, const ActivationLayout& l, bool f
   bytes += rows * (4.0 + 4.0);                                                    // labels, loss mask
   bytes += rows * (static_cast<double>(c.padded_vocab_size) / t + 1.0) * 4.0;     // logits shard, lse
   return bytes;
+}
+
+double mtp_module_extra_bytes(const ModelConfig& c, const ActivationLayout& l) {
+  const double rows = tokens(l), t = static_cast<double>(l.tensor_parallel), h = static_cast<double>(c.hidden_size);
+  const double norm_rows = l.sequence_parallel ? rows / t : rows;
+  const double norm_stats = c.normalization == Normalization::LayerNorm ? 2.0 : 1.0;
+  return norm_rows * (7.0 * h + 3.0 * norm_stats) * 4.0 +                     // the fp32 glue, 3 norms' stats
+         rows * 4.0 * 4.0 +                                                    // tokens, positions, labels, mask
+         rows * (static_cast<double>(c.padded_vocab_size) / t + 1.0) * 4.0;  // logits shard, lse
+}
+
+double mtp_record_bytes(const ModelConfig& c, const ActivationLayout& l) {
+  if (c.mtp_num_layers == 0) return 0;
+  return static_cast<double>(c.mtp_num_layers) * (layer_record_bytes(c, l) + mtp_module_extra_bytes(c, l));
 }
 
 double chunk_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r) {

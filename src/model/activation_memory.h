@@ -49,6 +49,16 @@ inline double layer_kv_elements(const ModelConfig& c, int64_t micro_batch, int64
 // output (fp32; sequence-sharded under sequence parallelism) and statistics, the labels and loss mask,
 // this rank's vocabulary shard of the fp32 logits (cross-entropy writes dlogits into them in place, so
 // they live until backward) and the log-sum-exp.
+// With multi-token prediction a last chunk without the embedding keeps the tokens too (int32).
 double chunk_extra_bytes(const ModelConfig& c, const ActivationLayout& l, bool first_chunk, bool last_chunk);
+// Tessera: bytes the multi-token prediction modules (ModelConfig::mtp_num_layers) of the last chunk hold for
+// one micro-batch: per module its layer's record (layer_record_bytes; never recomputed), and in fp32 the
+// embedding, enorm's and hnorm's outputs, their concatenation, the final norm's input and output (7h per
+// row, sequence-sharded under sequence parallelism) with the three norms' statistics, the rolled tokens,
+// position ids, labels and loss mask, and its own logits shard and log-sum-exp (alive until backward, with
+// the main head's).
+double mtp_record_bytes(const ModelConfig& c, const ActivationLayout& l);
+// The part of one module's record besides its layer's (mtp_record_bytes = N x (layer + this)).
+double mtp_module_extra_bytes(const ModelConfig& c, const ActivationLayout& l);
 
 }  // namespace tessera::model

@@ -68,6 +68,9 @@ int64_t ModelConfig::parameter_count() const {
   for (int64_t layer = 1; layer <= num_layers; ++layer) n += feed_forward_parameters(*this, layer);
   if (position_embedding == PositionEmbedding::LearnedAbsolute) n += max_position_embeddings * h;
   if (untie_embeddings_and_output_weights) n += padded_vocab_size * h;
+  // Each MTP module: enorm, hnorm, eh_proj (2h -> h, no bias), one layer as the last, its final norm.
+  if (mtp_num_layers > 0)
+    n += mtp_num_layers * (3 * norm + 2 * h * h + attention + feed_forward_parameters(*this, num_layers));
   return n;
 }
 
@@ -173,6 +176,10 @@ nlohmann::json to_json(const ModelConfig& c) {
   }
   if (c.qk_layernorm) j["qk_layernorm"] = true;
   if (c.mla.enabled) j["mla"] = mla_to_json(c.mla);
+  if (c.mtp_num_layers > 0) {
+    j["mtp_num_layers"] = c.mtp_num_layers;
+    j["mtp_loss_scaling_factor"] = json_float(c.mtp_loss_scaling_factor);
+  }
   return j;
 }
 
@@ -231,6 +238,10 @@ ModelConfig config_from_json(const nlohmann::json& j) {
     }
     if (j.contains("qk_layernorm")) c.qk_layernorm = j.at("qk_layernorm").get<bool>();
     if (j.contains("mla")) c.mla = mla_from_json(j.at("mla"));
+    if (j.contains("mtp_num_layers")) {
+      c.mtp_num_layers = integer(j, "mtp_num_layers");
+      c.mtp_loss_scaling_factor = j.at("mtp_loss_scaling_factor").get<float>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("model configuration: ", e.what()));
   }
@@ -256,6 +267,10 @@ void validate_config(const ModelConfig& c) {
   dimension("max_position_embeddings", c.max_position_embeddings);
   dimension("vocab_size", c.vocab_size);
   dimension("padded_vocab_size", c.padded_vocab_size);
+  if (c.mtp_num_layers < 0 || c.mtp_num_layers > c.num_layers)
+    fail("mtp_num_layers", c.mtp_num_layers, "must be between 0 and num_layers");
+  if (!std::isfinite(c.mtp_loss_scaling_factor))
+    fail("mtp_loss_scaling_factor", c.mtp_loss_scaling_factor, "must be finite");
   if (c.num_attention_heads % c.num_query_groups != 0)
     fail("num_query_groups", c.num_query_groups, str_cat("must divide num_attention_heads (", c.num_attention_heads, ")").c_str());
   if (c.padded_vocab_size < c.vocab_size)
@@ -290,8 +305,11 @@ void validate_config(const ModelConfig& c) {
     fail("attention_dropout", c.attention_dropout, "must be in [0, 1]");
   if (!c.moe.enabled()) return;
   const MoeConfig& m = c.moe;
-  if (static_cast<int64_t>(m.layer_experts.size()) != c.num_layers)
-    fail("moe.layer_experts", str_cat(m.layer_experts.size(), " entries"), str_cat("one per layer (", c.num_layers, ")").c_str());
+  // One per layer, then one per multi-token prediction module's layer (each as the last, as Megatron).
+  if (static_cast<int64_t>(m.layer_experts.size()) != c.num_layers + c.mtp_num_layers)
+    fail("moe.layer_experts", str_cat(m.layer_experts.size(), " entries"),
+         str_cat(c.mtp_num_layers > 0 ? "one per layer and MTP module (" : "one per layer (",
+                 c.num_layers + c.mtp_num_layers, ")").c_str());
   for (int64_t e : m.layer_experts) {
     if (e < 0 || e > kLargest) fail("moe.layer_experts", str_cat("an entry of ", e), "must be between 0 and 2^31 experts");
     if (e > 0 && m.router.topk > e) fail("moe_router_topk", m.router.topk, str_cat("must not exceed a layer's experts (", e, ")").c_str());
@@ -330,15 +348,20 @@ double model_flops_per_iteration(const ModelConfig& c, int64_t batch) {
   // The feed-forward widths a token passes through, summed over layers: Megatron's MoE form counts a
   // layer's top-k experts and its shared expert (the router's GEMM is left out, as Megatron does).
   double ffn_widths = 0;
-  for (int64_t layer = 1; layer <= c.num_layers; ++layer) {
+  const auto ffn_width = [&](int64_t layer) {
     const MoeConfig& m = c.moe;
-    if (m.experts(layer) == 0) {
-      ffn_widths += static_cast<double>(c.ffn_hidden_size);
-      continue;
-    }
-    ffn_widths += static_cast<double>(m.ffn_hidden_size * m.router.topk + m.shared_expert_intermediate_size);
-    if (m.residual) ffn_widths += static_cast<double>(c.ffn_hidden_size);
-  }
+    if (m.experts(layer) == 0) return static_cast<double>(c.ffn_hidden_size);
+    return static_cast<double>(m.ffn_hidden_size * m.router.topk + m.shared_expert_intermediate_size) +
+           (m.residual ? static_cast<double>(c.ffn_hidden_size) : 0.0);
+  };
+  for (int64_t layer = 1; layer <= c.num_layers; ++layer) ffn_widths += ffn_width(layer);
+  // Multi-token prediction, as Megatron counts it: each module's layer as the last one, the logits once
+  // more, and 6 x (3h + 2h^2) per token for its norms and eh_proj (added at the end).
+  const double mtp = static_cast<double>(c.mtp_num_layers);
+  layers += mtp;
+  if (c.mtp_num_layers > 0) ffn_widths += mtp * ffn_width(c.num_layers);
+  const double vocab_term = static_cast<double>(c.padded_vocab_size) * (1.0 + mtp) / (2.0 * h);
+  const double mtp_glue = 6.0 * static_cast<double>(batch) * seq * mtp * (3.0 * h + 2.0 * h * h);
   if (c.mla.enabled) {
     // Megatron's MLA form per token and layer: 6 x (the projections' weights, the latent norms' rows
     // counted as Megatron does) + 6 x (heads x (q_head_dim + v_head_dim)) x seq for the scores and the
@@ -351,12 +374,12 @@ double model_flops_per_iteration(const ModelConfig& c, int64_t batch) {
                                    (h + a * static_cast<double>(m.qk_head_dim + m.v_head_dim) + 1.0) +
                                h * static_cast<double>(m.qk_pos_emb_head_dim) + a * static_cast<double>(m.v_head_dim) * h;
     const double attention = 6.0 * projections + 6.0 * a * (dq + static_cast<double>(m.v_head_dim)) * seq;
-    return static_cast<double>(batch) * seq *
-           (layers * attention + 12.0 * h * h * (ffn_widths / h * gated + static_cast<double>(c.padded_vocab_size) / (2.0 * h)));
+    return static_cast<double>(batch) * seq * (layers * attention + 12.0 * h * h * (ffn_widths / h * gated + vocab_term)) +
+           mtp_glue;
   }
   return 12.0 * static_cast<double>(batch) * seq * h * h *
-         (layers * (1.0 + groups_ratio + seq / h) * query_projection_ratio + ffn_widths / h * gated +
-          static_cast<double>(c.padded_vocab_size) / (2.0 * h));
+             (layers * (1.0 + groups_ratio + seq / h) * query_projection_ratio + ffn_widths / h * gated + vocab_term) +
+         mtp_glue;
 }
 
 }  // namespace tessera::model

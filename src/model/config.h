@@ -58,6 +58,11 @@ struct ModelConfig {
   float init_method_std = 0.02f;
   MlaConfig mla;  // --multi-latent-attention: every layer's attention is MLA (model/multi_latent_attention.h)
   MoeConfig moe;  // mixture of experts in the feed-forward slots (empty: a dense model)
+  // Multi-token prediction (DeepSeek-V3's MTP, Megatron-Core's --mtp-num-layers and
+  // --mtp-loss-scaling-factor): this many MTP modules after the last layer, module k predicting the token
+  // k + 1 ahead (model/multi_token_prediction.h); 0: none.
+  int64_t mtp_num_layers = 0;
+  float mtp_loss_scaling_factor = 0.1f;
   // Mixed precision (Megatron's params_dtype under --bf16/--fp16): the type that GEMM inputs and
   // attention's q, k, v are rounded to (kernels/precision.h); parameters and gradients stay fp32, the
   // parameters being the master copy. A run setting: not part of the JSON a checkpoint records.

@@ -7,8 +7,8 @@
 namespace tessera::model {
 
 int64_t GptActivations::bytes() const {
-  int64_t total = block.bytes() + head_bytes();
-  for (const Tensor* t : {&tokens, &positions, &token_types})
+  int64_t total = block.bytes() + head_bytes() + mtp.bytes();
+  for (const Tensor* t : {&tokens, &positions, &token_types, &mtp_tokens})
     if (t->defined()) total += static_cast<int64_t>(t->nbytes());
   return total;
 }
@@ -32,7 +32,22 @@ GptModel::GptModel(const ModelConfig& config, ParameterSet& params, const parall
     if (tied && !embedding_ && (words = params.find("embedding.word_embeddings.weight")))
       words->spec.shared_with_last_stage = false;
     head_.emplace(config_, params, tp, words);
+    if (c.mtp_num_layers > 0) {
+      // The modules look tokens up in the word embedding the output layer is tied to (on a last stage
+      // without the embedding, its tied copy, whose gradients the embedding group sums).
+      TESSERA_CHECK(tied || embedding_, "--mtp-num-layers with --untie-embeddings-and-output-weights needs the "
+                    "word embedding on the last pipeline stage");
+      Parameter& table = tied ? head_->output_weight() : embedding_->word_embeddings();
+      Parameter* positions = params.find("embedding.position_embeddings.weight");
+      TESSERA_CHECK(c.position_embedding != PositionEmbedding::LearnedAbsolute || positions,
+                    "--mtp-num-layers with learned_absolute positions needs the position embedding on the last "
+                    "pipeline stage");
+      mtp_ = std::make_unique<MultiTokenPrediction>(config_, params, tp, layer_spec, table, positions, *head_);
+      for (const std::string& name : mtp_loss_names(c)) auxiliary_loss_names_.push_back(name);
+    }
   }
+  if (!chunk_.post_process && c.mtp_num_layers > 0)
+    for (const std::string& name : mtp_loss_names(c)) auxiliary_loss_names_.push_back(name);
 }
 
 Parameter* GptModel::tied_word_embedding() const {
@@ -71,6 +86,13 @@ Tensor GptModel::forward(const MicroBatch& batch, const Tensor& input, const For
   check_ids(rec.labels, config_.vocab_size, "label");
   if (hooks.params_needed_below) hooks.params_needed_below(head_->end_offset());
   losses.lm += head_->forward(x, rec);
+  if (mtp_) {
+    if (!rec.tokens.defined()) rec.mtp_tokens = to_seq_major(batch.tokens);
+    const Tensor& tokens = rec.tokens.defined() ? rec.tokens : rec.mtp_tokens;
+    check_ids(tokens, config_.vocab_size, "token");
+    if (hooks.params_needed_below) hooks.params_needed_below(mtp_->end_offset());
+    mtp_->forward(rec.final_ln, tokens, rec.labels, rec.loss_mask, rec.positions, ctx, rec.mtp, losses);
+  }
   if (ctx.distillation) losses.add_auxiliary(kDistillationLossName, head_->distill(rec, *ctx.distillation));
   return Tensor();
 }
@@ -87,7 +109,13 @@ Tensor GptModel::backward(ChunkRecord& record, const Tensor& doutput, const Forw
   };
   Tensor dx = doutput;
   if (head_) {
-    dx = head_->backward(rec, grad_scale);
+    Tensor dfinal;  // the MTP modules' gradient of the final norm's output
+    if (mtp_) {
+      dfinal = mtp_->backward(rec.mtp, rec.positions, ctx, grad_scale);
+      rec.mtp_tokens = Tensor();
+      final_from(mtp_->begin_offset());
+    }
+    dx = head_->backward(rec, grad_scale, dfinal);
     final_from(head_->begin_offset());  // and the output layer (or tied copy) in it
   }
   dx = block_->backward(dx, rec.positions, ctx, rec.block, hooks);

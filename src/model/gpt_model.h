@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/lm_head.h"
+#include "model/multi_token_prediction.h"
 #include "model/transformer_block.h"
 #include "model/vocab_parallel_embedding.h"
 
@@ -19,6 +20,8 @@ struct GptActivations final : ChunkRecord, LMHeadRecord {
   Tensor tokens, positions, token_types;  // [seq, batch] layout (row t = s * batch + b)
   Tensor doc_start;                       // [batch, seq] as given, or undefined
   BlockRecord block;
+  Tensor mtp_tokens;  // the tokens in the [seq, batch] layout on a last chunk without the embedding
+  MtpRecord mtp;      // --mtp-num-layers' modules, on the last chunk
   // The layers' records, the micro-batch's ids and on the last chunk the head's tensors (the final norm's,
   // the logits shard and the log-sum-exp). doc_start is the caller's tensor, shared, so not counted.
   int64_t bytes() const override;
@@ -64,6 +67,7 @@ class GptModel final : public LanguageModelChunk {
   std::optional<VocabParallelEmbedding> embedding_;  // first chunk
   std::unique_ptr<TransformerBlock> block_;
   std::optional<LMHead> head_;  // last chunk
+  std::unique_ptr<MultiTokenPrediction> mtp_;  // last chunk, with --mtp-num-layers
   std::vector<std::string> auxiliary_loss_names_;  // the layer spec's, then the MoE layers' (moe_loss_names)
 };
 

@@ -21,6 +21,7 @@ struct Variant {
   bool llama;  // rope + RMSNorm + SwiGLU + GQA + untied output, no biases
   bool qwen3 = false;  // and --qk-layernorm, with Llama 3.x's RoPE scaling
   bool mla = false;    // and Multi-Latent Attention (DeepSeek-V3's: compressed query, latent norms, YaRN)
+  int64_t mtp = 0;     // and --mtp-num-layers (DeepSeek-V3's multi-token prediction)
 };
 
 ModelConfig config(const Variant& v) {
@@ -64,6 +65,8 @@ ModelConfig config(const Variant& v) {
     c.mla.mscale_all_dim = 0.5;
     c.mla.original_max_position_embeddings = 8;
   }
+  c.mtp_num_layers = v.mtp;
+  c.mtp_loss_scaling_factor = 0.3f;
   return c;
 }
 
@@ -86,7 +89,8 @@ MicroBatch sample_batch(const ModelConfig& c, int64_t first, int64_t batch) {
 }
 
 struct Result {
-  double loss = 0;
+  double loss = 0;  // the objective: LM loss + the MTP losses times their factor
+  std::vector<double> auxiliary;  // each auxiliary loss (the MTP modules')
   std::map<std::string, Tensor> grads;  // full shape
 };
 
@@ -104,11 +108,18 @@ Result run(const ModelConfig& c, comm::ParallelState& state, bool sequence_paral
   const float scale = 1.0f / static_cast<float>(kGlobalBatch * (c.seq_length - 1));  // one masked token per sample
   parallel::GradBuckets buckets(params.grads(), 1000, state.data_group());
   double loss = 0;
+  std::vector<double> auxiliary(model.auxiliary_loss_names().size());
   for (int64_t m = 0; m < micro_batches; ++m) {
     MicroBatch mb = sample_batch(c, (m * dp + dp_rank) * kMicroBatch, kMicroBatch);
     ForwardContext ctx{5, 3, mb.sample_offset, true, c.seq_length, kMicroBatch};
     GptActivations rec;
-    loss += model.forward(mb, ctx, rec);
+    LossSums sums;
+    model.forward(mb, Tensor(), ctx, rec, sums);
+    loss += sums.lm;
+    for (size_t i = 0; i < sums.auxiliary.size(); ++i) {
+      auxiliary[i] += sums.auxiliary[i].second;
+      loss += c.mtp_loss_scaling_factor / static_cast<double>(c.mtp_num_layers) * sums.auxiliary[i].second;
+    }
     bool last = m + 1 == micro_batches;
     ParamHooks hooks;
     if (last) hooks.grads_final_from = [&](int64_t first) { buckets.mark_final_from(first); };
@@ -118,11 +129,13 @@ Result run(const ModelConfig& c, comm::ParallelState& state, bool sequence_paral
   if (state.tensor_group().size() > 1)  // as the trainer: sequence shards' or the rank's heads' partial sums
     for (const Parameter& p : params.params())
       if (p.spec.sequence_parallel_grad) state.tensor_group().all_reduce(p.grad);
-  Tensor total = Tensor::empty({1});
+  Tensor total = Tensor::empty({static_cast<int64_t>(1 + auxiliary.size())});
   total.f32()[0] = static_cast<float>(loss);
+  for (size_t i = 0; i < auxiliary.size(); ++i) total.f32()[1 + i] = static_cast<float>(auxiliary[i]);
   state.data_group().all_reduce(total);
   Result r;
   r.loss = total.f32()[0] * scale;
+  for (size_t i = 0; i < auxiliary.size(); ++i) r.auxiliary.push_back(total.f32()[1 + i] * scale);
   for (const Parameter& p : params.params())
     r.grads[p.spec.name] = gather_full_tensor(p.spec, p.grad, state.tensor_group());
   return r;
@@ -146,6 +159,9 @@ TEST_P(LayoutEquivalence, EveryLayoutMatchesTheSingleProcessModel) {
       SCOPED_TRACE(str_cat("tp=", tp, " dp=", n / tp, sp ? " sequence-parallel" : ""));
       Result r = run(c, state, sp);
       EXPECT_NEAR(r.loss, reference.loss, 1e-5 * std::abs(reference.loss));
+      ASSERT_EQ(r.auxiliary.size(), reference.auxiliary.size());
+      for (size_t i = 0; i < r.auxiliary.size(); ++i)
+        EXPECT_NEAR(r.auxiliary[i], reference.auxiliary[i], 1e-5 * std::abs(reference.auxiliary[i])) << "loss " << i;
       for (const auto& [name, expected] : reference.grads) {
         const Tensor& got = r.grads.at(name);
         ASSERT_EQ(got.shape(), expected.shape()) << name;
@@ -194,8 +210,11 @@ TEST_P(LayoutEquivalence, ActivationBytesMatchTheFormulas) {
         model.forward(mb, ctx, rec);
         const double predicted = chunk_record_bytes(c, {kMicroBatch, c.seq_length, tp, sp}, c.num_layers, r);
         EXPECT_NEAR(static_cast<double>(rec.block.bytes()), predicted, 0.1 * predicted);
+        // The MTP modules (their layers within 10%, as above).
+        const double mtp = mtp_record_bytes(c, {kMicroBatch, c.seq_length, tp, sp});
+        EXPECT_NEAR(static_cast<double>(rec.mtp.bytes()), mtp, 0.1 * mtp);
         // Beside the layers the record holds the ids and the head (logits shard above all): exactly so.
-        EXPECT_EQ(static_cast<double>(rec.bytes() - rec.block.bytes()),
+        EXPECT_EQ(static_cast<double>(rec.bytes() - rec.block.bytes() - rec.mtp.bytes()),
                   chunk_extra_bytes(c, {kMicroBatch, c.seq_length, tp, sp}, true, true));
         model.backward(rec, ctx, 1.0f);
       }
@@ -205,7 +224,8 @@ TEST_P(LayoutEquivalence, ActivationBytesMatchTheFormulas) {
 
 INSTANTIATE_TEST_SUITE_P(Models, LayoutEquivalence,
                          ::testing::Values(Variant{"gpt2", false}, Variant{"llama", true}, Variant{"qwen3", true, true},
-                                           Variant{"mla", true, false, true}),
+                                           Variant{"mla", true, false, true}, Variant{"gpt2_mtp", false, false, false, 2},
+                                           Variant{"llama_mtp", true, false, false, 2}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

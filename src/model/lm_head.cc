@@ -113,7 +113,7 @@ double LMHead::distill(LMHeadRecord& rec, const Distillation& d) const {
   return distillation_.forward(rec.logits, rec.teacher_logits, rec.loss_mask, rec.kd, rec.kd_lse);
 }
 
-Tensor LMHead::backward(LMHeadRecord& rec, float grad_scale) const {
+Tensor LMHead::output_loss_backward(LMHeadRecord& rec, float grad_scale) const {
   const ModelConfig& c = config_;
   const int64_t rows = rec.logits.dim(0);
   // dlogits feed only the two GEMMs below: rounded once as they are made, for both.
@@ -147,11 +147,22 @@ Tensor LMHead::backward(LMHeadRecord& rec, float grad_scale) const {
   }
   rec.logits = Tensor();
   full = Tensor();
-  dfinal = parallel::reduce_to_input(dfinal, tp_);
+  return parallel::reduce_to_input(dfinal, tp_);
+}
 
+Tensor LMHead::backward(LMHeadRecord& rec, float grad_scale, const Tensor& dfinal_extra) const {
+  Tensor dfinal = output_loss_backward(rec, grad_scale);
+  if (dfinal_extra.defined()) kernels::add_into(dfinal, dfinal_extra);
   Tensor dx = Tensor::zeros(rec.final_input.shape());
   final_norm_->backward(dfinal, rec.final_input, rec.final_mean, rec.final_rstd, dx);
   return dx;
+}
+
+double LMHead::output_loss(const Tensor& normed, bool rounded, LMHeadRecord& rec) const {
+  rec.final_ln = normed;
+  rec.final_ln_rounded = rounded;
+  rec.logits = logits_of(parallel::gather_to_tensor_parallel(normed, tp_), rounded);
+  return loss_.forward(rec.logits, rec.labels, rec.loss_mask, rec.lse);
 }
 
 Tensor LMHead::logits(const Tensor& x) const {

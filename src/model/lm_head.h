@@ -54,8 +54,15 @@ class LMHead {
   // After forward: the KD term against d's teacher logits (β·τ²·KL summed over loss tokens, returned),
   // kept in rec so that backward's gradient is that of α·CE + β·τ²·KL.
   double distill(LMHeadRecord& rec, const Distillation& d) const;
-  // Returns the gradient of x; accumulates the head's parameter gradients.
-  Tensor backward(LMHeadRecord& rec, float grad_scale) const;
+  // Returns the gradient of x; accumulates the head's parameter gradients. dfinal_extra, when given, is a
+  // further gradient of the final norm's output (multi-token prediction's, which starts from it).
+  Tensor backward(LMHeadRecord& rec, float grad_scale, const Tensor& dfinal_extra = Tensor()) const;
+  // The output layer and the loss alone, on an input already normalised (multi-token prediction's modules
+  // end in their own norm and share this output layer): normed [T (/tp), hidden], `rounded` when it holds
+  // values of the GEMM input type; rec.labels and rec.loss_mask set by the caller. Returns the masked loss
+  // sum; output_loss_backward returns the gradient of `normed`, seeded with grad_scale.
+  double output_loss(const Tensor& normed, bool rounded, LMHeadRecord& rec) const;
+  Tensor output_loss_backward(LMHeadRecord& rec, float grad_scale) const;
   // A distillation teacher's forward: this rank's vocabulary shard of the logits [T, padded vocab / tp]
   // of x [T (/tp under sequence parallelism), hidden], no loss.
   Tensor logits(const Tensor& x) const;

@@ -14,7 +14,8 @@ enum class LoadBalancing { AuxLoss, SeqAuxLoss, None };  // --moe-router-load-ba
 
 struct MoeConfig {
   // The experts of each layer, layer_experts[layer_number - 1]; 0: a dense MLP. Empty: a dense model.
-  // A pyramid (PR-MoE) has more experts in later layers.
+  // A pyramid (PR-MoE) has more experts in later layers. With multi-token prediction the modules' layers
+  // follow as layers num_layers + 1, ..., each with the last layer's experts (Megatron's MTP spec).
   std::vector<int64_t> layer_experts;
   int64_t ffn_hidden_size = 0;      // --moe-ffn-hidden-size: each expert's MLP width
   // --moe-router-topk, -score-function, -pre-softmax, -topk-scaling-factor, -num-groups, -group-topk

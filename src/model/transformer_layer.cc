@@ -54,14 +54,18 @@ void LayerRecord::visit(const std::function<void(Tensor&, bool)>& f) {
 // flat parameter layout.
 TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer_number, ParameterSet& params,
                                    const parallel::TensorParallelContext& tp, const TransformerLayerSpec& spec)
+    : TransformerLayer(config, layer_number, layer_prefix(spec, layer_number), params, tp, spec) {}
+
+TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer_number, const std::string& prefix,
+                                   ParameterSet& params, const parallel::TensorParallelContext& tp,
+                                   const TransformerLayerSpec& spec)
     : config_(config),
       layer_number_(layer_number),
       tp_(tp),
-      input_norm_(params, layer_prefix(spec, layer_number) + "input_layernorm", config, tp.sequence_parallel),
-      pre_mlp_norm_(params, layer_prefix(spec, layer_number) + "pre_mlp_layernorm", config, tp.sequence_parallel),
-      self_attention_(spec.self_attention(config, layer_number, layer_prefix(spec, layer_number) + "self_attention.",
-                                          params, tp)),
-      mlp_(spec.mlp(config, layer_number, layer_prefix(spec, layer_number) + "mlp.", params, tp)) {}
+      input_norm_(params, prefix + "input_layernorm", config, tp.sequence_parallel),
+      pre_mlp_norm_(params, prefix + "pre_mlp_layernorm", config, tp.sequence_parallel),
+      self_attention_(spec.self_attention(config, layer_number, prefix + "self_attention.", params, tp)),
+      mlp_(spec.mlp(config, layer_number, prefix + "mlp.", params, tp)) {}
 
 void TransformerLayer::hidden_dropout(const Tensor& x, const ForwardContext& ctx, int site, bool backward) const {
   if (!ctx.training || config_.hidden_dropout == 0.0f) return;

@@ -29,6 +29,10 @@ class TransformerLayer {
   // the residual stream is [seq/tp, batch, hidden] per rank.
   TransformerLayer(const ModelConfig& config, int64_t layer_number, ParameterSet& params,
                    const parallel::TensorParallelContext& tp, const TransformerLayerSpec& spec);
+  // The same under the parameter name prefix `prefix` ("mtp.layers.0.transformer_layer." for a
+  // multi-token prediction module's layer); layer_number keys its dropout masks.
+  TransformerLayer(const ModelConfig& config, int64_t layer_number, const std::string& prefix, ParameterSet& params,
+                   const parallel::TensorParallelContext& tp, const TransformerLayerSpec& spec);
 
   // x [T (/tp when sequence parallel), hidden] -> y shaped like x; positions [T] for rotary embeddings.
   Tensor forward(const Tensor& x, const Tensor& positions, const ForwardContext& ctx, LayerRecord& rec) const;

@@ -86,6 +86,16 @@ RankParameters layer_parameters(const model::ModelConfig& c, const Layout& l, in
   return p;
 }
 
+RankParameters mtp_parameters(const model::ModelConfig& c, const Layout& l) {
+  RankParameters p;
+  if (c.mtp_num_layers == 0) return p;
+  const RankParameters layer = layer_parameters(c, l, c.num_layers);
+  const double h = c.hidden_size, n = static_cast<double>(c.mtp_num_layers);
+  p.dense = n * (3 * norm_parameters(c) + 2 * h * h / l.tp + layer.dense);
+  p.expert = n * layer.expert;
+  return p;
+}
+
 std::vector<int64_t> chunk_layer_numbers(const model::ModelConfig& c, const Layout& l, int stage, int chunk) {
   pipeline::ScheduleShape shape{l.pp, 1, l.virtual_stages};
   shape.zero_bubble = l.zero_bubble;  // ZB-V: rank r holds model chunks r and 2 pp - 1 - r
@@ -111,6 +121,9 @@ RankParameters stage_parameters(const model::ModelConfig& c, const Layout& l, in
   if (stage == head_stage(l)) {  // a tied output layer on another rank than the embedding holds a copy
     n.dense += norm_parameters(c);
     if (c.untie_embeddings_and_output_weights || stage != 0) n.dense += vocab_shard * h;
+    const RankParameters mtp = mtp_parameters(c, l);
+    n.dense += mtp.dense;
+    n.expert += mtp.expert;
   }
   return n;
 }
@@ -206,8 +219,18 @@ MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const
     const int chunk0 = (in_flight + l.virtual_stages - 1) / l.virtual_stages;
     m.activations += chunk0 * s * b * h * (e + (c.hidden_dropout > 0 ? 1 : 0)) / sp;
   }
-  if (stage == head_stage(l))  // fp32 logits of one micro-batch (their gradient is computed in place)
+  if (stage == head_stage(l)) {  // fp32 logits of one micro-batch (their gradient is computed in place)
     m.activations += s * b * static_cast<double>(c.padded_vocab_size) / l.tp * 4;
+    // The MTP modules' records for each held micro-batch of the head's chunk: each module's layer as the
+    // last layer (never recomputed), and its glue and own logits (model::mtp_module_extra_bytes).
+    if (c.mtp_num_layers > 0) {
+      const int head_chunk = (in_flight + l.virtual_stages - 1) / l.virtual_stages;
+      const double extra = model::mtp_module_extra_bytes(c, {l.micro_batch_size, static_cast<int64_t>(s), l.tp,
+                                                              l.sequence_parallel});
+      m.activations += head_chunk * static_cast<double>(c.mtp_num_layers) *
+                       (layer_activation_bytes(c, whole, c.num_layers) + extra);
+    }
+  }
   // Pipeline send and receive buffers (whole activations after the all-gather), the sequence-parallel
   // all-gather buffer, and an MoE layer's routed rows gathered for the all-to-all.
   if (l.pp > 1) m.communication += 2 * s * b * h * e;

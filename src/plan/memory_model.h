@@ -31,6 +31,10 @@ double norm_parameters(const model::ModelConfig& c);
 // expert width split over etp (expert parameters); its router (replicated), shared expert and residual
 // MLP (split over tp like the MLP) and the residual coefficient Linear(h, 2) are dense.
 RankParameters layer_parameters(const model::ModelConfig& c, const Layout& l, int64_t layer);
+// Parameters of the multi-token prediction modules (ModelConfig::mtp_num_layers) on one rank of the stage
+// with the head: per module enorm, hnorm and final_layernorm (replicated), eh_proj (2h -> h split over tp)
+// and a layer as the model's last; they share the embedding and output layer.
+RankParameters mtp_parameters(const model::ModelConfig& c, const Layout& l);
 
 // The 1-based numbers of the layers of model chunk `chunk` on pipeline stage `stage`
 // (pipeline::chunk_layers: chunk j of stage r is model chunk j * pp + r).

@@ -97,7 +97,22 @@ EndTimes end_times(const model::ModelConfig& c, const Layout& l, const DeviceSpe
                                    3 * all_reduce_seconds(d, tokens * 4, l.tp, 1);
   const double head_backward_comm = l.sequence_parallel ? reduce_scatter_seconds(d, activation, l.tp, 1)
                                                         : all_reduce_seconds(d, activation, l.tp, 1);
-  return {embed_forward, embed_backward, head_forward, head_backward, head_forward_comm, head_backward_comm};
+  EndTimes out{embed_forward, embed_backward, head_forward, head_backward, head_forward_comm, head_backward_comm};
+  if (c.mtp_num_layers > 0) {
+    // Each multi-token prediction module on the head's chunk: an embedding lookup, three norms, eh_proj
+    // (2h -> h / t, its output gathered over the tensor group), a layer as the last and the output layer
+    // with its cross-entropy again.
+    const double n = static_cast<double>(c.mtp_num_layers);
+    const LayerTimes layer = layer_times(c, l, d, c.num_layers);
+    const double norms = at_least_kernels(tokens * h / sp * 3 * 2 * e / d.memory_bandwidth, 3, d);
+    const double eh_proj = gemm_seconds(d, tokens, h / t, 2 * h, e);
+    out.head_forward += n * (embed_forward + norms + eh_proj + layer.forward_compute + head_forward);
+    out.head_backward += n * (embed_backward + 1.5 * norms + 2 * eh_proj + layer.backward_compute + head_backward);
+    const double gather = t > 1 ? all_gather_seconds(d, activation, l.tp, 1) : 0;
+    out.head_forward_comm += n * (gather + layer.forward_comm + head_forward_comm);
+    out.head_backward_comm += n * (gather + layer.backward_comm + head_backward_comm);
+  }
+  return out;
 }
 
 // The output layer's weight-gradient GEMM: the part of head_backward that a zero-bubble W runs.
@@ -371,7 +386,9 @@ double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const
                      it->second.backward_compute + it->second.backward_comm});
   }
   if (stage == l.pp - 1 && l.virtual_stages == 1)
-    chunk.push_back({{norm_parameters(c) + (c.untie_embeddings_and_output_weights || l.pp > 1 ? vocab_rows : 0), 0},
+    chunk.push_back({{norm_parameters(c) + (c.untie_embeddings_and_output_weights || l.pp > 1 ? vocab_rows : 0) +
+                          mtp_parameters(c, l).dense,
+                      mtp_parameters(c, l).expert},
                      ends.head_forward + ends.head_forward_comm, ends.head_backward + ends.head_backward_comm});
   double forward = 0, backward = 0;
   for (const Segment& s : chunk) forward += s.forward, backward += s.backward;

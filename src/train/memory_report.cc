@@ -31,7 +31,8 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   p.activation_per_layer = model::layer_record_bytes(a.model, layout);
   p.korthikanti_per_layer = model::korthikanti_layer_bytes(a.model, layout);
   p.head_per_micro_batch = model::chunk_extra_bytes(a.model, layout, false, true) -
-                           model::chunk_extra_bytes(a.model, layout, false, false);
+                           model::chunk_extra_bytes(a.model, layout, false, false) +
+                           model::mtp_record_bytes(a.model, layout);  // the MTP modules beside the head
   // Each forward keeps its chunk's record until the matching backward; the first chunk also keeps the
   // tokens and the last the head's tensors (the logits above all), so the peak is walked along the
   // schedule rather than taken as records in flight times one size.
@@ -55,8 +56,9 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   }
   auto chunk_bytes = [&](int chunk) {
     const pipeline::ChunkId id{stage, chunk};
-    return layers_bytes + model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id),
-                                                   pipeline::is_last_chunk(schedule, id));
+    const bool last = pipeline::is_last_chunk(schedule, id);
+    return layers_bytes + model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id), last) +
+           (last ? model::mtp_record_bytes(a.model, layout) : 0.0);
   };
   const std::vector<pipeline::Op> ops = pipeline::build_schedule(schedule, stage);
   if (schedule.slices == 1) {

@@ -5,7 +5,8 @@
 // dropless and with a capacity, with the local experts one by one and grouped (--moe-grouped-gemm).
 // DeepSeek-V3's routing (sigmoid scores, aux-loss-free expert bias, group-limited top-k) too: there the
 // expert bias after several steps is the single process's bit for bit on every rank, and a run saved
-// at one layout and resumed at another continues with the uninterrupted run's losses and bias.
+// at one layout and resumed at another continues with the uninterrupted run's losses and bias. Multi-token
+// prediction (issue 53) with its module's layer a mixture of experts too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +39,10 @@ const std::string kDeepSeekRouting =
     "--moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 2e-2 "
     "--moe-router-num-groups 2 --moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5 "
     "--moe-router-load-balancing-type seq_aux_loss";
+
+// DeepSeek-V3's multi-token prediction: the module's layer a mixture of experts as the last layer, with
+// its own router, expert bias and routing counts.
+const std::string kMtp = " --mtp-num-layers 1 --mtp-loss-scaling-factor 0.3 --position-embedding-type rope";
 
 std::string flags(const Layout& l, int64_t global_batch, int iters) {
   return str_cat("--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data "
@@ -120,6 +125,9 @@ std::vector<Layout> layouts_for(int world) {
       // Zero bubble: the grouped experts' weight gradients deferred to W, the router's kept in B.
       {1, 2, 2, 1, 1, 4, "", "--enable-zero-bubble --moe-grouped-gemm"},
       {2, 2, 2, 1, 1, 4, "--swiglu", "--zero-bubble-v-schedule --sequence-parallel --use-distributed-optimizer"},
+      {1, 1, 2, 1, 1, 2, kDeepSeekRouting + kMtp, ""},
+      {2, 1, 2, 1, 1, 2, kDeepSeekRouting + kMtp, "--sequence-parallel"},
+      {1, 2, 2, 1, 1, 4, kMtp, "--use-distributed-optimizer"},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)

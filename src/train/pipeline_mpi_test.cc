@@ -1,7 +1,9 @@
 // Pipeline parallelism (1F1B, interleaved, ZB-H1 and ZB-V), alone and combined with tensor, sequence and data
 // parallelism and with activation recomputation, reproduces the single-process run without
 // recomputation: the losses of 20 iterations and every gradient. Ouroboros on P ranks (issue 38) equals
-// its one-process emulation bit for bit. Multi-Latent Attention (issue 53) at tp 2 x pp 2 too.
+// its one-process emulation bit for bit. Multi-Latent Attention (issue 53) at tp 2 x pp 2 too, and
+// multi-token prediction (issue 53: its modules on the last model chunk, its losses compared as well) at pp 2
+// with tp and sp, with data parallelism under the distributed optimizer, interleaved, ZB-H1 and ZB-V.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,6 +33,11 @@ const std::string kMlaV3 =
 const std::string kMlaV2Lite =
     "--multi-latent-attention --kv-lora-rank 8 --qk-head-dim 6 --qk-pos-emb-head-dim 4 --v-head-dim 6 "
     "--rope-type rope";
+
+// Multi-token prediction (DeepSeek-V3's MTP, two modules) on a RoPE model (the last stage looks tokens up in
+// the output layer's tied copy of the word embedding).
+const std::string kMtp =
+    "--mtp-num-layers 2 --mtp-loss-scaling-factor 0.3 --position-embedding-type rope --normalization RMSNorm";
 
 using testing::split_flags;
 
@@ -98,11 +105,21 @@ std::vector<Layout> layouts_for(int world) {
                    "--ddp-bucket-size 1500"},
       {2, 2, 1, 4, "--sequence-parallel --recompute-granularity full --recompute-method uniform", kMlaV3},
       {2, 2, 1, 2, "", kMlaV2Lite},
+      {1, 2, 1, 4, "--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000", kMtp},
+      {2, 2, 1, 4, "--sequence-parallel", kMtp},
+      {1, 2, 2, 4, "--recompute-granularity full --recompute-method uniform", kMtp},  // on the last model chunk
+      {1, 2, 1, 4, "--enable-zero-bubble", kMtp},     // the modules' weight gradients in W
+      {1, 2, 1, 3, "--zero-bubble-v-schedule", kMtp},  // the last chunk on rank 0, beside the embedding
   };
   std::vector<Layout> out;
   for (const Layout& l : all)
-    // MLA's layouts at 4 ranks only (gpt_model_mpi_test has MLA with data parallelism at every size).
-    if (world % (l.tp * l.pp) == 0 && (l.model.empty() || world == l.tp * l.pp)) out.push_back(l);
+    // MLA's layouts at 4 ranks only (gpt_model_mpi_test has MLA with data parallelism at every size); MTP's
+    // at 2 and 4 (pp 2 with dp 2 under the distributed optimizer, tp 2 x pp 2), its interleaved and
+    // zero-bubble ones at 2 only (CI time).
+    if (world % (l.tp * l.pp) == 0 &&
+        (l.model.empty() || world == l.tp * l.pp ||
+         (l.model == kMtp && (world == 2 || (world == 4 && l.v == 1 && l.extra.find("zero-bubble") == std::string::npos)))))
+      out.push_back(l);
   return out;
 }
 
@@ -127,6 +144,13 @@ TEST(PipelineLayouts, LossesAndGradientsMatchTheSingleProcessRun) {
     ASSERT_EQ(t.losses().size(), single.losses().size());
     for (size_t i = 0; i < t.losses().size(); ++i)
       EXPECT_NEAR(t.losses()[i], single.losses()[i], 1e-5 * std::abs(single.losses()[i])) << "iteration " << i + 1;
+    ASSERT_EQ(t.auxiliary_losses().size(), single.auxiliary_losses().size());
+    for (const auto& [name, values] : single.auxiliary_losses()) {  // MTP's mtp_<k> loss
+      const std::vector<double>& got = t.auxiliary_losses().at(name);
+      ASSERT_EQ(got.size(), values.size()) << name;
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], values[i], 1e-5 * std::abs(values[i])) << name << " iteration " << i + 1;
+    }
 
     // Gradients of one step from the initial weights.
     Trainer one(parse_train_arguments(split_flags(flags(l.tp, l.pp, l.v, global_batch, 1, extra)), n),

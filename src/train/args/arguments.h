@@ -247,6 +247,7 @@ pipeline::ScheduleShape schedule_shape(const TrainArguments& a, int64_t micro_ba
 void finalize_moe_model(TrainArguments& a);        // experts per layer, router, losses, capacity (by finalize_model)
 void finalize_moe_layout(TrainArguments& a);       // ep, etp, dispatcher (by finalize_parallel_layout)
 void finalize_mla_model(TrainArguments& a);        // --multi-latent-attention and its sizes, YaRN (by finalize_model)
+void finalize_mtp_model(TrainArguments& a);        // --mtp-num-layers and what MTP runs with (by finalize_model)
 void finalize_data(TrainArguments& a);             // data, tokenizer, vocabulary, batches and their ramp
 void finalize_training_loop(TrainArguments& a);    // iterations (or samples), evaluation, logging, samples
 std::string rampup_text(const TrainArguments& a);  // --rampup-batch-size as given ("16 16 5859375")
@@ -285,6 +286,7 @@ CLI::Option* keep_last_occurrence(CLI::Option* option);
 void add_model_flags(CLI::App& app, TrainArguments& a);
 void add_moe_flags(CLI::App& app, TrainArguments& a);              // by add_model_flags
 void add_mla_flags(CLI::App& app, TrainArguments& a);              // by add_model_flags
+void add_mtp_flags(CLI::App& app, TrainArguments& a);              // by add_model_flags
 void add_expert_parallel_flags(CLI::App& app, TrainArguments& a);  // --expert-model-parallel-size, ...
 void add_distillation_flags(CLI::App& app, TrainArguments& a);     // --kd, --load-teacher, ...
 void add_resilience_flags(CLI::App& app, TrainArguments& a);       // --rerun-mode, --log-straggler, ...

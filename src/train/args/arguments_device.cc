@@ -26,6 +26,9 @@ std::string gpu_path_refusal(const TrainArguments& a) {
     return not_yet(str_cat("--expert-model-parallel-size=", a.expert_model_parallel_size));
   if (a.model.moe.enabled()) return not_yet("mixture of experts (--num-experts)");
   if (a.model.mla.enabled) return not_yet("multi-latent attention (--multi-latent-attention)");
+  // The modules' concatenation and column gather use the CPU-only column copies (kernels/column_copy.h).
+  if (a.model.mtp_num_layers > 0)
+    return not_yet(str_cat("multi-token prediction (--mtp-num-layers=", a.model.mtp_num_layers, ")"));
   if (a.model.family != "gpt") return not_yet(str_cat("--model-family=", a.model.family, " (GPT models only)"));
   if (a.pipeline_schedule == "ouroboros") return not_yet("--pipeline-schedule=ouroboros");
   if (!a.pipeline_token_slices.empty()) return not_yet(str_cat("--pipeline-token-slices=", a.pipeline_token_slices));

@@ -118,6 +118,7 @@ void add_model_flags(CLI::App& app, TrainArguments& a) {
                         "BERT without the pooler and the sentence-order head");
   add_moe_flags(app, a);
   add_mla_flags(app, a);
+  add_mtp_flags(app, a);
 }
 
 // The rules of the model alone; those that involve the layout (divisibility by the tensor-parallel
@@ -192,6 +193,7 @@ void finalize_model(TrainArguments& a) {
   require_positive("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by);
   finalize_moe_model(a);
   finalize_mla_model(a);
+  finalize_mtp_model(a);
 }
 
 }  // namespace tessera::train

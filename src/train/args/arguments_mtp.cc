@@ -1,0 +1,54 @@
+// The flags of multi-token prediction (Megatron-Core's --mtp-num-layers, default none = off, and
+// --mtp-loss-scaling-factor, default 0.1) bound to ModelConfig, and their rules: the modules sit on the
+// last pipeline stage of a GPT and share its embedding and output layer (model/multi_token_prediction.h);
+// what they do not run with yet is refused by name before any work.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+
+#include "train/args/argument_rules.h"
+#include "train/args/arguments.h"
+
+namespace tessera::train {
+
+using rules::require;
+
+void add_mtp_flags(CLI::App& app, TrainArguments& a) {
+  app.add_option("--mtp-num-layers", a.model.mtp_num_layers,
+                 "Multi-token prediction modules (DeepSeek-V3's MTP) after the last layer (left out: none)")
+      ->default_str("");
+  app.add_option("--mtp-loss-scaling-factor", a.model.mtp_loss_scaling_factor,
+                 "Weight of the MTP losses' mean in the objective")
+      ->capture_default_str();
+}
+
+void finalize_mtp_model(TrainArguments& a) {
+  model::ModelConfig& c = a.model;
+  require(c.mtp_num_layers >= 0, "--mtp-num-layers", c.mtp_num_layers, "must not be negative (0: no MTP)");
+  require(std::isfinite(c.mtp_loss_scaling_factor) && c.mtp_loss_scaling_factor >= 0, "--mtp-loss-scaling-factor",
+          c.mtp_loss_scaling_factor, "must be a finite number >= 0");
+  if (c.mtp_num_layers == 0) return;
+  const auto not_with = [&](bool ok, const std::string& what) {
+    require(ok, "--mtp-num-layers", c.mtp_num_layers, str_cat("cannot be combined with ", what));
+  };
+  not_with(c.family == "gpt", str_cat("--model-family ", c.family, " (MTP predicts further tokens of a GPT)"));
+  not_with(!a.kd, "--kd (the MTP modules share the output layer the distillation term is computed on)");
+  not_with(a.context_parallel_size == 1,
+           str_cat("--context-parallel-size=", a.context_parallel_size, " yet (rolling the sequence across ranks)"));
+  not_with(a.pipeline_token_slices.empty(),
+           str_cat("--pipeline-token-slices=", a.pipeline_token_slices, " yet (the modules need the whole sequence)"));
+  not_with(a.pipeline_schedule != "ouroboros", "--pipeline-schedule ouroboros");
+  // Each module's layer is built as the last one (Megatron's MTP spec): a mixture of experts when that is.
+  if (c.moe.enabled() && static_cast<int64_t>(c.moe.layer_experts.size()) == c.num_layers)
+    for (int64_t k = 0; k < c.mtp_num_layers; ++k) c.moe.layer_experts.push_back(c.moe.layer_experts.back());
+  if (a.pipeline_model_parallel_size > 1) {
+    // The last stage looks tokens up in the output layer's tied copy of the word embedding.
+    not_with(!c.untie_embeddings_and_output_weights,
+             "--untie-embeddings-and-output-weights under --pipeline-model-parallel-size > 1 yet");
+    not_with(c.position_embedding == model::PositionEmbedding::Rope,
+             "learned_absolute positions under --pipeline-model-parallel-size > 1 yet (use --position-embedding-type "
+             "rope)");
+  }
+}
+
+}  // namespace tessera::train

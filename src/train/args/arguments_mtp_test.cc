@@ -1,0 +1,72 @@
+// The multi-token prediction flags: Megatron-Core's names and defaults, and what MTP does not run with,
+// refused by name before any work.
+#include <gtest/gtest.h>
+
+#include "train/args/arguments.h"
+#include "train/trainer_testing.h"
+
+namespace tessera::train {
+namespace {
+
+std::string mtp_error_of(const std::string& extra, int world = 1) {
+  try {
+    parse_train_arguments(testing::split_flags(testing::kSmallRunFlags + extra), world);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(MtpArguments, MegatronsNamesAndDefaults) {
+  TrainArguments a = parse_train_arguments(testing::split_flags(testing::kSmallRunFlags));
+  EXPECT_EQ(a.model.mtp_num_layers, 0);  // Megatron's None: off
+  EXPECT_EQ(a.model.mtp_loss_scaling_factor, 0.1f);
+  a = parse_train_arguments(testing::split_flags(testing::kSmallRunFlags +
+                                                 "--mtp-num-layers 2 --mtp-loss-scaling-factor 0.3"));
+  EXPECT_EQ(a.model.mtp_num_layers, 2);
+  EXPECT_EQ(a.model.mtp_loss_scaling_factor, 0.3f);
+}
+
+TEST(MtpArguments, TheModulesLayersAreMixturesOfExpertsAsTheLast) {
+  const TrainArguments a = parse_train_arguments(testing::split_flags(
+      testing::kSmallRunFlags + "--mtp-num-layers 2 --num-experts 4 --moe-layer-freq ([0]+[1]*1)"));
+  EXPECT_EQ(a.model.moe.layer_experts, (std::vector<int64_t>{0, 4, 4, 4}));
+  const TrainArguments dense_last = parse_train_arguments(testing::split_flags(
+      testing::kSmallRunFlags + "--mtp-num-layers 1 --num-experts 4 --moe-layer-freq ([1]+[0]*1)"));
+  EXPECT_EQ(dense_last.model.moe.layer_experts, (std::vector<int64_t>{4, 0, 0}));
+}
+
+TEST(MtpArguments, UnsupportedCombinationsAreRefusedByName) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--mtp-num-layers -1", "must not be negative"},
+      {"--mtp-num-layers 1 --mtp-loss-scaling-factor -0.5", "--mtp-loss-scaling-factor"},
+      {"--mtp-num-layers 1 --model-family bert", "--model-family bert"},
+      {"--mtp-num-layers 1 --pipeline-model-parallel-size 2 --pipeline-schedule ouroboros", "ouroboros"},
+      {"--mtp-num-layers 1 --pipeline-token-slices 2", "--pipeline-token-slices"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    const std::string error = mtp_error_of(flags, 2);
+    EXPECT_NE(error.find(expected), std::string::npos) << flags << ": " << error;
+    if (flags.find("-1") == std::string::npos && flags.find("-0.5") == std::string::npos) {
+      EXPECT_NE(error.find("--mtp-num-layers"), std::string::npos) << flags << ": " << error;
+    }
+  }
+  // Under pipeline parallelism the last stage looks tokens up in the output layer's tied copy (RoPE only).
+  EXPECT_NE(mtp_error_of("--mtp-num-layers 1 --pipeline-model-parallel-size 2", 2).find("learned_absolute"),
+            std::string::npos);
+  EXPECT_NE(mtp_error_of("--mtp-num-layers 1 --pipeline-model-parallel-size 2 --position-embedding-type rope "
+                         "--untie-embeddings-and-output-weights", 2)
+                .find("--untie-embeddings-and-output-weights"),
+            std::string::npos);
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --pipeline-model-parallel-size 2 --position-embedding-type rope", 2),
+            "accepted");
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --device cuda", 1),
+            "--device=cuda: the GPU path does not run multi-token prediction (--mtp-num-layers=1) yet; leave "
+            "--device out or use --device cpu");
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --tensor-model-parallel-size 2 --sequence-parallel "
+                         "--untie-embeddings-and-output-weights", 2),
+            "accepted");
+}
+
+}  // namespace
+}  // namespace tessera::train
