@@ -110,7 +110,9 @@ run=("${command[@]}")
 while :; do
   export TESSERA_RESTART_COUNT=$attempt
   say "attempt $((attempt + 1)) of at most $((max_restarts + 1)): ${run[*]}"
-  "${run[@]}" &
+  # No stdin: a job in a background process group that reads the terminal (mpirun passes stdin on to
+  # rank 0) would be stopped by SIGTTIN.
+  "${run[@]}" </dev/null &
   child=$!
   while :; do
     wait "$child"
