@@ -31,7 +31,7 @@ TESSERA_STRAGGLER_DELAY_MS=1:150 timeout 180 "$supervise" --max-restarts 2 --res
   "$tessera" train "${model[@]}" --tensor-model-parallel-size 2 --save "$dir" --save-interval 4 --async-save \
   --non-persistent-save-interval 1 --non-persistent-ckpt-type global >"$work/sup.log" 2>&1 &
 sup=$!
-for _ in $(seq 1 600); do grep -q "saved non-persistent checkpoint (global) at iteration 5 " "$work/sup.log" && break; sleep 0.1; done
+for _ in $(seq 1 600); do grep -qs "saved non-persistent checkpoint (global) at iteration 5 " "$work/sup.log" && break; sleep 0.1; done
 victim=$(pgrep -f "^$tessera train .*--save $dir " | tail -1)  # a rank (mpirun's command line starts with mpirun)
 [ -n "$victim" ] && kill -9 "$victim"
 check "a rank of the first attempt was killed (pid ${victim:-none})" $([ -n "$victim" ]; echo $?)
