@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A job killed while asynchronous saves are written (issue 58, items 1 and 3, the tests/kill_rank.sh
 # pattern): SIGKILL to one rank at three moments, with a save of every iteration written slowly, never
-# leaves the tracker naming an incomplete checkpoint, and the job resumes from the one it names.
+# leaves the tracker naming an incomplete checkpoint, and the job resumes from the one it names; the next
+# save removes what the kill left.
 set -uo pipefail
 tessera=${1:?usage: async_save_kill_cli.sh path/to/tessera}
 work=$(mktemp -d)
@@ -48,5 +49,16 @@ for k in 0 1 2; do
     grep -qE "iteration +$((it + 1))/" <<<"$out"
   check "kill $k: it resumes from iteration $it: $(tail -2 <<<"$out")" $?
 done
+
+# What a kill leaves behind, an unfinished save's directory and a tracker's temporary file (a kill between
+# its write and its rename: the fault campaign, bench/fault_campaign.py, found them), goes at the next save.
+dir=$work/kill0
+it=$(complete "$dir" 2>&1)
+mkdir -p "$dir/iter_0000099.tmp" && echo 7 >"$dir/latest_checkpointed_iteration.txt.tmp.12345"
+out=$(timeout 60 $mpirun "$tessera" train "${model[@]}" --train-iters $((it + 1)) --load "$dir" --save "$dir" --async-save 2>&1)
+rc=$?
+[ $rc -eq 0 ] && [ ! -e "$dir/iter_0000099.tmp" ] && [ ! -e "$dir/latest_checkpointed_iteration.txt.tmp.12345" ] &&
+  [ "$(complete "$dir" 2>&1)" = $((it + 1)) ]
+check "the next save removes a kill's leftovers (rc $rc): $(ls "$dir" | tr '\n' ' ')" $?
 
 finish async_save_kill_cli

@@ -153,7 +153,8 @@ class CheckpointSave {
   bool written_ = false;
 };
 
-// Removes what saves killed part way left behind in `root` (iter_N.tmp, iter_N.old), then all but the
+// Removes what saves killed part way left behind in `root` (iter_N.tmp, iter_N.old, the tracker's
+// latest_checkpointed_iteration.txt.tmp.PID), then all but the
 // newest `keep_last` complete iteration directories (keep_last 0: all of them stay).
 void prune_checkpoints(const std::string& root, int64_t keep_last);
 

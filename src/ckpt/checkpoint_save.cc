@@ -270,10 +270,14 @@ void CheckpointSave::finalize() {
 void prune_checkpoints(const std::string& root, int64_t keep_last) {
   std::vector<std::pair<int64_t, fs::path>> dirs;
   const std::regex leftover(R"(iter_\d{7}\.(tmp|old))");
+  // A tracker's temporary file (write_file_atomically's PATH.tmp.PID) is left by a kill between its
+  // write and its rename; the tracker itself was just renamed into place, so none is being written.
+  const std::regex tracker_leftover(std::string(kTrackerFile) + R"(\.tmp\.\d+)");
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root)) {
     std::string name = entry.path().filename().string();
     if (entry.is_directory() && std::regex_match(name, leftover)) fs::remove_all(entry.path(), ec);
+    if (entry.is_regular_file() && std::regex_match(name, tracker_leftover)) fs::remove(entry.path(), ec);
     if (!entry.is_directory() || name.size() != 12 || name.rfind("iter_", 0) != 0) continue;
     if (name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
     dirs.emplace_back(std::stoll(name.substr(5)), entry.path());
