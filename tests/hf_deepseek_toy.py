@@ -7,7 +7,8 @@ Tessera cannot export DeepSeek-V3 yet, so the Hugging Face side is made here.
 The sizes exercise every part at toy scale: MLA with query compression, YaRN whose ramp covers
 extrapolated, blended and interpolated pairs of the RoPE part, mscale != mscale_all_dim, one dense layer
 (first_k_dense_replace) then MoE layers with group-limited sigmoid routing (4 groups, 2 kept, top 4: 2 a
-group, as HF scores groups), a correction bias, routed_scaling_factor and a shared expert.
+group, as HF scores groups), a correction bias, routed_scaling_factor, a shared expert, and one MTP module
+stored as the layer after the last (with its copies of the embedding and output layer).
 
 usage: hf_deepseek_toy.py OUT_DIR [SEED]
 """
@@ -25,7 +26,7 @@ CONFIG = {
     "n_shared_experts": 1, "n_routed_experts": 8, "routed_scaling_factor": 2.5,
     "kv_lora_rank": 16, "q_lora_rank": 24, "qk_rope_head_dim": 8, "v_head_dim": 12, "qk_nope_head_dim": 8,
     "n_group": 4, "topk_group": 2, "num_experts_per_tok": 4, "first_k_dense_replace": 1, "norm_topk_prob": True,
-    "hidden_act": "silu", "max_position_embeddings": 256, "initializer_range": 0.02, "rms_norm_eps": 1e-6,
+    "hidden_act": "silu", "num_nextn_predict_layers": 1, "max_position_embeddings": 256, "initializer_range": 0.02, "rms_norm_eps": 1e-6,
     "tie_word_embeddings": False, "rope_theta": 100.0, "rope_interleave": True, "attention_bias": False,
     "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 32,
                      "beta_slow": 1, "mscale": 0.9, "mscale_all_dim": 0.8},
@@ -38,8 +39,12 @@ def shapes(c):
     qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
     s = {"model.embed_tokens.weight": [c["vocab_size"], h], "model.norm.weight": [h],
          "lm_head.weight": [c["vocab_size"], h]}
-    for i in range(c["num_hidden_layers"]):
+    for i in range(c["num_hidden_layers"] + c["num_nextn_predict_layers"]):
         p = f"model.layers.{i}."
+        if i >= c["num_hidden_layers"]:  # an MTP module: a decoder layer and these
+            s.update({p + "enorm.weight": [h], p + "hnorm.weight": [h], p + "eh_proj.weight": [h, 2 * h],
+                      p + "shared_head.norm.weight": [h], p + "embed_tokens.weight": [c["vocab_size"], h],
+                      p + "shared_head.head.weight": [c["vocab_size"], h]})
         a = p + "self_attn."
         s.update({p + "input_layernorm.weight": [h], p + "post_attention_layernorm.weight": [h],
                   a + "q_a_proj.weight": [c["q_lora_rank"], h], a + "q_a_layernorm.weight": [c["q_lora_rank"]],
@@ -87,6 +92,10 @@ def main():
             tensors[name] = (1 + 0.1 * torch.randn(shape)).bfloat16()
         else:  # large enough that attention and routing are far from uniform
             tensors[name] = (0.2 * torch.randn(shape)).bfloat16()
+    for k in range(CONFIG["num_nextn_predict_layers"]):  # the MTP layers' copies of the shared tensors
+        p = f"model.layers.{CONFIG['num_hidden_layers'] + k}."
+        tensors[p + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"]
+        tensors[p + "shared_head.head.weight"] = tensors["lm_head.weight"]
     write_safetensors(os.path.join(out, "model.safetensors"), tensors)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(CONFIG, f, indent=2)

@@ -7,7 +7,7 @@ Qwen3MoeForCausalLM: Qwen3's decoder (tests/hf_reference.py's llama_logits with 
   MLP sparse unless i is in mlp_only_layers or (i + 1) % decoder_sparse_step != 0:
     p = softmax(gate(x)) over all experts; the top k of p, renormalised when norm_topk_prob;
     y = sum over the chosen experts e of p_e * down_e(silu(gate_e x) * up_e x).
-DeepseekV3ForCausalLM: Multi-Latent Attention
+DeepseekV3ForCausalLM (with its MTP layers: deepseek_logits): Multi-Latent Attention
     q = q_b(rms(q_a(x))) (or q_proj(x)), per head [nope | rope]; [k_lat | k_rot] = kv_a_proj_with_mqa(x);
     per head [k_nope | v] = kv_b(rms(k_lat)); the rope parts de-interleaved (rope_interleave), rotated with
     YaRN's frequencies and attention factor; softmax scale qk_head_dim^-1/2 * mscale(factor, mscale_all_dim)^2;
@@ -164,23 +164,39 @@ def deepseek_moe(c, w, p, x, routing):
     return out
 
 
-def deepseek_logits(c, w, ids, routing):
-    eps = c["rms_norm_eps"]
+def deepseek_layer(c, w, i, h, routing):
+    eps, p = c["rms_norm_eps"], f"model.layers.{i}."
+    h = h + mla(c, w, p, rms(w, p + "input_layernorm", h, eps))
+    x = rms(w, p + "post_attention_layernorm", h, eps)
+    return h + (deepseek_moe(c, w, p, x, routing) if i >= c["first_k_dense_replace"] else swiglu(w, p + "mlp.", x))
+
+
+def deepseek_logits(c, w, ids, routing, mtp_logits=None):
+    """The main head's logits; with mtp_logits (a list), each MTP module's logits appended to it. MTP module k
+    (stored as layer num_hidden_layers + k - 1; DeepSeek-V3's paper, Megatron's MultiTokenPredictionLayer):
+    x = eh_proj([enorm(embedding of the tokens k ahead) | hnorm(h_{k-1})]), h_k = shared_head.norm(layer(x)),
+    logits through the model's own output layer (shared_head.head and embed_tokens are copies of it)."""
+    eps, n = c["rms_norm_eps"], c["num_hidden_layers"]
     h = w["model.embed_tokens.weight"][ids]
-    for i in range(c["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        h = h + mla(c, w, p, rms(w, p + "input_layernorm", h, eps))
-        x = rms(w, p + "post_attention_layernorm", h, eps)
-        h = h + (deepseek_moe(c, w, p, x, routing) if i >= c["first_k_dense_replace"] else swiglu(w, p + "mlp.", x))
+    for i in range(n):
+        h = deepseek_layer(c, w, i, h, routing)
     h = rms(w, "model.norm", h, eps)
     head = w["model.embed_tokens.weight"] if c.get("tie_word_embeddings", False) else w["lm_head.weight"]
-    return h @ head.t()
+    logits = h @ head.t()
+    for k in range(c.get("num_nextn_predict_layers", 0) if mtp_logits is not None else 0):
+        p = f"model.layers.{n + k}."
+        ahead = torch.cat((ids[k + 1:], torch.zeros(k + 1, dtype=ids.dtype)))  # Megatron's roll_tensor
+        e = rms(w, p + "enorm", w["model.embed_tokens.weight"][ahead], eps)
+        x = torch.cat((e, rms(w, p + "hnorm", h, eps)), dim=-1) @ w[p + "eh_proj.weight"].t()
+        h = rms(w, p + "shared_head.norm", deepseek_layer(c, w, n + k, x, routing), eps)
+        mtp_logits.append(h @ head.t())
+    return logits
 
 
-def logits_of(config, weights, ids, routing):
+def logits_of(config, weights, ids, routing, mtp_logits=None):
     arch = config["architectures"][0]
     if arch == "DeepseekV3ForCausalLM":
-        return deepseek_logits(config, weights, ids, routing)
+        return deepseek_logits(config, weights, ids, routing, mtp_logits)
     if arch == "Qwen3MoeForCausalLM":
         return llama_logits(config, weights, ids, mlp=lambda c, w, p, x: qwen3_moe_mlp(c, w, p, x, routing))
     sys.exit(f"architecture {arch} is not Qwen3MoeForCausalLM or DeepseekV3ForCausalLM")
@@ -202,17 +218,27 @@ def main():
     tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
     config, weights = read_model(hf_dir)
     ids, labels = torch.tensor(tokens[:-1]), torch.tensor(tokens[1:])
-    routing = Routing()
-    logits = logits_of(config, weights, ids, routing)
+    routing, mtp_logits = Routing(), []
+    # DeepSeek's MTP copies of the embedding and output layer are the model's own: their gradients are not
+    # separate (Tessera reports the shared tensors' under both names).
+    n = config.get("num_hidden_layers", 0)
+    copies = [f"model.layers.{n + k}.{x}" for k in range(config.get("num_nextn_predict_layers", 0))
+              for x in ("embed_tokens.weight", "shared_head.head.weight")]
+    for name in copies:
+        weights.pop(name)
+    logits = logits_of(config, weights, ids, routing, mtp_logits)
     loss = F.cross_entropy(logits, labels)
     balance = [load_balancing_loss(r, config["num_experts_per_tok"]) for r in routing.logits]
     coeff = config.get("router_aux_loss_coef", 0.0) if balance else 0.0
-    (loss + coeff * sum(balance)).backward()
+    # Megatron's MTP objective: mtp_loss_scaling_factor (its default 0.1, which an import takes) over the
+    # modules, each module's mean cross-entropy over the positions whose label k + 1 ahead exists.
+    mtp = sum(F.cross_entropy(m[:len(labels) - k - 1], labels[k + 1:]) for k, m in enumerate(mtp_logits))
+    (loss + coeff * sum(balance) + 0.1 / max(len(mtp_logits), 1) * mtp).backward()
     references = [("logits", logits.detach()), ("loss", loss.detach().reshape(1))]
     got = read_safetensors(tessera_out)
     if "aux.load_balancing_loss" in got:
         references.append(("aux.load_balancing_loss", (sum(balance) / len(balance)).detach().reshape(1)))
-    failures, worst = compare_with_tessera(tessera_out, references, weights, tol, hf_dir)
+    failures, worst = compare_with_tessera(tessera_out, references, weights, tol, hf_dir, ignore=copies)
     if routing.margin < MIN_MARGIN:
         failures += 1
         print(f"  NEAR A TIE: a routing margin of {routing.margin:.3e} < {MIN_MARGIN:g}; change the model or tokens")

@@ -80,9 +80,9 @@ Family family_of(const model::ModelConfig& c) {
   // The name and layout mapping below is GPT's; another family brings its own.
   TESSERA_CHECK(c.family == "gpt", "convert: Hugging Face conversion is for the gpt model family, not '", c.family,
                 "'");
-  // DeepSeek-V3 keeps its MTP module as the layer after the last; no DeepseekV3ForCausalLM export yet.
-  TESSERA_CHECK(c.mtp_num_layers == 0, "convert: a model with --mtp-num-layers=", c.mtp_num_layers,
-                " (multi-token prediction modules) has no Hugging Face export yet");
+  // DeepSeek-V3 keeps its MTP modules as the layers after the last; no other family has them.
+  TESSERA_CHECK(c.mtp_num_layers == 0 || c.mla.enabled, "convert: a model with --mtp-num-layers=", c.mtp_num_layers,
+                " converts only as DeepseekV3ForCausalLM (with --multi-latent-attention)");
   Family f = Family::Llama;
   if (c.mla.enabled) {
     // DeepSeek-V3: Llama's embedding, norms and output around MLA and its MoE blocks (hf_moe.h).
@@ -90,6 +90,9 @@ Family family_of(const model::ModelConfig& c) {
                       c.normalization == Normalization::RMSNorm && c.swiglu && !c.add_bias_linear && c.qk_layernorm,
                   "convert: a model with --multi-latent-attention converts as DeepseekV3ForCausalLM only with MoE, "
                   "rope, RMSNorm, SwiGLU, --disable-bias-linear and --qk-layernorm (the latents' norms)");
+    const std::string why = not_deepseek_v3(c);
+    TESSERA_CHECK(why.empty(), "convert: this multi-latent attention model has no DeepseekV3ForCausalLM equivalent: ",
+                  why);
     return Family::DeepseekV3;
   }
   if (c.moe.enabled() && c.qk_layernorm) {
@@ -174,6 +177,7 @@ json hf_config(const model::ModelConfig& c, Family f, const json& tessera_args) 
                              {"low_freq_factor", c.rope_low_freq_factor},
                              {"high_freq_factor", c.rope_high_freq_factor},
                              {"original_max_position_embeddings", c.rope_original_max_position}};
+  if (f == Family::DeepseekV3) return deepseek_v3_config(c, llama);
   if (f == Family::Qwen3 || f == Family::Qwen3Moe) {
     json qwen3 = llama;
     qwen3.erase("mlp_bias");
@@ -332,6 +336,7 @@ TensorMap map_tensors(const model::ModelConfig& c, Family f, const TensorMap& sr
   }
   rename("decoder.final_layernorm.weight", "model.norm.weight");
   if (c.untie_embeddings_and_output_weights) rename("output_layer.weight", "lm_head.weight");
+  if (f == Family::DeepseekV3) map_deepseek_mtp(c, mapper);
   check_all_used(src, used, to_hf);
   return out;
 }
@@ -397,8 +402,6 @@ void export_hugging_face(const std::string& load_dir, const std::string& out_dir
   const model::ModelConfig c = model::config_from_json(state.args["model"]);
   const bool bert = c.family == "bert";  // hf_bert.h
   const Family f = bert ? Family::Gpt2 : family_of(c);
-  TESSERA_CHECK(f != Family::DeepseekV3, "convert: a model with --multi-latent-attention (DeepseekV3ForCausalLM) "
-                "has no Hugging Face export yet; DeepseekV3ForCausalLM imports");
   TensorMap tessera(full.begin(), full.end());
   TensorMap hf = bert ? bert_to_hugging_face(c, tessera) : map_tensors(c, f, tessera, /*to_hf=*/true);
 

@@ -3,6 +3,8 @@
 //   GPT-2 style (learned positions, LayerNorm, GELU, tied output)  <->  GPT2LMHeadModel
 //   Llama style (rope, RMSNorm, SwiGLU, grouped-query attention)   <->  LlamaForCausalLM
 //   Llama style, every layer MoE with the same experts, no biases  <->  MixtralForCausalLM
+//   Llama style with --qk-layernorm (and MoE)                      <->  Qwen3ForCausalLM (Qwen3MoeForCausalLM)
+//   Multi-latent attention, sigmoid-routed MoE (hf_moe.h)          <->  DeepseekV3ForCausalLM
 //   BERT, post-LN / pre-LN (the bert family; hf_bert.h)           <->  BertForPreTraining /
 //                                                                      MegatronBertForPreTraining
 //

@@ -3,6 +3,9 @@
 // split of SwiGLU's fc1, so a round trip is bit-exact.
 #include "ckpt/hf_moe.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "ckpt/hf_layout.h"
 #include "core/check.h"
 
@@ -64,6 +67,38 @@ void map_mla_attention(const model::ModelConfig& c, const std::string& t, const 
   m.rename(ta + "kv_layernorm.weight", ha + "kv_a_layernorm.weight");
   m.rename(ta + "linear_kv_up_proj.weight", ha + "kv_b_proj.weight");
   m.rename(ta + "linear_proj.weight", ha + "o_proj.weight");
+}
+
+void map_deepseek_mtp(const model::ModelConfig& c, HfTensorMapper& m) {
+  for (int64_t k = 0; k < c.mtp_num_layers; ++k) {
+    const std::string t = str_cat("mtp.layers.", k, "."), h = str_cat("model.layers.", c.num_layers + k, ".");
+    m.rename(t + "enorm.weight", h + "enorm.weight");
+    m.rename(t + "hnorm.weight", h + "hnorm.weight");
+    m.rename(t + "eh_proj.weight", h + "eh_proj.weight");  // [h, 2h]: [embedding | hidden], as Megatron's
+    m.rename(t + "final_layernorm.weight", h + "shared_head.norm.weight");
+    const std::string tl = t + "transformer_layer.";
+    m.rename(tl + "input_layernorm.weight", h + "input_layernorm.weight");
+    m.rename(tl + "pre_mlp_layernorm.weight", h + "post_attention_layernorm.weight");
+    map_mla_attention(c, tl, h, m);
+    map_moe_family_mlp(c, c.num_layers + k + 1, tl, h, m);
+    // The module shares the model's embedding and output layer; DeepSeek's files hold copies of both.
+    const std::pair<std::string, std::string> shared[] = {
+        {"embedding.word_embeddings.weight", h + "embed_tokens.weight"},
+        {c.untie_embeddings_and_output_weights ? "output_layer.weight" : "embedding.word_embeddings.weight",
+         h + "shared_head.head.weight"}};
+    for (const auto& [tessera, hf] : shared) {
+      if (m.to_hf) {
+        m.out[hf] = m.get(tessera);
+        continue;
+      }
+      const std::string main = tessera == "output_layer.weight" ? "lm_head.weight" : "model.embed_tokens.weight";
+      const Tensor& copy = m.get(hf);
+      const Tensor& original = m.get(main);
+      TESSERA_CHECK(copy.shape() == original.shape() &&
+                        std::equal(copy.host_f32(), copy.host_f32() + copy.numel(), original.host_f32()),
+                    "convert: ", hf, " differs from ", main, "; Tessera's MTP module shares the model's");
+    }
+  }
 }
 
 }  // namespace tessera::ckpt

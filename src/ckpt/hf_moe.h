@@ -40,6 +40,10 @@ void read_qwen3_moe_config(const nlohmann::json& hf, model::ModelConfig& c);
 // Tessera cannot express.
 void read_deepseek_v3_config(const nlohmann::json& hf, model::ModelConfig& c);
 
+// What keeps an MLA model c from being a DeepseekV3ForCausalLM, or "" if nothing; its config.json fields,
+// made from Llama's `llama`.
+std::string not_deepseek_v3(const model::ModelConfig& c);
+nlohmann::json deepseek_v3_config(const model::ModelConfig& c, nlohmann::json llama);
 // What keeps c from being a Qwen3MoeForCausalLM, or "" if nothing.
 std::string not_qwen3_moe(const model::ModelConfig& c);
 // The Qwen3MoeForCausalLM fields of c's config.json, added to Qwen3's `qwen3`.
@@ -63,10 +67,15 @@ struct HfTensorMapper {
 
 // Layer i's feed-forward block of a Qwen3MoE or DeepSeek-V3 model: a dense MLP, or the router
 // (mlp.gate.weight, DeepSeek's mlp.gate.e_score_correction_bias), the experts (mlp.experts.E.*_proj) and
-// DeepSeek's shared experts (mlp.shared_experts.*_proj). t, h: the layer's Tessera and HF prefixes.
+// DeepSeek's shared experts (mlp.shared_experts.*_proj). t, h: the layer's Tessera and HF prefixes;
+// layer_number: Tessera's 1-based number (an MTP module's layer is num_layers + k).
 void map_moe_family_mlp(const model::ModelConfig& c, int64_t layer_number, const std::string& t,
                         const std::string& h, HfTensorMapper& m);
 // Layer's Multi-Latent Attention (without the input norm).
 void map_mla_attention(const model::ModelConfig& c, const std::string& t, const std::string& h, HfTensorMapper& m);
+// DeepSeek-V3's MTP modules, stored as layers num_hidden_layers + k: enorm, hnorm, eh_proj,
+// shared_head.norm (the module's final_layernorm) and a decoder layer, with copies of the word embedding
+// (embed_tokens) and output layer (shared_head.head), written on export and checked equal on import.
+void map_deepseek_mtp(const model::ModelConfig& c, HfTensorMapper& m);
 
 }  // namespace tessera::ckpt

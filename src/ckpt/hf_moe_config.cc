@@ -120,6 +120,11 @@ void read_deepseek_v3_config(const json& hf, model::ModelConfig& c) {
   c.moe.layer_experts.assign(static_cast<size_t>(c.num_layers), 0);
   for (int64_t i = first_dense; i < c.num_layers; ++i)
     if (i % freq == 0) c.moe.layer_experts[static_cast<size_t>(i)] = experts;
+  // The MTP modules, stored as layers num_hidden_layers, ...: each a layer with the last layer's experts.
+  c.mtp_num_layers = int_or(hf, "num_nextn_predict_layers", 0);
+  TESSERA_CHECK(c.mtp_num_layers >= 0 && c.mtp_num_layers <= 64, "convert: DeepSeek num_nextn_predict_layers = ",
+                c.mtp_num_layers, " must be in [0, 64]");
+  for (int64_t k = 0; k < c.mtp_num_layers; ++k) c.moe.layer_experts.push_back(c.moe.layer_experts.back());
   c.moe.ffn_hidden_size = hf_int_field(hf, "moe_intermediate_size");
   c.moe.shared_expert_intermediate_size = int_or(hf, "n_shared_experts", 0) * c.moe.ffn_hidden_size;
   kernels::TopkRouterOptions& r = c.moe.router;
@@ -141,6 +146,85 @@ void read_deepseek_v3_config(const json& hf, model::ModelConfig& c) {
     r.num_groups = groups;
     r.group_topk = group_topk;
   }
+}
+
+std::string not_deepseek_v3(const model::ModelConfig& c) {
+  const model::MoeConfig& m = c.moe;
+  const model::MlaConfig& a = c.mla;
+  if (!m.enabled()) return "it has no experts";
+  if (!c.qk_layernorm) return "its latents have no norms (--qk-layernorm: q_a_layernorm, kv_a_layernorm)";
+  if (c.norm_epsilon != 1e-6f)
+    return str_cat("its norm epsilon ", c.norm_epsilon, " is not the 1e-6 of DeepSeek's latent norms (--norm-epsilon)");
+  // Dense layers first (first_k_dense_replace), then every layer with the same experts.
+  int64_t first_moe = -1;
+  for (size_t i = 0; i < m.layer_experts.size(); ++i) {
+    if (m.layer_experts[i] == 0 && first_moe >= 0)
+      return str_cat("layer ", i + 1, " is dense after a MoE layer (DeepSeek's dense layers come first)");
+    if (m.layer_experts[i] != 0 && first_moe < 0) first_moe = static_cast<int64_t>(i);
+    if (m.layer_experts[i] != 0 && m.layer_experts[i] != m.layer_experts[static_cast<size_t>(first_moe)])
+      return str_cat("layer ", i + 1, " has ", m.layer_experts[i], " experts, an earlier one ",
+                     m.layer_experts[static_cast<size_t>(first_moe)], " (a pyramid)");
+  }
+  if (first_moe < 0 || first_moe >= c.num_layers) return "no layer has experts";
+  if (m.router.score != kernels::RouterScoreFunction::Sigmoid) return "it routes by softmax (DeepSeek-V3: sigmoid)";
+  if (!m.expert_bias) return "it has no expert bias (--moe-router-enable-expert-bias: e_score_correction_bias)";
+  if (m.router.grouped() && m.router.topk != 2 * m.router.group_topk)
+    return str_cat("HF scores a group by its 2 best experts, this model by --moe-router-topk / --moe-router-group-topk = ",
+                   m.router.topk / m.router.group_topk);
+  if (m.shared_expert_intermediate_size == 0 || m.shared_expert_intermediate_size % m.ffn_hidden_size != 0)
+    return "its shared expert is not n_shared_experts experts' width (--moe-shared-expert-intermediate-size)";
+  if (m.residual) return "it is a residual MoE (--mlp-type residual)";
+  if (!m.dropless()) return "it drops tokens over capacity (--moe-expert-capacity-factor)";
+  if (a.yarn) {
+    const double ratio = static_cast<double>(c.max_position_embeddings) / a.original_max_position_embeddings;
+    if (std::abs(ratio - a.rotary_scaling_factor) > 1e-9 * a.rotary_scaling_factor)
+      return str_cat("--rotary-scaling-factor ", a.rotary_scaling_factor, " is not --max-position-embeddings / "
+                     "--yarn-original-max-position-embeddings = ", ratio, " (transformers takes the ratio)");
+    // HF applies mscale / mscale_all_dim to cos and sin only when both are set, else mscale 1.
+    if ((a.mscale == 0) != (a.mscale_all_dim == 0) && !(a.mscale == 1 && a.mscale_all_dim == 0))
+      return str_cat("--mscale ", a.mscale, " with --mscale-all-dim ", a.mscale_all_dim,
+                     " has no HF form (both set, or mscale 1 and mscale_all_dim 0)");
+  }
+  return "";
+}
+
+json deepseek_v3_config(const model::ModelConfig& c, json llama) {
+  const model::MoeConfig& m = c.moe;
+  const model::MlaConfig& a = c.mla;
+  for (const char* k : {"head_dim", "attention_bias", "mlp_bias", "rope_scaling"}) llama.erase(k);
+  llama["architectures"] = {"DeepseekV3ForCausalLM"};
+  llama["model_type"] = "deepseek_v3";
+  llama["q_lora_rank"] = a.q_lora_rank > 0 ? json(a.q_lora_rank) : json();
+  llama["kv_lora_rank"] = a.kv_lora_rank;
+  llama["qk_nope_head_dim"] = a.qk_head_dim;
+  llama["qk_rope_head_dim"] = a.qk_pos_emb_head_dim;
+  llama["head_dim"] = a.qk_pos_emb_head_dim;  // DeepseekV3Config's: the rotary part's
+  llama["v_head_dim"] = a.v_head_dim;
+  llama["rope_interleave"] = true;
+  llama["attention_bias"] = false;
+  llama["rope_scaling"] = json();
+  if (a.yarn)
+    llama["rope_scaling"] = {{"type", "yarn"}, {"rope_type", "yarn"}, {"factor", a.rotary_scaling_factor},
+                             {"original_max_position_embeddings", a.original_max_position_embeddings},
+                             {"beta_fast", a.beta_fast}, {"beta_slow", a.beta_slow}, {"mscale", a.mscale},
+                             {"mscale_all_dim", a.mscale_all_dim}};
+  int64_t first_dense = 0;
+  while (m.layer_experts[static_cast<size_t>(first_dense)] == 0) ++first_dense;
+  const int64_t experts = m.layer_experts[static_cast<size_t>(first_dense)];
+  llama["first_k_dense_replace"] = first_dense;
+  llama["moe_layer_freq"] = 1;
+  llama["n_routed_experts"] = experts;
+  llama["moe_intermediate_size"] = m.ffn_hidden_size;
+  llama["n_shared_experts"] = m.shared_expert_intermediate_size / m.ffn_hidden_size;
+  llama["num_experts_per_tok"] = m.router.topk;
+  llama["n_group"] = m.router.grouped() ? m.router.num_groups : 1;
+  llama["topk_group"] = m.router.grouped() ? m.router.group_topk : 1;
+  llama["norm_topk_prob"] = true;
+  llama["routed_scaling_factor"] = model::json_float(m.router.scaling_factor);
+  llama["scoring_func"] = "sigmoid";
+  llama["topk_method"] = "noaux_tc";
+  llama["num_nextn_predict_layers"] = c.mtp_num_layers;
+  return llama;
 }
 
 std::string not_qwen3_moe(const model::ModelConfig& c) {
