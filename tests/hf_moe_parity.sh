@@ -10,7 +10,9 @@
 #    bias, routed_scaling_factor, a shared expert) imports; Tessera's forward and gradients match the
 #    reference; `tessera generate` on the import (MLA's compressed-cache decoding) gives the reference's
 #    greedy tokens;
-#  * what Tessera cannot express is refused by name.
+#    exports back to the same tensors and config, and re-imports bit for bit; a DeepSeek-V3-style model
+#    trained by Tessera (Megatron's flags, one MTP module) exports and matches the reference;
+#  * what either side cannot express is refused by name.
 set -uo pipefail
 tessera=${1:?usage: hf_moe_parity.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -134,6 +136,32 @@ check "deepseek: the export has the original's config and tensors: $out" $?
 out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/export" --save-dir "$dir/back" 2>&1) &&
   out=$(same_tensors "$dir/ckpt/iter_0000000" "$dir/back/iter_0000000" 2>&1)
 check "deepseek: Tessera -> HF -> Tessera is bit-exact: $out" $?
+
+# A DeepSeek-V3-style model trained by Tessera with Megatron's flags (MLA with YaRN, sigmoid group-limited
+# routing with a moving expert bias, a shared expert, a dense first layer, one MTP module) exports, and the
+# reference on the export gives the trained checkpoint's forward and gradients (the MTP objective included).
+ds="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --untie-embeddings-and-output-weights
+    --position-embedding-type rope --normalization RMSNorm --norm-epsilon 1e-6 --swiglu --disable-bias-linear
+    --qk-layernorm --multi-latent-attention --q-lora-rank 24 --kv-lora-rank 16 --qk-head-dim 8 --qk-pos-emb-head-dim 8
+    --v-head-dim 12 --rope-type yarn --rotary-scaling-factor 4 --mscale 0.9 --mscale-all-dim 0.8
+    --yarn-original-max-position-embeddings 4 --rotary-base 100 --num-experts 8 --moe-router-topk 4
+    --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-2
+    --moe-router-num-groups 4 --moe-router-group-topk 2 --moe-router-topk-scaling-factor 2.5 --moe-ffn-hidden-size 12
+    --moe-shared-expert-intermediate-size 12 --moe-layer-freq [0,1] --moe-router-load-balancing-type none
+    --mtp-num-layers 1"
+tdir=$work/deepseek_trained
+out=$("$tessera" train $ds $run --train-iters 3 --save "$tdir/ckpt" 2>&1)
+check "deepseek: a DeepSeek-V3-style model trains: $out" $?
+out=$("$tessera" convert --loader tessera --saver hf --load-dir "$tdir/ckpt" --save-dir "$tdir/hf" 2>&1)
+check "deepseek: its export: $out" $?
+out=$(parity "$tdir/hf" "$tdir/ckpt" "3,17,5,9,39,1,0,22,31,7,8,12")
+check "deepseek: the trained model's export against the reference: $out" $?
+echo "deepseek (trained): $(tail -1 <<<"$out")"
+out=$("$tessera" train ${ds/--moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-2/} \
+      $run --train-iters 1 --save "$work/softmax_mla" 2>&1)
+check "deepseek: a softmax-routed MLA model trains: $out" $?
+expect_failure "no DeepseekV3ForCausalLM equivalent: it routes by softmax" \
+  "$tessera" convert --loader tessera --saver hf --load-dir "$work/softmax_mla" --save-dir "$work/softmax_mla_hf"
 
 # Refusals of what Tessera cannot express.
 refuse() {  # refuse NAME PYTHON-EDIT EXPECTED-MESSAGE
