@@ -10,7 +10,9 @@ extrapolated, blended and interpolated pairs of the RoPE part, mscale != mscale_
 group, as HF scores groups), a correction bias, routed_scaling_factor, a shared expert, and one MTP module
 stored as the layer after the last (with its copies of the embedding and output layer).
 
-usage: hf_deepseek_toy.py OUT_DIR [SEED]
+With --fp8, the projection weights are FP8 with 16 x 16 blocks of weight_scale_inv (quantize_fp8).
+
+usage: hf_deepseek_toy.py [--fp8] OUT_DIR [SEED]
 """
 import json
 import os
@@ -67,10 +69,12 @@ def shapes(c):
 
 
 def write_safetensors(path, tensors):
+    """uint8 tensors are written as F8_E4M3 (their bit patterns)."""
     header, blobs, at = {}, [], 0
     for name, t in tensors.items():
         raw = t.contiguous().view(torch.uint8).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes()
-        header[name] = {"dtype": {torch.bfloat16: "BF16", torch.float32: "F32"}[t.dtype], "shape": list(t.shape),
+        dtype = {torch.bfloat16: "BF16", torch.float32: "F32", torch.uint8: "F8_E4M3"}[t.dtype]
+        header[name] = {"dtype": dtype, "shape": list(t.shape),
                         "data_offsets": [at, at + len(raw)]}
         blobs.append(raw)
         at += len(raw)
@@ -80,9 +84,24 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+def quantize_fp8(tensors, block):
+    """DeepSeek-V3's FP8 release: each projection weight as F8_E4M3 with an fp32 weight_scale_inv per block.
+    Random bit patterns of exponents 5 to 8 (values of magnitude 1/4 to 4, no NaN) times random scales near
+    0.1 stand for the quantised weights; the other tensors stay bf16 or fp32."""
+    for name in [k for k in tensors if k.endswith("_proj.weight")]:
+        rows, cols = tensors[name].shape
+        sign, exponent, mantissa = (torch.randint(0, 2, (rows, cols)), torch.randint(5, 9, (rows, cols)),
+                                    torch.randint(0, 8, (rows, cols)))
+        tensors[name] = (sign * 128 + exponent * 8 + mantissa).to(torch.uint8)
+        blocks = (-(-rows // block), -(-cols // block))
+        tensors[name + "_scale_inv"] = 0.05 * (1 + torch.rand(blocks))
+
+
 def main():
-    out = sys.argv[1]
-    torch.manual_seed(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+    fp8 = "--fp8" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--fp8"]
+    out = args[0]
+    torch.manual_seed(int(args[1]) if len(args) > 1 else 0)
     os.makedirs(out, exist_ok=True)
     tensors = {}
     for name, shape in shapes(CONFIG).items():
@@ -96,9 +115,14 @@ def main():
         p = f"model.layers.{CONFIG['num_hidden_layers'] + k}."
         tensors[p + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"]
         tensors[p + "shared_head.head.weight"] = tensors["lm_head.weight"]
+    config = dict(CONFIG)
+    if fp8:  # blocks of 16 x 16 so that the toy's weights have several
+        quantize_fp8(tensors, 16)
+        config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                         "weight_block_size": [16, 16]}
     write_safetensors(os.path.join(out, "model.safetensors"), tensors)
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(CONFIG, f, indent=2)
+        json.dump(config, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@
 #    bf16 MLA weights, YaRN, a dense first layer, the sigmoid group-limited router with its correction
 #    bias, routed_scaling_factor, a shared expert) imports; Tessera's forward and gradients match the
 #    reference; `tessera generate` on the import (MLA's compressed-cache decoding) gives the reference's
-#    greedy tokens;
+#    greedy tokens; its FP8 form (F8_E4M3 weights, weight_scale_inv blocks) imports and matches too;
 #    exports back to the same tensors and config, and re-imports bit for bit; a DeepSeek-V3-style model
 #    trained by Tessera (Megatron's flags, one MTP module) exports and matches the reference;
 #  * what either side cannot express is refused by name.
@@ -136,6 +136,18 @@ check "deepseek: the export has the original's config and tensors: $out" $?
 out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/export" --save-dir "$dir/back" 2>&1) &&
   out=$(same_tensors "$dir/ckpt/iter_0000000" "$dir/back/iter_0000000" 2>&1)
 check "deepseek: Tessera -> HF -> Tessera is bit-exact: $out" $?
+
+# DeepSeek-V3's FP8 release: F8_E4M3 projection weights with weight_scale_inv blocks (16 x 16 here)
+# dequantised on import; the reference dequantises the same bytes itself.
+out=$("$python" "$here/hf_deepseek_toy.py" --fp8 "$work/fp8/hf" 2>&1) &&
+  out=$("$tessera" convert --loader hf --saver tessera --load-dir "$work/fp8/hf" --save-dir "$work/fp8/ckpt" 2>&1)
+check "deepseek: import of FP8 weights: $out" $?
+out=$(parity "$work/fp8/hf" "$work/fp8/ckpt" "$tokens")
+check "deepseek: the FP8 import against the reference: $out" $?
+echo "deepseek (fp8): $(tail -1 <<<"$out")"
+edit_json "$work/fp8/hf/config.json" 'c["quantization_config"]["weight_block_size"] = [128, 128]'
+expect_failure "not the [1, 1] blocks of 128x128 of model.layers.0.mlp.down_proj.weight" \
+  "$tessera" convert --loader hf --saver tessera --load-dir "$work/fp8/hf" --save-dir "$work/fp8/wrong_blocks"
 
 # A DeepSeek-V3-style model trained by Tessera with Megatron's flags (MLA with YaRN, sigmoid group-limited
 # routing with a moving expert bias, a shared expert, a dense first layer, one MTP module) exports, and the

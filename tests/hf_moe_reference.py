@@ -202,8 +202,19 @@ def logits_of(config, weights, ids, routing, mtp_logits=None):
     sys.exit(f"architecture {arch} is not Qwen3MoeForCausalLM or DeepseekV3ForCausalLM")
 
 
-def greedy(hf_dir, prompt, n):
+def read_dequantized(hf_dir):
+    """read_model, with DeepSeek-V3's FP8 weights times their weight_scale_inv blocks (its weight_dequant)."""
     config, weights = read_model(hf_dir)
+    rows, cols = (config.get("quantization_config") or {}).get("weight_block_size", [128, 128])
+    for name in [k for k in weights if k.endswith("_scale_inv")]:
+        scale, w = weights.pop(name).detach(), weights[name[:-len("_scale_inv")]].detach()
+        scale = scale.repeat_interleave(rows, 0)[:w.shape[0]].repeat_interleave(cols, 1)[:, :w.shape[1]]
+        weights[name[:-len("_scale_inv")]] = (w * scale).requires_grad_(True)
+    return config, weights
+
+
+def greedy(hf_dir, prompt, n):
+    config, weights = read_dequantized(hf_dir)
     ids = list(prompt)
     with torch.no_grad():
         for _ in range(n):
@@ -216,7 +227,7 @@ def main():
         return greedy(sys.argv[2], [int(x) for x in sys.argv[3].split(",")], int(sys.argv[4]))
     hf_dir, tessera_out, tokens = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")]
     tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
-    config, weights = read_model(hf_dir)
+    config, weights = read_dequantized(hf_dir)
     ids, labels = torch.tensor(tokens[:-1]), torch.tensor(tokens[1:])
     routing, mtp_logits = Routing(), []
     # DeepSeek's MTP copies of the embedding and output layer are the model's own: their gradients are not

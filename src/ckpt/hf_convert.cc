@@ -464,11 +464,15 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
   const fs::path index_path = dir / "model.safetensors.index.json";
   if (!fs::exists(dir / files[0]) && fs::exists(index_path))
     files = parse_hf_shard_index(read_text(index_path), index_path.string());
-  TensorMap hf_tensors;
+  TensorMap hf_tensors, fp8;
   for (const std::string& name : files) {
     SafetensorsFile sf = SafetensorsFile::open((dir / name).string());
-    for (const std::string& t : sf.names()) hf_tensors[t] = to_fp32(sf, t);
+    for (const std::string& t : sf.names()) {
+      if (sf.is_fp8_e4m3(t)) fp8[t] = sf.read_fp8_e4m3(t);
+      else hf_tensors[t] = to_fp32(sf, t);
+    }
   }
+  dequantize_fp8_weights(hf, fp8, hf_tensors);  // DeepSeek-V3's FP8 release
   TensorMap tessera = bert ? bert_from_hugging_face(c, hf_tensors) : map_tensors(c, f, hf_tensors, /*to_hf=*/false);
   // Every tensor must have the shape config.json gives it, as from_pretrained refuses a size mismatch: an
   // edited vocab_size or n_positions was imported, and loading then kept the rows that fit, silently.

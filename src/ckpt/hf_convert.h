@@ -10,7 +10,7 @@
 //
 // A Hugging Face directory holds config.json and either model.safetensors or, above the shard size,
 // model-0000i-of-0000n.safetensors with model.safetensors.index.json (its "weight_map"), as
-// save_pretrained writes them. Tensors are fp32 on export; fp32 or bf16 on import.
+// save_pretrained writes them. Tensors are fp32 on export; fp32, bf16 or (DeepSeek-V3's) block-scaled FP8 on import.
 //
 // The layouts differ in three ways, all exact permutations, so Tessera -> HF -> Tessera is bit-exact:
 //  * Megatron's fused QKV weight holds, for each query group, its query heads, then its key head and

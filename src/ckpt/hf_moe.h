@@ -11,7 +11,8 @@
 //     first first_k_dense_replace layers, then DeepseekV3MoE: sigmoid scores, e_score_correction_bias
 //     added for the selection only (Tessera's --moe-router-enable-expert-bias), group-limited top-k
 //     (n_group, topk_group), the chosen scores renormalised and times routed_scaling_factor, plus
-//     n_shared_experts experts as one shared MLP of n_shared_experts * moe_intermediate_size.
+//     n_shared_experts experts as one shared MLP of n_shared_experts * moe_intermediate_size; its MTP
+//     modules stored as the layers after the last (map_deepseek_mtp); FP8 weights (dequantize_fp8_weights).
 //
 // The MLA weights need no permutation: HF's rows are Megatron's ([kv latent | RoPE key], each head's
 // [no-RoPE | RoPE] query and [no-RoPE key | value]), and the RoPE parts are stored interleaved in both
@@ -77,5 +78,11 @@ void map_mla_attention(const model::ModelConfig& c, const std::string& t, const 
 // shared_head.norm (the module's final_layernorm) and a decoder layer, with copies of the word embedding
 // (embed_tokens) and output layer (shared_head.head), written on export and checked equal on import.
 void map_deepseek_mtp(const model::ModelConfig& c, HfTensorMapper& m);
+
+// DeepSeek-V3's FP8 checkpoints: each F8_E4M3 weight X.weight of `fp8` (decoded to fp32) times its
+// X.weight_scale_inv, one fp32 scale a block of quantization_config's weight_block_size ([128, 128] when
+// absent), moved into `tensors` and its scale removed from them (hf_fp8.cc).
+void dequantize_fp8_weights(const nlohmann::json& config, std::map<std::string, Tensor>& fp8,
+                            std::map<std::string, Tensor>& tensors);
 
 }  // namespace tessera::ckpt
