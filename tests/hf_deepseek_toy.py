@@ -12,7 +12,9 @@ stored as the layer after the last (with its copies of the embedding and output 
 
 With --fp8, the projection weights are FP8 with 16 x 16 blocks of weight_scale_inv (quantize_fp8).
 
-usage: hf_deepseek_toy.py [--fp8] OUT_DIR [SEED]
+With --v2, a DeepseekV2ForCausalLM of the same sizes (V2 below).
+
+usage: hf_deepseek_toy.py [--fp8] [--v2] OUT_DIR [SEED]
 """
 import json
 import os
@@ -48,9 +50,12 @@ def shapes(c):
                       p + "shared_head.norm.weight": [h], p + "embed_tokens.weight": [c["vocab_size"], h],
                       p + "shared_head.head.weight": [c["vocab_size"], h]})
         a = p + "self_attn."
+        if c["q_lora_rank"]:
+            s.update({a + "q_a_proj.weight": [c["q_lora_rank"], h], a + "q_a_layernorm.weight": [c["q_lora_rank"]],
+                      a + "q_b_proj.weight": [nh * qk, c["q_lora_rank"]]})
+        else:
+            s[a + "q_proj.weight"] = [nh * qk, h]
         s.update({p + "input_layernorm.weight": [h], p + "post_attention_layernorm.weight": [h],
-                  a + "q_a_proj.weight": [c["q_lora_rank"], h], a + "q_a_layernorm.weight": [c["q_lora_rank"]],
-                  a + "q_b_proj.weight": [nh * qk, c["q_lora_rank"]],
                   a + "kv_a_proj_with_mqa.weight": [c["kv_lora_rank"] + c["qk_rope_head_dim"], h],
                   a + "kv_a_layernorm.weight": [c["kv_lora_rank"]],
                   a + "kv_b_proj.weight": [nh * (c["qk_nope_head_dim"] + c["v_head_dim"]), c["kv_lora_rank"]],
@@ -61,7 +66,8 @@ def shapes(c):
             mlps = [(f"{p}mlp.experts.{e}.", m) for e in range(c["n_routed_experts"])]
             mlps.append((p + "mlp.shared_experts.", m * c["n_shared_experts"]))
             s[p + "mlp.gate.weight"] = [c["n_routed_experts"], h]
-            s[p + "mlp.gate.e_score_correction_bias"] = [c["n_routed_experts"]]
+            if c["architectures"] == ["DeepseekV3ForCausalLM"]:
+                s[p + "mlp.gate.e_score_correction_bias"] = [c["n_routed_experts"]]
         for q, width in mlps:
             s.update({q + "gate_proj.weight": [width, h], q + "up_proj.weight": [width, h],
                       q + "down_proj.weight": [h, width]})
@@ -97,9 +103,18 @@ def quantize_fp8(tensors, block):
         tensors[name + "_scale_inv"] = 0.05 * (1 + torch.rand(blocks))
 
 
+# DeepseekV2ForCausalLM (DeepSeek-V2-Lite's form): no query compression, softmax routing within the 2 of 4
+# groups of highest maximum, top 2, not renormalised, times routed_scaling_factor; no correction bias or MTP.
+V2 = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "q_lora_rank": None,
+      "num_nextn_predict_layers": 0, "num_experts_per_tok": 2, "topk_method": "group_limited_greedy",
+      "scoring_func": "softmax", "norm_topk_prob": False, "routed_scaling_factor": 2.0}
+
+
 def main():
-    fp8 = "--fp8" in sys.argv
-    args = [a for a in sys.argv[1:] if a != "--fp8"]
+    fp8, v2 = "--fp8" in sys.argv, "--v2" in sys.argv
+    args = [a for a in sys.argv[1:] if a not in ("--fp8", "--v2")]
+    if v2:
+        CONFIG.update(V2)
     out = args[0]
     torch.manual_seed(int(args[1]) if len(args) > 1 else 0)
     os.makedirs(out, exist_ok=True)

@@ -12,6 +12,8 @@
 #    greedy tokens; its FP8 form (F8_E4M3 weights, weight_scale_inv blocks) imports and matches too;
 #    exports back to the same tensors and config, and re-imports bit for bit; a DeepSeek-V3-style model
 #    trained by Tessera (Megatron's flags, one MTP module) exports and matches the reference;
+#  * DeepSeek-V2 (V2-Lite's form: no query compression, softmax group-limited greedy routing not renormalised)
+#    likewise: import, parity, greedy generation, round trip, and a trained V2-style model's export;
 #  * what either side cannot express is refused by name.
 set -uo pipefail
 tessera=${1:?usage: hf_moe_parity.sh path/to/tessera}
@@ -169,21 +171,50 @@ check "deepseek: its export: $out" $?
 out=$(parity "$tdir/hf" "$tdir/ckpt" "3,17,5,9,39,1,0,22,31,7,8,12")
 check "deepseek: the trained model's export against the reference: $out" $?
 echo "deepseek (trained): $(tail -1 <<<"$out")"
-out=$("$tessera" train ${ds/--moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-2/} \
-      $run --train-iters 1 --save "$work/softmax_mla" 2>&1)
-check "deepseek: a softmax-routed MLA model trains: $out" $?
-expect_failure "no DeepseekV3ForCausalLM equivalent: it routes by softmax" \
-  "$tessera" convert --loader tessera --saver hf --load-dir "$work/softmax_mla" --save-dir "$work/softmax_mla_hf"
+
+# ---- DeepSeek-V2 (V2-Lite's form: q_proj, softmax group-limited greedy routing, not renormalised) ----
+dir=$work/deepseek_v2
+out=$("$python" "$here/hf_deepseek_toy.py" --v2 "$dir/hf" 2>&1) &&
+  out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/hf" --save-dir "$dir/ckpt" 2>&1)
+check "deepseek_v2: import: $out" $?
+out=$(parity "$dir/hf" "$dir/ckpt" "$tokens")
+check "deepseek_v2: parity with the PyTorch reference: $out" $?
+echo "deepseek_v2: $(tail -1 <<<"$out")"
+want=$("$python" "$here/hf_moe_reference.py" --greedy "$dir/hf" 3,5,7 6 2>&1)
+out=$("$tessera" generate --load "$dir/ckpt" --tokenizer-type NullTokenizer --vocab-size 63 --prompt "3 5 7" \
+      --tokens-to-generate 6 --temperature 0 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -qF -- "$want" <<<"$out"
+check "deepseek_v2: generation on the import gives the reference's greedy tokens ($want; rc $rc): $out" $?
+out=$("$tessera" convert --loader tessera --saver hf --load-dir "$dir/ckpt" --save-dir "$dir/export" 2>&1) &&
+  out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/export" --save-dir "$dir/back" 2>&1) &&
+  out=$(same_tensors "$dir/ckpt/iter_0000000" "$dir/back/iter_0000000" 2>&1)
+check "deepseek_v2: Tessera -> HF -> Tessera is bit-exact: $out" $?
+# A softmax-routed MLA model exports as DeepSeek-V2 when its probabilities are not renormalised.
+v2flags=${ds/--moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-2/}
+v2flags="${v2flags/--mtp-num-layers 1/} --moe-router-pre-softmax"
+out=$("$tessera" train ${v2flags/--moe-router-topk 4/--moe-router-topk 2} $run --train-iters 3 --save "$work/v2_trained" 2>&1) &&
+  out=$("$tessera" convert --loader tessera --saver hf --load-dir "$work/v2_trained" --save-dir "$work/v2_trained_hf" 2>&1) &&
+  out=$(parity "$work/v2_trained_hf" "$work/v2_trained" "3,17,5,9,39,1,0,22,31,7,8,12")
+check "deepseek_v2: a DeepSeek-V2-style model trained by Tessera exports and matches the reference: $out" $?
+out=$("$tessera" train ${v2flags/--moe-router-pre-softmax/} $run --train-iters 1 --save "$work/renormalised" 2>&1)
+check "deepseek_v2: a renormalised softmax MLA model trains: $out" $?
+expect_failure "no DeepseekV2ForCausalLM equivalent: its top-k probabilities are renormalised" \
+  "$tessera" convert --loader tessera --saver hf --load-dir "$work/renormalised" --save-dir "$work/renormalised_hf"
 
 # Refusals of what Tessera cannot express.
 refuse() {  # refuse NAME PYTHON-EDIT EXPECTED-MESSAGE
   mkdir -p "$work/$1" && cp "$dir/hf/model.safetensors" "$dir/hf/config.json" "$work/$1/" && edit_json "$work/$1/config.json" "$2"
   expect_failure "$3" "$tessera" convert --loader hf --saver tessera --load-dir "$work/$1" --save-dir "$work/$1_back"
 }
+dir=$work/deepseek
 refuse group_score 'c["topk_group"] = 1' "they agree only at 2"
 refuse yarn_factor 'c["rope_scaling"]["factor"] = 8.0' "is not max_position_embeddings / original_max_position_embeddings"
 refuse rope_type 'c["rope_scaling"]["type"] = "longrope"' "rope_scaling type 'longrope' is not supported"
 refuse norm_eps 'c["rms_norm_eps"] = 1e-5' "is not the 1e-6 of its latent norms"
 refuse no_norm 'c["norm_topk_prob"] = False' "norm_topk_prob false"
+dir=$work/deepseek_v2
+refuse v2_groups 'c["num_experts_per_tok"] = 4' "they agree only at 1"
+refuse v2_norm 'c["norm_topk_prob"] = True' "DeepSeek-V2 norm_topk_prob true"
 
 finish hf_moe_parity

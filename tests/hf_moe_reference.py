@@ -7,7 +7,8 @@ Qwen3MoeForCausalLM: Qwen3's decoder (tests/hf_reference.py's llama_logits with 
   MLP sparse unless i is in mlp_only_layers or (i + 1) % decoder_sparse_step != 0:
     p = softmax(gate(x)) over all experts; the top k of p, renormalised when norm_topk_prob;
     y = sum over the chosen experts e of p_e * down_e(silu(gate_e x) * up_e x).
-DeepseekV3ForCausalLM (with its MTP layers: deepseek_logits): Multi-Latent Attention
+DeepseekV3ForCausalLM (with its MTP layers: deepseek_logits) and DeepseekV2ForCausalLM (deepseek_v2_route):
+  Multi-Latent Attention
     q = q_b(rms(q_a(x))) (or q_proj(x)), per head [nope | rope]; [k_lat | k_rot] = kv_a_proj_with_mqa(x);
     per head [k_nope | v] = kv_b(rms(k_lat)); the rope parts de-interleaved (rope_interleave), rotated with
     YaRN's frequencies and attention factor; softmax scale qk_head_dim^-1/2 * mscale(factor, mscale_all_dim)^2;
@@ -84,7 +85,10 @@ def yarn_get_mscale(scale, mscale):
 
 
 def deepseek_rope(c, t):
-    """cos, sin [t, rope_dim] (times YaRN's attention factor) and the softmax scale."""
+    """cos, sin [t, rope_dim] (times YaRN's attention factor) and the softmax scale. DeepSeek-V2's too, as
+    DeepSeek's own modeling_deepseek.py (and Megatron, vLLM) scale its softmax by mscale(factor,
+    mscale_all_dim)^2; transformers' DeepseekV2Attention leaves that out. Its complex-number rotation of the
+    pairs (2i, 2i + 1) is this rotation of the de-interleaved halves, permuted alike in queries and keys."""
     d, base = c["qk_rope_head_dim"], c.get("rope_theta", 10000.0)
     inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
     s = c.get("rope_scaling") or {}
@@ -141,8 +145,30 @@ def mla(c, w, p, x):
     return out @ w[a + "o_proj.weight"].t()
 
 
+def deepseek_v2_route(c, x, gate, routing):
+    """DeepseekV2Moe: softmax over all experts; greedy top-k, or group_limited_greedy (the topk_group groups
+    of highest maximum kept, the others 0); the chosen probabilities times routed_scaling_factor."""
+    k, probs = c["num_experts_per_tok"], torch.softmax(x @ gate.t(), dim=-1)
+    if c.get("topk_method", "greedy") == "group_limited_greedy":
+        groups, keep = c["n_group"], c["topk_group"]
+        group_scores = probs.reshape(-1, groups, probs.shape[1] // groups).max(dim=-1).values
+        routing.note_margin(group_scores, keep)
+        mask = torch.zeros_like(group_scores).scatter_(1, torch.topk(group_scores, keep, dim=-1)[1], 1).bool()
+        mask = mask.unsqueeze(-1).expand(-1, groups, probs.shape[1] // groups).reshape(probs.shape)
+        routing.note_margin(probs.masked_fill(~mask, float("-inf")), k)
+        chosen = torch.topk(probs.masked_fill(~mask, 0.0), k, dim=-1)[1]
+    else:
+        routing.note_margin(probs, k)
+        chosen = torch.topk(probs, k, dim=-1)[1]
+    return chosen, probs.gather(1, chosen) * c.get("routed_scaling_factor", 1.0)
+
+
 def deepseek_moe(c, w, p, x, routing):
     b, n, k = p + "mlp.", c["n_routed_experts"], c["num_experts_per_tok"]
+    if c["architectures"][0] == "DeepseekV2ForCausalLM":
+        chosen, weights = deepseek_v2_route(c, x, w[b + "gate.weight"], routing)
+        out = experts_sum(w, b, x, chosen, weights, n)
+        return out + swiglu(w, b + "shared_experts.", x) if c.get("n_shared_experts") else out
     groups, keep = c.get("n_group", 1), c.get("topk_group", 1)
     scores = torch.sigmoid(x @ w[b + "gate.weight"].t())
     choice = scores + w[b + "gate.e_score_correction_bias"]
@@ -195,7 +221,7 @@ def deepseek_logits(c, w, ids, routing, mtp_logits=None):
 
 def logits_of(config, weights, ids, routing, mtp_logits=None):
     arch = config["architectures"][0]
-    if arch == "DeepseekV3ForCausalLM":
+    if arch in ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"):
         return deepseek_logits(config, weights, ids, routing, mtp_logits)
     if arch == "Qwen3MoeForCausalLM":
         return llama_logits(config, weights, ids, mlp=lambda c, w, p, x: qwen3_moe_mlp(c, w, p, x, routing))

@@ -170,7 +170,7 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, 
       // Llama, Mixtral, Qwen3 (dense and MoE) and DeepSeek-V3, with the defaults of their transformers
       // configuration classes.
       const bool mixtral = f == HfFamily::Mixtral, qwen3 = f == HfFamily::Qwen3 || f == HfFamily::Qwen3Moe;
-      const bool deepseek = f == HfFamily::DeepseekV3;
+      const bool deepseek = f == HfFamily::DeepseekV3 || f == HfFamily::DeepseekV2;
       c.num_layers = int_field(hf, "num_hidden_layers");
       c.hidden_size = int_field(hf, "hidden_size");
       c.num_attention_heads = int_field(hf, "num_attention_heads");
@@ -199,7 +199,7 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, 
         if (f == HfFamily::Qwen3Moe) read_qwen3_moe_config(hf, c);
       } else if (deepseek) {
         c.add_bias_linear = false;
-        read_deepseek_v3_config(hf, c);
+        read_deepseek_config(hf, c, f == HfFamily::DeepseekV2);
       } else if (!mixtral) {
         c.add_bias_linear = hf.value("attention_bias", false);
         TESSERA_CHECK(hf.value("attention_bias", false) == hf.value("mlp_bias", false),
@@ -224,7 +224,7 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, 
     }
     TESSERA_CHECK(c.hidden_size >= 1 && c.num_attention_heads >= 1, "convert: ", path, ": hidden size ",
                   c.hidden_size, " and attention heads ", c.num_attention_heads, " must be positive");
-    if (f != HfFamily::DeepseekV3)  // DeepSeek's head_dim is the RoPE part's (read_deepseek_v3_config)
+    if (f != HfFamily::DeepseekV3 && f != HfFamily::DeepseekV2)  // DeepSeek's head_dim is the RoPE part's
       c.kv_channels = hf.value("head_dim", json()).is_number() ? int_field(hf, "head_dim")
                                                                 : c.hidden_size / c.num_attention_heads;
     c.vocab_size = c.padded_vocab_size = int_field(hf, "vocab_size");
@@ -247,12 +247,13 @@ HfFamily architecture_of(const json& hf, const std::string& path, bool& binary_h
   if (arch == "Qwen3ForCausalLM") return HfFamily::Qwen3;
   if (arch == "Qwen3MoeForCausalLM") return HfFamily::Qwen3Moe;
   if (arch == "DeepseekV3ForCausalLM") return HfFamily::DeepseekV3;
+  if (arch == "DeepseekV2ForCausalLM") return HfFamily::DeepseekV2;
   binary_head = arch == "BertForPreTraining" || arch == "MegatronBertForPreTraining";
   if (arch == "BertForPreTraining" || arch == "BertForMaskedLM") return HfFamily::Bert;
   if (arch == "MegatronBertForPreTraining" || arch == "MegatronBertForMaskedLM") return HfFamily::MegatronBert;
   throw Error(str_cat("convert: ", path, ": architecture '", arch,
                       "' is not GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-                      "DeepseekV3ForCausalLM, BertForPreTraining, "
+                      "DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, BertForPreTraining, "
                       "BertForMaskedLM, MegatronBertForPreTraining or MegatronBertForMaskedLM"));
 }
 

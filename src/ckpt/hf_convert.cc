@@ -34,7 +34,7 @@ using hf_layout::transpose2d;
 
 // ---- the families -----------------------------------------------------------------------------
 
-enum class Family { Gpt2, Llama, Mixtral, Qwen3, Qwen3Moe, DeepseekV3 };
+enum class Family { Gpt2, Llama, Mixtral, Qwen3, Qwen3Moe, DeepseekV3, DeepseekV2 };
 
 const char* architecture(Family f) {
   switch (f) {
@@ -44,6 +44,7 @@ const char* architecture(Family f) {
     case Family::Qwen3: return "Qwen3ForCausalLM";
     case Family::Qwen3Moe: return "Qwen3MoeForCausalLM";
     case Family::DeepseekV3: return "DeepseekV3ForCausalLM";
+    case Family::DeepseekV2: return "DeepseekV2ForCausalLM";
   }
   return "";
 }
@@ -88,12 +89,14 @@ Family family_of(const model::ModelConfig& c) {
     // DeepSeek-V3: Llama's embedding, norms and output around MLA and its MoE blocks (hf_moe.h).
     TESSERA_CHECK(c.moe.enabled() && c.position_embedding == PositionEmbedding::Rope &&
                       c.normalization == Normalization::RMSNorm && c.swiglu && !c.add_bias_linear && c.qk_layernorm,
-                  "convert: a model with --multi-latent-attention converts as DeepseekV3ForCausalLM only with MoE, "
+                  "convert: a model with --multi-latent-attention converts as DeepseekV3/V2ForCausalLM only with MoE, "
                   "rope, RMSNorm, SwiGLU, --disable-bias-linear and --qk-layernorm (the latents' norms)");
-    const std::string why = not_deepseek_v3(c);
-    TESSERA_CHECK(why.empty(), "convert: this multi-latent attention model has no DeepseekV3ForCausalLM equivalent: ",
-                  why);
-    return Family::DeepseekV3;
+    // Softmax routing is DeepSeek-V2's, sigmoid DeepSeek-V3's.
+    const bool v2 = c.moe.router.score == kernels::RouterScoreFunction::Softmax;
+    const std::string why = not_deepseek(c, v2);
+    TESSERA_CHECK(why.empty(), "convert: this multi-latent attention model has no ",
+                  v2 ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM", " equivalent: ", why);
+    return v2 ? Family::DeepseekV2 : Family::DeepseekV3;
   }
   if (c.moe.enabled() && c.qk_layernorm) {
     const std::string why = not_qwen3_moe(c);
@@ -177,7 +180,7 @@ json hf_config(const model::ModelConfig& c, Family f, const json& tessera_args) 
                              {"low_freq_factor", c.rope_low_freq_factor},
                              {"high_freq_factor", c.rope_high_freq_factor},
                              {"original_max_position_embeddings", c.rope_original_max_position}};
-  if (f == Family::DeepseekV3) return deepseek_v3_config(c, llama);
+  if (f == Family::DeepseekV3 || f == Family::DeepseekV2) return deepseek_config(c, llama, f == Family::DeepseekV2);
   if (f == Family::Qwen3 || f == Family::Qwen3Moe) {
     json qwen3 = llama;
     qwen3.erase("mlp_bias");
@@ -299,8 +302,9 @@ TensorMap map_tensors(const model::ModelConfig& c, Family f, const TensorMap& sr
     const std::string t = layer(i), h = str_cat("model.layers.", i, ".");
     rename(t + "input_layernorm.weight", h + "input_layernorm.weight");
     rename(t + "pre_mlp_layernorm.weight", h + "post_attention_layernorm.weight");
-    if (f == Family::Qwen3Moe || f == Family::DeepseekV3) map_moe_family_mlp(c, i + 1, t, h, mapper);
-    if (f == Family::DeepseekV3) {  // no biases (family_of)
+    const bool deepseek = f == Family::DeepseekV3 || f == Family::DeepseekV2;
+    if (f == Family::Qwen3Moe || deepseek) map_moe_family_mlp(c, i + 1, t, h, mapper);
+    if (deepseek) {  // no biases (family_of)
       map_mla_attention(c, t, h, mapper);
       continue;
     }
@@ -453,6 +457,7 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
                        : parsed.family == HfFamily::Qwen3      ? Family::Qwen3
                        : parsed.family == HfFamily::Qwen3Moe   ? Family::Qwen3Moe
                        : parsed.family == HfFamily::DeepseekV3 ? Family::DeepseekV3
+                       : parsed.family == HfFamily::DeepseekV2 ? Family::DeepseekV2
                                                                : Family::Gpt2;
   TESSERA_CHECK(bert || f == named, "convert: ", config_path, " names ", architecture(named),
                 " but describes a ", architecture(f), " model");

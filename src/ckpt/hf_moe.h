@@ -39,12 +39,14 @@ void read_qwen3_moe_config(const nlohmann::json& hf, model::ModelConfig& c);
 // A DeepseekV3ForCausalLM config.json into c, whose Llama-style fields (layers, hidden size, heads,
 // intermediate_size, norms, rope_theta, vocabulary, tying) are read already. Refuses, by name, what
 // Tessera cannot express.
-void read_deepseek_v3_config(const nlohmann::json& hf, model::ModelConfig& c);
+// v2: DeepseekV2ForCausalLM, the same but for its router (softmax, not renormalised, routed_scaling_factor;
+// greedy or group_limited_greedy top-k) and no correction bias or MTP layers.
+void read_deepseek_config(const nlohmann::json& hf, model::ModelConfig& c, bool v2);
 
-// What keeps an MLA model c from being a DeepseekV3ForCausalLM, or "" if nothing; its config.json fields,
-// made from Llama's `llama`.
-std::string not_deepseek_v3(const model::ModelConfig& c);
-nlohmann::json deepseek_v3_config(const model::ModelConfig& c, nlohmann::json llama);
+// What keeps an MLA model c from being a DeepseekV3ForCausalLM (v2: DeepseekV2ForCausalLM), or "" if
+// nothing; its config.json fields, made from Llama's `llama`.
+std::string not_deepseek(const model::ModelConfig& c, bool v2);
+nlohmann::json deepseek_config(const model::ModelConfig& c, nlohmann::json llama, bool v2);
 // What keeps c from being a Qwen3MoeForCausalLM, or "" if nothing.
 std::string not_qwen3_moe(const model::ModelConfig& c);
 // The Qwen3MoeForCausalLM fields of c's config.json, added to Qwen3's `qwen3`.

@@ -85,19 +85,22 @@ void read_qwen3_moe_config(const json& hf, model::ModelConfig& c) {
   c.moe.aux_loss_coeff = hf.value("router_aux_loss_coef", 0.001f);
 }
 
-void read_deepseek_v3_config(const json& hf, model::ModelConfig& c) {
+void read_deepseek_config(const json& hf, model::ModelConfig& c, bool v2) {
   check_layers(c);
+  const char* family = v2 ? "DeepSeek-V2" : "DeepSeek-V3";
   TESSERA_CHECK(!hf.value("attention_bias", false),
                 "convert: DeepSeek attention_bias; Tessera's MLA has biases only with --add-bias-linear on every layer");
   TESSERA_CHECK(hf.value("hidden_act", std::string("silu")) == "silu", "convert: DeepSeek hidden_act '",
                 hf.value("hidden_act", std::string()), "' is not silu");
   TESSERA_CHECK(hf.value("rope_interleave", true), "convert: DeepSeek rope_interleave false (rotate-half RoPE "
                 "weights) is not supported; Tessera's MLA takes the interleaved weights DeepSeek publishes");
-  // The remote-code config's routing fields, where present, must be V3's.
-  TESSERA_CHECK(hf.value("scoring_func", std::string("sigmoid")) == "sigmoid", "convert: DeepSeek-V3 scoring_func '",
-                hf.value("scoring_func", std::string()), "' is not sigmoid");
-  TESSERA_CHECK(hf.value("topk_method", std::string("noaux_tc")) == "noaux_tc", "convert: DeepSeek-V3 topk_method '",
-                hf.value("topk_method", std::string()), "' is not noaux_tc");
+  // The routing fields (the remote-code config's scoring_func too), where present, must be the version's.
+  const std::string scoring = hf.value("scoring_func", std::string(v2 ? "softmax" : "sigmoid"));
+  const std::string method = hf.value("topk_method", std::string(v2 ? "greedy" : "noaux_tc"));
+  TESSERA_CHECK(scoring == (v2 ? "softmax" : "sigmoid"), "convert: ", family, " scoring_func '", scoring,
+                "' is not ", v2 ? "softmax" : "sigmoid");
+  TESSERA_CHECK(v2 ? method == "greedy" || method == "group_limited_greedy" : method == "noaux_tc", "convert: ", family,
+                " topk_method '", method, "' is not ", v2 ? "greedy or group_limited_greedy" : "noaux_tc");
   // HF builds q_a_layernorm and kv_a_layernorm with RMSNorm's default epsilon, Tessera every norm with one.
   TESSERA_CHECK(c.norm_epsilon == 1e-6f, "convert: DeepSeek rms_norm_eps ", c.norm_epsilon, " is not the 1e-6 of "
                 "its latent norms (q_a_layernorm, kv_a_layernorm); Tessera has one epsilon for every norm");
@@ -113,7 +116,8 @@ void read_deepseek_v3_config(const json& hf, model::ModelConfig& c) {
   c.kv_channels = m.v_head_dim;
   read_yarn(hf, c);
 
-  const int64_t experts = int_or(hf, "n_routed_experts", 256), first_dense = int_or(hf, "first_k_dense_replace", 3);
+  const int64_t experts = int_or(hf, "n_routed_experts", v2 ? 64 : 256);
+  const int64_t first_dense = int_or(hf, "first_k_dense_replace", v2 ? 0 : 3);
   const int64_t freq = int_or(hf, "moe_layer_freq", 1);  // DeepSeek's remote code: i >= k and i % freq == 0
   TESSERA_CHECK(experts >= 1 && first_dense >= 0 && freq >= 1, "convert: DeepSeek n_routed_experts = ", experts,
                 ", first_k_dense_replace = ", first_dense, ", moe_layer_freq = ", freq, " (need >= 1, >= 0, >= 1)");
@@ -122,19 +126,46 @@ void read_deepseek_v3_config(const json& hf, model::ModelConfig& c) {
     if (i % freq == 0) c.moe.layer_experts[static_cast<size_t>(i)] = experts;
   // The MTP modules, stored as layers num_hidden_layers, ...: each a layer with the last layer's experts.
   c.mtp_num_layers = int_or(hf, "num_nextn_predict_layers", 0);
+  TESSERA_CHECK(!v2 || c.mtp_num_layers == 0, "convert: DeepSeek-V2 has no MTP layers (num_nextn_predict_layers)");
   TESSERA_CHECK(c.mtp_num_layers >= 0 && c.mtp_num_layers <= 64, "convert: DeepSeek num_nextn_predict_layers = ",
                 c.mtp_num_layers, " must be in [0, 64]");
   for (int64_t k = 0; k < c.mtp_num_layers; ++k) c.moe.layer_experts.push_back(c.moe.layer_experts.back());
   c.moe.ffn_hidden_size = hf_int_field(hf, "moe_intermediate_size");
-  c.moe.shared_expert_intermediate_size = int_or(hf, "n_shared_experts", 0) * c.moe.ffn_hidden_size;
+  c.moe.shared_expert_intermediate_size = int_or(hf, "n_shared_experts", v2 ? 2 : 0) * c.moe.ffn_hidden_size;
   kernels::TopkRouterOptions& r = c.moe.router;
+  c.moe.load_balancing = model::LoadBalancing::None;  // V3 is aux-loss-free; V2's aux losses are training-only
+  if (v2) {
+    // DeepseekV2Moe: softmax over all experts, the top k (within the topk_group groups of highest maximum
+    // under group_limited_greedy), not renormalised, times routed_scaling_factor: --moe-router-pre-softmax.
+    TESSERA_CHECK(hf.contains("num_experts_per_tok") && !hf["num_experts_per_tok"].is_null(),
+                  "convert: DeepSeek-V2 num_experts_per_tok null (a dense model) is not supported");
+    r.topk = hf_int_field(hf, "num_experts_per_tok");
+    r.pre_softmax = true;
+    r.scaling_factor = hf.value("routed_scaling_factor", 1.0f);
+    // transformers' DeepseekV2Moe ignores norm_topk_prob, DeepSeek's code renormalises: ambiguous.
+    TESSERA_CHECK(!hf.value("norm_topk_prob", false) || r.topk == 1, "convert: DeepSeek-V2 norm_topk_prob true "
+                  "(transformers ignores it, DeepSeek's code renormalises) is not supported");
+    if (method == "group_limited_greedy") {
+      const int64_t groups = hf_int_field(hf, "n_group"), group_topk = hf_int_field(hf, "topk_group");
+      TESSERA_CHECK(groups >= 1 && group_topk >= 1 && group_topk <= groups && experts % groups == 0, "convert: "
+                    "DeepSeek-V2 n_group = ", groups, " and topk_group = ", group_topk, " must divide the ", experts,
+                    " experts into groups and keep between 1 and n_group of them");
+      if (group_topk < groups) {
+        // V2 scores a group by its best expert, Tessera by its top k / topk_group.
+        TESSERA_CHECK(r.topk == group_topk, "convert: DeepSeek-V2 scores a group by its best expert, Tessera by its "
+                      "num_experts_per_tok / topk_group = ", r.topk, " / ", group_topk, " best; they agree only at 1");
+        r.num_groups = groups;
+        r.group_topk = group_topk;
+      }
+    }
+    return;
+  }
   r.topk = int_or(hf, "num_experts_per_tok", 8);
   r.score = kernels::RouterScoreFunction::Sigmoid;
   r.scaling_factor = hf.value("routed_scaling_factor", 2.5f);
   TESSERA_CHECK(hf.value("norm_topk_prob", true) || r.topk == 1, "convert: DeepSeek-V3 norm_topk_prob false; "
                 "Tessera's sigmoid routing renormalises the chosen scores");
   c.moe.expert_bias = true;  // e_score_correction_bias
-  c.moe.load_balancing = model::LoadBalancing::None;  // aux-loss-free
   const int64_t groups = int_or(hf, "n_group", 8), group_topk = int_or(hf, "topk_group", 4);
   TESSERA_CHECK(groups >= 1 && group_topk >= 1 && group_topk <= groups && experts % groups == 0, "convert: DeepSeek "
                 "n_group = ", groups, " and topk_group = ", group_topk, " must divide the ", experts,
@@ -148,7 +179,7 @@ void read_deepseek_v3_config(const json& hf, model::ModelConfig& c) {
   }
 }
 
-std::string not_deepseek_v3(const model::ModelConfig& c) {
+std::string not_deepseek(const model::ModelConfig& c, bool v2) {
   const model::MoeConfig& m = c.moe;
   const model::MlaConfig& a = c.mla;
   if (!m.enabled()) return "it has no experts";
@@ -166,11 +197,19 @@ std::string not_deepseek_v3(const model::ModelConfig& c) {
                      m.layer_experts[static_cast<size_t>(first_moe)], " (a pyramid)");
   }
   if (first_moe < 0 || first_moe >= c.num_layers) return "no layer has experts";
-  if (m.router.score != kernels::RouterScoreFunction::Sigmoid) return "it routes by softmax (DeepSeek-V3: sigmoid)";
-  if (!m.expert_bias) return "it has no expert bias (--moe-router-enable-expert-bias: e_score_correction_bias)";
-  if (m.router.grouped() && m.router.topk != 2 * m.router.group_topk)
-    return str_cat("HF scores a group by its 2 best experts, this model by --moe-router-topk / --moe-router-group-topk = ",
-                   m.router.topk / m.router.group_topk);
+  if (v2) {
+    if (!m.router.pre_softmax && m.router.topk > 1)
+      return "its top-k probabilities are renormalised (DeepSeek-V2's are not: --moe-router-pre-softmax)";
+    if (m.router.grouped() && m.router.topk != m.router.group_topk)
+      return str_cat("DeepSeek-V2 scores a group by its best expert, this model by its --moe-router-topk / "
+                     "--moe-router-group-topk = ", m.router.topk / m.router.group_topk, " best");
+    if (c.mtp_num_layers > 0) return "it has MTP modules (DeepseekV3ForCausalLM has them, with sigmoid routing)";
+  } else {
+    if (!m.expert_bias) return "it has no expert bias (--moe-router-enable-expert-bias: e_score_correction_bias)";
+    if (m.router.grouped() && m.router.topk != 2 * m.router.group_topk)
+      return str_cat("HF scores a group by its 2 best experts, this model by --moe-router-topk / "
+                     "--moe-router-group-topk = ", m.router.topk / m.router.group_topk);
+  }
   if (m.shared_expert_intermediate_size == 0 || m.shared_expert_intermediate_size % m.ffn_hidden_size != 0)
     return "its shared expert is not n_shared_experts experts' width (--moe-shared-expert-intermediate-size)";
   if (m.residual) return "it is a residual MoE (--mlp-type residual)";
@@ -188,12 +227,12 @@ std::string not_deepseek_v3(const model::ModelConfig& c) {
   return "";
 }
 
-json deepseek_v3_config(const model::ModelConfig& c, json llama) {
+json deepseek_config(const model::ModelConfig& c, json llama, bool v2) {
   const model::MoeConfig& m = c.moe;
   const model::MlaConfig& a = c.mla;
   for (const char* k : {"head_dim", "attention_bias", "mlp_bias", "rope_scaling"}) llama.erase(k);
-  llama["architectures"] = {"DeepseekV3ForCausalLM"};
-  llama["model_type"] = "deepseek_v3";
+  llama["architectures"] = {v2 ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM"};
+  llama["model_type"] = v2 ? "deepseek_v2" : "deepseek_v3";
   llama["q_lora_rank"] = a.q_lora_rank > 0 ? json(a.q_lora_rank) : json();
   llama["kv_lora_rank"] = a.kv_lora_rank;
   llama["qk_nope_head_dim"] = a.qk_head_dim;
@@ -219,8 +258,14 @@ json deepseek_v3_config(const model::ModelConfig& c, json llama) {
   llama["num_experts_per_tok"] = m.router.topk;
   llama["n_group"] = m.router.grouped() ? m.router.num_groups : 1;
   llama["topk_group"] = m.router.grouped() ? m.router.group_topk : 1;
-  llama["norm_topk_prob"] = true;
   llama["routed_scaling_factor"] = model::json_float(m.router.scaling_factor);
+  if (v2) {
+    llama["norm_topk_prob"] = false;
+    llama["scoring_func"] = "softmax";
+    llama["topk_method"] = m.router.grouped() ? "group_limited_greedy" : "greedy";
+    return llama;
+  }
+  llama["norm_topk_prob"] = true;
   llama["scoring_func"] = "sigmoid";
   llama["topk_method"] = "noaux_tc";
   llama["num_nextn_predict_layers"] = c.mtp_num_layers;
