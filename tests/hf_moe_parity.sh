@@ -8,8 +8,8 @@
 #  * DeepSeek-V3: a toy checkpoint written by PyTorch as DeepSeek publishes it (tests/hf_deepseek_toy.py:
 #    bf16 MLA weights, YaRN, a dense first layer, the sigmoid group-limited router with its correction
 #    bias, routed_scaling_factor, a shared expert) imports; Tessera's forward and gradients match the
-#    reference; `tessera generate` on the import (MLA's compressed-cache decoding) gives the reference's
-#    greedy tokens; its FP8 form (F8_E4M3 weights, weight_scale_inv blocks) imports and matches too;
+#    reference; `tessera generate` and `tessera serve` on the import (MLA's compressed-cache decoding)
+#    give the reference's greedy tokens; its FP8 form (F8_E4M3 weights, weight_scale_inv blocks) imports and matches too;
 #    exports back to the same tensors and config, and re-imports bit for bit; a DeepSeek-V3-style model
 #    trained by Tessera (Megatron's flags, one MTP module) exports and matches the reference;
 #  * DeepSeek-V2 (V2-Lite's form: no query compression, softmax group-limited greedy routing not renormalised)
@@ -20,10 +20,11 @@ tessera=${1:?usage: hf_moe_parity.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
 python=/usr/bin/python3  # Debian's python3-torch
 source "$here/lib/checks.sh"
+source "$here/lib/server.sh"
 [ -x "$python" ] || skip "no $python"
 "$python" -c "import torch" 2>/dev/null || skip "$python has no torch (Debian's python3-torch)"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'cleanup_server_and "$work"' EXIT
 
 # same_tensors A B: the tensors of two checkpoint iterations (every model.*.safetensors) are bit-identical.
 same_tensors() {
@@ -120,6 +121,18 @@ out=$("$tessera" generate --load "$dir/ckpt" --tokenizer-type NullTokenizer --vo
 rc=$?
 [ $rc -eq 0 ] && grep -qF -- "$want" <<<"$out"
 check "deepseek: generation on the import gives the reference's greedy tokens ($want; rc $rc): $out" $?
+# Serving the import (Megatron's REST API): the same greedy tokens.
+if command -v curl >/dev/null; then
+  start_server "$work/serve.log" "$tessera" serve --load "$dir/ckpt" --tokenizer-type NullTokenizer --vocab-size 63 \
+    --port 0 --max-tokens-to-generate 8
+  check "deepseek: the server starts on the import: $(cat "$work/serve.log")" $?
+  out=$(curl -s -X PUT -H 'Content-Type: application/json' \
+        -d '{"prompts": ["3 5 7"], "tokens_to_generate": 6, "top_k": 1}' "http://127.0.0.1:$port/api")
+  grep -qF -- "3 5 7 $want" <<<"$out"
+  check "deepseek: serving the import gives the reference's greedy tokens ($want): $out" $?
+  stop_server
+  check "deepseek: the server stops: $(tail -2 "$work/serve.log")" $?
+fi
 # Export: the same tensors (values; the toy's are bf16) and config, and back to the same checkpoint bit for bit.
 out=$("$tessera" convert --loader tessera --saver hf --load-dir "$dir/ckpt" --save-dir "$dir/export" 2>&1)
 check "deepseek: export of the import: $out" $?
