@@ -89,6 +89,12 @@ out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/plain" --s
 check "qwen3_moe: a plain config.json (no tessera_args) imports the same weights: $out" $?
 out=$("$tessera" generate --load "$dir/back" --prompt "3 5 7" --tokens-to-generate 6 --temperature 0 2>&1)
 check "qwen3_moe: generation on the import: $out" $?
+# norm_topk_prob false (transformers' default): the top-k probabilities as they are (--moe-router-pre-softmax).
+mkdir -p "$dir/unnormalised" && cp "$dir/plain/model.safetensors" "$dir/plain/config.json" "$dir/unnormalised/" &&
+  edit_json "$dir/unnormalised/config.json" 'c["norm_topk_prob"] = False'
+out=$("$tessera" convert --loader hf --saver tessera --load-dir "$dir/unnormalised" --save-dir "$dir/unnormalised_ckpt" 2>&1) &&
+  out=$(parity "$dir/unnormalised" "$dir/unnormalised_ckpt" "$tokens")
+check "qwen3_moe: norm_topk_prob false imports and matches the reference: $out" $?
 edit_json "$dir/plain/config.json" 'c["num_experts"] = 0'
 expect_failure "a model without experts is a Qwen3ForCausalLM" \
   "$tessera" convert --loader hf --saver tessera --load-dir "$dir/plain" --save-dir "$dir/no_experts"
