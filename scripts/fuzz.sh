@@ -32,8 +32,8 @@ declare -A sources=(
   [sentencepiece_fuzzer]="data/sentencepiece_tokenizer.cc data/gpt2_bpe_tokenizer.cc"
   [preprocess_jsonl_fuzzer]="data/preprocess.cc data/indexed_dataset.cc data/sentence_splitter.cc"
   [bert_wordpiece_fuzzer]="data/bert_wordpiece_tokenizer.cc data/gpt2_bpe_tokenizer.cc"
-  [hf_config_fuzzer]="ckpt/hf_config.cc model/config.cc model/mla_config.cc"
-  [hf_shard_index_fuzzer]="ckpt/hf_config.cc model/config.cc model/mla_config.cc"
+  [hf_config_fuzzer]="ckpt/hf_config.cc ckpt/hf_moe_config.cc model/config.cc model/mla_config.cc"
+  [hf_shard_index_fuzzer]="ckpt/hf_config.cc ckpt/hf_moe_config.cc model/config.cc model/mla_config.cc"
   [pickle_reader_fuzzer]="ckpt/pickle_reader.cc"
   [zip_reader_fuzzer]="ckpt/zip_reader.cc ckpt/pickle_reader.cc ckpt/torch_file.cc"
 )

@@ -6,10 +6,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/hf_moe.h"
 #include "core/check.h"
 
 namespace tessera::ckpt {
 using nlohmann::json;
+
+// An integer field of config.json. A float, a bool or an unsigned value beyond int64 is an error (nlohmann's
+// implicit conversion would cast a float such as 1e300 to an integer, which is undefined).
+int64_t hf_int_field(const json& hf, const char* key) {
+  const json& v = hf.at(key);
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}))
+    throw Error(str_cat("convert: config.json: ", key, " is ", v.dump(), ", not an integer"));
+  return v.get<int64_t>();
+}
 
 namespace {
 
@@ -21,14 +31,7 @@ json parse_json(const std::string& text, const std::string& path) {
   }
 }
 
-// An integer field of config.json. A float, a bool or an unsigned value beyond int64 is an error (nlohmann's
-// implicit conversion would cast a float such as 1e300 to an integer, which is undefined).
-int64_t int_field(const json& hf, const char* key) {
-  const json& v = hf.at(key);
-  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}))
-    throw Error(str_cat("convert: config.json: ", key, " is ", v.dump(), ", not an integer"));
-  return v.get<int64_t>();
-}
+int64_t int_field(const json& hf, const char* key) { return hf_int_field(hf, key); }
 
 // The rules the conversion relies on (it divides by heads and query groups, and sizes multiply into
 // tensor shapes): every size positive, the parameter count representable.
@@ -164,8 +167,10 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, 
       TESSERA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", "convert: GPT-2 activation_function '", act,
                     "' is not the tanh GELU Tessera implements");
     } else {
-      // Llama, Mixtral and Qwen3, with the defaults of their transformers configuration classes.
-      const bool mixtral = f == HfFamily::Mixtral, qwen3 = f == HfFamily::Qwen3;
+      // Llama, Mixtral, Qwen3 (dense and MoE) and DeepSeek-V3, with the defaults of their transformers
+      // configuration classes.
+      const bool mixtral = f == HfFamily::Mixtral, qwen3 = f == HfFamily::Qwen3 || f == HfFamily::Qwen3Moe;
+      const bool deepseek = f == HfFamily::DeepseekV3 || f == HfFamily::DeepseekV2;
       c.num_layers = int_field(hf, "num_hidden_layers");
       c.hidden_size = int_field(hf, "hidden_size");
       c.num_attention_heads = int_field(hf, "num_attention_heads");
@@ -180,7 +185,7 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, 
       c.normalization = model::Normalization::RMSNorm;
       c.swiglu = true;
       c.untie_embeddings_and_output_weights = !hf.value("tie_word_embeddings", false);
-      read_rope_scaling(hf, c);
+      if (!deepseek) read_rope_scaling(hf, c);  // DeepSeek's (YaRN) is its attention's: read_deepseek_v3_config
       c.hidden_dropout = 0.0f;
       c.attention_dropout = hf.value("attention_dropout", 0.0f);
       if (qwen3) {
@@ -191,6 +196,10 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, 
         c.add_bias_linear = false;
         TESSERA_CHECK(!hf.value("use_sliding_window", false),
                       "convert: Qwen3 use_sliding_window; Tessera has no sliding-window attention");
+        if (f == HfFamily::Qwen3Moe) read_qwen3_moe_config(hf, c);
+      } else if (deepseek) {
+        c.add_bias_linear = false;
+        read_deepseek_config(hf, c, f == HfFamily::DeepseekV2);
       } else if (!mixtral) {
         c.add_bias_linear = hf.value("attention_bias", false);
         TESSERA_CHECK(hf.value("attention_bias", false) == hf.value("mlp_bias", false),
@@ -215,8 +224,9 @@ model::ModelConfig tessera_config(const json& hf, HfFamily f, bool binary_head, 
     }
     TESSERA_CHECK(c.hidden_size >= 1 && c.num_attention_heads >= 1, "convert: ", path, ": hidden size ",
                   c.hidden_size, " and attention heads ", c.num_attention_heads, " must be positive");
-    c.kv_channels = hf.value("head_dim", json()).is_number() ? int_field(hf, "head_dim")
-                                                              : c.hidden_size / c.num_attention_heads;
+    if (f != HfFamily::DeepseekV3 && f != HfFamily::DeepseekV2)  // DeepSeek's head_dim is the RoPE part's
+      c.kv_channels = hf.value("head_dim", json()).is_number() ? int_field(hf, "head_dim")
+                                                                : c.hidden_size / c.num_attention_heads;
     c.vocab_size = c.padded_vocab_size = int_field(hf, "vocab_size");
     c.init_method_std = hf.value("initializer_range", 0.02f);
   } catch (const json::exception& e) {
@@ -235,11 +245,15 @@ HfFamily architecture_of(const json& hf, const std::string& path, bool& binary_h
   if (arch == "LlamaForCausalLM") return HfFamily::Llama;
   if (arch == "MixtralForCausalLM") return HfFamily::Mixtral;
   if (arch == "Qwen3ForCausalLM") return HfFamily::Qwen3;
+  if (arch == "Qwen3MoeForCausalLM") return HfFamily::Qwen3Moe;
+  if (arch == "DeepseekV3ForCausalLM") return HfFamily::DeepseekV3;
+  if (arch == "DeepseekV2ForCausalLM") return HfFamily::DeepseekV2;
   binary_head = arch == "BertForPreTraining" || arch == "MegatronBertForPreTraining";
   if (arch == "BertForPreTraining" || arch == "BertForMaskedLM") return HfFamily::Bert;
   if (arch == "MegatronBertForPreTraining" || arch == "MegatronBertForMaskedLM") return HfFamily::MegatronBert;
   throw Error(str_cat("convert: ", path, ": architecture '", arch,
-                      "' is not GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, Qwen3ForCausalLM, BertForPreTraining, "
+                      "' is not GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+                      "DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, BertForPreTraining, "
                       "BertForMaskedLM, MegatronBertForPreTraining or MegatronBertForMaskedLM"));
 }
 

@@ -14,9 +14,10 @@ namespace tessera::ckpt {
 
 // config.json's architectures[0]: GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM (a Llama whose every
 // feed-forward slot is a mixture of experts: config.moe); BertForPreTraining or BertForMaskedLM
-// (post-LN BERT), MegatronBertForPreTraining or MegatronBertForMaskedLM (pre-LN BERT). The BERT heads
+// (post-LN BERT), MegatronBertForPreTraining or MegatronBertForMaskedLM (pre-LN BERT), Qwen3ForCausalLM,
+// Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM (hf_moe.h). The BERT heads
 // (ForPreTraining: with the pooler and the sentence-order head) are config.bert_binary_head.
-enum class HfFamily { Gpt2, Llama, Mixtral, Bert, MegatronBert, Qwen3 };
+enum class HfFamily { Gpt2, Llama, Mixtral, Bert, MegatronBert, Qwen3, Qwen3Moe, DeepseekV3, DeepseekV2 };
 
 struct HfConfig {
   HfFamily family;

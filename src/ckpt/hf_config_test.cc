@@ -134,6 +134,40 @@ TEST(HfConfig, ReadsMixtralAsAnAllMoeLlama) {
             std::string::npos);
 }
 
+// Qwen3-MoE's sparse-layer rule and DeepSeek-V3's MLA, YaRN and router fields (hf_moe.h).
+TEST(HfConfig, ReadsQwen3MoeAndDeepseekV3) {
+  json q = llama();
+  q["architectures"] = {"Qwen3MoeForCausalLM"};
+  q["num_experts"] = 8, q["num_experts_per_tok"] = 2, q["moe_intermediate_size"] = 64;
+  q["decoder_sparse_step"] = 2, q["mlp_only_layers"] = {3}, q["norm_topk_prob"] = true;
+  const HfConfig qc = parse_hf_config(q.dump(), "m/config.json");
+  EXPECT_EQ(qc.family, HfFamily::Qwen3Moe);
+  EXPECT_TRUE(qc.config.qk_layernorm);
+  EXPECT_EQ(qc.config.moe.layer_experts, (std::vector<int64_t>{0, 8, 0, 0}));  // (i + 1) % 2, not layer 3
+  EXPECT_FALSE(qc.config.moe.router.pre_softmax);
+
+  json d = llama();
+  d["architectures"] = {"DeepseekV3ForCausalLM"};
+  d["num_key_value_heads"] = 8, d["q_lora_rank"] = nullptr, d["kv_lora_rank"] = 32, d["qk_nope_head_dim"] = 16;
+  d["qk_rope_head_dim"] = 8, d["v_head_dim"] = 16, d["moe_intermediate_size"] = 32, d["n_routed_experts"] = 16;
+  d["n_shared_experts"] = 2, d["first_k_dense_replace"] = 1, d["n_group"] = 4, d["topk_group"] = 2;
+  d["num_experts_per_tok"] = 4, d["routed_scaling_factor"] = 2.5, d["max_position_embeddings"] = 4096;
+  d["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 1024},
+                       {"mscale", 1.0}, {"mscale_all_dim", 1.0}};
+  const model::ModelConfig c = parse_hf_config(d.dump(), "m/config.json").config;
+  EXPECT_TRUE(c.mla.enabled && c.mla.yarn && c.qk_layernorm);
+  EXPECT_EQ(c.mla.q_lora_rank, 0);
+  EXPECT_EQ(c.mla.original_max_position_embeddings, 1024);
+  EXPECT_EQ(c.moe.layer_experts, (std::vector<int64_t>{0, 16, 16, 16}));
+  EXPECT_EQ(c.moe.shared_expert_intermediate_size, 64);
+  EXPECT_TRUE(c.moe.expert_bias);
+  EXPECT_EQ(c.moe.router.score, kernels::RouterScoreFunction::Sigmoid);
+  EXPECT_EQ(c.moe.router.group_topk, 2);
+  EXPECT_FLOAT_EQ(c.moe.router.scaling_factor, 2.5f);
+  d["topk_group"] = 1;  // HF's group score (top 2) is not Tessera's (top 4)
+  EXPECT_NE(config_error(d).find("they agree only at 2"), std::string::npos) << config_error(d);
+}
+
 TEST(HfConfig, ReadsTheBertArchitectures) {
   HfConfig b = parse_hf_config(bert("BertForPreTraining").dump(), "config.json");
   EXPECT_EQ(b.family, HfFamily::Bert);

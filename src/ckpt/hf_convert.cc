@@ -13,6 +13,7 @@
 #include "ckpt/hf_bert.h"
 #include "ckpt/hf_config.h"
 #include "ckpt/hf_layout.h"
+#include "ckpt/hf_moe.h"
 #include "ckpt/hf_tokenizer.h"
 #include "ckpt/safetensors.h"
 #include "model/config.h"
@@ -33,7 +34,7 @@ using hf_layout::transpose2d;
 
 // ---- the families -----------------------------------------------------------------------------
 
-enum class Family { Gpt2, Llama, Mixtral, Qwen3 };
+enum class Family { Gpt2, Llama, Mixtral, Qwen3, Qwen3Moe, DeepseekV3, DeepseekV2 };
 
 const char* architecture(Family f) {
   switch (f) {
@@ -41,6 +42,9 @@ const char* architecture(Family f) {
     case Family::Llama: return "LlamaForCausalLM";
     case Family::Mixtral: return "MixtralForCausalLM";
     case Family::Qwen3: return "Qwen3ForCausalLM";
+    case Family::Qwen3Moe: return "Qwen3MoeForCausalLM";
+    case Family::DeepseekV3: return "DeepseekV3ForCausalLM";
+    case Family::DeepseekV2: return "DeepseekV2ForCausalLM";
   }
   return "";
 }
@@ -77,15 +81,31 @@ Family family_of(const model::ModelConfig& c) {
   // The name and layout mapping below is GPT's; another family brings its own.
   TESSERA_CHECK(c.family == "gpt", "convert: Hugging Face conversion is for the gpt model family, not '", c.family,
                 "'");
-  // DeepSeek-V3 keeps its MTP module as the layer after the last; no DeepseekV3ForCausalLM export yet.
-  TESSERA_CHECK(c.mtp_num_layers == 0, "convert: a model with --mtp-num-layers=", c.mtp_num_layers,
-                " (multi-token prediction modules) has no Hugging Face export yet");
+  // DeepSeek-V3 keeps its MTP modules as the layers after the last; no other family has them.
+  TESSERA_CHECK(c.mtp_num_layers == 0 || c.mla.enabled, "convert: a model with --mtp-num-layers=", c.mtp_num_layers,
+                " converts only as DeepseekV3ForCausalLM (with --multi-latent-attention)");
   Family f = Family::Llama;
-  if (c.moe.enabled()) {
+  if (c.mla.enabled) {
+    // DeepSeek-V3: Llama's embedding, norms and output around MLA and its MoE blocks (hf_moe.h).
+    TESSERA_CHECK(c.moe.enabled() && c.position_embedding == PositionEmbedding::Rope &&
+                      c.normalization == Normalization::RMSNorm && c.swiglu && !c.add_bias_linear && c.qk_layernorm,
+                  "convert: a model with --multi-latent-attention converts as DeepseekV3/V2ForCausalLM only with MoE, "
+                  "rope, RMSNorm, SwiGLU, --disable-bias-linear and --qk-layernorm (the latents' norms)");
+    // Softmax routing is DeepSeek-V2's, sigmoid DeepSeek-V3's.
+    const bool v2 = c.moe.router.score == kernels::RouterScoreFunction::Softmax;
+    const std::string why = not_deepseek(c, v2);
+    TESSERA_CHECK(why.empty(), "convert: this multi-latent attention model has no ",
+                  v2 ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM", " equivalent: ", why);
+    return v2 ? Family::DeepseekV2 : Family::DeepseekV3;
+  }
+  if (c.moe.enabled() && c.qk_layernorm) {
+    const std::string why = not_qwen3_moe(c);
+    TESSERA_CHECK(why.empty(), "convert: this mixture-of-experts model with --qk-layernorm has no "
+                  "Qwen3MoeForCausalLM equivalent: ", why);
+    f = Family::Qwen3Moe;
+  } else if (c.moe.enabled()) {
     const std::string why = not_mixtral(c);
     TESSERA_CHECK(why.empty(), "convert: this mixture-of-experts model has no MixtralForCausalLM equivalent: ", why);
-    TESSERA_CHECK(!c.qk_layernorm, "convert: a mixture-of-experts model with --qk-layernorm (Qwen3MoeForCausalLM) "
-                  "has no Hugging Face export yet");
     f = Family::Mixtral;
   } else if (c.position_embedding == PositionEmbedding::LearnedAbsolute &&
              c.normalization == Normalization::LayerNorm && !c.swiglu && !c.untie_embeddings_and_output_weights &&
@@ -160,7 +180,8 @@ json hf_config(const model::ModelConfig& c, Family f, const json& tessera_args) 
                              {"low_freq_factor", c.rope_low_freq_factor},
                              {"high_freq_factor", c.rope_high_freq_factor},
                              {"original_max_position_embeddings", c.rope_original_max_position}};
-  if (f == Family::Qwen3) {
+  if (f == Family::DeepseekV3 || f == Family::DeepseekV2) return deepseek_config(c, llama, f == Family::DeepseekV2);
+  if (f == Family::Qwen3 || f == Family::Qwen3Moe) {
     json qwen3 = llama;
     qwen3.erase("mlp_bias");
     qwen3["architectures"] = {"Qwen3ForCausalLM"};
@@ -168,7 +189,7 @@ json hf_config(const model::ModelConfig& c, Family f, const json& tessera_args) 
     qwen3["use_sliding_window"] = false;
     qwen3["sliding_window"] = nullptr;
     qwen3["max_window_layers"] = c.num_layers;
-    return qwen3;
+    return f == Family::Qwen3Moe ? qwen3_moe_config(c, qwen3) : qwen3;
   }
   if (f != Family::Mixtral) return llama;
   // Mixtral is Llama with a sparse MoE block in every layer (and no biases, which export refuses).
@@ -272,19 +293,21 @@ TensorMap map_tensors(const model::ModelConfig& c, Family f, const TensorMap& sr
   }
 
   // SwiGLU's fc1 [gate; up] <-> Llama's gate_proj and up_proj, Mixtral's w1 and w3.
+  HfTensorMapper mapper{src, out, used, to_hf};
   auto swiglu_fc1 = [&](const std::string& fc1, const std::string& gate, const std::string& up, int64_t width) {
-    if (to_hf) {
-      out[gate] = rows(get(fc1), 0, width);
-      out[up] = rows(get(fc1), width, width);
-    } else {
-      out[fc1] = concat_rows({get(gate), get(up)});
-    }
+    mapper.swiglu_fc1(fc1, gate, up, width);
   };
   rename("embedding.word_embeddings.weight", "model.embed_tokens.weight");
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string t = layer(i), h = str_cat("model.layers.", i, ".");
     rename(t + "input_layernorm.weight", h + "input_layernorm.weight");
     rename(t + "pre_mlp_layernorm.weight", h + "post_attention_layernorm.weight");
+    const bool deepseek = f == Family::DeepseekV3 || f == Family::DeepseekV2;
+    if (f == Family::Qwen3Moe || deepseek) map_moe_family_mlp(c, i + 1, t, h, mapper);
+    if (deepseek) {  // no biases (family_of)
+      map_mla_attention(c, t, h, mapper);
+      continue;
+    }
     for (const char* p : {"weight", "bias"}) {
       if (std::string(p) == "bias" && !bias) continue;
       const std::string tn = t + "self_attention.linear_qkv." + p;
@@ -317,6 +340,7 @@ TensorMap map_tensors(const model::ModelConfig& c, Family f, const TensorMap& sr
   }
   rename("decoder.final_layernorm.weight", "model.norm.weight");
   if (c.untie_embeddings_and_output_weights) rename("output_layer.weight", "lm_head.weight");
+  if (f == Family::DeepseekV3) map_deepseek_mtp(c, mapper);
   check_all_used(src, used, to_hf);
   return out;
 }
@@ -428,10 +452,13 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
   const model::ModelConfig& c = parsed.config;
   const bool bert = parsed.family == HfFamily::Bert || parsed.family == HfFamily::MegatronBert;
   const Family f = bert ? Family::Gpt2 : family_of(c);  // a recorded run must be its architecture's model
-  const Family named = parsed.family == HfFamily::Mixtral ? Family::Mixtral
-                       : parsed.family == HfFamily::Llama ? Family::Llama
-                       : parsed.family == HfFamily::Qwen3 ? Family::Qwen3
-                                                          : Family::Gpt2;
+  const Family named = parsed.family == HfFamily::Mixtral      ? Family::Mixtral
+                       : parsed.family == HfFamily::Llama      ? Family::Llama
+                       : parsed.family == HfFamily::Qwen3      ? Family::Qwen3
+                       : parsed.family == HfFamily::Qwen3Moe   ? Family::Qwen3Moe
+                       : parsed.family == HfFamily::DeepseekV3 ? Family::DeepseekV3
+                       : parsed.family == HfFamily::DeepseekV2 ? Family::DeepseekV2
+                                                               : Family::Gpt2;
   TESSERA_CHECK(bert || f == named, "convert: ", config_path, " names ", architecture(named),
                 " but describes a ", architecture(f), " model");
   const json hf = json::parse(config_text);  // valid: parse_hf_config read it
@@ -442,11 +469,15 @@ void import_hugging_face(const std::string& hf_dir, const std::string& save_dir)
   const fs::path index_path = dir / "model.safetensors.index.json";
   if (!fs::exists(dir / files[0]) && fs::exists(index_path))
     files = parse_hf_shard_index(read_text(index_path), index_path.string());
-  TensorMap hf_tensors;
+  TensorMap hf_tensors, fp8;
   for (const std::string& name : files) {
     SafetensorsFile sf = SafetensorsFile::open((dir / name).string());
-    for (const std::string& t : sf.names()) hf_tensors[t] = to_fp32(sf, t);
+    for (const std::string& t : sf.names()) {
+      if (sf.is_fp8_e4m3(t)) fp8[t] = sf.read_fp8_e4m3(t);
+      else hf_tensors[t] = to_fp32(sf, t);
+    }
   }
+  dequantize_fp8_weights(hf, fp8, hf_tensors);  // DeepSeek-V3's FP8 release
   TensorMap tessera = bert ? bert_from_hugging_face(c, hf_tensors) : map_tensors(c, f, hf_tensors, /*to_hf=*/false);
   // Every tensor must have the shape config.json gives it, as from_pretrained refuses a size mismatch: an
   // edited vocab_size or n_positions was imported, and loading then kept the rows that fit, silently.

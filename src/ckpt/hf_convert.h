@@ -3,12 +3,14 @@
 //   GPT-2 style (learned positions, LayerNorm, GELU, tied output)  <->  GPT2LMHeadModel
 //   Llama style (rope, RMSNorm, SwiGLU, grouped-query attention)   <->  LlamaForCausalLM
 //   Llama style, every layer MoE with the same experts, no biases  <->  MixtralForCausalLM
+//   Llama style with --qk-layernorm (and MoE)                      <->  Qwen3ForCausalLM (Qwen3MoeForCausalLM)
+//   Multi-latent attention, sigmoid-routed MoE (hf_moe.h)          <->  DeepseekV3ForCausalLM
 //   BERT, post-LN / pre-LN (the bert family; hf_bert.h)           <->  BertForPreTraining /
 //                                                                      MegatronBertForPreTraining
 //
 // A Hugging Face directory holds config.json and either model.safetensors or, above the shard size,
 // model-0000i-of-0000n.safetensors with model.safetensors.index.json (its "weight_map"), as
-// save_pretrained writes them. Tensors are fp32 on export; fp32 or bf16 on import.
+// save_pretrained writes them. Tensors are fp32 on export; fp32, bf16 or (DeepSeek-V3's) block-scaled FP8 on import.
 //
 // The layouts differ in three ways, all exact permutations, so Tessera -> HF -> Tessera is bit-exact:
 //  * Megatron's fused QKV weight holds, for each query group, its query heads, then its key head and

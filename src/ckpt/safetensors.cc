@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -194,9 +195,13 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       bad("missing field 'data_offsets' of two offsets");
     }
     Entry e;
-    if (!parse_dtype(dtype->get<std::string>(), &e.dtype)) {
+    // DeepSeek-V3's FP8 weights: Tessera has no such DType, so they are read only by read_fp8_e4m3.
+    e.fp8_e4m3 = dtype->get<std::string>() == "F8_E4M3";
+    e.dtype = DType::F32;  // for an F8_E4M3 one, only so that the field is set
+    if (!e.fp8_e4m3 && !parse_dtype(dtype->get<std::string>(), &e.dtype)) {
       bad("unsupported dtype '", dtype->get<std::string>(), "'");
     }
+    const uint64_t element_bytes = e.fp8_e4m3 ? 1 : dtype_size(e.dtype);
     // Count elements in uint64 with overflow checks, since the dimensions come from the file.
     uint64_t numel = 1;
     for (const auto& d : *shape) {
@@ -220,10 +225,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       bad("data_offsets [", e.begin, ", ", e.end, "] run past the ", data_size, "-byte data buffer");
     }
     uint64_t nbytes;
-    if (__builtin_mul_overflow(numel, uint64_t{dtype_size(e.dtype)}, &nbytes) || nbytes != e.end - e.begin) {
+    if (__builtin_mul_overflow(numel, element_bytes, &nbytes) || nbytes != e.end - e.begin) {
       bad("data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes, but ",
           dtype->get<std::string>(), " shape ", shape_str(e.shape), " needs ", numel, " elements of ",
-          dtype_size(e.dtype), " bytes");
+          element_bytes, " bytes");
     }
     f.entries_.emplace(name, std::move(e));
   }
@@ -269,8 +274,27 @@ Tensor SafetensorsFile::read(const std::string& name) const {
   return t;
 }
 
+Tensor SafetensorsFile::read_fp8_e4m3(const std::string& name) const {
+  const Entry& e = entry(name);
+  TESSERA_CHECK(e.fp8_e4m3, path_, ": tensor '", name, "' is ", dtype_name(e.dtype), ", not F8_E4M3");
+  std::vector<uint8_t> bytes(static_cast<size_t>(e.end - e.begin));
+  read_exact(fd_->fd, bytes.data(), bytes.size(), data_start_ + e.begin, path_, str_cat("tensor '", name, "'"));
+  Tensor t = Tensor::empty(e.shape);
+  // OCP FP8 E4M3 ("fn": no infinities): sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is
+  // subnormal (m/8 x 2^-6), S.1111.111 is NaN. Every value is exact in fp32.
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const int b = bytes[i], exponent = (b >> 3) & 15, mantissa = b & 7;
+    float v = exponent == 15 && mantissa == 7 ? std::numeric_limits<float>::quiet_NaN()
+              : exponent == 0                 ? std::ldexp(static_cast<float>(mantissa), -9)
+                                              : std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+    t.host_f32()[i] = b & 128 ? -v : v;
+  }
+  return t;
+}
+
 void SafetensorsFile::read_into(const std::string& name, const Tensor& dst) const {
   const Entry& e = entry(name);
+  TESSERA_CHECK(!e.fp8_e4m3, path_, ": tensor '", name, "' is F8_E4M3, which only read_fp8_e4m3 reads");
   TESSERA_CHECK(dst.defined(), path_, ": read_into '", name, "': destination tensor is undefined");
   TESSERA_CHECK(dst.device().type == DeviceType::CPU, path_, ": read_into '", name, "': destination is on ",
                 dst.device().str(), ", not the CPU");

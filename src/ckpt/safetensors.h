@@ -41,6 +41,10 @@ class SafetensorsFile {
 
   // A new CPU tensor holding the named tensor.
   Tensor read(const std::string& name) const;
+  // F8_E4M3 tensors (DeepSeek-V3's FP8 weights; no Tessera DType): read() refuses them, this decodes one
+  // into an fp32 tensor (exactly: every E4M3 value is an fp32). dtype() of such a tensor is not meaningful.
+  bool is_fp8_e4m3(const std::string& name) const { return entry(name).fp8_e4m3; }
+  Tensor read_fp8_e4m3(const std::string& name) const;
   // Reads the named tensor into `dst`, which must have the same shape and dtype.
   void read_into(const std::string& name, const Tensor& dst) const;
 
@@ -50,6 +54,7 @@ class SafetensorsFile {
     Shape shape;
     uint64_t begin;  // byte range within the data buffer
     uint64_t end;
+    bool fp8_e4m3 = false;  // F8_E4M3: dtype unset, one byte an element
   };
 
   SafetensorsFile() = default;

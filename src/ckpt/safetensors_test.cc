@@ -1,6 +1,8 @@
 #include "ckpt/safetensors.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <unistd.h>
 
 #include <cstring>
@@ -229,6 +231,30 @@ TEST_F(SafetensorsTest, CorruptFilesAreErrors) {
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
 
   EXPECT_NE(open_error(file("does_not_exist")).find("does_not_exist"), std::string::npos);
+}
+
+// DeepSeek-V3's F8_E4M3 weights: one byte an element, decoded by read_fp8_e4m3 only (values from the OCP
+// FP8 definition: 0x38 = 1, 0x7E = 448 the largest, 0x01 = 2^-9 the smallest subnormal, 0x7F NaN).
+TEST_F(SafetensorsTest, DecodesFp8E4m3) {
+  const std::string path = file("fp8.safetensors");
+  const std::string header = R"({"w":{"dtype":"F8_E4M3","shape":[2,3],"data_offsets":[0,6]}})";
+  write_bytes(path, le64(header.size()) + header + std::string("\x38\x7e\x01\xc0\x7f\x00", 6));
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.is_fp8_e4m3("w"));
+  const Tensor t = f.read_fp8_e4m3("w");
+  EXPECT_EQ(t.shape(), Shape({2, 3}));
+  EXPECT_EQ(t.host_f32()[0], 1.0f);
+  EXPECT_EQ(t.host_f32()[1], 448.0f);
+  EXPECT_EQ(t.host_f32()[2], std::ldexp(1.0f, -9));
+  EXPECT_EQ(t.host_f32()[3], -2.0f);
+  EXPECT_TRUE(std::isnan(t.host_f32()[4]));
+  EXPECT_EQ(t.host_f32()[5], 0.0f);
+  try {
+    f.read("w");
+    ADD_FAILURE() << "read() of an F8_E4M3 tensor";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("only read_fp8_e4m3 reads"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(SafetensorsTest, EmptyHeaderObjectIsAValidEmptyFile) {
