@@ -7,7 +7,6 @@ usage: plot_deepseek_quality.py RUN_DIR... --output-prefix PREFIX [--title TITLE
 Each RUN_DIR is a --log-dir (metrics.jsonl); RUN_DIR.log is the run's output.
 """
 import argparse
-import json
 import os
 import sys
 
@@ -16,30 +15,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot_moe_quality  # noqa: E402
+
 COLORS = {"aux_loss": "#1f77b4", "aux_loss_sigmoid": "#9467bd", "aux_free": "#d62728", "unbalanced": "#7f7f7f", "dense": "#000000",
           "dense_mtp1": "#2ca02c"}
 
 
 def read_run(run):
-    path = os.path.join(run, "metrics.jsonl")
-    if not os.path.isfile(path):
-        sys.exit(f"plot_deepseek_quality: {path}: no such file")
-    train, val = [], {}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"plot_deepseek_quality: {path}:{number}: not JSON ({e.msg})")
-            if "validation_lm_loss" in r:
-                val[r["iteration"]] = (r["validation_lm_loss"], r.get("validation_bits_per_byte"))
-            elif "lm_loss" in r:
-                train.append(r)
-    if not train or not val:
-        sys.exit(f"plot_deepseek_quality: {path}: no training or no validation records")
-    return dict(name=os.path.basename(os.path.normpath(run)), train=train, val=val)
+    """The run's training and validation records, read as scripts/plot_moe_quality.py reads them."""
+    r = plot_moe_quality.read_run(run, hidden=0, layers=0)  # (the FLOPs it also derives are not used here)
+    return dict(name=r["name"], train=r["train"], val=r["val"])
 
 
 def plot_balance(runs, output, title):
