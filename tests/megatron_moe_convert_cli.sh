@@ -121,4 +121,39 @@ expect_failure "args.moe_shared_expert_intermediate_size set: shared experts are
 expect_failure "args.expert_tensor_parallel_size set: an expert tensor-parallel size (1) other than the tensor-parallel size (2)" \
   "$tessera" convert --loader megatron --load-dir "$work/etp" --save-dir "$work/x2"
 
+# A DeepSeek-V3-style model (multi-latent attention with the latents' norms, a dense first layer, sigmoid routing
+# with expert bias and groups, a shared expert, one MTP module) trained one iteration by Tessera, written by PyTorch
+# as a tensor 2 x pipeline 2 Megatron-Core job with Transformer Engine's names writes it
+# (tests/megatron_deepseek_fixture.py: the MTP module and a copy of the word embeddings on the last stage): the
+# conversion takes its configuration from the saved args and gives Tessera's loss (the MTP objective included).
+ds="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --max-position-embeddings 16
+    --untie-embeddings-and-output-weights --position-embedding-type rope --normalization RMSNorm --norm-epsilon 1e-6
+    --swiglu --disable-bias-linear --qk-layernorm --multi-latent-attention --q-lora-rank 24 --kv-lora-rank 16
+    --qk-head-dim 8 --qk-pos-emb-head-dim 8 --v-head-dim 12 --rope-type yarn --rotary-scaling-factor 4 --mscale 0.9
+    --mscale-all-dim 0.8 --yarn-original-max-position-embeddings 4 --rotary-base 100 --num-experts 4
+    --moe-router-topk 2 --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+    --moe-router-bias-update-rate 1e-2 --moe-router-num-groups 2 --moe-router-group-topk 1
+    --moe-router-topk-scaling-factor 2.5 --moe-ffn-hidden-size 8 --moe-shared-expert-intermediate-size 16
+    --moe-layer-freq [0,1] --moe-router-load-balancing-type none --mtp-num-layers 1 --ffn-hidden-size 48
+    --hidden-dropout 0 --attention-dropout 0 --mock-data --tokenizer-type NullTokenizer --vocab-size 40
+    --make-vocab-size-divisible-by 8 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --log-interval 1
+    --eval-iters 0"
+out=$("$tessera" train $ds --train-iters 1 --save "$work/ds" --save-interval 1 2>&1)
+check "a DeepSeek-V3-style model trains and saves: $out" $?
+out=$("$python" -W ignore "$here/megatron_deepseek_fixture.py" "$work/ds" "$work/ds_megatron" 2>&1)
+check "the DeepSeek-V3-style fixture: $out" $?
+out=$("$tessera" convert --loader megatron --load-dir "$work/ds_megatron" --save-dir "$work/ds.tessera" 2>&1) &&
+  "$tessera" debug-forward --load "$work/ds.tessera" --tokens "$tokens" --out "$work/ds_conv.out.safetensors" >/dev/null 2>&1 &&
+  "$tessera" debug-forward --load "$work/ds" --tokens "$tokens" --out "$work/ds.out.safetensors" >/dev/null 2>&1
+check "DeepSeek-V3-style: convert and debug-forward: $out" $?
+losses=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
+print(' '.join(repr(read_safetensors('$work/' + n + '.out.safetensors')['loss'].double().item())
+               for n in ('ds', 'ds_conv')))" 2>&1)
+read -r expected converted <<<"$losses"
+[ -n "$expected" ] && [ "$converted" = "$expected" ]
+check "DeepSeek-V3-style: the converted loss equals Tessera's own: $losses" $?
+grep -q '"mtp_num_layers": *1' "$work/ds.tessera/iter_0000001/index.json" &&
+  grep -q '"shared_expert_intermediate_size": *16' "$work/ds.tessera/iter_0000001/index.json"
+check "DeepSeek-V3-style: the MTP and shared-expert configuration comes from the saved args" $?
+
 finish megatron_moe_convert_cli
