@@ -273,6 +273,7 @@ void convert_megatron(const std::vector<std::string>& args, const ConvertFlags& 
   model.group_query_attention = saved.group_query_attention;
   model.make_vocab_size_divisible_by = saved.make_vocab_size_divisible_by;
   set_megatron_moe_flags(saved.config.moe, model);
+  if (saved.config.mla.enabled) model.rope_type = saved.config.mla.yarn ? "yarn" : "rope";  // finalize reads the flag
   ConvertFlags f;
   CLI::App app{"tessera convert", "tessera convert"};
   CLI::App* group = add_convert_flags(app, f, model);

@@ -116,9 +116,72 @@ expect_failure "num_experts (4) is not divisible by --target-expert-parallel-siz
   "$tessera" convert --loader tessera --saver megatron --load-dir "$work/tessera" --save-dir "$work/x3" \
   --target-expert-parallel-size 3
 
-expect_failure "args.moe_shared_expert_intermediate_size set: shared experts are not converted" \
+expect_failure "holds decoder.layers.0.mlp.shared_experts.linear_fc1.weight (or its legacy language_model.* name), which this model has" \
   "$tessera" convert --loader megatron --load-dir "$work/shared" --save-dir "$work/x1"
 expect_failure "args.expert_tensor_parallel_size set: an expert tensor-parallel size (1) other than the tensor-parallel size (2)" \
   "$tessera" convert --loader megatron --load-dir "$work/etp" --save-dir "$work/x2"
+
+# A DeepSeek-V3-style model (multi-latent attention with the latents' norms, a dense first layer, sigmoid routing
+# with expert bias and groups, a shared expert, one MTP module) trained one iteration by Tessera, written by PyTorch
+# as a tensor 2 x pipeline 2 Megatron-Core job with Transformer Engine's names writes it
+# (tests/megatron_deepseek_fixture.py: the MTP module and a copy of the word embeddings on the last stage): the
+# conversion takes its configuration from the saved args and gives Tessera's loss (the MTP objective included).
+ds="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --max-position-embeddings 16
+    --untie-embeddings-and-output-weights --position-embedding-type rope --normalization RMSNorm --norm-epsilon 1e-6
+    --swiglu --disable-bias-linear --qk-layernorm --multi-latent-attention --q-lora-rank 24 --kv-lora-rank 16
+    --qk-head-dim 8 --qk-pos-emb-head-dim 8 --v-head-dim 12 --rope-type yarn --rotary-scaling-factor 4 --mscale 0.9
+    --mscale-all-dim 0.8 --yarn-original-max-position-embeddings 4 --rotary-base 100 --num-experts 4
+    --moe-router-topk 2 --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+    --moe-router-bias-update-rate 1e-2 --moe-router-num-groups 2 --moe-router-group-topk 1
+    --moe-router-topk-scaling-factor 2.5 --moe-ffn-hidden-size 8 --moe-shared-expert-intermediate-size 16
+    --moe-layer-freq [0,1] --moe-router-load-balancing-type none --mtp-num-layers 1 --ffn-hidden-size 48
+    --hidden-dropout 0 --attention-dropout 0 --mock-data --tokenizer-type NullTokenizer --vocab-size 40
+    --make-vocab-size-divisible-by 8 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --log-interval 1
+    --eval-iters 0"
+out=$("$tessera" train $ds --train-iters 1 --save "$work/ds" --save-interval 1 2>&1)
+check "a DeepSeek-V3-style model trains and saves: $out" $?
+out=$("$python" -W ignore "$here/megatron_deepseek_fixture.py" "$work/ds" "$work/ds_megatron" 2>&1)
+check "the DeepSeek-V3-style fixture: $out" $?
+out=$("$tessera" convert --loader megatron --load-dir "$work/ds_megatron" --save-dir "$work/ds.tessera" 2>&1) &&
+  "$tessera" debug-forward --load "$work/ds.tessera" --tokens "$tokens" --out "$work/ds_conv.out.safetensors" >/dev/null 2>&1 &&
+  "$tessera" debug-forward --load "$work/ds" --tokens "$tokens" --out "$work/ds.out.safetensors" >/dev/null 2>&1
+check "DeepSeek-V3-style: convert and debug-forward: $out" $?
+losses=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
+print(' '.join(repr(read_safetensors('$work/' + n + '.out.safetensors')['loss'].double().item())
+               for n in ('ds', 'ds_conv')))" 2>&1)
+read -r expected converted <<<"$losses"
+[ -n "$expected" ] && [ "$converted" = "$expected" ]
+check "DeepSeek-V3-style: the converted loss equals Tessera's own: $losses" $?
+grep -q '"mtp_num_layers": *1' "$work/ds.tessera/iter_0000001/index.json" &&
+  grep -q '"moe_shared_expert_intermediate_size": *16' "$work/ds.tessera/iter_0000001/index.json"
+check "DeepSeek-V3-style: the MTP and shared-expert configuration comes from the saved args" $?
+# --saver megatron of it at tensor 2 x pipeline 2: Megatron-Core's keys and shapes under torch.load, and back.
+out=$("$tessera" convert --loader tessera --saver megatron --load-dir "$work/ds" --save-dir "$work/ds_saved" \
+      --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>&1) &&
+  out=$("$python" -W ignore - "$work/ds_saved/iter_0000001" <<'PY' 2>&1
+import os, sys
+import torch
+last = torch.load(os.path.join(sys.argv[1], "mp_rank_01_001", "model_optim_rng.pt"), map_location="cpu")
+m, a = last["model"], last["args"]
+assert (a.multi_latent_attention, a.q_lora_rank, a.mtp_num_layers, a.moe_shared_expert_intermediate_size,
+        a.moe_layer_freq) == (True, 24, 1, 16, [0, 1]), vars(a)
+want = {"embedding.word_embeddings.weight": [24, 32], "mtp.layers.0.eh_proj.weight": [16, 64],
+        "mtp.layers.0.transformer_layer.self_attention.linear_q_up_proj.weight": [32, 24],
+        "mtp.layers.0.transformer_layer.self_attention.linear_kv_down_proj.weight": [24, 32],
+        "decoder.layers.0.self_attention.linear_proj.weight": [32, 24], "decoder.layers.0.mlp.router.expert_bias": [4],
+        "decoder.layers.0.mlp.shared_experts.linear_fc1.weight": [16, 32]}
+got = {k: list(m[k].shape) for k in want if k in m}
+assert got == want, got
+print(f"{len(m)} tensors with Megatron-Core's keys and shapes")
+PY
+)
+check "DeepSeek-V3-style: convert --saver megatron, torch.load: $out" $?
+out=$("$tessera" convert --loader megatron --load-dir "$work/ds_saved" --save-dir "$work/ds_saved.tessera" 2>&1) &&
+  "$tessera" debug-forward --load "$work/ds_saved.tessera" --tokens "$tokens" --out "$work/ds_back.out.safetensors" >/dev/null 2>&1
+check "DeepSeek-V3-style: the written checkpoint converts back: $out" $?
+back=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
+print(repr(read_safetensors('$work/ds_back.out.safetensors')['loss'].double().item()))" 2>&1)
+[ -n "$expected" ] && [ "$back" = "$expected" ]
+check "DeepSeek-V3-style: the round trip through Megatron's format keeps the loss: $back vs $expected" $?
 
 finish megatron_moe_convert_cli

@@ -102,7 +102,35 @@ void read_positions_and_norms(const MegatronNamespace& a, model::ModelConfig& c)
   c.norm_epsilon = static_cast<float>(a.real_or("norm_epsilon", a.real_or("layernorm_epsilon", 1e-5)));
   a.refuse_if(a.flag("apply_layernorm_1p"), "apply_layernorm_1p",
               "its norms scale by 1 + gamma (zero-centred), Tessera's by gamma");
-  a.refuse_if(a.flag("qk_layernorm"), "qk_layernorm", "Tessera has no query/key normalisation");
+  // With multi-latent attention the norms are the latents' (q_layernorm, kv_layernorm), mapped by
+  // megatron_names.cc; the per-head query/key norms of other models are not mapped yet.
+  c.qk_layernorm = a.flag("qk_layernorm");
+  a.refuse_if(c.qk_layernorm && !a.flag("multi_latent_attention"), "qk_layernorm",
+              "without multi_latent_attention: its per-head q/k norms are not converted yet");
+}
+
+// Multi-Latent Attention (Megatron-Core's MLATransformerConfig): the ranks and head dimensions, and its RoPE
+// (YaRN unless rope_type says rope). Missing attributes take Megatron's argparse defaults.
+void read_mla(const MegatronNamespace& a, model::ModelConfig& c) {
+  model::MlaConfig& m = c.mla;
+  m.enabled = a.flag("multi_latent_attention");
+  if (!m.enabled) return;
+  m.q_lora_rank = a.integer_or("q_lora_rank", 0);  // None: no query compression (linear_q_proj)
+  m.kv_lora_rank = a.integer_or("kv_lora_rank", 32);
+  m.qk_head_dim = a.integer_or("qk_head_dim", 128);
+  m.qk_pos_emb_head_dim = a.integer_or("qk_pos_emb_head_dim", 64);
+  m.v_head_dim = a.integer_or("v_head_dim", 128);
+  const std::string rope = a.text_or("rope_type", "yarn");
+  TESSERA_CHECK(rope == "yarn" || rope == "rope", a.where(), ": args.rope_type is '", rope, "'; Tessera's MLA has yarn and rope");
+  m.yarn = rope == "yarn";
+  m.rotary_scaling_factor = a.real_or("rotary_scaling_factor", 1.0);
+  m.mscale = a.real_or("mscale", 1.0);
+  m.mscale_all_dim = a.real_or("mscale_all_dim", 0.0);
+  m.beta_fast = a.real_or("yarn_beta_fast", a.real_or("beta_fast", 32.0));
+  m.beta_slow = a.real_or("yarn_beta_slow", a.real_or("beta_slow", 1.0));
+  m.original_max_position_embeddings = a.integer_or(
+      "yarn_original_max_position_embeddings", a.integer_or("original_max_position_embeddings", 4096));
+  model::validate_mla(m);
 }
 
 // The MLP and the biases.
@@ -114,10 +142,9 @@ void read_mlp(const MegatronNamespace& a, model::ModelConfig& c, std::vector<std
   // Megatron sets add_qkv_bias whenever add_bias_linear; alone it adds a QKV bias to a bias-free model.
   a.refuse_if(a.flag("add_qkv_bias") && !c.add_bias_linear, "add_qkv_bias",
               "a QKV bias without the other linear biases (--disable-bias-linear); Tessera has one bias switch");
-  a.refuse_if(a.flag("multi_latent_attention"), "multi_latent_attention", "Tessera has no multi-latent attention");
-  // Megatron's mtp.layers.* keys are not mapped yet (megatron_names.h): refused rather than dropped.
-  a.refuse_if(a.integer_or("mtp_num_layers", 0) > 0, "mtp_num_layers",
-              "Tessera does not convert Megatron's multi-token prediction modules yet");
+  // Multi-token prediction: mtp.layers.K.{enorm,hnorm,eh_proj,transformer_layer.*,final_layernorm}.
+  c.mtp_num_layers = a.integer_or("mtp_num_layers", 0);
+  c.mtp_loss_scaling_factor = static_cast<float>(a.real_or("mtp_loss_scaling_factor", 0.1));
   // Megatron's GELU is the tanh form only where it fuses the bias into it (bias_gelu_fusion, on by
   // default, with biases) or under --openai-gelu; otherwise torch's exact erf GELU. Tessera's is the tanh
   // form: the weights convert, the outputs differ slightly.
@@ -179,8 +206,9 @@ void read_moe(const MegatronNamespace& a, MegatronArgs& out) {
   m.token_drop_policy = drop == "position" ? kernels::TokenDropPolicy::Position : kernels::TokenDropPolicy::Probs;
   m.pad_expert_input_to_capacity = a.flag("moe_pad_expert_input_to_capacity");
   m.grouped_gemm = a.flag("moe_grouped_gemm");
-  a.refuse_if(a.integer_or("moe_shared_expert_intermediate_size", 0) > 0, "moe_shared_expert_intermediate_size",
-              "shared experts are not converted");
+  // A shared expert is a dense MLP beside the routed ones (mlp.shared_experts.linear_fc1/fc2), split as one.
+  m.shared_expert_intermediate_size = a.integer_or("moe_shared_expert_intermediate_size", 0);
+  a.refuse_if(a.flag("moe_shared_expert_gate"), "moe_shared_expert_gate", "Tessera's shared expert has no gate");
   const int64_t tp = a.integer_or("tensor_model_parallel_size", 1);
   const int64_t etp = a.integer_or("expert_tensor_parallel_size", tp);
   a.refuse_if(etp != tp, "expert_tensor_parallel_size",
@@ -209,6 +237,7 @@ MegatronArgs read_megatron_args(const StateNode& args, const std::string& where)
   c.seq_length = a.integer("seq_length");
   c.max_position_embeddings = a.integer_or("max_position_embeddings", c.seq_length);
   read_positions_and_norms(a, c);
+  read_mla(a, c);
   read_mlp(a, c, out.notes);
   // validate_args fills ffn_hidden_size; an older checkpoint may lack it (Megatron's rule then).
   c.ffn_hidden_size = a.integer_or(

@@ -130,7 +130,6 @@ TEST(MegatronArgs, RefusesWhatTesserasGptCannotCompute) {
   expect_refused("normalization", value("LayerNorm1P"), "args.normalization is 'LayerNorm1P'");
   expect_refused("position_embedding_type", value("yarn"), "args.position_embedding_type is 'yarn'");
   expect_refused("num_layers", value("two"), "args.num_layers is a str, not an integer");
-  expect_refused("mtp_num_layers", value(int64_t{1}), "args.mtp_num_layers set");
   StateNode rope = gpt2_args();
   rope.entries.push_back({"position_embedding_type", value("rope")});
   rope.entries.push_back({"rotary_interleaved", value(true)});
@@ -155,16 +154,18 @@ TEST(MegatronArgs, MixtureOfExperts) {
   EXPECT_EQ(a.config.moe.load_balancing, model::LoadBalancing::None);
   EXPECT_EQ(a.expert_parallel, 2);
 
-  ns.entries.push_back({"moe_shared_expert_intermediate_size", value(int64_t{32})});
-  try {
-    read_megatron_args(ns, "ckpt.pt: args");
-    ADD_FAILURE() << "shared experts were accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("ckpt.pt: args: the checkpoint was trained with args."
-                                         "moe_shared_expert_intermediate_size set"),
-              std::string::npos)
-        << e.what();
-  }
+  // DeepSeek-V3's parts: a shared expert, MTP modules, multi-latent attention with its latents' norms.
+  for (const auto& [key, v] : {std::pair{"moe_shared_expert_intermediate_size", value(int64_t{32})},
+                               std::pair{"mtp_num_layers", value(int64_t{1})},
+                               std::pair{"multi_latent_attention", value(true)}, std::pair{"qk_layernorm", value(true)},
+                               std::pair{"q_lora_rank", value(int64_t{24})}, std::pair{"kv_lora_rank", value(int64_t{16})}})
+    ns.entries.push_back({key, v});
+  const MegatronArgs d = read_megatron_args(ns, "args");
+  EXPECT_EQ(d.config.moe.shared_expert_intermediate_size, 32);
+  EXPECT_EQ(d.config.mtp_num_layers, 1);
+  EXPECT_TRUE(d.config.mla.enabled && d.config.mla.yarn && d.config.qk_layernorm);
+  EXPECT_EQ(d.config.mla.q_lora_rank, 24);
+  EXPECT_EQ(d.config.mla.kv_lora_rank, 16);
 }
 
 TEST(MegatronArgs, ExactGeluIsANote) {

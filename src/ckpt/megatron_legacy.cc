@@ -164,6 +164,12 @@ std::map<std::string, std::vector<MegatronShard>> global_shards(std::vector<Mega
   for (MegatronChunk& chunk : chunks) {
     for (auto& [name, shards] : chunk.tensors) {
       const std::string global = shift_layer(name, before);
+      // With multi-token prediction the last stage keeps its own copy of the word embeddings (the modules
+      // embed the shifted tokens): Megatron keeps it equal to the first stage's, as a tied output layer's.
+      if (global == "embedding.word_embeddings.weight" && sources.count(global) && chunk.tied_copies.empty()) {
+        chunk.tied_copies = std::move(shards);
+        continue;
+      }
       TESSERA_CHECK(!sources.count(global), "convert: ", shards[0].file, ": ", shards[0].key, " is ", global,
                     ", which another pipeline chunk holds too");
       TESSERA_CHECK(static_cast<int64_t>(shards.size()) == tp, "convert: ", shards[0].key, " is in ", shards.size(),
@@ -514,9 +520,10 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::M
   // A tied model's last stage computes the logits with its own copy of the word embeddings, which
   // Megatron keeps equal to the first stage's by summing their gradients; Tessera has one tensor, the
   // embedding. A copy that drifted is reported (the model's outputs were the copy's).
-  if (!c.untie_embeddings_and_output_weights) {
+  if (!c.untie_embeddings_and_output_weights || c.mtp_num_layers > 0) {
     std::vector<MegatronShard> copy;
-    if (const auto it = sources.find("output_layer.weight"); it != sources.end()) copy = it->second;
+    if (const auto it = sources.find("output_layer.weight"); it != sources.end() && !c.untie_embeddings_and_output_weights)
+      copy = it->second;
     for (const MegatronChunk& chunk : chunks)
       if (!chunk.tied_copies.empty()) copy = chunk.tied_copies;
     Tensor embedding;
@@ -535,11 +542,11 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::M
     if (!used.count(name) && !(name == "output_layer.weight" && !c.untie_embeddings_and_output_weights) && listed++ < 8)
       unused += str_cat(listed > 1 ? ", " : " ", shards[0].key, " (", shards[0].file, ")");
   for (const MegatronChunk& chunk : chunks)
-    if (!chunk.tied_copies.empty() && c.untie_embeddings_and_output_weights && listed++ < 8)
+    if (!chunk.tied_copies.empty() && c.untie_embeddings_and_output_weights && c.mtp_num_layers == 0 && listed++ < 8)
       unused += str_cat(listed > 1 ? ", " : " ", chunk.tied_copies[0].key, " (", chunk.tied_copies[0].file, ")");
   TESSERA_CHECK(unused.empty(), "convert: the Megatron checkpoint has tensors this model does not use:", unused,
                 listed > 8 ? str_cat(" and ", listed - 8, " more") : std::string(),
-                " (a T5 model, shared experts, or args that describe another model)");
+                " (a T5 model, or args that describe another model)");
 
   out.config = c;
   out.model = std::move(tensors);

@@ -34,6 +34,11 @@ std::string megatron_layer_part(std::string rest) {
       {"self_attention.linear_qkv.layer_norm_bias", "input_layernorm.bias"},
       {"mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"},
       {"mlp.linear_fc1.layer_norm_bias", "pre_mlp_layernorm.bias"},
+      // Multi-latent attention with --qk-layernorm: the latents' norms fused into the up projections.
+      {"self_attention.linear_q_up_proj.layer_norm_weight", "self_attention.q_layernorm.weight"},
+      {"self_attention.linear_q_up_proj.layer_norm_bias", "self_attention.q_layernorm.bias"},
+      {"self_attention.linear_kv_up_proj.layer_norm_weight", "self_attention.kv_layernorm.weight"},
+      {"self_attention.linear_kv_up_proj.layer_norm_bias", "self_attention.kv_layernorm.bias"},
   };
   for (const auto& [from, to] : renames)
     if (has_prefix(rest, from)) return std::string(to) + rest.substr(from.size());
@@ -80,6 +85,13 @@ MegatronKey megatron_key(const std::string& key) {
       out.name = std::string(kLayers) + std::to_string(n) + "." + out.rest;
       return out;
     }
+  }
+  // A multi-token prediction module's layer is named as a decoder layer's (its norms fused the same way);
+  // its layer numbers are not shifted by pipeline stage (the modules sit on the last one).
+  static constexpr std::string_view kMtp = "mtp.layers.", kMtpLayer = ".transformer_layer.";
+  if (has_prefix(k, kMtp)) {
+    if (const size_t at = k.find(kMtpLayer); at != std::string::npos)
+      k = k.substr(0, at + kMtpLayer.size()) + megatron_layer_part(k.substr(at + kMtpLayer.size()));
   }
   out.name = k;
   return out;
@@ -133,6 +145,17 @@ MegatronSplit megatron_split(const std::string& name, bool swiglu) {
     if (has_suffix(name, ".linear_fc2.weight")) return MegatronSplit::Columns;
     return MegatronSplit::Replicated;
   }
+  if (name.find(".mlp.shared_experts.") != std::string::npos) {  // a dense MLP beside the experts, split as one
+    if (has_suffix(name, ".linear_fc1.weight") || has_suffix(name, ".linear_fc1.bias"))
+      return swiglu ? MegatronSplit::GatedRows : MegatronSplit::Rows;
+    if (has_suffix(name, ".linear_fc2.weight")) return MegatronSplit::Columns;
+    return MegatronSplit::Replicated;
+  }
+  // Multi-latent attention: the up projections (and linear_q_proj) are column-parallel over the heads, the
+  // down projections replicated on every rank; MTP's eh_proj is column-parallel.
+  for (const std::string_view column : {".self_attention.linear_q_up_proj.weight", ".self_attention.linear_kv_up_proj.weight",
+                                        ".self_attention.linear_q_proj.weight", ".eh_proj.weight"})
+    if (has_suffix(name, column)) return MegatronSplit::Rows;
   // The vocabulary-parallel rows: the embedding, the output layer and BERT's output bias.
   if (name == "embedding.word_embeddings.weight" || name == "output_layer.weight" || name == "output_layer.bias")
     return MegatronSplit::Rows;

@@ -108,6 +108,7 @@ std::tuple<int, int64_t, int> megatron_order(const std::string& name) {
   if (name.rfind("embedding.", 0) == 0)
     return {0, 0, name.find("word_embeddings") != std::string::npos ? 0 : name.find("position") != std::string::npos ? 1 : 2};
   if (name.rfind("decoder.final_layernorm.", 0) == 0 || name.rfind("encoder.final_layernorm.", 0) == 0) return {2, 0, 0};
+  if (name.rfind("mtp.", 0) == 0) return {2, 1, 0};  // GPTModel's mtp comes after the decoder (declaration order within)
   if (name.rfind("lm_head.", 0) == 0) return {3, 0, name.rfind("lm_head.dense.", 0) == 0 ? 0 : 1};
   if (name.rfind("output_layer.", 0) == 0) return {4, 0, 0};
   if (name.rfind("binary_head.", 0) == 0) return {5, 0, 0};
@@ -128,9 +129,9 @@ struct SaveLayout {
 };
 
 // A mixture of experts' Megatron arguments (the --num-experts and --moe-* flags megatron_args.cc reads).
-void add_moe_args(PickleOut& a, const model::MoeConfig& m, const SaveLayout& l) {
-  std::vector<PickleOut> pattern;  // moe_layer_freq as a list: 1 for each MoE layer
-  for (const int64_t e : m.layer_experts) pattern.push_back(PickleOut::int_of(e > 0 ? 1 : 0));
+void add_moe_args(PickleOut& a, const model::MoeConfig& m, int64_t num_layers, const SaveLayout& l) {
+  std::vector<PickleOut> pattern;  // moe_layer_freq as a list: 1 for each MoE layer (not the MTP modules' layers)
+  for (int64_t i = 0; i < num_layers; ++i) pattern.push_back(PickleOut::int_of(m.layer_experts[i] > 0 ? 1 : 0));
   const char* balancing = m.load_balancing == model::LoadBalancing::None         ? "none"
                           : m.load_balancing == model::LoadBalancing::SeqAuxLoss ? "seq_aux_loss"
                                                                                  : "aux_loss";
@@ -155,7 +156,8 @@ void add_moe_args(PickleOut& a, const model::MoeConfig& m, const SaveLayout& l) 
            PickleOut::str(m.token_drop_policy == kernels::TokenDropPolicy::Position ? "position" : "probs"))
       .set("moe_pad_expert_input_to_capacity", PickleOut::boolean_of(m.pad_expert_input_to_capacity))
       .set("moe_grouped_gemm", PickleOut::boolean_of(false))  // SequentialMLP's per-expert keys are written
-      .set("moe_shared_expert_intermediate_size", PickleOut::none())
+      .set("moe_shared_expert_intermediate_size",
+           m.shared_expert_intermediate_size > 0 ? I(m.shared_expert_intermediate_size) : PickleOut::none())
       .set("expert_tensor_parallel_size", I(l.tp));
 }
 
@@ -239,7 +241,26 @@ PickleOut megatron_args_namespace(const model::ModelConfig& c, const nlohmann::j
       .set("seed", I(static_cast<int64_t>(state.seed)))
       .set("ckpt_format", S("torch"))
       .set("use_mcore_models", B(true));
-  if (l.experts > 0) add_moe_args(a, c.moe, l);
+  if (l.experts > 0) add_moe_args(a, c.moe, c.num_layers, l);
+  a.set("qk_layernorm", B(c.qk_layernorm))
+      .set("multi_latent_attention", B(c.mla.enabled))
+      .set("mtp_num_layers", c.mtp_num_layers > 0 ? I(c.mtp_num_layers) : PickleOut::none())
+      .set("mtp_loss_scaling_factor", F(model::json_float(c.mtp_loss_scaling_factor)));
+  if (c.mla.enabled) {  // MLATransformerConfig's fields, under the names megatron_args.cc reads
+    const model::MlaConfig& m = c.mla;
+    a.set("q_lora_rank", m.q_lora_rank > 0 ? I(m.q_lora_rank) : PickleOut::none())
+        .set("kv_lora_rank", I(m.kv_lora_rank))
+        .set("qk_head_dim", I(m.qk_head_dim))
+        .set("qk_pos_emb_head_dim", I(m.qk_pos_emb_head_dim))
+        .set("v_head_dim", I(m.v_head_dim))
+        .set("rope_type", S(m.yarn ? "yarn" : "rope"))
+        .set("rotary_scaling_factor", F(m.rotary_scaling_factor))
+        .set("mscale", F(m.mscale))
+        .set("mscale_all_dim", F(m.mscale_all_dim))
+        .set("beta_fast", F(m.beta_fast))
+        .set("beta_slow", F(m.beta_slow))
+        .set("original_max_position_embeddings", I(m.original_max_position_embeddings));
+  }
   return a;
 }
 
@@ -253,8 +274,9 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
   const model::ModelConfig c = model::config_from_json(state.args["model"]);
   TESSERA_CHECK(c.family == "gpt" || c.family == "bert", "convert --saver megatron: ", load_dir, " holds a ",
                 c.family, " model; only GPT and BERT models are written as Megatron checkpoints");
-  TESSERA_CHECK(c.mtp_num_layers == 0, "convert --saver megatron: ", load_dir, " holds a model with ",
-                c.mtp_num_layers, " multi-token prediction modules; they are not written as Megatron checkpoints yet");
+  TESSERA_CHECK(!o.legacy_names || (c.mtp_num_layers == 0 && !c.mla.enabled), "convert --saver megatron: "
+                "--megatron-names legacy: multi-latent attention and multi-token prediction are written under "
+                "Megatron-Core's names only");
   SaveLayout l;
   l.tp = o.tensor_parallel;
   l.pp = o.pipeline_parallel;
@@ -269,9 +291,14 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
   }
   TESSERA_CHECK(l.experts > 0 || l.ep == 1, "convert --saver megatron: --target-expert-parallel-size ", l.ep,
                 " for a model without experts");
+  const auto divides_tp = [&](int64_t n, const char* what) {
+    TESSERA_CHECK(n % l.tp == 0, "convert --saver megatron: ", what, " (", n,
+                  ") is not divisible by --target-tensor-parallel-size ", l.tp);
+  };
   if (l.experts > 0) {
-    TESSERA_CHECK(c.moe.shared_expert_intermediate_size == 0 && !c.moe.residual, "convert --saver megatron: ", load_dir,
-                  " has shared experts or the residual MoE form, which are not written as Megatron keys");
+    TESSERA_CHECK(!c.moe.residual, "convert --saver megatron: ", load_dir,
+                  " has the residual MoE form, which is not written as Megatron keys");
+    divides_tp(c.moe.shared_expert_intermediate_size, "moe_shared_expert_intermediate_size");
     TESSERA_CHECK(!o.legacy_names, "convert --saver megatron: --megatron-names legacy: a mixture of experts is written "
                   "under Megatron-Core's names only");
     TESSERA_CHECK(l.experts % l.ep == 0, "convert --saver megatron: num_experts (", l.experts,
@@ -333,6 +360,8 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
     // word embeddings: Megatron-Core's output_layer.weight, the legacy model's word_embeddings_for_head.
     if (name == "embedding.word_embeddings.weight" && !c.untie_embeddings_and_output_weights && l.pp > 1)
       tied_copy = {"output_layer.weight", t, split, /*tied_copy=*/true};
+    // Multi-token prediction on the last stage embeds the shifted tokens there: its own copy of the embedding.
+    if (name == "embedding.word_embeddings.weight" && c.mtp_num_layers > 0 && l.pp > 1) stages[l.pp - 1].push_back({name, t, split});
   }
   if (tied_copy.whole.defined()) stages[l.pp - 1].push_back(tied_copy);  // last, where the output layer is
   for (std::vector<Placed>& stage : stages)  // stable: a weight stays before its bias
