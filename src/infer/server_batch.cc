@@ -82,8 +82,7 @@ std::vector<FinishedSequence> run_batch_step(ServingBatch& batch,
 
 void StepTimes::record(int64_t sequences, bool joined, double model_seconds, double step_seconds,
                        double loop_seconds) {
-  for (Sum* sum : {&all_, joined ? nullptr : &decoding_[sequences]}) {
-    if (!sum) continue;
+  for (Sum* sum : {&all_, joined ? &joins_ : &decoding_[sequences]}) {
     ++sum->steps;
     sum->model += model_seconds;
     sum->step += step_seconds;
@@ -98,7 +97,13 @@ std::string StepTimes::summary() const {
   std::snprintf(buffer, sizeof buffer, "step time: the model's forward %.1f s of %.1f s in steps, %.1f s in the loop",
                 all_.model, all_.step, all_.loop);
   std::string text = buffer;
-  text += "; steps without joins by sequences, ms a step (model / step / loop):";
+  if (joins_.steps > 0) {
+    std::snprintf(buffer, sizeof buffer, "; %lld steps with joins, ms a step (model / step / loop): %.3f / %.3f / %.3f",
+                  static_cast<long long>(joins_.steps), ms(joins_.model, joins_.steps), ms(joins_.step, joins_.steps),
+                  ms(joins_.loop, joins_.steps));
+    text += buffer;
+  }
+  text += "; steps without joins by sequences:";
   for (const auto& [sequences, sum] : decoding_) {
     std::snprintf(buffer, sizeof buffer, " %lld: %lld x %.3f / %.3f / %.3f;", static_cast<long long>(sequences),
                   static_cast<long long>(sum.steps), ms(sum.model, sum.steps), ms(sum.step, sum.steps),

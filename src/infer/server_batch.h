@@ -65,7 +65,7 @@ class StepTimes {
     double model = 0, step = 0, loop = 0;
   };
   std::map<int64_t, Sum> decoding_;  // by sequences, steps without joins
-  Sum all_;
+  Sum all_, joins_;
 };
 
 // The request of endpoint `kind` ("api", "completions", "v1", "chat") from its body, tokenized. Throws
