@@ -59,7 +59,7 @@ for run in $(seq 1 "$runs"); do
 done
 for mode in sequential batched; do
   kill -TERM "${pids[$mode]}" && wait "${pids[$mode]}" || true
-  grep "server stopped" "$work/$mode.log" >&2
+  grep -A1 "server stopped" "$work/$mode.log" >&2  # and the step timing line
 done
 pid=""
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -484,7 +484,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
         free_blocks -= job->blocks;
         const int64_t slot = next_slot++;
         running[slot] = job;
-        command["join"].push_back({slot, job->kind, job->body});
+        if (group.size() > 1) command["join"].push_back({slot, job->kind, job->body});  // a copy of the body
         joining.emplace_back(slot, job->sequences);
       }
     }
