@@ -10,7 +10,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 input="$cache/brown/brown.jsonl"
 bytes=$(stat -c %s "$input")
-echo "input: $input ($bytes bytes), $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "input: $input ($bytes bytes), $(nproc --all) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for workers in 1 2; do
   start=$(date +%s.%N)
   "$tessera" preprocess --input "$input" --output-prefix "$out/brown" --append-eod --workers "$workers" \

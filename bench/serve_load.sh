@@ -23,7 +23,7 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' 
 ckpt=${1:-}
 prompt="The jury said"
 echo "command: RUNS=$runs OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} bench/serve_load.sh ${1:-\"\"} $requests $tokens"
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) CPUs), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc --all) CPUs), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -z "$ckpt" ]; then
   ckpt=$work/ckpt
   "$tessera" train --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 --num-layers 4 --hidden-size 256 \
@@ -59,7 +59,7 @@ for run in $(seq 1 "$runs"); do
 done
 for mode in sequential batched; do
   kill -TERM "${pids[$mode]}" && wait "${pids[$mode]}" || true
-  grep "server stopped" "$work/$mode.log" >&2
+  grep -A1 "server stopped" "$work/$mode.log" >&2  # and the step timing line
 done
 pid=""
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -22,7 +22,7 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' 
 ckpt=${1:-}
 echo "command: RUNS=$runs BLOCK=$block OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} bench/serve_prefix_cache.sh ${1:-\"\"} $items $context"
 echo "commit: $(git -C "$root" rev-parse --short HEAD)"
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) CPUs), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc --all) CPUs), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -z "$ckpt" ]; then
   ckpt=$work/ckpt
   "$tessera" train --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 --num-layers 4 --hidden-size 256 \

@@ -32,7 +32,7 @@ if [ ! -x "$bin" ] || [ -n "$(find "${srcs[@]}" "$root/src/data/gpt2_bpe_tokeniz
     $(pkg-config --cflags --libs libpcre2-8) -o "$bin"
 fi
 
-echo "text: $text ($(stat -c %s "$text") bytes), $runs runs each, $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "text: $text ($(stat -c %s "$text") bytes), $runs runs each, $(nproc --all) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 tessera=$(OMP_NUM_THREADS=1 "$bin" "$cache/gpt2/gpt2-vocab.json" "$cache/gpt2/gpt2-merges.txt" "$text" "$runs")
 tiktoken=$(node "$root/bench/tokenizer_bench_tiktoken.js" "$cache/npm/node_modules" "$text" "$runs")
 echo "$tessera"

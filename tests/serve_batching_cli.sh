@@ -74,6 +74,11 @@ line=$(grep "server stopped after" "$work/serve1.log")
 most=$(grep -o "at most [0-9]* sequences" <<<"$line" | grep -o "[0-9]*")
 [ -n "$most" ] && [ "$most" -ge 2 ] && [ "$most" -le 4 ]
 check "sequences were decoded together, at most --inference-max-requests 4 at once: $line" $?
+# The step timing line: steps of every size decoded, none larger than the bound (times are not checked).
+timing=$(grep "step time: the model's forward" "$work/serve1.log")
+sizes=$(grep -o " [0-9]*: [0-9]* x " <<<"$timing" | grep -o "^ [0-9]*" | tr -d ' ')
+[ -n "$sizes" ] && [ "$(sort -n <<<"$sizes" | tail -1)" -le 4 ] && [ "$(sort -n <<<"$sizes" | tail -1)" -ge 2 ]
+check "the closing step timing splits the steps by size, 2 to 4 sequences at most: $timing" $?
 
 # Two pipeline stages (the checkpoint resharded by layer at load) answer the same burst as one process.
 start_server "$work/serve2.log" env OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np 2 \

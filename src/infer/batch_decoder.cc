@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/profiler.h"
+#include "core/timer.h"
 #include "kernels/parallel_grain.h"
 
 namespace tessera::infer {
@@ -120,7 +121,9 @@ void BatchDecoder::publish_full_blocks(Sequence& s) {
 std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(int64_t, int32_t)>& on_token) {
   std::vector<Finished> finished;
   last_step_tokens_ = 0;
+  last_step_timing_ = {};
   if (sequences_.empty()) return finished;
+  const Timer step_timer;
   // What each sequence feeds: its prompt (one token at a time when it wants the prompt's
   // log-probabilities, which need the logits after every token), then its last sampled token. Under
   // chunked prefill the decoding sequences come first, and the prompts share what is left of the step's
@@ -152,7 +155,9 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
     last_step_tokens_ += static_cast<int64_t>(step.tokens.size());
     steps.push_back(std::move(step));
   }
+  const Timer model_timer;
   const Tensor logits = runner_.decode_step(steps, pool_);
+  last_step_timing_.model_seconds = model_timer.seconds();
   const int64_t vocab = runner_.config().vocab_size;
 
   // Sample the sequences that have read their prompt; the deciding rank's tokens for all of them at once.
@@ -214,6 +219,7 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step(const std::function<void(
     finished.push_back({sequences_[i]->id, std::move(sequences_[i]->generation)});
   }
   sequences_ = std::move(running);
+  last_step_timing_.step_seconds = step_timer.seconds();
   return finished;
 }
 

@@ -55,6 +55,12 @@ class BatchDecoder {
   int64_t active() const { return static_cast<int64_t>(sequences_.size()); }
   // Tokens fed by the last step (prompt chunks and last sampled tokens); tests check the budget with it.
   int64_t last_step_tokens() const { return last_step_tokens_; }
+  // Wall time of the last step's model forward (ModelRunner::decode_step) and of the whole step, so that
+  // the server can tell the model's cost from the rest of its loop (its closing line's step timing).
+  struct StepTiming {
+    double model_seconds = 0, step_seconds = 0;
+  };
+  const StepTiming& last_step_timing() const { return last_step_timing_; }
 
   // Adds a sequence (an Error when its blocks are not free); returns its id (0, 1, ... in order of adding).
   int64_t add(SequenceRequest request);
@@ -86,6 +92,7 @@ class BatchDecoder {
   int64_t next_id_ = 0;
   int64_t max_step_tokens_ = 0;
   int64_t last_step_tokens_ = 0;
+  StepTiming last_step_timing_;
 };
 
 }  // namespace tessera::infer

@@ -2,6 +2,8 @@
 
 #include "infer/openai_chat.h"
 
+#include <cstdio>
+
 namespace tessera::infer {
 
 RequestSequences prepare_request(const std::string& kind, const nlohmann::json& body, const LoadedModel& model,
@@ -76,6 +78,40 @@ std::vector<FinishedSequence> run_batch_step(ServingBatch& batch,
     batch.decoder = fresh();
   }
   return done;
+}
+
+void StepTimes::record(int64_t sequences, bool joined, double model_seconds, double step_seconds,
+                       double loop_seconds) {
+  for (Sum* sum : {&all_, joined ? &joins_ : &decoding_[sequences]}) {
+    ++sum->steps;
+    sum->model += model_seconds;
+    sum->step += step_seconds;
+    sum->loop += loop_seconds;
+  }
+}
+
+std::string StepTimes::summary() const {
+  if (all_.steps == 0) return "";
+  auto ms = [](double seconds, int64_t steps) { return 1e3 * seconds / static_cast<double>(steps); };
+  char buffer[160];
+  std::snprintf(buffer, sizeof buffer, "step time: the model's forward %.1f s of %.1f s in steps, %.1f s in the loop",
+                all_.model, all_.step, all_.loop);
+  std::string text = buffer;
+  if (joins_.steps > 0) {
+    std::snprintf(buffer, sizeof buffer, "; %lld steps with joins, ms a step (model / step / loop): %.3f / %.3f / %.3f",
+                  static_cast<long long>(joins_.steps), ms(joins_.model, joins_.steps), ms(joins_.step, joins_.steps),
+                  ms(joins_.loop, joins_.steps));
+    text += buffer;
+  }
+  text += "; steps without joins by sequences:";
+  for (const auto& [sequences, sum] : decoding_) {
+    std::snprintf(buffer, sizeof buffer, " %lld: %lld x %.3f / %.3f / %.3f;", static_cast<long long>(sequences),
+                  static_cast<long long>(sum.steps), ms(sum.model, sum.steps), ms(sum.step, sum.steps),
+                  ms(sum.loop, sum.steps));
+    text += buffer;
+  }
+  text.pop_back();
+  return text;
 }
 
 }  // namespace tessera::infer

@@ -50,6 +50,24 @@ struct FinishedSequence {
   Generation generation;
 };
 
+// The server's decoding steps by how many sequences they decoded, for its closing line: a step's time
+// split into the model's forward, the rest of BatchDecoder::step (sampling, bookkeeping) and the rest of
+// the server's loop (admission, answers, hand-offs to the HTTP threads). Only the steps no request
+// joined are kept per size (no prompt is read in them), so they compare with bench_decode_step's.
+class StepTimes {
+ public:
+  void record(int64_t sequences, bool joined, double model_seconds, double step_seconds, double loop_seconds);
+  std::string summary() const;  // empty before the first step
+
+ private:
+  struct Sum {
+    int64_t steps = 0;
+    double model = 0, step = 0, loop = 0;
+  };
+  std::map<int64_t, Sum> decoding_;  // by sequences, steps without joins
+  Sum all_, joins_;
+};
+
 // The request of endpoint `kind` ("api", "completions", "v1", "chat") from its body, tokenized. Throws
 // RequestError (a chat's prompt errors name its messages).
 RequestSequences prepare_request(const std::string& kind, const nlohmann::json& body, const LoadedModel& model,

@@ -436,13 +436,15 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     if (found != running.end() && found->second->stream)
       found->second->stream->push({TokenChannel::Event::Kind::Token, prompt, token, {}, 0, ""});
   };
+  StepTimes step_times;
   for (;;) {
+    Timer loop_timer;
     json command = {{"join", json::array()}};
     std::vector<std::pair<int64_t, RequestSequences>> joining;
     std::vector<int64_t> cancelled;
     {
       std::unique_lock<std::mutex> lock(queue_mutex);
-      if (running.empty())
+      if (running.empty())  // idle: the time waiting is not the next step's
         queue_changed.wait_for(lock, std::chrono::milliseconds(50), [&] {
           return !queue.empty() || g_stop_requested.load() || listener_done.load();
         });
@@ -450,6 +452,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
       // Streamed requests whose clients went away: dropped from the queue, or from the batch before this
       // step (on every rank), which frees their cache blocks for the requests below.
       auto gone = [](const Job& job) { return job.stream && job.stream->cancelled(); };
+      loop_timer.reset();
       std::erase_if(queue, [&](const std::shared_ptr<Job>& job) {
         const bool drop = gone(*job);  // once: the client may leave meanwhile
         if (drop) queued_sequences -= static_cast<int64_t>(job->sequences.prompts.size());
@@ -481,7 +484,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
         free_blocks -= job->blocks;
         const int64_t slot = next_slot++;
         running[slot] = job;
-        command["join"].push_back({slot, job->kind, job->body});
+        if (group.size() > 1) command["join"].push_back({slot, job->kind, job->body});  // a copy of the body
         joining.emplace_back(slot, job->sequences);
       }
     }
@@ -510,6 +513,9 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
       if (running.count(slot)) answer(slot, 500, {{"error", error}});
     prefix_queries.store(batch.prefix.queried_tokens);
     prefix_hits.store(batch.prefix.cached_tokens);
+    const BatchDecoder::StepTiming& timing = batch.decoder->last_step_timing();
+    if (stepping > 0)
+      step_times.record(stepping, !joining.empty(), timing.model_seconds, timing.step_seconds, loop_timer.seconds());
   }
   // Stop listening; requests still queued (or in flight) are told the server is going away.
   server.stop();
@@ -530,6 +536,7 @@ void run_server(const LoadedModel& model, comm::ProcessGroup& group, const Serve
     log << "; prefix cache: " << batch.prefix.cached_tokens << " of " << batch.prefix.queried_tokens
         << " prompt tokens read from the cache, not prefilled";
   log << std::endl;
+  if (steps > 0) log << " > " << step_times.summary() << std::endl;
 }
 
 }  // namespace tessera::infer

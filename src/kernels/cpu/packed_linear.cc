@@ -1,5 +1,7 @@
 #include "kernels/cpu/packed_linear.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -96,7 +98,12 @@ void packed_linear_forward(const float* x, const float* packed, const float* b, 
   {
     thread_local std::vector<float> partial;  // [rows, 32]: the sums between pieces of k
     partial.resize(static_cast<size_t>(rows) * kPackedColumns);
-#pragma omp for schedule(static)
+    // Blocks are handed out in chunks (about 16 a thread) rather than in fixed halves: on a machine whose
+    // cores are shared (a server's HTTP threads and its clients, other processes) a thread that loses its
+    // core for a while leaves its blocks to the others, where a static split made the whole product wait
+    // for it. Each output is computed the same way whichever thread takes its block.
+    const int64_t chunk = std::max<int64_t>(1, blocks / (16 * static_cast<int64_t>(omp_get_num_threads())));
+#pragma omp for schedule(dynamic, chunk)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const float* block = packed + blk * in * kPackedColumns;
       const int64_t j0 = blk * kPackedColumns, cols = std::min(kPackedColumns, out - j0);
