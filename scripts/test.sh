@@ -15,5 +15,7 @@ python3 scripts/check_device_seam.py
 # As many tests at once as there are cores: many wait on processes starting, servers answering or
 # single-threaded work, so a second one fills the idle core. OpenMP workers that find no work sleep at
 # once rather than spin, so that two tests' threads share the cores.
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-ctest --preset release --timeout 1200 -j "$(nproc)"
+# (nproc reports OMP_NUM_THREADS when it is set: the cores are counted without it.)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$cores} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+ctest --preset release --timeout 1200 -j "$cores"
