@@ -10,6 +10,7 @@
 #include "kernels/linear.h"
 #include "kernels/precision.h"
 #include "kernels/rotary.h"
+#include "model/ring_attention.h"
 #include "parallel/tensor_parallel.h"
 
 namespace tessera::model {
@@ -84,8 +85,17 @@ kernels::AttentionDropout mla_attention_dropout(const ModelConfig& c, const Forw
 }
 
 void mla_check_context(const ForwardContext& ctx) {
-  TESSERA_CHECK(ctx.context_parallel == nullptr, "multi-latent attention does not run under context parallelism yet");
   TESSERA_CHECK(ctx.token_slice == nullptr, "multi-latent attention does not run with token slices yet");
+  TESSERA_CHECK(ctx.context_parallel == nullptr || ctx.seq % 2 == 0, "context parallelism: a rank's ", ctx.seq,
+                " positions are not two equal chunks");
+}
+
+// Context parallelism: after the up projections MLA's attention is ordinary attention over heads of
+// width d (queries and keys [no-RoPE | RoPE], values zero-padded alike), one key/value head per query
+// head, so the ring runs it as it runs SelfAttention's. The RoPE parts were rotated at the rank's
+// positions (sc.positions: its two chunks' global positions, which YaRN's frequencies read too).
+RingAttentionShape mla_ring_shape(const ForwardContext& ctx, int64_t heads, int64_t d) {
+  return {ctx.seq / 2, ctx.batch, heads, heads, d, ctx.context_parallel->size()};
 }
 
 }  // namespace
@@ -180,10 +190,16 @@ Tensor MultiLatentAttention::forward(const Tensor& x, bool x_rounded, const Subl
   kernels::copy_columns(kv, {nope, 1}, rec.v, {0, 1}, dv);
   for (const Tensor* t : {&rec.q, &rec.k, &rec.v}) mla_round_for_attention(c.params_dtype, *t);
   rec.attn = Tensor::empty({rows, heads_ * d});
-  rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
-  kernels::AttentionShape shape{ctx.seq, ctx.batch, heads_, heads_, d};
-  kernels::attention_forward(rec.q, rec.k, rec.v, rec.attn, rec.lse, ctx.doc_start, shape, softmax_scale_,
-                             mla_attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
+  const kernels::AttentionDropout dropout = mla_attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_);
+  if (ctx.context_parallel) {  // per query chunk: [2, batch, heads, seq / 2]
+    rec.lse = Tensor::empty({2, ctx.batch, heads_, ctx.seq / 2});
+    ring_attention_forward(*ctx.context_parallel, rec.q, rec.k, rec.v, rec.attn, rec.lse,
+                           mla_ring_shape(ctx, heads_, d), softmax_scale_, dropout, ctx.doc_start);
+  } else {
+    rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
+    kernels::AttentionShape shape{ctx.seq, ctx.batch, heads_, heads_, d};
+    kernels::attention_forward(rec.q, rec.k, rec.v, rec.attn, rec.lse, ctx.doc_start, shape, softmax_scale_, dropout);
+  }
   if (d != dv) {
     rec.attn_v = Tensor::empty({rows, heads_ * dv});
     kernels::copy_columns(rec.attn.view({rows, heads_, d}), {0, 1}, rec.attn_v.view({rows, heads_, dv}), {0, 1}, dv);
@@ -210,10 +226,16 @@ Tensor MultiLatentAttention::backward(const Tensor& dy, const Tensor& x, bool x_
   }
   dattn_v = Tensor();
   Tensor dq = Tensor::empty(rec.q.shape()), dk = Tensor::empty(rec.k.shape()), dv_all = Tensor::empty(rec.v.shape());
-  kernels::AttentionShape shape{ctx.seq, ctx.batch, heads_, heads_, d};
-  kernels::attention_backward(rec.q, rec.k, rec.v, rec.attn, rec.lse, dattn.view({rows, heads_ * d}), dq, dk, dv_all,
-                              ctx.doc_start, shape, softmax_scale_,
-                              mla_attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
+  const kernels::AttentionDropout dropout = mla_attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_);
+  if (ctx.context_parallel) {
+    ring_attention_backward(*ctx.context_parallel, rec.q, rec.k, rec.v, rec.attn, rec.lse,
+                            dattn.view({rows, heads_ * d}), dq, dk, dv_all, mla_ring_shape(ctx, heads_, d),
+                            softmax_scale_, dropout, ctx.doc_start);
+  } else {
+    kernels::AttentionShape shape{ctx.seq, ctx.batch, heads_, heads_, d};
+    kernels::attention_backward(rec.q, rec.k, rec.v, rec.attn, rec.lse, dattn.view({rows, heads_ * d}), dq, dk,
+                                dv_all, ctx.doc_start, shape, softmax_scale_, dropout);
+  }
   dattn = Tensor();
   // Keys and values: each head's no-RoPE key and value, and the shared RoPE key summed over the heads.
   Tensor dkv = Tensor::empty({rows, heads_, nope + dv});

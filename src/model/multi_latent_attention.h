@@ -20,7 +20,8 @@
 // values). Each head's no-RoPE query is taken into the latent's space through its rows of
 // linear_kv_up_proj (q W_uk: the "absorbed" form of DeepSeek-V2's paper), so the heads attend to the
 // cached rows as one key/value head, and the values' part of the result goes back through W_uv.
-// Not supported yet: context parallelism, token slices (Errors).
+// Context parallelism runs the same heads around the ring (model/ring_attention.h), the RoPE parts rotated
+// at the rank's two chunks' global positions. Not supported yet: token slices (an Error).
 #pragma once
 
 #include <memory>

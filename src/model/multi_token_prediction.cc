@@ -6,23 +6,24 @@
 #include "kernels/embedding.h"
 #include "kernels/precision.h"
 #include "kernels/tensor_ops.h"
+#include "model/sequence_roll.h"
 
 namespace tessera::model {
 namespace {
 
 constexpr int kMtpEmbeddingDropoutSite = 0;  // the embedding's site, of "layer" num_layers + k
 
-// Megatron's roll_tensor(shifts=-1) along the sequence of a [seq, batch] layout (row t = s * batch + b):
-// every sample's values move one position left, its last position getting 0.
-Tensor roll_left(const Tensor& t, int64_t batch) {
-  Tensor out = Tensor::zeros(t.shape(), t.dtype(), t.device());
-  const int64_t n = t.numel();
-  if (n > batch) kernels::copy(out.view({n}).narrow(0, n - batch), t.view({n}).narrow(batch, n - batch));
-  return out;
+// The loss tokens of a 0/1 loss mask (Megatron's masks are 0/1; the sum of squares is the sum), of the whole
+// sequence: under context parallelism summed over the ranks' chunks, so that every rank weighs its part of
+// a module's loss by the micro-batch's ratio, as the single process does.
+double mask_tokens(const Tensor& mask, const ForwardContext& ctx) {
+  const double local = kernels::sum_of_squares(mask);
+  if (ctx.context_parallel == nullptr || ctx.context_parallel->size() == 1) return local;
+  Tensor sum = Tensor::empty({1});
+  sum.f32()[0] = static_cast<float>(local);  // a count below 2^24: exact in fp32
+  ctx.context_parallel->group->all_reduce(sum);
+  return sum.f32()[0];
 }
-
-// The loss tokens of a 0/1 loss mask (Megatron's masks are 0/1; the sum of squares is the sum).
-double mask_tokens(const Tensor& mask) { return kernels::sum_of_squares(mask); }
 
 std::string module_prefix(int64_t index) { return str_cat("mtp.layers.", index, "."); }
 
@@ -111,7 +112,7 @@ void MultiTokenPrediction::forward(const Tensor& h0, const Tensor& tokens, const
   const int64_t h = c.hidden_size, hl = h / tp_.size(), batch = ctx.batch;
   const DType rounding = kernels::gemm_rounding(c.params_dtype);
   const bool rounded = rounding != DType::F32;
-  const double loss_tokens = mask_tokens(loss_mask);
+  const double loss_tokens = mask_tokens(loss_mask, ctx);
   const std::vector<std::string> names = mtp_loss_names(c);
   rec.depths.clear();
   rec.depths.resize(modules_.size());
@@ -120,8 +121,8 @@ void MultiTokenPrediction::forward(const Tensor& h0, const Tensor& tokens, const
     const Module& m = modules_[i];
     MtpDepthRecord& d = rec.depths[i];
     const int64_t depth = static_cast<int64_t>(i) + 1;
-    ids = roll_left(ids, batch);
-    ids_positions = roll_left(ids_positions, batch);
+    ids = roll_left(ids, batch, ctx.context_parallel);
+    ids_positions = roll_left(ids_positions, batch, ctx.context_parallel);
     d.tokens = ids;
     d.embedding_positions = ids_positions;
     d.embedding = embed(ids, positions_ ? ids_positions : Tensor(), depth, ctx);
@@ -148,12 +149,12 @@ void MultiTokenPrediction::forward(const Tensor& h0, const Tensor& tokens, const
     d.final_input = y;
     Tensor hk;
     m.final_norm->forward(y, hk, d.final_mean, d.final_rstd, rounding);
-    depth_labels = roll_left(depth_labels, batch);
-    depth_mask = roll_left(depth_mask, batch);
+    depth_labels = roll_left(depth_labels, batch, ctx.context_parallel);
+    depth_mask = roll_left(depth_mask, batch, ctx.context_parallel);
     d.head.labels = depth_labels;
     d.head.loss_mask = depth_mask;
     const double loss = head_.output_loss(hk, rounded, d.head);
-    const double depth_tokens = mask_tokens(depth_mask);
+    const double depth_tokens = mask_tokens(depth_mask, ctx);
     d.weight = depth_tokens > 0 ? loss_tokens / depth_tokens : 0.0;
     losses.add_auxiliary(names[i], loss * d.weight);
     prev = hk;

@@ -259,6 +259,69 @@ TEST(ContextParallel, MixtureOfExpertsMatchesTheSingleProcessRun) {
   if (ran == 0) GTEST_SKIP() << "no context-parallel MoE layout of this test fits " << n << " ranks";
 }
 
+// DeepSeek-V3's Multi-Latent Attention and multi-token prediction under context parallelism (issue 53):
+// MLA's heads (queries and keys [no-RoPE | RoPE] of 10 columns, values of 12: the keys zero-padded to the
+// values' width) run around the ring, the RoPE parts rotated with YaRN at the rank's chunks' global
+// positions; each MTP depth's roll of the tokens, labels, loss mask and position ids crosses the ranks'
+// chunks as the single process's roll crosses positions. Losses (each mtp_k loss too), the validation
+// loss and every gradient match the single-process run, with and without --q-lora-rank, at cp 2, cp 4,
+// cp 2 x tp 2 (sequence-parallel), cp 2 x pp 2 and with data parallelism.
+const char* const kMla =
+    "--position-embedding-type rope --normalization RMSNorm --disable-bias-linear --multi-latent-attention "
+    "--kv-lora-rank 8 --qk-head-dim 6 --qk-pos-emb-head-dim 4 --v-head-dim 12 --qk-layernorm "
+    "--rotary-scaling-factor 4 --mscale 0.8 --mscale-all-dim 0.5 --yarn-original-max-position-embeddings 8";
+
+TEST(ContextParallel, MultiLatentAttentionAndMultiTokenPredictionMatchTheSingleProcessRun) {
+  auto world = comm::make_mpi_world_group();
+  const int n = world->size();
+  if (n == 1) GTEST_SKIP() << "context parallelism needs at least 2 ranks";
+  const std::string mla = kMla, mla_q = str_cat(kMla, " --q-lora-rank 12");
+  const std::vector<Layout> all{
+      {2, 1, 1, mla, ""},
+      {2, 1, 1, mla_q, ""},
+      {4, 1, 1, mla_q, ""},
+      {2, 2, 1, mla_q, "--sequence-parallel"},  // each tensor rank's heads around the ring
+      {2, 2, 1, mla, ""},
+      {2, 1, 1, "--mtp-num-layers 2", ""},  // learned absolute positions: the rolled position ids
+      {4, 1, 1, str_cat(kLlamaStyle, " --mtp-num-layers 2"), ""},
+      {2, 1, 1, str_cat(mla_q, " --mtp-num-layers 2"), ""},
+      {2, 2, 1, str_cat(mla_q, " --mtp-num-layers 1"), "--sequence-parallel"},
+      {2, 1, 2, str_cat(mla, " --mtp-num-layers 1"), ""},  // the modules on the last stage
+  };
+  int ran = 0;
+  for (const Layout& l : all) {
+    if (n % l.model_parallel() != 0 || n / l.model_parallel() > 2) continue;
+    const int dp = n / l.model_parallel();
+    const int64_t global_batch = 2 * dp;
+    SCOPED_TRACE(str_cat("cp=", l.cp, " tp=", l.tp, " pp=", l.pp, " dp=", dp, " ", l.model_flags, " ", l.extra));
+    const std::string layout_flags = str_cat(l.model_flags, " ", l.parallel_flags(), " ", l.extra);
+    Trainer t(parse_train_arguments(split_flags(flags(l.cp, global_batch, 3, layout_flags)), n), world.get());
+    t.train();
+    Trainer& single = reference(global_batch, 3, l.model_flags);
+    ASSERT_EQ(t.losses().size(), single.losses().size());
+    for (size_t i = 0; i < t.losses().size(); ++i)
+      EXPECT_NEAR(t.losses()[i], single.losses()[i], 1e-5 * std::abs(single.losses()[i])) << "iteration " << i + 1;
+    ASSERT_EQ(t.auxiliary_losses().size(), single.auxiliary_losses().size());
+    for (const auto& [name, values] : single.auxiliary_losses()) {
+      const std::vector<double>& got = t.auxiliary_losses().at(name);
+      ASSERT_EQ(got.size(), values.size()) << name;
+      for (size_t i = 0; i < values.size(); ++i)
+        EXPECT_NEAR(got[i], values[i], 1e-5 * std::abs(values[i])) << name << " iteration " << i + 1;
+    }
+    const Evaluation validation = single.evaluate(), got = t.evaluate();
+    EXPECT_NEAR(got.lm_loss, validation.lm_loss, 1e-5 * std::abs(validation.lm_loss));
+    ASSERT_EQ(got.auxiliary.size(), validation.auxiliary.size());
+    for (size_t i = 0; i < got.auxiliary.size(); ++i)
+      EXPECT_NEAR(got.auxiliary[i].second, validation.auxiliary[i].second,
+                  1e-5 * std::abs(validation.auxiliary[i].second)) << "validation " << validation.auxiliary[i].first;
+    Trainer one(parse_train_arguments(split_flags(flags(l.cp, global_batch, 1, layout_flags)), n), world.get());
+    one.train();
+    expect_gradients_match(one, reference(global_batch, 1, l.model_flags));
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << "no context-parallel MLA/MTP layout of this test fits " << n << " ranks";
+}
+
 // A checkpoint saved at one context-parallel size resumes at another to the losses of an uninterrupted
 // run there: cp ranks hold weight replicas, so exactly one of them writes each shard, and the data
 // iterator (consumed samples) and the dropout keys do not depend on cp. cp 2 -> cp 1 and back, with the

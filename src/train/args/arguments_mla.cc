@@ -75,8 +75,7 @@ void finalize_mla_model(TrainArguments& a) {
   not_with(!a.use_rope_scaling && a.rotary_seq_len_interpolation_factor == 0,
            "--use-rope-scaling or --rotary-seq-len-interpolation-factor (MLA's RoPE scaling is YaRN: --rope-type yarn "
            "--rotary-scaling-factor)");
-  not_with(a.context_parallel_size == 1,
-           str_cat("--context-parallel-size=", a.context_parallel_size, " yet (ring attention runs SelfAttention)"));
+  // --context-parallel-size runs MLA's heads around the ring as SelfAttention's (issue 53).
   not_with(a.pipeline_token_slices.empty(),
            str_cat("--pipeline-token-slices=", a.pipeline_token_slices, " yet (the slices' key/value caches are "
                    "SelfAttention's)"));

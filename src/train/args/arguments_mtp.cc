@@ -33,8 +33,7 @@ void finalize_mtp_model(TrainArguments& a) {
   };
   not_with(c.family == "gpt", str_cat("--model-family ", c.family, " (MTP predicts further tokens of a GPT)"));
   not_with(!a.kd, "--kd (the MTP modules share the output layer the distillation term is computed on)");
-  not_with(a.context_parallel_size == 1,
-           str_cat("--context-parallel-size=", a.context_parallel_size, " yet (rolling the sequence across ranks)"));
+  // --context-parallel-size: the rolls cross the ranks' chunks (model/sequence_roll.h, issue 53).
   not_with(a.pipeline_token_slices.empty(),
            str_cat("--pipeline-token-slices=", a.pipeline_token_slices, " yet (the modules need the whole sequence)"));
   not_with(a.pipeline_schedule != "ouroboros", "--pipeline-schedule ouroboros");

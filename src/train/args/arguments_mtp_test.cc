@@ -60,6 +60,9 @@ TEST(MtpArguments, UnsupportedCombinationsAreRefusedByName) {
             std::string::npos);
   EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --pipeline-model-parallel-size 2 --position-embedding-type rope", 2),
             "accepted");
+  // Context parallelism rolls across the ranks' chunks (issue 53).
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --context-parallel-size 2", 2), "accepted");
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --context-parallel-size 2 --multi-latent-attention", 2), "accepted");
   EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --device cuda", 1),
             "--device=cuda: the GPU path does not run multi-token prediction (--mtp-num-layers=1) yet; leave "
             "--device out or use --device cpu");
