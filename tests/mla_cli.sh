@@ -3,7 +3,8 @@
 # DeepSeek-V3's form (compressed query, latent norms, YaRN) learns the mock data (its loss falls far below
 # ln(vocab)); its checkpoint names the parameters as Megatron-Core does and resumes at tp 2 with the
 # uninterrupted run's losses; generation from it (the compressed-latent cache) gives the same ids at tp 1
-# and 2; bad values and combinations are refused before any work, naming the flag.
+# and 2; cp 2 (ring attention) trains to the same losses; bad values and combinations are refused before any
+# work, naming the flag.
 set -uo pipefail
 tessera=${1:?usage: mla_cli.sh path/to/tessera}
 work=$(mktemp -d)
@@ -59,8 +60,11 @@ check "tp 2 generates what one process does: '$one' vs '$two' $(tail -2 "$work/g
 
 expect_failure "--qk-pos-emb-head-dim=5: must be even (RoPE rotates pairs of dimensions)" \
   "$tessera" train "${model[@]}" --qk-pos-emb-head-dim 5
-expect_failure "--multi-latent-attention=set: cannot be combined with --context-parallel-size=2 yet" \
-  "$tessera" train "${model[@]}" --context-parallel-size 2
+# Context parallelism: MLA's heads around the ring at cp 2 give the single process's losses.
+mpi 2 "$tessera" train "${model[@]}" --context-parallel-size 2 --exit-interval 10 >"$work/cp.log" 2>&1
+check "cp 2 trains MLA: $(tail -3 "$work/cp.log")" $?
+same_losses "$(losses "$work/cp.log")" "$(losses "$work/single.log" | awk '$1 <= 10')"
+check "at cp 2: the single process's losses: $(losses "$work/cp.log" | tr '\n' ' ')" $?
 without_mla=()
 for f in "${model[@]}"; do [ "$f" != --multi-latent-attention ] && without_mla+=("$f"); done
 expect_failure "--rope-type=yarn: needs --multi-latent-attention" "$tessera" train "${without_mla[@]}"

@@ -2,8 +2,9 @@
 # Multi-token prediction (issue 53) as a user runs it: `tessera train --mtp-num-layers 1` logs the module's
 # loss apart ("mtp_1 loss"), learns the mock data, saves the modules under Megatron-Core's names, and resumes
 # at tp 2 with sequence parallelism and at pp 2 (the module on the last stage) with the uninterrupted run's
-# lm and MTP losses; generation ignores the module (the same ids at tp 1 and 2); bad combinations are refused
-# before any work, naming the flag; `tessera plan` counts the module.
+# lm and MTP losses, and trains at cp 2 to the same losses; generation ignores the module (the same ids at
+# tp 1 and 2); bad combinations are refused before any work, naming the flag; `tessera plan` counts the
+# module.
 set -uo pipefail
 tessera=${1:?usage: mtp_cli.sh path/to/tessera}
 work=$(mktemp -d)
@@ -75,8 +76,15 @@ check "read back from Megatron's format, it generates what it did: '$back' vs '$
 
 expect_failure "--mtp-num-layers=1: cannot be combined with --pipeline-schedule ouroboros" \
   "$tessera" train "${model[@]}" --pipeline-model-parallel-size 2 --pipeline-schedule ouroboros
-expect_failure "--mtp-num-layers=1: cannot be combined with --context-parallel-size=2 yet" \
-  mpi 2 "$tessera" train "${model[@]}" --context-parallel-size 2
+# Context parallelism: the rolls cross the cp ranks' chunks, and cp 2 gives the single process's losses.
+mpi 2 "$tessera" train "${model[@]}" --context-parallel-size 2 --exit-interval 10 >"$work/cp.log" 2>&1
+check "cp 2 trains MTP: $(tail -3 "$work/cp.log")" $?
+for loss in "lm loss" "mtp_1 loss"; do
+  same_losses "$(losses "$work/cp.log" "$loss")" "$(losses "$work/single.log" "$loss" | awk '$1 <= 10')"
+  check "at cp 2: the single process's $loss: $(losses "$work/cp.log" "$loss" | tr '\n' ' ')" $?
+done
+expect_failure "--mtp-num-layers=1: cannot be combined with --pipeline-token-slices" \
+  "$tessera" train "${model[@]}" --pipeline-model-parallel-size 2 --pipeline-token-slices 16,16
 expect_failure "--mtp-loss-scaling-factor=-1: must be a finite number >= 0" \
   "$tessera" train "${model[@]}" --mtp-loss-scaling-factor -1
 # `tessera plan` prices the module on the last stage: 8 dense layers at DeepSeek-V3's width (h 7168, ffn
