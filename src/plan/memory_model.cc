@@ -47,9 +47,15 @@ double moe_activation_bytes(const model::ModelConfig& c, const Layout& l, int64_
 
 }  // namespace
 
+double ring_key_value_columns(const model::ModelConfig& c) {
+  if (c.mla.enabled)
+    return 2.0 * static_cast<double>(c.num_attention_heads * std::max(c.mla.q_head_dim(), c.mla.v_head_dim));
+  return 2.0 * static_cast<double>(c.num_query_groups * c.kv_channels);
+}
+
 double ring_buffer_bytes(const model::ModelConfig& c, const Layout& l) {
   if (l.cp == 1) return 0;
-  const double kv = 2.0 * static_cast<double>(c.num_query_groups * c.kv_channels) / l.tp;
+  const double kv = ring_key_value_columns(c) / l.tp;
   return 4 * l.sequence_per_rank(c.seq_length) * l.micro_batch_size * kv * l.activation_bytes();
 }
 

@@ -62,6 +62,11 @@ double layer_activation_bytes(const model::ModelConfig& c, const Layout& l, int6
 // parallelism).
 double layer_input_bytes(const model::ModelConfig& c, const Layout& l);
 
+// The columns of a token's keys and values that ring attention passes on, over the whole tensor group:
+// 2 x query groups x kv_channels, or under Multi-Latent Attention each head's key and value, both as wide
+// as the attention's heads (max(q_head_dim, v_head_dim), the narrower zero-padded: model/multi_latent_attention.h).
+double ring_key_value_columns(const model::ModelConfig& c);
+
 // The ring's buffers of context parallelism (0 at cp 1), held while one layer's attention runs: in
 // backward, the next rank's keys and values arriving, the earlier ranks' dK and dV arriving, this step's
 // dK and dV, and the previous step's sum in flight to the next rank: four times the K and V of the

@@ -1,9 +1,10 @@
 // The planner's pricing of Multi-Latent Attention: its parameters per rank (the up projections and
 // linear_proj split by heads, the down projections and latent norms replicated) and its activations (the
-// model's record formula), against the model's own counts.
+// model's record formula), against the model's own counts; under context parallelism the ring's buffers.
 #include <gtest/gtest.h>
 
 #include "model/activation_memory.h"
+#include "plan/layout.h"
 #include "plan/memory_model.h"
 
 namespace tessera::plan {
@@ -71,6 +72,23 @@ TEST(MlaPrice, ActivationsAreTheLayersRecordInPlaceOfQkv) {
                   s * b * (mla - 4 * q * e / t), 1e-6)
           << "t=" << t << (sp ? " sequence-parallel" : "");
     }
+}
+
+// Context parallelism (issue 53): the layout is accepted, with multi-token prediction too, and the ring passes
+// each head's key and value at the attention's width, max(q_head_dim 48, v_head_dim 24), not kv_channels.
+TEST(MlaPrice, TheRingPassesEachHeadsKeyAndValueAtTheAttentionsWidth) {
+  model::ModelConfig c = mla_model(true);
+  c.mtp_num_layers = 1;
+  Layout l;
+  l.cp = 2;
+  l.tp = 2;
+  l.sequence_parallel = true;
+  l.micro_batch_size = l.global_batch_size = 2;
+  l.precision = Precision::Bf16;
+  EXPECT_EQ(layout_problem(c, l, 4), "");
+  EXPECT_DOUBLE_EQ(ring_key_value_columns(c), 2.0 * 8 * 48);
+  const double tokens = 128 / 2 * 2, kv_bytes = 2.0 * 8 * 48 / 2 * 2;  // a rank's tokens; K and V per token, bf16
+  EXPECT_DOUBLE_EQ(ring_buffer_bytes(c, l), 4 * tokens * kv_bytes);
 }
 
 }  // namespace

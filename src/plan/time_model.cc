@@ -205,7 +205,7 @@ RingTimes ring_attention_times(const model::ModelConfig& c, const Layout& l, con
   out.step_backward = step.backward;
   // The keys and values of the rank's seq / cp tokens (their gradients as large), to the next rank of
   // the cp group (stride tp): the ring is as slow as its slowest hop, across nodes when the group spans them.
-  const double kv = 2.0 * static_cast<double>(c.num_query_groups * c.kv_channels) / l.tp;
+  const double kv = ring_key_value_columns(c) / l.tp;
   out.block_bytes = s * l.micro_batch_size * kv * l.activation_bytes();
   const GroupLinks links = group_links(d, l.cp, l.tp);
   out.exchange = out.block_bytes / links.bandwidth + links.latency;
