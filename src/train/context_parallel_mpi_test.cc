@@ -6,7 +6,8 @@
 // and interleaved), cp 4 with tp 2 and with pp 2, with document masks (--reset-attention-mask), and
 // with the distributed optimizer (its losses); mixture-of-experts layers at cp 2 with expert parallelism
 // 1, 2 and 4, with tp 2, pp 2 and the distributed optimizer (their auxiliary losses and expert load
-// too); bf16 follows the single-process bf16 run. A checkpoint resumes at another cp (with MoE too).
+// too); Multi-Latent Attention and multi-token prediction at cp 2 and 4, with tp 2 and pp 2 (their mtp_k
+// losses too); bf16 follows the single-process bf16 run. A checkpoint resumes at another cp (with MoE too).
 // Combinations not built yet are refused, saying why.
 #include <gtest/gtest.h>
 
