@@ -266,7 +266,7 @@ TEST(ContextParallel, MixtureOfExpertsMatchesTheSingleProcessRun) {
 // positions; each MTP depth's roll of the tokens, labels, loss mask and position ids crosses the ranks'
 // chunks as the single process's roll crosses positions. Losses (each mtp_k loss too), the validation
 // loss and every gradient match the single-process run, with and without --q-lora-rank, at cp 2, cp 4,
-// cp 2 x tp 2 (sequence-parallel), cp 2 x pp 2 and with data parallelism.
+// cp 2 x tp 2 (sequence-parallel), cp 2 x pp 2, with document masks and with data parallelism.
 const char* const kMla =
     "--position-embedding-type rope --normalization RMSNorm --disable-bias-linear --multi-latent-attention "
     "--kv-lora-rank 8 --qk-head-dim 6 --qk-pos-emb-head-dim 4 --v-head-dim 12 --qk-layernorm "
@@ -277,6 +277,10 @@ TEST(ContextParallel, MultiLatentAttentionAndMultiTokenPredictionMatchTheSingleP
   const int n = world->size();
   if (n == 1) GTEST_SKIP() << "context parallelism needs at least 2 ranks";
   const std::string mla = kMla, mla_q = str_cat(kMla, " --q-lora-rank 12");
+  namespace fs = std::filesystem;
+  const fs::path data_dir = testing::shared_scratch_dir(*world, str_cat("tessera_context_parallel_mla_docs_np", n));
+  const std::string documents = str_cat("--reset-attention-mask --reset-position-ids ",
+                                        document_data_flags(*world, data_dir));
   const std::vector<Layout> all{
       {2, 1, 1, mla, ""},
       {2, 1, 1, mla_q, ""},
@@ -288,6 +292,8 @@ TEST(ContextParallel, MultiLatentAttentionAndMultiTokenPredictionMatchTheSingleP
       {2, 1, 1, str_cat(mla_q, " --mtp-num-layers 2"), ""},
       {2, 2, 1, str_cat(mla_q, " --mtp-num-layers 1"), "--sequence-parallel"},
       {2, 1, 2, str_cat(mla, " --mtp-num-layers 1"), ""},  // the modules on the last stage
+      // Document masks on MLA's ring blocks; the rolls carry the documents' restarted position ids.
+      {2, 1, 1, str_cat(mla_q, " --mtp-num-layers 2 ", documents), ""},
   };
   int ran = 0;
   for (const Layout& l : all) {
@@ -320,6 +326,8 @@ TEST(ContextParallel, MultiLatentAttentionAndMultiTokenPredictionMatchTheSingleP
     expect_gradients_match(one, reference(global_batch, 1, l.model_flags));
     ++ran;
   }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(data_dir);
   if (ran == 0) GTEST_SKIP() << "no context-parallel MLA/MTP layout of this test fits " << n << " ranks";
 }
 
