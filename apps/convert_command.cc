@@ -139,7 +139,15 @@ int bert_debug_forward(const model::ModelConfig& config, const std::string& load
   bert.backward(rec, Tensor(), ctx, static_cast<float>(1.0 / labelled));
   std::map<std::string, Tensor> grads;
   for (const model::Parameter& p : params.params()) grads[p.spec.name] = p.grad;
-  for (auto& [name, g] : ckpt::to_hugging_face_layout(config, grads)) outs.emplace_back("grad." + name, g);
+  // The gradients under Hugging Face's names where the model has an HF equivalent; else (a Llama-style MoE
+  // with a shared expert or sigmoid routing, say) under Tessera's own, so that the loss is still written.
+  std::map<std::string, Tensor> named;
+  try {
+    named = ckpt::to_hugging_face_layout(config, grads);
+  } catch (const Error&) {
+    named = grads;
+  }
+  for (auto& [name, g] : named) outs.emplace_back("grad." + name, g);
   ckpt::write_safetensors(out, outs);
   return 0;
 }
@@ -417,7 +425,15 @@ int debug_forward_command(const std::vector<std::string>& args) {
   scalar("loss", losses.lm);  // the mean LM loss
   // The auxiliary losses as the trainer logs them (MoE: averaged over the layers, without coefficients).
   for (const auto& [name, sum] : losses.auxiliary) scalar("aux." + name, sum);
-  for (auto& [name, g] : ckpt::to_hugging_face_layout(config, grads)) outs.emplace_back("grad." + name, g);
+  // The gradients under Hugging Face's names where the model has an HF equivalent; else (a Llama-style MoE
+  // with a shared expert or sigmoid routing, say) under Tessera's own, so that the loss is still written.
+  std::map<std::string, Tensor> named;
+  try {
+    named = ckpt::to_hugging_face_layout(config, grads);
+  } catch (const Error&) {
+    named = grads;
+  }
+  for (auto& [name, g] : named) outs.emplace_back("grad." + name, g);
   ckpt::write_safetensors(out, outs);
   return 0;
 }

@@ -14,6 +14,9 @@ import sys
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from megatron_rng_check import check_rng_state  # noqa: E402
+
 H, FFN, VOCAB, TP, PP, PER_STAGE, POSITIONS = 32, 128, 64, 2, 2, 2, 16
 LEGACY_LAYER = {"input_layernorm.": "input_norm.", "pre_mlp_layernorm.": "post_attention_norm.",
                 "self_attention.linear_qkv.": "self_attention.query_key_value.",
@@ -89,8 +92,13 @@ def main():
             if state["args"].bert_binary_head is not True or state["args"].padded_vocab_size != VOCAB:
                 sys.exit(f"FAIL: {path}: args.bert_binary_head {state['args'].bert_binary_head}, "
                          f"padded_vocab_size {state['args'].padded_vocab_size}")
+            try:
+                check_rng_state(state["rng_state"], state["args"].seed, stage, rank, where=path)
+            except AssertionError as e:
+                sys.exit(f"FAIL: {e}")
             checked += len(got)
-    print(f"torch {torch.__version__}: {TP * PP} files, {checked} tensors with Megatron's BertModel keys and shapes")
+    print(f"torch {torch.__version__}: {TP * PP} files, {checked} tensors with Megatron's BertModel keys and shapes, "
+          "each rng_state as Megatron seeds that rank")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ sys.path.insert(0, sys.argv[1])
 import megatron_fixture
 work, tokens = sys.argv[2], sys.argv[3]
 for line in """gpt2_dist gpt2 mcore --format torch_dist
-llama_dist llama te --dtype bfloat16 --format torch_dist
-llama_legacy llama te --dtype bfloat16
+llama_dist llama te --dtype bfloat16 --format torch_dist --rng-seed 4321
+llama_legacy llama te --dtype bfloat16 --rng-seed 4321
 llama_singleton llama mcore --format torch_dist --singleton --release
 moe_dist gpt2 mcore --format torch_dist --pp 1 --set num_experts=4""".splitlines():
     name, style, scheme, *options = line.split()
@@ -88,6 +88,17 @@ check "a release torch_dist checkpoint converts to iteration 0: $(ls "$work/llam
 grep -qF "optimizer state (1 optimizer.* entries) is not carried" "$work/llama_dist/convert.log"
 ok=$?
 check "the optimizer entries are named as not carried: $(cat "$work/llama_dist/convert.log")" $ok
+# The RNG state: the seed its CUDA generators were seeded with (4321, args' 1234) is Tessera's, in both formats
+# (torch_dist's rng_state ShardedObject, the legacy file's rng_state list), with a note; the fixture without
+# CUDA states keeps the args' seed.
+for name in llama_dist llama_legacy; do
+  grep -q '"seed": *4321' "$work/$name/tessera/iter_0000020/index.json" &&
+    grep -qF "rng_state's CUDA generator was seeded with 4321 but the args say seed 1234" "$work/$name/convert.log"
+  check "$name: the RNG state's seed 4321 is carried, with a note: $(cat "$work/$name/convert.log")" $?
+done
+grep -q '"seed": *1234' "$work/gpt2_dist/tessera/iter_0000020/index.json" &&
+  grep -qF "rng_state has no CUDA generator state" "$work/gpt2_dist/convert.log"
+check "gpt2_dist: without a CUDA generator state the args' seed 1234 is kept: $(cat "$work/gpt2_dist/convert.log")" $?
 out=$("$tessera" convert --loader megatron --load-dir "$work/gpt2_dist/megatron" --ckpt-step 20 \
       --save-dir "$work/step" 2>&1)
 check "--ckpt-step 20 converts a torch_dist checkpoint: $out" $?

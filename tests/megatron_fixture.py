@@ -57,6 +57,22 @@ import torch
 
 TP, ITERATION = 2, 20
 PP = 2  # --pp changes it
+RNG_SEED = None  # --rng-seed: the seed Megatron's CUDA generators were seeded with (none: no CUDA state saved)
+
+
+def cuda_rng_state(seed):
+    """torch.cuda.get_rng_state() after torch.cuda.manual_seed(seed): the Philox seed and offset 0, 16 bytes."""
+    return torch.from_numpy(np.array([seed, 0], dtype="<u8").view(np.uint8).copy())
+
+
+def rng_state(stage):
+    """Megatron's get_rng_state list on pipeline stage `stage` (its _set_random_seed adds 100 x stage)."""
+    state = {"random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(),
+             "torch_rng_state": torch.get_rng_state(), "rng_tracker_states": {}}
+    if RNG_SEED is not None:
+        state["cuda_rng_state"] = cuda_rng_state(RNG_SEED + 100 * stage)
+        state["rng_tracker_states"] = {"model-parallel-rng": cuda_rng_state(RNG_SEED + 100 * stage + 2718)}
+    return [state]
 
 
 def config(style):
@@ -130,7 +146,8 @@ def rope(x, positions, base=10000.0):
     return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
 
 
-def reference_loss(c, w, tokens):
+def reference_loss(c, w, tokens, moe_mlp=None):
+    """The LM loss of a plain float64 forward; a layer with a router computes moe_mlp(w, prefix, y) as its MLP."""
     w = {k: v.double() for k, v in w.items()}
     h, d, heads = c["hidden_size"], c["kv_channels"], c["num_attention_heads"]
     groups = c["num_query_groups"] or heads
@@ -162,6 +179,9 @@ def reference_loss(c, w, tokens):
         attn = torch.einsum("hts,shd->thd", probs, v).reshape(T, heads * d)
         x = x + linear(p + "self_attention.linear_proj", attn)
         y = norm(c, x, w[p + "pre_mlp_layernorm.weight"], w.get(p + "pre_mlp_layernorm.bias"))
+        if moe_mlp is not None and p + "mlp.router.weight" in w:
+            x = x + moe_mlp(w, p, y)
+            continue
         a = linear(p + "mlp.linear_fc1", y)
         if c["swiglu"]:
             a = torch.nn.functional.silu(a[:, :ffn]) * a[:, ffn:]
@@ -395,8 +415,9 @@ def torch_dist_items(c, w, scheme, dtype, singleton):
                     add(stage * TP, name, t.shape, [0] * t.dim(), shard)
             else:
                 add(stage * TP + r, name, t.shape, [r * shard.shape[0]] + [0] * (t.dim() - 1), shard)
-    for rank in range(TP * PP):
-        ranks[rank].append((f"rng_state/shard_0.{rank}_1.{TP * PP}", None, None, {"random_rng_state": rank}))
+    for rank in range(TP * PP):  # Megatron's ShardedObject over (pipeline, tensor)
+        stage, r = divmod(rank, TP)
+        ranks[rank].append((f"rng_state/shard_{stage}.{r}_{PP}.{TP}", None, None, rng_state(stage)))
     fc2 = w.get("decoder.layers.0.mlp.linear_fc2.weight")  # absent where the layer's MLP is experts
     if fc2 is not None:
         ranks[0].append(("optimizer.state.exp_avg.decoder.layers.mlp.linear_fc2.weight", [L] + list(fc2.shape),
@@ -430,9 +451,11 @@ def main():
     p.add_argument("--drift-tied-copy", action="store_true")
     p.add_argument("--format", default="torch", choices=["torch", "torch_dist"])
     p.add_argument("--singleton", action="store_true", help="torch_dist: SwiGLU's fc1 as keys _w and _v")
+    p.add_argument("--rng-seed", type=int, help="save CUDA generator states seeded with this")
     a = p.parse_args()
-    global PP
+    global PP, RNG_SEED
     PP = a.pp
+    RNG_SEED = a.rng_seed
     dtype = getattr(torch, a.dtype)
     c = config(a.style)
     w = make_weights(c, torch.Generator().manual_seed(7))
@@ -481,8 +504,7 @@ def main():
                                                 "param_groups": [{"lr": 3e-4, "params": [0, 1]}]},
                                   "fp32_from_fp16_params": [[t.float() for t in params[:2]]]}
             state["opt_param_scheduler"] = {"num_steps": ITERATION * 32, "max_lr": 3e-4}
-            state["rng_state"] = [{"random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(),
-                                   "torch_rng_state": torch.get_rng_state(), "rng_tracker_states": {}}]
+            state["rng_state"] = rng_state(stage)
             d = os.path.join(a.out, sub, f"mp_rank_{rank:02d}" + (f"_{stage:03d}" if PP > 1 else ""))
             os.makedirs(d, exist_ok=True)
             torch.save(state, os.path.join(d, "model_optim_rng.pt"))

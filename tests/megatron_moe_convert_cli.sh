@@ -3,7 +3,10 @@
 # (4 experts, top 2) trained one iteration by Tessera is written by PyTorch as Megatron's tensor 2 x pipeline 2 x
 # expert 2 ranks write it (tests/megatron_moe_fixture.py: mp_rank_TT_PPP_EEE, each expert rank's experts under
 # local numbers, per-expert SequentialMLP keys or Transformer Engine's grouped-GEMM weightN keys, the router), and
-#  * the conversion's debug-forward loss equals that of the Tessera checkpoint the weights came from (bit for bit);
+#  * the conversion's debug-forward loss equals that of the Tessera checkpoint the weights came from (bit for bit)
+#    and a float64 plain-PyTorch forward of Megatron's MoE layer over the checkpoint's weights
+#    (tests/megatron_moe_reference.py; relative 1e-5), for softmax top-2 routing and for sigmoid routing with an
+#    expert bias, groups, a scaling factor and a shared expert;
 #  * the converted checkpoint trains on at expert-parallel size 2; train --load of the directory resumes the
 #    weights and the experts' Adam moments (Megatron-Core's chained optimizer), losses as Tessera's own resume;
 #  * what Tessera's MoE layer does not compute is refused by argument name;
@@ -32,8 +35,9 @@ check "Tessera's MoE run saves: $out" $?
 out=$("$python" -W ignore "$here/megatron_moe_fixture.py" "$work/tessera" "$work/sequential=sequential" \
       "$work/grouped=grouped" "$work/shared=sequential,moe_shared_expert_intermediate_size=32" \
       "$work/etp=sequential,expert_tensor_parallel_size=1" "$work/dist=dist" "$work/singleton=dist_singleton" \
-      "$work/unchained=sequential,unchained" 2>&1)
+      "$work/unchained=sequential,unchained" --reference-tokens "$tokens" 2>&1)
 check "the fixtures: $out" $?
+reference=$(sed -n "s|^$work/sequential: reference loss: ||p" <<<"$out")
 "$tessera" debug-forward --load "$work/tessera" --tokens "$tokens" --out "$work/tessera.out.safetensors" >/dev/null 2>&1
 check "debug-forward of Tessera's checkpoint" $?
 for kind in sequential grouped dist singleton; do
@@ -49,6 +53,23 @@ read -r expected sequential grouped dist singleton <<<"$losses"
 [ -n "$expected" ] && [ "$sequential" = "$expected" ] && [ "$grouped" = "$expected" ] && [ "$dist" = "$expected" ] &&
   [ "$singleton" = "$expected" ]
 check "the converted losses (per-expert keys, grouped GEMM, torch_dist stacked and singleton) equal Tessera's own: $losses" $?
+# against_reference NAME "LOSS (margin)": NAME's converted loss equals the float64 PyTorch forward of Megatron's MoE
+# layer (tests/megatron_moe_reference.py) over the checkpoint's weights, relative 1e-5.
+against_reference() {
+  "$python" - "$here" "$work/$1.out.safetensors" "$2" <<'PY' 2>&1
+import sys
+sys.path.insert(0, sys.argv[1])
+from hf_reference import read_safetensors
+loss = read_safetensors(sys.argv[2])["loss"].double().item()
+ref, margin = float(sys.argv[3].split()[0]), sys.argv[3].split(" ", 1)[1]
+rel = abs(loss - ref) / abs(ref)
+print(f"tessera loss {loss:.9e}, float64 PyTorch reference {ref:.9e}, relative difference {rel:.2e} {margin}")
+sys.exit(0 if rel <= 1e-5 else 1)
+PY
+}
+out=$(against_reference sequential "$reference")
+check "softmax top-2 routing: the converted loss equals the float64 PyTorch reference: $out" $?
+echo "softmax top-2: $out"
 grep -q '"moe_ffn_hidden_size": *16' "$work/grouped.tessera/iter_0000001/index.json"
 check "the MoE configuration comes from the saved args" $?
 if command -v mpirun >/dev/null; then
@@ -58,6 +79,24 @@ if command -v mpirun >/dev/null; then
   [ $? -eq 0 ] && grep -qF "iteration        2/       2 |" <<<"$out"
   check "the conversion trains on at expert-parallel size 2: $out" $?
 fi
+
+# Sigmoid routing with an expert bias (added for the selection only; nonzero after a step of its updates), two
+# groups keeping one, a scaling factor and a shared expert, checked the same way against the reference.
+sigmoid="--moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-num-groups 2
+         --moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5 --moe-shared-expert-intermediate-size 32
+         --moe-router-load-balancing-type none"
+out=$("$tessera" train $moe $sigmoid --train-iters 1 --save "$work/sig_tessera" --save-interval 1 2>&1)
+check "the sigmoid-routed MoE run saves: $out" $?
+out=$("$python" -W ignore "$here/megatron_moe_fixture.py" "$work/sig_tessera" --reference-tokens "$tokens" \
+      "$work/sig=sequential,moe_router_score_function='sigmoid',moe_router_enable_expert_bias=True,moe_router_num_groups=2,moe_router_group_topk=1,moe_router_topk_scaling_factor=2.5,moe_shared_expert_intermediate_size=32,moe_router_load_balancing_type='none'" 2>&1)
+check "the sigmoid-routed fixture: $out" $?
+reference=$(sed -n "s|^$work/sig: reference loss: ||p" <<<"$out")
+out=$("$tessera" convert --loader megatron --load-dir "$work/sig" --save-dir "$work/sig.tessera" 2>&1) &&
+  "$tessera" debug-forward --load "$work/sig.tessera" --tokens "$tokens" --out "$work/sig.out.safetensors" >/dev/null 2>&1
+check "sigmoid: convert and debug-forward: $out" $?
+out=$(against_reference sig "$reference")
+check "sigmoid routing, expert bias, groups, scaling, shared expert: the converted loss equals the float64 PyTorch reference: $out" $?
+echo "sigmoid, expert bias, shared expert: $out"
 
 # train --load of the Megatron directory itself carries Adam's moments (legacy: Megatron-Core's chained [dense,
 # experts] optimizer state dicts of every expert rank's file; torch_dist: optimizer.state.exp_avg.<key>): the
@@ -80,10 +119,12 @@ expect_failure "mp_rank_00_000_000/model_optim_rng.pt: optimizer is a dict, not 
 out=$("$tessera" convert --loader tessera --saver megatron --load-dir "$work/tessera" --save-dir "$work/saved" \
       --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 --target-expert-parallel-size 2 2>&1)
 check "convert --saver megatron of the MoE model: $out" $?
-out=$("$python" -W ignore - "$work/saved" <<'PY' 2>&1
+out=$("$python" -W ignore - "$work/saved" "$here" <<'PY' 2>&1
 import os, re, sys
 import torch
 root = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from megatron_rng_check import check_rng_state
 files = sorted(os.listdir(os.path.join(root, "iter_0000001")))
 assert files == [f"mp_rank_{t:02d}_{p:03d}_{e:03d}" for t in range(2) for p in range(2) for e in range(2)], files
 for name in files:
@@ -100,7 +141,8 @@ for name in files:
         assert list(model[f"decoder.layers.{j}.mlp.router.weight"].shape) == [4, 32], name
     assert experts == want, (name, experts)
     assert ("embedding.word_embeddings.weight" in model) == (p == 0) and ("output_layer.weight" in model) == (p == 1), name
-print(f"torch {torch.__version__}: {len(files)} files with the expected expert keys, shapes and args")
+    check_rng_state(state["rng_state"], a.seed, p, t, ep_rank=e, where=name)  # each expert rank's tracker its own
+print(f"torch {torch.__version__}: {len(files)} files with the expected expert keys, shapes, args and rng_state")
 PY
 )
 check "torch.load of the written MoE checkpoint: $out" $?

@@ -33,6 +33,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 import megatron_fixture as mf  # noqa: E402
 import megatron_resume_fixture as rf  # noqa: E402
+from megatron_moe_reference import moe_mlp  # noqa: E402
 import torch  # noqa: E402
 
 EP = 2
@@ -45,6 +46,7 @@ def main():
     p.add_argument("specs", nargs="+", metavar="OUT_DIR=sequential|grouped[,NAME=PYTHON_VALUE...]",
                    help="one checkpoint per spec (one process, one torch import: the test's time); NAME=VALUE sets "
                         "an attribute of the saved args")
+    p.add_argument("--reference-tokens", help="print each checkpoint's float64 reference loss on these tokens")
     a = p.parse_args()
     mf.TP, mf.PP = 2, 2
     iteration, index, w, avg, sq = rf.read_tessera(a.tessera)
@@ -58,6 +60,13 @@ def main():
         else:
             p.error(f"bad spec {spec}")
         print(f"{out}: {spec}")
+        if a.reference_tokens:  # the routing the saved args describe, over the weights the files hold
+            args, _ = moe_args(mf.config("llama"), w, iteration, index, "torch", EP, False,
+                               [x for x in sets if x != "unchained"])
+            margins = []
+            tokens = [int(t) for t in a.reference_tokens.split(",")]
+            loss = mf.reference_loss(mf.config("llama"), w, tokens, lambda ww, prefix, y: moe_mlp(args, ww, prefix, y, margins))
+            print(f"{out}: reference loss: {loss!r} (smallest top-k margin {min(margins):.3g})")
 
 
 def moe_args(c, w, iteration, index, fmt, ep, grouped, sets):

@@ -14,6 +14,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_reference import read_safetensors  # noqa: E402
+from megatron_rng_check import check_rng_state  # noqa: E402
 
 root, tessera_file, tp, pp, dtype, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 dtype = getattr(torch, dtype)
@@ -120,8 +121,8 @@ for p in range(pp):
     for t in range(tp):
         path = rank_file(t, p)
         d = load(path)
-        if sorted(d) != ["args", "checkpoint_version", "iteration", "model"]:
-            fail(f"{path}: top-level keys {sorted(d)}")
+        if list(d) != ["args", "checkpoint_version", "iteration", "model", "rng_state"]:
+            fail(f"{path}: top-level keys {list(d)}")
         if d["checkpoint_version"] != 3.0 or d["iteration"] != iteration:
             fail(f"{path}: checkpoint_version {d['checkpoint_version']}, iteration {d['iteration']}")
         a = d["args"]
@@ -132,6 +133,10 @@ for p in range(pp):
         if a.params_dtype != dtype or a.bf16 != (dtype == torch.bfloat16):
             fail(f"{path}: params_dtype {a.params_dtype}, bf16 {a.bf16}")
         first_args = first_args or a
+        try:
+            check_rng_state(d["rng_state"], a.seed, p, t, where=path)
+        except AssertionError as e:
+            fail(str(e))
         if vars(a) != vars(first_args):
             fail(f"{path}: args differ from the first file's")
         want, per_stage = expected_keys(a, p)
@@ -184,4 +189,5 @@ for name, parts in shards.items():
 want_names = set(tessera) | ({"tied_copy"} if pp > 1 and not a.untie_embeddings_and_output_weights else set())
 if set(shards) != want_names:
     fail(f"tensors {sorted(set(shards) ^ want_names)} are in only one of the two checkpoints")
-print(f"torch {torch.__version__}: {tp * pp} files, {len(shards)} tensors as Megatron expects, merged equal to Tessera's")
+print(f"torch {torch.__version__}: {tp * pp} files, {len(shards)} tensors as Megatron expects, merged equal to Tessera's; "
+      f"each file's rng_state as Megatron seeds that rank for seed {a.seed}")

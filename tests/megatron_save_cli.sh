@@ -5,6 +5,8 @@
 #  * PyTorch's torch.load (Debian's python3-torch) reads every rank's file; its keys, shapes and dtypes are
 #    those Megatron's GPTModel has for the saved args, and the shards merged back as Megatron's converters
 #    merge them equal the Tessera tensors (tests/megatron_save_check.py); a --bf16 run is stored as bf16;
+#    each rank's rng_state is what Python, numpy and PyTorch give after Megatron's seeding of that rank, and
+#    random.setstate, np.random.set_state and torch.set_rng_state take it (tests/megatron_rng_check.py);
 #  * --saver megatron then --loader megatron gives the same tensors bit for bit and the same debug-forward loss;
 #  * a layout the model does not divide into and a non-GPT loader are refused by name.
 set -uo pipefail
@@ -68,6 +70,9 @@ for family in gpt2 llama; do
   # Round trip: Megatron's layout read back by --loader megatron is the original, bit for bit.
   out=$("$tessera" convert --loader megatron --load-dir "$work/${family}_tp2pp2" --save-dir "$work/${family}_back" 2>&1)
   check "$family: convert --loader megatron of the tp2pp2 checkpoint: $out" $?
+  # The written rng_state reads back as the run's seed (Tessera trains with 1234 by default), without a note.
+  ! grep -qF "rng_state" <<<"$out" && grep -q '"seed": *1234' "$work/${family}_back/iter_0000003/index.json"
+  check "$family: the rng_state's seed reads back as 1234 without a note: $out" $?
   out=$(same_tensors "$work/$family/ckpt/iter_0000003/model.tp00.pp00.safetensors" \
         "$work/${family}_back/iter_0000003/model.tp00.pp00.safetensors" 2>&1)
   check "$family: the round trip keeps every tensor: $out" $?

@@ -14,6 +14,7 @@
 #include "ckpt/hf_layout.h"
 #include "ckpt/megatron_names.h"
 #include "ckpt/megatron_optimizer.h"
+#include "ckpt/megatron_rng.h"
 #include "model/model_factory.h"
 
 namespace tessera::ckpt {
@@ -130,6 +131,20 @@ MegatronDistCheckpoint open_megatron_dist(const std::string& load_dir, int64_t s
     ck.iteration = it->integer;
   if (const StateNode* opt = root.find("optimizer")) ck.optimizer_steps = megatron_optimizer_step(*opt);
   ck.dcp = DcpCheckpoint::open(iter.string());
+  // Megatron's rng_state ShardedObject of pipeline stage 0, tensor rank 0 (data rank 0 under expert
+  // parallelism, which adds that axis): its seed is Tessera's (megatron_rng.h).
+  for (const DcpEntry& e : ck.dcp.entries())
+    if (!e.tensor && (e.key.rfind("rng_state/shard_0.0_", 0) == 0 || e.key.rfind("rng_state/shard_0.0.0_", 0) == 0)) {
+      const std::string where = str_cat(ck.dcp.metadata_path(), ": ", e.key);
+      try {
+        const StateNode rng = ck.dcp.read_object(e);
+        read_megatron_rng_state(&rng, where, ck.args);
+      } catch (const Error& err) {  // Megatron's --no-load-rng resumes such a checkpoint too
+        ck.args.notes.push_back(str_cat(where, " could not be read (", err.what(), "); Tessera's seed is the args' ",
+                                        ck.args.seed));
+      }
+      break;
+    }
   // A BERT: its keys say so (the args do not).
   for (const DcpEntry& e : ck.dcp.entries())
     if (megatron_bert_key(e.key)) {

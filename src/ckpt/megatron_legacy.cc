@@ -15,6 +15,7 @@
 #include "ckpt/hf_layout.h"
 #include "ckpt/megatron_names.h"
 #include "ckpt/megatron_optimizer.h"
+#include "ckpt/megatron_rng.h"
 #include "model/model_factory.h"
 
 namespace tessera::ckpt {
@@ -371,6 +372,9 @@ MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64
   TESSERA_CHECK(args, first, ": has no 'args' (Megatron saves its arguments in every checkpoint); the model "
                 "cannot be known without them");
   ck.args = read_megatron_args(*args, first + ": args");
+  // The generators' seed (megatron_rng.h); checkpoints before get_rng_state's list kept the states at the top.
+  const StateNode* rng = ck.first.find("rng_state");
+  read_megatron_rng_state(rng ? rng : ck.first.find("cuda_rng_state") ? &ck.first : nullptr, first, ck.args);
 
   // Which number is which: a pipeline stage's when the args have pipeline (or the name all three).
   const int numbers = *counts.begin();

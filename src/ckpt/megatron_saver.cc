@@ -9,6 +9,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_layout.h"
 #include "ckpt/megatron_names.h"
+#include "ckpt/megatron_rng.h"
 #include "ckpt/torch_save.h"
 #include "core/file_io.h"
 #include "model/model_factory.h"
@@ -393,7 +394,9 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
       root.set("args", args)
           .set("checkpoint_version", PickleOut::float_of(3.0))
           .set("iteration", PickleOut::int_of(state.iteration))
-          .set("model", std::move(model));
+          .set("model", std::move(model))
+          // The experts are split over the tensor ranks as a dense MLP (expert-tensor rank = tensor rank).
+          .set("rng_state", megatron_rng_state(state.seed, p, t, e, t, writer));
       // mp_rank_TT, then _PPP with pipeline stages and _EEE with expert ranks (Megatron's get_checkpoint_name).
       std::string rank = str_cat("mp_rank_", t < 10 ? "0" : "", t);
       const auto three = [](int64_t n) { return str_cat("_", n < 10 ? "00" : n < 100 ? "0" : "", n); };
@@ -408,8 +411,8 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
   write_file_atomically((fs::path(save_dir) / "latest_checkpointed_iteration.txt").string(),
                         std::to_string(state.iteration));
   std::vector<std::string> notes = {
-      "the weights and the model's arguments are written; optimizer and RNG state are not (load it in Megatron "
-      "with --no-load-optim --no-load-rng, or --finetune)"};
+      str_cat("the weights, the model's arguments and each rank's RNG state as Megatron seeds a run of seed ", state.seed,
+              " are written; the optimizer state is not (load it in Megatron with --no-load-optim, or --finetune)")};
   if (l.padded_vocab != c.padded_vocab_size)
     notes.push_back(str_cat("the vocabulary (", c.vocab_size, " tokens) is padded to ", l.padded_vocab,
                             " rows for tensor size ", l.tp, " (Tessera's checkpoint had ", c.padded_vocab_size, ")"));

@@ -7,8 +7,9 @@
 //   OUT/iter_NNNNNNN/mp_rank_TT_PPP/model_optim_rng.pt      (tensor rank TT of stage PPP)
 //
 // Each file holds {"args": argparse.Namespace of the model's Megatron arguments, "checkpoint_version":
-// 3.0, "iteration", "model": the stage's state dict for its tensor rank}: the weights only, without
-// optimizer or RNG state (Megatron loads it with --no-load-optim --no-load-rng, or --finetune). Tensors are
+// 3.0, "iteration", "model": the stage's state dict for its tensor rank, "rng_state": the rank's generators
+// as Megatron seeds them for the checkpoint's seed (megatron_rng.h)}: no optimizer state (Megatron loads it
+// with --no-load-optim, or --finetune). Tensors are
 // split as Megatron's model holds them (megatron_split: QKV per query group, SwiGLU's gate and up halves
 // per rank, the vocabulary-parallel embedding and output layer by rows) and the vocabulary is padded as
 // Megatron pads it for the target tensor size (--make-vocab-size-divisible-by x tp; rows Tessera did not

@@ -30,6 +30,11 @@ PickleOut PickleOut::str(std::string s) {
   v.text = std::move(s);
   return v;
 }
+PickleOut PickleOut::bytes(std::string b) {
+  PickleOut v = str(std::move(b));
+  v.kind = Kind::Bytes;
+  return v;
+}
 PickleOut PickleOut::tuple(std::vector<PickleOut> items) {
   PickleOut v;
   v.kind = Kind::Tuple;
@@ -58,6 +63,12 @@ PickleOut PickleOut::call(const std::string& module, const std::string& name, st
   PickleOut v = global(module, name);
   v.kind = Kind::Call;
   v.items = std::move(args);
+  return v;
+}
+PickleOut PickleOut::call_with_state(const std::string& module, const std::string& name, std::vector<PickleOut> args,
+                                     PickleOut state) {
+  PickleOut v = call(module, name, std::move(args));
+  v.state.push_back(std::move(state));
   return v;
 }
 PickleOut PickleOut::persistent_id(std::vector<PickleOut> id) {
@@ -151,6 +162,28 @@ class PickleEmitter {
       case K::Int: return integer(v.integer);
       case K::Float: return real(v.real);
       case K::String: return string(v.text);
+      case K::Bytes: {  // protocol 2 has no bytes opcode: Python's pickler writes _codecs.encode(latin-1 text, 'latin1')
+        if (v.text.empty()) {
+          global("__builtin__\nbytes");
+          op(kEmptyTuple);
+          return op(kReduce);
+        }
+        std::string utf8;  // each byte a code point below 256, in UTF-8
+        for (const char c : v.text) {
+          const auto b = static_cast<unsigned char>(c);
+          if (b < 0x80) {
+            utf8.push_back(static_cast<char>(b));
+          } else {
+            utf8.push_back(static_cast<char>(0xC0 | (b >> 6)));
+            utf8.push_back(static_cast<char>(0x80 | (b & 0x3F)));
+          }
+        }
+        global("_codecs\nencode");
+        string(utf8);
+        string("latin1");
+        op(kTuple2);
+        return op(kReduce);
+      }
       case K::Tuple: return tuple(v.items);
       case K::List:
         op(kEmptyList);
@@ -179,7 +212,10 @@ class PickleEmitter {
       case K::Call:
         global(v.text);
         tuple(v.items);
-        return op(kReduce);
+        op(kReduce);
+        if (v.state.empty()) return;
+        value(v.state[0]);
+        return op(kBuild);
       case K::PersistentId:
         tuple(v.items);
         return op(kBinPersId);

@@ -6,7 +6,9 @@
 // collections.OrderedDict (the class REDUCEd with () and its items SETITEMS, as OrderedDict.__reduce__
 // gives them), an argparse.Namespace (copyreg's protocol-2 form: the class, (), NEWOBJ, then its
 // __dict__ with BUILD) and a call (GLOBAL, argument tuple, REDUCE) such as _rebuild_tensor_v2, whose
-// storage is a persistent id (BINPERSID). No memo: nothing written here is shared.
+// storage is a persistent id (BINPERSID), optionally followed by a state BUILD applies (numpy's arrays and
+// dtypes, as their __reduce__ gives them), and bytes as protocol 2 writes them (_codecs.encode of their
+// latin-1 text, 'latin1'). No memo: nothing written here is shared.
 #pragma once
 
 #include <cstdint>
@@ -17,26 +19,31 @@
 namespace tessera::ckpt {
 
 struct PickleOut {
-  enum class Kind : uint8_t { None, Bool, Int, Float, String, Tuple, List, Dict, OrderedDict, Namespace, Global, Call,
-                              PersistentId };
+  enum class Kind : uint8_t { None, Bool, Int, Float, String, Bytes, Tuple, List, Dict, OrderedDict, Namespace, Global,
+                              Call, PersistentId };
   Kind kind = Kind::None;
   bool boolean = false;
   int64_t integer = 0;
   double real = 0;
-  std::string text;                 // String; Global and Call: "module\nname"
+  std::string text;                 // String, Bytes; Global and Call: "module\nname"
   std::vector<PickleOut> items;     // Tuple, List; Call: the arguments; PersistentId: the id's tuple items
   std::vector<std::pair<std::string, PickleOut>> entries;  // Dict, OrderedDict, Namespace (string keys, in order)
+  std::vector<PickleOut> state;     // Call: none, or the one value BUILD gives the object made
 
   static PickleOut none() { return {}; }
   static PickleOut boolean_of(bool b);
   static PickleOut int_of(int64_t v);
   static PickleOut float_of(double v);
   static PickleOut str(std::string s);
+  static PickleOut bytes(std::string b);
   static PickleOut tuple(std::vector<PickleOut> items);
   static PickleOut list(std::vector<PickleOut> items);
   static PickleOut dict(Kind kind = Kind::Dict);  // Dict, OrderedDict or Namespace, filled through set()
   static PickleOut global(const std::string& module, const std::string& name);
   static PickleOut call(const std::string& module, const std::string& name, std::vector<PickleOut> args);
+  // A call whose result then gets `state` through BUILD (object.__reduce__'s third item).
+  static PickleOut call_with_state(const std::string& module, const std::string& name, std::vector<PickleOut> args,
+                                   PickleOut state);
   static PickleOut persistent_id(std::vector<PickleOut> id);
 
   PickleOut& set(const std::string& key, PickleOut value);  // appends an entry; returns *this

@@ -33,20 +33,31 @@ PickleOut torch_dtype_value(DType d) {
 PickleOut TorchSaveWriter::tensor(const Tensor& t, DType stored) {
   TESSERA_CHECK(t.dtype() == stored || (t.dtype() == DType::F32 && (stored == DType::BF16 || stored == DType::F16)),
                 "torch.save: a ", dtype_name(t.dtype()), " tensor cannot be stored as ", dtype_name(stored));
-  const std::string cls = torch_storage_class(stored);
+  PickleOut out = rebuild(torch_storage_class(stored), t.shape());
+  storages_.push_back({t, stored, {}});
+  return out;
+}
+
+PickleOut TorchSaveWriter::byte_tensor(std::string bytes) {
+  PickleOut out = rebuild("torch\nByteStorage", {static_cast<int64_t>(bytes.size())});
+  storages_.push_back({Tensor(), DType::F32, std::move(bytes)});
+  return out;
+}
+
+// The _rebuild_tensor_v2 call of the next storage (key: its index), contiguous.
+PickleOut TorchSaveWriter::rebuild(const std::string& cls, const Shape& shape) {
   const std::string key = std::to_string(storages_.size());
-  storages_.push_back({t, stored});
   std::vector<PickleOut> size, stride;
   int64_t step = 1;
-  for (size_t i = t.shape().size(); i-- > 0;) {
+  for (size_t i = shape.size(); i-- > 0;) {
     stride.insert(stride.begin(), PickleOut::int_of(step));
-    step *= t.shape()[i];
+    step *= shape[i];
   }
-  for (int64_t d : t.shape()) size.push_back(PickleOut::int_of(d));
+  for (int64_t d : shape) size.push_back(PickleOut::int_of(d));
   const size_t newline = cls.find('\n');
   PickleOut storage = PickleOut::persistent_id(
       {PickleOut::str("storage"), PickleOut::global(cls.substr(0, newline), cls.substr(newline + 1)), PickleOut::str(key),
-       PickleOut::str("cpu"), PickleOut::int_of(t.numel())});
+       PickleOut::str("cpu"), PickleOut::int_of(step)});
   return PickleOut::call("torch._utils", "_rebuild_tensor_v2",
                          {std::move(storage), PickleOut::int_of(0), PickleOut::tuple(std::move(size)),
                           PickleOut::tuple(std::move(stride)), PickleOut::boolean_of(false),
@@ -62,6 +73,10 @@ void TorchSaveWriter::write(const std::string& path, const PickleOut& root) {
   for (size_t i = 0; i < storages_.size(); ++i) {
     const Storage& s = storages_[i];
     const std::string name = "archive/data/" + std::to_string(i);
+    if (!s.tensor.defined()) {
+      zip.add(name, s.bytes.data(), s.bytes.size());
+      continue;
+    }
     if (s.tensor.dtype() == s.stored) {
       zip.add(name, s.tensor.host_raw(), s.tensor.nbytes());
       continue;

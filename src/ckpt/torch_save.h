@@ -22,6 +22,9 @@ class TorchSaveWriter {
   // A tensor in the value tree, stored as `stored` (F32, BF16 or F16, from an F32 tensor; or the
   // tensor's own type). The tensor is kept (shared, not copied) until write().
   PickleOut tensor(const Tensor& t, DType stored);
+  // A 1-d torch.uint8 tensor of these bytes (a ByteStorage; Tessera has no uint8 tensors), as the RNG
+  // states torch.get_rng_state() gives.
+  PickleOut byte_tensor(std::string bytes);
   // Writes `root` and the storages of the tensors made by tensor() to `path`, atomically.
   void write(const std::string& path, const PickleOut& root);
 
@@ -29,7 +32,9 @@ class TorchSaveWriter {
   struct Storage {
     Tensor tensor;
     DType stored;
+    std::string bytes;  // a ByteStorage's (tensor undefined)
   };
+  PickleOut rebuild(const std::string& storage_class, const Shape& shape);
   std::vector<Storage> storages_;
 };
 
