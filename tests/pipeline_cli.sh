@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tessera train` with pipeline parallelism as a user runs it under mpirun: layout errors before any
 # work, the 1F1B and interleaved schedules giving the single-process losses, and the pipeline lines of
-# the log (timers, measured bubble beside the theory, activations held per stage).
+# the log (timers, measured bubble beside the theory, activations held per stage and their bytes beside
+# the prediction), under 1F1B, interleaving and the zero-bubble schedules.
 set -uo pipefail
 tessera=${1:?usage: pipeline_cli.sh path/to/tessera}
 source "$(dirname "$0")/lib/checks.sh"
@@ -40,6 +41,18 @@ done
 out=$($mpirun -np 2 "$tessera" train $model --pipeline-model-parallel-size 2 2>&1)
 grep -qF "activations held per stage (measured/schedule max): 2/2 1/1" <<<"$out"
 check "1F1B should hold 2 and 1 micro-batches on its stages: $out" $?
+# Each stage's activation bytes: what the records held at most, beside the prediction from the op list.
+grep -qE "activation MB per stage \(measured/predicted\): ([0-9.]+)/\1 ([0-9.]+)/\2$" <<<"$out"
+check "1F1B's measured activation bytes per stage should equal the prediction: $out" $?
+# Zero bubble: a (micro-batch, chunk) is held from its F to its W, so every stage reaches the schedule's
+# bound, min(p, m) per chunk (counting to B instead, the last stage would show 1 under ZB-H1).
+for zb in "--enable-zero-bubble|2/2 2/2" "--zero-bubble-v-schedule|4/4 4/4"; do
+  out=$($mpirun -np 2 "$tessera" train $model --pipeline-model-parallel-size 2 ${zb%%|*} 2>&1)
+  grep -qE "pipeline bubble: measured [0-9.]+, theory \(zero bubble, simulated at F = B = W\) = 0\.[0-9]+" <<<"$out"
+  check "${zb%%|*} should log the measured bubble beside the simulated one: $out" $?
+  grep -qF "activations held per stage (measured/schedule max): ${zb#*|} |" <<<"$out"
+  check "${zb%%|*} should hold ${zb#*|} (F to W) on its stages: $out" $?
+done
 
 # An Ouroboros checkpoint is one layout's delayed state (on P ranks without Megatron's model files): at
 # another pipeline size it is refused by flag before any tensor is read, not as a missing tensor.

@@ -108,7 +108,8 @@ Tensor GroupedMlp::backward(const Tensor& dy, const Tensor& rows, const std::vec
                                     bool in_rounded) {
     if (!store) return kernels::grouped_linear_backward(dout, in, l.w, din, l.dw, l.db, input_type, in_rounded);
     kernels::grouped_linear_backward(dout, in, l.w, din, {}, {}, input_type, in_rounded);
-    store->defer([=] { kernels::grouped_linear_backward(dout, in, l.w, Tensor(), l.dw, l.db, input_type, in_rounded); });
+    store->defer([=] { kernels::grouped_linear_backward(dout, in, l.w, Tensor(), l.dw, l.db, input_type, in_rounded); },
+                 {dout, in});
   };
   Tensor dact = Tensor::empty(rec.act.shape());
   grouped_backward(padded(dy, counts, m), rec.act, fc2, dact, rec_rounded);

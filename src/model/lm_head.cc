@@ -140,7 +140,7 @@ Tensor LMHead::output_loss_backward(LMHeadRecord& rec, float grad_scale) const {
     store->defer([=, type = c.params_dtype] {
       kernels::linear_backward(dlogits, full, w.values, Tensor(), dw, Tensor(), type, x_rounded, w.rounded,
                                dlogits_rounded);
-    });
+    }, {dlogits, full});
   } else {
     kernels::linear_backward(dlogits, full, w.values, dfinal, dw, Tensor(), c.params_dtype, x_rounded, w.rounded,
                              dlogits_rounded);

@@ -134,7 +134,7 @@ Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_
     kernels::linear_backward(dy, full, w.values, dx, Tensor(), Tensor(), input_type_, x_rounded, w.rounded);
     store->defer([=, type = input_type_] {
       kernels::linear_backward(dy, full, w.values, Tensor(), dw, db, type, x_rounded, w.rounded);
-    });
+    }, {dy, full});
   } else {
     kernels::linear_backward(dy, full, w.values, dx, dw, db, input_type_, x_rounded, w.rounded);
   }
@@ -180,7 +180,7 @@ Tensor RowParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_rou
     kernels::linear_backward(full, x, w.values, dx, Tensor(), Tensor(), input_type_, x_rounded, w.rounded);
     store->defer([=, type = input_type_] {
       kernels::linear_backward(full, x, w.values, Tensor(), dw, db, type, x_rounded, w.rounded);
-    });
+    }, {full, x});
   } else {
     kernels::linear_backward(full, x, w.values, dx, dw, db, input_type_, x_rounded, w.rounded);
   }

@@ -10,19 +10,29 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <vector>
+
+#include "core/tensor.h"
 
 namespace tessera::model {
 
 class WeightGradientStore {
  public:
-  void defer(std::function<void()> weight_gradient) { queued_.push_back(std::move(weight_gradient)); }
+  // `held`: the activations the GEMM reads (the layer's input and output gradient), which stay alive
+  // from B to W; their bytes count in bytes() until the store runs, since the activation record they came
+  // from is gone after B and the trainer's activation accounting would otherwise lose them.
+  void defer(std::function<void()> weight_gradient, std::initializer_list<Tensor> held = {});
   // Runs the queued weight gradients in the order they were queued and forgets them (and their tensors).
   void run();
   bool empty() const { return queued_.empty(); }
+  // The bytes of the `held` tensors of the queued passes (each counted as its own allocation, as the
+  // activation records count theirs).
+  int64_t bytes() const { return bytes_; }
 
  private:
   std::vector<std::function<void()>> queued_;
+  int64_t bytes_ = 0;
 };
 
 // The store of the innermost active scope on this thread, or null: compute weight gradients at once.

@@ -43,6 +43,9 @@ struct RankInterval {
   int stage = 0;                  // its pipeline stage
   float bubble_fraction = 0;      // its schedule's (time - compute) / compute (gathered as fp32)
   int peak_live_activations = 0;  // the most activation records it held at once
+  // The most bytes its activation records (and, under zero bubble, its W passes' inputs) held at once,
+  // and the schedule's prediction of it (train/memory_report.h).
+  float activation_bytes = 0, predicted_activation_bytes = 0;
 };
 
 class StepEngine {

@@ -72,7 +72,8 @@ void Trainer::log_timers(int64_t iterations) {
   std::vector<RankInterval> ranks(static_cast<size_t>(world_->size()));
   for (int r = 0; r < world_->size(); ++r)
     ranks[r] = {static_cast<int>(all.host_f32()[r * kFields + kStage]), all.host_f32()[r * kFields + kBubble],
-                static_cast<int>(all.host_f32()[r * kFields + kPeak])};
+                static_cast<int>(all.host_f32()[r * kFields + kPeak]), all.host_f32()[r * kFields + kActivations],
+                all.host_f32()[r * kFields + kActivationsTheory]};
   if (const std::string line = engine_->interval_report(ranks); !line.empty()) say(line);
 }
 

@@ -11,6 +11,7 @@
 #include "model/weight_gradient_store.h"
 #include "train/device_setup.h"
 #include "train/fault_injection.h"
+#include "train/memory_report.h"
 #include "train/step_context.h"
 #include "train/trainer.h"
 #include "train/straggler_report.h"
@@ -26,19 +27,25 @@ class Trainer::ScheduleEngine final : public StepEngine {
     return t_.run_micro_batches(batches, false, 0.0f, per_sample_loss_weight);
   }
   // The bubble as (schedule time - compute) / compute, averaged over ranks, beside (p - 1) / (v m); and
-  // each stage's most activation records held at once beside the schedule's maximum.
+  // each stage's most activation records held at once beside the schedule's maximum, and their most
+  // bytes beside the prediction (the most over a stage's data-parallel ranks).
   std::string interval_report(const std::vector<RankInterval>& ranks) const override {
     const pipeline::ScheduleShape& schedule = t_.schedule_;
     if (schedule.stages == 1) return "";
     double bubble = 0;
     std::vector<int> peak(schedule.stages, 0);
+    std::vector<double> bytes(schedule.stages, 0), predicted(schedule.stages, 0);
     for (const RankInterval& r : ranks) {
       bubble += r.bubble_fraction / static_cast<float>(ranks.size());
       peak[r.stage] = std::max(peak[r.stage], r.peak_live_activations);
+      bytes[r.stage] = std::max(bytes[r.stage], static_cast<double>(r.activation_bytes));
+      predicted[r.stage] = std::max(predicted[r.stage], static_cast<double>(r.predicted_activation_bytes));
     }
-    std::string held;
-    for (int s = 0; s < schedule.stages; ++s)
+    std::string held, megabytes_held;
+    for (int s = 0; s < schedule.stages; ++s) {
       held += str_cat(s ? " " : "", peak[s], "/", pipeline::theoretical_peak_in_flight(schedule, s));
+      megabytes_held += str_cat(s ? " " : "", megabytes(bytes[s]), "/", megabytes(predicted[s]));
+    }
     char buf[160];
     std::snprintf(buf, sizeof buf, "    pipeline bubble: measured %.3f, theory %s = %.3f | ", bubble,
                   schedule.zero_bubble != pipeline::ZeroBubble::Off ? "(zero bubble, simulated at F = B = W)"
@@ -46,7 +53,8 @@ class Trainer::ScheduleEngine final : public StepEngine {
                                                                      : "(p-1)/(v*m)",
                   pipeline::theoretical_bubble_fraction(schedule));
     return str_cat(buf, schedule.slices > 1 ? "token-slice activations" : "activations",
-                   " held per stage (measured/schedule max): ", held);
+                   " held per stage (measured/schedule max): ", held,
+                   " | activation MB per stage (measured/predicted): ", megabytes_held);
   }
 
  private:
@@ -130,8 +138,10 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
     if (slice == 0) rec = chunks_[chunk]->make_record();
     const int64_t bytes_before = rec->bytes();
     live_slices += 1;
-    peak_live_activations_ =
-        std::max(peak_live_activations_, sliced ? live_slices : static_cast<int>(records.size()));
+    // Zero bubble: a (micro-batch, chunk) counts until its W (its entry in weight_gradients, from B on),
+    // as the schedule's maximum does (pipeline::peak_in_flight).
+    peak_live_activations_ = std::max(
+        peak_live_activations_, sliced ? live_slices : static_cast<int>(records.size() + weight_gradients.size()));
     model::ForwardContext ctx = context(m);
     // The teacher's forward on the same micro-batch, just before the student's chunk with the head
     // uses its logits (and holds them until its backward). (--kd is refused with token slices.)
@@ -173,6 +183,9 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
     live_slices -= 1;
     if (slice == 0) {  // the record goes (backward may have widened what it held: count what it had)
       live_activation_bytes_ -= bytes_before;
+      // Zero bubble: what the W passes read (each GEMM's input and output gradient) stays until W.
+      if (split_backward) live_activation_bytes_ += weight_gradients[{m, chunk}].bytes();
+      peak_activation_bytes_ = std::max(peak_activation_bytes_, live_activation_bytes_);
       records.erase(it);
       if (chunk == 0) device_batches[m].reset();  // the micro-batch's last use on this rank
     } else {  // the slice's own record went; the caches' gradients came
@@ -184,6 +197,7 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
     auto it = weight_gradients.find({m, chunk});
     TESSERA_CHECK(it != weight_gradients.end(), "pipeline schedule runs W of micro-batch ", m, " chunk ", chunk,
                   " before its B");
+    live_activation_bytes_ -= it->second.bytes();
     it->second.run();
     weight_gradients.erase(it);
     if (m + 1 == shape.micro_batches) {  // the chunk's gradients are final: release what waited on it
