@@ -19,32 +19,21 @@ long=${4:-1536}
 runs=${RUNS:-3}
 chunks=${CHUNKS:-512 128}
 work=$(mktemp -d)
-pid=""
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+source "$root/bench/lib/servers.sh"
+declare -A pids ports
+trap 'stop_bench_servers; rm -rf "$work"' EXIT
 ckpt=${1:-}
 echo "command: RUNS=$runs CHUNKS=\"$chunks\" OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} bench/serve_chunked_prefill.sh ${1:-\"\"} $streams $tokens $long"
-echo "commit: $(git -C "$root" rev-parse --short HEAD)"
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc --all) CPUs), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_machine
 if [ -z "$ckpt" ]; then
+  bench_checkpoint 2048
   ckpt=$work/ckpt
-  "$tessera" train --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 --num-layers 4 --hidden-size 256 \
-    --num-attention-heads 8 --seq-length 128 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 1 \
-    --train-iters 1 --lr 1e-4 --eval-iters 0 --save "$ckpt" >"$work/train.log" 2>&1 || { cat "$work/train.log"; exit 1; }
 fi
 modes="off"
-for n in $chunks; do modes="$modes $n"; done
-declare -A pids ports
-for mode in $modes; do
-  flags=(); [ "$mode" != off ] && flags=(--enable-chunked-prefill --inference-dynamic-batching-max-tokens "$mode")
-  "$tessera" serve --load "$ckpt" --port 0 "${flags[@]}" >"$work/$mode.log" 2>&1 &
-  pids[$mode]=$!
-  pid="${pids[*]}"
-  for _ in $(seq 1 600); do
-    ports[$mode]=$(grep -so "on http://127.0.0.1:[0-9]*" "$work/$mode.log" | grep -o "[0-9]*$" || true)
-    [ -n "${ports[$mode]}" ] && break
-    sleep 0.1
-  done
-  [ -n "${ports[$mode]}" ] || { cat "$work/$mode.log"; exit 1; }
+start_bench_server off "$ckpt"
+for n in $chunks; do
+  modes="$modes $n"
+  start_bench_server "$n" "$ckpt" --enable-chunked-prefill --inference-dynamic-batching-max-tokens "$n"
 done
 for run in $(seq 1 "$runs"); do
   order=$modes; [ $((run % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$modes" | tac | tr '\n' ' ')
@@ -53,11 +42,7 @@ for run in $(seq 1 "$runs"); do
       --long "$long" --seed "$run" --json | tail -1 | sed "s/^{/{\"run\": $run, \"mode\": \"$mode\", /" >>"$work/runs.jsonl"
   done
 done
-for mode in $modes; do
-  kill -TERM "${pids[$mode]}" && wait "${pids[$mode]}" || true
-  grep "server stopped" "$work/$mode.log" >&2
-done
-pid=""
+stop_bench_servers "server stopped"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$work/runs.jsonl" "$modes" <<'PY'
 import json, statistics, sys

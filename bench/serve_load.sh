@@ -18,34 +18,22 @@ requests=${2:-4}
 tokens=${3:-32}
 runs=${RUNS:-5}
 work=$(mktemp -d)
-pid=""
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT  # $pid: the servers
+source "$root/bench/lib/servers.sh"
+declare -A pids ports
+trap 'stop_bench_servers; rm -rf "$work"' EXIT
 ckpt=${1:-}
 prompt="The jury said"
 echo "command: RUNS=$runs OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} bench/serve_load.sh ${1:-\"\"} $requests $tokens"
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc --all) CPUs), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_machine
 if [ -z "$ckpt" ]; then
+  bench_checkpoint 256
   ckpt=$work/ckpt
-  "$tessera" train --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 --num-layers 4 --hidden-size 256 \
-    --num-attention-heads 8 --seq-length 128 --max-position-embeddings 256 --micro-batch-size 1 --global-batch-size 1 \
-    --train-iters 1 --lr 1e-4 --eval-iters 0 --save "$ckpt" >"$work/train.log" 2>&1 || { cat "$work/train.log"; exit 1; }
   prompt="464 8053 531 3226 4026 286"  # ids: the checkpoint's tokenizer reads numbers
 fi
 # Both servers run side by side (the idle one sleeps), and the client counts alternate between them, so
 # that a slower spell of a shared machine falls on both.
-declare -A pids ports
-for mode in sequential batched; do
-  flags=(); [ $mode = sequential ] && flags=(--inference-max-requests 1)
-  "$tessera" serve --load "$ckpt" --port 0 --http-threads 40 --max-connections-per-client 40 "${flags[@]}" >"$work/$mode.log" 2>&1 &
-  pids[$mode]=$!
-  pid="${pids[*]}"
-  for _ in $(seq 1 600); do
-    ports[$mode]=$(grep -o "on http://127.0.0.1:[0-9]*" "$work/$mode.log" | grep -o "[0-9]*$" || true)
-    [ -n "${ports[$mode]}" ] && break
-    sleep 0.1
-  done
-  [ -n "${ports[$mode]}" ] || { cat "$work/$mode.log"; exit 1; }
-done
+start_bench_server sequential "$ckpt" --http-threads 40 --max-connections-per-client 40 --inference-max-requests 1
+start_bench_server batched "$ckpt" --http-threads 40 --max-connections-per-client 40
 for run in $(seq 1 "$runs"); do
   order="sequential batched"; [ $((run % 2)) = 0 ] && order="batched sequential"  # neither always goes first
   for clients in 1 8 32; do
@@ -57,11 +45,7 @@ for run in $(seq 1 "$runs"); do
     done
   done
 done
-for mode in sequential batched; do
-  kill -TERM "${pids[$mode]}" && wait "${pids[$mode]}" || true
-  grep -A1 "server stopped" "$work/$mode.log" >&2  # and the step timing line
-done
-pid=""
+stop_bench_servers "server stopped"  # and the step timing line after it
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$work/runs.jsonl" <<'PY'
 import json, statistics, sys

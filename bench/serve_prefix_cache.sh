@@ -17,32 +17,18 @@ context=${3:-384}
 runs=${RUNS:-5}
 block=${BLOCK:-16}
 work=$(mktemp -d)
-pid=""
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+source "$root/bench/lib/servers.sh"
+declare -A pids ports
+trap 'stop_bench_servers; rm -rf "$work"' EXIT
 ckpt=${1:-}
 echo "command: RUNS=$runs BLOCK=$block OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} bench/serve_prefix_cache.sh ${1:-\"\"} $items $context"
-echo "commit: $(git -C "$root" rev-parse --short HEAD)"
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc --all) CPUs), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_machine
 if [ -z "$ckpt" ]; then
+  bench_checkpoint 1024
   ckpt=$work/ckpt
-  "$tessera" train --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 --num-layers 4 --hidden-size 256 \
-    --num-attention-heads 8 --seq-length 128 --max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 1 \
-    --train-iters 1 --lr 1e-4 --eval-iters 0 --save "$ckpt" >"$work/train.log" 2>&1 || { cat "$work/train.log"; exit 1; }
 fi
-declare -A pids ports
-for mode in off on; do
-  flags=(); [ $mode = off ] && flags=(--no-inference-dynamic-batching-enable-prefix-caching)
-  "$tessera" serve --load "$ckpt" --port 0 --inference-dynamic-batching-block-size "$block" "${flags[@]}" \
-    >"$work/$mode.log" 2>&1 &
-  pids[$mode]=$!
-  pid="${pids[*]}"
-  for _ in $(seq 1 600); do
-    ports[$mode]=$(grep -o "on http://127.0.0.1:[0-9]*" "$work/$mode.log" | grep -o "[0-9]*$" || true)
-    [ -n "${ports[$mode]}" ] && break
-    sleep 0.1
-  done
-  [ -n "${ports[$mode]}" ] || { cat "$work/$mode.log"; exit 1; }
-done
+start_bench_server off "$ckpt" --inference-dynamic-batching-block-size "$block" --no-inference-dynamic-batching-enable-prefix-caching
+start_bench_server on "$ckpt" --inference-dynamic-batching-block-size "$block"
 for run in $(seq 1 "$runs"); do
   order="off on"; [ $((run % 2)) = 0 ] && order="on off"
   for workload in mc system; do
@@ -54,11 +40,7 @@ for run in $(seq 1 "$runs"); do
     done
   done
 done
-for mode in off on; do
-  kill -TERM "${pids[$mode]}" && wait "${pids[$mode]}" || true
-  grep "server stopped" "$work/$mode.log" >&2
-done
-pid=""
+stop_bench_servers "server stopped"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$work/runs.jsonl" <<'PY'
 import json, statistics, sys

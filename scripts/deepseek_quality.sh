@@ -21,23 +21,10 @@ set -euo pipefail
 [ -n "${1:-}" ] && tessera=$(realpath "$1")
 cd "$(dirname "$0")/.."
 tessera=${tessera:-$(realpath build/release/tessera)}
-cache=${TESSERA_DATA_CACHE:-data-cache}
-brown=$cache/brown
 out=${OUT_DIR:-out/deepseek_quality}
 png=${PNG_PREFIX:-docs/images/deepseek_quality}
-# One thread: on the shared 2-core machine two OpenMP threads wait on each other's descheduled peer.
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-
-iters=${TRAIN_ITERS:-600}
-lr=${LR:-1.5e-3}
-layers=${LAYERS:-2}
-hidden=${HIDDEN:-128}
-heads=${HEADS:-4}
-seq=${SEQ:-128}
-batch=${BATCH:-8}
-seed=${SEED:-1234}
-data=$brown/brown_sp4096_text_document
-[ -f "$data.idx" ] || { echo "no $data.idx: run scripts/run.sh once (it builds the tokenizer and dataset)" >&2; exit 1; }
+source scripts/lib/brown_quality.sh
+brown_quality_settings 600
 
 moe="--num-experts 8 --moe-router-topk 2"
 sigmoid="--moe-router-score-function sigmoid --moe-router-topk-scaling-factor 2.5"
@@ -51,29 +38,7 @@ declare -A flags=(
 )
 runs=(${RUNS:-aux_loss aux_loss_sigmoid aux_free unbalanced dense dense_mtp1})
 
-mkdir -p "$out"
-for name in "${runs[@]}"; do
-  [ -n "${flags[$name]+x}" ] || { echo "unknown run $name (runs: ${!flags[*]})" >&2; exit 1; }
-  rm -rf "${out:?}/$name"
-  echo "== $name: ${flags[$name]:-dense}"
-  echo "flags:${flags[$name]:+ }${flags[$name]}" > "$out/$name.log"
-  start=$(date +%s.%N)
-  # shellcheck disable=SC2086  # the flags are words
-  "$tessera" train \
-    --num-layers "$layers" --hidden-size "$hidden" --num-attention-heads "$heads" \
-    --seq-length "$seq" --max-position-embeddings "$seq" --position-embedding-type rope \
-    --normalization RMSNorm --swiglu --disable-bias-linear \
-    --data-path "$data" --split 98,2,0 \
-    --tokenizer-type SentencePieceTokenizer --tokenizer-model "$brown/brown_sp4096.model" \
-    --micro-batch-size "$batch" --global-batch-size "$batch" --train-iters "$iters" \
-    --lr "$lr" --min-lr "$(awk -v l="$lr" 'BEGIN { print l / 10 }')" --lr-decay-style cosine --lr-warmup-fraction 0.05 \
-    --weight-decay 0.1 --clip-grad 1.0 --hidden-dropout 0 --attention-dropout 0 --seed "$seed" \
-    --log-interval 20 --eval-interval 100 --eval-iters 8 \
-    ${flags[$name]} --log-dir "$out/$name" >> "$out/$name.log" 2>&1
-  end=$(date +%s.%N)
-  awk -v s="$start" -v e="$end" -v n="$iters" 'BEGIN { printf "wall: %.1f s, %.1f ms per iteration (with evaluation)\n", e - s, 1000 * (e - s) / n }' | tee -a "$out/$name.log"
-  grep -E 'validation loss at iteration' "$out/$name.log" | tail -1
-done
+brown_quality_train "$out" "--position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear" "${runs[@]}"
 
 all=()
 for name in "${runs[@]}"; do all+=("$out/$name"); done

@@ -6,20 +6,13 @@
 #include "model/activation_memory.h"
 #include "plan/layout.h"
 #include "plan/memory_model.h"
+#include "plan/toy_model_testing.h"
 
 namespace tessera::plan {
 namespace {
 
 model::ModelConfig mla_model(bool compressed_query) {
-  model::ModelConfig c;
-  c.num_layers = 4;
-  c.hidden_size = 256;
-  c.num_attention_heads = c.num_query_groups = 8;
-  c.kv_channels = 32;
-  c.ffn_hidden_size = 1024;
-  c.seq_length = c.max_position_embeddings = 128;
-  c.vocab_size = c.padded_vocab_size = 1024;
-  c.normalization = model::Normalization::RMSNorm;
+  model::ModelConfig c = toy_model();
   c.untie_embeddings_and_output_weights = true;  // no tied copy on the last stage
   c.qk_layernorm = true;
   c.mla.enabled = true;

@@ -6,20 +6,13 @@
 #include "model/activation_memory.h"
 #include "plan/memory_model.h"
 #include "plan/time_model.h"
+#include "plan/toy_model_testing.h"
 
 namespace tessera::plan {
 namespace {
 
 model::ModelConfig mtp_model(int64_t modules) {
-  model::ModelConfig c;
-  c.num_layers = 4;
-  c.hidden_size = 256;
-  c.num_attention_heads = c.num_query_groups = 8;
-  c.kv_channels = 32;
-  c.ffn_hidden_size = 1024;
-  c.seq_length = c.max_position_embeddings = 128;
-  c.vocab_size = c.padded_vocab_size = 1024;
-  c.normalization = model::Normalization::RMSNorm;
+  model::ModelConfig c = toy_model();
   c.position_embedding = model::PositionEmbedding::Rope;
   c.swiglu = true;
   c.add_bias_linear = false;
