@@ -62,6 +62,21 @@ int64_t parse_size(const std::string& s) {
   return std::max<int64_t>(1, bits ? n * scale / 8 : n * scale);
 }
 
+// debug-forward's file: `outs`, then the gradients as grad.<name>, under Hugging Face's names where the model
+// has an HF equivalent; else (a Llama-style MoE with a shared expert or sigmoid routing, say) under
+// Tessera's own, so that the loss is still written.
+void write_debug_outputs(const model::ModelConfig& config, const std::map<std::string, Tensor>& grads,
+                         std::vector<std::pair<std::string, Tensor>> outs, const std::string& out) {
+  std::map<std::string, Tensor> named;
+  try {
+    named = ckpt::to_hugging_face_layout(config, grads);
+  } catch (const Error&) {
+    named = grads;
+  }
+  for (auto& [name, g] : named) outs.emplace_back("grad." + name, g);
+  ckpt::write_safetensors(out, outs);
+}
+
 // BERT's debug-forward: a batch of `batch` samples, flat [batch, seq] ids. Writes the MLM logits
 // [batch, seq, padded vocab], the sentence-order logits [batch, 2] (with the binary head), the loss
 // (mean MLM loss over the labelled positions + mean sentence-order loss) and its gradients in Hugging Face
@@ -139,16 +154,7 @@ int bert_debug_forward(const model::ModelConfig& config, const std::string& load
   bert.backward(rec, Tensor(), ctx, static_cast<float>(1.0 / labelled));
   std::map<std::string, Tensor> grads;
   for (const model::Parameter& p : params.params()) grads[p.spec.name] = p.grad;
-  // The gradients under Hugging Face's names where the model has an HF equivalent; else (a Llama-style MoE
-  // with a shared expert or sigmoid routing, say) under Tessera's own, so that the loss is still written.
-  std::map<std::string, Tensor> named;
-  try {
-    named = ckpt::to_hugging_face_layout(config, grads);
-  } catch (const Error&) {
-    named = grads;
-  }
-  for (auto& [name, g] : named) outs.emplace_back("grad." + name, g);
-  ckpt::write_safetensors(out, outs);
+  write_debug_outputs(config, grads, outs, out);
   return 0;
 }
 
@@ -425,16 +431,7 @@ int debug_forward_command(const std::vector<std::string>& args) {
   scalar("loss", losses.lm);  // the mean LM loss
   // The auxiliary losses as the trainer logs them (MoE: averaged over the layers, without coefficients).
   for (const auto& [name, sum] : losses.auxiliary) scalar("aux." + name, sum);
-  // The gradients under Hugging Face's names where the model has an HF equivalent; else (a Llama-style MoE
-  // with a shared expert or sigmoid routing, say) under Tessera's own, so that the loss is still written.
-  std::map<std::string, Tensor> named;
-  try {
-    named = ckpt::to_hugging_face_layout(config, grads);
-  } catch (const Error&) {
-    named = grads;
-  }
-  for (auto& [name, g] : named) outs.emplace_back("grad." + name, g);
-  ckpt::write_safetensors(out, outs);
+  write_debug_outputs(config, grads, outs, out);
   return 0;
 }
 

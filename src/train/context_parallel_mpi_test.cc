@@ -105,6 +105,44 @@ struct Layout {
   }
 };
 
+// Trains layout `l` (its data-parallel size making up the world, at most 2) and checks its losses, logged
+// auxiliary losses (MoE, MTP), validation losses and every gradient against the single-process run; the
+// distributed optimizer's ranks keep only their pieces of the gradients, so there the losses are the check.
+// Returns 0 when the layout does not fit the world, else 1.
+int run_and_compare(comm::ProcessGroup& world, const Layout& l) {
+  const int n = world.size();
+  if (n % l.model_parallel() != 0 || n / l.model_parallel() > 2) return 0;
+  const int dp = n / l.model_parallel();
+  const int64_t global_batch = 2 * dp;
+  SCOPED_TRACE(str_cat("cp=", l.cp, " tp=", l.tp, " pp=", l.pp, " dp=", dp, " ", l.model_flags, " ", l.extra));
+  const std::string layout_flags = str_cat(l.model_flags, " ", l.parallel_flags(), " ", l.extra);
+  Trainer t(parse_train_arguments(split_flags(flags(l.cp, global_batch, 3, layout_flags)), n), &world);
+  t.train();
+  Trainer& single = reference(global_batch, 3, l.model_flags);
+  EXPECT_EQ(t.losses().size(), single.losses().size());
+  for (size_t i = 0; i < std::min(t.losses().size(), single.losses().size()); ++i)
+    EXPECT_NEAR(t.losses()[i], single.losses()[i], 1e-5 * std::abs(single.losses()[i])) << "iteration " << i + 1;
+  EXPECT_EQ(t.auxiliary_losses().size(), single.auxiliary_losses().size());
+  for (const auto& [name, values] : single.auxiliary_losses()) {
+    const std::vector<double>& got = t.auxiliary_losses().at(name);
+    EXPECT_EQ(got.size(), values.size()) << name;
+    for (size_t i = 0; i < std::min(got.size(), values.size()); ++i)
+      EXPECT_NEAR(got[i], values[i], 1e-5 * std::abs(values[i])) << name << " iteration " << i + 1;
+  }
+  // Evaluation runs the ring without dropout.
+  const Evaluation validation = single.evaluate(), got = t.evaluate();
+  EXPECT_NEAR(got.lm_loss, validation.lm_loss, 1e-5 * std::abs(validation.lm_loss));
+  EXPECT_EQ(got.auxiliary.size(), validation.auxiliary.size());
+  for (size_t i = 0; i < std::min(got.auxiliary.size(), validation.auxiliary.size()); ++i)
+    EXPECT_NEAR(got.auxiliary[i].second, validation.auxiliary[i].second,
+                1e-5 * std::abs(validation.auxiliary[i].second)) << "validation " << validation.auxiliary[i].first;
+  if (l.extra.find("--use-distributed-optimizer") != std::string::npos) return 1;
+  Trainer one(parse_train_arguments(split_flags(flags(l.cp, global_batch, 1, layout_flags)), n), &world);
+  one.train();
+  expect_gradients_match(one, reference(global_batch, 1, l.model_flags));
+  return 1;
+}
+
 TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
   auto world = comm::make_mpi_world_group();
   const int n = world->size();
@@ -134,31 +172,7 @@ TEST(ContextParallel, LossesAndGradientsMatchTheSingleProcessRun) {
       {4, 1, 1, str_cat(kLlamaStyle, " --reset-position-ids ", documents), ""},
   };
   int ran = 0;
-  for (const Layout& l : all) {
-    if (n % l.model_parallel() != 0 || n / l.model_parallel() > 2) continue;
-    const int dp = n / l.model_parallel();
-    const int64_t global_batch = 2 * dp;
-    SCOPED_TRACE(str_cat("cp=", l.cp, " tp=", l.tp, " pp=", l.pp, " dp=", dp, " ", l.model_flags, " ", l.extra));
-    const std::string layout_flags = str_cat(l.model_flags, " ", l.parallel_flags(), " ", l.extra);
-    Trainer t(parse_train_arguments(split_flags(flags(l.cp, global_batch, 3, layout_flags)), n), world.get());
-    t.train();
-    Trainer& single = reference(global_batch, 3, l.model_flags);
-    ASSERT_EQ(t.losses().size(), single.losses().size());
-    for (size_t i = 0; i < t.losses().size(); ++i)
-      EXPECT_NEAR(t.losses()[i], single.losses()[i], 1e-5 * std::abs(single.losses()[i])) << "iteration " << i + 1;
-    // Evaluation runs the ring without dropout.
-    const double validation = single.evaluate().lm_loss;
-    EXPECT_NEAR(t.evaluate().lm_loss, validation, 1e-5 * std::abs(validation));
-
-    if (l.extra.find("--use-distributed-optimizer") != std::string::npos) {
-      ++ran;
-      continue;
-    }
-    Trainer one(parse_train_arguments(split_flags(flags(l.cp, global_batch, 1, layout_flags)), n), world.get());
-    one.train();
-    expect_gradients_match(one, reference(global_batch, 1, l.model_flags));
-    ++ran;
-  }
+  for (const Layout& l : all) ran += run_and_compare(*world, l);
   world->barrier();
   if (world->rank() == 0) fs::remove_all(data_dir);
   if (ran == 0) GTEST_SKIP() << "no context-parallel layout of this test fits " << n << " ranks";
@@ -296,36 +310,7 @@ TEST(ContextParallel, MultiLatentAttentionAndMultiTokenPredictionMatchTheSingleP
       {2, 1, 1, str_cat(mla_q, " --mtp-num-layers 2 ", documents), ""},
   };
   int ran = 0;
-  for (const Layout& l : all) {
-    if (n % l.model_parallel() != 0 || n / l.model_parallel() > 2) continue;
-    const int dp = n / l.model_parallel();
-    const int64_t global_batch = 2 * dp;
-    SCOPED_TRACE(str_cat("cp=", l.cp, " tp=", l.tp, " pp=", l.pp, " dp=", dp, " ", l.model_flags, " ", l.extra));
-    const std::string layout_flags = str_cat(l.model_flags, " ", l.parallel_flags(), " ", l.extra);
-    Trainer t(parse_train_arguments(split_flags(flags(l.cp, global_batch, 3, layout_flags)), n), world.get());
-    t.train();
-    Trainer& single = reference(global_batch, 3, l.model_flags);
-    ASSERT_EQ(t.losses().size(), single.losses().size());
-    for (size_t i = 0; i < t.losses().size(); ++i)
-      EXPECT_NEAR(t.losses()[i], single.losses()[i], 1e-5 * std::abs(single.losses()[i])) << "iteration " << i + 1;
-    ASSERT_EQ(t.auxiliary_losses().size(), single.auxiliary_losses().size());
-    for (const auto& [name, values] : single.auxiliary_losses()) {
-      const std::vector<double>& got = t.auxiliary_losses().at(name);
-      ASSERT_EQ(got.size(), values.size()) << name;
-      for (size_t i = 0; i < values.size(); ++i)
-        EXPECT_NEAR(got[i], values[i], 1e-5 * std::abs(values[i])) << name << " iteration " << i + 1;
-    }
-    const Evaluation validation = single.evaluate(), got = t.evaluate();
-    EXPECT_NEAR(got.lm_loss, validation.lm_loss, 1e-5 * std::abs(validation.lm_loss));
-    ASSERT_EQ(got.auxiliary.size(), validation.auxiliary.size());
-    for (size_t i = 0; i < got.auxiliary.size(); ++i)
-      EXPECT_NEAR(got.auxiliary[i].second, validation.auxiliary[i].second,
-                  1e-5 * std::abs(validation.auxiliary[i].second)) << "validation " << validation.auxiliary[i].first;
-    Trainer one(parse_train_arguments(split_flags(flags(l.cp, global_batch, 1, layout_flags)), n), world.get());
-    one.train();
-    expect_gradients_match(one, reference(global_batch, 1, l.model_flags));
-    ++ran;
-  }
+  for (const Layout& l : all) ran += run_and_compare(*world, l);
   world->barrier();
   if (world->rank() == 0) fs::remove_all(data_dir);
   if (ran == 0) GTEST_SKIP() << "no context-parallel MLA/MTP layout of this test fits " << n << " ranks";
