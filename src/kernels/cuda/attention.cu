@@ -21,6 +21,9 @@
 // head dims whose tiles exceed the 48 KiB of shared memory a block gets by default (dQ past 139, the
 // others past 152).
 //
+// TESSERA_CUDA_ATTENTION=gemm or gemm_bf16 sends both calls, once the checks below have passed, to the
+// batched-GEMM attention instead (kernels/cuda/attention_gemm.h).
+//
 // Dropout draws each probability's Philox element with the CPU's keying (kernels/math/dropout.h), so the
 // masks are the same bits. The mask tensors are device data; they are copied to the host once per call
 #include <cuda_runtime.h>
