@@ -21,6 +21,9 @@
 // head dims whose tiles exceed the 48 KiB of shared memory a block gets by default (dQ past 139, the
 // others past 152).
 //
+// TESSERA_CUDA_ATTENTION=gemm or gemm_bf16 sends both calls, once the checks below have passed, to the
+// batched-GEMM attention instead (kernels/cuda/attention_gemm.h).
+//
 // Dropout draws each probability's Philox element with the CPU's keying (kernels/math/dropout.h), so the
 // masks are the same bits. The mask tensors are device data; they are copied to the host once per call
 #include <cuda_runtime.h>
@@ -34,6 +37,7 @@
 #include "core/allocator.h"
 #include "core/check.h"
 #include "kernels/cuda/attention_device.cuh"
+#include "kernels/cuda/attention_gemm.h"
 
 namespace tessera::kernels::cuda {
 using namespace attention_detail;
@@ -239,6 +243,14 @@ namespace {
 std::atomic<int> g_kernels{-1};
 
 bool tiled() { return attention_kernels() == AttentionKernels::kTiled; }
+
+// Whether the batched-GEMM kernels are chosen (kernels/cuda/attention_gemm.h), and their GEMM input type:
+// F32 products for gemm, BF16 for gemm_bf16.
+bool batched_gemm(DType* input) {
+  const AttentionKernels k = attention_kernels();
+  *input = k == AttentionKernels::kBatchedGemmBf16 ? DType::BF16 : DType::F32;
+  return k == AttentionKernels::kBatchedGemm || k == AttentionKernels::kBatchedGemmBf16;
+}
 }  // namespace
 
 AttentionKernels attention_kernels() {
@@ -246,8 +258,12 @@ AttentionKernels attention_kernels() {
   if (k < 0) {
     const char* env = std::getenv("TESSERA_CUDA_ATTENTION");
     const std::string v = env ? env : "tiled";
-    TESSERA_CHECK(v == "rows" || v == "tiled", "TESSERA_CUDA_ATTENTION='", v, "' must be rows or tiled");
-    k = static_cast<int>(v == "tiled" ? AttentionKernels::kTiled : AttentionKernels::kRowPerWarp);
+    TESSERA_CHECK(v == "rows" || v == "tiled" || v == "gemm" || v == "gemm_bf16", "TESSERA_CUDA_ATTENTION='", v,
+                  "' must be rows, tiled, gemm or gemm_bf16");
+    k = static_cast<int>(v == "tiled"  ? AttentionKernels::kTiled
+                         : v == "rows" ? AttentionKernels::kRowPerWarp
+                         : v == "gemm" ? AttentionKernels::kBatchedGemm
+                                       : AttentionKernels::kBatchedGemmBf16);
     g_kernels.store(k);
   }
   return static_cast<AttentionKernels>(k);
@@ -260,6 +276,8 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
   const Geometry g = checked_geometry(shape, softmax_scale, dropout);
   const int64_t rows = g.batch * g.heads * g.seq;
   if (rows == 0) return;
+  if (DType input; batched_gemm(&input))
+    return attention_forward_gemm(q, k, v, out, lse, shape, softmax_scale, dropout, input);
   // The tiled kernel where chosen (attention_kernels()) and its tiles fit in the default shared memory
   // (head_dim up to 153; 152 for dK/dV, 139 for dQ), else the row-per-warp one.
   if (!(tiled() && forward_tiled(g, q, k, v, out, lse)))
@@ -273,6 +291,8 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
   const Geometry g = checked_geometry(shape, softmax_scale, dropout);
   const int64_t rows = g.batch * g.heads * g.seq, key_rows = g.batch * g.kv_heads * g.kv_seq;
   if (rows == 0 && key_rows == 0) return;
+  if (DType input; rows > 0 && batched_gemm(&input))
+    return attention_backward_gemm(q, k, v, lse, dout, dq, dk, dv, shape, softmax_scale, dropout, input, device);
   // D per query row, from the device's caching allocator (stream-ordered: freed once the kernels that
   // read it are queued).
   Allocator& allocator = allocator_for(Device{DeviceType::CUDA, device});

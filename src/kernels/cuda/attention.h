@@ -27,9 +27,12 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 // tests as the row-per-warp ones (one warp per row, K and V read straight from global memory), memcheck
 // and racecheck, and made a GPT-2 124M bf16 step 2.85x faster (BENCHMARKS.md). The row-per-warp ones stay
 // as the simple reference (TESSERA_CUDA_ATTENTION=rows) and for wide heads whose tiles exceed 48 KiB of
-// shared memory, which always take them.
-enum class AttentionKernels { kRowPerWarp, kTiled };
-// TESSERA_CUDA_ATTENTION (rows or tiled; unset: tiled, anything else an Error naming it) until set_...
+// shared memory, which always take them. The batched-GEMM ones (kernels/cuda/attention_gemm.h: cuBLASLt
+// strided-batched GEMMs and row softmax kernels; gemm with fp32 products, gemm_bf16 with bf16 tensor-core
+// products) are opt-in until a device check has run them; empty problems take the tiled ones.
+enum class AttentionKernels { kRowPerWarp, kTiled, kBatchedGemm, kBatchedGemmBf16 };
+// TESSERA_CUDA_ATTENTION (rows, tiled, gemm or gemm_bf16; unset: tiled, anything else an Error naming it)
+// until set_...
 AttentionKernels attention_kernels();
 void set_attention_kernels(AttentionKernels kernels);
 // kernels::block_doc_start on device buffers: doc [batch, n], out [batch, width].

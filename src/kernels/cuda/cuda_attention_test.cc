@@ -27,7 +27,9 @@ namespace {
 using namespace testing;
 using kernels::AttentionDropout;
 using kernels::AttentionShape;
-// Every case with both kernel sets (cuda/attention.h): the row-per-warp ones and the tiled ones.
+// Every case with each kernel set (cuda/attention.h): the row-per-warp ones, the tiled ones and the
+// batched-GEMM ones with fp32 products (cuda/attention_gemm.h; its bf16 products are
+// cuda_attention_gemm_test.cc's).
 class CudaAttention : public CudaKernelTest, public ::testing::WithParamInterface<kernels::cuda::AttentionKernels> {
  protected:
   void SetUp() override {
@@ -287,9 +289,11 @@ TEST_P(CudaAttention, MergeMatchesTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttention,
                          ::testing::Values(kernels::cuda::AttentionKernels::kRowPerWarp,
-                                           kernels::cuda::AttentionKernels::kTiled),
+                                           kernels::cuda::AttentionKernels::kTiled,
+                                           kernels::cuda::AttentionKernels::kBatchedGemm),
                          [](const auto& info) {
-                           return info.param == kernels::cuda::AttentionKernels::kTiled ? "tiled" : "rows";
+                           using K = kernels::cuda::AttentionKernels;
+                           return info.param == K::kTiled ? "tiled" : info.param == K::kRowPerWarp ? "rows" : "gemm";
                          });
 
 }  // namespace
