@@ -19,10 +19,9 @@ constexpr int kMtpEmbeddingDropoutSite = 0;  // the embedding's site, of "layer"
 double mask_tokens(const Tensor& mask, const ForwardContext& ctx) {
   const double local = kernels::sum_of_squares(mask);
   if (ctx.context_parallel == nullptr || ctx.context_parallel->size() == 1) return local;
-  Tensor sum = Tensor::empty({1});
-  sum.f32()[0] = static_cast<float>(local);  // a count below 2^24: exact in fp32
+  Tensor sum = kernels::scalar_tensor(local);  // a count below 2^24: exact in fp32
   ctx.context_parallel->group->all_reduce(sum);
-  return sum.f32()[0];
+  return kernels::scalar_value(sum);
 }
 
 std::string module_prefix(int64_t index) { return str_cat("mtp.layers.", index, "."); }
