@@ -7,7 +7,9 @@ schedules that run it) is a kernel call (kernels/<name>.h) dispatched on the ten
 wherever the kernels do (a GPU: tessera train --device cuda). The other layers (train, ckpt, comm, infer,
 eval, plan, parallel, data, ...) and the commands (apps/) read and write host tensors through the host
 accessors (Tensor::host_f32() and the like), which refuse a tensor on a device rather than read its memory
-as the host's. src/core/ and src/kernels/ take any device's memory for that device's code and are not read.
+as the host's. src/core/ and src/kernels/ take any device's memory for that device's code and are not read,
+nor is src/comm/cuda/ (the NCCL process group: it hands a GPU's memory to NCCL, device code compiled only
+in the CUDA build).
 This fails (exit 1), naming the file, the line, what it found and what to do instead, when a non-test
 file (*.cc and *.h, tests and testing helpers excepted)
   - takes a tensor's memory with the raw accessors: .f32(), .bf16(), .i32(), .i64(), .raw(), .data<...>(),
@@ -34,6 +36,7 @@ HOST = [
 COMMENT = re.compile(r"//.*$")
 KERNEL_LAYERS = ("core", "kernels")  # not read: they take any device's memory, for that device's code
 DEVICE_LAYERS = ("model", "optim", "pipeline")  # they run on the device: kernels only
+DEVICE_CODE = (("src", "comm", "cuda"),)  # not read: collectives on a GPU's memory (NCCL), CUDA build only
 
 
 def main():
@@ -44,6 +47,8 @@ def main():
                    if p.suffix in (".cc", ".h") and not TEST_FILE.search(p.name))
     for path in files:
         where = path.relative_to(root).parts
+        if any(where[:len(folder)] == folder for folder in DEVICE_CODE):
+            continue
         layer = where[1] if where[0] == "src" else where[0]  # src/<layer>/... or apps/...
         on_device = layer in DEVICE_LAYERS
         for number, text in enumerate(path.read_text(errors="replace").splitlines(), 1):

@@ -61,6 +61,10 @@ expect_check_failure 'echo "void f(const Tensor& t) { auto* p = t.data<float>();
   "apps/convert_command.cc:"
 expect_check_pass 'echo "float first(const Tensor& t) { const float* p = t.host_f32(); return p[0]; }" >> src/infer/generator.cc'
 expect_check_pass 'echo "float first(const Tensor& t) { return t.f32()[0]; }" >> src/kernels/embedding.cc'
+# The NCCL process group hands a GPU's memory to NCCL (src/comm/cuda/); the rest of comm reads host memory only.
+expect_check_pass 'echo "void* p(const Tensor& t) { return t.raw(); }" >> src/comm/cuda/nccl_process_group.cc'
+expect_check_failure 'echo "void* p(const Tensor& t) { return t.raw(); }" >> src/comm/staged_process_group.cc' \
+  "comm code takes a tensor's memory (.raw())"
 # Tests may read tensors; comments are not code.
 expect_check_pass 'echo "float first(const Tensor& t) { return t.f32()[0]; }" >> src/model/gpt_model_test.cc'
 expect_check_pass 'echo "float first(const Tensor& t) { return t.f32()[0]; }" >> src/train/trainer_test.cc'

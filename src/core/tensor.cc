@@ -61,8 +61,10 @@ DefaultDeviceScope::DefaultDeviceScope(Device device) : previous_(t_default_devi
 
 DefaultDeviceScope::~DefaultDeviceScope() { t_default_device = previous_; }
 
-Storage::Storage(size_t bytes, Device device)
-    : bytes_(bytes), device_(device), allocator_(&allocator_for(device)) {
+Storage::Storage(size_t bytes, Device device) : Storage(bytes, device, allocator_for(device)) {}
+
+Storage::Storage(size_t bytes, Device device, Allocator& allocator)
+    : bytes_(bytes), device_(device), allocator_(&allocator) {
   constexpr size_t kAlign = 64;  // a cache line, and an AVX-512 vector
   data_ = allocator_->allocate(bytes, kAlign);
   int64_t live = live_tensor_bytes += static_cast<int64_t>(bytes);
@@ -186,6 +188,15 @@ void Tensor::copy_from(const Tensor& src) const {
                 " is a transfer (kernels::transfer), not a copy");
   void* dst = raw();
   storage_->allocator().copy_bytes(dst, src.raw(), nbytes());
+}
+
+Tensor Tensor::empty_from(Allocator& allocator, const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) TESSERA_CHECK(d >= 0, "Tensor::empty_from: negative dimension in ", shape_str(shape));
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(t.nbytes(), device, allocator);
+  return t;
 }
 
 Tensor Tensor::clone() const {

@@ -31,6 +31,8 @@ struct TensorMemory {
 class Storage {
  public:
   Storage(size_t bytes, Device device);
+  // From `allocator` rather than the device's registered one (Tensor::empty_from).
+  Storage(size_t bytes, Device device, Allocator& allocator);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -71,6 +73,10 @@ class Tensor {
 
   static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = default_device());
   static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = default_device());
+  // Uninitialised, on `device` but from `allocator` instead of the device's registered one: host memory
+  // that a device backend pins for fast transfers is a cpu tensor of its own allocator
+  // (comm/staged_process_group.h). The allocator must outlive the tensor's storage.
+  static Tensor empty_from(Allocator& allocator, const Shape& shape, DType dtype, Device device);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
