@@ -19,7 +19,7 @@ the dense bf16 peak, on an H100 or H200 SXM; name it for another card).
 
 Last lines (machine-readable; bench/throughput.py reads the first, gpu_step2_check.sh the second):
   TORCH_MS_PER_ITER=<median ms> iters=<timed> threads=<n> blas=<library> corename=<OpenBLAS core>
-  TORCH_GPT device=<cpu|cuda> dtype=<fp32|bf16> attention=<sdpa|explicit> compiled=<0|1> ms=<median>
+  TORCH_GPT device=<cpu|cuda> dtype=<fp32|bf16> attention=<sdpa|explicit> compiled=<0|1> mbs=<b> ms=<median>
     tokens_per_s=<n> tflops=<model TFLOP/s> mfu=<percent or -> peak_mem_mib=<MiB>
 """
 import argparse
@@ -245,7 +245,7 @@ def main():
     print(f"TORCH_MS_PER_ITER={ms:.1f} iters={len(timed)} "
           f"threads={torch.get_num_threads()} blas={lib} corename={core}")
     print(f"TORCH_GPT device={device.type} dtype={dtype} attention={attention} compiled={int(args.compile)} "
-          f"ms={ms:.2f} tokens_per_s={b * s / (ms / 1e3):.0f} tflops={tflops:.2f} mfu={mfu} "
+          f"mbs={b} ms={ms:.2f} tokens_per_s={b * s / (ms / 1e3):.0f} tflops={tflops:.2f} mfu={mfu} "
           f"peak_mem_mib={peak_mib:.0f}")
 
 

@@ -26,7 +26,7 @@ check "the loss falls: $losses" $ok
 grep -qE '^TORCH_MS_PER_ITER=[0-9.]+ iters=3 threads=1 blas=\S+ corename=\S+$' <<<"$out"; ok=$?
 check "bench/throughput.py's line: $(tail -2 <<<"$out")" $ok
 line=$(grep '^TORCH_GPT ' <<<"$out")
-grep -qE '^TORCH_GPT device=cpu dtype=fp32 attention=(explicit|sdpa) compiled=0 ms=[0-9.]+ tokens_per_s=[0-9]+ tflops=[0-9.]+ mfu=- peak_mem_mib=[0-9]+$' <<<"$line"; ok=$?
+grep -qE '^TORCH_GPT device=cpu dtype=fp32 attention=(explicit|sdpa) compiled=0 mbs=2 ms=[0-9.]+ tokens_per_s=[0-9]+ tflops=[0-9.]+ mfu=- peak_mem_mib=[0-9]+$' <<<"$line"; ok=$?
 check "the device check's line (no MFU without --peak-tflops on the CPU): $line" $ok
 expected_attention=$("$python" -c 'import torch.nn.functional as F; print("sdpa" if hasattr(F, "scaled_dot_product_attention") else "explicit")')
 grep -q "attention=$expected_attention " <<<"$line"; ok=$?
