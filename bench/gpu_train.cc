@@ -28,6 +28,7 @@
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/tensor_ops.h"
+#include "model/batch_layout.h"
 #include "model/gpt_model.h"
 #include "optim/adamw_optimizer.h"
 
@@ -115,6 +116,11 @@ model::MicroBatch mock_batch(const model::ModelConfig& c, int64_t batch, uint64_
     mask.f32()[i] = 1.0f;
   }
   model::MicroBatch mb;
+  // Checked here, on the host, as the trainer does (train/device_setup.h): the model does not copy them
+  // back from the GPU to check them.
+  model::check_ids(tokens, c.vocab_size, "token");
+  model::check_ids(labels, c.vocab_size, "label");
+  mb.ids_checked_below = c.vocab_size;
   mb.tokens = kernels::to_device(tokens, device);
   mb.labels = kernels::to_device(labels, device);
   mb.loss_mask = kernels::to_device(mask, device);
