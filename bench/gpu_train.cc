@@ -4,10 +4,16 @@
 // (model::model_flops_per_iteration, the count Megatron's log line uses) and the MFU against the
 // device's dense peak (989 TFLOP/s bf16 for H100/H200 SXM, the planner's entry; --peak-tflops for
 // another GPU). A benchmark, not a test: the GPU's losses are checked against the CPU's in
-// src/optim/cuda/cuda_training_test.cc.
+// src/optim/cuda/cuda_training_test.cc. Also prints the device allocator's peak memory in use (what
+// torch.cuda.max_memory_allocated counts for bench/torch_gpt.py) and a machine-readable line,
+//   BENCH_GPU_TRAIN preset=... dtype=... mbs=... dropout=... attention=... ms=... tokens_per_s=...
+//     tflops=... mfu=... peak_mem_mib=...
+// which scripts/gpu_step2_check.sh tabulates beside PyTorch's.
 //
-// Run: bench_gpu_train [--preset gpt2-124M|gpt2-350M] [--bf16] [--mbs B] [--seq S] [--warmup W] [--iters N]
-//                      [--peak-tflops P]
+// Run: bench_gpu_train [--preset gpt2-124M|gpt2-350M] [--bf16] [--mbs B] [--seq S] [--dropout P]
+//                      [--warmup W] [--iters N] [--peak-tflops P]
+// --dropout sets --hidden-dropout and --attention-dropout (Megatron's 0.1 by default; 0 as llm.c and
+// PyTorch's GPT-2 baselines run).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -22,6 +28,7 @@
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/gemm_cublaslt.h"
 #include "kernels/tensor_ops.h"
+#include "model/batch_layout.h"
 #include "model/gpt_model.h"
 #include "optim/adamw_optimizer.h"
 
@@ -33,6 +40,7 @@ struct Options {
   std::string preset = "gpt2-124M";
   bool bf16 = false;
   int64_t mbs = 8, seq = 1024;
+  float dropout = 0.1f;
   int warmup = 3, iters = 10;
   double peak_tflops = 989;
 };
@@ -56,6 +64,7 @@ model::ModelConfig preset(const Options& o) {
   c.vocab_size = 50257;
   c.padded_vocab_size = 50304;
   c.params_dtype = o.bf16 ? DType::BF16 : DType::F32;
+  c.hidden_dropout = c.attention_dropout = o.dropout;
   return c;
 }
 
@@ -74,6 +83,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--bf16") o.bf16 = true;
     else if (a == "--mbs") o.mbs = std::atoll(value());
     else if (a == "--seq") o.seq = std::atoll(value());
+    else if (a == "--dropout") o.dropout = std::strtof(value(), nullptr);
     else if (a == "--warmup") o.warmup = std::atoi(value());
     else if (a == "--iters") o.iters = std::atoi(value());
     else if (a == "--peak-tflops") o.peak_tflops = std::atof(value());
@@ -84,6 +94,10 @@ Options parse(int argc, char** argv) {
   }
   if (o.mbs < 1 || o.seq < 1 || o.warmup < 0 || o.iters < 1 || o.peak_tflops <= 0) {
     std::fprintf(stderr, "bench_gpu_train: --mbs, --seq, --iters and --peak-tflops must be positive\n");
+    std::exit(2);
+  }
+  if (!(o.dropout >= 0.0f && o.dropout < 1.0f)) {
+    std::fprintf(stderr, "bench_gpu_train: --dropout %g must be in [0, 1)\n", static_cast<double>(o.dropout));
     std::exit(2);
   }
   return o;
@@ -102,6 +116,11 @@ model::MicroBatch mock_batch(const model::ModelConfig& c, int64_t batch, uint64_
     mask.f32()[i] = 1.0f;
   }
   model::MicroBatch mb;
+  // Checked here, on the host, as the trainer does (train/device_setup.h): the model does not copy them
+  // back from the GPU to check them.
+  model::check_ids(tokens, c.vocab_size, "token");
+  model::check_ids(labels, c.vocab_size, "label");
+  mb.ids_checked_below = c.vocab_size;
   mb.tokens = kernels::to_device(tokens, device);
   mb.labels = kernels::to_device(labels, device);
   mb.loss_mask = kernels::to_device(mask, device);
@@ -151,15 +170,23 @@ int main(int argc, char** argv) {
     const double seconds = timer.seconds() / o.iters;
     const double tokens = static_cast<double>(o.mbs * c.seq_length);
     const double tflops = model::model_flops_per_iteration(c, o.mbs) / seconds / 1e12;
-    std::printf("bench_gpu_train: %s on %s, %s, micro-batch %lld x %lld, %d steps after %d warm-up\n",
+    const double peak_mib =
+        static_cast<double>(cuda::device_allocator(0).stats().peak_in_use_bytes) / (1024.0 * 1024.0);
+    std::printf("bench_gpu_train: %s on %s, %s, micro-batch %lld x %lld, dropout %g, %d steps after %d warm-up\n",
                 o.preset.c_str(), prop.name, o.bf16 ? "bf16" : "fp32", static_cast<long long>(o.mbs),
-                static_cast<long long>(c.seq_length), o.iters, o.warmup);
+                static_cast<long long>(c.seq_length), static_cast<double>(o.dropout), o.iters, o.warmup);
     const char* attention =
         kernels::cuda::attention_kernels() == kernels::cuda::AttentionKernels::kTiled ? "tiled" : "rows";
-    std::printf("%-10s %-5s %-9s %10s %12s %12s %10s %8s  (MFU against %.0f TFLOP/s dense)\n", "model", "type",
-                "attention", "ms/step", "tokens/s", "TFLOP/s", "loss", "MFU", o.peak_tflops);
-    std::printf("%-10s %-5s %-9s %10.1f %12.0f %12.1f %10.4f %7.2f%%\n", o.preset.c_str(), o.bf16 ? "bf16" : "fp32",
-                attention, seconds * 1e3, tokens / seconds, tflops, loss, 100.0 * tflops / o.peak_tflops);
+    std::printf("%-10s %-5s %-9s %10s %12s %12s %10s %8s %10s  (MFU against %.0f TFLOP/s dense)\n", "model",
+                "type", "attention", "ms/step", "tokens/s", "TFLOP/s", "loss", "MFU", "peak MiB", o.peak_tflops);
+    std::printf("%-10s %-5s %-9s %10.1f %12.0f %12.1f %10.4f %7.2f%% %10.0f\n", o.preset.c_str(),
+                o.bf16 ? "bf16" : "fp32", attention, seconds * 1e3, tokens / seconds, tflops, loss,
+                100.0 * tflops / o.peak_tflops, peak_mib);
+    std::printf("BENCH_GPU_TRAIN preset=%s dtype=%s mbs=%lld dropout=%g attention=%s ms=%.2f tokens_per_s=%.0f "
+                "tflops=%.2f mfu=%.2f peak_mem_mib=%.0f\n",
+                o.preset.c_str(), o.bf16 ? "bf16" : "fp32", static_cast<long long>(o.mbs),
+                static_cast<double>(o.dropout), attention, seconds * 1e3, tokens / seconds, tflops,
+                100.0 * tflops / o.peak_tflops, peak_mib);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
     return 1;

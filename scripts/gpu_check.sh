@@ -13,48 +13,22 @@
 # Exits 1 when a test fails or a step times out.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-bundle=${1:-$root/build/cuda-bundle}
+source "$root/scripts/lib/device_check.sh"
 out=${OUT:-$root/build/gpu-check}
 mkdir -p "$out"
-# The packed bundle (what the device tool carries) is unpacked beside it.
-if [ ! -d "$bundle" ] && [ -f "${bundle%.tar.gz}.tar.gz" ]; then
-  packed=${bundle%.tar.gz}.tar.gz
-  bundle=${packed%.tar.gz}
-  mkdir -p "$bundle" && tar -C "$bundle" -xzf "$packed" || { echo "gpu_check: cannot unpack $packed" >&2; exit 2; }
-fi
-[ -d "$bundle/bin" ] || { echo "gpu_check: no bundle at $bundle (scripts/build_cuda_bundle.sh builds it)" >&2; exit 2; }
+use_bundle "${1:-$root/build/cuda-bundle}"
 exec > >(tee "$out/log.txt") 2>&1
 
-# The bundle's libraries, then the device image's cuBLASLt (and later NCCL), wherever the image keeps them.
-cuda_libs=$(find /usr/local /opt /usr/lib /usr/lib64 -xdev -name 'libcublasLt.so.1[0-9]*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
-export LD_LIBRARY_PATH="$bundle/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-summary=()
-failed=0
-# step NAME SECONDS COMMAND...: runs it under a time limit and records its status and counts.
-step() {
-  local name=$1 limit=$2 start=$SECONDS
-  shift 2
-  echo "=== $name"
-  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
-  local rc=$?
-  cat "$out/$name.txt"
-  local counts
-  counts=$(grep -hoE '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ tests?' "$out/$name.txt" | sed -E 's/\[ *([A-Z]+) *\] ([0-9]+).*/\2 \1/' | paste -sd' ' -)
-  [ $rc -eq 0 ] || failed=1
-  [ $rc -eq 124 ] && counts="timed out after ${limit}s"
-  summary+=("$(printf '%-40s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - start)) "${counts:-}")")
-}
+# The bundle's libraries, then the device image's cuBLASLt (and cuDNN, NCCL), wherever the image keeps them.
+find_device_libraries
+export LD_LIBRARY_PATH=$tessera_library_path
 
 if command -v nvidia-smi >/dev/null; then
   step nvidia-smi 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 else
   echo "=== nvidia-smi: not installed (no NVIDIA driver here)"
 fi
-for test in "$bundle"/bin/*_test; do
-  name=$(basename "$test")
-  step "$name" 180 "$test" --gtest_output="xml:$out/$name.xml"
-done
+run_bundle_tests 180
 # Training steps of GPT-2 124M on the GPU: tokens/s and MFU (bench/gpu_train.cc), fp32 and bf16.
 if [ -x "$bundle/bin/bench_gpu_train" ]; then
   step "bench_gpu_train gpt2-124M fp32" 150 "$bundle/bin/bench_gpu_train" --preset gpt2-124M --mbs 8 --iters 10
@@ -63,22 +37,9 @@ if [ -x "$bundle/bin/bench_gpu_train" ]; then
   step "bench_gpu_train gpt2-124M bf16 rows" 150 env TESSERA_CUDA_ATTENTION=rows "$bundle/bin/bench_gpu_train" --preset gpt2-124M --bf16 --mbs 8 --iters 10
 fi
 # `tessera train` itself, 20 iterations of a small GPT on the GPU and on the CPU from the same seed:
-# every logged loss within 1e-4 relative. tessera runs as an isolated MPI singleton (no mpirun, no
-# daemon) with the bundle's Open MPI plugins.
+# every logged loss within 1e-4 relative (scripts/lib/device_check.sh).
 if [ -x "$bundle/bin/tessera" ] && command -v nvidia-smi >/dev/null; then
-  export OMPI_MCA_mca_base_component_path="$bundle/lib/openmpi" OMPI_MCA_ess_singleton_isolated=1
-  small_gpt=(train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --mock-data
-             --tokenizer-type NullTokenizer --vocab-size 100 --micro-batch-size 4 --global-batch-size 8
-             --lr 1e-3 --train-iters 20 --log-interval 1 --eval-iters 0 --seed 1234)
-  pushd "$out" >/dev/null
-  step "tessera train --device cuda" 120 "$bundle/bin/tessera" "${small_gpt[@]}" --device cuda
-  step "tessera train --device cpu" 120 "$bundle/bin/tessera" "${small_gpt[@]}" --device cpu
-  popd >/dev/null
-  losses() { grep -oE 'lm loss: [0-9.E+-]+' "$out/tessera train --device $1.txt" | awk '{print $3}'; }
-  worst=$(paste <(losses cuda) <(losses cpu) | awk 'BEGIN {w = -1} NF == 2 {n++; d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d} END {print (n == 20 ? w : "missing")}')
-  verdict=$(awk -v w="$worst" 'BEGIN {print (w != "missing" && w <= 1e-4) ? "OK" : "FAILED"}')
-  [ "$verdict" = OK ] || failed=1
-  summary+=("$(printf '%-40s %s' "train losses, GPU against CPU" "largest relative difference $worst over 20 iterations: $verdict")")
+  train_on_gpu_and_cpu
 fi
 # GPU_CHECK_MEMCHECK=0 leaves memcheck out (a quick rerun after a fix).
 if [ "${GPU_CHECK_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null && command -v nvidia-smi >/dev/null; then

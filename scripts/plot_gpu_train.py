@@ -5,7 +5,7 @@ usage: plot_gpu_train.py TEXT [TEXT ...] --output PNG [--title TITLE]
 
 Each TEXT is anything holding bench_gpu_train's table lines (its own output, or scripts/gpu_check.sh's log,
 whose summary repeats them): a heading line starting "model" and, on the next line, one result
-(model, type, attention, ms/step, tokens/s, TFLOP/s, loss, MFU). Every result found becomes one bar, in the
+(model, type, attention, ms/step, tokens/s, TFLOP/s, loss, MFU, and since issue 50 peak MiB). Every result found becomes one bar, in the
 order found, named "<model> <type>, <attention> attention". Prints the PNG's path.
 """
 import argparse
@@ -27,7 +27,7 @@ def read_results(paths):
             if not (heading.split()[:3] == ["model", "type", "attention"]):
                 continue
             fields = row.split()
-            if len(fields) != 8 or not fields[7].endswith("%"):
+            if len(fields) not in (8, 9) or not fields[7].endswith("%"):
                 sys.exit(f"plot_gpu_train: {path}: the line after a heading is not a result: '{row}'")
             try:
                 name = f"{fields[0]} {fields[1]}, {fields[2]} attention"

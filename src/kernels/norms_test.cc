@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/testing.h"
+#include "kernels/math/column_sums.h"
 
 namespace tessera::kernels {
 namespace {
@@ -244,6 +246,52 @@ TEST(Norms, BackwardIsDeterministicAcrossThreadCounts) {
     EXPECT_TRUE(bitwise_equal(rms_dx[0], rms_dx[i]));
     EXPECT_TRUE(bitwise_equal(rms_dw[0], rms_dw[i]));
   }
+}
+
+// ---- the weight gradients follow kernels/math/column_sums.h's order, bit for bit ----
+
+// That order written out plainly: fp32 partials over each chunk of 32 rows in row order, then the
+// partials in chunk order in double. The GPU's kernels follow it too (kernels/cuda/cuda_norms_test.cc
+// checks them against these CPU kernels bit for bit), so this pins both.
+std::vector<float> ordered_column_sums(const std::vector<float>& terms, int64_t rows, int64_t cols,
+                                       std::vector<float> out) {
+  for (int64_t c = 0; c < cols; ++c) {
+    double acc = 0;
+    for (int64_t k = 0; k * math::kColumnSumRows < rows; ++k) {
+      float partial = 0.0f;
+      for (int64_t r = k * math::kColumnSumRows; r < std::min(rows, (k + 1) * math::kColumnSumRows); ++r)
+        partial += terms[r * cols + c];
+      acc += partial;
+    }
+    out[c] += static_cast<float>(acc);
+  }
+  return out;
+}
+
+TEST(Norms, WeightGradientsSumInTheSharedOrder) {
+  const int64_t rows = 301, cols = 37;  // ten chunks, the last one ragged
+  auto x = random_vector(rows * cols, 41, 0.5f, 2.5f);
+  auto w = random_vector(cols, 42);
+  auto dy = random_vector(rows * cols, 43);
+  std::vector<float> y(rows * cols), mean(rows), rstd(rows);
+  layernorm_forward(x.data(), w.data(), nullptr, y.data(), mean.data(), rstd.data(), rows, cols, kEps);
+  // The terms, each rounded on its own (stored before they are summed: no contraction into the sum).
+  std::vector<float> dw_terms(rows * cols), rms_terms(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      dw_terms[r * cols + c] = math::norm_weight_grad_term(dy[r * cols + c], x[r * cols + c], mean[r], rstd[r]);
+      rms_terms[r * cols + c] = math::norm_weight_grad_term(dy[r * cols + c], x[r * cols + c], 0.0f, rstd[r]);
+    }
+  std::vector<float> dx(rows * cols, 0.0f), dw(cols, 0.25f), db(cols, -0.25f);
+  const auto dw0 = dw, db0 = db;
+  layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(), db.data(), rows,
+                     cols);
+  EXPECT_TRUE(bitwise_equal(dw, ordered_column_sums(dw_terms, rows, cols, dw0))) << "LayerNorm dw";
+  EXPECT_TRUE(bitwise_equal(db, ordered_column_sums(dy, rows, cols, db0))) << "LayerNorm db";
+  // RMSNorm with LayerNorm's rstd (any positive row scale serves): its dw terms are x * rstd * dy.
+  std::vector<float> rms_dw(cols, 0.25f);
+  rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), rms_dw.data(), rows, cols);
+  EXPECT_TRUE(bitwise_equal(rms_dw, ordered_column_sums(rms_terms, rows, cols, dw0))) << "RMSNorm dw";
 }
 
 }  // namespace

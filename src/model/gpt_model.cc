@@ -64,7 +64,7 @@ Tensor GptModel::chunk_input(const MicroBatch& batch, const Tensor& input, const
   rec.positions = seq_major_positions(batch, ctx);
   if (embedding_) {
     rec.tokens = to_seq_major(batch.tokens);
-    check_ids(rec.tokens, c.vocab_size, "token");
+    if (batch.ids_checked_below != c.vocab_size) check_ids(rec.tokens, c.vocab_size, "token");
     if (batch.token_types.defined()) rec.token_types = to_seq_major(batch.token_types);
     return embedding_->forward(rec.tokens, rec.positions, rec.token_types, ctx);
   }
@@ -83,13 +83,14 @@ Tensor GptModel::forward(const MicroBatch& batch, const Tensor& input, const For
   if (!head_) return x;
   rec.labels = to_seq_major(batch.labels);
   rec.loss_mask = to_seq_major(batch.loss_mask);
-  check_ids(rec.labels, config_.vocab_size, "label");
+  const bool ids_checked = batch.ids_checked_below == config_.vocab_size;  // on the host, before the upload
+  if (!ids_checked) check_ids(rec.labels, config_.vocab_size, "label");
   if (hooks.params_needed_below) hooks.params_needed_below(head_->end_offset());
   losses.lm += head_->forward(x, rec);
   if (mtp_) {
     if (!rec.tokens.defined()) rec.mtp_tokens = to_seq_major(batch.tokens);
     const Tensor& tokens = rec.tokens.defined() ? rec.tokens : rec.mtp_tokens;
-    check_ids(tokens, config_.vocab_size, "token");
+    if (!ids_checked) check_ids(tokens, config_.vocab_size, "token");
     if (hooks.params_needed_below) hooks.params_needed_below(mtp_->end_offset());
     mtp_->forward(rec.final_ln, tokens, rec.labels, rec.loss_mask, rec.positions, ctx, rec.mtp, losses);
   }

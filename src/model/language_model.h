@@ -28,6 +28,10 @@ struct MicroBatch {
   Tensor choice_label;    // int32 [questions], multiple choice: the right choice of each question, whose
                           // choices are consecutive rows (batch = choices x questions)
   int64_t sample_offset = 0;  // global index of the first sample (keys dropout)
+  // > 0: tokens and labels were found in [0, ids_checked_below) on the host before the batch moved to a
+  // device (train/device_setup.h micro_batch_on), so a model of that vocabulary does not check them again
+  // there: each check of a tensor on a GPU is a copy back to the host, a synchronisation inside the step.
+  int64_t ids_checked_below = 0;
 };
 
 // Which layers a chunk holds, and whether it has the embedding (first chunk) and the head (last).

@@ -2,6 +2,7 @@
 
 #include "kernels/device_dispatch.h"
 #include "kernels/tensor_ops.h"
+#include "model/batch_layout.h"
 #include "train/memory_report.h"
 
 // The CUDA runtime only where the build has it: a CPU-only build compiles none of this.
@@ -42,9 +43,14 @@ void prepare_device(Device device) {
 #endif
 }
 
-model::MicroBatch micro_batch_on(const model::MicroBatch& batch, Device device) {
+model::MicroBatch micro_batch_on(const model::MicroBatch& batch, Device device, int64_t vocab_size) {
   auto on = [&](const Tensor& t) { return t.defined() ? kernels::to_device(t, device) : Tensor(); };
   model::MicroBatch b = batch;  // sample_offset and anything not a tensor
+  if (vocab_size > 0) {
+    if (batch.tokens.defined()) model::check_ids(batch.tokens, vocab_size, "token");
+    if (batch.labels.defined()) model::check_ids(batch.labels, vocab_size, "label");
+    b.ids_checked_below = vocab_size;
+  }
   // Every tensor of a MicroBatch. One added there belongs here too: left on the host, the first kernel
   // given it beside device tensors refuses it, naming both devices (kernels/device_dispatch.h).
   for (Tensor model::MicroBatch::*field :

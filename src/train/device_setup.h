@@ -41,8 +41,11 @@ std::string device_line(const TrainArguments& a);
 void prepare_device(Device device);
 
 // The micro-batch with every tensor it has on `device` (the same tensors where they are there already,
-// so the CPU path runs this too): the host batch the data loader made stays for the host's reads.
-model::MicroBatch micro_batch_on(const model::MicroBatch& batch, Device device);
+// so the CPU path runs this too): the host batch the data loader made stays for the host's reads. With
+// vocab_size > 0 its tokens and labels are checked on the host first (the model's error where one is
+// outside [0, vocab_size)) and the batch says so (MicroBatch::ids_checked_below), so that the model does
+// not copy them back from the device to check them.
+model::MicroBatch micro_batch_on(const model::MicroBatch& batch, Device device, int64_t vocab_size = 0);
 
 // The device allocator's counts for the memory log line (" | cuda:0 allocator (MB): ..."); empty on the
 // CPU, whose tensors the log line's other fields count.

@@ -160,5 +160,31 @@ TEST(Device, AMicroBatchOnTheCpuIsTheSameTensors) {
   prepare_device(Device::cpu());  // nothing to prepare
 }
 
+// With the vocabulary, the ids are checked on the host before the move (a GPU model then does not copy
+// them back to check them): an id outside it is the model's error, naming the tensor and the id; a batch
+// inside it is marked as checked against that vocabulary, and none is without it.
+TEST(Device, AMicroBatchsIdsAreCheckedOnTheHostBeforeTheMove) {
+  model::MicroBatch b;
+  b.tokens = Tensor::zeros({2, 4}, DType::I32, Device::cpu());
+  b.labels = Tensor::zeros({2, 4}, DType::I32, Device::cpu());
+  b.tokens.host_i32()[5] = 99;
+  b.labels.host_i32()[6] = 99;
+  EXPECT_EQ(micro_batch_on(b, Device::cpu(), 100).ids_checked_below, 100);
+  EXPECT_EQ(micro_batch_on(b, Device::cpu()).ids_checked_below, 0);
+  auto error = [&](int64_t vocab) {
+    try {
+      micro_batch_on(b, Device::cpu(), vocab);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(99).find("token id 99 is outside the vocabulary [0, 99)"), std::string::npos) << error(99);
+  b.tokens.host_i32()[5] = 0;
+  EXPECT_NE(error(99).find("label id 99 is outside the vocabulary [0, 99)"), std::string::npos) << error(99);
+  b.labels.host_i32()[6] = -1;
+  EXPECT_NE(error(99).find("label id -1 is outside the vocabulary [0, 99)"), std::string::npos) << error(99);
+}
+
 }  // namespace
 }  // namespace tessera::train

@@ -71,7 +71,10 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   DefaultDeviceScope on_device(args_.device);
   std::vector<std::optional<model::MicroBatch>> device_batches(batches.size());
   auto device_batch = [&](int m) -> const model::MicroBatch& {
-    if (!device_batches[m]) device_batches[m] = micro_batch_on(batches[m], args_.device);
+    // On a GPU the ids are checked here, on the host, rather than by the model on the device (a sync).
+    if (!device_batches[m])
+      device_batches[m] = micro_batch_on(batches[m], args_.device,
+                                         args_.device.type == DeviceType::CPU ? 0 : args_.model.vocab_size);
     return *device_batches[m];
   };
   const int stage = state_->coordinates().pp;

@@ -11,6 +11,7 @@
 #include "core/philox.h"
 #include "kernels/math/activations.h"
 #include "kernels/math/adamw.h"
+#include "kernels/math/column_sums.h"
 #include "kernels/math/dropout.h"
 #include "kernels/math/moe_routing.h"
 #include "kernels/math/rotary.h"
@@ -20,7 +21,7 @@
 namespace m = tessera::kernels::math;
 
 // The values of every shared function at input x (and i for the integer ones), into out[0, kValues).
-constexpr int kValues = 33;
+constexpr int kValues = 35;
 
 TESSERA_HOST_DEVICE inline void all_functions(float x, uint64_t i, float* out) {
   out[0] = tessera::kernels::exp_approx(x);
@@ -73,6 +74,8 @@ TESSERA_HOST_DEVICE inline void all_functions(float x, uint64_t i, float* out) {
   for (int32_t e = 0; e < 4; ++e) m::topk_insert(scores[e], e, 2, have, vals, idx);
   out[31] = static_cast<float>(idx[0] * 4 + idx[1]);
   out[32] = vals[1];
+  out[33] = m::norm_weight_grad_term(0.75f, x, 0.3f, 1.7f);
+  out[34] = static_cast<float>(m::column_sum_chunks(static_cast<int64_t>(i) * 7));
 }
 
 constexpr int kInputs = 9;

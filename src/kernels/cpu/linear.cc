@@ -1,5 +1,11 @@
 #include "kernels/cpu/linear.h"
 
+#include <algorithm>
+#include <memory>
+
+#include "kernels/cpu/column_sums.h"
+#include "kernels/math/column_sums.h"
+
 #include "core/profiler.h"
 #include "kernels/gemm.h"
 #include "kernels/linear_gemms.h"
@@ -17,21 +23,24 @@ void linear_forward(const float* x, const float* w, const float* b, float* y, in
 }
 
 namespace {
-// db += column sums of dy: blocks of columns in parallel, rows in order (deterministic). With
+// db += column sums of dy in kernels/math/column_sums.h's order, the GPU's too (kernels/cuda/column_sums.cu):
+// fp32 partial sums over chunks of rows in parallel, then the partials in chunk order in double. With
 // dy_rounded, the same pass writes dy rounded to `type` there.
 void bias_grad(const float* dy, float* db, int64_t rows, int64_t out, DType type, float* dy_rounded) {
   TESSERA_PROFILE_SCOPE("linear_bias_grad");
-  constexpr int64_t kBlock = 64;
+  const int64_t chunks = math::column_sum_chunks(rows);
+  std::unique_ptr<float[]> partial(new float[chunks * out]);  // each chunk zeroes its own slot
 #pragma omp parallel for schedule(static) if (parallel : parallel_worth(rows * out))
-  for (int64_t j0 = 0; j0 < out; j0 += kBlock) {
-    int64_t j1 = j0 + kBlock < out ? j0 + kBlock : out;
-    float sum[kBlock] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = j0; j < j1; ++j) sum[j - j0] += dy[r * out + j];
-      if (dy_rounded) round_to_serial(type, dy + r * out + j0, dy_rounded + r * out + j0, j1 - j0);
+  for (int64_t k = 0; k < chunks; ++k) {
+    float* p = partial.get() + k * out;
+    std::fill(p, p + out, 0.0f);
+    for (int64_t r = k * math::kColumnSumRows; r < std::min(rows, (k + 1) * math::kColumnSumRows); ++r) {
+      const float* dyr = dy + r * out;
+      for (int64_t j = 0; j < out; ++j) p[j] += dyr[j];
+      if (dy_rounded) round_to_serial(type, dyr, dy_rounded + r * out, out);
     }
-    for (int64_t j = j0; j < j1; ++j) db[j] += sum[j - j0];
   }
+  sum_column_partials(partial.get(), chunks, out, db);
 }
 }  // namespace
 

@@ -23,7 +23,8 @@ void linear_backward(const float* dy, const float* x, const float* w, float* dx,
                      int64_t rows, int64_t in, int64_t out, bool accumulate_dx = false,
                      DType input_type = DType::F32, bool x_rounded = false, bool w_rounded = false,
                      bool dy_rounded = false);
-// db [out] += the column sums of dy [rows, out] (rows in order: deterministic).
+// db [out] += the column sums of dy [rows, out] in kernels/math/column_sums.h's fixed order (deterministic,
+// and the GPU's order: the same bits).
 void linear_bias_grad(const float* dy, float* db, int64_t rows, int64_t out);
 
 }  // namespace tessera::kernels::cpu

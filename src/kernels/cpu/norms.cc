@@ -1,9 +1,11 @@
 // LayerNorm and RMSNorm, fp32 storage with float64 row statistics.
 //
 // Forward and dx are parallel over rows. The weight gradients (dw, db) are sums over rows, and a
-// float sum depends on its order, so to make them independent of the thread count the rows are
-// cut into fixed chunks of kRowsPerChunk rows: each chunk sums its rows into its own partial slot, and the
-// partials are then added up in chunk order. Which thread handles a chunk never changes a bit.
+// float sum depends on its order, so they are summed in kernels/math/column_sums.h's fixed order, the
+// GPU's too (kernels/cuda/norms.cu): each chunk of kColumnSumRows rows sums its rows into its own
+// partial slot, and the partials are then added up in chunk order. Which thread handles a chunk never
+// changes a bit. Compiled with -ffp-contract=off (CMakeLists.txt): dy * xhat is rounded before its add,
+// as on the GPU.
 #include "kernels/cpu/norms.h"
 
 #include <algorithm>
@@ -11,30 +13,18 @@
 #include <memory>
 
 #include "core/profiler.h"
+#include "kernels/cpu/column_sums.h"
+#include "kernels/math/column_sums.h"
 #include "kernels/precision.h"
 #include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
 
-constexpr int64_t kRowsPerChunk = 32;     // rows per partial sum of dw/db
-constexpr int64_t kColBlock = 64;  // columns per task when reducing the partials
+using math::kColumnSumRows;
+using math::norm_weight_grad_term;
 
-int64_t num_chunks(int64_t rows) { return (rows + kRowsPerChunk - 1) / kRowsPerChunk; }
-
-// out[c] += sum over k (in order) of partial[k * cols + c], summed in double.
-void reduce_partials(const float* partial, int64_t chunks, int64_t cols, float* out) {
-#pragma omp parallel for schedule(static) if (parallel : parallel_worth(chunks * cols))
-  for (int64_t c0 = 0; c0 < cols; c0 += kColBlock) {
-    int64_t n = std::min(kColBlock, cols - c0);
-    double acc[kColBlock] = {};
-    for (int64_t k = 0; k < chunks; ++k) {
-      const float* p = partial + k * cols + c0;
-      for (int64_t j = 0; j < n; ++j) acc[j] += p[j];
-    }
-    for (int64_t j = 0; j < n; ++j) out[c0 + j] += static_cast<float>(acc[j]);
-  }
-}
+int64_t num_chunks(int64_t rows) { return math::column_sum_chunks(rows); }
 
 }  // namespace
 
@@ -88,7 +78,7 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
     if (dbp)
       for (int64_t c = 0; c < cols; ++c) dbp[c] = 0.0f;
 
-    for (int64_t r = k * kRowsPerChunk; r < std::min(rows, (k + 1) * kRowsPerChunk); ++r) {
+    for (int64_t r = k * kColumnSumRows; r < std::min(rows, (k + 1) * kColumnSumRows); ++r) {
       const float* dyr = dy + r * cols;
       const float* xr = x + r * cols;
       float* dxr = dx + r * cols;
@@ -107,15 +97,15 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
       for (int64_t c = 0; c < cols; ++c) {
         float xhat = (xr[c] - m) * s;
         dxr[c] += s * (dyr[c] * w[c] - g_mean - xhat * gx_mean);
-        dwp[c] += dyr[c] * xhat;
+        dwp[c] += norm_weight_grad_term(dyr[c], xr[c], m, s);
       }
       if (dbp)
         for (int64_t c = 0; c < cols; ++c) dbp[c] += dyr[c];
     }
   }
 
-  reduce_partials(dw_part.get(), chunks, cols, dw);
-  if (db) reduce_partials(db_part.get(), chunks, cols, db);
+  sum_column_partials(dw_part.get(), chunks, cols, dw);
+  if (db) sum_column_partials(db_part.get(), chunks, cols, db);
 }
 
 void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t cols, float eps,
@@ -148,7 +138,7 @@ void rmsnorm_backward(const float* dy, const float* x, const float* w, const flo
     float* dwp = dw_part.get() + k * cols;
     for (int64_t c = 0; c < cols; ++c) dwp[c] = 0.0f;
 
-    for (int64_t r = k * kRowsPerChunk; r < std::min(rows, (k + 1) * kRowsPerChunk); ++r) {
+    for (int64_t r = k * kColumnSumRows; r < std::min(rows, (k + 1) * kColumnSumRows); ++r) {
       const float* dyr = dy + r * cols;
       const float* xr = x + r * cols;
       float* dxr = dx + r * cols;
@@ -162,12 +152,12 @@ void rmsnorm_backward(const float* dy, const float* x, const float* w, const flo
       for (int64_t c = 0; c < cols; ++c) {
         float xhat = xr[c] * s;
         dxr[c] += s * (dyr[c] * w[c] - xhat * gx_mean);
-        dwp[c] += dyr[c] * xhat;
+        dwp[c] += norm_weight_grad_term(dyr[c], xr[c], 0.0f, s);  // x - 0 is x: xhat as above
       }
     }
   }
 
-  reduce_partials(dw_part.get(), chunks, cols, dw);
+  sum_column_partials(dw_part.get(), chunks, cols, dw);
 }
 
 }  // namespace tessera::kernels::cpu

@@ -75,7 +75,7 @@ TEST_F(CudaLinear, BackwardMatchesTheCpu) {
       kernels::linear_backward(dy, x, w, dx, dw, db, t);
       EXPECT_TRUE(all_close(to_host(dx_gpu), dx, 0.0f, gemm_tol(t, out))) << dtype_name(t) << " dx";
       EXPECT_TRUE(all_close(to_host(dw_gpu), dw, 0.0f, gemm_tol(t, rows))) << dtype_name(t) << " dw";
-      // The same fp32 column sums in the same order as the CPU's.
+      // The same column sums in the same order as the CPU's (kernels/math/column_sums.h).
       EXPECT_TRUE(same_bits(to_host(db_gpu), db)) << dtype_name(t) << " db";
     }
   }

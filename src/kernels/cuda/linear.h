@@ -19,7 +19,7 @@ void linear_forward(const float* x, const float* w, const float* b, float* y, in
 void linear_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db, int64_t rows,
                      int64_t in, int64_t out, DType input_type, bool x_rounded, bool w_rounded, bool dy_rounded,
                      int device);
-// db [out] += the column sums of dy [rows, out], each column summed in fp32 over the rows in order, as
+// db [out] += the column sums of dy [rows, out] in kernels/math/column_sums.h's order, as
 // kernels::cpu::linear_bias_grad does: the same bits as the CPU, whatever the launch.
 void linear_bias_grad(const float* dy, float* db, int64_t rows, int64_t out);
 

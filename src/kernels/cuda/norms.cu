@@ -1,12 +1,14 @@
 // LayerNorm and RMSNorm on the GPU (kernels/cuda/norms.h). Forward and dx: one block per row, the row's
 // sums in double reduced across the block (launch.cuh's block_sum), then the CPU's per-element formulas
-// (kernels/cpu/norms.cc). dw and db: one thread per column, summing its column over the rows in row
-// order, in double, so that the result does not depend on the launch. RMSNorm is LayerNorm without the
-// mean: the same kernels with mean == nullptr.
+// (kernels/cpu/norms.cc). dw and db: column sums in kernels/math/column_sums.h's fixed order, the CPU's
+// (a thread per chunk of 32 rows and column, many blocks, then the partials in order): the same bits as
+// the CPU, whatever the launch. RMSNorm is LayerNorm without the mean: the same kernels with
+// mean == nullptr.
 #include <cuda_runtime.h>
 
 #include "core/check.h"
-#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/column_sums.cuh"
+#include "kernels/cuda/column_sums.h"
 #include "kernels/cuda/norms.h"
 
 namespace tessera::kernels::cuda {
@@ -67,20 +69,24 @@ __global__ void norm_dx_kernel(const float* dy, const float* x, const float* w, 
   }
 }
 
-// dw[c] += sum_r dy[r, c] * xhat[r, c], db[c] += sum_r dy[r, c] (db may be null), one thread per column.
-__global__ void norm_weight_grad_kernel(const float* dy, const float* x, const float* mean, const float* rstd,
-                                        float* dw, float* db, int64_t rows, int64_t cols) {
-  const int64_t c = grid_index();
+// Step 1 of the weight gradients' column sums: dw_part[k, c] = the fp32 sum over chunk k's rows of
+// dy * xhat, db_part[k, c] that of dy (db_part may be null), a thread per (chunk, column).
+__global__ void norm_weight_grad_partials_kernel(const float* dy, const float* x, const float* mean,
+                                                 const float* rstd, float* dw_part, float* db_part, int64_t rows,
+                                                 int64_t cols) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
-  double dw_sum = 0, db_sum = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float g = dy[r * cols + c];
-    const float xhat = (x[r * cols + c] - (mean ? mean[r] : 0.0f)) * rstd[r];
-    dw_sum += g * xhat;
-    db_sum += g;
+  for (int64_t k = blockIdx.y; k * math::kColumnSumRows < rows; k += gridDim.y) {
+    const int64_t end = min(rows, (k + 1) * math::kColumnSumRows);
+    float dw_sum = 0.0f, db_sum = 0.0f;
+    for (int64_t r = k * math::kColumnSumRows; r < end; ++r) {
+      const float g = dy[r * cols + c];
+      dw_sum = __fadd_rn(dw_sum, math::norm_weight_grad_term(g, x[r * cols + c], mean ? mean[r] : 0.0f, rstd[r]));
+      db_sum = __fadd_rn(db_sum, g);
+    }
+    dw_part[k * cols + c] = dw_sum;
+    if (db_part) db_part[k * cols + c] = db_sum;
   }
-  dw[c] += static_cast<float>(dw_sum);
-  if (db) db[c] += static_cast<float>(db_sum);
 }
 
 void forward(const char* kernel, const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
@@ -97,9 +103,14 @@ void backward(const char* kernel, const float* dy, const float* x, const float* 
   if (rows == 0) return;
   norm_dx_kernel<<<static_cast<unsigned>(rows), kThreads>>>(dy, x, w, mean, rstd, dx, cols);
   check_launch(kernel);
-  norm_weight_grad_kernel<<<static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads>>>(dy, x, mean, rstd,
-                                                                                                 dw, db, rows, cols);
+  if (cols == 0) return;
+  const int64_t chunks = math::column_sum_chunks(rows);
+  DeviceScratch dw_part(chunks * cols), db_part(db ? chunks * cols : 1);
+  norm_weight_grad_partials_kernel<<<column_partials_grid(rows, cols), kThreads>>>(
+      dy, x, mean, rstd, dw_part.data(), db ? db_part.data() : nullptr, rows, cols);
   check_launch(kernel);
+  sum_column_partials(dw_part.data(), chunks, cols, dw);
+  if (db) sum_column_partials(db_part.data(), chunks, cols, db);
 }
 
 }  // namespace

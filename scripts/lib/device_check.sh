@@ -1,0 +1,100 @@
+# What the device checks share (sourced by scripts/gpu_check.sh and scripts/gpu_step2_check.sh; not run
+# by itself): the bundle scripts/build_cuda_bundle.sh built, the libraries the GPU machine keeps in places
+# of its own, timed steps that record a summary line each, and `tessera train` on the GPU against the CPU.
+# The caller sets $out (where each step's output goes) before calling step.
+
+summary=()
+failed=0
+
+# use_bundle PATH: sets $bundle to PATH, unpacking PATH.tar.gz beside it when only that is there (what the
+# device tool carries); exits 2 when neither holds a bundle.
+use_bundle() {
+  bundle=$1
+  if [ ! -d "$bundle" ] && [ -f "${bundle%.tar.gz}.tar.gz" ]; then
+    local packed=${bundle%.tar.gz}.tar.gz
+    bundle=${packed%.tar.gz}
+    mkdir -p "$bundle" && tar -C "$bundle" -xzf "$packed" || { echo "$(basename "$0"): cannot unpack $packed" >&2; exit 2; }
+  fi
+  [ -d "$bundle/bin" ] || { echo "$(basename "$0"): no bundle at $bundle (scripts/build_cuda_bundle.sh builds it)" >&2; exit 2; }
+}
+
+# library_dirs PATTERN: the folders (colon-separated) holding a library named PATTERN wherever the device
+# image keeps it: the toolkit, /usr/lib, or a Python environment's NVIDIA wheels (site-packages/nvidia/*/lib).
+library_dirs() {
+  timeout 60 find /usr/local /opt /usr/lib /usr/lib64 -xdev -name "$1" -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -
+}
+
+# find_device_libraries: $cublaslt_dirs, $cudnn_dirs and $nccl_dirs (empty where none is found), and
+# $tessera_library_path, the search path Tessera's binaries run with: the bundle's libraries first, then
+# the device's cuBLASLt, cuDNN and NCCL. Only Tessera's steps get it: the bundle's libstdc++ and libgomp
+# are not PyTorch's.
+find_device_libraries() {
+  cublaslt_dirs=$(library_dirs 'libcublasLt.so.1[0-9]*')
+  cudnn_dirs=$(library_dirs 'libcudnn.so.[0-9]*')
+  nccl_dirs=$(library_dirs 'libnccl.so.[0-9]*')
+  local dirs
+  dirs=$(printf '%s\n' "$cublaslt_dirs" "$cudnn_dirs" "$nccl_dirs" | tr ':' '\n' | grep . | awk '!seen[$0]++' | paste -sd: -)
+  tessera_library_path="$bundle/lib${dirs:+:$dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# have_gpu: an NVIDIA driver that sees a GPU.
+have_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
+
+# phase SECONDS: the steps from here on share SECONDS (each gets at most what is left of it), so that a
+# slow step shortens the phase rather than the whole check; phase 0 lifts it.
+phase_end=0
+phase() { phase_end=$(($1 > 0 ? SECONDS + $1 : 0)); }
+
+# step NAME SECONDS COMMAND...: runs COMMAND under a time limit (and the phase's), its output in
+# "$out/NAME.txt" and shown, and records its status, time and GoogleTest counts in the summary. A step
+# the phase has no time left for is recorded as not run, a failure.
+step() {
+  local name=$1 limit=$2 start=$SECONDS
+  shift 2
+  if [ "$phase_end" -gt 0 ] && [ $((phase_end - SECONDS)) -lt "$limit" ]; then limit=$((phase_end - SECONDS)); fi
+  if [ "$limit" -lt 1 ]; then
+    failed=1
+    summary+=("$(printf '%-40s not run: its phase had no time left' "$name")")
+    return
+  fi
+  echo "=== $name"
+  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  local rc=$?
+  cat "$out/$name.txt"
+  local counts
+  counts=$(grep -hoE '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ tests?' "$out/$name.txt" | sed -E 's/\[ *([A-Z]+) *\] ([0-9]+).*/\2 \1/' | paste -sd' ' -)
+  [ $rc -eq 0 ] || failed=1
+  [ $rc -eq 124 ] && counts="timed out after ${limit}s"
+  summary+=("$(printf '%-40s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - start)) "${counts:-}")")
+}
+
+# run_bundle_tests SECONDS [ENV...]: every test program of the bundle, each under the limit, its gtest XML
+# in $out. ENV (VAR=value words) goes before each, through env.
+run_bundle_tests() {
+  local limit=$1 test name
+  shift
+  for test in "$bundle"/bin/*_test; do
+    name=$(basename "$test")
+    step "$name" "$limit" env "$@" "$test" --gtest_output="xml:$out/$name.xml"
+  done
+}
+
+# train_on_gpu_and_cpu [ENV...]: `tessera train`, 20 iterations of a small GPT on the GPU and on the CPU
+# from the same seed, and a summary line: every logged loss within 1e-4 relative (else the check fails).
+# tessera runs as an isolated MPI singleton (no mpirun, no daemon) with the bundle's Open MPI plugins.
+train_on_gpu_and_cpu() {
+  local small_gpt=(train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --mock-data
+                   --tokenizer-type NullTokenizer --vocab-size 100 --micro-batch-size 4 --global-batch-size 8
+                   --lr 1e-3 --train-iters 20 --log-interval 1 --eval-iters 0 --seed 1234)
+  local mpi=(OMPI_MCA_mca_base_component_path="$bundle/lib/openmpi" OMPI_MCA_ess_singleton_isolated=1)
+  pushd "$out" >/dev/null || return
+  step "tessera train --device cuda" 120 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${small_gpt[@]}" --device cuda
+  step "tessera train --device cpu" 120 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${small_gpt[@]}" --device cpu
+  popd >/dev/null || return
+  losses() { grep -oE 'lm loss: [0-9.E+-]+' "$out/tessera train --device $1.txt" | awk '{print $3}'; }
+  local worst verdict
+  worst=$(paste <(losses cuda) <(losses cpu) | awk 'BEGIN {w = -1} NF == 2 {n++; d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d} END {print (n == 20 ? w : "missing")}')
+  verdict=$(awk -v w="$worst" 'BEGIN {print (w != "missing" && w <= 1e-4) ? "OK" : "FAILED"}')
+  [ "$verdict" = OK ] || failed=1
+  summary+=("$(printf '%-40s %s' "train losses, GPU against CPU" "largest relative difference $worst over 20 iterations: $verdict")")
+}
