@@ -13,6 +13,8 @@
 #  * torch_dist (PyTorch's DCP writer, tensor 2 x pipeline 2 x expert 4): the experts' sharded keys stacked over
 #    layers and experts, or one key per expert (singleton_local_shards), convert to the same loss, bit for bit,
 #    and train --load of the directory resumes with Adam's moments (optimizer.state.exp_avg.<key>) too;
+#  * a DeepSeek-V3-style model (MLA, expert bias, shared expert, MTP) converts to Tessera's loss, and train --load of
+#    its Megatron directory (the expert bias outside the chained optimizer) resumes with Tessera's own losses;
 #  * --saver megatron writes the model at tensor 2 x pipeline 2 x expert 2, loaded by torch.load with the expected
 #    keys, shapes and args, and read back to the same loss, bit for bit.
 set -uo pipefail
@@ -221,6 +223,17 @@ check "DeepSeek-V3-style: the converted loss equals Tessera's own: $losses" $?
 grep -q '"mtp_num_layers": *1' "$work/ds.tessera/iter_0000001/index.json" &&
   grep -q '"moe_shared_expert_intermediate_size": *16' "$work/ds.tessera/iter_0000001/index.json"
 check "DeepSeek-V3-style: the MTP and shared-expert configuration comes from the saved args" $?
+# train --load of the Megatron directory itself: the weights, the routers' expert bias (a buffer outside Megatron's
+# optimizer, nonzero after the first step's update), Adam's moments of Megatron-Core's chained [dense, experts]
+# optimizer (the first stage, without experts, holding an empty experts' one), the iteration and consumed samples:
+# the next two iterations' losses, the MTP module's too, are those of Tessera resuming its own checkpoint.
+ds_losses() { sed -nE 's/.*iteration +([0-9]+)\/.*consumed samples: +([0-9]+).*lm loss: ([^ ]+) .*mtp_1 loss: ([^ ]+) .*/\1:\2:\3:\4/p' <<<"$1" | tr '\n' ' '; }
+ref=$("$tessera" train $ds --train-iters 3 --load "$work/ds" 2>&1)
+check "DeepSeek-V3-style: Tessera resumes its own checkpoint: $ref" $?
+out=$("$tessera" train $ds --train-iters 3 --load "$work/ds_megatron" 2>&1)
+check "DeepSeek-V3-style: train --load of the Megatron directory: $out" $?
+[ -n "$(ds_losses "$ref")" ] && [ "$(ds_losses "$out")" = "$(ds_losses "$ref")" ]
+check "DeepSeek-V3-style: the resumed losses (iteration:consumed samples:lm:mtp) are Tessera's own: $(ds_losses "$out") vs $(ds_losses "$ref")" $?
 # --saver megatron of it at tensor 2 x pipeline 2: Megatron-Core's keys and shapes under torch.load, and back.
 out=$("$tessera" convert --loader tessera --saver megatron --load-dir "$work/ds" --save-dir "$work/ds_saved" \
       --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>&1) &&

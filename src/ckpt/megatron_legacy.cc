@@ -197,12 +197,13 @@ using Leaves = std::vector<std::vector<MegatronShard>>;  // one file's leaves, c
 void attach_moments(const StateNode& opt, const std::string& file, Leaves& leaves, Leaves& avg, Leaves& sq,
                     bool (*include)(const std::string&), int64_t* steps) {
   const auto selected = [&](const MegatronShard& s) {
-    return megatron_key(s.key).kind != MegatronKey::Kind::NotAWeight && include(s.key);
+    return megatron_key(s.key).kind != MegatronKey::Kind::NotAWeight && !megatron_buffer_key(s.key) && include(s.key);
   };
   std::vector<MegatronParamShard> shapes;
   for (const auto& chunk : leaves)
     for (const MegatronShard& s : chunk)
       if (selected(s)) shapes.push_back({s.key, s.tensor.shape()});
+  if (shapes.empty()) return;  // a stage without experts: the experts' optimizer has nothing of this file's
   const MegatronOptimizerShards o = read_megatron_legacy_optimizer(opt, file, shapes);
   if (*steps < 0) *steps = o.step;
   size_t k = 0;
