@@ -9,7 +9,9 @@
 #    expert bias, groups, a scaling factor and a shared expert;
 #  * the converted checkpoint trains on at expert-parallel size 2; train --load of the directory resumes the
 #    weights and the experts' Adam moments (Megatron-Core's chained optimizer), losses as Tessera's own resume;
-#  * what Tessera's MoE layer does not compute is refused by argument name;
+#  * what Tessera's MoE layer does not compute is refused by argument name; legacy files at an expert
+#    tensor-parallel size other than the tensor-parallel size are refused, torch_dist ones (a shared expert split
+#    over the tensor ranks, the routed experts whole) convert and resume to Tessera's own losses;
 #  * torch_dist (PyTorch's DCP writer, tensor 2 x pipeline 2 x expert 4): the experts' sharded keys stacked over
 #    layers and experts, or one key per expert (singleton_local_shards), convert to the same loss, bit for bit,
 #    and train --load of the directory resumes with Adam's moments (optimizer.state.exp_avg.<key>) too;
@@ -115,6 +117,26 @@ out=$(against_reference sig "$reference")
 check "sigmoid routing, expert bias, groups, scaling, shared expert: the converted loss equals the float64 PyTorch reference: $out" $?
 echo "sigmoid, expert bias, shared expert: $out"
 
+# torch_dist at an expert tensor-parallel size (1) other than the tensor-parallel size (2), with the shared expert
+# split over the tensor ranks and each routed expert whole: its global keys convert to Tessera's loss, bit for
+# bit, and train --load resumes with Adam's moments to Tessera's own losses (the legacy files' refusal: below).
+sig_sets="moe_router_score_function='sigmoid',moe_router_enable_expert_bias=True,moe_router_num_groups=2,moe_router_group_topk=1,moe_router_topk_scaling_factor=2.5,moe_shared_expert_intermediate_size=32,moe_router_load_balancing_type='none'"
+out=$("$python" -W ignore "$here/megatron_moe_fixture.py" "$work/sig_tessera" \
+      "$work/sig_etp=dist,expert_tensor_parallel_size=1,$sig_sets" 2>&1)
+check "the torch_dist fixture at expert tensor-parallel size 1: $out" $?
+out=$("$tessera" convert --loader megatron --load-dir "$work/sig_etp" --save-dir "$work/sig_etp.tessera" 2>&1)
+check "etp 1: convert: $out" $?
+forward "$work/sig_etp.tessera" sig_etp
+check "etp 1: debug-forward of the conversion: $forward_out" $?
+forward "$work/sig_tessera" sig_tessera
+check "etp 1: debug-forward of Tessera's checkpoint: $forward_out" $?
+losses=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
+print(' '.join(repr(read_safetensors('$work/' + n + '.out.safetensors')['loss'].double().item())
+               for n in ('sig_tessera', 'sig_etp')))" 2>&1)
+read -r sig_expected sig_converted <<<"$losses"
+[ -n "$sig_expected" ] && [ "$sig_converted" = "$sig_expected" ]
+check "etp 1: the converted loss equals Tessera's own: $losses" $?
+
 # train --load of the Megatron directory itself carries Adam's moments (legacy: Megatron-Core's chained [dense,
 # experts] optimizer state dicts of every expert rank's file; torch_dist: optimizer.state.exp_avg.<key>): the
 # losses of Tessera resuming its own checkpoint.
@@ -127,6 +149,13 @@ for kind in sequential grouped dist; do
   [ -n "$(losses "$ref")" ] && [ "$(losses "$out")" = "$(losses "$ref")" ]
   check "$kind: the resumed losses (with the experts' optimizer state) are Tessera's own: $(losses "$out") vs $(losses "$ref")" $?
 done
+sigmoid_losses() { sed -nE 's/.*iteration +([0-9]+)\/.*lm loss: ([^ ]+) .*/\1:\2/p' <<<"$1" | tr '\n' ' '; }
+ref=$("$tessera" train $moe $sigmoid --train-iters 3 --load "$work/sig_tessera" 2>&1)
+check "Tessera resumes its own sigmoid-routed checkpoint: $ref" $?
+out=$("$tessera" train $moe $sigmoid --train-iters 3 --load "$work/sig_etp" 2>&1)
+check "etp 1: train --load of the torch_dist directory: $out" $?
+[ -n "$(sigmoid_losses "$ref")" ] && [ "$(sigmoid_losses "$out")" = "$(sigmoid_losses "$ref")" ]
+check "etp 1: the resumed losses (the shared expert, the expert bias, Adam's moments) are Tessera's own: $(sigmoid_losses "$out") vs $(sigmoid_losses "$ref")" $?
 expect_failure "mp_rank_00_000_000/model_optim_rng.pt: optimizer is a dict, not the list of two optimizer state dicts" \
   "$tessera" train $moe --train-iters 3 --load "$work/unchained"
 

@@ -428,6 +428,10 @@ MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64
                 iter.string(), " holds ", tp, " tensor, ", pp, " pipeline and ", ep, " expert ranks");
   for (const int64_t e : ck.args.config.moe.layer_experts)
     TESSERA_CHECK(e % ep == 0, first, ": args.num_experts ", e, " is not divisible by expert_model_parallel_size ", ep);
+  TESSERA_CHECK(!ck.args.config.moe.enabled() || ck.args.expert_tensor_parallel == tp, first,
+                ": the checkpoint was trained with args.expert_tensor_parallel_size set: an expert tensor-parallel size (",
+                ck.args.expert_tensor_parallel, ") other than the tensor-parallel size (", tp, "): the legacy files' expert "
+                "shards are not merged (a torch_dist checkpoint is read at any)");
   return ck;
 }
 
