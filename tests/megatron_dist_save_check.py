@@ -88,14 +88,14 @@ def main():
     want = {}  # the sharded key -> the tensor it must equal, built from the Tessera tensors
     experts = {}
     for name, t in w.items():
-        m = re.fullmatch(r"decoder\.layers\.(\d+)\.(.*)", name)
+        m = re.fullmatch(r"(decoder|encoder)\.layers\.(\d+)\.(.*)", name)  # a BERT's stack is its encoder
         if not m:
             want[name] = t
             continue
-        layer, rest = int(m.group(1)), m.group(2)
+        stack, layer, rest = m.group(1), int(m.group(2)), m.group(3)
         e = re.fullmatch(r"mlp\.experts\.local_experts\.(\d+)\.(.*)", rest)
         key = f"mlp.experts.experts.{e.group(2)}" if e else rest
-        key = f"decoder.layers.{layer}.{key}" if per_layer else f"decoder.layers.{key}"
+        key = f"{stack}.layers.{layer}.{key}" if per_layer else f"{stack}.layers.{key}"
         if e:
             experts.setdefault(key, {}).setdefault(layer, {})[int(e.group(1))] = t
         else:
@@ -110,16 +110,16 @@ def main():
     assert names == sorted(want), (names, sorted(want))
     for key in names:
         got, expected = state[key].float(), want[key].float()
-        if key in ("embedding.word_embeddings.weight", "output_layer.weight"):  # Megatron's padding for tp
+        if key in ("embedding.word_embeddings.weight", "output_layer.weight", "output_layer.bias"):  # padded for tp
             rows = min(got.shape[0], expected.shape[0])
             assert torch.equal(got[:rows], expected[:rows]) and not got[rows:].any(), key
             continue
         assert got.shape == expected.shape and torch.equal(got, expected), (key, got.shape, expected.shape)
-        one = key.split("decoder.layers.")[-1].split(".", 1)[-1] if per_layer else key
+        one = key.split("coder.layers.")[-1].split(".", 1)[-1] if per_layer else key
         split = one.endswith(("linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "linear_fc1.bias",
                               "linear_proj.weight", "linear_fc2.weight"))
         per = (2 if swiglu and "linear_fc1." in key else 1) * (tp if split else 1)
-        per *= (L if not per_layer and key.startswith("decoder.layers.") else 1)
+        per *= (L if not per_layer and key.startswith(("decoder.layers.", "encoder.layers.")) else 1)
         per *= (want[key].shape[1 if not per_layer else 0] if ".experts.experts." in key else 1)
         assert chunks[key] == per, (key, chunks[key], per)
     seeds = 0

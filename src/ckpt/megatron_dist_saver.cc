@@ -53,8 +53,10 @@ std::vector<std::string> export_megatron_dist(const std::string& load_dir, const
                 "legacy format's keys; torch_dist has Megatron-Core's sharded keys only");
   const MegatronExport ex = prepare_megatron_export(load_dir, o);
   const model::ModelConfig& c = ex.config;
-  TESSERA_CHECK(c.family == "gpt", "convert --saver megatron --ckpt-format torch_dist: ", load_dir, " holds a ", c.family,
-                " model; torch_dist is written for GPT models (a BERT: --ckpt-format torch)");
+  TESSERA_CHECK(c.family == "gpt" || c.family == "bert", "convert --saver megatron --ckpt-format torch_dist: ", load_dir,
+                " holds a ", c.family, " model; only GPT and BERT models are written as Megatron checkpoints");
+  // A BERT's stack is Megatron-Core's BertModel "encoder" (megatron_key names every stack "decoder").
+  const std::string stack = c.family == "bert" ? "encoder.layers." : "decoder.layers.";
   TESSERA_CHECK(c.mtp_num_layers == 0, "convert --saver megatron --ckpt-format torch_dist: ", load_dir,
                 " has multi-token prediction (--mtp-num-layers ", c.mtp_num_layers,
                 "), whose modules' sharded keys are not written yet: use --ckpt-format torch");
@@ -79,7 +81,7 @@ std::vector<std::string> export_megatron_dist(const std::string& load_dir, const
     if (k.layer >= 0) {
       int64_t expert = -1;
       const std::string rest = sharded_rest(k.rest, &expert);
-      at.key = stacked ? str_cat("decoder.layers.", rest) : str_cat("decoder.layers.", k.layer, ".", rest);
+      at.key = stacked ? str_cat(stack, rest) : str_cat(stack, k.layer, ".", rest);
       if (stacked) at.lead = {L}, at.lead_offsets = {k.layer};
       if (expert >= 0) {
         at.lead.push_back(ex.experts);

@@ -16,8 +16,9 @@
 // decoder.layers.mlp.experts.experts.<name> with the global expert the axis after the layers'; the
 // vocabulary padded for the target tensor size; a tied model's output layer folded into the embedding (not
 // saved). Each (pipeline, tensor[, expert]) rank's rng_state ShardedObject is Megatron's seeding of that
-// rank for the checkpoint's seed (megatron_rng.h). Weights only: no optimizer state. Not written: multi-token
-// prediction (its modules' keys) and a BERT (refused by name).
+// rank for the checkpoint's seed (megatron_rng.h). A BERT's layers are BertModel's encoder.layers.*, its heads
+// under their Megatron-Core names (the output bias split by vocabulary rows). Weights only: no optimizer state.
+// Not written: multi-token prediction (its modules' keys; refused by name).
 #pragma once
 
 #include <string>
