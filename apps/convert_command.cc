@@ -214,7 +214,8 @@ CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArgument
   app.add_option("--loader", f.loader, "Format read: tessera, hf or megatron (Megatron-LM's checkpoints: legacy torch or torch_dist)")
       ->required()->check(CLI::IsMember({"tessera", "hf", "megatron"}));
   app.add_option("--saver", f.saver,
-                 "Format written: hf, megatron (Megatron-LM's legacy torch checkpoint: GPT, BERT, MoE) or "
+                 "Format written: hf, megatron (Megatron-LM's checkpoint of a GPT, BERT or MoE: legacy torch, or torch_dist "
+                 "with --ckpt-format) or "
                  "tessera (--loader megatron: tessera, the default)")
       ->check(CLI::IsMember({"tessera", "hf", "megatron"}));
   app.add_option("--load-dir", f.load_dir, "Checkpoint (its latest iteration) or Hugging Face directory to read")->required();
