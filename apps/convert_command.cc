@@ -6,6 +6,7 @@
 //       (legacy torch or torch_dist, told apart by the iteration directory)
 //   tessera convert --loader tessera --saver megatron --load-dir CKPT --save-dir MEGATRON_CKPT
 //       [--target-tensor-parallel-size T --target-pipeline-parallel-size P --megatron-names mcore|legacy]
+//       [--ckpt-format torch|torch_dist]
 // and the hidden `tessera debug-forward`, which writes a checkpoint's logits and loss gradients on
 // given tokens for the parity tests against the PyTorch references (tests/hf_parity.sh, for Mixtral
 // tests/hf_mixtral_parity.sh, for BERT tests/hf_bert_parity.sh).
@@ -22,6 +23,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_convert.h"
 #include "ckpt/megatron_dist.h"
+#include "ckpt/megatron_dist_saver.h"
 #include "ckpt/megatron_legacy.h"
 #include "ckpt/megatron_resume.h"
 #include "ckpt/megatron_saver.h"
@@ -210,6 +212,7 @@ struct ConvertFlags {
   // --saver megatron: the layout written (Megatron's tools/checkpoint flag names) and the key names.
   int64_t target_tp = 1, target_pp = 1, target_ep = 1;
   std::string megatron_names = "mcore";
+  std::string ckpt_format = "torch";  // Megatron's --ckpt-format: torch (legacy) or torch_dist
 };
 
 CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArguments& model) {
@@ -217,7 +220,8 @@ CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArgument
   app.add_option("--loader", f.loader, "Format read: tessera, hf or megatron (Megatron-LM's checkpoints: legacy torch or torch_dist)")
       ->required()->check(CLI::IsMember({"tessera", "hf", "megatron"}));
   app.add_option("--saver", f.saver,
-                 "Format written: hf, megatron (Megatron-LM's legacy torch checkpoint: GPT, BERT, MoE) or "
+                 "Format written: hf, megatron (Megatron-LM's checkpoint of a GPT, BERT or MoE: legacy torch, or torch_dist "
+                 "with --ckpt-format) or "
                  "tessera (--loader megatron: tessera, the default)")
       ->check(CLI::IsMember({"tessera", "hf", "megatron"}));
   app.add_option("--load-dir", f.load_dir, "Checkpoint (its latest iteration) or Hugging Face directory to read")->required();
@@ -239,6 +243,9 @@ CLI::App* add_convert_flags(CLI::App& app, ConvertFlags& f, train::TrainArgument
   app.add_option("--megatron-names", f.megatron_names,
                  "--saver megatron: mcore (Megatron-Core's local-spec keys) or legacy (language_model.*)")
       ->check(CLI::IsMember({"mcore", "legacy"}));
+  app.add_option("--ckpt-format", f.ckpt_format,
+                 "--saver megatron: torch (the legacy mp_rank_* files) or torch_dist (PyTorch DCP, Megatron's default)")
+      ->check(CLI::IsMember({"torch", "torch_dist"}));
   CLI::App* group = app.add_option_group(
       "model", "--loader megatron: model flags of tessera train, which override the checkpoint's saved args");
   group->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -327,9 +334,11 @@ int convert_command(const std::vector<std::string>& args) {
   if (f.loader == "megatron") {
     TESSERA_CHECK(f.saver == "tessera", "--loader megatron --saver ", f.saver, ": Megatron checkpoints convert to "
                   "tessera; convert that to ", f.saver, " with a second tessera convert");
-    TESSERA_CHECK(f.target_tp == 1 && f.target_pp == 1 && f.target_ep == 1 && f.megatron_names == "mcore",
-                  "--target-tensor-parallel-size, --target-pipeline-parallel-size, --target-expert-parallel-size and "
-                  "--megatron-names apply to --saver megatron only (a Tessera checkpoint is resharded by train --load)");
+    TESSERA_CHECK(f.target_tp == 1 && f.target_pp == 1 && f.target_ep == 1 && f.megatron_names == "mcore" &&
+                      f.ckpt_format == "torch",
+                  "--target-tensor-parallel-size, --target-pipeline-parallel-size, --target-expert-parallel-size, "
+                  "--megatron-names and --ckpt-format apply to --saver megatron only (a Tessera checkpoint is "
+                  "resharded by train --load; the loader tells the formats apart)");
     check_save_dir(target, f.load_dir, f.overwrite);
     convert_megatron(args, f, target);
     std::cout << "converted " << f.load_dir << " (megatron) to " << f.save_dir << " (tessera)" << std::endl;
@@ -340,9 +349,10 @@ int convert_command(const std::vector<std::string>& args) {
                 "checkpoint records its model)");
   TESSERA_CHECK(f.ckpt_step < 0, "--ckpt-step: applies to --loader megatron only");
   const bool to_megatron = f.saver == "megatron";
-  TESSERA_CHECK(to_megatron || (f.target_tp == 1 && f.target_pp == 1 && f.target_ep == 1 && f.megatron_names == "mcore"),
-                "--target-tensor-parallel-size, --target-pipeline-parallel-size, --target-expert-parallel-size and "
-                "--megatron-names apply to --saver megatron only");
+  TESSERA_CHECK(to_megatron || (f.target_tp == 1 && f.target_pp == 1 && f.target_ep == 1 && f.megatron_names == "mcore" &&
+                                f.ckpt_format == "torch"),
+                "--target-tensor-parallel-size, --target-pipeline-parallel-size, --target-expert-parallel-size, "
+                "--megatron-names and --ckpt-format apply to --saver megatron only");
   TESSERA_CHECK(!to_megatron || f.loader == "tessera", "--saver megatron: converts from --loader tessera (convert ",
                 f.loader, " to tessera first)");
   const int64_t shard_bytes = parse_size(f.max_shard);
@@ -351,8 +361,10 @@ int convert_command(const std::vector<std::string>& args) {
     if (f.saver == "hf") {
       ckpt::export_hugging_face(f.load_dir, out, shard_bytes);
     } else if (to_megatron) {
-      const ckpt::MegatronSaveOptions options{f.target_tp, f.target_pp, f.target_ep, f.megatron_names == "legacy"};
-      for (const std::string& n : ckpt::export_megatron_legacy(f.load_dir, out, options))
+      const bool dist = f.ckpt_format == "torch_dist";
+      const ckpt::MegatronSaveOptions options{f.target_tp, f.target_pp, f.target_ep, f.megatron_names == "legacy", dist};
+      for (const std::string& n : dist ? ckpt::export_megatron_dist(f.load_dir, out, options)
+                                       : ckpt::export_megatron_legacy(f.load_dir, out, options))
         std::cerr << " > note: " << n << std::endl;
     } else {
       ckpt::import_hugging_face(f.load_dir, out);

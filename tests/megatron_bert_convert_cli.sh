@@ -11,7 +11,8 @@
 #  * args that disagree with the tensors (no binary head, but the tensors of one) are refused naming the key;
 #  * --saver megatron: a BERT trained here, written at tensor 2 x pipeline 2 under both names, loads in torch.load
 #    with the keys and shapes of Megatron's BertModel (tests/megatron_bert_save_check.py) and reads back
-#    through --loader megatron to the same loss, bit for bit.
+#    through --loader megatron to the same loss, bit for bit; so does --ckpt-format torch_dist, which PyTorch's own
+#    DCP reader loads (encoder.layers.* stacked).
 set -uo pipefail
 tessera=${1:?usage: megatron_bert_convert_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -97,5 +98,18 @@ for names in mcore legacy; do
   [ -n "$original" ] && [ "$back" = "$original" ]
   check "$names: the round trip's loss is the original's: '$back' vs '$original'" $?
 done
+# --ckpt-format torch_dist: BertModel's sharded keys (encoder.layers.* stacked), read by PyTorch's own DCP reader
+# (tests/megatron_dist_save_check.py) and back to the same loss, bit for bit.
+log=$("$tessera" convert --loader tessera --saver megatron --ckpt-format torch_dist --load-dir "$work/trained" \
+      --save-dir "$work/saved_dist" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>&1)
+check "torch_dist: convert --saver megatron of a BERT: $log" $?
+log=$("$python" -W ignore "$here/megatron_dist_save_check.py" "$work/saved_dist" "$work/trained" 2 2 1 2>&1)
+check "torch_dist: PyTorch's DCP reader on the written BERT: $log" $?
+echo "torch_dist: $log"
+log=$("$tessera" convert --loader megatron --load-dir "$work/saved_dist" --save-dir "$work/back_dist" 2>&1)
+check "torch_dist: convert --loader megatron of it: $log" $?
+back=$(loss_bits "$work/back_dist")
+[ -n "$original" ] && [ "$back" = "$original" ]
+check "torch_dist: the round trip's loss is the original's: '$back' vs '$original'" $?
 
 finish megatron_bert_convert_cli

@@ -9,6 +9,10 @@ layer_norm_weight, linear_proj by columns), a dense first layer (its pre-MLP nor
 layer (router.weight and expert_bias whole, each expert and the shared expert split as a dense MLP), and one
 multi-token prediction module on the last stage (mtp.layers.0.{enorm,hnorm,eh_proj (by rows),transformer_layer.*,
 final_layernorm}), which also holds its own copy of the word embeddings, as Megatron's last stage does with MTP.
+Adam's moments as Megatron-Core's ChainedOptimizer saves them for a mixture of experts: [the dense parameters'
+torch optimizer state dict, the experts'], each numbering its parameters group by group. The router's expert_bias
+(and local_tokens_per_expert, a persistent buffer before Megatron-Core 0.11, zero at a save) are buffers outside
+the optimizer: Megatron moves the bias itself after each step from the tokens each expert got.
 
 usage: megatron_deepseek_fixture.py TESSERA_DIR OUT_DIR
 """
@@ -62,12 +66,31 @@ def megatron_key(name, stage_first_layer, dense_layers):
     return name
 
 
+def torch_optimizer(params, steps):
+    """A torch optimizer state dict over `params` [(key, weight, exp_avg, exp_avg_sq)] in named_parameters order,
+    numbered group by group as Megatron-Core's _get_param_groups builds them (the groups in the order it first
+    meets them: decayed weights, and biases and 1-D tensors without decay)."""
+    decayed = [i for i, (k, t, _, _) in enumerate(params) if not (k.endswith(".bias") or t.dim() == 1)]
+    rest = [i for i in range(len(params)) if i not in decayed]
+    groups = [(decayed, 1.0), (rest, 0.0)] if 0 in decayed else [(rest, 0.0), (decayed, 1.0)]
+    state, param_groups, n = {}, [], 0
+    for members, wd_mult in groups:
+        ids = []
+        for i in members:
+            state[n] = {"exp_avg": params[i][2], "exp_avg_sq": params[i][3], "step": torch.tensor(float(steps))}
+            ids.append(n)
+            n += 1
+        param_groups.append({"params": ids, "lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8,
+                             "weight_decay": 0.01 * wd_mult, "wd_mult": wd_mult, "lr_mult": 1.0})
+    return {"state": state, "param_groups": param_groups}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("tessera")
     p.add_argument("out")
     a = p.parse_args()
-    iteration, index, w, _, _ = rf.read_tessera(a.tessera)
+    iteration, index, w, avg, sq = rf.read_tessera(a.tessera)
     with open(os.path.join(a.tessera, f"iter_{iteration:07d}", "index.json")) as f:
         m = json.load(f)["args"]["model"]
     L = m["num_layers"]
@@ -102,6 +125,7 @@ def main():
         first, last = stage * per_stage, (stage + 1) * per_stage
         for rank in range(TP):
             model = collections.OrderedDict()
+            dense, experts = [], []  # the chained optimizer's two lists of (key, weight, exp_avg, exp_avg_sq)
             for name, t in w.items():
                 parts = name.split(".")
                 if parts[0] == "decoder" and parts[1] == "layers" and not first <= int(parts[2]) < last:
@@ -111,11 +135,21 @@ def main():
                     continue
                 if name.startswith("embedding.") and stage != 0 and stage != PP - 1:
                     continue  # the first stage's, and with MTP the last stage's copy
-                model[megatron_key(name, first, dense_layers)] = shard(name, t, rank).clone()
+                key = megatron_key(name, first, dense_layers)
+                model[key] = shard(name, t, rank).clone()
+                if key.endswith("mlp.router.expert_bias"):
+                    # Megatron-Core before 0.11 kept the token counts as a persistent buffer too: zero at a save.
+                    model[key.replace("expert_bias", "local_tokens_per_expert")] = torch.zeros_like(t)
+                    continue
+                moments = (key, model[key], shard(name, avg[name], rank).clone(), shard(name, sq[name], rank).clone())
+                (experts if ".mlp.experts." in key else dense).append(moments)
             model["decoder.layers.0.self_attention.core_attention._extra_state"] = None
             d = os.path.join(a.out, f"iter_{iteration:07d}", f"mp_rank_{rank:02d}_{stage:03d}")
             os.makedirs(d, exist_ok=True)
-            torch.save({"args": args, "checkpoint_version": 3.0, "iteration": iteration, "model": model},
+            steps = index.get("optimizer_steps", iteration)
+            optimizer = [torch_optimizer(dense, steps), torch_optimizer(experts, steps)]  # Megatron-Core's chained
+            torch.save({"args": args, "checkpoint_version": 3.0, "iteration": iteration, "model": model,
+                        "optimizer": optimizer, "opt_param_scheduler": {"num_steps": iteration * 4, "max_lr": 1e-3}},
                        os.path.join(d, "model_optim_rng.pt"))
     with open(os.path.join(a.out, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write(str(iteration))

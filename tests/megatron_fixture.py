@@ -381,7 +381,7 @@ def torch_dist_items(c, w, scheme, dtype, singleton):
             shard = split(name, t, c, r)
             zeros = [0] * t.dim()
             if "linear_fc1." in rest and c["swiglu"]:
-                half, ffn = shard.shape[0] // 2, c["ffn_hidden_size"]
+                half, ffn = shard.shape[0] // 2, t.shape[0] // 2  # a shared expert's is its own size
                 gate, up = shard[:half], shard[half:]
                 if singleton:
                     gsize = [L, ffn] + list(t.shape[1:])

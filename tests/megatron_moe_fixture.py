@@ -81,9 +81,10 @@ def moe_args(c, w, iteration, index, fmt, ep, grouped, sets):
     return args, num_experts
 
 
-def dist_items(c, tensors, prefix, singleton, num_experts):
+def dist_items(c, tensors, prefix, singleton, num_experts, etp):
     """Each rank's DCP items (rank = (stage * EP_DIST + expert rank) * TP + tensor rank) of `tensors` (Tessera
-    names) under Megatron-Core's sharded keys, each prefixed by `prefix` (an optimizer state's)."""
+    names) under Megatron-Core's sharded keys, each prefixed by `prefix` (an optimizer state's). The experts are
+    split over `etp` expert tensor ranks (1: each expert whole, one chunk), the rest over TP."""
     L, TP, PP = c["num_layers"], mf.TP, mf.PP
     ranks = [[] for _ in range(PP * EP_DIST * TP)]
     dense = {k: v for k, v in tensors.items() if ".local_experts." not in k}
@@ -102,9 +103,9 @@ def dist_items(c, tensors, prefix, singleton, num_experts):
             key, size, lead = f"decoder.layers.mlp.experts.experts.{g}.{fc}.weight", [L], [layer]
         else:
             key, size, lead = f"decoder.layers.mlp.experts.experts.{fc}.weight", [L, num_experts], [layer, g]
-        for r in range(TP):
+        for r in range(etp):
             rank = (stage * EP_DIST + g // local) * TP + r
-            shard = mf.split(f"decoder.layers.0.mlp.{fc}.weight", t, c, r)
+            shard = mf.split(f"decoder.layers.0.mlp.{fc}.weight", t, c, r) if etp == TP else t
 
             def add(k, whole, offsets, x):
                 ranks[rank].append((prefix + k, size + whole, lead + offsets,
@@ -125,9 +126,11 @@ def dist_items(c, tensors, prefix, singleton, num_experts):
 def write_dist(out, singleton, sets, iteration, index, w, avg, sq):
     c = mf.config("llama")
     args, num_experts = moe_args(c, w, iteration, index, "torch_dist", EP_DIST, True, sets)
-    ranks = dist_items(c, w, "", singleton, num_experts)
+    etp = getattr(args, "expert_tensor_parallel_size", None) or mf.TP
+    assert etp in (1, mf.TP), etp
+    ranks = dist_items(c, w, "", singleton, num_experts, etp)
     for tensors, prefix in ((avg, "optimizer.state.exp_avg."), (sq, "optimizer.state.exp_avg_sq.")):
-        for r, extra in enumerate(dist_items(c, tensors, prefix, singleton, num_experts)):
+        for r, extra in enumerate(dist_items(c, tensors, prefix, singleton, num_experts, etp)):
             ranks[r] += extra
     d = os.path.join(out, f"iter_{iteration:07d}")
     mf.write_dcp(d, ranks)

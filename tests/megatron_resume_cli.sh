@@ -4,7 +4,8 @@
 # pipeline 2 ranks write it (tests/megatron_resume_fixture.py: the moments numbered as Megatron's optimizer
 # numbers them, or as optimizer.state.exp_avg.<key> DCP entries; bf16 weights with fp32 masters), and
 #  * resuming it gives the losses of Tessera resuming its own checkpoint (the weights, moments and step
-#    count carried), at tp 1 and, under mpirun, tp 2;
+#    count carried), at tp 1 and, under mpirun, tp 2; also from an interleaved pipeline's files (two model
+#    chunks per stage, model0 and model1, the optimizer numbering both chunks' parameters in turn);
 #  * the iteration and consumed samples are carried;
 #  * no optimizer state, moments numbered in another order, the legacy distributed optimizer's distrib_optim.pt,
 #    torch_dist's dp_reshardable buckets and flags that disagree with the saved args are refused naming the
@@ -30,7 +31,7 @@ check "Tessera's run saves at iteration 3: $out" $?
 out=$("$python" -W ignore "$here/megatron_resume_fixture.py" "$work/tessera" "$work/legacy=torch" \
       "$work/legacy_bf16=torch,bf16" "$work/dist_bf16=torch_dist,bf16" "$work/no_optim=torch,no-optim" \
       "$work/misnumbered=torch,misnumbered" "$work/distrib=torch,distrib-optim" \
-      "$work/buckets=torch_dist,dp-reshardable" 2>&1)
+      "$work/buckets=torch_dist,dp-reshardable" "$work/legacy_vp2=torch,vp2" "$work/legacy_vp2_bf16=torch,bf16,vp2" 2>&1)
 check "the fixtures: $out" $?
 
 # The reference: Tessera resuming its own checkpoint.
@@ -39,7 +40,7 @@ check "Tessera resumes its own checkpoint: $ref" $?
 expected=$(losses "$ref")
 [ "$(wc -w <<<"$expected")" -eq 3 ]
 check "three resumed iterations: $expected" $?
-for name in legacy legacy_bf16 dist_bf16; do
+for name in legacy legacy_bf16 dist_bf16 legacy_vp2 legacy_vp2_bf16; do
   out=$("$tessera" train $llama --train-iters 6 --load "$work/$name" 2>&1)
   check "$name: train --load of the Megatron directory: $out" $?
   [ "$(losses "$out")" = "$expected" ]

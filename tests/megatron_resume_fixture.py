@@ -16,7 +16,7 @@ writes them:
                keys; common.pt with the args and the optimizer's common_step.
 
 usage: megatron_resume_fixture.py TESSERA_DIR OUT_DIR=torch|torch_dist[,bf16][,no-optim][,misnumbered]
-                                 [,distrib-optim][,dp-reshardable] ...
+                                 [,distrib-optim][,dp-reshardable][,vp2] ...
 """
 import argparse
 import collections
@@ -70,7 +70,14 @@ def global_name(local_key, layers):
 
 
 def legacy_optimizer(chunk, layers, rank, c, avg, sq, masters, steps, bf16, swap):
-    params = [(k, t) for k, t in chunk.items() if isinstance(t, torch.Tensor)]  # named_parameters order
+    return chunks_optimizer([(chunk, layers)], rank, c, avg, sq, masters, steps, bf16, swap)
+
+
+def chunks_optimizer(chunks, rank, c, avg, sq, masters, steps, bf16, swap):
+    """The optimizer state dict over a file's model chunks [(chunk, its global layers)]: Megatron-Core's
+    _get_param_groups walks each chunk's named_parameters in turn (model0's, then model1's, ...)."""
+    params = [(global_name(k, layers), t) for chunk, layers in chunks for k, t in chunk.items()
+              if isinstance(t, torch.Tensor)]  # named_parameters order, under the global names
     decayed = [i for i, (k, t) in enumerate(params) if not (k.endswith(".bias") or t.dim() == 1)]
     rest = [i for i in range(len(params)) if i not in decayed]
     # Megatron-Core's _get_param_groups: the groups in the order it first meets them (a later stage, which
@@ -82,7 +89,7 @@ def legacy_optimizer(chunk, layers, rank, c, avg, sq, masters, steps, bf16, swap
     for members, wd_mult in groups:
         ids = []
         for i in members:
-            name = global_name(params[i][0], layers)
+            name = params[i][0]
             state[n] = {"exp_avg": mf.split(name, avg[name], c, rank).clone(),
                         "exp_avg_sq": mf.split(name, sq[name], c, rank).clone(),
                         "step": torch.tensor(float(steps))}
@@ -90,26 +97,32 @@ def legacy_optimizer(chunk, layers, rank, c, avg, sq, masters, steps, bf16, swap
             n += 1
         param_groups.append({"params": ids, "lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8,
                              "weight_decay": 0.01 * wd_mult, "wd_mult": wd_mult, "lr_mult": 1.0})
-        fp32_groups.append([mf.split(global_name(params[i][0], layers), masters[global_name(params[i][0], layers)],
-                                     c, rank).clone() for i in members])
+        fp32_groups.append([mf.split(params[i][0], masters[params[i][0]], c, rank).clone() for i in members])
     inner = {"state": state, "param_groups": param_groups}
     if not bf16:
         return inner  # FP32Optimizer.state_dict(): torch's own
     return {"optimizer": inner, "grad_scaler": None, "fp32_from_fp16_params": fp32_groups}
 
 
-def write_legacy(out, sub, c, w, avg, sq, args, steps, bf16, no_optim, swap, distrib):
+def write_legacy(out, sub, c, w, avg, sq, args, steps, bf16, no_optim, swap, distrib, vp=1):
     dtype = torch.bfloat16 if bf16 else torch.float32
-    per_stage = c["num_layers"] // mf.PP
+    per_chunk = c["num_layers"] // (mf.PP * vp)
     for stage in range(mf.PP):
         for rank in range(mf.TP):
-            layers = list(range(stage * per_stage, (stage + 1) * per_stage))
-            chunk = mf.chunk_state(c, w, "mcore", rank, layers, first=stage == 0, last=stage == mf.PP - 1, dtype=dtype)
-            state = {"args": args, "checkpoint_version": 3.0, "iteration": args.iteration, "model": chunk,
+            # With an interleaved pipeline (vp chunks per stage) chunk v of stage p holds the layers of
+            # virtual stage v * PP + p, under "model{v}".
+            chunks = []
+            for v in range(vp):
+                layers = list(range((v * mf.PP + stage) * per_chunk, (v * mf.PP + stage + 1) * per_chunk))
+                chunks.append((mf.chunk_state(c, w, "mcore", rank, layers, first=v == 0 and stage == 0,
+                                              last=v == vp - 1 and stage == mf.PP - 1, dtype=dtype), layers))
+            state = {"args": args, "checkpoint_version": 3.0, "iteration": args.iteration,
                      "opt_param_scheduler": {"num_steps": steps * 4, "max_lr": 1e-3},
                      "rng_state": [{"random_rng_state": None, "torch_rng_state": torch.get_rng_state()}]}
+            for v, (chunk, _) in enumerate(chunks):
+                state["model" if vp == 1 else f"model{v}"] = chunk
             if not no_optim:
-                state["optimizer"] = legacy_optimizer(chunk, layers, rank, c, avg, sq, w, steps, bf16, swap)
+                state["optimizer"] = chunks_optimizer(chunks, rank, c, avg, sq, w, steps, bf16, swap)
             d = os.path.join(out, sub, f"mp_rank_{rank:02d}_{stage:03d}")
             os.makedirs(d, exist_ok=True)
             if distrib:
@@ -166,7 +179,8 @@ def main():
                    help="one checkpoint per spec (one process, one torch import: the test's time); FORMAT torch or "
                         "torch_dist; OPTION bf16, no-optim, misnumbered (the first group's numbers rotated "
                         "by one: a wrong order), distrib-optim (legacy distributed optimizer: distrib_optim.pt, no per-parameter "
-                        "state), dp-reshardable (torch_dist: the distributed optimizer's default buckets)")
+                        "state), dp-reshardable (torch_dist: the distributed optimizer's default buckets), vp2 (legacy: "
+                        "an interleaved pipeline, two model chunks per stage, model0 and model1)")
     a = p.parse_args()
     mf.TP, mf.PP = 2, 2
     iteration, index, w, avg, sq = read_tessera(a.tessera)
@@ -175,7 +189,7 @@ def main():
     for spec in a.specs:
         out, _, rest = spec.partition("=")
         fmt, *options = rest.split(",")
-        known = {"bf16", "no-optim", "misnumbered", "distrib-optim", "dp-reshardable"}
+        known = {"bf16", "no-optim", "misnumbered", "distrib-optim", "dp-reshardable", "vp2"}
         if fmt not in ("torch", "torch_dist") or not set(options) <= known:
             p.error(f"bad spec {spec}")
         bf16 = "bf16" in options
@@ -183,8 +197,10 @@ def main():
         sub = f"iter_{iteration:07d}"
         if fmt == "torch":
             args.use_distributed_optimizer = "distrib-optim" in options
+            vp = 2 if "vp2" in options else 1
+            args.virtual_pipeline_model_parallel_size = vp if vp > 1 else None
             write_legacy(out, sub, c, w, avg, sq, args, steps, bf16, "no-optim" in options, "misnumbered" in options,
-                         "distrib-optim" in options)
+                         "distrib-optim" in options, vp)
         else:
             write_dist(out, sub, c, w, avg, sq, args, steps, bf16, "no-optim" in options, "dp-reshardable" in options)
         with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:

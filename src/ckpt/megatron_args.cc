@@ -209,11 +209,9 @@ void read_moe(const MegatronNamespace& a, MegatronArgs& out) {
   // A shared expert is a dense MLP beside the routed ones (mlp.shared_experts.linear_fc1/fc2), split as one.
   m.shared_expert_intermediate_size = a.integer_or("moe_shared_expert_intermediate_size", 0);
   a.refuse_if(a.flag("moe_shared_expert_gate"), "moe_shared_expert_gate", "Tessera's shared expert has no gate");
-  const int64_t tp = a.integer_or("tensor_model_parallel_size", 1);
-  const int64_t etp = a.integer_or("expert_tensor_parallel_size", tp);
-  a.refuse_if(etp != tp, "expert_tensor_parallel_size",
-              str_cat("an expert tensor-parallel size (", etp, ") other than the tensor-parallel size (", tp,
-                      "): the experts' shards are not merged"));
+  // The experts' own tensor-parallel size (Megatron's MoE parallel folding): the legacy reader refuses one
+  // other than the tensor-parallel size; torch_dist's global keys read at any.
+  out.expert_tensor_parallel = a.integer_or("expert_tensor_parallel_size", a.integer_or("tensor_model_parallel_size", 1));
 }
 
 }  // namespace

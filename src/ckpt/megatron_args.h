@@ -24,6 +24,7 @@ struct MegatronArgs {
   // The layout that saved the checkpoint (virtual: model chunks per pipeline rank, 1 without interleaving).
   int64_t tensor_parallel = 1, pipeline_parallel = 1, virtual_pipeline = 1;
   int64_t expert_parallel = 1;  // mixture of experts: each expert rank holds num_experts / this of them
+  int64_t expert_tensor_parallel = 1;  // args.expert_tensor_parallel_size (the tensor-parallel size when unset)
   // Training state and the tokenizer, as Megatron recorded them (-1 / empty where absent).
   int64_t consumed_train_samples = -1, seed = -1;
   std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;

@@ -263,7 +263,7 @@ MegatronTensors read_megatron_dist(const MegatronDistCheckpoint& ck, const model
     TESSERA_CHECK(it != sources.end(), "convert: ", md, " holds no tensor for ", name, ", which this model has");
     add_job(kDistWeights, name, p.spec.shape, it->second);
     used.insert(source);
-    if (!optimizer) continue;
+    if (!optimizer || megatron_buffer_key(name)) continue;  // the expert bias: outside Megatron's optimizer
     // Megatron's default for the distributed optimizer: flat buckets per data-parallel group, whose layout
     // depends on its bucketing; only the fully reshardable per-parameter format maps back to parameters.
     TESSERA_CHECK(buckets.empty(), md, ": ", buckets, " holds the distributed optimizer's state in its dp_reshardable "

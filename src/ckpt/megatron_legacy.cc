@@ -197,12 +197,13 @@ using Leaves = std::vector<std::vector<MegatronShard>>;  // one file's leaves, c
 void attach_moments(const StateNode& opt, const std::string& file, Leaves& leaves, Leaves& avg, Leaves& sq,
                     bool (*include)(const std::string&), int64_t* steps) {
   const auto selected = [&](const MegatronShard& s) {
-    return megatron_key(s.key).kind != MegatronKey::Kind::NotAWeight && include(s.key);
+    return megatron_key(s.key).kind != MegatronKey::Kind::NotAWeight && !megatron_buffer_key(s.key) && include(s.key);
   };
   std::vector<MegatronParamShard> shapes;
   for (const auto& chunk : leaves)
     for (const MegatronShard& s : chunk)
       if (selected(s)) shapes.push_back({s.key, s.tensor.shape()});
+  if (shapes.empty()) return;  // a stage without experts: the experts' optimizer has nothing of this file's
   const MegatronOptimizerShards o = read_megatron_legacy_optimizer(opt, file, shapes);
   if (*steps < 0) *steps = o.step;
   size_t k = 0;
@@ -427,6 +428,10 @@ MegatronLegacyCheckpoint open_megatron_legacy(const std::string& load_dir, int64
                 iter.string(), " holds ", tp, " tensor, ", pp, " pipeline and ", ep, " expert ranks");
   for (const int64_t e : ck.args.config.moe.layer_experts)
     TESSERA_CHECK(e % ep == 0, first, ": args.num_experts ", e, " is not divisible by expert_model_parallel_size ", ep);
+  TESSERA_CHECK(!ck.args.config.moe.enabled() || ck.args.expert_tensor_parallel == tp, first,
+                ": the checkpoint was trained with args.expert_tensor_parallel_size set: an expert tensor-parallel size (",
+                ck.args.expert_tensor_parallel, ") other than the tensor-parallel size (", tp, "): the legacy files' expert "
+                "shards are not merged (a torch_dist checkpoint is read at any)");
   return ck;
 }
 

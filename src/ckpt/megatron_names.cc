@@ -49,7 +49,9 @@ std::string megatron_layer_part(std::string rest) {
 
 MegatronKey megatron_key(const std::string& key) {
   MegatronKey out;
-  if (has_suffix(key, "_extra_state") || has_suffix(key, "inv_freq")) {
+  // Megatron-Core before 0.11 saved the router's token counts as a persistent buffer: zero at a save (it
+  // zeroes them after each step's expert-bias update), and Tessera counts them afresh each step.
+  if (has_suffix(key, "_extra_state") || has_suffix(key, "inv_freq") || has_suffix(key, "router.local_tokens_per_expert")) {
     out.kind = MegatronKey::Kind::NotAWeight;
     out.name = key;
     return out;
@@ -177,5 +179,7 @@ const char* megatron_split_name(MegatronSplit s) {
   }
   return "?";
 }
+
+bool megatron_buffer_key(const std::string& key) { return has_suffix(key, "mlp.router.expert_bias"); }
 
 }  // namespace tessera::ckpt

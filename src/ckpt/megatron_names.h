@@ -53,4 +53,8 @@ enum class MegatronSplit {
 MegatronSplit megatron_split(const std::string& tessera_name, bool swiglu);
 const char* megatron_split_name(MegatronSplit s);  // "rows", "columns", ...
 
+// Whether a weight Megatron keeps as a buffer, outside its optimizer (the router's expert_bias, moved by
+// Megatron itself after each step): in the model state dict, never in an optimizer's numbering.
+bool megatron_buffer_key(const std::string& key);
+
 }  // namespace tessera::ckpt

@@ -32,6 +32,16 @@ TEST(MegatronNames, TransformerEngineFusedNormsAreTheNorms) {
   EXPECT_EQ(megatron_key("rotary_pos_emb.inv_freq").kind, MegatronKey::Kind::NotAWeight);
 }
 
+TEST(MegatronNames, RouterBuffers) {
+  // The expert bias is a weight (the model's) but a buffer outside Megatron's optimizer; the token counts
+  // Megatron-Core before 0.11 saved beside it are not a weight.
+  EXPECT_EQ(tessera_name("decoder.layers.1.mlp.router.expert_bias"), "decoder.layers.1.mlp.router.expert_bias");
+  EXPECT_TRUE(megatron_buffer_key("decoder.layers.1.mlp.router.expert_bias"));
+  EXPECT_TRUE(megatron_buffer_key("mtp.layers.0.transformer_layer.mlp.router.expert_bias"));
+  EXPECT_FALSE(megatron_buffer_key("decoder.layers.1.mlp.router.weight"));
+  EXPECT_EQ(megatron_key("decoder.layers.1.mlp.router.local_tokens_per_expert").kind, MegatronKey::Kind::NotAWeight);
+}
+
 TEST(MegatronNames, LegacyLanguageModelNames) {
   EXPECT_EQ(tessera_name("language_model.embedding.word_embeddings.weight"), "embedding.word_embeddings.weight");
   EXPECT_EQ(tessera_name("language_model.encoder.layers.5.self_attention.query_key_value.weight"),

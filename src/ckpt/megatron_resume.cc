@@ -60,6 +60,11 @@ const MegatronResumeInfo& resume_info(const std::string& load_dir) {
   info.dist = megatron_checkpoint_format(info.where) == "torch_dist";
   info.args = info.dist ? open_megatron_dist(load_dir, -1).args : open_megatron_legacy(load_dir, -1).args;
   info.config = info.args.config;
+  // Megatron's MTP module's layer takes the last decoder layer's spec (a MoE layer's experts); the args'
+  // moe_layer_freq lists the decoder's layers alone, Tessera's config one entry per layer and MTP module.
+  model::MoeConfig& moe = info.config.moe;
+  if (moe.enabled() && static_cast<int64_t>(moe.layer_experts.size()) == info.config.num_layers)
+    for (int64_t k = 0; k < info.config.mtp_num_layers; ++k) moe.layer_experts.push_back(moe.layer_experts.back());
   std::vector<std::string> notes = info.args.notes;
   resolve_megatron_vocab_size(info.args, info.config, notes);
   const MegatronArgs& a = info.args;
@@ -185,6 +190,11 @@ TrainingState load_megatron_checkpoint(const std::string& load_dir, model::Param
     copy_rank_part(load_dir, p.spec.name, it->second, p.spec, p.value);
     if (!optimizer) continue;
     const int64_t n = p.value.numel();
+    if (!p.spec.trained()) {  // the expert bias: a buffer outside Megatron's optimizer, which Adam skips here too
+      optimizer->exp_avg().flat_range(p.offset, n).fill_(0.0f);
+      optimizer->exp_avg_sq().flat_range(p.offset, n).fill_(0.0f);
+      continue;
+    }
     copy_rank_part(load_dir, p.spec.name, exp_avg.at(p.spec.name), p.spec,
                    optimizer->exp_avg().flat_range(p.offset, n).view(p.spec.shape));
     copy_rank_part(load_dir, p.spec.name, exp_avg_sq.at(p.spec.name), p.spec,

@@ -267,8 +267,11 @@ PickleOut megatron_args_namespace(const model::ModelConfig& c, const nlohmann::j
 
 }  // namespace
 
-std::vector<std::string> export_megatron_legacy(const std::string& load_dir, const std::string& save_dir,
-                                                const MegatronSaveOptions& o) {
+Tensor megatron_tensor_shard(const Tensor& whole, MegatronSplit split, int64_t rank, int64_t ranks) {
+  return megatron_shard(whole, split, rank, ranks);
+}
+
+MegatronExport prepare_megatron_export(const std::string& load_dir, const MegatronSaveOptions& o) {
   TrainingState state;
   std::vector<std::pair<std::string, Tensor>> full = load_full_model(load_dir, &state);
   TESSERA_CHECK(state.args.contains("model"), "convert: checkpoint ", load_dir, " records no model configuration");
@@ -307,7 +310,6 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
     TESSERA_CHECK(c.moe.ffn_hidden_size % l.tp == 0, "convert --saver megatron: moe_ffn_hidden_size (",
                   c.moe.ffn_hidden_size, ") is not divisible by --target-tensor-parallel-size ", l.tp);
   }
-  const int64_t local_experts = l.experts / l.ep;
   auto divides = [&](int64_t n, const char* what, int64_t by, const char* flag) {
     TESSERA_CHECK(n % by == 0, "convert --saver megatron: ", what, " (", n, ") is not divisible by ", flag, " ", by);
   };
@@ -326,15 +328,7 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
   full.clear();
   model::ParameterSet declared;
   model::build_model_chunk(c, declared);
-  struct Placed {
-    std::string name;  // Megatron-Core's, with the stage's local layer index
-    Tensor whole;
-    MegatronSplit split;
-    bool tied_copy = false;
-    int64_t expert = -1;  // a mixture of experts: the global expert this tensor is of
-  };
-  std::vector<std::vector<Placed>> stages(static_cast<size_t>(l.pp));
-  Placed tied_copy;
+  MegatronExport x;
   for (const model::Parameter& p : declared.params()) {
     const std::string& name = p.spec.name;
     const auto it = by_name.find(name);
@@ -344,6 +338,36 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
     const bool vocabulary =
         name == "embedding.word_embeddings.weight" || name == "output_layer.weight" || name == "output_layer.bias";
     if (vocabulary) t = repad_vocabulary(t, l.padded_vocab);
+    x.tensors.emplace_back(name, t);
+  }
+  x.config = c;
+  x.state = state;
+  x.tp = l.tp, x.pp = l.pp, x.ep = l.ep, x.padded_vocab = l.padded_vocab, x.experts = l.experts, x.stored = l.stored;
+  x.args = megatron_args_namespace(c, state.args, state, l, divisible_by);
+  for (auto& [key, value] : x.args.entries)
+    if (key == "ckpt_format") value = PickleOut::str(o.torch_dist ? "torch_dist" : "torch");
+  return x;
+}
+
+std::vector<std::string> export_megatron_legacy(const std::string& load_dir, const std::string& save_dir,
+                                                const MegatronSaveOptions& o) {
+  MegatronExport ex = prepare_megatron_export(load_dir, o);
+  const model::ModelConfig& c = ex.config;
+  const TrainingState& state = ex.state;
+  SaveLayout l;
+  l.tp = ex.tp, l.pp = ex.pp, l.ep = ex.ep, l.padded_vocab = ex.padded_vocab, l.experts = ex.experts, l.stored = ex.stored;
+  l.layers_per_stage = c.num_layers / l.pp;
+  const int64_t local_experts = l.experts / l.ep;
+  struct Placed {
+    std::string name;  // Megatron-Core's, with the stage's local layer index
+    Tensor whole;
+    MegatronSplit split;
+    bool tied_copy = false;
+    int64_t expert = -1;  // a mixture of experts: the global expert this tensor is of
+  };
+  std::vector<std::vector<Placed>> stages(static_cast<size_t>(l.pp));
+  Placed tied_copy;
+  for (auto& [name, t] : ex.tensors) {
     const MegatronSplit split = megatron_split(name, c.swiglu);
     const MegatronKey k = megatron_key(name);
     if (k.layer >= 0) {
@@ -371,7 +395,7 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
     });
 
   const std::string iteration = iteration_dir_name(state.iteration);
-  const PickleOut args = megatron_args_namespace(c, state.args, state, l, divisible_by);
+  const PickleOut& args = ex.args;
   for (int64_t p = 0; p < l.pp; ++p) {
     for (int64_t t = 0; t < l.tp; ++t) {
      for (int64_t e = 0; e < l.ep; ++e) {

@@ -23,7 +23,14 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/megatron_names.h"
+#include "ckpt/pickle_writer.h"
+#include "core/tensor.h"
+#include "model/config.h"
 
 namespace tessera::ckpt {
 
@@ -33,7 +40,27 @@ struct MegatronSaveOptions {
   // The legacy model's nested language_model.{embedding,encoder,output_layer} names instead of
   // Megatron-Core's local-spec ones.
   bool legacy_names = false;
+  // Megatron's --ckpt-format torch_dist (megatron_dist_saver.h) instead of the legacy torch format.
+  bool torch_dist = false;
 };
+
+// What both formats write: the latest checkpoint of `load_dir` checked against the target layout (errors
+// name the flag and the rule), its tensors whole in fp32 in the model's declaration order, the vocabulary
+// padded as Megatron pads it for the target tensor size, and Megatron's args for that layout and format.
+struct MegatronExport {
+  model::ModelConfig config;
+  TrainingState state;
+  int64_t tp = 1, pp = 1, ep = 1, padded_vocab = 0;
+  int64_t experts = 0;  // per MoE layer (0: a dense model)
+  DType stored = DType::F32;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  PickleOut args;  // an argparse.Namespace
+};
+MegatronExport prepare_megatron_export(const std::string& load_dir, const MegatronSaveOptions& options);
+
+// Rank `rank` of `ranks`'s shard of a whole fp32 tensor split as `split` (megatron_names.h): the inverse
+// of the readers' merge.
+Tensor megatron_tensor_shard(const Tensor& whole, MegatronSplit split, int64_t rank, int64_t ranks);
 
 // Writes the latest checkpoint of `load_dir` into `save_dir` (which exists and is empty). Returns notes
 // for the user (what was not carried).

@@ -76,6 +76,21 @@ PickleOut PickleOut::persistent_id(std::vector<PickleOut> id) {
   v.kind = Kind::PersistentId;
   return v;
 }
+PickleOut PickleOut::object(const std::string& module, const std::string& name, PickleOut state) {
+  PickleOut v = global(module, name);
+  v.kind = Kind::Object;
+  v.state.push_back(std::move(state));
+  return v;
+}
+PickleOut PickleOut::pair_dict(std::vector<std::pair<PickleOut, PickleOut>> pairs) {
+  PickleOut v;
+  v.kind = Kind::PairDict;
+  for (auto& [key, value] : pairs) {
+    v.items.push_back(std::move(key));
+    v.items.push_back(std::move(value));
+  }
+  return v;
+}
 PickleOut& PickleOut::set(const std::string& key, PickleOut value) {
   entries.emplace_back(key, std::move(value));
   return *this;
@@ -219,6 +234,20 @@ class PickleEmitter {
       case K::PersistentId:
         tuple(v.items);
         return op(kBinPersId);
+      case K::Object:  // copyreg.__reduce_ex__ at protocol 2: cls.__new__(cls), then its state
+        global(v.text);
+        op(kEmptyTuple);
+        op(kNewObj);
+        value(v.state[0]);
+        return op(kBuild);
+      case K::PairDict:
+        op(kEmptyDict);
+        for (size_t first = 0; first < v.items.size(); first += 2 * kBatch) {
+          op(kMark);
+          for (size_t i = first; i < v.items.size() && i < first + 2 * kBatch; ++i) value(v.items[i]);
+          op(kSetItems);
+        }
+        return;
     }
   }
 };

@@ -7,8 +7,9 @@
 // gives them), an argparse.Namespace (copyreg's protocol-2 form: the class, (), NEWOBJ, then its
 // __dict__ with BUILD) and a call (GLOBAL, argument tuple, REDUCE) such as _rebuild_tensor_v2, whose
 // storage is a persistent id (BINPERSID), optionally followed by a state BUILD applies (numpy's arrays and
-// dtypes, as their __reduce__ gives them), and bytes as protocol 2 writes them (_codecs.encode of their
-// latin-1 text, 'latin1'). No memo: nothing written here is shared.
+// dtypes, as their __reduce__ gives them), bytes as protocol 2 writes them (_codecs.encode of their
+// latin-1 text, 'latin1'), instances (NEWOBJ, then BUILD their state) and dicts keyed by them. No memo:
+// nothing written here is shared.
 #pragma once
 
 #include <cstdint>
@@ -20,15 +21,16 @@ namespace tessera::ckpt {
 
 struct PickleOut {
   enum class Kind : uint8_t { None, Bool, Int, Float, String, Bytes, Tuple, List, Dict, OrderedDict, Namespace, Global,
-                              Call, PersistentId };
+                              Call, PersistentId, Object, PairDict };
   Kind kind = Kind::None;
   bool boolean = false;
   int64_t integer = 0;
   double real = 0;
   std::string text;                 // String, Bytes; Global and Call: "module\nname"
-  std::vector<PickleOut> items;     // Tuple, List; Call: the arguments; PersistentId: the id's tuple items
+  std::vector<PickleOut> items;     // Tuple, List; Call: the arguments; PersistentId: the id's tuple items;
+                                    // PairDict: key, value, key, value, ...
   std::vector<std::pair<std::string, PickleOut>> entries;  // Dict, OrderedDict, Namespace (string keys, in order)
-  std::vector<PickleOut> state;     // Call: none, or the one value BUILD gives the object made
+  std::vector<PickleOut> state;     // Call: none, or the one value BUILD gives the object made; Object: that value
 
   static PickleOut none() { return {}; }
   static PickleOut boolean_of(bool b);
@@ -45,6 +47,11 @@ struct PickleOut {
   static PickleOut call_with_state(const std::string& module, const std::string& name, std::vector<PickleOut> args,
                                    PickleOut state);
   static PickleOut persistent_id(std::vector<PickleOut> id);
+  // An instance of module.name made as copyreg's protocol-2 form makes it (the class, (), NEWOBJ), then given
+  // `state` by BUILD: a dataclass's __dict__, or what its __setstate__ takes (PyTorch's DCP metadata).
+  static PickleOut object(const std::string& module, const std::string& name, PickleOut state);
+  // A dict whose keys are not strings (objects, such as DCP's MetadataIndex), in this order.
+  static PickleOut pair_dict(std::vector<std::pair<PickleOut, PickleOut>> pairs);
 
   PickleOut& set(const std::string& key, PickleOut value);  // appends an entry; returns *this
 };

@@ -66,6 +66,17 @@ PickleOut TorchSaveWriter::rebuild(const std::string& cls, const Shape& shape) {
 
 void TorchSaveWriter::write(const std::string& path, const PickleOut& root) {
   ZipWriter zip(path);
+  write_to(zip, root);
+}
+
+std::string TorchSaveWriter::bytes(const PickleOut& root) {
+  std::string out;
+  ZipWriter zip(&out);
+  write_to(zip, root);
+  return out;
+}
+
+void TorchSaveWriter::write_to(ZipWriter& zip, const PickleOut& root) {
   // torch.load takes the archive's name from its first entry; PyTorch 2.x writes "archive".
   zip.add("archive/data.pkl", write_pickle(root));
   zip.add("archive/byteorder", std::string("little"));

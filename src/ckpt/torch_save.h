@@ -17,6 +17,8 @@
 
 namespace tessera::ckpt {
 
+class ZipWriter;
+
 class TorchSaveWriter {
  public:
   // A tensor in the value tree, stored as `stored` (F32, BF16 or F16, from an F32 tensor; or the
@@ -27,6 +29,8 @@ class TorchSaveWriter {
   PickleOut byte_tensor(std::string bytes);
   // Writes `root` and the storages of the tensors made by tensor() to `path`, atomically.
   void write(const std::string& path, const PickleOut& root);
+  // The same archive's bytes (what torch.save writes to a BytesIO: a DCP data file's item).
+  std::string bytes(const PickleOut& root);
 
  private:
   struct Storage {
@@ -35,6 +39,7 @@ class TorchSaveWriter {
     std::string bytes;  // a ByteStorage's (tensor undefined)
   };
   PickleOut rebuild(const std::string& storage_class, const Shape& shape);
+  void write_to(ZipWriter& zip, const PickleOut& root);
   std::vector<Storage> storages_;
 };
 

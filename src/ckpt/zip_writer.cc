@@ -44,14 +44,20 @@ uint32_t zip_crc32(const void* data, size_t n, uint32_t crc) {
 ZipWriter::ZipWriter(const std::string& path)
     : path_(path), out_(std::make_unique<AtomicOutputFile>(path, path)) {}
 
+ZipWriter::ZipWriter(std::string* memory) : path_("(an archive in memory)"), memory_(memory) {}
+
 void ZipWriter::put(const void* data, size_t n) {
-  out_->stream().write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-  TESSERA_CHECK(out_->stream().good(), path_, ": write failed");
+  if (memory_) {
+    memory_->append(static_cast<const char*>(data), n);
+  } else {
+    out_->stream().write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+    TESSERA_CHECK(out_->stream().good(), path_, ": write failed");
+  }
   offset_ += n;
 }
 
 void ZipWriter::add(const std::string& name, const void* data, uint64_t n) {
-  TESSERA_CHECK(out_, path_, ": the archive was already committed");
+  TESSERA_CHECK(out_ || memory_, path_, ": the archive was already committed");
   TESSERA_CHECK(!name.empty() && name.size() < 0xFFFF, path_, ": bad entry name '", name, "'");
   Written w{name, n, offset_, zip_crc32(data, n)};
   const bool big = n >= zip64_threshold;
@@ -88,7 +94,7 @@ void ZipWriter::add(const std::string& name, const void* data, uint64_t n) {
 }
 
 void ZipWriter::commit() {
-  TESSERA_CHECK(out_, path_, ": the archive was already committed");
+  TESSERA_CHECK(out_ || memory_, path_, ": the archive was already committed");
   const uint64_t directory_offset = offset_;
   for (const Written& w : entries_) {
     const bool big_size = w.size >= zip64_threshold, big_offset = w.header_offset >= zip64_threshold;
@@ -153,8 +159,9 @@ void ZipWriter::commit() {
   end.u32(zip64 ? 0xFFFFFFFFu : directory_offset);
   end.u16(0);
   put(end.b.data(), end.b.size());
-  out_->commit();
+  if (out_) out_->commit();
   out_.reset();
+  memory_ = nullptr;
 }
 
 }  // namespace tessera::ckpt

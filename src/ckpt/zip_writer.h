@@ -21,6 +21,9 @@ uint32_t zip_crc32(const void* data, size_t n, uint32_t crc = 0);
 class ZipWriter {
  public:
   explicit ZipWriter(const std::string& path);
+  // Appends the archive to *memory instead (an item of a DCP data file, which holds archives one after
+  // another); commit() ends it there.
+  explicit ZipWriter(std::string* memory);
 
   // Appends a stored entry holding bytes [data, data + n).
   void add(const std::string& name, const void* data, uint64_t n);
@@ -41,6 +44,7 @@ class ZipWriter {
 
   std::string path_;
   std::unique_ptr<AtomicOutputFile> out_;
+  std::string* memory_ = nullptr;
   uint64_t offset_ = 0;
   std::vector<Written> entries_;
 };
