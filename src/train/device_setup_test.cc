@@ -147,7 +147,7 @@ TEST(Device, TheParallelLayoutsRunOnGpusOnlyWhenOptedInAsUnverified) {
   DeviceProbe four = {true, 4, "", {"H100 0", "H100 1", "H100 2", "H100 3"}};
   four.unverified_layouts = true;
   four.local = {1, 4, "SLURM_LOCALID"};
-  TrainArguments b = parse("", 4);
+  TrainArguments b = parse("--global-batch-size 8", 4);
   EXPECT_EQ(choose(b, "cuda", four), "device: cuda:1 (H100 1, --device cuda, local rank 1 of 4 (SLURM_LOCALID), 4 "
                                      "visible GPUs)");
   b.device_flag = "cuda";
