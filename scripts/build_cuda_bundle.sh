@@ -49,10 +49,16 @@ rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 for t in "${targets[@]}"; do cp "$build/$t" "$bundle/bin/"; done
 cp "$build/tessera" "$bundle/bin/"
+# mpirun and orted, for scripts/gpu_layouts_check.sh's two ranks on one GPU (OPAL_PREFIX=BUNDLE there).
+for tool in mpirun orted; do
+  path=$(command -v "$tool" || true)
+  [ -n "$path" ] && cp -L "$path" "$bundle/bin/$tool"
+done
 cp -rL "$mpi_plugins" "$bundle/lib/openmpi"
 # Every library a binary or plugin loads, but glibc's (the device has a newer one) and CUDA's (the
 # device's own matches its driver). One that ldd does not find would be missing on the device: an error.
-for f in "${targets[@]/#/$build/}" "$build/tessera" "$bundle"/lib/openmpi/*.so; do
+for f in "${targets[@]/#/$build/}" "$build/tessera" "$bundle"/bin/mpirun "$bundle"/bin/orted "$bundle"/lib/openmpi/*.so; do
+  [ -e "$f" ] || continue
   LD_LIBRARY_PATH="${deps:+$deps/lib/x86_64-linux-gnu:}${LD_LIBRARY_PATH:-}" ldd "$f"
 done > "$bundle/ldd.txt"
 if grep 'not found' "$bundle/ldd.txt" | sort -u | grep .; then

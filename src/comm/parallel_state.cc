@@ -191,6 +191,12 @@ ParallelState::ParallelState(ProcessGroup& world, const ParallelLayout& layout) 
     groups_.push_back(make_group(world, layout, world_rank_, static_cast<GroupKind>(k)));
 }
 
+void ParallelState::wrap_groups(
+    const std::function<std::unique_ptr<ProcessGroup>(std::unique_ptr<ProcessGroup>)>& wrap) {
+  for (std::unique_ptr<ProcessGroup>& g : groups_)
+    if (g) g = wrap(std::move(g));  // the embedding group is null on the middle pipeline stages
+}
+
 std::unique_ptr<ParallelState> ParallelState::single_process() {
   std::unique_ptr<ProcessGroup> world = make_single_process_group("world");
   return std::make_unique<ParallelState>(*world, ParallelLayout{});

@@ -5,6 +5,7 @@
 // With the default order and cp = 1:  world rank = tp_rank + tp * (dp_rank + dp * pp_rank).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,6 +119,12 @@ class ParallelState {
 
   bool is_first_pipeline_stage() const { return coords_.pp == 0; }
   bool is_last_pipeline_stage() const { return coords_.pp == layout_.pipeline_model_parallel_size - 1; }
+
+  // Collective over the world: replaces every group this rank belongs to by `wrap(group)`, kind by kind
+  // in GroupKind order (the same on every rank; each call may communicate within its group only), e.g.
+  // the device communication of a run on GPUs (comm/cuda/nccl_process_group.h). Before anything holds
+  // a reference to a group.
+  void wrap_groups(const std::function<std::unique_ptr<ProcessGroup>(std::unique_ptr<ProcessGroup>)>& wrap);
 
   // "rank 5 -> tp 1, dp 0, pp 1" and one line per group kind, for the start-up log.
   std::string describe() const;

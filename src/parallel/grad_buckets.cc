@@ -1,9 +1,9 @@
 #include "parallel/grad_buckets.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/progress.h"
+#include "kernels/tensor_ops.h"
 
 namespace tessera::parallel {
 
@@ -131,7 +131,7 @@ void GradBuckets::mark_final_from(int64_t first_final) {
     // MPI's reduce-scatter is out of place: the piece arrives in its own buffer and is copied into the
     // gradient buffer by finish().
     if (b.span.piece > 0) {
-      b.reduced_piece = Tensor::empty({b.span.piece});
+      b.reduced_piece = Tensor::empty({b.span.piece}, DType::F32, grads_.device());
       b.work = group_.reduce_scatter_async(grads_.flat_range(b.span.begin, ranks * b.span.piece), b.reduced_piece);
     }
     const int64_t tail = b.span.tail_begin(ranks);
@@ -150,8 +150,8 @@ void GradBuckets::finish() {
     if (b.work) b.work->wait();
     if (b.tail_work) b.tail_work->wait();
     if (b.reduced_piece.defined()) {
-      std::memcpy(grads_.host_f32() + b.span.begin + group_.rank() * b.span.piece, b.reduced_piece.host_f32(),
-                  b.reduced_piece.nbytes());
+      // A kernel's copy: the gradient buffer is on the GPU in a run there.
+      kernels::copy(grads_.flat_range(b.span.begin + group_.rank() * b.span.piece, b.span.piece), b.reduced_piece);
       b.reduced_piece = Tensor();
     }
     b.work.reset();

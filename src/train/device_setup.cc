@@ -1,5 +1,7 @@
 #include "train/device_setup.h"
 
+#include <cstdlib>
+
 #include "kernels/device_dispatch.h"
 #include "kernels/tensor_ops.h"
 #include "model/batch_layout.h"
@@ -28,13 +30,21 @@ DeviceProbe probe_devices() {
 #else
   p.why_none = "this tessera was built without CUDA (no CUDA toolkit where it was built)";
 #endif
+  p.local = local_rank_from([](const char* name) { return std::getenv(name); });
+  const char* opt_in = std::getenv(kUnverifiedGpuLayoutsVariable);
+  p.unverified_layouts = opt_in != nullptr && std::string(opt_in) == "1";
   return p;
 }
 
-void prepare_device(Device device) {
+void prepare_device(Device device, int ranks_sharing) {
   if (device.type != DeviceType::CUDA) return;
 #if defined(TESSERA_WITH_CUDA)
-  cuda::register_device_allocators();
+  // Ranks sharing the GPU each take an equal share; TESSERA_CUDA_MEMORY_CAP_MIB (read by the allocators
+  // when given 0) wins.
+  const size_t cap = std::getenv("TESSERA_CUDA_MEMORY_CAP_MIB") == nullptr
+                         ? shared_gpu_memory_cap(cuda::memory_info(device.index).total_bytes, ranks_sharing)
+                         : 0;
+  cuda::register_device_allocators(cap);
   cuda::register_gemm_backend();
   // The kernels launch on the current device: this one, for the thread that trains.
   cuda::check(cudaSetDevice(device.index), "cudaSetDevice");

@@ -60,8 +60,9 @@ TEST(Device, LeftOutARunTheGpuPathDoesNotRunTrainsOnTheCpu) {
   EXPECT_EQ(choose(a, "", one_gpu()),
             "device: cpu (cuda:0 is present, but the GPU path does not run mixture of experts (--num-experts) yet)");
   EXPECT_EQ(choose(parse("", 2), "", one_gpu()),
-            "device: cpu (cuda:0 is present, but the GPU path trains on one rank; this job has 2 ranks (several GPUs "
-            "come later))");
+            str_cat("device: cpu (cuda:0 is present, but the GPU path runs data parallelism over 2 ranks only "
+                    "unverified (no device run has compared it with the CPU yet: scripts/gpu_layouts_check.sh); set "
+                    "TESSERA_UNVERIFIED_GPU_LAYOUTS=1 to run it anyway)"));
 }
 
 TEST(Device, NamedItIsThatDeviceOrAnErrorWithCudasReason) {
@@ -86,15 +87,6 @@ TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
     EXPECT_EQ(choose(a, "cuda", no_gpu()), str_cat("--device=cuda: the GPU path does not run ", what, tail));
   };
   TrainArguments a = parse("");
-  a.tensor_model_parallel_size = 2;
-  refused(a, "--tensor-model-parallel-size=2");
-  a = parse("");
-  a.pipeline_model_parallel_size = 2;
-  refused(a, "--pipeline-model-parallel-size=2");
-  a = parse("");
-  a.context_parallel_size = 2;
-  refused(a, "--context-parallel-size=2");
-  a = parse("");
   a.expert_model_parallel_size = 2;
   refused(a, "--expert-model-parallel-size=2");
   refused(parse("--num-experts 4"), "mixture of experts (--num-experts)");
@@ -104,12 +96,70 @@ TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
   a = parse("");
   a.kd = true;  // (parsing --kd reads a teacher checkpoint)
   refused(a, "knowledge distillation (--kd)");
-  refused(parse("--use-distributed-optimizer"), "--use-distributed-optimizer");
   refused(parse("--sample-interval 1 --sample-prompt hi"),
           "--sample-interval=1 (generation on the GPU comes later)");
-  EXPECT_EQ(choose(parse("", 2), "cuda", one_gpu()),
-            "--device=cuda: the GPU path trains on one rank; this job has 2 ranks (several GPUs come later); leave "
-            "--device out or use --device cpu");
+  // Even with the opt-in below.
+  DeviceProbe opted_in = one_gpu();
+  opted_in.unverified_layouts = true;
+  a = parse("--num-experts 4", 2);
+  EXPECT_EQ(choose(a, "cuda", opted_in), "--device=cuda: the GPU path does not run mixture of experts (--num-experts) "
+                                         "yet; leave --device out or use --device cpu");
+}
+
+// The layouts issue 56 brings to the GPU (device-clean, not yet run on one): refused, saying how to opt
+// in and that the run is unverified; with TESSERA_UNVERIFIED_GPU_LAYOUTS=1 they run, each rank on the GPU
+// of its local rank.
+TEST(Device, TheParallelLayoutsRunOnGpusOnlyWhenOptedInAsUnverified) {
+  auto unverified = [](const std::string& what) {
+    return str_cat("--device=cuda: the GPU path runs ", what, " only unverified (no device run has compared it "
+                   "with the CPU yet: scripts/gpu_layouts_check.sh); set TESSERA_UNVERIFIED_GPU_LAYOUTS=1 to run it "
+                   "anyway; leave --device out or use --device cpu");
+  };
+  DeviceProbe opted_in = one_gpu();
+  opted_in.unverified_layouts = true;
+  opted_in.local = {1, 2, "OMPI_COMM_WORLD_LOCAL_RANK"};
+  const std::string shared = "device: cuda:0 (NVIDIA H200, --device cuda, local rank 1 of 2 "
+                             "(OMPI_COMM_WORLD_LOCAL_RANK), 1 visible GPU, shared by 2 ranks)";
+  TrainArguments a = parse("", 2);
+  a.tensor_model_parallel_size = 2;
+  a.sequence_parallel = true;
+  EXPECT_EQ(choose(a, "cuda", one_gpu()), unverified("--tensor-model-parallel-size=2"));
+  EXPECT_EQ(choose(a, "cuda", opted_in), shared);
+  a = parse("", 2);
+  a.pipeline_model_parallel_size = 2;
+  EXPECT_EQ(choose(a, "cuda", one_gpu()), unverified("--pipeline-model-parallel-size=2"));
+  EXPECT_EQ(choose(a, "cuda", opted_in), shared);
+  a = parse("", 2);
+  a.context_parallel_size = 2;
+  EXPECT_EQ(choose(a, "cuda", one_gpu()), unverified("--context-parallel-size=2"));
+  EXPECT_EQ(choose(a, "cuda", opted_in), shared);
+  a = parse("--use-distributed-optimizer", 2);
+  EXPECT_EQ(choose(a, "cuda", one_gpu()), unverified("--use-distributed-optimizer"));
+  EXPECT_EQ(choose(a, "cuda", opted_in), shared);
+  EXPECT_EQ(choose(parse("", 2), "cuda", one_gpu()), unverified("data parallelism over 2 ranks"));
+  EXPECT_EQ(choose(parse("", 2), "cuda", opted_in), shared);
+  // Left out, opted in: the GPU too; --device cuda:N names the GPU every rank of the node shares.
+  EXPECT_EQ(choose(parse("", 2), "", opted_in),
+            "device: cuda:0 (NVIDIA H200, local rank 1 of 2 (OMPI_COMM_WORLD_LOCAL_RANK), 1 visible GPU, shared by 2 "
+            "ranks)");
+  EXPECT_EQ(choose(parse("", 2), "cuda:0", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda:0, shared by 2 ranks)");
+  // A rank per GPU on a node of 4: local rank 1 on cuda:1, alone.
+  DeviceProbe four = {true, 4, "", {"H100 0", "H100 1", "H100 2", "H100 3"}};
+  four.unverified_layouts = true;
+  four.local = {1, 4, "SLURM_LOCALID"};
+  TrainArguments b = parse("--global-batch-size 8", 4);
+  EXPECT_EQ(choose(b, "cuda", four), "device: cuda:1 (H100 1, --device cuda, local rank 1 of 4 (SLURM_LOCALID), 4 "
+                                     "visible GPUs)");
+  b.device_flag = "cuda";
+  finalize_device(b, four);
+  EXPECT_EQ(b.gpu_ranks_sharing, 1);
+}
+
+TEST(Device, DeviceCollectivesIsAutoStagedOrNccl) {
+  for (const char* v : {"auto", "staged", "nccl"})
+    EXPECT_EQ(parse(str_cat("--device-collectives ", v)).device_collectives, v);
+  EXPECT_EQ(parse("").device_collectives, "auto");
+  EXPECT_EQ(error_of("--device cpu --device-collectives mpi"), "--device-collectives=mpi: must be auto, staged or nccl");
 }
 
 // What it runs: GPT-2 and Llama styles, fp32, bf16 and fp16 (the loss scaler reads only the step's
@@ -128,7 +178,8 @@ TEST(Device, ParsedHereTheFlagIsCheckedBeforeAnyWork) {
   EXPECT_EQ(error_of("--device cuda --model-family bert"),
             "--device=cuda: the GPU path does not run --model-family=bert (GPT models only) yet; leave --device out "
             "or use --device cpu");
-  EXPECT_EQ(error_of("--device cuda", 2).rfind("--device=cuda: the GPU path trains on one rank; this job has 2", 0), 0u);
+  EXPECT_EQ(error_of("--device cuda", 2).rfind("--device=cuda: the GPU path runs data parallelism over 2 ranks only "
+                                               "unverified", 0), 0u);
   EXPECT_EQ(parse_train_arguments(split_flags(kBase + "--device cpu")).device, Device::cpu());
   // Left out on several ranks: the CPU, whatever this machine has.
   EXPECT_EQ(parse_train_arguments(split_flags(kBase), 2).device, Device::cpu());

@@ -5,6 +5,7 @@
 
 #include "comm/cuda/nccl_process_group.h"
 #include "comm/device_staging.h"
+#include "comm/host_routing_process_group.h"
 #include "comm/staged_process_group.h"
 
 namespace tessera::comm::cuda {
@@ -40,7 +41,12 @@ std::unique_ptr<ProcessGroup> make_device_process_group(std::unique_ptr<ProcessG
   facts.shared_device = first_shared_device(*mpi, device_key(ordinal));
   CollectivesChoice choice = choose_collectives(setting, facts, mpi->name());
   if (reason) *reason = choice.reason;
-  if (choice.path == CollectivesPath::Nccl) return make_nccl_process_group(std::move(mpi), ordinal, nccl);
+  if (choice.path == CollectivesPath::Nccl) {
+    // NCCL takes its GPU's tensors only; the group's host tensors (a layout's scalars) keep to MPI, over
+    // a copy of the group (the NCCL group keeps its own for split()).
+    std::unique_ptr<ProcessGroup> host = mpi->split(0, mpi->rank(), mpi->name());
+    return make_host_routing_process_group(std::move(host), make_nccl_process_group(std::move(mpi), ordinal, nccl));
+  }
   return make_staged_process_group(std::move(mpi), make_transfer_staging());
 }
 

@@ -36,7 +36,8 @@ std::unique_ptr<ProcessGroup> make_nccl_process_group(std::unique_ptr<ProcessGro
 // bus id, hashed (CUDA_VISIBLE_DEVICES renumbers ordinals, not buses). For first_shared_device.
 int64_t device_key(int ordinal);
 
-// Collective over `mpi`: the group for tensors on cuda:`ordinal`, NCCL or staged over `mpi` as
+// Collective over `mpi`: the group for tensors on cuda:`ordinal`, NCCL (its host tensors over a copy of
+// `mpi`: comm/host_routing_process_group.h) or staged over `mpi` as
 // choose_collectives says for `setting` (every member decides alike: NCCL only where it loaded on all of
 // them). `reason` (optional) receives the choice's reason for the start-up line.
 std::unique_ptr<ProcessGroup> make_device_process_group(std::unique_ptr<ProcessGroup> mpi, DeviceCollectives setting,

@@ -202,11 +202,16 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   add_megatron_compat_flags(*app.add_option_group("Megatron flags accepted with no effect here"),
                             a.megatron_compat_flags);
 
-  app.add_option_group("device")
-      ->add_option("--device", a.device_flag,
-                   "cpu, cuda or cuda:N (Tessera's own flag). Default: cuda:0 where this build has CUDA, a GPU is "
-                   "usable and the GPU path runs this job (one rank, a dense GPT), else cpu; the start-up line says "
-                   "which and why");
+  CLI::Option_group* device = app.add_option_group("device");
+  device->add_option("--device", a.device_flag,
+                     "cpu, cuda or cuda:N (Tessera's own flag). Default: cuda:0 where this build has CUDA, a GPU is "
+                     "usable and the GPU path runs this job (one rank, a dense GPT), else cpu; the start-up line says "
+                     "which and why");
+  device->add_option("--device-collectives", a.device_collectives,
+                     "auto, staged or nccl (Tessera's own flag): how the parallel groups of a --device cuda run on "
+                     "several ranks move device tensors. auto: NCCL where every member of a group has a GPU of its "
+                     "own and NCCL loads, else staged through pinned host memory over MPI; staged: always through "
+                     "the host; nccl: NCCL or an error saying why not");
 
   take_last_occurrence_of_scalars(app);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back

@@ -217,6 +217,12 @@ struct TrainArguments {
   std::string device_flag;
   Device device = Device::cpu();
   std::string device_reason = "--device cpu";
+  // Ranks of this node on the chosen GPU, this one included (train/gpu_choice.h): above 1, each caps its
+  // device memory at an equal share.
+  int gpu_ranks_sharing = 1;
+  // --device-collectives (Tessera's own; Megatron has none): auto, staged or nccl, how the groups of a run
+  // on several GPU ranks move device tensors (comm/device_collectives.h).
+  std::string device_collectives = "auto";
   int64_t data_parallel_size() const {
     return world_size / (tensor_model_parallel_size * context_parallel_size * pipeline_model_parallel_size);
   }

@@ -1,27 +1,40 @@
 // The rules of --device (Tessera's own flag; Megatron has none): cpu, cuda or cuda:N, what the GPU path
-// runs (issue 39, step 1: one rank, a dense GPT), and the device chosen when the flag is left out. A run
-// the GPU path does not run yet is refused by name with --device cuda, and trains on the CPU without it.
+// runs (issue 39's step 1: one rank, a dense GPT; issue 56: the parallel layouts, unverified until the
+// device check has run them), the GPU of each rank, and the device chosen when the flag is left out. A run
+// the GPU path does not run is refused by name with --device cuda, and trains on the CPU without it.
+#include <algorithm>
+
+#include "comm/device_collectives.h"
 #include "train/args/argument_rules.h"
 #include "train/args/arguments.h"
 #include "train/device_setup.h"
+#include "train/gpu_choice.h"
 
 namespace tessera::train {
 
 using rules::require;
 
-std::string gpu_path_refusal(const TrainArguments& a) {
-  // Each names the flag as the user gave it. One rank on one GPU, a dense GPT: what issue 39's step 1
-  // trains; the rest reads or writes tensor memory on the host inside the step (the samplers, the
-  // Ouroboros driver, the teacher) or needs collectives on device memory (NCCL comes later).
-  auto not_yet = [](const std::string& what) { return str_cat("the GPU path does not run ", what, " yet"); };
-  if (a.world_size > 1)
-    return str_cat("the GPU path trains on one rank; this job has ", a.world_size,
-                   " ranks (several GPUs come later)");
-  if (a.tensor_model_parallel_size > 1)
-    return not_yet(str_cat("--tensor-model-parallel-size=", a.tensor_model_parallel_size));
+namespace {
+
+// The layouts whose code path is device-clean (every collective through ProcessGroup on tensors, no host
+// read of a device tensor) but that no GPU has run yet: each named as the user gave it, empty if none.
+std::string unverified_layout(const TrainArguments& a) {
+  if (a.tensor_model_parallel_size > 1) return str_cat("--tensor-model-parallel-size=", a.tensor_model_parallel_size);
   if (a.pipeline_model_parallel_size > 1)
-    return not_yet(str_cat("--pipeline-model-parallel-size=", a.pipeline_model_parallel_size));
-  if (a.context_parallel_size > 1) return not_yet(str_cat("--context-parallel-size=", a.context_parallel_size));
+    return str_cat("--pipeline-model-parallel-size=", a.pipeline_model_parallel_size);
+  if (a.context_parallel_size > 1) return str_cat("--context-parallel-size=", a.context_parallel_size);
+  if (a.use_distributed_optimizer) return "--use-distributed-optimizer";
+  if (a.world_size > 1) return str_cat("data parallelism over ", a.world_size, " ranks");
+  return "";
+}
+
+}  // namespace
+
+std::string gpu_path_refusal(const TrainArguments& a, bool unverified_layouts) {
+  // Each names the flag as the user gave it. What the GPU path cannot run at all first: the rest reads
+  // or writes tensor memory on the host inside the step (the samplers, the Ouroboros driver, the
+  // teacher) or has no CUDA kernels (the MoE router and dispatch, MLA, MTP's column copies).
+  auto not_yet = [](const std::string& what) { return str_cat("the GPU path does not run ", what, " yet"); };
   if (a.expert_model_parallel_size > 1)
     return not_yet(str_cat("--expert-model-parallel-size=", a.expert_model_parallel_size));
   if (a.model.moe.enabled()) return not_yet("mixture of experts (--num-experts)");
@@ -33,49 +46,64 @@ std::string gpu_path_refusal(const TrainArguments& a) {
   if (a.pipeline_schedule == "ouroboros") return not_yet("--pipeline-schedule=ouroboros");
   if (!a.pipeline_token_slices.empty()) return not_yet(str_cat("--pipeline-token-slices=", a.pipeline_token_slices));
   if (a.kd) return not_yet("knowledge distillation (--kd)");
-  if (a.use_distributed_optimizer) return not_yet("--use-distributed-optimizer");
   if (a.sample_interval > 0)
     return not_yet(str_cat("--sample-interval=", a.sample_interval, " (generation on the GPU comes later)"));
+  // Then the layouts issue 56 brings to the GPU: refused until opted in, as no GPU has run them yet.
+  if (const std::string layout = unverified_layout(a); !layout.empty() && !unverified_layouts)
+    return str_cat("the GPU path runs ", layout, " only unverified (no device run has compared it with the CPU "
+                   "yet: scripts/gpu_layouts_check.sh); set ", kUnverifiedGpuLayoutsVariable,
+                   "=1 to run it anyway");
   return "";
 }
 
 void finalize_device(TrainArguments& a, const DeviceProbe& probe) {
   const char* flag = "--device";
   const std::string& v = a.device_flag;
+  comm::parse_device_collectives(a.device_collectives);  // refuses a bad value on any device
+  a.gpu_ranks_sharing = 1;
   if (v == "cpu") {
     a.device = Device::cpu();
     a.device_reason = "--device cpu";
     return;
   }
+  auto on_gpu = [&](std::optional<int> named) {
+    const GpuChoice c = choose_gpu(named, std::max(probe.cuda_devices, 1), probe.local);
+    const std::string name = static_cast<size_t>(c.ordinal) < probe.names.size() ? probe.names[c.ordinal]
+                                                                                 : std::string("a CUDA device");
+    a.device = Device{DeviceType::CUDA, c.ordinal};
+    a.gpu_ranks_sharing = c.ranks_sharing;
+    // One rank: as before ("NVIDIA H200, --device cuda"); several: which GPU of the node and why.
+    a.device_reason = str_cat(name, v.empty() ? "" : str_cat(", --device ", v));
+    if (a.world_size > 1 || c.ranks_sharing > 1)
+      a.device_reason += named ? (c.ranks_sharing > 1 ? str_cat(", shared by ", c.ranks_sharing, " ranks") : "")
+                               : str_cat(", ", c.reason);
+  };
   if (v.empty()) {  // chosen here, and said why on start-up
     a.device = Device::cpu();
     if (!probe.cuda_build || probe.cuda_devices == 0) {
       a.device_reason = probe.why_none;
-    } else if (const std::string refusal = gpu_path_refusal(a); !refusal.empty()) {
+    } else if (const std::string refusal = gpu_path_refusal(a, probe.unverified_layouts); !refusal.empty()) {
       a.device_reason = str_cat("cuda:0 is present, but ", refusal);
     } else {
-      a.device = Device{DeviceType::CUDA, 0};
-      a.device_reason = probe.names.empty() ? std::string("a CUDA device") : probe.names[0];
+      on_gpu(std::nullopt);
     }
     return;
   }
-  int ordinal = 0;
+  std::optional<int> named;
   if (v != "cuda") {
     const bool numbered = v.rfind("cuda:", 0) == 0 && v.size() > 5 && v.size() <= 8 &&
                           v.find_first_not_of("0123456789", 5) == std::string::npos;
     require(numbered, flag, v, "must be cpu, cuda or cuda:N");
-    ordinal = std::stoi(v.substr(5));
+    named = std::stoi(v.substr(5));
   }
   // What the GPU path does not run first: the answer is the same on every machine.
-  const std::string refusal = gpu_path_refusal(a);
+  const std::string refusal = gpu_path_refusal(a, probe.unverified_layouts);
   require(refusal.empty(), flag, v, refusal + "; leave --device out or use --device cpu");
   require(probe.cuda_build && probe.cuda_devices > 0, flag, v, str_cat("no usable GPU: ", probe.why_none));
-  require(ordinal < probe.cuda_devices, flag, v,
+  require(named.value_or(0) < probe.cuda_devices, flag, v,
           str_cat("this machine has ", probe.cuda_devices, " CUDA device", probe.cuda_devices == 1 ? "" : "s",
                   " (cuda:0", probe.cuda_devices > 1 ? str_cat(" to cuda:", probe.cuda_devices - 1) : "", ")"));
-  a.device = Device{DeviceType::CUDA, ordinal};
-  a.device_reason = str_cat(static_cast<size_t>(ordinal) < probe.names.size() ? probe.names[ordinal] : "a CUDA device",
-                            ", --device ", v);
+  on_gpu(named);
 }
 
 void finalize_device(TrainArguments& a) {

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The device check of issue 56 (several GPUs, step 3): on a machine with one GPU, runs every parallel
+# layout the GPU path lifts as two processes sharing that GPU (their collectives staged through pinned
+# host memory over MPI: NCCL refuses two ranks on one GPU), each against the same layout on the CPU from
+# the same seed, and NCCL's group at world size 1 (comm_nccl_process_group_test); prints one table last.
+#   bash scripts/gpu_layouts_check.sh [--dry-run] [BUNDLE (build/cuda-bundle, or its .tar.gz)]
+# BUNDLE is what scripts/build_cuda_bundle.sh makes (bin/tessera, bin/mpirun, bin/orted, the tests,
+# lib/ with Open MPI's plugins), or a build folder with tessera in it. From a development machine:
+#   scripts/build_cuda_bundle.sh, then the device tool's
+#   run(command="bash scripts/gpu_layouts_check.sh", carry=["build/cuda-bundle.tar.gz"], timeout_s=420)
+# --dry-run (any machine, no GPU needed): prints the plan and checks that its programs exist; exit 1
+# naming what is missing. Results go to $OUT when set (else build/gpu-layouts-check): one log per part.
+# Each layout runs under TESSERA_UNVERIFIED_GPU_LAYOUTS=1 (the opt-in until this script has passed) and
+# compares every logged "lm loss" and "grad norm" of its 10 iterations with the CPU run's: fp32 within
+# 1e-4 relative (step 1's tolerance for `tessera train`), bf16 within 2e-2. Exits 1 when a part fails.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dry_run=0
+[ "${1:-}" = --dry-run ] && { dry_run=1; shift; }
+bundle=${1:-$root/build/cuda-bundle}
+out=${OUT:-$root/build/gpu-layouts-check}
+if [ ! -d "$bundle" ] && [ -f "${bundle%.tar.gz}.tar.gz" ]; then
+  packed=${bundle%.tar.gz}.tar.gz
+  bundle=${packed%.tar.gz}
+  mkdir -p "$bundle" && tar -C "$bundle" -xzf "$packed" || { echo "gpu_layouts_check: cannot unpack $packed" >&2; exit 2; }
+fi
+bin=$bundle/bin
+[ -d "$bin" ] || bin=$bundle  # a build folder
+tessera=$bin/tessera
+nccl_test=$bin/comm_nccl_process_group_test
+mpirun=$bin/mpirun
+[ -x "$mpirun" ] || mpirun=$(command -v mpirun || echo "$bin/mpirun")
+
+# The layouts: name, tessera flags, precision. Two ranks each (dp2: two data-parallel replicas).
+layouts=(
+  "tp2+sp|--tensor-model-parallel-size 2 --sequence-parallel|fp32"
+  "tp2+sp bf16|--tensor-model-parallel-size 2 --sequence-parallel --bf16|bf16"
+  "pp2 1F1B|--pipeline-model-parallel-size 2|fp32"
+  "pp2 interleaved|--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1|fp32"
+  "dp2 distributed optimizer|--use-distributed-optimizer --overlap-grad-reduce|fp32"
+  "cp2|--context-parallel-size 2|fp32"
+)
+# What the GPU path still refuses (the table says so; nothing to run).
+refused=("ep2 (MoE): the GPU path has no MoE kernels (router, dispatch): refused by name")
+small_gpt=(train --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
+           --mock-data --tokenizer-type NullTokenizer --vocab-size 128 --micro-batch-size 2 --global-batch-size 8
+           --lr 1e-3 --train-iters 10 --log-interval 1 --eval-iters 0 --seed 1234)
+
+missing=()
+for f in "$tessera" "$nccl_test" "$mpirun"; do [ -x "$f" ] || missing+=("$f"); done
+if [ $dry_run -eq 1 ]; then
+  echo "gpu_layouts_check plan (bundle $bundle, results in $out):"
+  echo "  nccl world size 1: $nccl_test"
+  for l in "${layouts[@]}"; do
+    IFS='|' read -r name flags precision <<<"$l"
+    echo "  $name ($precision): $mpirun -np 2 $tessera ${small_gpt[*]} $flags --device cuda --device-collectives staged, against --device cpu"
+  done
+  for r in "${refused[@]}"; do echo "  not run: $r"; done
+  if [ ${#missing[@]} -gt 0 ]; then
+    printf 'gpu_layouts_check: missing %s\n' "${missing[@]}" >&2
+    exit 1
+  fi
+  echo "gpu_layouts_check: plan OK (${#layouts[@]} layouts, every program present)"
+  exit 0
+fi
+[ ${#missing[@]} -eq 0 ] || { printf 'gpu_layouts_check: missing %s\n' "${missing[@]}" >&2; exit 2; }
+mkdir -p "$out"
+exec > >(tee "$out/log.txt") 2>&1
+
+# The bundle's libraries, the device image's cuBLASLt and NCCL (libnccl.so.2 is found by tessera itself:
+# comm/nccl_library.h), and Open MPI from the bundle: OPAL_PREFIX makes mpirun find orted and its plugins.
+cuda_libs=$(find /usr/local /opt /usr/lib /usr/lib64 -xdev -name 'libcublasLt.so.1[0-9]*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
+export LD_LIBRARY_PATH="$bundle/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ -d "$bundle/lib/openmpi" ]; then
+  export OPAL_PREFIX=$bundle OMPI_MCA_mca_base_component_path=$bundle/lib/openmpi PATH=$bin:$PATH
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=2
+
+summary=()
+failed=0
+row() { summary+=("$(printf '%-30s %-8s %s' "$1" "$2" "$3")"); [ "$2" = OK ] || [ "$2" = "-" ] || failed=1; }
+# run NAME SECONDS COMMAND...: the command under a time limit, its output in $out/NAME.txt; its status.
+run() {
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name"
+  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  local rc=$?
+  tail -5 "$out/$name.txt"
+  return $rc
+}
+# field FILE NAME: the values of "NAME: x" in the log, one a line.
+field() { grep -oE "$2: [0-9.eE+-]+" "$1" | awk '{print $NF}'; }
+# worst A B: the largest relative difference of two columns of numbers, or "missing" when their counts
+# differ from 10.
+worst() {
+  paste <(printf '%s\n' "$1") <(printf '%s\n' "$2") |
+    awk 'BEGIN {w = 0} NF == 2 {n++; d = $1 - $2; if (d < 0) d = -d; s = $2 < 0 ? -$2 : $2; if (s > 0) d /= s; if (d > w) w = d} END {print (n == 10 ? w : "missing")}'
+}
+
+start=$SECONDS
+if run "nccl world size 1" 90 "$nccl_test"; then
+  counts=$(grep -hoE '^\[  (PASSED|SKIPPED|FAILED) *\] [0-9]+' "$out/nccl world size 1.txt" | sed -E 's/\[ *([A-Z]+) *\] ([0-9]+)/\2 \1/' | paste -sd' ' -)
+  row "nccl world size 1" OK "$counts"
+else
+  row "nccl world size 1" FAILED "rc $? (log: nccl world size 1.txt)"
+fi
+for l in "${layouts[@]}"; do
+  IFS='|' read -r name flags precision <<<"$l"
+  tolerance=1e-4
+  [ "$precision" = bf16 ] && tolerance=2e-2
+  # shellcheck disable=SC2086
+  run "$name gpu" 100 env TESSERA_UNVERIFIED_GPU_LAYOUTS=1 "$mpirun" --oversubscribe -np 2 "$tessera" "${small_gpt[@]}" $flags \
+    --device cuda --device-collectives staged
+  gpu_rc=$?
+  # shellcheck disable=SC2086
+  run "$name cpu" 100 "$mpirun" --oversubscribe -np 2 "$tessera" "${small_gpt[@]}" $flags --device cpu
+  cpu_rc=$?
+  if [ $gpu_rc -ne 0 ] || [ $cpu_rc -ne 0 ]; then
+    row "$name" FAILED "rc gpu $gpu_rc, cpu $cpu_rc (logs: $name gpu.txt, $name cpu.txt)"
+    continue
+  fi
+  loss=$(worst "$(field "$out/$name gpu.txt" 'lm loss')" "$(field "$out/$name cpu.txt" 'lm loss')")
+  norm=$(worst "$(field "$out/$name gpu.txt" 'grad norm')" "$(field "$out/$name cpu.txt" 'grad norm')")
+  verdict=$(awk -v a="$loss" -v b="$norm" -v t="$tolerance" 'BEGIN {print (a != "missing" && b != "missing" && a <= t && b <= t) ? "OK" : "FAILED"}')
+  row "$name" "$verdict" "$precision: loss $loss, grad norm $norm (largest relative difference, <= $tolerance)"
+done
+for r in "${refused[@]}"; do row "${r%%:*}" "-" "not run: ${r#*: }"; done
+
+echo
+echo "=== gpu_layouts_check summary ($(date -u '+%Y-%m-%d %H:%M UTC'), $(hostname), $((SECONDS - start)) s)"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+printf '%s\n' "${summary[@]}"
+[ $failed -eq 0 ] && echo "gpu_layouts_check: OK" || echo "gpu_layouts_check: FAILED"
+exit $failed

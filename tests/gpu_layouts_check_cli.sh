@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# scripts/gpu_layouts_check.sh --dry-run, on any machine: the plan lists every layout the device check
+# runs against the CPU and what it does not run, finds its programs in a build folder, and fails naming
+# a missing one.
+set -uo pipefail
+tessera=${1:?usage: gpu_layouts_check_cli.sh path/to/tessera}
+source "$(dirname "$0")/lib/checks.sh"
+script=$(dirname "$0")/../scripts/gpu_layouts_check.sh
+build=$(dirname "$tessera")
+if [ ! -x "$build/comm_nccl_process_group_test" ]; then
+  skip "$build has no comm_nccl_process_group_test (a build without CUDA)"
+fi
+plan=$(OUT=$(mktemp -d) bash "$script" --dry-run "$build" 2>&1)
+check "--dry-run on a build folder exits 0: $plan" $?
+for layout in "tp2+sp (fp32)" "tp2+sp bf16 (bf16)" "pp2 1F1B (fp32)" "pp2 interleaved (fp32)" \
+              "dp2 distributed optimizer (fp32)" "cp2 (fp32)"; do
+  grep -qF "  $layout: " <<<"$plan"
+  check "the plan runs $layout: $plan" $?
+done
+grep -qF -- "--device cuda --device-collectives staged, against --device cpu" <<<"$plan"
+check "each layout runs staged on the GPU against the CPU: $plan" $?
+grep -qF "nccl world size 1: $build/comm_nccl_process_group_test" <<<"$plan"
+check "the plan runs NCCL's world-size-1 test: $plan" $?
+grep -qF "not run: ep2 (MoE)" <<<"$plan"
+check "the plan says what it does not run: $plan" $?
+empty=$(mktemp -d)
+missing=$(bash "$script" --dry-run "$empty" 2>&1)
+[ $? -eq 1 ] && grep -qF "gpu_layouts_check: missing $empty/tessera" <<<"$missing"
+check "a folder without tessera: exit 1 naming it: $missing" $?
+rm -rf "$empty"
+finish gpu_layouts_check_cli
