@@ -41,12 +41,12 @@ void finalize_mtp_model(TrainArguments& a) {
            str_cat("--pipeline-token-slices=", a.pipeline_token_slices, " yet (the modules roll the whole "
                    "sequence by one position, across the slices' boundaries, and the last stage runs each slice "
                    "on its own)"));
-  // Ouroboros: its driver reports and accumulates the language-model loss only (not the mtp_k losses), and
-  // its rule for the tied embedding's delayed gradient knows the output layer's term, not the modules'
-  // lookups on the last module's copy.
+  // Ouroboros: the modules would run on the last module like its output layer (their lookups of the tied
+  // embedding landing in its fresh term), but the driver carries only the language-model loss across the
+  // ring and the replicas (train/ouroboros_driver.cc), so the mtp_k losses would be lost from the log.
   not_with(a.pipeline_schedule != "ouroboros",
-           "--pipeline-schedule ouroboros yet (its driver reports only the language-model loss, not the mtp_k "
-           "losses, and its tied embedding's delayed gradient has no term for the modules' lookups)");
+           "--pipeline-schedule ouroboros yet (its driver carries only the language-model loss across the ring "
+           "and the replicas, not the mtp_k losses)");
   // Each module's layer is built as the last one (Megatron's MTP spec): a mixture of experts when that is.
   if (c.moe.enabled() && static_cast<int64_t>(c.moe.layer_experts.size()) == c.num_layers)
     for (int64_t k = 0; k < c.mtp_num_layers; ++k) c.moe.layer_experts.push_back(c.moe.layer_experts.back());
