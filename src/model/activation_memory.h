@@ -13,6 +13,8 @@
 // take 2 bytes and the statistics stay 4; a recomputed group's kept input stays fp32.
 #pragma once
 
+#include <algorithm>
+
 #include "model/language_model.h"
 
 namespace tessera::model {
@@ -40,8 +42,12 @@ double layer_input_bytes(const ModelConfig& c, const ActivationLayout& l);
 // Tessera: bytes the records of a chunk of `layers` layers hold for one micro-batch under `r`.
 double chunk_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r);
 // Elements of one layer's keys and values for one micro-batch of the whole sequence on one tensor rank
-// (its query groups): the key/value cache each layer of a token-sliced pipeline keeps.
+// (its query groups): the key/value cache each layer of a token-sliced pipeline keeps. Multi-Latent
+// Attention caches each of its heads' up-projected key and value, max(q_head_dim, v_head_dim) wide.
 inline double layer_kv_elements(const ModelConfig& c, int64_t micro_batch, int64_t tensor_parallel) {
+  if (c.mla.enabled)
+    return 2.0 * static_cast<double>(c.seq_length * micro_batch * (c.num_attention_heads / tensor_parallel) *
+                                     std::max(c.mla.q_head_dim(), c.mla.v_head_dim));
   return 2.0 * static_cast<double>(c.seq_length * micro_batch * (c.num_query_groups / tensor_parallel) * c.kv_channels);
 }
 // Tessera: bytes a chunk's record holds besides its layers, per micro-batch: the positions (int32, every

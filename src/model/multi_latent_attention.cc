@@ -11,6 +11,7 @@
 #include "kernels/precision.h"
 #include "kernels/rotary.h"
 #include "model/ring_attention.h"
+#include "model/token_slice_attention.h"
 #include "parallel/tensor_parallel.h"
 
 namespace tessera::model {
@@ -85,7 +86,8 @@ kernels::AttentionDropout mla_attention_dropout(const ModelConfig& c, const Forw
 }
 
 void mla_check_context(const ForwardContext& ctx) {
-  TESSERA_CHECK(ctx.token_slice == nullptr, "multi-latent attention does not run with token slices yet");
+  TESSERA_CHECK(ctx.token_slice == nullptr || ctx.context_parallel == nullptr,
+                "multi-latent attention: token slices under context parallelism");
   TESSERA_CHECK(ctx.context_parallel == nullptr || ctx.seq % 2 == 0, "context parallelism: a rank's ", ctx.seq,
                 " positions are not two equal chunks");
 }
@@ -195,6 +197,13 @@ Tensor MultiLatentAttention::forward(const Tensor& x, bool x_rounded, const Subl
     rec.lse = Tensor::empty({2, ctx.batch, heads_, ctx.seq / 2});
     ring_attention_forward(*ctx.context_parallel, rec.q, rec.k, rec.v, rec.attn, rec.lse,
                            mla_ring_shape(ctx, heads_, d), softmax_scale_, dropout, ctx.doc_start);
+  } else if (ctx.token_slice) {
+    // Token slices: the heads' keys and values (after the up projections and RoPE at the slice's global
+    // positions) go into the layer's cache, which the later slices' queries attend to.
+    rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
+    token_slice_attention_forward(ctx, layer_number_, rec.q, rec.k, rec.v, rec.attn, rec.lse,
+                                  {ctx.seq, ctx.batch, heads_, heads_, d}, softmax_scale_, dropout);
+    rec.k = rec.v = Tensor();  // the layer's cache holds them
   } else {
     rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
     kernels::AttentionShape shape{ctx.seq, ctx.batch, heads_, heads_, d};
@@ -225,13 +234,20 @@ Tensor MultiLatentAttention::backward(const Tensor& dy, const Tensor& x, bool x_
     kernels::copy_columns(dattn_v.view({rows, heads_, dv}), {0, 1}, dattn, {0, 1}, dv);
   }
   dattn_v = Tensor();
-  Tensor dq = Tensor::empty(rec.q.shape()), dk = Tensor::empty(rec.k.shape()), dv_all = Tensor::empty(rec.v.shape());
+  Tensor dq = Tensor::empty(rec.q.shape()), dk, dv_all;
   const kernels::AttentionDropout dropout = mla_attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_);
-  if (ctx.context_parallel) {
+  if (ctx.token_slice) {  // dk, dv_all: views of the cache's gradients at the slice's positions
+    token_slice_attention_backward(ctx, layer_number_, rec.q, rec.attn, rec.lse, dattn.view({rows, heads_ * d}), dq,
+                                   dk, dv_all, {ctx.seq, ctx.batch, heads_, heads_, d}, softmax_scale_, dropout);
+  } else if (ctx.context_parallel) {
+    dk = Tensor::empty(rec.k.shape());
+    dv_all = Tensor::empty(rec.v.shape());
     ring_attention_backward(*ctx.context_parallel, rec.q, rec.k, rec.v, rec.attn, rec.lse,
                             dattn.view({rows, heads_ * d}), dq, dk, dv_all, mla_ring_shape(ctx, heads_, d),
                             softmax_scale_, dropout, ctx.doc_start);
   } else {
+    dk = Tensor::empty(rec.k.shape());
+    dv_all = Tensor::empty(rec.v.shape());
     kernels::AttentionShape shape{ctx.seq, ctx.batch, heads_, heads_, d};
     kernels::attention_backward(rec.q, rec.k, rec.v, rec.attn, rec.lse, dattn.view({rows, heads_ * d}), dq, dk,
                                 dv_all, ctx.doc_start, shape, softmax_scale_, dropout);

@@ -21,7 +21,10 @@
 // linear_kv_up_proj (q W_uk: the "absorbed" form of DeepSeek-V2's paper), so the heads attend to the
 // cached rows as one key/value head, and the values' part of the result goes back through W_uv.
 // Context parallelism runs the same heads around the ring (model/ring_attention.h), the RoPE parts rotated
-// at the rank's two chunks' global positions. Not supported yet: token slices (an Error).
+// at the rank's two chunks' global positions. Token slices (TeraPipe, model/token_sliced_chunk.h) cache each
+// head's up-projected key and value of the earlier slices (model/token_slice_attention.h), the RoPE parts
+// rotated at their global positions: heads x 2 x max(q_head_dim, v_head_dim) floats a position and layer,
+// more than the compressed row decoding caches, but no up projection is recomputed per slice.
 #pragma once
 
 #include <memory>

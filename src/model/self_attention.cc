@@ -9,7 +9,7 @@
 #include "kernels/rotary.h"
 #include "kernels/token_layout.h"
 #include "model/ring_attention.h"
-#include "model/token_sliced_chunk.h"
+#include "model/token_slice_attention.h"
 
 namespace tessera::model {
 namespace {
@@ -197,57 +197,23 @@ RingAttentionShape SelfAttention::ring_shape(const ForwardContext& ctx) const {
 }
 
 // A token slice (model/token_sliced_chunk.h): its keys and values go into the layer's cache at its positions,
-// and its queries attend to the cache up to its end, their positions the last of those keys.
-kernels::AttentionShape SelfAttention::slice_shape(const ForwardContext& ctx) const {
-  TESSERA_CHECK(causal_, "token slices need causal attention");
-  kernels::AttentionShape s = attention_shape(ctx, heads_, groups_, config_.kv_channels, true);
-  s.kv_seq = ctx.token_slice->offset + ctx.seq;
-  return s;
-}
-
-kernels::AttentionDropout SelfAttention::slice_dropout(const ForwardContext& ctx) const {
-  kernels::AttentionDropout drop = attention_dropout(config_, ctx, layer_number_, tp_.rank() * heads_);
-  drop.seq = ctx.token_slice->total;  // the whole sequence's masks
-  return drop;
-}
-
+// and its queries attend to the cache up to its end (model/token_slice_attention.h).
 void SelfAttention::slice_forward(const ForwardContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& attn, const Tensor& lse) const {
-  const TokenSlice& slice = *ctx.token_slice;
-  SliceKvCache& cache = slice.cache(layer_number_);
-  const int64_t b = ctx.batch, d = config_.kv_channels;
-  if (!cache.k.defined()) {  // the first slice: the whole sequence's cache (TeraPipe preallocates it)
-    TESSERA_CHECK(slice.offset == 0, "token slice at ", slice.offset, " before the slice at 0");
-    cache.k = Tensor::empty({slice.total * b, groups_, d});
-    cache.v = Tensor::empty({slice.total * b, groups_, d});
-  }
-  cache.k.narrow(slice.offset * b, ctx.seq * b).copy_from(k);
-  cache.v.narrow(slice.offset * b, ctx.seq * b).copy_from(v);
-  const int64_t keys = (slice.offset + ctx.seq) * b;
-  kernels::attention_forward(q, cache.k.narrow(0, keys), cache.v.narrow(0, keys), attn, lse, Tensor(),
-                             slice_shape(ctx), 1.0f / std::sqrt(static_cast<float>(d)), slice_dropout(ctx));
+  const int64_t d = config_.kv_channels;
+  token_slice_attention_forward(ctx, layer_number_, q, k, v, attn, lse,
+                                attention_shape(ctx, heads_, groups_, d, causal_),
+                                1.0f / std::sqrt(static_cast<float>(d)),
+                                attention_dropout(config_, ctx, layer_number_, tp_.rank() * heads_));
 }
 
 void SelfAttention::slice_backward(const ForwardContext& ctx, const Tensor& q, const Tensor& attn, const Tensor& lse,
                                    const Tensor& dattn, const Tensor& dq, Tensor& dk, Tensor& dv) const {
-  const TokenSlice& slice = *ctx.token_slice;
-  SliceKvCache& cache = slice.cache(layer_number_);
-  const int64_t b = ctx.batch, d = config_.kv_channels, keys = (slice.offset + ctx.seq) * b;
-  TESSERA_CHECK(cache.k.defined(), "token-sliced backward without the forward's cache");
-  if (!cache.dk.defined()) {  // the last slice, first in backward
-    cache.dk = Tensor::zeros(cache.k.shape());
-    cache.dv = Tensor::zeros(cache.v.shape());
-  }
-  Tensor dk_all = Tensor::empty({keys, groups_, d}), dv_all = Tensor::empty({keys, groups_, d});
-  kernels::attention_backward(q, cache.k.narrow(0, keys), cache.v.narrow(0, keys), attn, lse, dattn, dq, dk_all,
-                              dv_all, Tensor(), slice_shape(ctx), 1.0f / std::sqrt(static_cast<float>(d)),
-                              slice_dropout(ctx));
-  // Gradients for the earlier slices' keys and values wait in the cache; the later slices' for this
-  // slice's own positions are there already, and join this slice's.
-  kernels::add_into(cache.dk.narrow(0, keys), dk_all);
-  kernels::add_into(cache.dv.narrow(0, keys), dv_all);
-  dk = cache.dk.narrow(slice.offset * b, ctx.seq * b);
-  dv = cache.dv.narrow(slice.offset * b, ctx.seq * b);
+  const int64_t d = config_.kv_channels;
+  token_slice_attention_backward(ctx, layer_number_, q, attn, lse, dattn, dq, dk, dv,
+                                 attention_shape(ctx, heads_, groups_, d, causal_),
+                                 1.0f / std::sqrt(static_cast<float>(d)),
+                                 attention_dropout(config_, ctx, layer_number_, tp_.rank() * heads_));
 }
 
 void SelfAttention::add_to_kv_cache(int64_t blocks, int64_t block_size, KvCache& cache) const {

@@ -28,8 +28,6 @@ class SelfAttention final : public Sublayer {
   // Context parallelism (ForwardContext::context_parallel): ring attention over this rank's two chunks.
   RingAttentionShape ring_shape(const ForwardContext& ctx) const;
   // Token slices (ForwardContext::token_slice): attention against the layer's cache of the earlier slices.
-  kernels::AttentionShape slice_shape(const ForwardContext& ctx) const;
-  kernels::AttentionDropout slice_dropout(const ForwardContext& ctx) const;
   void slice_forward(const ForwardContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn,
                      const Tensor& lse) const;
   // dk, dv: the slice's own keys' and values' gradients (views of the cache's).

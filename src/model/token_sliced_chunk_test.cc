@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/activation_memory.h"
 #include "model/gpt_model.h"
 #include "model/model_testing.h"
 
@@ -78,6 +79,46 @@ TEST(TokenSlices, LlamaStyleSlicesGiveTheWholeSequencesLossAndGradients) { check
 
 TEST(TokenSlices, RecomputedLayersReadTheCacheToo) {
   const ModelConfig c = tiny_config(true);
+  const Recompute r{RecomputeMethod::Uniform, 2};
+  expect_same_step(c, run_step(c, {}, r), run_step(c, {8, 24, 16, 16}, r));
+}
+
+// Multi-Latent Attention (issue 53): the cache holds each head's up-projected key [no-RoPE | RoPE] and value
+// (keys of 10 columns zero-padded to the values' 12), the RoPE parts rotated with YaRN at the slice's global
+// positions; with and without query compression, the latents normed (--qk-layernorm).
+ModelConfig mla_config(int64_t q_lora_rank) {
+  ModelConfig c = tiny_config(true);
+  c.num_query_groups = c.num_attention_heads;
+  c.qk_layernorm = true;
+  c.mla.enabled = true;
+  c.mla.q_lora_rank = q_lora_rank;
+  c.mla.kv_lora_rank = 8;
+  c.mla.qk_head_dim = 6;
+  c.mla.qk_pos_emb_head_dim = 4;
+  c.mla.v_head_dim = 12;
+  c.mla.yarn = true;
+  c.mla.rotary_scaling_factor = 4;
+  c.mla.mscale = 0.8;
+  c.mla.mscale_all_dim = 0.5;
+  c.mla.original_max_position_embeddings = 8;
+  return c;
+}
+
+TEST(TokenSlices, MultiLatentAttentionSlicesGiveTheWholeSequencesLossAndGradients) {
+  for (int64_t q_lora_rank : {0, 12}) {
+    const ModelConfig c = mla_config(q_lora_rank);
+    const Step whole = run_step(c, {});
+    for (const std::vector<int64_t>& slices : {std::vector<int64_t>{16, 16, 16, 16}, std::vector<int64_t>{1, 62, 1}}) {
+      SCOPED_TRACE(str_cat("--q-lora-rank ", q_lora_rank, " slices ", slices.size(), " first ", slices[0]));
+      const Step sliced = run_step(c, slices);
+      expect_same_step(c, whole, sliced);
+      // Each layer's cache: the heads' keys and values at full length, 12 columns each (as the planner prices it).
+      EXPECT_EQ(layer_kv_elements(c, 2, 1), 2.0 * c.seq_length * 2 * c.num_attention_heads * 12);
+      EXPECT_GE(sliced.record_bytes, c.num_layers * layer_kv_elements(c, 2, 1) * 4);
+    }
+  }
+  // Recomputed MLA layers write and read the cache again.
+  const ModelConfig c = mla_config(12);
   const Recompute r{RecomputeMethod::Uniform, 2};
   expect_same_step(c, run_step(c, {}, r), run_step(c, {8, 24, 16, 16}, r));
 }

@@ -26,6 +26,24 @@ model::ModelConfig config(int64_t layers) {
   return c;
 }
 
+// DeepSeek-V3's Multi-Latent Attention in every layer (issue 53): query compression, normed latents, YaRN.
+model::ModelConfig mla_config(int64_t layers) {
+  model::ModelConfig c = config(layers);
+  c.position_embedding = model::PositionEmbedding::Rope;
+  c.num_query_groups = c.num_attention_heads;
+  c.qk_layernorm = true;
+  c.mla.enabled = true;
+  c.mla.q_lora_rank = 12;
+  c.mla.kv_lora_rank = 8;
+  c.mla.qk_head_dim = 6;
+  c.mla.qk_pos_emb_head_dim = 4;
+  c.mla.v_head_dim = 12;
+  c.mla.yarn = true;
+  c.mla.rotary_scaling_factor = 4;
+  c.mla.original_max_position_embeddings = 4;
+  return c;
+}
+
 optim::AdamWConfig adam() {
   optim::AdamWConfig a;
   a.clip_grad = 0;  // the emulation's clipping norm sums per module, plain training's over one buffer
@@ -161,9 +179,9 @@ struct Reference {
   const Tensor& grad(int k, const std::string& name) { return params[k]->get(name).grad; }
 };
 
-void expect_each_module_applies_the_rule(int K, int64_t warmup, int64_t iters) {
-  SCOPED_TRACE(str_cat("K=", K, " warm-up ", warmup));
-  const model::ModelConfig c = config(K);
+void expect_each_module_applies_the_rule(int K, int64_t warmup, int64_t iters, bool mla = false) {
+  SCOPED_TRACE(str_cat("K=", K, " warm-up ", warmup, mla ? " MLA" : ""));
+  const model::ModelConfig c = mla ? mla_config(K) : config(K);
   OuroborosDriver d(c, {K, warmup, adam(), kSeed});
   Reference ref(c, K);
   std::vector<std::vector<Tensor>> snapshots;  // [iteration][module]: the weights w^t
@@ -195,7 +213,8 @@ void expect_each_module_applies_the_rule(int K, int64_t warmup, int64_t iters) {
     // The check can fail: at a stale module, the fresh gradient (mini-batch t at w^t) differs.
     if (t == iters - 1) {
       ref.backprop(c, t, snapshots[t]);
-      const std::string w = "decoder.layers.0.self_attention.linear_qkv.weight";
+      const std::string w = mla ? "decoder.layers.0.self_attention.linear_kv_down_proj.weight"
+                                : "decoder.layers.0.self_attention.linear_qkv.weight";
       EXPECT_FALSE(same_bits(d.parameters(0).get(w).grad, ref.grad(0, w)));
     }
   }
@@ -211,6 +230,20 @@ void expect_each_module_applies_the_rule(int K, int64_t warmup, int64_t iters) {
 TEST(OuroborosDriver, EachModuleAppliesTheGradientOfItsMiniBatchAtThatIterationsWeights) {
   expect_each_module_applies_the_rule(3, 1, 7);
   expect_each_module_applies_the_rule(4, 2, 8);
+}
+
+// Multi-Latent Attention layers in the modules: plain training bit for bit with every delay 0, and the rule.
+TEST(OuroborosDriver, MultiLatentAttentionModulesFollowTheRule) {
+  const int64_t iters = 3;
+  const model::ModelConfig c = mla_config(3);
+  model::ParameterSet plain;
+  const std::vector<double> expected = plain_losses(c, iters, plain);
+  OuroborosDriver d(c, {3, iters, adam(), kSeed});
+  EXPECT_EQ(ouroboros_losses(d, c, iters), expected);
+  for (int k = 0; k < 3; ++k)
+    for (const model::Parameter& p : d.parameters(k).params())
+      EXPECT_TRUE(same_bits(p.value, plain.get(p.spec.name).value)) << "module " << k << " " << p.spec.name;
+  expect_each_module_applies_the_rule(3, 1, 5, /*mla=*/true);
 }
 
 TEST(OuroborosDriver, TiedEmbeddingGradientIsFreshOutputTermPlusStaleInputTerm) {

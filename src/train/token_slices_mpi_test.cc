@@ -3,7 +3,8 @@
 // on. Equal and uneven slicings at pp 2 and pp 4, GPT-2 and Llama style (RoPE, grouped-query attention),
 // also with tensor parallelism (with and without sequence parallelism), data parallelism (distributed
 // optimizer, overlapped reduction) and recomputation, and `auto` (TeraPipe's dynamic program over a given
-// cost) give the single-process unsliced run's losses and every gradient, to 1e-5 relative.
+// cost) give the single-process unsliced run's losses and every gradient, to 1e-5 relative; so does
+// Multi-Latent Attention (with and without --q-lora-rank, at pp 2 and at tp 2 x pp 2).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,6 +31,14 @@ struct Layout {
 // its smaller caches, SwiGLU, RMSNorm, untied output layer.
 const char* kLlama = "--position-embedding-type rope --normalization RMSNorm --swiglu --group-query-attention "
                      "--num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights";
+
+// DeepSeek-V3's Multi-Latent Attention (issue 53): keys and values of 10 and 12 columns from one latent,
+// YaRN RoPE at the slices' global positions, each head's key and value cached for the later slices.
+const char* kMla =
+    "--position-embedding-type rope --normalization RMSNorm --disable-bias-linear --multi-latent-attention "
+    "--kv-lora-rank 8 --qk-head-dim 6 --qk-pos-emb-head-dim 4 --v-head-dim 12 --qk-layernorm "
+    "--rotary-scaling-factor 4 --mscale 0.8 --mscale-all-dim 0.5 --yarn-original-max-position-embeddings 8";
+const std::string kMlaQ = str_cat(kMla, " --q-lora-rank 12");
 
 // 4 layers (1 per stage at pp 4), sequence 16, micro-batches of 2, dropout on; the padded vocabulary is 64
 // at every tp, so every layout trains one model.
@@ -84,6 +93,10 @@ std::vector<Layout> layouts_for(int world) {
       {2, 2, 2, 2, "8,8", "--recompute-granularity full --recompute-method uniform", "--untie-embeddings-and-output-weights"},
       {1, 4, 1, 2, "auto", "", ""},
       {2, 2, 2, 2, "auto", "--sequence-parallel", ""},
+      {1, 2, 1, 2, "3,5,8", "", kMla},
+      {1, 2, 1, 3, "4", "", kMlaQ},
+      {2, 2, 1, 2, "4", "--sequence-parallel", kMlaQ},  // each tensor rank's heads cached
+      {2, 2, 1, 2, "6,10", "", kMla},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)

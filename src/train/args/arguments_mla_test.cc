@@ -69,9 +69,6 @@ TEST(MlaArguments, BadValuesAndCombinationsAreRefusedByName) {
       {"--rotary-scaling-factor 40 --mscale-all-dim -20",
        "--mscale-all-dim=-20: gives a YaRN mscale of 0.1 x mscale x ln(--rotary-scaling-factor=40) + 1 that is "
        "not positive"},
-      {"--pipeline-token-slices 8,8",
-       "--multi-latent-attention=set: cannot be combined with --pipeline-token-slices=8,8 yet (the slices' "
-       "key/value caches are SelfAttention's)"},
       {"--group-query-attention --num-query-groups 2",
        "--multi-latent-attention=set: cannot be combined with --group-query-attention (MLA's keys and values are "
        "per head, from one latent)"},
@@ -80,8 +77,9 @@ TEST(MlaArguments, BadValuesAndCombinationsAreRefusedByName) {
        "--qk-pos-emb-head-dim part)"},
   };
   for (const auto& [extra, message] : cases) EXPECT_EQ(mla_error_of(base + extra, 2), message) << extra;
-  // Context parallelism runs MLA's heads around the ring (issue 53).
+  // Context parallelism runs MLA's heads around the ring, token slices cache their keys and values (issue 53).
   EXPECT_EQ(mla_error_of(base + "--context-parallel-size 2", 2), "accepted");
+  EXPECT_EQ(mla_error_of(base + "--pipeline-token-slices 8,8", 2), "accepted");
   EXPECT_EQ(mla_error_of(testing::kSmallRunFlags + "--rope-type yarn"),
             "--rope-type=yarn: needs --multi-latent-attention (YaRN is MLA's RoPE)");
   EXPECT_EQ(mla_error_of(base + "--device cuda"),

@@ -34,9 +34,19 @@ void finalize_mtp_model(TrainArguments& a) {
   not_with(c.family == "gpt", str_cat("--model-family ", c.family, " (MTP predicts further tokens of a GPT)"));
   not_with(!a.kd, "--kd (the MTP modules share the output layer the distillation term is computed on)");
   // --context-parallel-size: the rolls cross the ranks' chunks (model/sequence_roll.h, issue 53).
+  // Token slices: each depth rolls the sequence by one position, across the slices' boundaries, so the
+  // modules would have to wait for every slice's hidden states and send their gradients back into each
+  // slice's backward; the sliced chunk runs each slice through the last stage's heads on its own.
   not_with(a.pipeline_token_slices.empty(),
-           str_cat("--pipeline-token-slices=", a.pipeline_token_slices, " yet (the modules need the whole sequence)"));
-  not_with(a.pipeline_schedule != "ouroboros", "--pipeline-schedule ouroboros");
+           str_cat("--pipeline-token-slices=", a.pipeline_token_slices, " yet (the modules roll the whole "
+                   "sequence by one position, across the slices' boundaries, and the last stage runs each slice "
+                   "on its own)"));
+  // Ouroboros: the modules would run on the last module like its output layer (their lookups of the tied
+  // embedding landing in its fresh term), but the driver carries only the language-model loss across the
+  // ring and the replicas (train/ouroboros_driver.cc), so the mtp_k losses would be lost from the log.
+  not_with(a.pipeline_schedule != "ouroboros",
+           "--pipeline-schedule ouroboros yet (its driver carries only the language-model loss across the ring "
+           "and the replicas, not the mtp_k losses)");
   // Each module's layer is built as the last one (Megatron's MTP spec): a mixture of experts when that is.
   if (c.moe.enabled() && static_cast<int64_t>(c.moe.layer_experts.size()) == c.num_layers)
     for (int64_t k = 0; k < c.mtp_num_layers; ++k) c.moe.layer_experts.push_back(c.moe.layer_experts.back());
