@@ -175,8 +175,14 @@ int main(int argc, char** argv) {
     std::printf("bench_gpu_train: %s on %s, %s, micro-batch %lld x %lld, dropout %g, %d steps after %d warm-up\n",
                 o.preset.c_str(), prop.name, o.bf16 ? "bf16" : "fp32", static_cast<long long>(o.mbs),
                 static_cast<long long>(c.seq_length), static_cast<double>(o.dropout), o.iters, o.warmup);
-    const char* attention =
-        kernels::cuda::attention_kernels() == kernels::cuda::AttentionKernels::kTiled ? "tiled" : "rows";
+    // The TESSERA_CUDA_ATTENTION name of the kernels that ran.
+    const char* attention = "rows";
+    switch (kernels::cuda::attention_kernels()) {
+      case kernels::cuda::AttentionKernels::kTiled: attention = "tiled"; break;
+      case kernels::cuda::AttentionKernels::kBatchedGemm: attention = "gemm"; break;
+      case kernels::cuda::AttentionKernels::kBatchedGemmBf16: attention = "gemm_bf16"; break;
+      case kernels::cuda::AttentionKernels::kRowPerWarp: break;
+    }
     std::printf("%-10s %-5s %-9s %10s %12s %12s %10s %8s %10s  (MFU against %.0f TFLOP/s dense)\n", "model",
                 "type", "attention", "ms/step", "tokens/s", "TFLOP/s", "loss", "MFU", "peak MiB", o.peak_tflops);
     std::printf("%-10s %-5s %-9s %10.1f %12.0f %12.1f %10.4f %7.2f%% %10.0f\n", o.preset.c_str(),

@@ -2,7 +2,8 @@
 # GPU step 2's device run (issue 50, items 5 and 6), one command within 8 minutes on an H100 or H200:
 #   1. every CUDA test of the bundle (each GPU kernel against the CPU's; the models, the trainer) and
 #      `tessera train --device cuda` against `--device cpu`: step 1's check, now with the host accessors;
-#   2. bench_gpu_train, GPT-2 124M bf16 at 1024 tokens, micro-batch 8 and 16, dropout 0 and 0.1;
+#   2. bench_gpu_train, GPT-2 124M bf16 at 1024 tokens, micro-batch 8 and 16, dropout 0 and 0.1, the tiled
+#      attention and the batched-GEMM one (TESSERA_CUDA_ATTENTION=gemm, gemm_bf16);
 #   3. bench/torch_gpt.py on the same card and shapes: eager with F.scaled_dot_product_attention, then
 #      torch.compile (micro-batch 16, the issue's target);
 #   4. ONE table of tokens/s, MFU, peak memory and Tessera's ratios to PyTorch (scripts/gpu_step2_report.py);
@@ -31,7 +32,7 @@ exec > >(tee "$out/log.txt") 2>&1
 start=$SECONDS
 
 # The budgets (seconds) of the parts: 480 in all.
-tests_budget=150 bench_budget=110 torch_budget=150 profile_budget=70
+tests_budget=130 bench_budget=150 torch_budget=140 profile_budget=60
 bench_shape=(--preset gpt2-124M --bf16 --seq 1024 --warmup 2 --iters 6)
 torch_shape=(--device cuda --bf16 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024
              --iters 14 --warmup 4)
@@ -73,12 +74,14 @@ ls "$bundle"/bin/*_test >/dev/null 2>&1 || missing+=("$bundle/bin/*_test")
 
 # --- the plan: (name, seconds, command) of the measured steps
 bench_runs=()
-for mbs in 8 16; do for dropout in 0 0.1; do bench_runs+=("$mbs $dropout"); done; done
+for mbs in 8 16; do for dropout in 0 0.1; do bench_runs+=("$mbs $dropout tiled"); done; done
+# The batched-GEMM attention (TESSERA_CUDA_ATTENTION, opt-in until this check has run it) beside the tiled one.
+for attention in gemm gemm_bf16; do bench_runs+=("16 0 $attention" "8 0.1 $attention"); done
 torch_runs=("eager 8" "eager 16")
 [ $has_compile = 1 ] && torch_runs+=("compiled 16")
 echo "=== gpu_step2_check: the plan (each limit also capped by its part's budget)"
 echo "1. tests (${tests_budget} s): $(ls "$bundle"/bin/*_test 2>/dev/null | xargs -n1 basename 2>/dev/null | paste -sd' ' -), 60 s each; tessera train --device cuda / cpu, 120 s each"
-echo "2. bench_gpu_train (${bench_budget} s): ${bench_shape[*]} with --mbs/--dropout: $(printf '(%s) ' "${bench_runs[@]}"), 45 s each"
+echo "2. bench_gpu_train (${bench_budget} s): ${bench_shape[*]} with --mbs/--dropout/TESSERA_CUDA_ATTENTION: $(printf '(%s) ' "${bench_runs[@]}"), 45 s each"
 echo "3. torch_gpt.py (${torch_budget} s): ${torch_shape[*]}: $(printf '(%s) ' "${torch_runs[@]}")$([ $has_compile = 1 ] || echo '(no torch.compile: left out)'), 45 s eager, 150 s compiled"
 echo "4. the table (scripts/gpu_step2_report.py table)"
 echo "5. profile (${profile_budget} s): ${profiler:-none} over bench_gpu_train --mbs 8 --dropout 0, top kernels (scripts/gpu_step2_report.py kernels)"
@@ -104,9 +107,9 @@ train_on_gpu_and_cpu "${tessera_env[@]}"
 # --- 2. Tessera's step
 phase $bench_budget
 for run in "${bench_runs[@]}"; do
-  read -r mbs dropout <<<"$run"
-  step "bench_gpu_train mbs $mbs dropout $dropout" 45 env "${tessera_env[@]}" "$bundle/bin/bench_gpu_train" \
-    "${bench_shape[@]}" --mbs "$mbs" --dropout "$dropout"
+  read -r mbs dropout attention <<<"$run"
+  step "bench_gpu_train mbs $mbs dropout $dropout $attention" 45 env "${tessera_env[@]}" \
+    TESSERA_CUDA_ATTENTION="$attention" "$bundle/bin/bench_gpu_train" "${bench_shape[@]}" --mbs "$mbs" --dropout "$dropout"
 done
 
 # --- 3. PyTorch's, with the machine's own libraries

@@ -25,7 +25,7 @@ stub "$bundle/bin/tessera" 'for i in $(seq 20); do echo "iteration $i | lm loss:
 stub "$bundle/bin/bench_gpu_train" 'mbs=8 dropout=0.1
 while [ $# -gt 0 ]; do case $1 in --mbs) mbs=$2; shift ;; --dropout) dropout=$2; shift ;; esac; shift; done
 tps=$((mbs == 8 ? 20000 : 30000))
-echo "BENCH_GPU_TRAIN preset=gpt2-124M dtype=bf16 mbs=$mbs dropout=$dropout attention=tiled ms=$((mbs * 1024 * 1000 / tps)) tokens_per_s=$tps tflops=17 mfu=1.70 peak_mem_mib=$((mbs * 1000))"'
+echo "BENCH_GPU_TRAIN preset=gpt2-124M dtype=bf16 mbs=$mbs dropout=$dropout attention=${TESSERA_CUDA_ATTENTION:-tiled} ms=$((mbs * 1024 * 1000 / tps)) tokens_per_s=$tps tflops=17 mfu=1.70 peak_mem_mib=$((mbs * 1000))"'
 mkdir -p "$bundle/lib"
 
 out=$(OUT="$work/dry" bash "$script" --dry-run "$bundle" 2>&1); ok=$?
@@ -37,7 +37,7 @@ check "--dry-run finds a python3 that imports torch: $(grep PyTorch <<<"$out")" 
 budget=$(grep -oE '^budget: [0-9]+ s' <<<"$out" | awk '{print $2}')
 [ -n "$budget" ] && [ "$budget" -le 480 ]; ok=$?
 check "the parts' budgets fit 8 minutes: $budget s" $ok
-for part in "kernels_cuda_norms_test" "(16 0.1)" "(eager 16)" "top kernels"; do
+for part in "kernels_cuda_norms_test" "(16 0.1 tiled)" "(16 0 gemm_bf16)" "(eager 16)" "top kernels"; do
   grep -qF -- "$part" <<<"$out"; ok=$?
   check "the plan names $part: $out" $ok
 done
@@ -68,7 +68,7 @@ stub "$fake/nsys" 'if [ "$1" = stats ]; then while [ $# -gt 0 ]; do [ "$1" = --o
 out=$(PATH="$fake:/usr/bin:/bin" TORCH_PYTHON="$fake/torch-python" OUT="$work/run" bash "$script" "$bundle" 2>&1); ok=$?
 check "the whole run passes against the stand-ins (exit $ok): $(tail -20 <<<"$out")" $ok
 summary=$(sed -n '/^=== gpu_step2_check summary/,$p' <<<"$out")
-for name in kernels_cuda_norms_test model_cuda_gpt_model_test "bench_gpu_train mbs 16 dropout 0.1" "torch_gpt compiled mbs 16" "nsys profile"; do
+for name in kernels_cuda_norms_test model_cuda_gpt_model_test "bench_gpu_train mbs 16 dropout 0.1 tiled" "bench_gpu_train mbs 16 dropout 0 gemm_bf16" "torch_gpt compiled mbs 16" "nsys profile"; do
   grep -qE "^$name +rc=0 " <<<"$summary"; ok=$?
   check "the summary has a passing line for $name: $summary" $ok
 done

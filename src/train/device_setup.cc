@@ -44,7 +44,7 @@ void prepare_device(Device device, int ranks_sharing) {
   const size_t cap = std::getenv("TESSERA_CUDA_MEMORY_CAP_MIB") == nullptr
                          ? shared_gpu_memory_cap(cuda::memory_info(device.index).total_bytes, ranks_sharing)
                          : 0;
-  cuda::register_device_allocators(cap);
+  cuda::register_device_allocators(cap, device.index);  // this rank's GPU only
   cuda::register_gemm_backend();
   // The kernels launch on the current device: this one, for the thread that trains.
   cuda::check(cudaSetDevice(device.index), "cudaSetDevice");

@@ -105,7 +105,7 @@ MemoryInfo memory_info(int ordinal) {
   return m;
 }
 
-int register_device_allocators(size_t cap_bytes) {
+int register_device_allocators(size_t cap_bytes, int only) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto& b = backends();
   if (!b.empty()) return static_cast<int>(b.size());
@@ -119,14 +119,16 @@ int register_device_allocators(size_t cap_bytes) {
       cap_bytes = static_cast<size_t>(v) << 20;
     }
   }
-  b.reserve(n);
+  TESSERA_CHECK(only < n, "no cuda:", only, " on this machine (", n, " CUDA devices)");
+  b.resize(n);
   for (int i = 0; i < n; ++i) {
+    if (only >= 0 && i != only) continue;
     const size_t cap = cap_bytes ? cap_bytes : memory_info(i).free_bytes;
     DeviceBackend d;
     d.source = std::make_unique<CudaBlockSource>(i);
     d.allocator = std::make_unique<StreamCachingAllocator>(Device{DeviceType::CUDA, i}, *d.source, cap);
     register_allocator(Device{DeviceType::CUDA, i}, d.allocator.get());
-    b.push_back(std::move(d));
+    b[i] = std::move(d);
   }
   return n;
 }
@@ -134,8 +136,8 @@ int register_device_allocators(size_t cap_bytes) {
 StreamCachingAllocator& device_allocator(int ordinal) {
   std::lock_guard<std::mutex> lock(g_mutex);
   auto& b = backends();
-  TESSERA_CHECK(ordinal >= 0 && ordinal < static_cast<int>(b.size()), "no CUDA allocator for cuda:", ordinal,
-                " (", b.size(), " registered)");
+  TESSERA_CHECK(ordinal >= 0 && ordinal < static_cast<int>(b.size()) && b[ordinal].allocator,
+                "no CUDA allocator for cuda:", ordinal, " in this process");
   return *b[ordinal].allocator;
 }
 

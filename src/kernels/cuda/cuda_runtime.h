@@ -24,10 +24,11 @@ struct MemoryInfo {
 };
 MemoryInfo memory_info(int ordinal);
 
-// Registers a StreamCachingAllocator for every device present (idempotent), each capped at
-// `cap_bytes`, or where that is 0 at TESSERA_CUDA_MEMORY_CAP_MIB MiB if set, else at the device's free
-// memory at the time. Returns the number of devices.
-int register_device_allocators(size_t cap_bytes = 0);
+// Registers a StreamCachingAllocator for every device present, or only for cuda:`only` when it is not
+// negative (a rank of several on a node: touching the other GPUs would open a CUDA context on each);
+// idempotent. Each is capped at `cap_bytes`, or where that is 0 at TESSERA_CUDA_MEMORY_CAP_MIB MiB if set,
+// else at the device's free memory at the time. Returns the number of devices.
+int register_device_allocators(size_t cap_bytes = 0, int only = -1);
 
 // The allocator register_device_allocators made for `ordinal` (its counts feed the memory report).
 StreamCachingAllocator& device_allocator(int ordinal);
