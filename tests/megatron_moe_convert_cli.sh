@@ -36,6 +36,12 @@ forward() {
   forward_out+=$'\n'"$1: $(ls -la --full-time "$1" 2>&1)"
   return 1
 }
+# debug_losses NAME...: the loss each `forward ... NAME` wrote, in one Python process (each import of torch
+# costs seconds), separated by spaces.
+debug_losses() {
+  "$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
+print(' '.join(repr(read_safetensors('$work/' + n + '.out.safetensors')['loss'].double().item()) for n in sys.argv[1:]))" "$@" 2>&1
+}
 has_tracker() {
   listing="$1: $(ls -la --full-time "$1" 2>&1)"
   [ -f "$1/latest_checkpointed_iteration.txt" ]
@@ -63,10 +69,7 @@ for kind in sequential grouped dist singleton; do
     forward "$work/$kind.tessera" "$kind"
   check "$kind: convert and debug-forward: $out ${forward_out:-}" $?
 done
-# The three losses, read in one process (each import of torch costs seconds).
-losses=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
-print(' '.join(repr(read_safetensors('$work/' + n + '.out.safetensors')['loss'].double().item())
-               for n in ('tessera', 'sequential', 'grouped', 'dist', 'singleton')))" 2>&1)
+losses=$(debug_losses tessera sequential grouped dist singleton)
 read -r expected sequential grouped dist singleton <<<"$losses"
 [ -n "$expected" ] && [ "$sequential" = "$expected" ] && [ "$grouped" = "$expected" ] && [ "$dist" = "$expected" ] &&
   [ "$singleton" = "$expected" ]
@@ -130,9 +133,7 @@ forward "$work/sig_etp.tessera" sig_etp
 check "etp 1: debug-forward of the conversion: $forward_out" $?
 forward "$work/sig_tessera" sig_tessera
 check "etp 1: debug-forward of Tessera's checkpoint: $forward_out" $?
-losses=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
-print(' '.join(repr(read_safetensors('$work/' + n + '.out.safetensors')['loss'].double().item())
-               for n in ('sig_tessera', 'sig_etp')))" 2>&1)
+losses=$(debug_losses sig_tessera sig_etp)
 read -r sig_expected sig_converted <<<"$losses"
 [ -n "$sig_expected" ] && [ "$sig_converted" = "$sig_expected" ]
 check "etp 1: the converted loss equals Tessera's own: $losses" $?
@@ -197,8 +198,7 @@ forward_out=
 out=$("$tessera" convert --loader megatron --load-dir "$work/saved" --save-dir "$work/saved.tessera" 2>&1) &&
   forward "$work/saved.tessera" saved
 check "the written MoE checkpoint converts back: $out ${forward_out:-}" $?
-back=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
-print(repr(read_safetensors('$work/saved.out.safetensors')['loss'].double().item()))" 2>&1)
+back=$(debug_losses saved)
 [ -n "$expected" ] && [ "$back" = "$expected" ]
 check "the round trip through Megatron's format keeps the loss: $back vs $expected" $?
 expect_failure "num_experts (4) is not divisible by --target-expert-parallel-size 3" \
@@ -243,9 +243,7 @@ forward "$work/ds.tessera" ds_conv
 check "DeepSeek-V3-style: debug-forward of the conversion: $forward_out" $?
 has_tracker "$work/ds"
 check "DeepSeek-V3-style: Tessera's checkpoint still has its tracker after the fixture and the conversion: $listing" $?
-losses=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
-print(' '.join(repr(read_safetensors('$work/' + n + '.out.safetensors')['loss'].double().item())
-               for n in ('ds', 'ds_conv')))" 2>&1)
+losses=$(debug_losses ds ds_conv)
 read -r expected converted <<<"$losses"
 [ -n "$expected" ] && [ "$converted" = "$expected" ]
 check "DeepSeek-V3-style: the converted loss equals Tessera's own: $losses" $?
@@ -288,8 +286,7 @@ forward_out=
 out=$("$tessera" convert --loader megatron --load-dir "$work/ds_saved" --save-dir "$work/ds_saved.tessera" 2>&1) &&
   forward "$work/ds_saved.tessera" ds_back
 check "DeepSeek-V3-style: the written checkpoint converts back: $out ${forward_out:-}" $?
-back=$("$python" -c "import sys; sys.path.insert(0, '$here'); from hf_reference import read_safetensors
-print(repr(read_safetensors('$work/ds_back.out.safetensors')['loss'].double().item()))" 2>&1)
+back=$(debug_losses ds_back)
 [ -n "$expected" ] && [ "$back" = "$expected" ]
 check "DeepSeek-V3-style: the round trip through Megatron's format keeps the loss: $back vs $expected" $?
 
