@@ -1,6 +1,7 @@
 # What the device checks share (sourced by scripts/gpu_check.sh and scripts/gpu_step2_check.sh; not run
 # by itself): the bundle scripts/build_cuda_bundle.sh built, the libraries the GPU machine keeps in places
-# of its own, timed steps that record a summary line each, and `tessera train` on the GPU against the CPU.
+# of its own, timed steps that record a summary line each, and `tessera train` on the GPU against the CPU
+# (a dense GPT; a DeepSeek-style one with multi-latent attention, YaRN and multi-token prediction).
 # The caller sets $out (where each step's output goes) before calling step.
 
 summary=()
@@ -97,4 +98,51 @@ train_on_gpu_and_cpu() {
   verdict=$(awk -v w="$worst" 'BEGIN {print (w != "missing" && w <= 1e-4) ? "OK" : "FAILED"}')
   [ "$verdict" = OK ] || failed=1
   summary+=("$(printf '%-40s %s' "train losses, GPU against CPU" "largest relative difference $worst over 20 iterations: $verdict")")
+}
+
+# The DeepSeek-style toy GPT of train_mla_mtp_on_gpu_and_cpu: multi-latent attention with a query latent,
+# latent norms and YaRN's RoPE (scaled 4x past an original context of 32 positions, so that the ramp and
+# mscale act), and one multi-token prediction module; 10 iterations of seconds on either device.
+mla_mtp_iterations=10
+mla_mtp_gpt=(train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --mock-data
+             --tokenizer-type NullTokenizer --vocab-size 100 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
+             --train-iters $mla_mtp_iterations --log-interval 1 --eval-iters 0 --seed 1234
+             --normalization RMSNorm --swiglu --position-embedding-type rope --qk-layernorm
+             --multi-latent-attention --q-lora-rank 32 --kv-lora-rank 16 --qk-head-dim 16 --qk-pos-emb-head-dim 8
+             --v-head-dim 12 --rope-type yarn --rotary-scaling-factor 4 --mscale 1 --mscale-all-dim 1
+             --yarn-original-max-position-embeddings 32 --yarn-beta-fast 32 --yarn-beta-slow 1
+             --mtp-num-layers 1 --mtp-loss-scaling-factor 0.3)
+
+# worst_train_difference GPU_LOG CPU_LOG FIELD ITERATIONS [ROUNDING]: the largest relative difference of
+# FIELD ("lm loss", "mtp_1 loss", "grad norm") between the two logs over the logged iterations, each
+# difference first less ROUNDING (what printing the value may change it by: grad norm has 3 decimals);
+# "missing" unless both logs have ITERATIONS values.
+worst_train_difference() {
+  local gpu=$1 cpu=$2 field=$3 iterations=$4 rounding=${5:-0}
+  values() { grep -oE "$field: [0-9.E+-]+" "$1" | awk '{print $NF}'; }
+  paste <(values "$gpu") <(values "$cpu") | awk -v want="$iterations" -v r="$rounding" 'BEGIN {w = -1}
+    NF == 2 {n++; d = $1 - $2; if (d < 0) d = -d; d = d > r ? d - r : 0; c = $2 < 0 ? -$2 : $2
+             d = d / (c > 0 ? c : 1); if (d > w) w = d}
+    END {print (n == want ? w : "missing")}'
+}
+
+# train_mla_mtp_on_gpu_and_cpu [ENV...]: the DeepSeek-style toy GPT above on the GPU and on the CPU from the
+# same seed, and a summary line: every logged lm loss and mtp_1 loss within 1e-4 relative, as the dense
+# GPT's, and grad norm (less its printing's rounding) within 1e-3, else the check fails. The steps take at
+# most what the caller's phase leaves.
+train_mla_mtp_on_gpu_and_cpu() {
+  local mpi=(OMPI_MCA_mca_base_component_path="$bundle/lib/openmpi" OMPI_MCA_ess_singleton_isolated=1)
+  local name="tessera train MLA+MTP --device"
+  pushd "$out" >/dev/null || return
+  step "$name cuda" 30 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${mla_mtp_gpt[@]}" --device cuda
+  step "$name cpu" 30 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${mla_mtp_gpt[@]}" --device cpu
+  popd >/dev/null || return
+  local gpu="$out/$name cuda.txt" cpu="$out/$name cpu.txt" lm mtp grad verdict
+  lm=$(worst_train_difference "$gpu" "$cpu" "lm loss" $mla_mtp_iterations)
+  mtp=$(worst_train_difference "$gpu" "$cpu" "mtp_1 loss" $mla_mtp_iterations)
+  grad=$(worst_train_difference "$gpu" "$cpu" "grad norm" $mla_mtp_iterations 0.001)
+  verdict=$(awk -v l="$lm" -v m="$mtp" -v g="$grad" 'BEGIN {
+    print (l != "missing" && m != "missing" && g != "missing" && l <= 1e-4 && m <= 1e-4 && g <= 1e-3) ? "OK" : "FAILED"}')
+  [ "$verdict" = OK ] || failed=1
+  summary+=("$(printf '%-40s %s' "MLA+MTP train, GPU against CPU" "largest relative difference over $mla_mtp_iterations iterations: lm loss $lm, mtp_1 loss $mtp, grad norm $grad: $verdict")")
 }

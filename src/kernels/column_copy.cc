@@ -1,6 +1,7 @@
 #include "kernels/column_copy.h"
 
 #include "kernels/cpu/column_copy.h"
+#include "kernels/cuda/column_copy.h"
 #include "kernels/device_dispatch.h"
 
 namespace tessera::kernels {
@@ -26,20 +27,28 @@ void check_columns(const char* kernel, const Tensor& src, Columns from, const Te
 }  // namespace
 
 void copy_columns(const Tensor& src, Columns from, const Tensor& dst, Columns to, int64_t count, int64_t repeat) {
-  kernel_device("copy_columns", {&src, &dst});
+  const Device d = kernel_device("copy_columns", {&src, &dst}, Impl::kCpuAndCuda);
   TESSERA_CHECK(repeat > 0, "copy_columns: repeat ", repeat);
   const int64_t dst_rows = dst.numel() / last_dim(dst);
   TESSERA_CHECK(dst_rows % repeat == 0, "copy_columns: ", dst_rows, " rows are not a multiple of ", repeat);
   check_columns("copy_columns", src, from, dst, to, count, dst_rows / repeat);
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::copy_columns(src.f32(), last_dim(src), from.first, from.step, dst.f32(), dst_rows, last_dim(dst),
+                                to.first, to.step, count, repeat);
   cpu::copy_columns(src.f32(), last_dim(src), from.first, from.step, dst.f32(), dst_rows, last_dim(dst), to.first,
                     to.step, count, repeat);
 }
 
 void sum_columns(const Tensor& src, Columns from, const Tensor& dst, Columns to, int64_t count, int64_t repeat) {
-  kernel_device("sum_columns", {&src, &dst});
+  const Device d = kernel_device("sum_columns", {&src, &dst}, Impl::kCpuAndCuda);
   TESSERA_CHECK(repeat > 0, "sum_columns: repeat ", repeat);
   const int64_t dst_rows = dst.numel() / last_dim(dst);
   check_columns("sum_columns", src, from, dst, to, count, dst_rows * repeat);
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::sum_columns(src.f32(), last_dim(src), from.first, from.step, dst.f32(), dst_rows, last_dim(dst),
+                               to.first, to.step, count, repeat);
   cpu::sum_columns(src.f32(), last_dim(src), from.first, from.step, dst.f32(), dst_rows, last_dim(dst), to.first,
                    to.step, count, repeat);
 }

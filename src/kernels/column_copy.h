@@ -3,7 +3,8 @@
 // head's no-RoPE and RoPE parts joined into its query and key, the one shared RoPE key broadcast over
 // the heads (and its gradient summed back over them), and DeepSeek's interleaved RoPE dimensions
 // (x0, x1, x2, ...) taken as Megatron's rotate_half halves (x0, x2, ..., x1, x3, ...). Plain copies and
-// sums. CPU only for now (a GPU tensor is an Error naming the kernel); kernels/cpu/column_copy.h.
+// sums, dispatched on the tensors' device (kernels/device_dispatch.h): kernels/cpu/column_copy.h, and
+// kernels/cuda/column_copy.h, whose results are the CPU's bit for bit (a sum adds in the same order).
 #pragma once
 
 #include <cstdint>

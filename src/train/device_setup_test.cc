@@ -172,6 +172,27 @@ TEST(Device, TheGpuPathRunsDenseGptsInEveryPrecisionWithRecomputationAndCheckpoi
     EXPECT_EQ(choose(parse(flags), "cuda", one_gpu()), "device: cuda:0 (NVIDIA H200, --device cuda)") << flags;
 }
 
+// Multi-latent attention (with YaRN's RoPE and its mscale) and multi-token prediction on one GPU (issues
+// 53/50), on a machine with a GPU; mixture of experts beside them is still refused by name, and several
+// ranks are the unverified layouts' opt-in, as for a dense GPT.
+TEST(Device, TheGpuPathRunsMultiLatentAttentionAndMultiTokenPredictionOnOneGpu) {
+  const std::string mla = "--multi-latent-attention --q-lora-rank 16 --kv-lora-rank 8 --qk-head-dim 8 "
+                          "--qk-pos-emb-head-dim 4 --v-head-dim 8 --rope-type yarn --rotary-scaling-factor 4 "
+                          "--mscale 1 --mscale-all-dim 1 ";
+  for (const std::string& flags : {mla, std::string("--mtp-num-layers 2"), mla + "--mtp-num-layers 1 --bf16"})
+    EXPECT_EQ(choose(parse(flags), "cuda", one_gpu()), "device: cuda:0 (NVIDIA H200, --device cuda)") << flags;
+  EXPECT_EQ(choose(parse(mla + "--mtp-num-layers 1"), "", one_gpu()), "device: cuda:0 (NVIDIA H200)");
+  EXPECT_EQ(choose(parse(mla + "--mtp-num-layers 1 --num-experts 4"), "cuda", one_gpu()),
+            "--device=cuda: the GPU path does not run mixture of experts (--num-experts) yet; leave --device out or "
+            "use --device cpu");
+  DeviceProbe opted_in = one_gpu();
+  opted_in.unverified_layouts = true;
+  const TrainArguments two = parse(mla + "--mtp-num-layers 1", 2);
+  EXPECT_EQ(choose(two, "cuda", one_gpu()).rfind("--device=cuda: the GPU path runs data parallelism over 2 ranks "
+                                                 "only unverified", 0), 0u);
+  EXPECT_EQ(choose(two, "cuda:0", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda:0)");
+}
+
 // Through parse_train_arguments, on this machine: refusals first, then what CUDA says here.
 TEST(Device, ParsedHereTheFlagIsCheckedBeforeAnyWork) {
   EXPECT_EQ(error_of("--device tpu"), "--device=tpu: must be cpu, cuda or cuda:N");

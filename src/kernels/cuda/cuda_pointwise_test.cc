@@ -204,11 +204,15 @@ TEST_F(CudaPointwise, RopeMatchesTheCpu) {
   EXPECT_THROW(kernels::rope_forward(x, to_device(kernels::from_host({0, 1})), 3, 10000.0f), Error);  // odd rot_dim
 }
 
-// The scaled frequencies (Llama 3.x's three bands, linear) are the shared math's on both devices.
+// The scaled frequencies (Llama 3.x's three bands, linear, and YaRN's ramp, as multi-latent attention
+// rotates its RoPE part: DeepSeek-V3's factor 40 over 4096 positions, and a short original context whose
+// ramp falls inside the 32 pairs) are the shared math's on both devices.
 TEST_F(CudaPointwise, ScaledRopeMatchesTheCpu) {
-  const kernels::math::RopeScaling scalings[] = {
-      {kernels::math::RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 64.0},
-      {kernels::math::RopeScalingType::kLinear, 4.0}};
+  using kernels::math::RopeScalingType;
+  const kernels::math::RopeScaling scalings[] = {{RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 64.0},
+                                                 {RopeScalingType::kLinear, 4.0},
+                                                 {RopeScalingType::kYarn, 40.0, 1.0, 4.0, 4096.0, 32.0, 1.0},
+                                                 {RopeScalingType::kYarn, 4.0, 1.0, 4.0, 32.0, 32.0, 1.0}};
   std::vector<int32_t> pos(40);
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>((i * 97) % 4099);
   const Tensor positions = kernels::from_host(pos), positions_gpu = to_device(positions);

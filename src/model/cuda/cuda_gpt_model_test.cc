@@ -1,7 +1,8 @@
 // A whole GPT's forward and backward on cuda:0 against the same model on the CPU: the model names no
 // device, so built and run inside a DefaultDeviceScope its parameters, activations and every kernel
 // call are the GPU's (embedding, norms, attention, the linear layers on cuBLASLt, dropout with the
-// CPU's masks, the loss). The loss and every gradient must agree. Skipped, with CUDA's reason, where no
+// CPU's masks, the loss; DeepSeek's multi-latent attention and multi-token prediction with their column
+// copies and sums). The loss and every gradient must agree. Skipped, with CUDA's reason, where no
 // GPU is present.
 #include <gtest/gtest.h>
 
@@ -111,6 +112,43 @@ TEST_F(CudaGptModel, Gpt2StyleInBf16MatchesTheCpu) {
 TEST_F(CudaGptModel, LlamaStyleInBf16MatchesTheCpu) {
   expect_gpu_matches_cpu(in_bf16(testing::tiny_gpt_config(true, 2, 24, 32)));
 }
+
+// DeepSeek's parts (issues 53/50): multi-latent attention with a query latent, latent norms and YaRN
+// (an original context of 8 positions, so that its ramp and mscale act here), values narrower than the
+// heads (the zero-padded copies), and `mtp_layers` multi-token prediction modules.
+ModelConfig deepseek_style(int64_t mtp_layers) {
+  ModelConfig c = testing::tiny_gpt_config(true, 2, 24, 32);
+  c.num_query_groups = c.num_attention_heads;  // MLA's keys and values are per head
+  c.qk_layernorm = true;
+  c.mla.enabled = true;
+  c.mla.q_lora_rank = 12;
+  c.mla.kv_lora_rank = 6;
+  c.mla.qk_head_dim = 4;
+  c.mla.qk_pos_emb_head_dim = 4;
+  c.mla.v_head_dim = 3;
+  c.mla.yarn = true;
+  c.mla.rotary_scaling_factor = 4;
+  c.mla.mscale = 0.9;
+  c.mla.mscale_all_dim = 0.6;
+  c.mla.original_max_position_embeddings = 8;
+  c.mtp_num_layers = mtp_layers;
+  c.mtp_loss_scaling_factor = 0.3f;
+  return c;
+}
+
+TEST_F(CudaGptModel, MultiLatentAttentionWithYarnMatchesTheCpu) { expect_gpu_matches_cpu(deepseek_style(0)); }
+
+// GPT-2 style: the rolled tokens and learned positions of two modules, the tied table's gradient.
+TEST_F(CudaGptModel, MultiTokenPredictionMatchesTheCpu) {
+  ModelConfig c = testing::tiny_gpt_config(false, 2, 24, 32);
+  c.mtp_num_layers = 2;
+  c.mtp_loss_scaling_factor = 0.3f;
+  expect_gpu_matches_cpu(c);
+}
+
+TEST_F(CudaGptModel, DeepSeekStyleMatchesTheCpu) { expect_gpu_matches_cpu(deepseek_style(1)); }
+
+TEST_F(CudaGptModel, DeepSeekStyleInBf16MatchesTheCpu) { expect_gpu_matches_cpu(in_bf16(deepseek_style(1))); }
 
 }  // namespace
 }  // namespace tessera::model

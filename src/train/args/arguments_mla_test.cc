@@ -82,9 +82,10 @@ TEST(MlaArguments, BadValuesAndCombinationsAreRefusedByName) {
   EXPECT_EQ(mla_error_of(base + "--pipeline-token-slices 8,8", 2), "accepted");
   EXPECT_EQ(mla_error_of(testing::kSmallRunFlags + "--rope-type yarn"),
             "--rope-type=yarn: needs --multi-latent-attention (YaRN is MLA's RoPE)");
-  EXPECT_EQ(mla_error_of(base + "--device cuda"),
-            "--device=cuda: the GPU path does not run multi-latent attention (--multi-latent-attention) yet; leave "
-            "--device out or use --device cpu");
+  // The GPU path runs MLA (issue 53): --device cuda is accepted where a GPU is usable and refused only for
+  // the want of one elsewhere (train/device_setup_test.cc has the rules on fake machines).
+  const std::string on_gpu = mla_error_of(base + "--device cuda");
+  EXPECT_TRUE(on_gpu == "accepted" || on_gpu.rfind("--device=cuda: no usable GPU: ", 0) == 0) << on_gpu;
 }
 
 }  // namespace
