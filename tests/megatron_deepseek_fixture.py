@@ -85,18 +85,15 @@ def torch_optimizer(params, steps):
     return {"state": state, "param_groups": param_groups}
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("tessera")
-    p.add_argument("out")
-    a = p.parse_args()
-    iteration, index, w, avg, sq = rf.read_tessera(a.tessera)
-    with open(os.path.join(a.tessera, f"iter_{iteration:07d}", "index.json")) as f:
+def read_model(tessera):
+    """The Tessera checkpoint's latest iteration, index, weights, moments, Megatron args (the legacy format's) and
+    dense layers."""
+    iteration, index, w, avg, sq = rf.read_tessera(tessera)
+    with open(os.path.join(tessera, f"iter_{iteration:07d}", "index.json")) as f:
         m = json.load(f)["args"]["model"]
     L = m["num_layers"]
     mo = m["moe"]
     dense_layers = {i for i, e in enumerate(mo["layer_experts"][:L]) if e == 0}
-    per_stage = L // PP
     args = argparse.Namespace(
         num_layers=L, hidden_size=m["hidden_size"], ffn_hidden_size=m["ffn_hidden_size"],
         num_attention_heads=m["num_attention_heads"], kv_channels=m["kv_channels"], group_query_attention=False,
@@ -104,7 +101,7 @@ def main():
         position_embedding_type="rope", rotary_base=m["rotary_base"], rotary_percent=1.0, rotary_interleaved=False,
         normalization="RMSNorm", norm_epsilon=m["norm_epsilon"], swiglu=True, add_bias_linear=False,
         untie_embeddings_and_output_weights=True, qk_layernorm=True, hidden_dropout=0.0, attention_dropout=0.0,
-        multi_latent_attention=True, q_lora_rank=m["mla"]["q_lora_rank"], kv_lora_rank=m["mla"]["kv_lora_rank"],
+        multi_latent_attention=True, q_lora_rank=m["mla"]["q_lora_rank"] or None, kv_lora_rank=m["mla"]["kv_lora_rank"],
         qk_head_dim=m["mla"]["qk_head_dim"], qk_pos_emb_head_dim=m["mla"]["qk_pos_emb_head_dim"],
         v_head_dim=m["mla"]["v_head_dim"], rope_type="yarn", rotary_scaling_factor=m["mla"]["rotary_scaling_factor"],
         mscale=m["mla"]["mscale"], mscale_all_dim=m["mla"]["mscale_all_dim"], beta_fast=m["mla"]["beta_fast"],
@@ -121,6 +118,16 @@ def main():
         tokenizer_type="NullTokenizer", vocab_size=m["vocab_size"] - 1, padded_vocab_size=m["padded_vocab_size"],
         make_vocab_size_divisible_by=8, consumed_train_samples=index["consumed_train_samples"], seed=index["seed"],
         fp16=False, bf16=False, params_dtype=torch.float32, iteration=iteration, ckpt_format="torch")
+    return iteration, index, w, avg, sq, args, dense_layers
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("tessera")
+    p.add_argument("out")
+    a = p.parse_args()
+    iteration, index, w, avg, sq, args, dense_layers = read_model(a.tessera)
+    per_stage = args.num_layers // PP
     for stage in range(PP):
         first, last = stage * per_stage, (stage + 1) * per_stage
         for rank in range(TP):

@@ -9,7 +9,8 @@ against the Tessera checkpoint it came from, for tests/megatron_dist_save_cli.sh
   * every tensor key loads, and equals the Tessera tensors it was made of: stacked keys decoder.layers.<name>
     [num_layers, ...] (or per-layer keys decoder.layers.N.<name> with --per-layer), the experts as
     decoder.layers.mlp.experts.experts.<name> [layers, experts, ...], SwiGLU's fc1 as [all gates; all ups], the
-    vocabulary padded with zero rows; no key is left over;
+    vocabulary padded with zero rows; a multi-token prediction module's layer under its own unstacked keys
+    mtp.layers.K.transformer_layer.<name> (its experts [experts, ...]); no key is left over;
   * each chunk is one tensor rank's shard (the chunk count per key is given by the split);
   * common.pt (torch.load) holds the args (ckpt_format torch_dist, the layout) and the iteration; metadata.json names
     torch_dist; each rank's rng_state ShardedObject is Megatron's seeding of that rank (megatron_rng_check.py).
@@ -89,13 +90,17 @@ def main():
     experts = {}
     for name, t in w.items():
         m = re.fullmatch(r"(decoder|encoder)\.layers\.(\d+)\.(.*)", name)  # a BERT's stack is its encoder
-        if not m:
+        mtp = re.fullmatch(r"(mtp\.layers\.\d+\.transformer_layer)\.(.*)", name)  # never stacked
+        if not m and not mtp:
             want[name] = t
             continue
-        stack, layer, rest = m.group(1), int(m.group(2)), m.group(3)
+        stack, layer, rest = (m.group(1), int(m.group(2)), m.group(3)) if m else (mtp.group(1), 0, mtp.group(2))
         e = re.fullmatch(r"mlp\.experts\.local_experts\.(\d+)\.(.*)", rest)
         key = f"mlp.experts.experts.{e.group(2)}" if e else rest
-        key = f"{stack}.layers.{layer}.{key}" if per_layer else f"{stack}.layers.{key}"
+        if mtp:
+            key = f"{stack}.{key}"
+        else:
+            key = f"{stack}.layers.{layer}.{key}" if per_layer else f"{stack}.layers.{key}"
         if e:
             experts.setdefault(key, {}).setdefault(layer, {})[int(e.group(1))] = t
         else:
@@ -105,7 +110,8 @@ def main():
     for key in list(want):
         if isinstance(want[key], dict):
             layers = want[key]
-            want[key] = layers[next(iter(layers))] if per_layer else torch.stack([layers[l] for l in range(L)])
+            one_layer = per_layer or key.startswith("mtp.")
+            want[key] = layers[next(iter(layers))] if one_layer else torch.stack([layers[l] for l in range(L)])
     names = sorted(k for k in state if not k.startswith("rng_state/"))
     assert names == sorted(want), (names, sorted(want))
     for key in names:
@@ -116,11 +122,15 @@ def main():
             continue
         assert got.shape == expected.shape and torch.equal(got, expected), (key, got.shape, expected.shape)
         one = key.split("coder.layers.")[-1].split(".", 1)[-1] if per_layer else key
+        # Split over the tensor ranks: the dense and expert MLPs, attention, multi-latent attention's up
+        # projections (the down projections are whole on every rank), MTP's eh_proj.
         split = one.endswith(("linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "linear_fc1.bias",
-                              "linear_proj.weight", "linear_fc2.weight"))
+                              "linear_proj.weight", "linear_fc2.weight", "linear_q_up_proj.weight",
+                              "linear_kv_up_proj.weight", "linear_q_proj.weight", "eh_proj.weight"))
         per = (2 if swiglu and "linear_fc1." in key else 1) * (tp if split else 1)
         per *= (L if not per_layer and key.startswith(("decoder.layers.", "encoder.layers.")) else 1)
-        per *= (want[key].shape[1 if not per_layer else 0] if ".experts.experts." in key else 1)
+        stacked = not per_layer and not key.startswith("mtp.")
+        per *= (want[key].shape[1 if stacked else 0] if ".experts.experts." in key else 1)
         assert chunks[key] == per, (key, chunks[key], per)
     seeds = 0
     for key, buf in state.items():

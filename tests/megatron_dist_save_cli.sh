@@ -7,8 +7,11 @@
 #    process group); every key equals the Tessera tensors it was made of, chunked per tensor rank, and common.pt
 #    and each rank's rng_state are Megatron's (tests/megatron_dist_save_check.py);
 #  * --loader megatron reads it back to the same tensors and the same debug-forward loss, bit for bit;
-#  * what is not written (multi-token prediction, legacy names) and --ckpt-format without --saver megatron are
-#    refused by name.
+#  * DeepSeek-V3-style models (multi-latent attention with and without --q-lora-rank, group-limited sigmoid routing
+#    with expert bias, a dense first layer, a multi-token prediction module: mtp.layers.0.transformer_layer.* unstacked,
+#    its experts on an axis) round-trip the same way at tensor 2 x pipeline 2 x expert 2, and train --load of the
+#    written directory trains on to Tessera's own losses;
+#  * what is not written (legacy names) and --ckpt-format without --saver megatron are refused by name.
 set -uo pipefail
 tessera=${1:?usage: megatron_dist_save_cli.sh path/to/tessera}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,6 +29,16 @@ llama="--position-embedding-type rope --normalization RMSNorm --swiglu --group-q
        --kv-channels 8 --ffn-hidden-size 48 --untie-embeddings-and-output-weights --disable-bias-linear"
 moe="$llama --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 16"
 moe_dense_first="$moe --moe-layer-freq [0,1,1,1]"
+# DeepSeek-V3 style: multi-latent attention (with and without --q-lora-rank), sigmoid group-limited routing with
+# expert bias, a shared expert, a dense first layer and one multi-token prediction module, whose layer is MoE.
+deepseek="--position-embedding-type rope --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights
+          --disable-bias-linear --qk-layernorm --multi-latent-attention --kv-lora-rank 16 --qk-head-dim 8
+          --qk-pos-emb-head-dim 8 --v-head-dim 12 --num-experts 4 --moe-router-topk 2 --moe-router-score-function sigmoid
+          --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-2 --moe-router-num-groups 2
+          --moe-router-group-topk 1 --moe-ffn-hidden-size 8 --moe-shared-expert-intermediate-size 16
+          --moe-layer-freq [0,1,1,1] --moe-router-load-balancing-type none --mtp-num-layers 1 --ffn-hidden-size 48
+          --hidden-dropout 0 --attention-dropout 0"
+deepseek_qlora="$deepseek --q-lora-rank 24"
 
 # loss_of CKPT: the debug-forward loss, printed exactly.
 loss_of() {
@@ -59,19 +72,26 @@ round_trip gpt2 2 2 1
 round_trip llama 2 2 1
 round_trip moe 2 2 2
 round_trip moe_dense_first 2 1 1 --per-layer
+round_trip deepseek 2 2 2 --per-layer
+round_trip deepseek_qlora 2 2 2 --per-layer
 
-# Refusals: multi-token prediction's modules; the legacy names; --ckpt-format without --saver megatron.
-out=$("$tessera" train $base --position-embedding-type rope --normalization RMSNorm --swiglu \
-      --untie-embeddings-and-output-weights --disable-bias-linear --mtp-num-layers 1 --train-iters 1 --save "$work/mtp" 2>&1)
-check "mtp: training: $out" $?
-expect_failure "has multi-token prediction (--mtp-num-layers 1), whose modules' sharded keys are not written yet" \
-  "$tessera" convert --loader tessera --saver megatron --ckpt-format torch_dist --load-dir "$work/mtp" --save-dir "$work/x1"
+# train --load of the written DeepSeek-V3-style directory (no optimizer state: --no-load-optim) trains on as Tessera
+# does from its own checkpoint's weights: the same lm and MTP losses.
+losses() { sed -nE 's/.*iteration +([0-9]+)\/.*lm loss: ([^ ]+) .*mtp_1 loss: ([^ ]+) .*/\1:\2:\3/p' <<<"$1" | tr '\n' ' '; }
+ref=$("$tessera" train $base $deepseek_qlora --train-iters 4 --load "$work/deepseek_qlora" --no-load-optim 2>&1)
+check "deepseek_qlora: Tessera trains on from its own weights: $ref" $?
+out=$("$tessera" train $base $deepseek_qlora --train-iters 4 --load "$work/deepseek_qlora.dist" --no-load-optim 2>&1)
+check "deepseek_qlora: train --load of the torch_dist directory: $out" $?
+[ -n "$(losses "$ref")" ] && [ "$(losses "$out")" = "$(losses "$ref")" ]
+check "deepseek_qlora: the losses (iteration:lm:mtp) after train --load are Tessera's own: $(losses "$out") vs $(losses "$ref")" $?
+
+# Refusals: the legacy names; --ckpt-format without --saver megatron.
 expect_failure "--megatron-names legacy names the legacy format's keys" \
   "$tessera" convert --loader tessera --saver megatron --ckpt-format torch_dist --megatron-names legacy \
   --load-dir "$work/gpt2" --save-dir "$work/x2"
 expect_failure "--ckpt-format apply to --saver megatron only" \
   "$tessera" convert --loader tessera --saver hf --ckpt-format torch_dist --load-dir "$work/gpt2" --save-dir "$work/x3"
-[ ! -e "$work/x1" ] && [ ! -e "$work/x2" ]
+[ ! -e "$work/x2" ]
 check "a refused conversion leaves no --save-dir" $?
 
 finish megatron_dist_save_cli

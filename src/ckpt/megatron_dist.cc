@@ -58,6 +58,17 @@ std::string dist_expert_key(const std::string& rest, int64_t* expert) {
   return after;
 }
 
+// The part of a transformer layer's key before its own names: "decoder.layers.N." for a decoder layer,
+// "mtp.layers.K.transformer_layer." for a multi-token prediction module's (whose keys Megatron-Core never
+// stacks: its MTP block hands the layers no offset); empty for any other key.
+std::string dist_layer_prefix(const MegatronKey& k) {
+  if (k.layer >= 0) return k.name.substr(0, k.name.size() - k.rest.size());
+  static constexpr std::string_view kMtpLayer = ".transformer_layer.";
+  if (!k.name.starts_with("mtp.layers.")) return "";
+  const size_t at = k.name.find(kMtpLayer);
+  return at == std::string::npos ? std::string() : k.name.substr(0, at + kMtpLayer.size());
+}
+
 // The sets of keys a checkpoint holds per tensor: the model's, Adam's two moments, the fp32 master weights.
 enum DistSet { kDistWeights, kDistExpAvg, kDistExpAvgSq, kDistMaster, kDistSets };
 
@@ -170,12 +181,13 @@ MegatronTensors read_megatron_dist(const MegatronDistCheckpoint& ck, const model
   // an expert key becomes each expert's Tessera name, the per-expert form the legacy reader gives.
   const auto add_source = [&](int set, const DcpEntry& e, const MegatronKey& k, int64_t stacked, int part) {
     int64_t expert = -1;
-    const std::string after = k.layer >= 0 ? dist_expert_key(k.rest, &expert) : std::string();
+    const std::string layer = dist_layer_prefix(k);
+    const std::string after = layer.empty() ? std::string() : dist_expert_key(k.name.substr(layer.size()), &expert);
     if (after.empty()) {
       sets[set][k.name].push_back({&e, stacked, -1, part});
       return;
     }
-    const auto name = [&](int64_t g) { return str_cat(kLayers, k.layer, ".mlp.experts.local_experts.", g, ".", after); };
+    const auto name = [&](int64_t g) { return str_cat(layer, "mlp.experts.local_experts.", g, ".", after); };
     if (expert >= 0) {
       sets[set][name(expert)].push_back({&e, stacked, -1, part});
       return;

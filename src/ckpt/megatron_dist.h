@@ -18,7 +18,9 @@
 // The experts' keys are SequentialMLP's whichever MLP class saved them (Transformer Engine's grouped GEMM makes
 // its own so): "decoder.layers.mlp.experts.experts.linear_fc1.weight" [num_layers, num_experts, ...], or one key
 // per global expert G under singleton_local_shards ("...experts.experts.G.linear_fc1.weight"); a BERT stacks
-// "encoder.layers.*". What is not a model weight is left:
+// "encoder.layers.*". A multi-token prediction module's layer is never stacked: "mtp.layers.K.transformer_layer.*",
+// its experts "...transformer_layer.mlp.experts.experts.<name>" with the experts' axis leading. What is not a model
+// weight is left:
 // optimizer.* entries (read by read_megatron_dist for tessera train --load), ShardedObjects (Transformer Engine's
 // _extra_state, rng_state), and the common state besides the args and iteration.
 #pragma once

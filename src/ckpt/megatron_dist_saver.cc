@@ -18,6 +18,7 @@ namespace fs = std::filesystem;  // as megatron_legacy.cc (the layer builds as u
 namespace {
 
 constexpr std::string_view kLocalExperts = "mlp.experts.local_experts.";
+constexpr std::string_view kMtpLayer = ".transformer_layer.";  // in mtp.layers.K.transformer_layer.*
 
 // Where one Tessera tensor goes: its sharded key, the leading axes Megatron adds (the stacked layers, the
 // experts) with this tensor's index on them, and its stage and expert rank.
@@ -57,9 +58,6 @@ std::vector<std::string> export_megatron_dist(const std::string& load_dir, const
                 " holds a ", c.family, " model; only GPT and BERT models are written as Megatron checkpoints");
   // A BERT's stack is Megatron-Core's BertModel "encoder" (megatron_key names every stack "decoder").
   const std::string stack = c.family == "bert" ? "encoder.layers." : "decoder.layers.";
-  TESSERA_CHECK(c.mtp_num_layers == 0, "convert --saver megatron --ckpt-format torch_dist: ", load_dir,
-                " has multi-token prediction (--mtp-num-layers ", c.mtp_num_layers,
-                "), whose modules' sharded keys are not written yet: use --ckpt-format torch");
   const int64_t L = c.num_layers, per_stage = L / ex.pp, local_experts = ex.experts > 0 ? ex.experts / ex.ep : 1;
 
   // Megatron stacks the layers when every layer has the same keys (the experts counted once).
@@ -89,6 +87,20 @@ std::vector<std::string> export_megatron_dist(const std::string& load_dir, const
         at.expert_rank = expert / local_experts;
       }
       at.stage = k.layer / per_stage;
+    } else if (const size_t in_layer = name.find(kMtpLayer);
+               name.rfind("mtp.layers.", 0) == 0 && in_layer != std::string::npos) {
+      // A multi-token prediction module's layer: Megatron-Core's MTP block hands its layers no stacking offset,
+      // so their keys keep the module's number (mtp.layers.K.transformer_layer.*) and only the experts gain an
+      // axis, as in a per-layer decoder key. The modules sit on the last stage.
+      const size_t after = in_layer + kMtpLayer.size();
+      int64_t expert = -1;
+      at.key = name.substr(0, after) + sharded_rest(name.substr(after), &expert);
+      if (expert >= 0) {
+        at.lead = {ex.experts};
+        at.lead_offsets = {expert};
+        at.expert_rank = expert / local_experts;
+      }
+      at.stage = ex.pp - 1;
     } else {
       at.key = name;
       at.stage = name.rfind("embedding.", 0) == 0 ? 0 : ex.pp - 1;

@@ -17,8 +17,10 @@
 // vocabulary padded for the target tensor size; a tied model's output layer folded into the embedding (not
 // saved). Each (pipeline, tensor[, expert]) rank's rng_state ShardedObject is Megatron's seeding of that
 // rank for the checkpoint's seed (megatron_rng.h). A BERT's layers are BertModel's encoder.layers.*, its heads
-// under their Megatron-Core names (the output bias split by vocabulary rows). Weights only: no optimizer state.
-// Not written: multi-token prediction (its modules' keys; refused by name).
+// under their Megatron-Core names (the output bias split by vocabulary rows). Multi-token prediction's modules
+// on the last stage as Megatron-Core's MTP block shards them: mtp.layers.K.{enorm,hnorm,eh_proj,final_layernorm}
+// and the module's layer as mtp.layers.K.transformer_layer.<name>, never stacked (the block hands its layers no
+// layer offset), its experts with the global expert the leading axis. Weights only: no optimizer state.
 #pragma once
 
 #include <string>
