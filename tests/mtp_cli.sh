@@ -2,7 +2,9 @@
 # Multi-token prediction (issue 53) as a user runs it: `tessera train --mtp-num-layers 1` logs the module's
 # loss apart ("mtp_1 loss"), learns the mock data, saves the modules under Megatron-Core's names, and resumes
 # at tp 2 with sequence parallelism and at pp 2 (the module on the last stage) with the uninterrupted run's
-# lm and MTP losses, and trains at cp 2 to the same losses; generation ignores the module (the same ids at
+# lm and MTP losses, and trains at cp 2 to the same losses; with untied embeddings and learned absolute
+# positions it trains at pp 2 to the single process's losses (the last stage's copies of both embeddings),
+# and its Megatron checkpoint at pipeline 2 carries those copies on the last stage and reads back; generation ignores the module (the same ids at
 # tp 1 and 2); bad combinations are refused before any work, naming the flag; `tessera plan` counts the
 # module.
 set -uo pipefail
@@ -73,6 +75,32 @@ check "a Megatron checkpoint of the MTP model is written and read back: $(tail -
 back=$("$tessera" generate --load "$work/back" --prompt "3 5 7" --tokens-to-generate 8 --temperature 0 2>"$work/gen3.err")
 [ -n "$back" ] && [ "$back" = "$one" ]
 check "read back from Megatron's format, it generates what it did: '$back' vs '$one' $(tail -2 "$work/gen3.err")" $?
+
+# Untied embeddings and learned absolute positions at pp 2 (issue 53): the last stage keeps copies of the word
+# and position embeddings, their gradients summed with the first stage's, as Megatron-Core's mtp_process stage.
+learned=("${model[@]/rope/learned_absolute}" --untie-embeddings-and-output-weights)
+"$tessera" train "${learned[@]}" --save "$work/learned" --save-interval 10 --exit-interval 10 >"$work/learned.log" 2>&1
+check "MTP with untied embeddings and learned positions trains: $(tail -3 "$work/learned.log")" $?
+mpi 2 "$tessera" train "${learned[@]}" --pipeline-model-parallel-size 2 --exit-interval 10 >"$work/learned_pp.log" 2>&1
+check "and at pp 2: $(tail -3 "$work/learned_pp.log")" $?
+for loss in "lm loss" "mtp_1 loss"; do
+  same_losses "$(losses "$work/learned_pp.log" "$loss")" "$(losses "$work/learned.log" "$loss")"
+  check "untied, learned positions, pp 2: the single process's $loss: $(losses "$work/learned_pp.log" "$loss" | tr '\n' ' ')" $?
+done
+"$tessera" convert --loader tessera --saver megatron --target-pipeline-parallel-size 2 --load-dir "$work/learned" \
+  --save-dir "$work/learned_megatron" >"$work/learned_convert.log" 2>&1 &&
+  "$tessera" convert --loader megatron --saver tessera --load-dir "$work/learned_megatron" \
+  --save-dir "$work/learned_back" >>"$work/learned_convert.log" 2>&1
+check "its Megatron checkpoint at pipeline 2 is written and read back: $(tail -3 "$work/learned_convert.log")" $?
+last_stage=$(find "$work/learned_megatron" -path '*mp_rank_00_001/model_optim_rng.pt')
+for name in embedding.word_embeddings.weight embedding.position_embeddings.weight output_layer.weight; do
+  [ -n "$last_stage" ] && grep -aq "$name" "$last_stage"
+  check "Megatron's last stage holds $name (the modules' embedding, as Megatron-Core's mtp_process stage)" $?
+done
+a=$("$tessera" generate --load "$work/learned" --prompt "3 5 7" --tokens-to-generate 8 --temperature 0 2>/dev/null)
+b=$("$tessera" generate --load "$work/learned_back" --prompt "3 5 7" --tokens-to-generate 8 --temperature 0 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ]
+check "read back from Megatron's pipeline 2, it generates what it did: '$b' vs '$a'" $?
 
 expect_failure "--mtp-num-layers=1: cannot be combined with --pipeline-schedule ouroboros" \
   "$tessera" train "${model[@]}" --pipeline-model-parallel-size 2 --pipeline-schedule ouroboros

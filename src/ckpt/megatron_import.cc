@@ -26,15 +26,15 @@ Tensor megatron_to_fp32(const Tensor& t, const std::string& file, const std::str
 }
 
 std::string megatron_tied_copy_note(const Tensor& copy, const Tensor& embedding, const std::string& key,
-                                    const std::string& file) {
+                                    const std::string& file, const std::string& what) {
   TESSERA_CHECK(copy.shape() == embedding.shape(), "convert: ", file, ": ", key,
-                ", the last stage's copy of the tied word embeddings, is ", shape_str(copy.shape()),
+                ", the last stage's copy of the ", what, ", is ", shape_str(copy.shape()),
                 " whole but the embedding is ", shape_str(embedding.shape()));
   double largest = 0;
   for (int64_t i = 0; i < copy.numel(); ++i)
     largest = std::max(largest, static_cast<double>(std::abs(copy.host_f32()[i] - embedding.host_f32()[i])));
   if (largest == 0) return "";
-  return str_cat("the last pipeline stage's copy of the tied word embeddings (", key, " in ", file,
+  return str_cat("the last pipeline stage's copy of the ", what, " (", key, " in ", file,
                  ") differs from the embedding by up to ", largest, "; the converted model uses the embedding for both");
 }
 

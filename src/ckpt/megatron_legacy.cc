@@ -39,6 +39,7 @@ struct MegatronShard {
 struct MegatronChunk {
   std::map<std::string, std::vector<MegatronShard>> tensors;
   std::vector<MegatronShard> tied_copies;  // the last stage's copy of tied embeddings
+  std::vector<MegatronShard> position_copies;  // multi-token prediction's last-stage copy of learned positions
   int64_t layers = 0;
 };
 
@@ -169,6 +170,11 @@ std::map<std::string, std::vector<MegatronShard>> global_shards(std::vector<Mega
       // embed the shifted tokens): Megatron keeps it equal to the first stage's, as a tied output layer's.
       if (global == "embedding.word_embeddings.weight" && sources.count(global) && chunk.tied_copies.empty()) {
         chunk.tied_copies = std::move(shards);
+        continue;
+      }
+      // And of the learned absolute position embedding (the modules look the rolled positions up).
+      if (global == "embedding.position_embeddings.weight" && sources.count(global) && chunk.position_copies.empty()) {
+        chunk.position_copies = std::move(shards);
         continue;
       }
       TESSERA_CHECK(!sources.count(global), "convert: ", shards[0].file, ": ", shards[0].key, " is ", global,
@@ -543,6 +549,18 @@ MegatronTensors read_megatron_legacy(MegatronLegacyCheckpoint ck, const model::M
                                                      copy[0].file);
           !note.empty())
         notes.push_back(std::move(note));
+  }
+
+  // Multi-token prediction's last-stage copy of learned absolute positions, kept equal alike.
+  for (const MegatronChunk& chunk : chunks) {
+    if (chunk.position_copies.empty()) continue;
+    for (const auto& [name, t] : tensors)
+      if (name == "embedding.position_embeddings.weight")
+        if (std::string note = megatron_tied_copy_note(megatron_fp32(chunk.position_copies[0]), t,
+                                                       chunk.position_copies[0].key, chunk.position_copies[0].file,
+                                                       "position embedding");
+            !note.empty())
+          notes.push_back(std::move(note));
   }
 
   std::string unused;

@@ -98,9 +98,10 @@ std::vector<std::string> import_megatron_legacy(MegatronLegacyCheckpoint checkpo
 // names the file and key of any other type.
 Tensor megatron_to_fp32(const Tensor& t, const std::string& file, const std::string& key);
 // The note for a tied model's last-stage copy of the word embeddings that differs from them (empty when
-// equal); a copy of another shape is an error.
+// equal); a copy of another shape is an error. `what`: the copied embedding, as the note names it (the
+// position embedding for multi-token prediction's copy of learned absolute positions).
 std::string megatron_tied_copy_note(const Tensor& copy, const Tensor& embedding, const std::string& key,
-                                    const std::string& file);
+                                    const std::string& file, const std::string& what = "tied word embeddings");
 // Saves whole fp32 tensors as a Tessera checkpoint at `iteration`, with the consumed samples, seed,
 // tokenizer and precision Megatron's args record, and `converted_from` in the run's args.
 void save_megatron_import(const std::string& save_dir, const model::ModelConfig& c, const MegatronArgs& a,

@@ -385,8 +385,11 @@ std::vector<std::string> export_megatron_legacy(const std::string& load_dir, con
     // word embeddings: Megatron-Core's output_layer.weight, the legacy model's word_embeddings_for_head.
     if (name == "embedding.word_embeddings.weight" && !c.untie_embeddings_and_output_weights && l.pp > 1)
       tied_copy = {"output_layer.weight", t, split, /*tied_copy=*/true};
-    // Multi-token prediction on the last stage embeds the shifted tokens there: its own copy of the embedding.
-    if (name == "embedding.word_embeddings.weight" && c.mtp_num_layers > 0 && l.pp > 1) stages[l.pp - 1].push_back({name, t, split});
+    // Multi-token prediction on the last stage embeds the shifted tokens (at the shifted positions) there:
+    // its own copy of the embedding, as Megatron-Core's embedding on an mtp_process stage.
+    if ((name == "embedding.word_embeddings.weight" || name == "embedding.position_embeddings.weight") &&
+        c.mtp_num_layers > 0 && l.pp > 1)
+      stages[l.pp - 1].push_back({name, t, split});
   }
   if (tied_copy.whole.defined()) stages[l.pp - 1].push_back(tied_copy);  // last, where the output layer is
   for (std::vector<Placed>& stage : stages)  // stable: a weight stays before its bias

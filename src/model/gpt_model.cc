@@ -23,7 +23,15 @@ GptModel::GptModel(const ModelConfig& config, ParameterSet& params, const parall
                 "model chunk of layers [", chunk_.first_layer, ", ", chunk_.first_layer + chunk_.num_layers,
                 ") is outside the model's ", c.num_layers, " layers");
   const bool tied = !c.untie_embeddings_and_output_weights;
-  if (chunk_.pre_process) embedding_.emplace(config_, params, tp, tied && !chunk_.post_process);
+  const bool mtp = c.mtp_num_layers > 0;
+  const bool learned_positions = c.position_embedding == PositionEmbedding::LearnedAbsolute;
+  // A first chunk that is not the last shares its word embedding with the last stage when the output
+  // layer is tied to it or multi-token prediction looks tokens up in it there, and its position embedding
+  // when multi-token prediction looks the rolled positions up there (Megatron-Core's last stage builds an
+  // embedding when mtp_process; the embedding group sums both copies' gradients).
+  if (chunk_.pre_process)
+    embedding_.emplace(config_, params, tp, (tied || mtp) && !chunk_.post_process,
+                       mtp && learned_positions && !chunk_.post_process);
   block_ = std::make_unique<TransformerBlock>(config_, chunk_.first_layer, chunk_.num_layers, params, tp, layer_spec);
   if (chunk_.post_process) {
     Parameter* words = tied && embedding_ ? &embedding_->word_embeddings() : nullptr;
@@ -32,22 +40,33 @@ GptModel::GptModel(const ModelConfig& config, ParameterSet& params, const parall
     if (tied && !embedding_ && (words = params.find("embedding.word_embeddings.weight")))
       words->spec.shared_with_last_stage = false;
     head_.emplace(config_, params, tp, words);
-    if (c.mtp_num_layers > 0) {
+    if (mtp) {
       // The modules look tokens up in the word embedding the output layer is tied to (on a last stage
-      // without the embedding, its tied copy, whose gradients the embedding group sums).
-      TESSERA_CHECK(tied || embedding_, "--mtp-num-layers with --untie-embeddings-and-output-weights needs the "
-                    "word embedding on the last pipeline stage");
-      Parameter& table = tied ? head_->output_weight() : embedding_->word_embeddings();
-      Parameter* positions = params.find("embedding.position_embeddings.weight");
-      TESSERA_CHECK(c.position_embedding != PositionEmbedding::LearnedAbsolute || positions,
-                    "--mtp-num-layers with learned_absolute positions needs the position embedding on the last "
-                    "pipeline stage");
-      mtp_ = std::make_unique<MultiTokenPrediction>(config_, params, tp, layer_spec, table, positions, *head_);
+      // without the embedding, its tied copy) or, untied, in the chunk's own embedding or a copy of it.
+      Parameter* table = tied ? &head_->output_weight() : embedding_ ? &embedding_->word_embeddings() : nullptr;
+      if (!table) table = &stage_copy(params, vocab_parallel_spec("embedding.word_embeddings.weight", c, tp));
+      Parameter* positions = nullptr;
+      if (learned_positions)
+        positions = embedding_ ? embedding_->position_embeddings() : &stage_copy(params, position_embedding_spec(c));
+      mtp_ = std::make_unique<MultiTokenPrediction>(config_, params, tp, layer_spec, *table, positions, *head_);
       for (const std::string& name : mtp_loss_names(c)) auxiliary_loss_names_.push_back(name);
     }
   }
   if (!chunk_.post_process && c.mtp_num_layers > 0)
     for (const std::string& name : mtp_loss_names(c)) auxiliary_loss_names_.push_back(name);
+}
+
+Parameter& GptModel::stage_copy(ParameterSet& params, ParameterSpec spec) {
+  // ZB-V's V: the first chunk is on this rank too, and its parameter is the one to use (no copy, no sum).
+  if (Parameter* own = params.find(spec.name)) {
+    own->spec.shared_with_last_stage = false;
+    return *own;
+  }
+  // Same name, so the same initial values as the first stage's (and the same values loaded from a
+  // checkpoint, which holds the one tensor); the embedding group sums the two copies' gradients so they
+  // stay equal, and norms and checkpoints leave the copy out (as LMHead's tied copy).
+  spec.tied_copy = spec.shared_with_last_stage = true;
+  return *params.add(std::move(spec));
 }
 
 Parameter* GptModel::tied_word_embedding() const {

@@ -60,6 +60,9 @@ class GptModel final : public LanguageModelChunk {
   // The chunk's input: the embedding of batch.tokens on the first chunk, else `input`, checked.
   Tensor chunk_input(const MicroBatch& batch, const Tensor& input, const ForwardContext& ctx,
                      GptActivations& rec) const;
+  // The last stage's copy of a first-stage embedding parameter that multi-token prediction looks up
+  // (Megatron-Core's embedding on an mtp_process stage), or the first chunk's own where this rank holds it.
+  static Parameter& stage_copy(ParameterSet& params, ParameterSpec spec);
 
   ModelConfig config_;
   const parallel::TensorParallelContext& tp_;

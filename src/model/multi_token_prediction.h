@@ -54,8 +54,9 @@ std::vector<std::string> mtp_loss_names(const ModelConfig& c);
 class MultiTokenPrediction {
  public:
   // Declares the modules' parameters in `params`. words: the word embedding the modules look tokens up in
-  // (the chunk's own, or on the last pipeline stage the output layer's tied copy); positions: the learned
-  // absolute position embedding, or null under RoPE. head: the shared output layer and loss.
+  // (the chunk's own, or on a last pipeline stage without it the output layer's tied copy or, untied, a
+  // copy of its own); positions: the learned absolute position embedding (the chunk's own or the last
+  // stage's copy), or null under RoPE. head: the shared output layer and loss.
   MultiTokenPrediction(const ModelConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp,
                        const TransformerLayerSpec& layer_spec, Parameter& words, Parameter* positions,
                        const LMHead& head);

@@ -26,8 +26,14 @@ ParameterSpec vocab_parallel_spec(const std::string& name, const ModelConfig& c,
   return spec;
 }
 
+ParameterSpec position_embedding_spec(const ModelConfig& c) {
+  return {"embedding.position_embeddings.weight", {c.max_position_embeddings, c.hidden_size}, Init::Normal,
+          c.init_method_std, true};
+}
+
 VocabParallelEmbedding::VocabParallelEmbedding(const ModelConfig& c, ParameterSet& params,
-                                               const parallel::TensorParallelContext& tp, bool shared_with_last_stage)
+                                               const parallel::TensorParallelContext& tp, bool shared_with_last_stage,
+                                               bool positions_shared_with_last_stage)
     : config_(c), tp_(tp) {
   begin_ = params.numel();
   ParameterSpec words = vocab_parallel_spec("embedding.word_embeddings.weight", c, tp);
@@ -35,9 +41,11 @@ VocabParallelEmbedding::VocabParallelEmbedding(const ModelConfig& c, ParameterSe
   words_ = params.add(words);
   vocab_begin_ = tp.rank() * words_->spec.shape[0];
   vocab_end_ = vocab_begin_ + words_->spec.shape[0];
-  if (c.position_embedding == PositionEmbedding::LearnedAbsolute)
-    positions_ = params.add({"embedding.position_embeddings.weight", {c.max_position_embeddings, c.hidden_size},
-                             Init::Normal, c.init_method_std, true});
+  if (c.position_embedding == PositionEmbedding::LearnedAbsolute) {
+    ParameterSpec positions = position_embedding_spec(c);
+    positions.shared_with_last_stage = positions_shared_with_last_stage;
+    positions_ = params.add(positions);
+  }
   if (c.num_tokentypes > 0)
     token_types_ = params.add({"embedding.tokentype_embeddings.weight", {c.num_tokentypes, c.hidden_size},
                                Init::Normal, c.init_method_std, true});

@@ -14,12 +14,16 @@ namespace tessera::model {
 // A [padded vocab, hidden] weight split by vocabulary rows over the tensor group.
 ParameterSpec vocab_parallel_spec(const std::string& name, const ModelConfig& c,
                                   const parallel::TensorParallelContext& tp);
+// The learned absolute position embedding [max positions, hidden] (replicated over the tensor group).
+ParameterSpec position_embedding_spec(const ModelConfig& c);
 
 class VocabParallelEmbedding {
  public:
-  // shared_with_last_stage: the word embedding is tied to an output layer on another pipeline stage.
+  // shared_with_last_stage: the word embedding has a copy on another pipeline stage (the output layer
+  // tied to it, or multi-token prediction's lookups); positions_shared_with_last_stage: so has the learned
+  // absolute position embedding (multi-token prediction's lookups).
   VocabParallelEmbedding(const ModelConfig& config, ParameterSet& params, const parallel::TensorParallelContext& tp,
-                         bool shared_with_last_stage);
+                         bool shared_with_last_stage, bool positions_shared_with_last_stage = false);
 
   // tokens, positions, token_types (optional): [T] in the [seq, batch] layout.
   Tensor forward(const Tensor& tokens, const Tensor& positions, const Tensor& token_types,
@@ -31,6 +35,7 @@ class VocabParallelEmbedding {
   Tensor decode(const Tensor& tokens, const Tensor& positions) const;
 
   Parameter& word_embeddings() const { return *words_; }
+  Parameter* position_embeddings() const { return positions_; }  // null without learned absolute positions
   int64_t begin_offset() const { return begin_; }
   int64_t end_offset() const { return end_; }
 

@@ -3,13 +3,19 @@
 // recomputation: the losses of 10 iterations and every gradient. Ouroboros on P ranks (issue 38) equals
 // its one-process emulation bit for bit. Multi-Latent Attention (issue 53) at tp 2 x pp 2 too, and
 // multi-token prediction (issue 53: its modules on the last model chunk, its losses compared as well) at pp 2
-// with tp and sp, with data parallelism under the distributed optimizer, interleaved, ZB-H1 and ZB-V.
+// with tp and sp, with data parallelism under the distributed optimizer, interleaved, ZB-H1 and ZB-V; with
+// untied embeddings and with learned absolute positions at pp 2, pp 4 and tp 2 x pp 2 (the last stage's
+// copies of the word and position embeddings, their gradients compared too), and its pp 2 checkpoint,
+// which holds one copy of each, resumed in one process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 
+#include "ckpt/checkpoint.h"
 #include "comm/mpi_test_main.h"
 #include "train/ouroboros_engine.h"
 #include "train/trainer.h"
@@ -38,6 +44,14 @@ const std::string kMlaV2Lite =
 // the output layer's tied copy of the word embedding).
 const std::string kMtp =
     "--mtp-num-layers 2 --mtp-loss-scaling-factor 0.3 --position-embedding-type rope --normalization RMSNorm";
+
+// One module under --untie-embeddings-and-output-weights (the last stage's own copy of the word embedding),
+// and with learned absolute positions, tied and untied (its copy of the position embedding too).
+const std::string kMtpUntied =
+    "--mtp-num-layers 1 --mtp-loss-scaling-factor 0.3 --position-embedding-type rope "
+    "--untie-embeddings-and-output-weights";
+const std::string kMtpLearned = "--mtp-num-layers 1 --mtp-loss-scaling-factor 0.3 --position-embedding-type learned_absolute";
+const std::string kMtpLearnedUntied = kMtpLearned + " --untie-embeddings-and-output-weights";
 
 using testing::split_flags;
 
@@ -114,6 +128,15 @@ std::vector<Layout> layouts_for(int world) {
       {1, 2, 2, 4, "--recompute-granularity full --recompute-method uniform", kMtp},  // on the last model chunk
       {1, 2, 1, 4, "--enable-zero-bubble", kMtp},     // the modules' weight gradients in W
       {1, 2, 1, 3, "--zero-bubble-v-schedule", kMtp},  // the last chunk on rank 0, beside the embedding
+      // The last stage's copies of the first stage's embeddings (issue 53).
+      {1, 2, 1, 4, "", kMtpUntied},
+      {1, 4, 1, 4, "", kMtpUntied},
+      {2, 2, 1, 4, "--sequence-parallel", kMtpUntied},
+      {1, 2, 1, 4, "", kMtpLearned},
+      {1, 4, 1, 4, "", kMtpLearned},
+      {2, 2, 1, 4, "--sequence-parallel", kMtpLearnedUntied},
+      {1, 2, 1, 4, "--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000", kMtpLearnedUntied},
+      {1, 2, 1, 3, "--zero-bubble-v-schedule", kMtpLearnedUntied},  // no copies: rank 0 holds both ends
   };
   std::vector<Layout> out;
   for (const Layout& l : all)
@@ -121,8 +144,11 @@ std::vector<Layout> layouts_for(int world) {
     // at 2 and 4 (pp 2 with dp 2 under the distributed optimizer, tp 2 x pp 2), its interleaved and
     // zero-bubble ones at 2 only; at 8 ranks the layouts of 4 or 8 model ranks, those of 2 having run with
     // data parallelism at 4 (CI time).
+    // The embeddings' copies: at their own model size, and under the distributed optimizer with dp 2.
     if (world % (l.tp * l.pp) == 0 && (world < 8 || l.tp * l.pp >= 4) &&
         (l.model.empty() || world == l.tp * l.pp ||
+         (l.model == kMtpLearnedUntied && world == 2 * l.tp * l.pp &&
+          l.extra.find("--use-distributed-optimizer") != std::string::npos) ||
          (l.model == kMtp && (world == 2 || (world == 4 && l.v == 1 && l.extra.find("zero-bubble") == std::string::npos)))))
       out.push_back(l);
   return out;
@@ -166,6 +192,49 @@ TEST(PipelineLayouts, LossesAndGradientsMatchTheSingleProcessRun) {
     if (dp == 1 || l.extra.find("--use-distributed-optimizer") == std::string::npos)
       expect_gradients_match(one, reference(global_batch, 1, model_flags));
   }
+}
+
+// Multi-token prediction with untied embeddings and learned absolute positions saved at pp 2: the
+// checkpoint holds the model's tensors once (the last stage's copies of the word and position embeddings
+// are not in it), and resumed in one process it continues as the single-process run (issue 53).
+TEST(PipelineLayouts, MtpEmbeddingCopiesAtPp2ResumeInOneProcess) {
+  namespace fs = std::filesystem;
+  auto world = comm::make_mpi_world_group();
+  const int n = world->size();
+  if (n != 2) GTEST_SKIP() << "pp 2 on 2 ranks, has " << n;
+  Trainer& single = reference(4, 6, kMtpLearnedUntied);
+  const fs::path dir = testing::shared_scratch_dir(*world, "tessera_mtp_pp_embed");
+  if (world->rank() == 0) fs::remove_all(dir);
+  world->barrier();
+  Trainer parallel(parse_train_arguments(split_flags(flags(1, 2, 1, 4, 3, kMtpLearnedUntied + " --save " +
+                                                                             dir.string())),
+                                         n),
+                   world.get());
+  parallel.train();
+  world->barrier();
+  std::vector<std::string> saved = ckpt::latest_model_tensor_names(dir.string()), want;
+  for (const model::Parameter& p : single.parameters().params()) want.push_back(p.spec.name);
+  std::sort(saved.begin(), saved.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(saved, want);
+  EXPECT_EQ(std::count(saved.begin(), saved.end(), "embedding.word_embeddings.weight"), 1);
+  EXPECT_EQ(std::count(saved.begin(), saved.end(), "embedding.position_embeddings.weight"), 1);
+  EXPECT_EQ(std::count(saved.begin(), saved.end(), "output_layer.weight"), 1);
+
+  Trainer resumed(parse_train_arguments(split_flags(flags(1, 1, 1, 4, 6, kMtpLearnedUntied + " --load " +
+                                                                            dir.string()))));
+  EXPECT_EQ(resumed.iteration(), 3);
+  resumed.train();
+  ASSERT_EQ(resumed.losses().size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(resumed.losses()[i], single.losses()[3 + i], 1e-5 * std::abs(single.losses()[3 + i]))
+        << "iteration " << 4 + i;
+    const double want_mtp = single.auxiliary_losses().at("mtp_1 loss")[3 + i];
+    EXPECT_NEAR(resumed.auxiliary_losses().at("mtp_1 loss")[i], want_mtp, 1e-5 * std::abs(want_mtp))
+        << "iteration " << 4 + i;
+  }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
 }
 
 TEST(PipelineLayouts, BadLayoutsAreRejectedBeforeTraining) {

@@ -50,14 +50,9 @@ void finalize_mtp_model(TrainArguments& a) {
   // Each module's layer is built as the last one (Megatron's MTP spec): a mixture of experts when that is.
   if (c.moe.enabled() && static_cast<int64_t>(c.moe.layer_experts.size()) == c.num_layers)
     for (int64_t k = 0; k < c.mtp_num_layers; ++k) c.moe.layer_experts.push_back(c.moe.layer_experts.back());
-  if (a.pipeline_model_parallel_size > 1) {
-    // The last stage looks tokens up in the output layer's tied copy of the word embedding.
-    not_with(!c.untie_embeddings_and_output_weights,
-             "--untie-embeddings-and-output-weights under --pipeline-model-parallel-size > 1 yet");
-    not_with(c.position_embedding == model::PositionEmbedding::Rope,
-             "learned_absolute positions under --pipeline-model-parallel-size > 1 yet (use --position-embedding-type "
-             "rope)");
-  }
+  // Under --pipeline-model-parallel-size > 1 the last stage keeps its own copies of the word embedding
+  // (untied) and of the learned absolute position embedding, summed with the first stage's over the
+  // embedding group (model/gpt_model.cc's stage_copy), as Megatron-Core's embedding on an mtp_process stage.
 }
 
 }  // namespace tessera::train
