@@ -41,6 +41,13 @@ struct TokenSlice {
   int64_t total = 0;   // the whole sequence's length
   std::vector<SliceKvCache>* caches = nullptr;  // one per layer of the model, by global layer number - 1
   SliceKvCache& cache(int64_t layer_number) const;
+  // Work over the whole sequence after the slices (multi-token prediction on the last stage,
+  // model/sliced_multi_token_prediction.h): the micro-batch whole (forward only; null in backward), and
+  // the chunk's own record of that work, which the sliced record owns from slice 0's forward to slice
+  // 0's backward and counts in its bytes.
+  const MicroBatch* batch = nullptr;
+  std::unique_ptr<ChunkRecord>* sequence = nullptr;
+  bool last(int64_t length) const { return offset + length == total; }
 };
 
 // --pipeline-token-slices for training: a count n (n equal slices; it must divide the sequence) or
