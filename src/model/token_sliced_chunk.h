@@ -62,7 +62,7 @@ MicroBatch token_slice_of(const MicroBatch& batch, int64_t offset, int64_t lengt
 // `chunk` running each micro-batch slice by slice (the lengths sum to the sequence length) with the
 // caches above; evaluation, scoring and decoding pass through unsliced. The chunk must be causal; under
 // sequence parallelism each slice's length must split over the tensor group. A record's bytes count its
-// caches.
+// caches, and the inner chunk's work over the whole sequence (TokenSlice::sequence: multi-token prediction).
 //
 // forward runs a micro-batch's slices one after another; a pipeline schedule with token slices
 // (pipeline/schedules.h, TeraPipe) instead calls forward_slice and backward_slice, one slice at a time,
