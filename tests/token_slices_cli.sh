@@ -2,8 +2,8 @@
 # `tessera train --pipeline-token-slices` (TeraPipe's token slicing, issue 36; on one stage the slices of
 # each micro-batch run one after another, with per-layer key/value caches): the same loss
 # values as the unsliced run, GPT-2 and Llama style with dropout on, at tp 2 (with and without sequence
-# parallelism) and dp 2 too, and the
-# refusals naming the flag.
+# parallelism) and dp 2 too, with multi-token prediction (its mtp_k losses too), and the refusals naming
+# the flag.
 set -uo pipefail
 tessera=${1:?usage: token_slices_cli.sh path/to/tessera}
 source "$(dirname "$0")/lib/checks.sh"
@@ -77,6 +77,29 @@ sliced=$($mpirun -np 2 "$tessera" train $big --bf16 --pipeline-model-parallel-si
 read -r measured theory <<<"$(peak "$sliced")"
 [ -n "$measured" ] && [ "$measured" = "$theory" ]
 check "pp 2: sliced activation peak $measured should be its theory $theory: $sliced" $?
+
+# Multi-token prediction (issue 53): the modules run over the whole sequence after the last slice, so the
+# log's lm and mtp_k losses are the unsliced run's, on one stage and at pp 2, and at pp 2 the activation peak
+# (the modules' record arriving with the last slice, their gradient leaving slice by slice) is its theory.
+mtp="--position-embedding-type rope --mtp-num-layers 2"
+all_losses() { grep -oE '(lm|mtp_[12]) loss: [0-9.E+-]*' <<<"$1" | awk '{print $3}'; }
+for ranks in 1 2; do
+  run="$tessera" pp=""
+  [ "$ranks" = 2 ] && run="$mpirun -np 2 $tessera" pp="--pipeline-model-parallel-size 2"
+  a=$(all_losses "$($run train $model $mtp $pp 2>&1)")
+  b=$(all_losses "$($run train $model $mtp $pp --pipeline-token-slices 3,5,8 2>&1)")
+  python3 - "$a" "$b" <<'PY'
+import sys
+a = [float(x) for x in sys.argv[1].split()]
+b = [float(x) for x in sys.argv[2].split()]
+sys.exit(0 if len(a) == 12 and len(a) == len(b) and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)) else 1)
+PY
+  check "MTP on $ranks stage(s): the sliced lm and mtp_k losses ($(echo $b)) should be the unsliced ones ($(echo $a))" $?
+done
+sliced=$($mpirun -np 2 "$tessera" train $big $mtp --pipeline-model-parallel-size 2 --pipeline-token-slices 8,24,32 2>&1)
+read -r measured theory <<<"$(peak "$sliced")"
+[ -n "$measured" ] && [ "$measured" = "$theory" ]
+check "pp 2 with MTP: sliced activation peak $measured should be its theory $theory: $sliced" $?
 
 # Checkpoints hold no trace of the slicing: saved sliced and resumed unsliced, or the reverse, the
 # resumed iterations log the same losses.

@@ -89,6 +89,17 @@ double mtp_record_bytes(const ModelConfig& c, const ActivationLayout& l) {
   return static_cast<double>(c.mtp_num_layers) * (layer_record_bytes(c, l) + mtp_module_extra_bytes(c, l));
 }
 
+double sliced_mtp_gradient_bytes(const ModelConfig& c, const ActivationLayout& l) {
+  if (c.mtp_num_layers == 0) return 0;
+  const double rows = tokens(l), t = static_cast<double>(l.tensor_parallel);
+  return (l.sequence_parallel ? rows / t : rows) * static_cast<double>(c.hidden_size) * 4.0;
+}
+
+double sliced_mtp_sequence_bytes(const ModelConfig& c, const ActivationLayout& l) {
+  if (c.mtp_num_layers == 0) return 0;
+  return mtp_record_bytes(c, l) + sliced_mtp_gradient_bytes(c, l) + 4.0 * tokens(l);
+}
+
 double chunk_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r) {
   const double full = layer_record_bytes(c, l), input = layer_input_bytes(c, l);
   switch (r.method) {

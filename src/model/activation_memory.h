@@ -66,5 +66,13 @@ double chunk_extra_bytes(const ModelConfig& c, const ActivationLayout& l, bool f
 double mtp_record_bytes(const ModelConfig& c, const ActivationLayout& l);
 // The part of one module's record besides its layer's (mtp_record_bytes = N x (layer + this)).
 double mtp_module_extra_bytes(const ModelConfig& c, const ActivationLayout& l);
+// Multi-token prediction under token slices (model/sliced_multi_token_prediction.h), which runs the modules
+// once over the whole sequence: what the last chunk holds beyond its slices' records from the last slice's
+// forward to its backward (mtp_record_bytes, a copy of the main head's final-norm output h0 in fp32,
+// sequence-sharded under sequence parallelism, and the whole sequence's int32 positions; the slices'
+// records then keep no tokens), and h0's gradient, held from the last slice's backward, each slice's
+// share freed by that slice's backward.
+double sliced_mtp_sequence_bytes(const ModelConfig& c, const ActivationLayout& l);
+double sliced_mtp_gradient_bytes(const ModelConfig& c, const ActivationLayout& l);
 
 }  // namespace tessera::model

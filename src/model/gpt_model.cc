@@ -3,6 +3,7 @@
 #include "kernels/tensor_ops.h"
 #include "kernels/token_layout.h"
 #include "model/batch_layout.h"
+#include "model/sliced_multi_token_prediction.h"
 
 namespace tessera::model {
 
@@ -106,7 +107,12 @@ Tensor GptModel::forward(const MicroBatch& batch, const Tensor& input, const For
   if (!ids_checked) check_ids(rec.labels, config_.vocab_size, "label");
   if (hooks.params_needed_below) hooks.params_needed_below(head_->end_offset());
   losses.lm += head_->forward(x, rec);
-  if (mtp_) {
+  if (mtp_ && ctx.token_slice) {
+    // Token slices: the modules wait for the last slice and run over the whole sequence.
+    if (!ids_checked && !rec.tokens.defined()) check_ids(to_seq_major(batch.tokens), config_.vocab_size, "token");
+    if (hooks.params_needed_below) hooks.params_needed_below(mtp_->end_offset());
+    sliced_mtp_forward(*mtp_, rec.final_ln, ctx, tp_, losses);
+  } else if (mtp_) {
     if (!rec.tokens.defined()) rec.mtp_tokens = to_seq_major(batch.tokens);
     const Tensor& tokens = rec.tokens.defined() ? rec.tokens : rec.mtp_tokens;
     if (!ids_checked) check_ids(tokens, config_.vocab_size, "token");
@@ -130,7 +136,10 @@ Tensor GptModel::backward(ChunkRecord& record, const Tensor& doutput, const Forw
   Tensor dx = doutput;
   if (head_) {
     Tensor dfinal;  // the MTP modules' gradient of the final norm's output
-    if (mtp_) {
+    if (mtp_ && ctx.token_slice) {  // this slice's part of the modules' gradient (run by the last slice)
+      dfinal = sliced_mtp_backward(*mtp_, ctx, tp_, grad_scale);
+      final_from(mtp_->begin_offset());
+    } else if (mtp_) {
       dfinal = mtp_->backward(rec.mtp, rec.positions, ctx, grad_scale);
       rec.mtp_tokens = Tensor();
       final_from(mtp_->begin_offset());

@@ -66,11 +66,13 @@ Tensor columns(const Tensor& t, int64_t offset, int64_t length) {
 struct SlicedRecord final : ChunkRecord {
   std::vector<std::unique_ptr<ChunkRecord>> slices;
   std::vector<SliceKvCache> caches;
+  std::unique_ptr<ChunkRecord> sequence;  // the inner chunk's work over the whole sequence (TokenSlice::sequence)
   bool all_forwarded = false;  // every slice's forward has run (backward may start)
   int64_t bytes() const override {
     int64_t total = 0;
     for (const auto& s : slices) total += s->bytes();
     for (const SliceKvCache& c : caches) total += c.bytes();
+    if (sequence) total += sequence->bytes();
     return total;
   }
 };
@@ -149,9 +151,9 @@ class SlicedChunk final : public TokenSlicedChunk {
                   "(--reset-attention-mask) yet");
     TESSERA_CHECK(static_cast<int>(rec.slices.size()) == i, "token slice ", i, "'s forward after ", rec.slices.size(),
                   " slices' (the slices of a micro-batch run forward in order)");
-    if (i == 0) rec.caches.assign(static_cast<size_t>(config().num_layers), SliceKvCache());
+    if (i == 0) rec.caches.assign(static_cast<size_t>(config().num_layers), SliceKvCache()), rec.sequence.reset();
     const int64_t offset = offsets_[static_cast<size_t>(i)], length = slices_[static_cast<size_t>(i)];
-    TokenSlice slice{offset, context.seq, &rec.caches};
+    TokenSlice slice{offset, context.seq, &rec.caches, &batch, &rec.sequence};
     ForwardContext ctx = context;
     ctx.seq = length;
     ctx.token_slice = &slice;
@@ -170,14 +172,14 @@ class SlicedChunk final : public TokenSlicedChunk {
                   "token slice ", i, "'s backward out of order (the slices of a micro-batch run backward in reverse, "
                   "after all their forwards)");
     const int64_t offset = offsets_[static_cast<size_t>(i)], length = slices_[static_cast<size_t>(i)];
-    TokenSlice slice{offset, context.seq, &rec.caches};
+    TokenSlice slice{offset, context.seq, &rec.caches, nullptr, &rec.sequence};
     ForwardContext ctx = context;
     ctx.seq = length;
     ctx.token_slice = &slice;
     // A gradient is final only once the first slice (the last to run backward) has added to it.
     Tensor dx = inner_->backward(*rec.slices.back(), doutput, ctx, grad_scale, i == 0 ? hooks : ParamHooks());
     rec.slices.pop_back();
-    if (i == 0) rec.caches.clear();
+    if (i == 0) rec.caches.clear(), rec.sequence.reset();
     return dx;
   }
 

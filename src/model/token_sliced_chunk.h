@@ -41,6 +41,13 @@ struct TokenSlice {
   int64_t total = 0;   // the whole sequence's length
   std::vector<SliceKvCache>* caches = nullptr;  // one per layer of the model, by global layer number - 1
   SliceKvCache& cache(int64_t layer_number) const;
+  // Work over the whole sequence after the slices (multi-token prediction on the last stage,
+  // model/sliced_multi_token_prediction.h): the micro-batch whole (forward only; null in backward), and
+  // the chunk's own record of that work, which the sliced record owns from slice 0's forward to slice
+  // 0's backward and counts in its bytes.
+  const MicroBatch* batch = nullptr;
+  std::unique_ptr<ChunkRecord>* sequence = nullptr;
+  bool last(int64_t length) const { return offset + length == total; }
 };
 
 // --pipeline-token-slices for training: a count n (n equal slices; it must divide the sequence) or
@@ -55,7 +62,7 @@ MicroBatch token_slice_of(const MicroBatch& batch, int64_t offset, int64_t lengt
 // `chunk` running each micro-batch slice by slice (the lengths sum to the sequence length) with the
 // caches above; evaluation, scoring and decoding pass through unsliced. The chunk must be causal; under
 // sequence parallelism each slice's length must split over the tensor group. A record's bytes count its
-// caches.
+// caches, and the inner chunk's work over the whole sequence (TokenSlice::sequence: multi-token prediction).
 //
 // forward runs a micro-batch's slices one after another; a pipeline schedule with token slices
 // (pipeline/schedules.h, TeraPipe) instead calls forward_slice and backward_slice, one slice at a time,

@@ -17,6 +17,7 @@ ModelConfig tiny_config(bool llama_style) { return testing::tiny_gpt_config(llam
 
 struct Step {
   double loss = 0;
+  std::vector<std::pair<std::string, double>> auxiliary;  // multi-token prediction's mtp_k losses
   std::vector<float> grads;
   int64_t record_bytes = 0;
 };
@@ -37,6 +38,7 @@ Step run_step(const ModelConfig& c, const std::vector<int64_t>& slices, const Re
   EXPECT_FALSE(out.defined());
   Step s;
   s.loss = losses.lm;
+  s.auxiliary = losses.auxiliary;
   s.record_bytes = rec->bytes();
   model->backward(*rec, Tensor(), ctx, 0.125f);
   s.grads.assign(params.grads().f32(), params.grads().f32() + params.numel());
@@ -46,6 +48,12 @@ Step run_step(const ModelConfig& c, const std::vector<int64_t>& slices, const Re
 // Loss and every parameter's gradient within relative 1e-5 (of the parameter's largest gradient).
 void expect_same_step(const ModelConfig& c, const Step& want, const Step& got) {
   EXPECT_NEAR(got.loss, want.loss, 1e-5 * std::fabs(want.loss));
+  ASSERT_EQ(got.auxiliary.size(), want.auxiliary.size());
+  for (size_t i = 0; i < want.auxiliary.size(); ++i) {
+    EXPECT_EQ(got.auxiliary[i].first, want.auxiliary[i].first);
+    EXPECT_NEAR(got.auxiliary[i].second, want.auxiliary[i].second, 1e-5 * std::fabs(want.auxiliary[i].second))
+        << want.auxiliary[i].first;
+  }
   ParameterSet params;
   GptModel names(c, params);  // the parameters' names and places in the flat buffer
   params.allocate(5);
@@ -121,6 +129,31 @@ TEST(TokenSlices, MultiLatentAttentionSlicesGiveTheWholeSequencesLossAndGradient
   const ModelConfig c = mla_config(12);
   const Recompute r{RecomputeMethod::Uniform, 2};
   expect_same_step(c, run_step(c, {}, r), run_step(c, {8, 24, 16, 16}, r));
+}
+
+// Multi-token prediction (issue 53): the modules wait for the last slice, run over the whole sequence (each
+// depth rolls it across the slices' boundaries), and hand each slice its part of the main head's
+// gradient in backward; the mtp_k losses and every gradient (the modules', the shared embedding's and
+// output layer's, the layers' below through each slice's head) are the unsliced step's. GPT-2 style
+// (learned positions looked up at the rolled positions) and Llama style (RoPE, untied output layer).
+TEST(TokenSlices, MultiTokenPredictionRunsOverTheWholeSequenceAfterTheLastSlice) {
+  for (bool llama_style : {false, true}) {
+    for (int64_t depths : {1, 2}) {
+      ModelConfig c = tiny_config(llama_style);
+      c.mtp_num_layers = depths;
+      c.mtp_loss_scaling_factor = 0.3f;
+      const Step whole = run_step(c, {});
+      ASSERT_EQ(whole.auxiliary.size(), static_cast<size_t>(depths));
+      for (const std::vector<int64_t>& slices : {std::vector<int64_t>{16, 16, 16, 16}, std::vector<int64_t>{1, 62, 1}}) {
+        SCOPED_TRACE(str_cat(llama_style ? "llama" : "gpt2", " mtp ", depths, " slices ", slices.size(), " first ",
+                             slices[0]));
+        const Step sliced = run_step(c, slices);
+        expect_same_step(c, whole, sliced);
+        // After the last slice's forward the record holds the modules' record too (their logits among it).
+        EXPECT_GE(sliced.record_bytes, whole.record_bytes);
+      }
+    }
+  }
 }
 
 // Dropout is on in the comparisons above: without it the step differs.

@@ -62,24 +62,41 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   };
   const std::vector<pipeline::Op> ops = pipeline::build_schedule(schedule, stage);
   if (schedule.slices == 1) {
-    p.activations = pipeline::peak_in_flight_bytes(ops, [&](int chunk) { return chunk_bytes(chunk) + slice_caches_extra; });
+    // One stage's slices in one forward: with multi-token prediction the modules read a copy of the whole
+    // sequence's h0 (and keep its positions instead of the tokens, as many bytes).
+    const double mtp_h0 = a.token_slices.empty() ? 0.0 : model::sliced_mtp_gradient_bytes(a.model, layout);
+    p.activations = pipeline::peak_in_flight_bytes(ops, [&](int chunk) {
+      return chunk_bytes(chunk) + slice_caches_extra +
+             (pipeline::is_last_chunk(schedule, {stage, chunk}) ? mtp_h0 : 0.0);
+    });
   } else {  // TeraPipe across stages: a slice's records are its share of the tokens (less the keys and
             // values, which are in the caches); the caches live from slice 0's forward to slice 0's
             // backward, their gradients from the last slice's backward on (a later micro-batch's forwards
             // run meanwhile). Like the measured peak, taken after forwards.
+    // Multi-token prediction on the last chunk runs once over the whole sequence: its record (and the
+    // copies it works on) comes with the last slice's forward and goes with its backward, which leaves
+    // the gradient of the head's output, each slice's share going with that slice's backward.
     const double caches = kv_per_layer_fp32 * static_cast<double>(chunk_layers), cache_grads = caches;
+    const double mtp_sequence = model::sliced_mtp_sequence_bytes(a.model, layout);
+    const double mtp_gradient = model::sliced_mtp_gradient_bytes(a.model, layout);
+    const double mtp_in_chunk = a.model.mtp_num_layers > 0 ? model::mtp_record_bytes(a.model, layout) +
+                                                                 4.0 * static_cast<double>(layout.seq * layout.micro_batch)
+                                                           : 0.0;  // the modules' record and the tokens
     const int last = schedule.slices - 1;
     double live = 0;
     for (const pipeline::Op& op : ops) {
       if (op.kind != pipeline::OpKind::Forward && op.kind != pipeline::OpKind::Backward) continue;
       const double share = static_cast<double>(a.token_slices[static_cast<size_t>(op.slice)]) /
                            static_cast<double>(a.model.seq_length);
-      const double bytes = (chunk_bytes(op.chunk) - kept) * share + (op.slice == 0 ? caches : 0.0);
+      const bool mtp = mtp_sequence > 0 && pipeline::is_last_chunk(schedule, {stage, op.chunk});
+      const double bytes = (chunk_bytes(op.chunk) - kept - (mtp ? mtp_in_chunk : 0.0)) * share +
+                           (op.slice == 0 ? caches : 0.0) + (mtp && op.slice == last ? mtp_sequence : 0.0);
       if (op.kind == pipeline::OpKind::Forward) {
         live += bytes;
         p.activations = std::max(p.activations, live);
       } else {
-        live += (op.slice == last ? cache_grads : 0.0) - bytes - (op.slice == 0 ? cache_grads : 0.0);
+        live += (op.slice == last ? cache_grads + (mtp ? mtp_gradient : 0.0) : 0.0) - bytes -
+                (op.slice == 0 ? cache_grads : 0.0) - (mtp ? mtp_gradient * share : 0.0);
       }
     }
   }

@@ -4,7 +4,10 @@
 // also with tensor parallelism (with and without sequence parallelism), data parallelism (distributed
 // optimizer, overlapped reduction) and recomputation, and `auto` (TeraPipe's dynamic program over a given
 // cost) give the single-process unsliced run's losses and every gradient, to 1e-5 relative; so does
-// Multi-Latent Attention (with and without --q-lora-rank, at pp 2 and at tp 2 x pp 2).
+// Multi-Latent Attention (with and without --q-lora-rank, at pp 2 and at tp 2 x pp 2). Multi-token
+// prediction (issue 53: its modules run over the whole sequence after the last slice, their gradient split
+// back into the slices' backward) gives the same mtp_k losses too, with 1 and 2 modules at pp 2 and at
+// tp 2 x pp 2 with and without sequence parallelism, and under MLA.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,6 +42,12 @@ const char* kMla =
     "--kv-lora-rank 8 --qk-head-dim 6 --qk-pos-emb-head-dim 4 --v-head-dim 12 --qk-layernorm "
     "--rotary-scaling-factor 4 --mscale 0.8 --mscale-all-dim 0.5 --yarn-original-max-position-embeddings 8";
 const std::string kMlaQ = str_cat(kMla, " --q-lora-rank 12");
+
+// DeepSeek-V3's multi-token prediction (issue 53) with 1 and 2 modules: RoPE, as the last stage looks tokens up
+// in the output layer's tied copy of the word embedding.
+const char* kMtp1 = "--mtp-num-layers 1 --position-embedding-type rope --normalization RMSNorm";
+const char* kMtp2 = "--mtp-num-layers 2 --mtp-loss-scaling-factor 0.3 --position-embedding-type rope";
+const std::string kMlaMtp = str_cat(kMla, " --mtp-num-layers 2");
 
 // 4 layers (1 per stage at pp 4), sequence 16, micro-batches of 2, dropout on; the padded vocabulary is 64
 // at every tp, so every layout trains one model.
@@ -97,6 +106,11 @@ std::vector<Layout> layouts_for(int world) {
       {1, 2, 1, 3, "4", "", kMlaQ},
       {2, 2, 1, 2, "4", "--sequence-parallel", kMlaQ},  // each tensor rank's heads cached
       {2, 2, 1, 2, "6,10", "", kMla},
+      {1, 2, 1, 3, "4", "", kMtp1},
+      {1, 2, 1, 2, "3,5,8", "--recompute-activations", kMtp2},
+      {2, 2, 1, 2, "4", "--sequence-parallel", kMtp2},
+      {2, 2, 1, 2, "6,10", "", kMtp1},
+      {1, 2, 1, 2, "5,11", "", kMlaMtp},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)
@@ -135,6 +149,13 @@ TEST(TokenSlicesAcrossStages, LossesAndGradientsMatchTheSingleProcessUnslicedRun
     ASSERT_EQ(t.losses().size(), ref.losses().size());
     for (size_t i = 0; i < t.losses().size(); ++i)
       EXPECT_NEAR(t.losses()[i], ref.losses()[i], 1e-5 * std::abs(ref.losses()[i])) << "iteration " << i + 1;
+    ASSERT_EQ(t.auxiliary_losses().size(), ref.auxiliary_losses().size());
+    for (const auto& [name, values] : ref.auxiliary_losses()) {  // MTP's mtp_<k> loss
+      const std::vector<double>& got = t.auxiliary_losses().at(name);
+      ASSERT_EQ(got.size(), values.size()) << name;
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], values[i], 1e-5 * std::abs(values[i])) << name << " iteration " << i + 1;
+    }
 
     // Gradients of one step from the initial weights. The distributed optimizer leaves each data-parallel
     // rank only its shard of the reduced gradient, so this step all-reduces them whole instead.

@@ -34,13 +34,8 @@ void finalize_mtp_model(TrainArguments& a) {
   not_with(c.family == "gpt", str_cat("--model-family ", c.family, " (MTP predicts further tokens of a GPT)"));
   not_with(!a.kd, "--kd (the MTP modules share the output layer the distillation term is computed on)");
   // --context-parallel-size: the rolls cross the ranks' chunks (model/sequence_roll.h, issue 53).
-  // Token slices: each depth rolls the sequence by one position, across the slices' boundaries, so the
-  // modules would have to wait for every slice's hidden states and send their gradients back into each
-  // slice's backward; the sliced chunk runs each slice through the last stage's heads on its own.
-  not_with(a.pipeline_token_slices.empty(),
-           str_cat("--pipeline-token-slices=", a.pipeline_token_slices, " yet (the modules roll the whole "
-                   "sequence by one position, across the slices' boundaries, and the last stage runs each slice "
-                   "on its own)"));
+  // --pipeline-token-slices: the modules run once over the whole sequence after the last slice's head
+  // (model/sliced_multi_token_prediction.h); what slices do not run with is refused by their own rules.
   // Ouroboros: the modules would run on the last module like its output layer (their lookups of the tied
   // embedding landing in its fresh term), but the driver carries only the language-model loss across the
   // ring and the replicas (train/ouroboros_driver.cc), so the mtp_k losses would be lost from the log.

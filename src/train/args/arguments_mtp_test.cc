@@ -1,5 +1,5 @@
-// The multi-token prediction flags: Megatron-Core's names and defaults, and what MTP does not run with,
-// refused by name before any work.
+// The multi-token prediction flags: Megatron-Core's names and defaults, what MTP runs with (token slices,
+// context parallelism), and what it does not run with, refused by name before any work.
 #include <gtest/gtest.h>
 
 #include "train/args/arguments.h"
@@ -42,7 +42,6 @@ TEST(MtpArguments, UnsupportedCombinationsAreRefusedByName) {
       {"--mtp-num-layers 1 --mtp-loss-scaling-factor -0.5", "--mtp-loss-scaling-factor"},
       {"--mtp-num-layers 1 --model-family bert", "--model-family bert"},
       {"--mtp-num-layers 1 --pipeline-model-parallel-size 2 --pipeline-schedule ouroboros", "ouroboros"},
-      {"--mtp-num-layers 1 --pipeline-token-slices 2", "--pipeline-token-slices"},
   };
   for (const auto& [flags, expected] : cases) {
     const std::string error = mtp_error_of(flags, 2);
@@ -58,6 +57,16 @@ TEST(MtpArguments, UnsupportedCombinationsAreRefusedByName) {
                                                "--untie-embeddings-and-output-weights"),
                                    std::string("--pipeline-model-parallel-size 2 --position-embedding-type rope")})
     EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 " + flags, 2), "accepted") << flags;
+  // Token slices: the modules run over the whole sequence after the last slice (issue 53); what slices
+  // themselves do not run with is refused by their rules, naming their flag.
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --pipeline-token-slices 2", 1), "accepted");
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 2 --pipeline-model-parallel-size 2 --position-embedding-type rope "
+                         "--pipeline-token-slices 2",
+                         2),
+            "accepted");
+  EXPECT_NE(mtp_error_of("--mtp-num-layers 1 --pipeline-token-slices 2 --num-experts 4", 1)
+                .find("--pipeline-token-slices=2: cannot be combined with mixture-of-experts"),
+            std::string::npos);
   // Context parallelism rolls across the ranks' chunks (issue 53).
   EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --context-parallel-size 2", 2), "accepted");
   EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --context-parallel-size 2 --multi-latent-attention", 2), "accepted");
