@@ -12,10 +12,11 @@
 
 #include "apps/command_line.h"
 #include "apps/commands.h"
-#include "comm/mpi_process_group.h"
 #include "core/check.h"
 #include "core/file_io.h"
-#include "plan/calibration.h"
+#include "apps/plan_calibrate.h"
+#include "plan/cluster_files.h"
+#include "plan/measured_calibration.h"
 #include "plan/run_layout.h"
 #include "plan/chinchilla.h"
 #include "plan/planner.h"
@@ -30,7 +31,8 @@ namespace {
 constexpr double GiB = 1024.0 * 1024 * 1024;
 
 struct PlanFlags {
-  std::string device = "A100-80GB", cluster_file;
+  std::string device = "A100-80GB";
+  std::vector<std::string> cluster_files;  // merged in order (plan/cluster_files.h)
   int num_devices = 0;  // 0: tp x pp x dp of the flags, or 1
   int devices_per_node = 0;
   bool search = false, json = false, calibrate = false;
@@ -39,6 +41,7 @@ struct PlanFlags {
   double compute_budget = 0, device_hours = 0;
   bool use_flash_attn = false;  // GPU plans: attention without materialised scores (always so on cpu)
   std::string token_slices;     // --pipeline-token-slices: TeraPipe's token-level pipeline, priced
+  double measured_iteration_ms = 0, measured_tflops = 0;  // a one-GPU step of this model, measured
 };
 
 void add_plan_flags(CLI::App& app, PlanFlags& f) {
@@ -48,7 +51,14 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--num-devices", f.num_devices, "Devices in the cluster (default: tp x pp x dp of the flags)")
       ->check(kNonNegativeInteger);  // 0: the default; -8 was taken as it
   app.add_option("--devices-per-node", f.devices_per_node, "Devices per node (default: the device's)");
-  app.add_option("--cluster", f.cluster_file, "Cluster file (JSON; e.g. written by --calibrate) instead of --device");
+  app.add_option("--cluster", f.cluster_files,
+                 "Cluster file (JSON: --calibrate's, or a device entry, NCCL bus bandwidths, a measured step); "
+                 "repeat to merge several in order")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--measured-iteration-ms", f.measured_iteration_ms,
+                 "Measured time of one iteration of this model on one GPU (one micro-batch): fits the GEMM efficiency");
+  app.add_option("--measured-tflops-per-gpu", f.measured_tflops,
+                 "Measured throughput per GPU (TFLOP/s, Megatron's log) of this model on one GPU: fits the GEMM efficiency");
   app.add_flag("--search", f.search, "Rank every layout of the model on the cluster by predicted throughput");
   app.add_option("--top", f.top, "Layouts --search prints");
   app.add_flag("--json", f.json, "Print the plan as JSON");
@@ -416,36 +426,6 @@ int print_ouroboros(const model::ModelConfig& c, const plan::Layout& l, const pl
   return 0;
 }
 
-int run_calibration(const model::ModelConfig& c, const plan::Layout& l, const PlanFlags& f) {
-  comm::MpiRuntime mpi;
-  std::unique_ptr<comm::ProcessGroup> world = comm::make_mpi_world_group();
-  plan::DeviceSpec d = plan::calibrate_device(c, l, *world);
-  if (world->rank() != 0) return 0;
-  nlohmann::json j = {{"device", plan::to_json(d)},
-                      {"num_devices", world->size()},
-                      {"calibrated_for", plan::calibration_key(c, l, world->size())}};
-  try {
-    write_file_atomically(f.calibrate_output, j.dump(2) + "\n");
-  } catch (const Error& e) {
-    throw Error(str_cat("--calibrate-output=", f.calibrate_output, ": ", e.what()));
-  }
-  std::printf("calibrated %d rank(s) of %d threads each on %s, %s GEMM inputs, for the model's shapes at tp %d and "
-              "micro-batch %lld:\n", world->size(), j["calibrated_for"]["threads_per_rank"].get<int>(),
-              plan::cpu_model_name().c_str(), plan::to_string(l.precision).c_str(), l.tp,
-              static_cast<long long>(l.micro_batch_size));
-  for (const auto& r : d.gemm_rates)
-    std::printf("  GEMM %lld x %lld x %lld (forward, input and weight gradients): %.1f GFLOP/s\n", r.m, r.n, r.k,
-                r.flops_per_second / 1e9);
-  std::printf("  attention (flash, forward + backward): %.1f GFLOP/s\n", d.attention_flops_per_second / 1e9);
-  std::printf("  memory bandwidth (triad): %.1f GB/s\n", d.memory_bandwidth / 1e9);
-  if (world->size() > 1)
-    std::printf("  MPI all-reduce over %d ranks: bus bandwidth %.2f GB/s, latency %.1f us per step\n", world->size(),
-                d.intra_node_bandwidth / 1e9, d.intra_node_latency * 1e6);
-  std::printf("  memory held before the model: %.0f MiB\nwrote %s (use it with tessera plan --cluster %s)\n",
-              d.reserved_bytes / (1 << 20), f.calibrate_output.c_str(), f.calibrate_output.c_str());
-  return 0;
-}
-
 int run_sizing(const model::ModelConfig& base, const plan::Layout& l, const plan::ClusterSpec& cluster, const PlanFlags& f,
                plan::PlanOptions options, int64_t divisible_by) {
   TESSERA_CHECK(!(f.compute_budget > 0 && f.device_hours > 0), "--compute-budget and --device-hours: give one");
@@ -501,15 +481,14 @@ int plan_command(const std::vector<std::string>& args) {
                 ": must be megatron or ptdp");
 
   // The cluster first: the device count decides the data-parallel size that the batch rules check.
-  plan::ClusterSpec cluster;
-  if (!f.cluster_file.empty()) cluster = plan::read_cluster_file(f.cluster_file);
-  else cluster.device = plan::find_device(f.device);
+  plan::CalibratedCluster calibrated = plan::read_cluster_files(f.cluster_files, f.device);
+  plan::ClusterSpec& cluster = calibrated.cluster;
   if (f.devices_per_node > 0) cluster.device.devices_per_node = f.devices_per_node;
   const bool on_cpu = cluster.device.name.rfind("cpu", 0) == 0;
 
   // `tessera train`'s parser checks every flag and rule of the run as if it were launched on `devices`
   // ranks (dp = devices / (tp x cp x pp)), so a plan accepts exactly the runs that train accepts.
-  int64_t devices = f.num_devices > 0 ? f.num_devices : (f.cluster_file.empty() ? 0 : cluster.num_devices);
+  int64_t devices = f.num_devices > 0 ? f.num_devices : (calibrated.num_devices_given ? cluster.num_devices : 0);
   std::vector<std::string> forwarded = with_training_defaults(train_args);
   int64_t model_parallel = 1;  // tp x cp x pp of the flags (the parser validates the values themselves)
   for (size_t i = 0; i + 1 < forwarded.size(); ++i)
@@ -545,7 +524,19 @@ int plan_command(const std::vector<std::string>& args) {
   layout.flash_attention = f.use_flash_attn || on_cpu;  // Tessera's CPU attention is the flash kernel
   const model::ModelConfig config = a.model;
 
-  if (f.calibrate) return run_calibration(config, layout, f);
+  if (f.calibrate) return run_calibration(config, layout, f.calibrate_output);
+  if (f.measured_iteration_ms != 0 || f.measured_tflops != 0) {  // this model's step, measured on one GPU
+    TESSERA_CHECK(f.measured_iteration_ms >= 0 && f.measured_tflops >= 0 && (f.measured_iteration_ms > 0) != (f.measured_tflops > 0),
+                  "--measured-iteration-ms=", f.measured_iteration_ms, ", --measured-tflops-per-gpu=", f.measured_tflops,
+                  ": give one of them, positive");
+    TESSERA_CHECK(!calibrated.step_measured, "--measured-iteration-ms / --measured-tflops-per-gpu: a --cluster file "
+                  "already has a \"measured_step\"; give one of the two");
+    cluster.device = plan::fit_gemm_efficiency(
+        cluster.device, plan::measured_step_of_run(config, layout, f.measured_iteration_ms, f.measured_tflops),
+        &calibrated.notes);
+  }
+  if (!f.json)
+    for (const std::string& note : calibrated.notes) std::printf("calibrated: %s\n", note.c_str());
 
   plan::PlanOptions options;
   options.flops_formula = f.flops_formula == "ptdp" ? plan::FlopsFormula::Ptdp : plan::FlopsFormula::Megatron;
@@ -573,6 +564,7 @@ int plan_command(const std::vector<std::string>& args) {
   if (f.json) {
     nlohmann::json j = plan_json(p, f.flops_formula);
     if (sliced) j["token_slicing"] = token_slicing_json(slicing);
+    if (!calibrated.notes.empty()) j["calibrated"] = calibrated.notes;
     std::cout << j.dump(2) << std::endl;
   } else {
     print_plan(p);

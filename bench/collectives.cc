@@ -17,6 +17,11 @@
 // column in turn) so that other load on the machine falls on all columns alike.
 //
 // Usage: mpirun -np 2 bench_collectives [--op all_reduce] [--reps N] [--min-bytes B] [--max-bytes B]
+//
+// --backend nccl (bench/collectives_nccl.h): the same collectives through NCCL's process group on GPU
+// buffers instead, one GPU per rank, time, algbw and busbw only (nccl-tests' columns); --cluster-output
+// FILE then writes the all-reduce's bus bandwidth as a cluster file's "nccl" object for tessera plan:
+//   mpirun -np 8 bench_collectives --backend nccl --op all_reduce --cluster-output nccl.json
 #include <mpi.h>
 
 #include <algorithm>
@@ -29,7 +34,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/collectives_nccl.h"
+#include "comm/bus_bandwidth.h"
 #include "comm/mpi_process_group.h"
+#include "core/check.h"
 #include "core/timer.h"
 
 namespace {
@@ -38,25 +46,11 @@ using tessera::Tensor;
 using tessera::Timer;
 using tessera::comm::ProcessGroup;
 
-enum class Op { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll };
+using Op = tessera::comm::BusCollective;
 constexpr Op kOps[] = {Op::AllReduce, Op::AllGather, Op::ReduceScatter, Op::Broadcast, Op::AllToAll};
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::AllReduce: return "all_reduce";
-    case Op::AllGather: return "all_gather";
-    case Op::ReduceScatter: return "reduce_scatter";
-    case Op::Broadcast: return "broadcast";
-    case Op::AllToAll: return "all_to_all";
-  }
-  return "?";
-}
-
-double bus_factor(Op op, int n) {
-  if (op == Op::AllReduce) return 2.0 * (n - 1) / n;
-  if (op == Op::Broadcast) return 1.0;
-  return static_cast<double>(n - 1) / n;
-}
+const char* op_name(Op op) { return tessera::comm::bus_collective_name(op); }
+double bus_factor(Op op, int n) { return tessera::comm::bus_bandwidth_factor(op, n); }
 
 // fp32 buffers for one size: `full` and `full2` hold the NCCL-tests size, `chunk` a 1/n share. Zeros,
 // so that repeated in-place sums stay finite.
@@ -159,6 +153,19 @@ int main(int argc, char** argv) {
   const int64_t min_bytes = std::atoll(arg(argc, argv, "--min-bytes", "4096"));
   const int64_t max_bytes = std::atoll(arg(argc, argv, "--max-bytes", "67108864"));
   const std::string only = arg(argc, argv, "--op", "");  // one collective, by name; all by default
+  const std::string backend = arg(argc, argv, "--backend", "mpi");
+  const std::string cluster_output = arg(argc, argv, "--cluster-output", "");
+  const bool root_rank = tessera::comm::make_mpi_world_group()->rank() == 0;
+  try {
+    TESSERA_CHECK(backend == "mpi" || backend == "nccl", "--backend=", backend, ": must be mpi or nccl");
+    TESSERA_CHECK(backend == "nccl" || cluster_output.empty(), "--cluster-output=", cluster_output,
+                  ": writes NCCL's bus bandwidths: give --backend nccl");
+    if (!only.empty()) tessera::comm::parse_bus_collective(only, "--op");
+    if (backend == "nccl") return bench::run_nccl_collectives({reps, min_bytes, max_bytes, only, cluster_output});
+  } catch (const tessera::Error& e) {
+    if (root_rank) std::fprintf(stderr, "bench_collectives: %s\n", e.what());
+    return 1;
+  }
 
   auto pg = tessera::comm::make_mpi_world_group();
   MPI_Comm comm;

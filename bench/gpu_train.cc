@@ -11,7 +11,10 @@
 // which scripts/gpu_step2_check.sh tabulates beside PyTorch's.
 //
 // Run: bench_gpu_train [--preset gpt2-124M|gpt2-350M] [--bf16] [--mbs B] [--seq S] [--dropout P]
-//                      [--warmup W] [--iters N] [--peak-tflops P]
+//                      [--warmup W] [--iters N] [--peak-tflops P] [--cluster-output FILE]
+// --cluster-output writes the measured step as a cluster file's "measured_step" object (the model by
+// Megatron's flag names and elapsed_time_per_iteration_ms), which `tessera plan --cluster FILE` fits the
+// device's GEMM efficiency to (plan/measured_calibration.h).
 // --dropout sets --hidden-dropout and --attention-dropout (Megatron's 0.1 by default; 0 as llm.c and
 // PyTorch's GPT-2 baselines run).
 #include <cuda_runtime.h>
@@ -22,6 +25,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "core/file_io.h"
 #include "core/philox.h"
 #include "core/timer.h"
 #include "kernels/cuda/attention.h"
@@ -43,6 +49,7 @@ struct Options {
   float dropout = 0.1f;
   int warmup = 3, iters = 10;
   double peak_tflops = 989;
+  std::string cluster_output;
 };
 
 // GPT-2 small and medium as Megatron's examples train them (learned positions, LayerNorm, GELU, tied,
@@ -87,6 +94,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = std::atoi(value());
     else if (a == "--iters") o.iters = std::atoi(value());
     else if (a == "--peak-tflops") o.peak_tflops = std::atof(value());
+    else if (a == "--cluster-output") o.cluster_output = value();
     else {
       std::fprintf(stderr, "bench_gpu_train: unknown flag %s\n", a.c_str());
       std::exit(2);
@@ -193,6 +201,17 @@ int main(int argc, char** argv) {
                 o.preset.c_str(), o.bf16 ? "bf16" : "fp32", static_cast<long long>(o.mbs),
                 static_cast<double>(o.dropout), attention, seconds * 1e3, tokens / seconds, tflops,
                 100.0 * tflops / o.peak_tflops, peak_mib);
+    if (!o.cluster_output.empty()) {
+      const nlohmann::json step = {
+          {"source", std::string("bench_gpu_train ") + o.preset + " on " + prop.name},
+          {"num_layers", c.num_layers}, {"hidden_size", c.hidden_size}, {"num_attention_heads", c.num_attention_heads},
+          {"ffn_hidden_size", c.ffn_hidden_size}, {"seq_length", c.seq_length},
+          {"padded_vocab_size", c.padded_vocab_size}, {"hidden_dropout", c.hidden_dropout},
+          {"attention_dropout", c.attention_dropout}, {"micro_batch_size", o.mbs},
+          {"precision", o.bf16 ? "bf16" : "fp32"}, {"elapsed_time_per_iteration_ms", seconds * 1e3}};
+      write_file_atomically(o.cluster_output, nlohmann::json{{"measured_step", step}}.dump(2) + "\n");
+      std::printf("wrote %s (tessera plan --cluster %s)\n", o.cluster_output.c_str(), o.cluster_output.c_str());
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
     return 1;

@@ -30,6 +30,9 @@ for src in "$root"/src/*/cuda/*_test.cc; do
 done
 # The GPU benchmarks too (bench_gpu_*: CMake makes them in a CUDA build).
 for t in $(grep -oE '^build bench_gpu_[a-z_0-9]+:' "$build/build.ninja" | sed -E 's/^build ([^:]+):/\1/'); do targets+=("$t"); done
+# And bench_collectives, whose --backend nccl measures the bus bandwidths `tessera plan` takes
+# (scripts/gpu_layouts_check.sh runs it).
+grep -qE '^build bench_collectives:' "$build/build.ninja" && targets+=(bench_collectives)
 [ ${#targets[@]} -gt 0 ] || { echo "build_cuda_bundle: no CUDA tests under src/*/cuda/" >&2; exit 2; }
 for t in "${targets[@]}"; do
   grep -qE "^build $t[ :]" "$build/build.ninja" ||

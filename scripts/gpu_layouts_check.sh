@@ -2,8 +2,12 @@
 # The device check of issue 56 (several GPUs, step 3): on a machine with one GPU, runs every parallel
 # layout the GPU path lifts as two processes sharing that GPU (their collectives staged through pinned
 # host memory over MPI: NCCL refuses two ranks on one GPU), each against the same layout on the CPU from
-# the same seed, and NCCL's group at world size 1 (comm_nccl_process_group_test); prints one table last.
-#   bash scripts/gpu_layouts_check.sh [--dry-run] [BUNDLE (build/cuda-bundle, or its .tar.gz)]
+# the same seed, and NCCL's group at world size 1 (comm_nccl_process_group_test); then the planner's
+# calibration (issue 56, step 3): bench_collectives --backend nccl at world size 1 (the one GPU: NCCL
+# runs, but a bus bandwidth needs two ranks with a GPU each, so none is written), a measured one-GPU step
+# (bench_gpu_train --cluster-output) and `tessera plan --cluster` fitted to it; prints one table last.
+#   bash scripts/gpu_layouts_check.sh [--dry-run] [--calibration-only] [BUNDLE (build/cuda-bundle, or its .tar.gz)]
+# --calibration-only skips the layouts (a device session with little time left).
 # BUNDLE is what scripts/build_cuda_bundle.sh makes (bin/tessera, bin/mpirun, bin/orted, the tests,
 # lib/ with Open MPI's plugins), or a build folder with tessera in it. From a development machine:
 #   scripts/build_cuda_bundle.sh, then the device tool's
@@ -19,7 +23,14 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=lib/gpu_checkpoint_check.sh
 source "$root/scripts/lib/gpu_checkpoint_check.sh"
 dry_run=0
-[ "${1:-}" = --dry-run ] && { dry_run=1; shift; }
+calibration_only=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dry-run) dry_run=1; shift ;;
+    --calibration-only) calibration_only=1; shift ;;
+    *) break ;;
+  esac
+done
 bundle=${1:-$root/build/cuda-bundle}
 out=${OUT:-$root/build/gpu-layouts-check}
 if [ ! -d "$bundle" ] && [ -f "${bundle%.tar.gz}.tar.gz" ]; then
@@ -31,6 +42,8 @@ bin=$bundle/bin
 [ -d "$bin" ] || bin=$bundle  # a build folder
 tessera=$bin/tessera
 nccl_test=$bin/comm_nccl_process_group_test
+bench_collectives=$bin/bench_collectives
+bench_gpu_train=$bin/bench_gpu_train
 mpirun=$bin/mpirun
 [ -x "$mpirun" ] || mpirun=$(command -v mpirun || echo "$bin/mpirun")
 
@@ -50,7 +63,7 @@ small_gpt=(train --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-l
            --lr 1e-3 --train-iters 10 --log-interval 1 --eval-iters 0 --seed 1234)
 
 missing=()
-for f in "$tessera" "$nccl_test" "$mpirun"; do [ -x "$f" ] || missing+=("$f"); done
+for f in "$tessera" "$nccl_test" "$mpirun" "$bench_collectives" "$bench_gpu_train"; do [ -x "$f" ] || missing+=("$f"); done
 if [ $dry_run -eq 1 ]; then
   echo "gpu_layouts_check plan (bundle $bundle, results in $out):"
   echo "  nccl world size 1: $nccl_test"
@@ -60,6 +73,8 @@ if [ $dry_run -eq 1 ]; then
   done
   for c in "${checkpoint_plan[@]}"; do echo "  ${c%%|*}: ${c#*|}, against a save and resume on the CPU"; done
   for r in "${refused[@]}"; do echo "  not run: $r"; done
+  echo "  calibration: $bench_collectives --backend nccl at world size 1 (no bus bandwidth at one rank: none written)"
+  echo "  calibration: $bench_gpu_train --preset gpt2-124M --bf16 --cluster-output step.json, then $tessera plan --cluster step.json"
   if [ ${#missing[@]} -gt 0 ]; then
     printf 'gpu_layouts_check: missing %s\n' "${missing[@]}" >&2
     exit 1
@@ -111,6 +126,7 @@ if run "nccl world size 1" 90 "$nccl_test"; then
 else
   row "nccl world size 1" FAILED "rc $? (log: nccl world size 1.txt)"
 fi
+[ $calibration_only -eq 1 ] && layouts=()
 for l in "${layouts[@]}"; do
   IFS='|' read -r name flags precision <<<"$l"
   tolerance=1e-4
@@ -134,6 +150,28 @@ for l in "${layouts[@]}"; do
 done
 checkpoint_checks
 for r in "${refused[@]}"; do row "${r%%:*}" "-" "not run: ${r#*: }"; done
+
+# The planner's calibration. NCCL over this one GPU at world size 1: the path runs, every bus bandwidth but
+# a broadcast's is 0 by definition (nothing crosses a link), so no "nccl" object can be measured here.
+if run "nccl busbw world size 1" 60 "$bench_collectives" --backend nccl --reps 3 --max-bytes 16777216; then
+  row "nccl busbw world size 1" OK "NCCL ran at 1 rank; bus bandwidths need 2+ ranks with a GPU each: none written"
+else
+  row "nccl busbw world size 1" FAILED "rc $? (log: nccl busbw world size 1.txt)"
+fi
+# A measured one-GPU step, and the plan of the same run fitted to it (H200 or H100 by the GPU's name).
+device=H100-SXM
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && device=H200
+if run "one-GPU step" 120 "$bench_gpu_train" --preset gpt2-124M --bf16 --mbs 8 --dropout 0 --warmup 2 --iters 5 \
+     --cluster-output "$out/step.json" &&
+   run "plan fitted to the step" 60 "$tessera" plan --device "$device" --cluster "$out/step.json" --num-layers 12 \
+     --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024 --vocab-size 50257 \
+     --micro-batch-size 8 --global-batch-size 8 --bf16 --hidden-dropout 0 --attention-dropout 0; then
+  measured=$(grep -oE 'ms=[0-9.]+' "$out/one-GPU step.txt" | head -1)
+  fitted=$(grep -oE 'GEMM efficiency: [0-9.]+' "$out/plan fitted to the step.txt" | head -1)
+  row "plan fitted to the step" OK "$device, gpt2-124M bf16 mbs 8: $measured, $fitted (log: plan fitted to the step.txt)"
+else
+  row "plan fitted to the step" FAILED "rc $? (logs: one-GPU step.txt, plan fitted to the step.txt)"
+fi
 
 echo
 echo "=== gpu_layouts_check summary ($(date -u '+%Y-%m-%d %H:%M UTC'), $(hostname), $((SECONDS - start)) s)"

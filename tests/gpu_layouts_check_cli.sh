@@ -21,6 +21,9 @@ grep -qF -- "--device cuda --device-collectives staged, against --device cpu" <<
 check "each layout runs staged on the GPU against the CPU: $plan" $?
 grep -qF "nccl world size 1: $build/comm_nccl_process_group_test" <<<"$plan"
 check "the plan runs NCCL's world-size-1 test: $plan" $?
+grep -qF "calibration: $build/bench_collectives --backend nccl at world size 1" <<<"$plan" &&
+  grep -qF "calibration: $build/bench_gpu_train --preset gpt2-124M --bf16 --cluster-output step.json" <<<"$plan"
+check "the plan measures NCCL at world size 1 and a one-GPU step for the planner: $plan" $?
 grep -qF "not run: ep2 (MoE)" <<<"$plan"
 check "the plan says what it does not run: $plan" $?
 empty=$(mktemp -d)
