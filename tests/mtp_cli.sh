@@ -2,9 +2,10 @@
 # Multi-token prediction (issue 53) as a user runs it: `tessera train --mtp-num-layers 1` logs the module's
 # loss apart ("mtp_1 loss"), learns the mock data, saves the modules under Megatron-Core's names, and resumes
 # at tp 2 with sequence parallelism and at pp 2 (the module on the last stage) with the uninterrupted run's
-# lm and MTP losses, and trains at cp 2 to the same losses; with untied embeddings and learned absolute
-# positions it trains at pp 2 to the single process's losses (the last stage's copies of both embeddings),
-# and its Megatron checkpoint at pipeline 2 carries those copies on the last stage and reads back; generation ignores the module (the same ids at
+# lm and MTP losses, and trains at cp 2 to the same losses and under Ouroboros on 2 ranks to its emulation's;
+# with untied embeddings and learned absolute positions it trains at pp 2 to the single process's losses
+# (the last stage's copies of both embeddings), and its Megatron checkpoint at pipeline 2 carries those
+# copies on the last stage and reads back; generation ignores the module (the same ids at
 # tp 1 and 2); bad combinations are refused before any work, naming the flag; `tessera plan` counts the
 # module.
 set -uo pipefail
@@ -102,8 +103,21 @@ b=$("$tessera" generate --load "$work/learned_back" --prompt "3 5 7" --tokens-to
 [ -n "$a" ] && [ "$a" = "$b" ]
 check "read back from Megatron's pipeline 2, it generates what it did: '$b' vs '$a'" $?
 
-expect_failure "--mtp-num-layers=1: cannot be combined with --pipeline-schedule ouroboros" \
-  "$tessera" train "${model[@]}" --pipeline-model-parallel-size 2 --pipeline-schedule ouroboros
+# Ouroboros: K = 3 modules on 2 pipeline ranks, the MTP module on module 2 (rank 0's, after the output
+# layer); its log line shows mtp_1 loss, and the ring logs the one-process emulation's losses.
+ouroboros=("${model[@]}" --num-layers 3 --pipeline-schedule ouroboros --ouroboros-modules 3
+           --ouroboros-warmup-iters 1 --exit-interval 10)
+"$tessera" train "${ouroboros[@]}" >"$work/ouroboros1.log" 2>&1
+check "the Ouroboros emulation trains MTP: $(tail -3 "$work/ouroboros1.log")" $?
+mpi 2 "$tessera" train "${ouroboros[@]}" --pipeline-model-parallel-size 2 >"$work/ouroboros2.log" 2>&1
+check "Ouroboros on 2 pipeline ranks trains MTP: $(tail -3 "$work/ouroboros2.log")" $?
+for loss in "lm loss" "mtp_1 loss"; do
+  same_losses "$(losses "$work/ouroboros2.log" "$loss")" "$(losses "$work/ouroboros1.log" "$loss")"
+  check "Ouroboros on 2 ranks logs the emulation's $loss: $(losses "$work/ouroboros2.log" "$loss" | tr '\n' ' ')" $?
+done
+expect_failure "--mtp-num-layers=1: cannot be combined with learned_absolute positions under --pipeline-schedule ouroboros" \
+  "$tessera" train "${model[@]}" --num-layers 3 --pipeline-schedule ouroboros --ouroboros-modules 3 \
+  --position-embedding-type learned_absolute
 # Context parallelism: the rolls cross the cp ranks' chunks, and cp 2 gives the single process's losses.
 mpi 2 "$tessera" train "${model[@]}" --context-parallel-size 2 --exit-interval 10 >"$work/cp.log" 2>&1
 check "cp 2 trains MTP: $(tail -3 "$work/cp.log")" $?

@@ -2,6 +2,7 @@
 // delayed backward of the mini-batch the rule gives it, at that mini-batch's weights.
 #include "train/ouroboros_driver.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -54,6 +55,13 @@ OuroborosDriver::OuroborosDriver(const model::ModelConfig& config, const Ourobor
     m.exp_avg_sq = Tensor::zeros({m.params->numel()});
     modules_.push_back(std::move(m));
   }
+  // Every chunk of the model declares its auxiliary losses (the mtp_k losses), whichever part it holds.
+  for (const Module& m : modules_)
+    if (m.chunk) {
+      auxiliary_names_ = m.chunk->auxiliary_loss_names();
+      break;
+    }
+  last_auxiliary_sums_.assign(auxiliary_names_.size(), 0.0);
   if (holds(0)) {
     const Shape& v = modules_[0].tied->value.shape();
     tied_grad_ = Tensor::zeros(v);
@@ -245,18 +253,36 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, doub
 
   update(lr);
   ++iteration_;
-  // The loss is on rank 0 (the last module's): every rank takes its bits.
+  // The losses are on rank 0 (the last module's): every rank takes their bits. Per share the LM loss,
+  // then each auxiliary loss in the order of the names; the replicas' shares are added in replica order.
+  const size_t slots = 1 + auxiliary_names_.size();
   std::vector<double> share_losses;
-  for (const model::LossSums& l : losses) share_losses.push_back(l.lm);
-  if (ring_) {
-    Tensor bits = Tensor::empty({1}, DType::I64);
-    std::memcpy(bits.host_i64(), share_losses.data(), sizeof(double));
-    ring_->group().broadcast(bits, 0);
-    std::memcpy(share_losses.data(), bits.host_i64(), sizeof(double));
+  for (const model::LossSums& l : losses) {
+    share_losses.push_back(l.lm);
+    for (const std::string& name : auxiliary_names_) {
+      double value = 0;
+      for (const auto& [n, v] : l.auxiliary)
+        if (n == name) value += v;
+      share_losses.push_back(value);
+    }
   }
-  double loss_sum = 0;
-  for (double v : sum_over_replicas(share_losses)) loss_sum += v;
+  for (const model::LossSums& l : losses)
+    for (const auto& [n, v] : l.auxiliary)
+      TESSERA_CHECK(std::find(auxiliary_names_.begin(), auxiliary_names_.end(), n) != auxiliary_names_.end(),
+                    "Ouroboros: the last module added a loss '", n, "' the model does not declare");
+  if (ring_) {
+    const int64_t n = static_cast<int64_t>(share_losses.size());
+    Tensor bits = Tensor::empty({n}, DType::I64);
+    std::memcpy(bits.host_i64(), share_losses.data(), n * sizeof(double));
+    ring_->group().broadcast(bits, 0);
+    std::memcpy(share_losses.data(), bits.host_i64(), n * sizeof(double));
+  }
+  std::vector<double> sums(slots, 0.0);
+  const std::vector<double> replica_losses = sum_over_replicas(share_losses);
+  for (size_t i = 0; i < replica_losses.size(); ++i) sums[i % slots] += replica_losses[i];
+  const double loss_sum = sums[0];
   last_loss_sum_ = loss_sum;
+  last_auxiliary_sums_.assign(sums.begin() + 1, sums.end());
   return mean_loss(loss_sum, tokens);
 }
 

@@ -7,8 +7,8 @@
 // module k on rank k, module K-1 on rank 0 beside module 0) and runs the same per-module code; the
 // activations go forward around the ring rank 0 -> 1 -> ... -> K-2 -> 0 and the error gradients back,
 // point to point, tagged by (mini-batch, micro-batch) (train/ouroboros_ring.h). All ranks agree on the
-// gradient norm (each module's sum of squares gathered and added in module order) and on the loss (from
-// rank 0).
+// gradient norm (each module's sum of squares gathered and added in module order) and on the losses (from
+// rank 0): the LM loss and the auxiliary ones the last module adds (--mtp-num-layers' mtp_k losses).
 //
 // The driver (ouroboros_driver.cc: the modules, their forwards and delayed backwards) is in three files
 // beside the ring: ouroboros_update.cc (the replicas' gradients added in order, the norm, AdamW per
@@ -17,7 +17,9 @@
 // Per module it keeps what the rule needs: the weight versions its later backwards run with, the
 // activation records of the mini-batches whose backward is still to come, and the error gradients the
 // module above sent for them. The tied word embedding V (module 0's, and module K-1's copy) has one
-// gradient accumulator: the output layer's fresh term plus the input embedding's stale one.
+// gradient accumulator: the output layer's fresh term plus the input embedding's stale one. With
+// --mtp-num-layers the multi-token prediction modules sit on module K-1 after its output layer, so their
+// gradient is fresh too, and their lookups of V (in module K-1's copy) land in the fresh term.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -98,6 +101,10 @@ class OuroborosDriver {
   // The last step's mini-batch's summed masked token losses (the trainer logs it as it logs its own: as
   // an fp32 value, divided by the loss tokens).
   double last_loss_sum() const { return last_loss_sum_; }
+  // The names of the losses the model adds besides the LM loss (the mtp_k losses), in its order, and
+  // the last step's mini-batch's sums of each, reduced as last_loss_sum (the same on every rank).
+  const std::vector<std::string>& auxiliary_loss_names() const { return auxiliary_names_; }
+  const std::vector<double>& last_auxiliary_sums() const { return last_auxiliary_sums_; }
   // The global gradient norm of the last step (before clipping): every unit that stepped, V once.
   double last_grad_norm() const { return last_grad_norm_; }
   // Copies the current weights of the modules held here into `params` by name (a whole-model ParameterSet, as the trainer's on
@@ -169,6 +176,8 @@ class OuroborosDriver {
   Tensor tied_grad_, tied_exp_avg_, tied_exp_avg_sq_;
   int64_t tied_steps_ = 0;
   double last_grad_norm_ = 0, last_loss_sum_ = 0;
+  std::vector<std::string> auxiliary_names_;
+  std::vector<double> last_auxiliary_sums_;
   int64_t iteration_ = 0;
 };
 

@@ -44,6 +44,16 @@ model::ModelConfig mla_config(int64_t layers) {
   return c;
 }
 
+// DeepSeek-V3's multi-token prediction (issue 53): `depth` modules after the last layer, on module K-1
+// (RoPE: the last module holds no position embedding).
+model::ModelConfig mtp_config(int64_t layers, int64_t depth) {
+  model::ModelConfig c = config(layers);
+  c.position_embedding = model::PositionEmbedding::Rope;
+  c.mtp_num_layers = depth;
+  c.mtp_loss_scaling_factor = 0.3f;
+  return c;
+}
+
 optim::AdamWConfig adam() {
   optim::AdamWConfig a;
   a.clip_grad = 0;  // the emulation's clipping norm sums per module, plain training's over one buffer
@@ -78,7 +88,9 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // Plain training as the trainer does it on one stage: forward and backward of each micro-batch, AdamW.
-std::vector<double> plain_losses(const model::ModelConfig& c, int64_t iters, model::ParameterSet& params) {
+// auxiliary: where each iteration's auxiliary loss sums (mtp_k) go, in the chunk's order of names.
+std::vector<double> plain_losses(const model::ModelConfig& c, int64_t iters, model::ParameterSet& params,
+                                 std::vector<std::vector<double>>* auxiliary = nullptr) {
   std::unique_ptr<model::LanguageModelChunk> chunk = model::build_model_chunk(c, params);
   params.allocate(kSeed);
   optim::AdamWOptimizer opt(params, adam());
@@ -95,6 +107,12 @@ std::vector<double> plain_losses(const model::ModelConfig& c, int64_t iters, mod
     }
     opt.step(kLr);
     losses.push_back(sums.lm / tokens);
+    if (auxiliary) {
+      auxiliary->emplace_back();
+      for (const std::string& name : chunk->auxiliary_loss_names())
+        for (const auto& [n, v] : sums.auxiliary)
+          if (n == name) auxiliary->back().push_back(v);
+    }
   }
   return losses;
 }
@@ -179,9 +197,10 @@ struct Reference {
   const Tensor& grad(int k, const std::string& name) { return params[k]->get(name).grad; }
 };
 
-void expect_each_module_applies_the_rule(int K, int64_t warmup, int64_t iters, bool mla = false) {
-  SCOPED_TRACE(str_cat("K=", K, " warm-up ", warmup, mla ? " MLA" : ""));
-  const model::ModelConfig c = mla ? mla_config(K) : config(K);
+void expect_each_module_applies_the_rule(const model::ModelConfig& c, int K, int64_t warmup, int64_t iters) {
+  SCOPED_TRACE(str_cat("K=", K, " warm-up ", warmup, c.mla.enabled ? " MLA" : "",
+                       c.mtp_num_layers ? str_cat(" MTP ", c.mtp_num_layers) : std::string()));
+  const bool mla = c.mla.enabled;
   OuroborosDriver d(c, {K, warmup, adam(), kSeed});
   Reference ref(c, K);
   std::vector<std::vector<Tensor>> snapshots;  // [iteration][module]: the weights w^t
@@ -228,8 +247,8 @@ void expect_each_module_applies_the_rule(int K, int64_t warmup, int64_t iters, b
 }
 
 TEST(OuroborosDriver, EachModuleAppliesTheGradientOfItsMiniBatchAtThatIterationsWeights) {
-  expect_each_module_applies_the_rule(3, 1, 7);
-  expect_each_module_applies_the_rule(4, 2, 8);
+  expect_each_module_applies_the_rule(config(3), 3, 1, 7);
+  expect_each_module_applies_the_rule(config(4), 4, 2, 8);
 }
 
 // Multi-Latent Attention layers in the modules: plain training bit for bit with every delay 0, and the rule.
@@ -243,13 +262,13 @@ TEST(OuroborosDriver, MultiLatentAttentionModulesFollowTheRule) {
   for (int k = 0; k < 3; ++k)
     for (const model::Parameter& p : d.parameters(k).params())
       EXPECT_TRUE(same_bits(p.value, plain.get(p.spec.name).value)) << "module " << k << " " << p.spec.name;
-  expect_each_module_applies_the_rule(3, 1, 5, /*mla=*/true);
+  expect_each_module_applies_the_rule(mla_config(3), 3, 1, 5);
 }
 
-TEST(OuroborosDriver, TiedEmbeddingGradientIsFreshOutputTermPlusStaleInputTerm) {
+void expect_tied_gradient_is_fresh_output_term_plus_stale_input_term(const model::ModelConfig& c) {
+  SCOPED_TRACE(c.mtp_num_layers ? str_cat("MTP ", c.mtp_num_layers) : std::string("no MTP"));
   const int K = 3;
   const int64_t warmup = 1, iters = 6;
-  const model::ModelConfig c = config(3);
   OuroborosDriver d(c, {K, warmup, adam(), kSeed});
   Reference ref(c, K);
   std::vector<std::vector<Tensor>> snapshots;
@@ -286,6 +305,48 @@ TEST(OuroborosDriver, TiedEmbeddingGradientIsFreshOutputTermPlusStaleInputTerm) 
   EXPECT_GT(checked_both, 0);
   // The two copies of V (module 0's and module K-1's) stay equal.
   EXPECT_TRUE(same_bits(d.parameters(0).get(V).value, d.parameters(K - 1).get(V).value));
+}
+
+TEST(OuroborosDriver, TiedEmbeddingGradientIsFreshOutputTermPlusStaleInputTerm) {
+  expect_tied_gradient_is_fresh_output_term_plus_stale_input_term(config(3));
+}
+
+// DeepSeek-V3's multi-token prediction (issue 53) on module K-1, after its output layer: with every delay 0
+// plain training bit for bit (the modules' objective, scaled by --mtp-loss-scaling-factor, in the backward as
+// in one process) with the same mtp_k losses; under the rule the modules' gradients are fresh as the output
+// layer's, and their lookups of V (module K-1's copy) are in its fresh term.
+TEST(OuroborosDriver, MultiTokenPredictionRunsOnTheLastModule) {
+  const int64_t iters = 3;
+  for (int64_t depth : {1, 2}) {
+    SCOPED_TRACE(str_cat("MTP ", depth));
+    const model::ModelConfig c = mtp_config(3, depth);
+    model::ParameterSet plain;
+    std::vector<std::vector<double>> plain_mtp;
+    const std::vector<double> expected = plain_losses(c, iters, plain, &plain_mtp);
+    OuroborosDriver d(c, {3, iters, adam(), kSeed});
+    ASSERT_EQ(d.auxiliary_loss_names().size(), static_cast<size_t>(depth));
+    EXPECT_EQ(d.auxiliary_loss_names().back(), str_cat("mtp_", depth, " loss"));
+    EXPECT_NE(d.parameters(2).find("mtp.layers.0.eh_proj.weight"), nullptr) << "the modules are on module K-1";
+    for (int64_t t = 0; t < iters; ++t) {
+      EXPECT_EQ(step(d, c, t), expected[t]) << "iteration " << t;
+      EXPECT_EQ(d.last_auxiliary_sums(), plain_mtp[t]) << "iteration " << t;
+      for (double v : d.last_auxiliary_sums()) EXPECT_GT(v, 0) << "iteration " << t;
+    }
+    for (int k = 0; k < 3; ++k)
+      for (const model::Parameter& p : d.parameters(k).params())
+        EXPECT_TRUE(same_bits(p.value, plain.get(p.spec.name).value)) << "module " << k << " " << p.spec.name;
+  }
+  // The check can fail: without the scaling factor the modules' gradients do not reach the layers below.
+  model::ModelConfig off = mtp_config(3, 1);
+  off.mtp_loss_scaling_factor = 0;
+  model::ParameterSet plain;
+  plain_losses(mtp_config(3, 1), iters, plain);
+  OuroborosDriver d(off, {3, iters, adam(), kSeed});
+  ouroboros_losses(d, off, iters);
+  EXPECT_FALSE(same_bits(d.parameters(0).get("decoder.layers.0.mlp.linear_fc1.weight").value,
+                         plain.get("decoder.layers.0.mlp.linear_fc1.weight").value));
+  expect_each_module_applies_the_rule(mtp_config(3, 1), 3, 1, 5);
+  expect_tied_gradient_is_fresh_output_term_plus_stale_input_term(mtp_config(3, 2));
 }
 
 }  // namespace

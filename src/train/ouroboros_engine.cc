@@ -47,6 +47,7 @@ StepOutcome OuroborosEngine::step(const GlobalBatch& batch, float lr) {
   if (whole_) driver_->copy_weights_to(*whole_);
   StepOutcome out;
   out.lm_loss_sum = static_cast<float>(driver_->last_loss_sum());  // as the schedule reports it: an fp32 value
+  for (double v : driver_->last_auxiliary_sums()) out.auxiliary_sums.push_back(static_cast<float>(v));
   out.optimizer.grad_norm = driver_->last_grad_norm();
   return out;
 }

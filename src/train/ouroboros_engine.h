@@ -22,6 +22,7 @@ class OuroborosEngine final : public StepEngine {
                   model::ParameterSet* whole, std::unique_ptr<StepEngine> whole_engine);
 
   std::vector<std::string> describe() const override { return description_; }
+  std::vector<std::string> auxiliary_loss_names() const override { return driver_->auxiliary_loss_names(); }
   StepOutcome step(const GlobalBatch& batch, float lr) override;
   model::LossSums evaluate(const std::vector<model::MicroBatch>& batches, double per_sample_loss_weight) override;
   // Every rank writes its modules' delayed state (replicas differ in their waiting gradients).

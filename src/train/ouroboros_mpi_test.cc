@@ -1,7 +1,8 @@
 // Ouroboros (issue 38, docs/ouroboros.md) under data parallelism: K = 3 modules on 2 pipeline ranks
 // replicated over 2 data-parallel ranks (and split over 2 tensor ranks at 8) equals the one-process
 // emulation over the whole global batch bit for bit, the emulation adding its two shares' gradients as
-// the two replicas add theirs (OuroborosOptions::data_shares). And checkpoints on the ring: a run saved
+// the two replicas add theirs (OuroborosOptions::data_shares), with and without multi-token prediction
+// (its mtp_k losses carried across the ring and the replicas). And checkpoints on the ring: a run saved
 // with delayed state pending and resumed equals the uninterrupted one bit for bit.
 #include <gtest/gtest.h>
 
@@ -72,6 +73,72 @@ TEST(Ouroboros, DataParallelRunEqualsTheOneProcessEmulationBitForBit) {
   // The evaluation sums its replicas' losses in fp32 (as 1F1B's does): near, not bitwise.
   const double got_eval = run.evaluate().lm_loss, want_eval = emulation.evaluate().lm_loss;
   EXPECT_NEAR(got_eval, want_eval, 1e-6 * want_eval);
+}
+
+// DeepSeek-V3's multi-token prediction (issue 53): `depth` modules on module K-1 (rank 0, after the
+// output layer), on the ring of 2 pipeline ranks (x 2 data-parallel at 4, x 2 tensor at 8). Every
+// iteration's LM and mtp_k losses, the last gradient norm, and every module's last gradients and weights
+// equal the one-process emulation's over the whole global batch. A ring that dropped the mtp_k losses of
+// rank 0, or summed the replicas' in another order, logs others; one that lost the modules' gradient
+// (or its lookups of the tied embedding) trains other weights.
+TEST(Ouroboros, MultiTokenPredictionOnTheRingEqualsTheOneProcessEmulationBitForBit) {
+  auto world = comm::make_mpi_world_group();
+  if (world->size() != 2 && world->size() != 4 && world->size() != 8)
+    GTEST_SKIP() << "K = 3 runs on 2 ranks, with dp 2 on 4, with tp 2 dp 2 on 8";
+  const int P = 2, K = 3, T = world->size() == 8 ? 2 : 1, D = world->size() / (P * T), iters = 4;
+  const int n = world->size();
+  // Two modules where it is cheap (no tensor split).
+  for (int depth : T == 1 ? std::vector<int>{1, 2} : std::vector<int>{1}) {
+    SCOPED_TRACE(str_cat("MTP ", depth, " on ", P, " pipeline x ", T, " tensor x ", D, " data-parallel ranks"));
+    const std::string mtp = str_cat(" --position-embedding-type rope --mtp-num-layers ", depth,
+                                    " --mtp-loss-scaling-factor 0.3");
+    Trainer run(parse_train_arguments(split_flags(flags(P, T, K, 2 * D, iters) + mtp), n), world.get());
+    run.train();
+    std::unique_ptr<comm::ProcessGroup> tensor = world->split(world->rank() / T, world->rank(), "emulation");
+    TrainArguments emulated = parse_train_arguments(split_flags(flags(1, T, K, 2 * D, iters) + mtp), T);
+    emulated.ouroboros_emulated_replicas = D;
+    Trainer emulation(emulated, tensor.get());
+    emulation.train();
+    ASSERT_EQ(run.losses().size(), static_cast<size_t>(iters));
+    EXPECT_EQ(run.losses(), emulation.losses());
+    for (int k = 1; k <= depth; ++k) {
+      const std::string name = str_cat("mtp_", k, " loss");
+      ASSERT_EQ(run.auxiliary_losses().count(name), 1u) << name;
+      const std::vector<double>& got = run.auxiliary_losses().at(name);
+      ASSERT_EQ(got.size(), static_cast<size_t>(iters)) << name;
+      EXPECT_EQ(got, emulation.auxiliary_losses().at(name)) << name;
+      for (double v : got) EXPECT_GT(v, 0) << name;
+    }
+    OuroborosDriver& mine = *ouroboros_driver(run.engine());
+    OuroborosDriver& want = *ouroboros_driver(emulation.engine());
+    EXPECT_EQ(mine.last_grad_norm(), want.last_grad_norm());
+    int mtp_params = 0;
+    for (int k = 0; k < K; ++k) {
+      if (!mine.holds(k)) continue;
+      for (const model::Parameter& p : mine.parameters(k).params()) {
+        const model::Parameter& q = want.parameters(k).get(p.spec.name);
+        // (Module K-1's copy of V holds no gradient of its own: V's is the driver's accumulator, below.)
+        if (!p.spec.tied_copy) {
+          EXPECT_TRUE(same_bits(p.grad, q.grad)) << "module " << k << " " << p.spec.name << " gradient";
+        }
+        EXPECT_TRUE(same_bits(p.value, q.value)) << "module " << k << " " << p.spec.name;
+        if (p.spec.name.rfind("mtp.", 0) == 0) ++mtp_params;
+      }
+    }
+    // V's gradient: the output layer's and the modules' fresh lookups plus the input embedding's stale term.
+    if (mine.holds(0)) {
+      EXPECT_TRUE(same_bits(mine.tied_gradient(), want.tied_gradient()));
+    }
+    // Rank 0 of the ring holds module K-1 and with it the modules.
+    EXPECT_EQ(mtp_params > 0, mine.holds(K - 1));
+    // The evaluation sums the ranks' losses in fp32 (as 1F1B's does): near, not bitwise.
+    const Evaluation got_eval = run.evaluate(), want_eval = emulation.evaluate();
+    ASSERT_EQ(got_eval.auxiliary.size(), static_cast<size_t>(depth));
+    for (int k = 0; k < depth; ++k) {
+      EXPECT_EQ(got_eval.auxiliary[k].first, want_eval.auxiliary[k].first);
+      EXPECT_NEAR(got_eval.auxiliary[k].second, want_eval.auxiliary[k].second, 1e-6 * want_eval.auxiliary[k].second);
+    }
+  }
 }
 
 // K = 3 on 2 ranks (on 2 pipeline x 2 data-parallel ranks at 4, x 2 tensor ranks at 8) saved after 3

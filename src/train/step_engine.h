@@ -58,6 +58,9 @@ class StepEngine {
   // One optimizer step over the global batch at learning rate `lr` (collective over the groups the
   // engine uses).
   virtual StepOutcome step(const GlobalBatch& batch, float lr) = 0;
+  // The model's auxiliary losses (the mtp_k losses), by name in the model's order, where the engine holds
+  // the model itself (engine_holds_model: the trainer has no chunks to ask); empty elsewhere.
+  virtual std::vector<std::string> auxiliary_loss_names() const { return {}; }
   // Forward only at the current weights (evaluation) over this rank's micro-batches: this rank's loss
   // sums, which the trainer adds over the pipeline, context and data-parallel groups.
   virtual model::LossSums evaluate(const std::vector<model::MicroBatch>& batches, double per_sample_loss_weight) = 0;

@@ -19,8 +19,10 @@ Evaluation Trainer::evaluate() {
 }
 
 std::vector<std::string> Trainer::auxiliary_loss_names() const {
-  // (No chunks here where the step engine holds the model itself: a GPT, which declares none.)
-  std::vector<std::string> names = chunks_.empty() ? std::vector<std::string>() : chunks_.front()->auxiliary_loss_names();
+  // (No chunks here where the step engine holds the model itself: its modules declare them.)
+  std::vector<std::string> names = !chunks_.empty() ? chunks_.front()->auxiliary_loss_names()
+                                   : engine_         ? engine_->auxiliary_loss_names()
+                                                     : std::vector<std::string>();
   if (args_.kd) names.push_back(model::kDistillationLossName);
   return names;
 }

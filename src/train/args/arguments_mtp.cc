@@ -36,12 +36,16 @@ void finalize_mtp_model(TrainArguments& a) {
   // --context-parallel-size: the rolls cross the ranks' chunks (model/sequence_roll.h, issue 53).
   // --pipeline-token-slices: the modules run once over the whole sequence after the last slice's head
   // (model/sliced_multi_token_prediction.h); what slices do not run with is refused by their own rules.
-  // Ouroboros: the modules would run on the last module like its output layer (their lookups of the tied
-  // embedding landing in its fresh term), but the driver carries only the language-model loss across the
-  // ring and the replicas (train/ouroboros_driver.cc), so the mtp_k losses would be lost from the log.
-  not_with(a.pipeline_schedule != "ouroboros",
-           "--pipeline-schedule ouroboros yet (its driver carries only the language-model loss across the ring "
-           "and the replicas, not the mtp_k losses)");
+  // Ouroboros: the modules run on its last module after the output layer, so their gradient is fresh like
+  // the output layer's and their lookups of the tied embedding land in its fresh term; the driver carries
+  // their mtp_k losses beside the LM loss across the ring and the replicas (train/ouroboros_driver.cc).
+  // Its modules but the first hold no position embedding, as a last pipeline stage holds none.
+  const int64_t ouroboros_modules =
+      a.ouroboros_modules > 0 ? a.ouroboros_modules : a.pipeline_model_parallel_size + 1;
+  if (a.pipeline_schedule == "ouroboros" && ouroboros_modules > 1)
+    not_with(c.position_embedding == model::PositionEmbedding::Rope,
+             "learned_absolute positions under --pipeline-schedule ouroboros (its last module holds no position "
+             "embedding; use --position-embedding-type rope)");
   // Each module's layer is built as the last one (Megatron's MTP spec): a mixture of experts when that is.
   if (c.moe.enabled() && static_cast<int64_t>(c.moe.layer_experts.size()) == c.num_layers)
     for (int64_t k = 0; k < c.mtp_num_layers; ++k) c.moe.layer_experts.push_back(c.moe.layer_experts.back());

@@ -41,7 +41,9 @@ TEST(MtpArguments, UnsupportedCombinationsAreRefusedByName) {
       {"--mtp-num-layers -1", "must not be negative"},
       {"--mtp-num-layers 1 --mtp-loss-scaling-factor -0.5", "--mtp-loss-scaling-factor"},
       {"--mtp-num-layers 1 --model-family bert", "--model-family bert"},
-      {"--mtp-num-layers 1 --pipeline-model-parallel-size 2 --pipeline-schedule ouroboros", "ouroboros"},
+      {"--mtp-num-layers 1 --pipeline-model-parallel-size 2 --pipeline-schedule ouroboros",
+       "learned_absolute positions under --pipeline-schedule ouroboros"},
+      {"--mtp-num-layers 1 --pipeline-schedule ouroboros", "learned_absolute positions under --pipeline-schedule"},
   };
   for (const auto& [flags, expected] : cases) {
     const std::string error = mtp_error_of(flags, 2);
@@ -67,6 +69,11 @@ TEST(MtpArguments, UnsupportedCombinationsAreRefusedByName) {
   EXPECT_NE(mtp_error_of("--mtp-num-layers 1 --pipeline-token-slices 2 --num-experts 4", 1)
                 .find("--pipeline-token-slices=2: cannot be combined with mixture-of-experts"),
             std::string::npos);
+  // Ouroboros runs the modules on its last module, which looks tokens up in its copy of the tied
+  // embedding (RoPE only, as a last pipeline stage); one module is the whole model.
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 2 --pipeline-schedule ouroboros --position-embedding-type rope", 1),
+            "accepted");
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --pipeline-schedule ouroboros --ouroboros-modules 1", 1), "accepted");
   // Context parallelism rolls across the ranks' chunks (issue 53).
   EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --context-parallel-size 2", 2), "accepted");
   EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --context-parallel-size 2 --multi-latent-attention", 2), "accepted");
