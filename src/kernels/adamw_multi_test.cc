@@ -29,7 +29,7 @@ Tensor random(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
 
 Tensor scalars() { return Tensor::zeros({kStepScalarWords}, DType::I64); }
 
-TEST(GradNormAndClip, SumOfSquaresMatchesFloat64AndTheClipFactorTheHostFormula) {
+TEST(GradNormAndClip, SumOfSquaresMatchesAnExtendedSumAndTheClipFactorTheHostFormula) {
   for (int64_t n : {0, 1, 255, 8192, 8193, 300001}) {
     SCOPED_TRACE(n);
     const Tensor x = random(n, 1, -3.0f, 3.0f);
