@@ -36,4 +36,32 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                               round_output);
 }
 
+void cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& dloss, const Tensor& max_out,
+                         const Tensor& sumexp_out, const Tensor& target_logit_out, const Tensor& lse_out,
+                         DType round_output) {
+  const char* kernel = "cross_entropy_fused";
+  const Device d = kernel_device(kernel, {&logits, &targets, &dloss, &max_out, &sumexp_out, &target_logit_out, &lse_out},
+                                 Impl::kCpuAndCuda);
+  TESSERA_CHECK(logits.ndim() == 2, kernel, ": logits ", shape_str(logits.shape()), " are not [rows, vocab]");
+  TESSERA_CHECK(logits.dtype() == DType::F32 || logits.dtype() == DType::BF16, kernel, ": logits are ",
+                dtype_name(logits.dtype()), "; fp32 or bf16 expected");
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  for (const Tensor* t : {&targets, &dloss, &max_out, &sumexp_out, &target_logit_out, &lse_out})
+    check_numel(kernel, "a per-row operand", *t, rows);
+  const bool bf16 = logits.dtype() == DType::BF16;
+  if constexpr (kWithCuda)
+    if (on_cuda(d)) {
+      if (bf16)
+        return cuda::cross_entropy_fused(logits.bf16(), targets.i32(), dloss.f32(), max_out.f32(), sumexp_out.f32(),
+                                         target_logit_out.f32(), lse_out.f32(), rows, vocab, round_output);
+      return cuda::cross_entropy_fused(logits.f32(), targets.i32(), dloss.f32(), max_out.f32(), sumexp_out.f32(),
+                                       target_logit_out.f32(), lse_out.f32(), rows, vocab, round_output);
+    }
+  if (bf16)
+    return cpu::cross_entropy_fused(logits.bf16(), targets.i32(), dloss.f32(), max_out.f32(), sumexp_out.f32(),
+                                    target_logit_out.f32(), lse_out.f32(), rows, vocab, round_output);
+  cpu::cross_entropy_fused(logits.f32(), targets.i32(), dloss.f32(), max_out.f32(), sumexp_out.f32(),
+                           target_logit_out.f32(), lse_out.f32(), rows, vocab, round_output);
+}
+
 }  // namespace tessera::kernels

@@ -21,4 +21,14 @@ void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, cons
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& dloss,
                             int64_t vocab_begin, DType round_output = DType::F32);
 
+// Training with the whole vocabulary on this rank (no tensor-parallel reduction between the statistics
+// and the gradient), fused as llm.c's classifier: one visit of each row of logits [rows, vocab] (fp32, or
+// bf16 on the GPU's fast path: read as fp32, accumulated in double) gives the statistics of
+// cross_entropy_shard_stats, lse [rows] = max + log(sumexp), and the logits turned into dlogits in place
+// (cross_entropy_backward with dloss [rows]; bf16 logits hold a bf16 gradient, fp32 ones are rounded to
+// round_output). The unfused calls' arithmetic element for element: their bits on the CPU.
+void cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& dloss, const Tensor& max_out,
+                         const Tensor& sumexp_out, const Tensor& target_logit_out, const Tensor& lse_out,
+                         DType round_output = DType::F32);
+
 }  // namespace tessera::kernels

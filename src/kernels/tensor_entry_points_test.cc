@@ -370,7 +370,7 @@ bool has_cuda_kernel(const std::string& kernel) {
       "gelu_backward",     "tanh_forward",       "tanh_backward",   "swiglu_forward",  "swiglu_backward",
       "layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward", "dropout_forward",
       "dropout_backward",  "embedding_forward",  "embedding_backward", "cross_entropy_shard_stats",
-      "cross_entropy_backward", "from_host",
+      "cross_entropy_backward", "cross_entropy_fused", "from_host",
       "rope_forward",      "rope_backward",      "rescale_sum_exp", "masked_loss_sum",
       "linear_forward",    "linear_backward",    "transpose_rows",  "fill_positions",  "split_qkv",
       "merge_qkv",         "first_id_outside",   "shard_argmax",    "pick_scores",
@@ -424,6 +424,7 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         {"write_kv_cache", [&] { write_kv_cache(q, q, kv, kv, {}); }},
         {"cross_entropy_shard_stats", [&] { cross_entropy_shard_stats(x, idx, row, row, row, 0); }},
         {"cross_entropy_backward", [&] { cross_entropy_backward(x, idx, row, row, 0); }},
+        {"cross_entropy_fused", [&] { cross_entropy_fused(x, idx, row, row, row, row, row); }},
         {"rescale_sum_exp", [&] { rescale_sum_exp(row, row, row); }},
         {"masked_loss_sum", [&] { masked_loss_sum(row, row, row, row, row); }},
         {"shard_argmax", [&] { shard_argmax(x, col, 0); }},
@@ -456,7 +457,7 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
       }
     }
-    EXPECT_EQ(cuda_kernels, 40);  // each name of has_cuda_kernel is a call above
+    EXPECT_EQ(cuda_kernels, 41);  // each name of has_cuda_kernel is a call above
     try {
       add_into(host, x);
       ADD_FAILURE() << "add_into mixed devices";

@@ -106,7 +106,9 @@ Tensor GptModel::forward(const MicroBatch& batch, const Tensor& input, const For
   const bool ids_checked = batch.ids_checked_below == config_.vocab_size;  // on the host, before the upload
   if (!ids_checked) check_ids(rec.labels, config_.vocab_size, "label");
   if (hooks.params_needed_below) hooks.params_needed_below(head_->end_offset());
-  losses.lm += head_->forward(x, rec);
+  // A distilling forward keeps the logits for the KD term: the cross-entropy's gradient waits for backward.
+  const float fused_grad_scale = ctx.training && !ctx.distillation ? ctx.loss_grad_scale : 0.0f;
+  losses.lm += head_->forward(x, rec, nullptr, fused_grad_scale);
   if (mtp_ && ctx.token_slice) {
     // Token slices: the modules wait for the last slice and run over the whole sequence.
     if (!ids_checked && !rec.tokens.defined()) check_ids(to_seq_major(batch.tokens), config_.vocab_size, "token");

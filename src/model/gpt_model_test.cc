@@ -479,3 +479,54 @@ TEST(GptModelMixedPrecision, ReusedRoundedInputsAreBitwiseTheRoundingInEveryGemm
 
 }  // namespace
 }  // namespace tessera::model
+
+namespace tessera::model {
+namespace {
+
+// A training forward told its backward's grad_scale (ForwardContext::loss_grad_scale, as the trainer
+// sets it) computes the output layer's loss gradient with the loss, in one pass over the logits
+// (kernels::cross_entropy_fused): the same loss and gradients, bit for bit, as forward then backward.
+TEST(GptModelFusedLoss, FusedCrossEntropyGivesTheUnfusedLossAndGradientsBitForBit) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    auto run = [&](bool fused) {
+      ModelConfig c = tiny_config(false);
+      c.params_dtype = t;
+      ParameterSet params;
+      GptModel model(c, params);
+      params.allocate(42);
+      MicroBatch mb = random_batch(c, 2, 5);
+      ForwardContext ctx = context(c, 2, true);
+      const float scale = 1.0f / 12;
+      if (fused) ctx.loss_grad_scale = scale;
+      GptActivations rec;
+      const double loss = model.forward(mb, ctx, rec);
+      EXPECT_EQ(rec.logits_hold_grad, fused);
+      model.backward(rec, ctx, scale);
+      return std::make_pair(loss, std::vector<float>(params.grads().f32(), params.grads().f32() + params.numel()));
+    };
+    const auto unfused = run(false), fused = run(true);
+    EXPECT_EQ(fused.first, unfused.first) << dtype_name(t);
+    EXPECT_EQ(fused.second, unfused.second) << dtype_name(t);
+  }
+}
+
+TEST(GptModelFusedLoss, ABackwardWithAnotherGradScaleIsRefused) {
+  ModelConfig c = tiny_config(false);
+  ParameterSet params;
+  GptModel model(c, params);
+  params.allocate(42);
+  MicroBatch mb = random_batch(c, 2, 5);
+  ForwardContext ctx = context(c, 2, true);
+  ctx.loss_grad_scale = 0.5f;
+  GptActivations rec;
+  model.forward(mb, ctx, rec);
+  try {
+    model.backward(rec, ctx, 0.25f);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("grad_scale"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tessera::model

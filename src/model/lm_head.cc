@@ -47,6 +47,19 @@ void VocabParallelCrossEntropy::backward(Tensor& logits, const Tensor& labels, c
   kernels::cross_entropy_backward(logits, labels, lse, dloss, vocab_begin_, round_output);
 }
 
+double VocabParallelCrossEntropy::forward_backward(Tensor& logits, const Tensor& labels, const Tensor& loss_mask,
+                                                   Tensor& lse, float grad_scale, DType round_output) const {
+  TESSERA_CHECK(fusable(), "the fused cross-entropy needs the whole vocabulary on one rank (tensor parallel ",
+                tp_.size(), ")");
+  const int64_t rows = logits.dim(0);
+  Tensor max = Tensor::empty({rows}), sumexp = Tensor::empty({rows}), target = Tensor::empty({rows});
+  Tensor dloss = Tensor::empty({rows});
+  lse = Tensor::empty({rows});
+  kernels::scale(loss_mask, grad_scale, dloss);  // as backward makes it
+  kernels::cross_entropy_fused(logits, labels, dloss, max, sumexp, target, lse, round_output);
+  return kernels::masked_loss_sum(max, sumexp, target, loss_mask, lse);  // lse rewritten with its own bits
+}
+
 Tensor VocabParallelCrossEntropy::scores(const Tensor& logits, const Tensor& lse,
                                          const Tensor& target) const {
   const int64_t rows = logits.dim(0);
@@ -93,17 +106,25 @@ Tensor LMHead::logits_of(const Tensor& full, bool rounded) const {
   return logits;
 }
 
-double LMHead::forward(const Tensor& x, LMHeadRecord& rec, Tensor* target) const {
+double LMHead::forward(const Tensor& x, LMHeadRecord& rec, Tensor* target, float fused_grad_scale) const {
   rec.final_input = x;
   // The final norm's output feeds only the output layer's GEMMs: rounded once as it is made, not in each.
   const DType rounding = kernels::gemm_rounding(config_.params_dtype);
   final_norm_->forward(x, rec.final_ln, rec.final_mean, rec.final_rstd, rounding);
   rec.final_ln_rounded = rounding != DType::F32;
   rec.logits = logits_of(parallel::gather_to_tensor_parallel(rec.final_ln, tp_), rec.final_ln_rounded);
+  rec.logits_hold_grad = fused_grad_scale > 0 && target == nullptr && loss_.fusable();
+  if (rec.logits_hold_grad) {
+    rec.fused_grad_scale = fused_grad_scale;
+    // dlogits feed only the output layer's GEMMs: rounded as backward would round them.
+    return loss_.forward_backward(rec.logits, rec.labels, rec.loss_mask, rec.lse, fused_grad_scale, rounding);
+  }
   return loss_.forward(rec.logits, rec.labels, rec.loss_mask, rec.lse, target);
 }
 
 double LMHead::distill(LMHeadRecord& rec, const Distillation& d) const {
+  TESSERA_CHECK(!rec.logits_hold_grad, "distillation: the forward fused the cross-entropy's gradient into the "
+                "logits; a distilling forward must not pass a fused grad_scale");
   TESSERA_CHECK(d.teacher_logits.defined() && d.teacher_logits.shape() == rec.logits.shape(),
                 "distillation: the teacher's logits are ",
                 d.teacher_logits.defined() ? shape_str(d.teacher_logits.shape()) : "missing",
@@ -118,7 +139,11 @@ Tensor LMHead::output_loss_backward(LMHeadRecord& rec, float grad_scale) const {
   const int64_t rows = rec.logits.dim(0);
   // dlogits feed only the two GEMMs below: rounded once as they are made, for both.
   const DType rounding = kernels::gemm_rounding(c.params_dtype);
-  if (rec.teacher_logits.defined()) {
+  if (rec.logits_hold_grad) {
+    TESSERA_CHECK(grad_scale == rec.fused_grad_scale, "LMHead::backward: grad_scale ", grad_scale,
+                  " differs from the ", rec.fused_grad_scale, " the forward fused into the logits' gradient");
+    rec.logits_hold_grad = false;
+  } else if (rec.teacher_logits.defined()) {
     distillation_.backward(rec.logits, rec.teacher_logits, rec.labels, rec.lse, rec.kd_lse, rec.loss_mask,
                            grad_scale, rec.kd, rounding);
     rec.teacher_logits = rec.kd_lse = Tensor();

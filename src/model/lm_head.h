@@ -14,6 +14,10 @@ struct LMHeadRecord {
   Tensor final_input, final_ln, final_mean, final_rstd;
   bool final_ln_rounded = false;  // final_ln holds values of the GEMM input type
   Tensor logits, lse;             // logits [T, padded vocab / tp] of this rank's vocabulary shard
+  // The forward fused the loss's gradient (LMHead::forward with a grad_scale): logits already hold
+  // d(fused_grad_scale * masked loss sum)/dlogits, which backward uses as they are.
+  bool logits_hold_grad = false;
+  float fused_grad_scale = 0;
   // Distillation (LMHead::distill): the teacher's logits of the same shard and the log-sum-exps at τ
   // (VocabParallelDistillation); undefined without it.
   Tensor teacher_logits, kd_lse;
@@ -33,6 +37,13 @@ class VocabParallelCrossEntropy {
   // In place: logits become d(grad_scale * masked loss sum)/dlogits, rounded to round_output.
   void backward(Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& loss_mask, float grad_scale,
                 DType round_output) const;
+  // Whether forward_backward applies: the whole vocabulary on this rank (no reduction over the tensor
+  // group between the statistics and the gradient).
+  bool fusable() const { return tp_.size() == 1; }
+  // forward and backward as one pass over the logits (kernels::cross_entropy_fused, llm.c's fused
+  // classifier): returns forward's sum and fills lse; the logits become backward's gradient.
+  double forward_backward(Tensor& logits, const Tensor& labels, const Tensor& loss_mask, Tensor& lse,
+                          float grad_scale, DType round_output) const;
   // Per row (label logit, log-sum-exp, arg-max id over the whole padded vocabulary), as [3 * rows].
   Tensor scores(const Tensor& logits, const Tensor& lse, const Tensor& target) const;
 
@@ -49,8 +60,11 @@ class LMHead {
          Parameter* tied_word_embeddings);
 
   // x [T (/tp under sequence parallelism), hidden]; rec.labels and rec.loss_mask set by the caller.
-  // Returns the masked loss sum; target, when given, receives the label logits.
-  double forward(const Tensor& x, LMHeadRecord& rec, Tensor* target = nullptr) const;
+  // Returns the masked loss sum; target, when given, receives the label logits. A training forward whose
+  // backward's grad_scale is known (fused_grad_scale > 0) computes the logits' gradient with the loss in
+  // one pass where the loss allows it (VocabParallelCrossEntropy::fusable); backward must then be given
+  // the same grad_scale.
+  double forward(const Tensor& x, LMHeadRecord& rec, Tensor* target = nullptr, float fused_grad_scale = 0) const;
   // After forward: the KD term against d's teacher logits (β·τ²·KL summed over loss tokens, returned),
   // kept in rec so that backward's gradient is that of α·CE + β·τ²·KL.
   double distill(LMHeadRecord& rec, const Distillation& d) const;

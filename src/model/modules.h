@@ -34,6 +34,9 @@ struct ForwardContext {
   // forward, which must not count them twice), and in backward the scale of the objective's gradient.
   LossSums* losses = nullptr;
   float grad_scale = 0;
+  // A training forward whose backward the trainer will give this grad_scale (0: not known): the output
+  // layer may then compute the loss's gradient with the loss, in one pass over the logits (LMHead::forward).
+  float loss_grad_scale = 0;
   // Knowledge distillation (set by the trainer for the chunk with the head): the teacher's logits of this
   // micro-batch, which the head adds the KD term against. Null: the LM loss alone.
   const Distillation* distillation = nullptr;

@@ -59,8 +59,35 @@ MomentShard AdamWOptimizer::moments() const {
   return shard;
 }
 
+bool AdamWOptimizer::norm_spread() const {
+  auto spread = [](const comm::ProcessGroup* g) { return g != nullptr && g->size() > 1; };
+  return spread(model_parallel_group_) || spread(expert_model_group_);
+}
+
 StepResult AdamWOptimizer::step(float lr, float loss_scale) {
-  return adamw_update(moments(), config_, lr, loss_scale, grad_norm(), steps_);
+  // A norm summed over other ranks takes the per-parameter path (its parts are all-reduced on the host).
+  if (norm_spread()) return adamw_update(moments(), config_, lr, loss_scale, grad_norm(), steps_);
+  // One process's model: the norm in one launch, its clip factor left on the device for the one-launch
+  // multi-tensor step, and the norm read back once, after both are queued.
+  const Device device = params_.values().device();
+  if (!segments_.rows.defined()) {
+    std::vector<kernels::AdamWSegment> segments;
+    for (const model::Parameter& p : params_.params())
+      if (p.spec.trained()) segments.push_back({p.offset, p.value.numel(), p.offset, p.spec.weight_decay});
+    segments_ = kernels::adamw_segment_table(segments, params_.numel(), exp_avg_.numel(), device);
+    step_scalars_ = Tensor::zeros({kernels::kStepScalarWords}, DType::I64, device);
+  }
+  const int64_t n = params_.numel();
+  const Tensor values = params_.values().flat_range(0, n), grads = params_.grads().flat_range(0, n);
+  kernels::grad_norm_and_clip(grads, step_scalars_, config_.clip_grad, loss_scale);
+  const kernels::AdamWHyper h{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, steps_ + 1, 1.0f};
+  kernels::adamw_multi_step(values, grads, exp_avg_, exp_avg_sq_, segments_, h, step_scalars_);
+  const kernels::StepScalars scalars = kernels::read_step_scalars(step_scalars_);
+  StepResult result;
+  result.grad_norm = scalars.grad_norm;
+  result.skipped = !std::isfinite(scalars.grad_norm);  // the kernel left everything as it was
+  if (!result.skipped) ++steps_;
+  return result;
 }
 
 StepResult adamw_update(const MomentShard& shard, const AdamWConfig& config, float lr, float loss_scale,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "comm/process_group.h"
+#include "kernels/adamw.h"
 #include "model/parameters.h"
 #include "optim/optimizer.h"
 
@@ -71,6 +72,8 @@ class AdamWOptimizer : public Optimizer {
  private:
   // The norm of `flat` (the values or the gradients), through each parameter's `Parameter::*piece`.
   double norm_of(const Tensor& flat, Tensor model::Parameter::*piece) const;
+  // Whether the gradient norm is summed over other ranks too (a model or expert group of several).
+  bool norm_spread() const;
   model::ParameterSet& params_;
   AdamWConfig config_;
   comm::ProcessGroup* model_parallel_group_;
@@ -79,6 +82,10 @@ class AdamWOptimizer : public Optimizer {
   bool counts_replicated_experts_;
   bool experts_apart_;  // expert gradients are summed over other ranks than dense ones
   Tensor exp_avg_, exp_avg_sq_;  // same flat layout as the parameters
+  // The one-process step's multi-tensor table of the trained parameters (made at the first step) and the
+  // device scalars its gradient norm leaves for the update (kernels::StepScalars).
+  kernels::AdamWSegmentTable segments_;
+  Tensor step_scalars_;
   int64_t steps_ = 0;
 };
 

@@ -146,6 +146,7 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
     peak_live_activations_ = std::max(
         peak_live_activations_, sliced ? live_slices : static_cast<int>(records.size() + weight_gradients.size()));
     model::ForwardContext ctx = context(m);
+    if (training) ctx.loss_grad_scale = grad_scale;  // the backward's, below: the head fuses the loss's gradient
     // The teacher's forward on the same micro-batch, just before the student's chunk with the head
     // uses its logits (and holds them until its backward). (--kd is refused with token slices.)
     model::Distillation kd;

@@ -8,10 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "core/profiler.h"
 #include "kernels/math/adamw.h"
+#include "kernels/math/blocked_sum.h"
 #include "kernels/parallel_grain.h"
 
 #if defined(__AVX__)
@@ -59,7 +62,57 @@ double chunk_sum_of_squares(const float* x, int64_t n) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+// One chunk's partial in the GPU's order: lane l adds x[l]^2, x[l + 256]^2, ... (vectorised across
+// lanes), then the block's tree over the lanes.
+double blocked_chunk_sum_of_squares(const float* x, int64_t n) {
+  double lanes[math::kBlockedLanes] = {};
+  for (int64_t i = 0; i < n; i += math::kBlockedLanes) {
+    const int64_t m = std::min<int64_t>(math::kBlockedLanes, n - i);
+    for (int64_t l = 0; l < m; ++l) lanes[l] = math::dadd_rn(lanes[l], math::dmul_rn(x[i + l], x[i + l]));
+  }
+  return math::block_sum_order(lanes);
+}
+
 }  // namespace
+
+StepScalars grad_norm_and_clip(const float* x, int64_t n, float clip_grad, float loss_scale) {
+  TESSERA_PROFILE_SCOPE("grad_norm_and_clip");
+  const int64_t chunks = (n + math::kBlockedChunk - 1) / math::kBlockedChunk;
+  std::unique_ptr<double[]> partial(new double[std::max<int64_t>(chunks, 1)]);
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(n))
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i = c * math::kBlockedChunk;
+    partial[c] = blocked_chunk_sum_of_squares(x + i, std::min(math::kBlockedChunk, n - i));
+  }
+  // The partials as the GPU's last block sums them: lane l takes partials l, l + 256, ... in turn.
+  double lanes[math::kBlockedLanes] = {};
+  for (int64_t c = 0; c < chunks; ++c) lanes[c % math::kBlockedLanes] = math::dadd_rn(lanes[c % math::kBlockedLanes], partial[c]);
+  StepScalars out;
+  out.sum_of_squares = chunks == 0 ? 0.0 : math::block_sum_order(lanes);
+  math::step_scalars_of(out.sum_of_squares, clip_grad, loss_scale, &out.grad_norm, &out.clip_scale);
+  return out;
+}
+
+void adamw_multi_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const int64_t* table,
+                      int64_t segments, const AdamWHyper& h, float clip_scale) {
+  TESSERA_PROFILE_SCOPE("adamw_multi_step");
+  if (!std::isfinite(clip_scale)) return;  // the norm overflowed: no step, as on the GPU
+  AdamWHyper with = h, without = h;
+  with.grad_scale = without.grad_scale = clip_scale;
+  without.weight_decay = 0;
+  const math::AdamWCoeffs decayed = math::adamw_coeffs(with), kept = math::adamw_coeffs(without);
+  // (segment, chunk) tasks: elementwise, so any cut gives the same bits.
+  std::vector<std::pair<int64_t, int64_t>> tasks;
+  for (int64_t s = 0; s < segments; ++s)
+    for (int64_t i = 0; i < table[5 * s + 2]; i += kChunk) tasks.emplace_back(s, i);
+  const int64_t n_tasks = static_cast<int64_t>(tasks.size());
+#pragma omp parallel for schedule(static) if (parallel : n_tasks > 1)
+  for (int64_t k = 0; k < n_tasks; ++k) {
+    const int64_t* row = table + 5 * tasks[k].first;
+    const int64_t i = tasks[k].second, len = std::min(kChunk, row[2] - i), p = row[1] + i, st = row[3] + i;
+    update_chunk(param + p, grad + p, exp_avg + st, exp_avg_sq + st, len, row[4] ? decayed : kept);
+  }
+}
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWHyper& h) {
   TESSERA_PROFILE_SCOPE("adamw_step");

@@ -11,6 +11,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "core/check.h"
 #include "core/profiler.h"
@@ -41,6 +43,25 @@ RowStats row_stats(const float* x, int64_t n) {
 #pragma omp simd reduction(+ : s)
   for (int64_t j = 0; j < n; ++j) s += math::softmax_weight(x[j], m);
   return {m, s};
+}
+
+// One chunk of a row's backward, in place: the loop of cross_entropy_backward (the target's term taken
+// from its logit kept before the pass).
+void backward_chunk(float* x, int64_t n, int64_t t, float l, float d, DType round_output) {
+  const bool has_target = t >= 0 && t < n;
+  const float xt = has_target ? x[t] : 0.0f;
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) x[j] = math::cross_entropy_dlogit(x[j], l, d);
+  if (has_target) x[t] = math::cross_entropy_dlogit_target(xt, l, d);
+  if (round_output != DType::F32) round_to_serial(round_output, x, x, n);
+}
+
+// A row of T as fp32: the row itself, or bf16 widened into `buffer`.
+const float* row_as_f32(const float* x, int64_t, std::vector<float>&) { return x; }
+const float* row_as_f32(const uint16_t* x, int64_t n, std::vector<float>& buffer) {
+  buffer.resize(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) buffer[j] = bf16_to_fp32(x[j]);
+  return buffer.data();
 }
 
 }  // namespace
@@ -87,18 +108,46 @@ void cross_entropy_backward(float* logits, const int32_t* targets, const float* 
     for (int64_t c = 0; c < chunks; ++c) {
       int64_t j0 = c * kColChunk, n = std::min(kColChunk, vocab_local - j0);
       float* x = logits + r * vocab_local + j0;
-      float l = lse[r], d = dloss[r];
       // The one-hot term lives in (at most) one chunk of one shard; its logit is kept so that
       // (p - 1) d is formed before scaling (p d - d would lose bits when p is near 1).
-      int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin - j0;
-      bool has_target = t >= 0 && t < n;
-      float xt = has_target ? x[t] : 0.0f;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) x[j] = math::cross_entropy_dlogit(x[j], l, d);
-      if (has_target) x[t] = math::cross_entropy_dlogit_target(xt, l, d);
-      if (round_output != DType::F32) round_to_serial(round_output, x, x, n);
+      backward_chunk(x, n, static_cast<int64_t>(targets[r]) - vocab_begin - j0, lse[r], dloss[r], round_output);
     }
   }
 }
+
+template <typename T>
+void cross_entropy_fused(T* logits, const int32_t* targets, const float* dloss, float* max_out, float* sumexp_out,
+                         float* target_logit_out, float* lse_out, int64_t rows, int64_t vocab, DType round_output) {
+  TESSERA_PROFILE_SCOPE("cross_entropy_fused");
+  TESSERA_CHECK(vocab > 0, "cross_entropy_fused: empty vocabulary");
+  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
+#pragma omp parallel if (parallel : parallel_worth(3 * rows * vocab))
+  {
+    std::vector<float> wide;  // a bf16 row as fp32
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      T* row = logits + r * vocab;
+      float* x = const_cast<float*>(row_as_f32(row, vocab, wide));
+      const RowStats st = row_stats(x, vocab);
+      const int64_t t = targets[r];
+      max_out[r] = st.max;
+      sumexp_out[r] = static_cast<float>(st.sumexp);
+      target_logit_out[r] = (t >= 0 && t < vocab) ? x[t] : 0.0f;
+      // As masked_loss_sum makes it from the stored statistics (fp32 max + log of the fp32 sum).
+      const float lse = max_out[r] + std::log(sumexp_out[r]);
+      lse_out[r] = lse;
+      for (int64_t j0 = 0; j0 < vocab; j0 += kColChunk)
+        backward_chunk(x + j0, std::min(kColChunk, vocab - j0), t - j0, lse, dloss[r],
+                       kBf16 ? DType::F32 : round_output);
+      if constexpr (kBf16)
+        for (int64_t j = 0; j < vocab; ++j) row[j] = fp32_to_bf16(x[j]);
+    }
+  }
+}
+
+template void cross_entropy_fused<float>(float*, const int32_t*, const float*, float*, float*, float*, float*, int64_t,
+                                         int64_t, DType);
+template void cross_entropy_fused<uint16_t>(uint16_t*, const int32_t*, const float*, float*, float*, float*, float*,
+                                            int64_t, int64_t, DType);
 
 }  // namespace tessera::kernels::cpu

@@ -28,4 +28,14 @@ void cross_entropy_backward(float* logits, const int32_t* targets, const float* 
                             int64_t rows, int64_t vocab_local, int64_t vocab_begin,
                             DType round_output = DType::F32);
 
+// Training over a single shard, fused (llm.c's fused classifier): per row the statistics of
+// cross_entropy_shard_stats (max_out, sumexp_out, target_logit_out), lse_out = max + log(sumexp), and the
+// logits turned into dlogits in place with dloss, in one visit of the row while it is in cache. The
+// arithmetic of the unfused calls element for element, so the results are theirs bit for bit. T is float
+// or uint16_t (bf16 storage: read as fp32, the gradient stored rounded to bf16; round_output is then moot).
+template <typename T>
+void cross_entropy_fused(T* logits, const int32_t* targets, const float* dloss, float* max_out, float* sumexp_out,
+                         float* target_logit_out, float* lse_out, int64_t rows, int64_t vocab,
+                         DType round_output = DType::F32);
+
 }  // namespace tessera::kernels::cpu

@@ -16,4 +16,13 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
 // waits for the GPU. `device` is the CUDA ordinal x lives on (its allocator holds the partial sums).
 double sum_of_squares(const float* x, int64_t n, int device);
 
+// One launch each, nothing copied back (kernels/adamw.h). grad_norm_and_clip: a block per chunk of the
+// blocked order (kernels/math/blocked_sum.h), the last block to finish summing the partials in order and
+// writing the StepScalars at `scalars` (device memory). adamw_multi_step: one thread per element of the
+// segments, its segment found by a binary search of the table's packed starts (device memory, `segments`
+// rows); the clip factor read from `scalars`.
+void grad_norm_and_clip(const float* x, int64_t n, float clip_grad, float loss_scale, StepScalars* scalars, int device);
+void adamw_multi_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const int64_t* table,
+                      int64_t segments, int64_t total, const AdamWHyper& h, const StepScalars* scalars);
+
 }  // namespace tessera::kernels::cuda

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/adamw.h"
@@ -74,6 +75,63 @@ TEST_F(CudaAdamW, NonFiniteGradientsGiveANonFiniteSum) {
   Tensor big = Tensor::empty({3});
   big.fill_(3e38f);
   EXPECT_TRUE(std::isfinite(kernels::sum_of_squares(to_device(big))));
+}
+
+// The one-launch gradient norm: the CPU counterpart's blocked order exactly, so the same bits of the sum,
+// the norm and the clip factor (sizes around the chunk and lane boundaries, a loss scale, clipping off),
+// and a NaN clip factor where the gradients overflow.
+TEST_F(CudaAdamW, OneLaunchGradNormMatchesTheCpuBitForBit) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{257}, int64_t{8192}, int64_t{8193}, int64_t{3000001}}) {
+    for (float clip : {0.0f, 1.0f}) {
+      SCOPED_TRACE(::testing::Message() << n << " clip " << clip);
+      const Tensor x = random({n}, 21, -3.0f, 3.0f);
+      Tensor s_cpu = Tensor::zeros({kernels::kStepScalarWords}, DType::I64, Device::cpu());
+      Tensor s_gpu = Tensor::zeros({kernels::kStepScalarWords}, DType::I64, kGpu);
+      kernels::grad_norm_and_clip(to_device(x), s_gpu, clip, 128.0f);
+      kernels::grad_norm_and_clip(x, s_cpu, clip, 128.0f);
+      const kernels::StepScalars gpu = kernels::read_step_scalars(s_gpu), cpu = kernels::read_step_scalars(s_cpu);
+      EXPECT_EQ(gpu.sum_of_squares, cpu.sum_of_squares);
+      EXPECT_EQ(gpu.grad_norm, cpu.grad_norm);
+      EXPECT_EQ(gpu.clip_scale, cpu.clip_scale);
+    }
+  }
+  Tensor x = random({20000}, 22);
+  x.f32()[12345] = std::numeric_limits<float>::infinity();
+  Tensor s = Tensor::zeros({kernels::kStepScalarWords}, DType::I64, kGpu);
+  kernels::grad_norm_and_clip(to_device(x), s, 1.0f, 1.0f);
+  EXPECT_TRUE(std::isnan(kernels::read_step_scalars(s).clip_scale));
+}
+
+// The multi-tensor step (one launch over a segment table, the clip factor read on the device) gives the
+// CPU counterpart's bits; with an overflowed norm it changes nothing.
+TEST_F(CudaAdamW, MultiTensorStepMatchesTheCpuBitForBit) {
+  const std::vector<kernels::AdamWSegment> segments = {{0, 100, 0, true}, {150, 7, 100, false},
+                                                       {157, 100000, 107, true}, {100157, 1, 100107, false}};
+  const int64_t params = 100200, state = 100108;
+  for (bool overflow : {false, true}) {
+    SCOPED_TRACE(overflow);
+    Tensor p = random({params}, 23), g = random({params}, 24, -0.1f, 0.1f);
+    Tensor m = random({state}, 25, -0.01f, 0.01f), v = random({state}, 26, 0.0f, 1e-4f);
+    if (overflow) g.f32()[200] = std::numeric_limits<float>::quiet_NaN();
+    Tensor p_gpu = to_device(p), m_gpu = to_device(m), v_gpu = to_device(v);
+    const Tensor g_gpu = to_device(g);
+    const Tensor p0 = p.clone();
+    Tensor s_cpu = Tensor::zeros({kernels::kStepScalarWords}, DType::I64, Device::cpu());
+    Tensor s_gpu = Tensor::zeros({kernels::kStepScalarWords}, DType::I64, kGpu);
+    const auto table_cpu = kernels::adamw_segment_table(segments, params, state, Device::cpu());
+    const auto table_gpu = kernels::adamw_segment_table(segments, params, state, kGpu);
+    for (int64_t step = 1; step <= 2; ++step) {
+      const kernels::AdamWHyper h{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f};
+      kernels::grad_norm_and_clip(g_gpu, s_gpu, 1.0f, 1.0f);
+      kernels::adamw_multi_step(p_gpu, g_gpu, m_gpu, v_gpu, table_gpu, h, s_gpu);
+      kernels::grad_norm_and_clip(g, s_cpu, 1.0f, 1.0f);
+      kernels::adamw_multi_step(p, g, m, v, table_cpu, h, s_cpu);
+    }
+    EXPECT_TRUE(same_bits(to_host(p_gpu), p)) << "param";
+    EXPECT_TRUE(same_bits(to_host(m_gpu), m)) << "exp_avg";
+    EXPECT_TRUE(same_bits(to_host(v_gpu), v)) << "exp_avg_sq";
+    EXPECT_EQ(same_bits(p, p0), overflow);
+  }
 }
 
 }  // namespace

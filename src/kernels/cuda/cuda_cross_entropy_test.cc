@@ -76,6 +76,68 @@ TEST_F(CudaCrossEntropy, BackwardMatchesTheCpu) {
   }
 }
 
+// The fused training pass (one block per row): the unfused GPU calls' bits with fp32 logits (the same
+// reductions in the same order), the CPU's fused pass within the tolerances above; bf16 logits within a
+// bf16 unit of the CPU's.
+TEST_F(CudaCrossEntropy, FusedMatchesTheUnfusedCallsAndTheCpu) {
+  for (const Case& c : kCases) {
+    if (c.vocab_begin != 0 || c.vocab_local != c.vocab_total) continue;  // the whole vocabulary on one rank
+    SCOPED_TRACE(::testing::Message() << c.rows << "x" << c.vocab_local);
+    const Tensor logits = random({c.rows, c.vocab_local}, 13, -8.0f, 8.0f);
+    const Tensor targets = random_ids(c.rows, c.vocab_total, 14), dloss = random({c.rows}, 15, 0.1f, 1.0f);
+    const Tensor targets_gpu = to_device(targets), dloss_gpu = to_device(dloss);
+    auto row = [&] { return Tensor::empty({c.rows}, DType::F32, kGpu); };
+    for (DType t : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(dtype_name(t));
+      // Unfused on the GPU.
+      Tensor u = to_device(logits), umax = row(), usum = row(), utl = row(), ulse = row();
+      kernels::cross_entropy_shard_stats(u, targets_gpu, umax, usum, utl, 0);
+      kernels::masked_loss_sum(umax, usum, utl, to_device(Tensor::zeros({c.rows}, DType::F32, Device::cpu())), ulse);
+      kernels::cross_entropy_backward(u, targets_gpu, ulse, dloss_gpu, 0, t);
+      // Fused on the GPU and on the CPU.
+      Tensor f = to_device(logits), fmax = row(), fsum = row(), ftl = row(), flse = row();
+      kernels::cross_entropy_fused(f, targets_gpu, dloss_gpu, fmax, fsum, ftl, flse, t);
+      Tensor h = logits.clone(), hmax = Tensor::empty({c.rows}, DType::F32, Device::cpu());
+      Tensor hsum = hmax.clone(), htl = hmax.clone(), hlse = hmax.clone();
+      kernels::cross_entropy_fused(h, targets, dloss, hmax, hsum, htl, hlse, t);
+      EXPECT_TRUE(same_bits(to_host(f), to_host(u)));
+      EXPECT_TRUE(same_bits(to_host(flse), to_host(ulse)));
+      EXPECT_TRUE(same_bits(to_host(fmax), hmax));
+      EXPECT_TRUE(same_bits(to_host(ftl), htl));
+      EXPECT_TRUE(all_close(to_host(fsum), hsum, 2e-6f, 0.0f));
+      EXPECT_TRUE(all_close(to_host(flse), hlse, 1e-6f, 1e-6f));
+      EXPECT_TRUE(all_close(to_host(f), h, t == DType::BF16 ? 8e-3f : 2e-6f, 1e-12f));
+    }
+  }
+}
+
+TEST_F(CudaCrossEntropy, FusedOnBf16LogitsMatchesTheCpu) {
+  for (const Case& c : kCases) {
+    if (c.vocab_begin != 0 || c.vocab_local != c.vocab_total) continue;
+    SCOPED_TRACE(::testing::Message() << c.rows << "x" << c.vocab_local);
+    const Tensor wide = random({c.rows, c.vocab_local}, 16, -8.0f, 8.0f);
+    Tensor logits = Tensor::empty(wide.shape(), DType::BF16, Device::cpu());
+    for (int64_t i = 0; i < wide.numel(); ++i) logits.bf16()[i] = fp32_to_bf16(wide.f32()[i]);
+    const Tensor targets = random_ids(c.rows, c.vocab_total, 17), dloss = random({c.rows}, 18, 0.1f, 1.0f);
+    Tensor gpu = to_device(logits);
+    auto row = [&] { return Tensor::empty({c.rows}, DType::F32, kGpu); };
+    Tensor gmax = row(), gsum = row(), gtl = row(), glse = row();
+    kernels::cross_entropy_fused(gpu, to_device(targets), to_device(dloss), gmax, gsum, gtl, glse);
+    Tensor cpu = logits.clone(), hmax = Tensor::empty({c.rows}, DType::F32, Device::cpu());
+    Tensor hsum = hmax.clone(), htl = hmax.clone(), hlse = hmax.clone();
+    kernels::cross_entropy_fused(cpu, targets, dloss, hmax, hsum, htl, hlse);
+    const Tensor got = to_host(gpu);
+    Tensor got32 = Tensor::empty(wide.shape(), DType::F32, Device::cpu()), want32 = got32.clone();
+    for (int64_t i = 0; i < wide.numel(); ++i) {
+      got32.f32()[i] = bf16_to_fp32(got.bf16()[i]);
+      want32.f32()[i] = bf16_to_fp32(cpu.bf16()[i]);
+    }
+    EXPECT_TRUE(same_bits(to_host(gtl), htl));
+    EXPECT_TRUE(all_close(to_host(glse), hlse, 1e-6f, 1e-6f));
+    EXPECT_TRUE(all_close(got32, want32, 8e-3f, 1e-12f));
+  }
+}
+
 // The per-row combination after the group's reductions: expf/logf on the GPU, std::exp/log on the CPU
 // (a few ulps apart); the loss sum in double, the same on repeated calls.
 TEST_F(CudaCrossEntropy, VocabParallelCombinationMatchesTheCpu) {

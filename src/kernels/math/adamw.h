@@ -39,6 +39,23 @@ inline AdamWCoeffs adamw_coeffs(const AdamWHyper& h) {
   return k;
 }
 
+// The factor that clips gradients of global norm `grad_norm` to `clip_grad` (1 when they are within it
+// or clipping is off), as Megatron's clip_grad_norm_: optim/optimizer.h's clip_factor, spelled out here
+// for the one-launch gradient norm on a GPU and its CPU counterpart (the same double arithmetic).
+TESSERA_HOST_DEVICE inline float clip_coefficient(float clip_grad, double grad_norm) {
+  if (clip_grad <= 0) return 1.0f;
+  const double coeff = clip_grad / (grad_norm + 1e-6);
+  return coeff < 1.0 ? static_cast<float>(coeff) : 1.0f;
+}
+
+// The step's scalars after the sum of squares: grad_norm of the unscaled gradients, and the factor each
+// gradient is multiplied by (clipping and unscaling), NaN where the norm is not finite (no step).
+TESSERA_HOST_DEVICE inline void step_scalars_of(double sum_of_squares, float clip_grad, float loss_scale,
+                                                double* grad_norm, float* clip_scale) {
+  *grad_norm = sqrt(sum_of_squares) / loss_scale;
+  *clip_scale = isfinite(*grad_norm) ? clip_coefficient(clip_grad, *grad_norm) / loss_scale : NAN;
+}
+
 // torch.optim.AdamW (single-tensor path): p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // p -= step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps). g is the gradient already times grad_scale.
 TESSERA_HOST_DEVICE inline void adamw_update_one(float& p, float g, float& m, float& v, const AdamWCoeffs& k) {
