@@ -67,14 +67,7 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const cudnn::SdpaDims& di
   const std::string name = backward ? "SDPA backward" : "SDPA forward";
   auto p = std::make_unique<Plan>();
   p->graph = backward ? cudnn::build_sdpa_backward(dims) : cudnn::build_sdpa_forward(dims);
-  std::vector<cudnnBackendDescriptor_t> ops;
-  for (const Descriptor& op : p->graph.operations) ops.push_back(op.get());
-  p->operation_graph = std::make_unique<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, name + ": operation graph");
-  p->operation_graph
-      ->set(TESSERA_CUDNN_ATTR(CUDNN_ATTR_OPERATIONGRAPH_OPS), CUDNN_TYPE_BACKEND_DESCRIPTOR,
-            static_cast<int64_t>(ops.size()), ops.data())
-      .set(TESSERA_CUDNN_ATTR(CUDNN_ATTR_OPERATIONGRAPH_HANDLE), CUDNN_TYPE_HANDLE, 1, &handle)
-      .finalize();
+  p->operation_graph = std::make_unique<Descriptor>(cudnn::operation_graph(p->graph, name, handle));
 
   // The engines cuDNN's heuristics rank for the graph; the first whose plan finalizes is kept.
   Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, name + ": engine heuristics");

@@ -1,6 +1,7 @@
 #if __has_include(<cudnn_graph.h>)
 #include "kernels/cuda/cudnn_sdpa_graph.h"
 
+#include <map>
 #include <string>
 
 #include "core/check.h"
@@ -33,9 +34,14 @@ class Builder {
   const Descriptor& virtual_tensor(const char* name, cudnnDataType_t type, const Dims& dims, const Dims& strides) {
     return tensor(name, next_virtual_++, type, dims, strides, true);
   }
-  // A [1, 1, 1, 1] fp32 constant passed by value (the variant pack points at a host float).
+  // A [1, 1, 1, 1] fp32 constant passed by value (the variant pack points at a host float); one descriptor
+  // per uid, however many nodes read it.
   const Descriptor& scalar(const char* name, int64_t uid) {
-    return tensor(name, uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+    auto it = scalars_.find(uid);
+    if (it != scalars_.end()) return *it->second;
+    const Descriptor& t = tensor(name, uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+    scalars_[uid] = &t;
+    return t;
   }
 
   // y = mode(x[, b][, t]); `axis` for GEN_INDEX, `precision` the node's math type.
@@ -144,6 +150,7 @@ class Builder {
  private:
   const char* graph_;
   SdpaGraph g_;
+  std::map<int64_t, const Descriptor*> scalars_;
   int64_t next_virtual_ = 1000;
 };
 
@@ -236,7 +243,7 @@ SdpaGraph build_sdpa_backward(const SdpaDims& dims) {
   g.pointwise("dP - D", CUDNN_POINTWISE_SUB, d_p, &softmax_sum, d_p_centred);
   const Descriptor& d_s_unscaled = g.virtual_tensor("P (dP - D)", CUDNN_DATA_FLOAT, g.s_dims(), g.s_strides());
   g.pointwise("P (dP - D)", CUDNN_POINTWISE_MUL, d_p_centred, &p, d_s_unscaled);
-  const Descriptor& scale = g.scalar("scale (dS)", kScale);
+  const Descriptor& scale = g.scalar("scale", kScale);  // the one masked_scores made
   const Descriptor& d_s = g.virtual_tensor("dS", CUDNN_DATA_FLOAT, g.s_dims(), g.s_strides());
   g.pointwise("dS", CUDNN_POINTWISE_MUL, d_s_unscaled, &scale, d_s);
 
@@ -259,6 +266,17 @@ SdpaGraph build_sdpa_backward(const SdpaDims& dims) {
   g.matmul("dQ = dS K", d_s, k, accumulator);
   g.pointwise("dQ (bf16)", CUDNN_POINTWISE_IDENTITY, accumulator, nullptr, d_q);
   return g.take();
+}
+
+Descriptor operation_graph(const SdpaGraph& graph, const std::string& name, cudnnHandle_t handle) {
+  std::vector<cudnnBackendDescriptor_t> ops;
+  for (const Descriptor& op : graph.operations) ops.push_back(op.get());
+  Descriptor g(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, name + ": operation graph");
+  g.set(TESSERA_CUDNN_ATTR(CUDNN_ATTR_OPERATIONGRAPH_OPS), CUDNN_TYPE_BACKEND_DESCRIPTOR,
+        static_cast<int64_t>(ops.size()), ops.data());
+  if (handle != nullptr) g.set(TESSERA_CUDNN_ATTR(CUDNN_ATTR_OPERATIONGRAPH_HANDLE), CUDNN_TYPE_HANDLE, 1, &handle);
+  g.finalize();
+  return g;
 }
 
 }  // namespace tessera::kernels::cuda::cudnn

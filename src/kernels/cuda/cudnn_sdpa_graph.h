@@ -9,13 +9,14 @@
 //   P = exp(S - Stats); dV = P^T dO; dP = dO V^T; dS = P (dP - D) * scale; dK = dS^T Q; dQ = dS K through
 //   an fp32 accumulator of ours (zeroed before each run), then cast to bf16.
 // With GQA (kv_heads < heads) dK and dV are reduced over each group's query heads.
-// Descriptors only: building and finalizing each node needs cuDNN but no GPU (kernels/cuda/
-// cuda_cudnn_sdpa_test.cc checks that on the CPU); the operation graph, its plan and the run
+// Descriptors only: building and finalizing each node and the operation graph needs cuDNN but no GPU
+// (kernels/cuda/cuda_cudnn_sdpa_test.cc checks that on the CPU); the engines, the plan and the run
 // (kernels/cuda/cudnn_sdpa.cc) need a device.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <string>
 
 #include "kernels/cuda/cudnn_backend.h"
 
@@ -43,5 +44,9 @@ struct SdpaGraph {
 // dO, Stats) graphs. An Error naming the node and attribute where cuDNN refuses one.
 SdpaGraph build_sdpa_forward(const SdpaDims& dims);
 SdpaGraph build_sdpa_backward(const SdpaDims& dims);
+
+// The finalized operation graph of `graph`'s nodes (`name` in errors), on `handle` where one is given:
+// cuDNN 9.19 finalizes it without a handle, so without a GPU (the CPU test does; earlier 9.x may need one).
+Descriptor operation_graph(const SdpaGraph& graph, const std::string& name, cudnnHandle_t handle);
 
 }  // namespace tessera::kernels::cuda::cudnn
