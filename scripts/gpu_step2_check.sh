@@ -68,6 +68,7 @@ echo "bundle:   $bundle ($(ls "$bundle"/bin/*_test 2>/dev/null | wc -l) test pro
 echo "PyTorch:  ${torch_python:-none} ($torch_info)"
 echo "cuBLASLt: ${cublaslt_dirs:-not found}"
 echo "cuDNN:    ${cudnn_dirs:-not found}"
+echo "NVRTC:    ${nvrtc_dirs:-not found} (cuDNN's runtime-compiled engines)"
 echo "NCCL:     ${nccl_dirs:-not found}"
 echo "profiler: ${profiler:-none (neither nsys nor ncu)}"
 missing=()
