@@ -189,6 +189,7 @@ int main(int argc, char** argv) {
       case kernels::cuda::AttentionKernels::kTiled: attention = "tiled"; break;
       case kernels::cuda::AttentionKernels::kBatchedGemm: attention = "gemm"; break;
       case kernels::cuda::AttentionKernels::kBatchedGemmBf16: attention = "gemm_bf16"; break;
+      case kernels::cuda::AttentionKernels::kCudnn: attention = "cudnn"; break;
       case kernels::cuda::AttentionKernels::kRowPerWarp: break;
     }
     std::printf("%-10s %-5s %-9s %10s %12s %12s %10s %8s %10s  (MFU against %.0f TFLOP/s dense)\n", "model",

@@ -5,7 +5,8 @@
 #      then (issues 53/50) a DeepSeek-style toy GPT, multi-latent attention with YaRN and one multi-token
 #      prediction module, 10 iterations on each: losses and grad norms against the CPU's;
 #   2. bench_gpu_train, GPT-2 124M bf16 at 1024 tokens, micro-batch 8 and 16, dropout 0 and 0.1, the tiled
-#      attention and the batched-GEMM one (TESSERA_CUDA_ATTENTION=gemm, gemm_bf16);
+#      attention, the batched-GEMM one (TESSERA_CUDA_ATTENTION=gemm_bf16) and cuDNN's fused one (cudnn,
+#      dropout 0);
 #   3. bench/torch_gpt.py on the same card and shapes: eager with F.scaled_dot_product_attention, then
 #      torch.compile (micro-batch 16, the issue's target);
 #   4. ONE table of tokens/s, MFU, peak memory and Tessera's ratios to PyTorch (scripts/gpu_step2_report.py);
@@ -67,6 +68,7 @@ echo "bundle:   $bundle ($(ls "$bundle"/bin/*_test 2>/dev/null | wc -l) test pro
 echo "PyTorch:  ${torch_python:-none} ($torch_info)"
 echo "cuBLASLt: ${cublaslt_dirs:-not found}"
 echo "cuDNN:    ${cudnn_dirs:-not found}"
+echo "NVRTC:    ${nvrtc_dirs:-not found} (cuDNN's runtime-compiled engines)"
 echo "NCCL:     ${nccl_dirs:-not found}"
 echo "profiler: ${profiler:-none (neither nsys nor ncu)}"
 missing=()
@@ -78,8 +80,10 @@ ls "$bundle"/bin/*_test >/dev/null 2>&1 || missing+=("$bundle/bin/*_test")
 # --- the plan: (name, seconds, command) of the measured steps
 bench_runs=()
 for mbs in 8 16; do for dropout in 0 0.1; do bench_runs+=("$mbs $dropout tiled"); done; done
-# The batched-GEMM attention (TESSERA_CUDA_ATTENTION, opt-in until this check has run it) beside the tiled one.
-for attention in gemm gemm_bf16; do bench_runs+=("16 0 $attention" "8 0.1 $attention"); done
+# The opt-in attentions (TESSERA_CUDA_ATTENTION, until this check has run them) beside the tiled one: the
+# batched-GEMM one with bf16 products (with dropout too), and cuDNN's fused attention, which refuses
+# dropout. They took the two runs of gemm (fp32 products), the slower GEMM variant.
+bench_runs+=("16 0 gemm_bf16" "8 0.1 gemm_bf16" "16 0 cudnn" "8 0 cudnn")
 torch_runs=("eager 8" "eager 16")
 [ $has_compile = 1 ] && torch_runs+=("compiled 16")
 echo "=== gpu_step2_check: the plan (each limit also capped by its part's budget)"

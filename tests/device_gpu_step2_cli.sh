@@ -47,7 +47,7 @@ check "--dry-run finds a python3 that imports torch: $(grep PyTorch <<<"$out")" 
 budget=$(grep -oE '^budget: [0-9]+ s' <<<"$out" | awk '{print $2}')
 [ -n "$budget" ] && [ "$budget" -le 480 ]; ok=$?
 check "the parts' budgets fit 8 minutes: $budget s" $ok
-for part in "kernels_cuda_norms_test" "--multi-latent-attention" "--mtp-num-layers 1" "(16 0.1 tiled)" "(16 0 gemm_bf16)" "(eager 16)" "top kernels"; do
+for part in "kernels_cuda_norms_test" "--multi-latent-attention" "--mtp-num-layers 1" "(16 0.1 tiled)" "(16 0 gemm_bf16)" "(16 0 cudnn)" "(eager 16)" "top kernels"; do
   grep -qF -- "$part" <<<"$out"; ok=$?
   check "the plan names $part: $out" $ok
 done

@@ -25,16 +25,18 @@ library_dirs() {
   timeout 60 find /usr/local /opt /usr/lib /usr/lib64 -xdev -name "$1" -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -
 }
 
-# find_device_libraries: $cublaslt_dirs, $cudnn_dirs and $nccl_dirs (empty where none is found), and
-# $tessera_library_path, the search path Tessera's binaries run with: the bundle's libraries first, then
-# the device's cuBLASLt, cuDNN and NCCL. Only Tessera's steps get it: the bundle's libstdc++ and libgomp
-# are not PyTorch's.
+# find_device_libraries: $cublaslt_dirs, $cudnn_dirs, $nccl_dirs and $nvrtc_dirs (empty where none is
+# found), and $tessera_library_path, the search path Tessera's binaries run with: the bundle's libraries
+# first, then the device's cuBLASLt, cuDNN, NCCL and NVRTC (cuDNN's runtime-compiled engines, the fused
+# attention's among them, load the libnvrtc of the CUDA it was built for: a wheel's cuDNN its wheel's).
+# Only Tessera's steps get it: the bundle's libstdc++ and libgomp are not PyTorch's.
 find_device_libraries() {
   cublaslt_dirs=$(library_dirs 'libcublasLt.so.1[0-9]*')
   cudnn_dirs=$(library_dirs 'libcudnn.so.[0-9]*')
   nccl_dirs=$(library_dirs 'libnccl.so.[0-9]*')
+  nvrtc_dirs=$(library_dirs 'libnvrtc.so.1[0-9]*')
   local dirs
-  dirs=$(printf '%s\n' "$cublaslt_dirs" "$cudnn_dirs" "$nccl_dirs" | tr ':' '\n' | grep . | awk '!seen[$0]++' | paste -sd: -)
+  dirs=$(printf '%s\n' "$cublaslt_dirs" "$cudnn_dirs" "$nccl_dirs" "$nvrtc_dirs" | tr ':' '\n' | grep . | awk '!seen[$0]++' | paste -sd: -)
   tessera_library_path="$bundle/lib${dirs:+:$dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 

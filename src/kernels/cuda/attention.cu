@@ -22,7 +22,8 @@
 // others past 152).
 //
 // TESSERA_CUDA_ATTENTION=gemm or gemm_bf16 sends both calls, once the checks below have passed, to the
-// batched-GEMM attention instead (kernels/cuda/attention_gemm.h).
+// batched-GEMM attention instead (kernels/cuda/attention_gemm.h); cudnn to cuDNN's fused attention
+// (kernels/cuda/cudnn_sdpa.h).
 //
 // Dropout draws each probability's Philox element with the CPU's keying (kernels/math/dropout.h), so the
 // masks are the same bits. The mask tensors are device data; they are copied to the host once per call
@@ -38,6 +39,7 @@
 #include "core/check.h"
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_gemm.h"
+#include "kernels/cuda/cudnn_sdpa.h"
 
 namespace tessera::kernels::cuda {
 using namespace attention_detail;
@@ -258,12 +260,13 @@ AttentionKernels attention_kernels() {
   if (k < 0) {
     const char* env = std::getenv("TESSERA_CUDA_ATTENTION");
     const std::string v = env ? env : "tiled";
-    TESSERA_CHECK(v == "rows" || v == "tiled" || v == "gemm" || v == "gemm_bf16", "TESSERA_CUDA_ATTENTION='", v,
-                  "' must be rows, tiled, gemm or gemm_bf16");
-    k = static_cast<int>(v == "tiled"  ? AttentionKernels::kTiled
-                         : v == "rows" ? AttentionKernels::kRowPerWarp
-                         : v == "gemm" ? AttentionKernels::kBatchedGemm
-                                       : AttentionKernels::kBatchedGemmBf16);
+    TESSERA_CHECK(v == "rows" || v == "tiled" || v == "gemm" || v == "gemm_bf16" || v == "cudnn",
+                  "TESSERA_CUDA_ATTENTION='", v, "' must be rows, tiled, gemm, gemm_bf16 or cudnn");
+    k = static_cast<int>(v == "tiled"       ? AttentionKernels::kTiled
+                         : v == "rows"      ? AttentionKernels::kRowPerWarp
+                         : v == "gemm"      ? AttentionKernels::kBatchedGemm
+                         : v == "gemm_bf16" ? AttentionKernels::kBatchedGemmBf16
+                                            : AttentionKernels::kCudnn);
     g_kernels.store(k);
   }
   return static_cast<AttentionKernels>(k);
@@ -276,6 +279,8 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
   const Geometry g = checked_geometry(shape, softmax_scale, dropout);
   const int64_t rows = g.batch * g.heads * g.seq;
   if (rows == 0) return;
+  if (attention_kernels() == AttentionKernels::kCudnn)
+    return attention_forward_cudnn(q, k, v, out, lse, shape, softmax_scale, dropout);
   if (DType input; batched_gemm(&input))
     return attention_forward_gemm(q, k, v, out, lse, shape, softmax_scale, dropout, input);
   // The tiled kernel where chosen (attention_kernels()) and its tiles fit in the default shared memory
@@ -291,6 +296,8 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
   const Geometry g = checked_geometry(shape, softmax_scale, dropout);
   const int64_t rows = g.batch * g.heads * g.seq, key_rows = g.batch * g.kv_heads * g.kv_seq;
   if (rows == 0 && key_rows == 0) return;
+  if (rows > 0 && attention_kernels() == AttentionKernels::kCudnn)
+    return attention_backward_cudnn(q, k, v, out, lse, dout, dq, dk, dv, shape, softmax_scale, dropout, device);
   if (DType input; rows > 0 && batched_gemm(&input))
     return attention_backward_gemm(q, k, v, lse, dout, dq, dk, dv, shape, softmax_scale, dropout, input, device);
   // D per query row, from the device's caching allocator (stream-ordered: freed once the kernels that

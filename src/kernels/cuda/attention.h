@@ -29,10 +29,13 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 // as the simple reference (TESSERA_CUDA_ATTENTION=rows) and for wide heads whose tiles exceed 48 KiB of
 // shared memory, which always take them. The batched-GEMM ones (kernels/cuda/attention_gemm.h: cuBLASLt
 // strided-batched GEMMs and row softmax kernels; gemm with fp32 products, gemm_bf16 with bf16 tensor-core
-// products) are opt-in until a device check has run them; empty problems take the tiled ones.
-enum class AttentionKernels { kRowPerWarp, kTiled, kBatchedGemm, kBatchedGemmBf16 };
-// TESSERA_CUDA_ATTENTION (rows, tiled, gemm or gemm_bf16; unset: tiled, anything else an Error naming it)
-// until set_...
+// products) are opt-in until a device check has run them; empty problems take the tiled ones. cuDNN's
+// fused flash attention (kernels/cuda/cudnn_sdpa.h: bf16 inputs, fp32 softmax statistics, cuDNN loaded at
+// run time) is opt-in too, and refuses by name what it cannot express (dropout, document and padding
+// masks, keys before the queries).
+enum class AttentionKernels { kRowPerWarp, kTiled, kBatchedGemm, kBatchedGemmBf16, kCudnn };
+// TESSERA_CUDA_ATTENTION (rows, tiled, gemm, gemm_bf16 or cudnn; unset: tiled, anything else an Error
+// naming it) until set_...
 AttentionKernels attention_kernels();
 void set_attention_kernels(AttentionKernels kernels);
 // kernels::block_doc_start on device buffers: doc [batch, n], out [batch, width].
