@@ -162,6 +162,14 @@ TEST_F(CudaMoeRouting, TokenRowGathersScattersAndDotsAreTheCpusBits) {
     kernels::scatter_add_token_rows(to_device(rows), gtoken, weighted ? to_device(weight) : Tensor(), gy);
     EXPECT_TRUE(same_bits(to_host(gy), y));
   }
+  {  // more tokens than the prefix sum's threads: each sums a chunk of the counts
+    const int64_t many = 3001, n = 5003, w = 3;
+    const Tensor tok = random_ids(n, static_cast<int32_t>(many), 24), src = random({n, w}, 25);
+    Tensor y = random({many, w}, 26), gy = to_device(y);
+    kernels::scatter_add_token_rows(src, tok, Tensor(), y);
+    kernels::scatter_add_token_rows(to_device(src), to_device(tok), Tensor(), gy);
+    EXPECT_TRUE(same_bits(to_host(gy), y));
+  }
   Tensor dots = Tensor::empty({R}, DType::F32, Device::cpu()), gdots = Tensor::empty({R}, DType::F32, kGpu);
   kernels::token_row_dots(x, token, rows, dots);
   kernels::token_row_dots(to_device(x), gtoken, to_device(rows), gdots);

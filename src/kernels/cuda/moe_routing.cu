@@ -102,10 +102,29 @@ __global__ void gather_kernel(const float* x, const int32_t* token, float* out, 
 __global__ void token_count_kernel(const int32_t* token, int64_t rows, int32_t* begin) {
   for (int64_t r = grid_index(); r < rows; r += grid_stride()) atomicAdd(begin + token[r] + 1, 1);
 }
-__global__ void prefix_sum_kernel(int32_t* begin, int32_t* next, int64_t tokens) {  // one thread: a small array
-  for (int64_t t = 0; t < tokens; ++t) {
-    begin[t + 1] += begin[t];
-    next[t] = begin[t];
+// One block: each thread sums a chunk of the counts, thread 0 scans the chunks' sums, each thread then
+// writes its chunk's prefix sums. Integer sums: exact in any order.
+constexpr int kScanThreads = 1024;
+__global__ void prefix_sum_kernel(int32_t* begin, int32_t* next, int64_t tokens) {
+  __shared__ int32_t part[kScanThreads];
+  const int64_t chunk = (tokens + blockDim.x - 1) / blockDim.x;
+  const int64_t lo = threadIdx.x * chunk, hi = lo + chunk < tokens ? lo + chunk : tokens;
+  int32_t s = 0;
+  for (int64_t t = lo; t < hi; ++t) s += begin[t + 1];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int i = 0, run = 0; i < static_cast<int>(blockDim.x); ++i) {
+      const int32_t v = part[i];
+      part[i] = run;
+      run += v;
+    }
+  __syncthreads();
+  int32_t run = part[threadIdx.x];
+  for (int64_t t = lo; t < hi; ++t) {  // begin[t + 1] holds token t's count until here
+    next[t] = run;
+    run += begin[t + 1];
+    begin[t + 1] = run;
   }
 }
 __global__ void place_rows_kernel(const int32_t* token, int64_t rows, int32_t* next, int32_t* order) {
@@ -232,7 +251,7 @@ void scatter_add_token_rows(const float* src, const int32_t* token, const float*
   tessera::cuda::check(cudaMemsetAsync(begin, 0, (tokens + 1) * sizeof(int32_t)), kernel);
   token_count_kernel<<<grid_for(rows), kThreads>>>(token, rows, begin);
   check_launch(kernel);
-  prefix_sum_kernel<<<1, 1>>>(begin, next, tokens);
+  prefix_sum_kernel<<<1, kScanThreads>>>(begin, next, tokens);
   check_launch(kernel);
   place_rows_kernel<<<grid_for(rows), kThreads>>>(token, rows, next, order);
   check_launch(kernel);
