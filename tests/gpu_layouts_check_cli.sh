@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu_layouts_check.sh --dry-run, on any machine: the plan lists every layout the device check
-# runs against the CPU and what it does not run, finds its programs in a build folder, and fails naming
+# runs against the CPU (expert parallelism among them) and what it does not run, finds its programs in a build folder, and fails naming
 # a missing one.
 set -uo pipefail
 tessera=${1:?usage: gpu_layouts_check_cli.sh path/to/tessera}
@@ -13,7 +13,7 @@ fi
 plan=$(OUT=$(mktemp -d) bash "$script" --dry-run "$build" 2>&1)
 check "--dry-run on a build folder exits 0: $plan" $?
 for layout in "tp2+sp (fp32)" "tp2+sp bf16 (bf16)" "pp2 1F1B (fp32)" "pp2 interleaved (fp32)" \
-              "dp2 distributed optimizer (fp32)" "cp2 (fp32)"; do
+              "dp2 distributed optimizer (fp32)" "cp2 (fp32)" "ep2 (MoE) (fp32)"; do
   grep -qF "  $layout: " <<<"$plan"
   check "the plan runs $layout: $plan" $?
 done
@@ -24,8 +24,8 @@ check "the plan runs NCCL's world-size-1 test: $plan" $?
 grep -qF "calibration: $build/bench_collectives --backend nccl at world size 1" <<<"$plan" &&
   grep -qF "calibration: $build/bench_gpu_train --preset gpt2-124M --bf16 --cluster-output step.json" <<<"$plan"
 check "the plan measures NCCL at world size 1 and a one-GPU step for the planner: $plan" $?
-grep -qF "not run: ep2 (MoE)" <<<"$plan"
-check "the plan says what it does not run: $plan" $?
+grep -qF -- "--num-experts 4 --expert-model-parallel-size 2" <<<"$plan" && ! grep -qF "not run: ep2" <<<"$plan"
+check "the plan runs expert parallelism (MoE) rather than refusing it: $plan" $?
 empty=$(mktemp -d)
 missing=$(bash "$script" --dry-run "$empty" 2>&1)
 [ $? -eq 1 ] && grep -qF "gpu_layouts_check: missing $empty/tessera" <<<"$missing"

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "kernels/tensor_ops.h"
 
 namespace tessera::parallel {
 namespace {
@@ -14,11 +15,15 @@ int64_t sum(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v
 std::vector<int64_t> all_gather_counts(comm::ProcessGroup& group, const std::vector<int64_t>& values) {
   const int64_t n = static_cast<int64_t>(values.size());
   if (group.size() == 1) return values;
-  Tensor in = Tensor::empty({n}, DType::I64);
-  std::copy(values.begin(), values.end(), in.host_i64());
+  // Written and read on the host, exchanged on the default device (a GPU run's: an NCCL group takes
+  // only its GPU's memory; a staged one either).
+  Tensor host = Tensor::empty({n}, DType::I64, Device::cpu());
+  std::copy(values.begin(), values.end(), host.host_i64());
+  const Tensor in = kernels::to_device(host, default_device());
   Tensor out = Tensor::empty({n * group.size()}, DType::I64);
   group.all_gather(in, out);
-  return std::vector<int64_t>(out.host_i64(), out.host_i64() + out.numel());
+  const Tensor all = kernels::to_device(out, Device::cpu());
+  return std::vector<int64_t>(all.host_i64(), all.host_i64() + all.numel());
 }
 
 // Each member's rows (member i has rows[i] of them), back to back in member order. Padded to the

@@ -56,9 +56,8 @@ TEST(Device, LeftOutItIsTheGpuWhereOneIsUsableElseTheCpuSayingWhy) {
 }
 
 TEST(Device, LeftOutARunTheGpuPathDoesNotRunTrainsOnTheCpu) {
-  TrainArguments a = parse("--num-experts 4");
-  EXPECT_EQ(choose(a, "", one_gpu()),
-            "device: cpu (cuda:0 is present, but the GPU path does not run mixture of experts (--num-experts) yet)");
+  EXPECT_EQ(choose(parse("--model-family bert"), "", one_gpu()),
+            "device: cpu (cuda:0 is present, but the GPU path does not run --model-family=bert (GPT models only) yet)");
   EXPECT_EQ(choose(parse("", 2), "", one_gpu()),
             str_cat("device: cpu (cuda:0 is present, but the GPU path runs data parallelism over 2 ranks only "
                     "unverified (no device run has compared it with the CPU yet: scripts/gpu_layouts_check.sh); set "
@@ -87,9 +86,6 @@ TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
     EXPECT_EQ(choose(a, "cuda", no_gpu()), str_cat("--device=cuda: the GPU path does not run ", what, tail));
   };
   TrainArguments a = parse("");
-  a.expert_model_parallel_size = 2;
-  refused(a, "--expert-model-parallel-size=2");
-  refused(parse("--num-experts 4"), "mixture of experts (--num-experts)");
   refused(parse("--model-family bert"), "--model-family=bert (GPT models only)");
   refused(parse("--pipeline-schedule ouroboros"), "--pipeline-schedule=ouroboros");
   refused(parse("--pipeline-token-slices 2"), "--pipeline-token-slices=2");
@@ -101,8 +97,8 @@ TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
   // Even with the opt-in below.
   DeviceProbe opted_in = one_gpu();
   opted_in.unverified_layouts = true;
-  a = parse("--num-experts 4", 2);
-  EXPECT_EQ(choose(a, "cuda", opted_in), "--device=cuda: the GPU path does not run mixture of experts (--num-experts) "
+  a = parse("--pipeline-schedule ouroboros", 2);
+  EXPECT_EQ(choose(a, "cuda", opted_in), "--device=cuda: the GPU path does not run --pipeline-schedule=ouroboros "
                                          "yet; leave --device out or use --device cpu");
 }
 
@@ -132,6 +128,10 @@ TEST(Device, TheParallelLayoutsRunOnGpusOnlyWhenOptedInAsUnverified) {
   a = parse("", 2);
   a.context_parallel_size = 2;
   EXPECT_EQ(choose(a, "cuda", one_gpu()), unverified("--context-parallel-size=2"));
+  EXPECT_EQ(choose(a, "cuda", opted_in), shared);
+  a = parse("--num-experts 4", 2);
+  a.expert_model_parallel_size = 2;
+  EXPECT_EQ(choose(a, "cuda", one_gpu()), unverified("--expert-model-parallel-size=2"));
   EXPECT_EQ(choose(a, "cuda", opted_in), shared);
   a = parse("--use-distributed-optimizer", 2);
   EXPECT_EQ(choose(a, "cuda", one_gpu()), unverified("--use-distributed-optimizer"));
@@ -172,9 +172,9 @@ TEST(Device, TheGpuPathRunsDenseGptsInEveryPrecisionWithRecomputationAndCheckpoi
     EXPECT_EQ(choose(parse(flags), "cuda", one_gpu()), "device: cuda:0 (NVIDIA H200, --device cuda)") << flags;
 }
 
-// Multi-latent attention (with YaRN's RoPE and its mscale) and multi-token prediction on one GPU (issues
-// 53/50), on a machine with a GPU; mixture of experts beside them is still refused by name, and several
-// ranks are the unverified layouts' opt-in, as for a dense GPT.
+// Multi-latent attention (with YaRN's RoPE and its mscale), multi-token prediction and mixture of experts
+// on one GPU (issues 53/50/56), on a machine with a GPU; several ranks are the unverified layouts' opt-in,
+// as for a dense GPT.
 TEST(Device, TheGpuPathRunsMultiLatentAttentionAndMultiTokenPredictionOnOneGpu) {
   const std::string mla = "--multi-latent-attention --q-lora-rank 16 --kv-lora-rank 8 --qk-head-dim 8 "
                           "--qk-pos-emb-head-dim 4 --v-head-dim 8 --rope-type yarn --rotary-scaling-factor 4 "
@@ -183,8 +183,7 @@ TEST(Device, TheGpuPathRunsMultiLatentAttentionAndMultiTokenPredictionOnOneGpu) 
     EXPECT_EQ(choose(parse(flags), "cuda", one_gpu()), "device: cuda:0 (NVIDIA H200, --device cuda)") << flags;
   EXPECT_EQ(choose(parse(mla + "--mtp-num-layers 1"), "", one_gpu()), "device: cuda:0 (NVIDIA H200)");
   EXPECT_EQ(choose(parse(mla + "--mtp-num-layers 1 --num-experts 4"), "cuda", one_gpu()),
-            "--device=cuda: the GPU path does not run mixture of experts (--num-experts) yet; leave --device out or "
-            "use --device cpu");
+            "device: cuda:0 (NVIDIA H200, --device cuda)");
   DeviceProbe opted_in = one_gpu();
   opted_in.unverified_layouts = true;
   const TrainArguments two = parse(mla + "--mtp-num-layers 1", 2);
@@ -194,6 +193,20 @@ TEST(Device, TheGpuPathRunsMultiLatentAttentionAndMultiTokenPredictionOnOneGpu) 
 }
 
 // Through parse_train_arguments, on this machine: refusals first, then what CUDA says here.
+// Mixture of experts on one GPU (issues 53/56): the router's score functions, expert bias, group-limited
+// routing, the load-balancing and z-losses, token dropping, the grouped GEMM and a shared expert; left out,
+// the GPU is chosen for it as for a dense GPT.
+TEST(Device, TheGpuPathRunsMixtureOfExpertsOnOneGpu) {
+  for (const char* flags :
+       {"--num-experts 4", "--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001",
+        "--num-experts 8 --moe-router-topk 2 --moe-router-score-function sigmoid --moe-router-enable-expert-bias "
+        "--moe-router-num-groups 4 --moe-router-group-topk 2 --moe-shared-expert-intermediate-size 32",
+        "--num-experts 4 --moe-grouped-gemm --moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity",
+        "--num-experts 4 --moe-router-load-balancing-type seq_aux_loss --moe-input-jitter-eps 0.1 --bf16"})
+    EXPECT_EQ(choose(parse(flags), "cuda", one_gpu()), "device: cuda:0 (NVIDIA H200, --device cuda)") << flags;
+  EXPECT_EQ(choose(parse("--num-experts 4"), "", one_gpu()), "device: cuda:0 (NVIDIA H200)");
+}
+
 TEST(Device, ParsedHereTheFlagIsCheckedBeforeAnyWork) {
   EXPECT_EQ(error_of("--device tpu"), "--device=tpu: must be cpu, cuda or cuda:N");
   EXPECT_EQ(error_of("--device cuda --model-family bert"),

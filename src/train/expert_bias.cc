@@ -26,8 +26,12 @@ void update_expert_biases(model::ParameterSet& params, const std::vector<double>
                 " counts for ", total_experts, " experts");
   Tensor counts = Tensor::zeros({total_experts}, DType::I64, Device::cpu());
   for (size_t i = 0; i < kept.size(); ++i) counts.host_i64()[i] = std::llround(kept[i]);
+  // Reduced where the parameters live (an NCCL group takes only its GPU's memory; a staged one either).
+  const Device device = params.params().empty() ? Device::cpu() : params.params().front().value.device();
+  Tensor reduced = kernels::to_device(counts, device);
   for (comm::ProcessGroup* g : groups)
-    if (g && g->size() > 1) g->all_reduce(counts);
+    if (g && g->size() > 1) g->all_reduce(reduced);
+  counts = kernels::to_device(reduced, Device::cpu());
   for (model::Parameter& p : params.params()) {
     if (p.spec.trained()) continue;
     const int64_t first = p.spec.expert_bias_offset, experts = p.value.numel();

@@ -16,61 +16,13 @@
 #include "core/philox.h"
 #include "core/profiler.h"
 #include "kernels/math/dropout.h"
+#include "kernels/math/moe_router_rows.h"
 #include "kernels/math/moe_routing.h"
 #include "kernels/math/softmax.h"
 #include "kernels/parallel_grain.h"
 
 namespace tessera::kernels::cpu {
 namespace {
-
-using math::kRouterScoreSumEps;
-
-float row_max(const float* x, int64_t n) {
-  float m = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
-  return math::softmax_safe_shift(m);  // a row of -inf only: weights 0, not NaN
-}
-
-// p = softmax(x) over the n entries.
-void softmax_row(const float* x, int64_t n, float* p) {
-  const float m = row_max(x, n);
-  float s = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    p[j] = math::softmax_weight(x[j], m);
-    s += p[j];
-  }
-  for (int64_t j = 0; j < n; ++j) p[j] /= s;
-}
-
-// The aux loss's scores of a row (compute_routing_scores_for_aux_loss): softmax, or sigmoid over its
-// sum + eps. Returns that divisor for the sigmoid (its gradient needs it), 1 for the softmax.
-float aux_scores_row(const float* x, int64_t n, RouterScoreFunction score, float* p) {
-  if (score == RouterScoreFunction::Softmax) {
-    softmax_row(x, n, p);
-    return 1.0f;
-  }
-  float s = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    p[j] = math::router_sigmoid(x[j]);
-    s += p[j];
-  }
-  const float d = s + kRouterScoreSumEps;
-  for (int64_t j = 0; j < n; ++j) p[j] /= d;
-  return d;
-}
-
-// The k best of v[0, n) into idx (descending, ties to the lower index) and their values into vals.
-void topk_row(const float* v, int64_t n, int64_t k, float* vals, int32_t* idx) {
-  int64_t have = 0;
-  for (int64_t j = 0; j < n; ++j) math::topk_insert(v[j], static_cast<int32_t>(j), k, have, vals, idx);
-}
-
-float row_lse(const float* x, int64_t n) {
-  const float m = row_max(x, n);
-  float s = 0.0f;
-  for (int64_t j = 0; j < n; ++j) s += math::softmax_weight(x[j], m);
-  return math::softmax_lse(m, s);
-}
 
 // Checked before any parallel region: an exception must not escape one.
 void check_indices(const char* kernel, const int32_t* idx, int64_t n, int64_t experts) {
@@ -89,6 +41,28 @@ void check_tokens(const char* kernel, const int32_t* token, int64_t rows, int64_
                   " is outside [0, ", tokens, ")");
 }
 
+// coeff * E / (k * G * tokens_per_group^2): the loss per unit of sum_g sum_i P_gi n_gi.
+}  // namespace
+
+double aux_scale(int64_t experts, int64_t groups, int64_t topk, int64_t tokens_per_group) {
+  const double tpg = static_cast<double>(tokens_per_group);
+  return static_cast<double>(experts) / (static_cast<double>(topk) * static_cast<double>(groups) * tpg * tpg);
+}
+
+float aux_gradient_scale(int64_t experts, int64_t groups, int64_t topk, int64_t tokens_per_group, float coeff,
+                         float dloss) {
+  return static_cast<float>(static_cast<double>(coeff) * dloss * aux_scale(experts, groups, topk, tokens_per_group));
+}
+
+float z_loss_gradient_scale(float coeff, int64_t total_tokens, float dloss) {
+  return static_cast<float>(static_cast<double>(coeff) * dloss / static_cast<double>(total_tokens));
+}
+
+void check_z_loss(const char* kernel, int64_t tokens, int64_t experts, int64_t total_tokens) {
+  TESSERA_CHECK(experts >= 1 && total_tokens >= 1 && total_tokens >= tokens, kernel, ": ", tokens,
+                " local tokens of ", total_tokens, ", ", experts, " experts");
+}
+
 void check_groups(const char* kernel, int64_t tokens, int64_t experts, int64_t groups, int64_t topk) {
   check_topk(kernel, topk, experts);
   TESSERA_CHECK(groups >= 1 && tokens % groups == 0, kernel, ": ", tokens, " tokens are not ", groups, " groups");
@@ -101,80 +75,32 @@ void check_aux(const char* kernel, int64_t tokens, int64_t experts, int64_t grou
                 " tokens per group, fewer than the ", tokens / groups, " local ones");
 }
 
-// coeff * E / (k * G * tokens_per_group^2): the loss per unit of sum_g sum_i P_gi n_gi.
-double aux_scale(int64_t experts, int64_t groups, int64_t topk, int64_t tokens_per_group) {
-  const double tpg = static_cast<double>(tokens_per_group);
-  return static_cast<double>(experts) / (static_cast<double>(topk) * static_cast<double>(groups) * tpg * tpg);
-}
-
-}  // namespace
-
-// Group-limited routing's rules (the arguments refuse them first, by flag name).
-static void check_router_groups(const char* kernel, const TopkRouterOptions& opt, int64_t experts) {
-  if (!opt.grouped()) return;
+void check_router_options(const char* kernel, const TopkRouterOptions& opt, int64_t experts, bool expert_bias) {
+  check_topk(kernel, opt.topk, experts);
+  TESSERA_CHECK(!expert_bias || opt.score != RouterScoreFunction::Softmax, kernel,
+                ": an expert bias needs the sigmoid score function (as Megatron)");
+  if (!opt.grouped()) return;  // group-limited routing's rules (the arguments refuse them first, by flag name)
   const int64_t G = opt.num_groups, g = opt.group_topk, k = opt.topk;
   TESSERA_CHECK(G >= 1 && experts % G == 0 && g >= 1 && g <= G && k % g == 0 && k / g <= experts / G, kernel,
                 ": top-", k, " of ", experts, " experts in ", G, " groups, ", g, " groups kept");
 }
 
+
 void topk_router_forward(const float* logits, int64_t tokens, int64_t experts, const TopkRouterOptions& opt,
                          const float* expert_bias, int32_t* indices, float* probs) {
   TESSERA_PROFILE_SCOPE("topk_router_forward");
   const int64_t k = opt.topk, E = experts;
-  check_topk("topk_router_forward", k, E);
-  check_router_groups("topk_router_forward", opt, E);
-  const bool softmax = opt.score == RouterScoreFunction::Softmax;
-  TESSERA_CHECK(expert_bias == nullptr || !softmax,
-                "topk_router_forward: an expert bias needs the sigmoid score function (as Megatron)");
+  check_router_options("topk_router_forward", opt, E, expert_bias != nullptr);
   const int64_t G = opt.grouped() ? opt.num_groups : 0, gk = opt.grouped() ? opt.group_topk : 0;
 #pragma omp parallel if (parallel : parallel_worth(2 * tokens * E))
   {
     std::vector<float> scores(E), sel(E), vals(k), group_scores(G), group_vals(gk), part_vals(k);
     std::vector<int32_t> group_idx(gk), part_idx(k);
-    // The k best selection scores of v into idx (values into vals), group-limited if asked.
-    auto select = [&](const float* v, int32_t* idx) {
-      if (opt.grouped())
-        math::group_limited_topk(v, E, k, G, gk, group_scores.data(), group_vals.data(), group_idx.data(),
-                                 part_vals.data(), part_idx.data(), vals.data(), idx);
-      else
-        topk_row(v, E, k, vals.data(), idx);
-    };
+    const math::RouterRowScratch scratch{scores.data(),    sel.data(),       vals.data(),      group_scores.data(),
+                                         group_vals.data(), part_vals.data(), group_idx.data(), part_idx.data()};
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < tokens; ++t) {
-      const float* x = logits + t * E;
-      int32_t* idx = indices + t * k;
-      float* p = probs + t * k;
-      if (softmax && !opt.pre_softmax) {  // top-k of the logits, softmax over those k
-        select(x, idx);
-        const float m = row_max(vals.data(), k);
-        float s = 0.0f;
-        for (int64_t j = 0; j < k; ++j) {
-          p[j] = math::softmax_weight(vals[j], m);
-          s += p[j];
-        }
-        for (int64_t j = 0; j < k; ++j) p[j] /= s;
-      } else if (softmax) {  // softmax over all E, top-k of that
-        softmax_row(x, E, scores.data());
-        select(scores.data(), idx);
-        for (int64_t j = 0; j < k; ++j) p[j] = vals[j];
-      } else {  // top-k of the sigmoids (plus the bias), the unbiased ones renormalised over the k when k > 1
-        for (int64_t j = 0; j < E; ++j) scores[j] = math::router_sigmoid(x[j]);
-        const float* v = scores.data();
-        if (expert_bias) {
-          for (int64_t j = 0; j < E; ++j) sel[j] = scores[j] + expert_bias[j];
-          v = sel.data();
-        }
-        select(v, idx);
-        for (int64_t j = 0; j < k; ++j) p[j] = scores[idx[j]];
-        if (k > 1) {
-          float s = 0.0f;
-          for (int64_t j = 0; j < k; ++j) s += p[j];
-          const float d = s + kRouterScoreSumEps;
-          for (int64_t j = 0; j < k; ++j) p[j] /= d;
-        }
-      }
-      for (int64_t j = 0; j < k; ++j) p[j] *= opt.scaling_factor;
-    }
+    for (int64_t t = 0; t < tokens; ++t)
+      math::router_forward_row(logits + t * E, E, opt, expert_bias, scratch, indices + t * k, probs + t * k);
   }
 }
 
@@ -185,57 +111,13 @@ void topk_router_backward(const float* logits, const int32_t* indices, const flo
   const int64_t k = opt.topk, E = experts;
   check_topk("topk_router_backward", k, E);
   check_indices("topk_router_backward", indices, tokens * k, E);
-  const bool softmax = opt.score == RouterScoreFunction::Softmax;
 #pragma omp parallel if (parallel : parallel_worth(4 * tokens * E))
   {
     std::vector<float> full(E), gfull(E), p(k), g(k);
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < tokens; ++t) {
-      const float* x = logits + t * E;
-      const int32_t* idx = indices + t * k;
-      float* dx = dlogits + t * E;
-      for (int64_t j = 0; j < k; ++j) g[j] = opt.scaling_factor * dprobs[t * k + j];
-      if (softmax && !opt.pre_softmax) {
-        for (int64_t j = 0; j < k; ++j) p[j] = x[idx[j]];
-        const float m = row_max(p.data(), k);
-        float s = 0.0f;
-        for (int64_t j = 0; j < k; ++j) {
-          p[j] = math::softmax_weight(p[j], m);
-          s += p[j];
-        }
-        float gp = 0.0f;
-        for (int64_t j = 0; j < k; ++j) {
-          p[j] /= s;
-          gp += g[j] * p[j];
-        }
-        for (int64_t j = 0; j < k; ++j) dx[idx[j]] += math::softmax_grad(p[j], g[j], gp);
-      } else if (softmax) {  // every logit moves the chosen probabilities through the full softmax
-        softmax_row(x, E, full.data());
-        std::fill(gfull.begin(), gfull.end(), 0.0f);
-        float gp = 0.0f;
-        for (int64_t j = 0; j < k; ++j) {
-          gfull[idx[j]] += g[j];
-          gp += g[j] * full[idx[j]];
-        }
-        for (int64_t i = 0; i < E; ++i) dx[i] += math::softmax_grad(full[i], gfull[i], gp);
-      } else if (k == 1) {
-        dx[idx[0]] += g[0] * math::router_sigmoid_grad(x[idx[0]]);
-      } else {
-        float s = 0.0f;
-        for (int64_t j = 0; j < k; ++j) {
-          p[j] = math::router_sigmoid(x[idx[j]]);
-          s += p[j];
-        }
-        const float d = s + kRouterScoreSumEps;
-        float gp = 0.0f;
-        for (int64_t j = 0; j < k; ++j) {
-          p[j] /= d;
-          gp += g[j] * p[j];
-        }
-        for (int64_t j = 0; j < k; ++j)
-          dx[idx[j]] += math::normalised_grad(g[j], gp, d) * math::router_sigmoid_grad(x[idx[j]]);
-      }
-    }
+    for (int64_t t = 0; t < tokens; ++t)
+      math::router_backward_row(logits + t * E, indices + t * k, dprobs + t * k, E, opt, full.data(), gfull.data(),
+                                p.data(), g.data(), dlogits + t * E);
   }
 }
 
@@ -249,8 +131,8 @@ void aux_loss_counts(const float* logits, int64_t tokens, int64_t experts, int64
     std::vector<float> p(experts), vals(topk);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
-      aux_scores_row(logits + t * experts, experts, score, p.data());
-      topk_row(p.data(), experts, topk, vals.data(), top.data() + t * topk);
+      math::aux_scores_row(logits + t * experts, experts, score, p.data());
+      math::topk_row(p.data(), experts, topk, vals.data(), top.data() + t * topk);
     }
   }
   std::fill(counts, counts + groups * experts, 0.0f);
@@ -268,11 +150,8 @@ double aux_loss_forward(const float* logits, const float* counts, int64_t tokens
     std::vector<float> p(experts);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
-      aux_scores_row(logits + t * experts, experts, score, p.data());
-      const float* n = counts + (t % groups) * experts;
-      double r = 0;
-      for (int64_t i = 0; i < experts; ++i) r += static_cast<double>(p[i]) * n[i];
-      per_token[t] = r;
+      per_token[t] = math::aux_loss_token(logits + t * experts, counts + (t % groups) * experts, experts, score,
+                                          p.data());
     }
   }
   double sum = 0;
@@ -289,36 +168,23 @@ void aux_loss_backward(const float* logits, const float* counts, int64_t tokens,
   // dL/dp_ti = c n_{g(t) i}: the counts are constants.
   const float c = static_cast<float>(static_cast<double>(coeff) * dloss *
                                      aux_scale(experts, groups, topk, tokens_per_group));
-  const bool softmax = score == RouterScoreFunction::Softmax;
 #pragma omp parallel if (parallel : parallel_worth(2 * tokens * experts))
   {
     std::vector<float> p(experts);
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < tokens; ++t) {
-      const float* x = logits + t * experts;
-      const float d = aux_scores_row(x, experts, score, p.data());
-      const float* n = counts + (t % groups) * experts;
-      float* dx = dlogits + t * experts;
-      float gp = 0.0f;
-      for (int64_t i = 0; i < experts; ++i) gp += c * n[i] * p[i];
-      if (softmax) {
-        for (int64_t i = 0; i < experts; ++i) dx[i] += math::softmax_grad(p[i], c * n[i], gp);
-      } else {
-        for (int64_t i = 0; i < experts; ++i)
-          dx[i] += math::normalised_grad(c * n[i], gp, d) * math::router_sigmoid_grad(x[i]);
-      }
-    }
+    for (int64_t t = 0; t < tokens; ++t)
+      math::aux_loss_backward_row(logits + t * experts, counts + (t % groups) * experts, experts, score, c, p.data(),
+                                  dlogits + t * experts);
   }
 }
 
 double z_loss_forward(const float* logits, int64_t tokens, int64_t experts, float coeff, int64_t total_tokens) {
   TESSERA_PROFILE_SCOPE("z_loss_forward");
-  TESSERA_CHECK(experts >= 1 && total_tokens >= 1 && total_tokens >= tokens, "z_loss_forward: ", tokens,
-                " local tokens of ", total_tokens, ", ", experts, " experts");
+  check_z_loss("z_loss_forward", tokens, experts, total_tokens);
   std::vector<double> sq(static_cast<size_t>(tokens));
 #pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * tokens * experts))
   for (int64_t t = 0; t < tokens; ++t) {
-    const double l = row_lse(logits + t * experts, experts);
+    const double l = math::router_row_lse(logits + t * experts, experts);
     sq[t] = l * l;
   }
   double sum = 0;
@@ -329,13 +195,12 @@ double z_loss_forward(const float* logits, int64_t tokens, int64_t experts, floa
 void z_loss_backward(const float* logits, int64_t tokens, int64_t experts, float coeff, int64_t total_tokens,
                      float dloss, float* dlogits) {
   TESSERA_PROFILE_SCOPE("z_loss_backward");
-  TESSERA_CHECK(experts >= 1 && total_tokens >= 1 && total_tokens >= tokens, "z_loss_backward: ", tokens,
-                " local tokens of ", total_tokens, ", ", experts, " experts");
-  const float c = static_cast<float>(static_cast<double>(coeff) * dloss / static_cast<double>(total_tokens));
+  check_z_loss("z_loss_backward", tokens, experts, total_tokens);
+  const float c = z_loss_gradient_scale(coeff, total_tokens, dloss);
 #pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * tokens * experts))
   for (int64_t t = 0; t < tokens; ++t) {
     const float* x = logits + t * experts;
-    const float lse = row_lse(x, experts);
+    const float lse = math::router_row_lse(x, experts);
     float* dx = dlogits + t * experts;
     for (int64_t i = 0; i < experts; ++i) dx[i] += math::z_loss_dlogit(x[i], lse, c);
   }
@@ -453,20 +318,23 @@ void token_row_dots(const float* dy, const int32_t* token, const float* src, flo
   for (int64_t r = 0; r < rows; ++r) {
     const float* a = dy + static_cast<int64_t>(token[r]) * hidden;
     const float* b = src + r * hidden;
-    double s = 0;
-#pragma omp simd reduction(+ : s)
+    double s = 0;  // in column order, not a SIMD reduction's: the GPU's thread sums in this order too
     for (int64_t c = 0; c < hidden; ++c) s += static_cast<double>(a[c]) * b[c];
     dweight[r] = static_cast<float>(s);
   }
 }
 
-void jitter_multiply(const float* x, float* y, float eps, uint64_t seed, uint64_t stream, const DropoutRegion& r) {
-  TESSERA_PROFILE_SCOPE("jitter_multiply");
+void check_jitter(float eps, const DropoutRegion& r) {
   TESSERA_CHECK(eps >= 0.0f && eps < 1.0f, "jitter_multiply: eps must be in [0, 1), got ", eps);
   TESSERA_CHECK(r.seq >= 0 && r.batch >= 0 && r.hidden >= 0 && r.seq_offset >= 0 && r.sample_offset >= 0,
                 "jitter_multiply: negative region size or offset");
   TESSERA_CHECK(r.seq_offset + r.seq <= r.seq_total, "jitter_multiply: region rows [", r.seq_offset, ", ",
                 r.seq_offset + r.seq, ") exceed seq_total ", r.seq_total);
+}
+
+void jitter_multiply(const float* x, float* y, float eps, uint64_t seed, uint64_t stream, const DropoutRegion& r) {
+  TESSERA_PROFILE_SCOPE("jitter_multiply");
+  check_jitter(eps, r);
   const int64_t rows = r.seq * r.batch;
   if (eps == 0.0f) {  // every multiplier is 1: nothing to draw
     if (x != y) std::copy_n(x, rows * r.hidden, y);

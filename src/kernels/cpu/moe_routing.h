@@ -58,6 +58,21 @@ void scatter_add_token_rows(const float* src, const int32_t* token, const float*
 void token_row_dots(const float* dy, const int32_t* token, const float* src, float* dweight, int64_t rows,
                     int64_t hidden, int64_t tokens);
 
+// The rules and scales the CPU kernels apply, shared with the GPU's entry points (kernels/moe_routing.cc)
+// so that both refuse the same input with the same message and scale the gradients by the same float.
+void check_router_options(const char* kernel, const TopkRouterOptions& opt, int64_t experts, bool expert_bias);
+void check_groups(const char* kernel, int64_t tokens, int64_t experts, int64_t groups, int64_t topk);
+void check_aux(const char* kernel, int64_t tokens, int64_t experts, int64_t groups, int64_t topk,
+               int64_t tokens_per_group);
+void check_z_loss(const char* kernel, int64_t tokens, int64_t experts, int64_t total_tokens);
+// E / (k G tokens_per_group^2): the aux loss per unit of sum_g sum_i P_gi n_gi.
+double aux_scale(int64_t experts, int64_t groups, int64_t topk, int64_t tokens_per_group);
+// The aux loss's dL/dp_ti per count, coeff * dloss * aux_scale, and the z-loss's coeff * dloss / tokens.
+float aux_gradient_scale(int64_t experts, int64_t groups, int64_t topk, int64_t tokens_per_group, float coeff,
+                         float dloss);
+float z_loss_gradient_scale(float coeff, int64_t total_tokens, float dloss);
+void check_jitter(float eps, const DropoutRegion& r);
+
 // y = x * U(1 - eps, 1 + eps), the uniform dropout's for the element's global index. y may alias x.
 void jitter_multiply(const float* x, float* y, float eps, uint64_t seed, uint64_t stream, const DropoutRegion& r);
 

@@ -2,12 +2,14 @@
 // device, so built and run inside a DefaultDeviceScope its parameters, activations and every kernel
 // call are the GPU's (embedding, norms, attention, the linear layers on cuBLASLt, dropout with the
 // CPU's masks, the loss; DeepSeek's multi-latent attention and multi-token prediction with their column
-// copies and sums). The loss and every gradient must agree. Skipped, with CUDA's reason, where no
-// GPU is present.
+// copies and sums; mixture of experts with its router, token dispatch and experts' GEMMs). The loss and
+// every gradient must agree. Skipped, with CUDA's reason, where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <vector>
 
 #include "kernels/cuda/device_testing.h"
 #include "kernels/cuda/gemm_cublaslt.h"
@@ -33,9 +35,13 @@ struct Run {
   Tensor grads;  // on the host
 };
 
+// Sets parameters after their initialisation, on whichever device they are (an expert bias away from 0).
+using Prepare = std::function<void(ParameterSet&)>;
+
 // One forward and backward of the tiny GPT on `device`, from the same seed and batch.
 // documents > 0: packed documents of that many tokens (Megatron's --reset-attention-mask).
-Run forward_backward(const ModelConfig& c, Device device, const Recompute& recompute = {}, int64_t documents = 0) {
+Run forward_backward(const ModelConfig& c, Device device, const Recompute& recompute = {}, int64_t documents = 0,
+                     const Prepare& prepare = {}) {
   const int64_t batch = 2;
   MicroBatch host_batch = testing::random_batch(c, batch, 5);
   if (documents > 0) {
@@ -48,6 +54,7 @@ Run forward_backward(const ModelConfig& c, Device device, const Recompute& recom
   GptModel model(c, params);
   model.set_recompute(recompute);
   params.allocate(42);
+  if (prepare) prepare(params);
   if (c.params_dtype != DType::F32) params.cache_rounded_weights(c.params_dtype);  // as the trainer does
   EXPECT_EQ(params.values().device(), device);
   MicroBatch mb;
@@ -75,9 +82,10 @@ Run forward_backward(const ModelConfig& c, Device device, const Recompute& recom
 // fp32: only the order of sums differs. bf16: the GEMM inputs and attention's q, k, v are rounded to
 // bf16 on both (the same values), the products accumulated in fp32 in another order, and a value near a
 // rounding boundary may round the other way downstream: looser.
-void expect_gpu_matches_cpu(const ModelConfig& c, const Recompute& recompute = {}, int64_t documents = 0) {
-  const Run cpu = forward_backward(c, Device::cpu(), {}, documents);
-  const Run gpu = forward_backward(c, kGpu, recompute, documents);
+void expect_gpu_matches_cpu(const ModelConfig& c, const Recompute& recompute = {}, int64_t documents = 0,
+                            const Prepare& prepare = {}) {
+  const Run cpu = forward_backward(c, Device::cpu(), {}, documents, prepare);
+  const Run gpu = forward_backward(c, kGpu, recompute, documents, prepare);
   const bool fp32 = c.params_dtype == DType::F32;
   EXPECT_NEAR(gpu.loss, cpu.loss, (fp32 ? 1e-5 : 1e-3) * std::fabs(cpu.loss));
   EXPECT_TRUE(grads_close(gpu.grads, cpu.grads, fp32 ? 1e-3f : 2e-2f, fp32 ? 1e-4f : 2e-3f));
@@ -149,6 +157,54 @@ TEST_F(CudaGptModel, MultiTokenPredictionMatchesTheCpu) {
 TEST_F(CudaGptModel, DeepSeekStyleMatchesTheCpu) { expect_gpu_matches_cpu(deepseek_style(1)); }
 
 TEST_F(CudaGptModel, DeepSeekStyleInBf16MatchesTheCpu) { expect_gpu_matches_cpu(in_bf16(deepseek_style(1))); }
+
+// Mixture of experts (issues 53/56): 8 experts per layer, each token's top 4. The routing is a discrete
+// choice from logits the GPU's GEMM computes in another order, so a token whose 4th and 5th experts were
+// within an ulp could route differently; the seeds here leave every margin far wider.
+ModelConfig moe_style(bool llama_style) {
+  ModelConfig c = testing::tiny_gpt_config(llama_style, 2, 24, 32);
+  c.moe.layer_experts = {8, 8};
+  c.moe.ffn_hidden_size = 16;
+  c.moe.router.topk = 4;
+  c.moe.aux_loss_coeff = 0.1f;
+  return c;
+}
+
+// DeepSeek-V3's router: sigmoid scores with a nonzero expert bias, top-4 within 2 of 4 groups, the
+// scaling factor, the sequence-level aux loss and the z-loss, beside a shared expert.
+TEST_F(CudaGptModel, MoeWithSigmoidRouterExpertBiasGroupsAndSharedExpertMatchesTheCpu) {
+  ModelConfig c = moe_style(true);
+  c.moe.router.score = kernels::RouterScoreFunction::Sigmoid;
+  c.moe.router.num_groups = 4;
+  c.moe.router.group_topk = 2;
+  c.moe.router.scaling_factor = 2.5f;
+  c.moe.expert_bias = true;
+  c.moe.load_balancing = LoadBalancing::SeqAuxLoss;
+  c.moe.z_loss_coeff = 0.01f;
+  c.moe.shared_expert_intermediate_size = 16;
+  expect_gpu_matches_cpu(c, {}, 0, [](ParameterSet& params) {
+    for (Parameter& p : params.params()) {
+      if (p.spec.trained()) continue;  // the expert biases: -0.05, 0, 0.05, ...
+      std::vector<float> bias(static_cast<size_t>(p.value.numel()));
+      for (size_t e = 0; e < bias.size(); ++e) bias[e] = 0.05f * static_cast<float>(e % 3) - 0.05f;
+      Tensor host = Tensor::empty(p.value.shape(), DType::F32, Device::cpu());
+      std::copy(bias.begin(), bias.end(), host.host_f32());
+      kernels::transfer(p.value, host);
+    }
+  });
+}
+
+// The softmax router with token dropping (capacity 1.0, padded to it), the grouped GEMM and the router's
+// input jitter, GPT-2 style.
+TEST_F(CudaGptModel, MoeWithCapacityGroupedGemmAndJitterMatchesTheCpu) {
+  ModelConfig c = moe_style(false);
+  c.moe.router.topk = 2;
+  c.moe.capacity_factor = 1.0;
+  c.moe.pad_expert_input_to_capacity = true;
+  c.moe.grouped_gemm = true;
+  c.moe.input_jitter_eps = 0.05f;
+  expect_gpu_matches_cpu(c);
+}
 
 }  // namespace
 }  // namespace tessera::model
