@@ -12,6 +12,8 @@ against the Tessera checkpoint it came from, for tests/megatron_dist_save_cli.sh
     vocabulary padded with zero rows; a multi-token prediction module's layer under its own unstacked keys
     mtp.layers.K.transformer_layer.<name> (its experts [experts, ...]); no key is left over;
   * each chunk is one tensor rank's shard (the chunk count per key is given by the split);
+  * the keys are stacked or per-layer as Megatron-Core's rule has them for the args' moe_layer_freq (a list or an
+    int above 1: per layer);
   * common.pt (torch.load) holds the args (ckpt_format torch_dist, the layout) and the iteration; metadata.json names
     torch_dist; each rank's rng_state ShardedObject is Megatron's seeding of that rank (megatron_rng_check.py).
 
@@ -71,6 +73,11 @@ def main():
     a = common["args"]
     assert (a.ckpt_format, a.tensor_model_parallel_size, a.pipeline_model_parallel_size, common["iteration"]) == \
         ("torch_dist", tp, pp, iteration), vars(a)
+    # Megatron-Core's TransformerBlock.sharded_state_dict asks for one key per layer when moe_layer_freq is a list
+    # or an int above 1 (its non_homogeneous_layers), else for the layers stacked: the keys expected here must be
+    # what a Megatron run with these args loads.
+    freq = getattr(a, "moe_layer_freq", 1) if getattr(a, "num_experts", None) else 1
+    assert (isinstance(freq, list) or freq > 1) == per_layer, ("moe_layer_freq", freq, "per-layer keys", per_layer)
 
     reader = Reader(d)
     meta = reader.read_metadata()

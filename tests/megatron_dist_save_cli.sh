@@ -2,7 +2,8 @@
 # tessera convert --saver megatron --ckpt-format torch_dist: a Tessera checkpoint written as Megatron-LM's torch_dist
 # checkpoint (a PyTorch DCP directory: .metadata, __R_0.distcp, common.pt, metadata.json), for a GPT-2 style (tied,
 # biases) and a Llama style (SwiGLU, GQA, untied) model at tensor 2 x pipeline 2, a mixture of experts at tensor 2 x
-# pipeline 2 x expert 2, and one whose first layer is dense (Megatron's per-layer keys):
+# pipeline 2 x expert 2 (every layer MoE: moe_layer_freq 1, layers stacked), one with MoE every other layer
+# (moe_layer_freq 2) and one whose first layer is dense (a moe_layer_freq list): Megatron-Core's per-layer keys:
 #  * Debian's PyTorch reads it with DCP's own FileSystemReader and load_state_dict into preallocated tensors (no
 #    process group); every key equals the Tessera tensors it was made of, chunked per tensor rank, and common.pt
 #    and each rank's rng_state are Megatron's (tests/megatron_dist_save_check.py);
@@ -29,6 +30,7 @@ llama="--position-embedding-type rope --normalization RMSNorm --swiglu --group-q
        --kv-channels 8 --ffn-hidden-size 48 --untie-embeddings-and-output-weights --disable-bias-linear"
 moe="$llama --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 16"
 moe_dense_first="$moe --moe-layer-freq [0,1,1,1]"
+moe_every_other="$moe --moe-layer-freq 2"
 # DeepSeek-V3 style: multi-latent attention (with and without --q-lora-rank), sigmoid group-limited routing with
 # expert bias, a shared expert, a dense first layer and one multi-token prediction module, whose layer is MoE.
 deepseek="--position-embedding-type rope --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights
@@ -72,6 +74,7 @@ round_trip gpt2 2 2 1
 round_trip llama 2 2 1
 round_trip moe 2 2 2
 round_trip moe_dense_first 2 1 1 --per-layer
+round_trip moe_every_other 2 2 2 --per-layer
 round_trip deepseek 2 2 2 --per-layer
 round_trip deepseek_qlora 2 2 2 --per-layer
 

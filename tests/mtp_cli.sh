@@ -7,7 +7,7 @@
 # (the last stage's copies of both embeddings), and its Megatron checkpoint at pipeline 2 carries those
 # copies on the last stage and reads back; generation ignores the module (the same ids at
 # tp 1 and 2); bad combinations are refused before any work, naming the flag; `tessera plan` counts the
-# module.
+# module, and under token slices adds its whole-sequence work once per micro-batch.
 set -uo pipefail
 tessera=${1:?usage: mtp_cli.sh path/to/tessera}
 work=$(mktemp -d)
@@ -125,8 +125,6 @@ for loss in "lm loss" "mtp_1 loss"; do
   same_losses "$(losses "$work/cp.log" "$loss")" "$(losses "$work/single.log" "$loss" | awk '$1 <= 10')"
   check "at cp 2: the single process's $loss: $(losses "$work/cp.log" "$loss" | tr '\n' ' ')" $?
 done
-expect_failure "--mtp-num-layers=1: cannot be combined with --pipeline-token-slices" \
-  "$tessera" train "${model[@]}" --pipeline-model-parallel-size 2 --pipeline-token-slices 16,16
 expect_failure "--mtp-loss-scaling-factor=-1: must be a finite number >= 0" \
   "$tessera" train "${model[@]}" --mtp-loss-scaling-factor -1
 # `tessera plan` prices the module on the last stage: 8 dense layers at DeepSeek-V3's width (h 7168, ffn
@@ -139,5 +137,24 @@ without=$("$tessera" plan "${plan[@]}" 2>&1 | head -1)
 with=$("$tessera" plan "${plan[@]}" --mtp-num-layers 1 2>&1 | head -1)
 grep -q "model: 5.75B parameters" <<<"$without" && grep -q "model: 6.45B parameters" <<<"$with"
 check "plan counts the MTP module's 0.70B parameters: '$without' vs '$with'" $?
+
+# Under --pipeline-token-slices the modules run once over the whole sequence after the last slice: the plan's
+# TeraPipe latency adds their forward and backward once per micro-batch, sliced or not, so the slicing gains what
+# it gains without them (priced per slice at each slice's length, they used to shrink with the slices).
+sliced=(--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512
+        --tokenizer-type NullTokenizer --vocab-size 1024 --micro-batch-size 1 --global-batch-size 2
+        --pipeline-model-parallel-size 2 --position-embedding-type rope --device cpu --num-devices 2
+        --pipeline-token-slices 4 --json)
+"$tessera" plan "${sliced[@]}" >"$work/sliced_plain.json" 2>&1 &&
+  "$tessera" plan "${sliced[@]}" --mtp-num-layers 1 >"$work/sliced_mtp.json" 2>&1
+check "plan prices MTP under token slices: $(tail -2 "$work/sliced_mtp.json")" $?
+python3 - "$work/sliced_plain.json" "$work/sliced_mtp.json" <<'PY'
+import json, sys
+plain, mtp = (json.load(open(f))["token_slicing"] for f in sys.argv[1:])
+gain = lambda t: t["unsliced_pipeline_seconds"] - t["pipeline_seconds"]
+assert mtp["pipeline_seconds"] > plain["pipeline_seconds"], (plain, mtp)
+assert abs(gain(mtp) - gain(plain)) <= 1e-9 * mtp["unsliced_pipeline_seconds"], (gain(plain), gain(mtp))
+PY
+check "the slices gain what they gain without MTP: the modules' whole-sequence work is added once, sliced or not" $?
 
 finish mtp_cli

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "ckpt/megatron_saver.h"
+
 #include <initializer_list>
 #include <utility>
 
@@ -166,6 +168,39 @@ TEST(MegatronArgs, MixtureOfExperts) {
   EXPECT_TRUE(d.config.mla.enabled && d.config.mla.yarn && d.config.qk_layernorm);
   EXPECT_EQ(d.config.mla.q_lora_rank, 24);
   EXPECT_EQ(d.config.mla.kv_lora_rank, 16);
+}
+
+// The savers' moe_layer_freq (Megatron's interval where it gives the pattern, else the list) and
+// Megatron-Core's torch_dist rule that follows from it: layers stacked for a dense model and for
+// moe_layer_freq 1, one key per layer for a list or an interval above 1.
+TEST(MegatronArgs, MoeLayerFreqIsWrittenAsAnIntervalWhereMegatronsIntGivesThePattern) {
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> cases = {
+      {{4, 4, 4, 4}, 1}, {{4, 0, 4, 0}, 2}, {{4, 0, 0, 4, 0, 0}, 3}, {{4, 0, 0, 0}, 4}, {{4}, 1},
+      {{0, 4, 4, 4}, 0}, {{4, 4, 0, 4}, 0}, {{4, 0, 4, 4}, 0}, {{4, 0, 0, 4, 4}, 0}, {{4, 0, 0, 4, 0}, 3}};
+  for (const auto& [experts, every] : cases) {
+    model::ModelConfig c;
+    c.num_layers = static_cast<int64_t>(experts.size());
+    c.moe.layer_experts = experts;
+    const std::string what = ::testing::PrintToString(experts);
+    EXPECT_EQ(megatron_moe_interval(c.moe, c.num_layers), every) << what;
+    EXPECT_EQ(megatron_stacks_layers(c), every == 1) << what;
+    if (every == 0) continue;
+    // Megatron's int form read back (Tessera's reader, as Megatron's layer specs expand it): the same layers.
+    StateNode ns = gpt2_args();
+    for (auto& [key, v] : ns.entries) {
+      if (key == "num_layers") v = value(c.num_layers);
+      if (key == "num_experts") v = value(int64_t{4});
+    }
+    ns.entries.push_back({"moe_layer_freq", value(every)});
+    ns.entries.push_back({"moe_router_load_balancing_type", value("none")});
+    EXPECT_EQ(read_megatron_args(ns, "args").config.moe.layer_experts, experts) << what;
+  }
+  // An MTP module's layer follows the decoder's (with the last layer's experts): not part of the pattern.
+  model::ModelConfig c;
+  c.num_layers = 2;
+  c.moe.layer_experts = {4, 4, 4};
+  EXPECT_EQ(megatron_moe_interval(c.moe, c.num_layers), 1);
+  EXPECT_TRUE(megatron_stacks_layers(model::ModelConfig{}));  // a dense model
 }
 
 TEST(MegatronArgs, ExactGeluIsANote) {

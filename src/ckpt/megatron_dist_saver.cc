@@ -60,15 +60,20 @@ std::vector<std::string> export_megatron_dist(const std::string& load_dir, const
   const std::string stack = c.family == "bert" ? "encoder.layers." : "decoder.layers.";
   const int64_t L = c.num_layers, per_stage = L / ex.pp, local_experts = ex.experts > 0 ? ex.experts / ex.ep : 1;
 
-  // Megatron stacks the layers when every layer has the same keys (the experts counted once).
+  // Megatron-Core's rule (megatron_stacks_layers: by the moe_layer_freq the args hold), so that Megatron's
+  // loader finds the keys its model asks for. Stacking needs every layer to have the same keys (the
+  // experts counted once), which the rule implies for the models Tessera writes; checked all the same.
   std::map<int64_t, std::set<std::string>> layer_keys;
   for (const auto& [name, t] : ex.tensors) {
     const MegatronKey k = megatron_key(name);
     int64_t expert = -1;
     if (k.layer >= 0) layer_keys[k.layer].insert(sharded_rest(k.rest, &expert));
   }
-  bool stacked = true;
-  for (const auto& [layer, keys] : layer_keys) stacked = stacked && keys == layer_keys.begin()->second;
+  const bool stacked = megatron_stacks_layers(c);
+  for (const auto& [layer, keys] : layer_keys)
+    TESSERA_CHECK(!stacked || keys == layer_keys.begin()->second, "convert --saver megatron --ckpt-format torch_dist: ",
+                  "layer ", layer, " of ", load_dir, " has other keys than layer ", layer_keys.begin()->first,
+                  ", so its layers cannot be stacked as Megatron-Core stacks them (moe_layer_freq 1 or a dense model)");
 
   const std::string iteration = iteration_dir_name(ex.state.iteration);
   const fs::path dir = fs::path(save_dir) / iteration;
@@ -154,7 +159,8 @@ std::vector<std::string> export_megatron_dist(const std::string& load_dir, const
   write_file_atomically((fs::path(save_dir) / "latest_checkpointed_iteration.txt").string(),
                         std::to_string(ex.state.iteration));
   std::vector<std::string> notes = {str_cat(
-      "torch_dist: the weights (", stacked ? "layers stacked" : "one key per layer: the layers differ",
+      "torch_dist: the weights (",
+      stacked ? "layers stacked" : "one key per layer, as Megatron-Core writes them for a --moe-layer-freq list or interval above 1",
       "), the model's arguments in common.pt and each rank's rng_state as Megatron seeds a run of seed ", ex.state.seed,
       " are written; the optimizer state is not (load it in Megatron with --no-load-optim, or --finetune)")};
   if (ex.padded_vocab != c.padded_vocab_size)

@@ -9,9 +9,9 @@
 //                                     (R = t + T * (e + E * p))
 //
 // The keys are Megatron-Core's sharded state dict's, global and layout-free: the layers stacked under
-// decoder.layers.<name> with the global layer as the leading axis (or, where the layers differ, as a
-// dense first layer before MoE layers makes them, decoder.layers.N.<name> each: Megatron's
-// non-homogeneous layers), each tensor rank's shard a chunk at its offsets (SwiGLU's fc1 as its gate and
+// decoder.layers.<name> with the global layer as the leading axis (or, where Megatron-Core's rule says
+// so, megatron_stacks_layers: an MoE model whose moe_layer_freq is a list or an interval above 1,
+// decoder.layers.N.<name> each: its non-homogeneous layers), each tensor rank's shard a chunk at its offsets (SwiGLU's fc1 as its gate and
 // its up chunk of [all gates; all ups]), replicated tensors once (tensor rank 0's); the experts as
 // decoder.layers.mlp.experts.experts.<name> with the global expert the axis after the layers'; the
 // vocabulary padded for the target tensor size; a tied model's output layer folded into the embedding (not

@@ -131,14 +131,22 @@ struct SaveLayout {
 
 // A mixture of experts' Megatron arguments (the --num-experts and --moe-* flags megatron_args.cc reads).
 void add_moe_args(PickleOut& a, const model::MoeConfig& m, int64_t num_layers, const SaveLayout& l) {
-  std::vector<PickleOut> pattern;  // moe_layer_freq as a list: 1 for each MoE layer (not the MTP modules' layers)
-  for (int64_t i = 0; i < num_layers; ++i) pattern.push_back(PickleOut::int_of(m.layer_experts[i] > 0 ? 1 : 0));
+  // moe_layer_freq as Megatron's interval where one gives the pattern, else as the list (1 for each MoE
+  // layer, the MTP modules' layers left out): its type decides torch_dist's keys (megatron_stacks_layers).
+  PickleOut freq = PickleOut::none();
+  if (const int64_t every = megatron_moe_interval(m, num_layers); every > 0) {
+    freq = PickleOut::int_of(every);
+  } else {
+    std::vector<PickleOut> pattern;
+    for (int64_t i = 0; i < num_layers; ++i) pattern.push_back(PickleOut::int_of(m.layer_experts[i] > 0 ? 1 : 0));
+    freq = PickleOut::list(std::move(pattern));
+  }
   const char* balancing = m.load_balancing == model::LoadBalancing::None         ? "none"
                           : m.load_balancing == model::LoadBalancing::SeqAuxLoss ? "seq_aux_loss"
                                                                                  : "aux_loss";
   auto I = PickleOut::int_of;
   auto F = [](double v) { return PickleOut::float_of(v); };
-  a.set("moe_layer_freq", PickleOut::list(std::move(pattern)))
+  a.set("moe_layer_freq", std::move(freq))
       .set("moe_ffn_hidden_size", I(m.ffn_hidden_size))
       .set("moe_router_topk", I(m.router.topk))
       .set("moe_router_score_function",
@@ -266,6 +274,21 @@ PickleOut megatron_args_namespace(const model::ModelConfig& c, const nlohmann::j
 }
 
 }  // namespace
+
+int64_t megatron_moe_interval(const model::MoeConfig& m, int64_t num_layers) {
+  // Megatron's int N makes layer i (0-based) an MoE layer when i % N == 0: layer 0 must be one, and the
+  // first MoE layer after it is the N-th (none: N = num_layers does).
+  if (num_layers == 0 || m.layer_experts.empty() || m.layer_experts[0] == 0) return 0;
+  int64_t every = 1;
+  while (every < num_layers && m.layer_experts[static_cast<size_t>(every)] == 0) ++every;
+  for (int64_t i = 0; i < num_layers; ++i)
+    if ((m.layer_experts[static_cast<size_t>(i)] > 0) != (i % every == 0)) return 0;
+  return every;
+}
+
+bool megatron_stacks_layers(const model::ModelConfig& c) {
+  return !c.moe.enabled() || megatron_moe_interval(c.moe, c.num_layers) == 1;
+}
 
 Tensor megatron_tensor_shard(const Tensor& whole, MegatronSplit split, int64_t rank, int64_t ranks) {
   return megatron_shard(whole, split, rank, ranks);

@@ -58,6 +58,19 @@ struct MegatronExport {
 };
 MegatronExport prepare_megatron_export(const std::string& load_dir, const MegatronSaveOptions& options);
 
+// Megatron's args.moe_layer_freq as an interval: the N (the smallest) for which Megatron's int form (layer i
+// an MoE layer when i % N == 0) gives the MoE layers of `m`'s first num_layers layers (1: every layer);
+// 0 when only its list form does (a dense first layer, an irregular pattern) or the model is dense. Both
+// savers write the int where there is one, else the list.
+int64_t megatron_moe_interval(const model::MoeConfig& m, int64_t num_layers);
+// Megatron-Core's rule for the decoder's keys in a torch_dist checkpoint (TransformerBlock.
+// sharded_state_dict): one key per layer, decoder.layers.N.*, when moe_layer_freq is a list or an int
+// above 1 (non_homogeneous_layers), else the layers stacked on a leading axis, decoder.layers.*. So a
+// dense model and an MoE model with every layer MoE (moe_layer_freq 1) stack; any other MoE pattern does
+// not. (Megatron-Core since 2024-12-12; from 2024-12-07 to then any MoE model had per-layer keys, and
+// before, every model stacked. Tessera's reader takes either.)
+bool megatron_stacks_layers(const model::ModelConfig& c);
+
 // Rank `rank` of `ranks`'s shard of a whole fp32 tensor split as `split` (megatron_names.h): the inverse
 // of the readers' merge.
 Tensor megatron_tensor_shard(const Tensor& whole, MegatronSplit split, int64_t rank, int64_t ranks);

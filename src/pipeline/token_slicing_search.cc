@@ -9,7 +9,7 @@
 namespace tessera::pipeline {
 
 double token_pipeline_latency(const std::vector<int64_t>& slices, const SliceCost& t, int64_t micro_batches,
-                              int stages) {
+                              int stages, double sequence_seconds) {
   double sum = 0, worst = 0;
   int64_t context = 0;
   for (int64_t l : slices) {
@@ -18,7 +18,7 @@ double token_pipeline_latency(const std::vector<int64_t>& slices, const SliceCos
     worst = std::max(worst, ti);
     context += l;
   }
-  return static_cast<double>(micro_batches) * sum + (stages - 1) * worst;
+  return static_cast<double>(micro_batches) * (sum + sequence_seconds) + (stages - 1) * worst;
 }
 
 std::vector<int64_t> best_token_slicing(int64_t length, int64_t unit, const SliceCost& t, int64_t micro_batches,

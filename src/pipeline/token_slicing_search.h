@@ -27,12 +27,18 @@ constexpr int64_t kTokenSliceUnit = 8;
 // Seconds of one stage's forward + backward on a slice of `length` tokens after `context` earlier ones.
 using SliceCost = std::function<double(int64_t length, int64_t context)>;
 
-// T above for the slice lengths `slices` (in order), m micro-batches and K stages.
+// T above for the slice lengths `slices` (in order), m micro-batches and K stages. sequence_seconds: work
+// that runs once per micro-batch over the whole sequence on the last stage, between its last slice's
+// forward and that slice's backward, whatever the slicing (multi-token prediction's modules:
+// model/sliced_multi_token_prediction.h); it lies on the last stage's path, which it lengthens by
+// m * sequence_seconds: T = m * (sum_i t_i + sequence_seconds) + (K - 1) * max_i t_i. (t excludes it.)
 double token_pipeline_latency(const std::vector<int64_t>& slices, const SliceCost& t, int64_t micro_batches,
-                              int stages);
+                              int stages, double sequence_seconds = 0);
 
 // The slicing of `length` tokens into multiples of `unit` (length must be one) with the least latency.
-// Deterministic: the same cost function gives the same slicing on every rank.
+// Deterministic: the same cost function gives the same slicing on every rank. Work that runs once over the
+// whole sequence (token_pipeline_latency's sequence_seconds) adds the same to every slicing's latency, so
+// it does not move the best one and is not asked for.
 std::vector<int64_t> best_token_slicing(int64_t length, int64_t unit, const SliceCost& t, int64_t micro_batches,
                                         int stages);
 

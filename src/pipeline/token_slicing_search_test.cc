@@ -22,6 +22,10 @@ TEST(TokenPipelineLatency, IsTheSumTimesMicroBatchesPlusTheStagesTimesTheLargest
   EXPECT_DOUBLE_EQ(token_pipeline_latency({2, 3, 1}, t, 1, 1), 13);
   EXPECT_DOUBLE_EQ(token_pipeline_latency({2, 3, 1}, t, 3, 4), 3 * 13 + 3 * 6);
   EXPECT_DOUBLE_EQ(token_pipeline_latency({6}, t, 2, 5), (2 + 4) * 6);  // unsliced: GPipe's (m + K - 1) t
+  // Whole-sequence work on the last stage (multi-token prediction after the last slice): once per
+  // micro-batch on that stage's path, sliced or not; the fill and drain stay the slices'.
+  EXPECT_DOUBLE_EQ(token_pipeline_latency({2, 3, 1}, t, 3, 4, 10), 3 * (13 + 10) + 3 * 6);
+  EXPECT_DOUBLE_EQ(token_pipeline_latency({6}, t, 2, 5, 10), 2 * (6 + 10) + 4 * 6);
 }
 
 // The least latency over every composition of `units` units, by enumeration.

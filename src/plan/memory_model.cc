@@ -128,10 +128,22 @@ RankParameters stage_parameters(const model::ModelConfig& c, const Layout& l, in
     n.dense += norm_parameters(c);
     if (c.untie_embeddings_and_output_weights || stage != 0) n.dense += vocab_shard * h;
     const RankParameters mtp = mtp_parameters(c, l);
-    n.dense += mtp.dense;
+    n.dense += mtp.dense + mtp_embedding_copies(c, l, stage);
     n.expert += mtp.expert;
   }
   return n;
+}
+
+double mtp_embedding_copies(const model::ModelConfig& c, const Layout& l, int stage) {
+  // The embedding is on stage 0; under ZB-V so is the head, whose modules then use it (no copy).
+  if (c.mtp_num_layers == 0 || stage != head_stage(l) || stage == 0) return 0;
+  const double h = c.hidden_size;
+  double copies = 0;
+  // Tied, the output layer's copy of the word embedding is the modules' table already.
+  if (c.untie_embeddings_and_output_weights) copies += static_cast<double>(c.padded_vocab_size) / l.tp * h;
+  if (c.position_embedding == model::PositionEmbedding::LearnedAbsolute)
+    copies += static_cast<double>(c.max_position_embeddings) * h;
+  return copies;
 }
 
 double routed_rows(const model::ModelConfig& c, const Layout& l, int64_t layer) {

@@ -42,8 +42,15 @@ std::vector<int64_t> chunk_layer_numbers(const model::ModelConfig& c, const Layo
 
 // Parameters held by one rank of pipeline stage `stage` (layers of its chunks, plus the embedding on the
 // first stage and the final norm and output layer on the last; the tied output layer is a second copy
-// of the embedding when pp > 1).
+// of the embedding when pp > 1, and multi-token prediction's copies are there too: mtp_embedding_copies).
 RankParameters stage_parameters(const model::ModelConfig& c, const Layout& l, int stage);
+// The last stage's copies of first-stage embeddings that multi-token prediction looks up there when the
+// embedding is on another rank (model/gpt_model.cc's stage_copy, Megatron-Core's embedding on an
+// mtp_process stage): the word embedding's vocabulary shard when untied (tied, the output layer's copy
+// serves) and the learned absolute position embedding. Parameters like any other (a gradient, Adam's
+// moments, dense: sharded over dp by the distributed optimizer), summed over the embedding group, left out
+// of the gradient norm and checkpoints. 0 on other stages, at pp 1, under ZB-V and without the modules.
+double mtp_embedding_copies(const model::ModelConfig& c, const Layout& l, int stage);
 
 // Routed rows one rank sends to the experts of MoE layer `layer` per micro-batch, and (routing assumed
 // balanced) receives from the all-to-all before the etp all-gather: T * k for dropless routing, where T

@@ -76,7 +76,8 @@ struct EndTimes {
   double embed_forward, embed_backward, head_forward, head_backward, head_forward_comm, head_backward_comm;
 };
 
-EndTimes end_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+// Without multi-token prediction (end_times adds the modules).
+EndTimes main_end_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
   const double tokens = l.sequence_per_rank(c.seq_length) * l.micro_batch_size, h = c.hidden_size;
   const double e = l.activation_bytes(), t = l.tp, sp = l.sequence_parallel ? t : 1;
   const double vocab = static_cast<double>(c.padded_vocab_size) / t, activation = tokens * h * e;
@@ -97,21 +98,42 @@ EndTimes end_times(const model::ModelConfig& c, const Layout& l, const DeviceSpe
                                    3 * all_reduce_seconds(d, tokens * 4, l.tp, 1);
   const double head_backward_comm = l.sequence_parallel ? reduce_scatter_seconds(d, activation, l.tp, 1)
                                                         : all_reduce_seconds(d, activation, l.tp, 1);
-  EndTimes out{embed_forward, embed_backward, head_forward, head_backward, head_forward_comm, head_backward_comm};
-  if (c.mtp_num_layers > 0) {
-    // Each multi-token prediction module on the head's chunk: an embedding lookup, three norms, eh_proj
-    // (2h -> h / t, its output gathered over the tensor group), a layer as the last and the output layer
-    // with its cross-entropy again.
-    const double n = static_cast<double>(c.mtp_num_layers);
-    const LayerTimes layer = layer_times(c, l, d, c.num_layers);
-    const double norms = at_least_kernels(tokens * h / sp * 3 * 2 * e / d.memory_bandwidth, 3, d);
-    const double eh_proj = gemm_seconds(d, tokens, h / t, 2 * h, e);
-    out.head_forward += n * (embed_forward + norms + eh_proj + layer.forward_compute + head_forward);
-    out.head_backward += n * (embed_backward + 1.5 * norms + 2 * eh_proj + layer.backward_compute + head_backward);
-    const double gather = t > 1 ? all_gather_seconds(d, activation, l.tp, 1) : 0;
-    out.head_forward_comm += n * (gather + layer.forward_comm + head_forward_comm);
-    out.head_backward_comm += n * (gather + layer.backward_comm + head_backward_comm);
-  }
+  return {embed_forward, embed_backward, head_forward, head_backward, head_forward_comm, head_backward_comm};
+}
+
+}  // namespace
+
+MtpTimes mtp_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+  if (c.mtp_num_layers == 0) return {};
+  const double tokens = l.sequence_per_rank(c.seq_length) * l.micro_batch_size, h = c.hidden_size;
+  const double e = l.activation_bytes(), t = l.tp, sp = l.sequence_parallel ? t : 1;
+  // Each module: an embedding lookup, three norms, eh_proj (2h -> h / t, its output gathered over the
+  // tensor group), a layer as the last and the output layer with its cross-entropy again.
+  const EndTimes main = main_end_times(c, l, d);
+  const double n = static_cast<double>(c.mtp_num_layers);
+  const LayerTimes layer = layer_times(c, l, d, c.num_layers);
+  const double norms = at_least_kernels(tokens * h / sp * 3 * 2 * e / d.memory_bandwidth, 3, d);
+  const double eh_proj = gemm_seconds(d, tokens, h / t, 2 * h, e);
+  const double gather = t > 1 ? all_gather_seconds(d, tokens * h * e, l.tp, 1) : 0;
+  MtpTimes out;
+  out.forward_compute = n * (main.embed_forward + norms + eh_proj + layer.forward_compute + main.head_forward);
+  out.backward_compute =
+      n * (main.embed_backward + 1.5 * norms + 2 * eh_proj + layer.backward_compute + main.head_backward);
+  out.forward_comm = n * (gather + layer.forward_comm + main.head_forward_comm);
+  out.backward_comm = n * (gather + layer.backward_comm + main.head_backward_comm);
+  return out;
+}
+
+namespace {
+
+// The embedding and the head of one micro-batch, the multi-token prediction modules on the head's.
+EndTimes end_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+  EndTimes out = main_end_times(c, l, d);
+  const MtpTimes mtp = mtp_times(c, l, d);
+  out.head_forward += mtp.forward_compute;
+  out.head_backward += mtp.backward_compute;
+  out.head_forward_comm += mtp.forward_comm;
+  out.head_backward_comm += mtp.backward_comm;
   return out;
 }
 
@@ -387,7 +409,7 @@ double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const
   }
   if (stage == l.pp - 1 && l.virtual_stages == 1)
     chunk.push_back({{norm_parameters(c) + (c.untie_embeddings_and_output_weights || l.pp > 1 ? vocab_rows : 0) +
-                          mtp_parameters(c, l).dense,
+                          mtp_parameters(c, l).dense + mtp_embedding_copies(c, l, stage),
                       mtp_parameters(c, l).expert},
                      ends.head_forward + ends.head_forward_comm, ends.head_backward + ends.head_backward_comm});
   double forward = 0, backward = 0;
@@ -457,12 +479,14 @@ double data_parallel_seconds(const model::ModelConfig& c, const Layout& l, const
   // most any of them is late for its first use (without overlap, the step waits for all of them).
   double gather = 0, gathered = 0;
   for (const Collective& g : gathers) gathered += g.seconds, gather = std::max(gather, gathered - g.ready);
-  double embedding = 0;
-  // (Under ZB-V the output layer is on rank 0 and uses the embedding itself: nothing to all-reduce.)
-  const bool holds_tied_embedding =
-      !c.untie_embeddings_and_output_weights && head_stage(l) != 0 && (stage == 0 || stage == l.pp - 1);
-  if (holds_tied_embedding)
-    embedding = all_reduce_seconds(d, vocab_rows * l.gradient_bytes(), 2, (l.pp - 1) * l.tp * l.cp * l.dp);
+  // The embedding group (the first and the last stage) sums the gradients of what both hold: the tied
+  // word embedding and multi-token prediction's copies of the word (untied) and position embeddings.
+  // (Under ZB-V the head is on rank 0 and uses the embedding itself: nothing to all-reduce.)
+  double shared = 0;
+  if (head_stage(l) != 0 && (stage == 0 || stage == l.pp - 1))
+    shared = (c.untie_embeddings_and_output_weights ? 0 : vocab_rows) + mtp_embedding_copies(c, l, l.pp - 1);
+  const double embedding =
+      shared > 0 ? all_reduce_seconds(d, shared * l.gradient_bytes(), 2, (l.pp - 1) * l.tp * l.cp * l.dp) : 0;
   return reduce + gather + embedding;
 }
 

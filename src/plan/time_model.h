@@ -78,6 +78,16 @@ struct LayerTimes {
 };
 LayerTimes layer_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t layer);
 
+// The multi-token prediction modules (ModelConfig::mtp_num_layers) of one micro-batch on the head's rank,
+// over the config's whole sequence: per module an embedding lookup, three norms, eh_proj, a layer as the
+// model's last, and the output layer with its cross-entropy again. All zero without the modules.
+// pipeline_costs adds them to the head's chunk; under token slices they run once, after the last slice
+// (plan/token_slicing_price.h).
+struct MtpTimes {
+  double forward_compute = 0, forward_comm = 0, backward_compute = 0, backward_comm = 0;
+};
+MtpTimes mtp_times(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d);
+
 // The per-(stage, chunk) costs of one micro-batch for the pipeline simulator: the chunk's layers, the
 // embedding on the model's first chunk, final norm, output layer and vocab-parallel cross-entropy on
 // the last; the p2p transfer of 1/tp of an activation and its all-gather on arrival.
@@ -94,8 +104,9 @@ double exposed_after_compute(const std::vector<Collective>& collectives, double 
 
 // After the last backward: the gradient reduction over the data-parallel group (dp x cp for dense
 // gradients under context parallelism; all-reduce, or
-// reduce-scatter plus the all-gather of updated parameters with the distributed optimizer) and the tied
-// embedding's all-reduce between the first and last stage. The reduction is priced per bucket of
+// reduce-scatter plus the all-gather of updated parameters with the distributed optimizer) and the
+// embedding group's all-reduce between the first and last stage (the tied word embedding, multi-token
+// prediction's copies: memory_model.h's mtp_embedding_copies). The reduction is priced per bucket of
 // --ddp-bucket-size, cut from the end of the stage's buffer as the trainer does. Under
 // --overlap-grad-reduce each bucket starts when the stage's last backward op has finished every
 // parameter in it (backward runs from the end of the buffer: the head, the layers from the last, the

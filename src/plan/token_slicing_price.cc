@@ -21,13 +21,25 @@ AttentionTimes context_attention(const model::ModelConfig& c, const Layout& l, c
   return core_attention_times(c, l, d, static_cast<double>(length), static_cast<double>(context));
 }
 
+// The model as one slice of `length` tokens runs it: the main model only, since multi-token prediction's
+// modules run once over the whole sequence after the last slice (mtp_times at the whole length).
+model::ModelConfig slice_model(const model::ModelConfig& c, int64_t length) {
+  model::ModelConfig sliced = c;
+  sliced.seq_length = length;
+  sliced.mtp_num_layers = 0;
+  return sliced;
+}
+
 }  // namespace
+
+double sliced_mtp_seconds(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d) {
+  const MtpTimes m = mtp_times(c, l, d);
+  return m.forward_compute + m.forward_comm + m.backward_compute + m.backward_comm;
+}
 
 PipelineCosts slice_pipeline_costs(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int64_t length,
                                    int64_t context) {
-  model::ModelConfig sliced = c;
-  sliced.seq_length = length;
-  PipelineCosts costs = pipeline_costs(sliced, l, d);
+  PipelineCosts costs = pipeline_costs(slice_model(c, length), l, d);
   const AttentionTimes a = context_attention(c, l, d, length, context);
   for (int r = 0; r < l.pp; ++r)
     for (int j = 0; j < l.virtual_stages; ++j) {
@@ -44,6 +56,17 @@ std::vector<PipelineCosts> token_slice_costs(const model::ModelConfig& c, const 
   for (int64_t length : l.token_slices) {
     out.push_back(slice_pipeline_costs(c, l, d, length, context));
     context += length;
+  }
+  // Multi-token prediction: the modules' forward over the whole sequence follows the last slice's head
+  // (its forward op), their backward precedes that slice's head backward (its backward op).
+  if (c.mtp_num_layers > 0 && !out.empty()) {
+    const MtpTimes m = mtp_times(c, l, d);
+    const pipeline::ChunkId head = pipeline::chunk_at(schedule_shape(l), l.pp * l.virtual_stages - 1);
+    PipelineCosts& last = out.back();
+    last.forward_compute[head.stage][head.chunk] += m.forward_compute;
+    last.forward_comm[head.stage][head.chunk] += m.forward_comm;
+    last.backward_compute[head.stage][head.chunk] += m.backward_compute;
+    last.backward_comm[head.stage][head.chunk] += m.backward_comm;
   }
   return out;
 }
@@ -62,9 +85,7 @@ SliceCost stage_slice_cost(const model::ModelConfig& c, const Layout& l, const D
     }
     double& base = (*unsliced)[length];
     if (base < 0) {
-      model::ModelConfig sliced = c;
-      sliced.seq_length = length;
-      const PipelineCosts costs = pipeline_costs(sliced, l, d);
+      const PipelineCosts costs = pipeline_costs(slice_model(c, length), l, d);
       base = 0;
       for (size_t stage = 0; stage < costs.forward_compute.size(); ++stage) {
         double stage_seconds = 0;
@@ -96,8 +117,9 @@ TokenSlicingPrice price_token_slicing(const model::ModelConfig& c, const Layout&
   const int64_t m = l.micro_batches();
   TokenSlicingPrice out;
   out.slices = l.token_slices;
-  out.sliced = token_pipeline_latency(out.slices, t, m, l.pp);
-  out.unsliced = token_pipeline_latency({c.seq_length}, t, m, l.pp);
+  const double mtp = sliced_mtp_seconds(c, l, d);  // whole-sequence work either way
+  out.sliced = token_pipeline_latency(out.slices, t, m, l.pp, mtp);
+  out.unsliced = token_pipeline_latency({c.seq_length}, t, m, l.pp, mtp);
   out.cache_bytes = model::layer_kv_elements(c, l.micro_batch_size, l.tp) * static_cast<double>(c.num_layers / l.pp) *
                     l.activation_bytes();
   return out;

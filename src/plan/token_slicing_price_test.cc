@@ -72,6 +72,55 @@ TEST(SlicePipelineCosts, ASliceIsAShortSequencePlusItsLayersAttentionToTheCache)
   EXPECT_DOUBLE_EQ(slices[0].forward_compute[0][0], pipeline_costs(first, l, d).forward_compute[0][0]);
 }
 
+// Multi-token prediction under token slices runs its modules once over the whole sequence after the last
+// slice (model/sliced_multi_token_prediction.h): no slice is priced with them, the last slice's ops on the
+// head's stage carry them at the whole length, and TeraPipe's latency adds them once per micro-batch.
+TEST(SlicedMtp, TheModulesRunOnceOverTheWholeSequenceInTheLastSlicesOps) {
+  model::ModelConfig c = small_gpt(), plain = small_gpt();
+  c.mtp_num_layers = 2;
+  Layout l;
+  l.pp = 4;
+  l.global_batch_size = 4;
+  l.token_slices = {256, 128, 128};
+  const DeviceSpec d = find_device("A100-80GB");
+  const MtpTimes m = mtp_times(c, l, d);
+  ASSERT_GT(m.forward_compute, 0);
+  // The modules at the whole length are what pipeline_costs adds to the unsliced head.
+  const PipelineCosts whole = pipeline_costs(c, l, d), whole_plain = pipeline_costs(plain, l, d);
+  EXPECT_NEAR(whole.forward_compute[3][0] - whole_plain.forward_compute[3][0], m.forward_compute, 1e-12);
+  EXPECT_NEAR(whole.backward_compute[3][0] - whole_plain.backward_compute[3][0], m.backward_compute, 1e-12);
+  EXPECT_NEAR(whole.forward_comm[3][0] - whole_plain.forward_comm[3][0], m.forward_comm, 1e-12);
+  const std::vector<PipelineCosts> with = token_slice_costs(c, l, d), without = token_slice_costs(plain, l, d);
+  ASSERT_EQ(with.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    for (int r = 0; r < 4; ++r) {
+      const bool carries = i == 2 && r == 3;  // the last slice on the last stage
+      EXPECT_DOUBLE_EQ(with[i].forward_compute[r][0],
+                       without[i].forward_compute[r][0] + (carries ? m.forward_compute : 0.0)) << i << " " << r;
+      EXPECT_DOUBLE_EQ(with[i].backward_compute[r][0],
+                       without[i].backward_compute[r][0] + (carries ? m.backward_compute : 0.0)) << i << " " << r;
+      EXPECT_DOUBLE_EQ(with[i].forward_comm[r][0], without[i].forward_comm[r][0] + (carries ? m.forward_comm : 0.0));
+      EXPECT_DOUBLE_EQ(with[i].backward_comm[r][0],
+                       without[i].backward_comm[r][0] + (carries ? m.backward_comm : 0.0));
+    }
+  // The latency model: t leaves the modules out, the whole-sequence term adds them per micro-batch.
+  const SliceCost t = stage_slice_cost(c, l, d), t_plain = stage_slice_cost(plain, l, d);
+  EXPECT_DOUBLE_EQ(t(128, 256), t_plain(128, 256));
+  const double w = sliced_mtp_seconds(c, l, d);
+  EXPECT_DOUBLE_EQ(w, m.forward_compute + m.forward_comm + m.backward_compute + m.backward_comm);
+  const TokenSlicingPrice price = price_token_slicing(c, l, d), price_plain = price_token_slicing(plain, l, d);
+  EXPECT_NEAR(price.sliced - price_plain.sliced, l.micro_batches() * w, 1e-12 * price.sliced);
+  EXPECT_NEAR(price.unsliced - price_plain.unsliced, l.micro_batches() * w, 1e-12 * price.unsliced);
+  // The simulated pipeline: the last stage runs the modules once per micro-batch more, and the iteration
+  // is longer by at least that much of the last stage's work beyond the slices' own.
+  const pipeline::ScheduleShape shape = schedule_shape(l);
+  const PipelineRun run = simulate_pipeline(shape, with, false), run_plain = simulate_pipeline(shape, without, false);
+  EXPECT_NEAR(run.compute[3] - run_plain.compute[3], shape.micro_batches * (m.forward_compute + m.backward_compute),
+              1e-9 * run.compute[3]);
+  EXPECT_EQ(run.compute[0], run_plain.compute[0]);
+  EXPECT_GT(run.makespan, run_plain.makespan);
+}
+
 TEST(ParseTokenSlices, AutoACountOrALengthList) {
   const SliceCost t = [](int64_t l, int64_t c) { return 1.0 + 0.5 * l + 0.01 * l * c; };
   EXPECT_EQ(parse_token_slices("4", 64, t, 1, 4), (std::vector<int64_t>{16, 16, 16, 16}));
