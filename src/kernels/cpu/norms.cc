@@ -6,8 +6,8 @@
 // gradient terms into its own partial slot, and the partials are then added up in chunk order
 // (kernels/math/column_sums.h's fixed order; a float sum depends on its order). The GPU's backward is
 // the same loop, a block per chunk (kernels/cuda/norms.cu), so dw and db are the same bits on both.
-// Which thread handles a chunk never changes a bit. Compiled with -ffp-contract=off (CMakeLists.txt): dy * xhat is rounded before its add,
-// as on the GPU.
+// Which thread handles a chunk never changes a bit. Compiled with -ffp-contract=off (CMakeLists.txt):
+// dy * xhat is rounded before its add, as on the GPU.
 #include "kernels/cpu/norms.h"
 
 #include <algorithm>
@@ -79,7 +79,8 @@ void layernorm_forward(const float* x, const float* w, const float* b, float* y,
                        int64_t rows, int64_t cols, float eps, DType round_output) {
   TESSERA_PROFILE_SCOPE("layernorm_forward");
 #pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * rows * cols))
-  for (int64_t r = 0; r < rows; ++r) layernorm_row(x + r * cols, w, b, y + r * cols, mean[r], rstd[r], cols, eps, round_output);
+  for (int64_t r = 0; r < rows; ++r)
+    layernorm_row(x + r * cols, w, b, y + r * cols, mean[r], rstd[r], cols, eps, round_output);
 }
 
 void residual_layernorm_forward(float* h, const float* residual, const float* w, const float* b, float* y, float* mean,

@@ -96,7 +96,8 @@ TEST_F(CudaNorms, ResidualNormsMatchTheCpu) {
     const Tensor x0 = random({rows, cols}, 16, 2.0f, 5.0f), res = random({rows, cols}, 17);
     const Tensor w = random({cols}, 18), b = random({cols}, 19);
     for (DType t : {DType::F32, DType::BF16}) {
-      Tensor x = x0.clone(), y = Tensor::empty({rows, cols}), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+      Tensor x = x0.clone(), y = Tensor::empty({rows, cols});
+      Tensor mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
       Tensor x_gpu = to_device(x0), y_gpu = to_device(y), mean_gpu = to_device(mean), rstd_gpu = to_device(rstd);
       kernels::residual_layernorm_forward(x_gpu, to_device(res), to_device(w), to_device(b), y_gpu, mean_gpu, rstd_gpu,
                                           1e-5f, t);

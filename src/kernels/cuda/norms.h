@@ -1,6 +1,7 @@
 // The CUDA implementation of kernels/norms.h over device pointers (kernels/cuda/norms.cu): forward one
 // block per row with the row statistics in double, as the CPU; backward one block per chunk of rows, the
-// weight gradients summed over rows in the CPU's fixed order (deterministic, the same bits). Declared in every build, defined only in a CUDA one.
+// weight gradients summed over rows in the CPU's fixed order (deterministic, the same bits). Declared in
+// every build, defined only in a CUDA one.
 #pragma once
 
 #include <cstdint>
