@@ -33,6 +33,22 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const 
                          round_output);
 }
 
+void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b,
+                                const Tensor& y, const Tensor& mean, const Tensor& rstd, float eps,
+                                DType round_output) {
+  const char* kernel = "residual_layernorm_forward";
+  const Device d = kernel_device(kernel, {&x, &residual, &w, &b, &y, &mean, &rstd}, Impl::kCpuAndCuda);
+  const int64_t rows = norm_rows(kernel, x, w, {&y}, {&mean, &rstd});
+  check_numel(kernel, "the residual", residual, x.numel());
+  if (b.defined()) check_numel(kernel, "bias", b, w.numel());
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::residual_layernorm_forward(x.f32(), residual.f32(), w.f32(), f32_or_null(b), y.f32(), mean.f32(),
+                                              rstd.f32(), rows, w.numel(), eps, round_output);
+  cpu::residual_layernorm_forward(x.f32(), residual.f32(), w.f32(), f32_or_null(b), y.f32(), mean.f32(), rstd.f32(),
+                                  rows, w.numel(), eps, round_output);
+}
+
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const Device d = kernel_device("layernorm_backward", {&dy, &x, &w, &mean, &rstd, &dx, &dw, &db}, Impl::kCpuAndCuda);
@@ -55,6 +71,20 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Te
     if (on_cuda(d))
       return cuda::rmsnorm_forward(x.f32(), w.f32(), y.f32(), rstd.f32(), rows, w.numel(), eps, round_output);
   cpu::rmsnorm_forward(x.f32(), w.f32(), y.f32(), rstd.f32(), rows, w.numel(), eps, round_output);
+}
+
+void residual_rmsnorm_forward(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& y,
+                              const Tensor& rstd, float eps, DType round_output) {
+  const char* kernel = "residual_rmsnorm_forward";
+  const Device d = kernel_device(kernel, {&x, &residual, &w, &y, &rstd}, Impl::kCpuAndCuda);
+  const int64_t rows = norm_rows(kernel, x, w, {&y}, {&rstd});
+  check_numel(kernel, "the residual", residual, x.numel());
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::residual_rmsnorm_forward(x.f32(), residual.f32(), w.f32(), y.f32(), rstd.f32(), rows, w.numel(), eps,
+                                            round_output);
+  cpu::residual_rmsnorm_forward(x.f32(), residual.f32(), w.f32(), y.f32(), rstd.f32(), rows, w.numel(), eps,
+                                round_output);
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,

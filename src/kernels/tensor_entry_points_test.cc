@@ -374,7 +374,7 @@ bool has_cuda_kernel(const std::string& kernel) {
       "rope_forward",      "rope_backward",      "rescale_sum_exp", "masked_loss_sum",
       "linear_forward",    "linear_backward",    "transpose_rows",  "fill_positions",  "split_qkv",
       "merge_qkv",         "first_id_outside",   "shard_argmax",    "pick_scores",
-      "fill_normal",       "place_shards",
+      "fill_normal",       "place_shards",       "residual_layernorm_forward", "residual_rmsnorm_forward",
       "attention_forward", "attention_backward", "block_doc_start", "attention_merge_into"};
   return with_cuda.count(kernel) > 0;
 }
@@ -404,6 +404,8 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         {"layernorm_forward", [&] { layernorm_forward(x, col, col, x, row, row, 1e-5f); }},
         {"layernorm_backward", [&] { layernorm_backward(x, x, col, row, row, x, col, col); }},
         {"rmsnorm_forward", [&] { rmsnorm_forward(x, col, x, row, 1e-5f); }},
+        {"residual_layernorm_forward", [&] { residual_layernorm_forward(x, x, col, col, x, row, row, 1e-5f); }},
+        {"residual_rmsnorm_forward", [&] { residual_rmsnorm_forward(x, x, col, x, row, 1e-5f); }},
         {"rmsnorm_backward", [&] { rmsnorm_backward(x, x, col, row, x, col); }},
         {"gelu_forward", [&] { gelu_forward(x, x); }},
         {"gelu_backward", [&] { gelu_backward(x, x, x); }},
@@ -457,7 +459,7 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
       }
     }
-    EXPECT_EQ(cuda_kernels, 41);  // each name of has_cuda_kernel is a call above
+    EXPECT_EQ(cuda_kernels, 43);  // each name of has_cuda_kernel is a call above
     try {
       add_into(host, x);
       ADD_FAILURE() << "add_into mixed devices";

@@ -212,6 +212,21 @@ void Norm::forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType
   }
 }
 
+void Norm::forward_after_residual(const Tensor& x, const Tensor& residual, Tensor& y, Tensor& mean, Tensor& rstd,
+                                  DType round_output) const {
+  // Made before y, mean and rstd are assigned: the residual may be what y held (decoding's post-LN norm).
+  const int64_t rows = x.numel() / hidden_;
+  Tensor out = Tensor::empty({rows, hidden_}), out_rstd = Tensor::empty({rows}), out_mean;
+  if (kind_ == Normalization::LayerNorm) {
+    out_mean = Tensor::empty({rows});
+    kernels::residual_layernorm_forward(x, residual, weight_->value, bias_->value, out, out_mean, out_rstd, eps_,
+                                        round_output);
+  } else {
+    kernels::residual_rmsnorm_forward(x, residual, weight_->value, out, out_rstd, eps_, round_output);
+  }
+  y = out, mean = out_mean, rstd = out_rstd;
+}
+
 void Norm::backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                     const Tensor& dx) const {
   if (kind_ == Normalization::LayerNorm)

@@ -153,6 +153,10 @@ class Norm {
   // y, mean (LayerNorm only) and rstd are allocated here.
   // round_output: y rounded to this type as it is written (it feeds only GEMMs).
   void forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType round_output = DType::F32) const;
+  // x += residual, then forward(x, ...), in one pass (a residual connection followed by this norm): the
+  // same bits as kernels::add_into(x, residual) then forward.
+  void forward_after_residual(const Tensor& x, const Tensor& residual, Tensor& y, Tensor& mean, Tensor& rstd,
+                              DType round_output = DType::F32) const;
   // Adds the input gradient into dx.
   void backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& dx) const;
 

@@ -87,10 +87,10 @@ Tensor TransformerLayer::forward(const Tensor& x, const Tensor& positions, const
   input_norm_.forward(x, rec.ln1, rec.ln1_mean, rec.ln1_rstd, rounding);
   Tensor h = self_attention_->forward(rec.ln1, rounded, sc, *rec.attention);
   hidden_dropout(h, ctx, kAttentionOutput, false);
-  kernels::add_into(h, post_ln ? rec.ln1 : x);
+  // The residual add and the norm after it in one pass over h (h += the residual, then ln2 = norm(h)).
+  pre_mlp_norm_.forward_after_residual(h, post_ln ? rec.ln1 : x, rec.ln2, rec.ln2_mean, rec.ln2_rstd, rounding);
   rec.residual = h;
 
-  pre_mlp_norm_.forward(h, rec.ln2, rec.ln2_mean, rec.ln2_rstd, rounding);
   Tensor y = mlp_->forward(rec.ln2, rounded, sc, *rec.mlp);
   hidden_dropout(y, ctx, kMlpOutput, false);
   kernels::add_into(y, post_ln ? rec.ln2 : h);
@@ -142,8 +142,7 @@ Tensor TransformerLayer::decode(const Tensor& x, const DecodeLayout& layout, KvC
   input_norm_.forward(x, ln, mean, rstd);
   const bool post_ln = config_.apply_residual_connection_post_layernorm;
   Tensor h = self_attention_->decode(ln, layout, cache);
-  kernels::add_into(h, post_ln ? ln : x);
-  pre_mlp_norm_.forward(h, ln, mean, rstd);
+  pre_mlp_norm_.forward_after_residual(h, post_ln ? ln : x, ln, mean, rstd);
   Tensor y = mlp_->decode(ln, layout, cache);
   kernels::add_into(y, post_ln ? ln : h);
   return y;

@@ -1,11 +1,13 @@
 // LayerNorm and RMSNorm, fp32 storage with float64 row statistics.
 //
-// Forward and dx are parallel over rows. The weight gradients (dw, db) are sums over rows, and a
-// float sum depends on its order, so they are summed in kernels/math/column_sums.h's fixed order, the
-// GPU's too (kernels/cuda/norms.cu): each chunk of kColumnSumRows rows sums its rows into its own
-// partial slot, and the partials are then added up in chunk order. Which thread handles a chunk never
-// changes a bit. Compiled with -ffp-contract=off (CMakeLists.txt): dy * xhat is rounded before its add,
-// as on the GPU.
+// Forward is parallel over rows; the residual forms add the residual connection into each row just
+// before normalising it (one pass, the same bits as kernels::add_into then the norm). Backward is
+// parallel over chunks of kColumnSumRows rows: a chunk computes its rows' dx and sums their weight-
+// gradient terms into its own partial slot, and the partials are then added up in chunk order
+// (kernels/math/column_sums.h's fixed order; a float sum depends on its order). The GPU's backward is
+// the same loop, a block per chunk (kernels/cuda/norms.cu), so dw and db are the same bits on both.
+// Which thread handles a chunk never changes a bit. Compiled with -ffp-contract=off (CMakeLists.txt):
+// dy * xhat is rounded before its add, as on the GPU.
 #include "kernels/cpu/norms.h"
 
 #include <algorithm>
@@ -26,37 +28,68 @@ using math::norm_weight_grad_term;
 
 int64_t num_chunks(int64_t rows) { return math::column_sum_chunks(rows); }
 
+// The residual connection's add on one row, as kernels::add_into: one fp32 add per element.
+void add_row(float* h, const float* residual, int64_t cols) {
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) h[c] += residual[c];
+}
+
+// One row of LayerNorm's forward: y = (x - mean) * rstd * w (+ b), mean and rstd saved.
+void layernorm_row(const float* xr, const float* w, const float* b, float* yr, float& mean, float& rstd, int64_t cols,
+                   float eps, DType round_output) {
+  // Two passes in double: the mean first, then the variance about it, which stays accurate when
+  // |mean| >> std (a single pass E[x^2] - E[x]^2 cancels catastrophically).
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+  double m = sum / static_cast<double>(cols);
+  double sq = 0;
+#pragma omp simd reduction(+ : sq)
+  for (int64_t c = 0; c < cols; ++c) {
+    double d = xr[c] - m;
+    sq += d * d;
+  }
+  double s = 1.0 / std::sqrt(sq / static_cast<double>(cols) + eps);
+  float mf = static_cast<float>(m), sf = static_cast<float>(s);
+  if (b) {
+    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mf) * sf * w[c] + b[c];
+  } else {
+    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mf) * sf * w[c];
+  }
+  if (round_output != DType::F32) round_to_serial(round_output, yr, yr, cols);
+  mean = mf;
+  rstd = sf;
+}
+
+// One row of RMSNorm's forward: y = x * rstd * w, rstd saved.
+void rmsnorm_row(const float* xr, const float* w, float* yr, float& rstd, int64_t cols, float eps,
+                 DType round_output) {
+  double sq = 0;
+#pragma omp simd reduction(+ : sq)
+  for (int64_t c = 0; c < cols; ++c) sq += static_cast<double>(xr[c]) * xr[c];
+  float s = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + eps));
+  for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * s * w[c];
+  if (round_output != DType::F32) round_to_serial(round_output, yr, yr, cols);
+  rstd = s;
+}
+
 }  // namespace
 
 void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                        int64_t rows, int64_t cols, float eps, DType round_output) {
   TESSERA_PROFILE_SCOPE("layernorm_forward");
 #pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * rows * cols))
+  for (int64_t r = 0; r < rows; ++r)
+    layernorm_row(x + r * cols, w, b, y + r * cols, mean[r], rstd[r], cols, eps, round_output);
+}
+
+void residual_layernorm_forward(float* h, const float* residual, const float* w, const float* b, float* y, float* mean,
+                                float* rstd, int64_t rows, int64_t cols, float eps, DType round_output) {
+  TESSERA_PROFILE_SCOPE("residual_layernorm_forward");
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(3 * rows * cols))
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
-    // Two passes in double: the mean first, then the variance about it, which stays accurate when
-    // |mean| >> std (a single pass E[x^2] - E[x]^2 cancels catastrophically).
-    double sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < cols; ++c) sum += xr[c];
-    double m = sum / static_cast<double>(cols);
-    double sq = 0;
-#pragma omp simd reduction(+ : sq)
-    for (int64_t c = 0; c < cols; ++c) {
-      double d = xr[c] - m;
-      sq += d * d;
-    }
-    double s = 1.0 / std::sqrt(sq / static_cast<double>(cols) + eps);
-    float mf = static_cast<float>(m), sf = static_cast<float>(s);
-    if (b) {
-      for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mf) * sf * w[c] + b[c];
-    } else {
-      for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mf) * sf * w[c];
-    }
-    if (round_output != DType::F32) round_to_serial(round_output, yr, yr, cols);
-    mean[r] = mf;
-    rstd[r] = sf;
+    add_row(h + r * cols, residual + r * cols, cols);
+    layernorm_row(h + r * cols, w, b, y + r * cols, mean[r], rstd[r], cols, eps, round_output);
   }
 }
 
@@ -112,16 +145,16 @@ void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int6
                      DType round_output) {
   TESSERA_PROFILE_SCOPE("rmsnorm_forward");
 #pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * rows * cols))
+  for (int64_t r = 0; r < rows; ++r) rmsnorm_row(x + r * cols, w, y + r * cols, rstd[r], cols, eps, round_output);
+}
+
+void residual_rmsnorm_forward(float* h, const float* residual, const float* w, float* y, float* rstd, int64_t rows,
+                              int64_t cols, float eps, DType round_output) {
+  TESSERA_PROFILE_SCOPE("residual_rmsnorm_forward");
+#pragma omp parallel for schedule(static) if (parallel : parallel_worth(3 * rows * cols))
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
-    double sq = 0;
-#pragma omp simd reduction(+ : sq)
-    for (int64_t c = 0; c < cols; ++c) sq += static_cast<double>(xr[c]) * xr[c];
-    float s = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + eps));
-    for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * s * w[c];
-    if (round_output != DType::F32) round_to_serial(round_output, yr, yr, cols);
-    rstd[r] = s;
+    add_row(h + r * cols, residual + r * cols, cols);
+    rmsnorm_row(h + r * cols, w, y + r * cols, rstd[r], cols, eps, round_output);
   }
 }
 

@@ -25,9 +25,15 @@ __global__ void column_partials_kernel(const float* x, float* partial, int64_t r
   }
 }
 
-__global__ void sum_column_partials_kernel(const float* partial, int64_t chunks, int64_t cols, float* out) {
-  const int64_t c = grid_index();
-  if (c >= cols) return;
+// Threads [0, cols) finish out, threads [cols, 2 cols) out2 when there is one.
+__global__ void sum_column_partials_kernel(const float* partial, int64_t chunks, int64_t cols, float* out,
+                                           const float* partial2, float* out2) {
+  int64_t c = grid_index();
+  if (c >= cols) {
+    c -= cols;
+    if (!out2 || c >= cols) return;
+    partial = partial2, out = out2;
+  }
   double acc = 0;
   for (int64_t k = 0; k < chunks; ++k) acc += partial[k * cols + c];
   out[c] += static_cast<float>(acc);
@@ -42,10 +48,12 @@ DeviceScratch::DeviceScratch(int64_t count) : bytes_(static_cast<size_t>(std::ma
 
 DeviceScratch::~DeviceScratch() { allocator_for(Device{DeviceType::CUDA, device_}).deallocate(data_, bytes_); }
 
-void sum_column_partials(const float* partial, int64_t chunks, int64_t cols, float* out) {
+void sum_column_partials(const float* partial, int64_t chunks, int64_t cols, float* out, const float* partial2,
+                         float* out2) {
   if (cols == 0) return;
-  sum_column_partials_kernel<<<static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads>>>(partial, chunks,
-                                                                                                    cols, out);
+  const int64_t threads = out2 ? 2 * cols : cols;
+  sum_column_partials_kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads>>>(
+      partial, chunks, cols, out, partial2, out2);
   check_launch("sum_column_partials");
 }
 

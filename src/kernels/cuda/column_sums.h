@@ -28,7 +28,9 @@ class DeviceScratch {
 // out[c] += the sum of x[r, c] over the rows r of x [rows, cols] (the linear layer's bias gradient).
 void column_sums(const float* x, float* out, int64_t rows, int64_t cols);
 // Step 2 alone, for kernels that write their own partials: out[c] += (float) (the double sum over k in
-// order of partial[k * cols + c]).
-void sum_column_partials(const float* partial, int64_t chunks, int64_t cols, float* out);
+// order of partial[k * cols + c]); and the same of partial2 into out2 in the same launch where out2 is
+// given (a norm's dw and db).
+void sum_column_partials(const float* partial, int64_t chunks, int64_t cols, float* out,
+                         const float* partial2 = nullptr, float* out2 = nullptr);
 
 }  // namespace tessera::kernels::cuda

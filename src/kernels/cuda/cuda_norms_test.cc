@@ -1,6 +1,7 @@
 // The CUDA LayerNorm and RMSNorm (kernels/cuda/norms.cu) through the tensor entry points, on tensors on
-// cuda:0, against the CPU kernels on the same random inputs, forward (fp32 and rounded outputs) and
-// backward (dx, dw, db accumulated into what they held), over row and column counts including odd ones
+// cuda:0, against the CPU kernels on the same random inputs, forward (fp32 and rounded outputs, alone and
+// after a residual add) and backward (one kernel for dx and the chunks' partial dw and db, accumulated
+// into what they held), over row and column counts including odd ones
 // and more rows than one chunk of the weight gradients' column sums (kernels/math/column_sums.h), with a
 // ragged last one: dw and db bit for bit, the same order as the CPU's. Skipped, with CUDA's reason, where
 // no GPU is present.
@@ -20,7 +21,11 @@ namespace {
 using namespace testing;
 using CudaNorms = CudaKernelTest;
 
-const std::pair<int64_t, int64_t> kShapes[] = {{1, 1}, {3, 7}, {17, 130}, {64, 768}, {5, 1031}, {300, 4099}, {2085, 67}};
+// The backward kernel keeps a chunk's partial weight gradients in shared memory: within the default 48 KiB
+// (up to 6144 columns with db), above it by opting in (8191 with db; 40000 without), and past what the
+// device allows in global memory instead (40000 with db; RMSNorm's 70000).
+const std::pair<int64_t, int64_t> kShapes[] = {{1, 1},    {3, 7},     {17, 130},   {64, 768},  {5, 1031},
+                                               {300, 4099}, {2085, 67}, {33, 8191}, {40, 40000}, {3, 70000}};
 // Row statistics are double on both; dx is fp32 arithmetic whose fused multiply-adds differ. dw and db are
 // the same bits.
 constexpr float kTol = 2e-5f;
@@ -80,6 +85,35 @@ TEST_F(CudaNorms, RmsNormMatchesTheCpu) {
     kernels::rmsnorm_backward(dy, x, w, rstd, dx, dw);
     EXPECT_TRUE(all_close(to_host(dx_gpu), dx, kTol, 1e-5f)) << "dx";
     EXPECT_TRUE(same_bits(to_host(dw_gpu), dw)) << "dw";
+  }
+}
+
+// x += residual then the norm, in one kernel: the sum the same bits as the CPU's (one fp32 add), the
+// outputs as the plain forward's.
+TEST_F(CudaNorms, ResidualNormsMatchTheCpu) {
+  for (auto [rows, cols] : kShapes) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+    const Tensor x0 = random({rows, cols}, 16, 2.0f, 5.0f), res = random({rows, cols}, 17);
+    const Tensor w = random({cols}, 18), b = random({cols}, 19);
+    for (DType t : {DType::F32, DType::BF16}) {
+      Tensor x = x0.clone(), y = Tensor::empty({rows, cols});
+      Tensor mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+      Tensor x_gpu = to_device(x0), y_gpu = to_device(y), mean_gpu = to_device(mean), rstd_gpu = to_device(rstd);
+      kernels::residual_layernorm_forward(x_gpu, to_device(res), to_device(w), to_device(b), y_gpu, mean_gpu, rstd_gpu,
+                                          1e-5f, t);
+      kernels::residual_layernorm_forward(x, res, w, b, y, mean, rstd, 1e-5f, t);
+      EXPECT_TRUE(same_bits(to_host(x_gpu), x)) << "LayerNorm's residual sum";
+      EXPECT_TRUE(all_close(to_host(y_gpu), y, rounded_tol(t), 1e-5f)) << dtype_name(t);
+      EXPECT_TRUE(all_close(to_host(mean_gpu), mean, 1e-6f, 0.0f));
+      EXPECT_TRUE(all_close(to_host(rstd_gpu), rstd, 1e-6f, 0.0f));
+
+      Tensor xr = x0.clone(), xr_gpu = to_device(x0), yr_gpu = to_device(y), rstdr_gpu = to_device(rstd);
+      kernels::residual_rmsnorm_forward(xr_gpu, to_device(res), to_device(w), yr_gpu, rstdr_gpu, 1e-6f, t);
+      kernels::residual_rmsnorm_forward(xr, res, w, y, rstd, 1e-6f, t);
+      EXPECT_TRUE(same_bits(to_host(xr_gpu), xr)) << "RMSNorm's residual sum";
+      EXPECT_TRUE(all_close(to_host(yr_gpu), y, rounded_tol(t), 1e-5f)) << dtype_name(t);
+      EXPECT_TRUE(all_close(to_host(rstdr_gpu), rstd, 1e-6f, 0.0f));
+    }
   }
 }
 
