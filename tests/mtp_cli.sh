@@ -115,9 +115,17 @@ for loss in "lm loss" "mtp_1 loss"; do
   same_losses "$(losses "$work/ouroboros2.log" "$loss")" "$(losses "$work/ouroboros1.log" "$loss")"
   check "Ouroboros on 2 ranks logs the emulation's $loss: $(losses "$work/ouroboros2.log" "$loss" | tr '\n' ' ')" $?
 done
-expect_failure "--mtp-num-layers=1: cannot be combined with learned_absolute positions under --pipeline-schedule ouroboros" \
-  "$tessera" train "${model[@]}" --num-layers 3 --pipeline-schedule ouroboros --ouroboros-modules 3 \
-  --position-embedding-type learned_absolute
+# Learned absolute positions under Ouroboros: module 2 keeps a copy of the position embedding, tied to
+# module 0's as the word embedding is (the module's lookups in the fresh term); the ring logs the emulation's.
+ouro_learned=("${ouroboros[@]/rope/learned_absolute}")
+"$tessera" train "${ouro_learned[@]}" >"$work/ouro_learned1.log" 2>&1
+check "the Ouroboros emulation trains MTP over learned positions: $(tail -3 "$work/ouro_learned1.log")" $?
+mpi 2 "$tessera" train "${ouro_learned[@]}" --pipeline-model-parallel-size 2 >"$work/ouro_learned2.log" 2>&1
+check "Ouroboros on 2 ranks trains MTP over learned positions: $(tail -3 "$work/ouro_learned2.log")" $?
+for loss in "lm loss" "mtp_1 loss"; do
+  same_losses "$(losses "$work/ouro_learned2.log" "$loss")" "$(losses "$work/ouro_learned1.log" "$loss")"
+  check "learned positions, Ouroboros on 2 ranks: the emulation's $loss: $(losses "$work/ouro_learned2.log" "$loss" | tr '\n' ' ')" $?
+done
 # Context parallelism: the rolls cross the cp ranks' chunks, and cp 2 gives the single process's losses.
 mpi 2 "$tessera" train "${model[@]}" --context-parallel-size 2 --exit-interval 10 >"$work/cp.log" 2>&1
 check "cp 2 trains MTP: $(tail -3 "$work/cp.log")" $?

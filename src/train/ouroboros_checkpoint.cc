@@ -55,7 +55,7 @@ ckpt::ExtraFile OuroborosDriver::checkpoint_file(const std::string& name) const 
                {"replicas", replicas()},
                {"replica", data_ ? data_->rank() : 0},
                {"data_shares", options_.data_shares},
-               {"tied_steps", tied_steps_}};
+               {"tied_steps", tied_[0].steps}};
   json held = json::array();
   for (int k = 0; k < modules(); ++k) {
     if (!holds(k)) continue;
@@ -80,10 +80,14 @@ ckpt::ExtraFile OuroborosDriver::checkpoint_file(const std::string& name) const 
     held.push_back(entry);
   }
   meta["held"] = held;
-  if (holds(0)) {
-    file.tensors.emplace_back("tied.exp_avg", tied_exp_avg_);
-    file.tensors.emplace_back("tied.exp_avg_sq", tied_exp_avg_sq_);
-  }
+  // Each tied unit's moments (V's as "tied.*"; P's, with multi-token prediction over learned
+  // positions, as "tied_positions.*" with its step count).
+  if (holds(0))
+    for (const TiedUnit& u : tied_) {
+      file.tensors.emplace_back(u.checkpoint + ".exp_avg", u.exp_avg);
+      file.tensors.emplace_back(u.checkpoint + ".exp_avg_sq", u.exp_avg_sq);
+      if (&u != &tied_[0]) meta[u.checkpoint + "_steps"] = u.steps;
+    }
   json batches = json::array();
   for (const auto& [s, info] : batch_info_)
     batches.push_back({{"batch", s},
@@ -121,7 +125,7 @@ void OuroborosDriver::load_checkpoint_file(const ckpt::SafetensorsFile& file,
 
   options_.seed = seed;
   iteration_ = meta.at("iteration").get<int64_t>();
-  tied_steps_ = meta.at("tied_steps").get<int64_t>();
+  tied_[0].steps = meta.at("tied_steps").get<int64_t>();
   batch_info_.clear();
   for (const json& b : meta.at("batches")) {
     BatchInfo info;
@@ -157,10 +161,17 @@ void OuroborosDriver::load_checkpoint_file(const ckpt::SafetensorsFile& file,
   }
   for (int k = 0; k < modules(); ++k)
     TESSERA_CHECK(!holds(k) || loaded.count(k), "--load: ", file.path(), " holds no state of module ", k);
-  if (holds(0)) {
-    file.read_into("tied.exp_avg", tied_exp_avg_);
-    file.read_into("tied.exp_avg_sq", tied_exp_avg_sq_);
-  }
+  if (holds(0))
+    for (TiedUnit& u : tied_) {
+      if (&u != &tied_[0]) {
+        TESSERA_CHECK(meta.contains(u.checkpoint + "_steps"), "--load: ", file.path(), " holds no state of ",
+                      u.name, ", which this run's modules 0 and ", modules() - 1, " share (saved without "
+                      "--mtp-num-layers over learned absolute positions?)");
+        u.steps = meta.at(u.checkpoint + "_steps").get<int64_t>();
+      }
+      file.read_into(u.checkpoint + ".exp_avg", u.exp_avg);
+      file.read_into(u.checkpoint + ".exp_avg_sq", u.exp_avg_sq);
+    }
 
   // The pending records: module k's backward of mini-batch s is still to come when it falls at an
   // iteration >= t. For each such s (oldest first), its forward again through modules 0 .. j(s), each at

@@ -40,19 +40,25 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 // K = 3 saved after 3 iterations: module 0 holds the records and weights of mini-batches 1 and 2 and the
 // error gradient of 1, module 1 those of 2. K = 4 saved by --save-interval 2 in a run of 4 (the last
-// save, at 4, is the one loaded), and with 2 shares (the emulation of data parallelism).
+// save, at 4, is the one loaded), and with 2 shares (the emulation of data parallelism). And K = 3 with
+// multi-token prediction over learned positions: module 2's copy of the position embedding and the tied
+// unit's moments and step count (issue 53).
 TEST(OuroborosCheckpoint, ResumedRunEqualsTheUninterruptedOneBitForBit) {
   struct Case {
     int K, save_at;
     const char* save_flags;  // of the saving run
     int shares;  // 2: the emulation of 2 data-parallel replicas, over a global batch of 4
+    const char* model_flags = "";  // of every run
   };
-  for (const Case& c : {Case{3, 3, "", 1}, Case{4, 4, "--save-interval 2", 1}, Case{3, 3, "", 2}}) {
-    SCOPED_TRACE(str_cat("K=", c.K, " saved at ", c.save_at, " ", c.save_flags, " shares ", c.shares));
+  for (const Case& c : {Case{3, 3, "", 1}, Case{4, 4, "--save-interval 2", 1}, Case{3, 3, "", 2},
+                        Case{3, 3, "", 1, "--mtp-num-layers 1 --position-embedding-type learned_absolute"}}) {
+    SCOPED_TRACE(str_cat("K=", c.K, " saved at ", c.save_at, " ", c.save_flags, " shares ", c.shares, " ",
+                         c.model_flags));
     const int iters = c.save_at + 3;
     const fs::path dir = scratch("resume");
     auto make = [&](int train_iters, const std::string& more) {
-      TrainArguments a = parse_train_arguments(split_flags(flags(c.K, train_iters, more, 2 * c.shares)));
+      TrainArguments a =
+          parse_train_arguments(split_flags(flags(c.K, train_iters, more + " " + c.model_flags, 2 * c.shares)));
       a.ouroboros_emulated_replicas = c.shares;
       return a;
     };

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "kernels/tensor_ops.h"
 #include "model/model_factory.h"
+#include "model/vocab_parallel_embedding.h"
 #include "train/step_context.h"
 
 namespace tessera::train {
@@ -48,9 +49,10 @@ OuroborosDriver::OuroborosDriver(const model::ModelConfig& config, const Ourobor
     m.params->allocate(options.seed);
     // V as the model seam gives it: module 0's word embedding, module K-1's copy of it (initial values are
     // a function of (seed, name): the copy starts equal to V).
-    m.tied = m.chunk->tied_word_embedding();
-    TESSERA_CHECK((k == 0 || k == K - 1) == (m.tied != nullptr), "Ouroboros: module ", k,
+    model::Parameter* v = m.chunk->tied_word_embedding();
+    TESSERA_CHECK((k == 0 || k == K - 1) == (v != nullptr), "Ouroboros: module ", k,
                   " does not hold the word embedding where the rule expects it");
+    if (v) m.tied.push_back(v);
     m.exp_avg = Tensor::zeros({m.params->numel()});
     m.exp_avg_sq = Tensor::zeros({m.params->numel()});
     modules_.push_back(std::move(m));
@@ -62,12 +64,48 @@ OuroborosDriver::OuroborosDriver(const model::ModelConfig& config, const Ourobor
       break;
     }
   last_auxiliary_sums_.assign(auxiliary_names_.size(), 0.0);
-  if (holds(0)) {
-    const Shape& v = modules_[0].tied->value.shape();
-    tied_grad_ = Tensor::zeros(v);
-    tied_exp_avg_ = Tensor::zeros(v);
-    tied_exp_avg_sq_ = Tensor::zeros(v);
+  // The tied units: V; and P where module K-1 holds a copy of it (learned absolute positions that the
+  // multi-token prediction modules look up there). Module K-1's copy has P's name, so its initial values
+  // are module 0's; from then on the driver keeps the two equal, as it does V's.
+  tied_.push_back({"embedding.word_embeddings.weight", "tied", {}, {}, {}, 0});
+  if (holds(0) && K > 1) {
+    const std::string P = model::position_embedding_spec(config).name;
+    if (model::Parameter* copy = modules_[K - 1].params->find(P)) {
+      model::Parameter* own = modules_[0].params->find(P);
+      TESSERA_CHECK(own != nullptr && copy->spec.tied_copy, "Ouroboros: module ", K - 1, " holds ", P,
+                    " but it is not a copy of module 0's");
+      modules_[0].tied.push_back(own);
+      modules_[K - 1].tied.push_back(copy);
+      tied_.push_back({P, "tied_positions", {}, {}, {}, 0});
+    }
   }
+  if (holds(0))
+    for (size_t u = 0; u < tied_.size(); ++u) {
+      const Shape& shape = modules_[0].tied[u]->value.shape();
+      tied_[u].name = modules_[0].tied[u]->spec.name;
+      tied_[u].grad = Tensor::zeros(shape);
+      tied_[u].exp_avg = Tensor::zeros(shape);
+      tied_[u].exp_avg_sq = Tensor::zeros(shape);
+    }
+}
+
+bool OuroborosDriver::is_tied(const Module& mod, const model::Parameter& p) const {
+  return std::find(mod.tied.begin(), mod.tied.end(), &p) != mod.tied.end();
+}
+
+const Tensor& OuroborosDriver::tied_gradient(const std::string& name) const {
+  for (const TiedUnit& u : tied_)
+    if (u.name == name && u.grad.defined()) return u.grad;
+  TESSERA_CHECK(false, "Ouroboros: ", name, " is not a parameter modules 0 and ", modules() - 1,
+                " share on this rank");
+  return tied_[0].grad;
+}
+
+std::vector<std::string> OuroborosDriver::tied_names() const {
+  std::vector<std::string> names;
+  if (holds(0))
+    for (const TiedUnit& u : tied_) names.push_back(u.name);
+  return names;
 }
 
 const parallel::TensorParallelContext& OuroborosDriver::tp() const {
@@ -179,11 +217,13 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, doub
   // Backward, micro-batch by micro-batch, from the last module to the first. Module k backpropagates its
   // mini-batch s with the error gradient module k + 1 produced for s (this iteration in the warm-up,
   // received now; the previous one after it, received at the end of that step). V's accumulator takes
-  // the output layer's term, then the input embedding's, in plain training's order.
+  // the output layer's term, then the input embedding's, in plain training's order; P's the multi-token
+  // prediction modules' lookups, then the input embedding's.
   // D shares run one after another (micro-batches d, d + D, ...), each summing its gradients alone.
-  if (holds(0)) tied_grad_.zero_();
+  if (holds(0))
+    for (TiedUnit& u : tied_) u.grad.zero_();
   std::vector<std::vector<Tensor>> module_shares(K);
-  std::vector<Tensor> tied_shares;
+  std::vector<std::vector<Tensor>> tied_shares(tied_.size());
   for (int d = 0; d < D; ++d) {
     for (int m = d; m < M; m += D) {
       for (int k = K - 1; k >= 0; --k) {
@@ -204,9 +244,9 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, doub
             mod.output_grads.erase(g);
           }
         }
-        if (mod.tied) kernels::copy(mod.tied->grad, tied_grad_);
+        for (size_t u = 0; u < mod.tied.size(); ++u) kernels::copy(mod.tied[u]->grad, tied_[u].grad);
         Tensor din = mod.chunk->backward(*rec->second, dout, context(s, m), batch_info_.at(s).grad_scale);
-        if (mod.tied) kernels::copy(tied_grad_, mod.tied->grad);
+        for (size_t u = 0; u < mod.tied.size(); ++u) kernels::copy(tied_[u].grad, mod.tied[u]->grad);
         mod.records.erase(rec);
         if (k > 0) {
           if (holds(k - 1)) modules_[k - 1].output_grads[{s, m}] = din;
@@ -220,10 +260,11 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, doub
         module_shares[k].push_back(modules_[k].params->grads().clone());
         modules_[k].params->zero_grad();
       }
-    if (holds(0)) {
-      tied_shares.push_back(tied_grad_.clone());
-      tied_grad_.zero_();
-    }
+    if (holds(0))
+      for (size_t u = 0; u < tied_.size(); ++u) {
+        tied_shares[u].push_back(tied_[u].grad.clone());
+        tied_[u].grad.zero_();
+      }
   }
   reduce_gradients(plan, module_shares, tied_shares);
   for (int k = 0; k < K; ++k)

@@ -19,7 +19,10 @@
 // module above sent for them. The tied word embedding V (module 0's, and module K-1's copy) has one
 // gradient accumulator: the output layer's fresh term plus the input embedding's stale one. With
 // --mtp-num-layers the multi-token prediction modules sit on module K-1 after its output layer, so their
-// gradient is fresh too, and their lookups of V (in module K-1's copy) land in the fresh term.
+// gradient is fresh too, and their lookups of V (in module K-1's copy) land in the fresh term. With
+// learned absolute positions they also look up the position embedding P, so module K-1 holds a copy of
+// P too (as a last pipeline stage does, model/gpt_model.cc's stage_copy) and P is tied as V is: one
+// accumulator, the modules' fresh lookups plus module 0's stale embedding term, one AdamW unit.
 #pragma once
 
 #include <cstdint>
@@ -97,7 +100,13 @@ class OuroborosDriver {
   int64_t last_backward_batch(int module) const { return modules_[module].last_backward_batch; }
   // The tied embedding's gradient applied at the last step: output layer's term + input embedding's
   // (where module 0 is held).
-  const Tensor& tied_gradient() const { return tied_grad_; }
+  const Tensor& tied_gradient() const { return tied_[0].grad; }
+  // The gradient applied at the last step of a parameter module 0 and module K-1 share, by name: V, or
+  // with multi-token prediction the learned position embedding P (the modules' lookups + module 0's).
+  // Where module 0 is held; an Error names a parameter that is not tied.
+  const Tensor& tied_gradient(const std::string& name) const;
+  // The names of the tied parameters (V first), where module 0 is held.
+  std::vector<std::string> tied_names() const;
   // The last step's mini-batch's summed masked token losses (the trainer logs it as it logs its own: as
   // an fp32 value, divided by the loss tokens).
   double last_loss_sum() const { return last_loss_sum_; }
@@ -134,8 +143,9 @@ class OuroborosDriver {
   struct Module {
     std::unique_ptr<model::ParameterSet> params;
     std::unique_ptr<model::LanguageModelChunk> chunk;
-    model::Parameter* tied = nullptr;     // V (module 0) or its copy (module K-1); null elsewhere
-    Tensor exp_avg, exp_avg_sq;           // AdamW moments over the flat buffer (V's part unused)
+    // Per tied unit (tied_ below): module 0's parameter or module K-1's copy of it; empty elsewhere.
+    std::vector<model::Parameter*> tied;
+    Tensor exp_avg, exp_avg_sq;           // AdamW moments over the flat buffer (the tied parts unused)
     int64_t steps = 0;                    // this module's AdamW steps (bias correction)
     std::map<int64_t, Tensor> versions;   // iteration -> the flat weights of that iteration
     std::map<Key, std::unique_ptr<model::ChunkRecord>> records;
@@ -162,8 +172,11 @@ class OuroborosDriver {
   // The replicas' (or the emulated shares') parts added in replica order, the same on every replica.
   int replicas() const;
   std::vector<double> sum_over_replicas(const std::vector<double>& mine);
+  // tied_shares[u]: tied unit u's accumulator per share.
   void reduce_gradients(const std::vector<pipeline::OuroborosStep>& plan,
-                        std::vector<std::vector<Tensor>>& module_shares, std::vector<Tensor>& tied_shares);
+                        std::vector<std::vector<Tensor>>& module_shares,
+                        std::vector<std::vector<Tensor>>& tied_shares);
+  bool is_tied(const Module& mod, const model::Parameter& p) const;
   const parallel::TensorParallelContext& tp() const;
 
   model::ModelConfig config_;
@@ -173,8 +186,15 @@ class OuroborosDriver {
   std::map<int64_t, BatchInfo> batch_info_;
   std::optional<OuroborosRing> ring_;   // none in one process
   comm::ProcessGroup* data_ = nullptr;  // the replicas; null without data parallelism
-  Tensor tied_grad_, tied_exp_avg_, tied_exp_avg_sq_;
-  int64_t tied_steps_ = 0;
+  // A parameter modules 0 and K-1 both hold, updated once per iteration from one gradient accumulator
+  // (where module 0 is held): V, then P where module K-1 holds a copy of it.
+  struct TiedUnit {
+    std::string name;        // the parameter's, the same in both modules
+    std::string checkpoint;  // its state's keys in the checkpoint file ("tied" for V)
+    Tensor grad, exp_avg, exp_avg_sq;
+    int64_t steps = 0;
+  };
+  std::vector<TiedUnit> tied_;
   double last_grad_norm_ = 0, last_loss_sum_ = 0;
   std::vector<std::string> auxiliary_names_;
   std::vector<double> last_auxiliary_sums_;

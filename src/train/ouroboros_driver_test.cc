@@ -1,11 +1,13 @@
 // The single-process Ouroboros emulation against the rule (docs/ouroboros.md): with every delay 0 it is
 // plain training bit for bit; after the warm-up each module's gradient is exactly the synchronous
 // gradient of the right mini-batch at the right iteration's weights; the tied embedding's gradient is the
-// fresh output-layer term plus the stale input-embedding term.
+// fresh output-layer term plus the stale input-embedding term (and, with multi-token prediction over
+// learned positions, the position embedding's: the modules' fresh lookups plus module 0's stale term).
 #include "train/ouroboros_driver.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -44,11 +46,12 @@ model::ModelConfig mla_config(int64_t layers) {
   return c;
 }
 
-// DeepSeek-V3's multi-token prediction (issue 53): `depth` modules after the last layer, on module K-1
-// (RoPE: the last module holds no position embedding).
-model::ModelConfig mtp_config(int64_t layers, int64_t depth) {
+// DeepSeek-V3's multi-token prediction (issue 53): `depth` modules after the last layer, on module K-1.
+// Learned absolute positions: module K-1 holds a copy of the position embedding P, tied to module 0's.
+model::ModelConfig mtp_config(int64_t layers, int64_t depth,
+                              model::PositionEmbedding positions = model::PositionEmbedding::Rope) {
   model::ModelConfig c = config(layers);
-  c.position_embedding = model::PositionEmbedding::Rope;
+  c.position_embedding = positions;
   c.mtp_num_layers = depth;
   c.mtp_loss_scaling_factor = 0.3f;
   return c;
@@ -199,12 +202,17 @@ struct Reference {
 
 void expect_each_module_applies_the_rule(const model::ModelConfig& c, int K, int64_t warmup, int64_t iters) {
   SCOPED_TRACE(str_cat("K=", K, " warm-up ", warmup, c.mla.enabled ? " MLA" : "",
-                       c.mtp_num_layers ? str_cat(" MTP ", c.mtp_num_layers) : std::string()));
+                       c.mtp_num_layers ? str_cat(" MTP ", c.mtp_num_layers) : std::string(),
+                       c.position_embedding == model::PositionEmbedding::LearnedAbsolute ? " learned positions" : ""));
   const bool mla = c.mla.enabled;
   OuroborosDriver d(c, {K, warmup, adam(), kSeed});
   Reference ref(c, K);
   std::vector<std::vector<Tensor>> snapshots;  // [iteration][module]: the weights w^t
-  const std::string V = "embedding.word_embeddings.weight";
+  // The parameters modules 0 and K-1 share (V; P with MTP over learned positions): the next test.
+  const std::vector<std::string> tied = d.tied_names();
+  const auto is_tied = [&](const std::string& name) {
+    return std::find(tied.begin(), tied.end(), name) != tied.end();
+  };
   int checked_stale = 0;
   for (int64_t t = 0; t < iters; ++t) {
     snapshots.emplace_back();
@@ -213,9 +221,9 @@ void expect_each_module_applies_the_rule(const model::ModelConfig& c, int K, int
     for (int k = 0; k < K; ++k) {
       const int64_t s = d.last_backward_batch(k);
       EXPECT_EQ(s, pipeline::ouroboros_backward_batch(d.shape(), k, t));
-      if (s < 0) {  // no gradient: the module kept its weights (but V, which module K-1 updates)
+      if (s < 0) {  // no gradient: the module kept its weights (but the tied ones, which module K-1 updates)
         for (const model::Parameter& p : d.parameters(k).params()) {
-          if (p.spec.name == V) continue;
+          if (is_tied(p.spec.name)) continue;
           EXPECT_TRUE(same_bits(p.value, snapshots[t][k].flat_range(p.offset, p.value.numel())))
               << "iteration " << t << " module " << k << " " << p.spec.name;
         }
@@ -223,7 +231,7 @@ void expect_each_module_applies_the_rule(const model::ModelConfig& c, int K, int
       }
       ref.backprop(c, s, snapshots[s]);
       for (const model::Parameter& p : d.parameters(k).params()) {
-        if (p.spec.name == V) continue;  // the tied embedding: next test
+        if (is_tied(p.spec.name)) continue;  // the tied embeddings: next test
         EXPECT_TRUE(same_bits(p.grad, ref.grad(k, p.spec.name)))
             << "iteration " << t << " module " << k << " (mini-batch " << s << ") " << p.spec.name;
       }
@@ -265,46 +273,68 @@ TEST(OuroborosDriver, MultiLatentAttentionModulesFollowTheRule) {
   expect_each_module_applies_the_rule(mla_config(3), 3, 1, 5);
 }
 
+// Each parameter modules 0 and K-1 share: V (the output layer's and the MTP modules' lookups: fresh), and
+// with MTP over learned positions P (the modules' lookups of the rolled positions: fresh); module 0's
+// input embedding term of each is stale.
 void expect_tied_gradient_is_fresh_output_term_plus_stale_input_term(const model::ModelConfig& c) {
-  SCOPED_TRACE(c.mtp_num_layers ? str_cat("MTP ", c.mtp_num_layers) : std::string("no MTP"));
+  const bool learned = c.position_embedding == model::PositionEmbedding::LearnedAbsolute;
+  SCOPED_TRACE(str_cat(c.mtp_num_layers ? str_cat("MTP ", c.mtp_num_layers) : std::string("no MTP"),
+                       learned ? " learned positions" : ""));
   const int K = 3;
   const int64_t warmup = 1, iters = 6;
   OuroborosDriver d(c, {K, warmup, adam(), kSeed});
   Reference ref(c, K);
   std::vector<std::vector<Tensor>> snapshots;
-  const std::string V = "embedding.word_embeddings.weight";
+  const std::string V = "embedding.word_embeddings.weight", P = "embedding.position_embeddings.weight";
+  const std::vector<std::string> tied = d.tied_names();
+  // P is tied exactly where the MTP modules on module K-1 look positions up.
+  const std::vector<std::string> expected_tied =
+      learned && c.mtp_num_layers > 0 ? std::vector<std::string>{V, P} : std::vector<std::string>{V};
+  EXPECT_EQ(tied, expected_tied);
+  EXPECT_TRUE(same_bits(d.tied_gradient(V), d.tied_gradient()));
   int checked_both = 0;
   for (int64_t t = 0; t < iters; ++t) {
     snapshots.emplace_back();
     for (int k = 0; k < K; ++k) snapshots.back().push_back(d.parameters(k).values().clone());
     step(d, c, t);
-    // The output layer's term: mini-batch t at w^t, from module K-1.
-    ref.backprop(c, t, snapshots[t]);
-    const Tensor out = ref.grad(K - 1, V).clone();
     const int64_t s0 = d.last_backward_batch(0);
-    const Tensor& got = d.tied_gradient();
-    if (s0 < 0) {  // module 0 has no gradient yet: the output term alone, accumulated in the same order
-      EXPECT_TRUE(same_bits(got, out)) << "iteration " << t;
-      continue;
+    // The fresh terms: mini-batch t at w^t, from module K-1.
+    ref.backprop(c, t, snapshots[t]);
+    std::vector<Tensor> fresh;
+    for (const std::string& name : tied) fresh.push_back(ref.grad(K - 1, name).clone());
+    // The input embedding's terms: mini-batch s0 at w^{s0}, from module 0.
+    if (s0 >= 0) ref.backprop(c, s0, snapshots[s0]);
+    for (size_t u = 0; u < tied.size(); ++u) {
+      const std::string& name = tied[u];
+      SCOPED_TRACE(name);
+      const Tensor& out = fresh[u];
+      const Tensor& got = d.tied_gradient(name);
+      if (s0 < 0) {  // module 0 has no gradient yet: the fresh term alone, accumulated in the same order
+        EXPECT_TRUE(same_bits(got, out)) << "iteration " << t;
+        continue;
+      }
+      const Tensor& in = ref.grad(0, name);
+      double worst = 0, in_size = 0, out_size = 0;
+      for (int64_t i = 0; i < got.numel(); ++i) {
+        const double want = static_cast<double>(out.f32()[i]) + in.f32()[i];
+        // fp32 sums in another order: each term is itself rows scatter-added onto the running sum of the
+        // micro-batches' terms (V: output layer, MTP lookups, input embedding; P: MTP lookups, input
+        // embedding), so within some tens of ulps of the terms' size. (A missing term is off by its size.)
+        const double tol = 4e-6 * (std::fabs(out.f32()[i]) + std::fabs(in.f32()[i])) + 1e-12;
+        worst = std::max(worst, std::fabs(got.f32()[i] - want) / tol);
+        in_size = std::max(in_size, static_cast<double>(std::fabs(in.f32()[i])));
+        out_size = std::max(out_size, static_cast<double>(std::fabs(out.f32()[i])));
+      }
+      EXPECT_LE(worst, 1.0) << "iteration " << t;
+      EXPECT_GT(in_size, 1e-6) << "the input term must matter for the check to mean anything";
+      EXPECT_GT(out_size, 1e-6) << "the fresh term must matter for the check to mean anything";
+      if (s0 < t) ++checked_both;
     }
-    // The input embedding's term: mini-batch s0 at w^{s0}, from module 0.
-    ref.backprop(c, s0, snapshots[s0]);
-    const Tensor in = ref.grad(0, V);
-    double worst = 0, in_size = 0;
-    for (int64_t i = 0; i < got.numel(); ++i) {
-      const double want = static_cast<double>(out.f32()[i]) + in.f32()[i];
-      // fp32 sums in another order: within a few ulps of the terms' size.
-      const double tol = 1e-6 * (std::fabs(out.f32()[i]) + std::fabs(in.f32()[i])) + 1e-12;
-      worst = std::max(worst, std::fabs(got.f32()[i] - want) / tol);
-      in_size = std::max(in_size, static_cast<double>(std::fabs(in.f32()[i])));
-    }
-    EXPECT_LE(worst, 1.0) << "iteration " << t;
-    EXPECT_GT(in_size, 1e-6) << "the input term must matter for the check to mean anything";
-    if (s0 < t) ++checked_both;
   }
   EXPECT_GT(checked_both, 0);
-  // The two copies of V (module 0's and module K-1's) stay equal.
-  EXPECT_TRUE(same_bits(d.parameters(0).get(V).value, d.parameters(K - 1).get(V).value));
+  // The two copies of each (module 0's and module K-1's) stay equal.
+  for (const std::string& name : tied)
+    EXPECT_TRUE(same_bits(d.parameters(0).get(name).value, d.parameters(K - 1).get(name).value)) << name;
 }
 
 TEST(OuroborosDriver, TiedEmbeddingGradientIsFreshOutputTermPlusStaleInputTerm) {
@@ -317,9 +347,12 @@ TEST(OuroborosDriver, TiedEmbeddingGradientIsFreshOutputTermPlusStaleInputTerm) 
 // layer's, and their lookups of V (module K-1's copy) are in its fresh term.
 TEST(OuroborosDriver, MultiTokenPredictionRunsOnTheLastModule) {
   const int64_t iters = 3;
+  using model::PositionEmbedding;
+  for (PositionEmbedding positions : {PositionEmbedding::Rope, PositionEmbedding::LearnedAbsolute})
   for (int64_t depth : {1, 2}) {
-    SCOPED_TRACE(str_cat("MTP ", depth));
-    const model::ModelConfig c = mtp_config(3, depth);
+    const bool learned = positions == PositionEmbedding::LearnedAbsolute;
+    SCOPED_TRACE(str_cat("MTP ", depth, learned ? " learned positions" : " RoPE"));
+    const model::ModelConfig c = mtp_config(3, depth, positions);
     model::ParameterSet plain;
     std::vector<std::vector<double>> plain_mtp;
     const std::vector<double> expected = plain_losses(c, iters, plain, &plain_mtp);
@@ -327,6 +360,12 @@ TEST(OuroborosDriver, MultiTokenPredictionRunsOnTheLastModule) {
     ASSERT_EQ(d.auxiliary_loss_names().size(), static_cast<size_t>(depth));
     EXPECT_EQ(d.auxiliary_loss_names().back(), str_cat("mtp_", depth, " loss"));
     EXPECT_NE(d.parameters(2).find("mtp.layers.0.eh_proj.weight"), nullptr) << "the modules are on module K-1";
+    // Learned positions: module K-1 holds its copy of P (the modules look the rolled positions up in it).
+    const model::Parameter* copy = d.parameters(2).find("embedding.position_embeddings.weight");
+    EXPECT_EQ(copy != nullptr, learned);
+    if (copy) {
+      EXPECT_TRUE(copy->spec.tied_copy);
+    }
     for (int64_t t = 0; t < iters; ++t) {
       EXPECT_EQ(step(d, c, t), expected[t]) << "iteration " << t;
       EXPECT_EQ(d.last_auxiliary_sums(), plain_mtp[t]) << "iteration " << t;
@@ -347,6 +386,13 @@ TEST(OuroborosDriver, MultiTokenPredictionRunsOnTheLastModule) {
                          plain.get("decoder.layers.0.mlp.linear_fc1.weight").value));
   expect_each_module_applies_the_rule(mtp_config(3, 1), 3, 1, 5);
   expect_tied_gradient_is_fresh_output_term_plus_stale_input_term(mtp_config(3, 2));
+  // Learned positions: the rule for every module's own parameters, and P's fresh and stale terms.
+  expect_each_module_applies_the_rule(mtp_config(3, 1, PositionEmbedding::LearnedAbsolute), 3, 1, 5);
+  expect_tied_gradient_is_fresh_output_term_plus_stale_input_term(mtp_config(3, 2, PositionEmbedding::LearnedAbsolute));
+  // The check can fail: without MTP P is module 0's alone, updated late with module 0's gradient.
+  const OuroborosDriver no_mtp(config(3), {3, 1, adam(), kSeed});
+  EXPECT_EQ(no_mtp.tied_names(), std::vector<std::string>(1, "embedding.word_embeddings.weight"));
+  EXPECT_NE(no_mtp.chunk(0).config().position_embedding, model::PositionEmbedding::Rope);
 }
 
 }  // namespace

@@ -76,21 +76,25 @@ TEST(Ouroboros, DataParallelRunEqualsTheOneProcessEmulationBitForBit) {
 }
 
 // DeepSeek-V3's multi-token prediction (issue 53): `depth` modules on module K-1 (rank 0, after the
-// output layer), on the ring of 2 pipeline ranks (x 2 data-parallel at 4, x 2 tensor at 8). Every
-// iteration's LM and mtp_k losses, the last gradient norm, and every module's last gradients and weights
-// equal the one-process emulation's over the whole global batch. A ring that dropped the mtp_k losses of
-// rank 0, or summed the replicas' in another order, logs others; one that lost the modules' gradient
-// (or its lookups of the tied embedding) trains other weights.
+// output layer), on the ring of 2 pipeline ranks (x 2 data-parallel at 4, x 2 tensor at 8), with RoPE
+// and with learned absolute positions (module K-1's copy of the position embedding tied to module 0's).
+// Every iteration's LM and mtp_k losses, the last gradient norm, and every module's last gradients and
+// weights equal the one-process emulation's over the whole global batch. A ring that dropped the mtp_k
+// losses of rank 0, or summed the replicas' in another order, logs others; one that lost the modules'
+// gradient (or its lookups of the tied embeddings) trains other weights.
 TEST(Ouroboros, MultiTokenPredictionOnTheRingEqualsTheOneProcessEmulationBitForBit) {
   auto world = comm::make_mpi_world_group();
   if (world->size() != 2 && world->size() != 4 && world->size() != 8)
     GTEST_SKIP() << "K = 3 runs on 2 ranks, with dp 2 on 4, with tp 2 dp 2 on 8";
   const int P = 2, K = 3, T = world->size() == 8 ? 2 : 1, D = world->size() / (P * T), iters = 4;
   const int n = world->size();
-  // Two modules where it is cheap (no tensor split).
-  for (int depth : T == 1 ? std::vector<int>{1, 2} : std::vector<int>{1}) {
-    SCOPED_TRACE(str_cat("MTP ", depth, " on ", P, " pipeline x ", T, " tensor x ", D, " data-parallel ranks"));
-    const std::string mtp = str_cat(" --position-embedding-type rope --mtp-num-layers ", depth,
+  // Two modules where it is cheap (no tensor split); learned positions with one.
+  std::vector<std::pair<int, std::string>> cases = {{1, "rope"}, {1, "learned_absolute"}};
+  if (T == 1) cases.emplace_back(2, "rope");
+  for (const auto& [depth, positions] : cases) {
+    SCOPED_TRACE(str_cat("MTP ", depth, " with ", positions, " positions on ", P, " pipeline x ", T, " tensor x ",
+                         D, " data-parallel ranks"));
+    const std::string mtp = str_cat(" --position-embedding-type ", positions, " --mtp-num-layers ", depth,
                                     " --mtp-loss-scaling-factor 0.3");
     Trainer run(parse_train_arguments(split_flags(flags(P, T, K, 2 * D, iters) + mtp), n), world.get());
     run.train();
@@ -117,7 +121,8 @@ TEST(Ouroboros, MultiTokenPredictionOnTheRingEqualsTheOneProcessEmulationBitForB
       if (!mine.holds(k)) continue;
       for (const model::Parameter& p : mine.parameters(k).params()) {
         const model::Parameter& q = want.parameters(k).get(p.spec.name);
-        // (Module K-1's copy of V holds no gradient of its own: V's is the driver's accumulator, below.)
+        // (Module K-1's copies of V and P hold no gradient of their own: theirs are the driver's
+        // accumulators, below.)
         if (!p.spec.tied_copy) {
           EXPECT_TRUE(same_bits(p.grad, q.grad)) << "module " << k << " " << p.spec.name << " gradient";
         }
@@ -125,9 +130,17 @@ TEST(Ouroboros, MultiTokenPredictionOnTheRingEqualsTheOneProcessEmulationBitForB
         if (p.spec.name.rfind("mtp.", 0) == 0) ++mtp_params;
       }
     }
-    // V's gradient: the output layer's and the modules' fresh lookups plus the input embedding's stale term.
+    // V's gradient: the output layer's and the modules' fresh lookups plus the input embedding's stale
+    // term; with learned positions P's: the modules' fresh lookups plus the input embedding's stale term.
     if (mine.holds(0)) {
-      EXPECT_TRUE(same_bits(mine.tied_gradient(), want.tied_gradient()));
+      const std::vector<std::string> tied = mine.tied_names();
+      EXPECT_EQ(tied.size(), positions == "rope" ? 1u : 2u);
+      EXPECT_EQ(tied, want.tied_names());
+      for (const std::string& name : tied)
+        EXPECT_TRUE(same_bits(mine.tied_gradient(name), want.tied_gradient(name))) << name;
+      // Module K-1's copies stay equal to module 0's.
+      for (const std::string& name : tied)
+        EXPECT_TRUE(same_bits(mine.parameters(0).get(name).value, mine.parameters(K - 1).get(name).value)) << name;
     }
     // Rank 0 of the ring holds module K-1 and with it the modules.
     EXPECT_EQ(mtp_params > 0, mine.holds(K - 1));

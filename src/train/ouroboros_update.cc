@@ -59,7 +59,7 @@ std::vector<double> OuroborosDriver::sum_over_replicas(const std::vector<double>
 // an all-reduce's order is MPI's choice). Every replica then holds the same gradients.
 void OuroborosDriver::reduce_gradients(const std::vector<pipeline::OuroborosStep>& plan,
                                        std::vector<std::vector<Tensor>>& module_shares,
-                                       std::vector<Tensor>& tied_shares) {
+                                       std::vector<std::vector<Tensor>>& tied_shares) {
   auto add_shares = [](const Tensor& out, const std::vector<Tensor>& shares) {
     std::vector<const float*> parts;
     for (const Tensor& s : shares) parts.push_back(s.host_f32());
@@ -71,11 +71,13 @@ void OuroborosDriver::reduce_gradients(const std::vector<pipeline::OuroborosStep
     if (!module_shares[k].empty()) add_shares(mod.params->grads(), module_shares[k]);
     if (data_)
       for (model::Parameter& p : mod.params->params())
-        if (&p != mod.tied) sum_in_rank_order(*data_, p.grad);
+        if (!is_tied(mod, p)) sum_in_rank_order(*data_, p.grad);
   }
   if (!holds(0)) return;
-  if (!tied_shares.empty()) add_shares(tied_grad_, tied_shares);
-  if (data_) sum_in_rank_order(*data_, tied_grad_);
+  for (size_t u = 0; u < tied_.size(); ++u) {
+    if (!tied_shares[u].empty()) add_shares(tied_[u].grad, tied_shares[u]);
+    if (data_) sum_in_rank_order(*data_, tied_[u].grad);
+  }
 }
 
 double OuroborosDriver::global_squares(std::vector<double> module_squares, double tied_squares) {
@@ -112,9 +114,10 @@ double OuroborosDriver::global_squares(std::vector<double> module_squares, doubl
   return squares + tied_squares;
 }
 
-// AdamW over the units that have a gradient this iteration: each module's own parameters but V, and V
-// (every iteration: module K-1's term is always fresh). The clipping norm is over all of them, V once:
-// each module's sum of squares (its parameters in order), added in module order, then V's.
+// AdamW over the units that have a gradient this iteration: each module's own parameters but the tied
+// ones, and each tied one, V then P (every iteration: module K-1's term is always fresh). The clipping
+// norm is over all of them, each tied one once: each module's sum of squares (its parameters in order),
+// added in module order, then the tied ones' (V's, then P's).
 void OuroborosDriver::update(float lr) {
   const int K = modules();
   std::vector<optim::MomentShard> units(K);
@@ -125,28 +128,39 @@ void OuroborosDriver::update(float lr) {
     if (mod.last_backward_batch < 0) continue;
     units[k] = {{}, mod.exp_avg, mod.exp_avg_sq, false};
     for (const model::Parameter& p : mod.params->params()) {
-      if (&p == mod.tied) continue;
+      if (is_tied(mod, p)) continue;
       units[k].pieces.push_back({&p, 0, p.value.numel(), p.offset, false});
       // Under tensor parallelism a parameter whole on every tensor rank counts once (tensor rank 0's).
       if (p.spec.sharding.sharded() || tp().size() == 1 || tp().rank() == 0)
         module_squares[k] += kernels::sum_of_squares(p.grad);
     }
   }
-  // (V is split over the tensor ranks by vocabulary: every rank's part counts.)
-  const double norm = std::sqrt(global_squares(std::move(module_squares),
-                                               holds(0) ? kernels::sum_of_squares(tied_grad_) : 0.0));
+  // (V is split over the tensor ranks by vocabulary: every rank's part counts. P is whole on every tensor
+  // rank: tensor rank 0's counts.)
+  double tied_squares = 0;
+  if (holds(0))
+    for (size_t u = 0; u < tied_.size(); ++u) {
+      const model::Parameter& p = *modules_[0].tied[u];
+      if (p.spec.sharding.sharded() || tp().size() == 1 || tp().rank() == 0)
+        tied_squares += kernels::sum_of_squares(tied_[u].grad);
+    }
+  const double norm = std::sqrt(global_squares(std::move(module_squares), tied_squares));
   last_grad_norm_ = norm;
   for (int k = 0; k < K; ++k)
     if (holds(k) && modules_[k].last_backward_batch >= 0)
       optim::adamw_update(units[k], options_.adam, lr, 1.0f, norm, modules_[k].steps);
   if (!holds(0)) return;
-  // V: its unit reads the accumulator through module 0's V (whose grad buffer is free now), then the
-  // copy in module K-1 takes the same values, as the embedding group keeps the two stages' copies equal.
-  model::Parameter& v = *modules_[0].tied;
-  kernels::copy(v.grad, tied_grad_);
-  optim::MomentShard tied{{{&v, 0, v.value.numel(), 0, false}}, tied_exp_avg_, tied_exp_avg_sq_, false};
-  optim::adamw_update(tied, options_.adam, lr, 1.0f, norm, tied_steps_);
-  if (K > 1) kernels::copy(modules_[K - 1].tied->value, v.value);
+  // Each tied unit reads its accumulator through module 0's parameter (whose grad buffer is free now),
+  // then the copy in module K-1 takes the same values, as the embedding group keeps the two stages'
+  // copies equal.
+  for (size_t u = 0; u < tied_.size(); ++u) {
+    TiedUnit& unit = tied_[u];
+    model::Parameter& v = *modules_[0].tied[u];
+    kernels::copy(v.grad, unit.grad);
+    optim::MomentShard shard{{{&v, 0, v.value.numel(), 0, false}}, unit.exp_avg, unit.exp_avg_sq, false};
+    optim::adamw_update(shard, options_.adam, lr, 1.0f, norm, unit.steps);
+    if (K > 1) kernels::copy(modules_[K - 1].tied[u]->value, v.value);
+  }
 }
 
 }  // namespace tessera::train

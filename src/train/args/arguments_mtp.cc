@@ -39,13 +39,8 @@ void finalize_mtp_model(TrainArguments& a) {
   // Ouroboros: the modules run on its last module after the output layer, so their gradient is fresh like
   // the output layer's and their lookups of the tied embedding land in its fresh term; the driver carries
   // their mtp_k losses beside the LM loss across the ring and the replicas (train/ouroboros_driver.cc).
-  // Its modules but the first hold no position embedding, as a last pipeline stage holds none.
-  const int64_t ouroboros_modules =
-      a.ouroboros_modules > 0 ? a.ouroboros_modules : a.pipeline_model_parallel_size + 1;
-  if (a.pipeline_schedule == "ouroboros" && ouroboros_modules > 1)
-    not_with(c.position_embedding == model::PositionEmbedding::Rope,
-             "learned_absolute positions under --pipeline-schedule ouroboros (its last module holds no position "
-             "embedding; use --position-embedding-type rope)");
+  // With learned absolute positions module K-1 holds a copy of the position embedding, which the driver
+  // ties to module 0's as it ties the word embedding (the modules' lookups in the fresh term).
   // Each module's layer is built as the last one (Megatron's MTP spec): a mixture of experts when that is.
   if (c.moe.enabled() && static_cast<int64_t>(c.moe.layer_experts.size()) == c.num_layers)
     for (int64_t k = 0; k < c.mtp_num_layers; ++k) c.moe.layer_experts.push_back(c.moe.layer_experts.back());

@@ -41,9 +41,6 @@ TEST(MtpArguments, UnsupportedCombinationsAreRefusedByName) {
       {"--mtp-num-layers -1", "must not be negative"},
       {"--mtp-num-layers 1 --mtp-loss-scaling-factor -0.5", "--mtp-loss-scaling-factor"},
       {"--mtp-num-layers 1 --model-family bert", "--model-family bert"},
-      {"--mtp-num-layers 1 --pipeline-model-parallel-size 2 --pipeline-schedule ouroboros",
-       "learned_absolute positions under --pipeline-schedule ouroboros"},
-      {"--mtp-num-layers 1 --pipeline-schedule ouroboros", "learned_absolute positions under --pipeline-schedule"},
   };
   for (const auto& [flags, expected] : cases) {
     const std::string error = mtp_error_of(flags, 2);
@@ -70,8 +67,14 @@ TEST(MtpArguments, UnsupportedCombinationsAreRefusedByName) {
                 .find("--pipeline-token-slices=2: cannot be combined with mixture-of-experts"),
             std::string::npos);
   // Ouroboros runs the modules on its last module, which looks tokens up in its copy of the tied
-  // embedding (RoPE only, as a last pipeline stage); one module is the whole model.
+  // embedding and, with learned absolute positions, positions in its copy of the position embedding,
+  // tied to module 0's as the word embedding is (issue 53); one module is the whole model.
   EXPECT_EQ(mtp_error_of("--mtp-num-layers 2 --pipeline-schedule ouroboros --position-embedding-type rope", 1),
+            "accepted");
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --pipeline-schedule ouroboros", 1), "accepted");
+  EXPECT_EQ(mtp_error_of("--mtp-num-layers 2 --pipeline-schedule ouroboros --ouroboros-modules 2 "
+                         "--position-embedding-type learned_absolute",
+                         1),
             "accepted");
   EXPECT_EQ(mtp_error_of("--mtp-num-layers 1 --pipeline-schedule ouroboros --ouroboros-modules 1", 1), "accepted");
   // Context parallelism rolls across the ranks' chunks (issue 53).
