@@ -1,8 +1,9 @@
 // The parameter set's rounded-weight cache on a GPU (model::ParameterSet::rounded_value): under
 // --bf16/--fp16 each GEMM weight's copy is a 16-bit tensor (2 bytes an element, counted so), cast once
 // per step from the fp32 master weight and holding bit for bit the CPU's rounding of it; with the 16-bit
-// GEMM buffers switched off (kernels::gpu_16bit_gemm_buffers) the step-1 fp32 copy. Skipped, with
-// CUDA's reason, where no GPU is present.
+// GEMM buffers switched off (kernels::gpu_16bit_gemm_buffers) the step-1 fp32 copy. And the saved
+// activations that backward reads only as GEMM inputs (model::SavedTensors::visit_gemm_inputs), kept in
+// bf16 for backward there. Skipped, with CUDA's reason, where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "kernels/precision.h"
 #include "kernels/tensor_ops.h"
 #include "model/parameters.h"
+#include "model/saved_tensors.h"
 
 namespace tessera::model {
 namespace {
@@ -85,6 +87,35 @@ TEST_F(CudaRoundedWeights, Fp32BufferPathKeepsFp32Copies) {
   EXPECT_EQ(fp32.dtype(), DType::F32);
   EXPECT_EQ(p.set.rounded_weight_bytes(), 37 * 29 * 4);
   EXPECT_TRUE(same_bits(to_host(fp32), to_host(kernels::to_fp32(bf16))));
+}
+
+// A kept activation that backward reads only as a GEMM input stays in 16 bits for backward on the GPU
+// (the forward's encoding is the dW product's input), the others are widened; with the fp32-buffer path
+// every one is widened, as on the CPU.
+struct Record final : SavedTensors {
+  Tensor gemm_only, other;
+  void visit(const std::function<void(Tensor&, bool)>& f) override {
+    f(gemm_only, true);
+    f(other, true);
+  }
+  void visit_gemm_inputs(const std::function<void(Tensor&)>& f) override { f(gemm_only); }
+};
+
+TEST_F(CudaRoundedWeights, GemmOnlyActivationsStay16BitForBackward) {
+  for (bool sixteen : {true, false}) {
+    SCOPED_TRACE(sixteen);
+    kernels::set_gpu_16bit_gemm_buffers(sixteen);
+    Record r;
+    const Tensor a = random({41}, 4), b = random({41}, 5);
+    r.gemm_only = cuda::testing::to_device(a), r.other = cuda::testing::to_device(b);
+    r.store_activations_as(DType::BF16);
+    EXPECT_EQ(r.widen_activations(), DType::BF16);
+    EXPECT_EQ(r.gemm_only.dtype(), sixteen ? DType::BF16 : DType::F32);
+    EXPECT_EQ(r.other.dtype(), DType::F32);
+    Tensor want = Tensor::empty({41}, DType::F32, Device::cpu());
+    kernels::round_to(DType::BF16, a, want);
+    EXPECT_TRUE(same_bits(to_host(kernels::to_fp32(r.gemm_only)), want));
+  }
 }
 
 }  // namespace
