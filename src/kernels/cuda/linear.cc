@@ -11,7 +11,6 @@
 #include <cstdint>
 
 #include "core/check.h"
-
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm_cublaslt.h"
