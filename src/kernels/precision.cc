@@ -93,6 +93,26 @@ bool reuse_rounded = true;
 bool reuse_rounded_inputs() { return reuse_rounded; }
 void set_reuse_rounded_inputs(bool on) { reuse_rounded = on; }
 
+namespace {
+bool gpu_16bit_buffers = true;
+}  // namespace
+
+bool gpu_16bit_gemm_buffers() { return gpu_16bit_buffers; }
+void set_gpu_16bit_gemm_buffers(bool on) { gpu_16bit_buffers = on; }
+
+DType gemm_buffer_type(DType t, Device d) {
+  return t != DType::F32 && d.type == DeviceType::CUDA && gpu_16bit_buffers ? t : DType::F32;
+}
+
+Tensor gemm_input(const Tensor& x, DType t, const char* what) {
+  if (!x.defined()) return x;
+  const DType want = gemm_buffer_type(t, x.device());
+  if (x.dtype() == want) return x;
+  TESSERA_CHECK(x.dtype() == DType::F32 || x.dtype() == t, what, ": a GEMM input of type ", dtype_name(x.dtype()),
+                " multiplied as ", dtype_name(t), " (fp32, or 16-bit values of the input type)");
+  return want == DType::F32 ? to_fp32(x) : store_as(want, x);
+}
+
 DType gemm_rounding(DType t) { return reuse_rounded ? t : DType::F32; }
 
 void round_to(DType t, const Tensor& in, const Tensor& out) {

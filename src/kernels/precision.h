@@ -62,6 +62,24 @@ DType gemm_rounding(DType t);
 // x rounded in place to type t when inputs are reused (above) and t is 16-bit; returns whether it was.
 bool round_in_place_for_gemm(DType t, const Tensor& x);
 
+// Whether a GPU multiplies 16-bit GEMM inputs from 16-bit buffers (the default): under --bf16/--fp16
+// the weights' once-per-step copies are kept as bf16/fp16 (2 bytes, model::ParameterSet's rounded-
+// weight cache) and each fp32 activation entering a GEMM is encoded into a 16-bit buffer, so that
+// cuBLASLt runs its 16-bit tensor-core kernels (fp32 accumulation, fp32 output). Off, the GPU keeps the
+// step-1 path: fp32 buffers that cuBLASLt rounds itself (and may run as TF32). The inputs' values are
+// the same either way; tests and the device benchmark switch it off to compare. The CPU (oneDNN on fp32
+// buffers) is not affected.
+bool gpu_16bit_gemm_buffers();
+void set_gpu_16bit_gemm_buffers(bool on);
+// The element type a GEMM of input type t reads its inputs in on device d: t for a 16-bit t on a GPU
+// (with the above on), else F32.
+DType gemm_buffer_type(DType t, Device d);
+// x (fp32, or 16-bit values of type t) as a GEMM of input type t on x's device reads it: x itself when
+// it is of gemm_buffer_type(t, device) already, else its 16-bit encoding (fp32 -> t, rounding to
+// nearest even as round_to) or its fp32 widening (a new tensor). A caller that feeds one tensor to
+// several GEMMs converts it once with this. Any other type is an Error naming `what` and the types.
+Tensor gemm_input(const Tensor& x, DType t, const char* what);
+
 // An fp32 tensor stored as type t (BF16 or F16: half the bytes; F32: the tensor itself), and back.
 // Under mixed precision the activations kept for backward are stored so, as Megatron keeps them.
 Tensor store_as(DType t, const Tensor& fp32);

@@ -12,6 +12,8 @@ struct MlpRecord final : SavedTensors {
     f(fc1, true);
     f(act, true);
   }
+  // The activation is read in backward only by fc2's dW product (the activation's backward reads fc1).
+  void visit_gemm_inputs(const std::function<void(Tensor&)>& f) override { f(act); }
 };
 
 }  // namespace

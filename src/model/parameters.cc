@@ -38,10 +38,18 @@ void ParameterSet::allocate(uint64_t seed, bool with_grads) {
 Tensor ParameterSet::rounded_value(const Parameter& p, DType t) const {
   if (t == DType::F32 || t != rounded_type_ || !kernels::reuse_rounded_inputs()) return Tensor();
   RoundedCopy& copy = rounded_[&p];
-  if (copy.epoch != weights_epoch_) {
+  // On a GPU the copy is the 16-bit buffer its GEMMs read (2 bytes an element), on the CPU the fp32
+  // numbers oneDNN reads; a switch of kernels::gpu_16bit_gemm_buffers takes effect at the next refresh.
+  const DType storage = kernels::gemm_buffer_type(t, p.value.device());
+  if (copy.epoch != weights_epoch_ || copy.values.dtype() != storage) {
     TESSERA_PROFILE_SCOPE("round_weights");
-    if (!copy.values.defined()) copy.values = Tensor::empty(p.value.shape(), DType::F32, p.value.device());
-    kernels::round_to(t, p.value, copy.values);
+    if (storage != DType::F32) {
+      copy.values = kernels::store_as(storage, p.value);
+    } else {
+      if (!copy.values.defined() || copy.values.dtype() != DType::F32)
+        copy.values = Tensor::empty(p.value.shape(), DType::F32, p.value.device());
+      kernels::round_to(t, p.value, copy.values);
+    }
     copy.epoch = weights_epoch_;
   }
   return copy.values;
@@ -65,10 +73,10 @@ int64_t ParameterSet::rounded_weight_bytes() const {
   return total;
 }
 
-int64_t ParameterSet::gemm_weight_bytes() const {
+int64_t ParameterSet::gemm_weight_bytes(DType storage) const {
   int64_t total = 0;
   for (const Parameter& p : params_)
-    if (p.spec.gemm_weight) total += shape_numel(p.spec.shape) * static_cast<int64_t>(sizeof(float));
+    if (p.spec.gemm_weight) total += shape_numel(p.spec.shape) * static_cast<int64_t>(dtype_size(storage));
   return total;
 }
 

@@ -110,11 +110,13 @@ class ParameterSet {
   DType rounded_value_type() const { return rounded_type_; }  // F32: no copies are kept
   void weights_changed() { ++weights_epoch_; }
   // p's values rounded to type t, or an undefined tensor where no rounded copy is kept for t (the GEMM
-  // rounds then).
+  // rounds then). The copy is of kernels::gemm_buffer_type: on a GPU a bf16 (fp16) tensor, cast once
+  // per step for cuBLASLt's 16-bit kernels; on the CPU fp32 numbers that a 16-bit one can hold.
   Tensor rounded_value(const Parameter& p, DType t) const;
-  // The memory of the rounded copies made so far (4 bytes per element), and of all there will be.
+  // The memory of the rounded copies made so far (as they are kept), and of all there will be when each
+  // element is kept in `storage` (kernels::gemm_buffer_type of the rounded type and the device).
   int64_t rounded_weight_bytes() const;
-  int64_t gemm_weight_bytes() const;
+  int64_t gemm_weight_bytes(DType storage = DType::F32) const;
 
   // Decoding on fp32 weights: each GEMM weight also kept packed for kernels::packed_linear_forward, which
   // a decoding step's few rows multiply without oneDNN's per-call reorder (issue 40). Off until

@@ -15,12 +15,17 @@ class SavedTensors {
   // Calls f on every kept tensor; `activation` is false for statistics (norm mean and rstd, the
   // log-sum-exp), which stay fp32 under mixed precision as Megatron keeps them.
   virtual void visit(const std::function<void(Tensor&, bool activation)>& f) = 0;
+  // The kept activations (also visited above) that backward reads only as GEMM inputs, as an MLP's
+  // activation only feeds fc2's dW product. None unless a record says so.
+  virtual void visit_gemm_inputs(const std::function<void(Tensor&)>& f) {}
 
   int64_t bytes() const;  // of every defined tensor (each is its own allocation)
   // Under mixed precision the activations are kept in the 16-bit type t, as Megatron keeps them.
   void store_activations_as(DType t);
   // Back to fp32 in place, for backward; returns the type they were kept in (F32 when none was 16-bit),
-  // so that GEMMs know the widened values are already rounded to it.
+  // so that GEMMs know the widened values are already rounded to it. A GEMM-only input (above) stays in
+  // 16 bits where its device's GEMMs read 16-bit buffers (kernels::gemm_buffer_type: a GPU): its
+  // forward encoding is what the backward's dW product reads, not widened and encoded again.
   DType widen_activations();
 };
 

@@ -50,6 +50,11 @@ void LayerRecord::visit(const std::function<void(Tensor&, bool)>& f) {
   if (mlp) mlp->visit(f);
 }
 
+void LayerRecord::visit_gemm_inputs(const std::function<void(Tensor&)>& f) {
+  if (attention) attention->visit_gemm_inputs(f);
+  if (mlp) mlp->visit_gemm_inputs(f);
+}
+
 // The norms (and the slots' parameters after them) are declared in this order, which fixes the layer's
 // flat parameter layout.
 TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer_number, ParameterSet& params,

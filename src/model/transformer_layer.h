@@ -21,6 +21,7 @@ struct LayerRecord final : SavedTensors {
   Tensor ln2, ln2_mean, ln2_rstd;
   std::unique_ptr<SavedTensors> attention, mlp;  // the slots' records
   void visit(const std::function<void(Tensor&, bool)>& f) override;
+  void visit_gemm_inputs(const std::function<void(Tensor&)>& f) override;
 };
 
 class TransformerLayer {

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
+#include "kernels/precision.h"
 #include "model/activation_memory.h"
 #include "train/training_log.h"
 
@@ -112,7 +113,7 @@ std::string memory_report(const TrainArguments& a, const MemoryPrediction& p) {
       ") = ",
       megabytes(p.weight_and_optimizer - p.rounded_weights), " MB\n",
       p.rounded_weights > 0 ? str_cat("   GEMM weights rounded to ", dtype_name(a.model.params_dtype),
-                                      " once per step (fp32 copies): ", megabytes(p.rounded_weights), " MB\n")
+                                      " once per step (", dtype_name(p.rounded_weights_type), " copies): ", megabytes(p.rounded_weights), " MB\n")
                             : std::string(),
       "   activation memory per transformer layer and micro-batch: ", megabytes(p.activation_per_layer),
       " MB (Korthikanti et al., 16-bit activations with dropout masks: ", megabytes(p.korthikanti_per_layer),
@@ -135,7 +136,11 @@ std::string mixed_precision_summary(const TrainArguments& a) {
   const char* name = dtype_name(t);
   std::string where;
   if (a.device.type == DeviceType::CUDA) {
-    where = str_cat("cuBLASLt on ", a.device.str(), ", the weights rounded to ", name, " once per step");
+    where = kernels::gemm_buffer_type(t, a.device) == t
+                ? str_cat("cuBLASLt ", name, " x ", name, " kernels (fp32 accumulation) on ", a.device.str(),
+                          ", the weights cast to ", name, " once per step")
+                : str_cat("cuBLASLt on ", a.device.str(), ", fp32 buffers rounded to ", name,
+                          ", the weights rounded once per step");
   } else {
     const kernels::CpuFeatures& cpu = kernels::cpu_features();
     const char* instructions = t == DType::BF16 ? "AVX512-BF16 or AMX-BF16" : "AVX512-FP16 or AMX-FP16";

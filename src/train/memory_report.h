@@ -25,6 +25,7 @@ struct MemoryPrediction {
   // Mixed precision on the fp32 kernels: bytes of the GEMM weights' copies rounded once per step
   // (model::ParameterSet::cache_rounded_weights), part of weight_and_optimizer. Set by the trainer.
   double rounded_weights = 0;
+  DType rounded_weights_type = DType::F32;  // what those copies are kept in (bf16 on a GPU)
 };
 
 // For pipeline stage `stage` holding `parameters` parameters.

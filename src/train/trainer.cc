@@ -182,7 +182,9 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   on_device.reset();
   memory_ = predict_memory(args_, schedule_, stage, params_.numel());
   if (params_.rounded_value_type() != DType::F32) {
-    memory_.rounded_weights = static_cast<double>(params_.gemm_weight_bytes());
+    // 2-byte copies on a GPU (cuBLASLt's 16-bit inputs), fp32 ones on the CPU.
+    memory_.rounded_weights_type = kernels::gemm_buffer_type(params_.rounded_value_type(), args_.device);
+    memory_.rounded_weights = static_cast<double>(params_.gemm_weight_bytes(memory_.rounded_weights_type));
     memory_.weight_and_optimizer += memory_.rounded_weights;
   }
   say(memory_report(args_, memory_));

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/device_testing.h"
 #include "kernels/cuda/gemm_cublaslt.h"
+#include "kernels/precision.h"
 #include "kernels/tensor_ops.h"
 #include "model/gpt_model.h"
 #include "model/model_testing.h"
@@ -119,6 +120,25 @@ TEST_F(CudaGptModel, Gpt2StyleInBf16MatchesTheCpu) {
 
 TEST_F(CudaGptModel, LlamaStyleInBf16MatchesTheCpu) {
   expect_gpu_matches_cpu(in_bf16(testing::tiny_gpt_config(true, 2, 24, 32)));
+}
+
+// The GEMMs on 16-bit buffers (kernels::gpu_16bit_gemm_buffers, the default: bf16 weight copies and
+// activations, cuBLASLt's bf16 kernels) against step 1's fp32 buffers on the same GPU: the same input
+// values, so the same loss and gradients up to the order of the fp32 sums (and what a rounding that
+// order flips does downstream).
+TEST_F(CudaGptModel, Bf16On16BitGemmBuffersMatchesTheFp32BufferPath) {
+  for (bool llama_style : {false, true}) {
+    SCOPED_TRACE(llama_style);
+    const ModelConfig c = in_bf16(testing::tiny_gpt_config(llama_style, 2, 24, 32));
+    // GPT-2 style keeps its records (the MLP's activation in bf16 for fc2's dW), Llama style recomputes.
+    const Recompute recompute = llama_style ? Recompute{RecomputeMethod::Uniform, 1} : Recompute{};
+    const auto sixteen = forward_backward(c, kGpu, recompute);
+    kernels::set_gpu_16bit_gemm_buffers(false);
+    const auto fp32 = forward_backward(c, kGpu, recompute);
+    kernels::set_gpu_16bit_gemm_buffers(true);
+    EXPECT_NEAR(sixteen.loss, fp32.loss, 1e-3 * std::fabs(fp32.loss));
+    EXPECT_TRUE(grads_close(sixteen.grads, fp32.grads, 2e-2f, 2e-3f));
+  }
 }
 
 // DeepSeek's parts (issues 53/50): multi-latent attention with a query latent, latent norms and YaRN
