@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every relative Markdown link and image in README.md, CHANGELOG.md, BENCHMARKS.md, docs/*.md and
+# Every relative Markdown link and image in README.md, CHANGELOG.md, BENCHMARKS.md, docs/**/*.md and
 # bench/results/*.md resolves: the file (or folder) exists and, for a `#anchor` into a .md file, a heading
 # of that file has that anchor by GitHub's rules (lower case; letters, digits, spaces, `-` and `_` kept,
 # the rest dropped; spaces to `-`; a repeated heading gets -1, -2, ...). Each broken link is printed with
@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 root = sys.argv[1]
 files = [f for f in ['README.md', 'CHANGELOG.md', 'BENCHMARKS.md'] if os.path.exists(os.path.join(root, f))]
-files += sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, 'docs', '*.md')))
+files += sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, 'docs', '**', '*.md'), recursive=True))
 files += sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, 'bench', 'results', '*.md')))
 
 FENCE = re.compile(r'^\s*(```|~~~)')
