@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The device-seam check: only the kernels take the memory of a tensor wherever it lives; the model never
-takes it, and the other layers only where it is host memory (docs/architecture/model.md, `model/`, and docs/contributing.md).
+takes it, and the other layers only where it is host memory (docs/architecture/model.md, `model/`, and
+docs/contributing.md).
 
 Every computation of src/model/, src/optim/ and src/pipeline/ (the model, its optimizers and the
 schedules that run it) is a kernel call (kernels/<name>.h) dispatched on the tensors' device, so they run
