@@ -1,5 +1,5 @@
 // The linear layer's products on CUDA devices (kernels/cuda/linear.h): the GemmArgs of the CPU path
-// (kernels/cpu/linear.cc) on the device's default stream, where the other CUDA kernels run, so the
+// (kernels/cpu/linear.cc) on the device's kernel stream, where the other CUDA kernels run, so the
 // backend's GEMMs and those kernels are ordered without synchronising. cuBLASLt rounds fp32 inputs to
 // input_type itself (its fast-16-bit compute types), so dy is not rounded into a copy as on the CPU.
 #include "kernels/cuda/linear.h"
@@ -26,10 +26,10 @@ void start(const char* kernel, int device) {
   (void)registered;
 }
 
-// GemmArgs on `device`'s default stream.
+// GemmArgs on `device`'s kernel stream.
 GemmArgs device_gemm(int device) {
   GemmArgs g;
-  g.stream = Stream::default_for(Device{DeviceType::CUDA, device});
+  g.stream = Stream{Device{DeviceType::CUDA, device}, tessera::cuda::kernel_stream(device)};
   return g;
 }
 
@@ -56,7 +56,8 @@ void linear_backward(const float* dy, const float* x, const float* w, float* dx,
   if (db) linear_bias_grad(dy, db, rows, out);  // sums the unrounded dy, as the CPU
   if (dx && rows > 0 && in > 0) {  // dx = dy w
     if (out == 0) {  // an empty product: the backend takes no k = 0, and dx is overwritten
-      tessera::cuda::check(cudaMemsetAsync(dx, 0, static_cast<size_t>(rows * in) * sizeof(float)), "linear_backward");
+      tessera::cuda::check(cudaMemsetAsync(dx, 0, static_cast<size_t>(rows * in) * sizeof(float),
+                                                   static_cast<cudaStream_t>(tessera::cuda::kernel_stream(device))), "linear_backward");
     } else {
       GemmArgs g = linear_dx_gemm(device_gemm(device), dy, w, dx, rows, in, out, input_type);
       g.a_rounded = dy_rounded, g.b_rounded = w_rounded;

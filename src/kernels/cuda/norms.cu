@@ -94,19 +94,19 @@ void forward(const char* kernel, const float* x, const float* w, const float* b,
   TESSERA_CHECK(round_output == DType::F32 || round_output == DType::BF16 || round_output == DType::F16, kernel,
                 ": ", dtype_name(round_output), " is not a floating-point compute type");
   if (rows == 0) return;
-  norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads>>>(x, w, b, y, mean, rstd, cols, eps, round_output);
+  norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(x, w, b, y, mean, rstd, cols, eps, round_output);
   check_launch(kernel);
 }
 
 void backward(const char* kernel, const float* dy, const float* x, const float* w, const float* mean,
               const float* rstd, float* dx, float* dw, float* db, int64_t rows, int64_t cols) {
   if (rows == 0) return;
-  norm_dx_kernel<<<static_cast<unsigned>(rows), kThreads>>>(dy, x, w, mean, rstd, dx, cols);
+  norm_dx_kernel<<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(dy, x, w, mean, rstd, dx, cols);
   check_launch(kernel);
   if (cols == 0) return;
   const int64_t chunks = math::column_sum_chunks(rows);
   DeviceScratch dw_part(chunks * cols), db_part(db ? chunks * cols : 1);
-  norm_weight_grad_partials_kernel<<<column_partials_grid(rows, cols), kThreads>>>(
+  norm_weight_grad_partials_kernel<<<column_partials_grid(rows, cols), kThreads, 0, launch_stream()>>>(
       dy, x, mean, rstd, dw_part.data(), db ? db_part.data() : nullptr, rows, cols);
   check_launch(kernel);
   sum_column_partials(dw_part.data(), chunks, cols, dw);
