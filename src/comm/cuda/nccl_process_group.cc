@@ -328,7 +328,8 @@ class NcclProcessGroup final : public ProcessGroup {
     check_cuda(cudaSetDevice(c_->ordinal), "cudaSetDevice");
     cudaEvent_t ready = nullptr, done = nullptr;
     check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    check_cuda(cudaEventRecord(ready, static_cast<cudaStream_t>(tessera::cuda::kernel_stream(c_->ordinal))), "cudaEventRecord");
+    check_cuda(cudaEventRecord(ready, static_cast<cudaStream_t>(tessera::cuda::kernel_stream(c_->ordinal))),
+               "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(c_->stream, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);  // released once the wait has been enqueued
     const uint64_t log_id = global_collective_log().record(op, name(), static_cast<int64_t>(bytes), ++seq_);

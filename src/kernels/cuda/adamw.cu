@@ -113,7 +113,8 @@ void grad_norm_and_clip(const float* x, int64_t n, float clip_grad, float loss_s
   unsigned* done = reinterpret_cast<unsigned*>(partial + chunks);
   try {
     tessera::cuda::check(cudaMemsetAsync(done, 0, sizeof(unsigned), launch_stream()), "grad_norm_and_clip");
-    grad_norm_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, launch_stream()>>>(x, n, partial, done, clip_grad, loss_scale, scalars);
+    grad_norm_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, launch_stream()>>>(x, n, partial, done, clip_grad,
+                                                                                      loss_scale, scalars);
     check_launch("grad_norm_and_clip");
   } catch (...) {
     allocator.deallocate(partial, bytes);
@@ -127,8 +128,9 @@ void adamw_multi_step(float* param, const float* grad, float* exp_avg, float* ex
   if (total == 0 || segments == 0) return;
   AdamWHyper without = h;
   without.weight_decay = 0;
-  adamw_multi_kernel<<<grid_for(total), kThreads, 0, launch_stream()>>>(param, grad, exp_avg, exp_avg_sq, table, segments, total,
-                                                    math::adamw_coeffs(h), math::adamw_coeffs(without), scalars);
+  adamw_multi_kernel<<<grid_for(total), kThreads, 0, launch_stream()>>>(param, grad, exp_avg, exp_avg_sq, table,
+                                                                        segments, total, math::adamw_coeffs(h),
+                                                                        math::adamw_coeffs(without), scalars);
   check_launch("adamw_multi_step");
 }
 

@@ -327,7 +327,8 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 void block_doc_start(const int32_t* doc, int64_t batch, int64_t n, int64_t column, int64_t width, int64_t first_key,
                      int32_t* out) {
   if (batch * width == 0) return;
-  block_doc_start_kernel<<<grid_for(batch * width), kThreads, 0, launch_stream()>>>(doc, batch, n, column, width, first_key, out);
+  block_doc_start_kernel<<<grid_for(batch * width), kThreads, 0, launch_stream()>>>(doc, batch, n, column, width,
+                                                                                    first_key, out);
   check_launch("block_doc_start");
 }
 

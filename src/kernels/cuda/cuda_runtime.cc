@@ -107,8 +107,8 @@ int device_count(std::string* why) {
 }
 
 void* kernel_stream(int ordinal) {
-  TESSERA_CHECK(ordinal >= 0 && ordinal < kMaxStreamDevices, "kernel_stream: no cuda:", ordinal,
-                " (at most ", kMaxStreamDevices, " devices per process)");
+  TESSERA_CHECK(ordinal >= 0 && ordinal < kMaxStreamDevices, "kernel_stream: no cuda:", ordinal, " (at most ",
+                kMaxStreamDevices, " devices per process)");
   if (cudaStream_t s = g_streams[ordinal].load(std::memory_order_acquire)) return s;
   std::lock_guard<std::mutex> lock(g_stream_mutex);
   if (cudaStream_t s = g_streams[ordinal].load(std::memory_order_acquire)) return s;

@@ -57,7 +57,8 @@ void linear_backward(const float* dy, const float* x, const float* w, float* dx,
   if (dx && rows > 0 && in > 0) {  // dx = dy w
     if (out == 0) {  // an empty product: the backend takes no k = 0, and dx is overwritten
       tessera::cuda::check(cudaMemsetAsync(dx, 0, static_cast<size_t>(rows * in) * sizeof(float),
-                                                   static_cast<cudaStream_t>(tessera::cuda::kernel_stream(device))), "linear_backward");
+                                           static_cast<cudaStream_t>(tessera::cuda::kernel_stream(device))),
+                           "linear_backward");
     } else {
       GemmArgs g = linear_dx_gemm(device_gemm(device), dy, w, dx, rows, in, out, input_type);
       g.a_rounded = dy_rounded, g.b_rounded = w_rounded;

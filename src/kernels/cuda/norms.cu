@@ -94,7 +94,8 @@ void forward(const char* kernel, const float* x, const float* w, const float* b,
   TESSERA_CHECK(round_output == DType::F32 || round_output == DType::BF16 || round_output == DType::F16, kernel,
                 ": ", dtype_name(round_output), " is not a floating-point compute type");
   if (rows == 0) return;
-  norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(x, w, b, y, mean, rstd, cols, eps, round_output);
+  norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(x, w, b, y, mean, rstd, cols, eps,
+                                                                                     round_output);
   check_launch(kernel);
 }
 

@@ -106,7 +106,9 @@ void dropout_apply(const char* kernel, const float* in, float* out, float p, uin
   const int64_t n = r.seq * r.batch * r.hidden;
   if (n == 0) return;
   if (p == 0.0f) {  // identity: nothing to draw
-    if (in != out) tessera::cuda::check(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, launch_stream()), kernel);
+    if (in != out)
+      tessera::cuda::check(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, launch_stream()),
+                           kernel);
     return;
   }
   dropout_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(in, out, n, p, 1.0f / (1.0f - p), seed, stream, r);
@@ -132,7 +134,8 @@ void rope_apply(const char* kernel, float* x, const int32_t* positions, int64_t 
   math::check_rope_dims(rot_dim, head_dim);
   const int64_t n = rows * heads * (rot_dim / 2);
   if (n == 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(x, positions, n, heads, head_dim, rot_dim, base, scaling, sign);
+  rope_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(x, positions, n, heads, head_dim, rot_dim, base, scaling,
+                                                             sign);
   check_launch(kernel);
 }
 
@@ -175,7 +178,9 @@ void round_to(DType t, const float* in, float* out, int64_t n) {
   check_compute_type(t, "round_to");
   if (n == 0) return;
   if (t == DType::F32) {
-    if (in != out) tessera::cuda::check(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, launch_stream()), "round_to");
+    if (in != out)
+      tessera::cuda::check(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, launch_stream()),
+                           "round_to");
     return;
   }
   round_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(t, in, out, n);
@@ -212,7 +217,8 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
 void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width, DType round_output) {
   check_compute_type(round_output, "swiglu_forward");
   if (rows * width == 0) return;
-  swiglu_forward_kernel<<<grid_for(rows * width), kThreads, 0, launch_stream()>>>(x, y, rows * width, width, round_output);
+  swiglu_forward_kernel<<<grid_for(rows * width), kThreads, 0, launch_stream()>>>(x, y, rows * width, width,
+                                                                                  round_output);
   check_launch("swiglu_forward");
 }
 

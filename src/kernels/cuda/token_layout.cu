@@ -26,8 +26,8 @@ __global__ void transpose_kernel(const T* src, T* dst, int64_t rows, int64_t col
 
 template <typename T>
 void transpose(const void* src, void* dst, int64_t rows, int64_t cols) {
-  transpose_kernel<T><<<grid_for(rows * cols), kThreads, 0, launch_stream()>>>(static_cast<const T*>(src), static_cast<T*>(dst), rows,
-                                                           cols);
+  transpose_kernel<T><<<grid_for(rows * cols), kThreads, 0, launch_stream()>>>(static_cast<const T*>(src),
+                                                                               static_cast<T*>(dst), rows, cols);
 }
 
 __global__ void fill_positions_kernel(int32_t* positions, int64_t n, int64_t batch, int64_t first) {

@@ -73,7 +73,8 @@ void shard_argmax(const float* logits, float* best, int64_t rows, int64_t vocab_
   if (rows == 0) return;
   // The tree halves the block: kThreads is a power of two.
   static_assert((kThreads & (kThreads - 1)) == 0);
-  shard_argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(logits, best, vocab_local, vocab_begin);
+  shard_argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(logits, best, vocab_local,
+                                                                                     vocab_begin);
   check_launch("shard_argmax");
 }
 
