@@ -245,6 +245,22 @@ TEST(TensorEntryPoints, LossKernelsAreThePointerKernels) {
   EXPECT_EQ(masked_loss_sum(mx, se, tg, mask, lse),
             cpu::masked_loss_sum(mx.f32(), se.f32(), tg.f32(), mask.f32(), lse_ref.f32(), rows));
   EXPECT_TRUE(same_bits(lse, lse_ref));
+  // Kept in a loss total: each call's sum added in double, the same bits as adding the returned sums.
+  const Tensor total = loss_total(Device::cpu());
+  EXPECT_EQ(loss_total_value(total), 0.0);
+  masked_loss_sum_into(mx, se, tg, mask, lse, total);
+  masked_loss_sum_into(mx, se, tg, random({rows}, 4, 0.0f, 1.0f), lse, total);
+  const double first = masked_loss_sum(mx, se, tg, mask, lse_ref);
+  const double second = masked_loss_sum(mx, se, tg, random({rows}, 4, 0.0f, 1.0f), lse_ref);
+  EXPECT_EQ(loss_total_value(total), 0.0 + first + second);
+  EXPECT_TRUE(same_bits(lse, lse_ref));
+  try {
+    masked_loss_sum_into(mx, se, tg, mask, lse, Tensor::zeros({1}, DType::F32, Device::cpu()));
+    ADD_FAILURE() << "an fp32 total was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("masked_loss_sum_into: the total is fp32 [1], not a loss total"),
+              std::string::npos) << e.what();
+  }
 
   Tensor best = Tensor::empty({1, 2 * rows}), best_ref = best.clone();
   shard_argmax(logits, best, begin);
@@ -371,7 +387,7 @@ bool has_cuda_kernel(const std::string& kernel) {
       "layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward", "dropout_forward",
       "dropout_backward",  "embedding_forward",  "embedding_backward", "cross_entropy_shard_stats",
       "cross_entropy_backward", "cross_entropy_fused", "from_host",
-      "rope_forward",      "rope_backward",      "rescale_sum_exp", "masked_loss_sum",
+      "rope_forward",      "rope_backward",      "rescale_sum_exp", "masked_loss_sum", "masked_loss_sum_into",
       "linear_forward",    "linear_backward",    "transpose_rows",  "fill_positions",  "split_qkv",
       "merge_qkv",         "first_id_outside",   "shard_argmax",    "pick_scores",
       "fill_normal",       "place_shards",       "residual_layernorm_forward", "residual_rmsnorm_forward",
@@ -429,6 +445,7 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         {"cross_entropy_fused", [&] { cross_entropy_fused(x, idx, row, row, row, row, row); }},
         {"rescale_sum_exp", [&] { rescale_sum_exp(row, row, row); }},
         {"masked_loss_sum", [&] { masked_loss_sum(row, row, row, row, row); }},
+        {"masked_loss_sum_into", [&] { masked_loss_sum_into(row, row, row, row, row, dev({1}, DType::I64)); }},
         {"shard_argmax", [&] { shard_argmax(x, col, 0); }},
         {"pick_scores", [&] { pick_scores(dev({1, 8}), row, row, dev({12})); }},
         {"transpose_rows", [&] { transpose_rows(x, dev({8, 4})); }},
@@ -459,7 +476,7 @@ TEST(TensorEntryPoints, TensorsOnAnotherDeviceAreRefused) {
         EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
       }
     }
-    EXPECT_EQ(cuda_kernels, 43);  // each name of has_cuda_kernel is a call above
+    EXPECT_EQ(cuda_kernels, 44);  // each name of has_cuda_kernel is a call above
     try {
       add_into(host, x);
       ADD_FAILURE() << "add_into mixed devices";

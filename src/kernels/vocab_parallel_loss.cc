@@ -1,8 +1,11 @@
 #include "kernels/vocab_parallel_loss.h"
 
+#include <cstring>
+
 #include "kernels/cpu/vocab_parallel_loss.h"
 #include "kernels/cuda/vocab_parallel_loss.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/tensor_ops.h"
 
 namespace tessera::kernels {
 
@@ -25,6 +28,41 @@ double masked_loss_sum(const Tensor& max, const Tensor& sumexp, const Tensor& ta
     if (on_cuda(d))
       return cuda::masked_loss_sum(max.f32(), sumexp.f32(), target.f32(), loss_mask.f32(), lse.f32(), rows, d.index);
   return cpu::masked_loss_sum(max.f32(), sumexp.f32(), target.f32(), loss_mask.f32(), lse.f32(), rows);
+}
+
+namespace {
+void check_total(const char* kernel, const Tensor& total) {
+  TESSERA_CHECK(total.dtype() == DType::I64 && total.numel() == 1, kernel, ": the total is ", dtype_name(total.dtype()),
+                " ", shape_str(total.shape()), ", not a loss total (int64 [1], from loss_total)");
+}
+}  // namespace
+
+void masked_loss_sum_into(const Tensor& max, const Tensor& sumexp, const Tensor& target, const Tensor& loss_mask,
+                          const Tensor& lse, const Tensor& total) {
+  const Device d =
+      kernel_device("masked_loss_sum_into", {&max, &sumexp, &target, &loss_mask, &lse, &total}, Impl::kCpuAndCuda);
+  check_total("masked_loss_sum_into", total);
+  const int64_t rows = max.numel();
+  for (const Tensor* t : {&sumexp, &target, &loss_mask, &lse})
+    check_numel("masked_loss_sum_into", "a per-row operand", *t, rows);
+  if constexpr (kWithCuda)
+    if (on_cuda(d))
+      return cuda::masked_loss_sum_into(max.f32(), sumexp.f32(), target.f32(), loss_mask.f32(), lse.f32(), rows,
+                                        reinterpret_cast<double*>(total.i64()));
+  double sum = 0;
+  std::memcpy(&sum, total.i64(), sizeof sum);
+  sum += cpu::masked_loss_sum(max.f32(), sumexp.f32(), target.f32(), loss_mask.f32(), lse.f32(), rows);
+  std::memcpy(total.i64(), &sum, sizeof sum);
+}
+
+Tensor loss_total(Device device) { return Tensor::zeros({1}, DType::I64, device); }  // all bits 0: +0.0
+
+double loss_total_value(const Tensor& total) {
+  check_total("loss_total_value", total);
+  const Tensor host = to_device(total, Device::cpu());
+  double v = 0;
+  std::memcpy(&v, host.host_raw(), sizeof v);
+  return v;
 }
 
 void shard_argmax(const Tensor& logits, const Tensor& best, int64_t vocab_begin) {

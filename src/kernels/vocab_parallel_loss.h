@@ -19,6 +19,17 @@ void rescale_sum_exp(const Tensor& sumexp, const Tensor& max, const Tensor& glob
 double masked_loss_sum(const Tensor& max, const Tensor& sumexp, const Tensor& target, const Tensor& loss_mask,
                        const Tensor& lse);
 
+// The same sum kept on the tensors' device and added into `total` (a loss total, below) rather than
+// returned: on a GPU nothing is copied back, so the host can queue the micro-batch's backward and the next
+// forwards while the GPU works; the total holds the same bits as adding masked_loss_sum's results in double
+// in the same order.
+void masked_loss_sum_into(const Tensor& max, const Tensor& sumexp, const Tensor& target, const Tensor& loss_mask,
+                          const Tensor& lse, const Tensor& total);
+// A loss total on `device`: one double, stored in an int64 [1] tensor (tensors have no fp64 type), 0.
+Tensor loss_total(Device device);
+// The total on the host: a copy that waits for the device's work before it (the one synchronisation).
+double loss_total_value(const Tensor& total);
+
 // Scoring (evaluation): for each row of a shard of logits [rows, vocab_local] holding ids
 // [vocab_begin, vocab_begin + vocab_local), best[2r] and best[2r + 1] (best: 2 * rows elements) = the
 // shard's largest logit and its global id (the first of equal maxima, as torch.argmax).

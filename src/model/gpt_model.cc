@@ -2,6 +2,7 @@
 
 #include "kernels/tensor_ops.h"
 #include "kernels/token_layout.h"
+#include "kernels/vocab_parallel_loss.h"
 #include "model/batch_layout.h"
 #include "model/sliced_multi_token_prediction.h"
 
@@ -108,7 +109,12 @@ Tensor GptModel::forward(const MicroBatch& batch, const Tensor& input, const For
   if (hooks.params_needed_below) hooks.params_needed_below(head_->end_offset());
   // A distilling forward keeps the logits for the KD term: the cross-entropy's gradient waits for backward.
   const float fused_grad_scale = ctx.training && !ctx.distillation ? ctx.loss_grad_scale : 0.0f;
-  losses.lm += head_->forward(x, rec, nullptr, fused_grad_scale);
+  if (losses.lm_stays_on_device && x.device().type != DeviceType::CPU) {  // no copy back per micro-batch
+    if (!losses.lm_on_device.defined()) losses.lm_on_device = kernels::loss_total(x.device());
+    head_->forward(x, rec, nullptr, fused_grad_scale, &losses.lm_on_device);
+  } else {
+    losses.lm += head_->forward(x, rec, nullptr, fused_grad_scale);
+  }
   if (mtp_ && ctx.token_slice) {
     // Token slices: the modules wait for the last slice and run over the whole sequence.
     if (!ids_checked && !rec.tokens.defined()) check_ids(to_seq_major(batch.tokens), config_.vocab_size, "token");

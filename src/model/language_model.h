@@ -65,6 +65,14 @@ struct LossSums {
   double lm = 0;
   std::vector<std::pair<std::string, double>> auxiliary;
   void add_auxiliary(const std::string& name, double value);
+  // Set by a caller that reads the sums once after all its forwards (the trainer's schedule): on a GPU
+  // the LM loss is then added to lm_on_device (kernels::loss_total) by the device instead of being copied
+  // back after each micro-batch's forward, and settle() adds it to lm with one copy. The CPU adds to lm
+  // as before, so its sums are the same bits either way; so are a GPU's (the device adds in double in the
+  // same order).
+  bool lm_stays_on_device = false;
+  Tensor lm_on_device;
+  void settle();
   // How the MoE layers routed this rank's tokens of the micro-batch: routing entries (token, chosen
   // expert) per expert before the capacity, flat over every expert of every MoE layer in layer
   // order (MoeConfig::expert_offset), and the entries that capacity dropped, of all entries. `kept`

@@ -21,8 +21,18 @@ int64_t LMHeadRecord::head_bytes() const {
   return total;
 }
 
+namespace {
+// The masked loss sum returned, or added to `total` on the device (then 0 is returned).
+double loss_sum(const Tensor& max, const Tensor& sumexp, const Tensor& target, const Tensor& loss_mask,
+                const Tensor& lse, const Tensor* total) {
+  if (!total) return kernels::masked_loss_sum(max, sumexp, target, loss_mask, lse);
+  kernels::masked_loss_sum_into(max, sumexp, target, loss_mask, lse, *total);
+  return 0;
+}
+}  // namespace
+
 double VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& labels, const Tensor& loss_mask,
-                                          Tensor& lse, Tensor* target_out) const {
+                                          Tensor& lse, Tensor* target_out, const Tensor* total) const {
   const int64_t rows = logits.dim(0);
   Tensor max = Tensor::empty({rows}), sumexp = Tensor::empty({rows}), target = Tensor::empty({rows});
   kernels::cross_entropy_shard_stats(logits, labels, max, sumexp, target, vocab_begin_);
@@ -36,7 +46,7 @@ double VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& la
   }
   lse = Tensor::empty({rows});
   if (target_out) *target_out = target;
-  return kernels::masked_loss_sum(max, sumexp, target, loss_mask, lse);
+  return loss_sum(max, sumexp, target, loss_mask, lse, total);
 }
 
 void VocabParallelCrossEntropy::backward(Tensor& logits, const Tensor& labels, const Tensor& lse,
@@ -48,7 +58,8 @@ void VocabParallelCrossEntropy::backward(Tensor& logits, const Tensor& labels, c
 }
 
 double VocabParallelCrossEntropy::forward_backward(Tensor& logits, const Tensor& labels, const Tensor& loss_mask,
-                                                   Tensor& lse, float grad_scale, DType round_output) const {
+                                                   Tensor& lse, float grad_scale, DType round_output,
+                                                   const Tensor* total) const {
   TESSERA_CHECK(fusable(), "the fused cross-entropy needs the whole vocabulary on one rank (tensor parallel ",
                 tp_.size(), ")");
   const int64_t rows = logits.dim(0);
@@ -57,7 +68,7 @@ double VocabParallelCrossEntropy::forward_backward(Tensor& logits, const Tensor&
   lse = Tensor::empty({rows});
   kernels::scale(loss_mask, grad_scale, dloss);  // as backward makes it
   kernels::cross_entropy_fused(logits, labels, dloss, max, sumexp, target, lse, round_output);
-  return kernels::masked_loss_sum(max, sumexp, target, loss_mask, lse);  // lse rewritten with its own bits
+  return loss_sum(max, sumexp, target, loss_mask, lse, total);  // lse rewritten with its own bits
 }
 
 Tensor VocabParallelCrossEntropy::scores(const Tensor& logits, const Tensor& lse,
@@ -106,7 +117,8 @@ Tensor LMHead::logits_of(const Tensor& full, bool rounded) const {
   return logits;
 }
 
-double LMHead::forward(const Tensor& x, LMHeadRecord& rec, Tensor* target, float fused_grad_scale) const {
+double LMHead::forward(const Tensor& x, LMHeadRecord& rec, Tensor* target, float fused_grad_scale,
+                       const Tensor* total) const {
   rec.final_input = x;
   // The final norm's output feeds only the output layer's GEMMs: rounded once as it is made, not in each.
   const DType rounding = kernels::gemm_rounding(config_.params_dtype);
@@ -117,9 +129,9 @@ double LMHead::forward(const Tensor& x, LMHeadRecord& rec, Tensor* target, float
   if (rec.logits_hold_grad) {
     rec.fused_grad_scale = fused_grad_scale;
     // dlogits feed only the output layer's GEMMs: rounded as backward would round them.
-    return loss_.forward_backward(rec.logits, rec.labels, rec.loss_mask, rec.lse, fused_grad_scale, rounding);
+    return loss_.forward_backward(rec.logits, rec.labels, rec.loss_mask, rec.lse, fused_grad_scale, rounding, total);
   }
-  return loss_.forward(rec.logits, rec.labels, rec.loss_mask, rec.lse, target);
+  return loss_.forward(rec.logits, rec.labels, rec.loss_mask, rec.lse, target, total);
 }
 
 double LMHead::distill(LMHeadRecord& rec, const Distillation& d) const {

@@ -32,8 +32,10 @@ class VocabParallelCrossEntropy {
   VocabParallelCrossEntropy(const parallel::TensorParallelContext& tp, int64_t vocab_begin, int64_t vocab_local)
       : tp_(tp), vocab_begin_(vocab_begin), vocab_local_(vocab_local) {}
   // Returns sum_t loss_t * loss_mask_t and fills lse [rows]; target [rows] receives the label logits.
+  // With a `total` (kernels::loss_total on the logits' device) the sum is added to it instead, nothing is
+  // copied back, and 0 is returned.
   double forward(const Tensor& logits, const Tensor& labels, const Tensor& loss_mask, Tensor& lse,
-                 Tensor* target = nullptr) const;
+                 Tensor* target = nullptr, const Tensor* total = nullptr) const;
   // In place: logits become d(grad_scale * masked loss sum)/dlogits, rounded to round_output.
   void backward(Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& loss_mask, float grad_scale,
                 DType round_output) const;
@@ -43,7 +45,7 @@ class VocabParallelCrossEntropy {
   // forward and backward as one pass over the logits (kernels::cross_entropy_fused, llm.c's fused
   // classifier): returns forward's sum and fills lse; the logits become backward's gradient.
   double forward_backward(Tensor& logits, const Tensor& labels, const Tensor& loss_mask, Tensor& lse,
-                          float grad_scale, DType round_output) const;
+                          float grad_scale, DType round_output, const Tensor* total = nullptr) const;
   // Per row (label logit, log-sum-exp, arg-max id over the whole padded vocabulary), as [3 * rows].
   Tensor scores(const Tensor& logits, const Tensor& lse, const Tensor& target) const;
 
@@ -63,8 +65,10 @@ class LMHead {
   // Returns the masked loss sum; target, when given, receives the label logits. A training forward whose
   // backward's grad_scale is known (fused_grad_scale > 0) computes the logits' gradient with the loss in
   // one pass where the loss allows it (VocabParallelCrossEntropy::fusable); backward must then be given
-  // the same grad_scale.
-  double forward(const Tensor& x, LMHeadRecord& rec, Tensor* target = nullptr, float fused_grad_scale = 0) const;
+  // the same grad_scale. With a `total`, the sum is added to it on the device and 0 returned
+  // (VocabParallelCrossEntropy::forward).
+  double forward(const Tensor& x, LMHeadRecord& rec, Tensor* target = nullptr, float fused_grad_scale = 0,
+                 const Tensor* total = nullptr) const;
   // After forward: the KD term against d's teacher logits (β·τ²·KL summed over loss tokens, returned),
   // kept in rec so that backward's gradient is that of α·CE + β·τ²·KL.
   double distill(LMHeadRecord& rec, const Distillation& d) const;

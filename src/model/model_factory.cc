@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "kernels/vocab_parallel_loss.h"
 #include "model/bert_model.h"
 #include "model/gpt_model.h"
 
@@ -36,6 +37,12 @@ void LossSums::add_auxiliary(const std::string& name, double value) {
       return;
     }
   auxiliary.emplace_back(name, value);
+}
+
+void LossSums::settle() {
+  if (!lm_on_device.defined()) return;
+  lm += kernels::loss_total_value(lm_on_device);
+  lm_on_device = Tensor();
 }
 
 void LossSums::Routing::add(const Routing& other) {

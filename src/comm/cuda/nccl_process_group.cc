@@ -12,6 +12,7 @@
 #include "comm/collective_checks.h"
 #include "comm/collective_log.h"
 #include "comm/mpi_process_group.h"
+#include "kernels/cuda/cuda_runtime.h"
 
 // NCCL's header gives the types and the signatures the loaded symbols are cast to; nothing is linked.
 #if __has_include(<nccl.h>)
@@ -320,14 +321,15 @@ class NcclProcessGroup final : public ProcessGroup {
     });
   }
 
-  // Orders the operation after the kernels queued on the device's default stream, enqueues it on the
+  // Orders the operation after the kernels queued on the device's kernel stream, enqueues it on the
   // communication stream and returns a handle on its completion event.
   template <class Enqueue>
   WorkHandle launch(const char* op, size_t bytes, std::vector<Tensor> buffers, Enqueue enqueue) {
     check_cuda(cudaSetDevice(c_->ordinal), "cudaSetDevice");
     cudaEvent_t ready = nullptr, done = nullptr;
     check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    check_cuda(cudaEventRecord(ready, nullptr), "cudaEventRecord");
+    check_cuda(cudaEventRecord(ready, static_cast<cudaStream_t>(tessera::cuda::kernel_stream(c_->ordinal))),
+               "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(c_->stream, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);  // released once the wait has been enqueued
     const uint64_t log_id = global_collective_log().record(op, name(), static_cast<int64_t>(bytes), ++seq_);

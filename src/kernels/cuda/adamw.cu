@@ -102,8 +102,7 @@ void grad_norm_and_clip(const float* x, int64_t n, float clip_grad, float loss_s
   if (chunks == 0) {  // no gradients: the scalars of a zero sum, from the host
     StepScalars zero;
     math::step_scalars_of(0.0, clip_grad, loss_scale, &zero.grad_norm, &zero.clip_scale);
-    tessera::cuda::check(cudaMemcpyAsync(scalars, &zero, sizeof(zero), cudaMemcpyHostToDevice), "grad_norm_and_clip");
-    tessera::cuda::check(cudaStreamSynchronize(0), "grad_norm_and_clip");  // &zero is on this stack
+    copy_and_wait(scalars, &zero, sizeof(zero), cudaMemcpyHostToDevice, "grad_norm_and_clip");  // &zero: this stack
     return;
   }
   // The partials and the counter from the device's caching allocator (stream-ordered: freed once the
@@ -113,8 +112,9 @@ void grad_norm_and_clip(const float* x, int64_t n, float clip_grad, float loss_s
   double* partial = static_cast<double*>(allocator.allocate(bytes, 256));
   unsigned* done = reinterpret_cast<unsigned*>(partial + chunks);
   try {
-    tessera::cuda::check(cudaMemsetAsync(done, 0, sizeof(unsigned)), "grad_norm_and_clip");
-    grad_norm_kernel<<<static_cast<unsigned>(chunks), kThreads>>>(x, n, partial, done, clip_grad, loss_scale, scalars);
+    tessera::cuda::check(cudaMemsetAsync(done, 0, sizeof(unsigned), launch_stream()), "grad_norm_and_clip");
+    grad_norm_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, launch_stream()>>>(x, n, partial, done, clip_grad,
+                                                                                      loss_scale, scalars);
     check_launch("grad_norm_and_clip");
   } catch (...) {
     allocator.deallocate(partial, bytes);
@@ -128,15 +128,16 @@ void adamw_multi_step(float* param, const float* grad, float* exp_avg, float* ex
   if (total == 0 || segments == 0) return;
   AdamWHyper without = h;
   without.weight_decay = 0;
-  adamw_multi_kernel<<<grid_for(total), kThreads>>>(param, grad, exp_avg, exp_avg_sq, table, segments, total,
-                                                    math::adamw_coeffs(h), math::adamw_coeffs(without), scalars);
+  adamw_multi_kernel<<<grid_for(total), kThreads, 0, launch_stream()>>>(param, grad, exp_avg, exp_avg_sq, table,
+                                                                        segments, total, math::adamw_coeffs(h),
+                                                                        math::adamw_coeffs(without), scalars);
   check_launch("adamw_multi_step");
 }
 
 void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWHyper& h) {
   const math::AdamWCoeffs k = math::adamw_coeffs(h);
   if (n == 0) return;
-  adamw_kernel<<<grid_for(n), kThreads>>>(param, grad, exp_avg, exp_avg_sq, n, k);
+  adamw_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(param, grad, exp_avg, exp_avg_sq, n, k);
   check_launch("adamw_step");
 }
 
@@ -150,12 +151,11 @@ double sum_of_squares(const float* x, int64_t n, int device) {
   double* partial = static_cast<double*>(allocator.allocate(bytes, 256));
   double total = 0;
   try {
-    chunk_sum_of_squares_kernel<<<static_cast<unsigned>(chunks), kThreads>>>(x, n, partial);
+    chunk_sum_of_squares_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, launch_stream()>>>(x, n, partial);
     check_launch("sum_of_squares");
-    sum_partials_kernel<<<1, kThreads>>>(partial, chunks, partial + chunks);
+    sum_partials_kernel<<<1, kThreads, 0, launch_stream()>>>(partial, chunks, partial + chunks);
     check_launch("sum_of_squares");
-    tessera::cuda::check(cudaMemcpy(&total, partial + chunks, sizeof(double), cudaMemcpyDeviceToHost),
-                         "sum_of_squares");
+    copy_and_wait(&total, partial + chunks, sizeof(double), cudaMemcpyDeviceToHost, "sum_of_squares");
   } catch (...) {
     allocator.deallocate(partial, bytes);
     throw;

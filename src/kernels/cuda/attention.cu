@@ -87,9 +87,8 @@ Geometry checked_geometry(const AttentionShape& s, float scale, const AttentionD
   const int32_t* device_mask = g.doc != nullptr ? g.doc : g.key_valid;
   if (device_mask != nullptr && g.batch * g.seq > 0) {
     std::vector<int32_t> mask(static_cast<size_t>(g.batch * g.seq));
-    tessera::cuda::check(
-        cudaMemcpy(mask.data(), device_mask, mask.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
-        "attention: copying the mask to check it");
+    copy_and_wait(mask.data(), device_mask, mask.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                  "attention: copying the mask to check it");
     for (int64_t b = 0; b < g.batch; ++b) {
       const int32_t* m = mask.data() + b * g.seq;
       if (g.key_valid != nullptr) {
@@ -286,7 +285,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
   // The tiled kernel where chosen (attention_kernels()) and its tiles fit in the default shared memory
   // (head_dim up to 153; 152 for dK/dV, 139 for dQ), else the row-per-warp one.
   if (!(tiled() && forward_tiled(g, q, k, v, out, lse)))
-    forward_kernel<<<blocks_for_warps(rows), kThreads>>>(g, q, k, v, out, lse);
+    forward_kernel<<<blocks_for_warps(rows), kThreads, 0, launch_stream()>>>(g, q, k, v, out, lse);
   check_launch("attention_forward");
 }
 
@@ -307,15 +306,15 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
   float* D = static_cast<float*>(allocator.allocate(bytes, 256));
   try {
     if (rows > 0) {
-      row_dot_kernel<<<grid_for(rows), kThreads>>>(g, out, dout, D);
+      row_dot_kernel<<<grid_for(rows), kThreads, 0, launch_stream()>>>(g, out, dout, D);
       check_launch("attention_backward");
       if (!(tiled() && dq_tiled(g, q, k, v, lse, dout, D, dq)))
-        dq_kernel<<<blocks_for_warps(rows), kThreads>>>(g, q, k, v, lse, dout, D, dq);
+        dq_kernel<<<blocks_for_warps(rows), kThreads, 0, launch_stream()>>>(g, q, k, v, lse, dout, D, dq);
       check_launch("attention_backward");
     }
     if (key_rows > 0) {  // rows == 0 (no queries): every key's gradient is zero
       if (!(tiled() && dkdv_tiled(g, q, k, v, lse, dout, D, dk, dv)))
-        dkdv_kernel<<<blocks_for_warps(key_rows), kThreads>>>(g, q, k, v, lse, dout, D, dk, dv);
+        dkdv_kernel<<<blocks_for_warps(key_rows), kThreads, 0, launch_stream()>>>(g, q, k, v, lse, dout, D, dk, dv);
       check_launch("attention_backward");
     }
   } catch (...) {
@@ -328,7 +327,8 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 void block_doc_start(const int32_t* doc, int64_t batch, int64_t n, int64_t column, int64_t width, int64_t first_key,
                      int32_t* out) {
   if (batch * width == 0) return;
-  block_doc_start_kernel<<<grid_for(batch * width), kThreads>>>(doc, batch, n, column, width, first_key, out);
+  block_doc_start_kernel<<<grid_for(batch * width), kThreads, 0, launch_stream()>>>(doc, batch, n, column, width,
+                                                                                    first_key, out);
   check_launch("block_doc_start");
 }
 

@@ -99,11 +99,11 @@ class CudaRowOps final : public gemm_attention::RowOps {
   Device device() const override { return Device{DeviceType::CUDA, device_}; }
   void batched_gemm(const GemmArgs& g) override { kernels::gemm(g); }
   void softmax_forward(const ScoreRows& r, float* scores, float* lse) override {
-    softmax_forward_kernel<<<blocks_for_rows(r.rows()), kThreads>>>(r, scores, lse);
+    softmax_forward_kernel<<<blocks_for_rows(r.rows()), kThreads, 0, launch_stream()>>>(r, scores, lse);
     check_launch("attention softmax forward (batched-GEMM attention)");
   }
   void softmax_backward(const ScoreRows& r, float* scores, float* dp, const float* lse) override {
-    softmax_backward_kernel<<<blocks_for_rows(r.rows()), kThreads>>>(r, scores, dp, lse);
+    softmax_backward_kernel<<<blocks_for_rows(r.rows()), kThreads, 0, launch_stream()>>>(r, scores, dp, lse);
     check_launch("attention softmax backward (batched-GEMM attention)");
   }
   // From the device's caching allocator, stream-ordered: released once the launches that use it are queued.

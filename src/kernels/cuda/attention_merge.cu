@@ -36,7 +36,8 @@ void attention_merge_into(float* out, float* lse, const float* part_out, const f
                           int64_t batch, int64_t heads, int64_t head_dim) {
   const int64_t rows = seq * batch * heads;
   if (rows == 0) return;
-  merge_kernel<<<grid_for(rows), kThreads>>>(out, lse, part_out, part_lse, seq, batch, heads, head_dim);
+  merge_kernel<<<grid_for(rows), kThreads, 0, launch_stream()>>>(out, lse, part_out, part_lse, seq, batch, heads,
+                                                                 head_dim);
   check_launch("attention_merge_into");
 }
 

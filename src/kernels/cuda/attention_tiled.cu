@@ -237,7 +237,8 @@ unsigned tiled_blocks(int64_t heads, int64_t rows) {
 bool forward_tiled(const Geometry& g, const float* q, const float* k, const float* v, float* out, float* lse) {
   const size_t shared = tile_shared_bytes(g.d, 2, 0);  // head_dim up to 153
   if (shared > kMaxTileShared) return false;
-  forward_tiled_kernel<<<tiled_blocks(g.batch * g.heads, g.seq), kTileThreads, shared>>>(g, q, k, v, out, lse);
+  forward_tiled_kernel<<<tiled_blocks(g.batch * g.heads, g.seq), kTileThreads, shared, launch_stream()>>>(g, q, k, v,
+                                                                                                          out, lse);
   return true;
 }
 
@@ -245,7 +246,8 @@ bool dq_tiled(const Geometry& g, const float* q, const float* k, const float* v,
               const float* D, float* dq) {
   const size_t shared = tile_shared_bytes(g.d, 3, 0);  // head_dim up to 139
   if (shared > kMaxTileShared) return false;
-  dq_tiled_kernel<<<tiled_blocks(g.batch * g.heads, g.seq), kTileThreads, shared>>>(g, q, k, v, lse, dout, D, dq);
+  dq_tiled_kernel<<<tiled_blocks(g.batch * g.heads, g.seq), kTileThreads, shared, launch_stream()>>>(g, q, k, v, lse,
+                                                                                                     dout, D, dq);
   return true;
 }
 
@@ -253,8 +255,8 @@ bool dkdv_tiled(const Geometry& g, const float* q, const float* k, const float* 
                 const float* dout, const float* D, float* dk, float* dv) {
   const size_t shared = tile_shared_bytes(g.d, 2, 2 * kTile);  // head_dim up to 152
   if (shared > kMaxTileShared) return false;
-  dkdv_tiled_kernel<<<tiled_blocks(g.batch * g.kv_heads, g.kv_seq), kTileThreads, shared>>>(g, q, k, v, lse, dout, D,
-                                                                                            dk, dv);
+  dkdv_tiled_kernel<<<tiled_blocks(g.batch * g.kv_heads, g.kv_seq), kTileThreads, shared, launch_stream()>>>(
+      g, q, k, v, lse, dout, D, dk, dv);
   return true;
 }
 

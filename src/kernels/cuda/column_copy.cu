@@ -43,7 +43,7 @@ void copy_columns(const float* src, int64_t src_width, int64_t src_first, int64_
   const int64_t n = dst_rows * count;
   if (n == 0) return;
   const ColumnLayout l{src_width, src_first, src_step, dst_width, dst_first, dst_step, count, repeat};
-  copy_columns_kernel<<<grid_for(n), kThreads>>>(src, dst, n, l);
+  copy_columns_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(src, dst, n, l);
   check_launch("copy_columns");
 }
 
@@ -53,7 +53,7 @@ void sum_columns(const float* src, int64_t src_width, int64_t src_first, int64_t
   const int64_t n = dst_rows * count;
   if (n == 0) return;
   const ColumnLayout l{src_width, src_first, src_step, dst_width, dst_first, dst_step, count, repeat};
-  sum_columns_kernel<<<grid_for(n), kThreads>>>(src, dst, n, l);
+  sum_columns_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(src, dst, n, l);
   check_launch("sum_columns");
 }
 

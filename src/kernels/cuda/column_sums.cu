@@ -52,7 +52,7 @@ void sum_column_partials(const float* partial, int64_t chunks, int64_t cols, flo
                          float* out2) {
   if (cols == 0) return;
   const int64_t threads = out2 ? 2 * cols : cols;
-  sum_column_partials_kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads>>>(
+  sum_column_partials_kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, launch_stream()>>>(
       partial, chunks, cols, out, partial2, out2);
   check_launch("sum_column_partials");
 }
@@ -62,7 +62,8 @@ void column_sums(const float* x, float* out, int64_t rows, int64_t cols) {
   const int64_t chunks = math::column_sum_chunks(rows);
   if (chunks == 0) return sum_column_partials(nullptr, 0, cols, out);  // adds 0, as the CPU
   DeviceScratch partial(chunks * cols);
-  column_partials_kernel<<<column_partials_grid(rows, cols), kThreads>>>(x, partial.data(), rows, cols);
+  column_partials_kernel<<<column_partials_grid(rows, cols), kThreads, 0, launch_stream()>>>(x, partial.data(), rows,
+                                                                                             cols);
   check_launch("column_sums");
   sum_column_partials(partial.data(), chunks, cols, out);
 }

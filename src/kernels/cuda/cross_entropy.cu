@@ -117,9 +117,11 @@ __global__ void rescale_sum_exp_kernel(float* sumexp, const float* max, const fl
   for (int64_t r = grid_index(); r < rows; r += grid_stride()) sumexp[r] *= expf(max[r] - global_max[r]);
 }
 
-// lse[r] = max[r] + log(sumexp[r]); *total = sum_r (lse[r] - target[r]) * loss_mask[r] in double.
+// lse[r] = max[r] + log(sumexp[r]); *total = sum_r (lse[r] - target[r]) * loss_mask[r] in double, or
+// *total += that sum where `accumulate` (a loss total kept on the device across micro-batches).
 __global__ void masked_loss_sum_kernel(const float* max, const float* sumexp, const float* target,
-                                       const float* loss_mask, float* lse, int64_t rows, double* total) {
+                                       const float* loss_mask, float* lse, int64_t rows, double* total,
+                                       bool accumulate) {
   __shared__ double scratch[32];
   double acc = 0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -127,14 +129,14 @@ __global__ void masked_loss_sum_kernel(const float* max, const float* sumexp, co
     acc += static_cast<double>(lse[r] - target[r]) * loss_mask[r];
   }
   acc = block_sum(acc, scratch);
-  if (threadIdx.x == 0) *total = acc;
+  if (threadIdx.x == 0) *total = accumulate ? *total + acc : acc;
 }
 
 }  // namespace
 
 void rescale_sum_exp(float* sumexp, const float* max, const float* global_max, int64_t rows) {
   if (rows == 0) return;
-  rescale_sum_exp_kernel<<<grid_for(rows), kThreads>>>(sumexp, max, global_max, rows);
+  rescale_sum_exp_kernel<<<grid_for(rows), kThreads, 0, launch_stream()>>>(sumexp, max, global_max, rows);
   check_launch("rescale_sum_exp");
 }
 
@@ -147,9 +149,10 @@ double masked_loss_sum(const float* max, const float* sumexp, const float* targe
   double* total = static_cast<double*>(allocator.allocate(sizeof(double), 256));
   double result = 0;
   try {
-    masked_loss_sum_kernel<<<1, kThreads>>>(max, sumexp, target, loss_mask, lse, rows, total);
+    masked_loss_sum_kernel<<<1, kThreads, 0, launch_stream()>>>(max, sumexp, target, loss_mask, lse, rows, total,
+                                                                false);
     check_launch("masked_loss_sum");
-    tessera::cuda::check(cudaMemcpy(&result, total, sizeof(double), cudaMemcpyDeviceToHost), "masked_loss_sum");
+    copy_and_wait(&result, total, sizeof(double), cudaMemcpyDeviceToHost, "masked_loss_sum");
   } catch (...) {
     allocator.deallocate(total, sizeof(double));
     throw;
@@ -158,12 +161,19 @@ double masked_loss_sum(const float* max, const float* sumexp, const float* targe
   return result;
 }
 
+void masked_loss_sum_into(const float* max, const float* sumexp, const float* target, const float* loss_mask,
+                          float* lse, int64_t rows, double* total) {
+  if (rows == 0) return;  // adds 0
+  masked_loss_sum_kernel<<<1, kThreads, 0, launch_stream()>>>(max, sumexp, target, loss_mask, lse, rows, total, true);
+  check_launch("masked_loss_sum_into");
+}
+
 void cross_entropy_shard_stats(const float* logits, const int32_t* targets, float* max_out, float* sumexp_out,
                                float* target_logit_out, int64_t rows, int64_t vocab_local, int64_t vocab_begin) {
   TESSERA_CHECK(vocab_local > 0, "cross_entropy_shard_stats: empty vocabulary shard");
   if (rows == 0) return;
-  shard_stats_kernel<<<static_cast<unsigned>(rows), kThreads>>>(logits, targets, max_out, sumexp_out,
-                                                                target_logit_out, vocab_local, vocab_begin);
+  shard_stats_kernel<<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(
+      logits, targets, max_out, sumexp_out, target_logit_out, vocab_local, vocab_begin);
   check_launch("cross_entropy_shard_stats");
 }
 
@@ -172,8 +182,8 @@ void cross_entropy_backward(float* logits, const int32_t* targets, const float* 
   TESSERA_CHECK(round_output == DType::F32 || round_output == DType::BF16 || round_output == DType::F16,
                 "cross_entropy_backward: ", dtype_name(round_output), " is not a floating-point compute type");
   if (rows * vocab_local == 0) return;
-  backward_kernel<<<grid_for(rows * vocab_local), kThreads>>>(logits, targets, lse, dloss, rows * vocab_local,
-                                                              vocab_local, vocab_begin, round_output);
+  backward_kernel<<<grid_for(rows * vocab_local), kThreads, 0, launch_stream()>>>(
+      logits, targets, lse, dloss, rows * vocab_local, vocab_local, vocab_begin, round_output);
   check_launch("cross_entropy_backward");
 }
 
@@ -184,8 +194,8 @@ void cross_entropy_fused(T* logits, const int32_t* targets, const float* dloss, 
   TESSERA_CHECK(round_output == DType::F32 || round_output == DType::BF16 || round_output == DType::F16,
                 "cross_entropy_fused: ", dtype_name(round_output), " is not a floating-point compute type");
   if (rows == 0) return;
-  fused_kernel<T><<<static_cast<unsigned>(rows), kThreads>>>(logits, targets, dloss, max_out, sumexp_out,
-                                                             target_logit_out, lse_out, vocab, round_output);
+  fused_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(
+      logits, targets, dloss, max_out, sumexp_out, target_logit_out, lse_out, vocab, round_output);
   check_launch("cross_entropy_fused");
 }
 

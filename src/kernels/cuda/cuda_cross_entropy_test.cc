@@ -159,5 +159,30 @@ TEST_F(CudaCrossEntropy, VocabParallelCombinationMatchesTheCpu) {
   }
 }
 
+// A loss total kept on the device across micro-batches (the trainer's step): nothing is read back until
+// loss_total_value, and the total is the sums masked_loss_sum copies back added in double in the same
+// order, bit for bit; the CPU's total within the same tolerance as its sums.
+TEST_F(CudaCrossEntropy, ALossTotalOnTheDeviceHoldsTheReturnedSumsAddedInOrder) {
+  const int64_t rows = 8193;
+  const Tensor max = random({rows}, 8, -2.0f, 6.0f), sumexp = random({rows}, 12, 1.0f, 500.0f);
+  const Tensor target = random({rows}, 10, -3.0f, 3.0f);
+  const Tensor max_gpu = to_device(max), sumexp_gpu = to_device(sumexp), target_gpu = to_device(target);
+  Tensor lse = Tensor::empty({rows}, DType::F32, Device::cpu());
+  const Tensor lse_gpu = to_device(lse), lse_returned = to_device(lse);
+  const Tensor total = kernels::loss_total(kGpu), cpu_total = kernels::loss_total(Device::cpu());
+  double returned = 0;
+  for (uint64_t m = 0; m < 3; ++m) {
+    const Tensor mask = random({rows}, 20 + m, 0.0f, 1.0f), mask_gpu = to_device(mask);
+    kernels::masked_loss_sum_into(max_gpu, sumexp_gpu, target_gpu, mask_gpu, lse_gpu, total);
+    returned += kernels::masked_loss_sum(max_gpu, sumexp_gpu, target_gpu, mask_gpu, lse_returned);
+    kernels::masked_loss_sum_into(max, sumexp, target, mask, lse, cpu_total);
+  }
+  const double got = kernels::loss_total_value(total), cpu = kernels::loss_total_value(cpu_total);
+  EXPECT_EQ(got, returned);
+  EXPECT_NEAR(got, cpu, 1e-5 * (1.0 + std::fabs(cpu)));
+  EXPECT_TRUE(same_bits(to_host(lse_gpu), to_host(lse_returned)));
+  EXPECT_TRUE(all_close(to_host(lse_gpu), lse, 1e-6f, 1e-6f));
+}
+
 }  // namespace
 }  // namespace tessera::cuda

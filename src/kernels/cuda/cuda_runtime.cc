@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -39,10 +40,12 @@ class CudaBlockSource final : public BlockSource {
     check(cudaSetDevice(ordinal_), "cudaSetDevice");
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
-  // On the default stream, where the kernels run, so in order with them.
+  // On the kernel stream, so in order with the kernels.
   void set_zero(void* p, size_t bytes) override {
     check(cudaSetDevice(ordinal_), "cudaSetDevice");
-    if (bytes) check(cudaMemsetAsync(p, 0, bytes, nullptr), "Tensor::zero_ (cudaMemsetAsync)");
+    if (bytes)
+      check(cudaMemsetAsync(p, 0, bytes, static_cast<cudaStream_t>(kernel_stream(ordinal_))),
+            "Tensor::zero_ (cudaMemsetAsync)");
   }
   void fill_f32(float* p, float value, size_t count) override {
     check(cudaSetDevice(ordinal_), "cudaSetDevice");
@@ -63,6 +66,11 @@ struct DeviceBackend {
 };
 
 std::mutex g_mutex;
+
+// The kernel streams by ordinal, null until made; read without the lock on every launch.
+constexpr int kMaxStreamDevices = 64;
+std::mutex g_stream_mutex;
+std::atomic<cudaStream_t> g_streams[kMaxStreamDevices];
 // Never destroyed: storages may be freed during static destruction, after a vector would be gone.
 std::vector<DeviceBackend>& backends() {
   static auto* b = new std::vector<DeviceBackend>();
@@ -96,6 +104,39 @@ int device_count(std::string* why) {
   }
   if (n == 0 && why) *why = "no CUDA device: the driver reports none";
   return n;
+}
+
+void* kernel_stream(int ordinal) {
+  TESSERA_CHECK(ordinal >= 0 && ordinal < kMaxStreamDevices, "kernel_stream: no cuda:", ordinal, " (at most ",
+                kMaxStreamDevices, " devices per process)");
+  if (cudaStream_t s = g_streams[ordinal].load(std::memory_order_acquire)) return s;
+  std::lock_guard<std::mutex> lock(g_stream_mutex);
+  if (cudaStream_t s = g_streams[ordinal].load(std::memory_order_acquire)) return s;
+  int current = 0;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  check(cudaSetDevice(ordinal), "cudaSetDevice");
+  cudaStream_t s = nullptr;
+  const cudaError_t status = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaSetDevice(current);  // the caller's device again, whatever happened
+  check(status, "cudaStreamCreateWithFlags (the kernel stream)");
+  g_streams[ordinal].store(s, std::memory_order_release);  // never destroyed: kernels may run at exit
+  return s;
+}
+
+void* current_kernel_stream() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    // No usable device (no GPU, no driver): the launch or copy that follows fails with CUDA's error under
+    // its own name, as it did on the legacy stream, rather than here under a name the caller never used.
+    cudaGetLastError();
+    return nullptr;
+  }
+  return kernel_stream(device);
+}
+
+void synchronize_kernel_stream(int ordinal) {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(kernel_stream(ordinal))),
+        "cudaStreamSynchronize (the kernel stream)");
 }
 
 MemoryInfo memory_info(int ordinal) {

@@ -18,6 +18,20 @@ int device_count(std::string* why = nullptr);
 // Throws a tessera::Error naming `what` and CUDA's message when `status` (a cudaError_t) is not success.
 void check(int status, const char* what);
 
+// The stream every kernel, library call (cuBLASLt, cuDNN) and copy of the CUDA backend runs on for
+// cuda:`ordinal` (a cudaStream_t, opaque here): one per device, made on first use with
+// cudaStreamNonBlocking and kept for the life of the process. Non-blocking, so nothing is ordered with the
+// legacy default stream by itself: work there (another library's) must be ordered by an event or a
+// synchronisation. Being one stream, it keeps the step's work in the order it was queued, as the legacy
+// stream did, and it can be captured into a CUDA graph, which the legacy stream cannot.
+void* kernel_stream(int ordinal);
+// kernel_stream of the calling thread's current device (cudaGetDevice), the one a launch goes to; null
+// (the legacy stream) where no device is usable, so that the launch fails with CUDA's error, named.
+void* current_kernel_stream();
+// Blocks until everything queued on cuda:`ordinal`'s kernel stream is done (copies to pageable host
+// memory read after it, a scalar read back).
+void synchronize_kernel_stream(int ordinal);
+
 // The device's memory in bytes: what is free now and the total.
 struct MemoryInfo {
   size_t free_bytes, total_bytes;

@@ -115,7 +115,7 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const cudnn::SdpaDims& di
   return p;
 }
 
-// The process's cuDNN handles (one per device, on its legacy default stream, where Tessera's kernels run)
+// The process's cuDNN handles (one per device, set to its kernel stream, where Tessera's kernels run)
 // and plans (one per device, direction and shape), made on first use and kept.
 struct Cache {
   std::mutex mutex;
@@ -131,7 +131,11 @@ std::pair<cudnnHandle_t, Plan*> plan_for(int device, const cudnn::SdpaDims& d, b
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   cudnnHandle_t& handle = c.handles[device];
-  if (handle == nullptr) cudnn::check(cudnn::api().cudnnCreate(&handle), str_cat("cudnnCreate on cuda:", device));
+  if (handle == nullptr) {
+    cudnn::check(cudnn::api().cudnnCreate(&handle), str_cat("cudnnCreate on cuda:", device));
+    cudnn::check(cudnn::api().cudnnSetStream(handle, static_cast<cudaStream_t>(tessera::cuda::kernel_stream(device))),
+                 str_cat("cudnnSetStream on cuda:", device));
+  }
   auto& plan = c.plans[{device, backward, d.batch, d.heads, d.kv_heads, d.seq, d.head_dim, d.causal}];
   if (!plan) plan = build_plan(handle, d, backward);
   return {handle, plan.get()};
@@ -236,7 +240,8 @@ void attention_backward_cudnn(const float* q, const float* k, const float* v, co
   float* softmax_sum = scratch.get<float>(d.batch * d.heads * d.seq);
   float* accumulator = scratch.get<float>(n_q);
   // The dQ accumulator is summed into, key block by key block.
-  tessera::cuda::check(cudaMemsetAsync(accumulator, 0, static_cast<size_t>(n_q) * sizeof(float)),
+  tessera::cuda::check(cudaMemsetAsync(accumulator, 0, static_cast<size_t>(n_q) * sizeof(float),
+                                       static_cast<cudaStream_t>(tessera::cuda::kernel_stream(device))),
                        "zeroing the cuDNN attention's dQ accumulator");
   void* workspace = plan->workspace_bytes > 0 ? scratch.get<uint8_t>(plan->workspace_bytes) : nullptr;
   float scale = softmax_scale, minus_inf = -INFINITY, one = 1.0f;

@@ -33,10 +33,13 @@ class CudaKernelTest : public ::testing::Test {
   }
 };
 
-// A copy of a host tensor on the GPU, and of a GPU tensor on the host (after the GPU's work is done).
+// A copy of a host tensor on the GPU, and of a GPU tensor on the host (after the GPU's work is done):
+// on the kernel stream, where the kernels run (a cudaMemcpy on the legacy stream is not ordered with it).
 inline Tensor to_device(const Tensor& host) {
   Tensor d = Tensor::empty(host.shape(), host.dtype(), kGpu);
-  check(cudaMemcpy(d.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice), "to_device");
+  const auto s = static_cast<cudaStream_t>(kernel_stream(kGpu.index));
+  check(cudaMemcpyAsync(d.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, s), "to_device");
+  check(cudaStreamSynchronize(s), "to_device");
   return d;
 }
 inline Tensor to_host(const Tensor& device) {

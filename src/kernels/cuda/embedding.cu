@@ -42,8 +42,8 @@ void embedding_forward(const int32_t* tokens, const int32_t* positions, const fl
                        float* out, int64_t rows, int64_t hidden, int64_t vocab_begin, int64_t vocab_end) {
   TESSERA_CHECK(wpe == nullptr || positions != nullptr, "embedding_forward: wpe given without positions");
   if (rows * hidden == 0) return;
-  embedding_forward_kernel<<<grid_for(rows * hidden), kThreads>>>(tokens, positions, wte, wpe, out, rows * hidden,
-                                                                  hidden, vocab_begin, vocab_end);
+  embedding_forward_kernel<<<grid_for(rows * hidden), kThreads, 0, launch_stream()>>>(
+      tokens, positions, wte, wpe, out, rows * hidden, hidden, vocab_begin, vocab_end);
   check_launch("embedding_forward");
 }
 
@@ -51,8 +51,9 @@ void embedding_backward(const int32_t* tokens, const int32_t* positions, const f
                         float* dwpe, int64_t rows, int64_t hidden, int64_t vocab_begin, int64_t vocab_end) {
   TESSERA_CHECK(dwpe == nullptr || positions != nullptr, "embedding_backward: dwpe given without positions");
   if (rows * hidden == 0) return;
-  embedding_backward_kernel<<<static_cast<unsigned>((hidden + kThreads - 1) / kThreads), kThreads>>>(
-      tokens, positions, dout, dwte, dwpe, rows, hidden, vocab_begin, vocab_end);
+  embedding_backward_kernel<<<static_cast<unsigned>((hidden + kThreads - 1) / kThreads), kThreads, 0,
+                              launch_stream()>>>(tokens, positions, dout, dwte, dwpe, rows, hidden, vocab_begin,
+                                                 vocab_end);
   check_launch("embedding_backward");
 }
 

@@ -149,6 +149,12 @@ using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int
                            int64_t, int, int, int, int, int, int, int64_t, int64_t, int64_t, bool, uint32_t,
                            uint32_t, uint32_t>;
 
+// The caller's stream, or where it names the default one (Stream::default_for) the device's kernel
+// stream, where the other kernels run: never the legacy default stream, which is not ordered with it.
+cudaStream_t stream_of(const Stream& s, int device) {
+  return static_cast<cudaStream_t>(s.native ? s.native : kernel_stream(device));
+}
+
 class CublasLtGemm final : public kernels::GemmBackend {
  public:
   void gemm(const GemmArgs& args) override {
@@ -163,7 +169,7 @@ class CublasLtGemm final : public kernels::GemmBackend {
     if (g.bias) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias));
     check_lt(load_cublaslt().cublasLtMatmul(handle(device), plan.desc, &g.alpha, g.a.data, plan.a, g.b.data, plan.b,
                                             &g.beta, g.c, plan.c, g.c, plan.c, &plan.algo, workspace(device),
-                                            kWorkspaceBytes, static_cast<cudaStream_t>(args.stream.native)),
+                                            kWorkspaceBytes, stream_of(args.stream, device)),
              "cublasLtMatmul");
   }
 

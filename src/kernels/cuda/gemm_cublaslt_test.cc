@@ -49,10 +49,13 @@ struct DeviceBuffer {
     } else {
       check(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
     }
+    // The legacy stream's copy is not ordered with the kernel stream the GEMMs run on: done before them.
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
   ~DeviceBuffer() { cudaFree(p); }
   std::vector<float> read(size_t n) const {
     std::vector<float> h(n);
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the GEMMs on the kernel stream
     check(cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
     return h;
   }

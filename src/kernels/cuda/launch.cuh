@@ -1,6 +1,7 @@
-// What the CUDA kernels of kernels/cuda/*.cu share (nvcc only): launch shapes, the launch check and a
-// block-wide sum. The kernels run on the current device's default stream, the one the device's caching
-// allocator orders its blocks on (kernels/cuda/cuda_runtime.h): one GPU per process, as Megatron.
+// What the CUDA kernels of kernels/cuda/*.cu share (nvcc only): launch shapes, the stream, the launch
+// check and a block-wide sum. The kernels run on the current device's kernel stream
+// (tessera::cuda::kernel_stream, kernels/cuda/cuda_runtime.h), where the copies, cuBLASLt, cuDNN and the
+// device's caching allocator's zeroing run too: one GPU per process, as Megatron.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -20,6 +21,18 @@ inline constexpr int kThreads = 256;  // per block, a multiple of the warp size
 // fill a GPU of 132 SMs many times over), then each thread takes several.
 inline unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 8192));
+}
+
+// The stream every launch names (`<<<grid, block, shared, launch_stream()>>>`) and every copy or memset
+// of the kernels passes: the current device's kernel stream, non-blocking.
+inline cudaStream_t launch_stream() { return static_cast<cudaStream_t>(tessera::cuda::current_kernel_stream()); }
+
+// A copy on the launch stream that the host waits for: one to or from host memory the caller reads or
+// frees right after (a scalar read back, a value on its stack). `what` names it in an error.
+inline void copy_and_wait(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
+  const cudaStream_t s = launch_stream();
+  tessera::cuda::check(cudaMemcpyAsync(dst, src, bytes, kind, s), what);
+  tessera::cuda::check(cudaStreamSynchronize(s), what);
 }
 
 // A launch's configuration error (or no usable GPU) as a tessera::Error naming the kernel. Errors while

@@ -1,5 +1,5 @@
 // The linear layer's products on CUDA devices (kernels/cuda/linear.h): the GemmArgs of the CPU path
-// (kernels/cpu/linear.cc) on the device's default stream, where the other CUDA kernels run, so the
+// (kernels/cpu/linear.cc) on the device's kernel stream, where the other CUDA kernels run, so the
 // backend's GEMMs and those kernels are ordered without synchronising. The inputs come as the tensor
 // entry point (kernels/linear.cc) made them: 16-bit buffers under mixed precision (bf16 x bf16 with
 // fp32 accumulation and fp32 output: CUBLAS_COMPUTE_32F over CUDA_R_16BF A and B, CUDA_R_32F C and D),
@@ -29,10 +29,10 @@ void start(const char* kernel, int device) {
   (void)registered;
 }
 
-// GemmArgs on `device`'s default stream.
+// GemmArgs on `device`'s kernel stream.
 GemmArgs device_gemm(int device) {
   GemmArgs g;
-  g.stream = Stream::default_for(Device{DeviceType::CUDA, device});
+  g.stream = Stream{Device{DeviceType::CUDA, device}, tessera::cuda::kernel_stream(device)};
   return g;
 }
 
@@ -74,7 +74,9 @@ void linear_backward(const float* dy_f32, GemmInput dy, GemmInput x, GemmInput w
   if (db) linear_bias_grad(dy_f32, db, rows, out);  // sums the unrounded dy, as the CPU
   if (dx && rows > 0 && in > 0) {  // dx = dy w
     if (out == 0) {  // an empty product: the backend takes no k = 0, and dx is overwritten
-      tessera::cuda::check(cudaMemsetAsync(dx, 0, static_cast<size_t>(rows * in) * sizeof(float)), "linear_backward");
+      tessera::cuda::check(cudaMemsetAsync(dx, 0, static_cast<size_t>(rows * in) * sizeof(float),
+                                           static_cast<cudaStream_t>(tessera::cuda::kernel_stream(device))),
+                           "linear_backward");
     } else {
       GemmArgs g = linear_dx_gemm(device_gemm(device), as_f32(dy), as_f32(w), dx, rows, in, out, input_type);
       set_inputs(g, dy, w, dy_rounded, w_rounded, "linear_backward");

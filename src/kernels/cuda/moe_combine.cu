@@ -60,26 +60,26 @@ __global__ void mix_backward_kernel(const float* a, const float* b, const float*
 
 void scale_rows(float* rows, const float* weight, int64_t n, int64_t h) {
   if (n * h == 0) return;
-  scale_rows_kernel<<<grid_for(n * h), kThreads>>>(rows, weight, n, h);
+  scale_rows_kernel<<<grid_for(n * h), kThreads, 0, launch_stream()>>>(rows, weight, n, h);
   check_launch("scale_rows");
 }
 
 void scatter_slot_values(const float* values, const int32_t* slot, int64_t n, float* out) {
   if (n == 0) return;
-  scatter_slot_kernel<<<grid_for(n), kThreads>>>(values, slot, n, out);
+  scatter_slot_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(values, slot, n, out);
   check_launch("scatter_slot_values");
 }
 
 void two_way_mix_forward(const float* a, const float* b, const float* logits, float* y, int64_t rows, int64_t h) {
   if (rows * h == 0) return;
-  mix_forward_kernel<<<grid_for(rows * h), kThreads>>>(a, b, logits, y, rows, h);
+  mix_forward_kernel<<<grid_for(rows * h), kThreads, 0, launch_stream()>>>(a, b, logits, y, rows, h);
   check_launch("two_way_mix_forward");
 }
 
 void two_way_mix_backward(const float* a, const float* b, const float* logits, const float* dy, float* da, float* db,
                           float* dlogits, int64_t rows, int64_t h) {
   if (rows == 0) return;
-  mix_backward_kernel<<<grid_for(rows), kThreads>>>(a, b, logits, dy, da, db, dlogits, rows, h);
+  mix_backward_kernel<<<grid_for(rows), kThreads, 0, launch_stream()>>>(a, b, logits, dy, da, db, dlogits, rows, h);
   check_launch("two_way_mix_backward");
 }
 

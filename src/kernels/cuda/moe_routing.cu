@@ -186,61 +186,63 @@ void topk_router_forward(const float* logits, int64_t tokens, int64_t experts, c
                          const float* expert_bias, int32_t* indices, float* probs, float* fscratch,
                          int32_t* iscratch) {
   if (tokens == 0) return;
-  router_forward_kernel<<<grid_for(tokens), kThreads>>>(logits, tokens, experts, opt, group_count(opt),
-                                                        kept_groups(opt), expert_bias, indices, probs, fscratch,
-                                                        iscratch);
+  router_forward_kernel<<<grid_for(tokens), kThreads, 0, launch_stream()>>>(
+      logits, tokens, experts, opt, group_count(opt), kept_groups(opt), expert_bias, indices, probs, fscratch,
+      iscratch);
   check_launch("topk_router_forward");
 }
 
 void topk_router_backward(const float* logits, const int32_t* indices, const float* dprobs, int64_t tokens,
                           int64_t experts, const TopkRouterOptions& opt, float* dlogits, float* fscratch) {
   if (tokens == 0) return;
-  router_backward_kernel<<<grid_for(tokens), kThreads>>>(logits, indices, dprobs, tokens, experts, opt, dlogits,
-                                                         fscratch);
+  router_backward_kernel<<<grid_for(tokens), kThreads, 0, launch_stream()>>>(logits, indices, dprobs, tokens, experts,
+                                                                             opt, dlogits, fscratch);
   check_launch("topk_router_backward");
 }
 
 void aux_loss_counts(const float* logits, int64_t tokens, int64_t experts, int64_t topk, RouterScoreFunction score,
                      int64_t groups, float* counts, float* fscratch, int32_t* top) {
-  tessera::cuda::check(cudaMemsetAsync(counts, 0, groups * experts * sizeof(float)), "aux_loss_counts");
+  tessera::cuda::check(cudaMemsetAsync(counts, 0, groups * experts * sizeof(float), launch_stream()),
+                       "aux_loss_counts");
   if (tokens == 0) return;
-  aux_topk_kernel<<<grid_for(tokens), kThreads>>>(logits, tokens, experts, topk, score, fscratch, top);
+  aux_topk_kernel<<<grid_for(tokens), kThreads, 0, launch_stream()>>>(logits, tokens, experts, topk, score, fscratch,
+                                                                      top);
   check_launch("aux_loss_counts");
-  count_kernel<<<grid_for(tokens * topk), kThreads>>>(top, tokens, experts, topk, groups, counts);
+  count_kernel<<<grid_for(tokens * topk), kThreads, 0, launch_stream()>>>(top, tokens, experts, topk, groups, counts);
   check_launch("aux_loss_counts");
 }
 
 void aux_loss_terms(const float* logits, const float* counts, int64_t tokens, int64_t experts, int64_t groups,
                     RouterScoreFunction score, double* per_token, float* fscratch) {
   if (tokens == 0) return;
-  aux_terms_kernel<<<grid_for(tokens), kThreads>>>(logits, counts, tokens, experts, groups, score, per_token,
-                                                   fscratch);
+  aux_terms_kernel<<<grid_for(tokens), kThreads, 0, launch_stream()>>>(logits, counts, tokens, experts, groups, score,
+                                                                       per_token, fscratch);
   check_launch("aux_loss_forward");
 }
 
 void aux_loss_backward(const float* logits, const float* counts, int64_t tokens, int64_t experts, int64_t groups,
                        RouterScoreFunction score, float c, float* dlogits, float* fscratch) {
   if (tokens == 0) return;
-  aux_backward_kernel<<<grid_for(tokens), kThreads>>>(logits, counts, tokens, experts, groups, score, c, dlogits,
-                                                      fscratch);
+  aux_backward_kernel<<<grid_for(tokens), kThreads, 0, launch_stream()>>>(logits, counts, tokens, experts, groups,
+                                                                          score, c, dlogits, fscratch);
   check_launch("aux_loss_backward");
 }
 
 void z_loss_terms(const float* logits, int64_t tokens, int64_t experts, double* per_token) {
   if (tokens == 0) return;
-  z_terms_kernel<<<grid_for(tokens), kThreads>>>(logits, tokens, experts, per_token);
+  z_terms_kernel<<<grid_for(tokens), kThreads, 0, launch_stream()>>>(logits, tokens, experts, per_token);
   check_launch("z_loss_forward");
 }
 
 void z_loss_backward(const float* logits, int64_t tokens, int64_t experts, float c, float* dlogits) {
   if (tokens == 0) return;
-  z_backward_kernel<<<grid_for(tokens), kThreads>>>(logits, tokens, experts, c, dlogits);
+  z_backward_kernel<<<grid_for(tokens), kThreads, 0, launch_stream()>>>(logits, tokens, experts, c, dlogits);
   check_launch("z_loss_backward");
 }
 
 void gather_token_rows(const float* x, const int32_t* token, float* out, int64_t rows, int64_t hidden) {
   if (rows * hidden == 0) return;
-  gather_kernel<<<grid_for(rows * hidden), kThreads>>>(x, token, out, rows, hidden);
+  gather_kernel<<<grid_for(rows * hidden), kThreads, 0, launch_stream()>>>(x, token, out, rows, hidden);
   check_launch("gather_token_rows");
 }
 
@@ -248,23 +250,24 @@ void scatter_add_token_rows(const float* src, const int32_t* token, const float*
                             int64_t hidden, int64_t tokens, int32_t* begin, int32_t* next, int32_t* order) {
   if (rows == 0 || hidden == 0 || tokens == 0) return;
   const char* kernel = "scatter_add_token_rows";
-  tessera::cuda::check(cudaMemsetAsync(begin, 0, (tokens + 1) * sizeof(int32_t)), kernel);
-  token_count_kernel<<<grid_for(rows), kThreads>>>(token, rows, begin);
+  tessera::cuda::check(cudaMemsetAsync(begin, 0, (tokens + 1) * sizeof(int32_t), launch_stream()), kernel);
+  token_count_kernel<<<grid_for(rows), kThreads, 0, launch_stream()>>>(token, rows, begin);
   check_launch(kernel);
-  prefix_sum_kernel<<<1, kScanThreads>>>(begin, next, tokens);
+  prefix_sum_kernel<<<1, kScanThreads, 0, launch_stream()>>>(begin, next, tokens);
   check_launch(kernel);
-  place_rows_kernel<<<grid_for(rows), kThreads>>>(token, rows, next, order);
+  place_rows_kernel<<<grid_for(rows), kThreads, 0, launch_stream()>>>(token, rows, next, order);
   check_launch(kernel);
-  sort_rows_kernel<<<grid_for(tokens), kThreads>>>(begin, tokens, order);
+  sort_rows_kernel<<<grid_for(tokens), kThreads, 0, launch_stream()>>>(begin, tokens, order);
   check_launch(kernel);
-  scatter_kernel<<<grid_for(tokens * hidden), kThreads>>>(src, begin, order, weight, y, tokens, hidden);
+  scatter_kernel<<<grid_for(tokens * hidden), kThreads, 0, launch_stream()>>>(src, begin, order, weight, y, tokens,
+                                                                              hidden);
   check_launch(kernel);
 }
 
 void token_row_dots(const float* dy, const int32_t* token, const float* src, float* dweight, int64_t rows,
                     int64_t hidden) {
   if (rows == 0) return;
-  dots_kernel<<<grid_for(rows), kThreads>>>(dy, token, src, dweight, rows, hidden);
+  dots_kernel<<<grid_for(rows), kThreads, 0, launch_stream()>>>(dy, token, src, dweight, rows, hidden);
   check_launch("token_row_dots");
 }
 
@@ -272,10 +275,12 @@ void jitter_multiply(const float* x, float* y, float eps, uint64_t seed, uint64_
   const int64_t n = r.seq * r.batch * r.hidden;
   if (n == 0) return;
   if (eps == 0.0f) {  // every multiplier is 1: nothing to draw
-    if (x != y) tessera::cuda::check(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice), "jitter_multiply");
+    if (x != y)
+      tessera::cuda::check(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, launch_stream()),
+                           "jitter_multiply");
     return;
   }
-  jitter_kernel<<<grid_for(n), kThreads>>>(x, y, n, eps, seed, stream, r);
+  jitter_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(x, y, n, eps, seed, stream, r);
   check_launch("jitter_multiply");
 }
 

@@ -148,7 +148,7 @@ void forward(const char* kernel, const float* x, const float* residual, float* x
   TESSERA_CHECK(round_output == DType::F32 || round_output == DType::BF16 || round_output == DType::F16, kernel,
                 ": ", dtype_name(round_output), " is not a floating-point compute type");
   if (rows == 0) return;
-  norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads>>>(x, residual, x_out, w, b, y, mean, rstd, cols, eps,
+  norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(x, residual, x_out, w, b, y, mean, rstd, cols, eps,
                                                                   round_output);
   check_launch(kernel);
 }
@@ -163,7 +163,7 @@ void backward(const char* kernel, const float* dy, const float* x, const float* 
   if (chunks == 0) return sum_column_partials(nullptr, chunks, cols, dw, nullptr, db);  // adds 0, as the CPU
   DeviceScratch dw_part(chunks * cols), db_part(db ? chunks * cols : 1);
   const size_t shared = backward_shared_bytes(static_cast<size_t>(cols) * sizeof(float) * (db ? 2 : 1));
-  norm_backward_kernel<<<static_cast<unsigned>(chunks), kThreads, shared>>>(
+  norm_backward_kernel<<<static_cast<unsigned>(chunks), kThreads, shared, launch_stream()>>>(
       dy, x, w, mean, rstd, dx, dw_part.data(), db ? db_part.data() : nullptr, rows, cols, shared > 0);
   check_launch(kernel);
   sum_column_partials(dw_part.data(), chunks, cols, dw, db ? db_part.data() : nullptr, db);

@@ -106,10 +106,12 @@ void dropout_apply(const char* kernel, const float* in, float* out, float p, uin
   const int64_t n = r.seq * r.batch * r.hidden;
   if (n == 0) return;
   if (p == 0.0f) {  // identity: nothing to draw
-    if (in != out) tessera::cuda::check(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice), kernel);
+    if (in != out)
+      tessera::cuda::check(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, launch_stream()),
+                           kernel);
     return;
   }
-  dropout_kernel<<<grid_for(n), kThreads>>>(in, out, n, p, 1.0f / (1.0f - p), seed, stream, r);
+  dropout_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(in, out, n, p, 1.0f / (1.0f - p), seed, stream, r);
   check_launch(kernel);
 }
 
@@ -132,7 +134,8 @@ void rope_apply(const char* kernel, float* x, const int32_t* positions, int64_t 
   math::check_rope_dims(rot_dim, head_dim);
   const int64_t n = rows * heads * (rot_dim / 2);
   if (n == 0) return;
-  rope_kernel<<<grid_for(n), kThreads>>>(x, positions, n, heads, head_dim, rot_dim, base, scaling, sign);
+  rope_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(x, positions, n, heads, head_dim, rot_dim, base, scaling,
+                                                             sign);
   check_launch(kernel);
 }
 
@@ -149,25 +152,25 @@ void check_16bit(DType t, const char* kernel) {
 
 void add_into(float* a, const float* b, int64_t n) {
   if (n == 0) return;
-  add_into_kernel<<<grid_for(n), kThreads>>>(a, b, n);
+  add_into_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(a, b, n);
   check_launch("add_into");
 }
 
 void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) {
   if (rows * cols == 0) return;
-  add_bias_rows_kernel<<<grid_for(rows * cols), kThreads>>>(y, bias, rows * cols, cols);
+  add_bias_rows_kernel<<<grid_for(rows * cols), kThreads, 0, launch_stream()>>>(y, bias, rows * cols, cols);
   check_launch("add_bias_rows");
 }
 
 void scale(const float* x, float s, float* out, int64_t n) {
   if (n == 0) return;
-  scale_kernel<<<grid_for(n), kThreads>>>(x, s, out, n);
+  scale_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(x, s, out, n);
   check_launch("scale");
 }
 
 void fill(float* x, float value, int64_t n) {
   if (n == 0) return;
-  fill_kernel<<<grid_for(n), kThreads>>>(x, value, n);
+  fill_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(x, value, n);
   check_launch("fill");
 }
 
@@ -175,62 +178,65 @@ void round_to(DType t, const float* in, float* out, int64_t n) {
   check_compute_type(t, "round_to");
   if (n == 0) return;
   if (t == DType::F32) {
-    if (in != out) tessera::cuda::check(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice), "round_to");
+    if (in != out)
+      tessera::cuda::check(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, launch_stream()),
+                           "round_to");
     return;
   }
-  round_kernel<<<grid_for(n), kThreads>>>(t, in, out, n);
+  round_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(t, in, out, n);
   check_launch("round_to");
 }
 
 void encode_16bit(DType t, const float* in, uint16_t* out, int64_t n) {
   check_16bit(t, "encode_16bit");
   if (n == 0) return;
-  encode_kernel<<<grid_for(n), kThreads>>>(t, in, out, n);
+  encode_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(t, in, out, n);
   check_launch("encode_16bit");
 }
 
 void widen_16bit(DType t, const uint16_t* in, float* out, int64_t n) {
   check_16bit(t, "widen_16bit");
   if (n == 0) return;
-  widen_kernel<<<grid_for(n), kThreads>>>(t, in, out, n);
+  widen_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(t, in, out, n);
   check_launch("widen_16bit");
 }
 
 void gelu_forward(const float* x, float* y, int64_t n, DType round_output) {
   check_compute_type(round_output, "gelu_forward");
   if (n == 0) return;
-  gelu_forward_kernel<<<grid_for(n), kThreads>>>(x, y, n, round_output);
+  gelu_forward_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(x, y, n, round_output);
   check_launch("gelu_forward");
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   if (n == 0) return;
-  gelu_backward_kernel<<<grid_for(n), kThreads>>>(x, dy, dx, n);
+  gelu_backward_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(x, dy, dx, n);
   check_launch("gelu_backward");
 }
 
 void swiglu_forward(const float* x, float* y, int64_t rows, int64_t width, DType round_output) {
   check_compute_type(round_output, "swiglu_forward");
   if (rows * width == 0) return;
-  swiglu_forward_kernel<<<grid_for(rows * width), kThreads>>>(x, y, rows * width, width, round_output);
+  swiglu_forward_kernel<<<grid_for(rows * width), kThreads, 0, launch_stream()>>>(x, y, rows * width, width,
+                                                                                  round_output);
   check_launch("swiglu_forward");
 }
 
 void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t width) {
   if (rows * width == 0) return;
-  swiglu_backward_kernel<<<grid_for(rows * width), kThreads>>>(x, dy, dx, rows * width, width);
+  swiglu_backward_kernel<<<grid_for(rows * width), kThreads, 0, launch_stream()>>>(x, dy, dx, rows * width, width);
   check_launch("swiglu_backward");
 }
 
 void tanh_forward(const float* x, float* y, int64_t n) {
   if (n == 0) return;
-  tanh_forward_kernel<<<grid_for(n), kThreads>>>(x, y, n);
+  tanh_forward_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(x, y, n);
   check_launch("tanh_forward");
 }
 
 void tanh_backward(const float* y, const float* dy, float* dx, int64_t n) {
   if (n == 0) return;
-  tanh_backward_kernel<<<grid_for(n), kThreads>>>(y, dy, dx, n);
+  tanh_backward_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(y, dy, dx, n);
   check_launch("tanh_backward");
 }
 

@@ -45,13 +45,13 @@ __global__ void place_shards_kernel(const float* shards, int64_t count, int64_t 
 
 void fill_normal(float* out, int64_t n, float stddev, uint64_t seed, uint64_t stream, const DeviceShardPlace& place) {
   if (n == 0) return;
-  fill_normal_kernel<<<grid_for(n), kThreads>>>(out, n, stddev, seed, stream, place);
+  fill_normal_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(out, n, stddev, seed, stream, place);
   check_launch("fill_normal");
 }
 
 void place_shards(const float* shards, int64_t count, int64_t n, float* full, const DeviceShardPlace& place) {
   if (count * n == 0) return;
-  place_shards_kernel<<<grid_for(count * n), kThreads>>>(shards, count, n, full, place);
+  place_shards_kernel<<<grid_for(count * n), kThreads, 0, launch_stream()>>>(shards, count, n, full, place);
   check_launch("place_shards");
 }
 

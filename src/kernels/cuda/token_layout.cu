@@ -26,8 +26,8 @@ __global__ void transpose_kernel(const T* src, T* dst, int64_t rows, int64_t col
 
 template <typename T>
 void transpose(const void* src, void* dst, int64_t rows, int64_t cols) {
-  transpose_kernel<T><<<grid_for(rows * cols), kThreads>>>(static_cast<const T*>(src), static_cast<T*>(dst), rows,
-                                                           cols);
+  transpose_kernel<T><<<grid_for(rows * cols), kThreads, 0, launch_stream()>>>(static_cast<const T*>(src),
+                                                                               static_cast<T*>(dst), rows, cols);
 }
 
 __global__ void fill_positions_kernel(int32_t* positions, int64_t n, int64_t batch, int64_t first) {
@@ -88,7 +88,7 @@ void transpose_rows(const void* src, void* dst, int64_t rows, int64_t cols, size
 
 void fill_positions(int32_t* positions, int64_t seq, int64_t batch, int64_t first) {
   if (seq * batch == 0) return;
-  fill_positions_kernel<<<grid_for(seq * batch), kThreads>>>(positions, seq * batch, batch, first);
+  fill_positions_kernel<<<grid_for(seq * batch), kThreads, 0, launch_stream()>>>(positions, seq * batch, batch, first);
   check_launch("fill_positions");
 }
 
@@ -96,7 +96,7 @@ void split_qkv(const float* qkv, float* q, float* k, float* v, int64_t rows, int
                int64_t d) {
   const int64_t n = rows * groups * (per_group + 2) * d;
   if (n == 0) return;
-  split_qkv_kernel<<<grid_for(n), kThreads>>>(qkv, q, k, v, n, groups, per_group, d);
+  split_qkv_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(qkv, q, k, v, n, groups, per_group, d);
   check_launch("split_qkv");
 }
 
@@ -104,7 +104,7 @@ void merge_qkv(const float* q, const float* k, const float* v, float* qkv, int64
                int64_t per_group, int64_t d) {
   const int64_t n = rows * groups * (per_group + 2) * d;
   if (n == 0) return;
-  merge_qkv_kernel<<<grid_for(n), kThreads>>>(q, k, v, qkv, n, groups, per_group, d);
+  merge_qkv_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(q, k, v, qkv, n, groups, per_group, d);
   check_launch("merge_qkv");
 }
 
@@ -116,12 +116,12 @@ int64_t first_id_outside(const int32_t* ids, int64_t n, int64_t lo, int64_t hi, 
   auto* first = static_cast<unsigned long long*>(allocator.allocate(sizeof(unsigned long long), 256));
   unsigned long long index = static_cast<unsigned long long>(n);
   try {
-    tessera::cuda::check(cudaMemcpy(first, &index, sizeof index, cudaMemcpyHostToDevice), "first_id_outside");
-    first_outside_kernel<<<grid_for(n), kThreads>>>(ids, n, lo, hi, first);
+    copy_and_wait(first, &index, sizeof index, cudaMemcpyHostToDevice, "first_id_outside");
+    first_outside_kernel<<<grid_for(n), kThreads, 0, launch_stream()>>>(ids, n, lo, hi, first);
     check_launch("first_id_outside");
-    tessera::cuda::check(cudaMemcpy(&index, first, sizeof index, cudaMemcpyDeviceToHost), "first_id_outside");
+    copy_and_wait(&index, first, sizeof index, cudaMemcpyDeviceToHost, "first_id_outside");
     if (index < static_cast<unsigned long long>(n))
-      tessera::cuda::check(cudaMemcpy(id, ids + index, sizeof(int32_t), cudaMemcpyDeviceToHost), "first_id_outside");
+      copy_and_wait(id, ids + index, sizeof(int32_t), cudaMemcpyDeviceToHost, "first_id_outside");
   } catch (...) {
     allocator.deallocate(first, sizeof(unsigned long long));
     throw;

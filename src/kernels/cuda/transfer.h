@@ -1,7 +1,8 @@
 // Copies of tensor bytes to, from and within a CUDA device's memory (kernels/cuda/transfer.cc): what
 // kernels/tensor_ops.h does for tensors on a GPU, so that the layers above move data only through it.
-// Synchronous (cudaMemcpy on the default stream, after the kernels before it). Declared in every
-// build, defined only in a CUDA one.
+// On the current device's kernel stream (kernels/cuda/cuda_runtime.h), after the kernels before it; a
+// copy to or from the host returns once it is done, one within the device once it is queued. Declared
+// in every build, defined only in a CUDA one.
 #pragma once
 
 #include <cstddef>

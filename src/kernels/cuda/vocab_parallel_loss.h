@@ -14,6 +14,10 @@ void rescale_sum_exp(float* sumexp, const float* max, const float* global_max, i
 double masked_loss_sum(const float* max, const float* sumexp, const float* target, const float* loss_mask,
                        float* lse, int64_t rows, int device);
 
+// As masked_loss_sum, the sum added to *total (a double on the device) by the kernel: nothing waits.
+void masked_loss_sum_into(const float* max, const float* sumexp, const float* target, const float* loss_mask,
+                          float* lse, int64_t rows, double* total);
+
 // The CPU's choices exactly (kernels/cpu/vocab_parallel_loss.h): the first of equal maxima, a NaN
 // skipped unless it is a row's first logit (then it is the row's answer, as a scan from it keeps it).
 void shard_argmax(const float* logits, float* best, int64_t rows, int64_t vocab_local, int64_t vocab_begin);

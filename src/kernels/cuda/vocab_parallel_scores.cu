@@ -73,14 +73,15 @@ void shard_argmax(const float* logits, float* best, int64_t rows, int64_t vocab_
   if (rows == 0) return;
   // The tree halves the block: kThreads is a power of two.
   static_assert((kThreads & (kThreads - 1)) == 0);
-  shard_argmax_kernel<<<static_cast<unsigned>(rows), kThreads>>>(logits, best, vocab_local, vocab_begin);
+  shard_argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(logits, best, vocab_local,
+                                                                                     vocab_begin);
   check_launch("shard_argmax");
 }
 
 void pick_scores(const float* best, int64_t shards, const float* target, const float* lse, float* out, int64_t rows) {
   TESSERA_CHECK(shards > 0, "pick_scores: no shards");
   if (rows == 0) return;
-  pick_scores_kernel<<<grid_for(rows), kThreads>>>(best, shards, target, lse, out, rows);
+  pick_scores_kernel<<<grid_for(rows), kThreads, 0, launch_stream()>>>(best, shards, target, lse, out, rows);
   check_launch("pick_scores");
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/device_testing.h"
@@ -95,6 +96,45 @@ void expect_gpu_matches_cpu(const ModelConfig& c, const Recompute& recompute = {
 ModelConfig in_bf16(ModelConfig c) {
   c.params_dtype = DType::BF16;
   return c;
+}
+
+// The LM loss summed over two micro-batches' forwards, with LossSums::lm_stays_on_device as the trainer's
+// schedule sets it or without; whether the device held it before settle().
+std::pair<double, bool> two_forwards(const ModelConfig& c, Device device, bool stays_on_device) {
+  DefaultDeviceScope scope(device);
+  ParameterSet params;
+  GptModel model(c, params);
+  params.allocate(42);
+  LossSums losses;
+  losses.lm_stays_on_device = stays_on_device;
+  const ForwardContext ctx = testing::context(c, 2, true);
+  for (uint64_t seed : {5, 6}) {
+    const MicroBatch host = testing::random_batch(c, 2, seed);
+    MicroBatch mb;
+    mb.tokens = kernels::to_device(host.tokens, device);
+    mb.labels = kernels::to_device(host.labels, device);
+    mb.loss_mask = kernels::to_device(host.loss_mask, device);
+    GptActivations rec;
+    model.forward(mb, Tensor(), ctx, rec, losses);
+  }
+  const bool held = losses.lm_on_device.defined();
+  losses.settle();
+  EXPECT_FALSE(losses.lm_on_device.defined());
+  return {losses.lm, held};
+}
+
+// Kept on the device across micro-batches and read once (the trainer's step): the same bits as the loss
+// copied back after each forward, and the CPU's loss, which the CPU still sums on the host.
+TEST_F(CudaGptModel, TheLossKeptOnTheDeviceIsTheLossCopiedBackAfterEachForward) {
+  const ModelConfig c = testing::tiny_gpt_config(false, 2, 24, 32);
+  const auto [kept, held] = two_forwards(c, kGpu, true);
+  const auto [copied, copied_held] = two_forwards(c, kGpu, false);
+  const auto [cpu, cpu_held] = two_forwards(c, Device::cpu(), true);
+  EXPECT_TRUE(held);
+  EXPECT_FALSE(copied_held);
+  EXPECT_FALSE(cpu_held);
+  EXPECT_EQ(kept, copied);
+  EXPECT_NEAR(kept, cpu, 1e-5 * std::fabs(cpu));
 }
 
 TEST_F(CudaGptModel, Gpt2StyleMatchesTheCpu) {
