@@ -2,54 +2,14 @@
 
 #include <dlfcn.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <filesystem>
-
 #include "core/check.h"
+#include "core/nvidia_library_search.h"
 
 namespace tessera::comm {
 
-namespace {
-
-constexpr const char* kName = "libnccl.so.2";
-
-void add_toolkit(std::vector<std::string>& out, const std::string& root) {
-  out.push_back(root + "/lib64/" + kName);
-  out.push_back(root + "/targets/x86_64-linux/lib/" + kName);
-}
-
-// lib/python3.*/site-packages/nvidia/nccl/lib/libnccl.so.2 under a Python environment, newest Python first
-// (python3.12 before python3.9: compared by the minor number).
-void add_wheels(std::vector<std::string>& out, const std::string& env) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::vector<std::pair<int, std::string>> found;
-  for (const auto& entry : fs::directory_iterator(fs::path(env) / "lib", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("python3.", 0) != 0) continue;
-    const int minor = std::atoi(name.c_str() + 8);
-    found.emplace_back(minor, (entry.path() / "site-packages/nvidia/nccl/lib" / kName).string());
-  }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (auto& f : found) out.push_back(f.second);
-}
-
-}  // namespace
-
 std::vector<std::string> nccl_library_candidates(const std::function<const char*(const char*)>& getenv) {
-  auto env = [&](const char* name) -> std::string {
-    const char* v = getenv(name);
-    return v ? v : "";
-  };
-  if (std::string explicit_path = env("TESSERA_NCCL_LIBRARY"); !explicit_path.empty()) return {explicit_path};
-  std::vector<std::string> out{kName};
-  if (std::string cuda_home = env("CUDA_HOME"); !cuda_home.empty() && cuda_home != "/usr/local/cuda")
-    add_toolkit(out, cuda_home);
-  add_toolkit(out, "/usr/local/cuda");
-  if (std::string venv = env("VIRTUAL_ENV"); !venv.empty() && venv != "/opt/torch/.venv") add_wheels(out, venv);
-  add_wheels(out, "/opt/torch/.venv");
-  return out;
+  return nvidia_library_candidates(
+      {"libnccl.so.2", "TESSERA_NCCL_LIBRARY", {"lib64", "targets/x86_64-linux/lib"}, "nccl"}, getenv);
 }
 
 const std::vector<std::string>& nccl_required_symbols() {

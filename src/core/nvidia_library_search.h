@@ -1,0 +1,25 @@
+// Where a run-time-loaded NVIDIA library (NCCL: comm/nccl_library.h; cuDNN: kernels/cudnn_library.h) is
+// looked for, in order: the path in its variable (then the only candidate), its file name by the dynamic
+// loader's search (LD_LIBRARY_PATH), the CUDA toolkit ($CUDA_HOME, then /usr/local/cuda) in the given
+// folders, then NVIDIA's wheel of a Python environment ($VIRTUAL_ENV, then /opt/torch/.venv, the GPU
+// machine's PyTorch: lib/python3.*/site-packages/nvidia/<wheel>/lib/, newest Python first).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+struct NvidiaLibrarySearch {
+  const char* file;                            // libnccl.so.2
+  const char* variable;                        // TESSERA_NCCL_LIBRARY
+  std::vector<const char*> toolkit_folders;    // lib64, targets/x86_64-linux/lib
+  const char* wheel;                           // nccl (site-packages/nvidia/nccl/lib)
+};
+
+// The candidates in order; getenv is injected so tests can set the variables.
+std::vector<std::string> nvidia_library_candidates(const NvidiaLibrarySearch& search,
+                                                   const std::function<const char*(const char*)>& getenv);
+
+}  // namespace tessera
