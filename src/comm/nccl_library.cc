@@ -29,23 +29,10 @@ void* NcclLibrary::symbol(const char* name) const {
 
 NcclLibrary load_nccl_library(const std::vector<std::string>& candidates) {
   std::string tried;
-  for (const std::string& candidate : candidates) {
-    dlerror();
-    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      const char* why = dlerror();
-      tried += str_cat("\n  ", candidate, ": ", why ? why : "dlopen failed");
-      continue;
-    }
-    std::string missing;
-    for (const std::string& name : nccl_required_symbols())
-      if (!dlsym(handle, name.c_str())) missing += (missing.empty() ? "" : ", ") + name;
-    if (!missing.empty()) {
-      tried += str_cat("\n  ", candidate, ": loaded, but lacks ", missing, " (an NCCL older than 2.13?)");
-      dlclose(handle);
-      continue;
-    }
-    NcclLibrary lib{handle, candidate, 0};
+  NcclLibrary lib;
+  lib.handle = open_nvidia_library(candidates, nccl_required_symbols(), "(an NCCL older than 2.13?)", nullptr,
+                                   &lib.path, &tried);
+  if (lib.handle) {
     using GetVersion = int (*)(int*);  // ncclResult_t ncclGetVersion(int*), ncclSuccess == 0
     int version = 0;
     if (reinterpret_cast<GetVersion>(lib.symbol("ncclGetVersion"))(&version) == 0) lib.version = version;

@@ -1,8 +1,12 @@
 #include "core/nvidia_library_search.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+
+#include "core/check.h"
 
 namespace tessera {
 
@@ -45,6 +49,33 @@ std::vector<std::string> nvidia_library_candidates(const NvidiaLibrarySearch& se
     add_wheels(out, search, venv);
   add_wheels(out, search, "/opt/torch/.venv");
   return out;
+}
+
+void* open_nvidia_library(const std::vector<std::string>& candidates, const std::vector<std::string>& symbols,
+                          const std::string& lacks_hint, const std::function<std::string(void* handle)>& reject,
+                          std::string* path, std::string* tried) {
+  for (const std::string& candidate : candidates) {
+    dlerror();
+    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const char* why = dlerror();
+      *tried += str_cat("\n  ", candidate, ": ", why ? why : "dlopen failed");
+      continue;
+    }
+    std::string fault;
+    for (const std::string& name : symbols)
+      if (!dlsym(handle, name.c_str())) fault += (fault.empty() ? "" : ", ") + name;
+    if (!fault.empty()) fault = str_cat("loaded, but lacks ", fault, " ", lacks_hint);
+    if (fault.empty() && reject) fault = reject(handle);
+    if (!fault.empty()) {
+      *tried += str_cat("\n  ", candidate, ": ", fault);
+      dlclose(handle);
+      continue;
+    }
+    *path = candidate;
+    return handle;
+  }
+  return nullptr;
 }
 
 }  // namespace tessera

@@ -22,4 +22,11 @@ struct NvidiaLibrarySearch {
 std::vector<std::string> nvidia_library_candidates(const NvidiaLibrarySearch& search,
                                                    const std::function<const char*(const char*)>& getenv);
 
+// dlopens the candidates in order and returns the first that has every symbol and that `reject` (where
+// given) finds no fault with, with its path; null where none does. Each candidate passed over adds a line
+// to *tried: dlopen's reason, "loaded, but lacks <symbols> <lacks_hint>", or reject's message.
+void* open_nvidia_library(const std::vector<std::string>& candidates, const std::vector<std::string>& symbols,
+                          const std::string& lacks_hint, const std::function<std::string(void* handle)>& reject,
+                          std::string* path, std::string* tried);
+
 }  // namespace tessera

@@ -36,31 +36,16 @@ void* CudnnLibrary::symbol(const char* name) const {
 }
 
 CudnnLibrary load_cudnn_library(const std::vector<std::string>& candidates) {
+  using GetVersion = size_t (*)();  // size_t cudnnGetVersion(void)
+  const auto too_old = [](void* handle) -> std::string {
+    const size_t version = reinterpret_cast<GetVersion>(dlsym(handle, "cudnnGetVersion"))();
+    return version < kMinimumVersion ? str_cat("cuDNN ", cudnn_version_string(version), ", older than 9.0") : "";
+  };
   std::string tried;
-  for (const std::string& candidate : candidates) {
-    dlerror();
-    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      const char* why = dlerror();
-      tried += str_cat("\n  ", candidate, ": ", why ? why : "dlopen failed");
-      continue;
-    }
-    std::string missing;
-    for (const std::string& name : cudnn_required_symbols())
-      if (!dlsym(handle, name.c_str())) missing += (missing.empty() ? "" : ", ") + name;
-    if (!missing.empty()) {
-      tried += str_cat("\n  ", candidate, ": loaded, but lacks ", missing, " (not cuDNN 9?)");
-      dlclose(handle);
-      continue;
-    }
-    CudnnLibrary lib{handle, candidate, 0};
-    using GetVersion = size_t (*)();  // size_t cudnnGetVersion(void)
+  CudnnLibrary lib;
+  lib.handle = open_nvidia_library(candidates, cudnn_required_symbols(), "(not cuDNN 9?)", too_old, &lib.path, &tried);
+  if (lib.handle) {
     lib.version = reinterpret_cast<GetVersion>(lib.symbol("cudnnGetVersion"))();
-    if (lib.version < kMinimumVersion) {
-      tried += str_cat("\n  ", candidate, ": cuDNN ", cudnn_version_string(lib.version), ", older than 9.0");
-      dlclose(handle);
-      continue;
-    }
     return lib;
   }
   throw Error(str_cat("cuDNN (libcudnn.so.9) could not be loaded; searched, in order:", tried,

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_combine.h"
+#include "kernels/math/two_way_mix.h"
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -22,38 +23,20 @@ __global__ void scatter_slot_kernel(const float* values, const int32_t* slot, in
     if (slot[r] >= 0) out[slot[r]] += values[r];
 }
 
-__device__ inline void softmax2(const float* logits, double& c0, double& c1) {
-  const double d = static_cast<double>(logits[1]) - static_cast<double>(logits[0]);
-  c0 = 1.0 / (1.0 + exp(d));
-  c1 = 1.0 - c0;
-}
-
 __global__ void mix_forward_kernel(const float* a, const float* b, const float* logits, float* y, int64_t rows,
                                    int64_t h) {
   for (int64_t e = grid_index(); e < rows * h; e += grid_stride()) {
     double c0, c1;
-    softmax2(logits + 2 * (e / h), c0, c1);
-    y[e] = static_cast<float>(c0 * a[e] + c1 * b[e]);
+    math::softmax2(logits + 2 * (e / h), c0, c1);
+    y[e] = math::two_way_mix(a[e], b[e], c0, c1);
   }
 }
 
 __global__ void mix_backward_kernel(const float* a, const float* b, const float* logits, const float* dy, float* da,
                                     float* db, float* dlogits, int64_t rows, int64_t h) {
-  for (int64_t t = grid_index(); t < rows; t += grid_stride()) {
-    double c0, c1;
-    softmax2(logits + 2 * t, c0, c1);
-    double g0 = 0, g1 = 0;
-    for (int64_t j = 0; j < h; ++j) {
-      const double g = dy[t * h + j];
-      g0 += g * a[t * h + j];
-      g1 += g * b[t * h + j];
-      da[t * h + j] = static_cast<float>(c0 * g);
-      db[t * h + j] = static_cast<float>(c1 * g);
-    }
-    const double dz0 = c0 * c1 * (g0 - g1);
-    dlogits[2 * t] = static_cast<float>(dz0);
-    dlogits[2 * t + 1] = static_cast<float>(-dz0);
-  }
+  for (int64_t t = grid_index(); t < rows; t += grid_stride())
+    math::two_way_mix_backward_row(a + t * h, b + t * h, logits + 2 * t, dy + t * h, da + t * h, db + t * h,
+                                   dlogits + 2 * t, h);
 }
 
 }  // namespace
