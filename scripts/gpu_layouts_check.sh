@@ -109,12 +109,6 @@ run() {
   tail -5 "$out/$name.txt"
   return $rc
 }
-# worst A B: the largest relative difference of two columns of numbers, or "missing" when their counts
-# differ from 10.
-worst() {
-  paste <(printf '%s\n' "$1") <(printf '%s\n' "$2") |
-    awk 'BEGIN {w = 0} NF == 2 {n++; d = $1 - $2; if (d < 0) d = -d; s = $2 < 0 ? -$2 : $2; if (s > 0) d /= s; if (d > w) w = d} END {print (n == 10 ? w : "missing")}'
-}
 
 start=$SECONDS
 if run "nccl world size 1" 90 "$nccl_test"; then
@@ -144,8 +138,8 @@ for l in "${layouts[@]}"; do
     row "$name" FAILED "rc gpu $gpu_rc, cpu $cpu_rc (logs: $name gpu.txt, $name cpu.txt)"
     continue
   fi
-  loss=$(worst "$(metric "$out/$name gpu.logs" lm_loss)" "$(metric "$out/$name cpu.logs" lm_loss)")
-  norm=$(worst "$(metric "$out/$name gpu.logs" grad_norm)" "$(metric "$out/$name cpu.logs" grad_norm)")
+  loss=$(worst_of 10 "$(metric "$out/$name gpu.logs" lm_loss)" "$(metric "$out/$name cpu.logs" lm_loss)")
+  norm=$(worst_of 10 "$(metric "$out/$name gpu.logs" grad_norm)" "$(metric "$out/$name cpu.logs" grad_norm)")
   verdict=$(awk -v a="$loss" -v b="$norm" -v t="$tolerance" 'BEGIN {print (a != "missing" && b != "missing" && a <= t && b <= t) ? "OK" : "FAILED"}')
   row "$name" "$verdict" "$precision: loss $loss, grad norm $norm (largest relative difference, <= $tolerance)"
 done

@@ -1,5 +1,5 @@
-# The checkpoint part of the issue-56 device check, and `metric` which the whole check reads results with
-# (sourced by scripts/gpu_layouts_check.sh, whose run, row, $mpirun, $tessera, $small_gpt and $out the
+# The checkpoint part of the issue-56 device check, and `metric` and `worst_of` which the whole check
+# reads and compares results with (sourced by scripts/gpu_layouts_check.sh, whose run, row, $mpirun, $tessera, $small_gpt and $out the
 # checks use; not run by itself): checkpoints saved from a
 # GPU layout load at another layout on the CPU, and the reverse, with the losses a CPU-only save and
 # resume gives. Five runs, each a few seconds on the device:
@@ -15,10 +15,10 @@ checkpoint_plan=(
   "ckpt tp2 cpu -> pp2 gpu|save --tensor-model-parallel-size 2 --sequence-parallel on the CPU, resume at --pipeline-model-parallel-size 2 on the GPU"
 )
 
-# worst_pair A B: the largest relative difference of two columns of numbers, "missing" unless both have 2.
-worst_pair() {
-  paste <(printf '%s\n' "$1") <(printf '%s\n' "$2") |
-    awk 'BEGIN {w = 0} NF == 2 {n++; d = $1 - $2; if (d < 0) d = -d; s = $2 < 0 ? -$2 : $2; if (s > 0) d /= s; if (d > w) w = d} END {print (n == 2 ? w : "missing")}'
+# worst_of N A B: the largest relative difference of two columns of numbers, "missing" unless both have N.
+worst_of() {
+  paste <(printf '%s\n' "$2") <(printf '%s\n' "$3") |
+    awk -v want="$1" 'BEGIN {w = 0} NF == 2 {n++; d = $1 - $2; if (d < 0) d = -d; s = $2 < 0 ? -$2 : $2; if (s > 0) d /= s; if (d > w) w = d} END {print (n == want ? w : "missing")}'
 }
 
 # metric DIR KEY: the values of KEY in DIR/metrics.jsonl, one a line.
@@ -28,8 +28,8 @@ metric() { grep -oE "\"$2\":[0-9.eE+-]+" "$1/metrics.jsonl" 2>/dev/null | cut -d
 # reference resume's.
 compare_resume() {
   local loss norm verdict
-  loss=$(worst_pair "$(metric "$saves/$1" lm_loss)" "$(metric "$saves/reference" lm_loss)")
-  norm=$(worst_pair "$(metric "$saves/$1" grad_norm)" "$(metric "$saves/reference" grad_norm)")
+  loss=$(worst_of 2 "$(metric "$saves/$1" lm_loss)" "$(metric "$saves/reference" lm_loss)")
+  norm=$(worst_of 2 "$(metric "$saves/$1" grad_norm)" "$(metric "$saves/reference" grad_norm)")
   verdict=$(awk -v a="$loss" -v b="$norm" 'BEGIN {print (a != "missing" && b != "missing" && a <= 1e-4 && b <= 1e-4) ? "OK" : "FAILED"}')
   row "$1" "$verdict" "iterations 11-12 after resuming: loss $loss, grad norm $norm (largest relative difference, <= 1e-4)"
 }
