@@ -21,8 +21,13 @@
 namespace tessera::kernels::cuda {
 namespace {
 
-// The shared memory a block may take without opting in (cudaFuncAttributeMaxDynamicSharedMemorySize).
+// The shared memory a block may take without opting in, static and dynamic together: a launch whose
+// dynamic bytes exceed this less the kernel's static ones fails (cudaErrorInvalidValue) unless
+// cudaFuncAttributeMaxDynamicSharedMemorySize was raised.
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
+// norm_backward_kernel's static shared memory: block_sum_pair's scratch.
+constexpr int kBackwardScratch = 64;
+constexpr size_t kBackwardStaticShared = kBackwardScratch * sizeof(double);
 
 // y = (x - mean) * rstd * w (+ b); mean == nullptr: RMSNorm (no centring, no bias). With a residual,
 // the row normalised is x + residual (one fp32 add per element, kernels::add_into's), written to x_out
@@ -90,7 +95,7 @@ __global__ void norm_backward_kernel(const float* dy, const float* x, const floa
                                      const float* rstd, float* dx, float* dw_part, float* db_part, int64_t rows,
                                      int64_t cols, bool partials_in_shared) {
   extern __shared__ float shared_partials[];
-  __shared__ double scratch[64];
+  __shared__ double scratch[kBackwardScratch];
   const int64_t k = blockIdx.x;
   float* dw_acc = partials_in_shared ? shared_partials : dw_part + k * cols;
   float* db_acc = !db_part ? nullptr : partials_in_shared ? shared_partials + cols : db_part + k * cols;
@@ -131,12 +136,12 @@ __global__ void norm_backward_kernel(const float* dy, const float* x, const floa
 // The dynamic shared memory norm_backward_kernel takes for `bytes` of partials: all of it where the
 // device allows (opting in above 48 KiB), else none (the partials then live in global memory).
 size_t backward_shared_bytes(size_t bytes) {
-  if (bytes <= kDefaultSharedBytes) return bytes;
+  if (bytes + kBackwardStaticShared <= kDefaultSharedBytes) return bytes;
   int device = 0, optin = 0;
   tessera::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
   tessera::cuda::check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                        "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
-  if (bytes + 64 * sizeof(double) > static_cast<size_t>(optin)) return 0;
+  if (bytes + kBackwardStaticShared > static_cast<size_t>(optin)) return 0;
   tessera::cuda::check(cudaFuncSetAttribute(norm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(bytes)),
                        "cudaFuncSetAttribute(norm_backward_kernel)");
