@@ -56,6 +56,7 @@ layouts=(
   "dp2 distributed optimizer|--use-distributed-optimizer --overlap-grad-reduce|fp32"
   "cp2|--context-parallel-size 2|fp32"
   "ep2 (MoE)|--num-experts 4 --expert-model-parallel-size 2 --moe-router-topk 2 --moe-aux-loss-coeff 0.01|fp32"
+  "pp2 ouroboros|--pipeline-model-parallel-size 2 --pipeline-schedule ouroboros --ouroboros-warmup-iters 2 --num-layers 3|fp32"
 )
 # What the GPU path still refuses (the table says so; nothing to run): nothing at present.
 refused=()

@@ -26,6 +26,11 @@ grep -qF "calibration: $build/bench_collectives --backend nccl at world size 1" 
 check "the plan measures NCCL at world size 1 and a one-GPU step for the planner: $plan" $?
 grep -qF -- "--num-experts 4 --expert-model-parallel-size 2" <<<"$plan" && ! grep -qF "not run: ep2" <<<"$plan"
 check "the plan runs expert parallelism (MoE) rather than refusing it: $plan" $?
+# Ouroboros on 2 pipeline ranks: K = 3 modules of 1 layer (--num-layers 3 after the small GPT's 4).
+grep -qF "  pp2 ouroboros (fp32): " <<<"$plan" &&
+  grep -qF -- "--pipeline-schedule ouroboros --ouroboros-warmup-iters 2 --num-layers 3 --device cuda" <<<"$plan" &&
+  ! grep -qF "not run: pp2 ouroboros" <<<"$plan"
+check "the plan runs Ouroboros (pp2) on the GPU rather than refusing it: $plan" $?
 empty=$(mktemp -d)
 missing=$(bash "$script" --dry-run "$empty" 2>&1)
 [ $? -eq 1 ] && grep -qF "gpu_layouts_check: missing $empty/tessera" <<<"$missing"

@@ -87,7 +87,6 @@ TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
   };
   TrainArguments a = parse("");
   refused(parse("--model-family bert"), "--model-family=bert (GPT models only)");
-  refused(parse("--pipeline-schedule ouroboros"), "--pipeline-schedule=ouroboros");
   refused(parse("--pipeline-token-slices 2"), "--pipeline-token-slices=2");
   a = parse("");
   a.kd = true;  // (parsing --kd reads a teacher checkpoint)
@@ -97,9 +96,41 @@ TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
   // Even with the opt-in below.
   DeviceProbe opted_in = one_gpu();
   opted_in.unverified_layouts = true;
-  a = parse("--pipeline-schedule ouroboros", 2);
-  EXPECT_EQ(choose(a, "cuda", opted_in), "--device=cuda: the GPU path does not run --pipeline-schedule=ouroboros "
+  a = parse("", 2);
+  a.kd = true;
+  EXPECT_EQ(choose(a, "cuda", opted_in), "--device=cuda: the GPU path does not run knowledge distillation (--kd) "
                                          "yet; leave --device out or use --device cpu");
+}
+
+// --pipeline-schedule ouroboros (issue 56 item 3): its driver is device-clean (modules, weight versions,
+// delayed gradients and moments on the GPU, ordered sums by kernels), but no GPU has run it yet, so it
+// runs only with the layouts' opt-in, in one process (the emulation) as on a ring of pipeline ranks; the
+// message names the schedule before the pipeline size it implies.
+TEST(Device, OuroborosRunsOnGpusOnlyWhenOptedInAsUnverified) {
+  const std::string unverified =
+      "--device=cuda: the GPU path runs --pipeline-schedule=ouroboros only unverified (no device run has compared "
+      "it with the CPU yet: scripts/gpu_layouts_check.sh); set TESSERA_UNVERIFIED_GPU_LAYOUTS=1 to run it anyway; "
+      "leave --device out or use --device cpu";
+  DeviceProbe opted_in = one_gpu();
+  opted_in.unverified_layouts = true;
+  const TrainArguments one = parse("--pipeline-schedule ouroboros --ouroboros-warmup-iters 1");
+  EXPECT_EQ(choose(one, "cuda", one_gpu()), unverified);
+  EXPECT_EQ(choose(one, "cuda", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda)");
+  // Left out without the opt-in: the CPU, saying why.
+  EXPECT_EQ(choose(one, "", one_gpu()),
+            "device: cpu (cuda:0 is present, but the GPU path runs --pipeline-schedule=ouroboros only unverified (no "
+            "device run has compared it with the CPU yet: scripts/gpu_layouts_check.sh); set "
+            "TESSERA_UNVERIFIED_GPU_LAYOUTS=1 to run it anyway)");
+  // K = 3 modules on 2 pipeline ranks sharing the GPU.
+  opted_in.local = {1, 2, "OMPI_COMM_WORLD_LOCAL_RANK"};
+  const TrainArguments ring =
+      parse("--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --num-layers 3", 2);
+  EXPECT_EQ(choose(ring, "cuda", one_gpu()), unverified);
+  EXPECT_EQ(choose(ring, "cuda", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda, local rank 1 of 2 "
+                                            "(OMPI_COMM_WORLD_LOCAL_RANK), 1 visible GPU, shared by 2 ranks)");
+  // What Ouroboros itself does not run is still refused by its own rules, on any device.
+  EXPECT_EQ(error_of("--device cpu --pipeline-schedule ouroboros --bf16"),
+            "--pipeline-schedule=ouroboros: cannot be combined with --bf16 yet (issue 38)");
 }
 
 // The layouts issue 56 brings to the GPU (device-clean, not yet run on one): refused, saying how to opt

@@ -21,6 +21,7 @@ namespace {
 // The layouts whose code path is device-clean (every collective through ProcessGroup on tensors, no host
 // read of a device tensor) but that no GPU has run yet: each named as the user gave it, empty if none.
 std::string unverified_layout(const TrainArguments& a) {
+  if (a.pipeline_schedule == "ouroboros") return "--pipeline-schedule=ouroboros";  // its driver: device-clean too
   if (a.tensor_model_parallel_size > 1) return str_cat("--tensor-model-parallel-size=", a.tensor_model_parallel_size);
   if (a.expert_model_parallel_size > 1)
     return str_cat("--expert-model-parallel-size=", a.expert_model_parallel_size);
@@ -36,14 +37,13 @@ std::string unverified_layout(const TrainArguments& a) {
 
 std::string gpu_path_refusal(const TrainArguments& a, bool unverified_layouts) {
   // Each names the flag as the user gave it. What the GPU path cannot run at all first: the rest reads
-  // or writes tensor memory on the host inside the step (the samplers, the Ouroboros driver, the
+  // or writes tensor memory on the host inside the step (the samplers, the
   // teacher). Multi-latent attention, multi-token prediction and mixture of experts run (issues 53/50/56:
   // their column copies and sums, the router, the token dispatch and the experts' GEMMs have CUDA
   // kernels, YaRN's RoPE is the rotary kernel's): on one GPU (scripts/gpu_step2_check.sh compares them
   // with the CPU), on several (expert parallelism included) behind the layouts' opt-in below.
   auto not_yet = [](const std::string& what) { return str_cat("the GPU path does not run ", what, " yet"); };
   if (a.model.family != "gpt") return not_yet(str_cat("--model-family=", a.model.family, " (GPT models only)"));
-  if (a.pipeline_schedule == "ouroboros") return not_yet("--pipeline-schedule=ouroboros");
   if (!a.pipeline_token_slices.empty()) return not_yet(str_cat("--pipeline-token-slices=", a.pipeline_token_slices));
   if (a.kd) return not_yet("knowledge distillation (--kd)");
   if (a.sample_interval > 0)
