@@ -56,8 +56,11 @@ TEST(Device, LeftOutItIsTheGpuWhereOneIsUsableElseTheCpuSayingWhy) {
 }
 
 TEST(Device, LeftOutARunTheGpuPathDoesNotRunTrainsOnTheCpu) {
-  EXPECT_EQ(choose(parse("--model-family bert"), "", one_gpu()),
-            "device: cpu (cuda:0 is present, but the GPU path does not run --model-family=bert (GPT models only) yet)");
+  TrainArguments multiple_choice = parse("");
+  multiple_choice.model.family = "bert_multiple_choice";  // (tessera finetune's model)
+  EXPECT_EQ(choose(multiple_choice, "", one_gpu()),
+            "device: cpu (cuda:0 is present, but the GPU path does not run --model-family=bert_multiple_choice (GPT "
+            "and BERT models only) yet)");
   EXPECT_EQ(choose(parse("", 2), "", one_gpu()),
             str_cat("device: cpu (cuda:0 is present, but the GPU path runs data parallelism over 2 ranks only "
                     "unverified (no device run has compared it with the CPU yet: scripts/gpu_layouts_check.sh); set "
@@ -86,7 +89,9 @@ TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
     EXPECT_EQ(choose(a, "cuda", no_gpu()), str_cat("--device=cuda: the GPU path does not run ", what, tail));
   };
   TrainArguments a = parse("");
-  refused(parse("--model-family bert"), "--model-family=bert (GPT models only)");
+  a.model.family = "bert_multiple_choice";  // any family but GPT and BERT
+  refused(a, "--model-family=bert_multiple_choice (GPT and BERT models only)");
+  a = parse("");
   refused(parse("--pipeline-token-slices 2"), "--pipeline-token-slices=2");
   a = parse("");
   a.kd = true;  // (parsing --kd reads a teacher checkpoint)
@@ -238,11 +243,31 @@ TEST(Device, TheGpuPathRunsMixtureOfExpertsOnOneGpu) {
   EXPECT_EQ(choose(parse("--num-experts 4"), "", one_gpu()), "device: cuda:0 (NVIDIA H200)");
 }
 
+// BERT on one GPU (issues 50/56): both layer orderings, with and without the binary head, fp32 and bf16,
+// recomputed; left out, the GPU is chosen for it as for a GPT. Several ranks are the unverified layouts'
+// opt-in, as for a GPT (tensor and pipeline parallelism named first).
+TEST(Device, TheGpuPathRunsBertOnOneGpu) {
+  for (const char* flags : {"--model-family bert", "--model-family bert --bert-no-binary-head",
+                            "--model-family bert --apply-residual-connection-post-layernorm --bf16",
+                            "--model-family bert --recompute-granularity full --recompute-method uniform"})
+    EXPECT_EQ(choose(parse(flags), "cuda", one_gpu()), "device: cuda:0 (NVIDIA H200, --device cuda)") << flags;
+  EXPECT_EQ(choose(parse("--model-family bert"), "", one_gpu()), "device: cuda:0 (NVIDIA H200)");
+  DeviceProbe opted_in = one_gpu();
+  opted_in.unverified_layouts = true;
+  TrainArguments two = parse("--model-family bert", 2);
+  EXPECT_EQ(choose(two, "cuda", one_gpu()).rfind("--device=cuda: the GPU path runs data parallelism over 2 ranks "
+                                                 "only unverified", 0), 0u);
+  EXPECT_EQ(choose(two, "cuda:0", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda:0)");
+  two.tensor_model_parallel_size = 2;
+  EXPECT_EQ(choose(two, "cuda", one_gpu()).rfind("--device=cuda: the GPU path runs --tensor-model-parallel-size=2 "
+                                                 "only unverified", 0), 0u);
+}
+
 TEST(Device, ParsedHereTheFlagIsCheckedBeforeAnyWork) {
   EXPECT_EQ(error_of("--device tpu"), "--device=tpu: must be cpu, cuda or cuda:N");
-  EXPECT_EQ(error_of("--device cuda --model-family bert"),
-            "--device=cuda: the GPU path does not run --model-family=bert (GPT models only) yet; leave --device out "
-            "or use --device cpu");
+  EXPECT_EQ(error_of("--device cuda --sample-interval 1 --sample-prompt hi"),
+            "--device=cuda: the GPU path does not run --sample-interval=1 (generation on the GPU comes later) yet; "
+            "leave --device out or use --device cpu");
   EXPECT_EQ(error_of("--device cuda", 2).rfind("--device=cuda: the GPU path runs data parallelism over 2 ranks only "
                                                "unverified", 0), 0u);
   EXPECT_EQ(parse_train_arguments(split_flags(kBase + "--device cpu")).device, Device::cpu());

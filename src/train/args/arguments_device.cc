@@ -1,7 +1,7 @@
 // The rules of --device (Tessera's own flag; Megatron has none): cpu, cuda or cuda:N, what the GPU path
 // runs (issue 39's step 1: one rank, a dense GPT; issue 56: the parallel layouts, unverified until the
 // device check has run them; issues 53/50: multi-latent attention and multi-token prediction; issues
-// 53/56: mixture of experts, expert parallelism among the unverified layouts), the GPU
+// 53/56: mixture of experts, expert parallelism among the unverified layouts; issues 50/56: BERT), the GPU
 // of each rank, and the device chosen when the flag is left out. A run the GPU path does not run is
 // refused by name with --device cuda, and trains on the CPU without it.
 #include <algorithm>
@@ -43,7 +43,10 @@ std::string gpu_path_refusal(const TrainArguments& a, bool unverified_layouts) {
   // kernels, YaRN's RoPE is the rotary kernel's): on one GPU (scripts/gpu_step2_check.sh compares them
   // with the CPU), on several (expert parallelism included) behind the layouts' opt-in below.
   auto not_yet = [](const std::string& what) { return str_cat("the GPU path does not run ", what, " yet"); };
-  if (a.model.family != "gpt") return not_yet(str_cat("--model-family=", a.model.family, " (GPT models only)"));
+  // BERT runs too (issues 50/56): bidirectional attention over its padding mask, token types, the pooler's
+  // tanh and the two heads' losses are kernels the GPU has; any other family is refused by name.
+  if (a.model.family != "gpt" && a.model.family != "bert")
+    return not_yet(str_cat("--model-family=", a.model.family, " (GPT and BERT models only)"));
   if (!a.pipeline_token_slices.empty()) return not_yet(str_cat("--pipeline-token-slices=", a.pipeline_token_slices));
   if (a.kd) return not_yet("knowledge distillation (--kd)");
   if (a.sample_interval > 0)
