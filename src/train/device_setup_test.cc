@@ -92,7 +92,6 @@ TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
   a.model.family = "bert_multiple_choice";  // any family but GPT and BERT
   refused(a, "--model-family=bert_multiple_choice (GPT and BERT models only)");
   a = parse("");
-  refused(parse("--pipeline-token-slices 2"), "--pipeline-token-slices=2");
   a = parse("");
   a.kd = true;  // (parsing --kd reads a teacher checkpoint)
   refused(a, "knowledge distillation (--kd)");
@@ -189,6 +188,32 @@ TEST(Device, TheParallelLayoutsRunOnGpusOnlyWhenOptedInAsUnverified) {
   b.device_flag = "cuda";
   finalize_device(b, four);
   EXPECT_EQ(b.gpu_ranks_sharing, 1);
+}
+
+// TeraPipe's token slices (issue 56): device-clean, not yet run on a GPU, so behind the opt-in even on one
+// stage, and named before the pipeline (the slices' attention at an offset is what is unverified).
+TEST(Device, TokenSlicesRunOnAGpuOnlyWhenOptedInAsUnverified) {
+  const std::string unverified = "the GPU path runs --pipeline-token-slices=2 only unverified (no device run has "
+                                 "compared it with the CPU yet: scripts/gpu_layouts_check.sh); set "
+                                 "TESSERA_UNVERIFIED_GPU_LAYOUTS=1 to run it anyway";
+  DeviceProbe opted_in = one_gpu();
+  opted_in.unverified_layouts = true;
+  TrainArguments a = parse("--pipeline-token-slices 2");
+  EXPECT_EQ(choose(a, "cuda", one_gpu()),
+            str_cat("--device=cuda: ", unverified, "; leave --device out or use --device cpu"));
+  EXPECT_EQ(choose(a, "", one_gpu()), str_cat("device: cpu (cuda:0 is present, but ", unverified, ")"));
+  EXPECT_EQ(choose(a, "cuda", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda)");
+  EXPECT_EQ(choose(a, "", opted_in), "device: cuda:0 (NVIDIA H200)");
+  // Slice lengths at pipeline size 2 (two ranks sharing the GPU when opted in).
+  a = parse("--pipeline-model-parallel-size 2 --pipeline-token-slices 4,12", 2);
+  EXPECT_EQ(a.token_slices, (std::vector<int64_t>{4, 12}));
+  EXPECT_NE(choose(a, "cuda", one_gpu()).find("runs --pipeline-token-slices=4,12 only unverified"), std::string::npos);
+  opted_in.local = {1, 2, "OMPI_COMM_WORLD_LOCAL_RANK"};
+  EXPECT_EQ(choose(a, "cuda", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda, local rank 1 of 2 "
+                                         "(OMPI_COMM_WORLD_LOCAL_RANK), 1 visible GPU, shared by 2 ranks)");
+  // What the CPU refuses with token slices stays refused, whatever the device.
+  EXPECT_NE(error_of("--device cpu --pipeline-token-slices 2 --reset-attention-mask").find("--pipeline-token-slices"),
+            std::string::npos);
 }
 
 TEST(Device, DeviceCollectivesIsAutoStagedOrNccl) {
