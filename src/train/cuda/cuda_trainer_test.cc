@@ -99,6 +99,8 @@ TEST_F(CudaTrainer, PostLnBertInBf16WithRecomputationTrainsAsOnTheCpu) {
   const std::string flags = kGpt2 + "--model-family bert --apply-residual-connection-post-layernorm --bf16 "
                                     "--recompute-granularity full --recompute-method uniform --train-iters 8";
   expect_same_bert_run(train_on("cuda", flags), train_on("cpu", flags), 2e-2);
+}
+
 // TeraPipe's token slices on one stage (issue 56), behind the layouts' opt-in until a device run has checked
 // them: each micro-batch's slices one after another, their key/value caches on the GPU; fp32 with dropout
 // (keyed by the whole sequence), and bf16 with multi-token prediction.
