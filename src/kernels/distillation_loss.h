@@ -2,28 +2,19 @@
 // (kernels/cross_entropy.h): per row of student logits s and teacher logits t, KL(softmax(t / τ) ‖
 // softmax(s / τ)) from per-shard statistics that the tensor group reduces, and the student's dlogits of
 // α·CE + β·τ²·KL written over the logits in one pass, so neither distribution is ever stored. Dispatched
-// on the tensors' device (kernels/device_dispatch.h; the CPU code is kernels/cpu/distillation_loss.h).
+// on the tensors' device (kernels/device_dispatch.h; the CPU code is kernels/cpu/distillation_loss.h, the
+// CUDA code kernels/cuda/distillation_loss.h).
 #pragma once
 
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/math/distillation.h"  // DistillationStat, the rows of the statistics
 
 namespace tessera::kernels {
 
-// The rows of the statistics [kDistillationStats, rows] (a column per row of logits), over the scaled
-// logits s / τ and t / τ. The maxima come first: the tensor group takes their max, then adds the sums
-// once each is rescaled to the group's max (kernels/vocab_parallel_loss.h, rescale_sum_exp).
-enum DistillationStat : int64_t {
-  kStudentMax,      // max_j s_j / τ
-  kTeacherMax,      // max_j t_j / τ
-  kStudentSumExp,   // sum_j exp(s_j / τ - student max)
-  kTeacherSumExp,   // sum_j exp(t_j / τ - teacher max)
-  kCrossSum,        // sum_j exp(t_j / τ - teacher max) (t_j - s_j) / τ (rescaled with the teacher's sum)
-  kDistillationStats
-};
-
-// student, teacher [rows, vocab_local] (the same vocabulary shard); stats as above.
+// student, teacher [rows, vocab_local] (the same vocabulary shard); stats [kDistillationStats, rows]
+// (kernels/math/distillation.h).
 void distillation_shard_stats(const Tensor& student, const Tensor& teacher, float temperature, const Tensor& stats);
 
 // From a whole row's statistics: kd_lse [2, rows] = the log-sum-exps of s / τ (row 0) and t / τ (row 1);

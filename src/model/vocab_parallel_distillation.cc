@@ -9,7 +9,9 @@ namespace tessera::model {
 double VocabParallelDistillation::forward(const Tensor& student, const Tensor& teacher, const Tensor& loss_mask,
                                           const DistillationWeights& w, Tensor& kd_lse) const {
   const int64_t rows = student.dim(0);
-  Tensor stats = Tensor::empty({kernels::kDistillationStats, rows});
+  // On the logits' device (a GPU's: the statistics and the reductions stay there; only the KL sum
+  // comes back, as the cross-entropy's does).
+  Tensor stats = Tensor::empty({kernels::kDistillationStats, rows}, DType::F32, student.device());
   kernels::distillation_shard_stats(student, teacher, w.temperature, stats);
   if (tp_.size() > 1) {
     // The group's maxima (student's and teacher's), every shard's sums rescaled to them, then added.
@@ -22,7 +24,7 @@ double VocabParallelDistillation::forward(const Tensor& student, const Tensor& t
     local_max.copy_from(global_max);
     tp_.group->all_reduce(stats.narrow(kernels::kStudentSumExp, kernels::kDistillationStats - kernels::kStudentSumExp));
   }
-  kd_lse = Tensor::empty({2, rows});
+  kd_lse = Tensor::empty({2, rows}, DType::F32, student.device());
   const double tau = w.temperature;
   return w.beta * tau * tau * kernels::distillation_kl_sum(stats, loss_mask, kd_lse);
 }
@@ -32,7 +34,8 @@ void VocabParallelDistillation::backward(Tensor& logits, const Tensor& teacher, 
                                          float grad_scale, const DistillationWeights& w, DType round_output) const {
   const int64_t rows = logits.dim(0);
   // d(β τ² KL)/ds = β τ (p_S - p_T): the kernel's dkd τ KL with dkd = grad_scale mask β τ.
-  Tensor dce = Tensor::empty({rows}), dkd = Tensor::empty({rows});
+  Tensor dce = Tensor::empty({rows}, DType::F32, logits.device());
+  Tensor dkd = Tensor::empty({rows}, DType::F32, logits.device());
   kernels::scale(loss_mask, grad_scale * w.alpha, dce);
   kernels::scale(loss_mask, grad_scale * w.beta * w.temperature, dkd);
   kernels::distillation_backward(logits, teacher, labels, lse, dce, kd_lse, dkd, w.temperature, vocab_begin_,

@@ -91,19 +91,34 @@ TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
   TrainArguments a = parse("");
   a.model.family = "bert_multiple_choice";  // any family but GPT and BERT
   refused(a, "--model-family=bert_multiple_choice (GPT and BERT models only)");
-  a = parse("");
-  a = parse("");
-  a.kd = true;  // (parsing --kd reads a teacher checkpoint)
-  refused(a, "knowledge distillation (--kd)");
   refused(parse("--sample-interval 1 --sample-prompt hi"),
           "--sample-interval=1 (generation on the GPU comes later)");
   // Even with the opt-in below.
   DeviceProbe opted_in = one_gpu();
   opted_in.unverified_layouts = true;
-  a = parse("", 2);
-  a.kd = true;
-  EXPECT_EQ(choose(a, "cuda", opted_in), "--device=cuda: the GPU path does not run knowledge distillation (--kd) "
-                                         "yet; leave --device out or use --device cpu");
+  EXPECT_EQ(choose(parse("--sample-interval 1 --sample-prompt hi", 2), "cuda", opted_in),
+            str_cat("--device=cuda: the GPU path does not run --sample-interval=1 (generation on the GPU comes later)",
+                    tail));
+}
+
+// Knowledge distillation (issue 56): the teacher on the run's device and the KD loss's CUDA kernels, so
+// --kd runs on one GPU as it is, and on several ranks with the layouts' opt-in, as any layout.
+TEST(Device, DistillationRunsOnOneGpuAndOnSeveralWhenOptedIn) {
+  TrainArguments one = parse("");
+  one.kd = true;  // (parsing --kd reads a teacher checkpoint)
+  EXPECT_EQ(choose(one, "cuda", one_gpu()), "device: cuda:0 (NVIDIA H200, --device cuda)");
+  EXPECT_EQ(choose(one, "", one_gpu()), "device: cuda:0 (NVIDIA H200)");  // left out: the GPU too
+  TrainArguments tp2 = parse("--tensor-model-parallel-size 2", 2);
+  tp2.kd = true;
+  EXPECT_EQ(choose(tp2, "cuda", one_gpu()),
+            "--device=cuda: the GPU path runs --tensor-model-parallel-size=2 only unverified (no device run has "
+            "compared it with the CPU yet: scripts/gpu_layouts_check.sh); set TESSERA_UNVERIFIED_GPU_LAYOUTS=1 to "
+            "run it anyway; leave --device out or use --device cpu");
+  DeviceProbe opted_in = one_gpu();
+  opted_in.unverified_layouts = true;
+  opted_in.local = {1, 2, "OMPI_COMM_WORLD_LOCAL_RANK"};
+  EXPECT_EQ(choose(tp2, "cuda", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda, local rank 1 of 2 "
+                                           "(OMPI_COMM_WORLD_LOCAL_RANK), 1 visible GPU, shared by 2 ranks)");
 }
 
 // --pipeline-schedule ouroboros (issue 56 item 3): its driver is device-clean (modules, weight versions,

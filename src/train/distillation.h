@@ -4,7 +4,8 @@
 // head, over the student's tensor and expert groups, so that its logits come in the same vocabulary
 // shard and rows as the student's. Under pipeline parallelism that is the last stage, which runs the
 // teacher's whole forward beside the student's last chunk: no teacher activations cross stages. It has
-// parameters but no gradients and no optimizer; it runs forward only, without dropout.
+// parameters but no gradients and no optimizer; it runs forward only, without dropout. It lives on the
+// run's device (--device): on a GPU its weights, activations and logits stay there.
 #pragma once
 
 #include <memory>
@@ -32,6 +33,7 @@ class Teacher {
   model::ParameterSet params_;
   std::unique_ptr<model::LanguageModelChunk> model_;
   model::DistillationWeights weights_;
+  Device device_;  // the run's (TrainArguments::device)
   int64_t iteration_ = 0;
 };
 

@@ -5,7 +5,8 @@
 // accumulated in double. The cross term sum_j p_T (t - s) is kept unnormalised beside the teacher's sum
 // so that vocabulary shards combine as sums. The student and the teacher go through the same arithmetic
 // in the same order, so a teacher equal to the student gives a KL of exactly 0 and adds exactly 0 to the
-// gradient. Backward is one elementwise pass cut into (row, column chunk) tasks.
+// gradient. Backward is one elementwise pass cut into (row, column chunk) tasks. A row's KL and each
+// logit's KD gradient are kernels/math/distillation.h's, which the GPU kernels run too.
 #include "kernels/cpu/distillation_loss.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "core/check.h"
 #include "core/profiler.h"
 #include "kernels/distillation_loss.h"
+#include "kernels/math/distillation.h"
 #include "kernels/math/softmax.h"
 #include "kernels/precision.h"
 #include "kernels/parallel_grain.h"
@@ -63,8 +65,7 @@ double distillation_kl_sum(const float* stats, const float* loss_mask, float* kd
     const double s_sum = stats[kStudentSumExp * rows + r], t_sum = stats[kTeacherSumExp * rows + r];
     kd_lse[r] = static_cast<float>(s_max + std::log(s_sum));
     kd_lse[rows + r] = static_cast<float>(t_max + std::log(t_sum));
-    // lse_S - lse_T taken as (max_S - max_T) + log(sum_S / sum_T): no cancellation of two large lse's.
-    const double kl = stats[kCrossSum * rows + r] / t_sum + (s_max - t_max) + std::log(s_sum / t_sum);
+    const double kl = math::distillation_row_kl(s_max, t_max, s_sum, t_sum, stats[kCrossSum * rows + r]);
     total += kl * loss_mask[r];
   }
   return total;
@@ -88,9 +89,7 @@ void distillation_backward(float* logits, const float* teacher, const int32_t* t
       const int64_t target = static_cast<int64_t>(targets[r]) - vocab_begin - j0;
       const bool has_target = target >= 0 && target < n;
       const float xt = has_target ? x[target] : 0.0f;
-      auto kd = [&](float xj, float tj) {
-        return k * (math::softmax_weight(xj * inv, ls) - math::softmax_weight(tj * inv, lt));
-      };
+      auto kd = [&](float xj, float tj) { return math::distillation_dlogit(xj, tj, inv, ls, lt, k); };
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) x[j] = math::cross_entropy_dlogit(x[j], l, d) + kd(x[j], t[j]);
       if (has_target) x[target] = math::cross_entropy_dlogit_target(xt, l, d) + kd(xt, t[target]);

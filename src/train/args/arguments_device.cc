@@ -2,7 +2,7 @@
 // runs (issue 39's step 1: one rank, a dense GPT; issue 56: the parallel layouts, unverified until the
 // device check has run them; issues 53/50: multi-latent attention and multi-token prediction; issues
 // 53/56: mixture of experts, expert parallelism among the unverified layouts; issues 50/56: BERT; issue 56:
-// TeraPipe's token slices, unverified too), the GPU
+// TeraPipe's token slices, unverified too; issue 56: knowledge distillation), the GPU
 // of each rank, and the device chosen when the flag is left out. A run the GPU path does not run is
 // refused by name with --device cuda, and trains on the CPU without it.
 #include <algorithm>
@@ -40,17 +40,18 @@ std::string unverified_layout(const TrainArguments& a) {
 
 std::string gpu_path_refusal(const TrainArguments& a, bool unverified_layouts) {
   // Each names the flag as the user gave it. What the GPU path cannot run at all first: the rest reads
-  // or writes tensor memory on the host inside the step (the samplers, the
-  // teacher). Multi-latent attention, multi-token prediction and mixture of experts run (issues 53/50/56:
+  // or writes tensor memory on the host inside the step (the samplers). Multi-latent attention,
+  // multi-token prediction and mixture of experts run (issues 53/50/56:
   // their column copies and sums, the router, the token dispatch and the experts' GEMMs have CUDA
   // kernels, YaRN's RoPE is the rotary kernel's): on one GPU (scripts/gpu_step2_check.sh compares them
   // with the CPU), on several (expert parallelism included) behind the layouts' opt-in below.
   auto not_yet = [](const std::string& what) { return str_cat("the GPU path does not run ", what, " yet"); };
   // BERT runs too (issues 50/56): bidirectional attention over its padding mask, token types, the pooler's
-  // tanh and the two heads' losses are kernels the GPU has; any other family is refused by name.
+  // tanh and the two heads' losses are kernels the GPU has; any other family is refused by name. So does
+  // knowledge distillation (issue 56): the teacher is built on the run's device and the KD loss has CUDA
+  // kernels; on several ranks behind the layouts' opt-in, as any layout.
   if (a.model.family != "gpt" && a.model.family != "bert")
     return not_yet(str_cat("--model-family=", a.model.family, " (GPT and BERT models only)"));
-  if (a.kd) return not_yet("knowledge distillation (--kd)");
   if (a.sample_interval > 0)
     return not_yet(str_cat("--sample-interval=", a.sample_interval, " (generation on the GPU comes later)"));
   // Then the layouts issue 56 brings to the GPU: refused until opted in, as no GPU has run them yet.
