@@ -58,7 +58,10 @@ layouts=(
   "cp2|--context-parallel-size 2|fp32"
   "ep2 (MoE)|--num-experts 4 --expert-model-parallel-size 2 --moe-router-topk 2 --moe-aux-loss-coeff 0.01|fp32"
   "pp2 ouroboros|--pipeline-model-parallel-size 2 --pipeline-schedule ouroboros --ouroboros-warmup-iters 2 --num-layers 3|fp32"
+  "tp2+sp kd|--tensor-model-parallel-size 2 --sequence-parallel --kd --load-teacher $out/kd-teacher --kd-temp 1.5|fp32"
 )
+# The distillation row's teacher (a wider 2-layer GPT), trained and saved on the CPU before the layouts.
+kd_teacher=(--num-layers 2 --hidden-size 96 --ffn-hidden-size 160 --train-iters 4 --device cpu --save "$out/kd-teacher")
 # What the GPU path still refuses (the table says so; nothing to run): nothing at present.
 refused=()
 small_gpt=(train --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
@@ -74,6 +77,7 @@ if [ $dry_run -eq 1 ]; then
     IFS='|' read -r name flags precision <<<"$l"
     echo "  $name ($precision): $mpirun -np 2 $tessera ${small_gpt[*]} $flags --device cuda --device-collectives staged, against --device cpu"
   done
+  echo "  kd teacher: $tessera ${small_gpt[*]} ${kd_teacher[*]}, before the layouts"
   for c in "${checkpoint_plan[@]}"; do echo "  ${c%%|*}: ${c#*|}, against a save and resume on the CPU"; done
   for r in "${refused[@]}"; do echo "  not run: $r"; done
   echo "  calibration: $bench_collectives --backend nccl at world size 1 (no bus bandwidth at one rank: none written)"
@@ -124,6 +128,7 @@ else
   row "nccl world size 1" FAILED "rc $? (log: nccl world size 1.txt)"
 fi
 [ $calibration_only -eq 1 ] && layouts=()
+[ ${#layouts[@]} -eq 0 ] || run "kd teacher" 60 "$tessera" "${small_gpt[@]}" "${kd_teacher[@]}"
 for l in "${layouts[@]}"; do
   IFS='|' read -r name flags precision <<<"$l"
   tolerance=1e-4
@@ -142,8 +147,13 @@ for l in "${layouts[@]}"; do
   fi
   loss=$(worst_of 10 "$(metric "$out/$name gpu.logs" lm_loss)" "$(metric "$out/$name cpu.logs" lm_loss)")
   norm=$(worst_of 10 "$(metric "$out/$name gpu.logs" grad_norm)" "$(metric "$out/$name cpu.logs" grad_norm)")
-  verdict=$(awk -v a="$loss" -v b="$norm" -v t="$tolerance" 'BEGIN {print (a != "missing" && b != "missing" && a <= t && b <= t) ? "OK" : "FAILED"}')
-  row "$name" "$verdict" "$precision: loss $loss, grad norm $norm (largest relative difference, <= $tolerance)"
+  kd=0 kd_note=""
+  if [[ $flags == *--kd* ]]; then  # distillation: its KD term too
+    kd=$(worst_of 10 "$(metric "$out/$name gpu.logs" "kd loss")" "$(metric "$out/$name cpu.logs" "kd loss")")
+    kd_note=", kd loss $kd"
+  fi
+  verdict=$(awk -v a="$loss" -v b="$norm" -v c="$kd" -v t="$tolerance" 'BEGIN {print (a != "missing" && b != "missing" && c != "missing" && a <= t && b <= t && c <= t) ? "OK" : "FAILED"}')
+  row "$name" "$verdict" "$precision: loss $loss, grad norm $norm$kd_note (largest relative difference, <= $tolerance)"
 done
 [ $calibration_only -eq 1 ] || checkpoint_checks
 for r in "${refused[@]}"; do row "${r%%:*}" "-" "not run: ${r#*: }"; done

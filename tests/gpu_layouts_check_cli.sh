@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_layouts_check.sh --dry-run, on any machine: the plan lists every layout the device check
 # runs against the CPU (expert parallelism and token slices among them) and what it does not run, finds
-# its programs in a build folder, and fails naming a missing one.
+# its programs in a build folder, and fails naming a missing one; distillation's row trains its teacher first.
 set -uo pipefail
 tessera=${1:?usage: gpu_layouts_check_cli.sh path/to/tessera}
 source "$(dirname "$0")/lib/checks.sh"
@@ -35,6 +35,11 @@ check "the plan runs Ouroboros (pp2) on the GPU rather than refusing it: $plan" 
 grep -qF -- "--pipeline-model-parallel-size 2 --pipeline-token-slices 8,24,32" <<<"$plan" &&
   ! grep -qF "not run: pp2 token slices" <<<"$plan"
 check "the plan runs TeraPipe's token slices across two stages rather than refusing them: $plan" $?
+# Distillation (issue 56): tp2+sp with a teacher the script trains on the CPU first, its KD term compared.
+grep -qF "  tp2+sp kd (fp32): " <<<"$plan" &&
+  grep -qF -- "--sequence-parallel --kd --load-teacher" <<<"$plan" &&
+  grep -qF -- "--hidden-size 96 --ffn-hidden-size 160 --train-iters 4 --device cpu --save" <<<"$plan"
+check "the plan distils (tp2+sp, --kd) on the GPU from a teacher trained on the CPU: $plan" $?
 empty=$(mktemp -d)
 missing=$(bash "$script" --dry-run "$empty" 2>&1)
 [ $? -eq 1 ] && grep -qF "gpu_layouts_check: missing $empty/tessera" <<<"$missing"
