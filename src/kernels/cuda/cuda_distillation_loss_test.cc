@@ -77,7 +77,7 @@ TEST_F(CudaDistillationLoss, KlSumMatchesTheCpu) {
     Tensor kd_lse_gpu = to_device(Tensor::zeros({2, c.rows}, DType::F32, Device::cpu()));
     const double got = kernels::distillation_kl_sum(to_device(stats), to_device(mask), kd_lse_gpu);
     EXPECT_NEAR(got, want, 1e-12 * std::abs(want) + 1e-12);   // double, another order of the rows
-    EXPECT_TRUE(all_close(to_host(kd_lse_gpu), kd_lse, 1.2e-7f, 0.0f));  // the GPU's log: within an ulp
+    EXPECT_TRUE(all_close(to_host(kd_lse_gpu), kd_lse, 2.4e-7f, 0.0f));  // the GPU's log: within an fp32 ulp
   }
 }
 
@@ -97,11 +97,11 @@ TEST_F(CudaDistillationLoss, BackwardMatchesTheCpu) {
                                        to_device(kd_lse), to_device(dkd), temp, c.vocab_begin, type);
         kernels::distillation_backward(d, t, targets, lse, dce, kd_lse, dkd, temp, c.vocab_begin, type);
         // The same formula per element (kernels/math/distillation.h), FMAs contracted differently: an ulp
-        // or two in fp32, then a unit of the 16-bit type where that tips its rounding; the two terms can
-        // cancel, so against the terms' scale too.
+        // or two in fp32, then a unit of the 16-bit type where that tips its rounding. The cross-entropy's
+        // and the KD term's gradients can cancel, so also against the terms' scale (|ce| <= dce < 1,
+        // |kd| <= dkd < 2): a few fp32 ulps of 3.
         const float rtol = type == DType::BF16 ? 8e-3f : type == DType::F16 ? 1e-3f : 4e-6f;
-        EXPECT_TRUE(all_close(to_host(d_gpu), d, rtol, type == DType::F16 ? 6e-8f : 1e-9f))
-            << dtype_name(type) << " at temperature " << temp;
+        EXPECT_TRUE(all_close(to_host(d_gpu), d, rtol, 2e-6f)) << dtype_name(type) << " at temperature " << temp;
       }
     }
   }
