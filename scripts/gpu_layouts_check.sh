@@ -53,9 +53,11 @@ layouts=(
   "tp2+sp bf16|--tensor-model-parallel-size 2 --sequence-parallel --bf16|bf16"
   "pp2 1F1B|--pipeline-model-parallel-size 2|fp32"
   "pp2 interleaved|--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1|fp32"
+  "pp2 token slices|--pipeline-model-parallel-size 2 --pipeline-token-slices 8,24,32|fp32"
   "dp2 distributed optimizer|--use-distributed-optimizer --overlap-grad-reduce|fp32"
   "cp2|--context-parallel-size 2|fp32"
   "ep2 (MoE)|--num-experts 4 --expert-model-parallel-size 2 --moe-router-topk 2 --moe-aux-loss-coeff 0.01|fp32"
+  "pp2 ouroboros|--pipeline-model-parallel-size 2 --pipeline-schedule ouroboros --ouroboros-warmup-iters 2 --num-layers 3|fp32"
 )
 # What the GPU path still refuses (the table says so; nothing to run): nothing at present.
 refused=()

@@ -3,7 +3,8 @@
 #   1. every CUDA test of the bundle (each GPU kernel against the CPU's; the models, the trainer) and
 #      `tessera train --device cuda` against `--device cpu`: step 1's check, now with the host accessors;
 #      then (issues 53/50) a DeepSeek-style toy GPT, multi-latent attention with YaRN and one multi-token
-#      prediction module, 10 iterations on each: losses and grad norms against the CPU's;
+#      prediction module, 10 iterations on each: losses and grad norms against the CPU's; and (issues
+#      50/56) a toy BERT (`tessera pretrain_bert`, binary head, padding), its lm and sop losses likewise;
 #   2. bench_gpu_train, GPT-2 124M bf16 at 1024 tokens, micro-batch 8 and 16, dropout 0 and 0.1, the tiled
 #      attention, the batched-GEMM one (TESSERA_CUDA_ATTENTION=gemm_bf16) and cuDNN's fused one (cudnn,
 #      dropout 0);
@@ -34,9 +35,9 @@ use_bundle "${1:-$root/build/cuda-bundle}"
 exec > >(tee "$out/log.txt") 2>&1
 start=$SECONDS
 
-# The budgets (seconds) of the parts: 480 in all. MLA+MTP's two runs of seconds each take theirs from the
-# benchmark's (eight runs of about 10 s under 45 s limits).
-tests_budget=130 mla_budget=20 bench_budget=130 torch_budget=140 profile_budget=60
+# The budgets (seconds) of the parts: 480 in all. MLA+MTP's and BERT's two runs of seconds each take theirs
+# from the benchmark's (eight runs of about 10 s under 45 s limits).
+tests_budget=130 mla_budget=20 bert_budget=20 bench_budget=110 torch_budget=140 profile_budget=60
 bench_shape=(--preset gpt2-124M --bf16 --seq 1024 --warmup 2 --iters 6)
 torch_shape=(--device cuda --bf16 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024
              --iters 14 --warmup 4)
@@ -89,11 +90,12 @@ torch_runs=("eager 8" "eager 16")
 echo "=== gpu_step2_check: the plan (each limit also capped by its part's budget)"
 echo "1. tests (${tests_budget} s): $(ls "$bundle"/bin/*_test 2>/dev/null | xargs -n1 basename 2>/dev/null | paste -sd' ' -), 60 s each; tessera train --device cuda / cpu, 120 s each"
 echo "1b. MLA+MTP (${mla_budget} s): tessera train ${mla_mtp_gpt[*]:1} --device cuda / cpu"
+echo "1c. BERT (${bert_budget} s): tessera ${toy_bert[*]} --device cuda / cpu"
 echo "2. bench_gpu_train (${bench_budget} s): ${bench_shape[*]} with --mbs/--dropout/TESSERA_CUDA_ATTENTION: $(printf '(%s) ' "${bench_runs[@]}"), 45 s each"
 echo "3. torch_gpt.py (${torch_budget} s): ${torch_shape[*]}: $(printf '(%s) ' "${torch_runs[@]}")$([ $has_compile = 1 ] || echo '(no torch.compile: left out)'), 45 s eager, 150 s compiled"
 echo "4. the table (scripts/gpu_step2_report.py table)"
 echo "5. profile (${profile_budget} s): ${profiler:-none} over bench_gpu_train --mbs 8 --dropout 0, top kernels (scripts/gpu_step2_report.py kernels)"
-echo "budget: $((tests_budget + mla_budget + bench_budget + torch_budget + profile_budget)) s"
+echo "budget: $((tests_budget + mla_budget + bert_budget + bench_budget + torch_budget + profile_budget)) s"
 if [ ${#missing[@]} -gt 0 ]; then
   printf 'gpu_step2_check: missing: %s\n' "${missing[@]}"
   echo "gpu_step2_check: FAILED (cannot run)"
@@ -113,6 +115,8 @@ run_bundle_tests 60 "${tessera_env[@]}"
 train_on_gpu_and_cpu "${tessera_env[@]}"
 phase $mla_budget
 train_mla_mtp_on_gpu_and_cpu "${tessera_env[@]}"
+phase $bert_budget
+train_bert_on_gpu_and_cpu "${tessera_env[@]}"
 
 # --- 2. Tessera's step
 phase $bench_budget

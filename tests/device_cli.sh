@@ -17,9 +17,9 @@ expect_error() { expect_failure "$2" "$tessera" train $model $1; }  # expect_err
 expect_error "--device gpu" "--device=gpu: must be cpu, cuda or cuda:N"
 expect_error "--device cuda:x" "--device=cuda:x: must be cpu, cuda or cuda:N"
 expect_error "--device cuda --pipeline-schedule ouroboros" \
-  "--device=cuda: the GPU path does not run --pipeline-schedule=ouroboros yet; leave --device out or use --device cpu"
+  "--device=cuda: the GPU path runs --pipeline-schedule=ouroboros only unverified (no device run has compared it with the CPU yet: scripts/gpu_layouts_check.sh); set TESSERA_UNVERIFIED_GPU_LAYOUTS=1 to run it anyway; leave --device out or use --device cpu"
 expect_error "--device cuda --recompute-granularity full --recompute-method uniform --pipeline-token-slices 2" \
-  "--device=cuda: the GPU path does not run --pipeline-token-slices=2 yet"
+  "--device=cuda: the GPU path runs --pipeline-token-slices=2 only unverified"
 expect_failure "--device=cuda: the GPU path runs data parallelism over 2 ranks only unverified (no device run has compared it with the CPU yet: scripts/gpu_layouts_check.sh); set TESSERA_UNVERIFIED_GPU_LAYOUTS=1 to run it anyway" \
   $mpirun -np 2 "$tessera" train $model --device cuda
 expect_failure "--device=cuda: the GPU path runs --expert-model-parallel-size=2 only unverified" \

@@ -20,15 +20,19 @@ stub() {  # stub PATH BODY: an executable shell script
 bundle=$work/bundle
 stub "$bundle/bin/kernels_cuda_norms_test" 'echo "[  PASSED  ] 3 tests."'
 stub "$bundle/bin/model_cuda_gpt_model_test" 'echo "[  PASSED  ] 6 tests."'
-# tessera: --train-iters iterations of lm loss, mtp_1 loss with --mtp-num-layers, and grad norm; with
-# DRIFT_ON_GPU set, the GPU's mtp_1 loss is off by 1e-3 relative (the MLA+MTP comparison must fail).
-stub "$bundle/bin/tessera" 'iters=20 mtp=0 device=cpu
+# tessera: --train-iters iterations of lm loss, mtp_1 loss with --mtp-num-layers, sop loss for pretrain_bert,
+# and grad norm; with DRIFT_ON_GPU set, the GPU's mtp_1 loss is off by 1e-3 relative (the MLA+MTP
+# comparison must fail), with SOP_DRIFT_ON_GPU its sop loss (the BERT comparison must fail).
+stub "$bundle/bin/tessera" 'iters=20 mtp=0 device=cpu bert=0
+[ "$1" = pretrain_bert ] && bert=1
 while [ $# -gt 0 ]; do case $1 in --train-iters) iters=$2; shift ;; --mtp-num-layers) mtp=$2; shift ;; --device) device=$2; shift ;; esac; shift; done
 for i in $(seq "$iters"); do
   line="iteration $i | lm loss: 4.6$i""E+00 |"
-  mtp_loss=4.70$i""E+00
+  mtp_loss=4.70$i""E+00 sop_loss=6.90$i""E-01
   [ "$device" = cuda ] && [ -n "${DRIFT_ON_GPU:-}" ] && mtp_loss=4.705$i""E+00
+  [ "$device" = cuda ] && [ -n "${SOP_DRIFT_ON_GPU:-}" ] && sop_loss=6.907$i""E-01
   [ "$mtp" -gt 0 ] && line+=" mtp_1 loss: $mtp_loss |"
+  [ "$bert" = 1 ] && line+=" sop loss: $sop_loss |"
   echo "$line grad norm: 1.$i""00 |"
 done'
 # bench_gpu_train: its machine-readable line, 20,000 tokens/s at micro-batch 8 and 30,000 at 16.
@@ -47,7 +51,7 @@ check "--dry-run finds a python3 that imports torch: $(grep PyTorch <<<"$out")" 
 budget=$(grep -oE '^budget: [0-9]+ s' <<<"$out" | awk '{print $2}')
 [ -n "$budget" ] && [ "$budget" -le 480 ]; ok=$?
 check "the parts' budgets fit 8 minutes: $budget s" $ok
-for part in "kernels_cuda_norms_test" "--multi-latent-attention" "--mtp-num-layers 1" "(16 0.1 tiled)" "(16 0 gemm_bf16)" "(16 0 cudnn)" "(eager 16)" "top kernels"; do
+for part in "kernels_cuda_norms_test" "--multi-latent-attention" "--mtp-num-layers 1" "tessera pretrain_bert" "(16 0.1 tiled)" "(16 0 gemm_bf16)" "(16 0 cudnn)" "(eager 16)" "top kernels"; do
   grep -qF -- "$part" <<<"$out"; ok=$?
   check "the plan names $part: $out" $ok
 done
@@ -86,7 +90,10 @@ grep -q "^train losses, GPU against CPU .*: OK$" <<<"$summary"; ok=$?
 check "the train losses are compared: $summary" $ok
 grep -qE "^MLA\+MTP train, GPU against CPU .* over 10 iterations: lm loss 0, mtp_1 loss 0, grad norm 0: OK$" <<<"$summary"; ok=$?
 check "the MLA+MTP run's losses and grad norms are compared: $summary" $ok
-for name in "tessera train MLA+MTP --device cuda" "tessera train MLA+MTP --device cpu"; do
+grep -qE "^BERT train, GPU against CPU .* over 10 iterations: lm loss 0, sop loss 0, grad norm 0: OK$" <<<"$summary"; ok=$?
+check "the BERT run's lm and sop losses and grad norms are compared: $summary" $ok
+for name in "tessera train MLA+MTP --device cuda" "tessera train MLA+MTP --device cpu" \
+            "tessera pretrain_bert --device cuda" "tessera pretrain_bert --device cpu"; do
   grep -qE "^$(sed 's/+/\\+/' <<<"$name") +rc=0 " <<<"$summary"; ok=$?
   check "the summary has a passing line for $name: $summary" $ok
 done
@@ -109,6 +116,11 @@ out=$(DRIFT_ON_GPU=1 PATH="$fake:/usr/bin:/bin" TORCH_PYTHON="$fake/torch-python
 [ $ok -eq 1 ] && grep -qE '^MLA\+MTP train, GPU against CPU .*lm loss 0, mtp_1 loss 0\.00[0-9]+, grad norm 0: FAILED$' <<<"$out" &&
   grep -q "^train losses, GPU against CPU .*: OK$" <<<"$out" && [ "$(tail -1 <<<"$out")" = "gpu_step2_check: FAILED" ]; ok=$?
 check "an MTP loss off on the GPU fails the run (exit $ok): $(grep -A1 '^MLA' <<<"$out")" $ok
+# The GPU's sop loss 1e-3 off the CPU's fails the run, naming the BERT comparison.
+out=$(SOP_DRIFT_ON_GPU=1 PATH="$fake:/usr/bin:/bin" TORCH_PYTHON="$fake/torch-python" OUT="$work/sop-drift" bash "$script" "$bundle" 2>&1); ok=$?
+[ $ok -eq 1 ] && grep -qE '^BERT train, GPU against CPU .*lm loss 0, sop loss 0\.00[0-9]+, grad norm 0: FAILED$' <<<"$out" &&
+  grep -q "^MLA+MTP train, GPU against CPU .*: OK$" <<<"$out" && [ "$(tail -1 <<<"$out")" = "gpu_step2_check: FAILED" ]; ok=$?
+check "a sop loss off on the GPU fails the run (exit $ok): $(grep -A1 '^BERT' <<<"$out")" $ok
 # A failing test program fails the run, and says which.
 stub "$bundle/bin/kernels_cuda_norms_test" 'echo "[  FAILED  ] 1 test."; exit 1'
 out=$(PATH="$fake:/usr/bin:/bin" TORCH_PYTHON="$fake/torch-python" OUT="$work/run2" bash "$script" "$bundle" 2>&1); ok=$?

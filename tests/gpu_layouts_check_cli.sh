@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_layouts_check.sh --dry-run, on any machine: the plan lists every layout the device check
-# runs against the CPU (expert parallelism among them) and what it does not run, finds its programs in a build folder, and fails naming
-# a missing one.
+# runs against the CPU (expert parallelism and token slices among them) and what it does not run, finds
+# its programs in a build folder, and fails naming a missing one.
 set -uo pipefail
 tessera=${1:?usage: gpu_layouts_check_cli.sh path/to/tessera}
 source "$(dirname "$0")/lib/checks.sh"
@@ -13,6 +13,7 @@ fi
 plan=$(OUT=$(mktemp -d) bash "$script" --dry-run "$build" 2>&1)
 check "--dry-run on a build folder exits 0: $plan" $?
 for layout in "tp2+sp (fp32)" "tp2+sp bf16 (bf16)" "pp2 1F1B (fp32)" "pp2 interleaved (fp32)" \
+              "pp2 token slices (fp32)" \
               "dp2 distributed optimizer (fp32)" "cp2 (fp32)" "ep2 (MoE) (fp32)"; do
   grep -qF "  $layout: " <<<"$plan"
   check "the plan runs $layout: $plan" $?
@@ -26,6 +27,14 @@ grep -qF "calibration: $build/bench_collectives --backend nccl at world size 1" 
 check "the plan measures NCCL at world size 1 and a one-GPU step for the planner: $plan" $?
 grep -qF -- "--num-experts 4 --expert-model-parallel-size 2" <<<"$plan" && ! grep -qF "not run: ep2" <<<"$plan"
 check "the plan runs expert parallelism (MoE) rather than refusing it: $plan" $?
+# Ouroboros on 2 pipeline ranks: K = 3 modules of 1 layer (--num-layers 3 after the small GPT's 4).
+grep -qF "  pp2 ouroboros (fp32): " <<<"$plan" &&
+  grep -qF -- "--pipeline-schedule ouroboros --ouroboros-warmup-iters 2 --num-layers 3 --device cuda" <<<"$plan" &&
+  ! grep -qF "not run: pp2 ouroboros" <<<"$plan"
+check "the plan runs Ouroboros (pp2) on the GPU rather than refusing it: $plan" $?
+grep -qF -- "--pipeline-model-parallel-size 2 --pipeline-token-slices 8,24,32" <<<"$plan" &&
+  ! grep -qF "not run: pp2 token slices" <<<"$plan"
+check "the plan runs TeraPipe's token slices across two stages rather than refusing them: $plan" $?
 empty=$(mktemp -d)
 missing=$(bash "$script" --dry-run "$empty" 2>&1)
 [ $? -eq 1 ] && grep -qF "gpu_layouts_check: missing $empty/tessera" <<<"$missing"

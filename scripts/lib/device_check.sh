@@ -1,7 +1,7 @@
 # What the device checks share (sourced by scripts/gpu_check.sh and scripts/gpu_step2_check.sh; not run
 # by itself): the bundle scripts/build_cuda_bundle.sh built, the libraries the GPU machine keeps in places
 # of its own, timed steps that record a summary line each, and `tessera train` on the GPU against the CPU
-# (a dense GPT; a DeepSeek-style one with multi-latent attention, YaRN and multi-token prediction).
+# (a dense GPT; a DeepSeek-style one with multi-latent attention, YaRN and multi-token prediction; a BERT).
 # The caller sets $out (where each step's output goes) before calling step.
 
 summary=()
@@ -147,4 +147,33 @@ train_mla_mtp_on_gpu_and_cpu() {
     print (l != "missing" && m != "missing" && g != "missing" && l <= 1e-4 && m <= 1e-4 && g <= 1e-3) ? "OK" : "FAILED"}')
   [ "$verdict" = OK ] || failed=1
   summary+=("$(printf '%-40s %s' "MLA+MTP train, GPU against CPU" "largest relative difference over $mla_mtp_iterations iterations: lm loss $lm, mtp_1 loss $mtp, grad norm $grad: $verdict")")
+}
+
+# The toy BERT of train_bert_on_gpu_and_cpu (issues 50/56): `tessera pretrain_bert` on mock data (padded
+# samples, masked words, swapped segments), the binary head with its token types, bidirectional attention
+# over the padding mask, dropout on; 10 iterations of seconds on either device.
+bert_iterations=10
+toy_bert=(pretrain_bert --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
+          --max-position-embeddings 64 --mock-data --tokenizer-type NullTokenizer --vocab-size 100
+          --micro-batch-size 4 --global-batch-size 8 --lr 1e-3 --train-iters $bert_iterations --log-interval 1
+          --eval-iters 0 --seed 1234)
+
+# train_bert_on_gpu_and_cpu [ENV...]: the toy BERT above on the GPU and on the CPU from the same seed, and a
+# summary line: every logged lm loss and sop loss within 1e-4 relative, grad norm (less its printing's
+# rounding) within 1e-3, else the check fails. The steps take at most what the caller's phase leaves.
+train_bert_on_gpu_and_cpu() {
+  local mpi=(OMPI_MCA_mca_base_component_path="$bundle/lib/openmpi" OMPI_MCA_ess_singleton_isolated=1)
+  local name="tessera pretrain_bert --device"
+  pushd "$out" >/dev/null || return
+  step "$name cuda" 30 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${toy_bert[@]}" --device cuda
+  step "$name cpu" 30 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${toy_bert[@]}" --device cpu
+  popd >/dev/null || return
+  local gpu="$out/$name cuda.txt" cpu="$out/$name cpu.txt" lm sop grad verdict
+  lm=$(worst_train_difference "$gpu" "$cpu" "lm loss" $bert_iterations)
+  sop=$(worst_train_difference "$gpu" "$cpu" "sop loss" $bert_iterations)
+  grad=$(worst_train_difference "$gpu" "$cpu" "grad norm" $bert_iterations 0.001)
+  verdict=$(awk -v l="$lm" -v s="$sop" -v g="$grad" 'BEGIN {
+    print (l != "missing" && s != "missing" && g != "missing" && l <= 1e-4 && s <= 1e-4 && g <= 1e-3) ? "OK" : "FAILED"}')
+  [ "$verdict" = OK ] || failed=1
+  summary+=("$(printf '%-40s %s' "BERT train, GPU against CPU" "largest relative difference over $bert_iterations iterations: lm loss $lm, sop loss $sop, grad norm $grad: $verdict")")
 }

@@ -112,6 +112,37 @@ TEST(GemmColumnMajor, EveryTransposeLeadingDimensionBatchAndBiasGivesTheRowMajor
   }
 }
 
+// The batched-GEMM attention's strided batches (kernels/gemm_attention.cc): matrices that interleave,
+// matrix t at t * w with rows batch * w apart (the sequence-major [seq, batch * heads, d] activations),
+// as inputs and as the output, for every transpose. The column-major form keeps each operand's batch
+// stride below ld * cols as it is (cuBLASLt's layouts allow it: only ld >= rows is required), and
+// computes the same product.
+TEST(GemmColumnMajor, InterleavedBatchesGiveTheRowMajorProduct) {
+  std::mt19937 rng(8);
+  const int64_t batch = 3, m = 5, n = 4, k = 6;
+  for (Trans ta : {Trans::N, Trans::T})
+    for (Trans tb : {Trans::N, Trans::T}) {
+      GemmArgs g;
+      g.trans_a = ta, g.trans_b = tb;
+      g.m = m, g.n = n, g.k = k, g.batch = batch;
+      const int64_t a_rows = ta == Trans::N ? m : k, a_row = ta == Trans::N ? k : m;
+      const int64_t b_rows = tb == Trans::N ? k : n, b_row = tb == Trans::N ? n : k;
+      g.lda = batch * a_row, g.stride_a = a_row;
+      g.ldb = batch * b_row, g.stride_b = b_row;
+      g.ldc = batch * n, g.stride_c = n;
+      g.beta = 1.0f;  // dK and dV accumulate over a group's query heads
+      auto a = random_floats(a_rows * g.lda, rng), b = random_floats(b_rows * g.ldb, rng);
+      auto c = random_floats(m * g.ldc, rng);
+      g.a = a.data(), g.b = b.data(), g.c = c.data();
+      const ColumnMajorGemm cm = to_column_major(g);
+      EXPECT_LT(cm.a.stride, cm.a.ld * cm.a.cols);
+      EXPECT_LT(cm.stride_c, cm.ldc * cm.n);
+      const auto expected = row_major_reference(g, c.size());
+      const auto got = column_major_reference(cm, c.data(), c.size());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], expected[i], 1e-12) << "element " << i;
+    }
+}
+
 TEST(GemmColumnMajor, ArgumentsThatDescribeNoProductAreErrors) {
   std::vector<float> x(64);
   GemmArgs g;

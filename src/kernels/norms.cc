@@ -18,6 +18,16 @@ int64_t norm_rows(const char* kernel, const Tensor& x, const Tensor& w, std::ini
   return rows;
 }
 
+// y as the CUDA kernels write it: fp32, or the 16-bit encodings of type round_output. The CPU writes
+// fp32 only (its GEMMs read fp32 buffers, kernels::gemm_buffer_type), so a 16-bit y is refused there.
+cuda::NormOutput output(const char* kernel, const Tensor& y, DType round_output, bool on_gpu) {
+  if (y.dtype() == DType::F32) return {y.f32(), nullptr};
+  TESSERA_CHECK(on_gpu && y.dtype() == round_output, kernel, ": a ", dtype_name(y.dtype()),
+                " output is written only on a GPU and only rounded to its type (round_output ",
+                dtype_name(round_output), "); the CPU writes fp32 values rounded to round_output");
+  return {nullptr, static_cast<uint16_t*>(y.raw())};
+}
+
 }  // namespace
 
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& mean,
@@ -27,8 +37,9 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const 
   if (b.defined()) check_numel("layernorm_forward", "bias", b, w.numel());
   if constexpr (kWithCuda)
     if (on_cuda(d))
-      return cuda::layernorm_forward(x.f32(), w.f32(), f32_or_null(b), y.f32(), mean.f32(), rstd.f32(), rows,
-                                     w.numel(), eps, round_output);
+      return cuda::layernorm_forward(x.f32(), w.f32(), f32_or_null(b),
+                                     output("layernorm_forward", y, round_output, true), mean.f32(), rstd.f32(), rows, w.numel(), eps, round_output);
+  output("layernorm_forward", y, round_output, false);
   cpu::layernorm_forward(x.f32(), w.f32(), f32_or_null(b), y.f32(), mean.f32(), rstd.f32(), rows, w.numel(), eps,
                          round_output);
 }
@@ -43,8 +54,10 @@ void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const T
   if (b.defined()) check_numel(kernel, "bias", b, w.numel());
   if constexpr (kWithCuda)
     if (on_cuda(d))
-      return cuda::residual_layernorm_forward(x.f32(), residual.f32(), w.f32(), f32_or_null(b), y.f32(), mean.f32(),
+      return cuda::residual_layernorm_forward(x.f32(), residual.f32(), w.f32(), f32_or_null(b),
+                                              output(kernel, y, round_output, true), mean.f32(),
                                               rstd.f32(), rows, w.numel(), eps, round_output);
+  output(kernel, y, round_output, false);
   cpu::residual_layernorm_forward(x.f32(), residual.f32(), w.f32(), f32_or_null(b), y.f32(), mean.f32(), rstd.f32(),
                                   rows, w.numel(), eps, round_output);
 }
@@ -69,7 +82,9 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Te
   const int64_t rows = norm_rows("rmsnorm_forward", x, w, {&y}, {&rstd});
   if constexpr (kWithCuda)
     if (on_cuda(d))
-      return cuda::rmsnorm_forward(x.f32(), w.f32(), y.f32(), rstd.f32(), rows, w.numel(), eps, round_output);
+      return cuda::rmsnorm_forward(x.f32(), w.f32(), output("rmsnorm_forward", y, round_output, true), rstd.f32(),
+                                   rows, w.numel(), eps, round_output);
+  output("rmsnorm_forward", y, round_output, false);
   cpu::rmsnorm_forward(x.f32(), w.f32(), y.f32(), rstd.f32(), rows, w.numel(), eps, round_output);
 }
 
@@ -81,8 +96,9 @@ void residual_rmsnorm_forward(const Tensor& x, const Tensor& residual, const Ten
   check_numel(kernel, "the residual", residual, x.numel());
   if constexpr (kWithCuda)
     if (on_cuda(d))
-      return cuda::residual_rmsnorm_forward(x.f32(), residual.f32(), w.f32(), y.f32(), rstd.f32(), rows, w.numel(), eps,
-                                            round_output);
+      return cuda::residual_rmsnorm_forward(x.f32(), residual.f32(), w.f32(), output(kernel, y, round_output, true),
+                                            rstd.f32(), rows, w.numel(), eps, round_output);
+  output(kernel, y, round_output, false);
   cpu::residual_rmsnorm_forward(x.f32(), residual.f32(), w.f32(), y.f32(), rstd.f32(), rows, w.numel(), eps,
                                 round_output);
 }

@@ -9,6 +9,9 @@ namespace tessera::kernels {
 
 // y = (x - mean) * rstd * w + b; writes mean [rows] and rstd [rows] for backward. b may be undefined.
 // round_output: y rounded to this type (mixed precision: y feeds only GEMMs) as each row is written.
+// On a GPU y may instead be a 16-bit tensor of type round_output: the rounded values are written as
+// their encodings, with no fp32 output (what the GPU's 16-bit GEMM buffers read); the CPU refuses one.
+// So for every forward below.
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& mean,
                        const Tensor& rstd, float eps, DType round_output = DType::F32);
 // x += residual, then layernorm_forward of x, in one pass over the rows: a residual connection followed by

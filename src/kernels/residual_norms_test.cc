@@ -136,5 +136,20 @@ TEST(ResidualNorms, AResidualOfAnotherSizeIsRefused) {
                "residual_rmsnorm_forward: the residual has 24 elements, expected 32");
 }
 
+// A 16-bit output is the GPU's (its GEMMs read 16-bit buffers; kernels/cuda/cuda_norms_test.cc checks it
+// there): the CPU, whose GEMMs read fp32, refuses one for every forward, naming the kernel.
+TEST(ResidualNorms, A16BitOutputIsRefusedOnTheCpu) {
+  Tensor x = random({4, 8}, 16), res = random({4, 8}, 17), w = random({8}, 18), row = Tensor::empty({4});
+  const Tensor y = Tensor::empty({4, 8}, DType::BF16, Device::cpu());
+  const std::string why = "output is written only on a GPU";
+  expect_error([&] { layernorm_forward(x, w, Tensor(), y, row, row, kEps, DType::BF16); },
+               "layernorm_forward: a bf16 " + why);
+  expect_error([&] { rmsnorm_forward(x, w, y, row, kEps, DType::BF16); }, "rmsnorm_forward: a bf16 " + why);
+  expect_error([&] { residual_layernorm_forward(x, res, w, Tensor(), y, row, row, kEps, DType::BF16); },
+               "residual_layernorm_forward: a bf16 " + why);
+  expect_error([&] { residual_rmsnorm_forward(x, res, w, y, row, kEps, DType::BF16); },
+               "residual_rmsnorm_forward: a bf16 " + why);
+}
+
 }  // namespace
 }  // namespace tessera::kernels

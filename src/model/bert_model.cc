@@ -57,7 +57,8 @@ Tensor BertModel::chunk_input(const MicroBatch& batch, const Tensor& input, cons
   rec.positions = seq_major_positions(batch, ctx);
   if (embedding_) {
     rec.tokens = to_seq_major(batch.tokens);
-    check_ids(rec.tokens, c.vocab_size, "token");
+    // Checked on the host before a GPU's upload (train/device_setup.h): no copy back per micro-batch.
+    if (batch.ids_checked_below != c.vocab_size) check_ids(rec.tokens, c.vocab_size, "token");
     if (c.num_tokentypes > 0) {
       TESSERA_CHECK(batch.token_types.defined(), "BERT with the binary head needs token types");
       rec.token_types = to_seq_major(batch.token_types);
@@ -80,7 +81,7 @@ Tensor BertModel::forward(const MicroBatch& batch, const Tensor& input, const Fo
   if (!heads_) return x;
   rec.labels = to_seq_major(batch.labels);
   rec.loss_mask = to_seq_major(batch.loss_mask);
-  check_ids(rec.labels, config_.vocab_size, "label");
+  if (batch.ids_checked_below != config_.vocab_size) check_ids(rec.labels, config_.vocab_size, "label");
   if (config_.bert_binary_head) {
     TESSERA_CHECK(batch.sentence_order.defined() && batch.sentence_order.numel() == ctx.batch,
                   "BERT with the binary head needs a sentence-order label per sample");

@@ -7,62 +7,15 @@
 #include <cmath>
 
 #include "core/philox.h"
+#include "model/bert_testing.h"
 #include "model/model_factory.h"
 #include "model/model_testing.h"
 
 namespace tessera::model {
 namespace {
 
-ModelConfig tiny_bert(bool post_ln, bool binary_head) {
-  ModelConfig c;
-  c.family = "bert";
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 4;
-  c.num_query_groups = 4;
-  c.kv_channels = 4;
-  c.ffn_hidden_size = 32;
-  c.seq_length = 7;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 13;
-  c.padded_vocab_size = 16;
-  c.num_tokentypes = binary_head ? 2 : 0;
-  c.bert_binary_head = binary_head;
-  c.apply_residual_connection_post_layernorm = post_ln;
-  c.hidden_dropout = 0.1f;
-  c.attention_dropout = 0.1f;
-  c.init_method_std = 0.2f;  // large enough that every path carries gradient
-  return c;
-}
-
-// Sample b holds lengths[b] tokens, then padding; every third token is a masked prediction.
-MicroBatch bert_batch(const ModelConfig& c, const std::vector<int64_t>& lengths, uint64_t seed) {
-  const int64_t batch = static_cast<int64_t>(lengths.size()), seq = c.seq_length;
-  MicroBatch mb;
-  mb.tokens = Tensor::zeros({batch, seq}, DType::I32);
-  mb.labels = Tensor::zeros({batch, seq}, DType::I32);
-  mb.loss_mask = Tensor::zeros({batch, seq});
-  mb.padding_mask = Tensor::zeros({batch, seq}, DType::I32);
-  if (c.bert_binary_head) {
-    mb.token_types = Tensor::zeros({batch, seq}, DType::I32);
-    mb.sentence_order = Tensor::zeros({batch}, DType::I32);
-  }
-  PhiloxStream s(seed, 1);
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t j = 0; j < lengths[b]; ++j) {
-      const int64_t i = b * seq + j;
-      mb.tokens.i32()[i] = static_cast<int32_t>(s.bits(3 * i) % c.vocab_size);
-      mb.padding_mask.i32()[i] = 1;
-      if (j % 3 == 1) {
-        mb.labels.i32()[i] = static_cast<int32_t>(s.bits(3 * i + 1) % c.vocab_size);
-        mb.loss_mask.f32()[i] = 1.0f;
-      }
-      if (c.bert_binary_head) mb.token_types.i32()[i] = j >= lengths[b] / 2 ? 1 : 0;
-    }
-    if (c.bert_binary_head) mb.sentence_order.i32()[b] = static_cast<int32_t>(b % 2);
-  }
-  return mb;
-}
+ModelConfig tiny_bert(bool post_ln, bool binary_head) { return testing::tiny_bert_config(post_ln, binary_head); }
+using testing::bert_batch;
 
 ForwardContext context(const ModelConfig& c, int64_t batch, bool training) {
   ForwardContext ctx = testing::context(c, batch, training);

@@ -24,6 +24,7 @@ class Mlp final : public Sublayer {
   Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec,
                   bool rec_rounded) const override;
   Tensor decode(const Tensor& x, const DecodeLayout& layout, KvCache& cache) const override;
+  bool takes_16bit_input() const override { return true; }  // read only by its linear layers
 
   // The parts, for the grouped experts (model/grouped_mlp.h) that run several Mlps' products together.
   const ColumnParallelLinear& fc1() const { return fc1_; }

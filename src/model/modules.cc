@@ -9,6 +9,7 @@
 #include "kernels/linear.h"
 #include "kernels/packed_linear.h"
 #include "kernels/norms.h"
+#include "kernels/precision.h"
 #include "model/token_sliced_chunk.h"
 
 namespace tessera::model {
@@ -42,6 +43,13 @@ GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DTyp
   Tensor rounded = params.rounded_value(weight, input_type);
   if (rounded.defined()) return {rounded, true};
   return {weight.value, false};
+}
+
+bool make_gemm_input(DType params_dtype, Tensor& x) {
+  const DType buffer = kernels::gemm_buffer_type(kernels::gemm_rounding(params_dtype), x.device());
+  if (buffer == DType::F32) return kernels::round_in_place_for_gemm(params_dtype, x);
+  x = kernels::store_as(buffer, x);
+  return true;
 }
 
 void linear_forward(const ParameterSet& params, const Parameter& weight, const Tensor& x, const Tensor& b,
@@ -114,8 +122,20 @@ void residual_dropout(const Tensor& x, float p, uint64_t seed, uint64_t stream, 
   });
 }
 
+namespace {
+
+// x gathered over the tensor group under sequence parallelism (else x). ProcessGroup carries fp32, not
+// 16-bit tensors, so a 16-bit input (a pre-LN norm's output kept so on a GPU) is widened for the gather,
+// exactly, and the GEMM encodes the gathered rows again: the one place such an input is widened.
+Tensor gather_input(const Tensor& x, const parallel::TensorParallelContext& tp) {
+  const bool gathers = tp.sequence_parallel && tp.size() > 1;
+  return parallel::gather_to_tensor_parallel(gathers ? kernels::to_fp32(x) : x, tp);
+}
+
+}  // namespace
+
 Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {
-  Tensor full = reduce_ ? parallel::gather_to_tensor_parallel(x, tp_) : x;
+  Tensor full = reduce_ ? gather_input(x, tp_) : x;
   int64_t rows = full.numel() / in_;
   Tensor y = Tensor::empty({rows, out_local_});
   linear_forward(*params_, *weight_, full, bias_ ? bias_->value : Tensor(), y, input_type_, x_rounded);
@@ -125,7 +145,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, bool x_rounded) const {
 Tensor ColumnParallelLinear::backward(const Tensor& dy, const Tensor& x, bool x_rounded) const {
   // Under sequence parallelism the gathered input is not kept from forward (that would undo the memory
   // saving); it is gathered again, as Megatron does.
-  Tensor full = reduce_ ? parallel::gather_to_tensor_parallel(x, tp_) : x;
+  Tensor full = reduce_ ? gather_input(x, tp_) : x;
   int64_t rows = full.numel() / in_;
   Tensor dx = Tensor::empty({rows, in_});
   GemmWeight w = gemm_weight(*params_, *weight_, input_type_);
@@ -200,9 +220,9 @@ Norm::Norm(ParameterSet& params, const std::string& prefix, const ModelConfig& c
   }
 }
 
-void Norm::forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType round_output) const {
+void Norm::forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType round_output, DType y_type) const {
   int64_t rows = x.numel() / hidden_;
-  y = Tensor::empty({rows, hidden_});
+  y = Tensor::empty({rows, hidden_}, y_type);
   rstd = Tensor::empty({rows});
   if (kind_ == Normalization::LayerNorm) {
     mean = Tensor::empty({rows});
@@ -213,10 +233,10 @@ void Norm::forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType
 }
 
 void Norm::forward_after_residual(const Tensor& x, const Tensor& residual, Tensor& y, Tensor& mean, Tensor& rstd,
-                                  DType round_output) const {
+                                  DType round_output, DType y_type) const {
   // Made before y, mean and rstd are assigned: the residual may be what y held (decoding's post-LN norm).
   const int64_t rows = x.numel() / hidden_;
-  Tensor out = Tensor::empty({rows, hidden_}), out_rstd = Tensor::empty({rows}), out_mean;
+  Tensor out = Tensor::empty({rows, hidden_}, y_type), out_rstd = Tensor::empty({rows}), out_mean;
   if (kind_ == Normalization::LayerNorm) {
     out_mean = Tensor::empty({rows});
     kernels::residual_layernorm_forward(x, residual, weight_->value, bias_->value, out, out_mean, out_rstd, eps_,

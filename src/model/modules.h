@@ -76,6 +76,14 @@ struct GemmWeight {
 };
 GemmWeight gemm_weight(const ParameterSet& params, const Parameter& weight, DType input_type);
 
+// An fp32 activation x that feeds GEMMs of input type params_dtype and is kept for backward, made what
+// they read: on a GPU whose GEMMs read 16-bit buffers (kernels::gemm_buffer_type), replaced by its 16-bit
+// encoding, which the record then keeps as it is (no second encoding in the GEMM or in the record's
+// storage; the fp32 tensor is freed here); else rounded in place where inputs are reused
+// (kernels::round_in_place_for_gemm). Returns whether x holds values of the GEMM input type. A reader
+// other than a GEMM widens it (kernels::to_fp32) where it reads it.
+bool make_gemm_input(DType params_dtype, Tensor& x);
+
 // y = x W^T + b with a parameter's weight: from its packed copy (ParameterSet::keep_packed_weights) when
 // the rows are a decoding step's few and the inputs fp32, else through kernels::linear_forward.
 void linear_forward(const ParameterSet& params, const Parameter& weight, const Tensor& x, const Tensor& b,
@@ -151,12 +159,14 @@ class Norm {
   Norm(ParameterSet& params, const std::string& prefix, const ModelConfig& config, bool sequence_parallel,
        int64_t width = 0);
   // y, mean (LayerNorm only) and rstd are allocated here.
-  // round_output: y rounded to this type as it is written (it feeds only GEMMs).
-  void forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType round_output = DType::F32) const;
+  // round_output: y rounded to this type as it is written (it feeds only GEMMs). y_type: F32, or on a
+  // GPU round_output itself, y then being made as the 16-bit tensor a GEMM reads (no fp32 copy).
+  void forward(const Tensor& x, Tensor& y, Tensor& mean, Tensor& rstd, DType round_output = DType::F32,
+               DType y_type = DType::F32) const;
   // x += residual, then forward(x, ...), in one pass (a residual connection followed by this norm): the
   // same bits as kernels::add_into(x, residual) then forward.
   void forward_after_residual(const Tensor& x, const Tensor& residual, Tensor& y, Tensor& mean, Tensor& rstd,
-                              DType round_output = DType::F32) const;
+                              DType round_output = DType::F32, DType y_type = DType::F32) const;
   // Adds the input gradient into dx.
   void backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& dx) const;
 

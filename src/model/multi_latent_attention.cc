@@ -29,6 +29,12 @@ struct MlaRecord final : SavedTensors {
     for (Tensor* t : {&q_lat, &q_lat_n, &kv_lat, &kv_lat_n, &q, &k, &v, &attn, &attn_v}) f(*t, true);
     for (Tensor* t : {&lse, &q_mean, &q_rstd, &kv_mean, &kv_rstd}) f(*t, false);
   }
+  // linear_proj's input (attn_v, or attn itself) is read in backward by its dW product as it is; attn
+  // by the attention kernels only after backward widens it: a GPU keeps both in 16 bits until then.
+  void visit_gemm_inputs(const std::function<void(Tensor&)>& f) override {
+    f(attn);
+    f(attn_v);
+  }
 };
 
 // A projection replicated over the tensor group: no split, no communication. Under sequence parallelism
@@ -213,8 +219,8 @@ Tensor MultiLatentAttention::forward(const Tensor& x, bool x_rounded, const Subl
     rec.attn_v = Tensor::empty({rows, heads_ * dv});
     kernels::copy_columns(rec.attn.view({rows, heads_, d}), {0, 1}, rec.attn_v.view({rows, heads_, dv}), {0, 1}, dv);
   }
-  const Tensor& values = rec.attn_v.defined() ? rec.attn_v : rec.attn;
-  return proj_.forward(values, kernels::round_in_place_for_gemm(c.params_dtype, values));
+  Tensor& values = rec.attn_v.defined() ? rec.attn_v : rec.attn;
+  return proj_.forward(values, make_gemm_input(c.params_dtype, values));
 }
 
 Tensor MultiLatentAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc,
@@ -227,6 +233,8 @@ Tensor MultiLatentAttention::backward(const Tensor& dy, const Tensor& x, bool x_
   const int64_t rows = ctx.seq * ctx.batch, local_rows = x.numel() / c.hidden_size, d = head_dim_;
   const int64_t nope = m.qk_head_dim, pos = m.qk_pos_emb_head_dim, dv = m.v_head_dim;
   Tensor dattn_v = proj_.backward(dy, rec.attn_v.defined() ? rec.attn_v : rec.attn, rec_rounded);
+  // The attention kernels read the output in fp32: a 16-bit one kept for the GEMM is widened for them.
+  rec.attn = kernels::to_fp32(rec.attn);
   mla_round_for_attention(c.params_dtype, dattn_v);
   Tensor dattn = dattn_v;
   if (d != dv) {

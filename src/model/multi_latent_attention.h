@@ -44,6 +44,7 @@ class MultiLatentAttention final : public Sublayer {
   Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec,
                   bool rec_rounded) const override;
   Tensor decode(const Tensor& x, const DecodeLayout& layout, KvCache& cache) const override;
+  bool takes_16bit_input() const override { return true; }  // read only by its linear layers
   void add_to_kv_cache(int64_t blocks, int64_t block_size, KvCache& cache) const override;
 
   // The attention's head width: max(q_head_dim, v_head_dim).

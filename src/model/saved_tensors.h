@@ -15,8 +15,10 @@ class SavedTensors {
   // Calls f on every kept tensor; `activation` is false for statistics (norm mean and rstd, the
   // log-sum-exp), which stay fp32 under mixed precision as Megatron keeps them.
   virtual void visit(const std::function<void(Tensor&, bool activation)>& f) = 0;
-  // The kept activations (also visited above) that backward reads only as GEMM inputs, as an MLP's
-  // activation only feeds fc2's dW product. None unless a record says so.
+  // The kept activations (also visited above) that backward hands to GEMMs as they are, as an MLP's
+  // activation only feeds fc2's dW product, a pre-LN norm's output its slot's linear layers and the
+  // attention output linear_proj's: any other reader widens such a tensor itself where it reads it
+  // (kernels::to_fp32: the attention kernels, sequence parallelism's gather). None unless a record says so.
   virtual void visit_gemm_inputs(const std::function<void(Tensor&)>& f) {}
 
   int64_t bytes() const;  // of every defined tensor (each is its own allocation)

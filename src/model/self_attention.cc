@@ -25,6 +25,9 @@ struct AttentionRecord final : SavedTensors {
     for (Tensor* t : {&q, &k, &v, &attn, &q_in, &k_in}) f(*t, true);
     for (Tensor* t : {&lse, &q_mean, &q_rstd, &k_mean, &k_rstd}) f(*t, false);
   }
+  // The output is read in backward by linear_proj's dW product as it is, and by the attention kernels
+  // only after backward widens it (SelfAttention::backward): a GPU keeps it in 16 bits until then.
+  void visit_gemm_inputs(const std::function<void(Tensor&)>& f) override { f(attn); }
 };
 
 // The model's RoPE scaling in the kernels' terms (the frequencies they form).
@@ -134,18 +137,18 @@ Tensor SelfAttention::forward(const Tensor& x, bool x_rounded, const SublayerCon
     ring_attention_forward(*ctx.context_parallel, rec.q, rec.k, rec.v, rec.attn, rec.lse, ring_shape(ctx),
                            1.0f / std::sqrt(static_cast<float>(d)),
                            attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_), ctx.doc_start);
-    return proj_.forward(rec.attn, kernels::round_in_place_for_gemm(c.params_dtype, rec.attn));
+    return proj_.forward(rec.attn, make_gemm_input(c.params_dtype, rec.attn));
   }
   rec.lse = Tensor::empty({ctx.batch, heads_, ctx.seq});
   if (ctx.token_slice) {
     slice_forward(ctx, rec.q, rec.k, rec.v, rec.attn, rec.lse);
     rec.k = rec.v = Tensor();  // the layer's cache holds them
-    return proj_.forward(rec.attn, kernels::round_in_place_for_gemm(c.params_dtype, rec.attn));
+    return proj_.forward(rec.attn, make_gemm_input(c.params_dtype, rec.attn));
   }
   kernels::attention_forward(rec.q, rec.k, rec.v, rec.attn, rec.lse, causal_ ? ctx.doc_start : ctx.padding_mask,
                              attention_shape(ctx, heads_, groups_, d, causal_), 1.0f / std::sqrt(static_cast<float>(d)),
                              attention_dropout(c, ctx, layer_number_, tp_.rank() * heads_));
-  return proj_.forward(rec.attn, kernels::round_in_place_for_gemm(c.params_dtype, rec.attn));
+  return proj_.forward(rec.attn, make_gemm_input(c.params_dtype, rec.attn));
 }
 
 Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc,
@@ -155,6 +158,9 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, bool x_rounded
   auto& rec = static_cast<AttentionRecord&>(record);
   const int64_t rows = ctx.seq * ctx.batch, d = c.kv_channels;
   Tensor dattn = proj_.backward(dy, rec.attn, rec_rounded);
+  // The attention kernels read the output in fp32 (D = rowsum(dO O)): a 16-bit one kept for the GEMM
+  // above is widened here (exactly), for them alone.
+  rec.attn = kernels::to_fp32(rec.attn);
   round_for_attention(c.params_dtype, dattn);
   Tensor dq = Tensor::empty(rec.q.shape()), dk, dv;
   if (ctx.token_slice) {

@@ -39,7 +39,7 @@ RowBlock slice_rows(const SlicedMtpRecord& rec, size_t j, int64_t batch, const p
 // sequence parallelism this rank's shard of the whole sequence (each slice's shards gathered first).
 Tensor whole_h0(const SlicedMtpRecord& rec, int64_t total, int64_t batch, const parallel::TensorParallelContext& tp) {
   const Tensor& first = rec.h0_parts.front();
-  Tensor full = Tensor::empty({total * batch, first.dim(1)}, first.dtype());
+  Tensor full = Tensor::empty({total * batch, first.dim(1)}, first.dtype(), first.device());
   for (size_t j = 0; j < rec.h0_parts.size(); ++j) {
     const Tensor rows = tp.sequence_parallel ? parallel::gather_rows(rec.h0_parts[j], *tp.group) : rec.h0_parts[j];
     full.narrow(rec.offsets[j] * batch, rec.lengths[j] * batch).copy_from(rows);

@@ -36,7 +36,9 @@ class Sublayer {
   // x_rounded: x holds values of the GEMM input type already (kernels::GemmArgs::a_rounded).
   virtual Tensor forward(const Tensor& x, bool x_rounded, const SublayerContext& sc, SavedTensors& rec) const = 0;
   // dy -> dx, given the forward's x; accumulates parameter gradients. rec's activations have been widened
-  // to fp32; rec_rounded: they hold values of the GEMM input type (they were stored in it).
+  // to fp32, but for those it lists as GEMM inputs (SavedTensors::visit_gemm_inputs), which a GPU keeps
+  // in 16 bits, as it may x (takes_16bit_input); rec_rounded: they hold values of the GEMM input type
+  // (they were stored in it).
   virtual Tensor backward(const Tensor& dy, const Tensor& x, bool x_rounded, const SublayerContext& sc,
                           SavedTensors& rec, bool rec_rounded) const = 0;
   // Inference on a decoding step's rows (no dropout, no record), x [rows, hidden]. `cache` is the layer's
@@ -45,6 +47,11 @@ class Sublayer {
   // The slot's part of a layer's decoding pool of `blocks` blocks of `block_size` positions (attention's
   // keys and values).
   virtual void add_to_kv_cache(int64_t blocks, int64_t block_size, KvCache& cache) const {}
+  // Whether forward and backward take x as a 16-bit tensor of the GEMM input type (every reader of x is a
+  // linear layer, whose GEMMs read it as it is on a GPU: kernels::gemm_input). Where so, the layer keeps
+  // its pre-LN norm's output in 16 bits from forward to backward on a GPU (no fp32 copy); a slot with
+  // another reader (MoE's router and token gather) gets fp32.
+  virtual bool takes_16bit_input() const { return false; }
 };
 
 // Builds a slot of layer `layer_number` (1-based, global) whose parameters are named `prefix` + ...

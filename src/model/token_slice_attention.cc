@@ -23,8 +23,8 @@ void token_slice_attention_forward(const ForwardContext& ctx, int64_t layer_numb
   const int64_t b = ctx.batch;
   if (!cache.k.defined()) {  // the first slice: the whole sequence's cache (TeraPipe preallocates it)
     TESSERA_CHECK(slice.offset == 0, "token slice at ", slice.offset, " before the slice at 0");
-    cache.k = Tensor::empty({slice.total * b, k.dim(1), k.dim(2)});
-    cache.v = Tensor::empty({slice.total * b, v.dim(1), v.dim(2)});
+    cache.k = Tensor::empty({slice.total * b, k.dim(1), k.dim(2)}, k.dtype(), k.device());
+    cache.v = Tensor::empty({slice.total * b, v.dim(1), v.dim(2)}, v.dtype(), v.device());
   }
   cache.k.narrow(slice.offset * b, ctx.seq * b).copy_from(k);
   cache.v.narrow(slice.offset * b, ctx.seq * b).copy_from(v);
@@ -43,12 +43,12 @@ void token_slice_attention_backward(const ForwardContext& ctx, int64_t layer_num
   const int64_t b = ctx.batch, keys = (slice.offset + ctx.seq) * b;
   TESSERA_CHECK(cache.k.defined(), "token-sliced backward without the forward's cache");
   if (!cache.dk.defined()) {  // the last slice, first in backward
-    cache.dk = Tensor::zeros(cache.k.shape());
-    cache.dv = Tensor::zeros(cache.v.shape());
+    cache.dk = Tensor::zeros(cache.k.shape(), DType::F32, cache.k.device());
+    cache.dv = Tensor::zeros(cache.v.shape(), DType::F32, cache.v.device());
   }
   to_slice(slice, shape, dropout);
-  Tensor dk_all = Tensor::empty({keys, cache.k.dim(1), cache.k.dim(2)});
-  Tensor dv_all = Tensor::empty({keys, cache.v.dim(1), cache.v.dim(2)});
+  Tensor dk_all = Tensor::empty({keys, cache.k.dim(1), cache.k.dim(2)}, DType::F32, cache.k.device());
+  Tensor dv_all = Tensor::empty({keys, cache.v.dim(1), cache.v.dim(2)}, DType::F32, cache.v.device());
   kernels::attention_backward(q, cache.k.narrow(0, keys), cache.v.narrow(0, keys), attn, lse, dattn, dq, dk_all,
                               dv_all, Tensor(), shape, scale, dropout);
   // Gradients for the earlier slices' keys and values wait in the cache; the later slices' for this

@@ -53,11 +53,12 @@ std::vector<int64_t> parse_token_slice_lengths(const std::string& value, int64_t
 
 namespace {
 
-// Columns [offset, offset + length) of a [batch, seq] tensor: rows of its [seq, batch] transpose.
+// Columns [offset, offset + length) of a [batch, seq] tensor: rows of its [seq, batch] transpose, on its
+// device (a micro-batch on a GPU is sliced there, by kernels).
 Tensor columns(const Tensor& t, int64_t offset, int64_t length) {
   if (!t.defined()) return t;
   TESSERA_CHECK(t.shape().size() == 2, "token slice of a ", shape_str(t.shape()), " tensor");
-  Tensor out = Tensor::empty({t.dim(0), length}, t.dtype());
+  Tensor out = Tensor::empty({t.dim(0), length}, t.dtype(), t.device());
   kernels::transpose_rows(to_seq_major(t).narrow(offset, length), out);
   return out;
 }
@@ -117,7 +118,8 @@ class SlicedChunk final : public TokenSlicedChunk {
       Tensor in = input.defined() ? input.narrow(offset * rows_per_token, length * rows_per_token) : input;
       Tensor out = forward_slice(static_cast<int>(i), batch, in, context, record, losses, hooks);
       if (out.defined()) {  // a later chunk's input: the slices' outputs in sequence order
-        if (!output.defined()) output = Tensor::empty({context.seq * rows_per_token, hidden});
+        if (!output.defined())
+          output = Tensor::empty({context.seq * rows_per_token, hidden}, out.dtype(), out.device());
         output.narrow(offset * rows_per_token, length * rows_per_token).copy_from(out);
       }
     }
@@ -135,7 +137,8 @@ class SlicedChunk final : public TokenSlicedChunk {
           doutput.defined() ? doutput.narrow(offset * rows_per_token, length * rows_per_token) : doutput;
       Tensor dx = backward_slice(static_cast<int>(i), record, dout, context, grad_scale, hooks);
       if (dx.defined()) {
-        if (!dinput.defined()) dinput = Tensor::empty({context.seq * rows_per_token, hidden});
+        if (!dinput.defined())
+          dinput = Tensor::empty({context.seq * rows_per_token, hidden}, dx.dtype(), dx.device());
         dinput.narrow(offset * rows_per_token, length * rows_per_token).copy_from(dx);
       }
     }
@@ -226,12 +229,16 @@ MicroBatch token_slice_of(const MicroBatch& batch, int64_t offset, int64_t lengt
   if (batch.positions.defined()) {
     part.positions = columns(batch.positions, offset, length);
   } else {
-    Tensor seq_major = Tensor::empty({length, samples}, DType::I32);
+    const Device device = batch.tokens.device();
+    Tensor seq_major = Tensor::empty({length, samples}, DType::I32, device);
     kernels::fill_positions(seq_major, samples, offset);
-    part.positions = Tensor::empty({samples, length}, DType::I32);
+    part.positions = Tensor::empty({samples, length}, DType::I32, device);
     kernels::transpose_rows(seq_major, part.positions);
   }
   part.sample_offset = batch.sample_offset;
+  // The slice's ids are the micro-batch's: checked on the host before it moved to a GPU, they need no check
+  // (a copy back, a synchronisation) per slice.
+  part.ids_checked_below = batch.ids_checked_below;
   return part;
 }
 

@@ -165,6 +165,28 @@ TEST(TokenSlices, TheComparisonSeesDropout) {
   EXPECT_GT(std::fabs(with.loss - without.loss), 1e-3 * std::fabs(without.loss));
 }
 
+// A slice of a micro-batch: its columns, its global positions, and the micro-batch's ids check (done on
+// the host before a move to a GPU: a check per slice would be a copy back and a synchronisation each).
+TEST(TokenSlices, ASliceOfAMicroBatchKeepsItsPositionsAndItsIdsCheck) {
+  const ModelConfig c = tiny_config(false);
+  MicroBatch mb = testing::random_batch(c, 2, 3);
+  mb.sample_offset = 6;
+  mb.ids_checked_below = c.vocab_size;
+  const MicroBatch part = token_slice_of(mb, 40, 8);
+  ASSERT_EQ(part.tokens.shape(), (Shape{2, 8}));
+  EXPECT_EQ(part.ids_checked_below, c.vocab_size);
+  EXPECT_EQ(part.sample_offset, 6);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(part.tokens.host_i32()[b * 8 + i], mb.tokens.host_i32()[b * 64 + 40 + i]);
+      EXPECT_EQ(part.labels.host_i32()[b * 8 + i], mb.labels.host_i32()[b * 64 + 40 + i]);
+      EXPECT_EQ(part.loss_mask.host_f32()[b * 8 + i], mb.loss_mask.host_f32()[b * 64 + 40 + i]);
+      EXPECT_EQ(part.positions.host_i32()[b * 8 + i], 40 + i);
+    }
+  mb.ids_checked_below = 0;
+  EXPECT_EQ(token_slice_of(mb, 0, 8).ids_checked_below, 0);
+}
+
 TEST(TokenSlices, ParsesCountsAndListsAndRefusesTheRest) {
   EXPECT_EQ(parse_token_slice_lengths("4", 64), (std::vector<int64_t>{16, 16, 16, 16}));
   EXPECT_EQ(parse_token_slice_lengths("8,24,16,16", 64), (std::vector<int64_t>{8, 24, 16, 16}));

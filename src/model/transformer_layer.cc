@@ -16,6 +16,15 @@ std::string layer_prefix(const TransformerLayerSpec& spec, int64_t layer_number)
   return str_cat(spec.block, ".layers.", layer_number - 1, ".");
 }
 
+// The type a pre-LN norm whose output feeds `slot` writes it in: where the slot takes a 16-bit input and
+// the GEMMs read 16-bit buffers on x's device (a GPU under --bf16/--fp16, kernels::gemm_buffer_type),
+// the 16-bit type itself, so that no fp32 copy is made and the GEMMs read it with no encoding; else
+// fp32 (the CPU: its values rounded to `rounding`, which the 16-bit tensor holds exactly).
+DType norm_output_type(DType rounding, const Sublayer& slot, const Tensor& x) {
+  if (rounding == DType::F32 || !slot.takes_16bit_input()) return DType::F32;
+  return kernels::gemm_buffer_type(rounding, x.device());
+}
+
 }  // namespace
 
 float output_init_std(const ModelConfig& c) {
@@ -51,6 +60,8 @@ void LayerRecord::visit(const std::function<void(Tensor&, bool)>& f) {
 }
 
 void LayerRecord::visit_gemm_inputs(const std::function<void(Tensor&)>& f) {
+  if (ln1_gemm_input) f(ln1);
+  if (ln2_gemm_input) f(ln2);
   if (attention) attention->visit_gemm_inputs(f);
   if (mlp) mlp->visit_gemm_inputs(f);
 }
@@ -89,11 +100,16 @@ Tensor TransformerLayer::forward(const Tensor& x, const Tensor& positions, const
   // rounded where they are made instead of in the GEMM. Post-LN they are residuals too: kept in fp32.
   const DType rounding = post_ln ? DType::F32 : kernels::gemm_rounding(config_.params_dtype);
   const bool rounded = rounding != DType::F32;
-  input_norm_.forward(x, rec.ln1, rec.ln1_mean, rec.ln1_rstd, rounding);
+  // Post-LN, rounding is F32, and so are the outputs.
+  rec.ln1_gemm_input = rounded && self_attention_->takes_16bit_input();
+  rec.ln2_gemm_input = rounded && mlp_->takes_16bit_input();
+  input_norm_.forward(x, rec.ln1, rec.ln1_mean, rec.ln1_rstd, rounding,
+                      norm_output_type(rounding, *self_attention_, x));
   Tensor h = self_attention_->forward(rec.ln1, rounded, sc, *rec.attention);
   hidden_dropout(h, ctx, kAttentionOutput, false);
   // The residual add and the norm after it in one pass over h (h += the residual, then ln2 = norm(h)).
-  pre_mlp_norm_.forward_after_residual(h, post_ln ? rec.ln1 : x, rec.ln2, rec.ln2_mean, rec.ln2_rstd, rounding);
+  pre_mlp_norm_.forward_after_residual(h, post_ln ? rec.ln1 : x, rec.ln2, rec.ln2_mean, rec.ln2_rstd, rounding,
+                                       norm_output_type(rounding, *mlp_, x));
   rec.residual = h;
 
   Tensor y = mlp_->forward(rec.ln2, rounded, sc, *rec.mlp);

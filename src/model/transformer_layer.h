@@ -20,6 +20,9 @@ struct LayerRecord final : SavedTensors {
   Tensor residual;  // h
   Tensor ln2, ln2_mean, ln2_rstd;
   std::unique_ptr<SavedTensors> attention, mlp;  // the slots' records
+  // Set by forward: ln1 / ln2 is read in backward only by its slot's linear layers (pre-LN, a slot that
+  // takes_16bit_input), so a GPU keeps it in 16 bits for backward (visit_gemm_inputs).
+  bool ln1_gemm_input = false, ln2_gemm_input = false;
   void visit(const std::function<void(Tensor&, bool)>& f) override;
   void visit_gemm_inputs(const std::function<void(Tensor&)>& f) override;
 };

@@ -22,11 +22,13 @@ DistributedOptimizer::DistributedOptimizer(model::ParameterSet& params, const Ad
     : params_(params), config_(config), groups_(std::move(groups)), overlap_param_gather_(overlap_param_gather) {
   TESSERA_CHECK(params.allocated(), "DistributedOptimizer: parameters are not allocated");
   for (const GradientGroup& g : groups_) {
-    TESSERA_CHECK(g.buckets != nullptr, "DistributedOptimizer: a gradient group without buckets");
-    TESSERA_CHECK(g.buckets->mode() == parallel::GradBuckets::Mode::ReduceScatter,
+    TESSERA_CHECK(g.buckets != nullptr || g.model_group != nullptr,
+                  "DistributedOptimizer: a gradient group without buckets nor a model group");
+    TESSERA_CHECK(!g.buckets || g.buckets->mode() == parallel::GradBuckets::Mode::ReduceScatter,
                   "DistributedOptimizer: the gradient buckets must reduce-scatter");
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
+    if (!groups_[g].buckets) continue;
     std::vector<Segment> mine = segments_for(g, groups_[g].buckets->group().rank());
     segments_.insert(segments_.end(), mine.begin(), mine.end());
   }
@@ -67,7 +69,10 @@ std::vector<DistributedOptimizer::Segment> DistributedOptimizer::segments_for(si
 double DistributedOptimizer::norm_of(const Tensor& flat) const {
   // Each group over its data-parallel ranks, then over the rest of the model beside them.
   std::vector<NormPart> parts;
-  for (const GradientGroup& g : groups_) parts.push_back({0, {&g.buckets->group(), g.model_group}});
+  // Every group's part in the same order on every rank (a group without buckets adds nothing but joins the
+  // sum over its model group), so that the collectives match.
+  for (const GradientGroup& g : groups_)
+    parts.push_back({0, {g.buckets ? &g.buckets->group() : nullptr, g.model_group}});
   for (const Segment& s : segments_) {
     const GradientGroup& group = groups_[s.group];
     // Bucket tails, owned by every data-parallel rank, are counted on its rank 0.
@@ -83,13 +88,15 @@ StepResult DistributedOptimizer::step(float lr, float loss_scale) {
   StepResult result = adamw_update(moments(), config_, lr, loss_scale, grad_norm(), steps_);
   // Every rank sees the same norm, so all skip together and the parameters stay complete.
   if (result.skipped) return result;
-  for (GradientGroup& g : groups_) g.buckets->start_param_gather(params_.values());
+  for (GradientGroup& g : groups_)
+    if (g.buckets) g.buckets->start_param_gather(params_.values());
   if (!overlap_param_gather_) wait_for_params();
   return result;
 }
 
 void DistributedOptimizer::wait_for_params() {
-  for (GradientGroup& g : groups_) g.buckets->wait_param_gather();
+  for (GradientGroup& g : groups_)
+    if (g.buckets) g.buckets->wait_param_gather();
 }
 
 MomentShard DistributedOptimizer::moments() const {

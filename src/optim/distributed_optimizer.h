@@ -25,7 +25,9 @@ namespace tessera::optim {
 // One group of gradients: its ReduceScatter buckets (whose group() is the data-parallel group that owns
 // them), the ranks holding the rest of the model beside that group (tensor x pipeline for dense
 // parameters, expert tensor x expert x pipeline for expert ones; null: none), and whether parameters
-// replicated over its tensor group count on this rank (its tensor rank 0).
+// replicated over its tensor group count on this rank (its tensor rank 0). Null buckets: a group this
+// rank holds no gradients of (a pipeline stage without MoE layers in a model with some), which still
+// joins its model group's norm sum with nothing, as the ranks of the other stages expect.
 struct GradientGroup {
   parallel::GradBuckets* buckets = nullptr;
   comm::ProcessGroup* model_group = nullptr;

@@ -56,8 +56,11 @@ TEST(Device, LeftOutItIsTheGpuWhereOneIsUsableElseTheCpuSayingWhy) {
 }
 
 TEST(Device, LeftOutARunTheGpuPathDoesNotRunTrainsOnTheCpu) {
-  EXPECT_EQ(choose(parse("--model-family bert"), "", one_gpu()),
-            "device: cpu (cuda:0 is present, but the GPU path does not run --model-family=bert (GPT models only) yet)");
+  TrainArguments multiple_choice = parse("");
+  multiple_choice.model.family = "bert_multiple_choice";  // (tessera finetune's model)
+  EXPECT_EQ(choose(multiple_choice, "", one_gpu()),
+            "device: cpu (cuda:0 is present, but the GPU path does not run --model-family=bert_multiple_choice (GPT "
+            "and BERT models only) yet)");
   EXPECT_EQ(choose(parse("", 2), "", one_gpu()),
             str_cat("device: cpu (cuda:0 is present, but the GPU path runs data parallelism over 2 ranks only "
                     "unverified (no device run has compared it with the CPU yet: scripts/gpu_layouts_check.sh); set "
@@ -86,9 +89,9 @@ TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
     EXPECT_EQ(choose(a, "cuda", no_gpu()), str_cat("--device=cuda: the GPU path does not run ", what, tail));
   };
   TrainArguments a = parse("");
-  refused(parse("--model-family bert"), "--model-family=bert (GPT models only)");
-  refused(parse("--pipeline-schedule ouroboros"), "--pipeline-schedule=ouroboros");
-  refused(parse("--pipeline-token-slices 2"), "--pipeline-token-slices=2");
+  a.model.family = "bert_multiple_choice";  // any family but GPT and BERT
+  refused(a, "--model-family=bert_multiple_choice (GPT and BERT models only)");
+  a = parse("");
   a = parse("");
   a.kd = true;  // (parsing --kd reads a teacher checkpoint)
   refused(a, "knowledge distillation (--kd)");
@@ -97,9 +100,41 @@ TEST(Device, TheGpuPathRefusesByNameWhatItDoesNotRunYet) {
   // Even with the opt-in below.
   DeviceProbe opted_in = one_gpu();
   opted_in.unverified_layouts = true;
-  a = parse("--pipeline-schedule ouroboros", 2);
-  EXPECT_EQ(choose(a, "cuda", opted_in), "--device=cuda: the GPU path does not run --pipeline-schedule=ouroboros "
+  a = parse("", 2);
+  a.kd = true;
+  EXPECT_EQ(choose(a, "cuda", opted_in), "--device=cuda: the GPU path does not run knowledge distillation (--kd) "
                                          "yet; leave --device out or use --device cpu");
+}
+
+// --pipeline-schedule ouroboros (issue 56 item 3): its driver is device-clean (modules, weight versions,
+// delayed gradients and moments on the GPU, ordered sums by kernels), but no GPU has run it yet, so it
+// runs only with the layouts' opt-in, in one process (the emulation) as on a ring of pipeline ranks; the
+// message names the schedule before the pipeline size it implies.
+TEST(Device, OuroborosRunsOnGpusOnlyWhenOptedInAsUnverified) {
+  const std::string unverified =
+      "--device=cuda: the GPU path runs --pipeline-schedule=ouroboros only unverified (no device run has compared "
+      "it with the CPU yet: scripts/gpu_layouts_check.sh); set TESSERA_UNVERIFIED_GPU_LAYOUTS=1 to run it anyway; "
+      "leave --device out or use --device cpu";
+  DeviceProbe opted_in = one_gpu();
+  opted_in.unverified_layouts = true;
+  const TrainArguments one = parse("--pipeline-schedule ouroboros --ouroboros-warmup-iters 1");
+  EXPECT_EQ(choose(one, "cuda", one_gpu()), unverified);
+  EXPECT_EQ(choose(one, "cuda", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda)");
+  // Left out without the opt-in: the CPU, saying why.
+  EXPECT_EQ(choose(one, "", one_gpu()),
+            "device: cpu (cuda:0 is present, but the GPU path runs --pipeline-schedule=ouroboros only unverified (no "
+            "device run has compared it with the CPU yet: scripts/gpu_layouts_check.sh); set "
+            "TESSERA_UNVERIFIED_GPU_LAYOUTS=1 to run it anyway)");
+  // K = 3 modules on 2 pipeline ranks sharing the GPU.
+  opted_in.local = {1, 2, "OMPI_COMM_WORLD_LOCAL_RANK"};
+  const TrainArguments ring =
+      parse("--pipeline-schedule ouroboros --pipeline-model-parallel-size 2 --num-layers 3", 2);
+  EXPECT_EQ(choose(ring, "cuda", one_gpu()), unverified);
+  EXPECT_EQ(choose(ring, "cuda", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda, local rank 1 of 2 "
+                                            "(OMPI_COMM_WORLD_LOCAL_RANK), 1 visible GPU, shared by 2 ranks)");
+  // What Ouroboros itself does not run is still refused by its own rules, on any device.
+  EXPECT_EQ(error_of("--device cpu --pipeline-schedule ouroboros --bf16"),
+            "--pipeline-schedule=ouroboros: cannot be combined with --bf16 yet (issue 38)");
 }
 
 // The layouts issue 56 brings to the GPU (device-clean, not yet run on one): refused, saying how to opt
@@ -155,6 +190,32 @@ TEST(Device, TheParallelLayoutsRunOnGpusOnlyWhenOptedInAsUnverified) {
   EXPECT_EQ(b.gpu_ranks_sharing, 1);
 }
 
+// TeraPipe's token slices (issue 56): device-clean, not yet run on a GPU, so behind the opt-in even on one
+// stage, and named before the pipeline (the slices' attention at an offset is what is unverified).
+TEST(Device, TokenSlicesRunOnAGpuOnlyWhenOptedInAsUnverified) {
+  const std::string unverified = "the GPU path runs --pipeline-token-slices=2 only unverified (no device run has "
+                                 "compared it with the CPU yet: scripts/gpu_layouts_check.sh); set "
+                                 "TESSERA_UNVERIFIED_GPU_LAYOUTS=1 to run it anyway";
+  DeviceProbe opted_in = one_gpu();
+  opted_in.unverified_layouts = true;
+  TrainArguments a = parse("--pipeline-token-slices 2");
+  EXPECT_EQ(choose(a, "cuda", one_gpu()),
+            str_cat("--device=cuda: ", unverified, "; leave --device out or use --device cpu"));
+  EXPECT_EQ(choose(a, "", one_gpu()), str_cat("device: cpu (cuda:0 is present, but ", unverified, ")"));
+  EXPECT_EQ(choose(a, "cuda", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda)");
+  EXPECT_EQ(choose(a, "", opted_in), "device: cuda:0 (NVIDIA H200)");
+  // Slice lengths at pipeline size 2 (two ranks sharing the GPU when opted in).
+  a = parse("--pipeline-model-parallel-size 2 --pipeline-token-slices 4,12", 2);
+  EXPECT_EQ(a.token_slices, (std::vector<int64_t>{4, 12}));
+  EXPECT_NE(choose(a, "cuda", one_gpu()).find("runs --pipeline-token-slices=4,12 only unverified"), std::string::npos);
+  opted_in.local = {1, 2, "OMPI_COMM_WORLD_LOCAL_RANK"};
+  EXPECT_EQ(choose(a, "cuda", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda, local rank 1 of 2 "
+                                         "(OMPI_COMM_WORLD_LOCAL_RANK), 1 visible GPU, shared by 2 ranks)");
+  // What the CPU refuses with token slices stays refused, whatever the device.
+  EXPECT_NE(error_of("--device cpu --pipeline-token-slices 2 --reset-attention-mask").find("--pipeline-token-slices"),
+            std::string::npos);
+}
+
 TEST(Device, DeviceCollectivesIsAutoStagedOrNccl) {
   for (const char* v : {"auto", "staged", "nccl"})
     EXPECT_EQ(parse(str_cat("--device-collectives ", v)).device_collectives, v);
@@ -207,11 +268,31 @@ TEST(Device, TheGpuPathRunsMixtureOfExpertsOnOneGpu) {
   EXPECT_EQ(choose(parse("--num-experts 4"), "", one_gpu()), "device: cuda:0 (NVIDIA H200)");
 }
 
+// BERT on one GPU (issues 50/56): both layer orderings, with and without the binary head, fp32 and bf16,
+// recomputed; left out, the GPU is chosen for it as for a GPT. Several ranks are the unverified layouts'
+// opt-in, as for a GPT (tensor and pipeline parallelism named first).
+TEST(Device, TheGpuPathRunsBertOnOneGpu) {
+  for (const char* flags : {"--model-family bert", "--model-family bert --bert-no-binary-head",
+                            "--model-family bert --apply-residual-connection-post-layernorm --bf16",
+                            "--model-family bert --recompute-granularity full --recompute-method uniform"})
+    EXPECT_EQ(choose(parse(flags), "cuda", one_gpu()), "device: cuda:0 (NVIDIA H200, --device cuda)") << flags;
+  EXPECT_EQ(choose(parse("--model-family bert"), "", one_gpu()), "device: cuda:0 (NVIDIA H200)");
+  DeviceProbe opted_in = one_gpu();
+  opted_in.unverified_layouts = true;
+  TrainArguments two = parse("--model-family bert", 2);
+  EXPECT_EQ(choose(two, "cuda", one_gpu()).rfind("--device=cuda: the GPU path runs data parallelism over 2 ranks "
+                                                 "only unverified", 0), 0u);
+  EXPECT_EQ(choose(two, "cuda:0", opted_in), "device: cuda:0 (NVIDIA H200, --device cuda:0)");
+  two.tensor_model_parallel_size = 2;
+  EXPECT_EQ(choose(two, "cuda", one_gpu()).rfind("--device=cuda: the GPU path runs --tensor-model-parallel-size=2 "
+                                                 "only unverified", 0), 0u);
+}
+
 TEST(Device, ParsedHereTheFlagIsCheckedBeforeAnyWork) {
   EXPECT_EQ(error_of("--device tpu"), "--device=tpu: must be cpu, cuda or cuda:N");
-  EXPECT_EQ(error_of("--device cuda --model-family bert"),
-            "--device=cuda: the GPU path does not run --model-family=bert (GPT models only) yet; leave --device out "
-            "or use --device cpu");
+  EXPECT_EQ(error_of("--device cuda --sample-interval 1 --sample-prompt hi"),
+            "--device=cuda: the GPU path does not run --sample-interval=1 (generation on the GPU comes later) yet; "
+            "leave --device out or use --device cpu");
   EXPECT_EQ(error_of("--device cuda", 2).rfind("--device=cuda: the GPU path runs data parallelism over 2 ranks only "
                                                "unverified", 0), 0u);
   EXPECT_EQ(parse_train_arguments(split_flags(kBase + "--device cpu")).device, Device::cpu());

@@ -99,7 +99,7 @@ struct Model {
     declare(params, state);
     params.allocate(0);
     // Small buckets, so that expert parameters are cut into pieces and bucket tails.
-    buckets = std::make_unique<GroupedGradBuckets>(params, state, 7, distributed_optimizer);
+    buckets = std::make_unique<GroupedGradBuckets>(params, state, 7, distributed_optimizer, /*model_has_experts=*/true);
     if (distributed_optimizer)
       distributed =
           std::make_unique<optim::DistributedOptimizer>(params, optim::AdamWConfig{}, buckets->optimizer_groups());
@@ -334,7 +334,7 @@ TEST(ExpertGradNorm, EqualsTheSingleProcessNormOfTheSameGradients) {
       model::ParameterSet params;
       declare(params, state);
       params.allocate(0);
-      GroupedGradBuckets buckets(params, state, 7, distributed);
+      GroupedGradBuckets buckets(params, state, 7, distributed, /*model_has_experts=*/true);
       std::unique_ptr<optim::Optimizer> opt;
       if (distributed)
         opt = std::make_unique<optim::DistributedOptimizer>(params, config, buckets.optimizer_groups());

@@ -27,7 +27,7 @@ std::vector<GradientGroupSegments> gradient_group_segments(const model::Paramete
 }
 
 GroupedGradBuckets::GroupedGradBuckets(const model::ParameterSet& params, const comm::ParallelState& state,
-                                       int64_t bucket_elements, bool distributed_optimizer) {
+                                       int64_t bucket_elements, bool distributed_optimizer, bool model_has_experts) {
   const comm::RankCoordinates rc = state.coordinates();
   for (GradientGroupSegments& g : gradient_group_segments(params)) {
     const bool expert = g.reduce == GradReduce::ExpertDataParallel;
@@ -39,6 +39,13 @@ GroupedGradBuckets::GroupedGradBuckets(const model::ParameterSet& params, const 
     optimizer_groups_.push_back({buckets_.back().get(), &state.gradient_model_group(expert),
                                  expert ? rc.etp == 0 : rc.tp == 0});
   }
+  // A pipeline stage without MoE layers (--moe-layer-freq's dense layers) holds no expert gradients, but the
+  // norm sums the expert ones over expert tensor x expert x pipeline ranks, this stage's among them.
+  const bool has_experts_here = std::any_of(params.params().begin(), params.params().end(), [](const model::Parameter& p) {
+    return p.spec.grad_reduce == GradReduce::ExpertDataParallel && p.value.numel() > 0;
+  });
+  if (distributed_optimizer && model_has_experts && !has_experts_here)
+    optimizer_groups_.push_back({nullptr, &state.gradient_model_group(true), rc.etp == 0});
 }
 
 void GroupedGradBuckets::mark_final_from(int64_t first_final) {

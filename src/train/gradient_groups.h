@@ -26,9 +26,10 @@ std::vector<GradientGroupSegments> gradient_group_segments(const model::Paramete
 class GroupedGradBuckets {
  public:
   // distributed_optimizer: ReduceScatter buckets (with the tied word embedding a bucket of its own);
-  // otherwise AllReduce.
+  // otherwise AllReduce. model_has_experts: some layer of the whole model (any stage) is an MoE layer, so
+  // that a stage without one still joins the expert gradients' norm (optimizer_groups).
   GroupedGradBuckets(const model::ParameterSet& params, const comm::ParallelState& state, int64_t bucket_elements,
-                     bool distributed_optimizer);
+                     bool distributed_optimizer, bool model_has_experts);
 
   // As GradBuckets', for every group.
   void mark_final_from(int64_t first_final);
@@ -36,7 +37,8 @@ class GroupedGradBuckets {
   void wait_param_gather_below(int64_t end);
 
   // What the distributed optimizer needs of each group: its buckets, the rest of the model beside its
-  // data-parallel group, and whether this rank counts parameters replicated over its tensor group.
+  // data-parallel group, and whether this rank counts parameters replicated over its tensor group. With
+  // experts elsewhere in the model and none here, the expert group comes without buckets.
   std::vector<optim::GradientGroup> optimizer_groups() const;
   const std::vector<std::unique_ptr<parallel::GradBuckets>>& buckets() const { return buckets_; }
 

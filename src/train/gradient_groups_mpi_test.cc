@@ -114,7 +114,8 @@ TEST_P(GroupedBuckets, SumEachParameterOverItsOwnGroup) {
     if (state.gradient_group(true).world_ranks() != state.gradient_group(false).world_ranks())
       ++layouts_where_groups_differ;
 
-    GroupedGradBuckets buckets(params, state, /*bucket_elements=*/17, /*distributed_optimizer=*/GetParam());
+    GroupedGradBuckets buckets(params, state, /*bucket_elements=*/17, /*distributed_optimizer=*/GetParam(),
+                               /*model_has_experts=*/true);
     ASSERT_EQ(buckets.buckets().size(), 2u);
     EXPECT_EQ(&buckets.buckets()[0]->group(), &state.data_context_group());
     EXPECT_EQ(&buckets.buckets()[1]->group(), &state.expert_data_group());
@@ -174,7 +175,8 @@ TEST(DistributedOptimizerGroups, StepsMatchAdamWOverPlainAllReduces) {
     declare(ref);
     params.allocate(7);
     ref.allocate(7);
-    GroupedGradBuckets buckets(params, state, /*bucket_elements=*/23, /*distributed_optimizer=*/true);
+    GroupedGradBuckets buckets(params, state, /*bucket_elements=*/23, /*distributed_optimizer=*/true,
+                               /*model_has_experts=*/true);
     optim::DistributedOptimizer opt(params, config, buckets.optimizer_groups());
     optim::AdamWOptimizer ref_opt(ref, config);  // its moments; the step is taken with reference_norm
     int64_t ref_steps = 0;

@@ -6,7 +6,8 @@
 // DeepSeek-V3's routing (sigmoid scores, aux-loss-free expert bias, group-limited top-k) too: there the
 // expert bias after several steps is the single process's bit for bit on every rank, and a run saved
 // at one layout and resumed at another continues with the uninterrupted run's losses and bias. Multi-token
-// prediction (issue 53) with its module's layer a mixture of experts too.
+// prediction (issue 53) with its module's layer a mixture of experts too, and a pipeline stage of dense
+// layers only under the distributed optimizer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -128,6 +129,8 @@ std::vector<Layout> layouts_for(int world) {
       {1, 1, 2, 1, 1, 2, kDeepSeekRouting + kMtp, ""},
       {2, 1, 2, 1, 1, 2, kDeepSeekRouting + kMtp, "--sequence-parallel"},
       {1, 2, 2, 1, 1, 4, kMtp, "--use-distributed-optimizer"},
+      // Dense layers only on the last stage: it joins the expert gradients' norm with nothing of its own.
+      {1, 2, 2, 1, 1, 4, "--moe-layer-freq [1,1,0,0]", "--use-distributed-optimizer"},
   };
   std::vector<Layout> out;
   for (const Layout& l : all)

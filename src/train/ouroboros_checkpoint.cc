@@ -39,6 +39,19 @@ double from_bits(int64_t b) {
 
 std::string module_key(int k, const std::string& what) { return str_cat("module", k, ".", what); }
 
+// The file is read on the host; a tensor on a GPU is read into a host copy and moved (the save stages
+// through the host too: ckpt's CheckpointSave), so a state saved on a GPU loads on the CPU and the reverse.
+void read_state_into(const ckpt::SafetensorsFile& file, const std::string& name, const Tensor& dst) {
+  if (dst.device() == Device::cpu()) return file.read_into(name, dst);
+  const Tensor host = Tensor::empty(dst.shape(), dst.dtype(), Device::cpu());
+  file.read_into(name, host);
+  kernels::transfer(dst, host);
+}
+
+Tensor read_state(const ckpt::SafetensorsFile& file, const std::string& name, Device device) {
+  return kernels::to_device(file.read(name), device);
+}
+
 }  // namespace
 
 ckpt::ExtraFile OuroborosDriver::checkpoint_file(const std::string& name) const {
@@ -104,6 +117,9 @@ void OuroborosDriver::load_checkpoint_file(const ckpt::SafetensorsFile& file,
                                            const std::function<std::vector<model::MicroBatch>(int64_t)>& batches,
                                            uint64_t seed) {
   TESSERA_CHECK(file.metadata().count("ouroboros"), "--load: ", file.path(), " holds no Ouroboros state");
+  // The records run again (below) on the device, with the micro-batches moved there.
+  DefaultDeviceScope on_device(options_.device);
+  const Device device = options_.device;
   const json meta = json::parse(file.metadata().at("ouroboros"));
   TESSERA_CHECK(meta.at("format") == "tessera-ouroboros" && meta.at("version") == 1, "--load: ", file.path(),
                 " is not a version 1 Ouroboros state file");
@@ -145,16 +161,16 @@ void OuroborosDriver::load_checkpoint_file(const ckpt::SafetensorsFile& file,
     loaded.insert(k);
     mod.steps = entry.at("steps").get<int64_t>();
     mod.last_backward_batch = entry.at("last_backward_batch").get<int64_t>();
-    file.read_into(module_key(k, "weights"), mod.params->values());
-    file.read_into(module_key(k, "exp_avg"), mod.exp_avg);
-    file.read_into(module_key(k, "exp_avg_sq"), mod.exp_avg_sq);
+    read_state_into(file, module_key(k, "weights"), mod.params->values());
+    read_state_into(file, module_key(k, "exp_avg"), mod.exp_avg);
+    read_state_into(file, module_key(k, "exp_avg_sq"), mod.exp_avg_sq);
     mod.params->weights_changed();
     mod.versions.clear();
-    for (const json& s : entry.at("versions")) mod.versions[s.get<int64_t>()] = file.read(module_key(k, str_cat("version.", s.get<int64_t>())));
+    for (const json& s : entry.at("versions")) mod.versions[s.get<int64_t>()] = read_state(file, module_key(k, str_cat("version.", s.get<int64_t>())), device);
     mod.output_grads.clear();
     for (const json& key : entry.at("output_grads")) {
       const Key kk{key.at(0).get<int64_t>(), key.at(1).get<int>()};
-      mod.output_grads[kk] = file.read(module_key(k, str_cat("output_grad.", kk.first, ".", kk.second)));
+      mod.output_grads[kk] = read_state(file, module_key(k, str_cat("output_grad.", kk.first, ".", kk.second)), device);
     }
     mod.records.clear();
     for (const json& key : entry.at("records")) saved_records[k].push_back({key.at(0).get<int64_t>(), key.at(1).get<int>()});
@@ -169,8 +185,8 @@ void OuroborosDriver::load_checkpoint_file(const ckpt::SafetensorsFile& file,
                       "--mtp-num-layers over learned absolute positions?)");
         u.steps = meta.at(u.checkpoint + "_steps").get<int64_t>();
       }
-      file.read_into(u.checkpoint + ".exp_avg", u.exp_avg);
-      file.read_into(u.checkpoint + ".exp_avg_sq", u.exp_avg_sq);
+      read_state_into(file, u.checkpoint + ".exp_avg", u.exp_avg);
+      read_state_into(file, u.checkpoint + ".exp_avg_sq", u.exp_avg_sq);
     }
 
   // The pending records: module k's backward of mini-batch s is still to come when it falls at an
@@ -186,7 +202,7 @@ void OuroborosDriver::load_checkpoint_file(const ckpt::SafetensorsFile& file,
     bool here = false;  // whether this rank holds one of modules 0 .. through (on a ring it may not)
     for (int k = 0; k <= through; ++k) here = here || holds(k);
     if (!here) continue;
-    const std::vector<model::MicroBatch> micro = batches(s);
+    const std::vector<model::MicroBatch> micro = on_device_batches(batches(s));
     const BatchInfo& info = batch_info_.at(s);
     TESSERA_CHECK(micro.size() == info.sample_offsets.size(), "--load: mini-batch ", s, " had ",
                   info.sample_offsets.size(), " micro-batches on this rank, this run gives ", micro.size(),

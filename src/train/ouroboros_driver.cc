@@ -10,12 +10,15 @@
 #include "kernels/tensor_ops.h"
 #include "model/model_factory.h"
 #include "model/vocab_parallel_embedding.h"
+#include "train/device_setup.h"
 #include "train/step_context.h"
 
 namespace tessera::train {
 
 OuroborosDriver::OuroborosDriver(const model::ModelConfig& config, const OuroborosOptions& options)
     : config_(config), options_(options), shape_{options.modules, options.warmup_iters} {
+  // The modules' parameters (initialised on the host, moved once) and everything below on the device.
+  DefaultDeviceScope on_device(options.device);
   pipeline::validate_ouroboros(shape_);
   TESSERA_CHECK(config.family == "gpt", "--pipeline-schedule ouroboros trains GPT models only, not --model-family ",
                 config.family, " (issue 38)");
@@ -53,8 +56,8 @@ OuroborosDriver::OuroborosDriver(const model::ModelConfig& config, const Ourobor
     TESSERA_CHECK((k == 0 || k == K - 1) == (v != nullptr), "Ouroboros: module ", k,
                   " does not hold the word embedding where the rule expects it");
     if (v) m.tied.push_back(v);
-    m.exp_avg = Tensor::zeros({m.params->numel()});
-    m.exp_avg_sq = Tensor::zeros({m.params->numel()});
+    m.exp_avg = Tensor::zeros({m.params->numel()}, DType::F32, options.device);
+    m.exp_avg_sq = Tensor::zeros({m.params->numel()}, DType::F32, options.device);
     modules_.push_back(std::move(m));
   }
   // Every chunk of the model declares its auxiliary losses (the mtp_k losses), whichever part it holds.
@@ -83,9 +86,9 @@ OuroborosDriver::OuroborosDriver(const model::ModelConfig& config, const Ourobor
     for (size_t u = 0; u < tied_.size(); ++u) {
       const Shape& shape = modules_[0].tied[u]->value.shape();
       tied_[u].name = modules_[0].tied[u]->spec.name;
-      tied_[u].grad = Tensor::zeros(shape);
-      tied_[u].exp_avg = Tensor::zeros(shape);
-      tied_[u].exp_avg_sq = Tensor::zeros(shape);
+      tied_[u].grad = Tensor::zeros(shape, DType::F32, options.device);
+      tied_[u].exp_avg = Tensor::zeros(shape, DType::F32, options.device);
+      tied_[u].exp_avg_sq = Tensor::zeros(shape, DType::F32, options.device);
     }
 }
 
@@ -160,17 +163,22 @@ void OuroborosDriver::forward_modules(const std::vector<model::MicroBatch>& batc
 void OuroborosDriver::forward_only(const std::vector<model::MicroBatch>& batches, double per_sample_loss_weight,
                                    model::LossSums& losses) {
   TESSERA_CHECK(!batches.empty(), "Ouroboros: an evaluation needs at least one micro-batch");
+  DefaultDeviceScope on_device(options_.device);
+  const std::vector<model::MicroBatch> on = on_device_batches(batches);
   for (int k = 0; k < modules(); ++k)
     if (holds(k)) modules_[k].params->weights_changed();
-  const int64_t rows = batches[0].tokens.shape()[0];
-  forward_modules(batches, [&](int m) {
+  const int64_t rows = on[0].tokens.shape()[0];
+  forward_modules(on, [&](int m) {
     return micro_batch_context(options_.seed, iteration_, /*training=*/false, batches[m].sample_offset,
                                config_.seq_length, rows, per_sample_loss_weight);
   }, [&](int) -> model::LossSums& { return losses; }, -1);
 }
 
-double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, double tokens, float lr) {
-  TESSERA_CHECK(!batches.empty(), "Ouroboros: an iteration needs at least one micro-batch");
+double OuroborosDriver::step(const std::vector<model::MicroBatch>& host_batches, double tokens, float lr) {
+  TESSERA_CHECK(!host_batches.empty(), "Ouroboros: an iteration needs at least one micro-batch");
+  // Activations, weight versions and gradients on the device; the micro-batches moved there once.
+  DefaultDeviceScope on_device(options_.device);
+  const std::vector<model::MicroBatch> batches = on_device_batches(host_batches);
   const int64_t t = iteration_;
   const int K = modules();
   const int M = static_cast<int>(batches.size());
@@ -313,7 +321,7 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, doub
                     "Ouroboros: the last module added a loss '", n, "' the model does not declare");
   if (ring_) {
     const int64_t n = static_cast<int64_t>(share_losses.size());
-    Tensor bits = Tensor::empty({n}, DType::I64);
+    Tensor bits = Tensor::empty({n}, DType::I64, Device::cpu());  // host bits, over MPI (a GPU's group routes them)
     std::memcpy(bits.host_i64(), share_losses.data(), n * sizeof(double));
     ring_->group().broadcast(bits, 0);
     std::memcpy(share_losses.data(), bits.host_i64(), n * sizeof(double));
@@ -325,6 +333,15 @@ double OuroborosDriver::step(const std::vector<model::MicroBatch>& batches, doub
   last_loss_sum_ = loss_sum;
   last_auxiliary_sums_.assign(sums.begin() + 1, sums.end());
   return mean_loss(loss_sum, tokens);
+}
+
+std::vector<model::MicroBatch> OuroborosDriver::on_device_batches(const std::vector<model::MicroBatch>& batches) const {
+  // On a GPU the ids are checked on the host, as the trainer's schedule does (no copy back to check them).
+  const int64_t vocab = options_.device.type == DeviceType::CPU ? 0 : config_.vocab_size;
+  std::vector<model::MicroBatch> out;
+  out.reserve(batches.size());
+  for (const model::MicroBatch& b : batches) out.push_back(micro_batch_on(b, options_.device, vocab));
+  return out;
 }
 
 void OuroborosDriver::copy_weights_to(model::ParameterSet& params) const {

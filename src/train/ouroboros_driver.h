@@ -64,6 +64,10 @@ struct OuroborosOptions {
   // summed share by share and the shares added in share order, the operations D replicas do, so that
   // their run equals this one bit for bit. 1: plain accumulation.
   int data_shares = 1;
+  // Where the modules, their weight versions, gradients, AdamW moments and activations live (--device):
+  // every entry point makes its tensors there and moves the micro-batches there. The host keeps only
+  // doubles (losses, norms), sent as host tensors.
+  Device device = Device::cpu();
 };
 
 class OuroborosDriver {
@@ -160,6 +164,8 @@ class OuroborosDriver {
     double per_sample_loss_weight = 1;
   };
   model::ForwardContext context(int64_t batch, int micro) const;
+  // The micro-batches on options_.device (the same tensors on the CPU).
+  std::vector<model::MicroBatch> on_device_batches(const std::vector<model::MicroBatch>& batches) const;
   // losses(m): where micro-batch m's last-module losses go. through >= 0: modules 0 .. through only.
   void forward_modules(const std::vector<model::MicroBatch>& batches,
                        const std::function<model::ForwardContext(int)>& context,

@@ -17,7 +17,7 @@ OuroborosEngine::OuroborosEngine(const TrainArguments& args, comm::ParallelState
   // driver adds the replicas' gradients in replica order before each update.
   const OuroborosOptions o{static_cast<int>(args.ouroboros_modules), args.ouroboros_warmup_iters, args.adam,
                            args.seed, ring ? &state.pipeline_group() : nullptr, &tp, &state.data_group(),
-                           static_cast<int>(args.ouroboros_emulated_replicas)};
+                           static_cast<int>(args.ouroboros_emulated_replicas), args.device};
   driver_ = std::make_unique<OuroborosDriver>(args.model, o);
   const comm::RankCoordinates rc = state.coordinates();
   char buf[64];

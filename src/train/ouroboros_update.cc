@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "kernels/adamw.h"
+#include "kernels/elementwise.h"
 #include "kernels/tensor_ops.h"
 #include "train/ouroboros_driver.h"
 
@@ -26,22 +27,21 @@ std::vector<double> all_gather_bits(comm::ProcessGroup& group, const std::vector
 
 // out = ((parts[0] + parts[1]) + parts[2]) + ...: the one order in which replicas' (or shares')
 // gradients are added, wherever that happens, so that the emulation and the replicas agree bit for bit.
-void add_in_order(float* out, const std::vector<const float*>& parts, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float sum = parts[0][i];
-    for (size_t d = 1; d < parts.size(); ++d) sum += parts[d][i];
-    out[i] = sum;
-  }
+// Kernels on the tensors' device (a copy, then one add_into per part: the same fp32 additions, in the
+// same order, on the CPU and a GPU).
+void add_in_order(const Tensor& out, const std::vector<Tensor>& parts) {
+  kernels::copy(out, parts[0]);
+  for (size_t d = 1; d < parts.size(); ++d) kernels::add_into(out, parts[d]);
 }
 
-// Every rank's `t` gathered over `group`, added in rank order into `t`.
+// Every rank's `t` gathered over `group` (on t's device), added in rank order into `t`.
 void sum_in_rank_order(comm::ProcessGroup& group, const Tensor& t) {
   const int64_t n = t.numel();
-  Tensor all = Tensor::empty({group.size() * n});
+  Tensor all = Tensor::empty({group.size() * n}, DType::F32, t.device());
   group.all_gather(t, all);
-  std::vector<const float*> parts;
-  for (int r = 0; r < group.size(); ++r) parts.push_back(all.host_f32() + r * n);
-  add_in_order(t.host_f32(), parts, n);
+  std::vector<Tensor> parts;
+  for (int r = 0; r < group.size(); ++r) parts.push_back(all.flat_range(r * n, n));
+  add_in_order(t, parts);
 }
 
 }  // namespace
@@ -60,22 +60,17 @@ std::vector<double> OuroborosDriver::sum_over_replicas(const std::vector<double>
 void OuroborosDriver::reduce_gradients(const std::vector<pipeline::OuroborosStep>& plan,
                                        std::vector<std::vector<Tensor>>& module_shares,
                                        std::vector<std::vector<Tensor>>& tied_shares) {
-  auto add_shares = [](const Tensor& out, const std::vector<Tensor>& shares) {
-    std::vector<const float*> parts;
-    for (const Tensor& s : shares) parts.push_back(s.host_f32());
-    add_in_order(out.host_f32(), parts, out.numel());
-  };
   for (int k = 0; k < modules(); ++k) {
     if (!holds(k) || plan[k].backward_batch < 0) continue;
     Module& mod = modules_[k];
-    if (!module_shares[k].empty()) add_shares(mod.params->grads(), module_shares[k]);
+    if (!module_shares[k].empty()) add_in_order(mod.params->grads(), module_shares[k]);
     if (data_)
       for (model::Parameter& p : mod.params->params())
         if (!is_tied(mod, p)) sum_in_rank_order(*data_, p.grad);
   }
   if (!holds(0)) return;
   for (size_t u = 0; u < tied_.size(); ++u) {
-    if (!tied_shares[u].empty()) add_shares(tied_[u].grad, tied_shares[u]);
+    if (!tied_shares[u].empty()) add_in_order(tied_[u].grad, tied_shares[u]);
     if (data_) sum_in_rank_order(*data_, tied_[u].grad);
   }
 }

@@ -155,7 +155,7 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   // One set of gradient buckets per data-parallel group that reduces parameters (dense: data x context;
   // expert: expert data), each group's parameters being what their specs say.
   buckets_ = std::make_unique<GroupedGradBuckets>(params_, *state_, args_.ddp_bucket_size,
-                                                  args_.use_distributed_optimizer);
+                                                  args_.use_distributed_optimizer, args_.model.moe.total_experts() > 0);
   if (args_.use_distributed_optimizer) {
     auto distributed = std::make_unique<optim::DistributedOptimizer>(params_, args_.adam, buckets_->optimizer_groups(),
                                                                      args_.overlap_param_gather);

@@ -1,9 +1,9 @@
 // The batched-GEMM attention on CUDA (kernels/cuda/attention_gemm.h) against the step-1 tiled kernels on
 // the same GPU at GPT-2's head sizes (head_dim 64 and 128, a sequence that is no multiple of any tile,
-// GQA, a document mask, dropout on and off), with fp32 products (within fp32 rounding) and bf16 tensor-core
-// products (within bf16's); its row ops against the CPU's through the shared orchestration
-// (kernels/gemm_attention.h), scores taken in chunks; and the selection by TESSERA_CUDA_ATTENTION's
-// values. Every option's case against the CPU is kernels/cuda/cuda_attention_test.cc's (its "gemm"
+// GQA, a document mask, dropout on and off, a token slice's queries at an offset), with fp32 products
+// (within fp32 rounding) and bf16 tensor-core products (within bf16's); its row ops against the CPU's
+// through the shared orchestration (kernels/gemm_attention.h), scores taken in chunks; and the selection
+// by TESSERA_CUDA_ATTENTION's values. Every option's case against the CPU is kernels/cuda/cuda_attention_test.cc's (its "gemm"
 // instances). Skipped, with CUDA's reason, where no GPU is present.
 #include <gtest/gtest.h>
 
@@ -46,7 +46,7 @@ struct Problem {
 
 Problem problem(const AttentionShape& s, float p, uint64_t seed, const std::vector<int32_t>& doc = {}) {
   Problem pr{s, {}, {}, {}, {}, {}, {}, {s.seq, s.batch, s.heads, s.head_dim},
-             {s.seq, s.batch, s.kv_heads, s.head_dim}, {s.batch, s.heads, s.seq},
+             {s.kv_seq > 0 ? s.kv_seq : s.seq, s.batch, s.kv_heads, s.head_dim}, {s.batch, s.heads, s.seq},
              1.0f / std::sqrt(static_cast<float>(s.head_dim))};
   pr.drop.p = p;
   pr.drop.seed = 99;
@@ -109,6 +109,20 @@ TEST_F(CudaAttentionGemm, Bf16ProductsStayWithinBf16Rounding) {
     const std::vector<Tensor> bf16 = run(pr, Kernels::kBatchedGemmBf16), tiled = run(pr, Kernels::kTiled);
     expect_close(bf16, tiled, 3e-2f, 3e-2f);
     EXPECT_FALSE(all_close(bf16[0], tiled[0], 1e-6f, 1e-6f)) << "out looks unrounded";
+  }
+}
+
+// A token slice (model/token_slice_attention.h): the last 200 queries of a sequence of 1000 against all
+// its keys, dropout keyed by the whole sequence; fp32 products as the tiled kernels, bf16 within bf16's
+// rounding of them.
+TEST_F(CudaAttentionGemm, ATokenSliceMatchesTheTiledKernels) {
+  for (float p : {0.0f, 0.1f}) {
+    SCOPED_TRACE(p);
+    Problem pr = problem({.seq = 200, .batch = 2, .heads = 8, .kv_heads = 2, .head_dim = 64, .kv_seq = 1000}, p, 41);
+    pr.drop.seq = 1000;
+    const std::vector<Tensor> tiled = run(pr, Kernels::kTiled);
+    expect_close(run(pr, Kernels::kBatchedGemm), tiled, 2e-5f, 5e-5f);
+    expect_close(run(pr, Kernels::kBatchedGemmBf16), tiled, 3e-2f, 3e-2f);
   }
 }
 

@@ -1,7 +1,8 @@
 // The CUDA attention (kernels/cuda/attention.cu, attention_merge.cu) through the tensor entry points, on
 // tensors on cuda:0, against the CPU kernels on the same random inputs: out, lse, dq, dk, dv for each
-// option (causal, more keys than queries with dropout offsets, document mask, bidirectional with and
-// without padding, bidirectional_doc_start with rows that see no key, GQA and MQA, dropout), over sizes
+// option (causal, more keys than queries with dropout offsets, token slices at offsets in a longer
+// sequence, document mask, bidirectional with and without padding, bidirectional_doc_start with rows
+// that see no key, GQA and MQA, dropout), over sizes
 // that are not multiples of the 32-key tile or the 8-row block, head dims 16, 24, 64, 128 (the tiled kernels) and
 // 160 (the row-per-warp kernels they fall back to); backward determinism; the masks'
 // checks; block_doc_start and attention_merge_into. Skipped, with CUDA's reason, where no GPU is present.
@@ -167,6 +168,31 @@ TEST_P(CudaAttention, MoreKeysThanQueriesMatchesTheCpu) {
       expect_matches_cpu({label(s, p) + " at offsets", s, drop, {}}, 8 + d);
     }
   }
+}
+
+// TeraPipe's token slices (model/token_slice_attention.h): a sequence of 130 cut into slices of 13, 32, 45
+// and 40, each slice's queries against the keys of every position up to its end (kv_seq = offset + seq,
+// the first slice's kv_seq its own seq), causal with that offset, dropout keyed by the whole sequence
+// (seq 130, no key or query offset). MHA and GQA; head dims 24 and 64 (tiled) and 160 (the row-per-warp
+// kernels the tiled ones fall back to).
+TEST_P(CudaAttention, TokenSlicesOfASequenceMatchTheCpu) {
+  const int64_t total = 130;
+  int64_t offset = 0, n = 0;
+  for (int64_t length : {13, 32, 45, 40}) {
+    for (float p : {0.0f, 0.1f}) {
+      const int64_t kv_heads = n % 2 == 0 ? 4 : 2, d = n % 3 == 0 ? 24 : n % 3 == 1 ? 64 : 160;
+      const AttentionShape s{.seq = length, .batch = 2, .heads = 4, .kv_heads = kv_heads, .head_dim = d,
+                             .kv_seq = offset + length};
+      AttentionDropout drop = dropout(s, p);
+      drop.seq = total;
+      expect_matches_cpu({label(s, p) + " slice at " + std::to_string(offset) + " of " + std::to_string(total), s,
+                          drop, {}},
+                         300 + n);
+      ++n;
+    }
+    offset += length;
+  }
+  EXPECT_EQ(offset, total);
 }
 
 // Document-causal: boundaries inside and on the 32-key tiles, a one-token document, a sample of one document.

@@ -29,7 +29,9 @@ struct Case {
   int64_t rows, vocab_local, vocab_begin;
   int32_t vocab_total;
 };
-const Case kCases[] = {{1, 1, 0, 1}, {3, 7, 0, 7}, {5, 1031, 1031, 3000}, {16, 4099, 0, 8000}, {4, 50304, 0, 50304}};
+// {4, 2, 0, 2}: BERT's sentence-order head, two logits per sample.
+const Case kCases[] = {{1, 1, 0, 1}, {4, 2, 0, 2}, {3, 7, 0, 7}, {5, 1031, 1031, 3000}, {16, 4099, 0, 8000},
+                       {4, 50304, 0, 50304}};
 
 TEST_F(CudaCrossEntropy, ShardStatisticsMatchTheCpu) {
   for (const Case& c : kCases) {

@@ -99,6 +99,7 @@ TEST(CudnnSdpaRefusal, NamesWhatTheGraphCannotExpress) {
   AttentionShape longer = s;
   longer.kv_seq = 96;
   EXPECT_NE(kernels::cuda::cudnn_attention_refusal(longer, {}).find("kv_seq 96 != seq 64"), std::string::npos);
+  EXPECT_NE(kernels::cuda::cudnn_attention_refusal(longer, {}).find("token slices"), std::string::npos);
   AttentionShape odd = s;
   odd.head_dim = 20;
   EXPECT_NE(kernels::cuda::cudnn_attention_refusal(odd, {}).find("head_dim 20"), std::string::npos);

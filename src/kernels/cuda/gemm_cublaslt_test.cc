@@ -207,6 +207,51 @@ TEST_F(CublasLtOnDevice, Tf32ProductsAreWithinTf32OfTheCpus) {
   EXPECT_GT(largest_tf32_gap, fp32_tolerance) << "the TF32 product is the fp32 one: TF32 was not used";
 }
 
+// The batched-GEMM attention's operands (kernels/gemm_attention.cc): the sequence-major [seq, batch * heads,
+// d] activations as a strided batch whose matrices interleave, matrix t at t * d with row stride
+// batch * heads * d, so that consecutive matrices share rows; the output too (O, dQ; dK and dV
+// accumulated with beta = 1). cuBLASLt asks only that a leading dimension covers its row (column-major:
+// ld >= rows) and says nothing against a batch stride below ld * cols; the elements written never
+// overlap. Checked here on its own, against the CPU backend, so that an attention failure on a device
+// says whether this layout is the cause.
+TEST_F(CublasLtOnDevice, InterleavedBatchesMatchTheCpuBackend) {
+  std::mt19937 rng(14);
+  const int64_t seq = 37, heads = 6, d = 16;  // heads: the batch of (sample, head) matrices
+  const int64_t ld = heads * d, elements = seq * ld;
+  for (DType input_type : {DType::F32, DType::BF16}) {
+    for (float beta : {0.0f, 1.0f}) {
+      // O = P V: P [seq, seq] per head (contiguous scratch), V and O interleaved [seq, d] views.
+      GemmArgs g;
+      g.m = seq, g.n = d, g.k = seq;
+      g.lda = seq, g.stride_a = seq * seq;
+      g.ldb = ld, g.stride_b = d;
+      g.ldc = ld, g.stride_c = d;
+      g.batch = heads;
+      g.beta = beta;
+      g.input_type = input_type;
+      const auto p = random_floats(heads * seq * seq, rng), v = random_floats(elements, rng);
+      const auto o = random_floats(elements, rng);
+      GemmArgs cpu = g;
+      std::vector<float> o_cpu = o;
+      cpu.a = p.data(), cpu.b = v.data(), cpu.c = o_cpu.data();
+      kernels::gemm(cpu);
+
+      DeviceBuffer dp(p), dv(v), dout(o);
+      GemmArgs gpu = g;
+      gpu.a = static_cast<const float*>(dp.p), gpu.b = static_cast<const float*>(dv.p);
+      gpu.c = static_cast<float*>(dout.p);
+      gpu.stream = Stream::default_for(kGpu);
+      kernels::gemm(gpu);
+      const std::vector<float> o_gpu = dout.read(o.size());
+      const double tolerance = (input_type == DType::F32 ? 1e-5 : 1e-2) * (1.0 + std::sqrt(static_cast<double>(g.k)));
+      for (size_t i = 0; i < o.size(); ++i)
+        ASSERT_NEAR(o_gpu[i], o_cpu[i], tolerance) << "element " << i << " (row " << i / ld << ", head "
+                                                   << i % ld / d << ") input " << dtype_name(input_type)
+                                                   << " beta " << beta;
+    }
+  }
+}
+
 TEST_F(CublasLtOnDevice, MixedBufferTypesAreAClearError) {
   std::vector<float> x(16, 1.0f);
   DeviceBuffer a(x), b(x, true), c(x);

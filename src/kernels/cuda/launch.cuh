@@ -52,6 +52,12 @@ __device__ inline float round_value(DType t, float x) {
   return x;
 }
 
+// The 16-bit encoding of x (t BF16 or F16), round-to-nearest-even as kernels::encode_16bit: a value
+// round_value has rounded already encodes exactly.
+__device__ inline uint16_t encode_value(DType t, float x) {
+  return t == DType::BF16 ? fp32_to_bf16(x) : __half_as_ushort(__float2half_rn(x));
+}
+
 // The sum of v over the block, returned to every thread, in a fixed order for a given blockDim.x (a
 // multiple of 32): the same inputs give the same bits. `scratch` is __shared__ double[32].
 __device__ inline double block_sum(double v, double* scratch) {

@@ -21,20 +21,27 @@
 namespace tessera::kernels::cuda {
 namespace {
 
-// The shared memory a block may take without opting in (cudaFuncAttributeMaxDynamicSharedMemorySize).
+// The shared memory a block may take without opting in, static and dynamic together: a launch whose
+// dynamic bytes exceed this less the kernel's static ones fails (cudaErrorInvalidValue) unless
+// cudaFuncAttributeMaxDynamicSharedMemorySize was raised.
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
+// norm_backward_kernel's static shared memory: block_sum_pair's scratch.
+constexpr int kBackwardScratch = 64;
+constexpr size_t kBackwardStaticShared = kBackwardScratch * sizeof(double);
 
-// y = (x - mean) * rstd * w (+ b); mean == nullptr: RMSNorm (no centring, no bias). With a residual,
-// the row normalised is x + residual (one fp32 add per element, kernels::add_into's), written to x_out
+// y = (x - mean) * rstd * w (+ b); mean == nullptr: RMSNorm (no centring, no bias). y16 (y null): the
+// output written as its 16-bit encodings of type round_output instead, no fp32 output at all. With a
+// residual, the row normalised is x + residual (one fp32 add per element, kernels::add_into's), written to x_out
 // as the last pass reads it (x_out may be x: each element is read and written by one thread only).
 __global__ void norm_forward_kernel(const float* x, const float* residual, float* x_out, const float* w,
-                                    const float* b, float* y, float* mean, float* rstd, int64_t cols, float eps,
-                                    DType round_output) {
+                                    const float* b, float* y, uint16_t* y16, float* mean, float* rstd, int64_t cols,
+                                    float eps, DType round_output) {
   __shared__ double scratch[32];
   const int64_t r = blockIdx.x;
   const float* xr = x + r * cols;
   const float* rr = residual ? residual + r * cols : nullptr;
-  float* yr = y + r * cols;
+  float* yr = y ? y + r * cols : nullptr;
+  uint16_t* yr16 = y16 ? y16 + r * cols : nullptr;
   auto load = [&](int64_t c) { return rr ? xr[c] + rr[c] : xr[c]; };
   double m = 0;
   if (mean) {
@@ -53,7 +60,8 @@ __global__ void norm_forward_kernel(const float* x, const float* residual, float
     const float xc = load(c);
     float v = mean ? (xc - mf) * sf * w[c] : xc * sf * w[c];
     if (b) v += b[c];
-    yr[c] = round_value(round_output, v);
+    if (yr16) yr16[c] = encode_value(round_output, v);  // the encoding of round_value(round_output, v)
+    else yr[c] = round_value(round_output, v);
     if (rr) x_out[r * cols + c] = xc;
   }
   if (threadIdx.x == 0) {
@@ -90,7 +98,7 @@ __global__ void norm_backward_kernel(const float* dy, const float* x, const floa
                                      const float* rstd, float* dx, float* dw_part, float* db_part, int64_t rows,
                                      int64_t cols, bool partials_in_shared) {
   extern __shared__ float shared_partials[];
-  __shared__ double scratch[64];
+  __shared__ double scratch[kBackwardScratch];
   const int64_t k = blockIdx.x;
   float* dw_acc = partials_in_shared ? shared_partials : dw_part + k * cols;
   float* db_acc = !db_part ? nullptr : partials_in_shared ? shared_partials + cols : db_part + k * cols;
@@ -131,12 +139,12 @@ __global__ void norm_backward_kernel(const float* dy, const float* x, const floa
 // The dynamic shared memory norm_backward_kernel takes for `bytes` of partials: all of it where the
 // device allows (opting in above 48 KiB), else none (the partials then live in global memory).
 size_t backward_shared_bytes(size_t bytes) {
-  if (bytes <= kDefaultSharedBytes) return bytes;
+  if (bytes + kBackwardStaticShared <= kDefaultSharedBytes) return bytes;
   int device = 0, optin = 0;
   tessera::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
   tessera::cuda::check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                        "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
-  if (bytes + 64 * sizeof(double) > static_cast<size_t>(optin)) return 0;
+  if (bytes + kBackwardStaticShared > static_cast<size_t>(optin)) return 0;
   tessera::cuda::check(cudaFuncSetAttribute(norm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(bytes)),
                        "cudaFuncSetAttribute(norm_backward_kernel)");
@@ -144,12 +152,15 @@ size_t backward_shared_bytes(size_t bytes) {
 }
 
 void forward(const char* kernel, const float* x, const float* residual, float* x_out, const float* w, const float* b,
-             float* y, float* mean, float* rstd, int64_t rows, int64_t cols, float eps, DType round_output) {
+             NormOutput y, float* mean, float* rstd, int64_t rows, int64_t cols, float eps, DType round_output) {
   TESSERA_CHECK(round_output == DType::F32 || round_output == DType::BF16 || round_output == DType::F16, kernel,
                 ": ", dtype_name(round_output), " is not a floating-point compute type");
+  TESSERA_CHECK((y.f32 == nullptr) != (y.encoded == nullptr), kernel, ": one output, fp32 or 16-bit");
+  TESSERA_CHECK(y.encoded == nullptr || round_output != DType::F32, kernel,
+                ": a 16-bit output needs its type as round_output");
   if (rows == 0) return;
-  norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(x, residual, x_out, w, b, y, mean, rstd, cols, eps,
-                                                                  round_output);
+  norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, launch_stream()>>>(
+      x, residual, x_out, w, b, y.f32, y.encoded, mean, rstd, cols, eps, round_output);
   check_launch(kernel);
 }
 
@@ -171,13 +182,13 @@ void backward(const char* kernel, const float* dy, const float* x, const float* 
 
 }  // namespace
 
-void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+void layernorm_forward(const float* x, const float* w, const float* b, NormOutput y, float* mean, float* rstd,
                        int64_t rows, int64_t cols, float eps, DType round_output) {
   forward("layernorm_forward", x, nullptr, nullptr, w, b, y, mean, rstd, rows, cols, eps, round_output);
 }
 
-void residual_layernorm_forward(float* x, const float* residual, const float* w, const float* b, float* y, float* mean,
-                                float* rstd, int64_t rows, int64_t cols, float eps, DType round_output) {
+void residual_layernorm_forward(float* x, const float* residual, const float* w, const float* b, NormOutput y,
+                                float* mean, float* rstd, int64_t rows, int64_t cols, float eps, DType round_output) {
   forward("residual_layernorm_forward", x, residual, x, w, b, y, mean, rstd, rows, cols, eps, round_output);
 }
 
@@ -186,12 +197,12 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
   backward("layernorm_backward", dy, x, w, mean, rstd, dx, dw, db, rows, cols);
 }
 
-void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t cols, float eps,
+void rmsnorm_forward(const float* x, const float* w, NormOutput y, float* rstd, int64_t rows, int64_t cols, float eps,
                      DType round_output) {
   forward("rmsnorm_forward", x, nullptr, nullptr, w, nullptr, y, nullptr, rstd, rows, cols, eps, round_output);
 }
 
-void residual_rmsnorm_forward(float* x, const float* residual, const float* w, float* y, float* rstd, int64_t rows,
+void residual_rmsnorm_forward(float* x, const float* residual, const float* w, NormOutput y, float* rstd, int64_t rows,
                               int64_t cols, float eps, DType round_output) {
   forward("residual_rmsnorm_forward", x, residual, x, w, nullptr, y, nullptr, rstd, rows, cols, eps, round_output);
 }

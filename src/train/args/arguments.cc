@@ -123,7 +123,7 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
 
   auto* t = app.add_option_group("training");
   t->add_option("--micro-batch-size", a.micro_batch_size, "Samples per micro-batch");
-  t->add_option("--global-batch-size", a.global_batch_size, "Samples per iteration (default: micro batch size)");
+  t->add_option("--global-batch-size", a.global_batch_size, "Samples per iteration (default: micro batch size x data-parallel size)");
   t->add_option("--train-iters", a.train_iters, "Iterations to train (or --train-samples)");
   t->add_option("--train-samples", a.train_samples, "Samples to train on, instead of --train-iters");
   keep_last_occurrence(t->add_option("--rampup-batch-size", a.rampup_batch_size,
@@ -226,6 +226,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   // Megatron's default of both is None: neither given is a missing flag, not "--train-iters=0".
   TESSERA_CHECK(app.count("--train-iters") + app.count("--train-samples") > 0,
                 "give --train-iters or --train-samples: how long to train");
+  // 0 is finalize_data's "not given" (Megatron's None, micro batch x data-parallel size); given, it is refused.
+  if (app.count("--global-batch-size") > 0) rules::require_positive("--global-batch-size", a.global_batch_size);
   a.split_given = split_flag->count() > 0;
   a.non_persistent_save_interval_given = app.count("--non-persistent-save-interval") > 0;
   finalize(a);

@@ -84,7 +84,9 @@ void finalize_data(TrainArguments& a) {
 
   // Batches.
   require_positive("--micro-batch-size", a.micro_batch_size);
-  if (a.global_batch_size == 0) a.global_batch_size = a.micro_batch_size;
+  // Megatron's default (None): one micro-batch on every data-parallel rank. 0 stands for "not given"
+  // (parse_train_arguments refuses a 0 that was given).
+  if (a.global_batch_size == 0) a.global_batch_size = a.micro_batch_size * a.data_parallel_size();
   require_positive("--global-batch-size", a.global_batch_size);
   std::optional<BatchSizeRampup> rampup;
   const std::string given = rampup_text(a);

@@ -1,7 +1,8 @@
 // The rules of --device (Tessera's own flag; Megatron has none): cpu, cuda or cuda:N, what the GPU path
 // runs (issue 39's step 1: one rank, a dense GPT; issue 56: the parallel layouts, unverified until the
 // device check has run them; issues 53/50: multi-latent attention and multi-token prediction; issues
-// 53/56: mixture of experts, expert parallelism among the unverified layouts), the GPU
+// 53/56: mixture of experts, expert parallelism among the unverified layouts; issues 50/56: BERT; issue 56:
+// TeraPipe's token slices, unverified too), the GPU
 // of each rank, and the device chosen when the flag is left out. A run the GPU path does not run is
 // refused by name with --device cuda, and trains on the CPU without it.
 #include <algorithm>
@@ -21,6 +22,9 @@ namespace {
 // The layouts whose code path is device-clean (every collective through ProcessGroup on tensors, no host
 // read of a device tensor) but that no GPU has run yet: each named as the user gave it, empty if none.
 std::string unverified_layout(const TrainArguments& a) {
+  if (a.pipeline_schedule == "ouroboros") return "--pipeline-schedule=ouroboros";  // its driver: device-clean too
+  // Token slices even on one stage: their attention at an offset is what a device run must check.
+  if (!a.pipeline_token_slices.empty()) return str_cat("--pipeline-token-slices=", a.pipeline_token_slices);
   if (a.tensor_model_parallel_size > 1) return str_cat("--tensor-model-parallel-size=", a.tensor_model_parallel_size);
   if (a.expert_model_parallel_size > 1)
     return str_cat("--expert-model-parallel-size=", a.expert_model_parallel_size);
@@ -36,15 +40,16 @@ std::string unverified_layout(const TrainArguments& a) {
 
 std::string gpu_path_refusal(const TrainArguments& a, bool unverified_layouts) {
   // Each names the flag as the user gave it. What the GPU path cannot run at all first: the rest reads
-  // or writes tensor memory on the host inside the step (the samplers, the Ouroboros driver, the
+  // or writes tensor memory on the host inside the step (the samplers, the
   // teacher). Multi-latent attention, multi-token prediction and mixture of experts run (issues 53/50/56:
   // their column copies and sums, the router, the token dispatch and the experts' GEMMs have CUDA
   // kernels, YaRN's RoPE is the rotary kernel's): on one GPU (scripts/gpu_step2_check.sh compares them
   // with the CPU), on several (expert parallelism included) behind the layouts' opt-in below.
   auto not_yet = [](const std::string& what) { return str_cat("the GPU path does not run ", what, " yet"); };
-  if (a.model.family != "gpt") return not_yet(str_cat("--model-family=", a.model.family, " (GPT models only)"));
-  if (a.pipeline_schedule == "ouroboros") return not_yet("--pipeline-schedule=ouroboros");
-  if (!a.pipeline_token_slices.empty()) return not_yet(str_cat("--pipeline-token-slices=", a.pipeline_token_slices));
+  // BERT runs too (issues 50/56): bidirectional attention over its padding mask, token types, the pooler's
+  // tanh and the two heads' losses are kernels the GPU has; any other family is refused by name.
+  if (a.model.family != "gpt" && a.model.family != "bert")
+    return not_yet(str_cat("--model-family=", a.model.family, " (GPT and BERT models only)"));
   if (a.kd) return not_yet("knowledge distillation (--kd)");
   if (a.sample_interval > 0)
     return not_yet(str_cat("--sample-interval=", a.sample_interval, " (generation on the GPU comes later)"));

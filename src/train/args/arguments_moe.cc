@@ -279,21 +279,6 @@ void finalize_moe_layout(TrainArguments& a) {
           str_cat("must be divisible by --expert-tensor-parallel-size=", etp));
   require(m.shared_expert_intermediate_size % tp == 0, "--moe-shared-expert-intermediate-size",
           m.shared_expert_intermediate_size, str_cat("must be divisible by --tensor-model-parallel-size=", tp));
-  // The distributed optimizer's gradient norm reduces the expert gradients over etp x ep x pp, which
-  // every pipeline stage must then join: each needs an MoE layer.
-  if (a.use_distributed_optimizer && pp > 1) {
-    const pipeline::ScheduleShape shape = schedule_shape(a, 1);
-    for (int64_t stage = 0; stage < pp; ++stage) {
-      bool has_experts = false;
-      for (int v = 0; v < shape.chunks; ++v) {
-        const pipeline::LayerRange r = pipeline::chunk_layers(a.layer_split, shape, {static_cast<int>(stage), v});
-        for (int l = r.first; l < r.first + r.count; ++l) has_experts |= m.experts(l + 1) > 0;
-      }
-      require(has_experts, "--moe-layer-freq", a.moe_layer_freq,
-              str_cat("leaves pipeline stage ", stage, " without an MoE layer, which --use-distributed-optimizer "
-                      "needs on every stage"));
-    }
-  }
   // Megatron's rule: each tensor rank then routes its own sequence shard, so no token is routed twice.
   require(tp == 1 || a.sequence_parallel, "--tensor-model-parallel-size", tp,
           "needs --sequence-parallel with MoE (as Megatron: each tensor rank routes its sequence shard)");

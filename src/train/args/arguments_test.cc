@@ -135,6 +135,7 @@ const RuleCase kDataRules[] = {
     {"--vocab-size 1", 1, "--vocab-size=1: the NullTokenizer needs a vocabulary of at least 2"},
     {"--micro-batch-size 0", 1, "--micro-batch-size=0: must be positive"},
     {"--global-batch-size -2", 1, "--global-batch-size=-2: must be positive"},
+    {"--global-batch-size 0", 1, "--global-batch-size=0: must be positive"},
     {"--global-batch-size 5", 1, "--global-batch-size=5: must be divisible by --micro-batch-size=2 x data-parallel size=1"},
     {"--global-batch-size 6", 2, "--global-batch-size=6: must be divisible by --micro-batch-size=2 x data-parallel size=2"},
     {"--num-layers 4 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 --micro-batch-size 1 "
@@ -442,6 +443,25 @@ TEST(TrainArguments, AMultiValuedFlagGivenTwiceTakesItsLastValues) {
   EXPECT_EQ(data_path(" --data-path 0.5 a 0.5 b"), (Values{"0.5", "a", "0.5", "b"}));
   EXPECT_EQ(parse("--train-iters 0 --train-samples 16 --rampup-batch-size 1 1 4 --rampup-batch-size 2 2 8").rampup_batch_size,
             (std::vector<int64_t>{2, 2, 8}));
+}
+
+// Left out, the global batch is Megatron's default: one micro-batch on every data-parallel rank (not one
+// micro-batch in all, which data parallelism then refused as "--global-batch-size=1: must be divisible").
+TEST(TrainArguments, GlobalBatchDefaultsToOneMicroBatchPerDataParallelRank) {
+  std::string flags = kBase;
+  const std::string given = "--global-batch-size 4 ";
+  ASSERT_NE(flags.find(given), std::string::npos);
+  flags.erase(flags.find(given), given.size());
+  auto global_batch = [&](const std::string& extra, int64_t world) {
+    const TrainArguments a = parse_train_arguments(split_flags(flags + extra), world);
+    EXPECT_EQ(a.num_micro_batches, 1) << extra << " at " << world << " ranks";
+    return a.global_batch_size;
+  };
+  EXPECT_EQ(global_batch("", 1), 2);  // --micro-batch-size 2
+  EXPECT_EQ(global_batch("", 4), 8);  // dp 4
+  EXPECT_EQ(global_batch("--tensor-model-parallel-size 2", 4), 4);
+  EXPECT_EQ(global_batch("--pipeline-model-parallel-size 2", 4), 4);
+  EXPECT_EQ(global_batch("--context-parallel-size 2", 8), 8);  // dp = 8 / cp 2
 }
 
 TEST(TrainArguments, TheBaseRunIsValid) { EXPECT_EQ(error_of(kBase), "accepted"); }
