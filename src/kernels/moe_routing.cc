@@ -54,6 +54,12 @@ double sum_terms(const Tensor& terms) {
   return sum;
 }
 
+// A term sum's destination: one double, in an int64 [1] tensor (a loss total, kernels/vocab_parallel_loss.h).
+void check_sum_out(const char* kernel, const Tensor& out) {
+  TESSERA_CHECK(out.dtype() == DType::I64 && out.numel() == 1, kernel, ": out is ", dtype_name(out.dtype()), " ",
+                shape_str(out.shape()), ", not one double (int64 [1], a loss total)");
+}
+
 // dst (any device) = the host vector v, of as many elements.
 template <typename T>
 void upload(const std::vector<T>& v, const Tensor& dst) {
@@ -135,9 +141,34 @@ double aux_loss_forward(const Tensor& logits, const Tensor& counts, int64_t topk
       cpu::check_aux(kernel, T, E, G, topk, tokens_per_group);
       const Tensor terms = scratch(T, DType::I64, d), f = scratch(T * E, DType::F32, d);
       cuda::aux_loss_terms(logits.f32(), counts.f32(), T, E, G, score, static_cast<double*>(terms.raw()), f.f32());
-      return static_cast<double>(coeff) * (sum_terms(terms) * cpu::aux_scale(E, G, topk, tokens_per_group));
+      return cpu::aux_loss_value(sum_terms(terms), E, G, topk, tokens_per_group, coeff);
     }
   return cpu::aux_loss_forward(logits.f32(), counts.f32(), T, E, G, topk, score, tokens_per_group, coeff);
+}
+
+void aux_loss_term_sum_to(const Tensor& logits, const Tensor& counts, int64_t topk, RouterScoreFunction score,
+                          int64_t tokens_per_group, const Tensor& out) {
+  const char* kernel = "aux_loss_term_sum_to";
+  const Device d = kernel_device(kernel, {&logits, &counts, &out}, Impl::kCpuAndCuda);
+  check_logits(kernel, logits);
+  check_sum_out(kernel, out);
+  const int64_t T = logits.dim(0), E = logits.dim(1);
+  const int64_t G = count_groups(kernel, counts, E);
+  cpu::check_aux(kernel, T, E, G, topk, tokens_per_group);
+  if constexpr (kWithCuda)
+    if (on_cuda(d)) {
+      const Tensor terms = scratch(T, DType::I64, d), f = scratch(T * E, DType::F32, d);
+      cuda::aux_loss_terms(logits.f32(), counts.f32(), T, E, G, score, static_cast<double*>(terms.raw()), f.f32());
+      return cuda::sum_terms_to(static_cast<const double*>(terms.raw()), T, static_cast<double*>(out.raw()));
+    }
+  const double sum = cpu::aux_loss_term_sum(logits.f32(), counts.f32(), T, E, G, score);
+  std::memcpy(out.raw(), &sum, sizeof sum);
+}
+
+double aux_loss_value(double term_sum, int64_t experts, int64_t groups, int64_t topk, int64_t tokens_per_group,
+                      float coeff) {
+  cpu::check_aux("aux_loss_value", 0, experts, groups, topk, tokens_per_group);
+  return cpu::aux_loss_value(term_sum, experts, groups, topk, tokens_per_group, coeff);
 }
 
 void aux_loss_backward(const Tensor& logits, const Tensor& counts, int64_t topk, RouterScoreFunction score,
@@ -170,9 +201,30 @@ double z_loss_forward(const Tensor& logits, float coeff, int64_t total_tokens) {
       cpu::check_z_loss(kernel, T, E, total_tokens);
       const Tensor terms = scratch(T, DType::I64, d);
       cuda::z_loss_terms(logits.f32(), T, E, static_cast<double*>(terms.raw()));
-      return static_cast<double>(coeff) * sum_terms(terms) / static_cast<double>(total_tokens);
+      return cpu::z_loss_value(sum_terms(terms), coeff, total_tokens);
     }
   return cpu::z_loss_forward(logits.f32(), logits.dim(0), logits.dim(1), coeff, total_tokens);
+}
+
+void z_loss_term_sum_to(const Tensor& logits, const Tensor& out) {
+  const char* kernel = "z_loss_term_sum_to";
+  const Device d = kernel_device(kernel, {&logits, &out}, Impl::kCpuAndCuda);
+  check_logits(kernel, logits);
+  check_sum_out(kernel, out);
+  const int64_t T = logits.dim(0), E = logits.dim(1);
+  if constexpr (kWithCuda)
+    if (on_cuda(d)) {
+      const Tensor terms = scratch(T, DType::I64, d);
+      cuda::z_loss_terms(logits.f32(), T, E, static_cast<double*>(terms.raw()));
+      return cuda::sum_terms_to(static_cast<const double*>(terms.raw()), T, static_cast<double*>(out.raw()));
+    }
+  const double sum = cpu::z_loss_term_sum(logits.f32(), T, E);
+  std::memcpy(out.raw(), &sum, sizeof sum);
+}
+
+double z_loss_value(double term_sum, float coeff, int64_t total_tokens) {
+  TESSERA_CHECK(total_tokens >= 1, "z_loss_value: ", total_tokens, " tokens");
+  return cpu::z_loss_value(term_sum, coeff, total_tokens);
 }
 
 void z_loss_backward(const Tensor& logits, float coeff, int64_t total_tokens, float dloss, const Tensor& dlogits) {

@@ -61,6 +61,15 @@ void aux_loss_counts(const Tensor& logits, int64_t topk, RouterScoreFunction sco
 // (tokens_per_group = s * |TP x CP|).
 double aux_loss_forward(const Tensor& logits, const Tensor& counts, int64_t topk, RouterScoreFunction score,
                         int64_t tokens_per_group, float coeff);
+// aux_loss_forward in two halves, for a caller that keeps the sums on the device (the trainer's step:
+// model/language_model.h LossSums): the per-token terms' sum in token order written to `out` (a double
+// in an int64 [1] tensor on the logits' device, e.g. a slot of kernels::loss_totals; nothing is copied
+// back), and aux_loss_value of that sum once the host has read it. aux_loss_forward is
+// aux_loss_value(that sum, ...) on either device, so the result is the same bits.
+void aux_loss_term_sum_to(const Tensor& logits, const Tensor& counts, int64_t topk, RouterScoreFunction score,
+                          int64_t tokens_per_group, const Tensor& out);
+double aux_loss_value(double term_sum, int64_t experts, int64_t groups, int64_t topk, int64_t tokens_per_group,
+                      float coeff);
 // Adds dloss * d(aux_loss_forward)/d(logits) into dlogits (the counts are constants).
 void aux_loss_backward(const Tensor& logits, const Tensor& counts, int64_t topk, RouterScoreFunction score,
                        int64_t tokens_per_group, float coeff, float dloss, const Tensor& dlogits);
@@ -68,6 +77,9 @@ void aux_loss_backward(const Tensor& logits, const Tensor& counts, int64_t topk,
 // This rank's share of the z-loss, coeff * sum_{local t} logsumexp(logits_t)^2 / total_tokens (total
 // over the ranks whose shares are added: Megatron's mean over tokens divided by the tensor group).
 double z_loss_forward(const Tensor& logits, float coeff, int64_t total_tokens);
+// Its halves, as the aux loss's: sum_t logsumexp(logits_t)^2 in token order to `out`, and the loss.
+void z_loss_term_sum_to(const Tensor& logits, const Tensor& out);
+double z_loss_value(double term_sum, float coeff, int64_t total_tokens);
 void z_loss_backward(const Tensor& logits, float coeff, int64_t total_tokens, float dloss, const Tensor& dlogits);
 
 // Megatron's get_capacity: ceil(tokens * topk / experts * factor).

@@ -65,6 +65,22 @@ double loss_total_value(const Tensor& total) {
   return v;
 }
 
+Tensor loss_totals(int64_t n, Device device) {
+  TESSERA_CHECK(n >= 1, "loss_totals: ", n, " totals");
+  return Tensor::zeros({n}, DType::I64, device);
+}
+
+std::vector<double> loss_totals_values(const Tensor& totals, int64_t n) {
+  TESSERA_CHECK(totals.dtype() == DType::I64 && totals.ndim() == 1 && n >= 0 && n <= totals.numel(),
+                "loss_totals_values: ", n, " totals of ", dtype_name(totals.dtype()), " ",
+                shape_str(totals.shape()), ", not loss totals (int64 [n], from loss_totals)");
+  std::vector<double> v(static_cast<size_t>(n));
+  if (n == 0) return v;
+  const Tensor host = to_device(totals.narrow(0, n), Device::cpu());
+  std::memcpy(v.data(), host.host_raw(), v.size() * sizeof(double));
+  return v;
+}
+
 void shard_argmax(const Tensor& logits, const Tensor& best, int64_t vocab_begin) {
   const Device d = kernel_device("shard_argmax", {&logits, &best}, Impl::kCpuAndCuda);
   TESSERA_CHECK(logits.ndim() == 2, "shard_argmax: logits ", shape_str(logits.shape()), " are not [rows, vocab]");

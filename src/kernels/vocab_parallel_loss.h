@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -29,6 +30,11 @@ void masked_loss_sum_into(const Tensor& max, const Tensor& sumexp, const Tensor&
 Tensor loss_total(Device device);
 // The total on the host: a copy that waits for the device's work before it (the one synchronisation).
 double loss_total_value(const Tensor& total);
+// n loss totals side by side in one int64 [n] tensor, each 0: totals.narrow(i, 1) is a loss total, so that
+// a step's several sums (model/language_model.h LossSums) come back in one copy.
+Tensor loss_totals(int64_t n, Device device);
+// The first n totals on the host, in one copy (which waits for the device's work before it).
+std::vector<double> loss_totals_values(const Tensor& totals, int64_t n);
 
 // Scoring (evaluation): for each row of a shard of logits [rows, vocab_local] holding ids
 // [vocab_begin, vocab_begin + vocab_local), best[2r] and best[2r + 1] (best: 2 * rows elements) = the

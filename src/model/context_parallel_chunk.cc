@@ -105,6 +105,7 @@ MicroBatch context_parallel_part(const MicroBatch& batch, int cp, int rank) {
     part.positions = chunks_of_seq_major(positions, cp, rank);
   }
   part.sample_offset = batch.sample_offset;
+  part.host_loss_mask = batch.host_loss_mask;  // the whole sequence's, as MicroBatch says
   return part;
 }
 

@@ -109,9 +109,9 @@ Tensor GptModel::forward(const MicroBatch& batch, const Tensor& input, const For
   if (hooks.params_needed_below) hooks.params_needed_below(head_->end_offset());
   // A distilling forward keeps the logits for the KD term: the cross-entropy's gradient waits for backward.
   const float fused_grad_scale = ctx.training && !ctx.distillation ? ctx.loss_grad_scale : 0.0f;
-  if (losses.lm_stays_on_device && x.device().type != DeviceType::CPU) {  // no copy back per micro-batch
-    if (!losses.lm_on_device.defined()) losses.lm_on_device = kernels::loss_total(x.device());
-    head_->forward(x, rec, nullptr, fused_grad_scale, &losses.lm_on_device);
+  if (losses.keeps_on(x.device())) {  // no copy back per micro-batch
+    const Tensor total = losses.lm_total(x.device());
+    head_->forward(x, rec, nullptr, fused_grad_scale, &total);
   } else {
     losses.lm += head_->forward(x, rec, nullptr, fused_grad_scale);
   }
@@ -125,7 +125,8 @@ Tensor GptModel::forward(const MicroBatch& batch, const Tensor& input, const For
     const Tensor& tokens = rec.tokens.defined() ? rec.tokens : rec.mtp_tokens;
     if (!ids_checked) check_ids(tokens, config_.vocab_size, "token");
     if (hooks.params_needed_below) hooks.params_needed_below(mtp_->end_offset());
-    mtp_->forward(rec.final_ln, tokens, rec.labels, rec.loss_mask, rec.positions, ctx, rec.mtp, losses);
+    mtp_->forward(rec.final_ln, tokens, rec.labels, rec.loss_mask, rec.positions, ctx, rec.mtp, losses,
+                  batch.host_loss_mask);
   }
   if (ctx.distillation) losses.add_auxiliary(kDistillationLossName, head_->distill(rec, *ctx.distillation));
   return Tensor();

@@ -32,6 +32,10 @@ struct MicroBatch {
   // device (train/device_setup.h micro_batch_on), so a model of that vocabulary does not check them again
   // there: each check of a tensor on a GPU is a copy back to the host, a synchronisation inside the step.
   int64_t ids_checked_below = 0;
+  // Where the batch moved to a device (micro_batch_on): its loss mask as it was on the host, sample-major
+  // [batch, seq] and the whole sequence under context parallelism, so that counts of it need no copy back
+  // (multi-token prediction's loss weights, when the sums stay on the device: LossSums::keeps_on).
+  Tensor host_loss_mask;
 };
 
 // Which layers a chunk holds, and whether it has the embedding (first chunk) and the head (last).
@@ -66,13 +70,35 @@ struct LossSums {
   std::vector<std::pair<std::string, double>> auxiliary;
   void add_auxiliary(const std::string& name, double value);
   // Set by a caller that reads the sums once after all its forwards (the trainer's schedule): on a GPU
-  // the LM loss is then added to lm_on_device (kernels::loss_total) by the device instead of being copied
-  // back after each micro-batch's forward, and settle() adds it to lm with one copy. The CPU adds to lm
-  // as before, so its sums are the same bits either way; so are a GPU's (the device adds in double in the
-  // same order).
-  bool lm_stays_on_device = false;
-  Tensor lm_on_device;
+  // the model then leaves its sums on the device, in `slots` (kernels::loss_totals), instead of copying each
+  // back after each micro-batch's forward, and settle() reads them all with one copy: the LM loss is added
+  // to slot 0 by the device (kernels::masked_loss_sum_into), each auxiliary loss's raw sum of a forward
+  // (the MoE router's term sums, a multi-token prediction depth's masked loss sum) is written to a slot of
+  // its own, and settle() finishes those on the host with the code the immediate path runs
+  // (add_auxiliary(name, finish(raw)), in the order the slots were taken, i.e. the order of the immediate
+  // path's calls). The CPU adds on the host as before, so its sums are the same bits either way; so are a
+  // GPU's (the device adds the same doubles in the same order, and the rest is the same host code).
+  bool sums_stay_on_device = false;
+  // Tests only: the same path on the CPU too (the kernels' CPU side), to compare it with the host sums.
+  bool device_sums_on_cpu_too = false;
+  // Whether a forward on `device` leaves its sums there.
+  bool keeps_on(Device device) const {
+    return sums_stay_on_device && (device.type != DeviceType::CPU || device_sums_on_cpu_too);
+  }
+  // Where keeps_on(device): the LM loss's total (slot 0, a kernels::loss_total view).
+  Tensor lm_total(Device device);
+  // Where keeps_on(device): a fresh slot (0; one double in an int64 [1] view) for one raw sum the device
+  // writes; settle() calls add_auxiliary(name, finish(its value)).
+  Tensor auxiliary_slot(const std::string& name, Device device, std::function<double(double)> finish);
   void settle();
+  struct PendingAuxiliary {
+    std::string name;
+    int64_t slot = 0;
+    std::function<double(double)> finish;
+  };
+  Tensor slots;  // int64 [capacity] on the device: doubles, slot 0 the LM loss
+  int64_t slots_used = 0;
+  std::vector<PendingAuxiliary> pending;
   // How the MoE layers routed this rank's tokens of the micro-batch: routing entries (token, chosen
   // expert) per expert before the capacity, flat over every expert of every MoE layer in layer
   // order (MoeConfig::expert_offset), and the entries that capacity dropped, of all entries. `kept`

@@ -195,11 +195,11 @@ Tensor LMHead::backward(LMHeadRecord& rec, float grad_scale, const Tensor& dfina
   return dx;
 }
 
-double LMHead::output_loss(const Tensor& normed, bool rounded, LMHeadRecord& rec) const {
+double LMHead::output_loss(const Tensor& normed, bool rounded, LMHeadRecord& rec, const Tensor* total) const {
   rec.final_ln = normed;
   rec.final_ln_rounded = rounded;
   rec.logits = logits_of(parallel::gather_to_tensor_parallel(normed, tp_), rounded);
-  return loss_.forward(rec.logits, rec.labels, rec.loss_mask, rec.lse);
+  return loss_.forward(rec.logits, rec.labels, rec.loss_mask, rec.lse, nullptr, total);
 }
 
 Tensor LMHead::logits(const Tensor& x) const {

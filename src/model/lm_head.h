@@ -78,8 +78,9 @@ class LMHead {
   // The output layer and the loss alone, on an input already normalised (multi-token prediction's modules
   // end in their own norm and share this output layer): normed [T (/tp), hidden], `rounded` when it holds
   // values of the GEMM input type; rec.labels and rec.loss_mask set by the caller. Returns the masked loss
-  // sum; output_loss_backward returns the gradient of `normed`, seeded with grad_scale.
-  double output_loss(const Tensor& normed, bool rounded, LMHeadRecord& rec) const;
+  // sum; output_loss_backward returns the gradient of `normed`, seeded with grad_scale. With a `total`, the
+  // sum is added to it on the device and 0 returned (VocabParallelCrossEntropy::forward).
+  double output_loss(const Tensor& normed, bool rounded, LMHeadRecord& rec, const Tensor* total = nullptr) const;
   Tensor output_loss_backward(LMHeadRecord& rec, float grad_scale) const;
   // A distillation teacher's forward: this rank's vocabulary shard of the logits [T, padded vocab / tp]
   // of x [T (/tp under sequence parallelism), hidden], no loss.

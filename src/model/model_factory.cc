@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "kernels/tensor_ops.h"
 #include "kernels/vocab_parallel_loss.h"
 #include "model/bert_model.h"
 #include "model/gpt_model.h"
@@ -39,10 +40,39 @@ void LossSums::add_auxiliary(const std::string& name, double value) {
   auxiliary.emplace_back(name, value);
 }
 
+namespace {
+constexpr int64_t kFirstSlots = 64;  // doubles: grown (doubled) when a step takes more
+}  // namespace
+
+Tensor LossSums::lm_total(Device device) {
+  TESSERA_CHECK(keeps_on(device), "LossSums::lm_total: the sums are not kept on ", device.str());
+  if (!slots.defined()) {
+    slots = kernels::loss_totals(kFirstSlots, device);
+    slots_used = 1;  // slot 0: the LM loss
+  }
+  TESSERA_CHECK(slots.device() == device, "LossSums: sums on ", slots.device().str(), " and ", device.str());
+  return slots.narrow(0, 1);
+}
+
+Tensor LossSums::auxiliary_slot(const std::string& name, Device device, std::function<double(double)> finish) {
+  lm_total(device);  // the slots exist
+  if (slots_used == slots.numel()) {  // grown on the device: the slots' values so far copied after the kernels
+    Tensor grown = kernels::loss_totals(2 * slots.numel(), device);
+    kernels::copy(grown.narrow(0, slots_used), slots);
+    slots = grown;
+  }
+  pending.push_back({name, slots_used, std::move(finish)});
+  return slots.narrow(slots_used++, 1);
+}
+
 void LossSums::settle() {
-  if (!lm_on_device.defined()) return;
-  lm += kernels::loss_total_value(lm_on_device);
-  lm_on_device = Tensor();
+  if (!slots.defined()) return;
+  const std::vector<double> v = kernels::loss_totals_values(slots, slots_used);  // the one copy
+  lm += v[0];
+  for (const PendingAuxiliary& p : pending) add_auxiliary(p.name, p.finish(v[static_cast<size_t>(p.slot)]));
+  slots = Tensor();
+  slots_used = 0;
+  pending.clear();
 }
 
 void LossSums::Routing::add(const Routing& other) {

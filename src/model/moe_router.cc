@@ -90,6 +90,26 @@ void TopkRouter::forward(const Tensor& x, const SublayerContext& sc, RouterRecor
   if (!ctx.losses) return;
   // Logged as Megatron does: each loss without its coefficient, averaged over the MoE layers.
   const double per_layer = micro_batch_weight(ctx) / static_cast<double>(m.num_moe_layers());
+  // Kept on the device (LossSums::keeps_on): each term sum goes to a slot, and settle() finishes it with the
+  // host code below. Not where a share is summed over the tensor group first (sequence parallelism: that
+  // sum of host scalars comes before the finishing, so it stays per micro-batch).
+  const bool deferred = ctx.losses->keeps_on(x.device()) && !(tp_.sequence_parallel && tp_.size() > 1);
+  if (deferred) {
+    if (m.load_balancing != LoadBalancing::None) {
+      const int64_t E = experts_, G = groups(ctx), tpg = tokens_per_group(ctx);
+      const Tensor slot = ctx.losses->auxiliary_slot("load_balancing_loss", x.device(), [=](double sum) {
+        return kernels::aux_loss_value(sum, E, G, k, tpg, 1.0f) * per_layer;
+      });
+      kernels::aux_loss_term_sum_to(rec.logits, rec.counts, k, m.router.score, tpg, slot);
+    }
+    if (m.z_loss_coeff > 0) {
+      const int64_t tokens = sequence_tokens(ctx) * ctx.batch;
+      const Tensor slot = ctx.losses->auxiliary_slot(
+          "z_loss", x.device(), [=](double sum) { return kernels::z_loss_value(sum, 1.0f, tokens) * per_layer; });
+      kernels::z_loss_term_sum_to(rec.logits, slot);
+    }
+    return;
+  }
   if (m.load_balancing != LoadBalancing::None) {
     const double share =
         kernels::aux_loss_forward(rec.logits, rec.counts, k, m.router.score, tokens_per_group(ctx), 1.0f);

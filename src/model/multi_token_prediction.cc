@@ -24,6 +24,23 @@ double mask_tokens(const Tensor& mask, const ForwardContext& ctx) {
   return kernels::scalar_value(sum);
 }
 
+// What mask_tokens gives for the loss mask rolled left `depth` times, from the micro-batch's loss mask on the
+// host (sample-major [batch, seq], the whole sequence): the rolled mask holds positions depth.. of each
+// sequence (roll_left fills the end with 0; under context parallelism the chunks roll as the whole
+// sequence), so it counts those, with no copy back from a device. The same count as mask_tokens' for
+// Megatron's 0/1 masks (integers below 2^24: exact in any order and precision).
+double host_mask_tokens(const Tensor& host_mask, int64_t depth) {
+  TESSERA_CHECK(host_mask.ndim() == 2, "multi-token prediction: the host loss mask ", shape_str(host_mask.shape()),
+                " is not [batch, seq]");
+  TESSERA_CHECK(host_mask.device().type == DeviceType::CPU, "multi-token prediction: the host loss mask is on ",
+                host_mask.device().str());
+  const int64_t samples = host_mask.dim(0), seq = host_mask.dim(1);
+  double sum = 0;
+  for (int64_t s = 0; s < samples && depth < seq; ++s)  // the CPU's kernel on host memory: no device involved
+    sum += kernels::sum_of_squares(host_mask.flat_range(s * seq + depth, seq - depth));
+  return sum;
+}
+
 std::string module_prefix(int64_t index) { return str_cat("mtp.layers.", index, "."); }
 
 }  // namespace
@@ -106,12 +123,14 @@ void MultiTokenPrediction::embed_backward(const Tensor& dy, const Tensor& tokens
 
 void MultiTokenPrediction::forward(const Tensor& h0, const Tensor& tokens, const Tensor& labels,
                                    const Tensor& loss_mask, const Tensor& positions, const ForwardContext& ctx,
-                                   MtpRecord& rec, LossSums& losses) const {
+                                   MtpRecord& rec, LossSums& losses, const Tensor& host_loss_mask) const {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, hl = h / tp_.size(), batch = ctx.batch;
   const DType rounding = kernels::gemm_rounding(c.params_dtype);
   const bool rounded = rounding != DType::F32;
-  const double loss_tokens = mask_tokens(loss_mask, ctx);
+  // Kept on the device: no count and no loss copied back (LossSums::keeps_on).
+  const bool deferred = host_loss_mask.defined() && losses.keeps_on(h0.device());
+  const double loss_tokens = deferred ? host_mask_tokens(host_loss_mask, 0) : mask_tokens(loss_mask, ctx);
   const std::vector<std::string> names = mtp_loss_names(c);
   rec.depths.clear();
   rec.depths.resize(modules_.size());
@@ -152,10 +171,15 @@ void MultiTokenPrediction::forward(const Tensor& h0, const Tensor& tokens, const
     depth_mask = roll_left(depth_mask, batch, ctx.context_parallel);
     d.head.labels = depth_labels;
     d.head.loss_mask = depth_mask;
-    const double loss = head_.output_loss(hk, rounded, d.head);
-    const double depth_tokens = mask_tokens(depth_mask, ctx);
+    const double depth_tokens = deferred ? host_mask_tokens(host_loss_mask, depth) : mask_tokens(depth_mask, ctx);
     d.weight = depth_tokens > 0 ? loss_tokens / depth_tokens : 0.0;
-    losses.add_auxiliary(names[i], loss * d.weight);
+    if (deferred) {  // settle() adds loss * weight, as below
+      const Tensor slot = losses.auxiliary_slot(names[i], h0.device(), [w = d.weight](double loss) { return loss * w; });
+      head_.output_loss(hk, rounded, d.head, &slot);
+    } else {
+      const double loss = head_.output_loss(hk, rounded, d.head);
+      losses.add_auxiliary(names[i], loss * d.weight);
+    }
     prev = hk;
   }
 }

@@ -63,9 +63,12 @@ class MultiTokenPrediction {
 
   // h0: the main head's final-norm output (rec.final_ln of the LM head; hnorm reads it in fp32 whatever
   // it holds); tokens, labels, loss_mask, positions: the micro-batch's, in the [seq, batch] layout. Adds each
-  // module's loss to `losses`.
+  // module's loss to `losses`. host_loss_mask (MicroBatch::host_loss_mask), where given and the sums stay on
+  // the device (LossSums::keeps_on), keeps the modules' losses there too: the loss weights' token counts are
+  // taken from it on the host and each module's masked loss sum goes to a slot of `losses`.
   void forward(const Tensor& h0, const Tensor& tokens, const Tensor& labels, const Tensor& loss_mask,
-               const Tensor& positions, const ForwardContext& ctx, MtpRecord& rec, LossSums& losses) const;
+               const Tensor& positions, const ForwardContext& ctx, MtpRecord& rec, LossSums& losses,
+               const Tensor& host_loss_mask = Tensor()) const;
   // Accumulates the modules' gradients (and the shared embedding's and output layer's); returns the
   // gradient of h0. Consumes rec.
   Tensor backward(MtpRecord& rec, const Tensor& positions, const ForwardContext& ctx, float grad_scale) const;

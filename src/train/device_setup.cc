@@ -68,6 +68,9 @@ model::MicroBatch micro_batch_on(const model::MicroBatch& batch, Device device, 
         &model::MicroBatch::positions, &model::MicroBatch::doc_start, &model::MicroBatch::token_types,
         &model::MicroBatch::padding_mask, &model::MicroBatch::sentence_order, &model::MicroBatch::choice_label})
     b.*field = on(batch.*field);
+  // The host's mask stays with the batch: counts of it need no copy back (MicroBatch::host_loss_mask).
+  if (device.type != DeviceType::CPU && batch.loss_mask.defined() && batch.loss_mask.device().type == DeviceType::CPU)
+    b.host_loss_mask = batch.loss_mask;
   return b;
 }
 

@@ -246,12 +246,17 @@ StepOutcome Trainer::schedule_step(const GlobalBatch& batch, float lr) {
   // Loss scaling multiplies the backward seed; the optimizer divides the gradients by it again.
   const float loss_scale = loss_scaler_ ? loss_scaler_->scale() : 1.0f;
   model::LossSums sums;
+  // Where nothing checks the loss before the update, a GPU's sums are read after the optimizer's launches
+  // are queued: the step then waits for the device once, for the norm (AdamWOptimizer::step), and the
+  // sums' copy follows it. The same values either way: only when they are read moves.
+  const bool read_after_update = loss_unchecked_before_update();
   // Until the rerun machine's checks pass, nothing but the gradients changes: a failed check re-runs the
   // step from the same state on the same micro-batches (train/rerun_state_machine.h, trainer_rerun.cc).
   for (rerun_->begin_iteration(iteration_ + 1);;) {
     params_.zero_grad();
     sums = run_micro_batches(batch.micro_batches, true, gradient_scale(batch.loss_tokens) * loss_scale,
-                             per_sample_loss_weight(batch.loss_tokens, static_cast<double>(batch.samples)));
+                             per_sample_loss_weight(batch.loss_tokens, static_cast<double>(batch.samples)),
+                             /*settle=*/!read_after_update);
     optimizer_->wait_for_params();  // any bucket no forward used
     for (int64_t at : args_.inject_nan_at_iterations)
       if (at == iteration_ + 1)  // through a transfer: the gradients may be on a GPU
@@ -259,12 +264,9 @@ StepOutcome Trainer::schedule_step(const GlobalBatch& batch, float lr) {
     Timer reduce;
     finalize_gradients();
     reduce_seconds_ += reduce.seconds();
-    // The checks look at this rank's own loss.
-    if (rerun_accepts(sums, loss_tokens(batch.micro_batches))) break;
+    // The checks look at this rank's own loss (none to look at: after the update, below).
+    if (read_after_update || rerun_accepts(sums, loss_tokens(batch.micro_batches))) break;
   }
-  // The LM loss, then the model's auxiliary losses in the order of its names.
-  std::vector<float> loss{static_cast<float>(sums.lm)};
-  for (float v : auxiliary_values(sums)) loss.push_back(v);
   interval_routing_.add(sums.routing);
   if (args_.model.moe.expert_bias)  // as Megatron's finalize_model_grads: once per global batch, before the step
     update_expert_biases(params_, sums.routing.kept, args_.model.moe.total_experts(),
@@ -277,6 +279,16 @@ StepOutcome Trainer::schedule_step(const GlobalBatch& batch, float lr) {
     out.optimizer = optimizer_->step(lr, loss_scale);
   }
   optimizer_seconds_ += optimizer.seconds();
+  if (read_after_update) {
+    sums.settle();
+    // The machine still sees every loss (it keeps the first ones for a later spiky-loss check, and its
+    // ranks agree on the flags), but with nothing to check it accepts.
+    TESSERA_CHECK(rerun_accepts(sums, loss_tokens(batch.micro_batches)), "iteration ", iteration_ + 1,
+                  ": the rerun machine, with nothing to check, did not accept the step");
+  }
+  // The LM loss, then the model's auxiliary losses in the order of its names.
+  std::vector<float> loss{static_cast<float>(sums.lm)};
+  for (float v : auxiliary_values(sums)) loss.push_back(v);
   pipeline_sum(loss);
   context_parallel_sum(loss);
   data_parallel_sum(loss);

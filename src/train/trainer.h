@@ -100,8 +100,9 @@ class Trainer {
   // training) and returns the sums of the masked token losses (non-zero on the last stage only).
   // per_sample_loss_weight: the batches' loss tokens per sample (model::ForwardContext).
   // (trainer_schedule.cc)
+  // settle: read the sums a GPU kept (LossSums::settle) before returning; false leaves that to the caller.
   model::LossSums run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale,
-                                    double per_sample_loss_weight);
+                                    double per_sample_loss_weight, bool settle = true);
   // The names of the auxiliary losses, as logged: the model's, then with --kd the KD term's.
   std::vector<std::string> auxiliary_loss_names() const;
   // The auxiliary losses of `sums` in the order of those names (the same on every rank).
@@ -150,6 +151,10 @@ class Trainer {
   // --save) the last iteration and throws RerunExit on every rank (collective).
   void make_rerun_state_machine();
   bool rerun_accepts(const model::LossSums& sums, double local_tokens);
+  // Whether nothing looks at a step's loss before its update: the rerun machine checks nothing (no NaN or
+  // spiky-loss check, no injected errors, not report_stats) and no test fault is injected. The step then
+  // reads its loss after the optimizer's launches are queued, with the norm (trainer_rerun.cc).
+  bool loss_unchecked_before_update() const;
   // --log-straggler: every rank's times over the interval, gathered, and the report (collective).
   void log_stragglers(double interval_seconds, int64_t iterations);
   // Completes the data-parallel reduction and sums sequence-parallel partial gradients.

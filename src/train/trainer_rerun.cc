@@ -98,6 +98,12 @@ void Trainer::make_rerun_state_machine() {
                     : std::string()));
 }
 
+bool Trainer::loss_unchecked_before_update() const {
+  const RerunOptions& o = rerun_->options();
+  return !o.check_nan && !o.check_spiky_loss && o.error_injection_rate == 0 && o.mode != RerunMode::ReportStats &&
+         !injected_loss_from_environment() && args_.inject_nan_at_iterations.empty();
+}
+
 bool Trainer::rerun_accepts(const model::LossSums& sums, double local_tokens) {
   static const std::optional<InjectedLoss> injected = injected_loss_from_environment();
   StepObservation o;

@@ -64,7 +64,7 @@ class Trainer::ScheduleEngine final : public StepEngine {
 std::unique_ptr<StepEngine> Trainer::make_schedule_engine() { return std::make_unique<ScheduleEngine>(*this); }
 
 model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>& batches, bool training, float grad_scale,
-                                           double per_sample_loss_weight) {
+                                           double per_sample_loss_weight, bool settle) {
   // The forwards and backwards make their activations on the device. The host batches stay for the
   // host's reads (the loss tokens); each micro-batch is on the device from its first forward to its last
   // use on this rank (micro_batch_on: the same tensors on the CPU).
@@ -94,7 +94,7 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   // The activation records of the (micro-batch, chunk) pairs between their forward and backward.
   std::map<std::pair<int, int>, std::unique_ptr<model::ChunkRecord>> records;
   model::LossSums losses;
-  losses.lm_stays_on_device = true;  // on a GPU: read once below, not after each micro-batch's forward
+  losses.sums_stay_on_device = true;  // on a GPU: read once below, not after each micro-batch's forward
   auto context = [&](int m) {
     return micro_batch_context(args_.seed, iteration_, training, batches[m].sample_offset, args_.model.seq_length,
                                args_.micro_batch_size, per_sample_loss_weight);
@@ -218,7 +218,7 @@ model::LossSums Trainer::run_micro_batches(const std::vector<model::MicroBatch>&
   if (timed_lists) zero_bubble_timing_->record(iteration_, step);
   TESSERA_CHECK(records.empty(), "pipeline schedule left ", records.size(), " activation records behind");
   TESSERA_CHECK(weight_gradients.empty(), "pipeline schedule left ", weight_gradients.size(), " W passes unrun");
-  losses.settle();  // the LM loss a GPU summed: one copy after every micro-batch's work is queued
+  if (settle) losses.settle();  // the sums a GPU kept: one copy after every micro-batch's work is queued
   return losses;
 }
 

@@ -140,10 +140,9 @@ void aux_loss_counts(const float* logits, int64_t tokens, int64_t experts, int64
     for (int64_t j = 0; j < topk; ++j) counts[(t % groups) * experts + top[t * topk + j]] += 1.0f;
 }
 
-double aux_loss_forward(const float* logits, const float* counts, int64_t tokens, int64_t experts, int64_t groups,
-                        int64_t topk, RouterScoreFunction score, int64_t tokens_per_group, float coeff) {
+double aux_loss_term_sum(const float* logits, const float* counts, int64_t tokens, int64_t experts, int64_t groups,
+                         RouterScoreFunction score) {
   TESSERA_PROFILE_SCOPE("aux_loss_forward");
-  check_aux("aux_loss_forward", tokens, experts, groups, topk, tokens_per_group);
   std::vector<double> per_token(static_cast<size_t>(tokens));  // sum_i p_ti n_{g(t) i}
 #pragma omp parallel if (parallel : parallel_worth(2 * tokens * experts))
   {
@@ -156,8 +155,20 @@ double aux_loss_forward(const float* logits, const float* counts, int64_t tokens
   }
   double sum = 0;
   for (double r : per_token) sum += r;
+  return sum;
+}
+
+double aux_loss_value(double term_sum, int64_t experts, int64_t groups, int64_t topk, int64_t tokens_per_group,
+                      float coeff) {
   // E * sum / (k G tpg^2) is exactly 1 under perfect balance (uniform scores), so the loss is then coeff.
-  return static_cast<double>(coeff) * (sum * aux_scale(experts, groups, topk, tokens_per_group));
+  return static_cast<double>(coeff) * (term_sum * aux_scale(experts, groups, topk, tokens_per_group));
+}
+
+double aux_loss_forward(const float* logits, const float* counts, int64_t tokens, int64_t experts, int64_t groups,
+                        int64_t topk, RouterScoreFunction score, int64_t tokens_per_group, float coeff) {
+  check_aux("aux_loss_forward", tokens, experts, groups, topk, tokens_per_group);
+  return aux_loss_value(aux_loss_term_sum(logits, counts, tokens, experts, groups, score), experts, groups, topk,
+                        tokens_per_group, coeff);
 }
 
 void aux_loss_backward(const float* logits, const float* counts, int64_t tokens, int64_t experts, int64_t groups,
@@ -178,9 +189,8 @@ void aux_loss_backward(const float* logits, const float* counts, int64_t tokens,
   }
 }
 
-double z_loss_forward(const float* logits, int64_t tokens, int64_t experts, float coeff, int64_t total_tokens) {
+double z_loss_term_sum(const float* logits, int64_t tokens, int64_t experts) {
   TESSERA_PROFILE_SCOPE("z_loss_forward");
-  check_z_loss("z_loss_forward", tokens, experts, total_tokens);
   std::vector<double> sq(static_cast<size_t>(tokens));
 #pragma omp parallel for schedule(static) if (parallel : parallel_worth(2 * tokens * experts))
   for (int64_t t = 0; t < tokens; ++t) {
@@ -189,7 +199,16 @@ double z_loss_forward(const float* logits, int64_t tokens, int64_t experts, floa
   }
   double sum = 0;
   for (double v : sq) sum += v;
-  return static_cast<double>(coeff) * sum / static_cast<double>(total_tokens);
+  return sum;
+}
+
+double z_loss_value(double term_sum, float coeff, int64_t total_tokens) {
+  return static_cast<double>(coeff) * term_sum / static_cast<double>(total_tokens);
+}
+
+double z_loss_forward(const float* logits, int64_t tokens, int64_t experts, float coeff, int64_t total_tokens) {
+  check_z_loss("z_loss_forward", tokens, experts, total_tokens);
+  return z_loss_value(z_loss_term_sum(logits, tokens, experts), coeff, total_tokens);
 }
 
 void z_loss_backward(const float* logits, int64_t tokens, int64_t experts, float coeff, int64_t total_tokens,

@@ -28,6 +28,13 @@ void aux_loss_counts(const float* logits, int64_t tokens, int64_t experts, int64
 // This rank's share of the load-balancing loss with counts [groups, experts] summed over the ranks.
 double aux_loss_forward(const float* logits, const float* counts, int64_t tokens, int64_t experts, int64_t groups,
                         int64_t topk, RouterScoreFunction score, int64_t tokens_per_group, float coeff);
+// Its two halves: the per-token terms' sum, added in token order (sum_t sum_i p_ti n_{g(t) i}), and the
+// loss from that sum. aux_loss_forward is aux_loss_value(aux_loss_term_sum(...)), so a sum kept on a GPU
+// (kernels::aux_loss_sum_into) and finished on the host later gives its bits.
+double aux_loss_term_sum(const float* logits, const float* counts, int64_t tokens, int64_t experts, int64_t groups,
+                         RouterScoreFunction score);
+double aux_loss_value(double term_sum, int64_t experts, int64_t groups, int64_t topk, int64_t tokens_per_group,
+                      float coeff);
 // dlogits += dloss * d(aux_loss_forward)/d(logits).
 void aux_loss_backward(const float* logits, const float* counts, int64_t tokens, int64_t experts, int64_t groups,
                        int64_t topk, RouterScoreFunction score, int64_t tokens_per_group, float coeff, float dloss,
@@ -35,6 +42,9 @@ void aux_loss_backward(const float* logits, const float* counts, int64_t tokens,
 
 // coeff * sum_t logsumexp(logits_t)^2 / total_tokens, and its gradient added into dlogits.
 double z_loss_forward(const float* logits, int64_t tokens, int64_t experts, float coeff, int64_t total_tokens);
+// Its halves, as the aux loss's: sum_t logsumexp(logits_t)^2 in token order, and the loss from that sum.
+double z_loss_term_sum(const float* logits, int64_t tokens, int64_t experts);
+double z_loss_value(double term_sum, float coeff, int64_t total_tokens);
 void z_loss_backward(const float* logits, int64_t tokens, int64_t experts, float coeff, int64_t total_tokens,
                      float dloss, float* dlogits);
 

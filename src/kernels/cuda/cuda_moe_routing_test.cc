@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "kernels/moe_combine.h"
 #include "kernels/moe_routing.h"
 #include "kernels/tensor_ops.h"
+#include "kernels/vocab_parallel_loss.h"
 
 namespace tessera::cuda {
 namespace {
@@ -116,6 +118,39 @@ TEST_F(CudaMoeRouting, AuxAndZLossesMatchTheCpu) {
   kernels::z_loss_backward(logits, 0.01f, 2 * T, 0.5f, d);
   kernels::z_loss_backward(glogits, 0.01f, 2 * T, 0.5f, gd);
   EXPECT_TRUE(all_close(to_host(gd), d, 1e-6f, 1e-9f));
+}
+
+// The losses' halves that keep the sums on the device (the trainer's step, model LossSums): each term sum
+// written to a slot of kernels::loss_totals on the GPU is the sum aux_loss_forward / z_loss_forward copy
+// back and add on the host (same order, same doubles), so the value finished from it is theirs bit for bit.
+// 5000 tokens: the ordered sum spans several of the kernel's shared-memory chunks.
+TEST_F(CudaMoeRouting, TermSumsKeptOnTheDeviceGiveTheLossesBitForBit) {
+  const int64_t T = 5000, E = 8, k = 2;
+  const Tensor logits = tied_logits(T, E, 8), glogits = to_device(logits);
+  for (RouterScoreFunction score : {RouterScoreFunction::Softmax, RouterScoreFunction::Sigmoid})
+    for (int64_t groups : {int64_t{1}, int64_t{4}}) {
+      SCOPED_TRACE(::testing::Message() << (score == RouterScoreFunction::Softmax ? "softmax" : "sigmoid") << ", "
+                                        << groups << " groups");
+      Tensor gcounts = Tensor::empty({groups, E}, DType::F32, kGpu);
+      kernels::aux_loss_counts(glogits, k, score, groups, gcounts);
+      const int64_t per_group = 2 * T / groups;
+      const Tensor slots = kernels::loss_totals(4, kGpu);
+      kernels::aux_loss_term_sum_to(glogits, gcounts, k, score, per_group, slots.narrow(1, 1));
+      kernels::z_loss_term_sum_to(glogits, slots.narrow(3, 1));
+      const std::vector<double> v = kernels::loss_totals_values(slots, 4);  // one copy
+      EXPECT_EQ(v[0], 0.0);
+      EXPECT_EQ(v[2], 0.0);
+      EXPECT_EQ(kernels::aux_loss_value(v[1], E, groups, k, per_group, 0.1f),
+                kernels::aux_loss_forward(glogits, gcounts, k, score, per_group, 0.1f));
+      EXPECT_EQ(kernels::z_loss_value(v[3], 0.01f, 2 * T), kernels::z_loss_forward(glogits, 0.01f, 2 * T));
+    }
+  // No tokens: the sum, 0, is still written over what the slot held.
+  Tensor held = Tensor::empty({1}, DType::I64, Device::cpu());
+  const double seven = 7.0;
+  std::memcpy(held.raw(), &seven, sizeof seven);
+  const Tensor slot = to_device(held);
+  kernels::z_loss_term_sum_to(Tensor::empty({0, E}, DType::F32, kGpu), slot);
+  EXPECT_EQ(kernels::loss_totals_values(slot, 1)[0], 0.0);
 }
 
 // The rows planned from indices and probs on the GPU are the CPU's: dropless, each drop policy with a

@@ -82,6 +82,24 @@ __global__ void z_terms_kernel(const float* logits, int64_t tokens, int64_t E, d
   }
 }
 
+// The host's ordered sum of the terms (kernels/moe_routing.cc sum_terms): the block stages a chunk of them
+// in shared memory with coalesced loads, then one thread adds the chunk in order (a double add's latency
+// per term, rather than a dependent global load's).
+constexpr int kSumChunk = 2048;
+__global__ void sum_terms_kernel(const double* terms, int64_t n, double* out) {
+  __shared__ double chunk[kSumChunk];
+  double sum = 0;
+  for (int64_t begin = 0; begin < n; begin += kSumChunk) {
+    const int64_t count = n - begin < kSumChunk ? n - begin : kSumChunk;
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) chunk[i] = terms[begin + i];
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int64_t i = 0; i < count; ++i) sum = __dadd_rn(sum, chunk[i]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = sum;
+}
+
 __global__ void z_backward_kernel(const float* logits, int64_t tokens, int64_t E, float c, float* dlogits) {
   for (int64_t t = grid_index(); t < tokens; t += grid_stride()) {
     const float* x = logits + t * E;
@@ -232,6 +250,11 @@ void z_loss_terms(const float* logits, int64_t tokens, int64_t experts, double* 
   if (tokens == 0) return;
   z_terms_kernel<<<grid_for(tokens), kThreads, 0, launch_stream()>>>(logits, tokens, experts, per_token);
   check_launch("z_loss_forward");
+}
+
+void sum_terms_to(const double* per_token, int64_t tokens, double* out) {
+  sum_terms_kernel<<<1, kThreads, 0, launch_stream()>>>(per_token, tokens, out);  // tokens == 0 writes 0
+  check_launch("sum_terms_to");
 }
 
 void z_loss_backward(const float* logits, int64_t tokens, int64_t experts, float c, float* dlogits) {

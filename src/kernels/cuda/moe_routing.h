@@ -37,6 +37,9 @@ void aux_loss_backward(const float* logits, const float* counts, int64_t tokens,
 
 // per_token [tokens] doubles: lse(logits_t)^2.
 void z_loss_terms(const float* logits, int64_t tokens, int64_t experts, double* per_token);
+// *out = per_token[0] + per_token[1] + ... in token order, in double, from 0: the host's sum of the
+// terms, bit for bit, without copying them back (one block; one thread adds, from shared memory).
+void sum_terms_to(const double* per_token, int64_t tokens, double* out);
 // c: cpu::z_loss_gradient_scale's.
 void z_loss_backward(const float* logits, int64_t tokens, int64_t experts, float c, float* dlogits);
 

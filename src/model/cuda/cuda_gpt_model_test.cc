@@ -101,15 +101,16 @@ ModelConfig in_bf16(ModelConfig c) {
   return c;
 }
 
-// The LM loss summed over two micro-batches' forwards, with LossSums::lm_stays_on_device as the trainer's
-// schedule sets it or without; whether the device held it before settle().
-std::pair<double, bool> two_forwards(const ModelConfig& c, Device device, bool stays_on_device) {
+// The sums of two micro-batches' forwards, with LossSums::sums_stay_on_device as the trainer's schedule
+// sets it (and the host's loss mask beside the device batch, as micro_batch_on leaves it) or without;
+// whether anything was still on the device before settle().
+std::pair<LossSums, bool> two_forwards(const ModelConfig& c, Device device, bool stays_on_device) {
   DefaultDeviceScope scope(device);
   ParameterSet params;
   GptModel model(c, params);
   params.allocate(42);
   LossSums losses;
-  losses.lm_stays_on_device = stays_on_device;
+  losses.sums_stay_on_device = stays_on_device;
   const ForwardContext ctx = testing::context(c, 2, true);
   for (uint64_t seed : {5, 6}) {
     const MicroBatch host = testing::random_batch(c, 2, seed);
@@ -117,27 +118,49 @@ std::pair<double, bool> two_forwards(const ModelConfig& c, Device device, bool s
     mb.tokens = kernels::to_device(host.tokens, device);
     mb.labels = kernels::to_device(host.labels, device);
     mb.loss_mask = kernels::to_device(host.loss_mask, device);
+    mb.host_loss_mask = host.loss_mask;
     GptActivations rec;
     model.forward(mb, Tensor(), ctx, rec, losses);
   }
-  const bool held = losses.lm_on_device.defined();
+  const bool held = losses.slots.defined();
   losses.settle();
-  EXPECT_FALSE(losses.lm_on_device.defined());
-  return {losses.lm, held};
+  EXPECT_FALSE(losses.slots.defined());
+  return {losses, held};
 }
 
-// Kept on the device across micro-batches and read once (the trainer's step): the same bits as the loss
-// copied back after each forward, and the CPU's loss, which the CPU still sums on the host.
-TEST_F(CudaGptModel, TheLossKeptOnTheDeviceIsTheLossCopiedBackAfterEachForward) {
-  const ModelConfig c = testing::tiny_gpt_config(false, 2, 24, 32);
-  const auto [kept, held] = two_forwards(c, kGpu, true);
-  const auto [copied, copied_held] = two_forwards(c, kGpu, false);
-  const auto [cpu, cpu_held] = two_forwards(c, Device::cpu(), true);
-  EXPECT_TRUE(held);
-  EXPECT_FALSE(copied_held);
-  EXPECT_FALSE(cpu_held);
-  EXPECT_EQ(kept, copied);
-  EXPECT_NEAR(kept, cpu, 1e-5 * std::fabs(cpu));
+// Kept on the device across micro-batches and read once (the trainer's step): the same bits as the sums
+// copied back after each forward, and the CPU's, which the CPU still adds on the host. The LM loss alone,
+// then with the auxiliary losses (two MoE layers' load-balancing and z-losses, two MTP modules).
+TEST_F(CudaGptModel, TheLossesKeptOnTheDeviceAreTheLossesCopiedBackAfterEachForward) {
+  ModelConfig with_auxiliary = testing::tiny_gpt_config(true, 2, 24, 32);
+  with_auxiliary.moe.layer_experts = {8, 8, 8, 0};  // the first MTP module's layer is MoE too
+  with_auxiliary.moe.ffn_hidden_size = 16;
+  with_auxiliary.moe.router.topk = 4;
+  with_auxiliary.moe.aux_loss_coeff = 0.1f;
+  with_auxiliary.moe.load_balancing = LoadBalancing::SeqAuxLoss;
+  with_auxiliary.moe.z_loss_coeff = 0.01f;
+  with_auxiliary.mtp_num_layers = 2;
+  with_auxiliary.mtp_loss_scaling_factor = 0.3f;
+  for (const ModelConfig& c : {testing::tiny_gpt_config(false, 2, 24, 32), with_auxiliary}) {
+    SCOPED_TRACE(c.mtp_num_layers);
+    const auto [kept, held] = two_forwards(c, kGpu, true);
+    const auto [copied, copied_held] = two_forwards(c, kGpu, false);
+    const auto [cpu, cpu_held] = two_forwards(c, Device::cpu(), true);
+    EXPECT_TRUE(held);
+    EXPECT_FALSE(copied_held);
+    EXPECT_FALSE(cpu_held);
+    EXPECT_EQ(kept.lm, copied.lm);
+    EXPECT_NEAR(kept.lm, cpu.lm, 1e-5 * std::fabs(cpu.lm));
+    ASSERT_EQ(kept.auxiliary.size(), copied.auxiliary.size());
+    ASSERT_EQ(kept.auxiliary.size(), cpu.auxiliary.size());
+    EXPECT_EQ(kept.auxiliary.size(), c.mtp_num_layers > 0 ? 4u : 0u);
+    for (size_t i = 0; i < kept.auxiliary.size(); ++i) {
+      SCOPED_TRACE(copied.auxiliary[i].first);
+      EXPECT_EQ(kept.auxiliary[i].first, copied.auxiliary[i].first);
+      EXPECT_EQ(kept.auxiliary[i].second, copied.auxiliary[i].second);
+      EXPECT_NEAR(kept.auxiliary[i].second, cpu.auxiliary[i].second, 1e-5 * std::fabs(cpu.auxiliary[i].second));
+    }
+  }
 }
 
 TEST_F(CudaGptModel, Gpt2StyleMatchesTheCpu) {

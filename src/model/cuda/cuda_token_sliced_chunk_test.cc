@@ -63,7 +63,7 @@ Step run_step(const ModelConfig& c, const std::vector<int64_t>& slices, Device d
   ctx.loss_grad_scale = grad_scale;  // the trainer's schedule sets it: the head fuses the loss's gradient
   std::unique_ptr<ChunkRecord> rec = model->make_record();
   LossSums losses;
-  losses.lm_stays_on_device = true;
+  losses.sums_stay_on_device = true;
   EXPECT_FALSE(model->forward(mb, Tensor(), ctx, *rec, losses).defined());
   model->backward(*rec, Tensor(), ctx, grad_scale);
   losses.settle();

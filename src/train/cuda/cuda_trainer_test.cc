@@ -8,11 +8,14 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/device_testing.h"
+#include "kernels/tensor_ops.h"
 #include "train/args/arguments.h"
 #include "train/device_setup.h"
 #include "train/trainer.h"
@@ -126,6 +129,41 @@ TEST_F(CudaTrainer, ACheckpointSavedOnTheGpuResumesOnTheCpu) {
   ASSERT_EQ(from_cpu.losses.size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(from_gpu.losses[i], from_cpu.losses[i], 1e-4 * from_cpu.losses[i]);
   std::filesystem::remove_all(dir);
+}
+
+// The step's sums kept on the GPU (the LM loss, MoE's load-balancing and z-losses, the MTP modules'
+// losses: one copy a step), read before the rerun machine's checks, or after the optimizer's launches with
+// --no-check-for-nan-in-loss-and-grad: every iteration's logged losses and the final weights bit for bit
+// the same, and the CPU's losses within tolerance.
+TEST_F(CudaTrainer, TheStepsSumsReadOnceGiveTheSameLossesWhenEverTheyAreRead) {
+  const std::string flags = kGpt2 +
+                            "--train-iters 6 --global-batch-size 6 --num-experts 4 --moe-router-topk 2 "
+                            "--moe-ffn-hidden-size 32 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 "
+                            "--mtp-num-layers 2 --eval-iters 0 ";
+  struct Run {
+    std::vector<double> losses;
+    std::map<std::string, std::vector<double>> auxiliary;
+    Tensor weights;
+  };
+  auto run = [&](const std::string& device, const std::string& extra) {
+    Trainer t(parse_train_arguments(testing::split_flags(flags + extra + " --device " + device)));
+    t.train();
+    return Run{t.losses(), t.auxiliary_losses(), kernels::to_device(t.parameters().values(), Device::cpu())};
+  };
+  const Run checked = run("cuda", ""), unchecked = run("cuda", "--no-check-for-nan-in-loss-and-grad");
+  const Run cpu = run("cpu", "");
+  EXPECT_EQ(unchecked.losses, checked.losses);
+  EXPECT_EQ(unchecked.auxiliary, checked.auxiliary);
+  EXPECT_EQ(checked.auxiliary.size(), 4u);
+  EXPECT_EQ(std::memcmp(unchecked.weights.host_raw(), checked.weights.host_raw(), checked.weights.nbytes()), 0);
+  ASSERT_EQ(checked.losses.size(), cpu.losses.size());
+  for (size_t i = 0; i < cpu.losses.size(); ++i)
+    EXPECT_NEAR(checked.losses[i], cpu.losses[i], 1e-4 * std::fabs(cpu.losses[i])) << "iteration " << i + 1;
+  for (const auto& [name, values] : cpu.auxiliary) {
+    ASSERT_EQ(checked.auxiliary.at(name).size(), values.size()) << name;
+    for (size_t i = 0; i < values.size(); ++i)
+      EXPECT_NEAR(checked.auxiliary.at(name)[i], values[i], 1e-3 * std::fabs(values[i]) + 1e-7) << name << " " << i + 1;
+  }
 }
 
 }  // namespace
