@@ -135,9 +135,9 @@ TEST(MegatronFlags, ExampleScriptsSwitchesWithoutEffectAreAcceptedAndNamed) {
       "--empty-unused-memory-level 1 --profile --profile-step-start 4 --profile-step-end 6 --profile-ranks 0 1 "
       "--recompute-modules core_attn --moe-router-dtype fp32 --dist-ckpt-strictness log_all --logging-level 20 "
       "--log-num-zeros-in-grad --log-memory-to-tensorboard --init-model-with-meta-device --auto-detect-ckpt-format "
-      "--enable-experimental");
+      "--enable-experimental --wandb-project p --wandb-exp-name run-1 --tiktoken-pattern v2");
   const std::string note = megatron_compat_note(a.megatron_compat_flags);
-  EXPECT_EQ(a.megatron_compat_flags.size(), 22u) << note;
+  EXPECT_EQ(a.megatron_compat_flags.size(), 25u) << note;
   for (const char* line : {"--profile-ranks 0 1 (", "--recompute-modules core_attn (", "--attention-backend fused (",
                            "--moe-router-dtype fp32 (the router's gating is always computed in fp32)"})
     EXPECT_NE(note.find(line), std::string::npos) << line << " not in " << note;
@@ -152,6 +152,7 @@ TEST(MegatronFlags, ExampleScriptsSwitchesWithoutEffectAreAcceptedAndNamed) {
   EXPECT_NE(error_of(kBase + "--attention-backend cudnn").find("must be one of auto flash fused unfused local"),
             std::string::npos);
   EXPECT_NE(error_of(kBase + "--profile-ranks 0 x").find("--profile-ranks=x: must be counts >= 0"), std::string::npos);
+  EXPECT_NE(error_of(kBase + "--tiktoken-pattern v3").find("must be one of v1 v2"), std::string::npos);
 }
 
 // Features Tessera does not have stop the run naming the flag and why, values and all.
@@ -165,6 +166,9 @@ TEST(MegatronFlags, FlagsForMissingFeaturesAreRefusedByName) {
             std::string::npos);
   EXPECT_NE(error_of(kBase + "--hierarchical-context-parallel-sizes 2 2").find("--hierarchical-context-parallel-sizes=2 2:"),
             std::string::npos);
+  EXPECT_EQ(error_of(kBase + "--step-batch-size-schedule 0:768 250B:1536"),
+            "--step-batch-size-schedule=0:768 250B:1536: a step-wise batch-size schedule is not built; "
+            "--rampup-batch-size ramps the batch linearly (Megatron's older form)");
   for (const char* flag : {"--calculate-per-token-loss", "--grad-reduce-in-bf16", "--apply-layernorm-1p",
                            "--fp8-param-gather", "--moe-router-force-load-balancing"})
     EXPECT_EQ(error_of(kBase + flag).rfind(str_cat(flag, ": "), 0), 0u) << flag << ": " << error_of(kBase + flag);

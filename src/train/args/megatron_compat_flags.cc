@@ -49,7 +49,7 @@ const Switch kSwitches[] = {
     {"--enable-experimental", "Tessera's features need no experimental switch"},
 };
 
-// A flag with a value, the values Megatron accepts (empty: a count >= 0), and what Tessera does; where a
+// A flag with a value, the values Megatron accepts (empty: a count >= 0; {"*"}: any text), and what Tessera does; where a
 // value means something of its own here, `meaning` says what; values Megatron removed are refused with why.
 struct Choice {
   const char* name;
@@ -98,6 +98,15 @@ const Choice kChoices[] = {
     {"--moe-router-dtype", {"fp32"}, "the router's gating is always computed in fp32",
      {}, {{"fp64", "Tessera computes the router's gating in fp32 (Megatron's --moe-router-dtype fp32); fp64 is not "
                    "built"}}},
+    // Weights & Biases: any name; the metrics go to the log, metrics.jsonl and --tensorboard-dir.
+    {"--wandb-project", {"*"}, "nothing is sent to Weights & Biases (the metrics are in the log, --log-dir's "
+                               "metrics.jsonl and --tensorboard-dir)"},
+    {"--wandb-exp-name", {"*"}, "nothing is sent to Weights & Biases"},
+    {"--wandb-save-dir", {"*"}, "nothing is sent to Weights & Biases"},
+    {"--wandb-entity", {"*"}, "nothing is sent to Weights & Biases"},
+    // Megatron's TikTokenizer reads it; with any other tokenizer (its example scripts' NullTokenizer) it
+    // changes nothing, and Tessera has no TikTokenizer.
+    {"--tiktoken-pattern", {"v1", "v2"}, "only Megatron's TikTokenizer reads it, which Tessera does not have"},
     // How Megatron's dist-checkpointing loader treats keys the model and the checkpoint do not share;
     // Tessera's checkpoints hold exactly the model's tensors and a missing one is an error.
     {"--dist-ckpt-strictness",
@@ -143,10 +152,14 @@ void add_megatron_compat_flags(CLI::App& group, std::vector<std::string>& given)
             name,
             [&given, name, instead, values, meaning, removed](const std::string& v) {
               if (const char* why = find_value(removed, v)) throw Error(str_cat(name, "=", v, ": ", why));
+              const bool any_text = values.size() == 1 && values[0] == "*";
               bool ok = values.empty() ? !v.empty() && v.find_first_not_of("0123456789") == std::string::npos
-                                       : std::find(values.begin(), values.end(), v) != values.end();
+                                       : any_text ? !v.empty()
+                                                  : std::find(values.begin(), values.end(), v) != values.end();
               std::string rule = "must be a count >= 0";
-              if (!values.empty()) {
+              if (any_text) {
+                rule = "must not be empty";
+              } else if (!values.empty()) {
                 rule = "must be one of";
                 for (const std::string& x : values) rule += " " + x;
               }
