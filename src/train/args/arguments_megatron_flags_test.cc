@@ -135,9 +135,9 @@ TEST(MegatronFlags, ExampleScriptsSwitchesWithoutEffectAreAcceptedAndNamed) {
       "--empty-unused-memory-level 1 --profile --profile-step-start 4 --profile-step-end 6 --profile-ranks 0 1 "
       "--recompute-modules core_attn --moe-router-dtype fp32 --dist-ckpt-strictness log_all --logging-level 20 "
       "--log-num-zeros-in-grad --log-memory-to-tensorboard --init-model-with-meta-device --auto-detect-ckpt-format "
-      "--enable-experimental --wandb-project p --wandb-exp-name run-1 --tiktoken-pattern v2");
+      "--enable-experimental --wandb-project p --wandb-exp-name run-1 --tiktoken-pattern v2 --calculate-per-token-loss");
   const std::string note = megatron_compat_note(a.megatron_compat_flags);
-  EXPECT_EQ(a.megatron_compat_flags.size(), 25u) << note;
+  EXPECT_EQ(a.megatron_compat_flags.size(), 26u) << note;
   for (const char* line : {"--profile-ranks 0 1 (", "--recompute-modules core_attn (", "--attention-backend fused (",
                            "--moe-router-dtype fp32 (the router's gating is always computed in fp32)"})
     EXPECT_NE(note.find(line), std::string::npos) << line << " not in " << note;
@@ -169,7 +169,7 @@ TEST(MegatronFlags, FlagsForMissingFeaturesAreRefusedByName) {
   EXPECT_EQ(error_of(kBase + "--step-batch-size-schedule 0:768 250B:1536"),
             "--step-batch-size-schedule=0:768 250B:1536: a step-wise batch-size schedule is not built; "
             "--rampup-batch-size ramps the batch linearly (Megatron's older form)");
-  for (const char* flag : {"--calculate-per-token-loss", "--grad-reduce-in-bf16", "--apply-layernorm-1p",
+  for (const char* flag : {"--grad-reduce-in-bf16", "--apply-layernorm-1p",
                            "--fp8-param-gather", "--moe-router-force-load-balancing"})
     EXPECT_EQ(error_of(kBase + flag).rfind(str_cat(flag, ": "), 0), 0u) << flag << ": " << error_of(kBase + flag);
 }

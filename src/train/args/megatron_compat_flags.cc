@@ -47,6 +47,9 @@ const Switch kSwitches[] = {
     {"--log-num-zeros-in-grad", "the count of zero gradients is not reported"},
     {"--profile", "no CUDA profiler range is opened (Nsight Systems' --capture-range); the log has Tessera's timers"},
     {"--enable-experimental", "Tessera's features need no experimental switch"},
+    // train/step_context.h: every micro-batch's gradient is scaled by 1 / the global batch's loss tokens.
+    {"--calculate-per-token-loss", "the loss is always the mean over the global batch's loss tokens (over every "
+                                   "micro-batch and data-parallel rank), which is what this flag selects in Megatron"},
 };
 
 // A flag with a value, the values Megatron accepts (empty: a count >= 0; {"*"}: any text), and what Tessera does; where a

@@ -38,9 +38,6 @@ const Refused kRefused[] = {
     {"--decoupled-min-lr", 1,
      "a separate learning rate for the embedding and the output layer is not built (every parameter follows "
      "--min-lr)"},
-    {"--calculate-per-token-loss", 0,
-     "the loss is averaged over each micro-batch's tokens, then over the micro-batches (Megatron's default); "
-     "averaging over the global batch's tokens is not built"},
     {"--grad-reduce-in-bf16", 0,
      "gradients are reduced in fp32 (in fp16 under --fp16); reducing them in bf16 is not built"},
     {"--apply-layernorm-1p", 0, "zero-centred norm weights (1 + gamma) are not built"},
