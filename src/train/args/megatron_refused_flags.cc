@@ -39,7 +39,8 @@ const Refused kRefused[] = {
      "a separate learning rate for the embedding and the output layer is not built (every parameter follows "
      "--min-lr)"},
     {"--grad-reduce-in-bf16", 0,
-     "gradients are reduced in fp32 (in fp16 under --fp16); reducing them in bf16 is not built"},
+     "gradients are accumulated and reduced in fp32 (--accumulate-allreduce-grads-in-fp32 is always so here); "
+     "reducing them in bf16 is not built"},
     {"--apply-layernorm-1p", 0, "zero-centred norm weights (1 + gamma) are not built"},
     {"--moe-router-force-load-balancing", 0,
      "replacing the router's choice by a balanced one (a benchmarking switch) is not built"},
