@@ -2,7 +2,8 @@
 # Megatron-Core's uneven pipeline split (--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers):
 # the logged losses of every split equal the single process's (first only, last only, both, interleaved,
 # with tensor parallelism), the log names the layers per stage, the memory report's theory holds, a
-# checkpoint saved with an uneven split resumes in one process and the reverse, and the refusals.
+# checkpoint saved with an uneven split resumes in one process and the reverse, and the refusals. Megatron-Core's
+# counted split too (--account-for-embedding/loss-in-pipeline-split), interleaved and at pp 4.
 set -uo pipefail
 tessera=${1:?usage: uneven_pipeline_cli.sh path/to/tessera}
 work=$(mktemp -d)
@@ -37,7 +38,7 @@ uneven() {
   shift 3
   out=$($mpirun -np "$ranks" "$tessera" train $model --train-iters 4 "$@" 2>&1)
   check "$what exits 0: $out" $?
-  grep -qF "layers per pipeline stage: $stages (uneven" <<<"$out"
+  grep -qF "layers per pipeline stage: $stages (" <<<"$out"
   check "$what: the log names the layers per stage $stages: $(grep 'layers per' <<<"$out")" $?
   grep -o 'activations peak (max over ranks) [0-9.]* (theory [0-9.]*)' <<<"$out" | head -1 | tr -d '()' |
     awk '{exit !($5 == $7)}'
@@ -52,6 +53,12 @@ uneven "pp 2 interleaved, first 2" 2 "2 4" --pipeline-model-parallel-size 2 --de
   --num-virtual-stages-per-pipeline-rank 2
 uneven "tp 2 x pp 2, last 2" 4 "4 2" --tensor-model-parallel-size 2 --sequence-parallel \
   --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 2
+# The embedding and the loss counted as layers: 6 + 2 over 2 stages x 2 chunks (model chunks of 1, 2, 2, 1
+# layers, each stage's two chunks of different sizes in the memory report's theory), and over 4 stages.
+counted="--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"
+uneven "pp 2 interleaved, embedding and loss counted" 2 "3 3" --pipeline-model-parallel-size 2 $counted \
+  --num-virtual-stages-per-pipeline-rank 2
+uneven "pp 4, embedding and loss counted" 4 "1 2 2 1" --pipeline-model-parallel-size 4 $counted
 
 # Checkpoints name layers globally: an uneven split's resumes in one process, and the reverse.
 $mpirun -np 3 "$tessera" train $model --train-iters 2 --pipeline-model-parallel-size 3 \

@@ -172,9 +172,35 @@ int layers_left(const LayerSplit& split) {
   return split.num_layers - std::max(split.first, 0) - std::max(split.last, 0);
 }
 
+// The flags that make the embedding and the loss count, as the user gave them.
+std::string accounted_flags(const LayerSplit& split) {
+  return str_cat(split.embedding ? "--account-for-embedding-in-pipeline-split" : "",
+                 split.embedding && split.loss ? " and " : "",
+                 split.loss ? "--account-for-loss-in-pipeline-split" : "");
+}
+
+// Megatron-Core's rules for the counted split (TransformerConfig's checks): alone, and num_layers + the
+// counted ends dividing into p stages, each stage's share into its v chunks.
+void validate_accounted_split(const LayerSplit& split, const ScheduleShape& s) {
+  const std::string flags = accounted_flags(split);
+  TESSERA_CHECK(!split.uneven(), flags, " cannot be combined with --decoder-first-pipeline-num-layers or "
+                "--decoder-last-pipeline-num-layers (as in Megatron-Core: give one way of splitting the layers)");
+  TESSERA_CHECK(s.zero_bubble != ZeroBubble::V, flags, " cannot be combined with --zero-bubble-v-schedule, which "
+                "splits the layers evenly over the V's ", 2 * s.stages, " chunks");
+  const std::string counted = str_cat("--num-layers=", split.num_layers, split.embedding ? " + 1 (the embedding)" : "",
+                                      split.loss ? " + 1 (the loss)" : "", " = ", split.counted_layers());
+  TESSERA_CHECK(split.counted_layers() % s.stages == 0, flags, ": ", counted,
+                " must be divisible by --pipeline-model-parallel-size=", s.stages);
+  TESSERA_CHECK((split.counted_layers() / s.stages) % s.chunks == 0, flags, ": ", counted, " gives each of the ",
+                s.stages, " pipeline stages ", split.counted_layers() / s.stages,
+                " layers, which must be divisible by its ", s.chunks, " virtual stages");
+}
+
 }  // namespace
 
 int stage_layer_count(const LayerSplit& split, int stages, int stage) {
+  if (split.accounts())  // its share of the counted layers, less the embedding's or the loss's place
+    return split.counted_layers() / stages - (split.embedding && stage == 0) - (split.loss && stage == stages - 1);
   if (stage == 0 && split.first >= 0) return split.first;
   if (stage == stages - 1 && split.last >= 0) return split.last;
   const int others = stages - (split.uneven() ? given_stages(split) : 0);
@@ -182,6 +208,10 @@ int stage_layer_count(const LayerSplit& split, int stages, int stage) {
 }
 
 void validate_layer_split(const LayerSplit& split, const ScheduleShape& s) {
+  if (split.accounts()) {
+    validate_accounted_split(split, s);
+    return;
+  }
   if (s.zero_bubble == ZeroBubble::V) {
     TESSERA_CHECK(!split.uneven(), "--zero-bubble-v-schedule splits the layers evenly over the V's ", 2 * s.stages,
                   " chunks: --decoder-first/last-pipeline-num-layers cannot be given with it");
@@ -219,6 +249,10 @@ LayerRange chunk_layers(const LayerSplit& split, const ScheduleShape& s, ChunkId
   if (s.zero_bubble == ZeroBubble::V) {  // even split (validate_layer_split): model chunk j after chunk j - 1
     const int per_chunk = split.num_layers / (2 * s.stages);
     return {model_chunk_index(s, c) * per_chunk, per_chunk};
+  }
+  if (split.accounts()) {  // model chunk m holds counted layers [m n, (m + 1) n), n = counted / (p v)
+    const int m = model_chunk_index(s, c), pieces = s.stages * s.chunks, n = split.counted_layers() / pieces;
+    return {m * n - (split.embedding && m > 0), n - (split.embedding && m == 0) - (split.loss && m == pieces - 1)};
   }
   int before = 0, round = 0;  // layers of the stages before c.stage in one round of chunks; of all stages
   for (int stage = 0; stage < s.stages; ++stage) {

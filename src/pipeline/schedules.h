@@ -109,10 +109,19 @@ struct LayerRange {
 // evenly over the stages between. Each stage's layers split evenly over its v chunks, and chunk k of every
 // stage comes after chunk k - 1 of all of them (Megatron-Core's offsets), so with an even split chunk j of
 // stage r holds model chunk j * p + r.
+//
+// Or Megatron-Core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split
+// (`embedding`, `loss`): the embedding (the loss) counts as one more layer before (after) the model's, and
+// those num_layers + 1 or + 2 split evenly over the p x v model chunks, so the first (last) model chunk
+// builds one transformer layer fewer, possibly none. Not combined with first/last (Megatron-Core refuses).
 struct LayerSplit {
   int num_layers = 0;
   int first = -1, last = -1;
+  bool embedding = false, loss = false;
   bool uneven() const { return first >= 0 || last >= 0; }
+  bool accounts() const { return embedding || loss; }
+  // The layers split evenly: the transformer layers plus the embedding and loss where they count.
+  int counted_layers() const { return num_layers + embedding + loss; }
 };
 int stage_layer_count(const LayerSplit& split, int stages, int stage);
 // Throws an Error naming the flags unless the split gives every stage and chunk a whole number of layers.

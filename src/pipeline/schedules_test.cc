@@ -273,5 +273,82 @@ TEST(Schedules, UnevenSplitErrorsNameTheFlags) {
   EXPECT_EQ(error({7, 1, -1}, {2, 2, 1}), "accepted");
 }
 
+// --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split (Megatron-Core's
+// get_num_layers_to_build and get_transformer_layer_offset): the embedding and the loss count as layers.
+TEST(Schedules, AccountedSplitCountsTheEmbeddingAndTheLossAsLayers) {
+  auto range = [](LayerRange r) { return std::pair{r.first, r.count}; };
+  // 6 layers + embedding + loss = 8 over 4 stages: 1, 2, 2, 1 transformer layers.
+  const LayerSplit both{6, -1, -1, true, true};
+  const ScheduleShape four{4, 4, 1};
+  EXPECT_EQ(range(chunk_layers(both, four, {0, 0})), std::pair(0, 1));
+  EXPECT_EQ(range(chunk_layers(both, four, {1, 0})), std::pair(1, 2));
+  EXPECT_EQ(range(chunk_layers(both, four, {2, 0})), std::pair(3, 2));
+  EXPECT_EQ(range(chunk_layers(both, four, {3, 0})), std::pair(5, 1));
+  for (int st = 0; st < 4; ++st) EXPECT_EQ(stage_layer_count(both, 4, st), st == 0 || st == 3 ? 1 : 2);
+  // Interleaved: 10 + 2 = 12 over 3 stages x 2 chunks, 2 counted layers per model chunk; model chunk m is
+  // chunk m / 3 of stage m % 3. The first holds the embedding and one layer, the last one layer and the loss.
+  const LayerSplit ten{10, -1, -1, true, true};
+  const ScheduleShape interleaved{3, 6, 2};
+  EXPECT_EQ(range(chunk_layers(ten, interleaved, {0, 0})), std::pair(0, 1));
+  EXPECT_EQ(range(chunk_layers(ten, interleaved, {1, 0})), std::pair(1, 2));
+  EXPECT_EQ(range(chunk_layers(ten, interleaved, {2, 0})), std::pair(3, 2));
+  EXPECT_EQ(range(chunk_layers(ten, interleaved, {0, 1})), std::pair(5, 2));
+  EXPECT_EQ(range(chunk_layers(ten, interleaved, {1, 1})), std::pair(7, 2));
+  EXPECT_EQ(range(chunk_layers(ten, interleaved, {2, 1})), std::pair(9, 1));
+  EXPECT_EQ(stage_layer_count(ten, 3, 0), 3);
+  EXPECT_EQ(stage_layer_count(ten, 3, 2), 3);
+  // One end alone: 7 + 1 = 8 over 2 stages.
+  EXPECT_EQ(range(chunk_layers(LayerSplit{7, -1, -1, true, false}, {2, 2, 1}, {0, 0})), std::pair(0, 3));
+  EXPECT_EQ(range(chunk_layers(LayerSplit{7, -1, -1, true, false}, {2, 2, 1}, {1, 0})), std::pair(3, 4));
+  EXPECT_EQ(range(chunk_layers(LayerSplit{7, -1, -1, false, true}, {2, 2, 1}, {1, 0})), std::pair(4, 3));
+  // A stage may hold the embedding (or the loss) alone, as in Megatron-Core: 2 + 2 = 4 over 4 stages.
+  EXPECT_EQ(range(chunk_layers(LayerSplit{2, -1, -1, true, true}, four, {0, 0})).second, 0);
+  EXPECT_EQ(range(chunk_layers(LayerSplit{2, -1, -1, true, true}, four, {3, 0})), std::pair(2, 0));
+  // Every layer once, in model-chunk order.
+  for (const LayerSplit& sp : {LayerSplit{10, -1, -1, true, true}, LayerSplit{11, -1, -1, true, false},
+                               LayerSplit{11, -1, -1, false, true}, LayerSplit{4, -1, -1, true, true}})
+    for (int v : {1, 2}) {
+      const ScheduleShape sh{3, 6, v};
+      validate_layer_split(sp, sh);
+      std::vector<int> owner(sp.num_layers, -1);
+      for (int st = 0; st < 3; ++st)
+        for (int k = 0; k < v; ++k) {
+          const LayerRange r = chunk_layers(sp, sh, {st, k});
+          for (int l = r.first; l < r.first + r.count; ++l) {
+            ASSERT_EQ(owner[l], -1) << "layer " << l << " twice";
+            owner[l] = k * 3 + st;
+          }
+        }
+      for (int l = 0; l < sp.num_layers; ++l) EXPECT_NE(owner[l], -1) << "layer " << l << " nowhere";
+      for (int l = 1; l < sp.num_layers; ++l) EXPECT_LE(owner[l - 1], owner[l]) << "layers out of order at " << l;
+    }
+}
+
+TEST(Schedules, AccountedSplitErrorsNameTheFlagsAndTheRule) {
+  auto error = [](const LayerSplit& split, const ScheduleShape& shape) {
+    try {
+      validate_layer_split(split, shape);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(error({6, -1, -1, true, false}, {4, 4, 1}),
+            "--account-for-embedding-in-pipeline-split: --num-layers=6 + 1 (the embedding) = 7 must be divisible by "
+            "--pipeline-model-parallel-size=4");
+  EXPECT_EQ(error({6, -1, -1, true, true}, {2, 4, 3}),
+            "--account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split: --num-layers=6 + 1 "
+            "(the embedding) + 1 (the loss) = 8 gives each of the 2 pipeline stages 4 layers, which must be divisible "
+            "by its 3 virtual stages");
+  EXPECT_EQ(error({6, 2, -1, false, true}, {2, 4, 1}),
+            "--account-for-loss-in-pipeline-split cannot be combined with --decoder-first-pipeline-num-layers or "
+            "--decoder-last-pipeline-num-layers (as in Megatron-Core: give one way of splitting the layers)");
+  ScheduleShape v{2, 4, 2};
+  v.zero_bubble = ZeroBubble::V;
+  EXPECT_NE(error({6, -1, -1, true, true}, v).find("cannot be combined with --zero-bubble-v-schedule"), std::string::npos);
+  EXPECT_EQ(error({6, -1, -1, true, true}, {1, 1, 1}), "accepted");  // one stage: all of them, as Megatron
+  EXPECT_EQ(error({7, -1, -1, false, true}, {4, 4, 1}), "accepted");
+}
+
 }  // namespace
 }  // namespace tessera::pipeline

@@ -87,9 +87,16 @@ std::string layout_problem(const model::ModelConfig& c, const Layout& l, int dev
     return fail("divisibility", str_cat("--seq-length=", c.seq_length, " is not divisible by tp ", l.tp,
                                         " with --sequence-parallel"));
   if (std::string why = context_problem(c, l); !why.empty()) return fail("divisibility", why);
-  if (c.num_layers % (static_cast<int64_t>(l.pp) * l.virtual_stages) != 0)
-    return fail("divisibility", str_cat("--num-layers=", c.num_layers, " does not split over pp ", l.pp, " x v ",
-                                        l.virtual_stages, " model chunks"));
+  const pipeline::LayerSplit split = l.layer_split(c.num_layers);
+  if (split.counted_layers() % (static_cast<int64_t>(l.pp) * l.virtual_stages) != 0)
+    return fail("divisibility", str_cat("--num-layers=", c.num_layers,
+                                        split.accounts() ? str_cat(" (", split.counted_layers(),
+                                                                   " with the embedding and/or the loss counted)")
+                                                         : std::string(),
+                                        " does not split over pp ", l.pp, " x v ", l.virtual_stages, " model chunks"));
+  if (split.accounts() && l.zero_bubble == pipeline::ZeroBubble::V)
+    return fail("divisibility", "--account-for-embedding/loss-in-pipeline-split cannot be combined with ZB-V, which "
+                                "splits the layers evenly over the V's chunks");
   if (l.virtual_stages > 1 && l.pp == 1)
     return fail("divisibility", "interleaving (v > 1) needs pipeline parallelism (pp > 1)");
   if (std::string why = expert_problem(c, l, devices); !why.empty()) return fail("experts", why);
@@ -150,6 +157,7 @@ std::string describe(const Layout& l) {
   const std::string experts = l.ep > 1 || l.etp > 0 ? str_cat(" ep", l.ep, " etp", l.expert_tp()) : "";
   return str_cat("tp", l.tp, l.cp > 1 ? str_cat(" cp", l.cp) : std::string(), " pp", l.pp, " dp", l.dp, experts, " v", l.virtual_stages,
                  l.zero_bubble == pipeline::ZeroBubble::H1 ? " zb-h1" : l.zero_bubble == pipeline::ZeroBubble::V ? " zb-v" : "",
+                 l.embedding_in_split ? " embedding-in-split" : "", l.loss_in_split ? " loss-in-split" : "",
                  " mbs", l.micro_batch_size, " gbs",
                  l.global_batch_size, l.sequence_parallel ? " sp" : "", " recompute=", to_string(l.recompute),
                  l.distributed_optimizer ? " distopt" : "",

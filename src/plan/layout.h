@@ -46,8 +46,15 @@ struct Layout {
   // Zero-bubble pipelines (--enable-zero-bubble: ZB-H1, v = 1; --zero-bubble-v-schedule: ZB-V, v = 2 in a
   // V, so the output layer sits on pipeline rank 0): each backward split into B and W (pipeline/zero_bubble.h).
   pipeline::ZeroBubble zero_bubble = pipeline::ZeroBubble::Off;
+  // --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split: the embedding / the
+  // loss counts as a layer when the layers split over the p x v model chunks (pipeline::LayerSplit).
+  bool embedding_in_split = false, loss_in_split = false;
 
   int devices() const { return tp * cp * pp * dp; }
+  // How the model's layers split over the model chunks (chunk_layer_numbers); the layers split evenly.
+  pipeline::LayerSplit layer_split(int64_t num_layers) const {
+    return {static_cast<int>(num_layers), -1, -1, embedding_in_split, loss_in_split};
+  }
   // Tokens of one sequence that a rank holds: seq / cp (exactly seq when cp = 1).
   double sequence_per_rank(int64_t seq_length) const { return static_cast<double>(seq_length) / cp; }
   int gradient_group() const { return dp * cp; }  // the ranks that reduce a dense gradient
@@ -79,7 +86,7 @@ std::string to_string(Recompute r);
 std::string to_string(Precision p);
 // "tp8 pp64 dp6 v1 mbs1 gbs3072 recompute=full", with " ep8 etp1" after dp when ep > 1 or etp is set
 // and " slices=32x64" at the end with token slices; " cp2" after tp when cp > 1; " zb-h1" or " zb-v" after
-// v with a zero-bubble schedule.
+// v with a zero-bubble schedule, then " embedding-in-split" and " loss-in-split" with the counted split.
 std::string describe(const Layout& l);
 // The token slices, runs of equal lengths as count x length: "32x64", "22x80,4x72", "40,16,8"; "" when
 // there are none.

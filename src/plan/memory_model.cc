@@ -105,7 +105,7 @@ RankParameters mtp_parameters(const model::ModelConfig& c, const Layout& l) {
 std::vector<int64_t> chunk_layer_numbers(const model::ModelConfig& c, const Layout& l, int stage, int chunk) {
   pipeline::ScheduleShape shape{l.pp, 1, l.virtual_stages};
   shape.zero_bubble = l.zero_bubble;  // ZB-V: rank r holds model chunks r and 2 pp - 1 - r
-  const pipeline::LayerRange r = pipeline::chunk_layers(static_cast<int>(c.num_layers), shape, {stage, chunk});
+  const pipeline::LayerRange r = pipeline::chunk_layers(l.layer_split(c.num_layers), shape, {stage, chunk});
   std::vector<int64_t> layers;
   for (int i = 0; i < r.count; ++i) layers.push_back(r.first + i + 1);
   return layers;
@@ -219,7 +219,8 @@ MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const
     }
     largest_chunk = std::max(largest_chunk, bytes);
   }
-  const int64_t layers_per_chunk = c.num_layers / (static_cast<int64_t>(l.pp) * l.virtual_stages);
+  // (Counting the embedding or the loss as a layer gives the stage's other chunks this many.)
+  const int64_t layers_per_chunk = l.layer_split(c.num_layers).counted_layers() / (static_cast<int64_t>(l.pp) * l.virtual_stages);
   if (l.recompute == Recompute::Full) {
     const int64_t group = std::min<int64_t>(l.recompute_num_layers, layers_per_chunk);
     const int64_t groups_per_chunk = (layers_per_chunk + group - 1) / group;

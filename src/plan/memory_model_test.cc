@@ -85,6 +85,36 @@ TEST(MemoryModel, StagesHoldTheWholeModel) {
               (static_cast<double>(c.parameter_count()) - replicated) / 4 + replicated, 1);
 }
 
+// --account-for-embedding/loss-in-pipeline-split (Layout::embedding_in_split, loss_in_split): the planner
+// prices each stage's own layers, the trainer's split (pipeline::LayerSplit).
+TEST(MemoryModel, CountedSplitGivesTheEndStagesALayerFewer) {
+  model::ModelConfig c = gpt(6, 512, 8, 128);
+  c.untie_embeddings_and_output_weights = true;  // (tied, the last stage holds a copy of the embedding)
+  Layout l;
+  l.pp = 4;
+  l.global_batch_size = 4;
+  l.embedding_in_split = l.loss_in_split = true;
+  EXPECT_EQ(chunk_layer_numbers(c, l, 0, 0), (std::vector<int64_t>{1}));
+  EXPECT_EQ(chunk_layer_numbers(c, l, 1, 0), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(chunk_layer_numbers(c, l, 2, 0), (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(chunk_layer_numbers(c, l, 3, 0), (std::vector<int64_t>{6}));
+  int64_t total = 0;
+  for (int r = 0; r < 4; ++r) total += static_cast<int64_t>(stage_parameters(c, l, r).total());
+  EXPECT_EQ(total, c.parameter_count());
+  EXPECT_EQ(layout_problem(c, l, 4), "");
+  l.loss_in_split = false;  // 6 + 1 = 7 layers over 4 stages
+  std::string family;
+  EXPECT_EQ(layout_problem(c, l, 4, &family),
+            "--num-layers=6 (7 with the embedding and/or the loss counted) does not split over pp 4 x v 1 model chunks");
+  EXPECT_EQ(family, "divisibility");
+  l.loss_in_split = true;
+  l.pp = 2;
+  l.dp = 2;
+  l.virtual_stages = 2;
+  l.zero_bubble = pipeline::ZeroBubble::V;
+  EXPECT_NE(layout_problem(c, l, 4).find("cannot be combined with ZB-V"), std::string::npos);
+}
+
 TEST(MemoryModel, PipelineMemoryUsesTheSchedulesInFlightMicroBatches) {
   const model::ModelConfig c = gpt(16, 1024, 16, 1024);
   Layout l;

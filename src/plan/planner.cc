@@ -159,20 +159,26 @@ SearchResult search_layouts(const model::ModelConfig& c, const Layout& base, con
       if (n % (static_cast<int64_t>(tp) * cp) != 0) break;  // a searched cp that does not fit beside this tp
       if ((n / (tp * cp)) % pp != 0) continue;
       const int dp = n / (tp * cp * pp);
-      if (c.num_layers % pp != 0) {
+      // The layers the stages split: with the embedding and/or the loss counted as one (base's flags).
+      const int64_t split_layers = base.layer_split(c.num_layers).counted_layers();
+      if (split_layers % pp != 0) {
         Layout l = family_layout;
         l.cp = cp;
         l.pp = pp;
         l.dp = dp;
-        result.rejected.push_back({l, "divisibility", str_cat("--num-layers=", c.num_layers, " does not split over pp ", pp)});
+        result.rejected.push_back({l, "divisibility", str_cat("--num-layers=", c.num_layers,
+                                                              split_layers != c.num_layers ? str_cat(" (", split_layers, " counted)") : std::string(),
+                                                              " does not split over pp ", pp)});
         continue;
       }
-      const int64_t layers_per_stage = c.num_layers / pp;
+      const int64_t layers_per_stage = split_layers / pp;
       for (int v = 1; v <= layers_per_stage; ++v) {
         if (layers_per_stage % v != 0 || (v > 1 && pp == 1)) continue;
         // With a pipeline, 1F1B's placement (v 1) also as ZB-H1, and two chunks per rank also as ZB-V.
         std::vector<pipeline::ZeroBubble> schedules = {pipeline::ZeroBubble::Off};
-        if (pp > 1 && v <= 2) schedules.push_back(v == 1 ? pipeline::ZeroBubble::H1 : pipeline::ZeroBubble::V);
+        // (ZB-V splits the layers evenly itself: not with the embedding or the loss counted.)
+        if (pp > 1 && v <= 2 && (v == 1 || !base.layer_split(c.num_layers).accounts()))
+          schedules.push_back(v == 1 ? pipeline::ZeroBubble::H1 : pipeline::ZeroBubble::V);
         for (pipeline::ZeroBubble zero_bubble : schedules)
         for (int64_t mbs = 1; mbs <= std::max<int64_t>(1, base.global_batch_size / dp); mbs *= 2)
           for (int etp : etps)

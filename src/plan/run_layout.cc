@@ -12,6 +12,8 @@ Layout layout_of_run(const train::TrainArguments& a) {
   l.dp = static_cast<int>(a.data_parallel_size());
   l.virtual_stages = static_cast<int>(a.virtual_pipeline_size);  // 2 under ZB-V
   l.zero_bubble = a.zero_bubble;
+  l.embedding_in_split = a.account_for_embedding_in_pipeline_split;
+  l.loss_in_split = a.account_for_loss_in_pipeline_split;
   if (a.model.moe.enabled()) {  // a dense model keeps etp unset, so that its description has no experts
     l.ep = static_cast<int>(a.expert_model_parallel_size);
     l.etp = static_cast<int>(a.expert_tensor_parallel_size);

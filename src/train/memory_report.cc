@@ -58,7 +58,11 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   auto chunk_bytes = [&](int chunk) {
     const pipeline::ChunkId id{stage, chunk};
     const bool last = pipeline::is_last_chunk(schedule, id);
-    return layers_bytes + model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id), last) +
+    // --account-for-embedding/loss-in-pipeline-split leave the first and last model chunk a layer fewer
+    // than the stage's others.
+    const int64_t own = pipeline::chunk_layers(a.layer_split, schedule, id).count;
+    return (own == chunk_layers ? layers_bytes : model::chunk_record_bytes(a.model, layout, own, a.recompute)) +
+           model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id), last) +
            (last ? model::mtp_record_bytes(a.model, layout) : 0.0);
   };
   const std::vector<pipeline::Op> ops = pipeline::build_schedule(schedule, stage);

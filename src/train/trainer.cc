@@ -91,11 +91,14 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
   // The model, its parameters (initialised on the host, moved once) and the optimizer's moments on the
   // device: what is made from here to the rounded weights names no device. Released before the
   // checkpoint loads, which reads into host tensors of its own.
-  if (args_.layer_split.uneven()) {  // said once: the flags' split
+  if (args_.layer_split.uneven() || args_.layer_split.accounts()) {  // said once: the flags' split
     std::string counts;
     for (int s = 0; s < schedule_.stages; ++s)
       counts += str_cat(s ? " " : "", pipeline::stage_layer_count(args_.layer_split, schedule_.stages, s));
-    say(str_cat(" > layers per pipeline stage: ", counts, " (uneven: --decoder-first/last-pipeline-num-layers)"));
+    say(str_cat(" > layers per pipeline stage: ", counts,
+                args_.layer_split.uneven() ? " (uneven: --decoder-first/last-pipeline-num-layers)"
+                                           : " (the embedding and/or the loss counted as a layer: "
+                                             "--account-for-embedding/loss-in-pipeline-split)"));
   }
   std::optional<DefaultDeviceScope> on_device;
   on_device.emplace(args_.device);

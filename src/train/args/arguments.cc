@@ -7,6 +7,7 @@
 #include "train/args/argument_rules.h"
 #include "train/args/command_line_flags.h"
 #include "train/args/megatron_compat_flags.h"
+#include "train/args/megatron_refused_flags.h"
 
 namespace tessera::train {
 TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64_t world_size) {
@@ -26,13 +27,18 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   auto* m = app.add_option_group("model");
   add_model_flags(*m, a);
-  for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length"})
-    m->get_option(flag)->required();
+  // (--seq-length too, or Megatron's --encoder-seq-length: finalize_model.)
+  for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads"}) m->get_option(flag)->required();
   m->add_option("--tensor-model-parallel-size", a.tensor_model_parallel_size, "Tensor-parallel size");
   m->add_option("--pipeline-model-parallel-size", a.pipeline_model_parallel_size, "Pipeline-parallel size");
   m->add_option("--context-parallel-size", a.context_parallel_size,
                 "Context-parallel size: each sequence split over this many ranks (2 x cp load-balanced chunks), "
                 "attention exchanging key/value blocks around their ring");
+  // Several values are one option (argparse's nargs='+').
+  keep_last_occurrence(m->add_option("--cp-comm-type", a.cp_comm_type,
+                                     "Megatron's context-parallel communication: p2p (Tessera's ring attention), "
+                                     "once or once per layer; a2a, allgather and a2a+p2p are not built (refused "
+                                     "with --context-parallel-size > 1, no effect without)"));
   m->add_option("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
                 "Layers per model chunk of the interleaved schedule");
   m->add_option("--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
@@ -43,6 +49,12 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   m->add_option("--decoder-last-pipeline-num-layers", a.decoder_last_pipeline_num_layers,
                 "Layers of the last pipeline stage (uneven split; the rest evenly over the others)")
       ->default_str("");
+  m->add_flag("--account-for-embedding-in-pipeline-split", a.account_for_embedding_in_pipeline_split,
+              "Count the embedding as a layer when splitting the layers evenly over the pipeline stages (the first "
+              "model chunk builds one layer fewer)");
+  m->add_flag("--account-for-loss-in-pipeline-split", a.account_for_loss_in_pipeline_split,
+              "Count the loss as a layer when splitting the layers evenly over the pipeline stages (the last model "
+              "chunk builds one layer fewer)");
   m->add_option("--pipeline-token-slices", a.pipeline_token_slices,
                 "TeraPipe's token slices: N equal slices, lengths l1,l2,... of the sequence, or auto (TeraPipe's "
                 "dynamic program, from the calibration when there is one); each micro-batch runs slice by slice "
@@ -201,6 +213,7 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
   add_resilience_flags(*app.add_option_group("resilience"), a);
   add_megatron_compat_flags(*app.add_option_group("Megatron flags accepted with no effect here"),
                             a.megatron_compat_flags);
+  add_megatron_refused_flags(*app.add_option_group("Megatron flags refused here (features Tessera does not have)"));
 
   CLI::Option_group* device = app.add_option_group("device");
   device->add_option("--device", a.device_flag,
@@ -223,6 +236,8 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
     const std::string unknown = unknown_flag_message(app, args);  // a typo, before what it caused
     throw Error(str_cat(unknown.empty() ? e.what() : unknown, " (tessera train --help lists the flags)"));
   }
+  TESSERA_CHECK(app.count("--seq-length") + app.count("--encoder-seq-length") > 0,
+                "--seq-length is required (or Megatron's --encoder-seq-length): the sequence length");
   // Megatron's default of both is None: neither given is a missing flag, not "--train-iters=0".
   TESSERA_CHECK(app.count("--train-iters") + app.count("--train-samples") > 0,
                 "give --train-iters or --train-samples: how long to train");

@@ -33,6 +33,12 @@ struct TrainArguments {
   // 8h/3 with SwiGLU; --kv-channels 0: h/heads; --max-position-embeddings 0: the sequence length;
   // the vocabulary sizes from the tokenizer). The flags below are not fields of a ModelConfig.
   model::ModelConfig model = megatron_model_defaults();
+  // Megatron's --encoder-seq-length: for GPT and BERT the sequence length itself (-1: not given), which
+  // finalize_model writes into model.seq_length; given with --seq-length, the two must agree.
+  int64_t encoder_seq_length = -1;
+  // Megatron's deprecated --no-position-embedding: no effect beside --position-embedding-type rope (the
+  // only combination Megatron still accepts), refused otherwise (finalize_model).
+  bool no_position_embedding = false;
   bool group_query_attention = false;  // without it every head is its own group (--num-query-groups ignored)
   int64_t make_vocab_size_divisible_by = 128;
   // RoPE scaling: --use-rope-scaling (Llama 3.x, factor --rope-scaling-factor) or
@@ -53,10 +59,16 @@ struct TrainArguments {
   int64_t num_layers_per_virtual_pipeline_stage = 0, num_virtual_stages_per_pipeline_rank = 0;
   // Megatron-Core's uneven pipeline split: the layers of the first and of the last stage (-1: not given).
   int64_t decoder_first_pipeline_num_layers = -1, decoder_last_pipeline_num_layers = -1;
+  // Or Megatron-Core's even split of the layers with the embedding and/or the loss counted as one layer
+  // each (pipeline::LayerSplit: the first/last model chunk builds one transformer layer fewer).
+  bool account_for_embedding_in_pipeline_split = false, account_for_loss_in_pipeline_split = false;
   bool sequence_parallel = false;
   // Context parallelism (parallel/context_parallel.h): each sequence split over cp ranks, attention
   // around their ring. Step 1 of issue 37: dense GPT layers with data parallelism (finalize_context_parallel).
   int64_t context_parallel_size = 1;
+  // Megatron's --cp-comm-type: one value for every layer, or one per layer. Tessera's ring attention is
+  // Megatron's p2p; the others (a2a, allgather, a2a+p2p) are refused under cp > 1 (finalize_context_parallel).
+  std::vector<std::string> cp_comm_type = {"p2p"};
   // Ouroboros (issue 38, docs/ouroboros.md): --pipeline-schedule 1f1b (Megatron's, interleaved with
   // virtual stages) or ouroboros (delayed gradients, K = pipeline size + 1 modules, the first and last
   // sharing the tied embedding), after --ouroboros-warmup-iters synchronous iterations.

@@ -11,7 +11,40 @@ namespace tessera::train {
 
 using rules::require;
 
+namespace {
+
+// Megatron's --cp-comm-type values: p2p is Tessera's ring attention; the others are other algorithms.
+const char* cp_comm_type_missing(const std::string& v) {
+  if (v == "a2a") return "Megatron's all-to-all (Ulysses-style: heads scattered over the cp ranks) is not built";
+  if (v == "allgather" || v == "all_gather")
+    return "Megatron's all-gather of the keys and values is not built";
+  if (v == "a2a+p2p")
+    return "Megatron's hierarchical all-to-all then ring (with --hierarchical-context-parallel-sizes) is not built";
+  return nullptr;
+}
+
+// One value for every layer, or one per layer (Megatron-Core: as many as --num-layers); p2p only, since
+// that is the attention Tessera runs. Without cp > 1 Megatron ignores it, and so does Tessera.
+void finalize_cp_comm_type(const TrainArguments& a) {
+  const std::vector<std::string>& types = a.cp_comm_type;
+  for (const std::string& v : types)
+    require(v == "p2p" || cp_comm_type_missing(v) != nullptr, "--cp-comm-type", v,
+            "must be p2p, a2a, allgather or a2a+p2p (Megatron's values)");
+  if (a.context_parallel_size == 1) return;
+  require(types.size() == 1 || static_cast<int64_t>(types.size()) == a.model.num_layers, "--cp-comm-type",
+          str_cat(types.size(), " values"),
+          str_cat("must be one value or one per layer (--num-layers=", a.model.num_layers, ")"));
+  for (const std::string& v : types)
+    if (const char* why = cp_comm_type_missing(v))
+      require(false, "--cp-comm-type", v,
+              str_cat("cannot be used with --context-parallel-size=", a.context_parallel_size,
+                      ": Tessera's context parallelism is ring attention (Megatron's p2p); ", why));
+}
+
+}  // namespace
+
 void finalize_context_parallel(TrainArguments& a) {
+  finalize_cp_comm_type(a);
   const int64_t cp = a.context_parallel_size;
   if (cp == 1) return;
   const char* flag = "--context-parallel-size";

@@ -89,9 +89,15 @@ void add_model_flags(CLI::App& app, TrainArguments& a) {
   app.add_flag("--group-query-attention", a.group_query_attention, "Use grouped-query attention");
   app.add_option("--num-query-groups", c.num_query_groups, "Key/value heads with --group-query-attention");
   app.add_option("--seq-length", c.seq_length, "Sequence length");
+  app.add_option("--encoder-seq-length", a.encoder_seq_length,
+                 "Megatron's other name of the sequence length (GPT, BERT): the same as --seq-length, which it "
+                 "must equal when both are given")
+      ->default_str("");
   app.add_option("--max-position-embeddings", c.max_position_embeddings, "Positions of the learned embedding (default seq length)");
   add_enum_option(app, "--position-embedding-type", c.position_embedding, position_embedding_names(),
                   "learned_absolute or rope");
+  app.add_flag("--no-position-embedding", a.no_position_embedding,
+               "Megatron's deprecated switch: no effect with --position-embedding-type rope, refused otherwise");
   app.add_option("--rotary-base", c.rotary_base, "Base of the rotary frequencies");
   app.add_option("--rotary-percent", c.rotary_percent, "Fraction of each head rotated by RoPE");
   app.add_flag("--use-rope-scaling", a.use_rope_scaling, "Llama 3.x RoPE frequency scaling");
@@ -128,6 +134,15 @@ void finalize_model(TrainArguments& a) {
   require_positive("--num-layers", c.num_layers);
   require_positive("--hidden-size", c.hidden_size);
   require_positive("--num-attention-heads", c.num_attention_heads);
+  // Megatron's --encoder-seq-length: for these models, where there is no separate encoder, the sequence
+  // length (its argument parsing copies one into the other).
+  if (a.encoder_seq_length != -1) {
+    require_positive("--encoder-seq-length", a.encoder_seq_length);
+    if (c.seq_length == 0) c.seq_length = a.encoder_seq_length;
+    require(c.seq_length == a.encoder_seq_length, "--encoder-seq-length", a.encoder_seq_length,
+            str_cat("must equal --seq-length=", c.seq_length,
+                    " (both are the sequence length of this model; give one of them)"));
+  }
   require_positive("--seq-length", c.seq_length);
   if (c.kv_channels == 0) {
     require(c.hidden_size % c.num_attention_heads == 0, "--hidden-size", c.hidden_size,
@@ -149,6 +164,9 @@ void finalize_model(TrainArguments& a) {
   require_positive("--ffn-hidden-size", c.ffn_hidden_size);
 
   const bool rope = c.position_embedding == model::PositionEmbedding::Rope;
+  require(!a.no_position_embedding || rope, "--no-position-embedding", "true",
+          str_cat("is deprecated (as in Megatron): give --position-embedding-type; with ",
+                  megatron_name(c.position_embedding), " the model has a position embedding"));
   if (c.max_position_embeddings == 0) c.max_position_embeddings = c.seq_length;
   if (!rope)
     require(c.max_position_embeddings >= c.seq_length, "--max-position-embeddings", c.max_position_embeddings,

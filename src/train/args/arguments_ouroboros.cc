@@ -60,6 +60,9 @@ void finalize_ouroboros(TrainArguments& a) {
   not_yet(!a.log_params_norm, "--log-params-norm");
   not_yet(!a.no_save_optim, "--no-save-optim (its checkpoint is its whole delayed state)");
   not_yet(!a.layer_split.uneven(), "an uneven pipeline split (--decoder-first/last-pipeline-num-layers)");
+  not_yet(!a.layer_split.accounts(),
+          "--account-for-embedding-in-pipeline-split or --account-for-loss-in-pipeline-split (Ouroboros cuts the "
+          "layers into its K modules itself)");
 }
 
 }  // namespace tessera::train

@@ -62,11 +62,16 @@ void finalize_parallel_layout(TrainArguments& a) {
                                     std::pair{"--decoder-last-pipeline-num-layers", a.decoder_last_pipeline_num_layers}})
     require(value == -1 || value >= 1, flag, value, "must be positive");
   a.layer_split = {static_cast<int>(c.num_layers), static_cast<int>(a.decoder_first_pipeline_num_layers),
-                   static_cast<int>(a.decoder_last_pipeline_num_layers)};
-  const bool uneven = a.layer_split.uneven();
-  // (Ouroboros cuts the layers into pp + 1 modules instead: finalize_ouroboros checks that multiple.)
-  require(uneven || c.num_layers % pp == 0 || a.pipeline_schedule == "ouroboros", "--num-layers", c.num_layers,
-          str_cat("must be divisible by --pipeline-model-parallel-size=", pp));
+                   static_cast<int>(a.decoder_last_pipeline_num_layers), a.account_for_embedding_in_pipeline_split,
+                   a.account_for_loss_in_pipeline_split};
+  const bool uneven = a.layer_split.uneven(), accounts = a.layer_split.accounts();
+  // (Ouroboros cuts the layers into pp + 1 modules instead: finalize_ouroboros checks that multiple; the
+  // counted split's rules are validate_layer_split's, below.)
+  require(uneven || accounts || c.num_layers % pp == 0 || a.pipeline_schedule == "ouroboros", "--num-layers",
+          c.num_layers, str_cat("must be divisible by --pipeline-model-parallel-size=", pp));
+  // The layers of one pipeline stage the interleaving flags divide: with the embedding or the loss
+  // counted, Megatron divides the counted layers' share.
+  const int64_t stage_layers = a.layer_split.counted_layers() / pp;
   require(!uneven || a.num_layers_per_virtual_pipeline_stage == 0, "--num-layers-per-virtual-pipeline-stage",
           a.num_layers_per_virtual_pipeline_stage,
           "cannot be combined with an uneven split: give --num-virtual-stages-per-pipeline-rank");
@@ -79,21 +84,23 @@ void finalize_parallel_layout(TrainArguments& a) {
           a.num_virtual_stages_per_pipeline_rank, "must be positive");
   a.virtual_pipeline_size = 1;
   if (a.num_layers_per_virtual_pipeline_stage > 0) {
-    require((c.num_layers / pp) % a.num_layers_per_virtual_pipeline_stage == 0,
+    require(stage_layers % a.num_layers_per_virtual_pipeline_stage == 0,
             "--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
-            str_cat("must divide the ", c.num_layers / pp, " layers of each pipeline stage"));
-    a.virtual_pipeline_size = c.num_layers / pp / a.num_layers_per_virtual_pipeline_stage;
+            str_cat("must divide the ", stage_layers, " layers of each pipeline stage",
+                    accounts ? " (the embedding or the loss counted as one)" : ""));
+    a.virtual_pipeline_size = stage_layers / a.num_layers_per_virtual_pipeline_stage;
   } else if (a.num_virtual_stages_per_pipeline_rank > 0) {
-    require(uneven || (c.num_layers / pp) % a.num_virtual_stages_per_pipeline_rank == 0,
+    require(uneven || stage_layers % a.num_virtual_stages_per_pipeline_rank == 0,
             "--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
-            str_cat("must divide the ", c.num_layers / pp, " layers of each pipeline stage"));
+            str_cat("must divide the ", stage_layers, " layers of each pipeline stage",
+                    accounts ? " (the embedding or the loss counted as one)" : ""));
     a.virtual_pipeline_size = a.num_virtual_stages_per_pipeline_rank;
   }
   require(a.virtual_pipeline_size == 1 || pp > 1, "--num-layers-per-virtual-pipeline-stage",
           a.num_layers_per_virtual_pipeline_stage,
           "the interleaved schedule needs --pipeline-model-parallel-size > 1");
   finalize_zero_bubble(a);
-  if (uneven || a.zero_bubble == pipeline::ZeroBubble::V)  // every chunk a whole number of layers (named by flag)
+  if (uneven || accounts || a.zero_bubble == pipeline::ZeroBubble::V)  // every chunk a whole number of layers (named by flag)
     pipeline::validate_layer_split(a.layer_split, schedule_shape(a, 1));
   require(a.world_size % (tp * a.pipeline_model_parallel_size) == 0, "--tensor-model-parallel-size", tp,
           str_cat("x --pipeline-model-parallel-size=", a.pipeline_model_parallel_size,
@@ -131,10 +138,12 @@ void finalize_parallel_layout(TrainArguments& a) {
             a.recompute_method.empty() ? "(none)" : a.recompute_method,
             "must be uniform or block with --recompute-granularity full");
     if (a.recompute_num_layers == 0) a.recompute_num_layers = 1;
-    int64_t chunk_layers = c.num_layers;  // the fewest layers of any model chunk
+    int64_t chunk_layers = c.num_layers;  // the fewest layers of any model chunk that has some
+    const pipeline::ScheduleShape shape = schedule_shape(a, 1);
     for (int stage = 0; stage < pp; ++stage)
-      chunk_layers = std::min<int64_t>(chunk_layers, pipeline::stage_layer_count(a.layer_split, static_cast<int>(pp), stage) /
-                                                         std::max<int64_t>(a.virtual_pipeline_size, 1));
+      for (int k = 0; k < shape.chunks; ++k)
+        if (const int n = pipeline::chunk_layers(a.layer_split, shape, {stage, k}).count; n > 0)
+          chunk_layers = std::min<int64_t>(chunk_layers, n);
     require(a.recompute_num_layers >= 1 && a.recompute_num_layers <= chunk_layers, "--recompute-num-layers",
             a.recompute_num_layers, str_cat("must be in [1, ", chunk_layers, "] (the layers of one model chunk)"));
     a.recompute = {a.recompute_method == "uniform" ? model::RecomputeMethod::Uniform : model::RecomputeMethod::Block,

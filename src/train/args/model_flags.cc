@@ -85,6 +85,7 @@ std::vector<ModelFlagConflict> model_flag_conflicts(const CLI::App& app, const T
                      str_cat(c.num_query_groups, " query groups")});
   }
   compare("--seq-length", text(m.seq_length), text(c.seq_length));
+  compare("--encoder-seq-length", text(a.encoder_seq_length), text(c.seq_length));  // Megatron's other name
   compare("--max-position-embeddings", text(m.max_position_embeddings), text(c.max_position_embeddings));
   compare("--position-embedding-type", megatron_name(m.position_embedding), megatron_name(c.position_embedding));
   compare("--rotary-base", text(m.rotary_base), text(c.rotary_base));
