@@ -84,14 +84,20 @@ for flags in "" "--moe-shared-expert-intermediate-size 128" "--moe-expert-capaci
 done
 grep -qE "activation memory per MoE layer and micro-batch \(routing taken as balanced\): [0-9.]+ MB" <<<"$out"
 check "the start-up report should show an MoE layer's activations: $out" $?
+mpi2() { OMPI_MCA_mpi_yield_when_idle=1 mpirun --oversubscribe --allow-run-as-root -np 2 "$tessera" train "$@"; }
+out=$(mpi2 $moe --tensor-model-parallel-size 2 --sequence-parallel 2>&1)
+check "MoE at tp 2 with sequence parallelism exits 0: $out" $?
+within "MoE at tp 2 + sp (each rank routes its sequence shard, the experts' rows gathered over etp)" "$out"
 for zb in --enable-zero-bubble --zero-bubble-v-schedule; do
-  out=$(OMPI_MCA_mpi_yield_when_idle=1 mpirun --oversubscribe --allow-run-as-root -np 2 "$tessera" train $big \
-        --pipeline-model-parallel-size 2 $zb --bf16 2>&1)
+  out=$(mpi2 $big --pipeline-model-parallel-size 2 $zb --bf16 2>&1)
   check "$zb --bf16 at pp 2 exits 0: $out" $?
   within "$zb --bf16" "$out"
   grep -qE "zero bubble: what a chunk's W pass holds from its B to its W per micro-batch .*: [0-9.]+ MB" <<<"$out"
   check "$zb: the start-up report should show what the W pass holds: $out" $?
 done
+out=$(mpi2 $moe --pipeline-model-parallel-size 2 --enable-zero-bubble 2>&1)
+check "MoE under ZB-H1 at pp 2 exits 0: $out" $?
+within "MoE under ZB-H1 (each expert's GEMMs deferred with their rows)" "$out"
 
 # The log's measured peak of all tensors against the kernel's peak RSS: the tensors are resident (RSS
 # at least their peak), and RSS exceeds them by no more than what a process holds without a model (the
