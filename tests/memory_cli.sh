@@ -76,7 +76,8 @@ within() {  # within "what" OUTPUT
   awk -v m="$measured" -v t="$theory" 'BEGIN { exit !(m > 0 && (m - t) / t < 0.1 && (t - m) / t < 0.1) }'
   check "$1: measured activations $measured MB should be within 10% of the theory $theory MB" $?
 }
-moe="$big --num-experts 4 --moe-router-topk 2"
+experts="--num-experts 4 --moe-router-topk 2"
+moe="$big $experts"
 for flags in "" "--moe-shared-expert-intermediate-size 128" "--moe-expert-capacity-factor 1.0 --moe-grouped-gemm --moe-pad-expert-input-to-capacity" "--bf16"; do
   out=$("$tessera" train $moe $flags 2>&1)
   check "MoE run $flags exits 0: $out" $?
@@ -95,9 +96,16 @@ for zb in --enable-zero-bubble --zero-bubble-v-schedule; do
   grep -qE "zero bubble: what a chunk's W pass holds from its B to its W per micro-batch .*: [0-9.]+ MB" <<<"$out"
   check "$zb: the start-up report should show what the W pass holds: $out" $?
 done
-out=$(mpi2 $moe --pipeline-model-parallel-size 2 --enable-zero-bubble 2>&1)
-check "MoE under ZB-H1 at pp 2 exits 0: $out" $?
-within "MoE under ZB-H1 (each expert's GEMMs deferred with their rows)" "$out"
+# The W passes of an MoE layer (each expert's GEMMs over its rows), of Multi-Latent Attention's projections,
+# and of the multi-token prediction modules (their layers, eh_proj, their output layer; MoE as the last).
+for flags in "$experts --enable-zero-bubble" \
+             "--multi-latent-attention --q-lora-rank 32 --kv-lora-rank 16 --qk-head-dim 16 --qk-pos-emb-head-dim 8
+              --v-head-dim 16 --position-embedding-type rope --enable-zero-bubble" \
+             "$experts --mtp-num-layers 1 --zero-bubble-v-schedule"; do
+  out=$(mpi2 $big $flags --pipeline-model-parallel-size 2 2>&1)
+  check "pp 2 $flags exits 0: $out" $?
+  within "pp 2 $flags" "$out"
+done
 
 # The log's measured peak of all tensors against the kernel's peak RSS: the tensors are resident (RSS
 # at least their peak), and RSS exceeds them by no more than what a process holds without a model (the

@@ -107,11 +107,29 @@ double layer_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64
          moe_record_bytes(c, l, layer_number);
 }
 
+// Multi-Latent Attention's deferred GEMMs (model/multi_latent_attention.cc): linear_proj (the values'
+// columns of the output), the up projections over the gathered rows (split by heads), and the down
+// projections, replicated, over the rank's own rows (each holding the layer's input).
+double mla_weight_gradient_bytes(const ModelConfig& c, const ActivationLayout& l) {
+  const MlaConfig& m = c.mla;
+  const double rows = tokens(l), local = slot_tokens(l), h = static_cast<double>(c.hidden_size);
+  const double heads = static_cast<double>(c.num_attention_heads) / static_cast<double>(l.tensor_parallel);
+  const double kv = static_cast<double>(m.kv_lora_rank), q = static_cast<double>(m.q_lora_rank);
+  const double q_columns = heads * static_cast<double>(m.q_head_dim());
+  double elements = rows * (h + heads * static_cast<double>(m.v_head_dim)) +                  // linear_proj
+                    rows * (kv + heads * static_cast<double>(m.qk_head_dim + m.v_head_dim)) +  // kv up
+                    local * (h + kv + static_cast<double>(m.qk_pos_emb_head_dim));              // kv down
+  elements += m.q_lora_rank > 0 ? rows * (q + q_columns) + local * (h + q)  // q up, q down
+                                : rows * (h + q_columns);                   // q
+  return elements * 4.0;
+}
+
 double layer_weight_gradient_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layer_number) {
   const double rows = tokens(l), t = static_cast<double>(l.tensor_parallel), h = static_cast<double>(c.hidden_size);
   const double heads = static_cast<double>(c.num_attention_heads * c.kv_channels);
   // QKV: its input and its output's gradient; linear_proj: its output's gradient and its input.
-  double bytes = rows * (2.0 * h + (static_cast<double>(c.qkv_size()) + heads) / t) * 4.0;
+  double bytes = c.mla.enabled ? mla_weight_gradient_bytes(c, l)
+                               : rows * (2.0 * h + (static_cast<double>(c.qkv_size()) + heads) / t) * 4.0;
   const MoeConfig& m = c.moe;
   if (m.experts(layer_number) == 0)
     return bytes + mlp_weight_gradient_bytes(c, rows, static_cast<double>(c.ffn_hidden_size), t);
@@ -169,8 +187,19 @@ double mtp_module_extra_bytes(const ModelConfig& c, const ActivationLayout& l) {
 }
 
 double mtp_record_bytes(const ModelConfig& c, const ActivationLayout& l) {
-  if (c.mtp_num_layers == 0) return 0;
-  return static_cast<double>(c.mtp_num_layers) * (layer_record_bytes(c, l) + mtp_module_extra_bytes(c, l));
+  double bytes = 0;  // each module's layer is layer num_layers + i + 1, MoE where the last layer is
+  for (int64_t i = 0; i < c.mtp_num_layers; ++i)
+    bytes += layer_record_bytes(c, l, c.num_layers + i + 1) + mtp_module_extra_bytes(c, l);
+  return bytes;
+}
+
+double mtp_weight_gradient_bytes(const ModelConfig& c, const ActivationLayout& l) {
+  const double h = static_cast<double>(c.hidden_size), t = static_cast<double>(l.tensor_parallel);
+  double bytes = 0;  // per module: its layer's, its output layer's and eh_proj's (input [2h], gathered)
+  for (int64_t i = 0; i < c.mtp_num_layers; ++i)
+    bytes += layer_weight_gradient_bytes(c, l, c.num_layers + i + 1) + head_weight_gradient_bytes(c, l) +
+             tokens(l) * (2.0 * h + h / t) * 4.0;
+  return bytes;
 }
 
 double sliced_mtp_gradient_bytes(const ModelConfig& c, const ActivationLayout& l) {

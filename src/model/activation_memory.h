@@ -60,12 +60,16 @@ double moe_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t
 // its input and its output's gradient, both fp32 (backward widened the kept activations) and whole
 // sequences (s b rows: sequence parallelism gathers them): QKV, linear_proj, fc1 and fc2, and in an MoE
 // layer each expert's fc1 and fc2 over its rows (padded under --moe-grouped-gemm) and the shared
-// expert's and residual MLP's. The router and the residual mixing weights stay in B. Multi-Latent
-// Attention's projections are priced as standard attention's.
+// expert's and residual MLP's, and Multi-Latent Attention's projections (mla_weight_gradient_bytes).
+// The router and the residual mixing weights stay in B.
 double layer_weight_gradient_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layer_number);
+double mla_weight_gradient_bytes(const ModelConfig& c, const ActivationLayout& l);
 // The same for the output layer of the last chunk: its fp32 logits' gradient shard and the gathered
 // final-norm output.
 double head_weight_gradient_bytes(const ModelConfig& c, const ActivationLayout& l);
+// The same for the multi-token prediction modules of the last chunk: per module its layer's, its output
+// layer's, and eh_proj's gathered [2h] input and output gradient.
+double mtp_weight_gradient_bytes(const ModelConfig& c, const ActivationLayout& l);
 // Tessera: bytes a layer input holds (what a recomputed group keeps).
 double layer_input_bytes(const ModelConfig& c, const ActivationLayout& l);
 // Tessera: bytes the records of a chunk of `layers` layers hold for one micro-batch under `r`: dense

@@ -56,8 +56,9 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   // GEMM's fp32 input and output gradient).
   auto weight_pass_bytes = [&](int chunk) {
     const pipeline::LayerRange r = chunk_range(chunk);
-    double bytes = pipeline::is_last_chunk(schedule, {stage, chunk}) ? model::head_weight_gradient_bytes(a.model, layout)
-                                                                      : 0.0;
+    double bytes = pipeline::is_last_chunk(schedule, {stage, chunk})
+                       ? model::head_weight_gradient_bytes(a.model, layout) + model::mtp_weight_gradient_bytes(a.model, layout)
+                       : 0.0;
     for (int i = 0; i < r.count; ++i) bytes += model::layer_weight_gradient_bytes(a.model, layout, r.first + 1 + i);
     return bytes;
   };
