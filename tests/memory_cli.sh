@@ -67,6 +67,46 @@ head=$(grep -oE "output layer per micro-batch \(fp32 logits shard, final norm, l
 awk -v h="$head" -v t="$theory" 'BEGIN { exit !(h > 7.8 && h < 0.9 * t) }'
 check "the start-up report should show the output layer's $head MB (logits) inside the $theory MB" $?
 
+# Mixture of experts: the theory counts what an MoE layer keeps (router, routed rows, the experts' rows
+# and activations at k copies, shared expert), and zero bubble what the W passes hold from B to W (fp32
+# GEMM inputs and output gradients, twice a 16-bit record's bytes under --bf16); both agree with the
+# measurement, as the dense runs above.
+within() {  # within "what" OUTPUT
+  read -r measured theory < <(activations "$2" | grep -oE "[0-9.]+" | tr '\n' ' ')
+  awk -v m="$measured" -v t="$theory" 'BEGIN { exit !(m > 0 && (m - t) / t < 0.1 && (t - m) / t < 0.1) }'
+  check "$1: measured activations $measured MB should be within 10% of the theory $theory MB" $?
+}
+experts="--num-experts 4 --moe-router-topk 2"
+moe="$big $experts"
+for flags in "" "--moe-shared-expert-intermediate-size 128" "--moe-expert-capacity-factor 1.0 --moe-grouped-gemm --moe-pad-expert-input-to-capacity" "--bf16"; do
+  out=$("$tessera" train $moe $flags 2>&1)
+  check "MoE run $flags exits 0: $out" $?
+  within "MoE $flags" "$out"
+done
+grep -qE "activation memory per MoE layer and micro-batch \(routing taken as balanced\): [0-9.]+ MB" <<<"$out"
+check "the start-up report should show an MoE layer's activations: $out" $?
+mpi2() { OMPI_MCA_mpi_yield_when_idle=1 mpirun --oversubscribe --allow-run-as-root -np 2 "$tessera" train "$@"; }
+out=$(mpi2 $moe --tensor-model-parallel-size 2 --sequence-parallel 2>&1)
+check "MoE at tp 2 with sequence parallelism exits 0: $out" $?
+within "MoE at tp 2 + sp (each rank routes its sequence shard, the experts' rows gathered over etp)" "$out"
+for zb in --enable-zero-bubble --zero-bubble-v-schedule; do
+  out=$(mpi2 $big --pipeline-model-parallel-size 2 $zb --bf16 2>&1)
+  check "$zb --bf16 at pp 2 exits 0: $out" $?
+  within "$zb --bf16" "$out"
+  grep -qE "zero bubble: what a chunk's W pass holds from its B to its W per micro-batch .*: [0-9.]+ MB" <<<"$out"
+  check "$zb: the start-up report should show what the W pass holds: $out" $?
+done
+# The W passes of an MoE layer (each expert's GEMMs over its rows), of Multi-Latent Attention's projections,
+# and of the multi-token prediction modules (their layers, eh_proj, their output layer; MoE as the last).
+for flags in "$experts --enable-zero-bubble" \
+             "--multi-latent-attention --q-lora-rank 32 --kv-lora-rank 16 --qk-head-dim 16 --qk-pos-emb-head-dim 8
+              --v-head-dim 16 --position-embedding-type rope --enable-zero-bubble" \
+             "$experts --mtp-num-layers 1 --zero-bubble-v-schedule"; do
+  out=$(mpi2 $big $flags --pipeline-model-parallel-size 2 2>&1)
+  check "pp 2 $flags exits 0: $out" $?
+  within "pp 2 $flags" "$out"
+done
+
 # The log's measured peak of all tensors against the kernel's peak RSS: the tensors are resident (RSS
 # at least their peak), and RSS exceeds them by no more than what a process holds without a model (the
 # tiny run's RSS beyond its tensors) plus 15% for the heap's slack.

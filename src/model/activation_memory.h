@@ -24,6 +24,8 @@ struct ActivationLayout {
   int64_t tensor_parallel = 1;
   bool sequence_parallel = false;
   bool selective_recompute = false;  // the paper's selective recomputation (drops the 5as/h term)
+  // An MoE layer's experts: split over ep ranks, each expert's MLP over etp ranks.
+  int64_t expert_parallel = 1, expert_tensor_parallel = 1;
 };
 
 // Multi-Latent Attention's record per token (ModelConfig::mla): its latents on the rank's rows and the
@@ -35,12 +37,46 @@ double korthikanti_layer_bytes(const ModelConfig& c, const ActivationLayout& l);
 // The paper's bytes per layer kept under full recomputation: the layer input, 2·s·b·h (/t with SP).
 double korthikanti_full_recompute_layer_bytes(const ModelConfig& c, const ActivationLayout& l);
 
-// Tessera: bytes one layer's record holds for one micro-batch when it keeps everything.
+// Tessera: bytes one layer's record holds for one micro-batch when it keeps everything: a dense layer's,
+// and that of 1-based layer `layer_number`, whose feed-forward slot is MoE where c.moe gives it experts.
 double layer_record_bytes(const ModelConfig& c, const ActivationLayout& l);
+double layer_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layer_number);
+// Routed rows one rank sends to the experts of MoE layer `layer_number` per micro-batch, routing taken as
+// balanced: T x k dropless (T = s b, / t under sequence parallelism), at most E x capacity with a
+// capacity factor, exactly E x min(capacity, T) when padded to capacity. 0 for a dense layer.
+double moe_routed_rows(const ModelConfig& c, const ActivationLayout& l, int64_t layer_number);
+// What an MoE feed-forward slot's record keeps for one micro-batch (model/moe_layer.cc's MoeRecord), with
+// R = moe_routed_rows and routing balanced (each rank receives as many rows as it sends, etp x R after the
+// expert tensor group's all-gather): the router's fp32 logits [T, E], int32 indices and fp32 probabilities
+// [T, k], load-balancing counts [groups, E] and jittered input [T, h]; each row's int32 token and slot
+// and fp32 probability; the experts' input rows (etp R x h) and their outputs back here (R x h); each
+// expert's fc1 output and activation (etp R x (fc1 + f) / etp), under --moe-grouped-gemm every local
+// expert padded to the most rows any has (balanced: the same); the shared expert and the residual MLP as
+// tensor-parallel MLPs over the gathered s b rows, and the residual form's two outputs and fp32 mixing
+// logits [T, 2]. Activations take e bytes (16 bits under mixed precision), the rest 4.
+double moe_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layer_number);
+// Zero bubble (pipeline/zero_bubble.h): what one layer's W pass holds from its B to its W for one
+// micro-batch (model/weight_gradient_store.h): for each linear layer whose weight gradient is deferred,
+// its input and its output's gradient, both fp32 (backward widened the kept activations) and whole
+// sequences (s b rows: sequence parallelism gathers them): QKV, linear_proj, fc1 and fc2, and in an MoE
+// layer each expert's fc1 and fc2 over its rows (padded under --moe-grouped-gemm) and the shared
+// expert's and residual MLP's, and Multi-Latent Attention's projections (mla_weight_gradient_bytes).
+// The router and the residual mixing weights stay in B.
+double layer_weight_gradient_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layer_number);
+double mla_weight_gradient_bytes(const ModelConfig& c, const ActivationLayout& l);
+// The same for the output layer of the last chunk: its fp32 logits' gradient shard and the gathered
+// final-norm output.
+double head_weight_gradient_bytes(const ModelConfig& c, const ActivationLayout& l);
+// The same for the multi-token prediction modules of the last chunk: per module its layer's, its output
+// layer's, and eh_proj's gathered [2h] input and output gradient.
+double mtp_weight_gradient_bytes(const ModelConfig& c, const ActivationLayout& l);
 // Tessera: bytes a layer input holds (what a recomputed group keeps).
 double layer_input_bytes(const ModelConfig& c, const ActivationLayout& l);
-// Tessera: bytes the records of a chunk of `layers` layers hold for one micro-batch under `r`.
+// Tessera: bytes the records of a chunk of `layers` layers hold for one micro-batch under `r`: dense
+// layers, or the 1-based layers first_layer, ..., first_layer + layers - 1 (MoE ones priced as such).
 double chunk_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t layers, const Recompute& r);
+double chunk_record_bytes(const ModelConfig& c, const ActivationLayout& l, int64_t first_layer, int64_t layers,
+                          const Recompute& r);
 // Elements of one layer's keys and values for one micro-batch of the whole sequence on one tensor rank
 // (its query groups): the key/value cache each layer of a token-sliced pipeline keeps. Multi-Latent
 // Attention caches each of its heads' up-projected key and value, max(q_head_dim, v_head_dim) wide.

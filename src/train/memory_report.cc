@@ -28,7 +28,9 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   // attention kernel keeps no scores, so nothing grows with the whole sequence).
   model::ActivationLayout layout{a.micro_batch_size, a.model.seq_length / a.context_parallel_size,
                                  a.tensor_model_parallel_size, a.sequence_parallel,
-                                 a.recompute_granularity == "selective"};
+                                 a.recompute_granularity == "selective", a.expert_model_parallel_size,
+                                 a.expert_tensor_parallel_size > 0 ? a.expert_tensor_parallel_size
+                                                                   : a.tensor_model_parallel_size};
   p.activation_per_layer = model::layer_record_bytes(a.model, layout);
   p.korthikanti_per_layer = model::korthikanti_layer_bytes(a.model, layout);
   p.head_per_micro_batch = model::chunk_extra_bytes(a.model, layout, false, true) -
@@ -38,7 +40,28 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   // tokens and the last the head's tensors (the logits above all), so the peak is walked along the
   // schedule rather than taken as records in flight times one size.
   const int64_t chunk_layers = pipeline::stage_layer_count(a.layer_split, schedule.stages, stage) / schedule.chunks;
-  const double layers_bytes = model::chunk_record_bytes(a.model, layout, chunk_layers, a.recompute);
+  // Each chunk's own layers: MoE layers (--moe-layer-freq, a pyramid) keep more than dense ones.
+  auto chunk_range = [&](int chunk) { return pipeline::chunk_layers(a.layer_split, schedule, {stage, chunk}); };
+  auto layers_bytes = [&](int chunk) {
+    const pipeline::LayerRange r = chunk_range(chunk);
+    return model::chunk_record_bytes(a.model, layout, r.first + 1, r.count, a.recompute);
+  };
+  for (int chunk = 0; chunk < schedule.chunks; ++chunk) {
+    const pipeline::LayerRange r = chunk_range(chunk);
+    for (int64_t layer = r.first + 1; layer <= r.first + r.count; ++layer)
+      if (a.model.moe.experts(layer) > 0)
+        p.moe_layer_per_layer = std::max(p.moe_layer_per_layer, model::layer_record_bytes(a.model, layout, layer));
+  }
+  // Zero bubble: from a chunk's B to its W, what the W pass reads instead of the record (each deferred
+  // GEMM's fp32 input and output gradient).
+  auto weight_pass_bytes = [&](int chunk) {
+    const pipeline::LayerRange r = chunk_range(chunk);
+    double bytes = pipeline::is_last_chunk(schedule, {stage, chunk})
+                       ? model::head_weight_gradient_bytes(a.model, layout) + model::mtp_weight_gradient_bytes(a.model, layout)
+                       : 0.0;
+    for (int i = 0; i < r.count; ++i) bytes += model::layer_weight_gradient_bytes(a.model, layout, r.first + 1 + i);
+    return bytes;
+  };
   // Token slices: the caches replace the keys and values a layer record keeps (none under full
   // recomputation, 16-bit ones under mixed precision), in fp32.
   // The caches' bytes beyond what the records would keep; a layer's keys and values in fp32 (one cache);
@@ -58,11 +81,9 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
   auto chunk_bytes = [&](int chunk) {
     const pipeline::ChunkId id{stage, chunk};
     const bool last = pipeline::is_last_chunk(schedule, id);
-    // --account-for-embedding/loss-in-pipeline-split leave the first and last model chunk a layer fewer
-    // than the stage's others.
-    const int64_t own = pipeline::chunk_layers(a.layer_split, schedule, id).count;
-    return (own == chunk_layers ? layers_bytes : model::chunk_record_bytes(a.model, layout, own, a.recompute)) +
-           model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id), last) +
+    // Each chunk's own layers: --account-for-embedding/loss-in-pipeline-split leave the first and last a
+    // layer fewer than the stage's others.
+    return layers_bytes(chunk) + model::chunk_extra_bytes(a.model, layout, pipeline::is_first_chunk(schedule, id), last) +
            (last ? model::mtp_record_bytes(a.model, layout) : 0.0);
   };
   const std::vector<pipeline::Op> ops = pipeline::build_schedule(schedule, stage);
@@ -70,10 +91,23 @@ MemoryPrediction predict_memory(const TrainArguments& a, const pipeline::Schedul
     // One stage's slices in one forward: with multi-token prediction the modules read a copy of the whole
     // sequence's h0 (and keep its positions instead of the tokens, as many bytes).
     const double mtp_h0 = a.token_slices.empty() ? 0.0 : model::sliced_mtp_gradient_bytes(a.model, layout);
-    p.activations = pipeline::peak_in_flight_bytes(ops, [&](int chunk) {
+    auto record = [&](int chunk) {
       return chunk_bytes(chunk) + slice_caches_extra +
              (pipeline::is_last_chunk(schedule, {stage, chunk}) ? mtp_h0 : 0.0);
-    });
+    };
+    // Walked as the trainer counts: a forward adds its record, a backward removes it (and under zero
+    // bubble adds what its W pass holds), a W removes that.
+    const bool split = std::any_of(ops.begin(), ops.end(),
+                                   [](const pipeline::Op& op) { return op.kind == pipeline::OpKind::BackwardWeight; });
+    double live = 0;
+    for (const pipeline::Op& op : ops) {
+      if (op.kind == pipeline::OpKind::Forward) live += record(op.chunk);
+      if (op.kind == pipeline::OpKind::Backward) live += (split ? weight_pass_bytes(op.chunk) : 0.0) - record(op.chunk);
+      if (op.kind == pipeline::OpKind::BackwardWeight) live -= weight_pass_bytes(op.chunk);
+      p.activations = std::max(p.activations, live);
+    }
+    for (int chunk = 0; split && chunk < schedule.chunks; ++chunk)
+      p.weight_pass_per_micro_batch = std::max(p.weight_pass_per_micro_batch, weight_pass_bytes(chunk));
   } else {  // TeraPipe across stages: a slice's records are its share of the tokens (less the keys and
             // values, which are in the caches); the caches live from slice 0's forward to slice 0's
             // backward, their gradients from the last slice's backward on (a later micro-batch's forwards
@@ -122,6 +156,15 @@ std::string memory_report(const TrainArguments& a, const MemoryPrediction& p) {
       "   activation memory per transformer layer and micro-batch: ", megabytes(p.activation_per_layer),
       " MB (Korthikanti et al., 16-bit activations with dropout masks: ", megabytes(p.korthikanti_per_layer),
       " MB)", recompute, "\n",
+      p.moe_layer_per_layer > 0
+          ? str_cat("   activation memory per MoE layer and micro-batch (routing taken as balanced): ",
+                    megabytes(p.moe_layer_per_layer), " MB\n")
+          : std::string(),
+      p.weight_pass_per_micro_batch > 0
+          ? str_cat("   zero bubble: what a chunk's W pass holds from its B to its W per micro-batch (fp32 inputs "
+                    "and output gradients of the deferred GEMMs, in place of the chunk's record): ",
+                    megabytes(p.weight_pass_per_micro_batch), " MB\n")
+          : std::string(),
       "   output layer per micro-batch (fp32 logits shard, final norm, labels): ", megabytes(p.head_per_micro_batch),
       " MB, on the last pipeline stage\n",
       p.token_slice_caches > 0

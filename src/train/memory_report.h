@@ -16,6 +16,9 @@ struct MemoryPrediction {
   double weight_and_optimizer = 0;  // bytes: fp32 weight, gradient and two Adam moments per parameter
   double activation_per_layer = 0;  // bytes one layer keeps per micro-batch (no recomputation)
   double korthikanti_per_layer = 0;  // the paper's 16-bit figure for the same layer
+  double moe_layer_per_layer = 0;   // bytes the largest MoE layer of this stage keeps per micro-batch (0: none)
+  // Zero bubble: the most bytes a chunk's W pass holds from its B to its W, per micro-batch (0: no W pass).
+  double weight_pass_per_micro_batch = 0;
   double head_per_micro_batch = 0;  // bytes the last stage's output layer keeps per micro-batch (logits)
   double activations = 0;           // bytes held at the schedule's peak: layer records, ids and the head
   // --pipeline-token-slices: each micro-batch's key/value caches on this rank (every layer's keys and
