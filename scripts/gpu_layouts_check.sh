@@ -7,7 +7,8 @@
 # runs, but a bus bandwidth needs two ranks with a GPU each, so none is written), a measured one-GPU step
 # (bench_gpu_train --cluster-output) and `tessera plan --cluster` fitted to it; prints one table last.
 #   bash scripts/gpu_layouts_check.sh [--dry-run] [--calibration-only] [BUNDLE (build/cuda-bundle, or its .tar.gz)]
-# --calibration-only skips the layouts (a device session with little time left).
+# --calibration-only skips the layouts (a device session with little time left). Nothing starts after
+# GPU_LAYOUTS_DEADLINE_S seconds (400): what did not fit fails as not run, and the table is still printed.
 # BUNDLE is what scripts/build_cuda_bundle.sh makes (bin/tessera, bin/mpirun, bin/orted, the tests,
 # lib/ with Open MPI's plugins), or a build folder with tessera in it. From a development machine:
 #   scripts/build_cuda_bundle.sh, then the device tool's
@@ -31,6 +32,9 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
+# The whole script stops starting work at this many seconds (GPU_LAYOUTS_DEADLINE_S), so its table is
+# printed before the device tool's timeout_s (420) ends it: parts that do not fit fail as not run.
+deadline=${GPU_LAYOUTS_DEADLINE_S:-400}
 bundle=${1:-$root/build/cuda-bundle}
 out=${OUT:-$root/build/gpu-layouts-check}
 if [ ! -d "$bundle" ] && [ -f "${bundle%.tar.gz}.tar.gz" ]; then
@@ -71,7 +75,7 @@ small_gpt=(train --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-l
 missing=()
 for f in "$tessera" "$nccl_test" "$mpirun" "$bench_collectives" "$bench_gpu_train"; do [ -x "$f" ] || missing+=("$f"); done
 if [ $dry_run -eq 1 ]; then
-  echo "gpu_layouts_check plan (bundle $bundle, results in $out):"
+  echo "gpu_layouts_check plan (bundle $bundle, results in $out, nothing started after ${deadline} s):"
   echo "  nccl world size 1: $nccl_test"
   for l in "${layouts[@]}"; do
     IFS='|' read -r name flags precision <<<"$l"
@@ -105,11 +109,17 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yi
 summary=()
 failed=0
 row() { summary+=("$(printf '%-30s %-8s %s' "$1" "$2" "$3")"); [ "$2" = OK ] || [ "$2" = "-" ] || failed=1; }
-# run NAME SECONDS COMMAND...: the command under a time limit, its output in $out/NAME.txt; its status.
+# run NAME SECONDS COMMAND...: the command under a time limit (cut to what is left before the deadline),
+# its output in $out/NAME.txt; its status (124 when it timed out or there was no time left to start it).
 run() {
-  local name=$1 limit=$2
+  local name=$1 limit=$2 left=$((deadline - SECONDS))
   shift 2
   echo "=== $name"
+  if [ $left -lt 10 ]; then
+    echo "not run: ${left} s left before the deadline (GPU_LAYOUTS_DEADLINE_S=$deadline)" | tee "$out/$name.txt"
+    return 124
+  fi
+  [ $left -lt "$limit" ] && limit=$left
   timeout "$limit" "$@" > "$out/$name.txt" 2>&1
   local rc=$?
   tail -5 "$out/$name.txt"

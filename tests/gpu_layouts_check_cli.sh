@@ -40,6 +40,14 @@ grep -qF "  tp2+sp kd (fp32): " <<<"$plan" &&
   grep -qF -- "--sequence-parallel --kd --load-teacher" <<<"$plan" &&
   grep -qF -- "--hidden-size 96 --ffn-hidden-size 160 --train-iters 4 --device cpu --save" <<<"$plan"
 check "the plan distils (tp2+sp, --kd) on the GPU from a teacher trained on the CPU: $plan" $?
+# Past the deadline nothing starts, yet the table is printed and the check fails: a device run that
+# would outlast the device tool's timeout still says what ran.
+late=$(OUT=$(mktemp -d) GPU_LAYOUTS_DEADLINE_S=0 bash "$script" "$build" 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -qF "=== gpu_layouts_check summary" <<<"$late" &&
+  grep -qE "^cp2 +FAILED +rc gpu 124, cpu 124" <<<"$late" && grep -qF "not run: " <<<"$late" &&
+  grep -qF "gpu_layouts_check: FAILED" <<<"$late"
+check "past GPU_LAYOUTS_DEADLINE_S nothing runs, the table is printed and the check fails (rc $rc): $late" $?
 empty=$(mktemp -d)
 missing=$(bash "$script" --dry-run "$empty" 2>&1)
 [ $? -eq 1 ] && grep -qF "gpu_layouts_check: missing $empty/tessera" <<<"$missing"
