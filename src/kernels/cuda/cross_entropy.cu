@@ -11,6 +11,7 @@
 
 #include "core/allocator.h"
 #include "core/check.h"
+#include "kernels/cuda/block_max.cuh"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/vocab_parallel_loss.h"
@@ -18,20 +19,6 @@
 
 namespace tessera::kernels::cuda {
 namespace {
-
-// Float bits mapped to int32 so that integer order is float order (its own inverse), as on the CPU.
-__device__ inline int32_t ordered_bits(int32_t b) { return b ^ ((b >> 31) & 0x7fffffff); }
-
-// The max of v over the block, returned to every thread. `scratch` is __shared__ int32_t[32].
-__device__ inline int32_t block_max(int32_t v, int32_t* scratch) {
-  v = __reduce_max_sync(0xffffffffu, v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : INT32_MIN;
-  return __reduce_max_sync(0xffffffffu, v);
-}
 
 __global__ void shard_stats_kernel(const float* logits, const int32_t* targets, float* max_out, float* sumexp_out,
                                    float* target_logit_out, int64_t vocab_local, int64_t vocab_begin) {

@@ -10,6 +10,7 @@
 
 #include "core/allocator.h"
 #include "core/check.h"
+#include "kernels/cuda/block_max.cuh"
 #include "kernels/cuda/distillation_loss.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/math/distillation.h"
@@ -18,23 +19,8 @@
 namespace tessera::kernels::cuda {
 namespace {
 
-// Float bits mapped to int32 so that integer order is float order (its own inverse), as the
-// cross-entropy's statistics take their max (kernels/cuda/cross_entropy.cu).
-__device__ inline int32_t kd_ordered_bits(int32_t b) { return b ^ ((b >> 31) & 0x7fffffff); }
-
-// The max of v over the block, returned to every thread. `scratch` is __shared__ int32_t[32].
-__device__ inline int32_t kd_block_max(int32_t v, int32_t* scratch) {
-  v = __reduce_max_sync(0xffffffffu, v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : INT32_MIN;
-  return __reduce_max_sync(0xffffffffu, v);
-}
-
 __device__ inline float block_max_of(int32_t ordered, int32_t* scratch) {
-  return __int_as_float(kd_ordered_bits(kd_block_max(ordered, scratch)));
+  return __int_as_float(ordered_bits(block_max(ordered, scratch)));
 }
 
 __global__ void kd_stats_kernel(const float* student, const float* teacher, float inv, float* stats, int64_t rows,
@@ -44,9 +30,9 @@ __global__ void kd_stats_kernel(const float* student, const float* teacher, floa
   const int64_t r = blockIdx.x;
   const float* s = student + r * vocab_local;
   const float* t = teacher + r * vocab_local;
-  int32_t so = kd_ordered_bits(__float_as_int(-INFINITY)), to = so;
+  int32_t so = ordered_bits(__float_as_int(-INFINITY)), to = so;
   for (int64_t j = threadIdx.x; j < vocab_local; j += blockDim.x) {
-    const int32_t a = kd_ordered_bits(__float_as_int(s[j] * inv)), b = kd_ordered_bits(__float_as_int(t[j] * inv));
+    const int32_t a = ordered_bits(__float_as_int(s[j] * inv)), b = ordered_bits(__float_as_int(t[j] * inv));
     so = a > so ? a : so;
     to = b > to ? b : to;
   }
