@@ -128,27 +128,6 @@ worst_train_difference() {
     END {print (n == want ? w : "missing")}'
 }
 
-# train_mla_mtp_on_gpu_and_cpu [ENV...]: the DeepSeek-style toy GPT above on the GPU and on the CPU from the
-# same seed, and a summary line: every logged lm loss and mtp_1 loss within 1e-4 relative, as the dense
-# GPT's, and grad norm (less its printing's rounding) within 1e-3, else the check fails. The steps take at
-# most what the caller's phase leaves.
-train_mla_mtp_on_gpu_and_cpu() {
-  local mpi=(OMPI_MCA_mca_base_component_path="$bundle/lib/openmpi" OMPI_MCA_ess_singleton_isolated=1)
-  local name="tessera train MLA+MTP --device"
-  pushd "$out" >/dev/null || return
-  step "$name cuda" 30 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${mla_mtp_gpt[@]}" --device cuda
-  step "$name cpu" 30 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${mla_mtp_gpt[@]}" --device cpu
-  popd >/dev/null || return
-  local gpu="$out/$name cuda.txt" cpu="$out/$name cpu.txt" lm mtp grad verdict
-  lm=$(worst_train_difference "$gpu" "$cpu" "lm loss" $mla_mtp_iterations)
-  mtp=$(worst_train_difference "$gpu" "$cpu" "mtp_1 loss" $mla_mtp_iterations)
-  grad=$(worst_train_difference "$gpu" "$cpu" "grad norm" $mla_mtp_iterations 0.001)
-  verdict=$(awk -v l="$lm" -v m="$mtp" -v g="$grad" 'BEGIN {
-    print (l != "missing" && m != "missing" && g != "missing" && l <= 1e-4 && m <= 1e-4 && g <= 1e-3) ? "OK" : "FAILED"}')
-  [ "$verdict" = OK ] || failed=1
-  summary+=("$(printf '%-40s %s' "MLA+MTP train, GPU against CPU" "largest relative difference over $mla_mtp_iterations iterations: lm loss $lm, mtp_1 loss $mtp, grad norm $grad: $verdict")")
-}
-
 # The toy BERT of train_bert_on_gpu_and_cpu (issues 50/56): `tessera pretrain_bert` on mock data (padded
 # samples, masked words, swapped segments), the binary head with its token types, bidirectional attention
 # over the padding mask, dropout on; 10 iterations of seconds on either device.
@@ -158,22 +137,35 @@ toy_bert=(pretrain_bert --num-layers 2 --hidden-size 64 --num-attention-heads 4 
           --micro-batch-size 4 --global-batch-size 8 --lr 1e-3 --train-iters $bert_iterations --log-interval 1
           --eval-iters 0 --seed 1234)
 
-# train_bert_on_gpu_and_cpu [ENV...]: the toy BERT above on the GPU and on the CPU from the same seed, and a
-# summary line: every logged lm loss and sop loss within 1e-4 relative, grad norm (less its printing's
-# rounding) within 1e-3, else the check fails. The steps take at most what the caller's phase leaves.
-train_bert_on_gpu_and_cpu() {
+# train_toy_on_gpu_and_cpu LABEL NAME ITERATIONS SECOND_LOSS FLAGS_ARRAY [ENV...]: tessera with the flags of
+# the array named FLAGS_ARRAY on the GPU and on the CPU from the same seed, and a summary line LABEL: every
+# logged lm loss and SECOND_LOSS within 1e-4 relative, grad norm (less its printing's rounding) within
+# 1e-3, else the check fails. The steps take at most what the caller's phase leaves.
+train_toy_on_gpu_and_cpu() {
+  local label=$1 name=$2 iterations=$3 second=$4
+  local -n toy_flags=$5
+  shift 5
   local mpi=(OMPI_MCA_mca_base_component_path="$bundle/lib/openmpi" OMPI_MCA_ess_singleton_isolated=1)
-  local name="tessera pretrain_bert --device"
   pushd "$out" >/dev/null || return
-  step "$name cuda" 30 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${toy_bert[@]}" --device cuda
-  step "$name cpu" 30 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${toy_bert[@]}" --device cpu
+  step "$name cuda" 30 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${toy_flags[@]}" --device cuda
+  step "$name cpu" 30 env "$@" "${mpi[@]}" "$bundle/bin/tessera" "${toy_flags[@]}" --device cpu
   popd >/dev/null || return
-  local gpu="$out/$name cuda.txt" cpu="$out/$name cpu.txt" lm sop grad verdict
-  lm=$(worst_train_difference "$gpu" "$cpu" "lm loss" $bert_iterations)
-  sop=$(worst_train_difference "$gpu" "$cpu" "sop loss" $bert_iterations)
-  grad=$(worst_train_difference "$gpu" "$cpu" "grad norm" $bert_iterations 0.001)
-  verdict=$(awk -v l="$lm" -v s="$sop" -v g="$grad" 'BEGIN {
-    print (l != "missing" && s != "missing" && g != "missing" && l <= 1e-4 && s <= 1e-4 && g <= 1e-3) ? "OK" : "FAILED"}')
+  local gpu="$out/$name cuda.txt" cpu="$out/$name cpu.txt" lm other grad verdict
+  lm=$(worst_train_difference "$gpu" "$cpu" "lm loss" "$iterations")
+  other=$(worst_train_difference "$gpu" "$cpu" "$second" "$iterations")
+  grad=$(worst_train_difference "$gpu" "$cpu" "grad norm" "$iterations" 0.001)
+  verdict=$(awk -v l="$lm" -v m="$other" -v g="$grad" 'BEGIN {
+    print (l != "missing" && m != "missing" && g != "missing" && l <= 1e-4 && m <= 1e-4 && g <= 1e-3) ? "OK" : "FAILED"}')
   [ "$verdict" = OK ] || failed=1
-  summary+=("$(printf '%-40s %s' "BERT train, GPU against CPU" "largest relative difference over $bert_iterations iterations: lm loss $lm, sop loss $sop, grad norm $grad: $verdict")")
+  summary+=("$(printf '%-40s %s' "$label" "largest relative difference over $iterations iterations: lm loss $lm, $second $other, grad norm $grad: $verdict")")
+}
+
+# The DeepSeek-style toy GPT (lm and mtp_1 losses) and the toy BERT (lm and sop losses) above.
+train_mla_mtp_on_gpu_and_cpu() {
+  train_toy_on_gpu_and_cpu "MLA+MTP train, GPU against CPU" "tessera train MLA+MTP --device" \
+    "$mla_mtp_iterations" "mtp_1 loss" mla_mtp_gpt "$@"
+}
+train_bert_on_gpu_and_cpu() {
+  train_toy_on_gpu_and_cpu "BERT train, GPU against CPU" "tessera pretrain_bert --device" \
+    "$bert_iterations" "sop loss" toy_bert "$@"
 }
