@@ -191,7 +191,20 @@ double layer_input_bytes(const model::ModelConfig& c, const Layout& l) {
   return l.sequence_per_rank(c.seq_length) * l.micro_batch_size * c.hidden_size * l.activation_bytes() / sp;
 }
 
-MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage, int in_flight) {
+double weight_pass_bytes(const model::ModelConfig& c, const Layout& l, int stage, int chunk) {
+  if (l.zero_bubble == pipeline::ZeroBubble::Off) return 0;
+  // The layout the trainer's W pass is priced with (train/memory_report.cc): a rank's seq / cp tokens.
+  const model::ActivationLayout a{l.micro_batch_size, c.seq_length / l.cp, l.tp, l.sequence_parallel,
+                                  l.recompute == Recompute::Selective, l.ep, l.expert_tp()};
+  double bytes = 0;
+  for (int64_t layer : chunk_layer_numbers(c, l, stage, chunk)) bytes += model::layer_weight_gradient_bytes(c, a, layer);
+  if (pipeline::is_last_chunk(schedule_shape(l), {stage, chunk}))
+    bytes += model::head_weight_gradient_bytes(c, a) + model::mtp_weight_gradient_bytes(c, a);
+  return bytes;
+}
+
+MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage, int in_flight,
+                             const std::vector<pipeline::Op>* ops) {
   MemoryBreakdown m;
   m.in_flight = in_flight;
   const RankParameters params = stage_parameters(c, l, stage);
@@ -210,8 +223,9 @@ MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const
   Layout whole = l;
   whole.recompute = Recompute::None;
   double largest_chunk = 0, largest_layer = 0, largest_rows = 0;
+  std::vector<double> layers_bytes(static_cast<size_t>(l.virtual_stages), 0.0);
   for (int chunk = 0; chunk < l.virtual_stages; ++chunk) {
-    double bytes = 0;
+    double& bytes = layers_bytes[static_cast<size_t>(chunk)];
     for (int64_t layer : chunk_layer_numbers(c, l, stage, chunk)) {
       bytes += layer_activation_bytes(c, l, layer);
       largest_layer = std::max(largest_layer, layer_activation_bytes(c, whole, layer));
@@ -221,35 +235,60 @@ MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const
   }
   // (Counting the embedding or the loss as a layer gives the stage's other chunks this many.)
   const int64_t layers_per_chunk = l.layer_split(c.num_layers).counted_layers() / (static_cast<int64_t>(l.pp) * l.virtual_stages);
-  if (l.recompute == Recompute::Full) {
-    const int64_t group = std::min<int64_t>(l.recompute_num_layers, layers_per_chunk);
-    const int64_t groups_per_chunk = (layers_per_chunk + group - 1) / group;
-    // Held chunk inputs, plus one group's full activations while it is recomputed for backward.
-    m.activations = in_flight * groups_per_chunk * layer_input_bytes(c, l) + static_cast<double>(group) * largest_layer;
+  const bool full = l.recompute == Recompute::Full;
+  const int64_t group = full ? std::min<int64_t>(l.recompute_num_layers, layers_per_chunk) : 0;
+  const int64_t groups_per_chunk = full ? (layers_per_chunk + group - 1) / group : 0;
+  const double s = l.sequence_per_rank(c.seq_length), b = l.micro_batch_size, h = c.hidden_size;
+  const double e = l.activation_bytes(), sp = l.sequence_parallel ? l.tp : 1;
+  // The embedding's output and its dropout mask, per held micro-batch of the model's first chunk.
+  const double embedding = s * b * h * (e + (c.hidden_dropout > 0 ? 1 : 0)) / sp;
+  // The MTP modules' records per held micro-batch of the head's chunk: each module's layer as the last
+  // layer (never recomputed), and its glue and own logits (model::mtp_module_extra_bytes).
+  const double mtp = c.mtp_num_layers > 0
+                         ? static_cast<double>(c.mtp_num_layers) *
+                               (layer_activation_bytes(c, whole, c.num_layers) +
+                                model::mtp_module_extra_bytes(c, {l.micro_batch_size, static_cast<int64_t>(s), l.tp,
+                                                                  l.sequence_parallel}))
+                         : 0.0;
+  if (l.zero_bubble != pipeline::ZeroBubble::Off) {
+    // Walked along the op list: records live from F to B, the W pass's tensors from B to W.
+    const pipeline::ScheduleShape shape = schedule_shape(l);
+    std::vector<pipeline::Op> built;
+    if (ops == nullptr) ops = &(built = pipeline::build_schedule(shape, stage));
+    std::vector<double> record(layers_bytes.size()), weight(layers_bytes.size());
+    for (int chunk = 0; chunk < l.virtual_stages; ++chunk) {
+      const size_t i = static_cast<size_t>(chunk);
+      record[i] = full ? static_cast<double>(groups_per_chunk) * layer_input_bytes(c, l) : layers_bytes[i];
+      if (pipeline::is_first_chunk(shape, {stage, chunk})) record[i] += embedding;
+      if (pipeline::is_last_chunk(shape, {stage, chunk})) record[i] += mtp;
+      weight[i] = weight_pass_bytes(c, l, stage, chunk);
+    }
+    double live = 0, peak = 0;
+    for (const pipeline::Op& op : *ops) {
+      const size_t i = static_cast<size_t>(op.chunk);
+      if (op.kind == pipeline::OpKind::Forward) live += record[i];
+      if (op.kind == pipeline::OpKind::Backward) live += weight[i] - record[i];
+      if (op.kind == pipeline::OpKind::BackwardWeight) live -= weight[i];
+      peak = std::max(peak, live);
+    }
+    m.activations = peak + static_cast<double>(group) * largest_layer;
   } else {
-    m.activations = in_flight * largest_chunk;
+    if (full) {
+      // Held chunk inputs, plus one group's full activations while it is recomputed for backward.
+      m.activations = in_flight * groups_per_chunk * layer_input_bytes(c, l) + static_cast<double>(group) * largest_layer;
+    } else {
+      m.activations = in_flight * largest_chunk;
+    }
+    // Each held micro-batch of chunk 0 (stage 0), and of the head's chunk.
+    const int chunk0 = (in_flight + l.virtual_stages - 1) / l.virtual_stages;
+    if (stage == 0) m.activations += chunk0 * embedding;
+    if (stage == head_stage(l)) m.activations += chunk0 * mtp;
   }
   // While a layer's backward runs, its gradients of the same tensors exist besides the saved ones: one
   // more layer's worth of working memory.
   m.activations += largest_layer;
-  const double s = l.sequence_per_rank(c.seq_length), b = l.micro_batch_size, h = c.hidden_size;
-  const double e = l.activation_bytes(), sp = l.sequence_parallel ? l.tp : 1;
-  if (stage == 0) {  // the embedding's output and its dropout mask, for each held micro-batch of chunk 0
-    const int chunk0 = (in_flight + l.virtual_stages - 1) / l.virtual_stages;
-    m.activations += chunk0 * s * b * h * (e + (c.hidden_dropout > 0 ? 1 : 0)) / sp;
-  }
-  if (stage == head_stage(l)) {  // fp32 logits of one micro-batch (their gradient is computed in place)
-    m.activations += s * b * static_cast<double>(c.padded_vocab_size) / l.tp * 4;
-    // The MTP modules' records for each held micro-batch of the head's chunk: each module's layer as the
-    // last layer (never recomputed), and its glue and own logits (model::mtp_module_extra_bytes).
-    if (c.mtp_num_layers > 0) {
-      const int head_chunk = (in_flight + l.virtual_stages - 1) / l.virtual_stages;
-      const double extra = model::mtp_module_extra_bytes(c, {l.micro_batch_size, static_cast<int64_t>(s), l.tp,
-                                                              l.sequence_parallel});
-      m.activations += head_chunk * static_cast<double>(c.mtp_num_layers) *
-                       (layer_activation_bytes(c, whole, c.num_layers) + extra);
-    }
-  }
+  // fp32 logits of one micro-batch (their gradient is computed in place)
+  if (stage == head_stage(l)) m.activations += s * b * static_cast<double>(c.padded_vocab_size) / l.tp * 4;
   // Pipeline send and receive buffers (whole activations after the all-gather), the sequence-parallel
   // all-gather buffer, and an MoE layer's routed rows gathered for the all-to-all.
   if (l.pp > 1) m.communication += 2 * s * b * h * e;

@@ -10,6 +10,7 @@
 
 #include "model/config.h"
 #include "plan/cluster.h"
+#include "pipeline/schedules.h"
 #include "plan/layout.h"
 
 namespace tessera::plan {
@@ -86,8 +87,19 @@ struct MemoryBreakdown {
   double total() const { return parameters + gradients + optimizer + activations + communication + reserved; }
 };
 
+// Zero bubble (ZB-H1, ZB-V): what chunk `chunk` of stage `stage` holds for one micro-batch from its B to
+// its W instead of its record: each deferred GEMM's fp32 input and output gradient over the whole sequence
+// (model::layer_weight_gradient_bytes for its layers, and on the model's last chunk the output layer's and
+// the multi-token prediction modules': head_weight_gradient_bytes, mtp_weight_gradient_bytes). 0 without
+// zero bubble.
+double weight_pass_bytes(const model::ModelConfig& c, const Layout& l, int stage, int chunk);
+
 // The peak memory of one rank of pipeline stage `stage`. in_flight: the schedule's peak number of held
-// (micro-batch, chunk) forwards on that stage (from the op list).
-MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage, int in_flight);
+// (micro-batch, chunk) forwards on that stage (from the op list). Under zero bubble the activations are
+// the peak of a walk of the stage's op list (`ops`; built here when null): a forward adds its chunk's
+// record, a B frees it and adds the chunk's weight_pass_bytes, a W frees those (train/memory_report.cc's
+// walk over the planner's records).
+MemoryBreakdown stage_memory(const model::ModelConfig& c, const Layout& l, const DeviceSpec& d, int stage, int in_flight,
+                             const std::vector<pipeline::Op>* ops = nullptr);
 
 }  // namespace tessera::plan

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "pipeline/zero_bubble.h"
 #include "plan/time_model.h"
 #include "plan/token_slicing_price.h"
 
@@ -50,9 +51,14 @@ Plan make_plan(const model::ModelConfig& c, const Layout& l, const ClusterSpec& 
   plan.config = c;
   plan.layout = l;
   plan.cluster = cluster;
+  // Zero bubble: every rank's op list with the trainer's default costs (the lists its memory report
+  // walks), built once for all stages' memory walks.
+  std::vector<std::vector<pipeline::Op>> zero_bubble_ops;
+  if (l.zero_bubble != pipeline::ZeroBubble::Off) zero_bubble_ops = pipeline::build_zero_bubble_schedules(shape, {});
   auto fill_memory = [&](const std::vector<int>& in_flight) {
     plan.memory.clear();
-    for (int r = 0; r < l.pp; ++r) plan.memory.push_back(stage_memory(c, l, d, r, in_flight[r]));
+    for (int r = 0; r < l.pp; ++r)
+      plan.memory.push_back(stage_memory(c, l, d, r, in_flight[r], zero_bubble_ops.empty() ? nullptr : &zero_bubble_ops[r]));
     plan.peak_memory_stage = 0;
     for (int r = 1; r < l.pp; ++r)
       if (plan.memory[r].total() > plan.memory[plan.peak_memory_stage].total()) plan.peak_memory_stage = r;

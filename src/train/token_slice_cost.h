@@ -6,6 +6,7 @@
 // for the same flags, on every rank.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -32,5 +33,9 @@ using TokenSliceCostModel = std::function<TokenSliceCosts(const TrainArguments&)
 inline constexpr double kStatedSliceOverheadSeconds = 100e-6;
 inline constexpr double kStatedFlopsPerSecond = 50e9;
 TokenSliceCosts stated_token_slice_cost(const TrainArguments& a);
+// The layers the stated model prices a stage at: the most any stage builds under the run's split
+// (pipeline::stage_layer_count: --decoder-first/last-pipeline-num-layers and
+// --account-for-embedding/loss-in-pipeline-split), since TeraPipe's slices go at the slowest stage's pace.
+int64_t stated_slice_cost_layers(const TrainArguments& a);
 
 }  // namespace tessera::train
