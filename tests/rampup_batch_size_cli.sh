@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Megatron's sample-based training: --train-samples with the learning-rate schedule in samples, and
-# --rampup-batch-size START INCREMENT SAMPLES. A ramped run is checked against runs that cannot share its
+# --rampup-batch-size START INCREMENT SAMPLES (and its successor --step-batch-size-schedule). A ramped run is checked against runs that cannot share its
 # mistakes: the same iterations made by iteration-based runs of one global batch size each, resumed one
 # from the other (the sample stream and the weights carry over); then the ramped run at dp 2, pp 2 and
 # interleaved pp 2 against the single process, a run resumed in the middle of the ramp, the logged
@@ -82,5 +82,41 @@ expect_failure "--rampup-batch-size=3 5 8: passes through a global batch of 3, w
   "$tessera" train $model --micro-batch-size 2 --global-batch-size 8 --train-samples 30 --rampup-batch-size 3 5 8
 expect_failure "--train-iters=4: cannot be combined with --train-samples" "$tessera" train $model \
   --global-batch-size 8 --train-iters 4 --train-samples 30
+
+# Megatron's --step-batch-size-schedule, thresholds in tokens (64, 160, 200 at --seq-length 16 are samples
+# 4, 10, 12): global batches 2 2 4 4 4 4 4 4 4 (the 8 of [10, 12) is jumped over: 8 consumed, then 12),
+# 9 iterations to reach 30 samples (Megatron's loop: 32 consumed).
+step="--train-samples 30 --step-batch-size-schedule"
+sched="0:2 64:4 160:8 200:4"
+stepped=$("$tessera" train $model $step "$sched" 2>&1)
+check "step-schedule run exits 0: $stepped" $?
+[ "$(batches "$stepped")" = "2 2 4 4 4 4 4 4 4 " ]
+check "the step schedule's logged global batches should be 2 2 4 4 4 4 4 4 4: $(batches "$stepped")" $?
+grep -q "setting training iterations to 9" <<<"$stepped" &&
+  grep -q "> using step batch size schedule: 0:2 64:4 160:8 200:4" <<<"$stepped" &&
+  grep -q "step batch size schedule: global batch size 2 -> 4 after 4 consumed samples" <<<"$stepped"
+check "the step schedule's lines in the log: $stepped" $?
+# A schedule that grows then shrinks (4, 8, 4): more micro-batches than the final size's in one
+# iteration, at pp 2 and dp 2 against the single process.
+shrink="0:4 96:8 192:4"  # samples 0, 6, 12: 4 4 8 4 4 ...
+one=$("$tessera" train $model $step "$shrink" 2>&1)
+check "shrinking step schedule exits 0: $one" $?
+[ "$(batches "$one")" = "4 4 8 4 4 4 4 4 " ]
+check "the shrinking schedule's global batches should be 4 4 8 4 4 4 4 4: $(batches "$one")" $?
+close "step schedule at pp 2" "$(losses "$one")" "$(losses "$($mpirun -np 2 "$tessera" train $model $step "$shrink" \
+  --pipeline-model-parallel-size 2 2>&1)")"
+close "step schedule at dp 2" "$(losses "$one")" "$(losses "$($mpirun -np 2 "$tessera" train $model $step "$shrink" 2>&1)")"
+# Stopped after iteration 2 (8 samples) and resumed: the schedule goes on from the samples consumed.
+first=$("$tessera" train $model $step "$shrink" --save "$work/step" --exit-interval 2 2>&1)
+check "step-schedule run stopped at iteration 2 exits 0: $first" $?
+resumed=$("$tessera" train $model $step "$shrink" --load "$work/step" 2>&1)
+check "resumed step-schedule run exits 0: $resumed" $?
+[ "$(batches "$resumed")" = "8 4 4 4 4 4 " ]
+check "the resumed step-schedule run's global batches should be 8 4 4 4 4 4: $(batches "$resumed")" $?
+close "resumed in the step schedule" "$(losses "$one" | cut -d' ' -f3-)" "$(losses "$resumed")"
+expect_failure "--global-batch-size=8: cannot be combined with --step-batch-size-schedule" "$tessera" train $model \
+  --global-batch-size 8 $step "$shrink"
+expect_failure "gives a global batch of 3 after 4 consumed samples, which must be divisible by --micro-batch-size=2" \
+  "$tessera" train $model --micro-batch-size 2 $step "0:2 64:3 96:4"
 
 finish rampup_batch_size_cli

@@ -73,5 +73,48 @@ TEST(GlobalBatchSchedule, Gpt3Ramp) {
   EXPECT_EQ(sizes.back(), 1536);
 }
 
+// Megatron's examples/gpt3/train_gpt3_175b_distributed.sh: --step-batch-size-schedule "0:16 2.4B:320 4.8B:624
+// 7.2B:928 9.6B:1232 12B:1536" at --seq-length 2048, --train-samples 146484375. By hand: thresholds are
+// 1171875 k samples (k = 0..5); each size runs ceil(what is left of its range / size) iterations:
+// 73243 of 16 (to 1171888), 3663 of 320 (2344048), 1878 of 624 (3515920), 1263 of 928 (4687984), 951 of
+// 1232 (5859616), then ceil(140624759 / 1536) = 91553 of 1536: 172551 iterations, 146485024 samples.
+TEST(GlobalBatchSchedule, Gpt3StepSchedule) {
+  const GlobalBatchSchedule s(parse_step_batch_size_schedule("0:16 2.4B:320 4.8B:624 7.2B:928 9.6B:1232 12B:1536", 2048));
+  EXPECT_TRUE(s.ramps());
+  EXPECT_EQ(s.final_size(), 1536);
+  EXPECT_EQ(s.at(1171874), 16);
+  EXPECT_EQ(s.at(1171875), 320);
+  EXPECT_EQ(s.at(5859375), 1536);
+  EXPECT_EQ(s.iterations_for(146484375), 172551);
+  EXPECT_EQ(s.samples_for(172551), 146485024);
+  EXPECT_EQ(s.samples_for(73243), 1171888);
+  EXPECT_EQ(s.samples_for(73243 + 3663), 2344048);
+  const std::vector<BatchSizeStep> used = s.steps_used(172551);
+  ASSERT_EQ(used.size(), 6u);
+  EXPECT_EQ(used[1].threshold, 1171888);  // the samples consumed when 320 is first used
+  EXPECT_EQ(used[5].size, 1536);
+}
+
+// A schedule may shrink, and an entry whose range an iteration jumps over is never used. Thresholds 0, 4,
+// 10 and 12 samples ("0:2 64:4 160:8 200:4" at --seq-length 16): consumed 0 -> 2, 2 -> 2, 4 -> 4, 8 -> 4,
+// 12 -> 4 ...; the 8 of [10, 12) is skipped. A single entry counts iterations as Megatron's loop: a partial
+// last batch is one more iteration (ceil), unlike a ramp's or a constant batch's floor.
+TEST(GlobalBatchSchedule, StepScheduleShrinksAndSkips) {
+  const GlobalBatchSchedule s(parse_step_batch_size_schedule("0:2 64:4 160:8 200:4", 16));
+  EXPECT_EQ(run_sizes(s, 6), (std::vector<int64_t>{2, 2, 4, 4, 4, 4}));
+  EXPECT_EQ(s.iterations_for(30), 9);  // 2 + 2 + 7 x 4 = 32 >= 30
+  EXPECT_EQ(s.iterations_for(32), 9);
+  EXPECT_EQ(s.iterations_for(33), 10);
+  const std::vector<BatchSizeStep> used = s.steps_used(9);
+  ASSERT_EQ(used.size(), 3u);
+  EXPECT_EQ(used[1].threshold, 4);
+  EXPECT_EQ(used[1].size, 4);
+  EXPECT_EQ(used[2].threshold, 12);
+  const GlobalBatchSchedule one(parse_step_batch_size_schedule("0:8", 16));
+  EXPECT_FALSE(one.ramps());
+  EXPECT_EQ(one.iterations_for(30), 4);
+  EXPECT_EQ(one.samples_for(4), 32);
+}
+
 }  // namespace
 }  // namespace tessera::train

@@ -76,6 +76,13 @@ Trainer::Trainer(TrainArguments args, comm::ProcessGroup* world)
     say(str_cat("will use batch size rampup starting from global batch size ", r->start, " to global batch size ",
                 args_.global_batch_size, " with batch size increments ", r->increment, " over ", r->samples,
                 " samples."));
+  if (!args_.step_batch_size_schedule.empty()) {  // Megatron's line, then its calculator's table (in samples)
+    say(str_cat("> using step batch size schedule: ", args_.step_batch_size_schedule));
+    const int64_t per_micro_batch = args_.micro_batch_size * args_.data_parallel_size();
+    for (const BatchSizeStep& s : args_.batch_schedule.steps())
+      say(str_cat("  >= ", s.threshold * args_.model.seq_length, " tokens (", s.threshold, " samples) -> batch_size=",
+                  s.size, ", num_microbatches=", s.size / per_micro_batch));
+  }
   // This rank's chunks of the model: Megatron's layer ranges for (pipeline rank, virtual stage).
   const int stage = state_->coordinates().pp;
   // Token slices flow through the stages one by one (TeraPipe) when there is a pipeline; on one stage the

@@ -43,7 +43,10 @@ void Trainer::build_datasets() {
 int64_t Trainer::current_global_batch() {
   const int64_t size = args_.batch_schedule.at(consumed_samples_);
   if (announced_global_batch_ != 0 && size != announced_global_batch_)
-    say(str_cat("ramping up batch size from ", announced_global_batch_, " to ", size));
+    say(args_.step_batch_size_schedule.empty()
+            ? str_cat("ramping up batch size from ", announced_global_batch_, " to ", size)
+            : str_cat("step batch size schedule: global batch size ", announced_global_batch_, " -> ", size, " after ",
+                      consumed_samples_, " consumed samples"));
   announced_global_batch_ = size;
   return size;
 }

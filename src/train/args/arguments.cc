@@ -142,6 +142,9 @@ TrainArguments parse_train_arguments(const std::vector<std::string>& args, int64
                 "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT to --global-batch-size "
                 "over SAMPLES samples (needs --train-samples)"))
       ->expected(3);
+  t->add_option("--step-batch-size-schedule", a.step_batch_size_schedule,
+                "\"THRESHOLD:BS THRESHOLD:BS ...\": from THRESHOLD consumed tokens on (K, M, B, T suffixes), the global "
+                "batch is BS samples; the first threshold is 0 (needs --train-samples, not --global-batch-size)");
   t->add_option("--lr", a.lr, "Peak learning rate")->required();
   t->add_option("--min-lr", a.min_lr, "Learning rate at the end of the decay");
   t->add_option("--weight-decay", a.weight_decay, "AdamW weight decay");

@@ -136,6 +136,7 @@ struct TrainArguments {
   // schedule in samples, and the global batch's ramp-up (train/batch_size_rampup.h).
   int64_t train_samples = 0, lr_warmup_samples = 0, lr_decay_samples = 0;
   std::vector<int64_t> rampup_batch_size;  // START INCREMENT SAMPLES, or empty
+  std::string step_batch_size_schedule;    // "THRESHOLD:BS ..." as given (tokens), or empty
   float lr = 0, min_lr = 0, weight_decay = 0.01f, adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_eps = 1e-8f;
   std::string lr_decay_style = "linear";
   int64_t lr_warmup_iters = 0, lr_decay_iters = 0;
@@ -208,7 +209,7 @@ struct TrainArguments {
   optim::AdamWConfig adam;
   int64_t num_micro_batches = 0;   // per data-parallel rank, at the final global batch size
   pipeline::LayerSplit layer_split;   // the layers of each pipeline stage (even, or the flags' uneven split)
-  GlobalBatchSchedule batch_schedule;  // the global batch of each iteration (--rampup-batch-size)
+  GlobalBatchSchedule batch_schedule;  // the global batch of each iteration (--rampup-batch-size, --step-batch-size-schedule)
   int64_t virtual_pipeline_size = 1;  // model chunks per pipeline rank (2 under ZB-V)
   pipeline::ZeroBubble zero_bubble = pipeline::ZeroBubble::Off;
   model::Recompute recompute;         // what the model chunks recompute in backward

@@ -86,11 +86,23 @@ void finalize_data(TrainArguments& a) {
   require_positive("--micro-batch-size", a.micro_batch_size);
   // Megatron's default (None): one micro-batch on every data-parallel rank. 0 stands for "not given"
   // (parse_train_arguments refuses a 0 that was given).
+  const bool steps = !a.step_batch_size_schedule.empty();
+  if (steps) {
+    // Megatron: "Cannot specify both --step-batch-size-schedule and --global-batch-size" (the schedule's
+    // last entry is the final size). Megatron ignores the deprecated --rampup-batch-size; two schedules for
+    // one run are refused here rather than one silently dropped.
+    require(a.global_batch_size == 0, "--global-batch-size", a.global_batch_size,
+            "cannot be combined with --step-batch-size-schedule (its last entry is the final global batch)");
+    require(a.rampup_batch_size.empty(), "--rampup-batch-size", rampup_text(a),
+            "cannot be combined with --step-batch-size-schedule (Megatron deprecates --rampup-batch-size for it)");
+    a.batch_schedule = GlobalBatchSchedule(parse_step_batch_size_schedule(a.step_batch_size_schedule, a.model.seq_length));
+    a.global_batch_size = a.batch_schedule.final_size();
+  }
   if (a.global_batch_size == 0) a.global_batch_size = a.micro_batch_size * a.data_parallel_size();
   require_positive("--global-batch-size", a.global_batch_size);
   std::optional<BatchSizeRampup> rampup;
   const std::string given = rampup_text(a);
-  if (!a.rampup_batch_size.empty()) {
+  if (!steps && !a.rampup_batch_size.empty()) {
     const int64_t start = a.rampup_batch_size[0], increment = a.rampup_batch_size[1], samples = a.rampup_batch_size[2];
     require(start > 0 && increment > 0 && samples >= 0, "--rampup-batch-size", given,
             "START and INCREMENT must be positive and SAMPLES at least 0");
@@ -100,16 +112,31 @@ void finalize_data(TrainArguments& a) {
             str_cat("--global-batch-size=", a.global_batch_size, " minus START must be a multiple of INCREMENT"));
     rampup = BatchSizeRampup{start, increment, samples};
   }
-  a.batch_schedule = GlobalBatchSchedule(a.global_batch_size, rampup);
+  if (!steps) a.batch_schedule = GlobalBatchSchedule(a.global_batch_size, rampup);
   // Every global batch of the run (each size of a ramp, then --global-batch-size) splits into whole
-  // micro-batches on every data-parallel rank, checked here rather than when the ramp reaches it.
+  // micro-batches on every data-parallel rank, checked here rather than when the ramp reaches it. Of a
+  // step schedule, the entries that the run's iterations use (Megatron checks each when it applies it;
+  // --train-samples is required with it, and refused in finalize_training_loop when missing).
+  std::vector<std::pair<int64_t, int64_t>> checked;  // (size, consumed samples when first used, or -1)
+  if (steps) {
+    for (const BatchSizeStep& s : a.batch_schedule.steps_used(a.batch_schedule.iterations_for(a.train_samples)))
+      checked.push_back({s.size, s.threshold});
+    // The final size sets the micro-batches per rank that the schedule's shape and evaluation use, so it
+    // must divide even when the run stops before its threshold (Megatron would not reach it).
+    const BatchSizeStep& last = a.batch_schedule.steps().back();
+    if (a.train_samples > 0 && (checked.empty() || checked.back().second < last.threshold))
+      checked.push_back({last.size, last.threshold});
+  } else {
+    for (int64_t size : a.batch_schedule.sizes()) checked.push_back({size, -1});
+  }
   const int64_t per_micro_batch = a.micro_batch_size * a.data_parallel_size(), pp = a.pipeline_model_parallel_size;
-  for (int64_t size : a.batch_schedule.sizes()) {
+  for (const auto& [size, from] : checked) {
     // The final size is --global-batch-size's; the others are the ramp's ("passes through a global batch of 6").
-    const bool final_size = size == a.global_batch_size;
-    const char* flag = final_size ? "--global-batch-size" : "--rampup-batch-size";
-    const std::string value = final_size ? std::to_string(size) : given;
-    const std::string which = final_size ? "" : str_cat("passes through a global batch of ", size, ", which ");
+    const bool final_size = !steps && size == a.global_batch_size;
+    const char* flag = steps ? "--step-batch-size-schedule" : final_size ? "--global-batch-size" : "--rampup-batch-size";
+    const std::string value = steps ? a.step_batch_size_schedule : final_size ? std::to_string(size) : given;
+    const std::string which = steps ? str_cat("gives a global batch of ", size, " after ", from, " consumed samples, which ")
+                              : final_size ? "" : str_cat("passes through a global batch of ", size, ", which ");
     require(size % per_micro_batch == 0, flag, value,
             str_cat(which, "must be divisible by --micro-batch-size=", a.micro_batch_size, " x data-parallel size=",
                     a.data_parallel_size()));

@@ -166,9 +166,6 @@ TEST(MegatronFlags, FlagsForMissingFeaturesAreRefusedByName) {
             std::string::npos);
   EXPECT_NE(error_of(kBase + "--hierarchical-context-parallel-sizes 2 2").find("--hierarchical-context-parallel-sizes=2 2:"),
             std::string::npos);
-  EXPECT_EQ(error_of(kBase + "--step-batch-size-schedule 0:768 250B:1536"),
-            "--step-batch-size-schedule=0:768 250B:1536: a step-wise batch-size schedule is not built; "
-            "--rampup-batch-size ramps the batch linearly (Megatron's older form)");
   for (const char* flag : {"--grad-reduce-in-bf16", "--apply-layernorm-1p",
                            "--fp8-param-gather", "--moe-router-force-load-balancing"})
     EXPECT_EQ(error_of(kBase + flag).rfind(str_cat(flag, ": "), 0), 0u) << flag << ": " << error_of(kBase + flag);

@@ -55,7 +55,7 @@ void finalize_ouroboros(TrainArguments& a) {
           "run loads its whole state: weight versions, delayed gradients, moments)");
   not_yet(a.inject_nan_at_iterations.empty(), "injected NaN gradients");
   // A resumed run replays its pending mini-batches at --global-batch-size.
-  not_yet(!a.batch_schedule.ramps(), "--rampup-batch-size");
+  not_yet(!a.batch_schedule.ramps(), a.step_batch_size_schedule.empty() ? "--rampup-batch-size" : "--step-batch-size-schedule");
   not_yet(!a.weight_decay_schedule.varies(), "--weight-decay-incr-style linear or cosine");
   not_yet(!a.log_params_norm, "--log-params-norm");
   not_yet(!a.no_save_optim, "--no-save-optim (its checkpoint is its whole delayed state)");

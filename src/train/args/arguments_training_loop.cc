@@ -18,6 +18,9 @@ void finalize_training_loop(TrainArguments& a) {
             "is for --train-samples; with --train-iters use --lr-warmup-iters");
     require(a.rampup_batch_size.empty(), "--rampup-batch-size", rampup_text(a),
             "needs --train-samples: Megatron ramps the batch size only in sample-based training");
+    require(a.step_batch_size_schedule.empty(), "--step-batch-size-schedule", a.step_batch_size_schedule,
+            "needs --train-samples: Tessera runs a batch-size schedule only in sample-based training (not yet with "
+            "--train-iters)");
   } else {
     require_positive("--train-samples", a.train_samples);
     require(a.train_iters == 0, "--train-iters", a.train_iters, "cannot be combined with --train-samples");

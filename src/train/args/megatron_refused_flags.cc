@@ -46,9 +46,6 @@ const Refused kRefused[] = {
      "replacing the router's choice by a balanced one (a benchmarking switch) is not built"},
     {"--moe-flex-dispatcher-backend", 1,
      "the flex token dispatcher (DeepEP, HybridEP) is not built: --moe-token-dispatcher-type alltoall or allgather"},
-    {"--step-batch-size-schedule", -1,
-     "a step-wise batch-size schedule is not built; --rampup-batch-size ramps the batch linearly (Megatron's "
-     "older form)"},
     {"--hierarchical-context-parallel-sizes", -1,
      "hierarchical context parallelism (Megatron's --cp-comm-type a2a+p2p) is not built; --context-parallel-size "
      "runs ring attention"},
